@@ -1,0 +1,215 @@
+// Learner benchmarks (issue 4).
+//  - SVM vs LIBSVM (peer, same precomputed kernel, n = 500 and 2000): decision values must agree to
+//    1e-6 relative (checked before timing, printed), then both are timed.
+//  - ENMKL-SVM, SimpleMKL and ENMKL-KRR on n = 200 subjects x 116 region kernels with fixed C, mu:
+//    iterations, inner solves, time, and the ratio to one SVM solve on the summed kernel.
+#include <cstdio>
+#include <map>
+#include <random>
+#include <vector>
+
+#include <benchmark/benchmark.h>
+
+#include "neuromkl/learners/learner.hpp"
+#ifdef NEUROMKL_HAVE_LIBSVM
+#include <svm.h>
+#endif
+
+using namespace neuromkl;
+
+namespace {
+
+struct Problem {
+  learners::KernelList kernels;  ///< centred, cosine-normalised
+  learners::Targets targets;
+};
+
+/// n subjects, m regions of 20..400 voxels; `signal` regions carry a class shift.
+Problem MakeProblem(int n, int m, int signalRegions, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<double> normal;
+  std::uniform_int_distribution<int> size(20, 400);
+  Problem p;
+  p.targets.task = learners::Task::Classification;
+  p.targets.y.resize(n);
+  for (int i = 0; i < n; ++i) p.targets.y[i] = i % 2 == 0 ? 1.0 : -1.0;  // first label +1 (LIBSVM's sign convention)
+  for (int j = 0; j < m; ++j) {
+    Eigen::MatrixXd X(n, size(rng));
+    for (Eigen::Index k = 0; k < X.size(); ++k) X.data()[k] = normal(rng);
+    if (j < signalRegions) X.leftCols(5).colwise() += 0.4 * p.targets.y;
+    X = X.rowwise() - X.colwise().mean();
+    X.rowwise().normalize();
+    p.kernels.push_back(X * X.transpose());
+  }
+  return p;
+}
+
+Eigen::MatrixXd Sum(const learners::KernelList& ks) {
+  Eigen::MatrixXd K = ks[0];
+  for (std::size_t j = 1; j < ks.size(); ++j) K += ks[j];
+  return K;
+}
+
+#ifdef NEUROMKL_HAVE_LIBSVM
+struct LibsvmData {
+  std::vector<std::vector<svm_node>> rows;
+  std::vector<svm_node*> x;
+  std::vector<double> y;
+  svm_problem prob{};
+  svm_parameter param{};
+  LibsvmData(const Eigen::MatrixXd& K, const Eigen::VectorXd& labels, double C, double eps, bool shrinking) {
+    const auto n = K.rows();
+    rows.resize(static_cast<std::size_t>(n));
+    for (Eigen::Index i = 0; i < n; ++i) {
+      auto& r = rows[static_cast<std::size_t>(i)];
+      r.push_back({0, static_cast<double>(i + 1)});  // LIBSVM's precomputed format: 0:sample id
+      for (Eigen::Index j = 0; j < n; ++j) r.push_back({static_cast<int>(j + 1), K(i, j)});
+      r.push_back({-1, 0});
+      x.push_back(r.data());
+      y.push_back(labels[i]);
+    }
+    prob.l = static_cast<int>(n);
+    prob.y = y.data();
+    prob.x = x.data();
+    param.svm_type = C_SVC;
+    param.kernel_type = PRECOMPUTED;
+    param.C = C;
+    param.eps = eps;
+    param.cache_size = 200;
+    param.shrinking = shrinking ? 1 : 0;
+  }
+};
+#endif
+
+const Problem& Shared(int n) {
+  static std::map<int, Problem> cache;
+  auto it = cache.find(n);
+  if (it == cache.end()) it = cache.emplace(n, MakeProblem(n, 1, 1, 42 + static_cast<unsigned>(n))).first;
+  return it->second;
+}
+
+void BM_NeuromklSvm(benchmark::State& state) {
+  const auto& p = Shared(static_cast<int>(state.range(0)));
+  const auto svm = learners::MakeLearner("svm", {{"c", 1.0}, {"tolerance", 1e-3}});
+  for (auto _ : state) benchmark::DoNotOptimize(svm->Fit(p.kernels, p.targets));
+}
+BENCHMARK(BM_NeuromklSvm)->Arg(500)->Arg(2000)->Unit(benchmark::kMillisecond);
+
+#ifdef NEUROMKL_HAVE_LIBSVM
+void BM_LibsvmShrinking(benchmark::State& state) {
+  const auto& p = Shared(static_cast<int>(state.range(0)));
+  LibsvmData d(p.kernels[0], p.targets.y, 1.0, 1e-3, true);
+  for (auto _ : state) {
+    svm_model* m = svm_train(&d.prob, &d.param);
+    benchmark::DoNotOptimize(m);
+    svm_free_and_destroy_model(&m);
+  }
+}
+BENCHMARK(BM_LibsvmShrinking)->Arg(500)->Arg(2000)->Unit(benchmark::kMillisecond);
+
+void BM_LibsvmNoShrinking(benchmark::State& state) {
+  const auto& p = Shared(static_cast<int>(state.range(0)));
+  LibsvmData d(p.kernels[0], p.targets.y, 1.0, 1e-3, false);
+  for (auto _ : state) {
+    svm_model* m = svm_train(&d.prob, &d.param);
+    benchmark::DoNotOptimize(m);
+    svm_free_and_destroy_model(&m);
+  }
+}
+BENCHMARK(BM_LibsvmNoShrinking)->Arg(500)->Arg(2000)->Unit(benchmark::kMillisecond);
+
+void CheckAgreementWithLibsvm() {
+  for (int n : {500, 2000}) {
+    const auto& p = Shared(n);
+    for (auto [shrinking, eps] : {std::pair{false, 1e-3}, std::pair{true, 1e-3}, std::pair{true, 1e-8}}) {
+      LibsvmData d(p.kernels[0], p.targets.y, 1.0, eps, shrinking);
+      svm_set_print_string_function([](const char*) {});
+      svm_model* m = svm_train(&d.prob, &d.param);
+      const auto ours = learners::MakeLearner("svm", {{"c", 1.0}, {"tolerance", eps}})->Fit(p.kernels, p.targets);
+      const Eigen::VectorXd f = ours.Decision(p.kernels);
+      double worst = 0, scale = f.cwiseAbs().maxCoeff();
+      for (int i = 0; i < n; ++i) {
+        double dec = 0;
+        svm_predict_values(m, d.x[static_cast<std::size_t>(i)], &dec);
+        worst = std::max(worst, std::abs(dec - f[i]));
+      }
+      std::printf("agreement n=%d eps=%g LIBSVM shrinking=%d: max |f_ours - f_libsvm| / max|f| = %.2e (%s 1e-6)\n", n, eps, shrinking,
+                  worst / scale, worst / scale <= 1e-6 ? "within" : "OUTSIDE");
+      svm_free_and_destroy_model(&m);
+    }
+  }
+}
+#endif
+
+const Problem& Regions() {
+  static const Problem p = MakeProblem(200, 116, 6, 7);
+  return p;
+}
+
+void ReportMkl(benchmark::State& state, const learners::Model& m, double svmSeconds) {
+  state.counters["iterations"] = m.info.iterations;
+  state.counters["inner_solves"] = m.info.innerSolves;
+  state.counters["selected"] = static_cast<double>((m.beta.array() > 1e-6).count());
+  if (svmSeconds > 0) state.counters["x_one_svm"] = m.info.seconds / svmSeconds;
+}
+
+double OneSvmSeconds() {
+  static const double s = [] {
+    const auto& p = Regions();
+    const auto K = Sum(p.kernels);
+    double best = 1e9;
+    for (int r = 0; r < 5; ++r) best = std::min(best, learners::MakeLearner("svm", {{"tolerance", 1e-5}})->Fit({K}, p.targets).info.seconds);
+    return best;
+  }();
+  return s;
+}
+
+void BM_EnmklSvm_200x116(benchmark::State& state) {
+  const auto& p = Regions();
+  const auto l = learners::MakeLearner("enmkl_svm", {{"c", 1}, {"mu", 0.5}});
+  learners::Model m;
+  for (auto _ : state) m = l->Fit(p.kernels, p.targets);
+  ReportMkl(state, m, OneSvmSeconds());
+}
+BENCHMARK(BM_EnmklSvm_200x116)->Unit(benchmark::kMillisecond);
+
+void BM_SimpleMkl_200x116(benchmark::State& state) {
+  const auto& p = Regions();
+  const auto l = learners::MakeLearner("simplemkl", {{"c", 1}});
+  learners::Model m;
+  for (auto _ : state) m = l->Fit(p.kernels, p.targets);
+  ReportMkl(state, m, OneSvmSeconds());
+}
+BENCHMARK(BM_SimpleMkl_200x116)->Unit(benchmark::kMillisecond);
+
+void BM_EnmklKrr_200x116(benchmark::State& state) {
+  auto p = Regions();
+  p.targets.task = learners::Task::Regression;
+  const auto l = learners::MakeLearner("enmkl_krr", {{"lambda", 1}, {"mu", 0.5}});
+  learners::Model m;
+  for (auto _ : state) m = l->Fit(p.kernels, p.targets);
+  ReportMkl(state, m, 0);
+}
+BENCHMARK(BM_EnmklKrr_200x116)->Unit(benchmark::kMillisecond);
+
+void BM_OneSvm_200_summed(benchmark::State& state) {
+  const auto& p = Regions();
+  const auto K = Sum(p.kernels);
+  const auto l = learners::MakeLearner("svm", {{"tolerance", 1e-5}});
+  for (auto _ : state) benchmark::DoNotOptimize(l->Fit({K}, p.targets));
+}
+BENCHMARK(BM_OneSvm_200_summed)->Unit(benchmark::kMillisecond);
+
+}  // namespace
+
+int main(int argc, char** argv) {
+#ifdef NEUROMKL_HAVE_LIBSVM
+  CheckAgreementWithLibsvm();
+#else
+  std::printf("LIBSVM not found at build time (libsvm-dev): the SVM peer comparison is skipped\n");
+#endif
+  benchmark::Initialize(&argc, argv);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}

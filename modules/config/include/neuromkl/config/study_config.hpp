@@ -1,0 +1,122 @@
+#pragma once
+// The study file, as plain structs. Defaults live here (and in configs/study.schema.json; a
+// test checks that both agree). JSON keys are snake_case versions of the field names.
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "neuromkl/kernels/region_kernels.hpp"
+#include "neuromkl/learners/learner.hpp"
+
+namespace neuromkl::config {
+
+struct SubjectsSpec {
+  std::string table;                 ///< participants.tsv / .csv (required), resolved path
+  std::string idColumn = "subject";
+  std::string imageColumn = "image";
+};
+
+struct TargetSpec {
+  std::string column;                ///< required
+  learners::Task task = learners::Task::Classification;  ///< required in the file
+  std::string positiveClass;         ///< classification; empty = the last class in sorted order
+};
+
+struct AtlasSpec {
+  std::string builtin = "aal";       ///< built-in atlas name, or empty when image/labels are given
+  std::string image;                 ///< resolved path of a custom label image
+  std::string labels;                ///< resolved path of its label table
+};
+
+struct PrecomputedKernelSpec {
+  std::string name;
+  std::string file;                  ///< .npy or delimited text, n x n in subjects-table order
+};
+
+struct TabularSpec {
+  std::string table;                 ///< resolved path
+  std::string idColumn = "subject";
+  std::vector<std::pair<std::string, std::vector<std::string>>> groups;  ///< kernel name -> columns
+  bool standardise = false;          ///< z-score columns over all subjects (no target information used)
+};
+
+enum class KernelSource { Images, Precomputed, Tabular };
+
+struct KernelSpec {
+  KernelSource source = KernelSource::Images;
+  bool centre = true;                ///< per fold, training statistics only
+  bool normalise = true;             ///< cosine normalisation, per fold
+  kernels::NanPolicy nanPolicy = kernels::NanPolicy::DropVoxel;
+  double memoryBudgetMb = 0;         ///< 0 = 25 % of physical memory
+  bool cache = true;
+  std::vector<PrecomputedKernelSpec> precomputed;
+  TabularSpec tabular;
+};
+
+enum class CvScheme { KFold, StratifiedKFold, RepeatedKFold, LeaveOneOut, LeaveOneGroupOut, GroupKFold, Custom };
+
+struct CvSchemeSpec {
+  CvScheme scheme = CvScheme::StratifiedKFold;
+  int k = 5;
+  int repeats = 1;
+  std::string groupColumn;           ///< leave_one_group_out, group_kfold
+  std::string foldColumn;            ///< custom
+};
+
+struct CvSpec {
+  CvSchemeSpec outer;
+  CvSchemeSpec inner;                ///< scheme defaults to stratified/k-fold with k = 5
+  std::uint64_t seed = 0;            ///< set from the study seed unless given
+  bool seedGiven = false;
+};
+
+struct LearnerSpec {
+  std::string name;                  ///< catalogue name, e.g. "enmkl_svm"
+  std::string label;                 ///< display name (default: name), unique in a study
+  learners::ParamMap params;         ///< resolved: defaults filled in
+  std::map<std::string, std::vector<double>> grid;  ///< hyper-parameter grid for nested CV
+  std::size_t GridSize() const;
+};
+
+struct PermutationSpec {
+  int count = 0;
+};
+
+struct OutputSpec {
+  std::string dir;                   ///< resolved; default "<config folder>/results/<name>"
+  std::string cacheDir;              ///< resolved; default "<config folder>/.neuromkl_cache"
+  bool saveKernels = true;
+};
+
+struct StudyConfig {
+  std::string path;                  ///< the study file
+  std::string baseDir;               ///< relative paths resolve against this (the file's folder)
+  std::string name;
+  std::string description;
+  SubjectsSpec subjects;
+  TargetSpec target;
+  AtlasSpec atlas;
+  std::string mask;                  ///< resolved path or empty
+  KernelSpec kernels;
+  CvSpec cv;
+  std::vector<LearnerSpec> learners;
+  PermutationSpec permutations;
+  OutputSpec output;
+  std::uint64_t seed = 42;
+  int threads = 0;                   ///< 0 = all cores
+};
+
+/// Reads and validates a study file. ConfigError naming the file and JSON pointer for unknown keys
+/// (with a did-you-mean hint), wrong types and out-of-range values.
+StudyConfig LoadStudyConfig(const std::string& path);
+/// Same from text; `baseDir` resolves relative paths, `sourceName` names the text in errors.
+StudyConfig ParseStudyConfig(const std::string& text, const std::string& baseDir, const std::string& sourceName);
+/// The resolved configuration (every default filled in) as pretty JSON.
+std::string ResolvedConfigJson(const StudyConfig& config);
+
+std::string ToString(CvScheme s);
+std::string ToString(KernelSource s);
+std::string ToString(learners::Task t);
+
+}  // namespace neuromkl::config

@@ -1,0 +1,89 @@
+#include "neuromkl/config/kernel_store.hpp"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "neuromkl/core/errors.hpp"
+#include "neuromkl/core/npy.hpp"
+
+namespace neuromkl::config {
+
+namespace fs = std::filesystem;
+using Json = nlohmann::json;
+
+namespace {
+Json InfoJson(const kernels::KernelInfo& k) {
+  return {{"name", k.name}, {"label", k.label}, {"features", k.features}, {"atlas_voxels", k.atlasVoxels},
+          {"non_finite_voxels", k.nonFiniteVoxels}, {"zeroed_values", k.zeroedValues}};
+}
+kernels::KernelInfo InfoFrom(const Json& j) {
+  kernels::KernelInfo k;
+  k.name = j.at("name").get<std::string>();
+  k.label = j.value("label", 0LL);
+  k.features = j.value("features", 0LL);
+  k.atlasVoxels = j.value("atlas_voxels", 0LL);
+  k.nonFiniteVoxels = j.value("non_finite_voxels", 0LL);
+  k.zeroedValues = j.value("zeroed_values", 0LL);
+  return k;
+}
+std::string SafeName(const std::string& s) {
+  std::string out;
+  for (char c : s) out += (std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-') ? c : '_';
+  return out;
+}
+}  // namespace
+
+void SaveKernelStore(const std::string& dir, const kernels::KernelSet& set, const std::string& key, const std::string& description) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw IoError("store:Mkdir", dir, "cannot create the kernel folder: " + ec.message());
+  Json index = {{"format", "neuromkl-kernels"}, {"version", 1}, {"key", key}, {"description", description},
+                {"subjects", set.subjects}, {"kernels", Json::array()}, {"excluded", Json::array()},
+                {"note", "each file is a float64 n x n raw Gram matrix (not centred or normalised), rows and columns in 'subjects' order"}};
+  for (std::size_t r = 0; r < set.kernels.size(); ++r) {
+    const std::string file = fmt::format("k{:03d}_{}.npy", r, SafeName(set.info[r].name));
+    WriteNpy(dir + "/" + file, set.kernels[r]);
+    Json e = InfoJson(set.info[r]);
+    e["file"] = file;
+    index["kernels"].push_back(e);
+  }
+  for (const auto& x : set.excluded) {
+    Json e = InfoJson(x.info);
+    e["reason"] = x.reason;
+    index["excluded"].push_back(e);
+  }
+  std::ofstream out(dir + "/index.json");
+  out << index.dump(2) << "\n";
+  if (!out) throw IoError("store:Write", dir + "/index.json", "cannot write the kernel index");
+}
+
+kernels::KernelSet LoadKernelStore(const std::string& dir, std::string* key) {
+  const std::string path = dir + "/index.json";
+  std::ifstream in(path);
+  if (!in) throw InputError("store:Missing", path, "no kernel index here");
+  Json index;
+  try {
+    index = Json::parse(in);
+  } catch (const Json::exception& e) {
+    throw InputError("store:Corrupt", path, std::string("the kernel index is not valid JSON: ") + e.what());
+  }
+  kernels::KernelSet set;
+  try {
+    set.subjects = index.at("subjects").get<std::vector<std::string>>();
+    for (const auto& e : index.at("kernels")) {
+      set.info.push_back(InfoFrom(e));
+      set.kernels.push_back(ReadNpy(dir + "/" + e.at("file").get<std::string>()));
+    }
+    for (const auto& e : index.at("excluded")) set.excluded.push_back({InfoFrom(e), e.value("reason", "")});
+    if (key) *key = index.value("key", "");
+  } catch (const Json::exception& e) {
+    throw InputError("store:Corrupt", path, std::string("the kernel index lacks a field: ") + e.what());
+  }
+  return set;
+}
+
+}  // namespace neuromkl::config

@@ -1,0 +1,332 @@
+#include "neuromkl/config/study_config.hpp"
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "json_reader.hpp"
+#include "neuromkl/core/errors.hpp"
+#include "neuromkl/core/strings.hpp"
+
+namespace neuromkl::config {
+
+namespace fs = std::filesystem;
+using learners::Task;
+
+std::size_t LearnerSpec::GridSize() const {
+  std::size_t n = 1;
+  for (const auto& [_, values] : grid) n *= values.size();
+  return n;
+}
+
+std::string ToString(CvScheme s) {
+  switch (s) {
+    case CvScheme::KFold: return "kfold";
+    case CvScheme::StratifiedKFold: return "stratified_kfold";
+    case CvScheme::RepeatedKFold: return "repeated_kfold";
+    case CvScheme::LeaveOneOut: return "leave_one_out";
+    case CvScheme::LeaveOneGroupOut: return "leave_one_group_out";
+    case CvScheme::GroupKFold: return "group_kfold";
+    case CvScheme::Custom: return "custom";
+  }
+  return "?";
+}
+std::string ToString(KernelSource s) {
+  switch (s) {
+    case KernelSource::Images: return "images";
+    case KernelSource::Precomputed: return "precomputed";
+    case KernelSource::Tabular: return "tabular";
+  }
+  return "?";
+}
+std::string ToString(Task t) { return t == Task::Classification ? "classification" : "regression"; }
+
+namespace {
+
+const std::vector<std::string> kSchemes = {"kfold", "stratified_kfold", "repeated_kfold", "leave_one_out",
+                                           "leave_one_group_out", "group_kfold", "custom"};
+
+CvScheme SchemeFrom(const std::string& s) {
+  for (int i = 0; i < 7; ++i)
+    if (kSchemes[static_cast<std::size_t>(i)] == s) return static_cast<CvScheme>(i);
+  return CvScheme::KFold;
+}
+
+std::string Resolve(const std::string& base, const std::string& p) {
+  if (p.empty()) return p;
+  fs::path path(p);
+  if (path.is_relative()) path = fs::path(base) / path;
+  return path.lexically_normal().string();
+}
+
+CvSchemeSpec ParseScheme(const Json& j, const std::string& ptr, const std::string& src) {
+  ObjectReader r(j, ptr, src, {"scheme", "k", "repeats", "group_column", "fold_column"});
+  CvSchemeSpec s;
+  s.scheme = SchemeFrom(r.Choice("scheme", ToString(s.scheme), kSchemes));
+  s.k = static_cast<int>(r.Integer("k", s.k, 2, 100000));
+  s.repeats = static_cast<int>(r.Integer("repeats", s.repeats, 1, 100000));
+  s.groupColumn = r.String("group_column", "");
+  s.foldColumn = r.String("fold_column", "");
+  if ((s.scheme == CvScheme::LeaveOneGroupOut || s.scheme == CvScheme::GroupKFold) && s.groupColumn.empty())
+    r.FailAt(ptr + "/group_column", "scheme \"" + ToString(s.scheme) + "\" needs a group_column (a column of the subjects table)");
+  if (s.scheme == CvScheme::Custom && s.foldColumn.empty())
+    r.FailAt(ptr + "/fold_column", "scheme \"custom\" needs a fold_column (a column of the subjects table giving each subject's fold)");
+  if (s.repeats > 1 && s.scheme != CvScheme::RepeatedKFold)
+    r.FailAt(ptr + "/repeats", "repeats > 1 needs scheme \"repeated_kfold\", found scheme \"" + ToString(s.scheme) + "\"");
+  return s;
+}
+
+LearnerSpec ParseLearner(const Json& j, const std::string& ptr, const std::string& src, Task task) {
+  ObjectReader r(j, ptr, src, {"name", "label", "params", "grid"});
+  LearnerSpec spec;
+  std::vector<std::string> names;
+  for (const auto& l : learners::LearnerCatalog()) names.push_back(l.name);
+  spec.name = r.Choice("name", "", names);
+  spec.label = r.String("label", spec.name);
+  const learners::LearnerInfo& info = *learners::FindLearner(spec.name);
+  if (task == Task::Classification && !info.classification)
+    r.FailAt(ptr + "/name", "learner \"" + spec.name + "\" does not do classification");
+  if (task == Task::Regression && !info.regression) {
+    std::vector<std::string> reg;
+    for (const auto& l : learners::LearnerCatalog())
+      if (l.regression) reg.push_back(l.name);
+    r.FailAt(ptr + "/name", "learner \"" + spec.name + "\" does not do regression; learners for regression: " + Join(reg, ", "));
+  }
+  std::vector<std::string> known;
+  for (const auto& p : info.params) known.push_back(p.name);
+  learners::ParamMap given;
+  if (r.Has("params")) {
+    ObjectReader pr(r.At("params"), ptr + "/params", src, known);
+    for (const auto& p : info.params) {
+      if (!pr.Has(p.name)) continue;
+      if (!pr.At(p.name).is_number()) pr.Fail(p.name, "a number");
+      const double v = pr.At(p.name).get<double>();
+      if (auto msg = learners::CheckParam(p, v); !msg.empty()) pr.FailAt(pr.Pointer(p.name), msg);
+      given[p.name] = v;
+    }
+  }
+  spec.params = learners::ResolveParams(spec.name, given);
+  if (r.Has("grid")) {
+    ObjectReader gr(r.At("grid"), ptr + "/grid", src, known);
+    for (const auto& p : info.params) {
+      if (!gr.Has(p.name)) continue;
+      const Json& values = gr.At(p.name);
+      if (!values.is_array() || values.empty()) gr.Fail(p.name, "a non-empty array of numbers");
+      std::vector<double> list;
+      for (std::size_t i = 0; i < values.size(); ++i) {
+        const std::string vp = gr.Pointer(p.name) + "/" + std::to_string(i);
+        if (!values[i].is_number()) gr.FailAt(vp, "expected a number, found " + Describe(values[i]));
+        const double v = values[i].get<double>();
+        if (auto msg = learners::CheckParam(p, v); !msg.empty()) gr.FailAt(vp, msg);
+        list.push_back(v);
+      }
+      if (given.count(p.name))
+        gr.FailAt(gr.Pointer(p.name), "\"" + p.name + "\" is both fixed in params and searched in grid: give it in one place");
+      spec.grid[p.name] = list;
+    }
+  }
+  return spec;
+}
+
+}  // namespace
+
+StudyConfig ParseStudyConfig(const std::string& text, const std::string& baseDir, const std::string& src) {
+  Json root;
+  try {
+    root = Json::parse(text, nullptr, true, /*ignore_comments=*/true);
+  } catch (const Json::parse_error& e) {
+    throw ConfigError("config:Syntax", src, std::string("not valid JSON: ") + e.what());
+  }
+  ObjectReader r(root, "", src,
+                 {"$schema", "name", "description", "subjects", "target", "atlas", "mask", "kernels", "cv", "learners",
+                  "permutations", "output", "seed", "threads"});
+  StudyConfig c;
+  c.path = src;
+  c.baseDir = baseDir;
+  c.name = r.RequiredString("name");
+  for (char ch : c.name)
+    if (!(std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '-' || ch == '.'))
+      r.Fail("name", "a name made of letters, digits, '_', '-' and '.' (it names the output folder)");
+  c.description = r.String("description", "");
+  c.seed = static_cast<std::uint64_t>(r.Integer("seed", static_cast<std::int64_t>(c.seed), 0, (1LL << 53)));
+  c.threads = static_cast<int>(r.Integer("threads", c.threads, 0, 4096));
+
+  if (!r.Has("subjects")) throw ConfigError("config:MissingKey", src, "/subjects: required section is missing (expected {\"table\": \"participants.tsv\"})");
+  {
+    ObjectReader s(r.At("subjects"), "/subjects", src, {"table", "id_column", "image_column"});
+    c.subjects.table = Resolve(baseDir, s.RequiredString("table"));
+    c.subjects.idColumn = s.String("id_column", c.subjects.idColumn);
+    c.subjects.imageColumn = s.String("image_column", c.subjects.imageColumn);
+  }
+  if (!r.Has("target")) throw ConfigError("config:MissingKey", src, "/target: required section is missing (expected {\"column\": ..., \"task\": ...})");
+  {
+    ObjectReader t(r.At("target"), "/target", src, {"column", "task", "positive_class"});
+    c.target.column = t.RequiredString("column");
+    if (!t.Has("task")) throw ConfigError("config:MissingKey", src, "/target/task: required key is missing (expected \"classification\" or \"regression\")");
+    c.target.task = t.Choice("task", "", {"classification", "regression"}) == "regression" ? Task::Regression : Task::Classification;
+    c.target.positiveClass = t.String("positive_class", "");
+    if (c.target.task == Task::Regression && !c.target.positiveClass.empty())
+      t.FailAt("/target/positive_class", "positive_class applies to classification only, but task is \"regression\"");
+  }
+  if (r.Has("atlas")) {
+    const Json& a = r.At("atlas");
+    if (a.is_string()) {
+      c.atlas.builtin = a.get<std::string>();
+    } else {
+      ObjectReader ar(a, "/atlas", src, {"name", "image", "labels"});
+      c.atlas.builtin = ar.String("name", "");
+      c.atlas.image = Resolve(baseDir, ar.String("image", ""));
+      c.atlas.labels = Resolve(baseDir, ar.String("labels", ""));
+      if (c.atlas.builtin.empty() && (c.atlas.image.empty() || c.atlas.labels.empty()))
+        ar.FailAt("/atlas", "expected a built-in atlas name (\"aal\") or both \"image\" and \"labels\"");
+      if (!c.atlas.builtin.empty() && !c.atlas.image.empty())
+        ar.FailAt("/atlas", "give either \"name\" (a built-in atlas) or \"image\" + \"labels\", not both");
+    }
+    if (!c.atlas.builtin.empty() && c.atlas.builtin != "aal")
+      throw ConfigError("config:Value", src, "/atlas: unknown built-in atlas \"" + c.atlas.builtin + "\"; built in: aal" + DidYouMean(c.atlas.builtin, {"aal"}));
+  }
+  if (r.Has("mask")) c.mask = Resolve(baseDir, r.String("mask", ""));
+
+  if (r.Has("kernels")) {
+    ObjectReader k(r.At("kernels"), "/kernels", src,
+                   {"source", "centre", "normalise", "nan_policy", "memory_budget_mb", "cache", "precomputed", "tabular"});
+    const std::string source = k.Choice("source", "images", {"images", "precomputed", "tabular"});
+    c.kernels.source = source == "images" ? KernelSource::Images : source == "precomputed" ? KernelSource::Precomputed : KernelSource::Tabular;
+    c.kernels.centre = k.Bool("centre", c.kernels.centre);
+    c.kernels.normalise = k.Bool("normalise", c.kernels.normalise);
+    c.kernels.nanPolicy = k.Choice("nan_policy", "drop_voxel", {"drop_voxel", "zero"}) == "zero" ? kernels::NanPolicy::Zero : kernels::NanPolicy::DropVoxel;
+    c.kernels.memoryBudgetMb = k.Number("memory_budget_mb", 0, 0, 1e9);
+    c.kernels.cache = k.Bool("cache", c.kernels.cache);
+    if (k.Has("precomputed")) {
+      const Json& list = k.At("precomputed");
+      if (!list.is_array()) k.Fail("precomputed", "an array of {\"name\", \"file\"} objects");
+      std::set<std::string> names;
+      for (std::size_t i = 0; i < list.size(); ++i) {
+        const std::string p = "/kernels/precomputed/" + std::to_string(i);
+        ObjectReader e(list[i], p, src, {"name", "file"});
+        PrecomputedKernelSpec spec{e.RequiredString("name"), Resolve(baseDir, e.RequiredString("file"))};
+        if (!names.insert(spec.name).second) e.FailAt(p + "/name", "duplicate kernel name \"" + spec.name + "\"");
+        c.kernels.precomputed.push_back(spec);
+      }
+    }
+    if (k.Has("tabular")) {
+      ObjectReader t(k.At("tabular"), "/kernels/tabular", src, {"table", "id_column", "groups", "standardise"});
+      c.kernels.tabular.table = Resolve(baseDir, t.RequiredString("table"));
+      c.kernels.tabular.idColumn = t.String("id_column", c.kernels.tabular.idColumn);
+      c.kernels.tabular.standardise = t.Bool("standardise", false);
+      if (!t.Has("groups") || !t.At("groups").is_object() || t.At("groups").empty())
+        t.FailAt("/kernels/tabular/groups", "expected an object {\"kernel name\": [\"column\", ...], ...} with at least one group");
+      for (const auto& [name, cols] : t.At("groups").items()) {
+        const std::string p = "/kernels/tabular/groups/" + name;
+        if (!cols.is_array() || cols.empty()) t.FailAt(p, "expected a non-empty array of column names, found " + Describe(cols));
+        std::vector<std::string> columns;
+        for (const auto& col : cols) {
+          if (!col.is_string()) t.FailAt(p, "expected column names (strings), found " + Describe(col));
+          columns.push_back(col.get<std::string>());
+        }
+        c.kernels.tabular.groups.emplace_back(name, columns);
+      }
+    }
+    if (c.kernels.source == KernelSource::Precomputed && c.kernels.precomputed.empty())
+      k.FailAt("/kernels/precomputed", "source \"precomputed\" needs a non-empty list of {\"name\", \"file\"} kernels");
+    if (c.kernels.source == KernelSource::Tabular && c.kernels.tabular.table.empty())
+      k.FailAt("/kernels/tabular", "source \"tabular\" needs a \"tabular\" section with a table and column groups");
+  }
+
+  if (r.Has("cv")) {
+    ObjectReader cv(r.At("cv"), "/cv", src, {"outer", "inner", "seed"});
+    if (cv.Has("outer")) c.cv.outer = ParseScheme(cv.At("outer"), "/cv/outer", src);
+    if (cv.Has("inner")) c.cv.inner = ParseScheme(cv.At("inner"), "/cv/inner", src);
+    if (cv.Has("seed")) {
+      c.cv.seed = static_cast<std::uint64_t>(cv.Integer("seed", 0, 0, (1LL << 53)));
+      c.cv.seedGiven = true;
+    }
+  }
+  if (!c.cv.seedGiven) c.cv.seed = c.seed;
+
+  if (!r.Has("learners") || !r.At("learners").is_array() || r.At("learners").empty())
+    throw ConfigError("config:MissingKey", src, "/learners: expected a non-empty array of learners, e.g. [{\"name\": \"enmkl_svm\"}]");
+  std::set<std::string> labels;
+  for (std::size_t i = 0; i < r.At("learners").size(); ++i) {
+    const std::string p = "/learners/" + std::to_string(i);
+    LearnerSpec spec = ParseLearner(r.At("learners")[i], p, src, c.target.task);
+    if (!labels.insert(spec.label).second)
+      throw ConfigError("config:Value", src, p + ": two learners share the label \"" + spec.label + "\"; give each a distinct \"label\"");
+    c.learners.push_back(std::move(spec));
+  }
+  if (r.Has("permutations")) {
+    ObjectReader pr(r.At("permutations"), "/permutations", src, {"count"});
+    c.permutations.count = static_cast<int>(pr.Integer("count", 0, 0, 1000000));
+  }
+  c.output.dir = Resolve(baseDir, "results/" + c.name);
+  c.output.cacheDir = Resolve(baseDir, ".neuromkl_cache");
+  if (r.Has("output")) {
+    ObjectReader o(r.At("output"), "/output", src, {"dir", "cache_dir", "save_kernels"});
+    if (o.Has("dir")) c.output.dir = Resolve(baseDir, o.RequiredString("dir"));
+    if (o.Has("cache_dir")) c.output.cacheDir = Resolve(baseDir, o.RequiredString("cache_dir"));
+    c.output.saveKernels = o.Bool("save_kernels", c.output.saveKernels);
+  }
+  return c;
+}
+
+StudyConfig LoadStudyConfig(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw ConfigError("config:Unreadable", path, "cannot open the study file (missing or unreadable)");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  const fs::path p = fs::absolute(path);
+  return ParseStudyConfig(ss.str(), p.parent_path().string(), path);
+}
+
+std::string ResolvedConfigJson(const StudyConfig& c) {
+  Json j;
+  j["name"] = c.name;
+  j["description"] = c.description;
+  j["subjects"] = {{"table", c.subjects.table}, {"id_column", c.subjects.idColumn}, {"image_column", c.subjects.imageColumn}};
+  j["target"] = {{"column", c.target.column}, {"task", ToString(c.target.task)}, {"positive_class", c.target.positiveClass}};
+  if (c.atlas.builtin.empty()) j["atlas"] = {{"image", c.atlas.image}, {"labels", c.atlas.labels}};
+  else j["atlas"] = c.atlas.builtin;
+  j["mask"] = c.mask.empty() ? Json(nullptr) : Json(c.mask);
+  Json k = {{"source", ToString(c.kernels.source)},
+            {"centre", c.kernels.centre},
+            {"normalise", c.kernels.normalise},
+            {"nan_policy", c.kernels.nanPolicy == kernels::NanPolicy::Zero ? "zero" : "drop_voxel"},
+            {"memory_budget_mb", c.kernels.memoryBudgetMb},
+            {"cache", c.kernels.cache}};
+  if (!c.kernels.precomputed.empty()) {
+    k["precomputed"] = Json::array();
+    for (const auto& p : c.kernels.precomputed) k["precomputed"].push_back({{"name", p.name}, {"file", p.file}});
+  }
+  if (!c.kernels.tabular.table.empty()) {
+    Json groups = Json::object();
+    for (const auto& [name, cols] : c.kernels.tabular.groups) groups[name] = cols;
+    k["tabular"] = {{"table", c.kernels.tabular.table}, {"id_column", c.kernels.tabular.idColumn}, {"groups", groups},
+                    {"standardise", c.kernels.tabular.standardise}};
+  }
+  j["kernels"] = k;
+  auto scheme = [](const CvSchemeSpec& s) {
+    Json o = {{"scheme", ToString(s.scheme)}, {"k", s.k}, {"repeats", s.repeats}};
+    if (!s.groupColumn.empty()) o["group_column"] = s.groupColumn;
+    if (!s.foldColumn.empty()) o["fold_column"] = s.foldColumn;
+    return o;
+  };
+  j["cv"] = {{"outer", scheme(c.cv.outer)}, {"inner", scheme(c.cv.inner)}, {"seed", c.cv.seed}};
+  j["learners"] = Json::array();
+  for (const auto& l : c.learners) {
+    Json params = Json::object();
+    for (const auto& [key, v] : l.params) params[key] = v;
+    Json grid = Json::object();
+    for (const auto& [key, v] : l.grid) grid[key] = v;
+    j["learners"].push_back({{"name", l.name}, {"label", l.label}, {"params", params}, {"grid", grid}});
+  }
+  j["permutations"] = {{"count", c.permutations.count}};
+  j["output"] = {{"dir", c.output.dir}, {"cache_dir", c.output.cacheDir}, {"save_kernels", c.output.saveKernels}};
+  j["seed"] = c.seed;
+  j["threads"] = c.threads;
+  return j.dump(2);
+}
+
+}  // namespace neuromkl::config

@@ -1,0 +1,15 @@
+#pragma once
+// NumPy .npy files (format 1.0/2.0), so that Python users can load kernels with numpy.load.
+#include <string>
+
+#include <Eigen/Core>
+
+namespace neuromkl {
+
+/// Writes a float64 C-order 2-D array. IoError on failure.
+void WriteNpy(const std::string& path, const Eigen::Ref<const Eigen::MatrixXd>& matrix);
+/// Reads a 1-D or 2-D array of float64/float32/int32/int64 (little-endian, C or Fortran order)
+/// into a double matrix (1-D arrays become one column). InputError naming the file on bad data.
+Eigen::MatrixXd ReadNpy(const std::string& path);
+
+}  // namespace neuromkl

@@ -1,0 +1,94 @@
+#include "neuromkl/core/npy.hpp"
+
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <regex>
+#include <vector>
+
+#include "neuromkl/core/errors.hpp"
+
+namespace neuromkl {
+
+void WriteNpy(const std::string& path, const Eigen::Ref<const Eigen::MatrixXd>& matrix) {
+  std::string header = "{'descr': '<f8', 'fortran_order': False, 'shape': (" + std::to_string(matrix.rows()) + ", " +
+                       std::to_string(matrix.cols()) + "), }";
+  // Pad so that magic (6) + version (2) + length (2) + header is a multiple of 64, ending in '\n'.
+  const std::size_t total = 10 + header.size() + 1;
+  header.append((64 - total % 64) % 64, ' ');
+  header += '\n';
+  std::ofstream out(path, std::ios::binary);
+  if (!out) throw IoError("npy:Unwritable", path, "cannot open the file for writing");
+  out.write("\x93NUMPY\x01\x00", 8);
+  const std::uint16_t len = static_cast<std::uint16_t>(header.size());
+  out.write(reinterpret_cast<const char*>(&len), 2);
+  out.write(header.data(), static_cast<std::streamsize>(header.size()));
+  Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> rowMajor = matrix;
+  out.write(reinterpret_cast<const char*>(rowMajor.data()), static_cast<std::streamsize>(rowMajor.size() * sizeof(double)));
+  if (!out) throw IoError("npy:WriteFailed", path, "writing failed (disk full?)");
+}
+
+namespace {
+template <typename T>
+void ConvertInto(const std::vector<char>& raw, std::vector<double>& out) {
+  const std::size_t n = raw.size() / sizeof(T);
+  out.resize(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    T v;
+    std::memcpy(&v, raw.data() + i * sizeof(T), sizeof(T));
+    out[i] = static_cast<double>(v);
+  }
+}
+}  // namespace
+
+Eigen::MatrixXd ReadNpy(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError("npy:Unreadable", path, "cannot open the .npy file for reading");
+  char magic[8];
+  in.read(magic, 8);
+  if (!in || std::memcmp(magic, "\x93NUMPY", 6) != 0)
+    throw InputError("npy:NotNpy", path, "not a NumPy .npy file (expected the \\x93NUMPY magic)");
+  std::uint32_t headerLen = 0;
+  if (magic[6] == 1) {
+    std::uint16_t l = 0;
+    in.read(reinterpret_cast<char*>(&l), 2);
+    headerLen = l;
+  } else {
+    in.read(reinterpret_cast<char*>(&headerLen), 4);
+  }
+  std::string header(headerLen, '\0');
+  in.read(header.data(), headerLen);
+  std::smatch m;
+  if (!std::regex_search(header, m, std::regex("'descr':\\s*'([<|=]?)([fi])(\\d)'")))
+    throw InputError("npy:UnsupportedType", path, "expected dtype float64, float32, int32 or int64; header: " + header);
+  const char kind = m[2].str()[0];
+  const int width = std::stoi(m[3].str());
+  const bool fortran = header.find("'fortran_order': True") != std::string::npos;
+  if (!std::regex_search(header, m, std::regex("'shape':\\s*\\(([^)]*)\\)")))
+    throw InputError("npy:BadHeader", path, "no shape in the .npy header");
+  std::vector<long long> shape;
+  std::string dims = m[1].str();
+  std::regex num("\\d+");
+  for (auto it = std::sregex_iterator(dims.begin(), dims.end(), num); it != std::sregex_iterator(); ++it)
+    shape.push_back(std::stoll(it->str()));
+  if (shape.empty() || shape.size() > 2)
+    throw InputError("npy:BadShape", path, "expected a 1-D or 2-D array, found " + std::to_string(shape.size()) + " dimensions");
+  const long long rows = shape[0], cols = shape.size() == 2 ? shape[1] : 1;
+  std::vector<char> raw(static_cast<std::size_t>(rows * cols * width));
+  in.read(raw.data(), static_cast<std::streamsize>(raw.size()));
+  if (in.gcount() != static_cast<std::streamsize>(raw.size()))
+    throw InputError("npy:Truncated", path, "file is truncated: expected " + std::to_string(raw.size()) + " data bytes");
+  std::vector<double> values;
+  if (kind == 'f' && width == 8) ConvertInto<double>(raw, values);
+  else if (kind == 'f' && width == 4) ConvertInto<float>(raw, values);
+  else if (kind == 'i' && width == 4) ConvertInto<std::int32_t>(raw, values);
+  else if (kind == 'i' && width == 8) ConvertInto<std::int64_t>(raw, values);
+  else throw InputError("npy:UnsupportedType", path, "unsupported dtype " + std::string(1, kind) + std::to_string(width));
+  Eigen::MatrixXd out(rows, cols);
+  for (long long r = 0; r < rows; ++r)
+    for (long long c = 0; c < cols; ++c)
+      out(r, c) = fortran ? values[static_cast<std::size_t>(c * rows + r)] : values[static_cast<std::size_t>(r * cols + c)];
+  return out;
+}
+
+}  // namespace neuromkl

@@ -1,0 +1,105 @@
+#include "neuromkl/core/table.hpp"
+
+#include <fstream>
+#include <sstream>
+
+#include "neuromkl/core/errors.hpp"
+#include "neuromkl/core/strings.hpp"
+
+namespace neuromkl {
+
+namespace {
+
+std::vector<std::string> SplitRecord(const std::string& line, char delimiter) {
+  if (delimiter == '\t') {
+    auto cells = Split(line, '\t');
+    for (auto& c : cells) c = Trim(c);
+    return cells;
+  }
+  std::vector<std::string> cells;
+  std::string cell;
+  bool quoted = false;
+  for (std::size_t i = 0; i < line.size(); ++i) {
+    const char ch = line[i];
+    if (quoted) {
+      if (ch == '"' && i + 1 < line.size() && line[i + 1] == '"') {
+        cell += '"';
+        ++i;
+      } else if (ch == '"') {
+        quoted = false;
+      } else {
+        cell += ch;
+      }
+    } else if (ch == '"') {
+      quoted = true;
+    } else if (ch == delimiter) {
+      cells.push_back(Trim(cell));
+      cell.clear();
+    } else {
+      cell += ch;
+    }
+  }
+  cells.push_back(Trim(cell));
+  return cells;
+}
+
+bool EndsWith(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && ToLower(s.substr(s.size() - suffix.size())) == suffix;
+}
+
+}  // namespace
+
+std::optional<std::size_t> DelimitedTable::Find(const std::string& column) const {
+  for (std::size_t i = 0; i < header.size(); ++i)
+    if (header[i] == column) return i;
+  return std::nullopt;
+}
+
+std::size_t DelimitedTable::Require(const std::string& column, const std::string& role) const {
+  if (auto idx = Find(column)) return *idx;
+  throw InputError("table:MissingColumn", path,
+                   "no column \"" + column + "\" (" + role + ") in the header; found columns: " +
+                       Join(header, ", ") + DidYouMean(column, header));
+}
+
+DelimitedTable ReadDelimitedTable(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError("table:Unreadable", path, "cannot open the table for reading (missing file or no permission)");
+  DelimitedTable table;
+  table.path = path;
+  std::string line;
+  std::size_t lineNo = 0;
+  bool haveHeader = false;
+  while (std::getline(in, line)) {
+    ++lineNo;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (lineNo == 1 && line.size() >= 3 && line.compare(0, 3, "\xEF\xBB\xBF") == 0) line.erase(0, 3);  // UTF-8 BOM
+    if (Trim(line).empty()) continue;
+    if (!haveHeader) {
+      table.delimiter = EndsWith(path, ".csv") ? ',' : '\t';
+      if (table.delimiter == '\t' && line.find('\t') == std::string::npos && line.find(',') != std::string::npos)
+        table.delimiter = ',';
+      table.header = SplitRecord(line, table.delimiter);
+      haveHeader = true;
+      continue;
+    }
+    auto cells = SplitRecord(line, table.delimiter);
+    if (cells.size() != table.header.size()) {
+      throw InputError("table:RaggedRow", path + ":" + std::to_string(lineNo),
+                       "expected " + std::to_string(table.header.size()) + " cells (as in the header), found " +
+                           std::to_string(cells.size()) +
+                           (table.delimiter == '\t' ? " (the file is read as tab-separated)" : " (the file is read as comma-separated)"));
+    }
+    table.rows.push_back(std::move(cells));
+    table.lineNumbers.push_back(lineNo);
+  }
+  if (!haveHeader) throw InputError("table:Empty", path, "the table is empty: expected a header row and one row per subject");
+  return table;
+}
+
+bool IsMissingCell(const std::string& cell) {
+  const std::string c = ToLower(Trim(cell));
+  return c.empty() || c == "n/a" || c == "na" || c == "nan";
+}
+
+}  // namespace neuromkl

@@ -1,0 +1,46 @@
+#pragma once
+// The kernel stage: read each subject image once, accumulate K_r = X_r X_r^T for every region r.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "neuromkl/atlas/atlas.hpp"
+#include "neuromkl/kernels/kernel_set.hpp"
+
+namespace neuromkl::kernels {
+
+enum class NanPolicy {
+  DropVoxel,  ///< default: a voxel non-finite in ANY subject is removed from its region for everyone
+  Zero,       ///< PRoNTo's rule: each non-finite value is replaced by 0
+};
+
+struct RegionKernelOptions {
+  NanPolicy nanPolicy = NanPolicy::DropVoxel;
+  std::uint64_t memoryBudgetBytes = 0;  ///< budget for the subjects x voxels matrix; 0 = 25 % of RAM
+  int threads = 0;                      ///< 0 = all cores
+  std::string scratchDir;               ///< where the out-of-core data file goes (default: system temp)
+};
+
+struct RegionKernelReport {
+  double readSeconds = 0;     ///< reading and decoding the images (wall)
+  double productSeconds = 0;  ///< Gram products (wall)
+  double totalSeconds = 0;
+  std::size_t subjectBlocks = 1;      ///< 1 = everything in memory
+  std::uint64_t dataBytes = 0;        ///< n x V x 4
+  std::uint64_t peakDataBytes = 0;    ///< largest amount of subject data held at once
+  std::int64_t droppedVoxels = 0;
+  std::vector<std::string> warnings;
+};
+
+/// Computes every region kernel in one pass over the subjects (each image decoded exactly once).
+/// Errors: unreadable/corrupt/4-D image [io:*], an image on another grid than the region index
+/// [input:GridMismatch, names the subject and the difference], an image with no finite value in
+/// the atlas [input:AllNonFinite], an empty cohort [input:EmptyCohort].
+KernelSet ComputeRegionKernels(const std::vector<std::string>& subjectIds, const std::vector<std::string>& imagePaths,
+                               const atlas::RegionIndex& regions, const RegionKernelOptions& options,
+                               RegionKernelReport* report = nullptr);
+
+/// Total physical memory in bytes (for the default budget).
+std::uint64_t PhysicalMemoryBytes();
+
+}  // namespace neuromkl::kernels

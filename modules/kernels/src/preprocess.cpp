@@ -1,0 +1,61 @@
+#include "neuromkl/kernels/preprocess.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace neuromkl::kernels {
+
+namespace {
+constexpr double kZeroNormRelative = 1e-12;
+}
+
+FoldKernel SliceFold(const Eigen::Ref<const Eigen::MatrixXd>& full, const Eigen::Ref<const Eigen::VectorXi>& trainIdx,
+                     const Eigen::Ref<const Eigen::VectorXi>& testIdx) {
+  FoldKernel k;
+  const Eigen::Index l = trainIdx.size(), m = testIdx.size();
+  k.train.resize(l, l);
+  k.testTrain.resize(m, l);
+  k.testDiag.resize(m);
+  for (Eigen::Index j = 0; j < l; ++j) {
+    for (Eigen::Index i = 0; i < l; ++i) k.train(i, j) = full(trainIdx[i], trainIdx[j]);
+    for (Eigen::Index i = 0; i < m; ++i) k.testTrain(i, j) = full(testIdx[i], trainIdx[j]);
+  }
+  for (Eigen::Index i = 0; i < m; ++i) k.testDiag[i] = full(testIdx[i], testIdx[i]);
+  return k;
+}
+
+void CentreFold(FoldKernel& k) {
+  const Eigen::Index l = k.train.rows();
+  if (l == 0) return;
+  const Eigen::VectorXd colMean = k.train.colwise().mean().transpose();  // kbar_j
+  const double grandMean = colMean.mean();                              // 1'K1 / l^2
+  // Training block: K - 1 kbar' - kbar 1' + grand.
+  k.train.rowwise() -= colMean.transpose();
+  k.train.colwise() -= colMean;
+  k.train.array() += grandMean;
+  if (k.testTrain.rows() > 0) {
+    const Eigen::VectorXd rowMean = k.testTrain.rowwise().mean();  // (1/l) sum_m Ks_im
+    k.testTrain.rowwise() -= colMean.transpose();
+    k.testTrain.colwise() -= rowMean;
+    k.testTrain.array() += grandMean;
+    k.testDiag.array() += -2.0 * rowMean.array() + grandMean;
+  }
+}
+
+void NormaliseFold(FoldKernel& k) {
+  const Eigen::Index l = k.train.rows(), m = k.testTrain.rows();
+  // A self-similarity this small relative to the fold's largest is a zero vector up to rounding
+  // (after centring, a sample equal to the training mean leaves ~1e-16): 0/0, so the row becomes 0.
+  double scale = 0;
+  for (Eigen::Index i = 0; i < l; ++i) scale = std::max(scale, k.train(i, i));
+  for (Eigen::Index i = 0; i < m; ++i) scale = std::max(scale, k.testDiag[i]);
+  const double floor = kZeroNormRelative * scale;
+  Eigen::VectorXd invTrain(l), invTest(m);
+  for (Eigen::Index i = 0; i < l; ++i) invTrain[i] = k.train(i, i) > floor ? 1.0 / std::sqrt(k.train(i, i)) : 0.0;
+  for (Eigen::Index i = 0; i < m; ++i) invTest[i] = k.testDiag[i] > floor ? 1.0 / std::sqrt(k.testDiag[i]) : 0.0;
+  k.train = invTrain.asDiagonal() * k.train * invTrain.asDiagonal();
+  k.testTrain = invTest.asDiagonal() * k.testTrain * invTrain.asDiagonal();
+  for (Eigen::Index i = 0; i < m; ++i) k.testDiag[i] = invTest[i] > 0 ? 1.0 : 0.0;
+}
+
+}  // namespace neuromkl::kernels

@@ -1,0 +1,320 @@
+#include "neuromkl/kernels/region_kernels.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <mutex>
+
+#include <cblas.h>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <tbb/global_control.h>
+#include <tbb/parallel_for.h>
+
+#include "neuromkl/core/errors.hpp"
+#include "neuromkl/core/progress.hpp"
+#include "neuromkl/io/nifti.hpp"
+#include "neuromkl/kernels/blas.hpp"
+
+namespace neuromkl::kernels {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+// Columns of a region are converted to double in chunks of this many voxels: the products are
+// accumulated in double (see README "Precision"), and the conversion buffer stays small.
+constexpr std::int64_t kVoxelChunk = 2048;
+
+/// Scratch file holding the n x V float32 subject matrix when it exceeds the memory budget.
+class ScratchFile {
+ public:
+  explicit ScratchFile(const std::string& dir) {
+    std::string pattern = (dir.empty() ? std::filesystem::temp_directory_path().string() : dir) + "/neuromkl-scratch-XXXXXX";
+    std::vector<char> buf(pattern.begin(), pattern.end());
+    buf.push_back('\0');
+    fd_ = mkstemp(buf.data());
+    if (fd_ < 0) throw IoError("kernels:ScratchFile", pattern, "cannot create the scratch file for out-of-core kernels");
+    unlink(buf.data());  // gone when closed, even after a crash
+    path_ = buf.data();
+  }
+  ~ScratchFile() {
+    if (fd_ >= 0) close(fd_);
+  }
+  void Write(const float* data, std::size_t count, std::uint64_t offset) {
+    const auto* p = reinterpret_cast<const char*>(data);
+    std::size_t left = count * sizeof(float);
+    while (left > 0) {
+      const ssize_t w = pwrite(fd_, p, left, static_cast<off_t>(offset));
+      if (w <= 0) throw IoError("kernels:ScratchWrite", path_, "writing the scratch file failed (disk full?)");
+      p += w;
+      offset += static_cast<std::uint64_t>(w);
+      left -= static_cast<std::size_t>(w);
+    }
+  }
+  void Read(float* data, std::size_t count, std::uint64_t offset) const {
+    auto* p = reinterpret_cast<char*>(data);
+    std::size_t left = count * sizeof(float);
+    while (left > 0) {
+      const ssize_t r = pread(fd_, p, left, static_cast<off_t>(offset));
+      if (r <= 0) throw IoError("kernels:ScratchRead", path_, "reading the scratch file failed");
+      p += r;
+      offset += static_cast<std::uint64_t>(r);
+      left -= static_cast<std::size_t>(r);
+    }
+  }
+
+ private:
+  int fd_ = -1;
+  std::string path_;
+};
+
+struct Layout {
+  std::vector<std::int64_t> offset;       ///< R + 1 column offsets
+  std::vector<std::int64_t> columnVoxel;  ///< V voxel indices
+  std::vector<std::int32_t> columnRegion; ///< V region slots
+  std::int64_t Columns() const { return static_cast<std::int64_t>(columnVoxel.size()); }
+};
+
+Layout MakeLayout(const atlas::RegionIndex& regions) {
+  Layout L;
+  L.offset.push_back(0);
+  for (std::size_t r = 0; r < regions.regions.size(); ++r) {
+    for (auto v : regions.regions[r].voxels) {
+      L.columnVoxel.push_back(v);
+      L.columnRegion.push_back(static_cast<std::int32_t>(r));
+    }
+    L.offset.push_back(L.Columns());
+  }
+  return L;
+}
+
+/// Adds X_a[:, cols] X_b[:, cols]^T into out (rows of a x rows of b), in double, for one region.
+void AccumulateRegion(const float* xa, std::int64_t na, const float* xb, std::int64_t nb, std::int64_t ldx, std::int64_t col0,
+                      std::int64_t col1, bool same, Eigen::MatrixXd& out, std::vector<double>& bufA, std::vector<double>& bufB) {
+  out.setZero(na, nb);
+  for (std::int64_t c = col0; c < col1; c += kVoxelChunk) {
+    const std::int64_t w = std::min(kVoxelChunk, col1 - c);
+    bufA.resize(static_cast<std::size_t>(na * w));
+    for (std::int64_t i = 0; i < na; ++i)
+      for (std::int64_t j = 0; j < w; ++j) bufA[static_cast<std::size_t>(i * w + j)] = xa[i * ldx + c + j];
+    // out is column-major; computing out^T row-major is the same memory.
+    if (same) {
+      cblas_dsyrk(CblasColMajor, CblasUpper, CblasTrans, static_cast<int>(na), static_cast<int>(w), 1.0, bufA.data(),
+                  static_cast<int>(w), 1.0, out.data(), static_cast<int>(na));
+    } else {
+      bufB.resize(static_cast<std::size_t>(nb * w));
+      for (std::int64_t i = 0; i < nb; ++i)
+        for (std::int64_t j = 0; j < w; ++j) bufB[static_cast<std::size_t>(i * w + j)] = xb[i * ldx + c + j];
+      // out(i, k) = sum_j A(i, j) B(k, j): column-major out = A^T(w x na)^T ... expressed on the row-major buffers.
+      cblas_dgemm(CblasColMajor, CblasTrans, CblasNoTrans, static_cast<int>(na), static_cast<int>(nb), static_cast<int>(w), 1.0,
+                  bufA.data(), static_cast<int>(w), bufB.data(), static_cast<int>(w), 1.0, out.data(), static_cast<int>(na));
+    }
+  }
+  if (same) out.triangularView<Eigen::StrictlyLower>() = out.transpose().triangularView<Eigen::StrictlyLower>();
+}
+
+}  // namespace
+
+std::uint64_t PhysicalMemoryBytes() {
+  const long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && size > 0 ? static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(size) : (8ULL << 30);
+}
+
+std::vector<std::string> ExcludeZeroKernels(KernelSet& set) {
+  std::vector<std::string> names;
+  for (std::size_t r = set.kernels.size(); r-- > 0;) {
+    if (set.kernels[r].cwiseAbs().maxCoeff() == 0.0) {
+      names.insert(names.begin(), set.info[r].name);
+      set.excluded.push_back({set.info[r], "zero kernel (every subject's values are 0 in this region)"});
+      set.kernels.erase(set.kernels.begin() + static_cast<std::ptrdiff_t>(r));
+      set.info.erase(set.info.begin() + static_cast<std::ptrdiff_t>(r));
+    }
+  }
+  return names;
+}
+
+void CheckKernelSet(const KernelSet& set, const std::string& where) {
+  const auto n = static_cast<Eigen::Index>(set.subjects.size());
+  for (std::size_t r = 0; r < set.kernels.size(); ++r) {
+    const auto& K = set.kernels[r];
+    const std::string name = r < set.info.size() ? set.info[r].name : std::to_string(r);
+    if (K.rows() != n || K.cols() != n)
+      throw InputError("kernels:Shape", where,
+                       fmt::format("kernel {} is {}x{}, expected {}x{} (= subjects)", name, K.rows(), K.cols(), n, n));
+    for (Eigen::Index j = 0; j < n; ++j)
+      for (Eigen::Index i = 0; i < n; ++i) {
+        if (!std::isfinite(K(i, j)))
+          throw InputError("kernels:NonFinite", where, fmt::format("kernel {} has a non-finite entry at ({}, {})", name, i, j));
+        if (std::abs(K(i, j) - K(j, i)) > 1e-8 * (std::abs(K(i, j)) + std::abs(K(j, i)) + 1e-300) && std::abs(K(i, j) - K(j, i)) > 1e-12)
+          throw InputError("kernels:NotSymmetric", where,
+                           fmt::format("kernel {0} is not symmetric: K({1},{2}) = {3} but K({2},{1}) = {4}", name, i, j, K(i, j), K(j, i)));
+      }
+  }
+}
+
+KernelSet ComputeRegionKernels(const std::vector<std::string>& subjectIds, const std::vector<std::string>& imagePaths,
+                               const atlas::RegionIndex& regions, const RegionKernelOptions& options, RegionKernelReport* report) {
+  const auto start = Clock::now();
+  const auto n = static_cast<std::int64_t>(imagePaths.size());
+  if (n == 0) throw InputError("input:EmptyCohort", "kernels", "no subject to read: the cohort is empty");
+  const Layout layout = MakeLayout(regions);
+  const std::int64_t V = layout.Columns();
+  const std::size_t R = regions.regions.size();
+  RegionKernelReport local;
+  RegionKernelReport& rep = report ? *report : local;
+  rep = RegionKernelReport{};
+
+  const std::uint64_t budget = options.memoryBudgetBytes ? options.memoryBudgetBytes : PhysicalMemoryBytes() / 4;
+  const std::uint64_t rowBytes = static_cast<std::uint64_t>(V) * sizeof(float);
+  rep.dataBytes = static_cast<std::uint64_t>(n) * rowBytes;
+  const bool inMemory = rep.dataBytes <= budget;
+  // Out of core, two subject blocks are in memory at once.
+  const std::int64_t rowsPerBlock = inMemory ? n : std::max<std::int64_t>(1, static_cast<std::int64_t>(budget / (2 * rowBytes)));
+  const std::int64_t blocks = (n + rowsPerBlock - 1) / rowsPerBlock;
+  rep.subjectBlocks = static_cast<std::size_t>(blocks);
+  rep.peakDataBytes = inMemory ? rep.dataBytes : std::min<std::uint64_t>(2, static_cast<std::uint64_t>(blocks)) * static_cast<std::uint64_t>(rowsPerBlock) * rowBytes;
+
+  std::unique_ptr<tbb::global_control> limit;
+  if (options.threads > 0) limit = std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism, options.threads);
+  UseSingleThreadedBlas();
+
+  // ---- pass 1: read every image once ----
+  std::vector<float> data(inMemory ? static_cast<std::size_t>(n * V) : 0);
+  std::unique_ptr<ScratchFile> scratch;
+  if (!inMemory) {
+    scratch = std::make_unique<ScratchFile>(options.scratchDir);
+    spdlog::info("kernels: {:.1f} MiB of subject data exceed the memory budget of {:.1f} MiB; processing {} subject blocks of {} from a scratch file",
+                 rep.dataBytes / 1048576.0, budget / 1048576.0, blocks, rowsPerBlock);
+  }
+  std::vector<std::vector<std::int64_t>> badColumns(static_cast<std::size_t>(n));
+  {
+    Progress progress("reading images", static_cast<std::size_t>(n));
+    const auto t0 = Clock::now();
+    tbb::parallel_for(std::int64_t{0}, n, [&](std::int64_t s) {
+      io::Volume vol = io::ReadVolume(imagePaths[static_cast<std::size_t>(s)]);
+      const std::string subject = subjectIds[static_cast<std::size_t>(s)] + " (" + imagePaths[static_cast<std::size_t>(s)] + ")";
+      if (const auto diff = vol.geometry.DifferenceFrom(regions.grid); !diff.empty())
+        throw GeometryMismatch("input:GridMismatch", "subject " + subject,
+                               "image grid differs from the cohort grid (" + regions.grid.Describe() + "): " + diff +
+                                   "; every image of a cohort must be on one grid");
+      std::vector<float> localRow(inMemory ? 0 : static_cast<std::size_t>(V));
+      float* row = inMemory ? &data[static_cast<std::size_t>(s * V)] : localRow.data();
+      std::int64_t finite = 0;
+      auto& bad = badColumns[static_cast<std::size_t>(s)];
+      for (std::int64_t c = 0; c < V; ++c) {
+        const float v = vol.data[static_cast<std::size_t>(layout.columnVoxel[static_cast<std::size_t>(c)])];
+        if (std::isfinite(v)) {
+          row[c] = v;
+          ++finite;
+        } else {
+          row[c] = 0.0f;
+          bad.push_back(c);
+        }
+      }
+      if (finite == 0)
+        throw InputError("input:AllNonFinite", "subject " + subject,
+                         fmt::format("all {} voxels inside the atlas regions are NaN or infinite; the image holds no data", V));
+      if (scratch) scratch->Write(row, static_cast<std::size_t>(V), static_cast<std::uint64_t>(s) * rowBytes);
+      progress.Advance();
+    });
+    rep.readSeconds = Since(t0);
+  }
+
+  // ---- the non-finite rule ----
+  KernelSet set;
+  set.subjects = subjectIds;
+  set.info.resize(R);
+  for (std::size_t r = 0; r < R; ++r) {
+    set.info[r].name = regions.regions[r].name;
+    set.info[r].label = regions.regions[r].label;
+    set.info[r].atlasVoxels = regions.regions[r].atlasVoxels;
+  }
+  std::vector<char> dropColumn(static_cast<std::size_t>(V), 0);
+  for (const auto& bad : badColumns)
+    for (auto c : bad) {
+      ++set.info[static_cast<std::size_t>(layout.columnRegion[static_cast<std::size_t>(c)])].zeroedValues;
+      dropColumn[static_cast<std::size_t>(c)] = 1;
+    }
+  std::vector<std::int64_t> droppedList;
+  for (std::int64_t c = 0; c < V; ++c)
+    if (dropColumn[static_cast<std::size_t>(c)]) {
+      droppedList.push_back(c);
+      ++set.info[static_cast<std::size_t>(layout.columnRegion[static_cast<std::size_t>(c)])].nonFiniteVoxels;
+    }
+  rep.droppedVoxels = static_cast<std::int64_t>(droppedList.size());
+  const bool dropVoxels = options.nanPolicy == NanPolicy::DropVoxel;
+  for (std::size_t r = 0; r < R; ++r) {
+    auto& info = set.info[r];
+    const std::int64_t regionVoxels = layout.offset[r + 1] - layout.offset[r];
+    info.features = dropVoxels ? regionVoxels - info.nonFiniteVoxels : regionVoxels;
+    if (dropVoxels) info.zeroedValues = 0;  // nothing is zeroed: whole voxels are dropped
+  }
+  auto applyDrop = [&](float* rows, std::int64_t count) {
+    if (!dropVoxels) return;  // the zero rule already wrote 0 in place of each non-finite value
+    for (std::int64_t i = 0; i < count; ++i)
+      for (auto c : droppedList) rows[i * V + c] = 0.0f;
+  };
+  if (inMemory) applyDrop(data.data(), n);
+
+  // ---- pass 2: products, every region of every subject-block pair ----
+  set.kernels.assign(R, Eigen::MatrixXd::Zero(n, n));
+  const auto t1 = Clock::now();
+  {
+    Progress progress("region kernels", static_cast<std::size_t>(blocks * (blocks + 1) / 2));
+    std::vector<float> blockA, blockB;
+    for (std::int64_t bi = 0; bi < blocks; ++bi) {
+      const std::int64_t ai = bi * rowsPerBlock, na = std::min(rowsPerBlock, n - ai);
+      const float* xa = nullptr;
+      if (inMemory) {
+        xa = &data[static_cast<std::size_t>(ai * V)];
+      } else {
+        blockA.resize(static_cast<std::size_t>(na * V));
+        scratch->Read(blockA.data(), blockA.size(), static_cast<std::uint64_t>(ai) * rowBytes);
+        applyDrop(blockA.data(), na);
+        xa = blockA.data();
+      }
+      for (std::int64_t bj = bi; bj < blocks; ++bj) {
+        const std::int64_t aj = bj * rowsPerBlock, nb = std::min(rowsPerBlock, n - aj);
+        const float* xb = xa;
+        if (bj != bi) {
+          blockB.resize(static_cast<std::size_t>(nb * V));
+          scratch->Read(blockB.data(), blockB.size(), static_cast<std::uint64_t>(aj) * rowBytes);
+          applyDrop(blockB.data(), nb);
+          xb = blockB.data();
+        }
+        tbb::parallel_for(std::size_t{0}, R, [&](std::size_t r) {
+          thread_local std::vector<double> bufA, bufB;
+          Eigen::MatrixXd block;
+          AccumulateRegion(xa, na, xb, nb, V, layout.offset[r], layout.offset[r + 1], bi == bj, block, bufA, bufB);
+          set.kernels[r].block(ai, aj, na, nb) = block;
+          if (bi != bj) set.kernels[r].block(aj, ai, nb, na) = block.transpose();
+        });
+        progress.Advance();
+      }
+    }
+  }
+  rep.productSeconds = Since(t1);
+
+  // ---- regions that carry nothing ----
+  for (std::size_t r = R; r-- > 0;) {
+    if (set.info[r].features == 0) {
+      set.excluded.push_back({set.info[r], "no voxel left: every voxel is non-finite in at least one subject"});
+      set.kernels.erase(set.kernels.begin() + static_cast<std::ptrdiff_t>(r));
+      set.info.erase(set.info.begin() + static_cast<std::ptrdiff_t>(r));
+    }
+  }
+  for (const auto& name : ExcludeZeroKernels(set)) rep.warnings.push_back("region " + name + " excluded: its kernel is all zeros");
+  for (const auto& e : set.excluded)
+    if (e.info.features == 0) rep.warnings.push_back("region " + e.info.name + " excluded: " + e.reason);
+  for (const auto& w : rep.warnings) spdlog::warn("{}", w);
+  rep.totalSeconds = Since(start);
+  return set;
+}
+
+}  // namespace neuromkl::kernels

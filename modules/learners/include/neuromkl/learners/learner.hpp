@@ -1,0 +1,102 @@
+#pragma once
+// The learner interface (STYLE.md 3.3). Every learner fits on a list of n x n training kernels
+// and targets and returns a Model whose decision function is
+//     f(x) = sum_j beta_j sum_i coef_i K_j(x, x_i) + bias.
+// Learners hold validated parameters only, and Fit is const: learners are thread-safe.
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <Eigen/Core>
+
+namespace neuromkl::learners {
+
+enum class Task { Classification, Regression };
+
+/// Targets: classification labels are -1 / +1 (+1 = the positive class); regression values are real.
+struct Targets {
+  Task task = Task::Classification;
+  Eigen::VectorXd y;
+};
+
+enum class FitStatus {
+  Converged,        ///< stopping rule met
+  MaxIterReached,   ///< iteration cap reached first: the model is usable but not at the optimum
+};
+std::string_view ToString(FitStatus s);
+
+/// How a fit went (OSQP's "info"): non-convergence is reported here, never thrown.
+struct FitInfo {
+  FitStatus status = FitStatus::Converged;
+  int iterations = 0;        ///< outer iterations (MKL) or SMO iterations (SVM)
+  int innerSolves = 0;       ///< single-kernel solves (MKL)
+  long innerIterations = 0;  ///< SMO iterations summed over inner solves
+  double objective = 0;      ///< final objective (dual value for SVM-based learners)
+  double gap = 0;            ///< relative duality gap (SimpleMKL), max |delta beta| (ENMKL), KKT violation (SVM)
+  double seconds = 0;
+};
+
+using KernelList = std::vector<Eigen::MatrixXd>;
+
+struct Model {
+  Eigen::VectorXd beta;   ///< kernel weights, one per kernel, sum 1 (single-kernel learners: uniform sum, 1 each)
+  Eigen::VectorXd coef;   ///< coefficients of the decision function (SVM: y_i alpha_i; KRR: alpha_i)
+  Eigen::VectorXd alpha;  ///< the solver's dual variables (SVM: 0 <= alpha <= C; KRR: = coef)
+  double bias = 0;
+  FitInfo info;
+
+  /// Decision values for test-vs-train blocks (each m x n, one per kernel, in training order).
+  /// InputError with the shapes if they do not match the model.
+  Eigen::VectorXd Decision(const KernelList& testVsTrain) const;
+  /// Primal-weight recovery for linear kernels: region j's voxel weights are
+  /// RegionCoefficients(j)' * Xtilde_j (preprocessed training data of region j).
+  Eigen::VectorXd RegionCoefficients(std::size_t j) const { return beta[static_cast<Eigen::Index>(j)] * coef; }
+};
+
+class Learner {
+ public:
+  virtual ~Learner() = default;
+  /// Fits on training kernels (each n x n) and targets (size n). Throws InputError on bad input
+  /// (shapes, non-finite values, a single class); never throws for non-convergence.
+  virtual Model Fit(const KernelList& train, const Targets& targets) const = 0;
+  virtual std::string_view Name() const = 0;
+};
+
+// ---- parameters: one table per learner, validated in one place ----
+
+struct ParamSpec {
+  std::string name;
+  double defaultValue;
+  double lo, hi;          ///< bounds
+  bool loOpen, hiOpen;    ///< open (exclusive) bounds
+  bool integer;
+  std::string doc;
+};
+
+struct LearnerInfo {
+  std::string name;
+  std::string description;
+  bool classification;
+  bool regression;
+  bool multipleKernels;  ///< learns kernel weights
+  std::vector<ParamSpec> params;
+};
+
+using ParamMap = std::map<std::string, double>;
+
+const std::vector<LearnerInfo>& LearnerCatalog();
+/// nullptr if unknown.
+const LearnerInfo* FindLearner(std::string_view name);
+/// Checks one value against its spec; the error message (empty if fine) names the bound and the value.
+std::string CheckParam(const ParamSpec& spec, double value);
+/// Defaults filled in, every value checked. InvalidParameter for unknown names (with a hint) or values out of range.
+ParamMap ResolveParams(std::string_view learner, const ParamMap& given);
+/// Creates a learner; parameters are resolved (and validated) here.
+std::unique_ptr<Learner> MakeLearner(std::string_view learner, const ParamMap& params);
+
+/// Shared input checks of every learner's Fit (the contract).
+void ValidateFitInput(std::string_view learner, const KernelList& train, const Targets& targets);
+
+}  // namespace neuromkl::learners

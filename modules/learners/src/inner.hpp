@@ -1,0 +1,54 @@
+#pragma once
+// Single-kernel solvers shared by the single- and multiple-kernel learners.
+#include <memory>
+
+#include <Eigen/Core>
+
+#include "neuromkl/learners/learner.hpp"
+
+namespace neuromkl::learners {
+
+struct InnerSolution {
+  Eigen::VectorXd alpha;  ///< solver variables (warm start of the next solve)
+  Eigen::VectorXd coef;   ///< decision-function coefficients
+  double bias = 0;
+  double dual = 0;        ///< optimal value of the (maximised) dual J = L - 1/2 coef'K coef
+  double linear = 0;      ///< L, the part of J linear in the solver variables
+  long iterations = 0;
+  bool converged = true;
+  double violation = 0;
+};
+
+class InnerSolver {
+ public:
+  virtual ~InnerSolver() = default;
+  virtual InnerSolution Solve(const Eigen::MatrixXd& K, const InnerSolution* warm) const = 0;
+};
+
+/// C-SVC (labels +-1).
+std::unique_ptr<InnerSolver> MakeSvcSolver(const Eigen::VectorXd& y, double C, double tolerance, long maxIterations);
+/// epsilon-SVR on targets centred to their mean (the mean is added back into the bias).
+std::unique_ptr<InnerSolver> MakeSvrSolver(const Eigen::VectorXd& z, double C, double epsilon, double tolerance, long maxIterations);
+/// Kernel ridge regression with a bias: coef = (K + lambda I)^-1 (y - mean y), bias = mean y.
+std::unique_ptr<InnerSolver> MakeKrrSolver(const Eigen::VectorXd& y, double lambda);
+
+/// The kernels' upper triangles stacked as the columns of one matrix, so that the two operations
+/// every MKL iteration needs are single matrix-vector products over half the memory:
+/// sum_j w_j K_j (Combine) and q_j = a' K_j a for all j (Quadratics). Built once per fit.
+class KernelStack {
+ public:
+  explicit KernelStack(const KernelList& kernels);
+  Eigen::MatrixXd Combine(const Eigen::VectorXd& weights) const;
+  Eigen::VectorXd Quadratics(const Eigen::VectorXd& a) const;
+
+ private:
+  Eigen::Index n_;
+  Eigen::MatrixXd packed_;  ///< n(n+1)/2 x m
+};
+
+/// sum_j w_j K_j
+Eigen::MatrixXd CombineKernels(const KernelList& kernels, const Eigen::VectorXd& weights);
+/// Indices of kernels that are not identically zero.
+std::vector<Eigen::Index> ActiveKernels(const KernelList& kernels);
+
+}  // namespace neuromkl::learners

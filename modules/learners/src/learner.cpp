@@ -1,0 +1,210 @@
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "inner.hpp"
+#include "neuromkl/core/errors.hpp"
+#include "neuromkl/learners/learner.hpp"
+#include "smo.hpp"
+
+#include <Eigen/Cholesky>
+
+namespace neuromkl::learners {
+
+std::string_view ToString(FitStatus s) {
+  switch (s) {
+    case FitStatus::Converged: return "converged";
+    case FitStatus::MaxIterReached: return "max_iterations_reached";
+  }
+  return "unknown";
+}
+
+Eigen::VectorXd Model::Decision(const KernelList& testVsTrain) const {
+  if (testVsTrain.size() != static_cast<std::size_t>(beta.size()))
+    throw InputError("learners:KernelCount", "decision",
+                     fmt::format("got {} test kernels, the model was trained on {}", testVsTrain.size(), beta.size()));
+  const Eigen::Index m = testVsTrain.empty() ? 0 : testVsTrain[0].rows();
+  Eigen::VectorXd f = Eigen::VectorXd::Constant(m, bias);
+  for (std::size_t j = 0; j < testVsTrain.size(); ++j) {
+    const auto& Kt = testVsTrain[j];
+    if (Kt.rows() != m || Kt.cols() != coef.size())
+      throw InputError("learners:TestShape", "decision",
+                       fmt::format("test kernel {} is {}x{}, expected {}x{} (= test subjects x training subjects)", j, Kt.rows(),
+                                   Kt.cols(), m, coef.size()));
+    if (beta[static_cast<Eigen::Index>(j)] != 0.0) f.noalias() += beta[static_cast<Eigen::Index>(j)] * (Kt * coef);
+  }
+  return f;
+}
+
+void ValidateFitInput(std::string_view learner, const KernelList& train, const Targets& targets) {
+  const std::string where = "learner " + std::string(learner);
+  const Eigen::Index n = targets.y.size();
+  if (train.empty()) throw InputError("learners:NoKernel", where, "expected at least one training kernel, got none");
+  if (n < 2) throw InputError("learners:TooFewSubjects", where, fmt::format("expected at least 2 training subjects, got {}", n));
+  for (std::size_t j = 0; j < train.size(); ++j) {
+    const auto& K = train[j];
+    if (K.rows() != n || K.cols() != n)
+      throw InputError("learners:KernelShape", where,
+                       fmt::format("training kernel {} is {}x{}, expected {}x{} (= number of targets)", j, K.rows(), K.cols(), n, n));
+    if (!K.allFinite()) throw InputError("learners:NonFiniteKernel", where, fmt::format("training kernel {} has NaN or infinite entries", j));
+  }
+  if (!targets.y.allFinite()) throw InputError("learners:NonFiniteTarget", where, "targets contain NaN or infinite values");
+  if (targets.task == Task::Classification) {
+    Eigen::Index pos = 0, neg = 0;
+    for (Eigen::Index i = 0; i < n; ++i) {
+      if (targets.y[i] == 1.0) ++pos;
+      else if (targets.y[i] == -1.0) ++neg;
+      else throw InputError("learners:BadLabel", where, fmt::format("classification labels must be -1 or +1, found {} at index {}", targets.y[i], i));
+    }
+    if (pos == 0 || neg == 0)
+      throw InputError("learners:SingleClass", where,
+                       fmt::format("classification needs both classes in the training set, found {} positive and {} negative", pos, neg));
+  }
+}
+
+Eigen::MatrixXd CombineKernels(const KernelList& kernels, const Eigen::VectorXd& weights) {
+  Eigen::MatrixXd K = Eigen::MatrixXd::Zero(kernels[0].rows(), kernels[0].cols());
+  for (std::size_t j = 0; j < kernels.size(); ++j)
+    if (weights[static_cast<Eigen::Index>(j)] != 0.0) K.noalias() += weights[static_cast<Eigen::Index>(j)] * kernels[j];
+  return K;
+}
+
+KernelStack::KernelStack(const KernelList& kernels)
+    : n_(kernels.empty() ? 0 : kernels[0].rows()), packed_(n_ * (n_ + 1) / 2, static_cast<Eigen::Index>(kernels.size())) {
+  for (std::size_t k = 0; k < kernels.size(); ++k) {
+    double* out = packed_.col(static_cast<Eigen::Index>(k)).data();
+    const Eigen::MatrixXd& K = kernels[k];
+    for (Eigen::Index j = 0; j < n_; ++j) {
+      const double* col = K.data() + j * n_;
+      for (Eigen::Index i = 0; i <= j; ++i) *out++ = col[i];
+    }
+  }
+}
+
+Eigen::MatrixXd KernelStack::Combine(const Eigen::VectorXd& weights) const {
+  const Eigen::VectorXd v = packed_ * weights;
+  Eigen::MatrixXd K(n_, n_);
+  const double* p = v.data();
+  for (Eigen::Index j = 0; j < n_; ++j)
+    for (Eigen::Index i = 0; i <= j; ++i, ++p) K(i, j) = K(j, i) = *p;
+  return K;
+}
+
+Eigen::VectorXd KernelStack::Quadratics(const Eigen::VectorXd& a) const {
+  // a'K a = sum_i K_ii a_i^2 + 2 sum_{i<j} K_ij a_i a_j: one product with the packed outer product.
+  Eigen::VectorXd w(packed_.rows());
+  double* p = w.data();
+  for (Eigen::Index j = 0; j < n_; ++j) {
+    for (Eigen::Index i = 0; i < j; ++i) *p++ = 2.0 * a[i] * a[j];
+    *p++ = a[j] * a[j];
+  }
+  return (packed_.transpose() * w).cwiseMax(0.0);  // PSD kernels: clip rounding below 0
+}
+
+std::vector<Eigen::Index> ActiveKernels(const KernelList& kernels) {
+  std::vector<Eigen::Index> active;
+  for (std::size_t j = 0; j < kernels.size(); ++j)
+    if (kernels[j].cwiseAbs().maxCoeff() > 0) active.push_back(static_cast<Eigen::Index>(j));
+  return active;
+}
+
+// ---------------- inner solvers ----------------
+namespace {
+
+class SvcSolver final : public InnerSolver {
+ public:
+  SvcSolver(const Eigen::VectorXd& y, double C, double tol, long maxIter) : y_(y), C_(C), tol_(tol), maxIter_(maxIter) {}
+  InnerSolution Solve(const Eigen::MatrixXd& K, const InnerSolution* warm) const override {
+    const Eigen::VectorXd p = Eigen::VectorXd::Constant(y_.size(), -1.0);
+    const SmoResult r = SolveSmo(K, y_, p, C_, warm ? &warm->alpha : nullptr, tol_, maxIter_);
+    InnerSolution s;
+    s.alpha = r.alpha;
+    s.coef = y_.cwiseProduct(r.alpha);
+    s.bias = -r.rho;
+    s.dual = -r.objective;
+    s.linear = r.alpha.sum();
+    s.iterations = r.iterations;
+    s.converged = r.converged;
+    s.violation = r.violation;
+    return s;
+  }
+
+ private:
+  Eigen::VectorXd y_;
+  double C_, tol_;
+  long maxIter_;
+};
+
+class SvrSolver final : public InnerSolver {
+ public:
+  SvrSolver(const Eigen::VectorXd& z, double C, double eps, double tol, long maxIter)
+      : mean_(z.mean()), C_(C), tol_(tol), maxIter_(maxIter) {
+    const Eigen::Index n = z.size();
+    const Eigen::VectorXd zc = z.array() - mean_;
+    y2_.resize(2 * n);
+    p_.resize(2 * n);
+    y2_.head(n).setOnes();
+    y2_.tail(n).setConstant(-1.0);
+    p_.head(n) = eps - zc.array();
+    p_.tail(n) = eps + zc.array();
+  }
+  InnerSolution Solve(const Eigen::MatrixXd& K, const InnerSolution* warm) const override {
+    const Eigen::Index n = K.rows();
+    const SmoResult r = SolveSmo(K, y2_, p_, C_, warm ? &warm->alpha : nullptr, tol_, maxIter_);
+    InnerSolution s;
+    s.alpha = r.alpha;
+    s.coef = r.alpha.head(n) - r.alpha.tail(n);
+    s.bias = -r.rho + mean_;
+    s.dual = -r.objective;
+    s.linear = -p_.dot(r.alpha);
+    s.iterations = r.iterations;
+    s.converged = r.converged;
+    s.violation = r.violation;
+    return s;
+  }
+
+ private:
+  double mean_;
+  Eigen::VectorXd y2_, p_;
+  double C_, tol_;
+  long maxIter_;
+};
+
+class KrrSolver final : public InnerSolver {
+ public:
+  KrrSolver(const Eigen::VectorXd& y, double lambda) : mean_(y.mean()), yc_(y.array() - y.mean()), lambda_(lambda) {}
+  InnerSolution Solve(const Eigen::MatrixXd& K, const InnerSolution*) const override {
+    Eigen::MatrixXd A = K;
+    A.diagonal().array() += lambda_;
+    Eigen::LLT<Eigen::MatrixXd> llt(A);
+    InnerSolution s;
+    if (llt.info() == Eigen::Success) {
+      s.coef = llt.solve(yc_);
+    } else {  // K not numerically PSD: fall back to a symmetric indefinite solve
+      s.coef = A.ldlt().solve(yc_);
+    }
+    s.alpha = s.coef;
+    s.bias = mean_;
+    // KRR dual: max_a a'yc - 1/2 a'(K + lambda I)a, optimal value 1/2 yc'(K + lambda I)^-1 yc.
+    s.linear = s.coef.dot(yc_) - 0.5 * lambda_ * s.coef.squaredNorm();
+    s.dual = 0.5 * s.coef.dot(yc_);
+    return s;
+  }
+
+ private:
+  double mean_;
+  Eigen::VectorXd yc_;
+  double lambda_;
+};
+
+}  // namespace
+
+std::unique_ptr<InnerSolver> MakeSvcSolver(const Eigen::VectorXd& y, double C, double tolerance, long maxIterations) {
+  return std::make_unique<SvcSolver>(y, C, tolerance, maxIterations);
+}
+std::unique_ptr<InnerSolver> MakeSvrSolver(const Eigen::VectorXd& z, double C, double epsilon, double tolerance, long maxIterations) {
+  return std::make_unique<SvrSolver>(z, C, epsilon, tolerance, maxIterations);
+}
+std::unique_ptr<InnerSolver> MakeKrrSolver(const Eigen::VectorXd& y, double lambda) { return std::make_unique<KrrSolver>(y, lambda); }
+
+}  // namespace neuromkl::learners

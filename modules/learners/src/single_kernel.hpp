@@ -1,0 +1,16 @@
+#pragma once
+#include <memory>
+
+#include "neuromkl/learners/learner.hpp"
+
+namespace neuromkl::learners {
+/// "svm": C-SVC on the unweighted sum of the kernels.
+std::unique_ptr<Learner> MakeSvm(const ParamMap& p);
+/// "krr": kernel ridge regression on the unweighted sum of the kernels.
+std::unique_ptr<Learner> MakeKrr(const ParamMap& p);
+/// "enmkl_svm" / "enmkl_krr": elastic-net MKL (seed 004, Algorithms 1 and 2).
+std::unique_ptr<Learner> MakeEnmklSvm(const ParamMap& p);
+std::unique_ptr<Learner> MakeEnmklKrr(const ParamMap& p);
+/// "simplemkl": SimpleMKL (Rakotomamonjy et al. 2008); C-SVC for classification, epsilon-SVR for regression.
+std::unique_ptr<Learner> MakeSimpleMkl(const ParamMap& p);
+}  // namespace neuromkl::learners

@@ -1,0 +1,104 @@
+// neuromkl command line: run, validate, simulate. Exit codes: 0 success, 1 failure while
+// running, 2 bad config or input (README "Exit codes").
+#include <unistd.h>
+
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <spdlog/spdlog.h>
+
+#include "neuromkl/config/study_config.hpp"
+#include "neuromkl/core/errors.hpp"
+#include "neuromkl/core/progress.hpp"
+#include "neuromkl/core/strings.hpp"
+#include "neuromkl/pipeline/study_run.hpp"
+
+using namespace neuromkl;
+
+int main(int argc, char** argv) {
+  CLI::App app{"neuromkl: which brain regions predict a target? Multiple kernel learning on atlas regions of NIfTI cohorts."};
+  app.require_subcommand(0, 1);
+  app.fallthrough();  // global flags (-q, -v) may follow the subcommand
+  bool quiet = false, verbose = false, version = false;
+  app.add_flag("--version", version, "print the version of neuromkl and of the libraries it was built with");
+  app.add_flag("-q,--quiet", quiet, "only warnings and errors");
+  app.add_flag("-v,--verbose", verbose, "debug output");
+
+  auto* run = app.add_subcommand("run", "run a study: kernels, learners, results in an output folder");
+  std::string runStudy, outDir;
+  int threads = -1;
+  bool force = false;
+  run->add_option("STUDY.json", runStudy, "study file")->required();
+  run->add_option("--out", outDir, "output folder (default: /output/dir of the study)");
+  run->add_option("--threads", threads, "worker threads (0 = all cores; default: /threads of the study)")->check(CLI::Range(0, 4096));
+  run->add_flag("--force", force, "replace an existing output folder (the old one is kept until the new run succeeded)");
+
+  auto* validate = app.add_subcommand("validate", "check a study file and its inputs and print a summary, without computing");
+  std::string validateStudy;
+  validate->add_option("STUDY.json", validateStudy, "study file")->required();
+
+  auto* simulate = app.add_subcommand("simulate", "write a synthetic cohort on the AAL 2 mm grid with known signal regions");
+  pipeline::SimulateOptions sim;
+  std::string task = "classification", signal;
+  simulate->add_option("--out", sim.outDir, "output folder")->required();
+  simulate->add_option("--subjects", sim.subjects, "labelled subjects")->capture_default_str();
+  simulate->add_option("--unlabelled", sim.unlabelled, "extra subjects with target n/a")->capture_default_str();
+  simulate->add_option("--task", task, "classification or regression")->check(CLI::IsMember({"classification", "regression"}))->capture_default_str();
+  simulate->add_option("--signal", signal, "comma-separated AAL region names carrying the effect (default: Hippocampus_L,Precuneus_R,Frontal_Mid_L)");
+  simulate->add_option("--effect", sim.effect, "effect size in noise-SD units")->capture_default_str();
+  simulate->add_option("--noise", sim.noise, "noise SD")->capture_default_str();
+  simulate->add_option("--nan-fraction", sim.nanFraction, "fraction of brain voxels set to NaN per image")->capture_default_str();
+  simulate->add_option("--downsample", sim.downsample, "1 = AAL 2 mm grid; k = a coarser 2k mm grid")->capture_default_str();
+  simulate->add_option("--seed", sim.seed, "random seed")->capture_default_str();
+  bool uncompressed = false;
+  simulate->add_flag("--uncompressed", uncompressed, "write .nii instead of .nii.gz");
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);
+    return code == 0 ? kExitOk : kExitBadInput;
+  }
+  auto logger = spdlog::stderr_color_mt("neuromkl");
+  spdlog::set_default_logger(logger);
+  spdlog::set_pattern("[%H:%M:%S] %^%l%$ %v");
+  spdlog::set_level(quiet ? spdlog::level::warn : verbose ? spdlog::level::debug : spdlog::level::info);
+  SetProgressEnabled(!quiet);
+
+  if (version) {
+    for (const auto& [name, v] : pipeline::Versions()) std::cout << name << " " << v << "\n";
+    return kExitOk;
+  }
+  try {
+    if (*run) {
+      const config::StudyConfig study = config::LoadStudyConfig(runStudy);
+      const auto outcome = pipeline::RunStudy(study, {outDir, threads, force});
+      std::cout << "Learners (fixed parameters, fitted on all labelled subjects):\n";
+      for (const auto& l : outcome.summary) std::cout << "  " << l << "\n";
+      std::cout << "Results: " << outcome.outputDir << "\n";
+      return kExitOk;
+    }
+    if (*validate) {
+      const config::StudyConfig study = config::LoadStudyConfig(validateStudy);
+      std::cout << pipeline::ValidateStudy(study);
+      return kExitOk;
+    }
+    if (*simulate) {
+      sim.task = task == "regression" ? learners::Task::Regression : learners::Task::Classification;
+      if (!signal.empty()) sim.signalRegions = Split(signal, ',');
+      sim.compress = !uncompressed;
+      const std::string study = pipeline::Simulate(sim);
+      std::cout << "Simulated cohort: " << sim.outDir << "\nStudy file: " << study << "\n";
+      return kExitOk;
+    }
+    std::cout << app.help();
+    return kExitOk;
+  } catch (const Error& e) {
+    spdlog::error("{} [{}]", e.what(), e.code());
+    return e.ExitCode();
+  } catch (const std::exception& e) {
+    spdlog::error("unexpected failure: {}", e.what());
+    return kExitFailure;
+  }
+}

@@ -1,0 +1,34 @@
+#pragma once
+// The subjects table turned into a cohort: ids, image paths, targets, and who is excluded and why.
+#include <string>
+#include <vector>
+
+#include <Eigen/Core>
+
+#include "neuromkl/config/study_config.hpp"
+
+namespace neuromkl::pipeline {
+
+struct Cohort {
+  std::vector<std::string> ids;         ///< every row of the table, in table order
+  std::vector<std::string> images;      ///< resolved image paths (image source), same order
+  std::vector<bool> labelled;           ///< target present
+  std::vector<std::string> rawTargets;  ///< the target cell as written
+  std::vector<std::pair<std::string, std::string>> excluded;  ///< id, reason (not used for supervised training)
+  // Labelled subjects only:
+  std::vector<int> labelledRows;        ///< row indices into ids
+  Eigen::VectorXd y;                    ///< +-1 (classification) or values (regression)
+  std::string positiveClass, negativeClass;
+  std::vector<std::pair<std::string, int>> classCounts;  ///< classification: class, count (sorted)
+};
+
+/// Reads the subjects table named by the study. InputError (file, line, subject id) for: missing
+/// id/target/image column, empty or duplicate ids, missing image files, a classification target
+/// with one class or more than two, an unknown positive_class, non-numeric regression targets,
+/// fewer than 2 labelled subjects.
+Cohort LoadCohort(const config::StudyConfig& study);
+
+/// Image paths in the table resolve against the table's folder (as BIDS does).
+std::string ResolveImagePath(const std::string& tablePath, const std::string& cell);
+
+}  // namespace neuromkl::pipeline

@@ -1,0 +1,29 @@
+#pragma once
+// The kernel stage of a study: images + atlas (+ mask), precomputed kernel files, or tabular
+// feature groups -> a KernelSet over every subject of the table, cached by content hash.
+#include <string>
+#include <vector>
+
+#include "neuromkl/atlas/atlas.hpp"
+#include "neuromkl/config/study_config.hpp"
+#include "neuromkl/kernels/region_kernels.hpp"
+#include "neuromkl/pipeline/cohort.hpp"
+
+namespace neuromkl::pipeline {
+
+struct KernelStageResult {
+  kernels::KernelSet set;
+  kernels::RegionKernelReport report;
+  std::string key;        ///< content hash of everything the kernels depend on
+  bool cacheHit = false;
+  std::string cachePath;  ///< folder of the cached store (empty when caching is off)
+  std::vector<std::string> warnings;
+};
+
+/// The study's atlas (built-in or custom), read and checked.
+atlas::Atlas LoadStudyAtlas(const config::StudyConfig& study);
+/// Content hash of the kernel inputs (file bytes, options, subject order); reads no image data beyond bytes.
+std::string KernelCacheKey(const config::StudyConfig& study, const Cohort& cohort);
+KernelStageResult RunKernelStage(const config::StudyConfig& study, const Cohort& cohort, const std::string& scratchDir);
+
+}  // namespace neuromkl::pipeline

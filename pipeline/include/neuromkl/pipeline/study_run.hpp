@@ -1,0 +1,48 @@
+#pragma once
+#include <map>
+#include <string>
+#include <vector>
+
+#include "neuromkl/config/study_config.hpp"
+
+namespace neuromkl::pipeline {
+
+struct RunOptions {
+  std::string outDir;   ///< overrides /output/dir
+  int threads = -1;     ///< overrides /threads when >= 0
+  bool force = false;   ///< replace an existing output folder (only once the new run succeeded)
+};
+
+struct RunOutcome {
+  std::string outputDir;
+  std::vector<std::string> summary;  ///< one line per learner, for the terminal
+};
+
+/// Runs a study end to end into an atomically committed output folder.
+RunOutcome RunStudy(config::StudyConfig study, const RunOptions& options);
+
+/// Checks the config and every input without heavy computation, and returns a readable summary.
+std::string ValidateStudy(const config::StudyConfig& study);
+
+/// Versions of neuromkl and the libraries it was built with.
+std::map<std::string, std::string> Versions();
+std::string NeuromklVersion();
+
+/// `neuromkl simulate`: a synthetic cohort on the AAL grid with known signal regions.
+struct SimulateOptions {
+  std::string outDir;
+  int subjects = 40;
+  learners::Task task = learners::Task::Classification;
+  std::vector<std::string> signalRegions = {"Hippocampus_L", "Precuneus_R", "Frontal_Mid_L"};
+  double effect = 1.0;       ///< class difference (classification) or slope per target SD (regression), in noise SD units
+  double noise = 1.0;
+  double nanFraction = 0.0;  ///< fraction of brain voxels set to NaN in each image (independently per subject)
+  int downsample = 1;        ///< 1 = the 2 mm AAL grid; k = every k-th voxel (a coarser "second grid", 2k mm)
+  std::uint64_t seed = 1;
+  bool compress = true;      ///< .nii.gz (else .nii)
+  int unlabelled = 0;        ///< extra subjects written with target n/a
+};
+/// Writes images/, participants.tsv, truth.json and study.json; returns the study file path.
+std::string Simulate(const SimulateOptions& options);
+
+}  // namespace neuromkl::pipeline

@@ -1,0 +1,245 @@
+#include "neuromkl/pipeline/kernel_stage.hpp"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "neuromkl/config/kernel_store.hpp"
+#include "neuromkl/core/errors.hpp"
+#include "neuromkl/core/hash.hpp"
+#include "neuromkl/core/npy.hpp"
+#include "neuromkl/core/strings.hpp"
+#include "neuromkl/core/table.hpp"
+#include "neuromkl/io/nifti.hpp"
+
+namespace neuromkl::pipeline {
+
+namespace fs = std::filesystem;
+using config::KernelSource;
+
+atlas::Atlas LoadStudyAtlas(const config::StudyConfig& study) {
+  if (!study.atlas.builtin.empty()) {
+    const auto files = atlas::BuiltinAtlas(study.atlas.builtin);
+    std::error_code ec;
+    if (!files || !fs::exists(files->image, ec))
+      throw IoError("atlas:BuiltinMissing", files ? files->image : study.atlas.builtin,
+                    "the built-in atlas file is missing; set NEUROMKL_DATA_DIR to the folder that holds atlases/");
+    return atlas::LoadAtlas(files->image, files->table);
+  }
+  return atlas::LoadAtlas(study.atlas.image, study.atlas.labels);
+}
+
+std::string KernelCacheKey(const config::StudyConfig& study, const Cohort& cohort) {
+  Hasher h;
+  h.Update(std::string_view("neuromkl-kernels-v1"));
+  h.Update(config::ToString(study.kernels.source));
+  for (const auto& id : cohort.ids) h.Update(id);
+  switch (study.kernels.source) {
+    case KernelSource::Images: {
+      for (const auto& img : cohort.images) h.Update(HashFile(img));
+      std::string image = study.atlas.image, labels = study.atlas.labels;
+      if (!study.atlas.builtin.empty())
+        if (auto f = atlas::BuiltinAtlas(study.atlas.builtin)) image = f->image, labels = f->table;
+      h.Update(HashFile(image)).Update(HashFile(labels));
+      h.Update(study.mask.empty() ? std::uint64_t{0} : HashFile(study.mask));
+      h.Update(std::string_view(study.kernels.nanPolicy == kernels::NanPolicy::Zero ? "zero" : "drop_voxel"));
+      break;
+    }
+    case KernelSource::Precomputed:
+      for (const auto& k : study.kernels.precomputed) h.Update(k.name).Update(HashFile(k.file));
+      break;
+    case KernelSource::Tabular:
+      h.Update(HashFile(study.kernels.tabular.table)).Update(study.kernels.tabular.idColumn);
+      h.Update(static_cast<std::uint64_t>(study.kernels.tabular.standardise));
+      for (const auto& [name, cols] : study.kernels.tabular.groups) {
+        h.Update(name);
+        for (const auto& col : cols) h.Update(col);
+      }
+      break;
+  }
+  return h.Hex();
+}
+
+namespace {
+
+Eigen::MatrixXd ReadKernelFile(const std::string& path) {
+  if (path.size() > 4 && path.substr(path.size() - 4) == ".npy") return ReadNpy(path);
+  // Delimited text: one row per line, numbers separated by tabs, commas or spaces; no header.
+  std::ifstream in(path);
+  if (!in) throw InputError("kernels:Unreadable", path, "cannot open the kernel file");
+  std::vector<std::vector<double>> rows;
+  std::string line;
+  std::size_t lineNo = 0;
+  while (std::getline(in, line)) {
+    ++lineNo;
+    for (char& ch : line)
+      if (ch == ',' || ch == '\t' || ch == ';') ch = ' ';
+    if (Trim(line).empty()) continue;
+    std::vector<double> row;
+    const char* p = line.c_str();
+    char* end = nullptr;
+    while (true) {
+      while (*p == ' ') ++p;
+      if (!*p || *p == '\r') break;
+      const double v = std::strtod(p, &end);
+      if (end == p) throw InputError("kernels:NotNumeric", path + ":" + std::to_string(lineNo), "expected numbers only (a kernel matrix, no header)");
+      row.push_back(v);
+      p = end;
+    }
+    rows.push_back(std::move(row));
+  }
+  Eigen::MatrixXd K(static_cast<Eigen::Index>(rows.size()), rows.empty() ? 0 : static_cast<Eigen::Index>(rows[0].size()));
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    if (static_cast<Eigen::Index>(rows[i].size()) != K.cols())
+      throw InputError("kernels:Ragged", path, fmt::format("row {} has {} values, row 1 has {}", i + 1, rows[i].size(), K.cols()));
+    for (std::size_t j = 0; j < rows[i].size(); ++j) K(static_cast<Eigen::Index>(i), static_cast<Eigen::Index>(j)) = rows[i][j];
+  }
+  return K;
+}
+
+kernels::KernelSet PrecomputedKernels(const config::StudyConfig& study, const Cohort& cohort) {
+  kernels::KernelSet set;
+  set.subjects = cohort.ids;
+  for (const auto& spec : study.kernels.precomputed) {
+    Eigen::MatrixXd K = ReadKernelFile(spec.file);
+    kernels::KernelInfo info;
+    info.name = spec.name;
+    set.info.push_back(info);
+    set.kernels.push_back(std::move(K));
+    kernels::CheckKernelSet(set, spec.file);
+  }
+  return set;
+}
+
+kernels::KernelSet TabularKernels(const config::StudyConfig& study, const Cohort& cohort) {
+  const auto& spec = study.kernels.tabular;
+  const DelimitedTable table = ReadDelimitedTable(spec.table);
+  const std::size_t idCol = table.Require(spec.idColumn, "/kernels/tabular/id_column");
+  std::map<std::string, std::size_t> rowOf;
+  for (std::size_t r = 0; r < table.rows.size(); ++r) rowOf[table.rows[r][idCol]] = r;
+  std::vector<std::size_t> rows;
+  for (const auto& id : cohort.ids) {
+    auto it = rowOf.find(id);
+    if (it == rowOf.end())
+      throw InputError("tabular:MissingSubject", spec.table, "subject \"" + id + "\" of the subjects table has no row in the feature table");
+    rows.push_back(it->second);
+  }
+  kernels::KernelSet set;
+  set.subjects = cohort.ids;
+  const auto n = static_cast<Eigen::Index>(rows.size());
+  for (const auto& [name, cols] : spec.groups) {
+    Eigen::MatrixXd X(n, static_cast<Eigen::Index>(cols.size()));
+    for (std::size_t c = 0; c < cols.size(); ++c) {
+      const std::size_t col = table.Require(cols[c], "feature of group \"" + name + "\", /kernels/tabular/groups/" + name);
+      for (Eigen::Index i = 0; i < n; ++i) {
+        const auto r = rows[static_cast<std::size_t>(i)];
+        const std::string& cell = table.rows[r][col];
+        char* end = nullptr;
+        const double v = std::strtod(cell.c_str(), &end);
+        if (cell.empty() || end != cell.c_str() + cell.size() || !std::isfinite(v))
+          throw InputError("tabular:NotNumeric", spec.table + ":" + std::to_string(table.lineNumbers[r]),
+                           fmt::format("subject {}: column \"{}\" holds \"{}\", expected a finite number (missing values are not imputed)",
+                                       cohort.ids[static_cast<std::size_t>(i)], cols[c], cell));
+        X(i, static_cast<Eigen::Index>(c)) = v;
+      }
+    }
+    if (spec.standardise) {
+      for (Eigen::Index c = 0; c < X.cols(); ++c) {
+        const double mean = X.col(c).mean();
+        const double sd = std::sqrt((X.col(c).array() - mean).square().sum() / std::max<double>(1.0, static_cast<double>(n - 1)));
+        X.col(c) = (X.col(c).array() - mean) / (sd > 0 ? sd : 1.0);
+      }
+    }
+    kernels::KernelInfo info;
+    info.name = name;
+    info.features = X.cols();
+    set.info.push_back(info);
+    set.kernels.push_back(X * X.transpose());
+  }
+  return set;
+}
+
+}  // namespace
+
+KernelStageResult RunKernelStage(const config::StudyConfig& study, const Cohort& cohort, const std::string& scratchDir) {
+  KernelStageResult res;
+  res.key = KernelCacheKey(study, cohort);
+  if (study.kernels.cache) {
+    res.cachePath = study.output.cacheDir + "/" + res.key;
+    std::error_code ec;
+    if (fs::exists(res.cachePath + "/index.json", ec)) {
+      try {
+        std::string key;
+        res.set = config::LoadKernelStore(res.cachePath, &key);
+        if (key == res.key && res.set.subjects == cohort.ids) {
+          res.cacheHit = true;
+          spdlog::info("kernels: cache hit ({}), {} kernels, no image read", res.cachePath, res.set.Size());
+          return res;
+        }
+      } catch (const Error& e) {
+        spdlog::warn("kernels: ignoring an unreadable cache entry {}: {}", res.cachePath, e.what());
+      }
+    }
+  }
+  switch (study.kernels.source) {
+    case KernelSource::Images: {
+      const atlas::Atlas atlas = LoadStudyAtlas(study);
+      for (const auto& w : atlas.warnings) res.warnings.push_back("atlas: " + w);
+      const io::Geometry grid = io::ReadGeometry(cohort.images.at(0));
+      std::unique_ptr<io::Volume> mask;
+      if (!study.mask.empty()) mask = std::make_unique<io::Volume>(io::ReadVolume(study.mask));
+      const atlas::RegionIndex index = atlas::BuildRegionIndex(atlas, grid, mask.get(), study.mask);
+      for (const auto& w : index.warnings) res.warnings.push_back("atlas: " + w);
+      kernels::RegionKernelOptions options;
+      options.nanPolicy = study.kernels.nanPolicy;
+      options.memoryBudgetBytes = static_cast<std::uint64_t>(study.kernels.memoryBudgetMb * 1048576.0);
+      options.threads = study.threads;
+      options.scratchDir = scratchDir;
+      res.set = kernels::ComputeRegionKernels(cohort.ids, cohort.images, index, options, &res.report);
+      for (const auto& r : index.emptyRegions) {
+        kernels::ExcludedKernel e;
+        e.info.name = r.name;
+        e.info.label = r.label;
+        e.info.atlasVoxels = r.atlasVoxels;
+        e.reason = study.mask.empty() ? "no voxel on the image grid" : "no voxel inside the mask";
+        res.set.excluded.push_back(std::move(e));
+      }
+      for (const auto& w : res.report.warnings) res.warnings.push_back("kernels: " + w);
+      break;
+    }
+    case KernelSource::Precomputed:
+      res.set = PrecomputedKernels(study, cohort);
+      break;
+    case KernelSource::Tabular:
+      res.set = TabularKernels(study, cohort);
+      break;
+  }
+  if (study.kernels.source != KernelSource::Images)
+    for (const auto& name : kernels::ExcludeZeroKernels(res.set)) res.warnings.push_back("kernels: " + name + " excluded: all-zero kernel");
+  if (res.set.kernels.empty())
+    throw InputError("kernels:NoneLeft", study.path, "no usable kernel is left (every region was excluded; see the warnings above)");
+  if (study.kernels.cache) {
+    // Land the cache entry atomically: a crash leaves a stray temporary folder, never a half entry.
+    const std::string tmp = res.cachePath + ".tmp-" + std::to_string(getpid());
+    try {
+      config::SaveKernelStore(tmp, res.set, res.key, "kernel cache entry");
+      std::error_code ec;
+      fs::remove_all(res.cachePath, ec);
+      fs::rename(tmp, res.cachePath, ec);
+      if (ec) throw IoError("cache:Rename", res.cachePath, ec.message());
+    } catch (const Error& e) {
+      std::error_code ec;
+      fs::remove_all(tmp, ec);
+      res.warnings.push_back(std::string("kernel cache not written: ") + e.what());
+    }
+  }
+  return res;
+}
+
+}  // namespace neuromkl::pipeline

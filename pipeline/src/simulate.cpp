@@ -1,0 +1,134 @@
+// `neuromkl simulate`: ground truth for tests and the input of benchmarks.
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <set>
+
+#include <fmt/format.h>
+#include <tbb/parallel_for.h>
+
+#include "neuromkl/atlas/atlas.hpp"
+#include "neuromkl/core/errors.hpp"
+#include "neuromkl/core/strings.hpp"
+#include "neuromkl/io/nifti.hpp"
+#include "neuromkl/pipeline/study_run.hpp"
+
+namespace neuromkl::pipeline {
+
+namespace fs = std::filesystem;
+
+std::string Simulate(const SimulateOptions& o) {
+  if (o.subjects < 4) throw InputError("simulate:TooFew", "--subjects", fmt::format("expected at least 4 subjects, got {}", o.subjects));
+  if (o.downsample < 1) throw InputError("simulate:Downsample", "--downsample", "expected an integer >= 1");
+  if (!(o.nanFraction >= 0 && o.nanFraction < 1)) throw InputError("simulate:NanFraction", "--nan-fraction", "expected a value in [0, 1)");
+  const auto files = atlas::BuiltinAtlas("aal");
+  const atlas::Atlas aal = atlas::LoadAtlas(files->image, files->table);
+
+  // The output grid: the AAL 2 mm grid, or every k-th voxel of it (a different, coarser grid).
+  io::Geometry grid = aal.geometry;
+  const int k = o.downsample;
+  for (int d = 0; d < 3; ++d) {
+    grid.dims[static_cast<std::size_t>(d)] = (aal.geometry.dims[static_cast<std::size_t>(d)] + k - 1) / k;
+    grid.spacing[static_cast<std::size_t>(d)] *= k;
+  }
+  const std::vector<std::int32_t> labels = k == 1 ? aal.labels : atlas::ResampleLabels(aal.geometry, aal.labels, grid);
+
+  std::map<std::string, std::int32_t> codeOf;
+  std::map<std::int32_t, std::size_t> slotOf;
+  for (std::size_t r = 0; r < aal.regions.size(); ++r) {
+    codeOf[aal.regions[r].name] = static_cast<std::int32_t>(aal.regions[r].label);
+    slotOf[static_cast<std::int32_t>(aal.regions[r].label)] = r;
+  }
+  std::set<std::int32_t> signal;
+  for (const auto& name : o.signalRegions) {
+    auto it = codeOf.find(name);
+    if (it == codeOf.end()) {
+      std::vector<std::string> names;
+      for (const auto& [n, _] : codeOf) names.push_back(n);
+      throw InputError("simulate:UnknownRegion", "--signal", "unknown AAL region \"" + name + "\"" + DidYouMean(name, names));
+    }
+    signal.insert(it->second);
+  }
+
+  const int nLabelled = o.subjects, nTotal = o.subjects + o.unlabelled;
+  std::mt19937_64 rng(o.seed);
+  std::vector<double> target(static_cast<std::size_t>(nTotal));
+  std::normal_distribution<double> normal(0.0, 1.0);
+  for (int s = 0; s < nTotal; ++s)
+    target[static_cast<std::size_t>(s)] = o.task == learners::Task::Classification ? (s % 2 == 0 ? 1.0 : 0.0) : normal(rng);
+  std::shuffle(target.begin(), target.begin() + nLabelled, rng);
+
+  fs::create_directories(o.outDir + "/images");
+  const std::string ext = o.compress ? ".nii.gz" : ".nii";
+  std::vector<std::string> ids(static_cast<std::size_t>(nTotal));
+  for (int s = 0; s < nTotal; ++s) ids[static_cast<std::size_t>(s)] = fmt::format("sub-{:04d}", s + 1);
+  tbb::parallel_for(0, nTotal, [&](int s) {
+    // Each subject has its own stream, so the images do not depend on the thread count.
+    std::mt19937_64 gen(o.seed * 1000003ULL + static_cast<std::uint64_t>(s) * 7919ULL + 17ULL);
+    std::normal_distribution<float> noise(0.0f, static_cast<float>(o.noise));
+    std::uniform_real_distribution<double> unif(0.0, 1.0);
+    const double t = target[static_cast<std::size_t>(s)];
+    // Class effect centred on 0 (+-effect/2) or a continuous effect, in noise-SD units.
+    const double shift = o.task == learners::Task::Classification ? (t - 0.5) * o.effect : t * o.effect;
+    io::Volume v;
+    v.geometry = grid;
+    v.data.assign(labels.size(), 0.0f);
+    for (std::size_t i = 0; i < labels.size(); ++i) {
+      const std::int32_t lab = labels[i];
+      if (lab == 0) continue;
+      // A region-specific baseline (non-zero means make centring matter), noise, and the effect.
+      double value = 2.0 + 0.01 * static_cast<double>(slotOf[lab]) + noise(gen);
+      if (signal.count(lab)) value += shift;
+      if (o.nanFraction > 0 && unif(gen) < o.nanFraction) value = std::nan("");
+      v.data[i] = static_cast<float>(value);
+    }
+    io::WriteVolume(o.outDir + "/images/" + ids[static_cast<std::size_t>(s)] + ext, v);
+  });
+
+  const std::string targetName = o.task == learners::Task::Classification ? "group" : "score";
+  {
+    std::ofstream p(o.outDir + "/participants.tsv");
+    p << "subject\timage\t" << targetName << "\n";
+    for (int s = 0; s < nTotal; ++s) {
+      std::string value = s >= nLabelled ? "n/a"
+                          : o.task == learners::Task::Classification ? (target[static_cast<std::size_t>(s)] > 0.5 ? "patient" : "control")
+                                                                     : FormatDouble(target[static_cast<std::size_t>(s)]);
+      p << ids[static_cast<std::size_t>(s)] << "\timages/" << ids[static_cast<std::size_t>(s)] << ext << "\t" << value << "\n";
+    }
+  }
+  {
+    std::ofstream t(o.outDir + "/truth.json");
+    std::vector<std::string> quoted;
+    for (const auto& r : o.signalRegions) quoted.push_back("\"" + r + "\"");
+    t << fmt::format("{{\n  \"signal_regions\": [{}],\n  \"effect\": {},\n  \"noise\": {},\n  \"seed\": {},\n  \"task\": \"{}\",\n"
+                     "  \"grid\": \"{}\",\n  \"nan_fraction\": {}\n}}\n",
+                     Join(quoted, ", "), o.effect, o.noise, o.seed,
+                     o.task == learners::Task::Classification ? "classification" : "regression", grid.Describe(), o.nanFraction);
+  }
+  const std::string studyPath = o.outDir + "/study.json";
+  {
+    std::ofstream st(studyPath);
+    const bool cls = o.task == learners::Task::Classification;
+    st << fmt::format(R"({{
+  "name": "simulated_{}",
+  "description": "synthetic cohort written by neuromkl simulate (seed {}); signal in {}",
+  "subjects": {{"table": "participants.tsv"}},
+  "target": {{"column": "{}", "task": "{}"{}}},
+  "atlas": "aal",
+  "learners": [
+    {{"name": "{}", "params": {{"{}": 1.0, "mu": 0.5}}}},
+    {{"name": "{}"}}
+  ],
+  "seed": {}
+}}
+)",
+                      cls ? "classification" : "regression", o.seed, Join(o.signalRegions, ", "), targetName,
+                      cls ? "classification" : "regression", cls ? ", \"positive_class\": \"patient\"" : "", cls ? "enmkl_svm" : "enmkl_krr",
+                      cls ? "c" : "lambda", cls ? "svm" : "krr", o.seed);
+  }
+  return studyPath;
+}
+
+}  // namespace neuromkl::pipeline

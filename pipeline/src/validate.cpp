@@ -1,0 +1,111 @@
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <numeric>
+
+#include <fmt/format.h>
+
+#include "neuromkl/core/errors.hpp"
+#include "neuromkl/core/strings.hpp"
+#include "neuromkl/io/nifti.hpp"
+#include "neuromkl/pipeline/cohort.hpp"
+#include "neuromkl/pipeline/kernel_stage.hpp"
+#include "neuromkl/pipeline/study_run.hpp"
+
+namespace neuromkl::pipeline {
+
+namespace fs = std::filesystem;
+
+namespace {
+std::string DescribeScheme(const config::CvSchemeSpec& s) {
+  switch (s.scheme) {
+    case config::CvScheme::LeaveOneOut: return "leave-one-out";
+    case config::CvScheme::LeaveOneGroupOut: return "leave-one-group-out on column \"" + s.groupColumn + "\"";
+    case config::CvScheme::GroupKFold: return fmt::format("group {}-fold on column \"{}\"", s.k, s.groupColumn);
+    case config::CvScheme::Custom: return "custom folds from column \"" + s.foldColumn + "\"";
+    case config::CvScheme::RepeatedKFold: return fmt::format("{} x repeated {}-fold", s.repeats, s.k);
+    case config::CvScheme::StratifiedKFold: return fmt::format("stratified {}-fold", s.k);
+    case config::CvScheme::KFold: return fmt::format("{}-fold", s.k);
+  }
+  return "?";
+}
+}  // namespace
+
+std::string ValidateStudy(const config::StudyConfig& study) {
+  std::string out;
+  auto line = [&](const std::string& s) { out += s + "\n"; };
+  line(fmt::format("Study \"{}\" ({})", study.name, study.path));
+  if (!study.description.empty()) line("  " + study.description);
+  const Cohort cohort = LoadCohort(study);
+  line(fmt::format("Subjects: {} rows in {}", cohort.ids.size(), study.subjects.table));
+  line(fmt::format("  used for supervised learning: {}", cohort.labelledRows.size()));
+  if (!cohort.excluded.empty()) {
+    line(fmt::format("  excluded: {}", cohort.excluded.size()));
+    for (const auto& [id, why] : cohort.excluded) line(fmt::format("    {}: {}", id, why));
+  }
+  if (study.target.task == learners::Task::Classification) {
+    std::vector<std::string> counts;
+    for (const auto& [k, v] : cohort.classCounts) counts.push_back(fmt::format("\"{}\" n = {}", k, v));
+    line(fmt::format("Target: \"{}\", classification: {}; positive class \"{}\"", study.target.column, Join(counts, ", "), cohort.positiveClass));
+  } else {
+    const auto& y = cohort.y;
+    const double mean = y.mean();
+    const double sd = std::sqrt((y.array() - mean).square().sum() / std::max<double>(1.0, static_cast<double>(y.size() - 1)));
+    line(fmt::format("Target: \"{}\", regression: range [{:.4g}, {:.4g}], mean {:.4g}, SD {:.4g}", study.target.column, y.minCoeff(),
+                     y.maxCoeff(), mean, sd));
+  }
+  switch (study.kernels.source) {
+    case config::KernelSource::Images: {
+      line(fmt::format("Images: all {} files present and readable", cohort.images.size()));
+      const io::Geometry grid = io::ReadGeometry(cohort.images.at(0));
+      line(fmt::format("  grid (from {}): {}", cohort.ids.at(0), grid.Describe()));
+      const atlas::Atlas atlas = LoadStudyAtlas(study);
+      line(fmt::format("Atlas: {} ({}), {} regions, grid {}", study.atlas.builtin.empty() ? "custom" : study.atlas.builtin, atlas.imagePath,
+                       atlas.regions.size(), atlas.geometry.Describe()));
+      line(fmt::format("  label table {} (coding column \"{}\")", atlas.tablePath, atlas.labelColumn));
+      for (const auto& w : atlas.warnings) line("  warning: " + w);
+      line(atlas.geometry.DifferenceFrom(grid).empty() ? "  atlas and images share one grid"
+                                                        : "  atlas will be resampled onto the image grid (nearest neighbour, world coordinates)");
+      if (!study.mask.empty()) {
+        const io::Geometry mg = io::ReadGeometry(study.mask);
+        line(fmt::format("Mask: {} ({}){}", study.mask, mg.Describe(), mg.DifferenceFrom(grid).empty() ? "" : ", will be resampled"));
+      } else {
+        line("Mask: none (the atlas labels define the voxels)");
+      }
+      line(fmt::format("Kernels: one linear kernel per region; non-finite voxels: {}", study.kernels.nanPolicy == kernels::NanPolicy::Zero
+                                                                                          ? "set to 0 (zero)"
+                                                                                          : "dropped when non-finite in any subject (drop_voxel)"));
+      break;
+    }
+    case config::KernelSource::Precomputed:
+      line(fmt::format("Kernels: {} precomputed kernel files", study.kernels.precomputed.size()));
+      for (const auto& k : study.kernels.precomputed) {
+        std::error_code ec;
+        if (!fs::is_regular_file(k.file, ec)) throw InputError("kernels:Missing", k.file, "precomputed kernel file \"" + k.name + "\" not found");
+        line(fmt::format("  {}: {}", k.name, k.file));
+      }
+      break;
+    case config::KernelSource::Tabular:
+      line(fmt::format("Kernels: {} linear kernels on feature groups of {}", study.kernels.tabular.groups.size(), study.kernels.tabular.table));
+      for (const auto& [name, cols] : study.kernels.tabular.groups) line(fmt::format("  {}: {} columns", name, cols.size()));
+      break;
+  }
+  line(fmt::format("  per-fold preprocessing: centre {}, normalise {}", study.kernels.centre ? "on" : "off", study.kernels.normalise ? "on" : "off"));
+  line(fmt::format("CV plan: outer {}, inner {}, seed {}", DescribeScheme(study.cv.outer), DescribeScheme(study.cv.inner), study.cv.seed));
+  line(fmt::format("Learners: {}", study.learners.size()));
+  for (const auto& l : study.learners) {
+    std::vector<std::string> fixed, grid;
+    for (const auto& [k, v] : l.params)
+      if (!l.grid.count(k)) fixed.push_back(k + "=" + FormatDouble(v));
+    for (const auto& [k, v] : l.grid) grid.push_back(fmt::format("{} ({} values)", k, v.size()));
+    line(fmt::format("  {} [{}]: {}", l.label, l.name, Join(fixed, ", ")));
+    if (!grid.empty()) line(fmt::format("    grid: {} = {} points", Join(grid, " x "), l.GridSize()));
+  }
+  line(fmt::format("Permutations: {}", study.permutations.count));
+  std::error_code ec;
+  line(fmt::format("Output: {}{}", study.output.dir, fs::exists(study.output.dir, ec) ? " (exists: `run` needs --force to replace it)" : ""));
+  line("OK: the study is valid");
+  return out;
+}
+
+}  // namespace neuromkl::pipeline

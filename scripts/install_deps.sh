@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Installs the Debian packages neuromkl needs (only the missing ones). Needs root or sudo.
+set -euo pipefail
+packages=(build-essential cmake ninja-build pkg-config
+  libinsighttoolkit5-dev libeigen3-dev nlohmann-json3-dev libtbb-dev
+  libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev libspdlog-dev libfmt-dev
+  libopenblas-dev liblapacke-dev zlib1g-dev libsvm-dev)
+# Optional extras for some checks (benchmark peers, browser rendering) are added by their scripts.
+packages+=("$@")
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "neuromkl: all Debian packages present"
+  exit 0
+fi
+echo "neuromkl: installing ${missing[*]}"
+if [ "$(id -u)" -eq 0 ]; then sudo_cmd=(); else sudo_cmd=(sudo); fi
+"${sudo_cmd[@]}" apt-get update -qq
+DEBIAN_FRONTEND=noninteractive "${sudo_cmd[@]}" apt-get install -y --no-install-recommends "${missing[@]}"

@@ -1,0 +1,66 @@
+#include "testing.hpp"
+
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace neuromkl::testing {
+
+namespace fs = std::filesystem;
+
+std::string SharedData(const std::string& relative) { return std::string(NEUROMKL_SHARED_DATA) + "/" + relative; }
+std::string SourcePath(const std::string& relative) { return std::string(NEUROMKL_SOURCE_DIR) + "/" + relative; }
+
+TempDir::TempDir() {
+  std::string pattern = (fs::temp_directory_path() / "neuromkl-test-XXXXXX").string();
+  path_ = mkdtemp(pattern.data());
+}
+TempDir::~TempDir() {
+  std::error_code ec;
+  fs::remove_all(path_, ec);
+}
+
+CliResult RunCli(const std::string& args) {
+  const std::string cmd = std::string(NEUROMKL_CLI) + " " + args + " 2>&1";
+  FILE* pipe = popen(cmd.c_str(), "r");
+  CliResult r{-1, ""};
+  if (!pipe) return r;
+  std::array<char, 4096> buf{};
+  while (std::fgets(buf.data(), buf.size(), pipe)) r.output += buf.data();
+  const int status = pclose(pipe);
+  r.exitCode = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+void WriteFile(const std::string& path, const std::string& text) {
+  fs::create_directories(fs::path(path).parent_path());
+  std::ofstream(path, std::ios::binary) << text;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+::testing::AssertionResult MatrixNear(const Eigen::MatrixXd& a, const Eigen::MatrixXd& b, double atol, double rtol) {
+  if (a.rows() != b.rows() || a.cols() != b.cols())
+    return ::testing::AssertionFailure() << "shapes differ: " << a.rows() << "x" << a.cols() << " vs " << b.rows() << "x" << b.cols();
+  double worst = -1;
+  Eigen::Index wi = 0, wj = 0;
+  for (Eigen::Index j = 0; j < a.cols(); ++j)
+    for (Eigen::Index i = 0; i < a.rows(); ++i) {
+      const double excess = std::abs(a(i, j) - b(i, j)) - (atol + rtol * std::abs(b(i, j)));
+      if (excess > worst) worst = excess, wi = i, wj = j;
+    }
+  if (worst <= 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "worst entry (" << wi << ", " << wj << "): " << a(wi, wj) << " vs " << b(wi, wj)
+                                       << " (atol " << atol << ", rtol " << rtol << ")";
+}
+
+}  // namespace neuromkl::testing

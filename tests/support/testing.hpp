@@ -1,0 +1,38 @@
+#pragma once
+// Shared test helpers: data paths, temporary folders, running the CLI, matrix comparison.
+#include <string>
+
+#include <Eigen/Core>
+#include <gtest/gtest.h>
+
+namespace neuromkl::testing {
+
+std::string SharedData(const std::string& relative);  ///< ../shared/data/<relative>
+std::string SourcePath(const std::string& relative);  ///< <repo>/<relative>
+
+/// A fresh temporary folder, removed at destruction.
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  const std::string& Path() const { return path_; }
+  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+struct CliResult {
+  int exitCode;
+  std::string output;  ///< stdout and stderr together
+};
+/// Runs `neuromkl ARGS` and captures its output.
+CliResult RunCli(const std::string& args);
+
+void WriteFile(const std::string& path, const std::string& text);
+std::string ReadFile(const std::string& path);
+
+/// Max |a - b| <= atol + rtol |b| elementwise; on failure prints the worst entry.
+::testing::AssertionResult MatrixNear(const Eigen::MatrixXd& a, const Eigen::MatrixXd& b, double atol, double rtol = 0);
+
+}  // namespace neuromkl::testing

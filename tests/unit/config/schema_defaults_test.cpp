@@ -1,0 +1,69 @@
+// The schema documents every default; the code holds them. They must agree.
+#include <fstream>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "neuromkl/config/study_config.hpp"
+#include "neuromkl/learners/learner.hpp"
+#include "testing.hpp"
+
+using Json = nlohmann::json;
+using namespace neuromkl;
+
+namespace {
+
+Json Schema() {
+  std::ifstream in(neuromkl::testing::SourcePath("configs/study.schema.json"));
+  return Json::parse(in);
+}
+
+/// Compares every "default" under `props` with the resolved config at the same place.
+void CompareDefaults(const Json& schema, const Json& props, const Json& resolved, const std::string& where, int& compared) {
+  for (const auto& [key, spec] : props.items()) {
+    if (key == "$schema") continue;
+    Json s = spec;
+    if (s.contains("$ref")) s = schema["$defs"][s["$ref"].get<std::string>().substr(std::string("#/$defs/").size())];
+    if (s.contains("default")) {
+      ASSERT_TRUE(resolved.contains(key)) << where << "/" << key << " missing in the resolved config";
+      EXPECT_EQ(resolved[key], s["default"]) << "schema default of " << where << "/" << key;
+      ++compared;
+    }
+    if (s.contains("properties") && resolved.contains(key) && resolved[key].is_object())
+      CompareDefaults(schema, s["properties"], resolved[key], where + "/" + key, compared);
+  }
+}
+
+TEST(SchemaDefaults, StudyDefaultsEqualTheCode) {
+  const Json schema = Schema();
+  const auto c = config::ParseStudyConfig(
+      R"({"name": "x", "subjects": {"table": "p.tsv"}, "target": {"column": "g", "task": "classification"}, "learners": [{"name": "svm"}]})",
+      "/d", "s.json");
+  const Json resolved = Json::parse(config::ResolvedConfigJson(c));
+  int compared = 0;
+  CompareDefaults(schema, schema["properties"], resolved, "", compared);
+  EXPECT_GE(compared, 17);  // guards against a walk that silently compares nothing
+}
+
+TEST(SchemaDefaults, LearnerParameterTablesEqualTheCode) {
+  const Json schema = Schema();
+  std::vector<std::string> names = schema["$defs"]["learner"]["properties"]["name"]["enum"];
+  ASSERT_EQ(names.size(), learners::LearnerCatalog().size());
+  for (const auto& info : learners::LearnerCatalog()) {
+    const Json& props = schema["$defs"]["params_" + info.name]["properties"];
+    ASSERT_EQ(props.size(), info.params.size()) << info.name;
+    for (const auto& p : info.params) {
+      ASSERT_TRUE(props.contains(p.name)) << info.name << "." << p.name;
+      EXPECT_DOUBLE_EQ(props[p.name]["default"].get<double>(), p.defaultValue) << info.name << "." << p.name;
+      if (props[p.name].contains("exclusiveMinimum")) {
+        EXPECT_TRUE(p.loOpen) << info.name << "." << p.name;
+      }
+      if (props[p.name].contains("minimum")) {
+        EXPECT_FALSE(p.loOpen) << info.name << "." << p.name;
+      }
+      EXPECT_EQ(props[p.name]["type"] == "integer", p.integer) << info.name << "." << p.name;
+    }
+  }
+}
+
+}  // namespace

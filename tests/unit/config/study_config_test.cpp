@@ -1,0 +1,127 @@
+#include <gmock/gmock.h>
+
+#include "neuromkl/config/study_config.hpp"
+#include "neuromkl/core/errors.hpp"
+
+using namespace neuromkl;
+using config::ParseStudyConfig;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+namespace {
+
+const char* kMinimal = R"({
+  "name": "demo",
+  "subjects": {"table": "participants.tsv"},
+  "target": {"column": "group", "task": "classification"},
+  "learners": [{"name": "enmkl_svm"}]
+})";
+
+std::string With(const std::string& extra) {
+  std::string s = kMinimal;
+  s.insert(s.rfind('}'), ", " + extra);
+  return s;
+}
+
+void ExpectConfigError(const std::string& text, const std::vector<std::string>& pieces) {
+  try {
+    ParseStudyConfig(text, "/data/study", "study.json");
+    FAIL() << "expected a ConfigError";
+  } catch (const ConfigError& e) {
+    for (const auto& p : pieces) EXPECT_THAT(e.what(), HasSubstr(p));
+    EXPECT_EQ(e.ExitCode(), kExitBadInput);
+  }
+}
+
+TEST(StudyConfig, MinimalConfigGetsDefaults) {
+  const auto c = ParseStudyConfig(kMinimal, "/data/study", "study.json");
+  EXPECT_EQ(c.name, "demo");
+  EXPECT_EQ(c.subjects.table, "/data/study/participants.tsv");  // relative to the config's folder
+  EXPECT_EQ(c.subjects.idColumn, "subject");
+  EXPECT_EQ(c.atlas.builtin, "aal");
+  EXPECT_EQ(c.cv.outer.scheme, config::CvScheme::StratifiedKFold);
+  EXPECT_EQ(c.cv.outer.k, 5);
+  EXPECT_EQ(c.cv.seed, 42u);  // the study seed
+  EXPECT_EQ(c.output.dir, "/data/study/results/demo");
+  ASSERT_EQ(c.learners.size(), 1u);
+  EXPECT_EQ(c.learners[0].params.at("mu"), 0.5);
+  EXPECT_EQ(c.learners[0].params.at("c"), 1.0);
+  EXPECT_EQ(c.learners[0].label, "enmkl_svm");
+}
+
+TEST(StudyConfig, FullConfigParses) {
+  const auto c = ParseStudyConfig(R"({
+    "name": "full", "description": "d", "seed": 7, "threads": 2,
+    "subjects": {"table": "/abs/p.csv", "id_column": "id", "image_column": "gm"},
+    "target": {"column": "dx", "task": "classification", "positive_class": "AD"},
+    "atlas": {"image": "atlas/my.nii.gz", "labels": "atlas/my.tsv"},
+    "mask": "mask.nii",
+    "kernels": {"centre": false, "normalise": true, "nan_policy": "zero", "memory_budget_mb": 512, "cache": false},
+    "cv": {"outer": {"scheme": "leave_one_group_out", "group_column": "site"}, "inner": {"scheme": "kfold", "k": 3}, "seed": 99},
+    "learners": [{"name": "enmkl_svm", "label": "en", "grid": {"c": [0.1, 1, 10], "mu": [0.2, 0.8]}},
+                 {"name": "svm", "params": {"c": 2}}],
+    "permutations": {"count": 100},
+    "output": {"dir": "out", "save_kernels": false}
+  })", "/d", "s.json");
+  EXPECT_EQ(c.subjects.table, "/abs/p.csv");
+  EXPECT_EQ(c.atlas.image, "/d/atlas/my.nii.gz");
+  EXPECT_TRUE(c.atlas.builtin.empty());
+  EXPECT_EQ(c.mask, "/d/mask.nii");
+  EXPECT_EQ(c.kernels.nanPolicy, kernels::NanPolicy::Zero);
+  EXPECT_EQ(c.cv.outer.groupColumn, "site");
+  EXPECT_EQ(c.cv.seed, 99u);
+  EXPECT_EQ(c.learners[0].GridSize(), 6u);
+  EXPECT_EQ(c.learners[1].params.at("c"), 2.0);
+  EXPECT_EQ(c.permutations.count, 100);
+  EXPECT_EQ(c.output.dir, "/d/out");
+  EXPECT_FALSE(c.output.saveKernels);
+}
+
+TEST(StudyConfig, UnknownKeysAreRejectedWithAHint) {
+  ExpectConfigError(With(R"("learner": [])"), {"unknown key \"learner\" in /", "did you mean \"learners\""});
+  ExpectConfigError(R"({"name": "x", "subjects": {"table": "p.tsv", "id_colum": "s"}, "target": {"column": "g", "task": "regression"}, "learners": [{"name": "krr"}]})",
+                    {"unknown key \"id_colum\" in /subjects", "did you mean \"id_column\""});
+  ExpectConfigError(R"({"name": "x", "subjects": {"table": "p.tsv"}, "target": {"column": "g", "task": "regression"}, "learners": [{"name": "krr", "params": {"lamda": 1}}]})",
+                    {"unknown key \"lamda\" in /learners/0/params", "did you mean \"lambda\""});
+}
+
+TEST(StudyConfig, TypeAndRangeErrorsNameThePointerExpectedAndFound) {
+  ExpectConfigError(With(R"("cv": {"outer": {"k": "five"}})"), {"/cv/outer/k", "expected an integer", "\"five\" (string)"});
+  ExpectConfigError(With(R"("cv": {"outer": {"k": 1}})"), {"/cv/outer/k", "[2, 100000]", "1 (number)"});
+  ExpectConfigError(R"({"name": "x", "subjects": {"table": "p.tsv"}, "target": {"column": "g", "task": "classification"}, "learners": [{"name": "svm", "params": {"c": -1}}]})",
+                    {"/learners/0/params/c", "(0, inf)", "found -1"});
+  ExpectConfigError(R"({"name": "x", "subjects": {"table": "p.tsv"}, "target": {"column": "g", "task": "classification"}, "learners": [{"name": "enmkl_svm", "grid": {"mu": [0.5, 1.5]}}]})",
+                    {"/learners/0/grid/mu/1", "[0, 1]", "1.5"});
+  ExpectConfigError(With(R"("kernels": {"nan_policy": "zeros"})"), {"/kernels/nan_policy", "drop_voxel, zero", "did you mean \"zero\""});
+  ExpectConfigError(With(R"("seed": -3)"), {"/seed", "-3"});
+}
+
+TEST(StudyConfig, MissingRequiredPartsAreErrors) {
+  ExpectConfigError(R"({"subjects": {"table": "p"}, "target": {"column": "g", "task": "regression"}, "learners": [{"name": "krr"}]})", {"/name", "required"});
+  ExpectConfigError(R"({"name": "x", "target": {"column": "g", "task": "regression"}, "learners": [{"name": "krr"}]})", {"/subjects"});
+  ExpectConfigError(R"({"name": "x", "subjects": {"table": "p"}, "target": {"column": "g"}, "learners": [{"name": "krr"}]})", {"/target/task"});
+  ExpectConfigError(R"({"name": "x", "subjects": {"table": "p"}, "target": {"column": "g", "task": "regression"}, "learners": []})", {"/learners", "non-empty"});
+  ExpectConfigError(With(R"("cv": {"outer": {"scheme": "group_kfold"}})"), {"/cv/outer/group_column", "needs a group_column"});
+  ExpectConfigError(With(R"("kernels": {"source": "precomputed"})"), {"/kernels/precomputed"});
+}
+
+TEST(StudyConfig, InconsistentChoicesAreErrors) {
+  ExpectConfigError(R"({"name": "x", "subjects": {"table": "p"}, "target": {"column": "g", "task": "regression"}, "learners": [{"name": "svm"}]})",
+                    {"/learners/0/name", "does not do regression", "krr"});
+  ExpectConfigError(R"({"name": "x", "subjects": {"table": "p"}, "target": {"column": "g", "task": "classification"}, "learners": [{"name": "svm"}, {"name": "svm", "params": {"c": 2}}]})",
+                    {"/learners/1", "share the label \"svm\""});
+  ExpectConfigError(R"({"name": "x", "subjects": {"table": "p"}, "target": {"column": "g", "task": "classification"}, "learners": [{"name": "svm", "params": {"c": 1}, "grid": {"c": [1, 2]}}]})",
+                    {"/learners/0/grid/c", "both fixed in params and searched in grid"});
+  ExpectConfigError(R"({"name": "a b", "subjects": {"table": "p"}, "target": {"column": "g", "task": "regression"}, "learners": [{"name": "krr"}]})", {"/name"});
+  ExpectConfigError(With(R"("atlas": "aal3")"), {"/atlas", "unknown built-in atlas \"aal3\"", "did you mean \"aal\""});
+  ExpectConfigError("{ not json", {"not valid JSON"});
+}
+
+TEST(StudyConfig, ResolvedConfigRoundTrips) {
+  const auto c = ParseStudyConfig(kMinimal, "/data/study", "study.json");
+  const std::string resolved = config::ResolvedConfigJson(c);
+  const auto again = ParseStudyConfig(resolved, "/elsewhere", "resolved.json");
+  EXPECT_EQ(config::ResolvedConfigJson(again), resolved);  // absolute paths and every default survive
+}
+
+}  // namespace

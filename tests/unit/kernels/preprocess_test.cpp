@@ -1,0 +1,83 @@
+#include <random>
+
+#include <gtest/gtest.h>
+
+#include "neuromkl/kernels/preprocess.hpp"
+#include "testing.hpp"
+
+using namespace neuromkl;
+using neuromkl::testing::MatrixNear;
+
+namespace {
+
+struct Data {
+  Eigen::MatrixXd X;  // 9 subjects x 5 features, non-zero mean (centring must matter)
+  Eigen::VectorXi train, test;
+  Data() : X(9, 5), train(6), test(3) {
+    std::mt19937 rng(3);
+    std::normal_distribution<double> n(2.0, 1.0);
+    for (Eigen::Index i = 0; i < X.size(); ++i) X.data()[i] = n(rng);
+    train << 0, 2, 3, 5, 7, 8;
+    test << 1, 4, 6;
+  }
+};
+
+Eigen::MatrixXd Rows(const Eigen::MatrixXd& X, const Eigen::VectorXi& idx) {
+  Eigen::MatrixXd out(idx.size(), X.cols());
+  for (Eigen::Index i = 0; i < idx.size(); ++i) out.row(i) = X.row(idx[i]);
+  return out;
+}
+
+TEST(Preprocess, CentringEqualsInnerProductsOfTrainingCentredFeatures) {
+  Data d;
+  kernels::FoldKernel k = kernels::SliceFold(d.X * d.X.transpose(), d.train, d.test);
+  kernels::CentreFold(k);
+  const Eigen::MatrixXd Xtr = Rows(d.X, d.train), Xte = Rows(d.X, d.test);
+  const Eigen::RowVectorXd mu = Xtr.colwise().mean();  // training mean only
+  const Eigen::MatrixXd Ctr = Xtr.rowwise() - mu, Cte = Xte.rowwise() - mu;
+  EXPECT_TRUE(MatrixNear(k.train, Ctr * Ctr.transpose(), 1e-12));
+  EXPECT_TRUE(MatrixNear(k.testTrain, Cte * Ctr.transpose(), 1e-12));
+  EXPECT_TRUE(MatrixNear(k.testDiag, (Cte * Cte.transpose()).diagonal(), 1e-12));
+}
+
+TEST(Preprocess, NormalisationIsTheCosineOfCentredFeatures) {
+  Data d;
+  kernels::FoldKernel k = kernels::SliceFold(d.X * d.X.transpose(), d.train, d.test);
+  kernels::CentreFold(k);
+  kernels::NormaliseFold(k);
+  const Eigen::RowVectorXd mu = Rows(d.X, d.train).colwise().mean();
+  Eigen::MatrixXd Ctr = Rows(d.X, d.train).rowwise() - mu, Cte = Rows(d.X, d.test).rowwise() - mu;
+  Ctr.rowwise().normalize();
+  Cte.rowwise().normalize();
+  EXPECT_TRUE(MatrixNear(k.train, Ctr * Ctr.transpose(), 1e-12));
+  EXPECT_TRUE(MatrixNear(k.testTrain, Cte * Ctr.transpose(), 1e-12));
+  EXPECT_TRUE(MatrixNear(k.testDiag, Eigen::VectorXd::Ones(3), 1e-12));
+}
+
+TEST(Preprocess, TestSubjectsDoNotLeakIntoTrainingStatistics) {
+  Data d;
+  kernels::FoldKernel a = kernels::SliceFold(d.X * d.X.transpose(), d.train, d.test);
+  Eigen::MatrixXd X2 = d.X;
+  X2.row(4) *= -7.0;  // change a held-out subject
+  kernels::FoldKernel b = kernels::SliceFold(X2 * X2.transpose(), d.train, d.test);
+  for (auto* k : {&a, &b}) {
+    kernels::CentreFold(*k);
+    kernels::NormaliseFold(*k);
+  }
+  EXPECT_EQ(a.train, b.train);
+  EXPECT_EQ(a.testTrain.row(0), b.testTrain.row(0));  // other test subjects untouched
+  EXPECT_NE(a.testTrain.row(1), b.testTrain.row(1));
+}
+
+TEST(Preprocess, ASampleAtTheTrainingMeanGetsZerosNotNan) {
+  Data d;
+  Eigen::MatrixXd X = d.X;
+  X.row(1) = Rows(d.X, d.train).colwise().mean();  // test subject 1 equals the training mean
+  kernels::FoldKernel k = kernels::SliceFold(X * X.transpose(), d.train, d.test);
+  kernels::CentreFold(k);
+  kernels::NormaliseFold(k);
+  EXPECT_TRUE(k.testTrain.allFinite());
+  EXPECT_NEAR(k.testTrain.row(0).cwiseAbs().maxCoeff(), 0.0, 1e-6);
+}
+
+}  // namespace

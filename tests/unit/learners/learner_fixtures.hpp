@@ -1,0 +1,53 @@
+#pragma once
+#include <random>
+
+#include <Eigen/Core>
+
+#include "neuromkl/learners/learner.hpp"
+
+namespace neuromkl::testing {
+
+/// m linear kernels on random features; kernels listed in `signal` carry the label in their
+/// first feature (shifted by +-shift), the others are pure noise. Kernels are cosine-normalised.
+struct MklProblem {
+  learners::KernelList kernels;
+  std::vector<Eigen::MatrixXd> features;
+  learners::Targets targets;
+};
+
+inline MklProblem MakeMklProblem(int n, int m, const std::vector<int>& signal, double shift, unsigned seed,
+                                 learners::Task task = learners::Task::Classification, int dims = 6) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  MklProblem p;
+  p.targets.task = task;
+  p.targets.y.resize(n);
+  for (int i = 0; i < n; ++i) p.targets.y[i] = task == learners::Task::Classification ? (i % 2 ? 1.0 : -1.0) : normal(rng);
+  for (int j = 0; j < m; ++j) {
+    Eigen::MatrixXd X(n, dims);
+    for (Eigen::Index k = 0; k < X.size(); ++k) X.data()[k] = normal(rng);
+    if (std::find(signal.begin(), signal.end(), j) != signal.end()) X.col(0) += shift * p.targets.y;
+    X = X.rowwise() - X.colwise().mean();
+    Eigen::MatrixXd K = X * X.transpose();
+    const Eigen::VectorXd d = K.diagonal().cwiseSqrt().cwiseInverse();
+    p.kernels.push_back(d.asDiagonal() * K * d.asDiagonal());
+    p.features.push_back(X);
+  }
+  return p;
+}
+
+/// Symmetric permutation of every kernel and of the targets.
+inline MklProblem Permute(const MklProblem& p, const Eigen::VectorXi& perm) {
+  MklProblem q = p;
+  const auto n = perm.size();
+  for (auto& K : q.kernels) {
+    Eigen::MatrixXd P(n, n);
+    for (Eigen::Index i = 0; i < n; ++i)
+      for (Eigen::Index j = 0; j < n; ++j) P(i, j) = K(perm[i], perm[j]);
+    K = P;
+  }
+  for (Eigen::Index i = 0; i < n; ++i) q.targets.y[i] = p.targets.y[perm[i]];
+  return q;
+}
+
+}  // namespace neuromkl::testing

@@ -1,0 +1,71 @@
+#include <gmock/gmock.h>
+
+#include "neuromkl/config/study_config.hpp"
+#include "neuromkl/core/errors.hpp"
+#include "neuromkl/pipeline/cohort.hpp"
+#include "testing.hpp"
+
+using namespace neuromkl;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+
+namespace {
+
+struct Fixture {
+  neuromkl::testing::TempDir dir;
+  config::StudyConfig Study(const std::string& table, const std::string& task = "classification", const std::string& extraTarget = "") {
+    neuromkl::testing::WriteFile(dir / "participants.tsv", table);
+    for (const char* img : {"a.nii", "b.nii", "c.nii", "d.nii", "e.nii"}) neuromkl::testing::WriteFile(dir / img, "x");
+    return config::ParseStudyConfig(R"({"name": "t", "subjects": {"table": "participants.tsv"}, "target": {"column": "dx", "task": ")" + task + "\"" +
+                                        extraTarget + R"(}, "learners": [{"name": "krr"}]})",
+                                    dir.Path(), "study.json");
+  }
+};
+
+TEST(Cohort, ExcludesSubjectsWithoutTargetAndCodesClasses) {
+  Fixture f;
+  const auto c = pipeline::LoadCohort(f.Study("subject\timage\tdx\ns1\ta.nii\tAD\ns2\tb.nii\tn/a\ns3\tc.nii\tCN\ns4\td.nii\t\ns5\te.nii\tAD\n"));
+  EXPECT_EQ(c.ids.size(), 5u);
+  EXPECT_EQ(c.labelledRows, (std::vector<int>{0, 2, 4}));
+  ASSERT_EQ(c.excluded.size(), 2u);
+  EXPECT_EQ(c.excluded[0].first, "s2");
+  EXPECT_THAT(c.excluded[0].second, HasSubstr("no target"));
+  EXPECT_EQ(c.positiveClass, "CN");  // default: the last class in sorted order
+  EXPECT_EQ(c.y, Eigen::Vector3d(-1, 1, -1));
+  EXPECT_EQ(c.images[0], f.dir / "a.nii");  // relative to the table's folder
+}
+
+TEST(Cohort, PositiveClassAndNumericClassOrder) {
+  Fixture f;
+  const auto c = pipeline::LoadCohort(f.Study("subject\timage\tdx\ns1\ta.nii\t10\ns2\tb.nii\t2\n"));
+  EXPECT_EQ(c.positiveClass, "10");  // numeric order: 2 < 10
+  const auto d = pipeline::LoadCohort(f.Study("subject\timage\tdx\ns1\ta.nii\tAD\ns2\tb.nii\tCN\n", "classification", R"(, "positive_class": "AD")"));
+  EXPECT_EQ(d.y, Eigen::Vector2d(1, -1));
+}
+
+void ExpectInputError(const config::StudyConfig& s, const std::vector<std::string>& pieces) {
+  try {
+    pipeline::LoadCohort(s);
+    FAIL() << "expected an InputError";
+  } catch (const InputError& e) {
+    for (const auto& p : pieces) EXPECT_THAT(e.what(), HasSubstr(p));
+    EXPECT_EQ(e.ExitCode(), kExitBadInput);
+  }
+}
+
+TEST(Cohort, BadTablesGiveClearErrors) {
+  Fixture f;
+  ExpectInputError(f.Study("subject\timage\tdx\ns1\ta.nii\tAD\ns1\tb.nii\tCN\n"), {"participants.tsv:3", "\"s1\" appears twice", "lines 2 and 3"});
+  ExpectInputError(f.Study("subject\timage\tdx\ns1\ta.nii\tAD\ns2\tmissing.nii\tCN\n"), {"1 of 2 image files are missing", "s2:", "missing.nii"});
+  ExpectInputError(f.Study("subject\timage\tdiagnosis\ns1\ta.nii\tAD\n"), {"no column \"dx\"", "subject, image, diagnosis"});
+  ExpectInputError(f.Study("subject\timage\tdx\ns1\ta.nii\tAD\ns2\tb.nii\tAD\n"), {"found one", "\"AD\": 2"});
+  ExpectInputError(f.Study("subject\timage\tdx\ns1\ta.nii\tAD\ns2\tb.nii\tCN\ns3\tc.nii\tMCI\n"), {"found 3 classes", "binary"});
+  ExpectInputError(f.Study("subject\timage\tdx\ns1\ta.nii\tAD\ns2\tb.nii\tCN\n", "classification", R"(, "positive_class": "ad")"),
+                   {"positive_class is \"ad\"", "did you mean \"AD\""});
+  ExpectInputError(f.Study("subject\timage\tdx\ns1\ta.nii\t1.5\ns2\tb.nii\thigh\n", "regression"), {"participants.tsv:3", "s2", "\"high\"", "not a finite number"});
+  ExpectInputError(f.Study("subject\timage\tdx\ns1\ta.nii\t1.5\ns2\tb.nii\tn/a\n", "regression"), {"at least 2 subjects with a target", "found 1"});
+  ExpectInputError(f.Study("subject\timage\tdx\n"), {"no subject rows"});
+  ExpectInputError(f.Study("subject\timage\tdx\n\ta.nii\t1\n"), {"empty subject id"});
+}
+
+}  // namespace
