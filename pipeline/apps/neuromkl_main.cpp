@@ -74,7 +74,7 @@ int main(int argc, char** argv) {
     if (*run) {
       const config::StudyConfig study = config::LoadStudyConfig(runStudy);
       const auto outcome = pipeline::RunStudy(study, {outDir, threads, force});
-      std::cout << "Learners (fixed parameters, fitted on all labelled subjects):\n";
+      std::cout << "Nested cross-validation:\n";
       for (const auto& l : outcome.summary) std::cout << "  " << l << "\n";
       std::cout << "Results: " << outcome.outputDir << "\n";
       return kExitOk;

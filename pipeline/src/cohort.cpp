@@ -90,6 +90,24 @@ Cohort LoadCohort(const config::StudyConfig& study) {
   if (n < 2)
     throw InputError("subjects:TooFewLabelled", path,
                      fmt::format("expected at least 2 subjects with a target in column \"{}\", found {}", study.target.column, n));
+  // Columns the CV schemes need (outer and inner must name the same column when both use one).
+  auto column = [&](const std::string& name, const char* role, std::vector<std::string>& out) {
+    if (name.empty()) return;
+    const std::size_t col = table.Require(name, role);
+    for (auto r : c.labelledRows) {
+      const std::string& cell = table.rows[static_cast<std::size_t>(r)][col];
+      if (IsMissingCell(cell))
+        throw InputError("subjects:MissingGroup", path + ":" + std::to_string(table.lineNumbers[static_cast<std::size_t>(r)]),
+                         "subject " + c.ids[static_cast<std::size_t>(r)] + " has no value in column \"" + name + "\" (" + role + ")");
+      out.push_back(cell);
+    }
+  };
+  const std::string groupColumn = !study.cv.outer.groupColumn.empty() ? study.cv.outer.groupColumn : study.cv.inner.groupColumn;
+  const std::string foldColumn = !study.cv.outer.foldColumn.empty() ? study.cv.outer.foldColumn : study.cv.inner.foldColumn;
+  if (!study.cv.outer.groupColumn.empty() && !study.cv.inner.groupColumn.empty() && study.cv.outer.groupColumn != study.cv.inner.groupColumn)
+    throw InputError("subjects:TwoGroupColumns", study.path, "/cv/outer/group_column and /cv/inner/group_column differ; use one group column");
+  column(groupColumn, "group column, /cv/*/group_column", c.groups);
+  column(foldColumn, "fold column, /cv/*/fold_column", c.customFolds);
   c.y.resize(n);
   if (study.target.task == learners::Task::Regression) {
     for (Eigen::Index i = 0; i < n; ++i) {

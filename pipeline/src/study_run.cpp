@@ -3,6 +3,8 @@
 #include <fstream>
 
 #include <fmt/format.h>
+#include <tbb/global_control.h>
+#include <tbb/parallel_for.h>
 #include <spdlog/spdlog.h>
 
 #include "neuromkl/config/kernel_store.hpp"
@@ -10,7 +12,8 @@
 #include "neuromkl/core/errors.hpp"
 #include "neuromkl/core/hash.hpp"
 #include "neuromkl/core/strings.hpp"
-#include "neuromkl/kernels/preprocess.hpp"
+#include "neuromkl/core/progress.hpp"
+#include "neuromkl/cv/nested_cv.hpp"
 #include "neuromkl/pipeline/cohort.hpp"
 #include "neuromkl/pipeline/kernel_stage.hpp"
 #include "neuromkl/pipeline/output_dir.hpp"
@@ -31,23 +34,37 @@ void WriteText(const std::string& path, const std::string& text) {
   if (!out) throw IoError("output:Write", path, "cannot write the file (disk full?)");
 }
 
-/// Every kernel restricted to `rows`, centred and normalised with those subjects' statistics.
-learners::KernelList TrainingKernels(const kernels::KernelSet& set, const std::vector<int>& rows, bool centre, bool normalise) {
-  const Eigen::VectorXi train = Eigen::Map<const Eigen::VectorXi>(rows.data(), static_cast<Eigen::Index>(rows.size()));
-  const Eigen::VectorXi none(0);
-  learners::KernelList out;
-  for (const auto& K : set.kernels) {
-    kernels::FoldKernel fk = kernels::SliceFold(K, train, none);
-    if (centre) kernels::CentreFold(fk);
-    if (normalise) kernels::NormaliseFold(fk);
-    out.push_back(std::move(fk.train));
-  }
-  return out;
-}
-
 std::string Tsv(const std::vector<std::vector<std::string>>& rows) {
   std::string out;
   for (const auto& r : rows) out += Join(r, "\t") + "\n";
+  return out;
+}
+
+std::string Cell(double v) { return std::isfinite(v) ? FormatDouble(v) : "NA"; }
+
+std::string ParamsText(const learners::ParamMap& p, const std::map<std::string, std::vector<double>>& grid) {
+  std::vector<std::string> parts;
+  for (const auto& [k, v] : p)
+    if (grid.count(k)) parts.push_back(k + "=" + FormatDouble(v));
+  return parts.empty() ? "fixed" : Join(parts, ";");
+}
+
+cv::SplitSpec ToSplit(const config::CvSchemeSpec& s) { return {s.scheme, s.k, s.repeats}; }
+
+std::string DescribeSplit(const config::CvSchemeSpec& s) {
+  std::string d = config::ToString(s.scheme);
+  if (s.scheme != cv::Scheme::LeaveOneOut && s.scheme != cv::Scheme::LeaveOneGroupOut && s.scheme != cv::Scheme::Custom) d += " k=" + std::to_string(s.k);
+  if (s.repeats > 1) d += " repeats=" + std::to_string(s.repeats);
+  if (!s.groupColumn.empty()) d += " groups=" + s.groupColumn;
+  if (!s.foldColumn.empty()) d += " folds=" + s.foldColumn;
+  return d;
+}
+
+template <typename T>
+std::vector<T> Pick(const std::vector<T>& v, const std::vector<int>& idx) {
+  std::vector<T> out;
+  if (v.empty()) return out;
+  for (int i : idx) out.push_back(v[static_cast<std::size_t>(i)]);
   return out;
 }
 
@@ -57,12 +74,19 @@ RunOutcome RunStudy(config::StudyConfig study, const RunOptions& options) {
   const auto start = Clock::now();
   if (!options.outDir.empty()) study.output.dir = fs::absolute(options.outDir).lexically_normal().string();
   if (options.threads >= 0) study.threads = options.threads;
+  std::unique_ptr<tbb::global_control> threadLimit;
+  if (study.threads > 0) threadLimit = std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism, study.threads);
   config::RunRecord record;
-  record.seconds["total"] = 0;
 
   auto t = Clock::now();
   const Cohort cohort = LoadCohort(study);
   record.seconds["subjects"] = Since(t);
+  const learners::Task task = study.target.task;
+  const Eigen::VectorXd& y = cohort.y;
+  const int n = static_cast<int>(y.size());
+  // Splits before any heavy work: an impossible CV plan is a config/input error, found in seconds.
+  const std::vector<cv::Fold> outer =
+      cv::MakeFolds(ToSplit(study.cv.outer), task, y, cohort.groups, cohort.customFolds, study.cv.seed, study.path + " /cv/outer");
   AtomicOutputDir out(study.output.dir, options.force);  // fails before any heavy work if it exists
 
   t = Clock::now();
@@ -71,62 +95,100 @@ RunOutcome RunStudy(config::StudyConfig study, const RunOptions& options) {
   record.seconds["kernels_read_images"] = ks.report.readSeconds;
   record.seconds["kernels_products"] = ks.report.productSeconds;
 
+  // ---- nested cross-validation on the labelled subjects ----
+  t = Clock::now();
+  learners::KernelList labelled;
+  {
+    const Eigen::VectorXi rows = Eigen::Map<const Eigen::VectorXi>(cohort.labelledRows.data(), n);
+    for (const auto& K : ks.set.kernels) labelled.push_back(K(rows, rows));
+  }
+  const auto innerSpec = ToSplit(study.cv.inner);
+  const cv::InnerSplitter inner = [&](std::size_t f, const std::vector<int>& train, const Eigen::VectorXd& yTrain) {
+    return cv::MakeFolds(innerSpec, task, yTrain, Pick(cohort.groups, train), Pick(cohort.customFolds, train),
+                         cv::DeriveSeed(study.cv.seed, 1000 + f), study.path + " /cv/inner (outer fold " + std::to_string(f) + ")");
+  };
+  std::vector<cv::LearnerPlan> plans;
+  for (const auto& spec : study.learners) {
+    learners::ParamMap fixed = spec.params;
+    for (const auto& [k, _] : spec.grid) fixed.erase(k);
+    plans.push_back({spec.label, spec.name, cv::ExpandGrid(fixed, spec.grid)});
+  }
+  const cv::NestedCvOptions nestedOptions{{study.kernels.centre, study.kernels.normalise}};
+  const learners::Targets targets{task, y};
+  const auto outcomes = cv::RunNestedCv(labelled, targets, outer, inner, plans, nestedOptions);
+  record.seconds["nested_cv"] = Since(t);
+
+  for (std::size_t l = 0; l < outcomes.size(); ++l) {
+    config::LearnerRecord lr;
+    lr.outcome = outcomes[l];
+    lr.summary = cv::Summarise(outcomes[l], targets);
+    for (const auto& f : outcomes[l].folds)
+      if (!f.error.empty()) record.warnings.push_back(fmt::format("learner {} fold {} failed: {}", outcomes[l].label, f.index, f.error));
+    record.learners.push_back(std::move(lr));
+  }
+
+  // ---- permutation test: the whole nested CV on permuted targets, same outer folds ----
+  if (study.permutations.count > 0) {
+    t = Clock::now();
+    const int P = study.permutations.count;
+    const std::uint64_t permSeed = cv::DeriveSeed(study.seed, 0x5045524DULL);  // "PERM"
+    std::vector<std::vector<cv::Summary>> nulls(static_cast<std::size_t>(P));
+    Progress progress("permutations", static_cast<std::size_t>(P));
+    tbb::parallel_for(0, P, [&](int p) {
+      const auto perm = cv::PermuteWithinGroups(n, cohort.groups, cv::DeriveSeed(permSeed, static_cast<std::uint64_t>(p)));
+      learners::Targets permuted{task, Eigen::VectorXd(n)};
+      for (int i = 0; i < n; ++i) permuted.y[i] = y[perm[static_cast<std::size_t>(i)]];
+      const auto res = cv::RunNestedCv(labelled, permuted, outer, inner, plans, nestedOptions);
+      for (const auto& o : res) nulls[static_cast<std::size_t>(p)].push_back(cv::Summarise(o, permuted));
+      progress.Advance();
+    });
+    progress.Finish();
+    for (std::size_t l = 0; l < record.learners.size(); ++l) {
+      auto& pr = record.learners[l].permutations;
+      pr.count = P;
+      pr.seed = permSeed;
+      pr.exchangeability = cohort.groups.empty() ? "all subjects" : "within groups of column " + study.cv.outer.groupColumn + study.cv.inner.groupColumn;
+      for (const auto& [metric, higherIsBetter] : cv::PermutationMetrics(task)) {
+        const double observed = record.learners[l].summary.pooled.at(metric);
+        int atLeastAsGood = 0;
+        for (int p = 0; p < P; ++p) {
+          const double v = nulls[static_cast<std::size_t>(p)][l].pooled.at(metric);
+          pr.null[metric].push_back(v);
+          if (std::isfinite(v) && (higherIsBetter ? v >= observed : v <= observed)) ++atLeastAsGood;
+        }
+        pr.pValues[metric] = std::isfinite(observed) ? (atLeastAsGood + 1.0) / (P + 1.0) : std::nan("");
+      }
+    }
+    record.seconds["permutations"] = Since(t);
+  }
+
+  // ---- the record ----
   record.study = study.name;
   record.version = NeuromklVersion();
   record.versions = Versions();
   record.configPath = fs::absolute(study.path).string();
   record.seed = study.seed;
-  record.task = config::ToString(study.target.task);
+  record.cvSeed = study.cv.seed;
+  record.outerScheme = DescribeSplit(study.cv.outer);
+  record.innerScheme = DescribeSplit(study.cv.inner);
+  record.task = config::ToString(task);
   record.targetColumn = study.target.column;
   record.positiveClass = cohort.positiveClass;
   record.negativeClass = cohort.negativeClass;
   record.excludedSubjects = cohort.excluded;
   for (auto r : cohort.labelledRows) record.labelledSubjects.push_back(cohort.ids[static_cast<std::size_t>(r)]);
-  record.targets.assign(cohort.y.data(), cohort.y.data() + cohort.y.size());
+  record.targets.assign(y.data(), y.data() + y.size());
   record.kernels = ks.set.info;
   record.excludedKernels = ks.set.excluded;
   record.kernelSource = config::ToString(study.kernels.source);
   record.kernelCache = ks.cacheHit ? "hit" : (study.kernels.cache ? "computed and stored" : "computed (cache off)");
-  record.warnings = ks.warnings;
+  for (const auto& w : ks.warnings) record.warnings.push_back(w);
   record.centre = study.kernels.centre;
   record.normalise = study.kernels.normalise;
+  record.threads = study.threads;
   Hasher inputHash;
   inputHash.Update(ks.key).Update(HashFile(study.subjects.table)).Update(config::ResolvedConfigJson(study));
   record.inputHash = inputHash.Hex();
-
-  // ---- learners: fixed parameters, fitted on every labelled subject ----
-  t = Clock::now();
-  const learners::KernelList train = TrainingKernels(ks.set, cohort.labelledRows, study.kernels.centre, study.kernels.normalise);
-  const learners::Targets targets{study.target.task, cohort.y};
-  RunOutcome outcome;
-  for (const auto& spec : study.learners) {
-    config::LearnerRecord lr;
-    lr.label = spec.label;
-    lr.name = spec.name;
-    lr.params = spec.params;
-    try {
-      const auto learner = learners::MakeLearner(spec.name, spec.params);
-      lr.model = learner->Fit(train, targets);
-      const Eigen::VectorXd f = lr.model.Decision(train);
-      lr.decision.assign(f.data(), f.data() + f.size());
-      for (Eigen::Index i = 0; i < f.size(); ++i)
-        lr.predicted.push_back(study.target.task == learners::Task::Classification
-                                   ? (f[i] >= 0 ? cohort.positiveClass : cohort.negativeClass)
-                                   : FormatDouble(f[i]));
-      Eigen::Index selected = 0;
-      for (Eigen::Index j = 0; j < lr.model.beta.size(); ++j) selected += lr.model.beta[j] > 0;
-      outcome.summary.push_back(fmt::format("{:<12} {:<22} {} kernels with weight > 0 of {}, {} iterations, {:.2f} s", spec.label,
-                                            learners::ToString(lr.model.info.status), selected, lr.model.beta.size(),
-                                            lr.model.info.iterations, lr.model.info.seconds));
-    } catch (const Error& e) {
-      // One learner's bad fit must not lose the others' results: record it and go on.
-      lr.error = e.what();
-      outcome.summary.push_back(fmt::format("{:<12} FAILED: {}", spec.label, e.what()));
-      record.warnings.push_back("learner " + spec.label + " failed: " + e.what());
-    }
-    record.learners.push_back(std::move(lr));
-  }
-  record.seconds["learners"] = Since(t);
 
   // ---- outputs ----
   const std::string dir = out.Path();
@@ -152,33 +214,101 @@ RunOutcome RunStudy(config::StudyConfig study, const RunOptions& options) {
     WriteText(dir + "/regions.tsv", Tsv(rows));
   }
   {
-    std::vector<std::string> header = {"kernel"};
-    for (const auto& l : record.learners) header.push_back(l.label);
+    std::vector<std::vector<std::string>> rows = {{"learner", "metric", "pooled", "fold_mean", "fold_sd", "permutation_p"}};
+    for (const auto& lr : record.learners)
+      for (const auto& [metric, v] : lr.summary.pooled) {
+        const auto mean = lr.summary.foldMean.count(metric) ? lr.summary.foldMean.at(metric) : std::nan("");
+        const auto sd = lr.summary.foldSd.count(metric) ? lr.summary.foldSd.at(metric) : std::nan("");
+        const auto p = lr.permutations.pValues.count(metric) ? lr.permutations.pValues.at(metric) : std::nan("");
+        rows.push_back({lr.outcome.label, metric, Cell(v), Cell(mean), Cell(sd), Cell(p)});
+      }
+    WriteText(dir + "/metrics.tsv", Tsv(rows));
+  }
+  {
+    std::vector<std::vector<std::string>> rows = {{"subject", "learner", "repeat", "fold", "target", "decision", "predicted"}};
+    for (const auto& lr : record.learners)
+      for (const auto& f : lr.outcome.folds)
+        for (std::size_t i = 0; i < f.test.size(); ++i) {
+          const auto s = static_cast<std::size_t>(f.test[i]);
+          const double d = f.decision[static_cast<Eigen::Index>(i)];
+          const std::string predicted = !std::isfinite(d) ? "NA"
+                                        : task == learners::Task::Classification ? (d >= 0 ? cohort.positiveClass : cohort.negativeClass)
+                                                                                 : FormatDouble(d);
+          rows.push_back({record.labelledSubjects[s], lr.outcome.label, std::to_string(f.repeat), std::to_string(f.index),
+                          cohort.rawTargets[static_cast<std::size_t>(cohort.labelledRows[s])], Cell(d), predicted});
+        }
+    WriteText(dir + "/predictions.tsv", Tsv(rows));
+  }
+  {
+    std::vector<std::vector<std::string>> rows = {{"learner", "fold", "repeat", "n_train", "n_test", "chosen", "inner_score", "status", "iterations", "kernels_selected"}};
+    for (std::size_t l = 0; l < record.learners.size(); ++l) {
+      const auto& o = record.learners[l].outcome;
+      for (const auto& f : o.folds) {
+        const double inner = f.innerScores.empty() ? std::nan("") : f.innerScores[f.chosen];
+        rows.push_back({o.label, std::to_string(f.index), std::to_string(f.repeat), std::to_string(f.train.size()), std::to_string(f.test.size()),
+                        ParamsText(o.grid[f.chosen], study.learners[l].grid), Cell(inner),
+                        f.error.empty() ? std::string(learners::ToString(f.model.info.status)) : "failed",
+                        std::to_string(f.model.info.iterations), std::to_string((f.model.beta.array() > 0).count())});
+      }
+    }
+    WriteText(dir + "/folds.tsv", Tsv(rows));
+  }
+  {
+    std::vector<std::string> header = {"label", "name"};
+    for (const auto& lr : record.learners) {
+      header.push_back(lr.outcome.label + "_mean");
+      header.push_back(lr.outcome.label + "_sd");
+      header.push_back(lr.outcome.label + "_folds_selected");
+    }
     std::vector<std::vector<std::string>> rows = {header};
     for (std::size_t j = 0; j < ks.set.info.size(); ++j) {
-      std::vector<std::string> row = {ks.set.info[j].name};
-      for (const auto& l : record.learners)
-        row.push_back(l.error.empty() ? FormatDouble(l.model.beta[static_cast<Eigen::Index>(j)]) : "NA");
+      std::vector<std::string> row = {std::to_string(ks.set.info[j].label), ks.set.info[j].name};
+      for (const auto& lr : record.learners) {
+        std::vector<double> w;
+        int selected = 0;
+        for (const auto& f : lr.outcome.folds)
+          if (f.error.empty()) {
+            w.push_back(f.model.beta[static_cast<Eigen::Index>(j)]);
+            selected += f.model.beta[static_cast<Eigen::Index>(j)] > 0;
+          }
+        double mean = 0, var = 0;
+        for (double x : w) mean += x;
+        mean /= std::max<double>(1.0, static_cast<double>(w.size()));
+        for (double x : w) var += (x - mean) * (x - mean);
+        row.push_back(Cell(mean));
+        row.push_back(Cell(w.size() > 1 ? std::sqrt(var / static_cast<double>(w.size() - 1)) : std::nan("")));
+        row.push_back(std::to_string(selected));
+      }
       rows.push_back(row);
     }
     WriteText(dir + "/kernel_weights.tsv", Tsv(rows));
   }
-  {
-    std::vector<std::string> header = {"subject", "target"};
-    for (const auto& l : record.learners) header.push_back(l.label + "_decision");
-    std::vector<std::vector<std::string>> rows = {header};
-    for (std::size_t i = 0; i < record.labelledSubjects.size(); ++i) {
-      std::vector<std::string> row = {record.labelledSubjects[i],
-                                      cohort.rawTargets[static_cast<std::size_t>(cohort.labelledRows[i])]};
-      for (const auto& l : record.learners) row.push_back(l.error.empty() ? FormatDouble(l.decision[i]) : "NA");
-      rows.push_back(row);
-    }
-    WriteText(dir + "/training_decisions.tsv", Tsv(rows));
+  if (study.permutations.count > 0) {
+    std::vector<std::vector<std::string>> rows = {{"permutation", "learner", "metric", "value"}};
+    for (const auto& lr : record.learners)
+      for (const auto& [metric, values] : lr.permutations.null)
+        for (std::size_t p = 0; p < values.size(); ++p) rows.push_back({std::to_string(p), lr.outcome.label, metric, Cell(values[p])});
+    WriteText(dir + "/null_distribution.tsv", Tsv(rows));
   }
   record.seconds["total"] = Since(start);
   WriteText(dir + "/results.json", config::RunRecordJson(record));
   out.Commit();
+
+  RunOutcome outcome;
   outcome.outputDir = out.FinalPath();
+  for (const auto& lr : record.learners) {
+    const auto& m = lr.summary.pooled;
+    auto pv = [&](const char* k) { return lr.permutations.pValues.count(k) ? fmt::format(" (p = {:.3g})", lr.permutations.pValues.at(k)) : std::string(); };
+    auto sd = [&](const char* k) { return lr.summary.foldSd.count(k) ? fmt::format(" +- {:.3f}", lr.summary.foldSd.at(k)) : std::string(); };
+    if (task == learners::Task::Classification)
+      outcome.summary.push_back(fmt::format("{:<12} balanced accuracy {:.3f}{}{}, AUC {:.3f}{}, accuracy {:.3f} [{:.3f}, {:.3f}]", lr.outcome.label,
+                                            m.at("balanced_accuracy"), sd("balanced_accuracy"), pv("balanced_accuracy"), m.at("auc"), pv("auc"),
+                                            m.at("accuracy"), m.at("accuracy_ci95_low"), m.at("accuracy_ci95_high")));
+    else
+      outcome.summary.push_back(fmt::format("{:<12} r {:.3f}{}{}, R^2 {:.3f}{}, MSE {:.4g}{}{}", lr.outcome.label, m.at("pearson_r"), sd("pearson_r"),
+                                            pv("pearson_r"), m.at("r2"), pv("r2"), m.at("mse"), sd("mse"), pv("mse")));
+  }
+  outcome.summary.push_back(fmt::format("(pooled over out-of-fold predictions; +- SD over {} outer folds; {:.1f} s)", outer.size(), record.seconds["total"]));
   return outcome;
 }
 

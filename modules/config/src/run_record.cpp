@@ -9,17 +9,23 @@ namespace neuromkl::config {
 using Json = nlohmann::json;
 
 namespace {
+Json Num(double v) { return std::isfinite(v) ? Json(v) : Json(nullptr); }  // JSON has no NaN: null
 Json Vec(const Eigen::VectorXd& v) {
   Json a = Json::array();
-  for (Eigen::Index i = 0; i < v.size(); ++i) a.push_back(v[i]);
+  for (Eigen::Index i = 0; i < v.size(); ++i) a.push_back(Num(v[i]));
   return a;
+}
+Json Map(const std::map<std::string, double>& m) {
+  Json o = Json::object();
+  for (const auto& [k, v] : m) o[k] = Num(v);
+  return o;
 }
 }  // namespace
 
 std::string RunRecordJson(const RunRecord& r) {
   Json j;
   j["format"] = "neuromkl-results";
-  j["format_version"] = 1;
+  j["format_version"] = 2;
   j["study"] = r.study;
   j["neuromkl_version"] = r.version;
   j["versions"] = r.versions;
@@ -35,32 +41,60 @@ std::string RunRecordJson(const RunRecord& r) {
   j["subjects"] = {{"labelled", r.labelledSubjects}, {"targets", r.targets}, {"excluded", Json::array()}};
   for (const auto& [id, why] : r.excludedSubjects) j["subjects"]["excluded"].push_back({{"id", id}, {"reason", why}});
   j["kernels"] = {{"source", r.kernelSource}, {"cache", r.kernelCache}, {"count", r.kernels.size()}, {"regions", Json::array()},
-                  {"excluded", Json::array()}, {"preprocessing", {{"centre", r.centre}, {"normalise", r.normalise}}}};
+                  {"excluded", Json::array()}, {"preprocessing", {{"centre", r.centre}, {"normalise", r.normalise}, {"fitted_on", "training subjects of each fold"}}}};
   for (const auto& k : r.kernels)
     j["kernels"]["regions"].push_back({{"name", k.name}, {"label", k.label}, {"features", k.features},
                                        {"atlas_voxels", k.atlasVoxels}, {"non_finite_voxels", k.nonFiniteVoxels},
                                        {"zeroed_values", k.zeroedValues}});
   for (const auto& k : r.excludedKernels)
     j["kernels"]["excluded"].push_back({{"name", k.info.name}, {"label", k.info.label}, {"reason", k.reason}});
+  j["cv"] = {{"outer", r.outerScheme}, {"inner", r.innerScheme}, {"seed", r.cvSeed},
+             {"inner_criterion", r.task == "classification" ? "balanced_accuracy (mean over inner folds, higher is better)"
+                                                            : "mse (mean over inner folds, lower is better)"},
+             {"tie_rule", "first best grid point, grid ordered from the most regularised (c ascending, lambda and mu descending)"}};
   j["learners"] = Json::array();
-  for (const auto& l : r.learners) {
-    Json e = {{"label", l.label}, {"name", l.name}, {"params", l.params}};
-    if (!l.error.empty()) {
-      e["status"] = "failed";
-      e["error"] = l.error;
-    } else {
-      const auto& m = l.model;
-      e["status"] = std::string(learners::ToString(m.info.status));
-      e["fit"] = {{"iterations", m.info.iterations}, {"inner_solves", m.info.innerSolves}, {"inner_iterations", m.info.innerIterations},
-                  {"objective", m.info.objective}, {"gap", m.info.gap}, {"seconds", m.info.seconds}};
-      e["kernel_weights"] = Vec(m.beta);
-      e["bias"] = m.bias;
-      e["dual_coefficients"] = Vec(m.coef);
-      e["training_decision_values"] = l.decision;
-      e["training_predictions"] = l.predicted;
+  for (const auto& lr : r.learners) {
+    const auto& o = lr.outcome;
+    Json e = {{"label", o.label}, {"name", o.name}, {"fits", o.fits}, {"grid", Json::array()}};
+    for (const auto& p : o.grid) e["grid"].push_back(p);
+    e["metrics"] = {{"pooled", Map(lr.summary.pooled)}, {"fold_mean", Map(lr.summary.foldMean)}, {"fold_sd", Map(lr.summary.foldSd)}};
+    if (lr.permutations.count > 0) {
+      Json nulls = Json::object();
+      for (const auto& [k, v] : lr.permutations.null) {
+        nulls[k] = Json::array();
+        for (double x : v) nulls[k].push_back(Num(x));
+      }
+      e["permutations"] = {{"count", lr.permutations.count}, {"seed", lr.permutations.seed},
+                           {"exchangeability", lr.permutations.exchangeability}, {"p_values", Map(lr.permutations.pValues)},
+                           {"null_distribution", nulls},
+                           {"p_value_rule", "(number of permutations scoring at least as well + 1) / (count + 1)"}};
+    }
+    e["folds"] = Json::array();
+    for (const auto& f : o.folds) {
+      Json fj = {{"index", f.index}, {"repeat", f.repeat}, {"n_train", f.train.size()}, {"n_test", f.test.size()},
+                 {"chosen_params", o.grid[f.chosen]}, {"test_subjects", Json::array()}, {"decision_values", Vec(f.decision)}};
+      for (int t : f.test) fj["test_subjects"].push_back(r.labelledSubjects[static_cast<std::size_t>(t)]);
+      if (!f.innerScores.empty()) {
+        fj["inner_scores"] = Json::array();
+        for (double v : f.innerScores) fj["inner_scores"].push_back(Num(v));
+      }
+      if (!f.error.empty()) {
+        fj["status"] = "failed";
+        fj["error"] = f.error;
+      } else {
+        const auto& m = f.model;
+        fj["status"] = std::string(learners::ToString(m.info.status));
+        fj["fit"] = {{"iterations", m.info.iterations}, {"inner_solves", m.info.innerSolves}, {"inner_iterations", m.info.innerIterations},
+                     {"objective", Num(m.info.objective)}, {"gap", Num(m.info.gap)}, {"seconds", m.info.seconds}};
+        fj["kernel_weights"] = Vec(m.beta);
+        fj["bias"] = Num(m.bias);
+        fj["dual_coefficients"] = Vec(m.coef);
+      }
+      e["folds"].push_back(fj);
     }
     j["learners"].push_back(e);
   }
+  j["threads"] = r.threads;
   j["seconds"] = r.seconds;
   j["warnings"] = r.warnings;
   return j.dump(2) + "\n";

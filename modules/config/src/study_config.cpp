@@ -128,6 +128,9 @@ LearnerSpec ParseLearner(const Json& j, const std::string& ptr, const std::strin
       spec.grid[p.name] = list;
     }
   }
+  for (const auto& p : info.params)
+    if (!given.count(p.name) && !spec.grid.count(p.name))
+      if (auto def = learners::DefaultGrid(p.name); !def.empty()) spec.grid[p.name] = def;
   return spec;
 }
 

@@ -97,8 +97,10 @@ Layout MakeLayout(const atlas::RegionIndex& regions) {
 /// Adds X_a[:, cols] X_b[:, cols]^T into out (rows of a x rows of b), in double, for one region.
 void AccumulateRegion(const float* xa, std::int64_t na, const float* xb, std::int64_t nb, std::int64_t ldx, std::int64_t col0,
                       std::int64_t col1, bool same, Eigen::MatrixXd& out, std::vector<double>& bufA, std::vector<double>& bufB) {
-  out.setZero(na, nb);
+  out.resize(na, nb);
+  if (col1 == col0) out.setZero();
   for (std::int64_t c = col0; c < col1; c += kVoxelChunk) {
+    const double beta = c == col0 ? 0.0 : 1.0;  // the first chunk overwrites: no separate zeroing pass
     const std::int64_t w = std::min(kVoxelChunk, col1 - c);
     bufA.resize(static_cast<std::size_t>(na * w));
     for (std::int64_t i = 0; i < na; ++i)
@@ -106,14 +108,14 @@ void AccumulateRegion(const float* xa, std::int64_t na, const float* xb, std::in
     // out is column-major; computing out^T row-major is the same memory.
     if (same) {
       cblas_dsyrk(CblasColMajor, CblasUpper, CblasTrans, static_cast<int>(na), static_cast<int>(w), 1.0, bufA.data(),
-                  static_cast<int>(w), 1.0, out.data(), static_cast<int>(na));
+                  static_cast<int>(w), beta, out.data(), static_cast<int>(na));
     } else {
       bufB.resize(static_cast<std::size_t>(nb * w));
       for (std::int64_t i = 0; i < nb; ++i)
         for (std::int64_t j = 0; j < w; ++j) bufB[static_cast<std::size_t>(i * w + j)] = xb[i * ldx + c + j];
       // out(i, k) = sum_j A(i, j) B(k, j): column-major out = A^T(w x na)^T ... expressed on the row-major buffers.
       cblas_dgemm(CblasColMajor, CblasTrans, CblasNoTrans, static_cast<int>(na), static_cast<int>(nb), static_cast<int>(w), 1.0,
-                  bufA.data(), static_cast<int>(w), bufB.data(), static_cast<int>(w), 1.0, out.data(), static_cast<int>(na));
+                  bufA.data(), static_cast<int>(w), bufB.data(), static_cast<int>(w), beta, out.data(), static_cast<int>(na));
     }
   }
   if (same) out.triangularView<Eigen::StrictlyLower>() = out.transpose().triangularView<Eigen::StrictlyLower>();
@@ -185,7 +187,8 @@ KernelSet ComputeRegionKernels(const std::vector<std::string>& subjectIds, const
   UseSingleThreadedBlas();
 
   // ---- pass 1: read every image once ----
-  std::vector<float> data(inMemory ? static_cast<std::size_t>(n * V) : 0);
+  // Every element is written by the read pass: no zero-initialisation of n x V floats.
+  std::unique_ptr<float[]> data(inMemory ? new float[static_cast<std::size_t>(n * V)] : nullptr);
   std::unique_ptr<ScratchFile> scratch;
   if (!inMemory) {
     scratch = std::make_unique<ScratchFile>(options.scratchDir);
@@ -204,7 +207,7 @@ KernelSet ComputeRegionKernels(const std::vector<std::string>& subjectIds, const
                                "image grid differs from the cohort grid (" + regions.grid.Describe() + "): " + diff +
                                    "; every image of a cohort must be on one grid");
       std::vector<float> localRow(inMemory ? 0 : static_cast<std::size_t>(V));
-      float* row = inMemory ? &data[static_cast<std::size_t>(s * V)] : localRow.data();
+      float* row = inMemory ? data.get() + s * V : localRow.data();
       std::int64_t finite = 0;
       auto& bad = badColumns[static_cast<std::size_t>(s)];
       for (std::int64_t c = 0; c < V; ++c) {
@@ -226,6 +229,8 @@ KernelSet ComputeRegionKernels(const std::vector<std::string>& subjectIds, const
     rep.readSeconds = Since(t0);
   }
 
+  spdlog::debug("kernels: read pass {:.3f} s", rep.readSeconds);
+  const auto tRule = Clock::now();
   // ---- the non-finite rule ----
   KernelSet set;
   set.subjects = subjectIds;
@@ -260,11 +265,14 @@ KernelSet ComputeRegionKernels(const std::vector<std::string>& subjectIds, const
     for (std::int64_t i = 0; i < count; ++i)
       for (auto c : droppedList) rows[i * V + c] = 0.0f;
   };
-  if (inMemory) applyDrop(data.data(), n);
+  if (inMemory) applyDrop(data.get(), n);
 
+  spdlog::debug("kernels: non-finite rule {:.3f} s", Since(tRule));
   // ---- pass 2: products, every region of every subject-block pair ----
-  set.kernels.assign(R, Eigen::MatrixXd::Zero(n, n));
   const auto t1 = Clock::now();
+  set.kernels.resize(R);
+  if (blocks > 1)
+    for (auto& K : set.kernels) K.setZero(n, n);
   {
     Progress progress("region kernels", static_cast<std::size_t>(blocks * (blocks + 1) / 2));
     std::vector<float> blockA, blockB;
@@ -272,7 +280,7 @@ KernelSet ComputeRegionKernels(const std::vector<std::string>& subjectIds, const
       const std::int64_t ai = bi * rowsPerBlock, na = std::min(rowsPerBlock, n - ai);
       const float* xa = nullptr;
       if (inMemory) {
-        xa = &data[static_cast<std::size_t>(ai * V)];
+        xa = data.get() + ai * V;
       } else {
         blockA.resize(static_cast<std::size_t>(na * V));
         scratch->Read(blockA.data(), blockA.size(), static_cast<std::uint64_t>(ai) * rowBytes);
@@ -290,6 +298,10 @@ KernelSet ComputeRegionKernels(const std::vector<std::string>& subjectIds, const
         }
         tbb::parallel_for(std::size_t{0}, R, [&](std::size_t r) {
           thread_local std::vector<double> bufA, bufB;
+          if (blocks == 1) {  // everything in memory: straight into the kernel
+            AccumulateRegion(xa, na, xb, nb, V, layout.offset[r], layout.offset[r + 1], true, set.kernels[r], bufA, bufB);
+            return;
+          }
           Eigen::MatrixXd block;
           AccumulateRegion(xa, na, xb, nb, V, layout.offset[r], layout.offset[r + 1], bi == bj, block, bufA, bufB);
           set.kernels[r].block(ai, aj, na, nb) = block;
@@ -300,6 +312,8 @@ KernelSet ComputeRegionKernels(const std::vector<std::string>& subjectIds, const
     }
   }
   rep.productSeconds = Since(t1);
+  spdlog::debug("kernels: products {:.3f} s", rep.productSeconds);
+  const auto tTail = Clock::now();
 
   // ---- regions that carry nothing ----
   for (std::size_t r = R; r-- > 0;) {
@@ -313,7 +327,9 @@ KernelSet ComputeRegionKernels(const std::vector<std::string>& subjectIds, const
   for (const auto& e : set.excluded)
     if (e.info.features == 0) rep.warnings.push_back("region " + e.info.name + " excluded: " + e.reason);
   for (const auto& w : rep.warnings) spdlog::warn("{}", w);
+  spdlog::debug("kernels: exclusions {:.3f} s", Since(tTail));
   rep.totalSeconds = Since(start);
+  spdlog::debug("kernels: total {:.3f} s", rep.totalSeconds);
   return set;
 }
 

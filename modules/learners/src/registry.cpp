@@ -52,6 +52,12 @@ const std::vector<LearnerInfo>& LearnerCatalog() {
   return catalog;
 }
 
+std::vector<double> DefaultGrid(std::string_view param) {
+  if (param == "c" || param == "lambda") return {1e-3, 1e-2, 1e-1, 1, 10, 100, 1000};
+  if (param == "mu") return {0.1, 0.2, 0.3, 0.4, 0.5, 0.6, 0.7, 0.8, 0.9, 1.0};
+  return {};
+}
+
 const LearnerInfo* FindLearner(std::string_view name) {
   for (const auto& l : LearnerCatalog())
     if (l.name == name) return &l;

@@ -62,6 +62,12 @@ TEST(SchemaDefaults, LearnerParameterTablesEqualTheCode) {
         EXPECT_FALSE(p.loOpen) << info.name << "." << p.name;
       }
       EXPECT_EQ(props[p.name]["type"] == "integer", p.integer) << info.name << "." << p.name;
+      const auto grid = learners::DefaultGrid(p.name);
+      if (grid.empty()) {
+        EXPECT_FALSE(props[p.name].contains("x-default-grid")) << info.name << "." << p.name;
+      } else {
+        EXPECT_EQ(props[p.name]["x-default-grid"].get<std::vector<double>>(), grid) << info.name << "." << p.name;
+      }
     }
   }
 }

@@ -20,12 +20,14 @@ struct Cohort {
   Eigen::VectorXd y;                    ///< +-1 (classification) or values (regression)
   std::string positiveClass, negativeClass;
   std::vector<std::pair<std::string, int>> classCounts;  ///< classification: class, count (sorted)
+  std::vector<std::string> groups;       ///< labelled subjects' values of the CV group column (if any scheme uses one)
+  std::vector<std::string> customFolds;  ///< labelled subjects' values of the custom fold column (if used)
 };
 
 /// Reads the subjects table named by the study. InputError (file, line, subject id) for: missing
 /// id/target/image column, empty or duplicate ids, missing image files, a classification target
 /// with one class or more than two, an unknown positive_class, non-numeric regression targets,
-/// fewer than 2 labelled subjects.
+/// fewer than 2 labelled subjects, an empty group or fold cell for a labelled subject.
 Cohort LoadCohort(const config::StudyConfig& study);
 
 /// Image paths in the table resolve against the table's folder (as BIDS does).

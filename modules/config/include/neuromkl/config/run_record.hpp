@@ -1,38 +1,46 @@
 #pragma once
 // What a run writes to results.json, as plain structs (serialised in config/src/run_record.cpp;
-// its schema is documented in configs/results.schema.json).
+// the format is documented in configs/results.schema.json).
 #include <map>
 #include <string>
 #include <vector>
 
+#include "neuromkl/cv/nested_cv.hpp"
 #include "neuromkl/kernels/kernel_set.hpp"
 #include "neuromkl/learners/learner.hpp"
 
 namespace neuromkl::config {
 
+struct PermutationRecord {
+  int count = 0;
+  std::uint64_t seed = 0;
+  std::string exchangeability;                         ///< "all subjects" or the group column
+  std::map<std::string, double> pValues;               ///< metric -> (count(null at least as good) + 1) / (N + 1)
+  std::map<std::string, std::vector<double>> null;     ///< metric -> value per permutation
+};
+
 struct LearnerRecord {
-  std::string label, name;
-  learners::ParamMap params;
-  learners::Model model;            ///< fitted on every labelled subject
-  std::vector<double> decision;     ///< decision values on the training subjects (resubstitution)
-  std::vector<std::string> predicted;  ///< predicted class / value per labelled subject
-  std::string error;                ///< non-empty when the fit failed (the run goes on with other learners)
+  cv::LearnerOutcome outcome;
+  cv::Summary summary;
+  PermutationRecord permutations;
 };
 
 struct RunRecord {
   std::string study, version, configPath, inputHash, task, targetColumn, positiveClass, negativeClass;
-  std::uint64_t seed = 0;
+  std::uint64_t seed = 0, cvSeed = 0;
+  std::string outerScheme, innerScheme;
   std::vector<std::string> labelledSubjects;
   std::vector<double> targets;      ///< +-1 (classification) or values, per labelled subject
   std::vector<std::pair<std::string, std::string>> excludedSubjects;  ///< id, reason
   std::vector<kernels::KernelInfo> kernels;
   std::vector<kernels::ExcludedKernel> excludedKernels;
-  std::string kernelSource, kernelCache;  ///< "computed" / "cache hit"
+  std::string kernelSource, kernelCache;
   std::map<std::string, double> seconds;  ///< per stage
   std::vector<LearnerRecord> learners;
   std::vector<std::string> warnings;
   std::map<std::string, std::string> versions;
   bool centre = true, normalise = true;
+  int threads = 0;
 };
 
 std::string RunRecordJson(const RunRecord& record);

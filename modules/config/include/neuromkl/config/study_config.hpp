@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "neuromkl/cv/splits.hpp"
 #include "neuromkl/kernels/region_kernels.hpp"
 #include "neuromkl/learners/learner.hpp"
 
@@ -54,7 +55,7 @@ struct KernelSpec {
   TabularSpec tabular;
 };
 
-enum class CvScheme { KFold, StratifiedKFold, RepeatedKFold, LeaveOneOut, LeaveOneGroupOut, GroupKFold, Custom };
+using CvScheme = cv::Scheme;
 
 struct CvSchemeSpec {
   CvScheme scheme = CvScheme::StratifiedKFold;
@@ -75,7 +76,8 @@ struct LearnerSpec {
   std::string name;                  ///< catalogue name, e.g. "enmkl_svm"
   std::string label;                 ///< display name (default: name), unique in a study
   learners::ParamMap params;         ///< resolved: defaults filled in
-  std::map<std::string, std::vector<double>> grid;  ///< hyper-parameter grid for nested CV
+  std::map<std::string, std::vector<double>> grid;  ///< hyper-parameter grid for nested CV; c, lambda and mu
+                                                    ///< not fixed in params get seed 004's grids by default
   std::size_t GridSize() const;
 };
 

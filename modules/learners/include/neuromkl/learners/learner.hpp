@@ -89,6 +89,9 @@ using ParamMap = std::map<std::string, double>;
 const std::vector<LearnerInfo>& LearnerCatalog();
 /// nullptr if unknown.
 const LearnerInfo* FindLearner(std::string_view name);
+/// The grid searched by nested CV when a study neither fixes nor grids this parameter (seed 004's
+/// grids: c and lambda in 10^-3..10^3, mu in 0.1..1.0); empty for parameters that are not searched.
+std::vector<double> DefaultGrid(std::string_view param);
 /// Checks one value against its spec; the error message (empty if fine) names the bound and the value.
 std::string CheckParam(const ParamSpec& spec, double value);
 /// Defaults filled in, every value checked. InvalidParameter for unknown names (with a hint) or values out of range.

@@ -1,0 +1,81 @@
+#pragma once
+// Nested cross-validation: per outer fold, an inner CV on the outer training subjects picks each
+// learner's hyper-parameters, then the learner is refitted on the whole outer training set and
+// predicts the outer test subjects. Kernels are centred and normalised in every fold (outer and
+// inner) with that fold's training subjects only. Parallel over folds and grid points; every
+// result lands in its own slot, so results are identical for any thread count.
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "neuromkl/cv/splits.hpp"
+#include "neuromkl/learners/learner.hpp"
+
+namespace neuromkl::cv {
+
+struct Preprocessing {
+  bool centre = true;
+  bool normalise = true;
+};
+
+/// Expands fixed parameters and a grid into complete parameter sets. Grid values are ordered from
+/// the most regularised model to the least (c ascending, lambda descending, mu descending: mu = 1 is
+/// the sparsest), other parameters as given; parameters vary in alphabetical order, the last fastest.
+/// Tie rule of the inner search: the first best point in this order, i.e. the most regularised.
+std::vector<learners::ParamMap> ExpandGrid(const learners::ParamMap& fixed, const std::map<std::string, std::vector<double>>& grid);
+
+struct LearnerPlan {
+  std::string label, name;
+  std::vector<learners::ParamMap> grid;  ///< size 1: fixed parameters, no inner search
+};
+
+/// Splits a training set (indices into the subjects) for the inner CV; returns folds whose indices
+/// are positions within that training set.
+using InnerSplitter = std::function<std::vector<Fold>(std::size_t outerFold, const std::vector<int>& train, const Eigen::VectorXd& yTrain)>;
+
+struct OuterFoldResult {
+  int index = 0, repeat = 0;
+  std::vector<int> train, test;
+  Eigen::VectorXd decision;          ///< on the test subjects
+  std::size_t chosen = 0;            ///< index into the plan's grid
+  std::vector<double> innerScores;   ///< mean inner score per grid point (balanced accuracy or MSE)
+  learners::Model model;
+  std::string error;                 ///< non-empty if the refit failed
+};
+
+struct LearnerOutcome {
+  std::string label, name;
+  std::vector<learners::ParamMap> grid;
+  std::vector<OuterFoldResult> folds;
+  long fits = 0;  ///< learner fits, inner and outer
+};
+
+struct NestedCvOptions {
+  Preprocessing preprocessing;
+};
+
+/// `kernels`: raw n x n kernels over the subjects; `targets`: n values. InputError for folds that
+/// cannot be used (e.g. an inner split impossible on a small training set).
+std::vector<LearnerOutcome> RunNestedCv(const learners::KernelList& kernels, const learners::Targets& targets, const std::vector<Fold>& outer,
+                                        const InnerSplitter& inner, const std::vector<LearnerPlan>& plans, const NestedCvOptions& options);
+
+/// Every kernel restricted to a fold and preprocessed with the fold's training statistics.
+struct FoldKernels {
+  learners::KernelList train;  ///< l x l each
+  learners::KernelList test;   ///< m x l each
+};
+FoldKernels PrepareFold(const learners::KernelList& kernels, const std::vector<int>& train, const std::vector<int>& test,
+                        const Preprocessing& preprocessing);
+
+/// Metrics of one learner: pooled over out-of-fold predictions (averaged over repeats) and the
+/// mean and SD over outer folds (NaN values, e.g. AUC of a one-class fold, are left out).
+struct Summary {
+  std::map<std::string, double> pooled, foldMean, foldSd;
+};
+Summary Summarise(const LearnerOutcome& outcome, const learners::Targets& targets);
+
+/// The metrics a permutation test reports, with their direction (true = larger is better).
+std::vector<std::pair<std::string, bool>> PermutationMetrics(learners::Task task);
+
+}  // namespace neuromkl::cv

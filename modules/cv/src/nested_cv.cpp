@@ -1,0 +1,227 @@
+#include "neuromkl/cv/nested_cv.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include <tbb/parallel_for.h>
+
+#include "neuromkl/core/errors.hpp"
+#include "neuromkl/kernels/preprocess.hpp"
+#include "neuromkl/metrics/metrics.hpp"
+
+namespace neuromkl::cv {
+
+namespace {
+constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
+
+/// -1: smaller values regularise more (listed first); +1: larger values regularise more.
+int RegularisationDirection(const std::string& param) {
+  if (param == "c") return -1;
+  if (param == "lambda" || param == "mu") return +1;
+  return 0;
+}
+
+Eigen::VectorXd Subset(const Eigen::VectorXd& v, const std::vector<int>& idx) {
+  Eigen::VectorXd out(static_cast<Eigen::Index>(idx.size()));
+  for (std::size_t i = 0; i < idx.size(); ++i) out[static_cast<Eigen::Index>(i)] = v[idx[i]];
+  return out;
+}
+
+/// Inner criterion: balanced accuracy (higher is better) or MSE (lower is better).
+double InnerScore(learners::Task task, const Eigen::VectorXd& y, const Eigen::VectorXd& f) {
+  return task == learners::Task::Classification ? metrics::Classify(y, f).balancedAccuracy : metrics::Regress(y, f).mse;
+}
+bool Better(learners::Task task, double a, double b) {  // is a strictly better than b?
+  if (std::isnan(a)) return false;
+  if (std::isnan(b)) return true;
+  return task == learners::Task::Classification ? a > b : a < b;
+}
+}  // namespace
+
+std::vector<learners::ParamMap> ExpandGrid(const learners::ParamMap& fixed, const std::map<std::string, std::vector<double>>& grid) {
+  std::vector<learners::ParamMap> points = {fixed};
+  for (const auto& [name, raw] : grid) {  // std::map: alphabetical
+    std::vector<double> values = raw;
+    const int dir = RegularisationDirection(name);
+    if (dir < 0) std::stable_sort(values.begin(), values.end());
+    if (dir > 0) std::stable_sort(values.begin(), values.end(), std::greater<>());
+    std::vector<learners::ParamMap> next;
+    for (const auto& p : points)
+      for (double v : values) {
+        auto q = p;
+        q[name] = v;
+        next.push_back(std::move(q));
+      }
+    points = std::move(next);
+  }
+  return points;
+}
+
+FoldKernels PrepareFold(const learners::KernelList& kernels, const std::vector<int>& train, const std::vector<int>& test,
+                        const Preprocessing& pre) {
+  const Eigen::VectorXi tr = Eigen::Map<const Eigen::VectorXi>(train.data(), static_cast<Eigen::Index>(train.size()));
+  const Eigen::VectorXi te = Eigen::Map<const Eigen::VectorXi>(test.data(), static_cast<Eigen::Index>(test.size()));
+  FoldKernels out;
+  out.train.reserve(kernels.size());
+  out.test.reserve(kernels.size());
+  for (const auto& K : kernels) {
+    kernels::FoldKernel fk = kernels::SliceFold(K, tr, te);
+    if (pre.centre) kernels::CentreFold(fk);
+    if (pre.normalise) kernels::NormaliseFold(fk);
+    out.train.push_back(std::move(fk.train));
+    out.test.push_back(std::move(fk.testTrain));
+  }
+  return out;
+}
+
+std::vector<LearnerOutcome> RunNestedCv(const learners::KernelList& kernels, const learners::Targets& targets, const std::vector<Fold>& outer,
+                                        const InnerSplitter& inner, const std::vector<LearnerPlan>& plans, const NestedCvOptions& options) {
+  const std::size_t F = outer.size(), L = plans.size();
+  std::vector<std::unique_ptr<learners::Learner>> learnerObjects;  // one per (plan, grid point), shared read-only
+  std::vector<std::size_t> firstObject(L);
+  for (std::size_t l = 0; l < L; ++l) {
+    firstObject[l] = learnerObjects.size();
+    for (const auto& params : plans[l].grid) learnerObjects.push_back(learners::MakeLearner(plans[l].name, params));
+  }
+  // ---- inner splits (sequential: cheap, and errors surface in fold order) ----
+  std::vector<std::vector<Fold>> innerFolds(F);
+  bool anySearch = false;
+  for (const auto& p : plans) anySearch |= p.grid.size() > 1;
+  if (anySearch)
+    for (std::size_t f = 0; f < F; ++f) innerFolds[f] = inner(f, outer[f].train, Subset(targets.y, outer[f].train));
+
+  // ---- phase 1: every (outer fold, inner fold) pair evaluates every grid point ----
+  // scores[f][l][g][i]
+  std::vector<std::vector<std::vector<std::vector<double>>>> scores(F);
+  std::vector<std::pair<std::size_t, std::size_t>> tasks;
+  for (std::size_t f = 0; f < F; ++f) {
+    scores[f].resize(L);
+    for (std::size_t l = 0; l < L; ++l)
+      scores[f][l].assign(plans[l].grid.size(), std::vector<double>(innerFolds[f].size(), kNaN));
+    for (std::size_t i = 0; i < innerFolds[f].size(); ++i) tasks.emplace_back(f, i);
+  }
+  tbb::parallel_for(std::size_t{0}, tasks.size(), [&](std::size_t t) {
+    const auto [f, i] = tasks[t];
+    const Fold& fold = innerFolds[f][i];
+    std::vector<int> tr, te;
+    for (int k : fold.train) tr.push_back(outer[f].train[static_cast<std::size_t>(k)]);
+    for (int k : fold.test) te.push_back(outer[f].train[static_cast<std::size_t>(k)]);
+    const FoldKernels fk = PrepareFold(kernels, tr, te, options.preprocessing);
+    const learners::Targets yTrain{targets.task, Subset(targets.y, tr)};
+    const Eigen::VectorXd yTest = Subset(targets.y, te);
+    for (std::size_t l = 0; l < L; ++l) {
+      if (plans[l].grid.size() < 2) continue;
+      for (std::size_t g = 0; g < plans[l].grid.size(); ++g) {
+        try {
+          const auto model = learnerObjects[firstObject[l] + g]->Fit(fk.train, yTrain);
+          scores[f][l][g][i] = InnerScore(targets.task, yTest, model.Decision(fk.test));
+        } catch (const Error&) {
+          // e.g. a single class in a small inner training set: this point scores NaN (never chosen)
+        }
+      }
+    }
+  });
+
+  // ---- phase 2: choose per outer fold, refit on the outer training set, predict the test set ----
+  std::vector<LearnerOutcome> out(L);
+  for (std::size_t l = 0; l < L; ++l) {
+    out[l].label = plans[l].label;
+    out[l].name = plans[l].name;
+    out[l].grid = plans[l].grid;
+    out[l].folds.resize(F);
+  }
+  tbb::parallel_for(std::size_t{0}, F, [&](std::size_t f) {
+    const FoldKernels fk = PrepareFold(kernels, outer[f].train, outer[f].test, options.preprocessing);
+    const learners::Targets yTrain{targets.task, Subset(targets.y, outer[f].train)};
+    for (std::size_t l = 0; l < L; ++l) {
+      OuterFoldResult& r = out[l].folds[f];
+      r.index = static_cast<int>(f);
+      r.repeat = outer[f].repeat;
+      r.train = outer[f].train;
+      r.test = outer[f].test;
+      if (plans[l].grid.size() > 1) {
+        r.innerScores.resize(plans[l].grid.size());
+        for (std::size_t g = 0; g < plans[l].grid.size(); ++g) {
+          const auto& s = scores[f][l][g];
+          double sum = 0;
+          std::size_t count = 0;
+          for (double v : s)
+            if (!std::isnan(v)) sum += v, ++count;
+          r.innerScores[g] = count == s.size() && count > 0 ? sum / static_cast<double>(count) : kNaN;
+        }
+        r.chosen = 0;
+        for (std::size_t g = 1; g < r.innerScores.size(); ++g)
+          if (Better(targets.task, r.innerScores[g], r.innerScores[r.chosen])) r.chosen = g;  // strict: ties keep the earlier point
+      }
+      try {
+        r.model = learnerObjects[firstObject[l] + r.chosen]->Fit(fk.train, yTrain);
+        r.decision = r.model.Decision(fk.test);
+      } catch (const Error& e) {
+        r.error = e.what();
+        r.decision = Eigen::VectorXd::Constant(static_cast<Eigen::Index>(r.test.size()), kNaN);
+      }
+    }
+  });
+  for (std::size_t l = 0; l < L; ++l) {
+    long fits = static_cast<long>(F);
+    if (plans[l].grid.size() > 1)
+      for (std::size_t f = 0; f < F; ++f) fits += static_cast<long>(innerFolds[f].size() * plans[l].grid.size());
+    out[l].fits = fits;
+  }
+  return out;
+}
+
+namespace {
+std::map<std::string, double> MetricsOf(learners::Task task, const Eigen::VectorXd& y, const Eigen::VectorXd& f) {
+  return task == learners::Task::Classification ? metrics::AsMap(metrics::Classify(y, f)) : metrics::AsMap(metrics::Regress(y, f));
+}
+}  // namespace
+
+Summary Summarise(const LearnerOutcome& outcome, const learners::Targets& targets) {
+  Summary s;
+  int repeats = 0;
+  for (const auto& f : outcome.folds) repeats = std::max(repeats, f.repeat + 1);
+  // Pooled: per repeat over all out-of-fold predictions, then the mean over repeats.
+  std::map<std::string, std::vector<double>> pooled;
+  for (int r = 0; r < repeats; ++r) {
+    std::vector<double> y, f;
+    for (const auto& fold : outcome.folds) {
+      if (fold.repeat != r) continue;
+      for (std::size_t i = 0; i < fold.test.size(); ++i) {
+        y.push_back(targets.y[fold.test[i]]);
+        f.push_back(fold.decision[static_cast<Eigen::Index>(i)]);
+      }
+    }
+    const Eigen::Map<Eigen::VectorXd> yv(y.data(), static_cast<Eigen::Index>(y.size())), fv(f.data(), static_cast<Eigen::Index>(f.size()));
+    for (const auto& [k, v] : MetricsOf(targets.task, yv, fv)) pooled[k].push_back(v);
+  }
+  for (const auto& [k, v] : pooled) {
+    double sum = 0;
+    for (double x : v) sum += x;
+    s.pooled[k] = sum / static_cast<double>(v.size());
+  }
+  std::map<std::string, std::vector<double>> perFold;
+  for (const auto& fold : outcome.folds) {
+    const Eigen::VectorXd y = Subset(targets.y, fold.test);
+    for (const auto& [k, v] : MetricsOf(targets.task, y, fold.decision))
+      if (!std::isnan(v)) perFold[k].push_back(v);
+  }
+  for (const auto& [k, v] : perFold) {
+    double mean = 0;
+    for (double x : v) mean += x;
+    mean /= static_cast<double>(v.size());
+    double var = 0;
+    for (double x : v) var += (x - mean) * (x - mean);
+    s.foldMean[k] = mean;
+    s.foldSd[k] = v.size() > 1 ? std::sqrt(var / static_cast<double>(v.size() - 1)) : kNaN;
+  }
+  return s;
+}
+
+std::vector<std::pair<std::string, bool>> PermutationMetrics(learners::Task task) {
+  if (task == learners::Task::Classification) return {{"balanced_accuracy", true}, {"auc", true}, {"accuracy", true}};
+  return {{"pearson_r", true}, {"r2", true}, {"mse", false}};
+}
+
+}  // namespace neuromkl::cv

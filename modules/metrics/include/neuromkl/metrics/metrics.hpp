@@ -1,0 +1,41 @@
+#pragma once
+// Performance metrics (ALGORITHMS.md section 7), computed on pooled out-of-fold predictions and per
+// fold. Names are honest: "r2" is the coefficient of determination, "r_squared" the squared Pearson r.
+#include <map>
+#include <string>
+
+#include <Eigen/Core>
+
+namespace neuromkl::metrics {
+
+struct Classification {
+  double n = 0;
+  double tp = 0, fn = 0, fp = 0, tn = 0;  ///< confusion matrix (positive = +1)
+  double accuracy = 0, balancedAccuracy = 0;
+  double recallPositive = 0, recallNegative = 0;        ///< sensitivity, specificity
+  double precisionPositive = 0, precisionNegative = 0;  ///< NaN when nothing is predicted in the class
+  double auc = 0;                                       ///< NaN when one class is absent
+  double accuracyLow = 0, accuracyHigh = 0;             ///< Wilson 95 % interval of the accuracy
+};
+
+struct Regression {
+  double n = 0;
+  double mse = 0, mae = 0;
+  double pearsonR = 0;   ///< NaN when predictions or targets are constant
+  double rSquared = 0;   ///< pearsonR^2 (PRoNTo's "r2")
+  double r2 = 0;         ///< coefficient of determination 1 - SS_res / SS_tot
+  double nmse = 0;       ///< MSE / variance of the targets (population variance)
+};
+
+/// labels +-1, decision values: predicted class = sign (0 counts as +1).
+Classification Classify(const Eigen::Ref<const Eigen::VectorXd>& labels, const Eigen::Ref<const Eigen::VectorXd>& decision);
+Regression Regress(const Eigen::Ref<const Eigen::VectorXd>& targets, const Eigen::Ref<const Eigen::VectorXd>& predictions);
+
+/// Area under the ROC curve = Mann-Whitney U / (n+ n-), ties counted 1/2 (average ranks).
+double Auc(const Eigen::Ref<const Eigen::VectorXd>& labels, const Eigen::Ref<const Eigen::VectorXd>& decision);
+
+/// Named values for tables and JSON ("balanced_accuracy", "auc", ...; "mse", "r2", ...).
+std::map<std::string, double> AsMap(const Classification& m);
+std::map<std::string, double> AsMap(const Regression& m);
+
+}  // namespace neuromkl::metrics

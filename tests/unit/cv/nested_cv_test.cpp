@@ -1,0 +1,122 @@
+#include <tbb/global_control.h>
+
+#include <gtest/gtest.h>
+
+#include "../learners/learner_fixtures.hpp"
+#include "neuromkl/cv/nested_cv.hpp"
+
+using namespace neuromkl;
+
+namespace {
+
+learners::KernelList LinearKernels(const std::vector<Eigen::MatrixXd>& features) {
+  learners::KernelList ks;
+  for (const auto& X : features) ks.push_back(X * X.transpose());
+  return ks;
+}
+
+cv::InnerSplitter Inner(int k) {
+  return [k](std::size_t f, const std::vector<int>&, const Eigen::VectorXd& y) {
+    return cv::MakeFolds({cv::Scheme::StratifiedKFold, k, 1}, learners::Task::Classification, y, {}, {}, 100 + f, "inner");
+  };
+}
+
+std::vector<cv::LearnerPlan> Plans() {
+  return {{"en", "enmkl_svm", cv::ExpandGrid({}, {{"c", {0.1, 10}}, {"mu", {0.5, 1.0}}})},
+          {"svm", "svm", cv::ExpandGrid({}, {{"c", {1, 0.01}}})}};
+}
+
+TEST(NestedCv, GridIsOrderedFromTheMostRegularised) {
+  const auto g = cv::ExpandGrid({{"tolerance", 1e-3}}, {{"c", {10, 0.1, 1}}, {"mu", {0.2, 1.0}}});
+  ASSERT_EQ(g.size(), 6u);
+  EXPECT_EQ(g[0].at("c"), 0.1);
+  EXPECT_EQ(g[0].at("mu"), 1.0);
+  EXPECT_EQ(g[1].at("mu"), 0.2);
+  EXPECT_EQ(g[5].at("c"), 10);
+  EXPECT_EQ(g[3].at("tolerance"), 1e-3);
+  const auto k = cv::ExpandGrid({}, {{"lambda", {0.1, 100}}});
+  EXPECT_EQ(k[0].at("lambda"), 100);  // larger ridge first
+}
+
+TEST(NestedCv, HeldOutSubjectsDoNotLeakIntoTheirFold) {
+  auto p = neuromkl::testing::MakeMklProblem(30, 3, {0}, 1.0, 5);
+  const auto outer = cv::MakeFolds({cv::Scheme::StratifiedKFold, 3, 1}, learners::Task::Classification, p.targets.y, {}, {}, 9, "outer");
+  const auto a = cv::RunNestedCv(LinearKernels(p.features), p.targets, outer, Inner(3), Plans(), {});
+  // Change every feature of one held-out subject of fold 0 (its kernel rows and columns change).
+  const int victim = outer[0].test[1];
+  auto features = p.features;
+  for (auto& X : features) X.row(victim) = X.row(victim) * -3.0 + Eigen::RowVectorXd::Constant(X.cols(), 5.0);
+  const auto b = cv::RunNestedCv(LinearKernels(features), p.targets, outer, Inner(3), Plans(), {});
+  for (std::size_t l = 0; l < a.size(); ++l) {
+    const auto &fa = a[l].folds[0], &fb = b[l].folds[0];
+    EXPECT_EQ(fa.chosen, fb.chosen);
+    EXPECT_EQ(fa.innerScores, fb.innerScores);
+    EXPECT_EQ(fa.model.beta, fb.model.beta);
+    EXPECT_EQ(fa.model.coef, fb.model.coef);
+    EXPECT_EQ(fa.model.bias, fb.model.bias);
+    EXPECT_EQ(fa.decision[0], fb.decision[0]);  // another test subject of that fold: same prediction
+    EXPECT_NE(fa.decision[1], fb.decision[1]);  // the changed subject: its own prediction moves
+    EXPECT_NE(a[l].folds[1].decision, b[l].folds[1].decision);  // where it trains, it matters
+  }
+}
+
+TEST(NestedCv, InnerFoldsComeFromTheOuterTrainingSet) {
+  auto p = neuromkl::testing::MakeMklProblem(24, 2, {0}, 1.0, 6);
+  const auto outer = cv::MakeFolds({cv::Scheme::StratifiedKFold, 4, 1}, learners::Task::Classification, p.targets.y, {}, {}, 1, "outer");
+  std::vector<std::vector<int>> seen(outer.size());
+  const cv::InnerSplitter spy = [&](std::size_t f, const std::vector<int>& train, const Eigen::VectorXd& y) {
+    seen[f] = train;
+    EXPECT_EQ(y.size(), static_cast<Eigen::Index>(train.size()));
+    return Inner(3)(f, train, y);
+  };
+  cv::RunNestedCv(LinearKernels(p.features), p.targets, outer, spy, Plans(), {});
+  for (std::size_t f = 0; f < outer.size(); ++f) EXPECT_EQ(seen[f], outer[f].train);
+}
+
+TEST(NestedCv, BitwiseIdenticalForOneAndTwoThreads) {
+  auto p = neuromkl::testing::MakeMklProblem(40, 4, {0, 2}, 0.8, 7);
+  const auto outer = cv::MakeFolds({cv::Scheme::StratifiedKFold, 4, 1}, learners::Task::Classification, p.targets.y, {}, {}, 2, "outer");
+  std::vector<cv::LearnerOutcome> one, two;
+  {
+    tbb::global_control c(tbb::global_control::max_allowed_parallelism, 1);
+    one = cv::RunNestedCv(LinearKernels(p.features), p.targets, outer, Inner(4), Plans(), {});
+  }
+  {
+    tbb::global_control c(tbb::global_control::max_allowed_parallelism, 2);
+    two = cv::RunNestedCv(LinearKernels(p.features), p.targets, outer, Inner(4), Plans(), {});
+  }
+  for (std::size_t l = 0; l < one.size(); ++l)
+    for (std::size_t f = 0; f < one[l].folds.size(); ++f) {
+      EXPECT_EQ(one[l].folds[f].decision, two[l].folds[f].decision);
+      EXPECT_EQ(one[l].folds[f].innerScores, two[l].folds[f].innerScores);
+      EXPECT_EQ(one[l].folds[f].model.beta, two[l].folds[f].model.beta);
+    }
+}
+
+TEST(NestedCv, TiesGoToTheMostRegularisedPoint) {
+  // Well separated classes: every C in the grid classifies the inner test sets perfectly.
+  auto p = neuromkl::testing::MakeMklProblem(30, 1, {0}, 8.0, 8);
+  const auto outer = cv::MakeFolds({cv::Scheme::StratifiedKFold, 3, 1}, learners::Task::Classification, p.targets.y, {}, {}, 3, "outer");
+  const auto res = cv::RunNestedCv(p.kernels, p.targets, outer, Inner(3), {{"svm", "svm", cv::ExpandGrid({}, {{"c", {100, 1, 0.5}}})}}, {});
+  for (const auto& f : res[0].folds) {
+    EXPECT_EQ(f.innerScores[0], f.innerScores[2]);
+    EXPECT_EQ(f.chosen, 0u);
+    EXPECT_EQ(res[0].grid[f.chosen].at("c"), 0.5);
+  }
+  EXPECT_EQ(res[0].fits, 3 + 3 * 3 * 3);
+}
+
+TEST(NestedCv, SignalIsFoundAndNoSignalIsChance) {
+  for (double shift : {1.5, 0.0}) {
+    auto p = neuromkl::testing::MakeMklProblem(60, 4, {1}, shift, 9);
+    const auto outer = cv::MakeFolds({cv::Scheme::StratifiedKFold, 5, 1}, learners::Task::Classification, p.targets.y, {}, {}, 4, "outer");
+    const auto res = cv::RunNestedCv(p.kernels, p.targets, outer, Inner(5), Plans(), {});
+    for (const auto& o : res) {
+      const double ba = cv::Summarise(o, p.targets).pooled.at("balanced_accuracy");
+      if (shift > 0) EXPECT_GT(ba, 0.7) << o.label;  // chance is 0.5 +- 0.065 (1 SD) at n = 60
+      else EXPECT_LT(std::abs(ba - 0.5), 0.2) << o.label;  // 60 subjects: chance +- ~2 SD
+    }
+  }
+}
+
+}  // namespace

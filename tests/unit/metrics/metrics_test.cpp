@@ -1,0 +1,64 @@
+#include <cmath>
+
+#include <gtest/gtest.h>
+
+#include "neuromkl/metrics/metrics.hpp"
+
+using namespace neuromkl;
+
+namespace {
+Eigen::VectorXd V(std::initializer_list<double> v) {
+  Eigen::VectorXd x(static_cast<Eigen::Index>(v.size()));
+  Eigen::Index i = 0;
+  for (double a : v) x[i++] = a;
+  return x;
+}
+}  // namespace
+
+TEST(Metrics, AucByHandAndWithTies) {
+  // Positive-negative pairs ranked correctly: (0.9 > 0.5), (0.9 > 0.1), (0.4 < 0.5), (0.4 > 0.1): 3 / 4.
+  EXPECT_DOUBLE_EQ(metrics::Auc(V({1, 1, -1, -1}), V({0.9, 0.4, 0.5, 0.1})), 0.75);
+  EXPECT_DOUBLE_EQ(metrics::Auc(V({1, 1, -1, -1}), V({1, 1, 1, 1})), 0.5);  // all tied: 1/2 each
+  EXPECT_DOUBLE_EQ(metrics::Auc(V({1, -1, -1}), V({0.2, 0.2, 0.1})), 0.75);  // one tie (1/2) + one win, over 2 pairs
+  EXPECT_TRUE(std::isnan(metrics::Auc(V({1, 1}), V({0.3, 0.4}))));
+}
+
+TEST(Metrics, ClassificationByHand) {
+  // truth  + + + + - -    predicted (sign) + + + - + -
+  const auto m = metrics::Classify(V({1, 1, 1, 1, -1, -1}), V({2, 1, 0.5, -1, 0.2, -3}));
+  EXPECT_EQ(m.tp, 3);
+  EXPECT_EQ(m.fn, 1);
+  EXPECT_EQ(m.fp, 1);
+  EXPECT_EQ(m.tn, 1);
+  EXPECT_DOUBLE_EQ(m.accuracy, 4.0 / 6);
+  EXPECT_DOUBLE_EQ(m.recallPositive, 0.75);
+  EXPECT_DOUBLE_EQ(m.recallNegative, 0.5);
+  EXPECT_DOUBLE_EQ(m.balancedAccuracy, 0.625);
+  EXPECT_DOUBLE_EQ(m.precisionPositive, 0.75);
+  EXPECT_DOUBLE_EQ(m.precisionNegative, 0.5);
+}
+
+TEST(Metrics, WilsonIntervalByHand) {
+  // p = 0.5, n = 10, z = 1.96: centre 0.5, half width 1.96 sqrt(0.025 + 0.0096040) / 1.38416 = 0.26340.
+  const auto m = metrics::Classify(V({1, 1, 1, 1, 1, -1, -1, -1, -1, -1}), V({1, 1, 1, -1, -1, -1, -1, 1, 1, 1}));
+  EXPECT_DOUBLE_EQ(m.accuracy, 0.5);
+  EXPECT_NEAR(m.accuracyLow, 0.236593, 1e-5);
+  EXPECT_NEAR(m.accuracyHigh, 0.763407, 1e-5);
+}
+
+TEST(Metrics, RegressionByHandWithHonestNames) {
+  // y = (1, 2, 3), f = (1, 2, 4): MSE = MAE = 1/3; r = 3 / sqrt(2 * 42/9); R^2 = 1 - 1/2; NMSE = (1/3)/(2/3).
+  const auto m = metrics::Regress(V({1, 2, 3}), V({1, 2, 4}));
+  EXPECT_DOUBLE_EQ(m.mse, 1.0 / 3);
+  EXPECT_DOUBLE_EQ(m.mae, 1.0 / 3);
+  EXPECT_NEAR(m.pearsonR, 3.0 / std::sqrt(2.0 * 42.0 / 9.0), 1e-15);
+  EXPECT_DOUBLE_EQ(m.r2, 0.5);
+  EXPECT_DOUBLE_EQ(m.nmse, 0.5);
+  // Perfectly correlated but shifted predictions: r = 1, yet R^2 (coefficient of determination) is negative.
+  const auto shifted = metrics::Regress(V({1, 2, 3}), V({11, 12, 13}));
+  EXPECT_NEAR(shifted.pearsonR, 1.0, 1e-15);
+  EXPECT_NEAR(shifted.rSquared, 1.0, 1e-15);
+  EXPECT_DOUBLE_EQ(shifted.r2, 1.0 - 300.0 / 2.0);
+  const auto names = metrics::AsMap(m);
+  EXPECT_TRUE(names.count("r2") && names.count("r_squared_pearson") && names.count("pearson_r"));
+}
