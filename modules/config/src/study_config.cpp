@@ -320,7 +320,8 @@ std::string ResolvedConfigJson(const StudyConfig& c) {
   j["learners"] = Json::array();
   for (const auto& l : c.learners) {
     Json params = Json::object();
-    for (const auto& [key, v] : l.params) params[key] = v;
+    for (const auto& [key, v] : l.params)
+      if (!l.grid.count(key)) params[key] = v;  // a searched parameter appears only in the grid
     Json grid = Json::object();
     for (const auto& [key, v] : l.grid) grid[key] = v;
     j["learners"].push_back({{"name", l.name}, {"label", l.label}, {"params", params}, {"grid", grid}});
