@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 #include <tbb/parallel_for.h>
 
@@ -32,6 +33,23 @@ Eigen::VectorXd Subset(const Eigen::VectorXd& v, const std::vector<int>& idx) {
 double InnerScore(learners::Task task, const Eigen::VectorXd& y, const Eigen::VectorXd& f) {
   return task == learners::Task::Classification ? metrics::Classify(y, f).balancedAccuracy : metrics::Regress(y, f).mse;
 }
+/// The previously fitted grid point closest to point g (fewest differing parameters, then the most
+/// recent): its model warm-starts g's fit. Deterministic: it depends on the grid order only.
+std::optional<std::size_t> NearestFitted(const std::vector<learners::ParamMap>& grid, const std::vector<bool>& ok, std::size_t g) {
+  std::optional<std::size_t> best;
+  int bestDiff = 0;
+  for (std::size_t h = g; h-- > 0;) {
+    if (!ok[h]) continue;
+    int diff = 0;
+    for (const auto& [k, v] : grid[g]) diff += grid[h].at(k) != v;
+    if (!best || diff < bestDiff) {
+      best = h;
+      bestDiff = diff;
+    }
+  }
+  return best;
+}
+
 bool Better(learners::Task task, double a, double b) {  // is a strictly better than b?
   if (std::isnan(a)) return false;
   if (std::isnan(b)) return true;
@@ -111,11 +129,17 @@ std::vector<LearnerOutcome> RunNestedCv(const learners::KernelList& kernels, con
     const learners::Targets yTrain{targets.task, Subset(targets.y, tr)};
     const Eigen::VectorXd yTest = Subset(targets.y, te);
     for (std::size_t l = 0; l < L; ++l) {
-      if (plans[l].grid.size() < 2) continue;
-      for (std::size_t g = 0; g < plans[l].grid.size(); ++g) {
+      const auto& grid = plans[l].grid;
+      if (grid.size() < 2) continue;
+      std::vector<learners::Model> fitted(grid.size());
+      std::vector<bool> ok(grid.size(), false);
+      for (std::size_t g = 0; g < grid.size(); ++g) {
+        learners::FitOptions fitOptions;
+        if (const auto w = NearestFitted(grid, ok, g)) fitOptions.warmStart = &fitted[*w];
         try {
-          const auto model = learnerObjects[firstObject[l] + g]->Fit(fk.train, yTrain);
-          scores[f][l][g][i] = InnerScore(targets.task, yTest, model.Decision(fk.test));
+          fitted[g] = learnerObjects[firstObject[l] + g]->Fit(fk.train, yTrain, fitOptions);
+          ok[g] = true;
+          scores[f][l][g][i] = InnerScore(targets.task, yTest, fitted[g].Decision(fk.test));
         } catch (const Error&) {
           // e.g. a single class in a small inner training set: this point scores NaN (never chosen)
         }

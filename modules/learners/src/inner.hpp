@@ -23,6 +23,9 @@ class InnerSolver {
  public:
   virtual ~InnerSolver() = default;
   virtual InnerSolution Solve(const Eigen::MatrixXd& K, const InnerSolution* warm) const = 0;
+  /// The data term of the primal objective for training decision values f (hinge x C, epsilon-
+  /// insensitive x C, or squared / (2 lambda)): with the block penalty it gives ENMKL's objective.
+  virtual double Loss(const Eigen::VectorXd& f) const = 0;
 };
 
 /// C-SVC (labels +-1).

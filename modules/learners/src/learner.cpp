@@ -128,6 +128,7 @@ class SvcSolver final : public InnerSolver {
     s.violation = r.violation;
     return s;
   }
+  double Loss(const Eigen::VectorXd& f) const override { return C_ * (1.0 - y_.cwiseProduct(f).array()).max(0.0).sum(); }
 
  private:
   Eigen::VectorXd y_;
@@ -138,7 +139,7 @@ class SvcSolver final : public InnerSolver {
 class SvrSolver final : public InnerSolver {
  public:
   SvrSolver(const Eigen::VectorXd& z, double C, double eps, double tol, long maxIter)
-      : mean_(z.mean()), C_(C), tol_(tol), maxIter_(maxIter) {
+      : mean_(z.mean()), epsilon_(eps), C_(C), tol_(tol), maxIter_(maxIter) {
     const Eigen::Index n = z.size();
     const Eigen::VectorXd zc = z.array() - mean_;
     y2_.resize(2 * n);
@@ -162,9 +163,14 @@ class SvrSolver final : public InnerSolver {
     s.violation = r.violation;
     return s;
   }
+  double Loss(const Eigen::VectorXd& f) const override {
+    const Eigen::Index n = f.size();
+    const Eigen::ArrayXd z = p_.tail(n).array() - p_.head(n).array();  // 2 (z - mean)
+    return C_ * ((0.5 * z + mean_ - f.array()).abs() - epsilon_).max(0.0).sum();
+  }
 
  private:
-  double mean_;
+  double mean_, epsilon_;
   Eigen::VectorXd y2_, p_;
   double C_, tol_;
   long maxIter_;
@@ -190,6 +196,7 @@ class KrrSolver final : public InnerSolver {
     s.dual = 0.5 * s.coef.dot(yc_);
     return s;
   }
+  double Loss(const Eigen::VectorXd& f) const override { return (yc_.array() + mean_ - f.array()).square().sum() / (2.0 * lambda_); }
 
  private:
   double mean_;

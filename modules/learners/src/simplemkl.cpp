@@ -52,14 +52,22 @@ class SimpleMklFit {
     return D;
   }
 
-  Model Run() {
+  Model Run(const FitOptions& options) {
     Stopwatch clock;
     const auto active = ActiveKernels(K_);
     if (active.empty())
       throw InputError("learners:AllZeroKernels", "learner simplemkl", "every training kernel is identically zero: nothing to learn from");
     Eigen::VectorXd d = Eigen::VectorXd::Zero(m_);
     for (auto j : active) d[j] = 1.0 / static_cast<double>(active.size());
-    InnerSolution sol = Evaluate(d, nullptr);
+    InnerSolution warm;
+    const Model* w = options.warmStart;
+    if (w && w->beta.size() == m_ && w->beta.sum() > 0) {
+      const Eigen::VectorXd uniform = d;
+      for (auto j : active) d[j] = 0.9 * w->beta[j] / w->beta.sum() + 0.1 * uniform[j];
+      d /= d.sum();
+      warm.alpha = w->solverState;
+    }
+    InnerSolution sol = Evaluate(d, warm.alpha.size() > 0 ? &warm : nullptr);
     info_.status = FitStatus::MaxIterReached;
     double lineTolerance = s_.lineSearchTolerance;
     for (int it = 0;; ++it) {
@@ -164,6 +172,7 @@ class SimpleMklFit {
     model.beta = d;
     model.coef = sol.coef;
     model.alpha = sol.alpha;
+    model.solverState = sol.alpha;
     model.bias = sol.bias;
     info_.objective = sol.dual;
     info_.seconds = clock.Seconds();
@@ -187,12 +196,12 @@ class SimpleMkl final : public Learner {
         epsilon_(p.at("epsilon")),
         svmTol_(p.at("svm_tolerance")),
         settings_{p.at("gap_tolerance"), static_cast<int>(p.at("max_iterations")), p.at("line_search_tolerance")} {}
-  Model Fit(const KernelList& train, const Targets& t) const override {
+  Model Fit(const KernelList& train, const Targets& t, const FitOptions& o) const override {
     ValidateFitInput(Name(), train, t);
     auto solver = t.task == Task::Classification ? MakeSvcSolver(t.y, c_, svmTol_, 10'000'000)
                                                  : MakeSvrSolver(t.y, c_, epsilon_, svmTol_, 10'000'000);
     FitInfo info;
-    return SimpleMklFit(train, *solver, settings_, info).Run();
+    return SimpleMklFit(train, *solver, settings_, info).Run(o);
   }
   std::string_view Name() const override { return "simplemkl"; }
 

@@ -16,10 +16,13 @@ SmoResult SolveSmo(const Eigen::MatrixXd& K, const Eigen::VectorXd& y, const Eig
   const Eigen::Index l = y.size();
   SmoResult res;
   res.alpha = Eigen::VectorXd::Zero(l);
-  if (warmStart && warmStart->size() == l) {
-    const bool inBox = (warmStart->array() >= 0).all() && (warmStart->array() <= C).all();
-    const double balance = y.dot(*warmStart);
-    if (inBox && std::abs(balance) <= 1e-10 * (1.0 + C * static_cast<double>(l))) res.alpha = *warmStart;
+  if (warmStart && warmStart->size() == l && (warmStart->array() >= 0).all()) {
+    // A start from another C may exceed the box: scaling keeps y'a = 0 and makes it feasible.
+    Eigen::VectorXd start = *warmStart;
+    const double top = start.maxCoeff();
+    if (top > C) start *= C / top;
+    const double balance = y.dot(start);
+    if (std::abs(balance) <= 1e-10 * (1.0 + C * static_cast<double>(l))) res.alpha = start.cwiseMin(C);
   }
   Eigen::VectorXd& a = res.alpha;
 

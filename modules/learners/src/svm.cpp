@@ -9,15 +9,19 @@ namespace neuromkl::learners {
 namespace {
 
 /// Solves on K = sum_j K_j and reports beta_j = 1/m with coef scaled by m (same decision function).
-Model FitOnSum(const KernelList& train, const InnerSolver& solver) {
+Model FitOnSum(const KernelList& train, const InnerSolver& solver, const FitOptions& options) {
   Stopwatch clock;
   const auto m = static_cast<Eigen::Index>(train.size());
   const Eigen::MatrixXd K = CombineKernels(train, Eigen::VectorXd::Ones(m));
-  const InnerSolution s = solver.Solve(K, nullptr);
+  InnerSolution warm;
+  const bool haveWarm = options.warmStart && options.warmStart->solverState.size() > 0;
+  if (haveWarm) warm.alpha = options.warmStart->solverState;
+  const InnerSolution s = solver.Solve(K, haveWarm ? &warm : nullptr);
   Model model;
   model.beta = Eigen::VectorXd::Constant(m, 1.0 / static_cast<double>(m));
   model.coef = s.coef * static_cast<double>(m);
   model.alpha = s.alpha;
+  model.solverState = s.alpha;
   model.bias = s.bias;
   model.info.status = s.converged ? FitStatus::Converged : FitStatus::MaxIterReached;
   model.info.iterations = static_cast<int>(s.iterations);
@@ -32,9 +36,9 @@ Model FitOnSum(const KernelList& train, const InnerSolver& solver) {
 class Svm final : public Learner {
  public:
   explicit Svm(const ParamMap& p) : c_(p.at("c")), tol_(p.at("tolerance")), maxIter_(static_cast<long>(p.at("max_iterations"))) {}
-  Model Fit(const KernelList& train, const Targets& t) const override {
+  Model Fit(const KernelList& train, const Targets& t, const FitOptions& o) const override {
     ValidateFitInput(Name(), train, t);
-    if (t.task == Task::Classification) return FitOnSum(train, *MakeSvcSolver(t.y, c_, tol_, maxIter_));
+    if (t.task == Task::Classification) return FitOnSum(train, *MakeSvcSolver(t.y, c_, tol_, maxIter_), o);
     throw InputError("learners:TaskUnsupported", "learner svm", "svm is a classifier; for regression use krr, enmkl_krr or simplemkl");
   }
   std::string_view Name() const override { return "svm"; }
@@ -47,9 +51,9 @@ class Svm final : public Learner {
 class Krr final : public Learner {
  public:
   explicit Krr(const ParamMap& p) : lambda_(p.at("lambda")) {}
-  Model Fit(const KernelList& train, const Targets& t) const override {
+  Model Fit(const KernelList& train, const Targets& t, const FitOptions& o) const override {
     ValidateFitInput(Name(), train, t);
-    return FitOnSum(train, *MakeKrrSolver(t.y, lambda_));
+    return FitOnSum(train, *MakeKrrSolver(t.y, lambda_), o);
   }
   std::string_view Name() const override { return "krr"; }
 

@@ -33,7 +33,7 @@ struct FitInfo {
   int iterations = 0;        ///< outer iterations (MKL) or SMO iterations (SVM)
   int innerSolves = 0;       ///< single-kernel solves (MKL)
   long innerIterations = 0;  ///< SMO iterations summed over inner solves
-  double objective = 0;      ///< final objective (dual value for SVM-based learners)
+  double objective = 0;      ///< final objective: the dual value (SVM, KRR, SimpleMKL), the primal of seed 004 Def. 4 (ENMKL)
   double gap = 0;            ///< relative duality gap (SimpleMKL), max |delta beta| (ENMKL), KKT violation (SVM)
   double seconds = 0;
 };
@@ -46,6 +46,7 @@ struct Model {
   Eigen::VectorXd alpha;  ///< the solver's dual variables (SVM: 0 <= alpha <= C; KRR: = coef)
   double bias = 0;
   FitInfo info;
+  Eigen::VectorXd solverState;  ///< the inner solver's variables as it left them (warm starts only)
 
   /// Decision values for test-vs-train blocks (each m x n, one per kernel, in training order).
   /// InputError with the shapes if they do not match the model.
@@ -55,12 +56,19 @@ struct Model {
   Eigen::VectorXd RegionCoefficients(std::size_t j) const { return beta[static_cast<Eigen::Index>(j)] * coef; }
 };
 
+/// Optional help for a fit: a model fitted on the same training kernels with neighbouring
+/// parameters (a grid search) to start from. It changes the path, not the optimum.
+struct FitOptions {
+  const Model* warmStart = nullptr;
+};
+
 class Learner {
  public:
   virtual ~Learner() = default;
   /// Fits on training kernels (each n x n) and targets (size n). Throws InputError on bad input
   /// (shapes, non-finite values, a single class); never throws for non-convergence.
-  virtual Model Fit(const KernelList& train, const Targets& targets) const = 0;
+  virtual Model Fit(const KernelList& train, const Targets& targets, const FitOptions& options) const = 0;
+  Model Fit(const KernelList& train, const Targets& targets) const { return Fit(train, targets, FitOptions{}); }
   virtual std::string_view Name() const = 0;
 };
 
