@@ -167,9 +167,24 @@ kernels::KernelSet TabularKernels(const config::StudyConfig& study, const Cohort
 
 }  // namespace
 
+namespace {
+atlas::RegionIndex StudyRegions(const config::StudyConfig& study, const Cohort& cohort, std::vector<std::string>& warnings) {
+  const atlas::Atlas atlas = LoadStudyAtlas(study);
+  for (const auto& w : atlas.warnings) warnings.push_back("atlas: " + w);
+  const io::Geometry grid = io::ReadGeometry(cohort.images.at(0));
+  std::unique_ptr<io::Volume> mask;
+  if (!study.mask.empty()) mask = std::make_unique<io::Volume>(io::ReadVolume(study.mask));
+  atlas::RegionIndex index = atlas::BuildRegionIndex(atlas, grid, mask.get(), study.mask);
+  for (const auto& w : index.warnings) warnings.push_back("atlas: " + w);
+  return index;
+}
+}  // namespace
+
 KernelStageResult RunKernelStage(const config::StudyConfig& study, const Cohort& cohort, const std::string& scratchDir) {
   KernelStageResult res;
   res.key = KernelCacheKey(study, cohort);
+  // The region index is cheap (the atlas and one header) and the weight maps need it, cache or not.
+  if (study.kernels.source == KernelSource::Images) res.regions = StudyRegions(study, cohort, res.warnings);
   if (study.kernels.cache) {
     res.cachePath = study.output.cacheDir + "/" + res.key;
     std::error_code ec;
@@ -189,13 +204,7 @@ KernelStageResult RunKernelStage(const config::StudyConfig& study, const Cohort&
   }
   switch (study.kernels.source) {
     case KernelSource::Images: {
-      const atlas::Atlas atlas = LoadStudyAtlas(study);
-      for (const auto& w : atlas.warnings) res.warnings.push_back("atlas: " + w);
-      const io::Geometry grid = io::ReadGeometry(cohort.images.at(0));
-      std::unique_ptr<io::Volume> mask;
-      if (!study.mask.empty()) mask = std::make_unique<io::Volume>(io::ReadVolume(study.mask));
-      const atlas::RegionIndex index = atlas::BuildRegionIndex(atlas, grid, mask.get(), study.mask);
-      for (const auto& w : index.warnings) res.warnings.push_back("atlas: " + w);
+      const atlas::RegionIndex& index = *res.regions;
       kernels::RegionKernelOptions options;
       options.nanPolicy = study.kernels.nanPolicy;
       options.memoryBudgetBytes = static_cast<std::uint64_t>(study.kernels.memoryBudgetMb * 1048576.0);

@@ -1,4 +1,5 @@
 #include <cmath>
+#include <ctime>
 #include <filesystem>
 #include <fstream>
 
@@ -14,6 +15,9 @@
 #include "neuromkl/core/strings.hpp"
 #include "neuromkl/core/progress.hpp"
 #include "neuromkl/cv/nested_cv.hpp"
+#include "neuromkl/export/report.hpp"
+#include "neuromkl/io/nifti.hpp"
+#include "neuromkl/weights/weights.hpp"
 #include "neuromkl/pipeline/cohort.hpp"
 #include "neuromkl/pipeline/kernel_stage.hpp"
 #include "neuromkl/pipeline/output_dir.hpp"
@@ -162,6 +166,63 @@ RunOutcome RunStudy(config::StudyConfig study, const RunOptions& options) {
     record.seconds["permutations"] = Since(t);
   }
 
+  // ---- which regions carry the prediction: region tables and voxel weight maps ----
+  t = Clock::now();
+  const std::size_t L = record.learners.size();
+  std::vector<std::vector<std::vector<float>>> foldMaps(L);
+  std::vector<std::vector<float>> meanMaps(L);
+  const bool writeMaps = study.output.weightMaps && ks.regions.has_value();
+  if (writeMaps) {
+    std::vector<Eigen::MatrixXd> subjectWeights;
+    std::vector<std::pair<std::size_t, std::size_t>> slot;  // (learner, fold) of each map
+    for (std::size_t l = 0; l < L; ++l)
+      for (std::size_t f = 0; f < record.learners[l].outcome.folds.size(); ++f) {
+        const auto& fold = record.learners[l].outcome.folds[f];
+        if (!fold.error.empty()) continue;
+        subjectWeights.push_back(weights::SubjectWeights(labelled, {fold.train, fold.test, fold.model.coef, fold.model.beta},
+                                                         study.kernels.centre, study.kernels.normalise));
+        slot.emplace_back(l, f);
+      }
+    std::vector<std::string> images;
+    for (auto r : cohort.labelledRows) images.push_back(cohort.images[static_cast<std::size_t>(r)]);
+    auto maps = weights::VoxelMaps(images, *ks.regions, ks.set.info, subjectWeights, study.kernels.nanPolicy);
+    for (std::size_t k = 0; k < maps.size(); ++k) {
+      auto& map = maps[k];
+      if (study.output.weightMapUnitNorm) {
+        double norm = 0;
+        for (float v : map) norm += static_cast<double>(v) * v;
+        if (norm > 0)
+          for (float& v : map) v = static_cast<float>(v / std::sqrt(norm));
+      }
+      foldMaps[slot[k].first].push_back(std::move(map));
+    }
+    for (std::size_t l = 0; l < L; ++l) {
+      if (foldMaps[l].empty()) continue;
+      std::vector<double> mean(foldMaps[l][0].size(), 0.0);
+      for (const auto& m : foldMaps[l])
+        for (std::size_t v = 0; v < m.size(); ++v) mean[v] += m[v];
+      meanMaps[l].resize(mean.size());
+      for (std::size_t v = 0; v < mean.size(); ++v) meanMaps[l][v] = static_cast<float>(mean[v] / static_cast<double>(foldMaps[l].size()));
+    }
+  }
+  for (std::size_t l = 0; l < L; ++l) {
+    auto& lr = record.learners[l];
+    const bool mkl = learners::FindLearner(lr.outcome.name)->multipleKernels;
+    std::vector<Eigen::VectorXd> foldWeights;
+    std::size_t mapIndex = 0;
+    for (const auto& fold : lr.outcome.folds) {
+      if (!fold.error.empty()) continue;
+      if (mkl || !writeMaps) foldWeights.push_back(fold.model.beta);
+      else foldWeights.push_back(weights::RegionShares(foldMaps[l][mapIndex], *ks.regions, ks.set.info));
+      ++mapIndex;
+    }
+    lr.regions = weights::RegionTable(foldWeights);
+    lr.regionSource = mkl ? "kernel weights (beta) per outer fold"
+                          : writeMaps ? "voxel weight map per outer fold: mean |w| per voxel of each region, renormalised to 100 %"
+                                      : "uniform: this learner has no kernel weights and no voxel map was computed";
+  }
+  record.seconds["weights"] = Since(t);
+
   // ---- the record ----
   record.study = study.name;
   record.version = NeuromklVersion();
@@ -186,6 +247,15 @@ RunOutcome RunStudy(config::StudyConfig study, const RunOptions& options) {
   record.centre = study.kernels.centre;
   record.normalise = study.kernels.normalise;
   record.threads = study.threads;
+  record.description = study.description;
+  record.atlas = study.kernels.source != config::KernelSource::Images ? "" : study.atlas.builtin.empty() ? study.atlas.image : study.atlas.builtin;
+  record.mask = study.mask;
+  {
+    const std::time_t now = std::time(nullptr);
+    char buf[32];
+    std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+    record.date = buf;
+  }
   Hasher inputHash;
   inputHash.Update(ks.key).Update(HashFile(study.subjects.table)).Update(config::ResolvedConfigJson(study));
   record.inputHash = inputHash.Hex();
@@ -253,35 +323,46 @@ RunOutcome RunStudy(config::StudyConfig study, const RunOptions& options) {
     }
     WriteText(dir + "/folds.tsv", Tsv(rows));
   }
-  {
-    std::vector<std::string> header = {"label", "name"};
-    for (const auto& lr : record.learners) {
-      header.push_back(lr.outcome.label + "_mean");
-      header.push_back(lr.outcome.label + "_sd");
-      header.push_back(lr.outcome.label + "_folds_selected");
-    }
+  for (std::size_t l = 0; l < L; ++l) {
+    auto& lr = record.learners[l];
+    std::vector<std::string> header = {"rank", "label", "name", "voxels", "non_finite_voxels", "mean_percent", "sd_percent", "folds_selected",
+                                       "expected_ranking"};
+    for (const auto& f : lr.outcome.folds)
+      if (f.error.empty()) header.push_back(fmt::format("fold{}{}_percent", f.index, f.repeat > 0 ? "_r" + std::to_string(f.repeat) : ""));
     std::vector<std::vector<std::string>> rows = {header};
-    for (std::size_t j = 0; j < ks.set.info.size(); ++j) {
-      std::vector<std::string> row = {std::to_string(ks.set.info[j].label), ks.set.info[j].name};
-      for (const auto& lr : record.learners) {
-        std::vector<double> w;
-        int selected = 0;
-        for (const auto& f : lr.outcome.folds)
-          if (f.error.empty()) {
-            w.push_back(f.model.beta[static_cast<Eigen::Index>(j)]);
-            selected += f.model.beta[static_cast<Eigen::Index>(j)] > 0;
-          }
-        double mean = 0, var = 0;
-        for (double x : w) mean += x;
-        mean /= std::max<double>(1.0, static_cast<double>(w.size()));
-        for (double x : w) var += (x - mean) * (x - mean);
-        row.push_back(Cell(mean));
-        row.push_back(Cell(w.size() > 1 ? std::sqrt(var / static_cast<double>(w.size() - 1)) : std::nan("")));
-        row.push_back(std::to_string(selected));
-      }
-      rows.push_back(row);
+    for (std::size_t i = 0; i < lr.regions.size(); ++i) {
+      const auto& row = lr.regions[i];
+      const auto& k = ks.set.info[row.kernel];
+      std::vector<std::string> cells = {std::to_string(i + 1), std::to_string(k.label), k.name, std::to_string(k.features),
+                                        std::to_string(k.nonFiniteVoxels), Cell(row.meanPercent), Cell(row.sdPercent),
+                                        std::to_string(row.foldsSelected), Cell(row.expectedRank)};
+      for (double p : row.foldPercent) cells.push_back(Cell(p));
+      rows.push_back(cells);
     }
-    WriteText(dir + "/kernel_weights.tsv", Tsv(rows));
+    WriteText(dir + "/regions_" + lr.outcome.label + ".tsv", Tsv(rows));
+    WriteText(dir + "/regions_" + lr.outcome.label + ".json",
+              fmt::format("{{\n  \"learner\": \"{}\",\n  \"weights\": \"{}\",\n  \"percent\": \"each fold's weights as a percentage of that fold's total\",\n"
+                          "  \"folds_selected\": \"outer folds in which the weight is > 0\",\n"
+                          "  \"expected_ranking\": \"mean over outer folds of the region's rank; rank 1 = largest weight, ties share the average of their ranks\",\n"
+                          "  \"order\": \"rows sorted by mean_percent, descending\"\n}}\n",
+                          lr.outcome.label, lr.regionSource));
+    if (writeMaps && !foldMaps[l].empty()) {
+      std::error_code ec;
+      fs::create_directories(dir + "/weights", ec);
+      io::Volume v;
+      v.geometry = ks.regions->grid;
+      std::size_t k = 0;
+      for (const auto& f : lr.outcome.folds) {
+        if (!f.error.empty()) continue;
+        const std::string name = fmt::format("weights/{}_fold{}{}.nii.gz", lr.outcome.label, f.index, f.repeat > 0 ? "_r" + std::to_string(f.repeat) : "");
+        v.data = foldMaps[l][k++];
+        io::WriteVolume(dir + "/" + name, v);
+        lr.foldMaps.push_back(name);
+      }
+      v.data = meanMaps[l];
+      lr.meanMap = "weights/" + lr.outcome.label + "_mean.nii.gz";
+      io::WriteVolume(dir + "/" + lr.meanMap, v);
+    }
   }
   if (study.permutations.count > 0) {
     std::vector<std::vector<std::string>> rows = {{"permutation", "learner", "metric", "value"}};
@@ -291,6 +372,7 @@ RunOutcome RunStudy(config::StudyConfig study, const RunOptions& options) {
     WriteText(dir + "/null_distribution.tsv", Tsv(rows));
   }
   record.seconds["total"] = Since(start);
+  WriteText(dir + "/report.html", exporting::RenderReport(record, meanMaps, ks.regions ? &*ks.regions : nullptr));
   WriteText(dir + "/results.json", config::RunRecordJson(record));
   out.Commit();
 

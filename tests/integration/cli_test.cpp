@@ -6,6 +6,7 @@
 
 #include <gmock/gmock.h>
 
+#include "neuromkl/io/nifti.hpp"
 #include "testing.hpp"
 
 using neuromkl::testing::ReadFile;
@@ -83,8 +84,9 @@ TEST_F(CliRun, RunWritesACompleteOutputFolder) {
   const auto r = RunCli("run " + Study() + " --out " + out);
   ASSERT_EQ(r.exitCode, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("Results: " + out));
-  for (const char* f : {"results.json", "study.resolved.json", "regions.tsv", "subjects.tsv", "kernel_weights.tsv", "predictions.tsv",
-                        "metrics.tsv", "folds.tsv", "kernels/index.json"})
+  for (const char* f : {"results.json", "study.resolved.json", "regions.tsv", "subjects.tsv", "predictions.tsv", "metrics.tsv", "folds.tsv",
+                        "regions_enmkl_svm.tsv", "regions_enmkl_svm.json", "regions_svm.tsv", "report.html", "weights/enmkl_svm_mean.nii.gz",
+                        "weights/svm_fold0.nii.gz", "kernels/index.json"})
     EXPECT_TRUE(fs::exists(out + "/" + f)) << f;
   const std::string results = ReadFile(out + "/results.json");
   for (const char* key : {"\"neuromkl_version\"", "\"seed\": 3", "\"input_hash\"", "\"kernel_weights\"", "\"status\": \"converged\"",
@@ -130,11 +132,13 @@ TEST_F(CliRun, ThreadCountDoesNotChangeResults) {
   const std::string a = *dir_ / "out_t1", b = *dir_ / "out_t2";
   ASSERT_EQ(RunCli("run " + Study() + " --out " + a + " --threads 1").exitCode, 0);
   ASSERT_EQ(RunCli("run " + Study() + " --out " + b + " --threads 2").exitCode, 0);
-  for (const char* f : {"kernel_weights.tsv", "predictions.tsv", "metrics.tsv", "folds.tsv"}) {
+  for (const char* f : {"regions_enmkl_svm.tsv", "regions_svm.tsv", "predictions.tsv", "metrics.tsv", "folds.tsv"}) {
     const std::string one = ReadFile(a + "/" + f);
     EXPECT_GT(one.size(), 100u) << f;  // compare real content, not two missing files
     EXPECT_EQ(one, ReadFile(b + "/" + f)) << f;
   }
+  for (const char* map : {"weights/enmkl_svm_mean.nii.gz", "weights/svm_fold2.nii.gz"})
+    EXPECT_EQ(neuromkl::io::ReadVolume(a + "/" + map).data, neuromkl::io::ReadVolume(b + "/" + map).data) << map;
 }
 
 /// metrics.tsv as learner -> metric -> {pooled, fold_mean, fold_sd, permutation_p}.

@@ -27,6 +27,10 @@ std::string RunRecordJson(const RunRecord& r) {
   j["format"] = "neuromkl-results";
   j["format_version"] = 2;
   j["study"] = r.study;
+  j["description"] = r.description;
+  j["date"] = r.date;
+  j["atlas"] = r.atlas;
+  j["mask"] = r.mask;
   j["neuromkl_version"] = r.version;
   j["versions"] = r.versions;
   j["config"] = r.configPath;
@@ -69,6 +73,17 @@ std::string RunRecordJson(const RunRecord& r) {
                            {"null_distribution", nulls},
                            {"p_value_rule", "(number of permutations scoring at least as well + 1) / (count + 1)"}};
     }
+    e["regions"] = {{"source", lr.regionSource},
+                    {"ranking", "rank 1 = largest weight in a fold, ties share the average rank; expected_ranking = mean rank over outer folds"},
+                    {"table", Json::array()}};
+    for (const auto& row : lr.regions) {
+      const auto& k = r.kernels[row.kernel];
+      e["regions"]["table"].push_back({{"name", k.name}, {"label", k.label}, {"voxels", k.features}, {"non_finite_voxels", k.nonFiniteVoxels},
+                                       {"mean_percent", Num(row.meanPercent)}, {"sd_percent", Num(row.sdPercent)},
+                                       {"folds_selected", row.foldsSelected}, {"expected_ranking", Num(row.expectedRank)},
+                                       {"fold_percent", row.foldPercent}});
+    }
+    if (!lr.meanMap.empty()) e["weight_maps"] = {{"mean", lr.meanMap}, {"folds", lr.foldMaps}};
     e["folds"] = Json::array();
     for (const auto& f : o.folds) {
       Json fj = {{"index", f.index}, {"repeat", f.repeat}, {"n_train", f.train.size()}, {"n_test", f.test.size()},

@@ -267,10 +267,12 @@ StudyConfig ParseStudyConfig(const std::string& text, const std::string& baseDir
   c.output.dir = Resolve(baseDir, "results/" + c.name);
   c.output.cacheDir = Resolve(baseDir, ".neuromkl_cache");
   if (r.Has("output")) {
-    ObjectReader o(r.At("output"), "/output", src, {"dir", "cache_dir", "save_kernels"});
+    ObjectReader o(r.At("output"), "/output", src, {"dir", "cache_dir", "save_kernels", "weight_maps", "weight_maps_unit_norm"});
     if (o.Has("dir")) c.output.dir = Resolve(baseDir, o.RequiredString("dir"));
     if (o.Has("cache_dir")) c.output.cacheDir = Resolve(baseDir, o.RequiredString("cache_dir"));
     c.output.saveKernels = o.Bool("save_kernels", c.output.saveKernels);
+    c.output.weightMaps = o.Bool("weight_maps", c.output.weightMaps);
+    c.output.weightMapUnitNorm = o.Bool("weight_maps_unit_norm", c.output.weightMapUnitNorm);
   }
   return c;
 }
@@ -327,7 +329,8 @@ std::string ResolvedConfigJson(const StudyConfig& c) {
     j["learners"].push_back({{"name", l.name}, {"label", l.label}, {"params", params}, {"grid", grid}});
   }
   j["permutations"] = {{"count", c.permutations.count}};
-  j["output"] = {{"dir", c.output.dir}, {"cache_dir", c.output.cacheDir}, {"save_kernels", c.output.saveKernels}};
+  j["output"] = {{"dir", c.output.dir}, {"cache_dir", c.output.cacheDir}, {"save_kernels", c.output.saveKernels},
+                 {"weight_maps", c.output.weightMaps}, {"weight_maps_unit_norm", c.output.weightMapUnitNorm}};
   j["seed"] = c.seed;
   j["threads"] = c.threads;
   return j.dump(2);

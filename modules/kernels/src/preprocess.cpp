@@ -42,20 +42,26 @@ void CentreFold(FoldKernel& k) {
   }
 }
 
-void NormaliseFold(FoldKernel& k) {
-  const Eigen::Index l = k.train.rows(), m = k.testTrain.rows();
+void InverseNorms(const Eigen::Ref<const Eigen::VectorXd>& trainDiag, const Eigen::Ref<const Eigen::VectorXd>& testDiag,
+                  Eigen::VectorXd& invTrain, Eigen::VectorXd& invTest) {
   // A self-similarity this small relative to the fold's largest is a zero vector up to rounding
-  // (after centring, a sample equal to the training mean leaves ~1e-16): 0/0, so the row becomes 0.
+  // (after centring, a sample equal to the training mean leaves ~1e-16): 0/0, so its row becomes 0.
   double scale = 0;
-  for (Eigen::Index i = 0; i < l; ++i) scale = std::max(scale, k.train(i, i));
-  for (Eigen::Index i = 0; i < m; ++i) scale = std::max(scale, k.testDiag[i]);
+  if (trainDiag.size() > 0) scale = std::max(scale, trainDiag.maxCoeff());
+  if (testDiag.size() > 0) scale = std::max(scale, testDiag.maxCoeff());
   const double floor = kZeroNormRelative * scale;
-  Eigen::VectorXd invTrain(l), invTest(m);
-  for (Eigen::Index i = 0; i < l; ++i) invTrain[i] = k.train(i, i) > floor ? 1.0 / std::sqrt(k.train(i, i)) : 0.0;
-  for (Eigen::Index i = 0; i < m; ++i) invTest[i] = k.testDiag[i] > floor ? 1.0 / std::sqrt(k.testDiag[i]) : 0.0;
+  invTrain.resize(trainDiag.size());
+  invTest.resize(testDiag.size());
+  for (Eigen::Index i = 0; i < trainDiag.size(); ++i) invTrain[i] = trainDiag[i] > floor ? 1.0 / std::sqrt(trainDiag[i]) : 0.0;
+  for (Eigen::Index i = 0; i < testDiag.size(); ++i) invTest[i] = testDiag[i] > floor ? 1.0 / std::sqrt(testDiag[i]) : 0.0;
+}
+
+void NormaliseFold(FoldKernel& k) {
+  Eigen::VectorXd invTrain, invTest;
+  InverseNorms(k.train.diagonal(), k.testDiag, invTrain, invTest);
   k.train = invTrain.asDiagonal() * k.train * invTrain.asDiagonal();
   k.testTrain = invTest.asDiagonal() * k.testTrain * invTrain.asDiagonal();
-  for (Eigen::Index i = 0; i < m; ++i) k.testDiag[i] = invTest[i] > 0 ? 1.0 : 0.0;
+  for (Eigen::Index i = 0; i < k.testDiag.size(); ++i) k.testDiag[i] = invTest[i] > 0 ? 1.0 : 0.0;
 }
 
 }  // namespace neuromkl::kernels

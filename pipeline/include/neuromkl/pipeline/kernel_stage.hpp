@@ -1,6 +1,7 @@
 #pragma once
 // The kernel stage of a study: images + atlas (+ mask), precomputed kernel files, or tabular
 // feature groups -> a KernelSet over every subject of the table, cached by content hash.
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -18,6 +19,7 @@ struct KernelStageResult {
   bool cacheHit = false;
   std::string cachePath;  ///< folder of the cached store (empty when caching is off)
   std::vector<std::string> warnings;
+  std::optional<atlas::RegionIndex> regions;  ///< image source: each region's voxels on the image grid
 };
 
 /// The study's atlas (built-in or custom), read and checked.

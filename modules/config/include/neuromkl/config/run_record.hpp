@@ -8,6 +8,7 @@
 #include "neuromkl/cv/nested_cv.hpp"
 #include "neuromkl/kernels/kernel_set.hpp"
 #include "neuromkl/learners/learner.hpp"
+#include "neuromkl/weights/weights.hpp"
 
 namespace neuromkl::config {
 
@@ -23,6 +24,10 @@ struct LearnerRecord {
   cv::LearnerOutcome outcome;
   cv::Summary summary;
   PermutationRecord permutations;
+  std::vector<weights::RegionRow> regions;  ///< ranked region table
+  std::string regionSource;                 ///< what the region weights are (kernel weights or a voxel-map summary)
+  std::vector<std::string> foldMaps;        ///< voxel weight map per outer fold (relative paths), if written
+  std::string meanMap;                      ///< mean voxel weight map (relative path), if written
 };
 
 struct RunRecord {
@@ -41,6 +46,7 @@ struct RunRecord {
   std::map<std::string, std::string> versions;
   bool centre = true, normalise = true;
   int threads = 0;
+  std::string description, atlas, mask, date;
 };
 
 std::string RunRecordJson(const RunRecord& record);

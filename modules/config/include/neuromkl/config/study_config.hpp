@@ -89,6 +89,8 @@ struct OutputSpec {
   std::string dir;                   ///< resolved; default "<config folder>/results/<name>"
   std::string cacheDir;              ///< resolved; default "<config folder>/.neuromkl_cache"
   bool saveKernels = true;
+  bool weightMaps = true;            ///< voxel weight maps (image source): one extra pass over the images
+  bool weightMapUnitNorm = false;    ///< scale each fold's map to unit L2 norm before averaging (as PRoNTo)
 };
 
 struct StudyConfig {

@@ -25,4 +25,9 @@ void CentreFold(FoldKernel& k);
 /// (relative to the fold's largest, below 1e-12) gets an all-zero row (and column), never NaN.
 void NormaliseFold(FoldKernel& k);
 
+/// The scales NormaliseFold applies: 1 / sqrt(self-similarity), or 0 for a sample whose
+/// self-similarity is below 1e-12 of the largest (train and test together).
+void InverseNorms(const Eigen::Ref<const Eigen::VectorXd>& trainDiag, const Eigen::Ref<const Eigen::VectorXd>& testDiag,
+                  Eigen::VectorXd& invTrain, Eigen::VectorXd& invTest);
+
 }  // namespace neuromkl::kernels

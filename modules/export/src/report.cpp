@@ -1,0 +1,296 @@
+#include "neuromkl/export/report.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <numeric>
+
+#include <fmt/format.h>
+
+#include "neuromkl/core/strings.hpp"
+#include "neuromkl/export/png.hpp"
+#include "neuromkl/io/nifti.hpp"
+
+namespace neuromkl::exporting {
+
+namespace {
+
+std::string Escape(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    switch (c) {
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '&': out += "&amp;"; break;
+      case '"': out += "&quot;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+std::string Num(double v, int digits = 3) { return std::isfinite(v) ? fmt::format("{:.{}f}", v, digits) : "&ndash;"; }
+
+const char* kColours[] = {"#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf"};
+
+/// Horizontal bars: top regions' mean weight (%) with +- 1 SD over folds.
+std::string TopRegionsChart(const config::LearnerRecord& lr, const config::RunRecord& r, std::size_t top) {
+  const std::size_t n = std::min(top, lr.regions.size());
+  double maxValue = 1e-12;
+  for (std::size_t i = 0; i < n; ++i) maxValue = std::max(maxValue, lr.regions[i].meanPercent + lr.regions[i].sdPercent);
+  const int rowH = 18, left = 170, width = 560, barW = width - left - 60;
+  const int height = static_cast<int>(n) * rowH + 40;
+  std::string svg = fmt::format(R"(<svg class="figure" role="img" aria-label="top regions" width="{}" height="{}" viewBox="0 0 {} {}">)", width, height, width, height);
+  for (std::size_t i = 0; i < n; ++i) {
+    const auto& row = lr.regions[i];
+    const double y = 10 + static_cast<double>(i) * rowH;
+    const double w = barW * row.meanPercent / maxValue;
+    const double lo = barW * std::max(0.0, row.meanPercent - row.sdPercent) / maxValue, hi = barW * (row.meanPercent + row.sdPercent) / maxValue;
+    svg += fmt::format(R"(<text x="{}" y="{}" font-size="11" text-anchor="end">{}</text>)", left - 6, y + 12, Escape(r.kernels[row.kernel].name));
+    svg += fmt::format(R"(<rect x="{}" y="{}" width="{:.1f}" height="{}" fill="#4c78a8"><title>{}: {:.2f} % (SD {:.2f}), selected in {} folds, expected rank {:.1f}</title></rect>)",
+                       left, y + 2, std::max(w, 0.5), rowH - 5, Escape(r.kernels[row.kernel].name), row.meanPercent, row.sdPercent, row.foldsSelected, row.expectedRank);
+    svg += fmt::format(R"(<line x1="{:.1f}" x2="{:.1f}" y1="{}" y2="{}" stroke="#222" stroke-width="1.2"/>)", left + lo, left + hi, y + rowH / 2.0, y + rowH / 2.0);
+    svg += fmt::format(R"(<text x="{:.1f}" y="{}" font-size="10" fill="#444">{:.1f}</text>)", left + hi + 4, y + 12, row.meanPercent);
+  }
+  svg += fmt::format(R"(<text x="{}" y="{}" font-size="11">mean weight (%) over outer folds, bar = +-1 SD</text></svg>)", left, height - 8);
+  return svg;
+}
+
+/// Vertical bars: number of regions with weight > 0 per outer fold.
+std::string SelectedCountsChart(const config::LearnerRecord& lr, std::size_t kernels) {
+  std::vector<std::pair<std::string, int>> counts;
+  for (const auto& f : lr.outcome.folds)
+    if (f.error.empty())
+      counts.emplace_back(f.repeat > 0 ? fmt::format("{}/{}", f.repeat, f.index) : std::to_string(f.index), static_cast<int>((f.model.beta.array() > 0).count()));
+  const int width = 60 + 40 * static_cast<int>(counts.size()), height = 190, base = 160;
+  std::string svg = fmt::format(R"(<svg class="figure" role="img" aria-label="selected regions per fold" width="{}" height="{}" viewBox="0 0 {} {}">)", width, height, width, height);
+  svg += fmt::format(R"(<line x1="40" x2="{}" y1="{}" y2="{}" stroke="#888"/>)", width - 10, base, base);
+  svg += fmt::format(R"(<text x="4" y="{}" font-size="10">{}</text><text x="4" y="{}" font-size="10">0</text>)", 20, kernels, base);
+  for (std::size_t i = 0; i < counts.size(); ++i) {
+    const double h = 140.0 * counts[i].second / std::max<double>(1.0, static_cast<double>(kernels));
+    const double x = 50 + 40.0 * static_cast<double>(i);
+    svg += fmt::format(R"(<rect x="{}" y="{:.1f}" width="26" height="{:.1f}" fill="#72b7b2"><title>fold {}: {} of {} regions</title></rect>)", x, base - h, std::max(h, 0.5), counts[i].first, counts[i].second, kernels);
+    svg += fmt::format(R"(<text x="{}" y="{:.1f}" font-size="10" text-anchor="middle">{}</text>)", x + 13, base - h - 3, counts[i].second);
+    svg += fmt::format(R"(<text x="{}" y="{}" font-size="10" text-anchor="middle">{}</text>)", x + 13, base + 13, counts[i].first);
+  }
+  svg += fmt::format(R"(<text x="40" y="{}" font-size="11">regions selected (weight &gt; 0) per outer fold</text></svg>)", height - 4);
+  return svg;
+}
+
+/// Pooled out-of-fold (target, decision) pairs of the first repetition.
+std::pair<std::vector<double>, std::vector<double>> Pooled(const config::LearnerRecord& lr, const config::RunRecord& r) {
+  std::vector<double> y, f;
+  for (const auto& fold : lr.outcome.folds)
+    if (fold.repeat == 0)
+      for (std::size_t i = 0; i < fold.test.size(); ++i)
+        if (std::isfinite(fold.decision[static_cast<Eigen::Index>(i)])) {
+          y.push_back(r.targets[static_cast<std::size_t>(fold.test[i])]);
+          f.push_back(fold.decision[static_cast<Eigen::Index>(i)]);
+        }
+  return {y, f};
+}
+
+std::string RocChart(const config::RunRecord& r) {
+  const int size = 320, pad = 40, plot = size - 2 * pad;
+  std::string svg = fmt::format(R"(<svg class="figure" role="img" aria-label="ROC curves" width="{}" height="{}" viewBox="0 0 {} {}">)", size + 150, size, size + 150, size);
+  svg += fmt::format(R"(<rect x="{}" y="{}" width="{}" height="{}" fill="none" stroke="#888"/>)", pad, pad, plot, plot);
+  svg += fmt::format(R"(<line x1="{}" y1="{}" x2="{}" y2="{}" stroke="#bbb" stroke-dasharray="4 3"/>)", pad, pad + plot, pad + plot, pad);
+  for (std::size_t l = 0; l < r.learners.size(); ++l) {
+    auto [y, f] = Pooled(r.learners[l], r);
+    std::vector<std::size_t> order(y.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return f[a] > f[b]; });
+    const double pos = static_cast<double>(std::count_if(y.begin(), y.end(), [](double v) { return v > 0; }));
+    const double neg = static_cast<double>(y.size()) - pos;
+    if (pos == 0 || neg == 0) continue;
+    std::string points = fmt::format("{},{} ", pad, pad + plot);
+    double tp = 0, fp = 0;
+    for (std::size_t k = 0; k < order.size(); ++k) {
+      (y[order[k]] > 0 ? tp : fp) += 1;
+      if (k + 1 < order.size() && f[order[k + 1]] == f[order[k]]) continue;  // ties move diagonally
+      points += fmt::format("{:.1f},{:.1f} ", pad + plot * fp / neg, pad + plot * (1 - tp / pos));
+    }
+    const char* colour = kColours[l % 8];
+    svg += fmt::format(R"(<polyline points="{}" fill="none" stroke="{}" stroke-width="2"/>)", points, colour);
+    svg += fmt::format(R"(<text x="{}" y="{}" font-size="11" fill="{}">{} (AUC {})</text>)", size - 10, pad + 14 + 16 * static_cast<int>(l), colour,
+                       Escape(r.learners[l].outcome.label), Num(r.learners[l].summary.pooled.count("auc") ? r.learners[l].summary.pooled.at("auc") : NAN));
+  }
+  svg += fmt::format(R"(<text x="{}" y="{}" font-size="11" text-anchor="middle">false positive rate</text>)", pad + plot / 2, size - 8);
+  svg += fmt::format(R"(<text x="12" y="{}" font-size="11" transform='rotate(-90 12 {})' text-anchor="middle">true positive rate</text></svg>)", pad + plot / 2, pad + plot / 2);
+  return svg;
+}
+
+std::string ScatterChart(const config::LearnerRecord& lr, const config::RunRecord& r, const char* colour) {
+  auto [y, f] = Pooled(lr, r);
+  const int size = 300, pad = 40, plot = size - 2 * pad;
+  double lo = 1e300, hi = -1e300;
+  for (double v : y) lo = std::min(lo, v), hi = std::max(hi, v);
+  for (double v : f) lo = std::min(lo, v), hi = std::max(hi, v);
+  if (!(hi > lo)) hi = lo + 1;
+  auto X = [&](double v) { return pad + plot * (v - lo) / (hi - lo); };
+  auto Y = [&](double v) { return pad + plot * (1 - (v - lo) / (hi - lo)); };
+  std::string svg = fmt::format(R"(<svg class="figure" role="img" aria-label="predicted vs true" width="{}" height="{}" viewBox="0 0 {} {}">)", size, size, size, size);
+  svg += fmt::format(R"(<rect x="{}" y="{}" width="{}" height="{}" fill="none" stroke="#888"/>)", pad, pad, plot, plot);
+  svg += fmt::format(R"(<line x1="{:.1f}" y1="{:.1f}" x2="{:.1f}" y2="{:.1f}" stroke="#bbb" stroke-dasharray="4 3"/>)", X(lo), Y(lo), X(hi), Y(hi));
+  for (std::size_t i = 0; i < y.size(); ++i)
+    svg += fmt::format(R"(<circle cx="{:.1f}" cy="{:.1f}" r="3" fill="{}" fill-opacity="0.75"/>)", X(y[i]), Y(f[i]), colour);
+  svg += fmt::format(R"(<text x="{}" y="18" font-size="12">{}: r = {}, R&#178; = {}</text>)", pad, Escape(lr.outcome.label),
+                     Num(lr.summary.pooled.count("pearson_r") ? lr.summary.pooled.at("pearson_r") : NAN),
+                     Num(lr.summary.pooled.count("r2") ? lr.summary.pooled.at("r2") : NAN));
+  svg += fmt::format(R"(<text x="{}" y="{}" font-size="11" text-anchor="middle">true ({:.3g} .. {:.3g})</text>)", pad + plot / 2, size - 8, lo, hi);
+  svg += fmt::format(R"(<text x="12" y="{}" font-size="11" transform='rotate(-90 12 {})' text-anchor="middle">predicted</text></svg>)", pad + plot / 2, pad + plot / 2);
+  return svg;
+}
+
+/// Axial slices of a voxel map over a grey background, neurological convention (left on the left,
+/// anterior up), red = positive weight, blue = negative.
+std::string Montage(const std::vector<float>& map, const std::vector<float>& background, const io::Geometry& g) {
+  const auto W = g.dims[0], H = g.dims[1], Z = g.dims[2];
+  const auto affine = g.RasAffine();
+  const bool flipX = affine[0] < 0, flipY = affine[5] > 0;  // RAS: x grows to the right, y grows upwards
+  std::vector<double> mags;
+  for (float v : map)
+    if (v != 0.0f && std::isfinite(v)) mags.push_back(std::abs(v));
+  if (mags.empty()) return "<p>(the mean weight map is zero everywhere)</p>";
+  std::sort(mags.begin(), mags.end());
+  const double vmax = mags[static_cast<std::size_t>(0.99 * static_cast<double>(mags.size() - 1))];
+  double bgMax = 1e-12;
+  for (float b : background) bgMax = std::max(bgMax, static_cast<double>(b));
+  std::int64_t zLo = Z, zHi = -1;
+  for (std::int64_t z = 0; z < Z; ++z)
+    for (std::int64_t i = 0; i < W * H; ++i)
+      if (background[static_cast<std::size_t>(z * W * H + i)] > 0) {
+        zLo = std::min(zLo, z);
+        zHi = std::max(zHi, z);
+        break;
+      }
+  if (zHi < zLo) zLo = 0, zHi = Z - 1;
+  const int slices = 10, cols = 5, rows = 2;
+  const int scale = std::max<int>(1, static_cast<int>(std::lround(170.0 / static_cast<double>(std::max(W, H)))));
+  const int tileW = static_cast<int>(W) * scale, tileH = static_cast<int>(H) * scale;
+  const int width = cols * tileW, height = rows * tileH;
+  std::vector<std::uint8_t> rgb(static_cast<std::size_t>(width) * static_cast<std::size_t>(height) * 3, 0);
+  std::vector<double> zMm;
+  for (int s = 0; s < slices; ++s) {
+    const std::int64_t z = zLo + (zHi - zLo) * (s + 1) / (slices + 1);
+    zMm.push_back(g.IndexToLps({0, 0, static_cast<double>(z)})[2]);
+    const int ox = (s % cols) * tileW, oy = (s / cols) * tileH;
+    for (int py = 0; py < tileH; ++py)
+      for (int px = 0; px < tileW; ++px) {
+        std::int64_t i = px / scale, j = py / scale;
+        if (flipX) i = W - 1 - i;
+        if (flipY) j = H - 1 - j;
+        const std::size_t v = static_cast<std::size_t>(g.Linear(i, j, z));
+        const double grey = background[v] > 0 ? 30.0 + 200.0 * background[v] / bgMax : 0.0;
+        double r = grey, gg = grey, b = grey;
+        const double w = map[v];
+        if (w != 0.0 && std::isfinite(w)) {
+          const double a = std::min(1.0, std::abs(w) / vmax);
+          const double cr = w > 0 ? 255 : 30, cg = w > 0 ? 70 : 120, cb = w > 0 ? 20 : 255;
+          r = (1 - a) * grey + a * cr, gg = (1 - a) * grey + a * cg, b = (1 - a) * grey + a * cb;
+        }
+        const std::size_t p = (static_cast<std::size_t>(oy + py) * static_cast<std::size_t>(width) + static_cast<std::size_t>(ox + px)) * 3;
+        rgb[p] = static_cast<std::uint8_t>(r);
+        rgb[p + 1] = static_cast<std::uint8_t>(gg);
+        rgb[p + 2] = static_cast<std::uint8_t>(b);
+      }
+  }
+  std::vector<std::string> zs;
+  for (double z : zMm) zs.push_back(fmt::format("{:.0f}", z));
+  return fmt::format(R"(<img class="montage" alt="mean weight map, axial slices" width="{}" height="{}" src="data:image/png;base64,{}"><p class="note">Axial slices at z = {} mm (MNI), left to right, top to bottom; subject's left on the left, anterior up. Red: positive weight (towards the positive class / higher target), blue: negative; opacity ~ |w| up to its 99th percentile ({:.3g}).</p>)",
+                     width, height, Base64(EncodePng(width, height, rgb)), Join(zs, ", "), vmax);
+}
+
+std::vector<float> Background(const atlas::RegionIndex& regions) {
+  const std::string path = atlas::DataDir() + "/atlases/templates/mni_icbm152_gm_tal_nlin_sym_09a_converted.nii.gz";
+  std::error_code ec;
+  if (std::filesystem::exists(path, ec)) {
+    const io::Volume t = io::ReadVolume(path);
+    return atlas::ResampleNearest(t.geometry, t.data, regions.grid);
+  }
+  std::vector<float> bg(static_cast<std::size_t>(regions.grid.VoxelCount()), 0.0f);
+  for (const auto& r : regions.regions)
+    for (auto v : r.voxels) bg[static_cast<std::size_t>(v)] = 1.0f;
+  return bg;
+}
+
+}  // namespace
+
+std::string RenderReport(const config::RunRecord& r, const std::vector<std::vector<float>>& meanMaps, const atlas::RegionIndex* regions) {
+  const bool classification = r.task == "classification";
+  std::string h;
+  h += "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>neuromkl: " + Escape(r.study) + "</title>\n";
+  h += R"(<style>body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:2em auto;max-width:1100px;color:#222;padding:0 1em}
+h1{margin-bottom:0}h2{border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:2em}table{border-collapse:collapse;margin:.5em 0}
+td,th{border:1px solid #ddd;padding:.25em .6em;text-align:left;font-size:.92em}th{background:#f5f5f5}.num{text-align:right;font-variant-numeric:tabular-nums}
+.figs{display:flex;flex-wrap:wrap;gap:1.5em;align-items:flex-start}.note{color:#555;font-size:.88em;max-width:900px}.montage{image-rendering:pixelated;border:1px solid #ccc}</style></head>
+<body>
+)";
+  h += "<h1>" + Escape(r.study) + "</h1>\n";
+  if (!r.description.empty()) h += "<p>" + Escape(r.description) + "</p>\n";
+  h += "<h2>Study</h2>\n<table>\n";
+  auto row = [&](const std::string& k, const std::string& v) { h += "<tr><th>" + k + "</th><td>" + v + "</td></tr>\n"; };
+  row("task", Escape(r.task) + " of <code>" + Escape(r.targetColumn) + "</code>" +
+                  (classification ? " (positive class <code>" + Escape(r.positiveClass) + "</code>, negative <code>" + Escape(r.negativeClass) + "</code>)" : ""));
+  row("subjects", fmt::format("{} used, {} excluded (no target)", r.labelledSubjects.size(), r.excludedSubjects.size()));
+  row("kernels", fmt::format("{} ({}), {} excluded; {}centred, {}normalised per fold on training subjects", r.kernels.size(), Escape(r.kernelSource),
+                             r.excludedKernels.size(), r.centre ? "" : "not ", r.normalise ? "" : "not "));
+  if (!r.atlas.empty()) row("atlas", Escape(r.atlas) + (r.mask.empty() ? "" : ", mask " + Escape(r.mask)));
+  row("cross-validation", "outer " + Escape(r.outerScheme) + "; inner " + Escape(r.innerScheme) + fmt::format("; seed {}", r.cvSeed));
+  row("run", fmt::format("neuromkl {}, {}, seed {}, input hash <code>{}</code>, {:.1f} s", Escape(r.version), Escape(r.date), r.seed, r.inputHash,
+                         r.seconds.count("total") ? r.seconds.at("total") : 0.0));
+  h += "</table>\n";
+
+  h += "<h2>Performance</h2>\n<p class=\"note\">Pooled over all out-of-fold predictions; fold mean &plusmn; SD over outer folds";
+  if (!r.learners.empty() && r.learners[0].permutations.count > 0)
+    h += fmt::format("; p from {} permutations of the targets (whole nested CV rerun each time), (count + 1) / (N + 1)", r.learners[0].permutations.count);
+  h += ".</p>\n<table><tr><th>learner</th>";
+  const std::vector<std::pair<std::string, std::string>> metrics =
+      classification ? std::vector<std::pair<std::string, std::string>>{{"balanced_accuracy", "balanced accuracy"}, {"auc", "AUC"}, {"accuracy", "accuracy"},
+                                                                       {"recall_positive", "sensitivity"}, {"recall_negative", "specificity"}}
+                     : std::vector<std::pair<std::string, std::string>>{{"pearson_r", "Pearson r"}, {"r2", "R&#178; (coef. of determination)"},
+                                                                       {"mse", "MSE"}, {"mae", "MAE"}, {"nmse", "normalised MSE"}};
+  for (const auto& [_, label] : metrics) h += "<th>" + label + "</th>";
+  h += "</tr>\n";
+  for (const auto& lr : r.learners) {
+    h += "<tr><td>" + Escape(lr.outcome.label) + "</td>";
+    for (const auto& [key, _] : metrics) {
+      const auto& s = lr.summary;
+      std::string cell = Num(s.pooled.count(key) ? s.pooled.at(key) : NAN);
+      if (s.foldMean.count(key)) cell += fmt::format(" <span class=\"note\">({} &plusmn; {})</span>", Num(s.foldMean.at(key)), Num(s.foldSd.count(key) ? s.foldSd.at(key) : NAN));
+      if (lr.permutations.pValues.count(key)) cell += fmt::format(" <b>p = {:.3g}</b>", lr.permutations.pValues.at(key));
+      h += "<td class=\"num\">" + cell + "</td>";
+    }
+    h += "</tr>\n";
+  }
+  h += "</table>\n<div class=\"figs\">";
+  if (classification) h += RocChart(r);
+  else
+    for (std::size_t l = 0; l < r.learners.size(); ++l) h += ScatterChart(r.learners[l], r, kColours[l % 8]);
+  h += "</div>\n";
+
+  std::vector<float> background;
+  if (regions) background = Background(*regions);
+  for (std::size_t l = 0; l < r.learners.size(); ++l) {
+    const auto& lr = r.learners[l];
+    h += "<h2>Regions: " + Escape(lr.outcome.label) + "</h2>\n<p class=\"note\">" + Escape(lr.regionSource) +
+         ". Table: <code>regions_" + Escape(lr.outcome.label) + ".tsv</code>" + (lr.meanMap.empty() ? "" : "; map: <code>" + Escape(lr.meanMap) + "</code>") + ".</p>\n";
+    h += "<div class=\"figs\">" + TopRegionsChart(lr, r, 15) + SelectedCountsChart(lr, r.kernels.size()) + "</div>\n";
+    if (regions && l < meanMaps.size() && !meanMaps[l].empty()) h += Montage(meanMaps[l], background, regions->grid);
+  }
+  if (!r.warnings.empty()) {
+    h += "<h2>Warnings</h2><ul>";
+    for (const auto& w : r.warnings) h += "<li>" + Escape(w) + "</li>";
+    h += "</ul>\n";
+  }
+  // A check the browser test reads: how many figures rendered (images decoded, SVGs with a size).
+  h += R"(<script>window.addEventListener('load',function(){var ok=0,bad=0,imgs=document.images,svgs=document.querySelectorAll('svg.figure');
+for(var i=0;i<imgs.length;i++){if(imgs[i].complete&&imgs[i].naturalWidth>0)ok++;else bad++;}
+for(var j=0;j<svgs.length;j++){var b=svgs[j].getBBox();if(b.width>0&&b.height>0)ok++;else bad++;}
+document.body.setAttribute('data-figures',imgs.length+svgs.length);document.body.setAttribute('data-figures-ok',ok);document.body.setAttribute('data-figures-bad',bad);});</script>
+</body></html>
+)";
+  return h;
+}
+
+}  // namespace neuromkl::exporting

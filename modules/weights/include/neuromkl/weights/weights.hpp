@@ -1,0 +1,58 @@
+#pragma once
+// Which regions carry the prediction (ALGORITHMS.md section 8): region tables from kernel weights
+// per outer fold, and voxel weight maps w = sum_i coef_i x~_i for linear kernels.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <Eigen/Core>
+
+#include "neuromkl/atlas/atlas.hpp"
+#include "neuromkl/kernels/kernel_set.hpp"
+#include "neuromkl/kernels/region_kernels.hpp"
+
+namespace neuromkl::weights {
+
+/// Ranks with rank 1 = the largest value; tied values share the average of their ranks.
+Eigen::VectorXd Ranks(const Eigen::VectorXd& values);
+
+struct RegionRow {
+  std::size_t kernel = 0;             ///< index into the kernel set
+  std::vector<double> foldPercent;    ///< weight per outer fold, percent of that fold's total
+  double meanPercent = 0, sdPercent = 0;
+  int foldsSelected = 0;              ///< folds with weight > 0
+  double expectedRank = 0;            ///< mean over folds of the rank (1 = largest, ties averaged)
+};
+
+/// One row per kernel, sorted by mean weight (descending; ties by expected rank, then kernel order).
+/// `foldWeights`: one non-negative vector per outer fold (e.g. MKL betas, or a region summary).
+std::vector<RegionRow> RegionTable(const std::vector<Eigen::VectorXd>& foldWeights);
+
+/// What one fitted fold model contributes to the maps.
+struct FoldModel {
+  std::vector<int> train;   ///< training subjects (indices into the kernels' subjects)
+  std::vector<int> test;    ///< test subjects (their self-similarities enter the normalisation floor)
+  Eigen::VectorXd coef;     ///< decision coefficients, one per training subject
+  Eigen::VectorXd beta;     ///< kernel weights, one per kernel
+};
+
+/// Subject weights D (n x kernels) with map_r = sum_i D(i, r) x_i restricted to region r, for
+/// centred and/or cosine-normalised linear kernels (training statistics of the fold, as the
+/// learner saw them): D(i, r) = beta_r (coef_i s_ir - S_r / l) for training subjects i, where
+/// s_ir = 1 / ||x_i - mu_r|| (1 without normalisation), S_r = sum_i coef_i s_ir, and the mean term
+/// drops without centring. Subjects outside the training set get 0.
+Eigen::MatrixXd SubjectWeights(const std::vector<Eigen::MatrixXd>& kernels, const FoldModel& model, bool centre, bool normalise);
+
+/// Voxel maps on the image grid, one per (model) entry of `subjectWeights`, computed in one pass
+/// over the images (each decoded once). Kernel j's weights go to the voxels of the region with
+/// label kernels[j].label. Voxels outside every kernel's region, and (drop_voxel rule) voxels that
+/// are non-finite in any subject, are 0. Deterministic for any thread count.
+std::vector<std::vector<float>> VoxelMaps(const std::vector<std::string>& imagePaths, const atlas::RegionIndex& regions,
+                                          const std::vector<kernels::KernelInfo>& kernels, const std::vector<Eigen::MatrixXd>& subjectWeights,
+                                          kernels::NanPolicy nanPolicy);
+
+/// Region summary of a voxel map (for learners without kernel weights): mean |w| over each
+/// kernel's region, as a vector over kernels (to be renormalised to percent by RegionTable).
+Eigen::VectorXd RegionShares(const std::vector<float>& map, const atlas::RegionIndex& regions, const std::vector<kernels::KernelInfo>& kernels);
+
+}  // namespace neuromkl::weights

@@ -1,0 +1,53 @@
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "neuromkl/weights/weights.hpp"
+
+namespace neuromkl::weights {
+
+Eigen::VectorXd Ranks(const Eigen::VectorXd& values) {
+  const Eigen::Index n = values.size();
+  std::vector<Eigen::Index> order(static_cast<std::size_t>(n));
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](Eigen::Index a, Eigen::Index b) { return values[a] > values[b]; });
+  Eigen::VectorXd rank(n);
+  for (Eigen::Index i = 0; i < n;) {
+    Eigen::Index j = i;
+    while (j + 1 < n && values[order[static_cast<std::size_t>(j + 1)]] == values[order[static_cast<std::size_t>(i)]]) ++j;
+    for (Eigen::Index k = i; k <= j; ++k) rank[order[static_cast<std::size_t>(k)]] = 0.5 * static_cast<double>(i + j) + 1.0;
+    i = j + 1;
+  }
+  return rank;
+}
+
+std::vector<RegionRow> RegionTable(const std::vector<Eigen::VectorXd>& foldWeights) {
+  if (foldWeights.empty()) return {};
+  const auto m = static_cast<std::size_t>(foldWeights[0].size());
+  std::vector<RegionRow> rows(m);
+  for (std::size_t j = 0; j < m; ++j) rows[j].kernel = j;
+  for (const auto& w : foldWeights) {
+    const double total = w.sum();
+    const Eigen::VectorXd percent = total > 0 ? Eigen::VectorXd(100.0 * w / total) : Eigen::VectorXd(Eigen::VectorXd::Zero(w.size()));
+    const Eigen::VectorXd rank = Ranks(percent);
+    for (std::size_t j = 0; j < m; ++j) {
+      rows[j].foldPercent.push_back(percent[static_cast<Eigen::Index>(j)]);
+      rows[j].foldsSelected += w[static_cast<Eigen::Index>(j)] > 0;
+      rows[j].expectedRank += rank[static_cast<Eigen::Index>(j)] / static_cast<double>(foldWeights.size());
+    }
+  }
+  for (auto& r : rows) {
+    const double f = static_cast<double>(r.foldPercent.size());
+    r.meanPercent = std::accumulate(r.foldPercent.begin(), r.foldPercent.end(), 0.0) / f;
+    double var = 0;
+    for (double p : r.foldPercent) var += (p - r.meanPercent) * (p - r.meanPercent);
+    r.sdPercent = r.foldPercent.size() > 1 ? std::sqrt(var / (f - 1)) : 0.0;
+  }
+  std::stable_sort(rows.begin(), rows.end(), [](const RegionRow& a, const RegionRow& b) {
+    if (a.meanPercent != b.meanPercent) return a.meanPercent > b.meanPercent;
+    return a.expectedRank < b.expectedRank;
+  });
+  return rows;
+}
+
+}  // namespace neuromkl::weights
