@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numeric>
+#include <vector>
 
 #include "inner.hpp"
 #include "neuromkl/core/errors.hpp"
@@ -14,6 +16,8 @@ namespace neuromkl::learners {
 
 namespace {
 
+constexpr double kMinDamping = 1.0 / 256;   ///< smallest water-filling step
+constexpr double kMaxExponent = 16.0;       ///< largest exponent of the l1 (mu = 1) step
 constexpr double kRatioTolerance = 1e-3;  ///< |F(beta)_j / beta_j - 1| that counts as settled
 constexpr double kVanishingWeight = 1e-3;  ///< normalised weight below which a decaying weight may be set to 0
 
@@ -23,6 +27,34 @@ struct EnmklSettings {
   double betaTolerance;       ///< on max |delta beta| of sum-normalised weights
   double objectiveTolerance;  ///< on the relative change of the inner objective
 };
+
+/// The exact minimiser of the weight step with the inner solution frozen (mu < 1): with
+/// c_j = sqrt(a'K_j a), the fixed-point equations beta_j (mu S + (1 - mu) c_j beta_j) = c_j beta_j,
+/// S = sum_k c_k beta_k, have the water-filling solution beta_j = (c_j - mu S) / ((1 - mu) c_j) on
+/// the support A = {j : c_j > mu S}, S = sum_A c_j / (1 - mu + mu |A|), and 0 elsewhere.
+/// (Seed 004's update is one multiplicative step towards it.)
+Eigen::VectorXd WaterFill(const Eigen::VectorXd& c, double mu) {
+  const Eigen::Index m = c.size();
+  std::vector<Eigen::Index> order(static_cast<std::size_t>(m));
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](Eigen::Index a, Eigen::Index b) { return c[a] > c[b]; });
+  double sum = 0, S = 0;
+  std::size_t active = 0;
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    const double cj = c[order[i]];
+    const double candidate = (sum + cj) / (1.0 - mu + mu * static_cast<double>(i + 1));
+    if (!(cj > 0) || !(cj > mu * candidate)) break;
+    sum += cj;
+    S = candidate;
+    active = i + 1;
+  }
+  Eigen::VectorXd beta = Eigen::VectorXd::Zero(m);
+  for (std::size_t i = 0; i < active; ++i) {
+    const auto j = order[i];
+    beta[j] = (c[j] - mu * S) / ((1.0 - mu) * c[j]);
+  }
+  return beta;
+}
 
 /// One ENMKL update (seed 004): solve the single-kernel problem on sum_j beta_j K_j (warm-started),
 /// then beta_j <- 1 / (sqrt(mu)/lambda_j + 1 - mu), lambda_j = ||w_j|| / (sqrt(mu) sum_k ||w_k||),
@@ -41,7 +73,8 @@ class EnmklMap {
     sol = solver_.Solve(K, warm ? &sol : nullptr);
     ++info_.innerSolves;
     info_.innerIterations += sol.iterations;
-    const Eigen::VectorXd norms = beta.cwiseProduct(stack_.Quadratics(sol.coef).cwiseSqrt());
+    c_ = stack_.Quadratics(sol.coef).cwiseSqrt();
+    const Eigen::VectorXd norms = beta.cwiseProduct(c_);
     const double total = norms.sum();
     Eigen::VectorXd f = K * sol.coef;
     f.array() += sol.bias;
@@ -53,8 +86,10 @@ class EnmklMap {
     return true;
   }
   const KernelStack& Stack() const { return stack_; }
+  const Eigen::VectorXd& Norms() const { return c_; }  ///< sqrt(a'K_j a) of the last solution
 
  private:
+  Eigen::VectorXd c_;
   const KernelStack stack_;
   const InnerSolver& solver_;
   double mu_;
@@ -84,46 +119,87 @@ Model FitEnmkl(const KernelList& train, const InnerSolver& solver, const EnmklSe
   FitInfo& info = model.info;
   info.status = FitStatus::MaxIterReached;
   EnmklMap F(train, solver, s.mu, info);
-  // Stopping rule (scale-free). At the optimum every weight is either positive with growth ratio
-  // F(beta)_j / beta_j = 1, or exactly 0 because its ratio stays below 1 (the elastic-net optimum
-  // is sparse). The plain update reaches the zeros only geometrically (rate often ~0.99), so:
-  //  - no weight may still grow: ratio <= 1 + 1e-3 for all j (a fixed point exists for every
-  //    support set; only the one where no excluded kernel wants back in is optimal);
-  //  - the other weights moved less than `tolerance` (normalised to sum 1), ignoring weights that
-  //    are clearly vanishing (ratio < 1 - 1e-3 and below 1e-3): they are set to exactly 0 at the end;
-  //  - the primal objective (which every step lowers) changed by less than `objective_tolerance`.
-  // Accelerations were measured and rejected: Anderson and SQUAREM with a residual safeguard
-  // converged to different points from cold and warm starts; SQUAREM with an objective safeguard
-  // was consistent but not faster on 116 region kernels (docs/learners.md).
   double prevObjective = 0, objective = 0;
   Eigen::VectorXd next;
-  Eigen::VectorXd vanishing = Eigen::VectorXd::Zero(m);
-  for (int it = 1; it <= s.maxIterations; ++it) {
-    info.iterations = it;
-    if (!F.Apply(beta, sol, haveSol, next, objective)) {  // the solution uses no kernel (e.g. constant targets)
-      info.status = FitStatus::Converged;
-      break;
+  if (s.mu < 1.0) {
+    // Damped water-filling: beta <- (1 - w) beta + w WaterFill(c(beta)). Same fixed points as seed
+    // 004's update (the optimum), reached in tens of steps instead of thousands: the plain update
+    // contracts at a rate near 1, the water-filling step only waits for the inner solution to settle.
+    // w halves when a step is larger than the previous one (oscillation) and grows back otherwise.
+    // Stop when the water-filled weights differ from the current ones by less than `tolerance`
+    // (normalised to sum 1) and the primal objective changed by less than `objective_tolerance`;
+    // the water-filled weights (exact zeros included) are returned.
+    double omega = 1.0, prevChange = std::numeric_limits<double>::infinity();
+    for (int it = 1; it <= s.maxIterations; ++it) {
+      info.iterations = it;
+      if (!F.Apply(beta, sol, haveSol, next, objective)) {  // the solution uses no kernel (e.g. constant targets)
+        info.status = FitStatus::Converged;
+        break;
+      }
+      haveSol = true;
+      const Eigen::VectorXd target = WaterFill(F.Norms(), s.mu);
+      if (!(target.sum() > 0)) {
+        info.status = FitStatus::Converged;
+        break;
+      }
+      const double change = (target / target.sum() - beta / beta.sum()).cwiseAbs().maxCoeff();
+      const double objChange = it == 1 ? 1.0 : std::abs(objective - prevObjective) / std::max(std::abs(objective), 1e-300);
+      prevObjective = objective;
+      info.gap = change;
+      if (change < s.betaTolerance && objChange < s.objectiveTolerance) {
+        beta = target;
+        info.status = FitStatus::Converged;
+        break;
+      }
+      omega = change > prevChange ? std::max(omega * 0.5, kMinDamping) : std::min(1.0, omega * 1.25);
+      prevChange = change;
+      beta = (1.0 - omega) * beta + omega * target;
     }
-    haveSol = true;
-    const Eigen::VectorXd from = beta / beta.sum(), to = next / next.sum();
-    double growth = -1, change = 0;
-    vanishing.setZero();
-    for (Eigen::Index j = 0; j < m; ++j) {
-      if (from[j] <= 0) continue;
-      const double ratio = to[j] / from[j];
-      growth = std::max(growth, ratio - 1.0);
-      if (ratio < 1.0 - kRatioTolerance && to[j] < kVanishingWeight) vanishing[j] = 1;
-      else change = std::max(change, std::abs(to[j] - from[j]));
-    }
-    const double objChange = it == 1 ? 1.0 : std::abs(objective - prevObjective) / std::max(std::abs(objective), 1e-300);
-    prevObjective = objective;
-    info.gap = change;
-    beta = next;
-    if (growth <= kRatioTolerance && change < s.betaTolerance && objChange < s.objectiveTolerance) {
+  } else {
+    // mu = 1 (l1-MKL): the frozen problem is degenerate (all weight on the largest c_j), so seed
+    // 004's multiplicative update is iterated. Stopping rule (scale-free): no weight may still grow
+    // (F(beta)_j / beta_j <= 1 + 1e-3: a fixed point exists for every support set, only the one no
+    // excluded kernel wants back into is optimal); the other weights moved less than `tolerance`,
+    // ignoring weights that are clearly vanishing (ratio < 1 - 1e-3 and below 1e-3), which are set to
+    // exactly 0 at the end; and the primal objective changed by less than `objective_tolerance`.
+    // The step itself is exponentiated: beta_j <- beta_j (c_j / S)^eta (normalised), eta = 1 being
+    // seed 004's update; same fixed points, faster contraction. eta grows while steps shrink and
+    // falls back towards 1 when a step is larger than the previous one.
+    Eigen::VectorXd vanishing = Eigen::VectorXd::Zero(m);
+    double eta = 1.0, prevChange = std::numeric_limits<double>::infinity();
+    for (int it = 1; it <= s.maxIterations; ++it) {
+      info.iterations = it;
+      if (!F.Apply(beta, sol, haveSol, next, objective)) {
+        info.status = FitStatus::Converged;
+        break;
+      }
+      haveSol = true;
+      const Eigen::VectorXd from = beta / beta.sum(), to = next / next.sum();
+      double growth = -1, change = 0;
+      vanishing.setZero();
+      for (Eigen::Index j = 0; j < m; ++j) {
+        if (from[j] <= 0) continue;
+        const double ratio = to[j] / from[j];
+        growth = std::max(growth, ratio - 1.0);
+        if (ratio < 1.0 - kRatioTolerance && to[j] < kVanishingWeight) vanishing[j] = 1;
+        else change = std::max(change, std::abs(to[j] - from[j]));
+      }
+      const double objChange = it == 1 ? 1.0 : std::abs(objective - prevObjective) / std::max(std::abs(objective), 1e-300);
+      prevObjective = objective;
+      info.gap = change;
+      if (growth <= kRatioTolerance && change < s.betaTolerance && objChange < s.objectiveTolerance) {
+        beta = next;
+        for (Eigen::Index j = 0; j < m; ++j)
+          if (vanishing[j] > 0) beta[j] = 0.0;
+        info.status = FitStatus::Converged;
+        break;
+      }
+      eta = change > prevChange ? std::max(1.0, eta * 0.5) : std::min(kMaxExponent, eta * 1.25);
+      prevChange = change;
+      Eigen::VectorXd stepped = Eigen::VectorXd::Zero(m);
       for (Eigen::Index j = 0; j < m; ++j)
-        if (vanishing[j] > 0) beta[j] = 0.0;
-      info.status = FitStatus::Converged;
-      break;
+        if (from[j] > 0 && to[j] > 0) stepped[j] = from[j] * std::pow(to[j] / from[j], eta);
+      beta = stepped.sum() > 0 ? Eigen::VectorXd(stepped * (next.sum() / stepped.sum())) : next;
     }
   }
   // Return a matched pair: the solution trained with exactly the weights returned.
