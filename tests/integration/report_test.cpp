@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include <gmock/gmock.h>
+#include <nlohmann/json.hpp>
 
 #include "neuromkl/atlas/atlas.hpp"
 #include "neuromkl/io/nifti.hpp"
@@ -95,6 +96,28 @@ TEST_F(Report, RendersInChromiumWithEveryFigure) {
   const std::string shot = std::string(NEUROMKL_BINARY_DIR) + "/report_screenshot.png";
   ASSERT_EQ(std::system(("chromium " + flags + " --window-size=1200,2400 --screenshot=" + shot + " file://" + report + " > /dev/null 2>&1").c_str()), 0);
   EXPECT_GT(fs::file_size(shot), 10000u);
+}
+
+}  // namespace
+
+namespace {
+
+TEST_F(Report, ResultsJsonFollowsItsDocumentedSchema) {
+  const auto schema = nlohmann::json::parse(ReadFile(neuromkl::testing::SourcePath("configs/results.schema.json")));
+  const auto results = nlohmann::json::parse(ReadFile(*dir_ / "out/results.json"));
+  for (const auto& key : schema["required"]) EXPECT_TRUE(results.contains(key.get<std::string>())) << key;
+  EXPECT_EQ(results["format_version"], schema["properties"]["format_version"]["const"]);
+  const auto& learnerProps = schema["$defs"]["learner"]["properties"];
+  for (const auto& learner : results["learners"]) {
+    for (const auto& [key, _] : learnerProps.items())
+      if (key != "permutations") {
+        EXPECT_TRUE(learner.contains(key)) << learner["label"] << " lacks " << key;
+      }
+    for (const auto& [key, _] : learnerProps["folds"]["items"]["properties"].items())
+      if (key != "error" && key != "inner_scores") {
+        EXPECT_TRUE(learner["folds"][0].contains(key)) << "fold lacks " << key;
+      }
+  }
 }
 
 }  // namespace
