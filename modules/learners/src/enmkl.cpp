@@ -17,6 +17,7 @@ namespace neuromkl::learners {
 namespace {
 
 constexpr double kMinDamping = 1.0 / 256;   ///< smallest water-filling step
+constexpr int kWaterFillIterations = 100;   ///< then the multiplicative update takes over
 constexpr double kMaxExponent = 16.0;       ///< largest exponent of the l1 (mu = 1) step
 constexpr double kRatioTolerance = 1e-3;  ///< |F(beta)_j / beta_j - 1| that counts as settled
 constexpr double kVanishingWeight = 1e-3;  ///< normalised weight below which a decaying weight may be set to 0
@@ -121,25 +122,27 @@ Model FitEnmkl(const KernelList& train, const InnerSolver& solver, const EnmklSe
   EnmklMap F(train, solver, s.mu, info);
   double prevObjective = 0, objective = 0;
   Eigen::VectorXd next;
+  bool done = false;
   if (s.mu < 1.0) {
-    // Damped water-filling: beta <- (1 - w) beta + w WaterFill(c(beta)). Same fixed points as seed
-    // 004's update (the optimum), reached in tens of steps instead of thousands: the plain update
-    // contracts at a rate near 1, the water-filling step only waits for the inner solution to settle.
-    // w halves when a step is larger than the previous one (oscillation) and grows back otherwise.
-    // Stop when the water-filled weights differ from the current ones by less than `tolerance`
-    // (normalised to sum 1) and the primal objective changed by less than `objective_tolerance`;
-    // the water-filled weights (exact zeros included) are returned.
+    // Phase 1, damped water-filling: beta <- (1 - w) beta + w WaterFill(c(beta)). Same fixed points
+    // as seed 004's update (the optimum), usually reached in tens of steps instead of thousands: the
+    // plain update contracts at a rate near 1, the water-filling step only waits for the inner
+    // solution to settle. w halves when a step is larger than the previous one and grows back
+    // otherwise. Stop when the water-filled weights differ from the current ones by less than
+    // `tolerance` (normalised to sum 1) and the primal objective changed by less than
+    // `objective_tolerance`; the water-filled weights (exact zeros included) are returned.
     double omega = 1.0, prevChange = std::numeric_limits<double>::infinity();
-    for (int it = 1; it <= s.maxIterations; ++it) {
+    const int phaseOne = std::min(s.maxIterations, kWaterFillIterations);
+    for (int it = 1; it <= phaseOne && !done; ++it) {
       info.iterations = it;
       if (!F.Apply(beta, sol, haveSol, next, objective)) {  // the solution uses no kernel (e.g. constant targets)
-        info.status = FitStatus::Converged;
+        done = true;
         break;
       }
       haveSol = true;
       const Eigen::VectorXd target = WaterFill(F.Norms(), s.mu);
       if (!(target.sum() > 0)) {
-        info.status = FitStatus::Converged;
+        done = true;
         break;
       }
       const double change = (target / target.sum() - beta / beta.sum()).cwiseAbs().maxCoeff();
@@ -148,27 +151,38 @@ Model FitEnmkl(const KernelList& train, const InnerSolver& solver, const EnmklSe
       info.gap = change;
       if (change < s.betaTolerance && objChange < s.objectiveTolerance) {
         beta = target;
-        info.status = FitStatus::Converged;
+        done = true;
         break;
       }
       omega = change > prevChange ? std::max(omega * 0.5, kMinDamping) : std::min(1.0, omega * 1.25);
       prevChange = change;
       beta = (1.0 - omega) * beta + omega * target;
     }
-  } else {
-    // mu = 1 (l1-MKL): the frozen problem is degenerate (all weight on the largest c_j), so seed
-    // 004's multiplicative update is iterated. Stopping rule (scale-free): no weight may still grow
-    // (F(beta)_j / beta_j <= 1 + 1e-3: a fixed point exists for every support set, only the one no
-    // excluded kernel wants back into is optimal); the other weights moved less than `tolerance`,
-    // ignoring weights that are clearly vanishing (ratio < 1 - 1e-3 and below 1e-3), which are set to
-    // exactly 0 at the end; and the primal objective changed by less than `objective_tolerance`.
-    // The step itself is exponentiated: beta_j <- beta_j (c_j / S)^eta (normalised), eta = 1 being
-    // seed 004's update; same fixed points, faster contraction. eta grows while steps shrink and
-    // falls back towards 1 when a step is larger than the previous one.
+    if (done) {
+      info.status = FitStatus::Converged;
+    } else {
+      // The water-filled support kept changing (strongly coupled inner solutions, e.g. KRR): go on
+      // with the multiplicative update below, which lowers the objective at every step. A multiplicative
+      // step cannot revive a weight at exactly 0, so 1 % of uniform weight is mixed back in first.
+      const double share = 0.01 * beta.sum() / static_cast<double>(active.size());
+      for (auto j : active) beta[j] += share;
+    }
+  }
+  if (!done) {
+    // Seed 004's multiplicative update (the only option for mu = 1, where the frozen problem is
+    // degenerate: all weight on the largest c_j), raised to an adaptive power eta: beta_j <- beta_j
+    // (F(beta)_j / beta_j)^eta, eta = 1 being the published step; same fixed points, faster
+    // contraction; eta grows while steps shrink and falls back towards 1 when a step grows.
+    // Stopping rule (scale-free): no weight may still grow (ratio F(beta)_j / beta_j <= 1 + 1e-3: a
+    // fixed point exists for every support set; only the one no excluded kernel wants back into is
+    // optimal); the other weights moved less than `tolerance`, ignoring weights that are clearly
+    // vanishing (ratio < 1 - 1e-3 and below 1e-3), which are set to exactly 0 at the end; and the
+    // primal objective changed by less than `objective_tolerance`.
     Eigen::VectorXd vanishing = Eigen::VectorXd::Zero(m);
     double eta = 1.0, prevChange = std::numeric_limits<double>::infinity();
-    for (int it = 1; it <= s.maxIterations; ++it) {
-      info.iterations = it;
+    bool first = true;
+    while (info.iterations < s.maxIterations) {
+      ++info.iterations;
       if (!F.Apply(beta, sol, haveSol, next, objective)) {
         info.status = FitStatus::Converged;
         break;
@@ -184,7 +198,8 @@ Model FitEnmkl(const KernelList& train, const InnerSolver& solver, const EnmklSe
         if (ratio < 1.0 - kRatioTolerance && to[j] < kVanishingWeight) vanishing[j] = 1;
         else change = std::max(change, std::abs(to[j] - from[j]));
       }
-      const double objChange = it == 1 ? 1.0 : std::abs(objective - prevObjective) / std::max(std::abs(objective), 1e-300);
+      const double objChange = first ? 1.0 : std::abs(objective - prevObjective) / std::max(std::abs(objective), 1e-300);
+      first = false;
       prevObjective = objective;
       info.gap = change;
       if (growth <= kRatioTolerance && change < s.betaTolerance && objChange < s.objectiveTolerance) {

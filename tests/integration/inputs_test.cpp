@@ -1,0 +1,170 @@
+// Kernels that do not come from images: precomputed matrices (.npy or text) and tabular feature
+// groups. They make neuromkl usable for non-imaging data and every later stage testable without images.
+#include <cmath>
+#include <filesystem>
+#include <random>
+#include <sstream>
+
+#include <gmock/gmock.h>
+#include <nlohmann/json.hpp>
+
+#include "neuromkl/core/npy.hpp"
+#include "neuromkl/core/strings.hpp"
+#include "neuromkl/io/nifti.hpp"
+#include "testing.hpp"
+
+using neuromkl::testing::ReadFile;
+using neuromkl::testing::RunCli;
+using neuromkl::testing::TempDir;
+using neuromkl::testing::WriteFile;
+using ::testing::HasSubstr;
+
+namespace {
+
+/// 30 subjects; feature group "signal" separates the classes, "noise" does not.
+struct TabularCohort {
+  TempDir dir;
+  Eigen::MatrixXd signal, noise;
+  TabularCohort() : signal(30, 4), noise(30, 6) {
+    std::mt19937 rng(12);
+    std::normal_distribution<double> n;
+    std::string participants = "subject\tgroup\n", features = "subject,s1,s2,s3,s4,n1,n2,n3,n4,n5,n6\n";
+    for (int i = 0; i < 30; ++i) {
+      const double y = i % 2 ? 1.0 : -1.0;
+      for (int c = 0; c < 4; ++c) signal(i, c) = n(rng) + 1.5 * y;
+      for (int c = 0; c < 6; ++c) noise(i, c) = n(rng);
+      std::string id = "p";
+      id += std::to_string(i);
+      participants += id;
+      participants += '\t';
+      participants += y > 0 ? "case" : "control";
+      participants += '\n';
+      features += id;
+      for (int c = 0; c < 4; ++c) {
+        features += ',';
+        features += neuromkl::FormatDouble(signal(i, c));
+      }
+      for (int c = 0; c < 6; ++c) {
+        features += ',';
+        features += neuromkl::FormatDouble(noise(i, c));
+      }
+      features += '\n';
+    }
+    WriteFile(dir / "participants.tsv", participants);
+    WriteFile(dir / "features.csv", features);
+  }
+};
+
+TEST(Inputs, EveryLearnerRunsOnPrecomputedKernelsWithWeightsDecisionsAndStatus) {
+  TabularCohort c;
+  neuromkl::WriteNpy(c.dir / "signal.npy", c.signal * c.signal.transpose());
+  // The second kernel as delimited text.
+  const Eigen::MatrixXd K = c.noise * c.noise.transpose();
+  std::string text;
+  for (Eigen::Index i = 0; i < K.rows(); ++i) {
+    for (Eigen::Index j = 0; j < K.cols(); ++j) {
+      if (j) text += '\t';
+      text += neuromkl::FormatDouble(K(i, j));
+    }
+    text += '\n';
+  }
+  WriteFile(c.dir / "noise.tsv", text);
+  WriteFile(c.dir / "study.json", R"({"name": "pre", "subjects": {"table": "participants.tsv"},
+    "target": {"column": "group", "task": "classification", "positive_class": "case"},
+    "kernels": {"source": "precomputed", "precomputed": [{"name": "signal", "file": "signal.npy"}, {"name": "noise", "file": "noise.tsv"}]},
+    "cv": {"outer": {"k": 3}},
+    "learners": [{"name": "svm", "params": {"c": 1}}, {"name": "krr", "params": {"lambda": 1}}, {"name": "enmkl_svm", "params": {"c": 1, "mu": 0.5}},
+                 {"name": "enmkl_krr", "params": {"lambda": 1, "mu": 0.5}}, {"name": "simplemkl", "params": {"c": 1}}]})");
+  const auto r = RunCli("run " + (c.dir / "study.json") + " -q");
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  const auto results = nlohmann::json::parse(ReadFile(c.dir / "results/pre/results.json"));
+  ASSERT_EQ(results["learners"].size(), 5u);
+  for (const auto& l : results["learners"]) {
+    for (const auto& f : l["folds"]) {
+      EXPECT_EQ(f["status"], "converged") << l["label"];
+      EXPECT_EQ(f["kernel_weights"].size(), 2u);
+      EXPECT_EQ(f["decision_values"].size(), f["n_test"].get<std::size_t>());
+    }
+    EXPECT_GT(l["metrics"]["pooled"]["balanced_accuracy"].get<double>(), 0.8) << l["label"];
+    if (l["name"] != "svm" && l["name"] != "krr") {
+      EXPECT_GT(l["folds"][0]["kernel_weights"][0].get<double>(), l["folds"][0]["kernel_weights"][1].get<double>()) << l["label"];
+    }
+  }
+  EXPECT_FALSE(std::filesystem::exists(c.dir / "results/pre/weights"));  // no images: no voxel maps
+}
+
+TEST(Inputs, TabularFeatureGroupsBecomeKernels) {
+  TabularCohort c;
+  WriteFile(c.dir / "study.json", R"({"name": "tab", "subjects": {"table": "participants.tsv"},
+    "target": {"column": "group", "task": "classification", "positive_class": "case"},
+    "kernels": {"source": "tabular", "tabular": {"table": "features.csv", "groups": {"signal": ["s1", "s2", "s3", "s4"], "noise": ["n1", "n2", "n3", "n4", "n5", "n6"]}}},
+    "cv": {"outer": {"k": 3}}, "learners": [{"name": "enmkl_svm", "params": {"c": 1, "mu": 0.5}}]})");
+  const auto r = RunCli("run " + (c.dir / "study.json") + " -q");
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  const auto rows = ReadFile(c.dir / "results/tab/regions_enmkl_svm.tsv");
+  EXPECT_THAT(rows.substr(rows.find('\n') + 1, 20), HasSubstr("signal"));  // ranked first
+  // The kernels are the linear kernels of the groups (groups in name order: "noise", then "signal").
+  const Eigen::MatrixXd K = neuromkl::ReadNpy(c.dir / "results/tab/kernels/k001_signal.npy");
+  EXPECT_TRUE(neuromkl::testing::MatrixNear(K, c.signal * c.signal.transpose(), 1e-9, 1e-12));
+}
+
+TEST(Inputs, BadKernelInputsAreClearErrors) {
+  TabularCohort c;
+  auto study = [&](const std::string& kernels) {
+    WriteFile(c.dir / "bad.json", R"({"name": "bad", "subjects": {"table": "participants.tsv"},
+      "target": {"column": "group", "task": "classification"}, "kernels": )" + kernels + R"(, "learners": [{"name": "svm", "params": {"c": 1}}]})");
+    return RunCli("run " + (c.dir / "bad.json") + " --force -q");
+  };
+  neuromkl::WriteNpy(c.dir / "small.npy", Eigen::MatrixXd::Identity(29, 29));
+  auto r = study(R"({"source": "precomputed", "precomputed": [{"name": "k", "file": "small.npy"}]})");
+  EXPECT_EQ(r.exitCode, 2);
+  EXPECT_THAT(r.output, HasSubstr("kernel k is 29x29, expected 30x30 (= subjects)"));
+  Eigen::MatrixXd asym = Eigen::MatrixXd::Identity(30, 30);
+  asym(0, 1) = 0.5;
+  neuromkl::WriteNpy(c.dir / "asym.npy", asym);
+  r = study(R"({"source": "precomputed", "precomputed": [{"name": "k", "file": "asym.npy"}]})");
+  EXPECT_EQ(r.exitCode, 2);
+  EXPECT_THAT(r.output, HasSubstr("not symmetric"));
+  r = study(R"({"source": "tabular", "tabular": {"table": "features.csv", "groups": {"g": ["s1", "s9"]}}})");
+  EXPECT_EQ(r.exitCode, 2);
+  EXPECT_THAT(r.output, HasSubstr("no column \"s9\""));
+  std::string holes = "subject,a\n";
+  for (int i = 0; i < 30; ++i) {
+    holes += 'p';
+    holes += std::to_string(i);
+    holes += i == 1 ? ",\n" : ",1\n";  // p1 has no value
+  }
+  WriteFile(c.dir / "holes.csv", holes);
+  r = study(R"({"source": "tabular", "tabular": {"table": "holes.csv", "groups": {"g": ["a"]}}})");
+  EXPECT_EQ(r.exitCode, 2);
+  EXPECT_THAT(r.output, HasSubstr("p1: column \"a\" holds \"\", expected a finite number"));
+}
+
+TEST(Inputs, UnitNormWeightMapsAndSimulatedNans) {
+  TempDir dir;
+  ASSERT_EQ(RunCli("simulate --out " + (dir / "c") + " --subjects 20 --downsample 3 --nan-fraction 0.002 --seed 2 -q").exitCode, 0);
+  WriteFile(dir / "c/unit.json", R"({"name": "unit", "subjects": {"table": "participants.tsv"}, "target": {"column": "group", "task": "classification"},
+    "cv": {"outer": {"k": 4}}, "output": {"weight_maps_unit_norm": true}, "learners": [{"name": "svm", "params": {"c": 1}}]})");
+  const auto r = RunCli("run " + (dir / "c/unit.json") + " -q");
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  const auto map = neuromkl::io::ReadVolume(dir / "c/results/unit/weights/svm_fold1.nii.gz");
+  double norm = 0;
+  for (float v : map.data) norm += static_cast<double>(v) * v;
+  EXPECT_NEAR(std::sqrt(norm), 1.0, 1e-5);  // PRoNTo-style per-fold unit norm
+  // 20 images with 0.2 % NaN voxels each: the drop rule removes them and reports them per region.
+  const auto regions = ReadFile(dir / "c/results/unit/regions.tsv");
+  long nonFinite = 0;
+  std::istringstream in(regions);
+  std::string line;
+  std::getline(in, line);
+  while (std::getline(in, line)) {
+    std::vector<std::string> cells;
+    std::istringstream c(line);
+    std::string cell;
+    while (std::getline(c, cell, '\t')) cells.push_back(cell);
+    nonFinite += std::stol(cells[5]);
+  }
+  EXPECT_GT(nonFinite, 0);
+}
+
+}  // namespace
