@@ -1,5 +1,6 @@
 // The command line as a user meets it: exit codes, messages, atomic outputs, the cache.
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <map>
 #include <sstream>
@@ -199,6 +200,18 @@ TEST(CliEvaluation, WagerRegressionReportsRAndR2AndMseWithFoldSpread) {
     }
   const std::string results = ReadFile(dir / "out/results.json");
   EXPECT_THAT(results, HasSubstr("\"inner_criterion\": \"mse"));
+  // Complete outputs, and a report that renders in a real browser (the Wager grid is not the atlas grid).
+  for (const char* f : {"report.html", "regions_enmkl_krr.tsv", "regions_krr.tsv", "weights/enmkl_krr_mean.nii.gz", "weights/krr_fold4.nii.gz",
+                        "predictions.tsv", "folds.tsv", "kernels/index.json"})
+    EXPECT_TRUE(fs::exists(dir / ("out/" + std::string(f)))) << f;
+  ASSERT_EQ(std::system("command -v chromium > /dev/null 2>&1"), 0) << "chromium is needed (scripts/test.sh installs it)";
+  const std::string dom = dir / "dom.html";
+  const std::string cmd = "chromium --headless --no-sandbox --disable-gpu --disable-quic --no-first-run --disable-background-networking "
+                          "--disable-component-update --disable-sync --virtual-time-budget=5000 --user-data-dir=" + (dir / "chromium") +
+                          " --dump-dom file://" + (dir / "out/report.html") + " > " + dom + " 2>/dev/null";
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  // 2 scatter plots + 2 learners x (top regions, selected counts, montage).
+  EXPECT_THAT(ReadFile(dom), HasSubstr("data-figures=\"8\" data-figures-ok=\"8\" data-figures-bad=\"0\""));
 }
 
 }  // namespace
