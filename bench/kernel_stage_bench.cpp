@@ -78,7 +78,10 @@ int main(int argc, char** argv) {
     kernels::KernelSet set;
     for (int rep = 0; rep < 3; ++rep) {
       auto t = Clock::now();
-      tbb::parallel_for(0, n, [&](int s) { io::ReadVolume(paths[static_cast<std::size_t>(s)]); });
+      tbb::parallel_for(0, n, [&](int s) {
+        thread_local io::Volume v;  // the fastest way to decode: one reused buffer per thread
+        io::ReadVolume(paths[static_cast<std::size_t>(s)], v);
+      });
       readOnly = std::min(readOnly, Since(t));
       const std::size_t readsBefore = io::VolumeReadCount();
       t = Clock::now();

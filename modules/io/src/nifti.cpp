@@ -84,7 +84,7 @@ itk::ImageIOBase::Pointer OpenIo(const std::string& path) {
 /// niftilib silently replaces every NaN/Inf of float images by 0 (nifti_read_buffer), which would
 /// hide exactly the voxels our non-finite rule must see; so ITK reads headers and geometry, and the
 /// voxels are decoded here, scl_slope/scl_inter applied, as float32.
-std::vector<float> DecodeVoxels(const std::string& path, std::size_t voxels) {
+void DecodeVoxels(const std::string& path, std::size_t voxels, std::vector<float>& out) {
   gzFile f = gzopen(path.c_str(), "rb");
   if (!f) throw InputError("io:Missing", path, "cannot open the image for reading");
   struct Closer {
@@ -157,9 +157,10 @@ std::vector<float> DecodeVoxels(const std::string& path, std::size_t voxels) {
       throw InputError("io:UnsupportedType", path, "unsupported NIfTI datatype " + std::to_string(datatype) +
                                                         " (expected an integer or real scalar type)");
   }
-  std::vector<unsigned char> raw(voxels * width);
+  thread_local std::vector<unsigned char> raw;  // reused: no fresh multi-megabyte buffer per image
+  raw.resize(voxels * width);
   readExactly(raw.data(), raw.size(), "the voxel data");
-  std::vector<float> out(voxels);
+  out.resize(voxels);
   auto convert = [&](auto sample) {
     using T = decltype(sample);
     for (std::size_t i = 0; i < voxels; ++i) {
@@ -187,7 +188,6 @@ std::vector<float> DecodeVoxels(const std::string& path, std::size_t voxels) {
   // NIfTI: scaling applies when scl_slope is non-zero (and finite).
   if (std::isfinite(slope) && slope != 0.0 && (slope != 1.0 || inter != 0.0))
     for (auto& x : out) x = static_cast<float>(static_cast<double>(x) * slope + inter);
-  return out;
 }
 
 /// niftilib converts quaternions to matrices in float32: cosines such as 0.99999994 or 6e-8 would
@@ -216,11 +216,15 @@ Geometry GeometryFromIo(itk::ImageIOBase* io) {
 
 Geometry ReadGeometry(const std::string& path) { return GeometryFromIo(OpenIo(path)); }
 
+void ReadVolume(const std::string& path, Volume& out) {
+  out.geometry = GeometryFromIo(OpenIo(path));  // ITK: header checks and geometry (qform/sform, LPS)
+  DecodeVoxels(path, static_cast<std::size_t>(out.geometry.VoxelCount()), out.data);
+  ++gReads;
+}
+
 Volume ReadVolume(const std::string& path) {
   Volume v;
-  v.geometry = GeometryFromIo(OpenIo(path));  // ITK: header checks and geometry (qform/sform, LPS)
-  v.data = DecodeVoxels(path, static_cast<std::size_t>(v.geometry.VoxelCount()));
-  ++gReads;
+  ReadVolume(path, v);
   return v;
 }
 

@@ -15,6 +15,11 @@ Geometry ReadGeometry(const std::string& path);
 /// truncated data [io:Corrupt]. Every message names the file.
 Volume ReadVolume(const std::string& path);
 
+/// Same, decoding into `out` and reusing its buffer: no allocation per image when one Volume is
+/// reused for a whole cohort (fresh multi-megabyte buffers cost page faults and address-space locks
+/// that slow parallel decoding by ~25 %).
+void ReadVolume(const std::string& path, Volume& out);
+
 /// Writes a float32 image; the extension (.nii or .nii.gz) decides compression. IoError on failure.
 void WriteVolume(const std::string& path, const Volume& volume);
 
