@@ -140,8 +140,8 @@ TEST(RegionKernels, OutOfCoreBlocksGiveTheSameKernels) {
   const auto blocked = kernels::ComputeRegionKernels(c.ids, c.paths, index, small, &report);
   EXPECT_EQ(report.subjectBlocks, 9u);
   EXPECT_LE(report.peakDataBytes, small.memoryBudgetBytes);
-  for (std::size_t r = 0; r < inMemory.Size(); ++r)
-    EXPECT_TRUE(neuromkl::testing::MatrixNear(blocked.kernels[r], inMemory.kernels[r], 0, 1e-13));
+  // Float products summed over other block shapes (sgemm vs ssyrk) round differently: ~1e-7.
+  for (std::size_t r = 0; r < inMemory.Size(); ++r) EXPECT_TRUE(neuromkl::testing::MatrixNear(blocked.kernels[r], inMemory.kernels[r], 0, 1e-6));
 }
 
 TEST(RegionKernels, ResultsDoNotDependOnTheThreadCount) {
