@@ -18,7 +18,7 @@ namespace {
 
 constexpr double kMinDamping = 1.0 / 256;   ///< smallest water-filling step
 constexpr int kWaterFillIterations = 100;   ///< then the multiplicative update takes over
-constexpr double kMaxExponent = 16.0;       ///< largest exponent of the l1 (mu = 1) step
+constexpr double kMaxExponent = 16.0;       ///< largest exponent of the multiplicative step (mu = 1, or the fallback)
 constexpr double kRatioTolerance = 1e-3;  ///< |F(beta)_j / beta_j - 1| that counts as settled
 constexpr double kVanishingWeight = 1e-3;  ///< normalised weight below which a decaying weight may be set to 0
 
@@ -26,7 +26,7 @@ struct EnmklSettings {
   double mu;
   int maxIterations;
   double betaTolerance;       ///< on max |delta beta| of sum-normalised weights
-  double objectiveTolerance;  ///< on the relative change of the inner objective
+  double objectiveTolerance;  ///< on the relative change of the primal objective (seed 004, Definition 4)
 };
 
 /// The exact minimiser of the weight step with the inner solution frozen (mu < 1): with
