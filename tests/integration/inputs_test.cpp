@@ -3,6 +3,7 @@
 #include <cmath>
 #include <filesystem>
 #include <random>
+#include <set>
 #include <sstream>
 
 #include <gmock/gmock.h>
@@ -165,6 +166,61 @@ TEST(Inputs, UnitNormWeightMapsAndSimulatedNans) {
     nonFinite += std::stol(cells[5]);
   }
   EXPECT_GT(nonFinite, 0);
+}
+
+}  // namespace
+
+namespace {
+
+long CountLines(const std::string& text, const std::string& needle) {
+  long n = 0;
+  for (std::size_t p = text.find(needle); p != std::string::npos; p = text.find(needle, p + 1)) ++n;
+  return n;
+}
+
+TEST(Inputs, RepeatedLeaveOneOutAndGroupSchemesRunEndToEnd) {
+  TabularCohort c;
+  // A site column for the group schemes.
+  std::string table = "subject\tgroup\tsite\n";
+  for (int i = 0; i < 30; ++i) {
+    table += 'p';
+    table += std::to_string(i);
+    table += i % 2 ? "\tcase\t" : "\tcontrol\t";
+    table += "site";
+    table += std::to_string(i % 5);
+    table += '\n';
+  }
+  WriteFile(c.dir / "participants.tsv", table);
+  neuromkl::WriteNpy(c.dir / "signal.npy", c.signal * c.signal.transpose());
+  neuromkl::WriteNpy(c.dir / "noise.npy", c.noise * c.noise.transpose());
+  auto run = [&](const std::string& name, const std::string& cv) {
+    WriteFile(c.dir / (name + ".json"), R"({"name": ")" + name + R"(", "subjects": {"table": "participants.tsv"},
+      "target": {"column": "group", "task": "classification", "positive_class": "case"},
+      "kernels": {"source": "precomputed", "precomputed": [{"name": "signal", "file": "signal.npy"}, {"name": "noise", "file": "noise.npy"}]},
+      "cv": )" + cv + R"(, "learners": [{"name": "enmkl_svm", "params": {"mu": 0.5}, "grid": {"c": [0.1, 10]}}]})");
+    const auto r = RunCli("run " + (c.dir / (name + ".json")) + " -q");
+    EXPECT_EQ(r.exitCode, 0) << r.output;
+    return c.dir / ("results/" + name);
+  };
+  // Repeated 3-fold, 2 repeats: every subject predicted twice, 6 outer folds.
+  auto out = run("rep", R"({"outer": {"scheme": "repeated_kfold", "k": 3, "repeats": 2}, "inner": {"k": 3}})");
+  EXPECT_EQ(CountLines(ReadFile(out + "/predictions.tsv"), "\tenmkl_svm\t"), 60);
+  EXPECT_EQ(CountLines(ReadFile(out + "/folds.tsv"), "enmkl_svm\t"), 6);
+  EXPECT_THAT(ReadFile(out + "/report.html"), HasSubstr("repeated_kfold k=3 repeats=2"));
+  // Leave-one-out: pooled AUC is defined, per-fold AUC is not (one subject per fold) and is left out.
+  out = run("loo", R"({"outer": {"scheme": "leave_one_out"}, "inner": {"k": 3}})");
+  const auto results = nlohmann::json::parse(ReadFile(out + "/results.json"));
+  EXPECT_TRUE(results["learners"][0]["metrics"]["pooled"]["auc"].is_number());
+  EXPECT_FALSE(results["learners"][0]["metrics"]["fold_mean"].contains("auc"));
+  EXPECT_EQ(results["learners"][0]["folds"].size(), 30u);
+  // Group k-fold on sites (inner too): no site in both the training and the test subjects of a fold.
+  out = run("grp", R"({"outer": {"scheme": "group_kfold", "k": 5, "group_column": "site"}, "inner": {"scheme": "leave_one_group_out", "group_column": "site"}})");
+  const auto grp = nlohmann::json::parse(ReadFile(out + "/results.json"));
+  for (const auto& f : grp["learners"][0]["folds"]) {
+    std::set<int> sites;
+    for (const auto& s : f["test_subjects"]) sites.insert(std::stoi(s.get<std::string>().substr(1)) % 5);
+    EXPECT_EQ(sites.size(), 1u);  // 5 sites, 5 folds: one site per fold
+  }
 }
 
 }  // namespace
