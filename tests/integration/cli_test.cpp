@@ -145,16 +145,9 @@ TEST_F(CliRun, ThreadCountDoesNotChangeResults) {
 /// metrics.tsv as learner -> metric -> {pooled, fold_mean, fold_sd, permutation_p}.
 std::map<std::string, std::map<std::string, std::vector<double>>> Metrics(const std::string& dir) {
   std::map<std::string, std::map<std::string, std::vector<double>>> out;
-  std::istringstream in(ReadFile(dir + "/metrics.tsv"));
-  std::string line;
-  std::getline(in, line);
-  while (std::getline(in, line)) {
-    std::istringstream cells(line);
-    std::string learner, metric, v;
-    std::getline(cells, learner, '\t');
-    std::getline(cells, metric, '\t');
-    while (std::getline(cells, v, '\t')) out[learner][metric].push_back(v == "NA" ? std::nan("") : std::stod(v));
-  }
+  const auto rows = neuromkl::testing::ReadTsv(dir + "/metrics.tsv");
+  for (std::size_t r = 1; r < rows.size(); ++r)
+    for (std::size_t c = 2; c < rows[r].size(); ++c) out[rows[r][0]][rows[r][1]].push_back(rows[r][c] == "NA" ? std::nan("") : std::stod(rows[r][c]));
   return out;
 }
 
@@ -206,9 +199,7 @@ TEST(CliEvaluation, WagerRegressionReportsRAndR2AndMseWithFoldSpread) {
     EXPECT_TRUE(fs::exists(dir / ("out/" + std::string(f)))) << f;
   ASSERT_EQ(std::system("command -v chromium > /dev/null 2>&1"), 0) << "chromium is needed (scripts/test.sh installs it)";
   const std::string dom = dir / "dom.html";
-  const std::string cmd = "chromium --headless --no-sandbox --disable-gpu --disable-quic --no-first-run --disable-background-networking "
-                          "--disable-component-update --disable-sync --virtual-time-budget=5000 --user-data-dir=" + (dir / "chromium") +
-                          " --dump-dom file://" + (dir / "out/report.html") + " > " + dom + " 2>/dev/null";
+  const std::string cmd = neuromkl::testing::HeadlessChromium(dir / "chromium") + " --dump-dom file://" + (dir / "out/report.html") + " > " + dom + " 2>/dev/null";
   ASSERT_EQ(std::system(cmd.c_str()), 0);
   // 2 scatter plots + 2 learners x (top regions, selected counts, montage).
   EXPECT_THAT(ReadFile(dom), HasSubstr("data-figures=\"8\" data-figures-ok=\"8\" data-figures-bad=\"0\""));

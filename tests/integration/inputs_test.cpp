@@ -153,18 +153,9 @@ TEST(Inputs, UnitNormWeightMapsAndSimulatedNans) {
   for (float v : map.data) norm += static_cast<double>(v) * v;
   EXPECT_NEAR(std::sqrt(norm), 1.0, 1e-5);  // PRoNTo-style per-fold unit norm
   // 20 images with 0.2 % NaN voxels each: the drop rule removes them and reports them per region.
-  const auto regions = ReadFile(dir / "c/results/unit/regions.tsv");
+  const auto regions = neuromkl::testing::ReadTsv(dir / "c/results/unit/regions.tsv");
   long nonFinite = 0;
-  std::istringstream in(regions);
-  std::string line;
-  std::getline(in, line);
-  while (std::getline(in, line)) {
-    std::vector<std::string> cells;
-    std::istringstream c(line);
-    std::string cell;
-    while (std::getline(c, cell, '\t')) cells.push_back(cell);
-    nonFinite += std::stol(cells[5]);
-  }
+  for (std::size_t r = 1; r < regions.size(); ++r) nonFinite += std::stol(regions[r][5]);
   EXPECT_GT(nonFinite, 0);
 }
 

@@ -34,22 +34,8 @@ class Report : public ::testing::Test {
 };
 TempDir* Report::dir_ = nullptr;
 
-std::vector<std::vector<std::string>> Rows(const std::string& path) {
-  std::vector<std::vector<std::string>> rows;
-  std::istringstream in(ReadFile(path));
-  std::string line;
-  while (std::getline(in, line)) {
-    std::vector<std::string> cells;
-    std::istringstream c(line);
-    std::string cell;
-    while (std::getline(c, cell, '\t')) cells.push_back(cell);
-    rows.push_back(cells);
-  }
-  return rows;
-}
-
 TEST_F(Report, TopRankedRegionsAreThePlantedSignal) {
-  const auto rows = Rows(*dir_ / "out/regions_enmkl_svm.tsv");
+  const auto rows = neuromkl::testing::ReadTsv(*dir_ / "out/regions_enmkl_svm.tsv");
   ASSERT_GT(rows.size(), 4u);
   EXPECT_EQ(rows[0][0], "rank");
   std::set<std::string> top = {rows[1][2], rows[2][2], rows[3][2]};
@@ -86,15 +72,14 @@ TEST_F(Report, RendersInChromiumWithEveryFigure) {
   EXPECT_EQ(ReadFile(report).find("http"), std::string::npos) << "the report must not load anything from the network";
   if (std::system("command -v chromium > /dev/null 2>&1") != 0)
     FAIL() << "chromium is not installed: the browser check needs Debian's chromium package (scripts/test.sh installs it)";
-  const std::string flags = "--headless --no-sandbox --disable-gpu --disable-quic --no-first-run --disable-background-networking "
-                            "--disable-component-update --disable-sync --virtual-time-budget=5000 --user-data-dir=" + (*dir_ / "chromium");
+  const std::string chromium = neuromkl::testing::HeadlessChromium(*dir_ / "chromium");
   const std::string dom = *dir_ / "dom.html";
-  ASSERT_EQ(std::system(("chromium " + flags + " --dump-dom file://" + report + " > " + dom + " 2>/dev/null").c_str()), 0);
+  ASSERT_EQ(std::system((chromium + " --dump-dom file://" + report + " > " + dom + " 2>/dev/null").c_str()), 0);
   const std::string html = ReadFile(dom);
   // The page's own check: images decoded and SVG charts laid out (ROC + 2 learners x (regions, counts, montage)).
   EXPECT_THAT(html, HasSubstr("data-figures=\"7\" data-figures-ok=\"7\" data-figures-bad=\"0\""));
   const std::string shot = std::string(NEUROMKL_BINARY_DIR) + "/report_screenshot.png";
-  ASSERT_EQ(std::system(("chromium " + flags + " --window-size=1200,2400 --screenshot=" + shot + " file://" + report + " > /dev/null 2>&1").c_str()), 0);
+  ASSERT_EQ(std::system((chromium + " --window-size=1200,2400 --screenshot=" + shot + " file://" + report + " > /dev/null 2>&1").c_str()), 0);
   EXPECT_GT(fs::file_size(shot), 10000u);
 }
 

@@ -1,6 +1,7 @@
 #pragma once
 // Shared test helpers: data paths, temporary folders, running the CLI, matrix comparison.
 #include <string>
+#include <vector>
 
 #include <Eigen/Core>
 #include <gtest/gtest.h>
@@ -30,6 +31,10 @@ struct CliResult {
 CliResult RunCli(const std::string& args);
 
 void WriteFile(const std::string& path, const std::string& text);
+/// A tab-separated file as rows of cells (the header is row 0).
+std::vector<std::vector<std::string>> ReadTsv(const std::string& path);
+/// The flags for Debian's chromium, headless, as root, with no network chatter and its own profile.
+std::string HeadlessChromium(const std::string& userDataDir);
 std::string ReadFile(const std::string& path);
 
 /// Max |a - b| <= atol + rtol |b| elementwise; on failure prints the worst entry.

@@ -8,6 +8,7 @@
 #include <tbb/parallel_for.h>
 
 #include "neuromkl/core/errors.hpp"
+#include "neuromkl/core/stats.hpp"
 #include "neuromkl/kernels/preprocess.hpp"
 #include "neuromkl/metrics/metrics.hpp"
 
@@ -232,13 +233,9 @@ Summary Summarise(const LearnerOutcome& outcome, const learners::Targets& target
       if (!std::isnan(v)) perFold[k].push_back(v);
   }
   for (const auto& [k, v] : perFold) {
-    double mean = 0;
-    for (double x : v) mean += x;
-    mean /= static_cast<double>(v.size());
-    double var = 0;
-    for (double x : v) var += (x - mean) * (x - mean);
-    s.foldMean[k] = mean;
-    s.foldSd[k] = v.size() > 1 ? std::sqrt(var / static_cast<double>(v.size() - 1)) : kNaN;
+    const MeanSd ms = SampleMeanSd(v);
+    s.foldMean[k] = ms.mean;
+    s.foldSd[k] = ms.sd;
   }
   return s;
 }

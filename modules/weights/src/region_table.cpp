@@ -2,6 +2,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "neuromkl/core/stats.hpp"
 #include "neuromkl/weights/weights.hpp"
 
 namespace neuromkl::weights {
@@ -37,11 +38,9 @@ std::vector<RegionRow> RegionTable(const std::vector<Eigen::VectorXd>& foldWeigh
     }
   }
   for (auto& r : rows) {
-    const double f = static_cast<double>(r.foldPercent.size());
-    r.meanPercent = std::accumulate(r.foldPercent.begin(), r.foldPercent.end(), 0.0) / f;
-    double var = 0;
-    for (double p : r.foldPercent) var += (p - r.meanPercent) * (p - r.meanPercent);
-    r.sdPercent = r.foldPercent.size() > 1 ? std::sqrt(var / (f - 1)) : 0.0;
+    const MeanSd ms = SampleMeanSd(r.foldPercent);
+    r.meanPercent = ms.mean;
+    r.sdPercent = r.foldPercent.size() > 1 ? ms.sd : 0.0;
   }
   std::stable_sort(rows.begin(), rows.end(), [](const RegionRow& a, const RegionRow& b) {
     if (a.meanPercent != b.meanPercent) return a.meanPercent > b.meanPercent;
