@@ -98,7 +98,7 @@ std::string ValidateStudy(const config::StudyConfig& study) {
     for (const auto& [k, v] : l.params)
       if (!l.grid.count(k)) fixed.push_back(k + "=" + FormatDouble(v));
     for (const auto& [k, v] : l.grid) grid.push_back(fmt::format("{} ({} values)", k, v.size()));
-    line(fmt::format("  {} [{}]: {}", l.label, l.name, Join(fixed, ", ")));
+    line(fmt::format("  {} [{}]: {}", l.label, l.name, fixed.empty() ? "every parameter searched" : "fixed " + Join(fixed, ", ")));
     if (!grid.empty()) line(fmt::format("    grid: {} = {} points", Join(grid, " x "), l.GridSize()));
   }
   line(fmt::format("Permutations: {}", study.permutations.count));
