@@ -108,11 +108,11 @@ kernels::KernelSet PrecomputedKernels(const config::StudyConfig& study, const Co
   set.subjects = cohort.ids;
   for (const auto& spec : study.kernels.precomputed) {
     Eigen::MatrixXd K = ReadKernelFile(spec.file);
+    kernels::CheckKernel(K, spec.name, static_cast<Eigen::Index>(set.subjects.size()), spec.file);
     kernels::KernelInfo info;
     info.name = spec.name;
     set.info.push_back(info);
     set.kernels.push_back(std::move(K));
-    kernels::CheckKernelSet(set, spec.file);
   }
   return set;
 }

@@ -174,23 +174,23 @@ std::vector<std::string> ExcludeZeroKernels(KernelSet& set) {
   return names;
 }
 
+void CheckKernel(const Eigen::MatrixXd& K, const std::string& name, Eigen::Index n, const std::string& where) {
+  if (K.rows() != n || K.cols() != n)
+    throw InputError("kernels:Shape", where, fmt::format("kernel {} is {}x{}, expected {}x{} (= subjects)", name, K.rows(), K.cols(), n, n));
+  for (Eigen::Index j = 0; j < n; ++j)
+    for (Eigen::Index i = 0; i < n; ++i) {
+      if (!std::isfinite(K(i, j)))
+        throw InputError("kernels:NonFinite", where, fmt::format("kernel {} has a non-finite entry at ({}, {})", name, i, j));
+      if (std::abs(K(i, j) - K(j, i)) > 1e-8 * (std::abs(K(i, j)) + std::abs(K(j, i)) + 1e-300) && std::abs(K(i, j) - K(j, i)) > 1e-12)
+        throw InputError("kernels:NotSymmetric", where,
+                         fmt::format("kernel {0} is not symmetric: K({1},{2}) = {3} but K({2},{1}) = {4}", name, i, j, K(i, j), K(j, i)));
+    }
+}
+
 void CheckKernelSet(const KernelSet& set, const std::string& where) {
   const auto n = static_cast<Eigen::Index>(set.subjects.size());
-  for (std::size_t r = 0; r < set.kernels.size(); ++r) {
-    const auto& K = set.kernels[r];
-    const std::string name = r < set.info.size() ? set.info[r].name : std::to_string(r);
-    if (K.rows() != n || K.cols() != n)
-      throw InputError("kernels:Shape", where,
-                       fmt::format("kernel {} is {}x{}, expected {}x{} (= subjects)", name, K.rows(), K.cols(), n, n));
-    for (Eigen::Index j = 0; j < n; ++j)
-      for (Eigen::Index i = 0; i < n; ++i) {
-        if (!std::isfinite(K(i, j)))
-          throw InputError("kernels:NonFinite", where, fmt::format("kernel {} has a non-finite entry at ({}, {})", name, i, j));
-        if (std::abs(K(i, j) - K(j, i)) > 1e-8 * (std::abs(K(i, j)) + std::abs(K(j, i)) + 1e-300) && std::abs(K(i, j) - K(j, i)) > 1e-12)
-          throw InputError("kernels:NotSymmetric", where,
-                           fmt::format("kernel {0} is not symmetric: K({1},{2}) = {3} but K({2},{1}) = {4}", name, i, j, K(i, j), K(j, i)));
-      }
-  }
+  for (std::size_t r = 0; r < set.kernels.size(); ++r)
+    CheckKernel(set.kernels[r], r < set.info.size() ? set.info[r].name : std::to_string(r), n, where);
 }
 
 KernelSet ComputeRegionKernels(const std::vector<std::string>& subjectIds, const std::vector<std::string>& imagePaths,

@@ -13,7 +13,6 @@ struct InnerSolution {
   Eigen::VectorXd coef;   ///< decision-function coefficients
   double bias = 0;
   double dual = 0;        ///< optimal value of the (maximised) dual J = L - 1/2 coef'K coef
-  double linear = 0;      ///< L, the part of J linear in the solver variables
   long iterations = 0;
   bool converged = true;
   double violation = 0;

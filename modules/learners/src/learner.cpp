@@ -122,7 +122,6 @@ class SvcSolver final : public InnerSolver {
     s.coef = y_.cwiseProduct(r.alpha);
     s.bias = -r.rho;
     s.dual = -r.objective;
-    s.linear = r.alpha.sum();
     s.iterations = r.iterations;
     s.converged = r.converged;
     s.violation = r.violation;
@@ -157,7 +156,6 @@ class SvrSolver final : public InnerSolver {
     s.coef = r.alpha.head(n) - r.alpha.tail(n);
     s.bias = -r.rho + mean_;
     s.dual = -r.objective;
-    s.linear = -p_.dot(r.alpha);
     s.iterations = r.iterations;
     s.converged = r.converged;
     s.violation = r.violation;
@@ -192,7 +190,6 @@ class KrrSolver final : public InnerSolver {
     s.alpha = s.coef;
     s.bias = mean_;
     // KRR dual: max_a a'yc - 1/2 a'(K + lambda I)a, optimal value 1/2 yc'(K + lambda I)^-1 yc.
-    s.linear = s.coef.dot(yc_) - 0.5 * lambda_ * s.coef.squaredNorm();
     s.dual = 0.5 * s.coef.dot(yc_);
     return s;
   }

@@ -45,18 +45,18 @@ std::vector<std::vector<float>> VoxelMaps(const std::vector<std::string>& imageP
   std::vector<std::vector<double>> acc(M, std::vector<double>(V, 0.0));
   std::vector<char> nonFinite(V, 0);
   const std::size_t n = imagePaths.size();
-  // Images are decoded in parallel batches and accumulated in subject order: the sums do not depend
-  // on the thread count.
+  // Images are decoded in parallel batches (into reused buffers) and accumulated in subject order:
+  // the sums do not depend on the thread count.
   const std::size_t batch = 32;
   std::vector<io::Volume> volumes(batch);
   for (std::size_t start = 0; start < n; start += batch) {
     const std::size_t count = std::min(batch, n - start);
-    tbb::parallel_for(std::size_t{0}, count, [&](std::size_t k) { volumes[k] = io::ReadVolume(imagePaths[start + k]); });
+    tbb::parallel_for(std::size_t{0}, count, [&](std::size_t k) { io::ReadVolume(imagePaths[start + k], volumes[k]); });
     for (std::size_t k = 0; k < count; ++k) {
       const std::size_t i = start + k;
       const auto& vol = volumes[k];
-      if (vol.geometry.DifferenceFrom(regions.grid) != "")
-        throw GeometryMismatch("weights:GridMismatch", imagePaths[i], "image grid changed since the kernels were computed: " + vol.geometry.DifferenceFrom(regions.grid));
+      if (const auto diff = vol.geometry.DifferenceFrom(regions.grid); !diff.empty())
+        throw GeometryMismatch("weights:GridMismatch", imagePaths[i], "image grid changed since the kernels were computed: " + diff);
       tbb::parallel_for(std::size_t{0}, M, [&](std::size_t mIdx) {
         const Eigen::MatrixXd& D = subjectWeights[mIdx];
         for (std::size_t j = 0; j < region.size(); ++j) {

@@ -34,7 +34,9 @@ struct KernelSet {
 /// Moves kernels whose matrix is entirely zero into `excluded` (they cannot be normalised,
 /// and MKL would give them 0/0 weights). Returns the names excluded.
 std::vector<std::string> ExcludeZeroKernels(KernelSet& set);
-/// InputError naming the kernel and entry if any kernel is not finite, not square n x n, or not symmetric.
+/// InputError naming the kernel and entry if the kernel is not finite, not square n x n, or not symmetric.
+void CheckKernel(const Eigen::MatrixXd& K, const std::string& name, Eigen::Index n, const std::string& where);
+/// CheckKernel for every kernel of the set (n = its subjects).
 void CheckKernelSet(const KernelSet& set, const std::string& where);
 
 }  // namespace neuromkl::kernels

@@ -51,9 +51,8 @@ struct Model {
   /// Decision values for test-vs-train blocks (each m x n, one per kernel, in training order).
   /// InputError with the shapes if they do not match the model.
   Eigen::VectorXd Decision(const KernelList& testVsTrain) const;
-  /// Primal-weight recovery for linear kernels: region j's voxel weights are
-  /// RegionCoefficients(j)' * Xtilde_j (preprocessed training data of region j).
-  Eigen::VectorXd RegionCoefficients(std::size_t j) const { return beta[static_cast<Eigen::Index>(j)] * coef; }
+  // Primal weights of linear kernels (voxel maps) are recovered from beta and coef with the fold's
+  // preprocessing by weights::SubjectWeights.
 };
 
 /// Optional help for a fit: a model fitted on the same training kernels with neighbouring
