@@ -84,6 +84,45 @@ TEST_P(Contract, ParametersAreValidatedInOnePlace) {
               ::testing::ThrowsMessage<InvalidParameter>(HasSubstr("unknown parameter")));
 }
 
+TEST_P(Contract, MulticlassOnlyWhereDeclared) {
+  const auto p = Problem();
+  learners::Targets three{learners::Task::Multiclass, Eigen::VectorXd(24), 3};
+  for (int i = 0; i < 24; ++i) three.y[i] = i % 3;
+  if (!Info().multiclass) {
+    EXPECT_THAT([&] { Make()->Fit(p.kernels, three); }, ::testing::ThrowsMessage<InputError>(HasSubstr("not a multiclass learner")));
+    return;
+  }
+  const auto m = Make()->Fit(p.kernels, three);
+  EXPECT_EQ(m.coefs.rows(), 24);
+  EXPECT_EQ(m.coefs.cols(), 3);
+  EXPECT_EQ(m.Scores(p.kernels).cols(), 3);
+  EXPECT_NEAR(m.beta.sum(), 1.0, 1e-12);
+}
+
+TEST_P(Contract, MissingTargetsOnlyForSemiSupervisedLearners) {
+  auto p = Problem();
+  p.targets.y[5] = std::nan("");
+  if (!Info().semiSupervised) {
+    EXPECT_THAT([&] { Make()->Fit(p.kernels, p.targets); }, ::testing::ThrowsMessage<InputError>(HasSubstr("NaN")));
+    return;
+  }
+  const auto m = Make()->Fit(p.kernels, p.targets);
+  EXPECT_EQ(m.coef.size(), 24);  // unlabelled training subjects are part of the model
+  EXPECT_TRUE(m.Decision(p.kernels).allFinite());
+}
+
+TEST_P(Contract, SubjectOrderDoesNotMatter) {
+  // Decision values are a property of the subjects, not of their order (tolerance: iterative
+  // solvers stop at slightly different points on a permuted problem).
+  const auto p = Problem();
+  Eigen::VectorXi perm(24);
+  for (int i = 0; i < 24; ++i) perm[i] = (i * 7 + 3) % 24;
+  const auto q = neuromkl::testing::Permute(p, perm);
+  const auto a = Make()->Fit(p.kernels, p.targets).Decision(p.kernels);
+  const auto b = Make()->Fit(q.kernels, q.targets).Decision(q.kernels);
+  for (int i = 0; i < 24; ++i) EXPECT_NEAR(b[i], a[perm[i]], 1e-3 * (1 + std::abs(a[perm[i]]))) << i;
+}
+
 std::vector<std::string> AllLearners() {
   std::vector<std::string> names;
   for (const auto& l : learners::LearnerCatalog()) names.push_back(l.name);

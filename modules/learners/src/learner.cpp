@@ -4,6 +4,7 @@
 
 #include "inner.hpp"
 #include "neuromkl/core/errors.hpp"
+#include "neuromkl/core/strings.hpp"
 #include "neuromkl/learners/learner.hpp"
 #include "smo.hpp"
 
@@ -19,28 +20,53 @@ std::string_view ToString(FitStatus s) {
   return "unknown";
 }
 
-Eigen::VectorXd Model::Decision(const KernelList& testVsTrain) const {
+namespace {
+/// Checks test-vs-train blocks against a model with `cols` training columns; returns the test count.
+Eigen::Index CheckTestKernels(const KernelList& testVsTrain, const Eigen::VectorXd& beta, Eigen::Index cols) {
   if (testVsTrain.size() != static_cast<std::size_t>(beta.size()))
     throw InputError("learners:KernelCount", "decision",
                      fmt::format("got {} test kernels, the model was trained on {}", testVsTrain.size(), beta.size()));
   const Eigen::Index m = testVsTrain.empty() ? 0 : testVsTrain[0].rows();
-  Eigen::VectorXd f = Eigen::VectorXd::Constant(m, bias);
   for (std::size_t j = 0; j < testVsTrain.size(); ++j) {
     const auto& Kt = testVsTrain[j];
-    if (Kt.rows() != m || Kt.cols() != coef.size())
+    if (Kt.rows() != m || Kt.cols() != cols)
       throw InputError("learners:TestShape", "decision",
                        fmt::format("test kernel {} is {}x{}, expected {}x{} (= test subjects x training subjects)", j, Kt.rows(),
-                                   Kt.cols(), m, coef.size()));
-    if (beta[static_cast<Eigen::Index>(j)] != 0.0) f.noalias() += beta[static_cast<Eigen::Index>(j)] * (Kt * coef);
+                                   Kt.cols(), m, cols));
   }
+  return m;
+}
+}  // namespace
+
+Eigen::VectorXd Model::Decision(const KernelList& testVsTrain) const {
+  if (Multiclass())
+    throw InputError("learners:MulticlassModel", "decision", "a multiclass model has one score per class: use Scores, not Decision");
+  const Eigen::Index m = CheckTestKernels(testVsTrain, beta, coef.size());
+  Eigen::VectorXd f = Eigen::VectorXd::Constant(m, bias);
+  for (std::size_t j = 0; j < testVsTrain.size(); ++j)
+    if (beta[static_cast<Eigen::Index>(j)] != 0.0) f.noalias() += beta[static_cast<Eigen::Index>(j)] * (testVsTrain[j] * coef);
   return f;
 }
 
-void ValidateFitInput(std::string_view learner, const KernelList& train, const Targets& targets) {
+Eigen::MatrixXd Model::Scores(const KernelList& testVsTrain) const {
+  if (!Multiclass()) return Decision(testVsTrain);
+  const Eigen::Index m = CheckTestKernels(testVsTrain, beta, coefs.rows());
+  Eigen::MatrixXd S = biases.transpose().replicate(m, 1);
+  for (std::size_t j = 0; j < testVsTrain.size(); ++j)
+    if (beta[static_cast<Eigen::Index>(j)] != 0.0) S.noalias() += beta[static_cast<Eigen::Index>(j)] * (testVsTrain[j] * coefs);
+  return S;
+}
+
+void ValidateFitInput(std::string_view learner, const KernelList& train, const Targets& targets, bool allowUnlabelled) {
   const std::string where = "learner " + std::string(learner);
   const Eigen::Index n = targets.y.size();
   if (train.empty()) throw InputError("learners:NoKernel", where, "expected at least one training kernel, got none");
-  if (n < 2) throw InputError("learners:TooFewSubjects", where, fmt::format("expected at least 2 training subjects, got {}", n));
+  if (const LearnerInfo* info = FindLearner(learner); targets.task == Task::Multiclass && info && !info->multiclass) {
+    std::vector<std::string> able;
+    for (const auto& l : LearnerCatalog())
+      if (l.multiclass) able.push_back(l.name);
+    throw InputError("learners:TaskUnsupported", where, fmt::format("{} is not a multiclass learner; multiclass learners: {}", learner, Join(able, ", ")));
+  }
   for (std::size_t j = 0; j < train.size(); ++j) {
     const auto& K = train[j];
     if (K.rows() != n || K.cols() != n)
@@ -48,10 +74,20 @@ void ValidateFitInput(std::string_view learner, const KernelList& train, const T
                        fmt::format("training kernel {} is {}x{}, expected {}x{} (= number of targets)", j, K.rows(), K.cols(), n, n));
     if (!K.allFinite()) throw InputError("learners:NonFiniteKernel", where, fmt::format("training kernel {} has NaN or infinite entries", j));
   }
-  if (!targets.y.allFinite()) throw InputError("learners:NonFiniteTarget", where, "targets contain NaN or infinite values");
+  Eigen::Index labelled = 0;
+  for (Eigen::Index i = 0; i < n; ++i) {
+    const double v = targets.y[i];
+    if (std::isnan(v) && allowUnlabelled) continue;
+    if (!std::isfinite(v))
+      throw InputError("learners:NonFiniteTarget", where,
+                       allowUnlabelled ? "targets contain infinite values" : "targets contain NaN or infinite values (this learner needs every target)");
+    ++labelled;
+  }
+  if (labelled < 2) throw InputError("learners:TooFewSubjects", where, fmt::format("expected at least 2 labelled training subjects, got {}", labelled));
   if (targets.task == Task::Classification) {
     Eigen::Index pos = 0, neg = 0;
     for (Eigen::Index i = 0; i < n; ++i) {
+      if (std::isnan(targets.y[i])) continue;
       if (targets.y[i] == 1.0) ++pos;
       else if (targets.y[i] == -1.0) ++neg;
       else throw InputError("learners:BadLabel", where, fmt::format("classification labels must be -1 or +1, found {} at index {}", targets.y[i], i));
@@ -59,6 +95,20 @@ void ValidateFitInput(std::string_view learner, const KernelList& train, const T
     if (pos == 0 || neg == 0)
       throw InputError("learners:SingleClass", where,
                        fmt::format("classification needs both classes in the training set, found {} positive and {} negative", pos, neg));
+  }
+  if (targets.task == Task::Multiclass) {
+    if (targets.classes < 2) throw InputError("learners:BadClassCount", where, fmt::format("multiclass targets need at least 2 classes, got {}", targets.classes));
+    std::vector<int> count(static_cast<std::size_t>(targets.classes), 0);
+    for (Eigen::Index i = 0; i < n; ++i) {
+      const double v = targets.y[i];
+      if (std::isnan(v)) continue;
+      if (v != std::floor(v) || v < 0 || v >= targets.classes)
+        throw InputError("learners:BadLabel", where, fmt::format("multiclass labels must be 0..{}, found {} at index {}", targets.classes - 1, v, i));
+      ++count[static_cast<std::size_t>(v)];
+    }
+    int present = 0;
+    for (int c : count) present += c > 0;
+    if (present < 2) throw InputError("learners:SingleClass", where, "multiclass training needs at least two classes present, found one");
   }
 }
 

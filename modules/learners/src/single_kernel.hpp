@@ -13,4 +13,13 @@ std::unique_ptr<Learner> MakeEnmklSvm(const ParamMap& p);
 std::unique_ptr<Learner> MakeEnmklKrr(const ParamMap& p);
 /// "simplemkl": SimpleMKL (Rakotomamonjy et al. 2008); C-SVC for classification, epsilon-SVR for regression.
 std::unique_ptr<Learner> MakeSimpleMkl(const ParamMap& p);
+/// "kelm" / "mkelm": kernel ELM and multiple kernel ELM (seed 000).
+std::unique_ptr<Learner> MakeKelm(const ParamMap& p);
+std::unique_ptr<Learner> MakeMkelm(const ParamMap& p);
+/// "mkl_bp": MKL with an L1 + Lp constraint (seed 002).
+std::unique_ptr<Learner> MakeMklBp(const ParamMap& p);
+/// "bsadmm_kelm": hinge-loss KELM by two-operator ADMM (seed 003).
+std::unique_ptr<Learner> MakeBsadmmKelm(const ParamMap& p);
+/// "dkelm": semi-supervised deformed-kernel ELM (seed 001).
+std::unique_ptr<Learner> MakeDkelm(const ParamMap& p);
 }  // namespace neuromkl::learners

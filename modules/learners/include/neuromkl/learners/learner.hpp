@@ -13,12 +13,16 @@
 
 namespace neuromkl::learners {
 
-enum class Task { Classification, Regression };
+/// Multiclass is a learner-level task (KELM, MK-ELM, DKELM); studies are binary or regression.
+enum class Task { Classification, Regression, Multiclass };
 
-/// Targets: classification labels are -1 / +1 (+1 = the positive class); regression values are real.
+/// Targets: classification labels are -1 / +1 (+1 = the positive class); regression values are
+/// real; multiclass labels are 0 .. classes - 1. Semi-supervised learners accept NaN targets: those
+/// subjects are unlabelled (they shape the model but carry no target).
 struct Targets {
   Task task = Task::Classification;
   Eigen::VectorXd y;
+  int classes = 0;  ///< multiclass only
 };
 
 enum class FitStatus {
@@ -45,12 +49,17 @@ struct Model {
   Eigen::VectorXd coef;   ///< coefficients of the decision function (SVM: y_i alpha_i; KRR: alpha_i)
   Eigen::VectorXd alpha;  ///< the solver's dual variables (SVM: 0 <= alpha <= C; KRR: = coef)
   double bias = 0;
+  Eigen::MatrixXd coefs;   ///< multiclass only: one column of coefficients per class (coef is then empty)
+  Eigen::VectorXd biases;  ///< multiclass only: one bias per class
   FitInfo info;
   Eigen::VectorXd solverState;  ///< the inner solver's variables as it left them (warm starts only)
 
   /// Decision values for test-vs-train blocks (each m x n, one per kernel, in training order).
   /// InputError with the shapes if they do not match the model.
   Eigen::VectorXd Decision(const KernelList& testVsTrain) const;
+  /// Class scores (m x classes) of a multiclass model; the prediction is the arg max of a row.
+  Eigen::MatrixXd Scores(const KernelList& testVsTrain) const;
+  bool Multiclass() const { return coefs.cols() > 0; }
   // Primal weights of linear kernels (voxel maps) are recovered from beta and coef with the fold's
   // preprocessing by weights::SubjectWeights.
 };
@@ -89,6 +98,8 @@ struct LearnerInfo {
   bool regression;
   bool multipleKernels;  ///< learns kernel weights
   std::vector<ParamSpec> params;
+  bool multiclass;       ///< accepts Task::Multiclass
+  bool semiSupervised;   ///< uses subjects without a target (NaN) as unlabelled data
 };
 
 using ParamMap = std::map<std::string, double>;
@@ -107,6 +118,8 @@ ParamMap ResolveParams(std::string_view learner, const ParamMap& given);
 std::unique_ptr<Learner> MakeLearner(std::string_view learner, const ParamMap& params);
 
 /// Shared input checks of every learner's Fit (the contract).
-void ValidateFitInput(std::string_view learner, const KernelList& train, const Targets& targets);
+/// Unlabelled (NaN) targets are accepted only with `allowUnlabelled`; the class checks then apply
+/// to the labelled subjects.
+void ValidateFitInput(std::string_view learner, const KernelList& train, const Targets& targets, bool allowUnlabelled = false);
 
 }  // namespace neuromkl::learners

@@ -1,0 +1,33 @@
+#pragma once
+// Shared pieces of the kernel extreme learning machines (KELM, MK-ELM, DKELM): the output matrix
+// T (one column for binary and regression targets, one-hot +-1 columns for multiclass) and the
+// regularised least-squares solve alpha = (K + I/C)^-1 T.
+#include <vector>
+
+#include <Eigen/Core>
+
+#include "neuromkl/learners/learner.hpp"
+
+namespace neuromkl::learners {
+
+struct ElmOutputs {
+  Eigen::MatrixXd T;        ///< rows: the labelled subjects (in `rows` order); centred if bias
+  Eigen::VectorXd offset;   ///< column means removed from T (zeros without a bias)
+  std::vector<Eigen::Index> rows;  ///< positions of the labelled subjects in the training set
+};
+
+/// T for the labelled subjects (NaN targets are skipped). Multiclass: T_ic = +1 if subject i is in
+/// class c, else -1 (Huang's coding). With `bias`, each column is centred and its mean is the offset.
+ElmOutputs MakeElmOutputs(const Targets& targets, bool bias);
+
+/// alpha = (K + I/C)^-1 T by Cholesky (LDL' if K is not numerically PSD).
+Eigen::MatrixXd SolveElm(const Eigen::MatrixXd& K, const Eigen::MatrixXd& T, double C);
+
+/// Stores alpha (n x T columns) and offsets in the model: coef/bias for one column, coefs/biases
+/// for multiclass. `scale` multiplies the coefficients (beta normalisation).
+void SetElmOutputs(Model& model, const Eigen::MatrixXd& alpha, const Eigen::VectorXd& offset, Task task, double scale);
+
+/// 1/2 tr(T' alpha): the optimal value of the ELM problem min 1/2 ||beta||^2 + C/2 ||xi||^2.
+double ElmObjective(const Eigen::MatrixXd& T, const Eigen::MatrixXd& alpha);
+
+}  // namespace neuromkl::learners
