@@ -101,9 +101,19 @@ RunOutcome RunStudy(config::StudyConfig study, const RunOptions& options) {
 
   // ---- nested cross-validation on the labelled subjects ----
   t = Clock::now();
+  // Labelled subjects first; subjects without a target follow when a semi-supervised learner
+  // will use them as unlabelled data (they are never test subjects).
+  bool semiSupervised = false;
+  for (const auto& spec : study.learners)
+    if (const auto* info = learners::FindLearner(spec.name); info && info->semiSupervised) semiSupervised = true;
+  std::vector<int> kernelRows = cohort.labelledRows;
+  if (semiSupervised)
+    for (std::size_t r = 0; r < cohort.ids.size(); ++r)
+      if (!cohort.labelled[r]) kernelRows.push_back(static_cast<int>(r));
+  const int unlabelledCount = static_cast<int>(kernelRows.size()) - n;
   learners::KernelList labelled;
   {
-    const Eigen::VectorXi rows = Eigen::Map<const Eigen::VectorXi>(cohort.labelledRows.data(), n);
+    const Eigen::VectorXi rows = Eigen::Map<const Eigen::VectorXi>(kernelRows.data(), static_cast<Eigen::Index>(kernelRows.size()));
     for (const auto& K : ks.set.kernels) labelled.push_back(K(rows, rows));
   }
   const auto innerSpec = ToSplit(study.cv.inner);
@@ -117,7 +127,7 @@ RunOutcome RunStudy(config::StudyConfig study, const RunOptions& options) {
     for (const auto& [k, _] : spec.grid) fixed.erase(k);
     plans.push_back({spec.label, spec.name, cv::ExpandGrid(fixed, spec.grid)});
   }
-  const cv::NestedCvOptions nestedOptions{{study.kernels.centre, study.kernels.normalise}};
+  const cv::NestedCvOptions nestedOptions{{study.kernels.centre, study.kernels.normalise}, unlabelledCount};
   const learners::Targets targets{task, y};
   const auto outcomes = cv::RunNestedCv(labelled, targets, outer, inner, plans, nestedOptions);
   record.seconds["nested_cv"] = Since(t);
@@ -179,12 +189,14 @@ RunOutcome RunStudy(config::StudyConfig study, const RunOptions& options) {
       for (std::size_t f = 0; f < record.learners[l].outcome.folds.size(); ++f) {
         const auto& fold = record.learners[l].outcome.folds[f];
         if (!fold.error.empty()) continue;
-        subjectWeights.push_back(weights::SubjectWeights(labelled, {fold.train, fold.test, fold.model.coef, fold.model.beta},
+        std::vector<int> train = fold.train;
+        train.insert(train.end(), fold.unlabelled.begin(), fold.unlabelled.end());
+        subjectWeights.push_back(weights::SubjectWeights(labelled, {train, fold.test, fold.model.coef, fold.model.beta},
                                                          study.kernels.centre, study.kernels.normalise));
         slot.emplace_back(l, f);
       }
     std::vector<std::string> images;
-    for (auto r : cohort.labelledRows) images.push_back(cohort.images[static_cast<std::size_t>(r)]);
+    for (auto r : kernelRows) images.push_back(cohort.images[static_cast<std::size_t>(r)]);
     auto maps = weights::VoxelMaps(images, *ks.regions, ks.set.info, subjectWeights, study.kernels.nanPolicy);
     for (std::size_t k = 0; k < maps.size(); ++k) {
       auto& map = maps[k];
@@ -237,6 +249,8 @@ RunOutcome RunStudy(config::StudyConfig study, const RunOptions& options) {
   record.positiveClass = cohort.positiveClass;
   record.negativeClass = cohort.negativeClass;
   record.excludedSubjects = cohort.excluded;
+  if (unlabelledCount > 0)
+    for (auto& [id, why] : record.excludedSubjects) why += "; used as unlabelled data by the semi-supervised learners";
   for (auto r : cohort.labelledRows) record.labelledSubjects.push_back(cohort.ids[static_cast<std::size_t>(r)]);
   record.targets.assign(y.data(), y.data() + y.size());
   record.kernels = ks.set.info;
@@ -269,7 +283,8 @@ RunOutcome RunStudy(config::StudyConfig study, const RunOptions& options) {
     std::size_t e = 0;
     for (std::size_t r = 0; r < cohort.ids.size(); ++r) {
       const bool used = cohort.labelled[r];
-      rows.push_back({cohort.ids[r], used ? "yes" : "no", cohort.rawTargets[r], used ? "" : cohort.excluded[e++].second});
+      rows.push_back({cohort.ids[r], used ? "yes" : unlabelledCount > 0 ? "unlabelled" : "no", cohort.rawTargets[r],
+                      used ? "" : record.excludedSubjects[e++].second});
     }
     WriteText(dir + "/subjects.tsv", Tsv(rows));
   }

@@ -7,10 +7,13 @@
 
 #include <gmock/gmock.h>
 
+#include <nlohmann/json.hpp>
+
 #include "neuromkl/io/nifti.hpp"
 #include "testing.hpp"
 
 using neuromkl::testing::ReadFile;
+using neuromkl::testing::ReadTsv;
 using neuromkl::testing::RunCli;
 using neuromkl::testing::SharedData;
 using neuromkl::testing::TempDir;
@@ -206,3 +209,31 @@ TEST(CliEvaluation, WagerRegressionReportsRAndR2AndMseWithFoldSpread) {
 }
 
 }  // namespace
+
+TEST(CliSeedLearners, EveryNewLearnerRunsOnASimulatedCohortWithUnlabelledSubjects) {
+  // 30 labelled + 12 unlabelled subjects: dkelm uses the 12 as unlabelled data, the others ignore them.
+  TempDir dir;
+  ASSERT_EQ(RunCli("simulate --out " + (dir / "c") + " --subjects 30 --unlabelled 12 --downsample 3 --effect 1.2 --seed 6 -q").exitCode, 0);
+  WriteFile(dir / "c/seeds.json", R"({"name": "seeds", "subjects": {"table": "participants.tsv"},
+    "target": {"column": "group", "task": "classification", "positive_class": "patient"},
+    "cv": {"outer": {"k": 3}, "inner": {"k": 3}},
+    "learners": [{"name": "kelm"}, {"name": "mkelm", "grid": {"c": [0.1, 10]}}, {"name": "mkl_bp", "params": {"p": 3, "v": 0.5}, "grid": {"c": [0.1, 10]}},
+                 {"name": "bsadmm_kelm", "params": {"bias": 1}, "grid": {"c": [0.1, 10]}}, {"name": "dkelm", "grid": {"c": [0.1, 10]}}],
+    "permutations": {"count": 3}})");
+  const auto r = RunCli("run " + (dir / "c/seeds.json") + " --out " + (dir / "out") + " -q");
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  const auto results = nlohmann::json::parse(ReadFile(dir / "out/results.json"));
+  ASSERT_EQ(results["learners"].size(), 5u);
+  for (const auto& l : results["learners"]) {
+    const std::string name = l["name"];
+    EXPECT_GT(l["metrics"]["pooled"]["balanced_accuracy"].get<double>(), 0.6) << name;
+    EXPECT_TRUE(fs::exists(dir / ("out/regions_" + name + ".tsv"))) << name;
+    EXPECT_TRUE(fs::exists(dir / ("out/weights/" + name + "_mean.nii.gz"))) << name;
+    for (const auto& f : l["folds"]) EXPECT_EQ(f["decision_values"].size(), f["n_test"].get<std::size_t>()) << name;
+  }
+  const auto subjects = ReadTsv(dir / "out/subjects.tsv");
+  ASSERT_EQ(subjects[0][1], "used");
+  int unlabelled = 0;
+  for (const auto& row : subjects) unlabelled += row[1] == "unlabelled";
+  EXPECT_EQ(unlabelled, 12);
+}

@@ -12,6 +12,7 @@
 #include "neuromkl/core/npy.hpp"
 #include "neuromkl/core/strings.hpp"
 #include "neuromkl/io/nifti.hpp"
+#include "neuromkl/learners/learner.hpp"
 #include "testing.hpp"
 
 using neuromkl::testing::ReadFile;
@@ -75,11 +76,13 @@ TEST(Inputs, EveryLearnerRunsOnPrecomputedKernelsWithWeightsDecisionsAndStatus) 
     "kernels": {"source": "precomputed", "precomputed": [{"name": "signal", "file": "signal.npy"}, {"name": "noise", "file": "noise.tsv"}]},
     "cv": {"outer": {"k": 3}},
     "learners": [{"name": "svm", "params": {"c": 1}}, {"name": "krr", "params": {"lambda": 1}}, {"name": "enmkl_svm", "params": {"c": 1, "mu": 0.5}},
-                 {"name": "enmkl_krr", "params": {"lambda": 1, "mu": 0.5}}, {"name": "simplemkl", "params": {"c": 1}}]})");
+                 {"name": "enmkl_krr", "params": {"lambda": 1, "mu": 0.5}}, {"name": "simplemkl", "params": {"c": 1}},
+                 {"name": "kelm", "params": {"c": 1}}, {"name": "mkelm", "params": {"c": 1}}, {"name": "mkl_bp", "params": {"c": 1}},
+                 {"name": "bsadmm_kelm", "params": {"c": 1, "bias": 1}}, {"name": "dkelm", "params": {"c": 1, "neighbours": 5}}]})");
   const auto r = RunCli("run " + (c.dir / "study.json") + " -q");
   ASSERT_EQ(r.exitCode, 0) << r.output;
   const auto results = nlohmann::json::parse(ReadFile(c.dir / "results/pre/results.json"));
-  ASSERT_EQ(results["learners"].size(), 5u);
+  ASSERT_EQ(results["learners"].size(), neuromkl::learners::LearnerCatalog().size());
   for (const auto& l : results["learners"]) {
     for (const auto& f : l["folds"]) {
       EXPECT_EQ(f["status"], "converged") << l["label"];
@@ -87,7 +90,7 @@ TEST(Inputs, EveryLearnerRunsOnPrecomputedKernelsWithWeightsDecisionsAndStatus) 
       EXPECT_EQ(f["decision_values"].size(), f["n_test"].get<std::size_t>());
     }
     EXPECT_GT(l["metrics"]["pooled"]["balanced_accuracy"].get<double>(), 0.8) << l["label"];
-    if (l["name"] != "svm" && l["name"] != "krr") {
+    if (neuromkl::learners::FindLearner(l["name"].get<std::string>())->multipleKernels) {
       EXPECT_GT(l["folds"][0]["kernel_weights"][0].get<double>(), l["folds"][0]["kernel_weights"][1].get<double>()) << l["label"];
     }
   }

@@ -26,8 +26,35 @@ int RegularisationDirection(const std::string& param) {
 
 Eigen::VectorXd Subset(const Eigen::VectorXd& v, const std::vector<int>& idx) {
   Eigen::VectorXd out(static_cast<Eigen::Index>(idx.size()));
-  for (std::size_t i = 0; i < idx.size(); ++i) out[static_cast<Eigen::Index>(i)] = v[idx[i]];
+  for (std::size_t i = 0; i < idx.size(); ++i) out[static_cast<Eigen::Index>(i)] = idx[i] < v.size() ? v[idx[i]] : kNaN;
   return out;
+}
+
+std::vector<int> WithUnlabelled(std::vector<int> train, const std::vector<int>& unlabelled) {
+  train.insert(train.end(), unlabelled.begin(), unlabelled.end());
+  return train;
+}
+
+/// A fold's kernels for the supervised learners and, if any learner needs them, with the
+/// unlabelled subjects appended to the training set (preprocessed with that training set).
+struct FoldViews {
+  FoldKernels supervised, semi;
+  learners::Targets ySupervised, ySemi;
+};
+FoldViews PrepareViews(const learners::KernelList& kernels, const learners::Targets& targets, const std::vector<int>& train,
+                       const std::vector<int>& test, const Preprocessing& pre, const std::vector<int>& unlabelled, bool anySupervised,
+                       bool anySemi) {
+  FoldViews v;
+  if (anySupervised) {
+    v.supervised = PrepareFold(kernels, train, test, pre);
+    v.ySupervised = {targets.task, Subset(targets.y, train), targets.classes};
+  }
+  if (anySemi) {
+    const auto all = WithUnlabelled(train, unlabelled);
+    v.semi = PrepareFold(kernels, all, test, pre);
+    v.ySemi = {targets.task, Subset(targets.y, all), targets.classes};
+  }
+  return v;
 }
 
 /// Inner criterion: balanced accuracy (higher is better) or MSE (lower is better).
@@ -103,6 +130,15 @@ std::vector<LearnerOutcome> RunNestedCv(const learners::KernelList& kernels, con
     firstObject[l] = learnerObjects.size();
     for (const auto& params : plans[l].grid) learnerObjects.push_back(learners::MakeLearner(plans[l].name, params));
   }
+  std::vector<bool> semi(L, false);
+  std::vector<int> unlabelled;
+  for (int i = 0; i < options.unlabelled; ++i) unlabelled.push_back(static_cast<int>(targets.y.size()) + i);
+  bool anySemi = false, anySupervised = false;
+  for (std::size_t l = 0; l < L; ++l) {
+    const auto* info = learners::FindLearner(plans[l].name);
+    semi[l] = info && info->semiSupervised && !unlabelled.empty();
+    (semi[l] ? anySemi : anySupervised) = true;
+  }
   // ---- inner splits (sequential: cheap, and errors surface in fold order) ----
   std::vector<std::vector<Fold>> innerFolds(F);
   bool anySearch = false;
@@ -126,12 +162,13 @@ std::vector<LearnerOutcome> RunNestedCv(const learners::KernelList& kernels, con
     std::vector<int> tr, te;
     for (int k : fold.train) tr.push_back(outer[f].train[static_cast<std::size_t>(k)]);
     for (int k : fold.test) te.push_back(outer[f].train[static_cast<std::size_t>(k)]);
-    const FoldKernels fk = PrepareFold(kernels, tr, te, options.preprocessing);
-    const learners::Targets yTrain{targets.task, Subset(targets.y, tr)};
+    const FoldViews views = PrepareViews(kernels, targets, tr, te, options.preprocessing, unlabelled, anySupervised, anySemi);
     const Eigen::VectorXd yTest = Subset(targets.y, te);
     for (std::size_t l = 0; l < L; ++l) {
       const auto& grid = plans[l].grid;
       if (grid.size() < 2) continue;
+      const FoldKernels& fk = semi[l] ? views.semi : views.supervised;
+      const learners::Targets& yTrain = semi[l] ? views.ySemi : views.ySupervised;
       std::vector<learners::Model> fitted(grid.size());
       std::vector<bool> ok(grid.size(), false);
       for (std::size_t g = 0; g < grid.size(); ++g) {
@@ -157,14 +194,16 @@ std::vector<LearnerOutcome> RunNestedCv(const learners::KernelList& kernels, con
     out[l].folds.resize(F);
   }
   tbb::parallel_for(std::size_t{0}, F, [&](std::size_t f) {
-    const FoldKernels fk = PrepareFold(kernels, outer[f].train, outer[f].test, options.preprocessing);
-    const learners::Targets yTrain{targets.task, Subset(targets.y, outer[f].train)};
+    const FoldViews views = PrepareViews(kernels, targets, outer[f].train, outer[f].test, options.preprocessing, unlabelled, anySupervised, anySemi);
     for (std::size_t l = 0; l < L; ++l) {
+      const FoldKernels& fk = semi[l] ? views.semi : views.supervised;
+      const learners::Targets& yTrain = semi[l] ? views.ySemi : views.ySupervised;
       OuterFoldResult& r = out[l].folds[f];
       r.index = static_cast<int>(f);
       r.repeat = outer[f].repeat;
       r.train = outer[f].train;
       r.test = outer[f].test;
+      if (semi[l]) r.unlabelled = unlabelled;
       if (plans[l].grid.size() > 1) {
         r.innerScores.resize(plans[l].grid.size());
         for (std::size_t g = 0; g < plans[l].grid.size(); ++g) {

@@ -120,3 +120,43 @@ TEST(NestedCv, SignalIsFoundAndNoSignalIsChance) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(NestedCv, UnlabelledSubjectsReachOnlySemiSupervisedLearnersAndNeverTheirTestFold) {
+  // 30 labelled + 6 unlabelled subjects (the last 6 rows of the kernels).
+  const auto p = neuromkl::testing::MakeMklProblem(36, 2, {0}, 1.0, 19);
+  const learners::Targets labelled{learners::Task::Classification, p.targets.y.head(30)};
+  const auto outer = cv::MakeFolds({cv::Scheme::StratifiedKFold, 3, 1}, learners::Task::Classification, labelled.y, {}, {}, 7, "outer");
+  const std::vector<cv::LearnerPlan> plans = {{"dk", "dkelm", cv::ExpandGrid({{"neighbours", 4}, {"deformation", 2}}, {{"c", {0.1, 10}}})},
+                                              {"svm", "svm", cv::ExpandGrid({}, {{"c", {0.1, 10}}})}};
+  cv::NestedCvOptions withU;
+  withU.unlabelled = 6;
+  const auto a = cv::RunNestedCv(p.kernels, labelled, outer, Inner(3), plans, withU);
+  for (const auto& f : a[0].folds) {
+    EXPECT_EQ(f.unlabelled, (std::vector<int>{30, 31, 32, 33, 34, 35}));
+    EXPECT_EQ(f.model.coef.size(), static_cast<Eigen::Index>(f.train.size() + 6));
+    for (int t : f.test) EXPECT_LT(t, 30);
+  }
+  // The supervised learner never sees the unlabelled rows: identical to a run without them.
+  learners::KernelList cut;
+  for (const auto& K : p.kernels) cut.push_back(K.topLeftCorner(30, 30));
+  const auto b = cv::RunNestedCv(cut, labelled, outer, Inner(3), {plans[1]}, {});
+  for (std::size_t f = 0; f < outer.size(); ++f) {
+    EXPECT_TRUE(a[1].folds[f].unlabelled.empty());
+    EXPECT_EQ(a[1].folds[f].decision, b[0].folds[f].decision);
+  }
+  // No leakage: changing one test subject's kernel entries leaves the other test subjects'
+  // decision values of that fold unchanged (the test fold is never in the graph).
+  const int moved = outer[0].test[0];
+  learners::KernelList changed = p.kernels;
+  for (auto& K : changed) {
+    K.row(moved) *= 0.3;
+    K.col(moved) *= 0.3;
+  }
+  const auto c = cv::RunNestedCv(changed, labelled, outer, Inner(3), {plans[0]}, withU);
+  for (std::size_t i = 1; i < outer[0].test.size(); ++i)
+    EXPECT_NEAR(c[0].folds[0].decision[static_cast<Eigen::Index>(i)], a[0].folds[0].decision[static_cast<Eigen::Index>(i)], 1e-12) << i;
+}
+
+}  // namespace

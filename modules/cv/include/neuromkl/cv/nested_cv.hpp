@@ -37,6 +37,7 @@ using InnerSplitter = std::function<std::vector<Fold>(std::size_t outerFold, con
 struct OuterFoldResult {
   int index = 0, repeat = 0;
   std::vector<int> train, test;
+  std::vector<int> unlabelled;       ///< semi-supervised learners: unlabelled subjects appended to the training set
   Eigen::VectorXd decision;          ///< on the test subjects
   std::size_t chosen = 0;            ///< index into the plan's grid
   std::vector<double> innerScores;   ///< mean inner score per grid point (balanced accuracy or MSE)
@@ -53,9 +54,13 @@ struct LearnerOutcome {
 
 struct NestedCvOptions {
   Preprocessing preprocessing;
+  /// Subjects without a target, as the last rows/columns of the kernels (indices n .. n + u - 1).
+  /// Semi-supervised learners get them appended to every training set (outer and inner) with NaN
+  /// targets; they are never test subjects, and the other learners never see them.
+  int unlabelled = 0;
 };
 
-/// `kernels`: raw n x n kernels over the subjects; `targets`: n values. InputError for folds that
+/// `kernels`: raw (n + unlabelled) x (n + unlabelled) kernels; `targets`: n values. InputError for folds that
 /// cannot be used (e.g. an inner split impossible on a small training set).
 std::vector<LearnerOutcome> RunNestedCv(const learners::KernelList& kernels, const learners::Targets& targets, const std::vector<Fold>& outer,
                                         const InnerSplitter& inner, const std::vector<LearnerPlan>& plans, const NestedCvOptions& options);
