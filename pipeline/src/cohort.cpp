@@ -43,7 +43,8 @@ bool ClassLess(const std::string& a, const std::string& b) {
 Cohort LoadCohort(const config::StudyConfig& study) {
   const DelimitedTable table = ReadDelimitedTable(study.subjects.table);
   const std::string& path = table.path;
-  const std::size_t idCol = table.Require(study.subjects.idColumn, "subject id column, /subjects/id_column");
+  const bool byRow = study.subjects.idColumn == "#row";  // tables without ids: data rows numbered from 1
+  const std::size_t idCol = byRow ? 0 : table.Require(study.subjects.idColumn, "subject id column, /subjects/id_column");
   const std::size_t targetCol = table.Require(study.target.column, "target column, /target/column");
   const bool needImages = study.kernels.source == config::KernelSource::Images;
   const std::size_t imageCol = needImages ? table.Require(study.subjects.imageColumn, "image column, /subjects/image_column") : 0;
@@ -55,7 +56,7 @@ Cohort LoadCohort(const config::StudyConfig& study) {
   for (std::size_t r = 0; r < table.rows.size(); ++r) {
     const auto& row = table.rows[r];
     const std::string where = path + ":" + std::to_string(table.lineNumbers[r]);
-    const std::string id = row[idCol];
+    const std::string id = byRow ? std::to_string(r + 1) : row[idCol];
     if (id.empty()) throw InputError("subjects:EmptyId", where, "empty subject id in column \"" + study.subjects.idColumn + "\"");
     if (auto it = seen.find(id); it != seen.end())
       throw InputError("subjects:DuplicateId", where,

@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -61,6 +62,12 @@ std::string KernelCacheKey(const config::StudyConfig& study, const Cohort& cohor
         h.Update(name);
         for (const auto& col : cols) h.Update(col);
       }
+      h.Update(study.kernels.tabular.groupsPreset).Update(study.target.column);
+      for (const auto& col : study.kernels.tabular.excludeColumns) h.Update(col);
+      for (const auto& f : study.kernels.tabular.functions) {
+        h.Update(static_cast<std::uint64_t>(f.type)).Update(f.offset);
+        for (double v : f.values) h.Update(v);
+      }
       break;
   }
   return h.Hex();
@@ -117,12 +124,57 @@ kernels::KernelSet PrecomputedKernels(const config::StudyConfig& study, const Co
   return set;
 }
 
+/// The feature groups of a tabular study: explicit, or a preset over every usable column.
+std::vector<std::pair<std::string, std::vector<std::string>>> TabularGroups(const config::StudyConfig& study, const DelimitedTable& table) {
+  const auto& spec = study.kernels.tabular;
+  if (spec.groupsPreset.empty()) return spec.groups;
+  std::vector<std::string> columns;
+  for (const auto& col : table.header) {
+    const bool skip = col == spec.idColumn || col == study.target.column ||
+                      std::find(spec.excludeColumns.begin(), spec.excludeColumns.end(), col) != spec.excludeColumns.end();
+    if (!skip) columns.push_back(col);
+  }
+  for (const auto& col : spec.excludeColumns) table.Require(col, "excluded column, /kernels/tabular/exclude_columns");
+  if (columns.empty())
+    throw InputError("tabular:NoColumns", spec.table, "no feature column is left after removing the id, target and excluded columns");
+  std::vector<std::pair<std::string, std::vector<std::string>>> groups;
+  if (spec.groupsPreset != "all_columns")
+    for (const auto& col : columns) groups.emplace_back(col, std::vector<std::string>{col});
+  if (spec.groupsPreset != "each_column") groups.emplace_back("all", columns);
+  return groups;
+}
+
+/// One kernel per (group, function, parameter value); plain group names for the default linear kernel.
+void AddTabularKernels(kernels::KernelSet& set, const std::string& group, const Eigen::MatrixXd& X, const std::vector<config::TabularFunction>& functions) {
+  using Type = config::TabularFunction::Type;
+  const bool plain = functions.size() == 1 && functions[0].type == Type::Linear;
+  const Eigen::MatrixXd G = X * X.transpose();
+  auto add = [&](std::string name, Eigen::MatrixXd K) {
+    kernels::KernelInfo info;
+    info.name = std::move(name);
+    info.features = X.cols();
+    set.info.push_back(info);
+    set.kernels.push_back(std::move(K));
+  };
+  for (const auto& f : functions) {
+    if (f.type == Type::Linear) add(plain ? group : group + ":linear", G);
+    if (f.type == Type::Polynomial)
+      for (double d : f.values) add(group + ":poly(" + FormatDouble(d) + ")", (G.array() + f.offset).pow(d).matrix());
+    if (f.type == Type::Gaussian) {
+      const Eigen::VectorXd sq = G.diagonal();
+      const Eigen::MatrixXd D2 = ((sq * Eigen::RowVectorXd::Ones(G.cols()) + Eigen::VectorXd::Ones(G.rows()) * sq.transpose() - 2 * G).array().max(0.0)).matrix();
+      for (double w : f.values) add(group + ":gaussian(" + FormatDouble(w) + ")", (-D2.array() / (2 * w * w)).exp().matrix());
+    }
+  }
+}
+
 kernels::KernelSet TabularKernels(const config::StudyConfig& study, const Cohort& cohort) {
   const auto& spec = study.kernels.tabular;
   const DelimitedTable table = ReadDelimitedTable(spec.table);
-  const std::size_t idCol = table.Require(spec.idColumn, "/kernels/tabular/id_column");
+  const bool byRow = spec.idColumn == "#row";
+  const std::size_t idCol = byRow ? 0 : table.Require(spec.idColumn, "/kernels/tabular/id_column");
   std::map<std::string, std::size_t> rowOf;
-  for (std::size_t r = 0; r < table.rows.size(); ++r) rowOf[table.rows[r][idCol]] = r;
+  for (std::size_t r = 0; r < table.rows.size(); ++r) rowOf[byRow ? std::to_string(r + 1) : table.rows[r][idCol]] = r;
   std::vector<std::size_t> rows;
   for (const auto& id : cohort.ids) {
     auto it = rowOf.find(id);
@@ -133,7 +185,7 @@ kernels::KernelSet TabularKernels(const config::StudyConfig& study, const Cohort
   kernels::KernelSet set;
   set.subjects = cohort.ids;
   const auto n = static_cast<Eigen::Index>(rows.size());
-  for (const auto& [name, cols] : spec.groups) {
+  for (const auto& [name, cols] : TabularGroups(study, table)) {
     Eigen::MatrixXd X(n, static_cast<Eigen::Index>(cols.size()));
     for (std::size_t c = 0; c < cols.size(); ++c) {
       const std::size_t col = table.Require(cols[c], "feature of group \"" + name + "\", /kernels/tabular/groups/" + name);
@@ -156,11 +208,7 @@ kernels::KernelSet TabularKernels(const config::StudyConfig& study, const Cohort
         X.col(c) = (X.col(c).array() - mean) / (sd > 0 ? sd : 1.0);
       }
     }
-    kernels::KernelInfo info;
-    info.name = name;
-    info.features = X.cols();
-    set.info.push_back(info);
-    set.kernels.push_back(X * X.transpose());
+    AddTabularKernels(set, name, X, spec.functions);
   }
   return set;
 }

@@ -112,6 +112,50 @@ TEST(Inputs, TabularFeatureGroupsBecomeKernels) {
   EXPECT_TRUE(neuromkl::testing::MatrixNear(K, c.signal * c.signal.transpose(), 1e-9, 1e-12));
 }
 
+TEST(Inputs, TabularKernelFunctionsOnEveryColumnOfATableWithoutIds) {
+  // Seed 002's protocol on a UCI-style CSV (features, then "label"; no id column): Gaussian and
+  // polynomial kernels on each column and on all columns.
+  TempDir dir;
+  std::string csv = "a,b,const,label\n";
+  Eigen::MatrixXd X(12, 2);
+  for (int i = 0; i < 12; ++i) {
+    X(i, 0) = i % 2 ? 1.0 + 0.1 * i : -1.0 - 0.05 * i;
+    X(i, 1) = std::sin(i);
+    csv += neuromkl::FormatDouble(X(i, 0)) + "," + neuromkl::FormatDouble(X(i, 1)) + ",7," + (i % 2 ? "1" : "-1") + "\n";
+  }
+  WriteFile(dir / "data.csv", csv);
+  WriteFile(dir / "study.json", R"({"name": "uci", "subjects": {"table": "data.csv", "id_column": "#row"},
+    "target": {"column": "label", "task": "classification", "positive_class": "1"},
+    "kernels": {"source": "tabular", "centre": false, "tabular": {"table": "data.csv", "id_column": "#row", "groups": "each_and_all",
+      "exclude_columns": ["const"], "functions": [{"type": "gaussian", "width": [0.5, 2]}, {"type": "polynomial", "degree": 2}]}},
+    "cv": {"outer": {"scheme": "repeated_kfold", "k": 2, "repeats": 2}},
+    "learners": [{"name": "mkl_bp", "params": {"c": 10}}]})");
+  const auto r = RunCli("run " + (dir / "study.json") + " -q");
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  const auto index = nlohmann::json::parse(ReadFile(dir / "results/uci/kernels/index.json"));
+  std::vector<std::string> names;
+  for (const auto& k : index["kernels"]) names.push_back(k["name"]);
+  EXPECT_EQ(names, (std::vector<std::string>{"a:gaussian(0.5)", "a:gaussian(2)", "a:poly(2)", "b:gaussian(0.5)", "b:gaussian(2)", "b:poly(2)",
+                                              "all:gaussian(0.5)", "all:gaussian(2)", "all:poly(2)"}));
+  // Values: subject ids are row numbers; kernel entries from the formulas on the raw columns.
+  const Eigen::MatrixXd G = neuromkl::ReadNpy(dir / ("results/uci/kernels/" + index["kernels"][7]["file"].get<std::string>()));
+  const Eigen::MatrixXd P = neuromkl::ReadNpy(dir / ("results/uci/kernels/" + index["kernels"][2]["file"].get<std::string>()));
+  for (int i = 0; i < 12; ++i)
+    for (int j = 0; j < 12; ++j) {
+      EXPECT_NEAR(G(i, j), std::exp(-(X.row(i) - X.row(j)).squaredNorm() / 8.0), 1e-12);
+      EXPECT_NEAR(P(i, j), std::pow(X(i, 0) * X(j, 0) + 1, 2), 1e-12);
+    }
+  EXPECT_THAT(ReadFile(dir / "results/uci/subjects.tsv"), HasSubstr("\n12\tyes\t1"));
+  // Bad kernel functions are config errors with their JSON pointer.
+  WriteFile(dir / "bad.json", R"({"name": "bad", "subjects": {"table": "data.csv", "id_column": "#row"},
+    "target": {"column": "label", "task": "classification"},
+    "kernels": {"source": "tabular", "tabular": {"table": "data.csv", "id_column": "#row", "groups": "each_column",
+      "functions": [{"type": "polynomial", "degree": [2, 2.5]}]}}, "learners": [{"name": "svm"}]})");
+  const auto bad = RunCli("validate " + (dir / "bad.json"));
+  EXPECT_EQ(bad.exitCode, 2);
+  EXPECT_THAT(bad.output, HasSubstr("/kernels/tabular/functions/0/degree: expected positive whole degrees, found 2.5"));
+}
+
 TEST(Inputs, BadKernelInputsAreClearErrors) {
   TabularCohort c;
   auto study = [&](const std::string& kernels) {

@@ -2,6 +2,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <cmath>
 #include <set>
 #include <sstream>
 
@@ -216,21 +217,68 @@ StudyConfig ParseStudyConfig(const std::string& text, const std::string& baseDir
       }
     }
     if (k.Has("tabular")) {
-      ObjectReader t(k.At("tabular"), "/kernels/tabular", src, {"table", "id_column", "groups", "standardise"});
-      c.kernels.tabular.table = Resolve(baseDir, t.RequiredString("table"));
-      c.kernels.tabular.idColumn = t.String("id_column", c.kernels.tabular.idColumn);
-      c.kernels.tabular.standardise = t.Bool("standardise", false);
-      if (!t.Has("groups") || !t.At("groups").is_object() || t.At("groups").empty())
-        t.FailAt("/kernels/tabular/groups", "expected an object {\"kernel name\": [\"column\", ...], ...} with at least one group");
-      for (const auto& [name, cols] : t.At("groups").items()) {
-        const std::string p = "/kernels/tabular/groups/" + name;
-        if (!cols.is_array() || cols.empty()) t.FailAt(p, "expected a non-empty array of column names, found " + Describe(cols));
-        std::vector<std::string> columns;
-        for (const auto& col : cols) {
-          if (!col.is_string()) t.FailAt(p, "expected column names (strings), found " + Describe(col));
-          columns.push_back(col.get<std::string>());
+      ObjectReader t(k.At("tabular"), "/kernels/tabular", src, {"table", "id_column", "groups", "exclude_columns", "functions", "standardise"});
+      auto& tab = c.kernels.tabular;
+      tab.table = Resolve(baseDir, t.RequiredString("table"));
+      tab.idColumn = t.String("id_column", tab.idColumn);
+      tab.standardise = t.Bool("standardise", false);
+      const char* groupsHelp =
+          "expected an object {\"kernel name\": [\"column\", ...], ...} with at least one group, or one of \"each_column\", "
+          "\"all_columns\", \"each_and_all\"";
+      if (!t.Has("groups")) t.FailAt("/kernels/tabular/groups", groupsHelp);
+      if (t.At("groups").is_string()) {
+        tab.groupsPreset = t.Choice("groups", "", {"each_column", "all_columns", "each_and_all"});
+      } else {
+        if (!t.At("groups").is_object() || t.At("groups").empty()) t.FailAt("/kernels/tabular/groups", std::string(groupsHelp) + ", found " + Describe(t.At("groups")));
+        for (const auto& [name, cols] : t.At("groups").items()) {
+          const std::string p = "/kernels/tabular/groups/" + name;
+          if (!cols.is_array() || cols.empty()) t.FailAt(p, "expected a non-empty array of column names, found " + Describe(cols));
+          std::vector<std::string> columns;
+          for (const auto& col : cols) {
+            if (!col.is_string()) t.FailAt(p, "expected column names (strings), found " + Describe(col));
+            columns.push_back(col.get<std::string>());
+          }
+          tab.groups.emplace_back(name, columns);
         }
-        c.kernels.tabular.groups.emplace_back(name, columns);
+      }
+      if (t.Has("exclude_columns")) {
+        const Json& list = t.At("exclude_columns");
+        if (!list.is_array()) t.Fail("exclude_columns", "an array of column names");
+        for (const auto& col : list) {
+          if (!col.is_string()) t.FailAt("/kernels/tabular/exclude_columns", "expected column names (strings), found " + Describe(col));
+          tab.excludeColumns.push_back(col.get<std::string>());
+        }
+      }
+      if (t.Has("functions")) {
+        const Json& list = t.At("functions");
+        if (!list.is_array() || list.empty()) t.Fail("functions", "a non-empty array of {\"type\": \"linear\" | \"gaussian\" | \"polynomial\", ...}");
+        tab.functions.clear();
+        for (std::size_t i = 0; i < list.size(); ++i) {
+          const std::string p = "/kernels/tabular/functions/" + std::to_string(i);
+          ObjectReader f(list[i], p, src, {"type", "width", "degree", "offset"});
+          TabularFunction fn;
+          const std::string type = f.Choice("type", "linear", {"linear", "gaussian", "polynomial"});
+          fn.type = type == "linear" ? TabularFunction::Type::Linear : type == "gaussian" ? TabularFunction::Type::Gaussian : TabularFunction::Type::Polynomial;
+          const std::string key = fn.type == TabularFunction::Type::Gaussian ? "width" : "degree";
+          if (fn.type != TabularFunction::Type::Linear) {
+            if (!f.Has(key)) f.FailAt(p + "/" + key, "a " + type + " kernel needs \"" + key + "\": a number or a list of numbers");
+            const Json& v = f.At(key);
+            std::vector<Json> values = v.is_array() ? std::vector<Json>(v.begin(), v.end()) : std::vector<Json>{v};
+            if (values.empty()) f.FailAt(p + "/" + key, "expected at least one value");
+            for (const auto& x : values) {
+              const bool ok = x.is_number() && x.get<double>() > 0 && std::isfinite(x.get<double>()) &&
+                              (fn.type == TabularFunction::Type::Gaussian || x.get<double>() == std::floor(x.get<double>()));
+              if (!ok)
+                f.FailAt(p + "/" + key, std::string("expected ") + (fn.type == TabularFunction::Type::Gaussian ? "positive widths" : "positive whole degrees") +
+                                            ", found " + Describe(x));
+              fn.values.push_back(x.get<double>());
+            }
+          } else if (f.Has("width") || f.Has("degree")) {
+            f.FailAt(p, "a linear kernel takes no width or degree");
+          }
+          fn.offset = f.Number("offset", 1, 0, 1e12);
+          tab.functions.push_back(fn);
+        }
       }
     }
     if (c.kernels.source == KernelSource::Precomputed && c.kernels.precomputed.empty())
@@ -306,10 +354,17 @@ std::string ResolvedConfigJson(const StudyConfig& c) {
     for (const auto& p : c.kernels.precomputed) k["precomputed"].push_back({{"name", p.name}, {"file", p.file}});
   }
   if (!c.kernels.tabular.table.empty()) {
+    const auto& tab = c.kernels.tabular;
     Json groups = Json::object();
-    for (const auto& [name, cols] : c.kernels.tabular.groups) groups[name] = cols;
-    k["tabular"] = {{"table", c.kernels.tabular.table}, {"id_column", c.kernels.tabular.idColumn}, {"groups", groups},
-                    {"standardise", c.kernels.tabular.standardise}};
+    for (const auto& [name, cols] : tab.groups) groups[name] = cols;
+    Json functions = Json::array();
+    for (const auto& f : tab.functions) {
+      if (f.type == TabularFunction::Type::Linear) functions.push_back({{"type", "linear"}});
+      if (f.type == TabularFunction::Type::Gaussian) functions.push_back({{"type", "gaussian"}, {"width", f.values}});
+      if (f.type == TabularFunction::Type::Polynomial) functions.push_back({{"type", "polynomial"}, {"degree", f.values}, {"offset", f.offset}});
+    }
+    k["tabular"] = {{"table", tab.table},     {"id_column", tab.idColumn}, {"groups", tab.groupsPreset.empty() ? groups : Json(tab.groupsPreset)},
+                    {"exclude_columns", tab.excludeColumns}, {"functions", functions}, {"standardise", tab.standardise}};
   }
   j["kernels"] = k;
   auto scheme = [](const CvSchemeSpec& s) {

@@ -14,7 +14,7 @@ namespace neuromkl::config {
 
 struct SubjectsSpec {
   std::string table;                 ///< participants.tsv / .csv (required), resolved path
-  std::string idColumn = "subject";
+  std::string idColumn = "subject";  ///< "#row": subjects are numbered by data row from 1 (tables without ids)
   std::string imageColumn = "image";
 };
 
@@ -35,10 +35,23 @@ struct PrecomputedKernelSpec {
   std::string file;                  ///< .npy or delimited text, n x n in subjects-table order
 };
 
+/// A kernel function applied to each feature group; one kernel per listed parameter value.
+struct TabularFunction {
+  enum class Type { Linear, Gaussian, Polynomial };
+  Type type = Type::Linear;
+  std::vector<double> values;        ///< Gaussian widths sigma (exp(-|x - z|^2 / (2 sigma^2))) or polynomial degrees
+  double offset = 1;                 ///< polynomial (x'z + offset)^d
+};
+
 struct TabularSpec {
   std::string table;                 ///< resolved path
-  std::string idColumn = "subject";
+  std::string idColumn = "subject";  ///< "#row": subjects are the table's data rows, numbered from 1
   std::vector<std::pair<std::string, std::vector<std::string>>> groups;  ///< kernel name -> columns
+  /// Instead of explicit groups: "each_column", "all_columns" or "each_and_all" over every column
+  /// except the id column, the study's target column and `excludeColumns`.
+  std::string groupsPreset;
+  std::vector<std::string> excludeColumns;
+  std::vector<TabularFunction> functions = {TabularFunction{}};  ///< default: one linear kernel per group
   bool standardise = false;          ///< z-score columns over all subjects (no target information used)
 };
 
