@@ -39,6 +39,11 @@ std::string ValidateStudy(const config::StudyConfig& study) {
   const Cohort cohort = LoadCohort(study);
   line(fmt::format("Subjects: {} rows in {}", cohort.ids.size(), study.subjects.table));
   line(fmt::format("  used for supervised learning: {}", cohort.labelledRows.size()));
+  std::vector<std::string> semi;
+  for (const auto& l : study.learners)
+    if (const auto* info = learners::FindLearner(l.name); info && info->semiSupervised) semi.push_back(l.label);
+  if (!cohort.excluded.empty() && !semi.empty())
+    line(fmt::format("  unlabelled data for {}: {} (never test subjects; the other learners leave them out)", Join(semi, ", "), cohort.excluded.size()));
   if (!cohort.excluded.empty()) {
     line(fmt::format("  excluded: {}", cohort.excluded.size()));
     for (const auto& [id, why] : cohort.excluded) line(fmt::format("    {}: {}", id, why));

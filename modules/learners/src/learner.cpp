@@ -16,6 +16,7 @@ std::string_view ToString(FitStatus s) {
   switch (s) {
     case FitStatus::Converged: return "converged";
     case FitStatus::MaxIterReached: return "max_iterations_reached";
+    case FitStatus::Stalled: return "stalled";
   }
   return "unknown";
 }

@@ -86,7 +86,10 @@ class MklBp final : public Learner {
         }
         step *= 0.5;
       }
-      if (!moved) break;  // no descent along the Frank-Wolfe direction at the SVM tolerance: stalled
+      if (!moved) {  // no descent along the Frank-Wolfe direction at the SVM tolerance
+        info.status = FitStatus::Stalled;
+        break;
+      }
     }
     info.objective = sol.dual;
     const double total = u.sum();

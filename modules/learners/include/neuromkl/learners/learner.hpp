@@ -28,6 +28,7 @@ struct Targets {
 enum class FitStatus {
   Converged,        ///< stopping rule met
   MaxIterReached,   ///< iteration cap reached first: the model is usable but not at the optimum
+  Stalled,          ///< no further descent at the inner solver's accuracy before the stopping rule: usable, not certified
 };
 std::string_view ToString(FitStatus s);
 
