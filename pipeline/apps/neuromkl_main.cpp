@@ -1,4 +1,4 @@
-// neuromkl command line: run, validate, simulate. Exit codes: 0 success, 1 failure while
+// neuromkl command line: run, batch, merge, validate, simulate. Exit codes: 0 success, 1 failure while
 // running, 2 bad config or input (README "Exit codes").
 #include <unistd.h>
 
@@ -8,10 +8,13 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include "neuromkl/config/batch_config.hpp"
 #include "neuromkl/config/study_config.hpp"
 #include "neuromkl/core/errors.hpp"
 #include "neuromkl/core/progress.hpp"
 #include "neuromkl/core/strings.hpp"
+#include "neuromkl/pipeline/batch_run.hpp"
+#include "neuromkl/pipeline/mpi_session.hpp"
 #include "neuromkl/pipeline/study_run.hpp"
 
 using namespace neuromkl;
@@ -34,9 +37,21 @@ int main(int argc, char** argv) {
   run->add_option("--threads", threads, "worker threads (0 = all cores; default: /threads of the study)")->check(CLI::Range(0, 4096));
   run->add_flag("--force", force, "replace an existing output folder (the old one is kept until the new run succeeded)");
 
-  auto* validate = app.add_subcommand("validate", "check a study file and its inputs and print a summary, without computing");
+  auto* batch = app.add_subcommand("batch", "run every study of a batch file; reruns skip completed studies and resume interrupted ones "
+                                            "(under mpirun, studies and permutation blocks are spread over the ranks)");
+  std::string batchFile, shard;
+  batch->add_option("BATCH.json", batchFile, "batch file")->required();
+  batch->add_option("--threads", threads, "worker threads per process (0 = all cores)")->check(CLI::Range(0, 4096));
+  batch->add_option("--shard", shard, "i/N: run only the i-th of N disjoint parts (0 <= i < N), e.g. one per job-array task; then `merge`");
+  batch->add_flag("--force", force, "redo completed studies too");
+
+  auto* merge = app.add_subcommand("merge", "build the batch summary (TSV, JSON, index.html) from the studies completed so far");
+  std::string mergeFile;
+  merge->add_option("BATCH.json", mergeFile, "batch file")->required();
+
+  auto* validate = app.add_subcommand("validate", "check a study or batch file and its inputs and print a summary, without computing");
   std::string validateStudy;
-  validate->add_option("STUDY.json", validateStudy, "study file")->required();
+  validate->add_option("STUDY.json", validateStudy, "study or batch file")->required();
 
   auto* simulate = app.add_subcommand("simulate", "write a synthetic cohort on the AAL 2 mm grid with known signal regions");
   pipeline::SimulateOptions sim;
@@ -73,13 +88,46 @@ int main(int argc, char** argv) {
   try {
     if (*run) {
       const config::StudyConfig study = config::LoadStudyConfig(runStudy);
-      const auto outcome = pipeline::RunStudy(study, {outDir, threads, force});
+      pipeline::RunOptions options;
+      options.outDir = outDir;
+      options.threads = threads;
+      options.force = force;
+      const auto outcome = pipeline::RunStudy(study, options);
       std::cout << "Nested cross-validation:\n";
       for (const auto& l : outcome.summary) std::cout << "  " << l << "\n";
       std::cout << "Results: " << outcome.outputDir << "\n";
       return kExitOk;
     }
+    if (*batch) {
+      pipeline::MpiSession mpi(argc, argv);
+      const config::BatchConfig b = config::LoadBatchConfig(batchFile);
+      pipeline::BatchOptions options;
+      options.threads = threads;
+      options.force = force;
+      if (!shard.empty()) pipeline::ParseShard(shard, options.shard, options.shards);
+      const auto outcome = pipeline::RunBatch(b, options);
+      if (pipeline::MpiRank() != 0) return kExitOk;
+      std::cout << fmt::format("Batch {}: {} completed, {} skipped (already complete), {} failed{}\n", b.name, outcome.completed, outcome.skipped,
+                               outcome.failed, options.shards > 1 ? fmt::format(" (shard {}/{})", options.shard, options.shards) : std::string());
+      for (const auto& s : outcome.studies)
+        if (s.status == "failed") std::cout << "  failed: " << s.name << ": " << s.error << "\n";
+      if (!outcome.summaryPath.empty()) std::cout << "Summary: " << outcome.summaryPath << "\n";
+      else std::cout << "Results: " << b.outputDir << " (run `neuromkl merge " << batchFile << "` when every shard is done)\n";
+      return outcome.exitCode;
+    }
+    if (*merge) {
+      const config::BatchConfig b = config::LoadBatchConfig(mergeFile);
+      const auto m = pipeline::MergeBatch(b);
+      std::cout << fmt::format("Batch {}: {} completed, {} failed, {} not run\nSummary: {}\nPage: {}\n", b.name, m.completed, m.failed, m.missing, m.tsv, m.html);
+      return m.failed > 0 || m.missing > 0 ? kExitFailure : kExitOk;
+    }
     if (*validate) {
+      if (config::IsBatchFile(validateStudy)) {
+        int problems = 0;
+        const config::BatchConfig b = config::LoadBatchConfig(validateStudy);
+        std::cout << pipeline::ValidateBatch(b, problems);
+        return problems > 0 ? kExitBadInput : kExitOk;
+      }
       const config::StudyConfig study = config::LoadStudyConfig(validateStudy);
       std::cout << pipeline::ValidateStudy(study);
       return kExitOk;

@@ -8,6 +8,7 @@
 #include <tbb/parallel_for.h>
 #include <spdlog/spdlog.h>
 
+#include "neuromkl/config/checkpoint.hpp"
 #include "neuromkl/config/kernel_store.hpp"
 #include "neuromkl/config/run_record.hpp"
 #include "neuromkl/core/errors.hpp"
@@ -21,6 +22,7 @@
 #include "neuromkl/pipeline/cohort.hpp"
 #include "neuromkl/pipeline/kernel_stage.hpp"
 #include "neuromkl/pipeline/output_dir.hpp"
+#include "neuromkl/pipeline/study_context.hpp"
 #include "neuromkl/pipeline/study_run.hpp"
 
 namespace neuromkl::pipeline {
@@ -74,6 +76,84 @@ std::vector<T> Pick(const std::vector<T>& v, const std::vector<int>& idx) {
 
 }  // namespace
 
+cv::InnerSplitter StudyContext::Inner() const {
+  const auto spec = ToSplit(study.cv.inner);
+  return [this, spec](std::size_t f, const std::vector<int>& train, const Eigen::VectorXd& yTrain) {
+    return cv::MakeFolds(spec, study.target.task, yTrain, Pick(cohort.groups, train), Pick(cohort.customFolds, train),
+                         cv::DeriveSeed(study.cv.seed, 1000 + f), study.path + " /cv/inner (outer fold " + std::to_string(f) + ")");
+  };
+}
+
+std::uint64_t StudyContext::PermutationSeed() const { return cv::DeriveSeed(study.seed, 0x5045524DULL); }  // "PERM"
+
+std::string StudyContext::PermutationKey() const {
+  config::StudyConfig neutral = study;
+  neutral.output = {};
+  neutral.threads = 0;
+  Hasher h;
+  h.Update(std::string_view("neuromkl-permutations-v1")).Update(ks.key).Update(HashFile(study.subjects.table));
+  h.Update(config::ResolvedConfigJson(neutral)).Update(static_cast<std::uint64_t>(kPermutationBlock));
+  return h.Hex();
+}
+
+std::vector<std::string> StudyContext::LearnerLabels() const {
+  std::vector<std::string> labels;
+  for (const auto& p : plans) labels.push_back(p.label);
+  return labels;
+}
+
+StudyContext LoadStudyInputs(const config::StudyConfig& study) {
+  StudyContext ctx;
+  ctx.study = study;
+  ctx.cohort = LoadCohort(study);
+  ctx.n = static_cast<int>(ctx.cohort.y.size());
+  // Splits before any heavy work: an impossible CV plan is a config/input error, found in seconds.
+  ctx.outer = cv::MakeFolds(ToSplit(study.cv.outer), study.target.task, ctx.cohort.y, ctx.cohort.groups, ctx.cohort.customFolds, study.cv.seed,
+                            study.path + " /cv/outer");
+  for (const auto& spec : study.learners) {
+    learners::ParamMap fixed = spec.params;
+    for (const auto& [k, _] : spec.grid) fixed.erase(k);
+    ctx.plans.push_back({spec.label, spec.name, cv::ExpandGrid(fixed, spec.grid)});
+  }
+  return ctx;
+}
+
+void AttachKernels(StudyContext& ctx, const std::string& scratchDir) {
+  ctx.ks = RunKernelStage(ctx.study, ctx.cohort, scratchDir);
+  // Labelled subjects first; subjects without a target follow when a semi-supervised learner
+  // will use them as unlabelled data (they are never test subjects).
+  bool semiSupervised = false;
+  for (const auto& spec : ctx.study.learners)
+    if (const auto* info = learners::FindLearner(spec.name); info && info->semiSupervised) semiSupervised = true;
+  ctx.kernelRows = ctx.cohort.labelledRows;
+  if (semiSupervised)
+    for (std::size_t r = 0; r < ctx.cohort.ids.size(); ++r)
+      if (!ctx.cohort.labelled[r]) ctx.kernelRows.push_back(static_cast<int>(r));
+  ctx.unlabelledCount = static_cast<int>(ctx.kernelRows.size()) - ctx.n;
+  const Eigen::VectorXi rows = Eigen::Map<const Eigen::VectorXi>(ctx.kernelRows.data(), static_cast<Eigen::Index>(ctx.kernelRows.size()));
+  ctx.kernels.clear();
+  for (const auto& K : ctx.ks.set.kernels) ctx.kernels.push_back(K(rows, rows));
+  ctx.nestedOptions = cv::NestedCvOptions{{ctx.study.kernels.centre, ctx.study.kernels.normalise}, ctx.unlabelledCount};
+}
+
+std::vector<std::vector<std::map<std::string, double>>> ComputePermutationBlock(const StudyContext& ctx, int first, int count) {
+  std::vector<std::vector<std::map<std::string, double>>> out(static_cast<std::size_t>(count));
+  const cv::InnerSplitter inner = ctx.Inner();
+  const int n = ctx.n;
+  tbb::parallel_for(0, count, [&](int i) {
+    const int p = first + i;
+    const auto perm = cv::PermuteWithinGroups(n, ctx.cohort.groups, cv::DeriveSeed(ctx.PermutationSeed(), static_cast<std::uint64_t>(p)));
+    learners::Targets permuted{ctx.study.target.task, Eigen::VectorXd(n)};
+    for (int k = 0; k < n; ++k) permuted.y[k] = ctx.cohort.y[perm[static_cast<std::size_t>(k)]];
+    const auto res = cv::RunNestedCv(ctx.kernels, permuted, ctx.outer, inner, ctx.plans, ctx.nestedOptions);
+    for (const auto& o : res) out[static_cast<std::size_t>(i)].push_back(cv::Summarise(o, permuted).pooled);
+  });
+  return out;
+}
+
+std::string DefaultCheckpointDir(const config::StudyConfig& study) { return study.output.dir + ".checkpoint"; }
+std::string PermutationBlockPath(const std::string& checkpointDir, int block) { return checkpointDir + fmt::format("/permutations_{:05d}.json", block); }
+
 RunOutcome RunStudy(config::StudyConfig study, const RunOptions& options) {
   const auto start = Clock::now();
   if (!options.outDir.empty()) study.output.dir = fs::absolute(options.outDir).lexically_normal().string();
@@ -81,55 +161,32 @@ RunOutcome RunStudy(config::StudyConfig study, const RunOptions& options) {
   std::unique_ptr<tbb::global_control> threadLimit;
   if (study.threads > 0) threadLimit = std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism, study.threads);
   config::RunRecord record;
+  RunOutcome outcome;
 
   auto t = Clock::now();
-  const Cohort cohort = LoadCohort(study);
+  StudyContext ctx = LoadStudyInputs(study);
+  const Cohort& cohort = ctx.cohort;
   record.seconds["subjects"] = Since(t);
   const learners::Task task = study.target.task;
   const Eigen::VectorXd& y = cohort.y;
-  const int n = static_cast<int>(y.size());
-  // Splits before any heavy work: an impossible CV plan is a config/input error, found in seconds.
-  const std::vector<cv::Fold> outer =
-      cv::MakeFolds(ToSplit(study.cv.outer), task, y, cohort.groups, cohort.customFolds, study.cv.seed, study.path + " /cv/outer");
+  const std::vector<cv::Fold>& outer = ctx.outer;
   AtomicOutputDir out(study.output.dir, options.force);  // fails before any heavy work if it exists
 
   t = Clock::now();
-  KernelStageResult ks = RunKernelStage(study, cohort, out.Path());
+  AttachKernels(ctx, out.Path());
+  const KernelStageResult& ks = ctx.ks;
   record.seconds["kernels"] = Since(t);
   record.seconds["kernels_read_images"] = ks.report.readSeconds;
   record.seconds["kernels_products"] = ks.report.productSeconds;
 
   // ---- nested cross-validation on the labelled subjects ----
   t = Clock::now();
-  // Labelled subjects first; subjects without a target follow when a semi-supervised learner
-  // will use them as unlabelled data (they are never test subjects).
-  bool semiSupervised = false;
-  for (const auto& spec : study.learners)
-    if (const auto* info = learners::FindLearner(spec.name); info && info->semiSupervised) semiSupervised = true;
-  std::vector<int> kernelRows = cohort.labelledRows;
-  if (semiSupervised)
-    for (std::size_t r = 0; r < cohort.ids.size(); ++r)
-      if (!cohort.labelled[r]) kernelRows.push_back(static_cast<int>(r));
-  const int unlabelledCount = static_cast<int>(kernelRows.size()) - n;
-  learners::KernelList labelled;
-  {
-    const Eigen::VectorXi rows = Eigen::Map<const Eigen::VectorXi>(kernelRows.data(), static_cast<Eigen::Index>(kernelRows.size()));
-    for (const auto& K : ks.set.kernels) labelled.push_back(K(rows, rows));
-  }
-  const auto innerSpec = ToSplit(study.cv.inner);
-  const cv::InnerSplitter inner = [&](std::size_t f, const std::vector<int>& train, const Eigen::VectorXd& yTrain) {
-    return cv::MakeFolds(innerSpec, task, yTrain, Pick(cohort.groups, train), Pick(cohort.customFolds, train),
-                         cv::DeriveSeed(study.cv.seed, 1000 + f), study.path + " /cv/inner (outer fold " + std::to_string(f) + ")");
-  };
-  std::vector<cv::LearnerPlan> plans;
-  for (const auto& spec : study.learners) {
-    learners::ParamMap fixed = spec.params;
-    for (const auto& [k, _] : spec.grid) fixed.erase(k);
-    plans.push_back({spec.label, spec.name, cv::ExpandGrid(fixed, spec.grid)});
-  }
-  const cv::NestedCvOptions nestedOptions{{study.kernels.centre, study.kernels.normalise}, unlabelledCount};
+  const learners::KernelList& labelled = ctx.kernels;
+  const std::vector<int>& kernelRows = ctx.kernelRows;
+  const int unlabelledCount = ctx.unlabelledCount;
+  const auto& plans = ctx.plans;
   const learners::Targets targets{task, y};
-  const auto outcomes = cv::RunNestedCv(labelled, targets, outer, inner, plans, nestedOptions);
+  const auto outcomes = cv::RunNestedCv(labelled, targets, outer, ctx.Inner(), plans, ctx.nestedOptions);
   record.seconds["nested_cv"] = Since(t);
 
   for (std::size_t l = 0; l < outcomes.size(); ++l) {
@@ -142,21 +199,40 @@ RunOutcome RunStudy(config::StudyConfig study, const RunOptions& options) {
   }
 
   // ---- permutation test: the whole nested CV on permuted targets, same outer folds ----
+  // Computed in blocks; each finished block is checkpointed, so an interrupted run resumes with
+  // at most one block lost, and batch workers can compute blocks of one study in parallel.
+  const std::string checkpointDir = options.checkpointDir.empty() ? DefaultCheckpointDir(study) : options.checkpointDir;
   if (study.permutations.count > 0) {
     t = Clock::now();
     const int P = study.permutations.count;
-    const std::uint64_t permSeed = cv::DeriveSeed(study.seed, 0x5045524DULL);  // "PERM"
-    std::vector<std::vector<cv::Summary>> nulls(static_cast<std::size_t>(P));
+    const std::uint64_t permSeed = ctx.PermutationSeed();
+    const std::string key = ctx.PermutationKey();
+    const auto labels = ctx.LearnerLabels();
+    std::vector<std::vector<std::map<std::string, double>>> nulls(static_cast<std::size_t>(P));
     Progress progress("permutations", static_cast<std::size_t>(P));
-    tbb::parallel_for(0, P, [&](int p) {
-      const auto perm = cv::PermuteWithinGroups(n, cohort.groups, cv::DeriveSeed(permSeed, static_cast<std::uint64_t>(p)));
-      learners::Targets permuted{task, Eigen::VectorXd(n)};
-      for (int i = 0; i < n; ++i) permuted.y[i] = y[perm[static_cast<std::size_t>(i)]];
-      const auto res = cv::RunNestedCv(labelled, permuted, outer, inner, plans, nestedOptions);
-      for (const auto& o : res) nulls[static_cast<std::size_t>(p)].push_back(cv::Summarise(o, permuted));
-      progress.Advance();
-    });
+    for (int first = 0, block = 0; first < P; first += kPermutationBlock, ++block) {
+      const int count = std::min(kPermutationBlock, P - first);
+      const std::string path = PermutationBlockPath(checkpointDir, block);
+      std::vector<std::vector<std::map<std::string, double>>> pooled;
+      if (auto saved = config::LoadPermutationBlock(path, key);
+          saved && saved->first == first && saved->learners == labels && static_cast<int>(saved->pooled.size()) == count) {
+        pooled = std::move(saved->pooled);
+        ++outcome.permutationBlocksReused;
+      } else {
+        pooled = ComputePermutationBlock(ctx, first, count);
+        try {
+          config::SavePermutationBlock(path, {key, first, labels, pooled});
+        } catch (const Error& e) {
+          spdlog::warn("permutations: checkpoint not written ({}); the run continues without it", e.what());
+        }
+      }
+      for (int i = 0; i < count; ++i) nulls[static_cast<std::size_t>(first + i)] = std::move(pooled[static_cast<std::size_t>(i)]);
+      progress.Advance(static_cast<std::size_t>(count));
+    }
     progress.Finish();
+    if (outcome.permutationBlocksReused > 0)
+      spdlog::info("permutations: {} of {} blocks reused from the checkpoint in {}", outcome.permutationBlocksReused,
+                   (P + kPermutationBlock - 1) / kPermutationBlock, checkpointDir);
     for (std::size_t l = 0; l < record.learners.size(); ++l) {
       auto& pr = record.learners[l].permutations;
       pr.count = P;
@@ -166,7 +242,7 @@ RunOutcome RunStudy(config::StudyConfig study, const RunOptions& options) {
         const double observed = record.learners[l].summary.pooled.at(metric);
         int atLeastAsGood = 0;
         for (int p = 0; p < P; ++p) {
-          const double v = nulls[static_cast<std::size_t>(p)][l].pooled.at(metric);
+          const double v = nulls[static_cast<std::size_t>(p)][l].at(metric);
           pr.null[metric].push_back(v);
           if (std::isfinite(v) && (higherIsBetter ? v >= observed : v <= observed)) ++atLeastAsGood;
         }
@@ -389,9 +465,13 @@ RunOutcome RunStudy(config::StudyConfig study, const RunOptions& options) {
   record.seconds["total"] = Since(start);
   WriteText(dir + "/report.html", exporting::RenderReport(record, meanMaps, ks.regions ? &*ks.regions : nullptr));
   WriteText(dir + "/results.json", config::RunRecordJson(record));
+  for (const auto& [name, content] : options.extraFiles) WriteText(dir + "/" + name, content);
   out.Commit();
+  if (study.permutations.count > 0) {
+    std::error_code ec;
+    fs::remove_all(checkpointDir, ec);  // the results hold everything the blocks held
+  }
 
-  RunOutcome outcome;
   outcome.outputDir = out.FinalPath();
   for (const auto& lr : record.learners) {
     const auto& m = lr.summary.pooled;

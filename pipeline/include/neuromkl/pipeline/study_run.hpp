@@ -11,10 +11,13 @@ struct RunOptions {
   std::string outDir;   ///< overrides /output/dir
   int threads = -1;     ///< overrides /threads when >= 0
   bool force = false;   ///< replace an existing output folder (only once the new run succeeded)
+  std::string checkpointDir;  ///< permutation blocks; default "<output dir>.checkpoint" (removed after success)
+  std::map<std::string, std::string> extraFiles;  ///< name -> content, written into the output folder before it is committed
 };
 
 struct RunOutcome {
   std::string outputDir;
+  int permutationBlocksReused = 0;   ///< blocks taken from a checkpoint instead of computed
   std::vector<std::string> summary;  ///< one line per learner, for the terminal
 };
 

@@ -1,0 +1,330 @@
+#include "neuromkl/config/batch_config.hpp"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "json_reader.hpp"
+#include "neuromkl/core/errors.hpp"
+#include "neuromkl/core/strings.hpp"
+
+namespace neuromkl::config {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string ReadText(const std::string& path, const std::string& what) {
+  std::ifstream in(path);
+  if (!in) throw ConfigError("config:Unreadable", path, "cannot open the " + what + " (missing or unreadable)");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+Json ParseJson(const std::string& text, const std::string& src) {
+  try {
+    return Json::parse(text, nullptr, true, /*ignore_comments=*/true);
+  } catch (const Json::parse_error& e) {
+    throw ConfigError("config:Syntax", src, std::string("not valid JSON: ") + e.what());
+  }
+}
+
+std::string Absolute(const std::string& base, const std::string& p) {
+  fs::path path(p);
+  if (path.is_relative()) path = fs::path(base) / path;
+  return path.lexically_normal().string();
+}
+
+/// Makes every file path of a study (or of a patch of one) absolute against `base`, so that
+/// pieces from different folders can be merged.
+void AbsolutisePaths(Json& j, const std::string& base) {
+  if (!j.is_object()) return;
+  auto fix = [&](Json& parent, const char* key) {
+    if (parent.is_object() && parent.contains(key) && parent[key].is_string() && !parent[key].get<std::string>().empty())
+      parent[key] = Absolute(base, parent[key].get<std::string>());
+  };
+  if (j.contains("subjects")) fix(j["subjects"], "table");
+  if (j.contains("atlas") && j["atlas"].is_object()) {
+    fix(j["atlas"], "image");
+    fix(j["atlas"], "labels");
+  }
+  fix(j, "mask");
+  if (j.contains("kernels") && j["kernels"].is_object()) {
+    Json& k = j["kernels"];
+    if (k.contains("precomputed") && k["precomputed"].is_array())
+      for (auto& e : k["precomputed"]) fix(e, "file");
+    if (k.contains("tabular")) fix(k["tabular"], "table");
+  }
+  if (j.contains("output")) {
+    fix(j["output"], "dir");
+    fix(j["output"], "cache_dir");
+  }
+}
+
+std::string SafeName(const std::string& s) {
+  std::string out;
+  for (char c : s) out += (std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.') ? c : '_';
+  return out.empty() ? "_" : out;
+}
+
+struct AxisValue {
+  std::string name;
+  Json patch;
+};
+
+/// One matrix axis: generic entries {"name": ..., <study keys>...} (cohorts, atlases), or the
+/// shorthands of the targets axis ({"column", "task", "positive_class"}) and the learners axis (a
+/// learner spec).
+std::vector<AxisValue> ReadAxis(const ObjectReader& m, const std::string& axis, const std::string& base) {
+  std::vector<AxisValue> out;
+  if (!m.Has(axis)) return out;
+  const Json& list = m.At(axis);
+  const std::string ptr = "/matrix/" + axis;
+  if (!list.is_array() || list.empty()) m.FailAt(ptr, "expected a non-empty array, found " + Describe(list));
+  std::set<std::string> seen;
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    const std::string p = ptr + "/" + std::to_string(i);
+    const Json& e = list[i];
+    if (!e.is_object()) m.FailAt(p, "expected an object, found " + Describe(e));
+    AxisValue v;
+    if (axis == "learners") {
+      if (!e.contains("name") || !e["name"].is_string()) m.FailAt(p, "expected a learner spec with a \"name\"");
+      v.name = e.value("label", e["name"].get<std::string>());
+      v.patch = {{"learners", Json::array({e})}};
+    } else if (axis == "targets") {
+      if (!e.contains("column") || !e["column"].is_string()) m.FailAt(p, "expected {\"column\": ..., \"task\": ...} (optional \"name\", \"positive_class\")");
+      Json target = e;
+      v.name = e.value("name", e["column"].get<std::string>());
+      target.erase("name");
+      v.patch = {{"target", target}};
+    } else {
+      if (!e.contains("name") || !e["name"].is_string()) m.FailAt(p + "/name", "each entry needs a \"name\" (it becomes part of the study names)");
+      v.name = e["name"].get<std::string>();
+      v.patch = e;
+      v.patch.erase("name");
+      AbsolutisePaths(v.patch, base);
+    }
+    v.name = SafeName(v.name);
+    if (!seen.insert(v.name).second) m.FailAt(p, "two entries of " + axis + " are named \"" + v.name + "\"");
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+
+}  // namespace
+
+bool IsBatchFile(const std::string& path) {
+  try {
+    const Json j = ParseJson(ReadText(path, "file"), path);
+    return j.is_object() && (j.contains("studies") || j.contains("matrix"));
+  } catch (const Error&) {
+    return false;
+  }
+}
+
+BatchConfig LoadBatchConfig(const std::string& path) {
+  const std::string src = path;
+  const Json root = ParseJson(ReadText(path, "batch file"), src);
+  ObjectReader r(root, "", src, {"$schema", "name", "description", "output", "threads", "overrides", "studies", "matrix"});
+  BatchConfig b;
+  b.path = path;
+  b.baseDir = fs::absolute(path).parent_path().string();
+  b.name = r.RequiredString("name");
+  if (SafeName(b.name) != b.name) r.Fail("name", "a name made of letters, digits, '_', '-' and '.' (it names the output folder)");
+  b.description = r.String("description", "");
+  b.threads = static_cast<int>(r.Integer("threads", 0, 0, 4096));
+  b.outputDir = Absolute(b.baseDir, "results/" + b.name);
+  if (r.Has("output")) {
+    ObjectReader o(r.At("output"), "/output", src, {"dir"});
+    b.outputDir = Absolute(b.baseDir, o.String("dir", b.outputDir));
+  }
+  Json overrides = Json::object();
+  if (r.Has("overrides")) {
+    overrides = r.At("overrides");
+    if (!overrides.is_object()) r.Fail("overrides", "an object of study keys applied to every study");
+    AbsolutisePaths(overrides, b.baseDir);
+  }
+
+  // Each study: base (absolute paths) <- batch overrides <- axis patches <- its own overrides.
+  auto add = [&](std::string name, std::string origin, std::map<std::string, std::string> axes, Json study, const std::vector<Json>& patches) {
+    study.merge_patch(overrides);
+    for (const auto& p : patches) study.merge_patch(p);
+    BatchStudy s;
+    s.name = SafeName(name);
+    s.origin = std::move(origin);
+    s.axes = std::move(axes);
+    study["name"] = s.name;
+    if (!study.contains("output") || !study["output"].is_object()) study["output"] = Json::object();
+    study["output"]["dir"] = b.StudyDir(s.name);
+    study["output"]["cache_dir"] = b.CacheDir();
+    if (!study.contains("kernels") || !study["kernels"].is_object()) study["kernels"] = Json::object();
+    study["kernels"]["cache"] = true;  // shared work: studies with the same kernel inputs compute them once
+    if (b.threads > 0) study["threads"] = b.threads;
+    s.studyJson = study.dump(2);
+    try {
+      s.config = ParseStudyConfig(s.studyJson, b.baseDir, src + " (study \"" + s.name + "\", " + s.origin + ")");
+    } catch (const Error& e) {
+      s.error = e.what();
+    }
+    b.studies.push_back(std::move(s));
+  };
+
+  if (r.Has("studies")) {
+    const Json& list = r.At("studies");
+    if (!list.is_array()) r.Fail("studies", "an array of study files or {\"file\", \"name\", \"overrides\"} objects");
+    for (std::size_t i = 0; i < list.size(); ++i) {
+      const std::string p = "/studies/" + std::to_string(i);
+      std::string file, name;
+      Json own = Json::object();
+      if (list[i].is_string()) {
+        file = list[i].get<std::string>();
+      } else {
+        ObjectReader e(list[i], p, src, {"file", "name", "overrides"});
+        file = e.RequiredString("file");
+        name = e.String("name", "");
+        if (e.Has("overrides")) {
+          own = e.At("overrides");
+          if (!own.is_object()) e.Fail("overrides", "an object of study keys");
+          AbsolutisePaths(own, b.baseDir);
+        }
+      }
+      const std::string studyPath = Absolute(b.baseDir, file);
+      Json study = ParseJson(ReadText(studyPath, "study file named in " + src + " " + p), studyPath);
+      if (!study.is_object()) r.FailAt(p, "the study file " + studyPath + " is not a JSON object");
+      AbsolutisePaths(study, fs::path(studyPath).parent_path().string());
+      if (name.empty()) name = study.value("name", fs::path(studyPath).stem().string());
+      add(name, "studies[" + std::to_string(i) + "]: " + file, {}, study, {own});
+    }
+  }
+  if (r.Has("matrix")) {
+    ObjectReader m(r.At("matrix"), "/matrix", src, {"base", "cohorts", "targets", "atlases", "learners"});
+    if (!m.Has("base")) m.FailAt("/matrix/base", "the matrix needs a \"base\" study (a file name or an inline study object)");
+    Json base;
+    if (m.At("base").is_string()) {
+      const std::string basePath = Absolute(b.baseDir, m.At("base").get<std::string>());
+      base = ParseJson(ReadText(basePath, "base study of " + src + " /matrix/base"), basePath);
+      AbsolutisePaths(base, fs::path(basePath).parent_path().string());
+    } else if (m.At("base").is_object()) {
+      base = m.At("base");
+      if (!base.contains("name")) base["name"] = b.name;
+      AbsolutisePaths(base, b.baseDir);
+    } else {
+      m.Fail("base", "a study file name or an inline study object");
+    }
+    const std::vector<std::string> axisOrder = {"cohorts", "targets", "atlases", "learners"};
+    const std::map<std::string, std::string> axisKey = {{"cohorts", "cohort"}, {"targets", "target"}, {"atlases", "atlas"}, {"learners", "learner"}};
+    std::vector<std::pair<std::string, std::vector<AxisValue>>> axes;
+    for (const auto& a : axisOrder)
+      if (auto values = ReadAxis(m, a, b.baseDir); !values.empty()) axes.emplace_back(a, std::move(values));
+    if (axes.empty()) m.FailAt("/matrix", "a matrix needs at least one axis: cohorts, targets, atlases or learners");
+    std::vector<std::size_t> idx(axes.size(), 0);
+    for (;;) {
+      std::vector<std::string> parts, origin;
+      std::map<std::string, std::string> names;
+      std::vector<Json> patches;
+      for (std::size_t a = 0; a < axes.size(); ++a) {
+        const auto& v = axes[a].second[idx[a]];
+        parts.push_back(v.name);
+        origin.push_back(axes[a].first + "[" + std::to_string(idx[a]) + "]");
+        names[axisKey.at(axes[a].first)] = v.name;
+        patches.push_back(v.patch);
+      }
+      add(Join(parts, "_"), "matrix " + Join(origin, " x "), names, base, patches);
+      std::size_t a = axes.size();
+      while (a > 0 && ++idx[a - 1] == axes[a - 1].second.size()) idx[--a] = 0;  // last axis fastest
+      if (a == 0) break;
+    }
+  }
+  if (b.studies.empty()) throw ConfigError("config:EmptyBatch", src, "the batch has no study: give \"studies\" and/or a \"matrix\"");
+  std::map<std::string, std::string> first;
+  for (const auto& s : b.studies)
+    if (auto [it, fresh] = first.emplace(s.name, s.origin); !fresh)
+      throw ConfigError("config:DuplicateStudy", src,
+                        "two studies are named \"" + s.name + "\" (" + it->second + " and " + s.origin +
+                            "); names must be unique: give one a \"name\" or rename an axis entry");
+  return b;
+}
+
+}  // namespace neuromkl::config
+
+#include "neuromkl/core/hash.hpp"
+
+namespace neuromkl::config {
+
+std::string StudyFingerprint(const BatchStudy& study) {
+  Hasher h;
+  h.Update(std::string_view("neuromkl-batch-study-v1")).Update(study.studyJson);
+  return h.Hex();
+}
+
+std::string StudyStampJson(const BatchConfig& batch, const BatchStudy& study) {
+  Json j = {{"batch", batch.name}, {"batch_file", batch.path}, {"study", study.name}, {"origin", study.origin},
+            {"axes", study.axes}, {"fingerprint", StudyFingerprint(study)}};
+  return j.dump(2) + "\n";
+}
+
+std::string ReadStampFingerprint(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return "";
+  std::stringstream ss;
+  ss << in.rdbuf();
+  try {
+    return Json::parse(ss.str()).at("fingerprint").get<std::string>();
+  } catch (const Json::exception&) {
+    return "";
+  }
+}
+
+ResultsSummary ReadResultsSummary(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw InputError("batch:NoResults", path, "no results.json: the study has not completed");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  try {
+    const Json j = Json::parse(ss.str());
+    if (j.at("format") != "neuromkl-results") throw InputError("batch:NotResults", path, "not a neuromkl results file");
+    ResultsSummary r;
+    r.task = j.at("task").get<std::string>();
+    r.labelled = static_cast<int>(j.at("subjects").at("labelled").size());
+    r.seconds = j.at("seconds").value("total", 0.0);
+    r.kernelCache = j.at("kernels").value("cache", "");
+    auto numbers = [](const Json& m) {
+      std::map<std::string, double> out;
+      for (const auto& [k, v] : m.items()) out[k] = v.is_number() ? v.get<double>() : std::nan("");
+      return out;
+    };
+    for (const auto& l : j.at("learners")) {
+      ResultsSummary::Learner e;
+      e.label = l.at("label");
+      e.name = l.at("name");
+      e.pooled = numbers(l.at("metrics").at("pooled"));
+      e.foldMean = numbers(l.at("metrics").at("fold_mean"));
+      e.foldSd = numbers(l.at("metrics").at("fold_sd"));
+      if (l.contains("permutations")) e.pValues = numbers(l.at("permutations").at("p_values"));
+      for (const auto& row : l.at("regions").at("table")) {
+        if (e.topRegions.size() == 3) break;
+        e.topRegions.push_back(row.at("name").get<std::string>());
+      }
+      for (const auto& f : l.at("folds")) e.statuses.push_back(f.value("status", ""));
+      r.learners.push_back(std::move(e));
+    }
+    return r;
+  } catch (const Json::exception& e) {
+    throw InputError("batch:BadResults", path, std::string("unreadable results file: ") + e.what());
+  }
+}
+
+std::string BatchSummaryJson(const BatchConfig& batch, const std::vector<std::vector<std::string>>& rows) {
+  Json j = {{"format", "neuromkl-batch-summary"}, {"batch", batch.name}, {"batch_file", batch.path}, {"rows", Json::array()}};
+  for (std::size_t r = 1; r < rows.size(); ++r) {
+    Json row = Json::object();
+    for (std::size_t c = 0; c < rows[0].size() && c < rows[r].size(); ++c) row[rows[0][c]] = rows[r][c];
+    j["rows"].push_back(row);
+  }
+  return j.dump(2) + "\n";
+}
+
+}  // namespace neuromkl::config

@@ -1,0 +1,62 @@
+#pragma once
+// `neuromkl batch`: every study of a batch file, resumably. Each study lands atomically in
+// <batch out>/studies/<name> with a stamp of its configuration; a rerun skips stamped studies,
+// cleans up and redoes an interrupted one, and reuses its checkpointed permutation blocks.
+// Studies with the same kernel inputs share one kernel computation through the batch's cache.
+// With MPI (mpirun -np N neuromkl batch ...) kernel computations, permutation blocks and studies
+// are handed out to ranks dynamically; see docs/batch.md.
+#include <string>
+#include <vector>
+
+#include "neuromkl/config/batch_config.hpp"
+
+namespace neuromkl::pipeline {
+
+struct BatchOptions {
+  int threads = -1;     ///< per process; -1 = the batch's / study's setting
+  bool force = false;   ///< redo completed studies too
+  int shard = 0;        ///< run the studies with index % shards == shard
+  int shards = 1;
+};
+
+struct StudyOutcome {
+  std::string name;
+  std::string status;   ///< "completed", "skipped" (already complete), "failed", "other shard"
+  std::string error;
+  int exitCode = 0;
+};
+
+struct BatchOutcome {
+  std::vector<StudyOutcome> studies;
+  int completed = 0, skipped = 0, failed = 0;
+  int exitCode = 0;           ///< 0, or the most severe failing study's exit code
+  std::string summaryPath;    ///< the TSV, when this process wrote the summary
+};
+
+/// ConfigError listing every study whose configuration is invalid, before anything runs.
+void CheckBatchConfigs(const config::BatchConfig& batch);
+/// Parses "i/N" (0 <= i < N); ConfigError otherwise.
+void ParseShard(const std::string& text, int& shard, int& shards);
+
+BatchOutcome RunBatch(const config::BatchConfig& batch, const BatchOptions& options);
+
+/// True when the study's folder holds results and a stamp with its current fingerprint.
+bool StudyComplete(const config::BatchConfig& batch, const config::BatchStudy& study);
+
+struct MergeOutcome {
+  int completed = 0, failed = 0, missing = 0;
+  std::string tsv, json, html;
+};
+/// Builds batch_summary.tsv, batch_summary.json and index.html from the studies' folders (the
+/// `merge` step after sharded runs; `batch` calls it at the end of an unsharded run).
+MergeOutcome MergeBatch(const config::BatchConfig& batch);
+
+/// `neuromkl validate` on a batch: every study's config and inputs; `problems` counts the bad ones.
+std::string ValidateBatch(const config::BatchConfig& batch, int& problems);
+
+/// True when this binary was built with MPI and runs under mpirun with more than one rank.
+bool MpiActive();
+/// Rank of this process (0 without MPI).
+int MpiRank();
+
+}  // namespace neuromkl::pipeline

@@ -1,0 +1,56 @@
+#pragma once
+// What the stages of one study share after its inputs are read: the cohort, the outer folds, the
+// kernels (over labelled subjects, then unlabelled ones for semi-supervised learners) and the
+// learner plans. Used by RunStudy and by batch workers that compute a study's permutation blocks.
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "neuromkl/config/study_config.hpp"
+#include "neuromkl/cv/nested_cv.hpp"
+#include "neuromkl/pipeline/cohort.hpp"
+#include "neuromkl/pipeline/kernel_stage.hpp"
+
+namespace neuromkl::pipeline {
+
+/// Permutations are computed, checkpointed and distributed in blocks of this size.
+inline constexpr int kPermutationBlock = 10;
+
+struct StudyContext {
+  config::StudyConfig study;
+  Cohort cohort;
+  int n = 0;                         ///< labelled subjects
+  std::vector<cv::Fold> outer;
+  std::vector<cv::LearnerPlan> plans;
+  // after AttachKernels:
+  KernelStageResult ks;
+  std::vector<int> kernelRows;       ///< cohort rows of the kernels' rows: labelled, then unlabelled
+  int unlabelledCount = 0;
+  learners::KernelList kernels;      ///< kernels over kernelRows
+  cv::NestedCvOptions nestedOptions;
+
+  /// The inner-CV splitter; it refers to this context, which must outlive it.
+  cv::InnerSplitter Inner() const;
+  std::uint64_t PermutationSeed() const;
+  /// Hash of everything the permutation results depend on (inputs and resolved config, not the
+  /// output location or thread count): checkpoints are reused only under the same key.
+  std::string PermutationKey() const;
+  std::vector<std::string> LearnerLabels() const;
+};
+
+/// Reads the subjects table and plans the outer folds (cheap; config and input errors surface here).
+StudyContext LoadStudyInputs(const config::StudyConfig& study);
+/// Runs (or loads from the cache) the kernel stage and builds the kernels the learners see.
+void AttachKernels(StudyContext& ctx, const std::string& scratchDir);
+
+/// pooled[p][l]: learner l's pooled metrics on permutation first + p (the whole nested CV on
+/// permuted targets, same outer folds). Permutation p uses seed DeriveSeed(PermutationSeed(), p),
+/// so a block's result does not depend on who computes it or with how many threads.
+std::vector<std::vector<std::map<std::string, double>>> ComputePermutationBlock(const StudyContext& ctx, int first, int count);
+
+/// Where the permutation blocks of a study are checkpointed when the caller does not say.
+std::string DefaultCheckpointDir(const config::StudyConfig& study);
+std::string PermutationBlockPath(const std::string& checkpointDir, int block);
+
+}  // namespace neuromkl::pipeline

@@ -1,0 +1,39 @@
+#pragma once
+// The units a batch is made of, shared by the single-process runner and the MPI scheduler.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "neuromkl/pipeline/batch_run.hpp"
+#include "neuromkl/pipeline/study_context.hpp"
+
+namespace neuromkl::pipeline {
+
+enum class UnitKind : int { Kernels = 0, PermutationBlock = 1, Study = 2 };
+
+struct Unit {
+  UnitKind kind = UnitKind::Study;
+  int study = 0;  ///< index into batch.studies
+  int block = 0;  ///< permutation block
+};
+
+/// This process's studies: index % shards == shard.
+std::vector<std::size_t> ShardStudies(const config::BatchConfig& batch, const BatchOptions& options);
+
+/// Phases of units for the studies that still need running: (1) one kernel computation per
+/// distinct kernel input, (2) every missing permutation block, (3) the studies. Units of a phase
+/// are independent; a phase starts when the previous one is done.
+std::vector<std::vector<Unit>> PlanUnits(const config::BatchConfig& batch, const BatchOptions& options, const std::vector<std::size_t>& todo);
+
+/// Runs one study into its folder (stamp, shared cache, checkpoint); never throws.
+StudyOutcome RunStudyUnit(const config::BatchConfig& batch, std::size_t index, const BatchOptions& options);
+/// Fills the batch's kernel cache for one study's kernel inputs.
+void RunKernelUnit(const config::BatchConfig& batch, std::size_t index, const BatchOptions& options);
+/// Computes and checkpoints one permutation block; `ctx` is reused while the study is the same.
+void RunPermutationUnit(const config::BatchConfig& batch, std::size_t index, int block, const BatchOptions& options,
+                        std::unique_ptr<StudyContext>& ctx);
+
+/// A study's config with the process options applied (threads).
+config::StudyConfig EffectiveStudy(const config::BatchConfig& batch, std::size_t index, const BatchOptions& options);
+
+}  // namespace neuromkl::pipeline

@@ -1,0 +1,188 @@
+// Scale-out of a batch over MPI ranks (docs/batch.md). Rank 0 schedules: it plans the units
+// (one kernel computation per distinct kernel input, every missing permutation block, every
+// study), hands them out on request (dynamic load balancing) phase by phase, and computes units
+// itself on a helper thread while it waits; only rank 0's main thread calls MPI (FUNNELED).
+// Units communicate through the batch folder (kernel cache, checkpoint blocks, study folders),
+// which must be on a file system all ranks see; the messages carry only unit ids and statuses.
+// Every unit is deterministic and independent of the thread count, so results equal a
+// single-process run.
+#include "neuromkl/pipeline/mpi_session.hpp"
+
+#include <cstdlib>
+
+#include "batch_units.hpp"
+#include "neuromkl/pipeline/batch_run.hpp"
+
+#ifdef NEUROMKL_HAVE_MPI
+// The C API only: OpenMPI would otherwise pull in its deprecated C++ bindings.
+#define OMPI_SKIP_MPICXX 1
+#define MPICH_SKIP_MPICXX 1
+#include <mpi.h>
+
+#include <atomic>
+#include <chrono>
+#include <deque>
+#include <fstream>
+#include <map>
+#include <thread>
+
+#include <spdlog/spdlog.h>
+
+#include "neuromkl/core/errors.hpp"
+#endif
+
+namespace neuromkl::pipeline {
+
+#ifndef NEUROMKL_HAVE_MPI
+MpiSession::MpiSession(int&, char**&) {}
+MpiSession::~MpiSession() = default;
+#else
+
+namespace {
+bool gInitialised = false;
+int gRank = 0, gSize = 1;
+constexpr int kTagRequest = 1, kTagAssign = 2;
+
+bool LaunchedByMpirun() { return std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") || std::getenv("PMIX_RANK"); }
+
+/// Runs one unit; returns 0 or the exit code of a failed study. Never throws.
+int RunUnit(const config::BatchConfig& batch, const Unit& u, const BatchOptions& options, std::unique_ptr<StudyContext>& ctx) {
+  const auto index = static_cast<std::size_t>(u.study);
+  try {
+    switch (u.kind) {
+      case UnitKind::Kernels:
+        RunKernelUnit(batch, index, options);
+        return 0;
+      case UnitKind::PermutationBlock:
+        RunPermutationUnit(batch, index, u.block, options, ctx);
+        return 0;
+      case UnitKind::Study:
+        return RunStudyUnit(batch, index, options).exitCode;
+    }
+  } catch (const std::exception& e) {
+    // A failed kernel or permutation unit fails again, and is recorded, in its study unit.
+    spdlog::warn("batch: unit of study {} failed: {}", batch.studies[index].name, e.what());
+  }
+  return 0;
+}
+
+std::string FailureText(const config::BatchConfig& batch, const std::string& study) {
+  std::ifstream in(batch.outputDir + "/status/" + study + ".failed");
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+}  // namespace
+
+MpiSession::MpiSession(int& argc, char**& argv) {
+  if (!LaunchedByMpirun()) return;
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+  gInitialised = true;
+  MPI_Comm_rank(MPI_COMM_WORLD, &gRank);
+  MPI_Comm_size(MPI_COMM_WORLD, &gSize);
+  if (gSize > 1) spdlog::set_pattern(fmt::format("[%H:%M:%S] [rank {}] %^%l%$ %v", gRank));
+}
+
+MpiSession::~MpiSession() {
+  if (gInitialised) MPI_Finalize();
+}
+
+bool MpiActive() { return gInitialised && gSize > 1; }
+int MpiRank() { return gRank; }
+
+BatchOutcome RunBatchMpi(const config::BatchConfig& batch, const BatchOptions& options, const std::vector<std::size_t>& todo) {
+  BatchOutcome out;
+  if (gRank != 0) {  // worker: ask, run, report, until told to stop
+    int report[4] = {-1, 0, 0, 0};
+    std::unique_ptr<StudyContext> ctx;
+    for (;;) {
+      MPI_Send(report, 4, MPI_INT, 0, kTagRequest, MPI_COMM_WORLD);
+      int a[3];
+      MPI_Recv(a, 3, MPI_INT, 0, kTagAssign, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      if (a[0] < 0) break;
+      const Unit u{static_cast<UnitKind>(a[0]), a[1], a[2]};
+      report[0] = a[0], report[1] = a[1], report[2] = a[2];
+      report[3] = RunUnit(batch, u, options, ctx);
+    }
+    return out;
+  }
+
+  const auto phases = PlanUnits(batch, options, todo);
+  spdlog::info("batch: {} ranks; {} kernel computations, {} permutation blocks, {} studies", gSize, phases[0].size(), phases[1].size(), phases[2].size());
+  std::size_t phase = 0;
+  std::deque<Unit> queue(phases[0].begin(), phases[0].end());
+  int outstanding = 0, stopped = 0;
+  const int workers = gSize - 1;
+  std::vector<int> waiting;
+  std::map<int, int> studyStatus;  // study index -> exit code
+  // Rank 0 computes too, on a helper thread that makes no MPI call.
+  std::thread local;
+  std::atomic<bool> localDone{false};
+  Unit localUnit;
+  int localStatus = 0;
+  std::unique_ptr<StudyContext> localCtx;
+  auto finished = [&](const Unit& u, int status) {
+    --outstanding;
+    if (u.kind == UnitKind::Study) studyStatus[u.study] = status;
+  };
+  auto assign = [&](int rank) {
+    const Unit u = queue.front();
+    queue.pop_front();
+    ++outstanding;
+    const int a[3] = {static_cast<int>(u.kind), u.study, u.block};
+    MPI_Send(a, 3, MPI_INT, rank, kTagAssign, MPI_COMM_WORLD);
+  };
+  auto stop = [&](int rank) {
+    const int a[3] = {-1, 0, 0};
+    MPI_Send(a, 3, MPI_INT, rank, kTagAssign, MPI_COMM_WORLD);
+    ++stopped;
+  };
+  for (;;) {
+    if (local.joinable() && localDone) {
+      local.join();
+      finished(localUnit, localStatus);
+    }
+    while (queue.empty() && outstanding == 0 && phase < phases.size()) {  // a phase starts when the previous one is done
+      if (++phase < phases.size()) queue.assign(phases[phase].begin(), phases[phase].end());
+    }
+    const bool allDone = phase >= phases.size();
+    while (!waiting.empty() && (!queue.empty() || allDone)) {
+      const int rank = waiting.back();
+      waiting.pop_back();
+      if (allDone) stop(rank);
+      else assign(rank);
+    }
+    if (!local.joinable() && !queue.empty()) {
+      localUnit = queue.front();
+      queue.pop_front();
+      ++outstanding;
+      localDone = false;
+      local = std::thread([&] {
+        localStatus = RunUnit(batch, localUnit, options, localCtx);
+        localDone = true;
+      });
+    }
+    if (allDone && stopped == workers && !local.joinable()) break;
+    int flag = 0;
+    MPI_Status st;
+    MPI_Iprobe(MPI_ANY_SOURCE, kTagRequest, MPI_COMM_WORLD, &flag, &st);
+    if (!flag) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      continue;
+    }
+    int report[4];
+    MPI_Recv(report, 4, MPI_INT, st.MPI_SOURCE, kTagRequest, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    if (report[0] >= 0) finished({static_cast<UnitKind>(report[0]), report[1], report[2]}, report[3]);
+    waiting.push_back(st.MPI_SOURCE);  // served above, now or when work appears
+  }
+  for (std::size_t i : todo) {
+    const auto& s = batch.studies[i];
+    const int code = studyStatus.count(static_cast<int>(i)) ? studyStatus.at(static_cast<int>(i)) : 1;
+    out.studies.push_back({s.name, code == 0 ? "completed" : "failed", code == 0 ? "" : FailureText(batch, s.name), code});
+  }
+  return out;
+}
+#endif
+
+}  // namespace neuromkl::pipeline
