@@ -1,5 +1,7 @@
 #include "neuromkl/pipeline/batch_run.hpp"
 
+#include <unistd.h>
+
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -14,6 +16,7 @@
 #include "neuromkl/config/checkpoint.hpp"
 #include "neuromkl/core/errors.hpp"
 #include "neuromkl/core/strings.hpp"
+#include "neuromkl/io/nifti.hpp"
 #include "neuromkl/pipeline/study_run.hpp"
 
 namespace neuromkl::pipeline {
@@ -189,6 +192,11 @@ BatchOutcome RunBatch(const config::BatchConfig& batch, const BatchOptions& opti
   std::error_code ec;
   fs::create_directories(batch.outputDir, ec);
   if (ec) throw IoError("batch:Mkdir", batch.outputDir, "cannot create the batch output folder: " + ec.message());
+  // The studies of a cohort run one after the other (matrix order: cohorts outermost), so with
+  // decoded images kept in memory a cohort's images are decoded once for the kernels and every
+  // study's voxel weight maps (up to a quarter of the memory; beyond that they are decoded again).
+  const double memory = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
+  io::VolumeCacheScope imageCache(static_cast<std::size_t>(0.25 * memory));
   BatchOutcome out;
   std::vector<std::size_t> todo;
   const auto mine = ShardStudies(batch, options);

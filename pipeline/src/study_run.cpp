@@ -130,9 +130,16 @@ void AttachKernels(StudyContext& ctx, const std::string& scratchDir) {
     for (std::size_t r = 0; r < ctx.cohort.ids.size(); ++r)
       if (!ctx.cohort.labelled[r]) ctx.kernelRows.push_back(static_cast<int>(r));
   ctx.unlabelledCount = static_cast<int>(ctx.kernelRows.size()) - ctx.n;
-  const Eigen::VectorXi rows = Eigen::Map<const Eigen::VectorXi>(ctx.kernelRows.data(), static_cast<Eigen::Index>(ctx.kernelRows.size()));
   ctx.kernels.clear();
-  for (const auto& K : ctx.ks.set.kernels) ctx.kernels.push_back(K(rows, rows));
+  bool identity = ctx.kernelRows.size() == ctx.cohort.ids.size();
+  for (std::size_t i = 0; identity && i < ctx.kernelRows.size(); ++i) identity = ctx.kernelRows[i] == static_cast<int>(i);
+  if (identity) {  // every subject, in table order: the learners use the kernels themselves (no second copy)
+    ctx.kernels = std::move(ctx.ks.set.kernels);
+    ctx.kernelsMoved = true;
+  } else {
+    const Eigen::VectorXi rows = Eigen::Map<const Eigen::VectorXi>(ctx.kernelRows.data(), static_cast<Eigen::Index>(ctx.kernelRows.size()));
+    for (const auto& K : ctx.ks.set.kernels) ctx.kernels.push_back(K(rows, rows));
+  }
   ctx.nestedOptions = cv::NestedCvOptions{{ctx.study.kernels.centre, ctx.study.kernels.normalise}, ctx.unlabelledCount};
 }
 
@@ -353,7 +360,11 @@ RunOutcome RunStudy(config::StudyConfig study, const RunOptions& options) {
   // ---- outputs ----
   const std::string dir = out.Path();
   WriteText(dir + "/study.resolved.json", config::ResolvedConfigJson(study) + "\n");
-  if (study.output.saveKernels) config::SaveKernelStore(dir + "/kernels", ks.set, ks.key, "raw region kernels of study " + study.name);
+  if (study.output.saveKernels) {
+    if (ctx.kernelsMoved) std::swap(ctx.ks.set.kernels, ctx.kernels);  // lend the kernels back for writing
+    config::SaveKernelStore(dir + "/kernels", ks.set, ks.key, "raw region kernels of study " + study.name);
+    if (ctx.kernelsMoved) std::swap(ctx.ks.set.kernels, ctx.kernels);
+  }
   {
     std::vector<std::vector<std::string>> rows = {{"subject", "used", "target", "reason"}};
     std::size_t e = 0;

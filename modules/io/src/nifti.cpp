@@ -9,6 +9,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <mutex>
 
 #include <itkConfigure.h>
@@ -216,10 +217,68 @@ Geometry GeometryFromIo(itk::ImageIOBase* io) {
 
 Geometry ReadGeometry(const std::string& path) { return GeometryFromIo(OpenIo(path)); }
 
+namespace {
+struct CachedVolume {
+  std::uintmax_t size = 0;
+  std::filesystem::file_time_type mtime;
+  Volume volume;
+};
+std::mutex gCacheMutex;
+bool gCacheOn = false;
+std::size_t gCacheBudget = 0, gCacheBytes = 0;
+std::map<std::string, CachedVolume> gCache;
+
+bool FileStamp(const std::string& path, std::uintmax_t& size, std::filesystem::file_time_type& mtime) {
+  std::error_code ec;
+  size = std::filesystem::file_size(path, ec);
+  if (ec) return false;
+  mtime = std::filesystem::last_write_time(path, ec);
+  return !ec;
+}
+}  // namespace
+
+VolumeCacheScope::VolumeCacheScope(std::size_t budgetBytes) {
+  std::lock_guard<std::mutex> lock(gCacheMutex);
+  gCacheOn = true;
+  gCacheBudget = budgetBytes;
+}
+
+VolumeCacheScope::~VolumeCacheScope() {
+  std::lock_guard<std::mutex> lock(gCacheMutex);
+  gCacheOn = false;
+  gCache.clear();
+  gCacheBytes = 0;
+}
+
 void ReadVolume(const std::string& path, Volume& out) {
+  std::uintmax_t size = 0;
+  std::filesystem::file_time_type mtime;
+  bool cacheable = false;
+  {
+    std::lock_guard<std::mutex> lock(gCacheMutex);
+    cacheable = gCacheOn;
+  }
+  if (cacheable && FileStamp(path, size, mtime)) {
+    std::lock_guard<std::mutex> lock(gCacheMutex);
+    if (auto it = gCache.find(path); it != gCache.end() && it->second.size == size && it->second.mtime == mtime) {
+      out.geometry = it->second.volume.geometry;
+      out.data.assign(it->second.volume.data.begin(), it->second.volume.data.end());
+      return;
+    }
+  } else {
+    cacheable = false;
+  }
   out.geometry = GeometryFromIo(OpenIo(path));  // ITK: header checks and geometry (qform/sform, LPS)
   DecodeVoxels(path, static_cast<std::size_t>(out.geometry.VoxelCount()), out.data);
   ++gReads;
+  if (cacheable) {
+    std::lock_guard<std::mutex> lock(gCacheMutex);
+    const std::size_t bytes = out.data.size() * sizeof(float);
+    if (gCacheOn && gCacheBytes + bytes <= gCacheBudget && !gCache.count(path)) {
+      gCache[path] = CachedVolume{size, mtime, out};
+      gCacheBytes += bytes;
+    }
+  }
 }
 
 Volume ReadVolume(const std::string& path) {

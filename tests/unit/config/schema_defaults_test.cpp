@@ -4,7 +4,9 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "neuromkl/config/batch_config.hpp"
 #include "neuromkl/config/study_config.hpp"
+#include "neuromkl/core/errors.hpp"
 #include "neuromkl/learners/learner.hpp"
 #include "testing.hpp"
 
@@ -72,4 +74,21 @@ TEST(SchemaDefaults, LearnerParameterTablesEqualTheCode) {
   }
 }
 
+}  // namespace
+
+namespace {
+TEST(SchemaDefaults, BatchSchemaNamesTheKeysTheLoaderAccepts) {
+  std::ifstream in(std::string(NEUROMKL_SOURCE_DIR) + "/configs/batch.schema.json");
+  const auto schema = nlohmann::json::parse(in);
+  std::vector<std::string> top, matrix;
+  for (const auto& [k, _] : schema["properties"].items()) top.push_back(k);
+  for (const auto& [k, _] : schema["properties"]["matrix"]["properties"].items()) matrix.push_back(k);
+  // The loader's key lists (modules/config/src/batch_config.cpp), alphabetically.
+  EXPECT_EQ(top, (std::vector<std::string>{"$schema", "description", "matrix", "name", "output", "overrides", "studies", "threads"}));
+  EXPECT_EQ(matrix, (std::vector<std::string>{"atlases", "base", "cohorts", "learners", "targets"}));
+  // An unknown key is refused with the pointer, as for studies.
+  neuromkl::testing::TempDir dir;
+  neuromkl::testing::WriteFile(dir / "b.json", R"({"name": "b", "matrix": {"base": "s.json", "cohort": []}})");
+  EXPECT_THROW(neuromkl::config::LoadBatchConfig(dir / "b.json"), neuromkl::ConfigError);
+}
 }  // namespace

@@ -36,6 +36,35 @@ TEST(Nifti, WriteReadRoundTripKeepsValuesAndGeometry) {
   }
 }
 
+TEST(Nifti, VolumeCacheDecodesAnUnchangedFileOnceAndAChangedOneAgain) {
+  neuromkl::testing::TempDir tmp;
+  io::Volume v = Sample();
+  io::WriteVolume(tmp / "a.nii.gz", v);
+  {
+    io::VolumeCacheScope cache(1 << 20);
+    const std::size_t before = io::VolumeReadCount();
+    EXPECT_EQ(io::ReadVolume(tmp / "a.nii.gz").data, v.data);
+    EXPECT_EQ(io::ReadVolume(tmp / "a.nii.gz").data, v.data);
+    EXPECT_EQ(io::VolumeReadCount() - before, 1u);
+    v.data[5] = 42;  // a changed file (new size/mtime) is decoded again, never served stale
+    io::WriteVolume(tmp / "a.nii.gz", v);
+    std::filesystem::last_write_time(tmp / "a.nii.gz", std::filesystem::last_write_time(tmp / "a.nii.gz") + std::chrono::seconds(5));
+    EXPECT_EQ(io::ReadVolume(tmp / "a.nii.gz").data[5], 42.0f);
+    EXPECT_EQ(io::VolumeReadCount() - before, 2u);
+  }
+  {
+    io::VolumeCacheScope tiny(16);  // over budget: decoded every time
+    const std::size_t before = io::VolumeReadCount();
+    io::ReadVolume(tmp / "a.nii.gz");
+    io::ReadVolume(tmp / "a.nii.gz");
+    EXPECT_EQ(io::VolumeReadCount() - before, 2u);
+  }
+  const std::size_t before = io::VolumeReadCount();  // no scope: no cache
+  io::ReadVolume(tmp / "a.nii.gz");
+  io::ReadVolume(tmp / "a.nii.gz");
+  EXPECT_EQ(io::VolumeReadCount() - before, 2u);
+}
+
 TEST(Nifti, AalGeometryMatchesTheProvenanceAffine) {
   // PROVENANCE.md: x = -2i + 90, y = 2j - 126, z = 2k - 72 (RAS).
   const io::Geometry g = io::ReadGeometry(SharedData("atlases/aal_spm_2mm/ROI_MNI_V4.nii"));

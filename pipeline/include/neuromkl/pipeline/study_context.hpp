@@ -28,6 +28,7 @@ struct StudyContext {
   std::vector<int> kernelRows;       ///< cohort rows of the kernels' rows: labelled, then unlabelled
   int unlabelledCount = 0;
   learners::KernelList kernels;      ///< kernels over kernelRows
+  bool kernelsMoved = false;         ///< kernelRows is every subject in order: ks.set.kernels were moved here
   cv::NestedCvOptions nestedOptions;
 
   /// The inner-CV splitter; it refers to this context, which must outlive it.

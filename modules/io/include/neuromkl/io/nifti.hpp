@@ -29,4 +29,16 @@ std::string ItkVersion();
 /// Number of NIfTI decodes since start (benchmarks and tests check "each image read once").
 std::size_t VolumeReadCount();
 
+/// While one is alive, ReadVolume keeps decoded volumes in memory (up to `budgetBytes` in all;
+/// beyond it, images are decoded again) and serves repeated reads of an unchanged file (same
+/// path, size and modification time) from memory. A batch uses it so that the studies of one
+/// cohort (kernels, then each study's voxel weight maps) decode its images once.
+class VolumeCacheScope {
+ public:
+  explicit VolumeCacheScope(std::size_t budgetBytes);
+  ~VolumeCacheScope();
+  VolumeCacheScope(const VolumeCacheScope&) = delete;
+  VolumeCacheScope& operator=(const VolumeCacheScope&) = delete;
+};
+
 }  // namespace neuromkl::io
