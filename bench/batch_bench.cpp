@@ -106,28 +106,16 @@ int ScaleBench(const std::vector<int>& sizes) {
     const auto t = Clock::now();
     const auto r = pipeline::RunStudy(study, o);
     const double seconds = Since(t);
-    std::ifstream results(root + "/out/results.json");
-    std::stringstream text;
-    text << results.rdbuf();
-    const std::string j = text.str();
-    auto number = [&](const std::string& key, std::size_t from = 0) {
-      const auto p = j.find("\"" + key + "\": ", from);
-      return p == std::string::npos ? -1.0 : std::stod(j.substr(p + key.size() + 4));
-    };
+    const config::ResultsSummary rs = config::ReadResultsSummary(root + "/out/results.json");
     const double kernelGb = 116.0 * n * n * 8 / 1e9;
-    std::printf("n = %d: kernels %d x %d x %.0f regions = %.2f GB (double), peak RSS %.2f GB, kernel stage %.1f s, nested CV %.1f s, total %.1f s\n", n, n,
-                n, number("count"), kernelGb, PeakRssGb(), number("kernels"), number("nested_cv"), seconds);
+    std::printf("n = %d: %d region kernels = %.2f GB (double), peak RSS %.2f GB, kernel stage %.1f s, nested CV %.1f s, total %.1f s\n", n, rs.kernels,
+                kernelGb, PeakRssGb(), rs.stageSeconds.at("kernels"), rs.stageSeconds.at("nested_cv"), seconds);
     for (const auto& line : r.summary) std::printf("    %s\n", line.c_str());
-    // per-fit seconds of each learner, from the folds' fit records
-    for (const char* learner : {"\"label\": \"kelm\"", "\"label\": \"svm\"", "\"label\": \"enmkl_svm\""}) {
-      const auto at = j.find(learner);
+    for (const auto& l : rs.learners) {
       double sum = 0;
-      int fits = 0;
-      for (std::size_t p = j.find("\"fit\":", at); p != std::string::npos && fits < 5; p = j.find("\"fit\":", p + 1)) {
-        sum += number("seconds", p);
-        ++fits;
-      }
-      std::printf("    %s: %.3f s per fit (mean of %d outer-fold fits)\n", learner + 10, sum / fits, fits);
+      for (double s : l.fitSeconds) sum += s;
+      std::printf("    %-10s %.3f s per fit (mean of %zu outer-fold refits)\n", l.label.c_str(), sum / static_cast<double>(l.fitSeconds.size()),
+                  l.fitSeconds.size());
     }
     fs::remove_all(root);
   }

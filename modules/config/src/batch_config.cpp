@@ -291,6 +291,8 @@ ResultsSummary ReadResultsSummary(const std::string& path) {
     r.labelled = static_cast<int>(j.at("subjects").at("labelled").size());
     r.seconds = j.at("seconds").value("total", 0.0);
     r.kernelCache = j.at("kernels").value("cache", "");
+    r.kernels = j.at("kernels").value("count", 0);
+    for (const auto& [k, v] : j.at("seconds").items()) r.stageSeconds[k] = v.get<double>();
     auto numbers = [](const Json& m) {
       std::map<std::string, double> out;
       for (const auto& [k, v] : m.items()) out[k] = v.is_number() ? v.get<double>() : std::nan("");
@@ -308,7 +310,10 @@ ResultsSummary ReadResultsSummary(const std::string& path) {
         if (e.topRegions.size() == 3) break;
         e.topRegions.push_back(row.at("name").get<std::string>());
       }
-      for (const auto& f : l.at("folds")) e.statuses.push_back(f.value("status", ""));
+      for (const auto& f : l.at("folds")) {
+        e.statuses.push_back(f.value("status", ""));
+        if (f.contains("fit")) e.fitSeconds.push_back(f.at("fit").value("seconds", std::nan("")));
+      }
       r.learners.push_back(std::move(e));
     }
     return r;

@@ -56,11 +56,14 @@ struct ResultsSummary {
   int labelled = 0;
   double seconds = 0;
   std::string kernelCache;
+  int kernels = 0;
+  std::map<std::string, double> stageSeconds;  ///< "kernels", "nested_cv", ...
   struct Learner {
     std::string label, name;
     std::map<std::string, double> pooled, foldMean, foldSd, pValues;
     std::vector<std::string> topRegions;  ///< by mean weight, at most 3
     std::vector<std::string> statuses;    ///< fit status per outer fold
+    std::vector<double> fitSeconds;       ///< refit time per outer fold
   };
   std::vector<Learner> learners;
 };
