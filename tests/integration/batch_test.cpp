@@ -96,9 +96,9 @@ void ExpectSameResults(const std::string& a, const std::string& b) {
 std::string StudiesDir(const std::string& batchFile, const std::string& name) { return fs::path(batchFile).parent_path().string() + "/results/" + name; }
 
 pid_t Spawn(const std::string& args) {
+  const std::string cmd = "exec " + std::string(NEUROMKL_CLI) + " " + args + " >/dev/null 2>&1";  // built before fork: no allocation in the child
   const pid_t pid = fork();
   if (pid == 0) {
-    const std::string cmd = "exec " + std::string(NEUROMKL_CLI) + " " + args + " >/dev/null 2>&1";
     execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
     _exit(127);
   }

@@ -8,6 +8,7 @@
 
 #include "json_reader.hpp"
 #include "neuromkl/core/errors.hpp"
+#include "neuromkl/core/hash.hpp"
 #include "neuromkl/core/strings.hpp"
 
 namespace neuromkl::config {
@@ -248,11 +249,6 @@ BatchConfig LoadBatchConfig(const std::string& path) {
   return b;
 }
 
-}  // namespace neuromkl::config
-
-#include "neuromkl/core/hash.hpp"
-
-namespace neuromkl::config {
 
 std::string StudyFingerprint(const BatchStudy& study) {
   Hasher h;

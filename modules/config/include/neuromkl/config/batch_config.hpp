@@ -38,9 +38,6 @@ bool IsBatchFile(const std::string& path);
 /// its `error` set, so `validate` can report every problem at once.
 BatchConfig LoadBatchConfig(const std::string& path);
 
-}  // namespace neuromkl::config
-
-namespace neuromkl::config {
 
 /// Fingerprint of a batch study's configuration: a completed study is skipped on a rerun only if
 /// its stamp still carries this fingerprint.
