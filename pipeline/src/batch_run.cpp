@@ -15,6 +15,7 @@
 #include "batch_units.hpp"
 #include "neuromkl/config/checkpoint.hpp"
 #include "neuromkl/core/errors.hpp"
+#include "neuromkl/core/files.hpp"
 #include "neuromkl/core/strings.hpp"
 #include "neuromkl/io/nifti.hpp"
 #include "neuromkl/pipeline/study_run.hpp"
@@ -24,18 +25,6 @@ namespace neuromkl::pipeline {
 namespace fs = std::filesystem;
 
 namespace {
-
-void WriteAtomically(const std::string& path, const std::string& text) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary);
-    out << text;
-    if (!out) throw IoError("batch:Write", tmp, "cannot write the file (disk full?)");
-  }
-  std::error_code ec;
-  fs::rename(tmp, path, ec);
-  if (ec) throw IoError("batch:Rename", path, ec.message());
-}
 
 std::string FailedMarker(const config::BatchConfig& b, const std::string& study) { return b.outputDir + "/status/" + study + ".failed"; }
 
@@ -84,6 +73,13 @@ std::vector<std::size_t> ShardStudies(const config::BatchConfig& batch, const Ba
   return out;
 }
 
+std::string StudyFailure(const config::BatchConfig& batch, const std::string& study) {
+  std::ifstream in(FailedMarker(batch, study));
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
 bool StudyComplete(const config::BatchConfig& batch, const config::BatchStudy& study) {
   const std::string dir = batch.StudyDir(study.name);
   std::error_code ec;
@@ -124,7 +120,7 @@ StudyOutcome RunStudyUnit(const config::BatchConfig& batch, std::size_t index, c
     try {
       std::error_code ec;
       fs::create_directories(batch.outputDir + "/status", ec);
-      WriteAtomically(FailedMarker(batch, s.name), o.error + "\n");
+      WriteFileAtomically(FailedMarker(batch, s.name), o.error + "\n", "batch");
     } catch (const Error&) {
     }
   }
@@ -262,13 +258,8 @@ MergeOutcome MergeBatch(const config::BatchConfig& batch) {
       }
       continue;
     }
-    std::string error;
-    if (std::ifstream in(FailedMarker(batch, s.name)); in) {
-      std::getline(in, error);
-      ++m.failed;
-    } else {
-      ++m.missing;
-    }
+    const std::string error = StudyFailure(batch, s.name);
+    ++(error.empty() ? m.missing : m.failed);
     std::vector<std::string> row = head;
     for (const std::string& v : {std::string(), std::string(), std::string(), std::string(), std::string(error.empty() ? "not run" : "failed")})
       row.push_back(v);
@@ -291,8 +282,8 @@ MergeOutcome MergeBatch(const config::BatchConfig& batch) {
   m.html = batch.outputDir + "/index.html";
   std::error_code ec;
   fs::create_directories(batch.outputDir, ec);
-  WriteAtomically(m.tsv, tsv);
-  WriteAtomically(m.json, config::BatchSummaryJson(batch, rows));
+  WriteFileAtomically(m.tsv, tsv, "batch");
+  WriteFileAtomically(m.json, config::BatchSummaryJson(batch, rows), "batch");
   // A plain page: one row per study and learner, linking each study's report.
   std::string html = "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>" + Html(batch.name) +
                      " - neuromkl batch</title>\n<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
@@ -315,7 +306,7 @@ MergeOutcome MergeBatch(const config::BatchConfig& batch) {
     html += "</tr>\n";
   }
   html += "</table>\n</body></html>\n";
-  WriteAtomically(m.html, html);
+  WriteFileAtomically(m.html, html, "batch");
   return m;
 }
 

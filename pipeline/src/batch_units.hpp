@@ -17,6 +17,9 @@ struct Unit {
   int block = 0;  ///< permutation block
 };
 
+/// The error recorded for a failed study (its status/<name>.failed marker); empty if none.
+std::string StudyFailure(const config::BatchConfig& batch, const std::string& study);
+
 /// This process's studies: index % shards == shard.
 std::vector<std::size_t> ShardStudies(const config::BatchConfig& batch, const BatchOptions& options);
 

@@ -22,7 +22,6 @@
 #include <atomic>
 #include <chrono>
 #include <deque>
-#include <fstream>
 #include <map>
 #include <thread>
 
@@ -66,12 +65,6 @@ int RunUnit(const config::BatchConfig& batch, const Unit& u, const BatchOptions&
   return 0;
 }
 
-std::string FailureText(const config::BatchConfig& batch, const std::string& study) {
-  std::ifstream in(batch.outputDir + "/status/" + study + ".failed");
-  std::string line;
-  std::getline(in, line);
-  return line;
-}
 }  // namespace
 
 MpiSession::MpiSession(int& argc, char**& argv) {
@@ -179,7 +172,7 @@ BatchOutcome RunBatchMpi(const config::BatchConfig& batch, const BatchOptions& o
   for (std::size_t i : todo) {
     const auto& s = batch.studies[i];
     const int code = studyStatus.count(static_cast<int>(i)) ? studyStatus.at(static_cast<int>(i)) : 1;
-    out.studies.push_back({s.name, code == 0 ? "completed" : "failed", code == 0 ? "" : FailureText(batch, s.name), code});
+    out.studies.push_back({s.name, code == 0 ? "completed" : "failed", code == 0 ? "" : StudyFailure(batch, s.name), code});
   }
   return out;
 }

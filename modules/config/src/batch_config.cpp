@@ -17,35 +17,13 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string ReadText(const std::string& path, const std::string& what) {
-  std::ifstream in(path);
-  if (!in) throw ConfigError("config:Unreadable", path, "cannot open the " + what + " (missing or unreadable)");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-Json ParseJson(const std::string& text, const std::string& src) {
-  try {
-    return Json::parse(text, nullptr, true, /*ignore_comments=*/true);
-  } catch (const Json::parse_error& e) {
-    throw ConfigError("config:Syntax", src, std::string("not valid JSON: ") + e.what());
-  }
-}
-
-std::string Absolute(const std::string& base, const std::string& p) {
-  fs::path path(p);
-  if (path.is_relative()) path = fs::path(base) / path;
-  return path.lexically_normal().string();
-}
-
 /// Makes every file path of a study (or of a patch of one) absolute against `base`, so that
 /// pieces from different folders can be merged.
 void AbsolutisePaths(Json& j, const std::string& base) {
   if (!j.is_object()) return;
   auto fix = [&](Json& parent, const char* key) {
     if (parent.is_object() && parent.contains(key) && parent[key].is_string() && !parent[key].get<std::string>().empty())
-      parent[key] = Absolute(base, parent[key].get<std::string>());
+      parent[key] = ResolvePath(base, parent[key].get<std::string>());
   };
   if (j.contains("subjects")) fix(j["subjects"], "table");
   if (j.contains("atlas") && j["atlas"].is_object()) {
@@ -119,7 +97,7 @@ std::vector<AxisValue> ReadAxis(const ObjectReader& m, const std::string& axis, 
 
 bool IsBatchFile(const std::string& path) {
   try {
-    const Json j = ParseJson(ReadText(path, "file"), path);
+    const Json j = ParseConfigJson(ReadConfigText(path, "file"), path);
     return j.is_object() && (j.contains("studies") || j.contains("matrix"));
   } catch (const Error&) {
     return false;
@@ -128,7 +106,7 @@ bool IsBatchFile(const std::string& path) {
 
 BatchConfig LoadBatchConfig(const std::string& path) {
   const std::string src = path;
-  const Json root = ParseJson(ReadText(path, "batch file"), src);
+  const Json root = ParseConfigJson(ReadConfigText(path, "batch file"), src);
   ObjectReader r(root, "", src, {"$schema", "name", "description", "output", "threads", "overrides", "studies", "matrix"});
   BatchConfig b;
   b.path = path;
@@ -137,10 +115,10 @@ BatchConfig LoadBatchConfig(const std::string& path) {
   if (SafeName(b.name) != b.name) r.Fail("name", "a name made of letters, digits, '_', '-' and '.' (it names the output folder)");
   b.description = r.String("description", "");
   b.threads = static_cast<int>(r.Integer("threads", 0, 0, 4096));
-  b.outputDir = Absolute(b.baseDir, "results/" + b.name);
+  b.outputDir = ResolvePath(b.baseDir, "results/" + b.name);
   if (r.Has("output")) {
     ObjectReader o(r.At("output"), "/output", src, {"dir"});
-    b.outputDir = Absolute(b.baseDir, o.String("dir", b.outputDir));
+    b.outputDir = ResolvePath(b.baseDir, o.String("dir", b.outputDir));
   }
   Json overrides = Json::object();
   if (r.Has("overrides")) {
@@ -192,8 +170,8 @@ BatchConfig LoadBatchConfig(const std::string& path) {
           AbsolutisePaths(own, b.baseDir);
         }
       }
-      const std::string studyPath = Absolute(b.baseDir, file);
-      Json study = ParseJson(ReadText(studyPath, "study file named in " + src + " " + p), studyPath);
+      const std::string studyPath = ResolvePath(b.baseDir, file);
+      Json study = ParseConfigJson(ReadConfigText(studyPath, "study file named in " + src + " " + p), studyPath);
       if (!study.is_object()) r.FailAt(p, "the study file " + studyPath + " is not a JSON object");
       AbsolutisePaths(study, fs::path(studyPath).parent_path().string());
       if (name.empty()) name = study.value("name", fs::path(studyPath).stem().string());
@@ -205,8 +183,8 @@ BatchConfig LoadBatchConfig(const std::string& path) {
     if (!m.Has("base")) m.FailAt("/matrix/base", "the matrix needs a \"base\" study (a file name or an inline study object)");
     Json base;
     if (m.At("base").is_string()) {
-      const std::string basePath = Absolute(b.baseDir, m.At("base").get<std::string>());
-      base = ParseJson(ReadText(basePath, "base study of " + src + " /matrix/base"), basePath);
+      const std::string basePath = ResolvePath(b.baseDir, m.At("base").get<std::string>());
+      base = ParseConfigJson(ReadConfigText(basePath, "base study of " + src + " /matrix/base"), basePath);
       AbsolutisePaths(base, fs::path(basePath).parent_path().string());
     } else if (m.At("base").is_object()) {
       base = m.At("base");
@@ -263,24 +241,20 @@ std::string StudyStampJson(const BatchConfig& batch, const BatchStudy& study) {
 }
 
 std::string ReadStampFingerprint(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return "";
-  std::stringstream ss;
-  ss << in.rdbuf();
+  const std::optional<std::string> text = TryReadText(path);
+  if (!text) return "";
   try {
-    return Json::parse(ss.str()).at("fingerprint").get<std::string>();
+    return Json::parse(*text).at("fingerprint").get<std::string>();
   } catch (const Json::exception&) {
     return "";
   }
 }
 
 ResultsSummary ReadResultsSummary(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw InputError("batch:NoResults", path, "no results.json: the study has not completed");
-  std::stringstream ss;
-  ss << in.rdbuf();
+  const std::optional<std::string> text = TryReadText(path);
+  if (!text) throw InputError("batch:NoResults", path, "no results.json: the study has not completed");
   try {
-    const Json j = Json::parse(ss.str());
+    const Json j = Json::parse(*text);
     if (j.at("format") != "neuromkl-results") throw InputError("batch:NotResults", path, "not a neuromkl results file");
     ResultsSummary r;
     r.task = j.at("task").get<std::string>();

@@ -1,18 +1,11 @@
 #include "neuromkl/config/checkpoint.hpp"
 
-#include <unistd.h>
-
 #include <cmath>
-#include <filesystem>
-#include <fstream>
-#include <sstream>
 
 #include "json_reader.hpp"
-#include "neuromkl/core/errors.hpp"
+#include "neuromkl/core/files.hpp"
 
 namespace neuromkl::config {
-
-namespace fs = std::filesystem;
 
 void SavePermutationBlock(const std::string& path, const PermutationBlock& b) {
   Json j = {{"format", "neuromkl-permutation-block"}, {"key", b.key}, {"first", b.first}, {"learners", b.learners}, {"pooled", Json::array()}};
@@ -25,25 +18,14 @@ void SavePermutationBlock(const std::string& path, const PermutationBlock& b) {
     }
     j["pooled"].push_back(row);
   }
-  std::error_code ec;
-  fs::create_directories(fs::path(path).parent_path(), ec);
-  const std::string tmp = path + ".tmp-" + std::to_string(getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary);
-    out << j.dump() << "\n";  // doubles round-trip exactly (shortest representation)
-    if (!out) throw IoError("checkpoint:Write", tmp, "cannot write the checkpoint (disk full?)");
-  }
-  fs::rename(tmp, path, ec);
-  if (ec) throw IoError("checkpoint:Rename", path, ec.message());
+  WriteFileAtomically(path, j.dump() + "\n", "checkpoint");  // doubles round-trip exactly (shortest representation)
 }
 
 std::optional<PermutationBlock> LoadPermutationBlock(const std::string& path, const std::string& key) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return std::nullopt;
-  std::stringstream text;
-  text << in.rdbuf();
+  const std::optional<std::string> text = TryReadText(path);
+  if (!text) return std::nullopt;
   try {
-    const Json j = Json::parse(text.str());
+    const Json j = Json::parse(*text);
     if (j.at("format") != "neuromkl-permutation-block" || j.at("key") != key) return std::nullopt;
     PermutationBlock b;
     b.key = key;

@@ -1,6 +1,9 @@
 #include "json_reader.hpp"
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include <fmt/format.h>
 
@@ -8,6 +11,35 @@
 #include "neuromkl/core/strings.hpp"
 
 namespace neuromkl::config {
+
+std::string ReadConfigText(const std::string& path, const std::string& what) {
+  std::optional<std::string> text = TryReadText(path);
+  if (!text) throw ConfigError("config:Unreadable", path, "cannot open the " + what + " (missing or unreadable)");
+  return std::move(*text);
+}
+
+std::optional<std::string> TryReadText(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return std::nullopt;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+Json ParseConfigJson(const std::string& text, const std::string& source) {
+  try {
+    return Json::parse(text, nullptr, true, /*ignore_comments=*/true);
+  } catch (const Json::parse_error& e) {
+    throw ConfigError("config:Syntax", source, std::string("not valid JSON: ") + e.what());
+  }
+}
+
+std::string ResolvePath(const std::string& base, const std::string& p) {
+  if (p.empty()) return p;
+  std::filesystem::path path(p);
+  if (path.is_relative()) path = std::filesystem::path(base) / path;
+  return path.lexically_normal().string();
+}
 
 std::string Describe(const Json& v) {
   std::string text = v.dump();

@@ -1,10 +1,8 @@
 #include "neuromkl/config/study_config.hpp"
 
 #include <filesystem>
-#include <fstream>
 #include <cmath>
 #include <set>
-#include <sstream>
 
 #include <fmt/format.h>
 
@@ -54,13 +52,6 @@ CvScheme SchemeFrom(const std::string& s) {
   for (int i = 0; i < 7; ++i)
     if (kSchemes[static_cast<std::size_t>(i)] == s) return static_cast<CvScheme>(i);
   return CvScheme::KFold;
-}
-
-std::string Resolve(const std::string& base, const std::string& p) {
-  if (p.empty()) return p;
-  fs::path path(p);
-  if (path.is_relative()) path = fs::path(base) / path;
-  return path.lexically_normal().string();
 }
 
 CvSchemeSpec ParseScheme(const Json& j, const std::string& ptr, const std::string& src) {
@@ -138,12 +129,7 @@ LearnerSpec ParseLearner(const Json& j, const std::string& ptr, const std::strin
 }  // namespace
 
 StudyConfig ParseStudyConfig(const std::string& text, const std::string& baseDir, const std::string& src) {
-  Json root;
-  try {
-    root = Json::parse(text, nullptr, true, /*ignore_comments=*/true);
-  } catch (const Json::parse_error& e) {
-    throw ConfigError("config:Syntax", src, std::string("not valid JSON: ") + e.what());
-  }
+  const Json root = ParseConfigJson(text, src);
   ObjectReader r(root, "", src,
                  {"$schema", "name", "description", "subjects", "target", "atlas", "mask", "kernels", "cv", "learners",
                   "permutations", "output", "seed", "threads"});
@@ -161,7 +147,7 @@ StudyConfig ParseStudyConfig(const std::string& text, const std::string& baseDir
   if (!r.Has("subjects")) throw ConfigError("config:MissingKey", src, "/subjects: required section is missing (expected {\"table\": \"participants.tsv\"})");
   {
     ObjectReader s(r.At("subjects"), "/subjects", src, {"table", "id_column", "image_column"});
-    c.subjects.table = Resolve(baseDir, s.RequiredString("table"));
+    c.subjects.table = ResolvePath(baseDir, s.RequiredString("table"));
     c.subjects.idColumn = s.String("id_column", c.subjects.idColumn);
     c.subjects.imageColumn = s.String("image_column", c.subjects.imageColumn);
   }
@@ -182,8 +168,8 @@ StudyConfig ParseStudyConfig(const std::string& text, const std::string& baseDir
     } else {
       ObjectReader ar(a, "/atlas", src, {"name", "image", "labels"});
       c.atlas.builtin = ar.String("name", "");
-      c.atlas.image = Resolve(baseDir, ar.String("image", ""));
-      c.atlas.labels = Resolve(baseDir, ar.String("labels", ""));
+      c.atlas.image = ResolvePath(baseDir, ar.String("image", ""));
+      c.atlas.labels = ResolvePath(baseDir, ar.String("labels", ""));
       if (c.atlas.builtin.empty() && (c.atlas.image.empty() || c.atlas.labels.empty()))
         ar.FailAt("/atlas", "expected a built-in atlas name (\"aal\") or both \"image\" and \"labels\"");
       if (!c.atlas.builtin.empty() && !c.atlas.image.empty())
@@ -192,7 +178,7 @@ StudyConfig ParseStudyConfig(const std::string& text, const std::string& baseDir
     if (!c.atlas.builtin.empty() && c.atlas.builtin != "aal")
       throw ConfigError("config:Value", src, "/atlas: unknown built-in atlas \"" + c.atlas.builtin + "\"; built in: aal" + DidYouMean(c.atlas.builtin, {"aal"}));
   }
-  if (r.Has("mask")) c.mask = Resolve(baseDir, r.String("mask", ""));
+  if (r.Has("mask")) c.mask = ResolvePath(baseDir, r.String("mask", ""));
 
   if (r.Has("kernels")) {
     ObjectReader k(r.At("kernels"), "/kernels", src,
@@ -211,7 +197,7 @@ StudyConfig ParseStudyConfig(const std::string& text, const std::string& baseDir
       for (std::size_t i = 0; i < list.size(); ++i) {
         const std::string p = "/kernels/precomputed/" + std::to_string(i);
         ObjectReader e(list[i], p, src, {"name", "file"});
-        PrecomputedKernelSpec spec{e.RequiredString("name"), Resolve(baseDir, e.RequiredString("file"))};
+        PrecomputedKernelSpec spec{e.RequiredString("name"), ResolvePath(baseDir, e.RequiredString("file"))};
         if (!names.insert(spec.name).second) e.FailAt(p + "/name", "duplicate kernel name \"" + spec.name + "\"");
         c.kernels.precomputed.push_back(spec);
       }
@@ -219,7 +205,7 @@ StudyConfig ParseStudyConfig(const std::string& text, const std::string& baseDir
     if (k.Has("tabular")) {
       ObjectReader t(k.At("tabular"), "/kernels/tabular", src, {"table", "id_column", "groups", "exclude_columns", "functions", "standardise"});
       auto& tab = c.kernels.tabular;
-      tab.table = Resolve(baseDir, t.RequiredString("table"));
+      tab.table = ResolvePath(baseDir, t.RequiredString("table"));
       tab.idColumn = t.String("id_column", tab.idColumn);
       tab.standardise = t.Bool("standardise", false);
       const char* groupsHelp =
@@ -312,12 +298,12 @@ StudyConfig ParseStudyConfig(const std::string& text, const std::string& baseDir
     ObjectReader pr(r.At("permutations"), "/permutations", src, {"count"});
     c.permutations.count = static_cast<int>(pr.Integer("count", 0, 0, 1000000));
   }
-  c.output.dir = Resolve(baseDir, "results/" + c.name);
-  c.output.cacheDir = Resolve(baseDir, ".neuromkl_cache");
+  c.output.dir = ResolvePath(baseDir, "results/" + c.name);
+  c.output.cacheDir = ResolvePath(baseDir, ".neuromkl_cache");
   if (r.Has("output")) {
     ObjectReader o(r.At("output"), "/output", src, {"dir", "cache_dir", "save_kernels", "weight_maps", "weight_maps_unit_norm"});
-    if (o.Has("dir")) c.output.dir = Resolve(baseDir, o.RequiredString("dir"));
-    if (o.Has("cache_dir")) c.output.cacheDir = Resolve(baseDir, o.RequiredString("cache_dir"));
+    if (o.Has("dir")) c.output.dir = ResolvePath(baseDir, o.RequiredString("dir"));
+    if (o.Has("cache_dir")) c.output.cacheDir = ResolvePath(baseDir, o.RequiredString("cache_dir"));
     c.output.saveKernels = o.Bool("save_kernels", c.output.saveKernels);
     c.output.weightMaps = o.Bool("weight_maps", c.output.weightMaps);
     c.output.weightMapUnitNorm = o.Bool("weight_maps_unit_norm", c.output.weightMapUnitNorm);
@@ -326,12 +312,8 @@ StudyConfig ParseStudyConfig(const std::string& text, const std::string& baseDir
 }
 
 StudyConfig LoadStudyConfig(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw ConfigError("config:Unreadable", path, "cannot open the study file (missing or unreadable)");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const fs::path p = fs::absolute(path);
-  return ParseStudyConfig(ss.str(), p.parent_path().string(), path);
+  const std::string text = ReadConfigText(path, "study file");
+  return ParseStudyConfig(text, fs::absolute(path).parent_path().string(), path);
 }
 
 std::string ResolvedConfigJson(const StudyConfig& c) {

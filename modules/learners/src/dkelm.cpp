@@ -146,12 +146,7 @@ class Dkelm final : public Learner {
     Eigen::MatrixXd coefs = Eigen::MatrixXd::Zero(n, alpha.cols());
     coefs(L, Eigen::all) = alpha;
     if (correction.size() > 0) coefs.noalias() -= correction * alpha;
-    Model model;
-    model.beta = Eigen::VectorXd::Constant(m, 1.0 / static_cast<double>(m));
-    SetElmOutputs(model, coefs, out.offset, t.task, static_cast<double>(m));
-    model.info.iterations = 1;
-    model.info.innerSolves = 1;
-    model.info.objective = ElmObjective(out.T, alpha);
+    Model model = SummedKernelElmModel(m, coefs, out, alpha, t.task);
     model.info.seconds = clock.Seconds();
     return model;
   }

@@ -62,6 +62,16 @@ void SetElmOutputs(Model& model, const Eigen::MatrixXd& alpha, const Eigen::Vect
 
 double ElmObjective(const Eigen::MatrixXd& T, const Eigen::MatrixXd& alpha) { return 0.5 * T.cwiseProduct(alpha).sum(); }
 
+Model SummedKernelElmModel(Eigen::Index kernels, const Eigen::MatrixXd& coefs, const ElmOutputs& out, const Eigen::MatrixXd& alpha, Task task) {
+  Model model;
+  model.beta = Eigen::VectorXd::Constant(kernels, 1.0 / static_cast<double>(kernels));
+  SetElmOutputs(model, coefs, out.offset, task, static_cast<double>(kernels));  // beta_j = 1/m: coefficients x m
+  model.info.iterations = 1;
+  model.info.innerSolves = 1;
+  model.info.objective = ElmObjective(out.T, alpha);
+  return model;
+}
+
 namespace {
 
 class Kelm final : public Learner {
@@ -73,12 +83,7 @@ class Kelm final : public Learner {
     const auto m = static_cast<Eigen::Index>(train.size());
     const ElmOutputs out = MakeElmOutputs(t, bias_);
     const Eigen::MatrixXd alpha = SolveElm(CombineKernels(train, Eigen::VectorXd::Ones(m)), out.T, c_);
-    Model model;
-    model.beta = Eigen::VectorXd::Constant(m, 1.0 / static_cast<double>(m));
-    SetElmOutputs(model, alpha, out.offset, t.task, static_cast<double>(m));  // beta_j = 1/m: coefficients x m
-    model.info.iterations = 1;
-    model.info.innerSolves = 1;
-    model.info.objective = ElmObjective(out.T, alpha);
+    Model model = SummedKernelElmModel(m, alpha, out, alpha, t.task);
     model.info.seconds = clock.Seconds();
     return model;
   }

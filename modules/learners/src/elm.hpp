@@ -30,4 +30,8 @@ void SetElmOutputs(Model& model, const Eigen::MatrixXd& alpha, const Eigen::Vect
 /// 1/2 tr(T' alpha): the optimal value of the ELM problem min 1/2 ||beta||^2 + C/2 ||xi||^2.
 double ElmObjective(const Eigen::MatrixXd& T, const Eigen::MatrixXd& alpha);
 
+/// The model of a one-solve ELM on the unweighted sum of `kernels` kernels: beta_j = 1/m (so the
+/// coefficients `coefs` are scaled by m), the ELM objective of `alpha` for `out`. Seconds are the caller's.
+Model SummedKernelElmModel(Eigen::Index kernels, const Eigen::MatrixXd& coefs, const ElmOutputs& out, const Eigen::MatrixXd& alpha, Task task);
+
 }  // namespace neuromkl::learners
