@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "neuromkl/config/batch_config.hpp"
+#include "neuromkl/export/batch_outputs.hpp"
 #include "neuromkl/config/study_config.hpp"
 #include "neuromkl/io/nifti.hpp"
 #include "neuromkl/pipeline/batch_run.hpp"
@@ -106,7 +107,7 @@ int ScaleBench(const std::vector<int>& sizes) {
     const auto t = Clock::now();
     const auto r = pipeline::RunStudy(study, o);
     const double seconds = Since(t);
-    const config::ResultsSummary rs = config::ReadResultsSummary(root + "/out/results.json");
+    const exporting::ResultsSummary rs = exporting::ReadResultsSummary(root + "/out/results.json");
     const double kernelGb = 116.0 * n * n * 8 / 1e9;
     std::printf("n = %d: %d region kernels = %.2f GB (double), peak RSS %.2f GB, kernel stage %.1f s, nested CV %.1f s, total %.1f s\n", n, rs.kernels,
                 kernelGb, PeakRssGb(), rs.stageSeconds.at("kernels"), rs.stageSeconds.at("nested_cv"), seconds);

@@ -11,7 +11,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
-#include "neuromkl/config/kernel_store.hpp"
+#include "neuromkl/export/kernel_store.hpp"
 #include "neuromkl/core/errors.hpp"
 #include "neuromkl/core/hash.hpp"
 #include "neuromkl/core/npy.hpp"
@@ -239,7 +239,7 @@ KernelStageResult RunKernelStage(const config::StudyConfig& study, const Cohort&
     if (fs::exists(res.cachePath + "/index.json", ec)) {
       try {
         std::string key;
-        res.set = config::LoadKernelStore(res.cachePath, &key);
+        res.set = exporting::LoadKernelStore(res.cachePath, &key);
         if (key == res.key && res.set.subjects == cohort.ids) {
           res.cacheHit = true;
           spdlog::info("kernels: cache hit ({}), {} kernels, no image read", res.cachePath, res.set.Size());
@@ -285,7 +285,7 @@ KernelStageResult RunKernelStage(const config::StudyConfig& study, const Cohort&
     // Land the cache entry atomically: a crash leaves a stray temporary folder, never a half entry.
     const std::string tmp = res.cachePath + ".tmp-" + std::to_string(getpid());
     try {
-      config::SaveKernelStore(tmp, res.set, res.key, "kernel cache entry");
+      exporting::SaveKernelStore(tmp, res.set, res.key, "kernel cache entry");
       std::error_code ec;
       fs::remove_all(res.cachePath, ec);
       fs::rename(tmp, res.cachePath, ec);

@@ -227,79 +227,10 @@ BatchConfig LoadBatchConfig(const std::string& path) {
   return b;
 }
 
-
 std::string StudyFingerprint(const BatchStudy& study) {
   Hasher h;
   h.Update(std::string_view("neuromkl-batch-study-v1")).Update(study.studyJson);
   return h.Hex();
-}
-
-std::string StudyStampJson(const BatchConfig& batch, const BatchStudy& study) {
-  Json j = {{"batch", batch.name}, {"batch_file", batch.path}, {"study", study.name}, {"origin", study.origin},
-            {"axes", study.axes}, {"fingerprint", StudyFingerprint(study)}};
-  return j.dump(2) + "\n";
-}
-
-std::string ReadStampFingerprint(const std::string& path) {
-  const std::optional<std::string> text = TryReadText(path);
-  if (!text) return "";
-  try {
-    return Json::parse(*text).at("fingerprint").get<std::string>();
-  } catch (const Json::exception&) {
-    return "";
-  }
-}
-
-ResultsSummary ReadResultsSummary(const std::string& path) {
-  const std::optional<std::string> text = TryReadText(path);
-  if (!text) throw InputError("batch:NoResults", path, "no results.json: the study has not completed");
-  try {
-    const Json j = Json::parse(*text);
-    if (j.at("format") != "neuromkl-results") throw InputError("batch:NotResults", path, "not a neuromkl results file");
-    ResultsSummary r;
-    r.task = j.at("task").get<std::string>();
-    r.labelled = static_cast<int>(j.at("subjects").at("labelled").size());
-    r.seconds = j.at("seconds").value("total", 0.0);
-    r.kernelCache = j.at("kernels").value("cache", "");
-    r.kernels = j.at("kernels").value("count", 0);
-    for (const auto& [k, v] : j.at("seconds").items()) r.stageSeconds[k] = v.get<double>();
-    auto numbers = [](const Json& m) {
-      std::map<std::string, double> out;
-      for (const auto& [k, v] : m.items()) out[k] = v.is_number() ? v.get<double>() : std::nan("");
-      return out;
-    };
-    for (const auto& l : j.at("learners")) {
-      ResultsSummary::Learner e;
-      e.label = l.at("label");
-      e.name = l.at("name");
-      e.pooled = numbers(l.at("metrics").at("pooled"));
-      e.foldMean = numbers(l.at("metrics").at("fold_mean"));
-      e.foldSd = numbers(l.at("metrics").at("fold_sd"));
-      if (l.contains("permutations")) e.pValues = numbers(l.at("permutations").at("p_values"));
-      for (const auto& row : l.at("regions").at("table")) {
-        if (e.topRegions.size() == 3) break;
-        e.topRegions.push_back(row.at("name").get<std::string>());
-      }
-      for (const auto& f : l.at("folds")) {
-        e.statuses.push_back(f.value("status", ""));
-        if (f.contains("fit")) e.fitSeconds.push_back(f.at("fit").value("seconds", std::nan("")));
-      }
-      r.learners.push_back(std::move(e));
-    }
-    return r;
-  } catch (const Json::exception& e) {
-    throw InputError("batch:BadResults", path, std::string("unreadable results file: ") + e.what());
-  }
-}
-
-std::string BatchSummaryJson(const BatchConfig& batch, const std::vector<std::vector<std::string>>& rows) {
-  Json j = {{"format", "neuromkl-batch-summary"}, {"batch", batch.name}, {"batch_file", batch.path}, {"rows", Json::array()}};
-  for (std::size_t r = 1; r < rows.size(); ++r) {
-    Json row = Json::object();
-    for (std::size_t c = 0; c < rows[0].size() && c < rows[r].size(); ++c) row[rows[0][c]] = rows[r][c];
-    j["rows"].push_back(row);
-  }
-  return j.dump(2) + "\n";
 }
 
 }  // namespace neuromkl::config

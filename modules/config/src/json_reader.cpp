@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "neuromkl/core/errors.hpp"
+#include "neuromkl/core/files.hpp"
 #include "neuromkl/core/strings.hpp"
 
 namespace neuromkl::config {
@@ -16,14 +17,6 @@ std::string ReadConfigText(const std::string& path, const std::string& what) {
   std::optional<std::string> text = TryReadText(path);
   if (!text) throw ConfigError("config:Unreadable", path, "cannot open the " + what + " (missing or unreadable)");
   return std::move(*text);
-}
-
-std::optional<std::string> TryReadText(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return std::nullopt;
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
 }
 
 Json ParseConfigJson(const std::string& text, const std::string& source) {

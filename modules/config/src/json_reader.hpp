@@ -16,8 +16,6 @@ std::string Describe(const Json& value);  ///< "\"five\" (string)", "3.5 (number
 
 /// The text of a file; ConfigError "cannot open the <what> (missing or unreadable)" otherwise.
 std::string ReadConfigText(const std::string& path, const std::string& what);
-/// The text of a file, or nullopt when it cannot be opened (optional files: stamps, checkpoints).
-std::optional<std::string> TryReadText(const std::string& path);
 /// JSON (comments allowed); ConfigError [config:Syntax] naming `source`.
 Json ParseConfigJson(const std::string& text, const std::string& source);
 /// `p` made absolute against `base` and normalised; an empty path stays empty.

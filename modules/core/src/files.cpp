@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "neuromkl/core/errors.hpp"
 
@@ -21,6 +22,20 @@ void WriteFileAtomically(const std::string& path, const std::string& text, const
   }
   fs::rename(tmp, path, ec);
   if (ec) throw IoError(codePrefix + ":Rename", path, ec.message());
+}
+
+void WriteTextFile(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+  if (!out) throw IoError("output:Write", path, "cannot write the file (disk full?)");
+}
+
+std::optional<std::string> TryReadText(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return std::nullopt;
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
 }
 
 }  // namespace neuromkl

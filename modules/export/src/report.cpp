@@ -34,7 +34,7 @@ std::string Num(double v, int digits = 3) { return std::isfinite(v) ? fmt::forma
 const char* kColours[] = {"#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf"};
 
 /// Horizontal bars: top regions' mean weight (%) with +- 1 SD over folds.
-std::string TopRegionsChart(const config::LearnerRecord& lr, const config::RunRecord& r, std::size_t top) {
+std::string TopRegionsChart(const LearnerRecord& lr, const RunRecord& r, std::size_t top) {
   const std::size_t n = std::min(top, lr.regions.size());
   double maxValue = 1e-12;
   for (std::size_t i = 0; i < n; ++i) maxValue = std::max(maxValue, lr.regions[i].meanPercent + lr.regions[i].sdPercent);
@@ -57,7 +57,7 @@ std::string TopRegionsChart(const config::LearnerRecord& lr, const config::RunRe
 }
 
 /// Vertical bars: number of regions with weight > 0 per outer fold.
-std::string SelectedCountsChart(const config::LearnerRecord& lr, std::size_t kernels) {
+std::string SelectedCountsChart(const LearnerRecord& lr, std::size_t kernels) {
   std::vector<std::pair<std::string, int>> counts;
   for (const auto& f : lr.outcome.folds)
     if (f.error.empty())
@@ -78,7 +78,7 @@ std::string SelectedCountsChart(const config::LearnerRecord& lr, std::size_t ker
 }
 
 /// Pooled out-of-fold (target, decision) pairs of the first repetition.
-std::pair<std::vector<double>, std::vector<double>> Pooled(const config::LearnerRecord& lr, const config::RunRecord& r) {
+std::pair<std::vector<double>, std::vector<double>> Pooled(const LearnerRecord& lr, const RunRecord& r) {
   std::vector<double> y, f;
   for (const auto& fold : lr.outcome.folds)
     if (fold.repeat == 0)
@@ -90,7 +90,7 @@ std::pair<std::vector<double>, std::vector<double>> Pooled(const config::Learner
   return {y, f};
 }
 
-std::string RocChart(const config::RunRecord& r) {
+std::string RocChart(const RunRecord& r) {
   const int size = 320, pad = 40, plot = size - 2 * pad;
   std::string svg = fmt::format(R"(<svg class="figure" role="img" aria-label="ROC curves" width="{}" height="{}" viewBox="0 0 {} {}">)", size + 150, size, size + 150, size);
   svg += fmt::format(R"(<rect x="{}" y="{}" width="{}" height="{}" fill="none" stroke="#888"/>)", pad, pad, plot, plot);
@@ -120,7 +120,7 @@ std::string RocChart(const config::RunRecord& r) {
   return svg;
 }
 
-std::string ScatterChart(const config::LearnerRecord& lr, const config::RunRecord& r, const char* colour) {
+std::string ScatterChart(const LearnerRecord& lr, const RunRecord& r, const char* colour) {
   auto [y, f] = Pooled(lr, r);
   const int size = 300, pad = 40, plot = size - 2 * pad;
   double lo = 1e300, hi = -1e300;
@@ -216,7 +216,7 @@ std::vector<float> Background(const atlas::RegionIndex& regions) {
 
 }  // namespace
 
-std::string RenderReport(const config::RunRecord& r, const std::vector<std::vector<float>>& meanMaps, const atlas::RegionIndex* regions) {
+std::string RenderReport(const RunRecord& r, const std::vector<std::vector<float>>& meanMaps, const atlas::RegionIndex* regions) {
   const bool classification = r.task == "classification";
   std::string h;
   h += "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>neuromkl: " + Escape(r.study) + "</title>\n";

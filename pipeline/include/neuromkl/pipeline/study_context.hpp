@@ -4,6 +4,7 @@
 // learner plans. Used by RunStudy and by batch workers that compute a study's permutation blocks.
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,18 @@ namespace neuromkl::pipeline {
 
 /// Permutations are computed, checkpointed and distributed in blocks of this size.
 inline constexpr int kPermutationBlock = 10;
+
+/// block[p][l]: learner l's pooled metrics on the block's permutation p.
+using PooledBlock = std::vector<std::vector<std::map<std::string, double>>>;
+
+/// Caps the threads of everything run while it lives (TBB's global limit); 0 = no cap.
+class ThreadLimit {
+ public:
+  explicit ThreadLimit(int threads);
+
+ private:
+  std::shared_ptr<void> control_;  // a tbb::global_control, kept out of this header
+};
 
 struct StudyContext {
   config::StudyConfig study;
@@ -40,15 +53,15 @@ struct StudyContext {
   std::vector<std::string> LearnerLabels() const;
 };
 
-/// Reads the subjects table and plans the outer folds (cheap; config and input errors surface here).
+/// Stage 1: reads the subjects table and plans the outer folds (cheap; config and input errors surface here).
 StudyContext LoadStudyInputs(const config::StudyConfig& study);
-/// Runs (or loads from the cache) the kernel stage and builds the kernels the learners see.
+/// Stage 2: runs (or loads from the cache) the kernel stage and builds the kernels the learners see.
 void AttachKernels(StudyContext& ctx, const std::string& scratchDir);
 
 /// pooled[p][l]: learner l's pooled metrics on permutation first + p (the whole nested CV on
 /// permuted targets, same outer folds). Permutation p uses seed DeriveSeed(PermutationSeed(), p),
 /// so a block's result does not depend on who computes it or with how many threads.
-std::vector<std::vector<std::map<std::string, double>>> ComputePermutationBlock(const StudyContext& ctx, int first, int count);
+PooledBlock ComputePermutationBlock(const StudyContext& ctx, int first, int count);
 
 /// Where the permutation blocks of a study are checkpointed when the caller does not say.
 std::string DefaultCheckpointDir(const config::StudyConfig& study);

@@ -38,36 +38,8 @@ bool IsBatchFile(const std::string& path);
 /// its `error` set, so `validate` can report every problem at once.
 BatchConfig LoadBatchConfig(const std::string& path);
 
-
 /// Fingerprint of a batch study's configuration: a completed study is skipped on a rerun only if
 /// its stamp still carries this fingerprint.
 std::string StudyFingerprint(const BatchStudy& study);
-/// The stamp written into a finished study's folder (batch_study.json).
-std::string StudyStampJson(const BatchConfig& batch, const BatchStudy& study);
-/// The fingerprint recorded in a stamp file; empty if missing or unreadable.
-std::string ReadStampFingerprint(const std::string& path);
-
-/// What a batch summary needs from one study's results.json.
-struct ResultsSummary {
-  std::string task;
-  int labelled = 0;
-  double seconds = 0;
-  std::string kernelCache;
-  int kernels = 0;
-  std::map<std::string, double> stageSeconds;  ///< "kernels", "nested_cv", ...
-  struct Learner {
-    std::string label, name;
-    std::map<std::string, double> pooled, foldMean, foldSd, pValues;
-    std::vector<std::string> topRegions;  ///< by mean weight, at most 3
-    std::vector<std::string> statuses;    ///< fit status per outer fold
-    std::vector<double> fitSeconds;       ///< refit time per outer fold
-  };
-  std::vector<Learner> learners;
-};
-/// InputError if the file is missing or not a neuromkl results file.
-ResultsSummary ReadResultsSummary(const std::string& resultsJson);
-
-/// The batch summary as JSON (rows as the TSV has them: header names -> cell text).
-std::string BatchSummaryJson(const BatchConfig& batch, const std::vector<std::vector<std::string>>& rows);
 
 }  // namespace neuromkl::config

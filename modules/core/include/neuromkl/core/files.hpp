@@ -1,5 +1,6 @@
 #pragma once
 // Small file helpers shared by the modules that write results.
+#include <optional>
 #include <string>
 
 namespace neuromkl {
@@ -8,5 +9,12 @@ namespace neuromkl {
 /// crash) see the old file or the new one, never half of one. IoError "<codePrefix>:Write" or
 /// "<codePrefix>:Rename" naming the file.
 void WriteFileAtomically(const std::string& path, const std::string& text, const std::string& codePrefix);
+
+/// Writes `text` to `path` (inside a folder that is committed as a whole later, so no temporary
+/// file is needed). IoError "output:Write" naming the file when the write fails (disk full).
+void WriteTextFile(const std::string& path, const std::string& text);
+
+/// The bytes of a file, or nullopt when it cannot be opened (optional files: stamps, checkpoints).
+std::optional<std::string> TryReadText(const std::string& path);
 
 }  // namespace neuromkl

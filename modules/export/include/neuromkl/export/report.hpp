@@ -6,13 +6,13 @@
 #include <vector>
 
 #include "neuromkl/atlas/atlas.hpp"
-#include "neuromkl/config/run_record.hpp"
+#include "neuromkl/export/run_record.hpp"
 
 namespace neuromkl::exporting {
 
 /// `meanMaps`: one mean voxel map per learner (empty when none); `regions`: the image grid's region
 /// index (null without images). The background of the montages is the ICBM 2009a grey-matter
 /// template shipped in atlases/templates (or the atlas itself when the template is missing).
-std::string RenderReport(const config::RunRecord& record, const std::vector<std::vector<float>>& meanMaps, const atlas::RegionIndex* regions);
+std::string RenderReport(const RunRecord& record, const std::vector<std::vector<float>>& meanMaps, const atlas::RegionIndex* regions);
 
 }  // namespace neuromkl::exporting

@@ -1,15 +1,10 @@
-#include "neuromkl/config/run_record.hpp"
+#include "neuromkl/export/run_record.hpp"
 
-#include <cmath>
+#include "json_format.hpp"
 
-#include <nlohmann/json.hpp>
-
-namespace neuromkl::config {
-
-using Json = nlohmann::json;
+namespace neuromkl::exporting {
 
 namespace {
-Json Num(double v) { return std::isfinite(v) ? Json(v) : Json(nullptr); }  // JSON has no NaN: null
 Json Vec(const Eigen::VectorXd& v) {
   Json a = Json::array();
   for (Eigen::Index i = 0; i < v.size(); ++i) a.push_back(Num(v[i]));
@@ -115,4 +110,4 @@ std::string RunRecordJson(const RunRecord& r) {
   return j.dump(2) + "\n";
 }
 
-}  // namespace neuromkl::config
+}  // namespace neuromkl::exporting

@@ -5,11 +5,11 @@
 
 #include "neuromkl/kernels/kernel_set.hpp"
 
-namespace neuromkl::config {
+namespace neuromkl::exporting {
 
 /// Writes the store into `dir` (created). IoError on failure.
 void SaveKernelStore(const std::string& dir, const kernels::KernelSet& set, const std::string& key, const std::string& description);
 /// Reads a store. InputError naming the file when something is missing or inconsistent.
 kernels::KernelSet LoadKernelStore(const std::string& dir, std::string* key = nullptr);
 
-}  // namespace neuromkl::config
+}  // namespace neuromkl::exporting

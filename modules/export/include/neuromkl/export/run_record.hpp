@@ -1,6 +1,6 @@
 #pragma once
-// What a run writes to results.json, as plain structs (serialised in config/src/run_record.cpp;
-// the format is documented in configs/results.schema.json).
+// Everything a study run reports, as plain structs: the writers of this module turn it into the
+// output folder (results.json, documented in configs/results.schema.json, and the tables).
 #include <map>
 #include <string>
 #include <vector>
@@ -10,7 +10,7 @@
 #include "neuromkl/learners/learner.hpp"
 #include "neuromkl/weights/weights.hpp"
 
-namespace neuromkl::config {
+namespace neuromkl::exporting {
 
 struct PermutationRecord {
   int count = 0;
@@ -24,10 +24,19 @@ struct LearnerRecord {
   cv::LearnerOutcome outcome;
   cv::Summary summary;
   PermutationRecord permutations;
+  std::vector<std::string> searched;        ///< parameters chosen by the inner CV (the grid's keys)
   std::vector<weights::RegionRow> regions;  ///< ranked region table
   std::string regionSource;                 ///< what the region weights are (kernel weights or a voxel-map summary)
   std::vector<std::string> foldMaps;        ///< voxel weight map per outer fold (relative paths), if written
   std::string meanMap;                      ///< mean voxel weight map (relative path), if written
+};
+
+/// One row of the subjects table as the run used it.
+struct SubjectRow {
+  std::string id;
+  std::string used;    ///< "yes", "no", or "unlabelled" (used only by semi-supervised learners)
+  std::string target;  ///< the target cell as written
+  std::string reason;  ///< why it is not used (empty when used)
 };
 
 struct RunRecord {
@@ -36,12 +45,15 @@ struct RunRecord {
   std::string outerScheme, innerScheme;
   std::vector<std::string> labelledSubjects;
   std::vector<double> targets;      ///< +-1 (classification) or values, per labelled subject
+  std::vector<std::string> rawTargets;  ///< the target cell as written, per labelled subject
+  std::vector<SubjectRow> subjectTable; ///< every row of the subjects table
   std::vector<std::pair<std::string, std::string>> excludedSubjects;  ///< id, reason
   std::vector<kernels::KernelInfo> kernels;
   std::vector<kernels::ExcludedKernel> excludedKernels;
   std::string kernelSource, kernelCache;
   std::map<std::string, double> seconds;  ///< per stage
   std::vector<LearnerRecord> learners;
+  int permutations = 0;             ///< permutations run per learner (0: no permutation test)
   std::vector<std::string> warnings;
   std::map<std::string, std::string> versions;
   bool centre = true, normalise = true;
@@ -51,4 +63,4 @@ struct RunRecord {
 
 std::string RunRecordJson(const RunRecord& record);
 
-}  // namespace neuromkl::config
+}  // namespace neuromkl::exporting

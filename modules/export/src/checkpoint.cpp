@@ -1,11 +1,11 @@
-#include "neuromkl/config/checkpoint.hpp"
+#include "neuromkl/export/checkpoint.hpp"
 
 #include <cmath>
 
-#include "json_reader.hpp"
+#include "json_format.hpp"
 #include "neuromkl/core/files.hpp"
 
-namespace neuromkl::config {
+namespace neuromkl::exporting {
 
 void SavePermutationBlock(const std::string& path, const PermutationBlock& b) {
   Json j = {{"format", "neuromkl-permutation-block"}, {"key", b.key}, {"first", b.first}, {"learners", b.learners}, {"pooled", Json::array()}};
@@ -13,7 +13,7 @@ void SavePermutationBlock(const std::string& path, const PermutationBlock& b) {
     Json row = Json::array();
     for (const auto& metrics : perm) {
       Json m = Json::object();
-      for (const auto& [k, v] : metrics) m[k] = std::isfinite(v) ? Json(v) : Json(nullptr);  // JSON has no NaN
+      for (const auto& [k, v] : metrics) m[k] = Num(v);
       row.push_back(m);
     }
     j["pooled"].push_back(row);
@@ -46,4 +46,4 @@ std::optional<PermutationBlock> LoadPermutationBlock(const std::string& path, co
   }
 }
 
-}  // namespace neuromkl::config
+}  // namespace neuromkl::exporting

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-namespace neuromkl::config {
+namespace neuromkl::exporting {
 
 struct PermutationBlock {
   std::string key;
@@ -22,4 +22,4 @@ void SavePermutationBlock(const std::string& path, const PermutationBlock& block
 /// nullopt when the file is missing, unreadable, or its key differs from `key`.
 std::optional<PermutationBlock> LoadPermutationBlock(const std::string& path, const std::string& key);
 
-}  // namespace neuromkl::config
+}  // namespace neuromkl::exporting

@@ -1,19 +1,18 @@
-#include "neuromkl/config/kernel_store.hpp"
+#include "neuromkl/export/kernel_store.hpp"
 
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
+#include "json_format.hpp"
 #include "neuromkl/core/errors.hpp"
 #include "neuromkl/core/npy.hpp"
 
-namespace neuromkl::config {
+namespace neuromkl::exporting {
 
 namespace fs = std::filesystem;
-using Json = nlohmann::json;
 
 namespace {
 Json InfoJson(const kernels::KernelInfo& k) {
@@ -86,4 +85,4 @@ kernels::KernelSet LoadKernelStore(const std::string& dir, std::string* key) {
   return set;
 }
 
-}  // namespace neuromkl::config
+}  // namespace neuromkl::exporting

@@ -1,0 +1,53 @@
+#pragma once
+// What a batch writes besides its studies' folders: the stamp of each finished study, and the
+// summary (batch_summary.tsv/.json, index.html) built from every study's results.json.
+#include <map>
+#include <string>
+#include <vector>
+
+#include "neuromkl/config/batch_config.hpp"
+
+namespace neuromkl::exporting {
+
+/// The stamp written into a finished study's folder (batch_study.json).
+std::string StudyStampJson(const config::BatchConfig& batch, const config::BatchStudy& study);
+/// The fingerprint recorded in a stamp file; empty if missing or unreadable.
+std::string ReadStampFingerprint(const std::string& path);
+
+/// What a batch summary needs from one study's results.json.
+struct ResultsSummary {
+  std::string task;
+  int labelled = 0;
+  double seconds = 0;
+  std::string kernelCache;
+  int kernels = 0;
+  std::map<std::string, double> stageSeconds;  ///< "kernels", "nested_cv", ...
+  struct Learner {
+    std::string label, name;
+    std::map<std::string, double> pooled, foldMean, foldSd, pValues;
+    std::vector<std::string> topRegions;  ///< by mean weight, at most 3
+    std::vector<std::string> statuses;    ///< fit status per outer fold
+    std::vector<double> fitSeconds;       ///< refit time per outer fold
+  };
+  std::vector<Learner> learners;
+};
+/// InputError if the file is missing or not a neuromkl results file.
+ResultsSummary ReadResultsSummary(const std::string& resultsJson);
+
+/// Where each study of a batch stands when the summary is written.
+struct StudyState {
+  bool complete = false;  ///< results.json present and stamped with the study's current fingerprint
+  std::string error;      ///< the recorded failure when not complete (empty: not run yet)
+};
+
+struct BatchSummaryFiles {
+  std::string tsv, json, html;
+  int completed = 0, failed = 0, missing = 0;
+};
+
+/// Writes batch_summary.tsv, batch_summary.json and index.html into the batch's output folder (each
+/// atomically): one row per completed study x learner with its main metrics, one per failed or
+/// missing study with its error. `states` is parallel to batch.studies.
+BatchSummaryFiles WriteBatchSummary(const config::BatchConfig& batch, const std::vector<StudyState>& states);
+
+}  // namespace neuromkl::exporting

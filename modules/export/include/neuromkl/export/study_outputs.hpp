@@ -1,0 +1,27 @@
+#pragma once
+// The files of a study's output folder, written from its RunRecord: the tables (subjects, regions,
+// metrics, predictions, folds, region rankings, null distribution), the voxel weight maps, and the
+// report and results.json. The caller writes into a folder that is committed as a whole.
+#include <string>
+#include <vector>
+
+#include "neuromkl/atlas/atlas.hpp"
+#include "neuromkl/export/run_record.hpp"
+
+namespace neuromkl::exporting {
+
+/// Voxel weight maps on the image grid, per learner: one per successful outer fold, and their mean.
+struct WeightMaps {
+  std::vector<std::vector<std::vector<float>>> folds;  ///< [learner][successful fold] -> voxels
+  std::vector<std::vector<float>> mean;                ///< [learner] -> voxels (empty: no map)
+};
+
+/// subjects.tsv, regions.tsv, metrics.tsv, predictions.tsv, folds.tsv, regions_<learner>.tsv/.json,
+/// weights/*.nii.gz (when `grid` is given and the learner has maps; the maps' relative paths are
+/// recorded in `record`) and null_distribution.tsv (when permutations ran). IoError on a failed write.
+void WriteStudyTables(const std::string& dir, RunRecord& record, const WeightMaps& maps, const io::Geometry* grid);
+
+/// report.html and results.json (written last: the record's timings are complete by then).
+void WriteStudyRecord(const std::string& dir, const RunRecord& record, const WeightMaps& maps, const atlas::RegionIndex* regions);
+
+}  // namespace neuromkl::exporting

@@ -1,0 +1,197 @@
+#include "neuromkl/export/batch_outputs.hpp"
+
+#include <cmath>
+#include <optional>
+
+#include <fmt/format.h>
+
+#include "json_format.hpp"
+#include "neuromkl/core/errors.hpp"
+#include "neuromkl/core/files.hpp"
+#include "neuromkl/core/strings.hpp"
+
+namespace neuromkl::exporting {
+
+namespace {
+
+std::string Html(const std::string& s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '<') out += "&lt;";
+    else if (c == '>') out += "&gt;";
+    else if (c == '&') out += "&amp;";
+    else if (c == '"') out += "&quot;";
+    else out += c;
+  }
+  return out;
+}
+
+std::string Cell(double v, const char* fmtSpec = "{:.4g}") { return std::isfinite(v) ? fmt::format(fmt::runtime(fmtSpec), v) : "NA"; }
+
+std::string BatchSummaryJson(const config::BatchConfig& batch, const std::vector<std::vector<std::string>>& rows) {
+  Json j = {{"format", "neuromkl-batch-summary"}, {"batch", batch.name}, {"batch_file", batch.path}, {"rows", Json::array()}};
+  for (std::size_t r = 1; r < rows.size(); ++r) {
+    Json row = Json::object();
+    for (std::size_t c = 0; c < rows[0].size() && c < rows[r].size(); ++c) row[rows[0][c]] = rows[r][c];
+    j["rows"].push_back(row);
+  }
+  return j.dump(2) + "\n";
+}
+
+
+using Rows = std::vector<std::vector<std::string>>;
+
+Rows SummaryRows(const config::BatchConfig& batch, const std::vector<StudyState>& states, BatchSummaryFiles& m) {
+  Rows rows = {{"study", "cohort", "target", "atlas", "learner_axis", "learner", "learner_name", "task", "n", "status",
+                "metric", "pooled", "fold_mean", "fold_sd", "p_value", "metric2", "pooled2", "fold_sd2",
+                "top_regions", "fits", "seconds", "kernels", "report", "error"}};
+  for (std::size_t i = 0; i < batch.studies.size(); ++i) {
+    const auto& s = batch.studies[i];
+    auto axis = [&](const char* k) { return s.axes.count(k) ? s.axes.at(k) : std::string(); };
+    std::vector<std::string> head = {s.name, axis("cohort"), axis("target"), axis("atlas"), axis("learner")};
+    if (states[i].complete) {
+      ++m.completed;
+      const ResultsSummary r = ReadResultsSummary(batch.StudyDir(s.name) + "/results.json");
+      const bool cls = r.task == "classification";
+      const char* main = cls ? "balanced_accuracy" : "pearson_r";
+      const char* second = cls ? "auc" : "mse";
+      for (const auto& l : r.learners) {
+        auto get = [](const std::map<std::string, double>& mp, const char* k) { return mp.count(k) ? mp.at(k) : std::nan(""); };
+        int converged = 0;
+        for (const auto& st : l.statuses) converged += st == "converged";
+        std::vector<std::string> row = head;
+        for (const std::string& v : {l.label, l.name, r.task, std::to_string(r.labelled), std::string("completed"), std::string(main),
+                                     Cell(get(l.pooled, main)), Cell(get(l.foldMean, main)), Cell(get(l.foldSd, main)), Cell(get(l.pValues, main)),
+                                     std::string(second), Cell(get(l.pooled, second)), Cell(get(l.foldSd, second)), Join(l.topRegions, "; "),
+                                     fmt::format("{}/{} converged", converged, l.statuses.size()), Cell(r.seconds, "{:.1f}"), r.kernelCache,
+                                     "studies/" + s.name + "/report.html", std::string()})
+          row.push_back(v);
+        rows.push_back(row);
+      }
+      continue;
+    }
+    const std::string& error = states[i].error;
+    ++(error.empty() ? m.missing : m.failed);
+    std::vector<std::string> row = head;
+    for (const std::string& v : {std::string(), std::string(), std::string(), std::string(), std::string(error.empty() ? "not run" : "failed")})
+      row.push_back(v);
+    while (row.size() + 1 < rows[0].size()) row.push_back("");
+    row.push_back(error);
+    rows.push_back(row);
+  }
+  return rows;
+}
+
+std::string SummaryTsv(const Rows& rows) {
+  std::string tsv;
+  for (const auto& r : rows) {
+    std::vector<std::string> clean;
+    for (auto c : r) {
+      for (char& ch : c)
+        if (ch == '\t' || ch == '\n') ch = ' ';
+      clean.push_back(c);
+    }
+    tsv += Join(clean, "\t") + "\n";
+  }
+  return tsv;
+}
+
+/// A plain page: one row per study and learner, linking each study's report.
+std::string SummaryHtml(const config::BatchConfig& batch, const Rows& rows, const BatchSummaryFiles& m) {
+  std::string html = "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>" + Html(batch.name) +
+                     " - neuromkl batch</title>\n<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
+                     "td,th{border:1px solid #ccc;padding:4px 8px;font-size:13px}tr.failed{background:#fdd}tr.missing{background:#eee}"
+                     "td.num{text-align:right}</style></head><body>\n<h1>Batch " + Html(batch.name) + "</h1>\n<p>" + Html(batch.description) +
+                     "</p>\n<p>" + fmt::format("{} studies: {} completed, {} failed, {} not run.", batch.studies.size(), m.completed, m.failed, m.missing) +
+                     " Metrics pooled over out-of-fold predictions; SD over outer folds; p from the permutation test. Table also in "
+                     "<a href=\"batch_summary.tsv\">batch_summary.tsv</a>.</p>\n<table>\n<tr>";
+  const std::vector<std::size_t> shown = {0, 5, 7, 8, 9, 10, 11, 13, 14, 15, 16, 18, 19, 20, 23};
+  for (auto c : shown) html += "<th>" + Html(rows[0][c]) + "</th>";
+  html += "</tr>\n";
+  for (std::size_t r = 1; r < rows.size(); ++r) {
+    const std::string& status = rows[r][9];
+    html += "<tr class=\"" + std::string(status == "completed" ? "ok" : status == "failed" ? "failed" : "missing") + "\">";
+    for (auto c : shown) {
+      const std::string& v = rows[r][c];
+      if (c == 0 && status == "completed") html += "<td><a href=\"" + Html(rows[r][22]) + "\">" + Html(v) + "</a></td>";
+      else html += std::string(c >= 10 && c <= 16 ? "<td class=\"num\">" : "<td>") + Html(v) + "</td>";
+    }
+    html += "</tr>\n";
+  }
+  html += "</table>\n</body></html>\n";
+  return html;
+}
+
+}  // namespace
+
+std::string StudyStampJson(const config::BatchConfig& batch, const config::BatchStudy& study) {
+  Json j = {{"batch", batch.name}, {"batch_file", batch.path}, {"study", study.name}, {"origin", study.origin},
+            {"axes", study.axes}, {"fingerprint", config::StudyFingerprint(study)}};
+  return j.dump(2) + "\n";
+}
+
+std::string ReadStampFingerprint(const std::string& path) {
+  const std::optional<std::string> text = TryReadText(path);
+  if (!text) return "";
+  try {
+    return Json::parse(*text).at("fingerprint").get<std::string>();
+  } catch (const Json::exception&) {
+    return "";
+  }
+}
+
+ResultsSummary ReadResultsSummary(const std::string& path) {
+  const std::optional<std::string> text = TryReadText(path);
+  if (!text) throw InputError("batch:NoResults", path, "no results.json: the study has not completed");
+  try {
+    const Json j = Json::parse(*text);
+    if (j.at("format") != "neuromkl-results") throw InputError("batch:NotResults", path, "not a neuromkl results file");
+    ResultsSummary r;
+    r.task = j.at("task").get<std::string>();
+    r.labelled = static_cast<int>(j.at("subjects").at("labelled").size());
+    r.seconds = j.at("seconds").value("total", 0.0);
+    r.kernelCache = j.at("kernels").value("cache", "");
+    r.kernels = j.at("kernels").value("count", 0);
+    for (const auto& [k, v] : j.at("seconds").items()) r.stageSeconds[k] = v.get<double>();
+    auto numbers = [](const Json& m) {
+      std::map<std::string, double> out;
+      for (const auto& [k, v] : m.items()) out[k] = v.is_number() ? v.get<double>() : std::nan("");
+      return out;
+    };
+    for (const auto& l : j.at("learners")) {
+      ResultsSummary::Learner e;
+      e.label = l.at("label");
+      e.name = l.at("name");
+      e.pooled = numbers(l.at("metrics").at("pooled"));
+      e.foldMean = numbers(l.at("metrics").at("fold_mean"));
+      e.foldSd = numbers(l.at("metrics").at("fold_sd"));
+      if (l.contains("permutations")) e.pValues = numbers(l.at("permutations").at("p_values"));
+      for (const auto& row : l.at("regions").at("table")) {
+        if (e.topRegions.size() == 3) break;
+        e.topRegions.push_back(row.at("name").get<std::string>());
+      }
+      for (const auto& f : l.at("folds")) {
+        e.statuses.push_back(f.value("status", ""));
+        if (f.contains("fit")) e.fitSeconds.push_back(f.at("fit").value("seconds", std::nan("")));
+      }
+      r.learners.push_back(std::move(e));
+    }
+    return r;
+  } catch (const Json::exception& e) {
+    throw InputError("batch:BadResults", path, std::string("unreadable results file: ") + e.what());
+  }
+}
+
+BatchSummaryFiles WriteBatchSummary(const config::BatchConfig& batch, const std::vector<StudyState>& states) {
+  BatchSummaryFiles m;
+  const Rows rows = SummaryRows(batch, states, m);
+  m.tsv = batch.outputDir + "/batch_summary.tsv";
+  m.json = batch.outputDir + "/batch_summary.json";
+  m.html = batch.outputDir + "/index.html";
+  WriteFileAtomically(m.tsv, SummaryTsv(rows), "batch");
+  WriteFileAtomically(m.json, BatchSummaryJson(batch, rows), "batch");
+  WriteFileAtomically(m.html, SummaryHtml(batch, rows, m), "batch");
+  return m;
+}
+
+}  // namespace neuromkl::exporting

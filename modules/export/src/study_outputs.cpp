@@ -1,0 +1,172 @@
+#include "neuromkl/export/study_outputs.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "neuromkl/core/files.hpp"
+#include "neuromkl/core/strings.hpp"
+#include "neuromkl/export/report.hpp"
+#include "neuromkl/io/nifti.hpp"
+#include "neuromkl/io/volume.hpp"
+
+namespace neuromkl::exporting {
+
+namespace {
+
+using Rows = std::vector<std::vector<std::string>>;
+
+std::string Tsv(const Rows& rows) {
+  std::string out;
+  for (const auto& r : rows) out += Join(r, "\t") + "\n";
+  return out;
+}
+
+std::string Cell(double v) { return std::isfinite(v) ? FormatDouble(v) : "NA"; }
+
+/// The parameters the inner CV chose ("c=1;mu=0.5"), or "fixed" when nothing was searched.
+std::string ChosenText(const learners::ParamMap& p, const std::vector<std::string>& searched) {
+  std::vector<std::string> parts;
+  for (const auto& [k, v] : p)
+    if (std::find(searched.begin(), searched.end(), k) != searched.end()) parts.push_back(k + "=" + FormatDouble(v));
+  return parts.empty() ? "fixed" : Join(parts, ";");
+}
+
+std::string FoldSuffix(const cv::OuterFoldResult& f) { return fmt::format("fold{}{}", f.index, f.repeat > 0 ? "_r" + std::to_string(f.repeat) : ""); }
+
+Rows SubjectRows(const RunRecord& r) {
+  Rows rows = {{"subject", "used", "target", "reason"}};
+  for (const auto& s : r.subjectTable) rows.push_back({s.id, s.used, s.target, s.reason});
+  return rows;
+}
+
+Rows KernelRows(const RunRecord& r) {
+  Rows rows = {{"label", "name", "status", "voxels_used", "atlas_voxels", "non_finite_voxels", "zeroed_values", "reason"}};
+  auto add = [&](const kernels::KernelInfo& k, const std::string& status, const std::string& reason) {
+    rows.push_back({std::to_string(k.label), k.name, status, std::to_string(k.features), std::to_string(k.atlasVoxels),
+                    std::to_string(k.nonFiniteVoxels), std::to_string(k.zeroedValues), reason});
+  };
+  for (const auto& k : r.kernels) add(k, "used", "");
+  for (const auto& k : r.excludedKernels) add(k.info, "excluded", k.reason);
+  return rows;
+}
+
+Rows MetricRows(const RunRecord& r) {
+  Rows rows = {{"learner", "metric", "pooled", "fold_mean", "fold_sd", "permutation_p"}};
+  auto get = [](const std::map<std::string, double>& m, const std::string& k) { return m.count(k) ? m.at(k) : std::nan(""); };
+  for (const auto& lr : r.learners)
+    for (const auto& [metric, v] : lr.summary.pooled)
+      rows.push_back({lr.outcome.label, metric, Cell(v), Cell(get(lr.summary.foldMean, metric)), Cell(get(lr.summary.foldSd, metric)),
+                      Cell(get(lr.permutations.pValues, metric))});
+  return rows;
+}
+
+Rows PredictionRows(const RunRecord& r) {
+  Rows rows = {{"subject", "learner", "repeat", "fold", "target", "decision", "predicted"}};
+  const bool classification = r.task == "classification";
+  for (const auto& lr : r.learners)
+    for (const auto& f : lr.outcome.folds)
+      for (std::size_t i = 0; i < f.test.size(); ++i) {
+        const auto s = static_cast<std::size_t>(f.test[i]);
+        const double d = f.decision[static_cast<Eigen::Index>(i)];
+        const std::string predicted = !std::isfinite(d) ? "NA" : classification ? (d >= 0 ? r.positiveClass : r.negativeClass) : FormatDouble(d);
+        rows.push_back({r.labelledSubjects[s], lr.outcome.label, std::to_string(f.repeat), std::to_string(f.index), r.rawTargets[s], Cell(d),
+                        predicted});
+      }
+  return rows;
+}
+
+Rows FoldRows(const RunRecord& r) {
+  Rows rows = {{"learner", "fold", "repeat", "n_train", "n_test", "chosen", "inner_score", "status", "iterations", "kernels_selected"}};
+  for (const auto& lr : r.learners) {
+    const auto& o = lr.outcome;
+    for (const auto& f : o.folds) {
+      const double inner = f.innerScores.empty() ? std::nan("") : f.innerScores[f.chosen];
+      rows.push_back({o.label, std::to_string(f.index), std::to_string(f.repeat), std::to_string(f.train.size()), std::to_string(f.test.size()),
+                      ChosenText(o.grid[f.chosen], lr.searched), Cell(inner),
+                      f.error.empty() ? std::string(learners::ToString(f.model.info.status)) : "failed", std::to_string(f.model.info.iterations),
+                      std::to_string((f.model.beta.array() > 0).count())});
+    }
+  }
+  return rows;
+}
+
+Rows RegionRankingRows(const RunRecord& r, const LearnerRecord& lr) {
+  std::vector<std::string> header = {"rank", "label", "name", "voxels", "non_finite_voxels", "mean_percent", "sd_percent", "folds_selected",
+                                     "expected_ranking"};
+  for (const auto& f : lr.outcome.folds)
+    if (f.error.empty()) header.push_back(FoldSuffix(f) + "_percent");
+  Rows rows = {header};
+  for (std::size_t i = 0; i < lr.regions.size(); ++i) {
+    const auto& row = lr.regions[i];
+    const auto& k = r.kernels[row.kernel];
+    std::vector<std::string> cells = {std::to_string(i + 1), std::to_string(k.label), k.name, std::to_string(k.features),
+                                      std::to_string(k.nonFiniteVoxels), Cell(row.meanPercent), Cell(row.sdPercent),
+                                      std::to_string(row.foldsSelected), Cell(row.expectedRank)};
+    for (double p : row.foldPercent) cells.push_back(Cell(p));
+    rows.push_back(cells);
+  }
+  return rows;
+}
+
+std::string RegionRankingNotes(const LearnerRecord& lr) {
+  return fmt::format("{{\n  \"learner\": \"{}\",\n  \"weights\": \"{}\",\n  \"percent\": \"each fold's weights as a percentage of that fold's total\",\n"
+                     "  \"folds_selected\": \"outer folds in which the weight is > 0\",\n"
+                     "  \"expected_ranking\": \"mean over outer folds of the region's rank; rank 1 = largest weight, ties share the average of their ranks\",\n"
+                     "  \"order\": \"rows sorted by mean_percent, descending\"\n}}\n",
+                     lr.outcome.label, lr.regionSource);
+}
+
+/// weights/<learner>_fold<k>.nii.gz per successful fold and weights/<learner>_mean.nii.gz.
+void WriteLearnerMaps(const std::string& dir, LearnerRecord& lr, const std::vector<std::vector<float>>& folds, const std::vector<float>& mean,
+                      const io::Geometry& grid) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir + "/weights", ec);
+  io::Volume v;
+  v.geometry = grid;
+  std::size_t k = 0;
+  for (const auto& f : lr.outcome.folds) {
+    if (!f.error.empty()) continue;
+    const std::string name = "weights/" + lr.outcome.label + "_" + FoldSuffix(f) + ".nii.gz";
+    v.data = folds[k++];
+    io::WriteVolume(dir + "/" + name, v);
+    lr.foldMaps.push_back(name);
+  }
+  v.data = mean;
+  lr.meanMap = "weights/" + lr.outcome.label + "_mean.nii.gz";
+  io::WriteVolume(dir + "/" + lr.meanMap, v);
+}
+
+Rows NullRows(const RunRecord& r) {
+  Rows rows = {{"permutation", "learner", "metric", "value"}};
+  for (const auto& lr : r.learners)
+    for (const auto& [metric, values] : lr.permutations.null)
+      for (std::size_t p = 0; p < values.size(); ++p) rows.push_back({std::to_string(p), lr.outcome.label, metric, Cell(values[p])});
+  return rows;
+}
+
+}  // namespace
+
+void WriteStudyTables(const std::string& dir, RunRecord& record, const WeightMaps& maps, const io::Geometry* grid) {
+  WriteTextFile(dir + "/subjects.tsv", Tsv(SubjectRows(record)));
+  WriteTextFile(dir + "/regions.tsv", Tsv(KernelRows(record)));
+  WriteTextFile(dir + "/metrics.tsv", Tsv(MetricRows(record)));
+  WriteTextFile(dir + "/predictions.tsv", Tsv(PredictionRows(record)));
+  WriteTextFile(dir + "/folds.tsv", Tsv(FoldRows(record)));
+  for (std::size_t l = 0; l < record.learners.size(); ++l) {
+    auto& lr = record.learners[l];
+    WriteTextFile(dir + "/regions_" + lr.outcome.label + ".tsv", Tsv(RegionRankingRows(record, lr)));
+    WriteTextFile(dir + "/regions_" + lr.outcome.label + ".json", RegionRankingNotes(lr));
+    if (grid && l < maps.folds.size() && !maps.folds[l].empty()) WriteLearnerMaps(dir, lr, maps.folds[l], maps.mean[l], *grid);
+  }
+  if (record.permutations > 0) WriteTextFile(dir + "/null_distribution.tsv", Tsv(NullRows(record)));
+}
+
+void WriteStudyRecord(const std::string& dir, const RunRecord& record, const WeightMaps& maps, const atlas::RegionIndex* regions) {
+  WriteTextFile(dir + "/report.html", RenderReport(record, maps.mean, regions));
+  WriteTextFile(dir + "/results.json", RunRecordJson(record));
+}
+
+}  // namespace neuromkl::exporting

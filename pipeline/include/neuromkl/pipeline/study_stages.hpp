@@ -1,0 +1,61 @@
+#pragma once
+// The stages of a study after its inputs are loaded (study_context.hpp): nested CV, permutation
+// test, region weights, the run record, and the outputs. Each takes the context and the previous
+// stages' results and returns its own; RunStudy (study_run.cpp) calls them in order, and batch
+// workers call the same functions for the parts they distribute.
+#include <chrono>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "neuromkl/export/run_record.hpp"
+#include "neuromkl/export/study_outputs.hpp"
+#include "neuromkl/pipeline/study_context.hpp"
+
+namespace neuromkl::pipeline {
+
+/// Stage 3: nested CV of every learner on the labelled subjects.
+struct CrossValidationResult {
+  std::vector<exporting::LearnerRecord> learners;  ///< outcome, summary and searched parameters per learner
+  std::vector<std::string> warnings;               ///< one per failed outer fold
+};
+CrossValidationResult RunCrossValidation(const StudyContext& ctx);
+
+/// Stage 4: the whole nested CV on permuted targets (same outer folds), in checkpointed blocks.
+struct PermutationResult {
+  std::vector<exporting::PermutationRecord> learners;  ///< parallel to the learners; empty without permutations
+  int blocksReused = 0;                                ///< blocks taken from a checkpoint instead of computed
+};
+PermutationResult RunPermutationTest(const StudyContext& ctx, const std::vector<exporting::LearnerRecord>& observed,
+                                     const std::string& checkpointDir);
+
+/// One permutation block, from its checkpoint when a valid one exists (sets *reused), else
+/// computed and checkpointed (a checkpoint that cannot be written is a warning: the result stands).
+PooledBlock LoadOrComputePermutationBlock(const StudyContext& ctx, const std::string& checkpointDir, int block, bool* reused = nullptr);
+
+/// Stage 5: which regions carry the prediction: voxel weight maps (image kernels) and ranked
+/// region tables per learner.
+struct RegionWeightsResult {
+  exporting::WeightMaps maps;
+  std::vector<std::vector<weights::RegionRow>> tables;  ///< per learner
+  std::vector<std::string> sources;                     ///< per learner: what its region weights are
+};
+RegionWeightsResult RunRegionWeights(const StudyContext& ctx, const std::vector<exporting::LearnerRecord>& learners);
+
+/// Stage 6: everything the outputs report, assembled from the context and the stages' results.
+exporting::RunRecord DescribeRun(const StudyContext& ctx, CrossValidationResult cv, PermutationResult permutations,
+                                 const RegionWeightsResult& weights, std::map<std::string, double> seconds);
+
+/// Stage 7: the output folder's files (into `dir`, committed by the caller). `seconds["total"]` is
+/// measured from `start` after the tables and maps, just before the report and results.json.
+struct OutputRequest {
+  std::string dir;
+  std::map<std::string, std::string> extraFiles;  ///< name -> content
+};
+void WriteStudyOutputs(StudyContext& ctx, exporting::RunRecord& record, const RegionWeightsResult& weights, const OutputRequest& request,
+                       std::chrono::steady_clock::time_point start);
+
+/// One line per learner with its main metrics, for the terminal.
+std::vector<std::string> SummaryLines(const exporting::RunRecord& record, std::size_t outerFolds);
+
+}  // namespace neuromkl::pipeline

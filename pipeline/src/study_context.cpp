@@ -1,0 +1,116 @@
+// Stages 1 and 2 of a study (inputs and kernels) and the permutation blocks, shared by RunStudy
+// and the batch workers.
+#include "neuromkl/pipeline/study_context.hpp"
+
+#include <fmt/format.h>
+#include <tbb/global_control.h>
+#include <tbb/parallel_for.h>
+
+#include "neuromkl/core/hash.hpp"
+
+namespace neuromkl::pipeline {
+
+namespace {
+
+cv::SplitSpec ToSplit(const config::CvSchemeSpec& s) { return {s.scheme, s.k, s.repeats}; }
+
+template <typename T>
+std::vector<T> Pick(const std::vector<T>& v, const std::vector<int>& idx) {
+  std::vector<T> out;
+  if (v.empty()) return out;
+  for (int i : idx) out.push_back(v[static_cast<std::size_t>(i)]);
+  return out;
+}
+
+}  // namespace
+
+ThreadLimit::ThreadLimit(int threads) {
+  if (threads > 0) control_ = std::make_shared<tbb::global_control>(tbb::global_control::max_allowed_parallelism, static_cast<std::size_t>(threads));
+}
+
+cv::InnerSplitter StudyContext::Inner() const {
+  const auto spec = ToSplit(study.cv.inner);
+  return [this, spec](std::size_t f, const std::vector<int>& train, const Eigen::VectorXd& yTrain) {
+    return cv::MakeFolds(spec, study.target.task, yTrain, Pick(cohort.groups, train), Pick(cohort.customFolds, train),
+                         cv::DeriveSeed(study.cv.seed, 1000 + f), study.path + " /cv/inner (outer fold " + std::to_string(f) + ")");
+  };
+}
+
+std::uint64_t StudyContext::PermutationSeed() const { return cv::DeriveSeed(study.seed, 0x5045524DULL); }  // "PERM"
+
+std::string StudyContext::PermutationKey() const {
+  config::StudyConfig neutral = study;
+  neutral.output = {};
+  neutral.threads = 0;
+  Hasher h;
+  h.Update(std::string_view("neuromkl-permutations-v1")).Update(ks.key).Update(HashFile(study.subjects.table));
+  h.Update(config::ResolvedConfigJson(neutral)).Update(static_cast<std::uint64_t>(kPermutationBlock));
+  return h.Hex();
+}
+
+std::vector<std::string> StudyContext::LearnerLabels() const {
+  std::vector<std::string> labels;
+  for (const auto& p : plans) labels.push_back(p.label);
+  return labels;
+}
+
+StudyContext LoadStudyInputs(const config::StudyConfig& study) {
+  StudyContext ctx;
+  ctx.study = study;
+  ctx.cohort = LoadCohort(study);
+  ctx.n = static_cast<int>(ctx.cohort.y.size());
+  // Splits before any heavy work: an impossible CV plan is a config/input error, found in seconds.
+  ctx.outer = cv::MakeFolds(ToSplit(study.cv.outer), study.target.task, ctx.cohort.y, ctx.cohort.groups, ctx.cohort.customFolds, study.cv.seed,
+                            study.path + " /cv/outer");
+  for (const auto& spec : study.learners) {
+    learners::ParamMap fixed = spec.params;
+    for (const auto& [k, _] : spec.grid) fixed.erase(k);
+    ctx.plans.push_back({spec.label, spec.name, cv::ExpandGrid(fixed, spec.grid)});
+  }
+  return ctx;
+}
+
+void AttachKernels(StudyContext& ctx, const std::string& scratchDir) {
+  ctx.ks = RunKernelStage(ctx.study, ctx.cohort, scratchDir);
+  // Labelled subjects first; subjects without a target follow when a semi-supervised learner
+  // will use them as unlabelled data (they are never test subjects).
+  bool semiSupervised = false;
+  for (const auto& spec : ctx.study.learners)
+    if (const auto* info = learners::FindLearner(spec.name); info && info->semiSupervised) semiSupervised = true;
+  ctx.kernelRows = ctx.cohort.labelledRows;
+  if (semiSupervised)
+    for (std::size_t r = 0; r < ctx.cohort.ids.size(); ++r)
+      if (!ctx.cohort.labelled[r]) ctx.kernelRows.push_back(static_cast<int>(r));
+  ctx.unlabelledCount = static_cast<int>(ctx.kernelRows.size()) - ctx.n;
+  ctx.kernels.clear();
+  bool identity = ctx.kernelRows.size() == ctx.cohort.ids.size();
+  for (std::size_t i = 0; identity && i < ctx.kernelRows.size(); ++i) identity = ctx.kernelRows[i] == static_cast<int>(i);
+  if (identity) {  // every subject, in table order: the learners use the kernels themselves (no second copy)
+    ctx.kernels = std::move(ctx.ks.set.kernels);
+    ctx.kernelsMoved = true;
+  } else {
+    const Eigen::VectorXi rows = Eigen::Map<const Eigen::VectorXi>(ctx.kernelRows.data(), static_cast<Eigen::Index>(ctx.kernelRows.size()));
+    for (const auto& K : ctx.ks.set.kernels) ctx.kernels.push_back(K(rows, rows));
+  }
+  ctx.nestedOptions = cv::NestedCvOptions{{ctx.study.kernels.centre, ctx.study.kernels.normalise}, ctx.unlabelledCount};
+}
+
+PooledBlock ComputePermutationBlock(const StudyContext& ctx, int first, int count) {
+  PooledBlock out(static_cast<std::size_t>(count));
+  const cv::InnerSplitter inner = ctx.Inner();
+  const int n = ctx.n;
+  tbb::parallel_for(0, count, [&](int i) {
+    const int p = first + i;
+    const auto perm = cv::PermuteWithinGroups(n, ctx.cohort.groups, cv::DeriveSeed(ctx.PermutationSeed(), static_cast<std::uint64_t>(p)));
+    learners::Targets permuted{ctx.study.target.task, Eigen::VectorXd(n)};
+    for (int k = 0; k < n; ++k) permuted.y[k] = ctx.cohort.y[perm[static_cast<std::size_t>(k)]];
+    const auto res = cv::RunNestedCv(ctx.kernels, permuted, ctx.outer, inner, ctx.plans, ctx.nestedOptions);
+    for (const auto& o : res) out[static_cast<std::size_t>(i)].push_back(cv::Summarise(o, permuted).pooled);
+  });
+  return out;
+}
+
+std::string DefaultCheckpointDir(const config::StudyConfig& study) { return study.output.dir + ".checkpoint"; }
+std::string PermutationBlockPath(const std::string& checkpointDir, int block) { return checkpointDir + fmt::format("/permutations_{:05d}.json", block); }
+
+}  // namespace neuromkl::pipeline

@@ -1,0 +1,278 @@
+// Stages 3-7 of a study: nested CV, permutation test, region weights, the run record, outputs.
+#include "neuromkl/pipeline/study_stages.hpp"
+
+#include <cmath>
+#include <ctime>
+#include <filesystem>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "neuromkl/core/errors.hpp"
+#include "neuromkl/core/files.hpp"
+#include "neuromkl/core/hash.hpp"
+#include "neuromkl/core/progress.hpp"
+#include "neuromkl/export/checkpoint.hpp"
+#include "neuromkl/export/kernel_store.hpp"
+#include "neuromkl/pipeline/study_run.hpp"
+#include "neuromkl/weights/weights.hpp"
+
+namespace neuromkl::pipeline {
+
+namespace {
+
+std::string DescribeSplit(const config::CvSchemeSpec& s) {
+  std::string d = config::ToString(s.scheme);
+  if (s.scheme != cv::Scheme::LeaveOneOut && s.scheme != cv::Scheme::LeaveOneGroupOut && s.scheme != cv::Scheme::Custom) d += " k=" + std::to_string(s.k);
+  if (s.repeats > 1) d += " repeats=" + std::to_string(s.repeats);
+  if (!s.groupColumn.empty()) d += " groups=" + s.groupColumn;
+  if (!s.foldColumn.empty()) d += " folds=" + s.foldColumn;
+  return d;
+}
+
+std::string UtcNow() {
+  const std::time_t now = std::time(nullptr);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
+  return buf;
+}
+
+/// p = (count of permutations at least as good as the observed value + 1) / (P + 1), per metric.
+exporting::PermutationRecord PermutationPValues(const StudyContext& ctx, const exporting::LearnerRecord& observed, const std::vector<PooledBlock>& blocks,
+                                                std::size_t learner) {
+  const auto& study = ctx.study;
+  exporting::PermutationRecord pr;
+  pr.count = study.permutations.count;
+  pr.seed = ctx.PermutationSeed();
+  pr.exchangeability = ctx.cohort.groups.empty() ? "all subjects" : "within groups of column " + study.cv.outer.groupColumn + study.cv.inner.groupColumn;
+  for (const auto& [metric, higherIsBetter] : cv::PermutationMetrics(study.target.task)) {
+    const double value = observed.summary.pooled.at(metric);
+    int atLeastAsGood = 0;
+    for (const auto& block : blocks)
+      for (const auto& permutation : block) {
+        const double v = permutation[learner].at(metric);
+        pr.null[metric].push_back(v);
+        if (std::isfinite(v) && (higherIsBetter ? v >= value : v <= value)) ++atLeastAsGood;
+      }
+    pr.pValues[metric] = std::isfinite(value) ? (atLeastAsGood + 1.0) / (pr.count + 1.0) : std::nan("");
+  }
+  return pr;
+}
+
+/// Fold maps of every learner's successful folds, computed in one pass over the images.
+exporting::WeightMaps ComputeWeightMaps(const StudyContext& ctx, const std::vector<exporting::LearnerRecord>& learners) {
+  const auto& study = ctx.study;
+  const auto& ks = ctx.ks;
+  exporting::WeightMaps maps;
+  maps.folds.resize(learners.size());
+  maps.mean.resize(learners.size());
+  std::vector<Eigen::MatrixXd> subjectWeights;
+  std::vector<std::size_t> learnerOf;  // learner of each map
+  for (std::size_t l = 0; l < learners.size(); ++l)
+    for (const auto& fold : learners[l].outcome.folds) {
+      if (!fold.error.empty()) continue;
+      std::vector<int> train = fold.train;
+      train.insert(train.end(), fold.unlabelled.begin(), fold.unlabelled.end());
+      subjectWeights.push_back(
+          weights::SubjectWeights(ctx.kernels, {train, fold.test, fold.model.coef, fold.model.beta}, study.kernels.centre, study.kernels.normalise));
+      learnerOf.push_back(l);
+    }
+  std::vector<std::string> images;
+  for (auto r : ctx.kernelRows) images.push_back(ctx.cohort.images[static_cast<std::size_t>(r)]);
+  auto computed = weights::VoxelMaps(images, *ks.regions, ks.set.info, subjectWeights, study.kernels.nanPolicy);
+  for (std::size_t k = 0; k < computed.size(); ++k) {
+    auto& map = computed[k];
+    if (study.output.weightMapUnitNorm) {
+      double norm = 0;
+      for (float v : map) norm += static_cast<double>(v) * v;
+      if (norm > 0)
+        for (float& v : map) v = static_cast<float>(v / std::sqrt(norm));
+    }
+    maps.folds[learnerOf[k]].push_back(std::move(map));
+  }
+  for (std::size_t l = 0; l < learners.size(); ++l) {
+    const auto& folds = maps.folds[l];
+    if (folds.empty()) continue;
+    std::vector<double> mean(folds[0].size(), 0.0);
+    for (const auto& m : folds)
+      for (std::size_t v = 0; v < m.size(); ++v) mean[v] += m[v];
+    maps.mean[l].resize(mean.size());
+    for (std::size_t v = 0; v < mean.size(); ++v) maps.mean[l][v] = static_cast<float>(mean[v] / static_cast<double>(folds.size()));
+  }
+  return maps;
+}
+
+}  // namespace
+
+CrossValidationResult RunCrossValidation(const StudyContext& ctx) {
+  const learners::Targets targets{ctx.study.target.task, ctx.cohort.y};
+  CrossValidationResult result;
+  auto outcomes = cv::RunNestedCv(ctx.kernels, targets, ctx.outer, ctx.Inner(), ctx.plans, ctx.nestedOptions);
+  for (std::size_t l = 0; l < outcomes.size(); ++l) {
+    exporting::LearnerRecord lr;
+    lr.summary = cv::Summarise(outcomes[l], targets);
+    for (const auto& [k, _] : ctx.study.learners[l].grid) lr.searched.push_back(k);
+    for (const auto& f : outcomes[l].folds)
+      if (!f.error.empty()) result.warnings.push_back(fmt::format("learner {} fold {} failed: {}", outcomes[l].label, f.index, f.error));
+    lr.outcome = std::move(outcomes[l]);
+    result.learners.push_back(std::move(lr));
+  }
+  return result;
+}
+
+PooledBlock LoadOrComputePermutationBlock(const StudyContext& ctx, const std::string& checkpointDir, int block, bool* reused) {
+  const int first = block * kPermutationBlock;
+  const int count = std::min(kPermutationBlock, ctx.study.permutations.count - first);
+  const std::string path = PermutationBlockPath(checkpointDir, block);
+  const std::string key = ctx.PermutationKey();
+  const auto labels = ctx.LearnerLabels();
+  if (reused) *reused = false;
+  if (auto saved = exporting::LoadPermutationBlock(path, key);
+      saved && saved->first == first && saved->learners == labels && static_cast<int>(saved->pooled.size()) == count) {
+    if (reused) *reused = true;
+    return std::move(saved->pooled);
+  }
+  PooledBlock pooled = ComputePermutationBlock(ctx, first, count);
+  try {
+    exporting::SavePermutationBlock(path, {key, first, labels, pooled});
+  } catch (const Error& e) {
+    spdlog::warn("permutations: checkpoint not written ({}); the run continues without it", e.what());
+  }
+  return pooled;
+}
+
+PermutationResult RunPermutationTest(const StudyContext& ctx, const std::vector<exporting::LearnerRecord>& observed, const std::string& checkpointDir) {
+  const int P = ctx.study.permutations.count;
+  const int blockCount = (P + kPermutationBlock - 1) / kPermutationBlock;
+  PermutationResult result;
+  std::vector<PooledBlock> blocks;
+  Progress progress("permutations", static_cast<std::size_t>(P));
+  for (int b = 0; b < blockCount; ++b) {
+    bool reused = false;
+    blocks.push_back(LoadOrComputePermutationBlock(ctx, checkpointDir, b, &reused));
+    result.blocksReused += reused;
+    progress.Advance(blocks.back().size());
+  }
+  progress.Finish();
+  if (result.blocksReused > 0)
+    spdlog::info("permutations: {} of {} blocks reused from the checkpoint in {}", result.blocksReused, blockCount, checkpointDir);
+  for (std::size_t l = 0; l < observed.size(); ++l) result.learners.push_back(PermutationPValues(ctx, observed[l], blocks, l));
+  return result;
+}
+
+RegionWeightsResult RunRegionWeights(const StudyContext& ctx, const std::vector<exporting::LearnerRecord>& learners) {
+  RegionWeightsResult result;
+  const bool writeMaps = ctx.study.output.weightMaps && ctx.ks.regions.has_value();
+  if (writeMaps) result.maps = ComputeWeightMaps(ctx, learners);
+  for (std::size_t l = 0; l < learners.size(); ++l) {
+    const bool mkl = learners::FindLearner(learners[l].outcome.name)->multipleKernels;
+    std::vector<Eigen::VectorXd> foldWeights;
+    std::size_t mapIndex = 0;
+    for (const auto& fold : learners[l].outcome.folds) {
+      if (!fold.error.empty()) continue;
+      if (mkl || !writeMaps) foldWeights.push_back(fold.model.beta);
+      else foldWeights.push_back(weights::RegionShares(result.maps.folds[l][mapIndex], *ctx.ks.regions, ctx.ks.set.info));
+      ++mapIndex;
+    }
+    result.tables.push_back(weights::RegionTable(foldWeights));
+    result.sources.push_back(mkl         ? "kernel weights (beta) per outer fold"
+                             : writeMaps ? "voxel weight map per outer fold: mean |w| per voxel of each region, renormalised to 100 %"
+                                         : "uniform: this learner has no kernel weights and no voxel map was computed");
+  }
+  return result;
+}
+
+exporting::RunRecord DescribeRun(const StudyContext& ctx, CrossValidationResult cv, PermutationResult permutations, const RegionWeightsResult& weights,
+                                 std::map<std::string, double> seconds) {
+  const auto& study = ctx.study;
+  const auto& cohort = ctx.cohort;
+  const auto& ks = ctx.ks;
+  exporting::RunRecord record;
+  record.learners = std::move(cv.learners);
+  for (std::size_t l = 0; l < record.learners.size(); ++l) {
+    auto& lr = record.learners[l];
+    if (l < permutations.learners.size()) lr.permutations = std::move(permutations.learners[l]);
+    lr.regions = weights.tables[l];
+    lr.regionSource = weights.sources[l];
+  }
+  record.permutations = study.permutations.count;
+  record.warnings = std::move(cv.warnings);
+  for (const auto& w : ks.warnings) record.warnings.push_back(w);
+  record.seconds = std::move(seconds);
+  record.study = study.name;
+  record.version = NeuromklVersion();
+  record.versions = Versions();
+  record.configPath = std::filesystem::absolute(study.path).string();
+  record.seed = study.seed;
+  record.cvSeed = study.cv.seed;
+  record.outerScheme = DescribeSplit(study.cv.outer);
+  record.innerScheme = DescribeSplit(study.cv.inner);
+  record.task = config::ToString(study.target.task);
+  record.targetColumn = study.target.column;
+  record.positiveClass = cohort.positiveClass;
+  record.negativeClass = cohort.negativeClass;
+  record.excludedSubjects = cohort.excluded;
+  if (ctx.unlabelledCount > 0)
+    for (auto& [id, why] : record.excludedSubjects) why += "; used as unlabelled data by the semi-supervised learners";
+  for (auto r : cohort.labelledRows) {
+    record.labelledSubjects.push_back(cohort.ids[static_cast<std::size_t>(r)]);
+    record.rawTargets.push_back(cohort.rawTargets[static_cast<std::size_t>(r)]);
+  }
+  record.targets.assign(cohort.y.data(), cohort.y.data() + cohort.y.size());
+  for (std::size_t r = 0, e = 0; r < cohort.ids.size(); ++r) {
+    const bool used = cohort.labelled[r];
+    record.subjectTable.push_back({cohort.ids[r], used ? "yes" : ctx.unlabelledCount > 0 ? "unlabelled" : "no", cohort.rawTargets[r],
+                                   used ? "" : record.excludedSubjects[e++].second});
+  }
+  record.kernels = ks.set.info;
+  record.excludedKernels = ks.set.excluded;
+  record.kernelSource = config::ToString(study.kernels.source);
+  record.kernelCache = ks.cacheHit ? "hit" : (study.kernels.cache ? "computed and stored" : "computed (cache off)");
+  record.centre = study.kernels.centre;
+  record.normalise = study.kernels.normalise;
+  record.threads = study.threads;
+  record.description = study.description;
+  record.atlas = study.kernels.source != config::KernelSource::Images ? "" : study.atlas.builtin.empty() ? study.atlas.image : study.atlas.builtin;
+  record.mask = study.mask;
+  record.date = UtcNow();
+  Hasher inputHash;
+  inputHash.Update(ks.key).Update(HashFile(study.subjects.table)).Update(config::ResolvedConfigJson(study));
+  record.inputHash = inputHash.Hex();
+  return record;
+}
+
+void WriteStudyOutputs(StudyContext& ctx, exporting::RunRecord& record, const RegionWeightsResult& weights, const OutputRequest& request,
+                       std::chrono::steady_clock::time_point start) {
+  const auto& study = ctx.study;
+  WriteTextFile(request.dir + "/study.resolved.json", config::ResolvedConfigJson(study) + "\n");
+  if (study.output.saveKernels) {
+    if (ctx.kernelsMoved) std::swap(ctx.ks.set.kernels, ctx.kernels);  // lend the kernels back for writing
+    exporting::SaveKernelStore(request.dir + "/kernels", ctx.ks.set, ctx.ks.key, "raw region kernels of study " + study.name);
+    if (ctx.kernelsMoved) std::swap(ctx.ks.set.kernels, ctx.kernels);
+  }
+  const io::Geometry* grid = ctx.ks.regions ? &ctx.ks.regions->grid : nullptr;
+  exporting::WriteStudyTables(request.dir, record, weights.maps, grid);
+  record.seconds["total"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  exporting::WriteStudyRecord(request.dir, record, weights.maps, ctx.ks.regions ? &*ctx.ks.regions : nullptr);
+  for (const auto& [name, content] : request.extraFiles) WriteTextFile(request.dir + "/" + name, content);
+}
+
+std::vector<std::string> SummaryLines(const exporting::RunRecord& record, std::size_t outerFolds) {
+  std::vector<std::string> lines;
+  for (const auto& lr : record.learners) {
+    const auto& m = lr.summary.pooled;
+    auto pv = [&](const char* k) { return lr.permutations.pValues.count(k) ? fmt::format(" (p = {:.3g})", lr.permutations.pValues.at(k)) : std::string(); };
+    auto sd = [&](const char* k) { return lr.summary.foldSd.count(k) ? fmt::format(" +- {:.3f}", lr.summary.foldSd.at(k)) : std::string(); };
+    if (record.task == "classification")
+      lines.push_back(fmt::format("{:<12} balanced accuracy {:.3f}{}{}, AUC {:.3f}{}, accuracy {:.3f} [{:.3f}, {:.3f}]", lr.outcome.label,
+                                  m.at("balanced_accuracy"), sd("balanced_accuracy"), pv("balanced_accuracy"), m.at("auc"), pv("auc"), m.at("accuracy"),
+                                  m.at("accuracy_ci95_low"), m.at("accuracy_ci95_high")));
+    else
+      lines.push_back(fmt::format("{:<12} r {:.3f}{}{}, R^2 {:.3f}{}, MSE {:.4g}{}{}", lr.outcome.label, m.at("pearson_r"), sd("pearson_r"),
+                                  pv("pearson_r"), m.at("r2"), pv("r2"), m.at("mse"), sd("mse"), pv("mse")));
+  }
+  lines.push_back(fmt::format("(pooled over out-of-fold predictions; +- SD over {} outer folds; {:.1f} s)", outerFolds, record.seconds.at("total")));
+  return lines;
+}
+
+}  // namespace neuromkl::pipeline
