@@ -64,15 +64,27 @@ def normalise_text(name, data, ignore_hash):
     return text
 
 
+def list_files(root, ignore_hash):
+    """Relative path (cache folders named by their key normalised with --ignore-hash) -> real path."""
+    out = {}
+    for d, _, fs in os.walk(root):
+        for f in fs:
+            rel = os.path.relpath(os.path.join(d, f), root)
+            if ignore_hash:
+                rel = re.sub(r"^kernel_cache/[0-9a-f]+/", "kernel_cache/<key>/", rel)
+            out[rel] = os.path.join(d, f)
+    return out
+
+
 def compare_trees(a, b, ignore_hash):
     problems = []
-    files_a = {os.path.relpath(os.path.join(d, f), a) for d, _, fs in os.walk(a) for f in fs}
-    files_b = {os.path.relpath(os.path.join(d, f), b) for d, _, fs in os.walk(b) for f in fs}
+    paths_a, paths_b = list_files(a, ignore_hash), list_files(b, ignore_hash)
+    files_a, files_b = set(paths_a), set(paths_b)
     for f in sorted(files_a ^ files_b):
         problems.append(f"only in {'old' if f in files_a else 'new'}: {f}")
     for f in sorted(files_a & files_b):
-        da = open(os.path.join(a, f), "rb").read()
-        db = open(os.path.join(b, f), "rb").read()
+        da = open(paths_a[f], "rb").read()
+        db = open(paths_b[f], "rb").read()
         if da == db:
             continue
         if f.endswith((".json", ".html", ".tsv")) and normalise_text(f, da, ignore_hash) == normalise_text(f, db, ignore_hash):
@@ -123,8 +135,10 @@ def main():
             outputs.append(kept)
         problems, count = compare_trees(outputs[0], outputs[1], args.ignore_hash)
         print(f"{name}: {count} files, {'identical' if not problems else str(len(problems)) + ' differ'}")
-        for p in problems:
+        for p in problems[:20]:
             print("   ", p)
+        if len(problems) > 20:
+            print(f"    ... and {len(problems) - 20} more")
         failures += bool(problems)
     print(f"{3 - failures} passed, {failures} failed")
     return 1 if failures else 0

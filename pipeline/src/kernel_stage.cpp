@@ -38,7 +38,7 @@ atlas::Atlas LoadStudyAtlas(const config::StudyConfig& study) {
 
 std::string KernelCacheKey(const config::StudyConfig& study, const Cohort& cohort) {
   Hasher h;
-  h.Update(std::string_view("neuromkl-kernels-v1"));
+  h.Update(std::string_view("neuromkl-kernels-v2"));
   h.Update(config::ToString(study.kernels.source));
   for (const auto& id : cohort.ids) h.Update(id);
   switch (study.kernels.source) {
@@ -48,7 +48,7 @@ std::string KernelCacheKey(const config::StudyConfig& study, const Cohort& cohor
       if (!study.atlas.builtin.empty())
         if (auto f = atlas::BuiltinAtlas(study.atlas.builtin)) image = f->image, labels = f->table;
       h.Update(HashFile(image)).Update(HashFile(labels));
-      h.Update(study.mask.empty() ? std::uint64_t{0} : HashFile(study.mask));
+      h.Update(study.mask.empty() ? Digest128{} : HashFile(study.mask));
       h.Update(std::string_view(study.kernels.nanPolicy == kernels::NanPolicy::Zero ? "zero" : "drop_voxel"));
       break;
     }

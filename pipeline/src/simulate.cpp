@@ -1,9 +1,9 @@
 // `neuromkl simulate`: ground truth for tests and the input of benchmarks.
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <random>
 #include <set>
 
 #include <fmt/format.h>
@@ -11,7 +11,9 @@
 
 #include "neuromkl/atlas/atlas.hpp"
 #include "neuromkl/core/errors.hpp"
+#include "neuromkl/core/random.hpp"
 #include "neuromkl/core/strings.hpp"
+#include "neuromkl/cv/splits.hpp"
 #include "neuromkl/io/nifti.hpp"
 #include "neuromkl/pipeline/study_run.hpp"
 
@@ -53,12 +55,14 @@ std::string Simulate(const SimulateOptions& o) {
   }
 
   const int nLabelled = o.subjects, nTotal = o.subjects + o.unlabelled;
-  std::mt19937_64 rng(o.seed);
+  // The project's own generator (not std:: distributions): the same cohort with any standard library.
+  Rng rng(cv::DeriveSeed(o.seed, 0));
   std::vector<double> target(static_cast<std::size_t>(nTotal));
-  std::normal_distribution<double> normal(0.0, 1.0);
   for (int s = 0; s < nTotal; ++s)
-    target[static_cast<std::size_t>(s)] = o.task == learners::Task::Classification ? (s % 2 == 0 ? 1.0 : 0.0) : normal(rng);
-  std::shuffle(target.begin(), target.begin() + nLabelled, rng);
+    target[static_cast<std::size_t>(s)] = o.task == learners::Task::Classification ? (s % 2 == 0 ? 1.0 : 0.0) : rng.Normal();
+  std::vector<double> labelled(target.begin(), target.begin() + nLabelled);
+  rng.Shuffle(labelled);
+  std::copy(labelled.begin(), labelled.end(), target.begin());
 
   fs::create_directories(o.outDir + "/images");
   const std::string ext = o.compress ? ".nii.gz" : ".nii";
@@ -66,9 +70,7 @@ std::string Simulate(const SimulateOptions& o) {
   for (int s = 0; s < nTotal; ++s) ids[static_cast<std::size_t>(s)] = fmt::format("sub-{:04d}", s + 1);
   tbb::parallel_for(0, nTotal, [&](int s) {
     // Each subject has its own stream, so the images do not depend on the thread count.
-    std::mt19937_64 gen(o.seed * 1000003ULL + static_cast<std::uint64_t>(s) * 7919ULL + 17ULL);
-    std::normal_distribution<float> noise(0.0f, static_cast<float>(o.noise));
-    std::uniform_real_distribution<double> unif(0.0, 1.0);
+    Rng gen(cv::DeriveSeed(o.seed, 1 + static_cast<std::uint64_t>(s)));
     const double t = target[static_cast<std::size_t>(s)];
     // Class effect centred on 0 (+-effect/2) or a continuous effect, in noise-SD units.
     const double shift = o.task == learners::Task::Classification ? (t - 0.5) * o.effect : t * o.effect;
@@ -79,9 +81,9 @@ std::string Simulate(const SimulateOptions& o) {
       const std::int32_t lab = labels[i];
       if (lab == 0) continue;
       // A region-specific baseline (non-zero means make centring matter), noise, and the effect.
-      double value = 2.0 + 0.01 * static_cast<double>(slotOf[lab]) + noise(gen);
+      double value = 2.0 + 0.01 * static_cast<double>(slotOf[lab]) + o.noise * gen.Normal();
       if (signal.count(lab)) value += shift;
-      if (o.nanFraction > 0 && unif(gen) < o.nanFraction) value = std::nan("");
+      if (o.nanFraction > 0 && gen.Uniform() < o.nanFraction) value = std::nan("");
       v.data[i] = static_cast<float>(value);
     }
     io::WriteVolume(o.outDir + "/images/" + ids[static_cast<std::size_t>(s)] + ext, v);

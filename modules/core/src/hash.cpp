@@ -1,8 +1,10 @@
 #include "neuromkl/core/hash.hpp"
 
-#include <cstdio>
-#include <cstring>
+#include <fmt/format.h>
+#include <xxhash.h>
+
 #include <fstream>
+#include <new>
 #include <vector>
 
 #include "neuromkl/core/errors.hpp"
@@ -10,28 +12,17 @@
 namespace neuromkl {
 
 namespace {
-constexpr std::uint64_t kMul = 0xFF51AFD7ED558CCDULL;
-inline std::uint64_t Mix(std::uint64_t h, std::uint64_t word) {
-  h ^= word * 0xC4CEB9FE1A85EC53ULL;
-  h = (h << 31) | (h >> 33);
-  return h * kMul + 0x2545F4914F6CDD1DULL;
-}
+void FreeState(XXH3_state_s* s) { XXH3_freeState(s); }
 }  // namespace
 
+std::string Digest128::Hex() const { return fmt::format("{:016x}{:016x}", high, low); }
+
+Hasher::Hasher() : state_(XXH3_createState(), &FreeState) {
+  if (!state_ || XXH3_128bits_reset(state_.get()) == XXH_ERROR) throw std::bad_alloc();
+}
+
 Hasher& Hasher::Update(const void* data, std::size_t bytes) {
-  const auto* p = static_cast<const unsigned char*>(data);
-  std::size_t i = 0;
-  for (; i + 8 <= bytes; i += 8) {
-    std::uint64_t w;
-    std::memcpy(&w, p + i, 8);
-    state_ = Mix(state_, w);
-  }
-  if (i < bytes) {
-    std::uint64_t w = 0;
-    std::memcpy(&w, p + i, bytes - i);
-    state_ = Mix(state_, w ^ (0xA5ULL << 56));
-  }
-  length_ += bytes;
+  XXH3_128bits_update(state_.get(), data, bytes);  // cannot fail on a valid state and a non-null pointer
   return *this;
 }
 
@@ -41,26 +32,16 @@ Hasher& Hasher::Update(std::string_view text) {
 }
 Hasher& Hasher::Update(double value) { return Update(&value, sizeof value); }
 Hasher& Hasher::Update(std::uint64_t value) { return Update(&value, sizeof value); }
+Hasher& Hasher::Update(const Digest128& digest) { return Update(digest.high).Update(digest.low); }
 
-std::uint64_t Hasher::Digest() const {
-  std::uint64_t h = state_ ^ length_;
-  h ^= h >> 33;
-  h *= kMul;
-  h ^= h >> 33;
-  h *= 0xC4CEB9FE1A85EC53ULL;
-  h ^= h >> 33;
-  return h;
+Digest128 Hasher::Digest() const {
+  const XXH128_hash_t h = XXH3_128bits_digest(state_.get());
+  return {h.high64, h.low64};
 }
 
-std::string HexDigest(std::uint64_t value) {
-  char buf[17];
-  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(value));
-  return buf;
-}
+std::string Hasher::Hex() const { return Digest().Hex(); }
 
-std::string Hasher::Hex() const { return HexDigest(Digest()); }
-
-std::uint64_t HashFile(const std::string& path) {
+Digest128 HashFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw IoError("io:Unreadable", path, "cannot open the file for reading");
   Hasher h;
@@ -69,6 +50,7 @@ std::uint64_t HashFile(const std::string& path) {
     in.read(buf.data(), static_cast<std::streamsize>(buf.size()));
     h.Update(buf.data(), static_cast<std::size_t>(in.gcount()));
   }
+  if (in.bad()) throw IoError("io:Unreadable", path, "read error while hashing the file");
   return h.Digest();
 }
 

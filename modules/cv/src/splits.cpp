@@ -10,22 +10,6 @@
 
 namespace neuromkl::cv {
 
-std::uint64_t Rng::Next() {
-  std::uint64_t z = (state_ += 0x9E3779B97F4A7C15ULL);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-  return z ^ (z >> 31);
-}
-
-std::uint64_t Rng::Below(std::uint64_t bound) {
-  // Rejection sampling: no modulo bias.
-  const std::uint64_t limit = ~std::uint64_t{0} - (~std::uint64_t{0} % bound);
-  std::uint64_t r;
-  do r = Next();
-  while (r >= limit);
-  return r % bound;
-}
-
 std::uint64_t DeriveSeed(std::uint64_t seed, std::uint64_t stream) {
   Rng r(seed ^ (stream * 0xD1B54A32D192ED03ULL + 0x8CB92BA72F3D8DD7ULL));
   return r.Next();

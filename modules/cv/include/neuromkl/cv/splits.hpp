@@ -7,6 +7,7 @@
 
 #include <Eigen/Core>
 
+#include "neuromkl/core/random.hpp"
 #include "neuromkl/learners/learner.hpp"
 
 namespace neuromkl::cv {
@@ -32,21 +33,6 @@ struct Fold {
 std::vector<Fold> MakeFolds(const SplitSpec& spec, learners::Task task, const Eigen::VectorXd& y,
                             const std::vector<std::string>& groups, const std::vector<std::string>& custom, std::uint64_t seed,
                             const std::string& where);
-
-/// A small, portable generator (splitmix64).
-class Rng {
- public:
-  explicit Rng(std::uint64_t seed) : state_(seed) {}
-  std::uint64_t Next();
-  std::uint64_t Below(std::uint64_t bound);  ///< uniform in [0, bound)
-  template <typename T>
-  void Shuffle(std::vector<T>& v) {
-    for (std::size_t i = v.size(); i > 1; --i) std::swap(v[i - 1], v[static_cast<std::size_t>(Below(i))]);
-  }
-
- private:
-  std::uint64_t state_;
-};
 
 /// Seed of an independent stream derived from (seed, stream), e.g. (study seed, permutation index).
 std::uint64_t DeriveSeed(std::uint64_t seed, std::uint64_t stream);
