@@ -4,6 +4,9 @@
 #include <cmath>
 #include <ctime>
 #include <filesystem>
+#include <optional>
+#include <set>
+#include <tuple>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -12,6 +15,7 @@
 #include "neuromkl/core/files.hpp"
 #include "neuromkl/core/hash.hpp"
 #include "neuromkl/core/progress.hpp"
+#include "neuromkl/core/strings.hpp"
 #include "neuromkl/export/checkpoint.hpp"
 #include "neuromkl/export/kernel_store.hpp"
 #include "neuromkl/pipeline/study_run.hpp"
@@ -35,6 +39,63 @@ std::string UtcNow() {
   char buf[32];
   std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&now));
   return buf;
+}
+
+/// Fit statuses of a learner's outer folds: "5 converged" or "3 converged, 2 max_iterations_reached".
+std::map<std::string, int> StatusCounts(const cv::LearnerOutcome& o) {
+  std::map<std::string, int> counts;
+  for (const auto& f : o.folds) ++counts[f.error.empty() ? std::string(learners::ToString(f.model.info.status)) : "failed"];
+  return counts;
+}
+
+/// A warning when a learner's outer folds did not all converge: their models are usable but not at
+/// the optimum (capped, stalled) or missing (failed), which a reader must know.
+std::optional<std::string> FitStatusWarning(const cv::LearnerOutcome& o) {
+  const auto counts = StatusCounts(o);
+  const int converged = counts.count("converged") ? counts.at("converged") : 0;
+  if (converged == static_cast<int>(o.folds.size())) return std::nullopt;
+  std::vector<std::string> parts;
+  for (const auto& [status, count] : counts)
+    if (status != "converged") parts.push_back(fmt::format("{} {}", count, status));
+  return fmt::format("learner {}: {} of {} outer folds did not converge ({}); their models are not at the optimum{}", o.label,
+                     o.folds.size() - static_cast<std::size_t>(converged), o.folds.size(), Join(parts, ", "),
+                     counts.count("max_iterations_reached") ? ": raise max_iterations or loosen the tolerance" : "");
+}
+
+/// Warnings for searched parameters chosen at the same end of their grid in most outer folds: the
+/// best value may lie beyond the grid. Grids of fewer than 3 values have no interior, so no warning.
+std::vector<std::string> GridEdgeWarnings(const cv::LearnerOutcome& o, const std::vector<std::string>& searched) {
+  std::vector<std::string> out;
+  const learners::LearnerInfo* info = learners::FindLearner(o.name);
+  for (const auto& name : searched) {
+    // An end that is the parameter's own bound (mu = 1 is l1-MKL, mu = 0 the uniform sum) cannot be extended.
+    const learners::ParamSpec* spec = nullptr;
+    for (const auto& p : info->params)
+      if (p.name == name) spec = &p;
+    double lo = INFINITY, hi = -INFINITY;
+    std::set<double> values;
+    for (const auto& point : o.grid) {
+      const double v = point.at(name);
+      values.insert(v);
+      lo = std::min(lo, v);
+      hi = std::max(hi, v);
+    }
+    if (values.size() < 3) continue;
+    int atLow = 0, atHigh = 0, folds = 0;
+    for (const auto& f : o.folds) {
+      if (!f.error.empty()) continue;
+      ++folds;
+      const double v = o.grid[f.chosen].at(name);
+      atLow += v == lo;
+      atHigh += v == hi;
+    }
+    for (const auto& [count, value, end] : {std::tuple{atLow, lo, "smallest"}, std::tuple{atHigh, hi, "largest"}})
+      if (folds > 0 && 2 * count > folds && !(spec && (value == spec->lo || value == spec->hi)))
+        out.push_back(fmt::format("learner {}: {} was chosen at the {} value of its grid ({}) in {} of {} outer folds; the best value may lie "
+                                  "beyond the grid: extend it",
+                                  o.label, name, end, FormatDouble(value), count, folds));
+  }
+  return out;
 }
 
 /// p = (count of permutations at least as good as the observed value + 1) / (P + 1), per metric.
@@ -114,9 +175,12 @@ CrossValidationResult RunCrossValidation(const StudyContext& ctx) {
     for (const auto& [k, _] : ctx.study.learners[l].grid) lr.searched.push_back(k);
     for (const auto& f : outcomes[l].folds)
       if (!f.error.empty()) result.warnings.push_back(fmt::format("learner {} fold {} failed: {}", outcomes[l].label, f.index, f.error));
+    if (auto w = FitStatusWarning(outcomes[l])) result.warnings.push_back(*w);
+    for (auto& w : GridEdgeWarnings(outcomes[l], lr.searched)) result.warnings.push_back(std::move(w));
     lr.outcome = std::move(outcomes[l]);
     result.learners.push_back(std::move(lr));
   }
+  for (const auto& w : result.warnings) spdlog::warn("{}", w);  // on the console too, not only in the outputs
   return result;
 }
 
@@ -162,22 +226,27 @@ PermutationResult RunPermutationTest(const StudyContext& ctx, const std::vector<
 
 RegionWeightsResult RunRegionWeights(const StudyContext& ctx, const std::vector<exporting::LearnerRecord>& learners) {
   RegionWeightsResult result;
-  const bool writeMaps = ctx.study.output.weightMaps && ctx.ks.regions.has_value();
-  if (writeMaps) result.maps = ComputeWeightMaps(ctx, learners);
-  for (std::size_t l = 0; l < learners.size(); ++l) {
-    const bool mkl = learners::FindLearner(learners[l].outcome.name)->multipleKernels;
+  if (ctx.study.output.weightMaps && ctx.ks.regions.has_value()) result.maps = ComputeWeightMaps(ctx, learners);
+  const cv::Preprocessing preprocessing{ctx.study.kernels.centre, ctx.study.kernels.normalise};
+  for (const auto& lr : learners) {
+    const bool mkl = learners::FindLearner(lr.outcome.name)->multipleKernels;
     std::vector<Eigen::VectorXd> foldWeights;
-    std::size_t mapIndex = 0;
-    for (const auto& fold : learners[l].outcome.folds) {
+    for (const auto& fold : lr.outcome.folds) {
       if (!fold.error.empty()) continue;
-      if (mkl || !writeMaps) foldWeights.push_back(fold.model.beta);
-      else foldWeights.push_back(weights::RegionShares(result.maps.folds[l][mapIndex], *ctx.ks.regions, ctx.ks.set.info));
-      ++mapIndex;
+      if (mkl) {
+        foldWeights.push_back(fold.model.beta);
+        continue;
+      }
+      // The region's share of the model, ||w_r||, from the fold's kernels as the learner saw them.
+      std::vector<int> train = fold.train;
+      train.insert(train.end(), fold.unlabelled.begin(), fold.unlabelled.end());
+      const cv::FoldKernels prepared = cv::PrepareFold(ctx.kernels, train, fold.test, preprocessing);
+      foldWeights.push_back(weights::ModelNorms(prepared.train, fold.model.coef, fold.model.beta));
     }
     result.tables.push_back(weights::RegionTable(foldWeights));
-    result.sources.push_back(mkl         ? "kernel weights (beta) per outer fold"
-                             : writeMaps ? "voxel weight map per outer fold: mean |w| per voxel of each region, renormalised to 100 %"
-                                         : "uniform: this learner has no kernel weights and no voxel map was computed");
+    result.sources.push_back(mkl ? "kernel weights (beta) per outer fold"
+                                 : "share of the model per outer fold: ||w_r|| = sqrt(coef' K_r coef) with the fold's preprocessed training kernel "
+                                   "(the norm of the region's part of the weight vector), as a percentage of the fold's sum");
   }
   return result;
 }

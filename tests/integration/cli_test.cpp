@@ -204,8 +204,8 @@ TEST(CliEvaluation, WagerRegressionReportsRAndR2AndMseWithFoldSpread) {
   const std::string dom = dir / "dom.html";
   const std::string cmd = neuromkl::testing::HeadlessChromium(dir / "chromium") + " --dump-dom file://" + (dir / "out/report.html") + " > " + dom + " 2>/dev/null";
   ASSERT_EQ(std::system(cmd.c_str()), 0);
-  // 2 scatter plots + 2 learners x (top regions, selected counts, montage).
-  EXPECT_THAT(ReadFile(dom), HasSubstr("data-figures=\"8\" data-figures-ok=\"8\" data-figures-bad=\"0\""));
+  // Two scatter plots and per learner (2) region chart, counts chart, montage and its colour bar.
+  EXPECT_THAT(ReadFile(dom), HasSubstr("data-figures=\"10\" data-figures-ok=\"10\" data-figures-bad=\"0\""));
 }
 
 }  // namespace

@@ -26,6 +26,10 @@ class Report : public ::testing::Test {
   static void SetUpTestSuite() {
     dir_ = new TempDir();
     ASSERT_EQ(RunCli("simulate --out " + (*dir_ / "cohort") + " --subjects 30 --effect 1.2 --seed 8 -q").exitCode, 0);
+    // With a permutation test, so the report shows its null distributions.
+    std::string study = ReadFile(*dir_ / "cohort/study.json");
+    study.insert(study.find('{') + 1, "\n  \"permutations\": {\"count\": 9},");
+    neuromkl::testing::WriteFile(*dir_ / "cohort/study.json", study);
     const auto r = RunCli("run " + (*dir_ / "cohort/study.json") + " --out " + (*dir_ / "out") + " -q");
     ASSERT_EQ(r.exitCode, 0) << r.output;
   }
@@ -76,8 +80,9 @@ TEST_F(Report, RendersInChromiumWithEveryFigure) {
   const std::string dom = *dir_ / "dom.html";
   ASSERT_EQ(std::system((chromium + " --dump-dom file://" + report + " > " + dom + " 2>/dev/null").c_str()), 0);
   const std::string html = ReadFile(dom);
-  // The page's own check: images decoded and SVG charts laid out (ROC + 2 learners x (regions, counts, montage)).
-  EXPECT_THAT(html, HasSubstr("data-figures=\"7\" data-figures-ok=\"7\" data-figures-bad=\"0\""));
+  // The page's own check: images decoded and SVG charts laid out: ROC, and per learner (2) a confusion matrix,
+  // a null distribution, the region chart, the selected-counts chart, the montage and its colour bar.
+  EXPECT_THAT(html, HasSubstr("data-figures=\"13\" data-figures-ok=\"13\" data-figures-bad=\"0\""));
   const std::string shot = std::string(NEUROMKL_BINARY_DIR) + "/report_screenshot.png";
   ASSERT_EQ(std::system((chromium + " --window-size=1200,2400 --screenshot=" + shot + " file://" + report + " > /dev/null 2>&1").c_str()), 0);
   EXPECT_GT(fs::file_size(shot), 10000u);

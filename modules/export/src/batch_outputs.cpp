@@ -1,6 +1,7 @@
 #include "neuromkl/export/batch_outputs.hpp"
 
 #include <cmath>
+#include <map>
 #include <optional>
 
 #include <fmt/format.h>
@@ -57,13 +58,17 @@ Rows SummaryRows(const config::BatchConfig& batch, const std::vector<StudyState>
       const char* second = cls ? "auc" : "mse";
       for (const auto& l : r.learners) {
         auto get = [](const std::map<std::string, double>& mp, const char* k) { return mp.count(k) ? mp.at(k) : std::nan(""); };
+        std::map<std::string, int> others;  // statuses other than converged: a capped or failed fit must be visible here too
         int converged = 0;
-        for (const auto& st : l.statuses) converged += st == "converged";
+        for (const auto& st : l.statuses) (st == "converged" ? converged : others[st]) += 1;
+        std::vector<std::string> notConverged;
+        for (const auto& [st, count] : others) notConverged.push_back(fmt::format("{} {}", count, st));
+        const std::string fits = fmt::format("{}/{} converged{}", converged, l.statuses.size(), others.empty() ? "" : " (" + Join(notConverged, ", ") + ")");
         std::vector<std::string> row = head;
         for (const std::string& v : {l.label, l.name, r.task, std::to_string(r.labelled), std::string("completed"), std::string(main),
                                      Cell(get(l.pooled, main)), Cell(get(l.foldMean, main)), Cell(get(l.foldSd, main)), Cell(get(l.pValues, main)),
                                      std::string(second), Cell(get(l.pooled, second)), Cell(get(l.foldSd, second)), Join(l.topRegions, "; "),
-                                     fmt::format("{}/{} converged", converged, l.statuses.size()), Cell(r.seconds, "{:.1f}"), r.kernelCache,
+                                     fits, Cell(r.seconds, "{:.1f}"), r.kernelCache,
                                      "studies/" + s.name + "/report.html", std::string()})
           row.push_back(v);
         rows.push_back(row);

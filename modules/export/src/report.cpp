@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <numeric>
 
 #include <fmt/format.h>
@@ -33,14 +34,49 @@ std::string Num(double v, int digits = 3) { return std::isfinite(v) ? fmt::forma
 
 const char* kColours[] = {"#d62728", "#1f77b4", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#e377c2", "#17becf"};
 
+/// About `count` round tick values (steps of 1, 2 or 5 x 10^k) covering [lo, hi].
+std::vector<double> Ticks(double lo, double hi, int count = 5) {
+  if (!(hi > lo) || !std::isfinite(lo) || !std::isfinite(hi)) return {lo};
+  const double raw = (hi - lo) / count, magnitude = std::pow(10.0, std::floor(std::log10(raw)));
+  const double step = magnitude * (raw / magnitude < 1.5 ? 1 : raw / magnitude < 3.5 ? 2 : raw / magnitude < 7.5 ? 5 : 10);
+  std::vector<double> ticks;
+  for (double t = std::ceil(lo / step - 1e-9) * step; t <= hi + 1e-9 * step; t += step) ticks.push_back(std::abs(t) < 1e-12 * step ? 0.0 : t);
+  return ticks;
+}
+
+std::string TickLabel(double v) { return fmt::format("{:.3g}", v); }
+
+/// Tick marks and labels along a horizontal axis at height y (x(v) maps a value to pixels).
+template <typename ToX>
+std::string XTicks(const std::vector<double>& ticks, ToX x, double y) {
+  std::string svg;
+  for (double t : ticks)
+    svg += fmt::format(R"(<line x1="{0:.1f}" x2="{0:.1f}" y1="{1}" y2="{2}" stroke="#888"/><text x="{0:.1f}" y="{3}" font-size="9" text-anchor="middle">{4}</text>)",
+                       x(t), y, y + 4, y + 14, TickLabel(t));
+  return svg;
+}
+
+/// Tick marks and labels along a vertical axis at x (y(v) maps a value to pixels).
+template <typename ToY>
+std::string YTicks(const std::vector<double>& ticks, ToY y, double x) {
+  std::string svg;
+  for (double t : ticks)
+    svg += fmt::format(R"(<line x1="{0}" x2="{1}" y1="{2:.1f}" y2="{2:.1f}" stroke="#888"/><text x="{3}" y="{4:.1f}" font-size="9" text-anchor="end">{5}</text>)",
+                       x - 4, x, y(t), x - 6, y(t) + 3, TickLabel(t));
+  return svg;
+}
+
 /// Horizontal bars: top regions' mean weight (%) with +- 1 SD over folds.
 std::string TopRegionsChart(const LearnerRecord& lr, const RunRecord& r, std::size_t top) {
   const std::size_t n = std::min(top, lr.regions.size());
   double maxValue = 1e-12;
   for (std::size_t i = 0; i < n; ++i) maxValue = std::max(maxValue, lr.regions[i].meanPercent + lr.regions[i].sdPercent);
   const int rowH = 18, left = 170, width = 560, barW = width - left - 60;
-  const int height = static_cast<int>(n) * rowH + 40;
+  const int height = static_cast<int>(n) * rowH + 58;
   std::string svg = fmt::format(R"(<svg class="figure" role="img" aria-label="top regions" width="{}" height="{}" viewBox="0 0 {} {}">)", width, height, width, height);
+  const double axisY = 10 + static_cast<double>(n) * rowH + 2;
+  svg += fmt::format(R"(<line x1="{}" x2="{}" y1="{}" y2="{}" stroke="#888"/>)", left, left + barW, axisY, axisY);
+  svg += XTicks(Ticks(0, maxValue, 4), [&](double v) { return left + barW * v / maxValue; }, axisY);
   for (std::size_t i = 0; i < n; ++i) {
     const auto& row = lr.regions[i];
     const double y = 10 + static_cast<double>(i) * rowH;
@@ -65,7 +101,9 @@ std::string SelectedCountsChart(const LearnerRecord& lr, std::size_t kernels) {
   const int width = 60 + 40 * static_cast<int>(counts.size()), height = 190, base = 160;
   std::string svg = fmt::format(R"(<svg class="figure" role="img" aria-label="selected regions per fold" width="{}" height="{}" viewBox="0 0 {} {}">)", width, height, width, height);
   svg += fmt::format(R"(<line x1="40" x2="{}" y1="{}" y2="{}" stroke="#888"/>)", width - 10, base, base);
-  svg += fmt::format(R"(<text x="4" y="{}" font-size="10">{}</text><text x="4" y="{}" font-size="10">0</text>)", 20, kernels, base);
+  svg += fmt::format(R"(<line x1="40" x2="40" y1="20" y2="{}" stroke="#888"/>)", base);
+  svg += YTicks(Ticks(0, static_cast<double>(std::max<std::size_t>(kernels, 1)), 4),
+                [&](double v) { return base - 140.0 * v / std::max<double>(1.0, static_cast<double>(kernels)); }, 40);
   for (std::size_t i = 0; i < counts.size(); ++i) {
     const double h = 140.0 * counts[i].second / std::max<double>(1.0, static_cast<double>(kernels));
     const double x = 50 + 40.0 * static_cast<double>(i);
@@ -95,6 +133,9 @@ std::string RocChart(const RunRecord& r) {
   std::string svg = fmt::format(R"(<svg class="figure" role="img" aria-label="ROC curves" width="{}" height="{}" viewBox="0 0 {} {}">)", size + 150, size, size + 150, size);
   svg += fmt::format(R"(<rect x="{}" y="{}" width="{}" height="{}" fill="none" stroke="#888"/>)", pad, pad, plot, plot);
   svg += fmt::format(R"(<line x1="{}" y1="{}" x2="{}" y2="{}" stroke="#bbb" stroke-dasharray="4 3"/>)", pad, pad + plot, pad + plot, pad);
+  const std::vector<double> unit = {0, 0.25, 0.5, 0.75, 1};
+  svg += XTicks(unit, [&](double v) { return pad + plot * v; }, pad + plot);
+  svg += YTicks(unit, [&](double v) { return pad + plot * (1 - v); }, pad);
   for (std::size_t l = 0; l < r.learners.size(); ++l) {
     auto [y, f] = Pooled(r.learners[l], r);
     std::vector<std::size_t> order(y.size());
@@ -115,8 +156,8 @@ std::string RocChart(const RunRecord& r) {
     svg += fmt::format(R"(<text x="{}" y="{}" font-size="11" fill="{}">{} (AUC {})</text>)", size - 10, pad + 14 + 16 * static_cast<int>(l), colour,
                        Escape(r.learners[l].outcome.label), Num(r.learners[l].summary.pooled.count("auc") ? r.learners[l].summary.pooled.at("auc") : NAN));
   }
-  svg += fmt::format(R"(<text x="{}" y="{}" font-size="11" text-anchor="middle">false positive rate</text>)", pad + plot / 2, size - 8);
-  svg += fmt::format(R"(<text x="12" y="{}" font-size="11" transform='rotate(-90 12 {})' text-anchor="middle">true positive rate</text></svg>)", pad + plot / 2, pad + plot / 2);
+  svg += fmt::format(R"(<text x="{}" y="{}" font-size="11" text-anchor="middle">false positive rate (1 - specificity)</text>)", pad + plot / 2, size - 4);
+  svg += fmt::format(R"(<text x="10" y="{}" font-size="11" transform='rotate(-90 10 {})' text-anchor="middle">true positive rate (sensitivity)</text></svg>)", pad + plot / 2, pad + plot / 2);
   return svg;
 }
 
@@ -132,14 +173,109 @@ std::string ScatterChart(const LearnerRecord& lr, const RunRecord& r, const char
   std::string svg = fmt::format(R"(<svg class="figure" role="img" aria-label="predicted vs true" width="{}" height="{}" viewBox="0 0 {} {}">)", size, size, size, size);
   svg += fmt::format(R"(<rect x="{}" y="{}" width="{}" height="{}" fill="none" stroke="#888"/>)", pad, pad, plot, plot);
   svg += fmt::format(R"(<line x1="{:.1f}" y1="{:.1f}" x2="{:.1f}" y2="{:.1f}" stroke="#bbb" stroke-dasharray="4 3"/>)", X(lo), Y(lo), X(hi), Y(hi));
+  svg += XTicks(Ticks(lo, hi, 4), X, pad + plot);
+  svg += YTicks(Ticks(lo, hi, 4), Y, pad);
   for (std::size_t i = 0; i < y.size(); ++i)
     svg += fmt::format(R"(<circle cx="{:.1f}" cy="{:.1f}" r="3" fill="{}" fill-opacity="0.75"/>)", X(y[i]), Y(f[i]), colour);
   svg += fmt::format(R"(<text x="{}" y="18" font-size="12">{}: r = {}, R&#178; = {}</text>)", pad, Escape(lr.outcome.label),
                      Num(lr.summary.pooled.count("pearson_r") ? lr.summary.pooled.at("pearson_r") : NAN),
                      Num(lr.summary.pooled.count("r2") ? lr.summary.pooled.at("r2") : NAN));
-  svg += fmt::format(R"(<text x="{}" y="{}" font-size="11" text-anchor="middle">true ({:.3g} .. {:.3g})</text>)", pad + plot / 2, size - 8, lo, hi);
-  svg += fmt::format(R"(<text x="12" y="{}" font-size="11" transform='rotate(-90 12 {})' text-anchor="middle">predicted</text></svg>)", pad + plot / 2, pad + plot / 2);
+  svg += fmt::format(R"(<text x="{}" y="{}" font-size="11" text-anchor="middle">true target</text>)", pad + plot / 2, size - 4);
+  svg += fmt::format(R"(<text x="10" y="{}" font-size="11" transform='rotate(-90 10 {})' text-anchor="middle">predicted (out of fold)</text></svg>)", pad + plot / 2, pad + plot / 2);
   return svg;
+}
+
+/// The pooled confusion matrix (rows: true class, columns: predicted), cells shaded by their share
+/// of the true class.
+std::string ConfusionMatrix(const LearnerRecord& lr, const RunRecord& r) {
+  auto get = [&](const char* k) { return lr.summary.pooled.count(k) ? lr.summary.pooled.at(k) : NAN; };
+  const double cells[2][2] = {{get("true_positive"), get("false_negative")}, {get("false_positive"), get("true_negative")}};
+  const std::string names[2] = {r.positiveClass, r.negativeClass};
+  const int cell = 70, left = 110, top = 40, width = left + 2 * cell + 20, height = top + 2 * cell + 40;
+  std::string svg = fmt::format(R"(<svg class="figure" role="img" aria-label="confusion matrix" width="{}" height="{}" viewBox="0 0 {} {}">)", width, height, width, height);
+  svg += fmt::format(R"(<text x="{}" y="14" font-size="11" text-anchor="middle">predicted class</text>)", left + cell);
+  for (int j = 0; j < 2; ++j)
+    svg += fmt::format(R"(<text x="{}" y="{}" font-size="10" text-anchor="middle">{}</text>)", left + cell * j + cell / 2, top - 6, Escape(names[j]));
+  for (int i = 0; i < 2; ++i) {
+    const double rowTotal = cells[i][0] + cells[i][1];
+    svg += fmt::format(R"(<text x="{}" y="{}" font-size="10" text-anchor="end">true {}</text>)", left - 6, top + cell * i + cell / 2 + 4, Escape(names[i]));
+    for (int j = 0; j < 2; ++j) {
+      const double share = rowTotal > 0 ? cells[i][j] / rowTotal : 0;
+      const int shade = static_cast<int>(std::lround(255 - 180 * share));
+      svg += fmt::format(R"svg(<rect x="{}" y="{}" width="{}" height="{}" fill="rgb({},{},255)" stroke="#fff"/><text x="{}" y="{}" font-size="13" text-anchor="middle">{}</text><text x="{}" y="{}" font-size="9" text-anchor="middle" fill="#333">{:.0f} %</text>)svg",
+                         left + cell * j, top + cell * i, cell, cell, shade, shade, left + cell * j + cell / 2, top + cell * i + cell / 2,
+                         std::isfinite(cells[i][j]) ? fmt::format("{:.0f}", cells[i][j]) : "&ndash;", left + cell * j + cell / 2, top + cell * i + cell / 2 + 15, 100 * share);
+    }
+  }
+  svg += fmt::format(R"(<text x="{}" y="{}" font-size="10" fill="#555">{}: pooled out-of-fold predictions</text></svg>)", 4, height - 8, Escape(lr.outcome.label));
+  return svg;
+}
+
+/// Histogram of a metric over the permutations with the observed value marked.
+std::string NullHistogram(const LearnerRecord& lr, const std::string& metric, bool higherIsBetter) {
+  if (!lr.permutations.null.count(metric) || !lr.summary.pooled.count(metric)) return "";
+  std::vector<double> values;
+  for (double v : lr.permutations.null.at(metric))
+    if (std::isfinite(v)) values.push_back(v);
+  const double observed = lr.summary.pooled.at(metric);
+  if (values.empty()) return "";
+  double lo = std::min(*std::min_element(values.begin(), values.end()), observed), hi = std::max(*std::max_element(values.begin(), values.end()), observed);
+  if (!(hi > lo)) lo -= 0.5, hi += 0.5;
+  const int bins = 20, width = 360, height = 200, left = 40, right = 14, top = 24, base = 160;
+  const double binWidth = (hi - lo) / bins;
+  std::vector<int> counts(bins, 0);
+  for (double v : values) ++counts[static_cast<std::size_t>(std::min(bins - 1, static_cast<int>((v - lo) / binWidth)))];
+  const int maxCount = *std::max_element(counts.begin(), counts.end());
+  auto X = [&](double v) { return left + (width - left - right) * (v - lo) / (hi - lo); };
+  auto Y = [&](double c) { return base - (base - top) * c / std::max(1, maxCount); };
+  std::string svg = fmt::format(R"(<svg class="figure" role="img" aria-label="permutation null distribution" width="{}" height="{}" viewBox="0 0 {} {}">)", width, height, width, height);
+  for (int b = 0; b < bins; ++b)
+    if (counts[static_cast<std::size_t>(b)] > 0)
+      svg += fmt::format(R"(<rect x="{:.1f}" y="{:.1f}" width="{:.1f}" height="{:.1f}" fill="#bab0ac"/>)", X(lo + b * binWidth), Y(counts[static_cast<std::size_t>(b)]),
+                         std::max(1.0, X(lo + (b + 1) * binWidth) - X(lo + b * binWidth) - 1), base - Y(counts[static_cast<std::size_t>(b)]));
+  svg += fmt::format(R"(<line x1="{}" x2="{}" y1="{}" y2="{}" stroke="#888"/><line x1="{}" x2="{}" y1="{}" y2="{}" stroke="#888"/>)", left, width - right, base, base, left, left, top, base);
+  svg += XTicks(Ticks(lo, hi, 4), X, base);
+  svg += YTicks(Ticks(0, maxCount, 3), Y, left);
+  svg += fmt::format(R"(<line x1="{0:.1f}" x2="{0:.1f}" y1="{1}" y2="{2}" stroke="#d62728" stroke-width="2"/><text x="{0:.1f}" y="{3}" font-size="10" fill="#d62728" text-anchor="middle">observed {4:.3g}</text>)",
+                     X(observed), top - 4, base, top - 8, observed);
+  const double p = lr.permutations.pValues.count(metric) ? lr.permutations.pValues.at(metric) : NAN;
+  svg += fmt::format(R"(<text x="{}" y="{}" font-size="10" text-anchor="middle">{} under permuted targets ({} permutations; p = {:.3g}, {} is better)</text></svg>)",
+                     (left + width - right) / 2, height - 8, Escape(metric), values.size(), p, higherIsBetter ? "higher" : "lower");
+  return svg;
+}
+
+/// The montages' colour scale: blue (negative) through the background to red (positive), to +-vmax.
+std::string ColourBar(double vmax) {
+  const int width = 300, height = 46, left = 20, barW = 260;
+  std::string svg = fmt::format(R"(<svg class="figure" role="img" aria-label="colour bar" width="{}" height="{}" viewBox="0 0 {} {}">)", width, height, width, height);
+  svg += R"svg(<defs><linearGradient id="weightScale"><stop offset="0" stop-color="rgb(30,120,255)"/><stop offset="0.5" stop-color="rgb(130,130,130)"/><stop offset="1" stop-color="rgb(255,70,20)"/></linearGradient></defs>)svg";
+  svg += fmt::format(R"svg(<rect x="{}" y="4" width="{}" height="12" fill="url(#weightScale)"/>)svg", left, barW);
+  svg += XTicks({-vmax, 0.0, vmax}, [&](double v) { return left + barW * (v + vmax) / (2 * vmax); }, 16);
+  svg += fmt::format(R"(<text x="{}" y="{}" font-size="9" text-anchor="middle">voxel weight w (decision units per unit image intensity); saturates at the 99th percentile of |w|</text></svg>)",
+                     width / 2, height - 2);
+  return svg;
+}
+
+/// Per outer fold: chosen parameters, inner score, fit status and iterations; the status counts.
+std::string FitTable(const LearnerRecord& lr) {
+  std::map<std::string, int> counts;
+  for (const auto& f : lr.outcome.folds) ++counts[f.error.empty() ? std::string(learners::ToString(f.model.info.status)) : "failed"];
+  std::vector<std::string> parts;
+  for (const auto& [status, count] : counts) parts.push_back(fmt::format("{} {}", count, status));
+  const bool allConverged = counts.size() == 1 && counts.count("converged");
+  std::string h = fmt::format("<p class=\"note\"><b>{}</b>: outer folds {}{}.</p>\n<table><tr><th>fold</th><th>chosen parameters</th><th>inner score</th><th>status</th><th>iterations</th><th>regions selected</th></tr>\n",
+                              Escape(lr.outcome.label), Join(parts, ", "), allConverged ? "" : " &mdash; <b>not every fit converged: read the warnings below</b>");
+  for (const auto& f : lr.outcome.folds) {
+    std::vector<std::string> chosen;
+    for (const auto& [k, v] : lr.outcome.grid[f.chosen])
+      if (std::find(lr.searched.begin(), lr.searched.end(), k) != lr.searched.end()) chosen.push_back(k + " = " + FormatDouble(v));
+    const std::string status = f.error.empty() ? std::string(learners::ToString(f.model.info.status)) : "failed";
+    h += fmt::format("<tr><td>{}</td><td>{}</td><td class=\"num\">{}</td><td{}>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td></tr>\n",
+                     f.repeat > 0 ? fmt::format("{} (repeat {})", f.index, f.repeat) : std::to_string(f.index), chosen.empty() ? "fixed" : Escape(Join(chosen, ", ")),
+                     Num(f.innerScores.empty() ? NAN : f.innerScores[f.chosen]), status == "converged" ? "" : " style=\"background:#fdd\"", status,
+                     f.model.info.iterations, (f.model.beta.array() > 0).count());
+  }
+  return h + "</table>\n";
 }
 
 /// Axial slices of a voxel map over a grey background, neurological convention (left on the left,
@@ -197,8 +333,11 @@ std::string Montage(const std::vector<float>& map, const std::vector<float>& bac
   }
   std::vector<std::string> zs;
   for (double z : zMm) zs.push_back(fmt::format("{:.0f}", z));
-  return fmt::format(R"(<img class="montage" alt="mean weight map, axial slices" width="{}" height="{}" src="data:image/png;base64,{}"><p class="note">Axial slices at z = {} mm (MNI), left to right, top to bottom; subject's left on the left, anterior up. Red: positive weight (towards the positive class / higher target), blue: negative; opacity ~ |w| up to its 99th percentile ({:.3g}).</p>)",
-                     width, height, Base64(EncodePng(width, height, rgb)), Join(zs, ", "), vmax);
+  return fmt::format(R"(<img class="montage" alt="mean weight map, axial slices" width="{}" height="{}" src="data:image/png;base64,{}"><br>)", width, height,
+                     Base64(EncodePng(width, height, rgb))) +
+         ColourBar(vmax) +
+         fmt::format(R"(<p class="note">Axial slices at z = {} mm (MNI), left to right, top to bottom; subject's left on the left, anterior up. Red: positive weight (towards the positive class / higher target), blue: negative; opacity ~ |w| up to its 99th percentile ({:.3g}).</p>)",
+                     Join(zs, ", "), vmax);
 }
 
 std::vector<float> Background(const atlas::RegionIndex& regions) {
@@ -264,10 +403,23 @@ td,th{border:1px solid #ddd;padding:.25em .6em;text-align:left;font-size:.92em}t
     h += "</tr>\n";
   }
   h += "</table>\n<div class=\"figs\">";
-  if (classification) h += RocChart(r);
-  else
+  if (classification) {
+    h += RocChart(r);
+    for (const auto& lr : r.learners) h += ConfusionMatrix(lr, r);
+  } else {
     for (std::size_t l = 0; l < r.learners.size(); ++l) h += ScatterChart(r.learners[l], r, kColours[l % 8]);
+  }
   h += "</div>\n";
+  if (r.permutations > 0) {
+    const std::string metric = classification ? "balanced_accuracy" : "pearson_r";
+    h += "<h2>Permutation test</h2>\n<p class=\"note\">The whole nested cross-validation rerun on permuted targets; the red line is the "
+         "value on the real targets. Every metric's null distribution: <code>null_distribution.tsv</code>.</p>\n<div class=\"figs\">";
+    for (const auto& lr : r.learners) h += NullHistogram(lr, metric, true);
+    h += "</div>\n";
+  }
+  h += "<h2>Fits and chosen parameters</h2>\n<p class=\"note\">Parameters chosen by the inner cross-validation on each outer training set "
+       "(score: mean over inner folds of " + std::string(classification ? "balanced accuracy" : "MSE") + "), and how each outer refit ended.</p>\n";
+  for (const auto& lr : r.learners) h += FitTable(lr);
 
   std::vector<float> background;
   if (regions) background = Background(*regions);

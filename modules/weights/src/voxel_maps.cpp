@@ -79,18 +79,4 @@ std::vector<std::vector<float>> VoxelMaps(const std::vector<std::string>& imageP
   return maps;
 }
 
-Eigen::VectorXd RegionShares(const std::vector<float>& map, const atlas::RegionIndex& regions, const std::vector<kernels::KernelInfo>& kernels) {
-  std::map<std::int64_t, const atlas::RegionVoxels*> byLabel;
-  for (const auto& r : regions.regions) byLabel[r.label] = &r;
-  Eigen::VectorXd shares = Eigen::VectorXd::Zero(static_cast<Eigen::Index>(kernels.size()));
-  for (std::size_t j = 0; j < kernels.size(); ++j) {
-    auto it = byLabel.find(kernels[j].label);
-    if (it == byLabel.end() || it->second->voxels.empty()) continue;
-    double sum = 0;
-    for (auto v : it->second->voxels) sum += std::abs(map[static_cast<std::size_t>(v)]);
-    shares[static_cast<Eigen::Index>(j)] = sum / static_cast<double>(it->second->voxels.size());  // |w| per voxel
-  }
-  return shares;
-}
-
 }  // namespace neuromkl::weights

@@ -4,6 +4,7 @@
 
 #include "learner_fixtures.hpp"
 #include "neuromkl/learners/learner.hpp"
+#include "neuromkl/weights/weights.hpp"
 #include "testing.hpp"
 
 using namespace neuromkl;
@@ -184,6 +185,25 @@ TEST(SimpleMkl, RegressionFitsTheSignalKernel) {
   const double r = ((f.array() - f.mean()) * (p.targets.y.array() - p.targets.y.mean())).sum() /
                    std::sqrt((f.array() - f.mean()).square().sum() * (p.targets.y.array() - p.targets.y.mean()).square().sum());
   EXPECT_GT(r, 0.8);
+}
+
+}  // namespace
+
+namespace {
+
+// For l1-MKL at its optimum every active kernel has the same alpha' K_r alpha (its KKT condition),
+// so the region summary of learners without kernel weights, ||w_r|| = beta_r sqrt(coef' K_r coef),
+// is proportional to beta: for an MKL learner the summary equals its kernel weights. Tolerance 2e-3:
+// SimpleMKL's weights at gap 1e-7 are within ~1e-3 of the optimum.
+TEST(RegionSummary, ModelNormSharesEqualL1MklKernelWeights) {
+  for (int seed : {3, 11}) {
+    const auto p = MakeMklProblem(60, 6, {0, 2, 3}, 0.8, seed);
+    const auto m = MakeLearner("simplemkl", {{"c", 1}, {"gap_tolerance", 1e-7}, {"svm_tolerance", 1e-10}, {"max_iterations", 5000}})
+                       ->Fit(p.kernels, p.targets);
+    const Eigen::VectorXd norms = weights::ModelNorms(p.kernels, m.coef, m.beta);
+    EXPECT_TRUE(MatrixNear(norms / norms.sum(), m.beta, 2e-3)) << "seed " << seed << "\nshares " << (norms / norms.sum()).transpose()
+                                                                 << "\nbeta   " << m.beta.transpose();
+  }
 }
 
 }  // namespace

@@ -114,3 +114,24 @@ TEST(Weights, VoxelMapReproducesDecisionValues) {
 }
 
 }  // namespace
+
+namespace {
+
+// ||w_r|| from the kernel equals the norm of the region's primal weights w_r = beta_r X_r' coef for
+// linear kernels of explicit features (exact up to rounding: 1e-12 relative).
+TEST(Weights, ModelNormsAreTheNormsOfTheRegionWeightVectors) {
+  Eigen::MatrixXd x1(4, 3), x2(4, 2);
+  x1 << 1, 0, 2, -1, 3, 0.5, 0, 1, 1, 2, -2, 0;
+  x2 << 0.3, 1, -1, 0, 2, 2, 0, -0.5;
+  Eigen::VectorXd coef(4), beta(2);
+  coef << 0.5, -1, 0.25, 0.25;
+  beta << 0.25, 0.75;
+  const Eigen::VectorXd norms = weights::ModelNorms({x1 * x1.transpose(), x2 * x2.transpose()}, coef, beta);
+  EXPECT_NEAR(norms[0], 0.25 * (x1.transpose() * coef).norm(), 1e-12);
+  EXPECT_NEAR(norms[1], 0.75 * (x2.transpose() * coef).norm(), 1e-12);
+  // A region the model does not use (coef orthogonal to its features) has norm 0, never NaN.
+  Eigen::MatrixXd x3 = Eigen::MatrixXd::Zero(4, 1);
+  EXPECT_EQ(weights::ModelNorms({x3 * x3.transpose()}, coef, Eigen::VectorXd::Ones(1))[0], 0.0);
+}
+
+}  // namespace

@@ -51,8 +51,11 @@ std::vector<std::vector<float>> VoxelMaps(const std::vector<std::string>& imageP
                                           const std::vector<kernels::KernelInfo>& kernels, const std::vector<Eigen::MatrixXd>& subjectWeights,
                                           kernels::NanPolicy nanPolicy);
 
-/// Region summary of a voxel map (for learners without kernel weights): mean |w| over each
-/// kernel's region, as a vector over kernels (to be renormalised to percent by RegionTable).
-Eigen::VectorXd RegionShares(const std::vector<float>& map, const atlas::RegionIndex& regions, const std::vector<kernels::KernelInfo>& kernels);
+/// Each kernel's part of a fitted model: ||w_r|| = beta_r sqrt(coef' K~_r coef), where K~_r is the
+/// fold's training kernel as the learner saw it (centred/normalised with training statistics). For a
+/// linear kernel w_r is the region's part of the voxel weight vector (the map restricted to the
+/// region), so this is the region's share of the model; for l1-MKL at its optimum it is
+/// proportional to the kernel weights (docs/learners.md). Used for learners without kernel weights.
+Eigen::VectorXd ModelNorms(const std::vector<Eigen::MatrixXd>& trainKernels, const Eigen::VectorXd& coef, const Eigen::VectorXd& beta);
 
 }  // namespace neuromkl::weights
