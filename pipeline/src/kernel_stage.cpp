@@ -50,6 +50,8 @@ std::string KernelCacheKey(const config::StudyConfig& study, const Cohort& cohor
       h.Update(HashFile(image)).Update(HashFile(labels));
       h.Update(study.mask.empty() ? Digest128{} : HashFile(study.mask));
       h.Update(std::string_view(study.kernels.nanPolicy == kernels::NanPolicy::Zero ? "zero" : "drop_voxel"));
+      h.Update(static_cast<std::uint64_t>(study.kernels.intensity.scaling));
+      for (const auto& name : study.kernels.intensity.referenceRegions) h.Update(name);
       break;
     }
     case KernelSource::Precomputed:
@@ -228,6 +230,31 @@ atlas::RegionIndex StudyRegions(const config::StudyConfig& study, const Cohort& 
 }
 }  // namespace
 
+namespace {
+
+/// One note per excluded kernel, made from the kernel set itself so a cache hit reports the same.
+void AddExclusionWarnings(KernelStageResult& res) {
+  for (const auto& e : res.set.excluded) res.warnings.push_back("kernels: " + e.info.name + " excluded: " + e.reason);
+}
+
+/// kernels.intensity reference regions as indices into the region index; ConfigError naming the
+/// JSON pointer (with a did-you-mean) for a name the atlas does not have.
+std::vector<std::size_t> ReferenceRegionIndices(const config::StudyConfig& study, const atlas::RegionIndex& index) {
+  std::vector<std::size_t> out;
+  std::vector<std::string> names;
+  for (const auto& r : index.regions) names.push_back(r.name);
+  for (const auto& name : study.kernels.intensity.referenceRegions) {
+    const auto it = std::find(names.begin(), names.end(), name);
+    if (it == names.end())
+      throw ConfigError("config:UnknownRegion", study.path + " /kernels/intensity/scaling/reference_region",
+                        "the atlas has no region \"" + name + "\" with voxels on the image grid" + DidYouMean(name, names));
+    out.push_back(static_cast<std::size_t>(it - names.begin()));
+  }
+  return out;
+}
+
+}  // namespace
+
 KernelStageResult RunKernelStage(const config::StudyConfig& study, const Cohort& cohort, const std::string& scratchDir) {
   KernelStageResult res;
   res.key = KernelCacheKey(study, cohort);
@@ -243,6 +270,7 @@ KernelStageResult RunKernelStage(const config::StudyConfig& study, const Cohort&
         if (key == res.key && res.set.subjects == cohort.ids) {
           res.cacheHit = true;
           spdlog::info("kernels: cache hit ({}), {} kernels, no image read", res.cachePath, res.set.Size());
+          AddExclusionWarnings(res);  // the notes of the run that computed them, kept on every hit
           return res;
         }
       } catch (const Error& e) {
@@ -258,6 +286,8 @@ KernelStageResult RunKernelStage(const config::StudyConfig& study, const Cohort&
       options.memoryBudgetBytes = static_cast<std::uint64_t>(study.kernels.memoryBudgetMb * 1048576.0);
       options.threads = study.threads;
       options.scratchDir = scratchDir;
+      options.intensity = study.kernels.intensity.scaling;
+      options.referenceRegions = ReferenceRegionIndices(study, index);
       res.set = kernels::ComputeRegionKernels(cohort.ids, cohort.images, index, options, &res.report);
       for (const auto& r : index.emptyRegions) {
         kernels::ExcludedKernel e;
@@ -267,7 +297,6 @@ KernelStageResult RunKernelStage(const config::StudyConfig& study, const Cohort&
         e.reason = study.mask.empty() ? "no voxel on the image grid" : "no voxel inside the mask";
         res.set.excluded.push_back(std::move(e));
       }
-      for (const auto& w : res.report.warnings) res.warnings.push_back("kernels: " + w);
       break;
     }
     case KernelSource::Precomputed:
@@ -277,8 +306,8 @@ KernelStageResult RunKernelStage(const config::StudyConfig& study, const Cohort&
       res.set = TabularKernels(study, cohort);
       break;
   }
-  if (study.kernels.source != KernelSource::Images)
-    for (const auto& name : kernels::ExcludeZeroKernels(res.set)) res.warnings.push_back("kernels: " + name + " excluded: all-zero kernel");
+  if (study.kernels.source != KernelSource::Images) kernels::ExcludeZeroKernels(res.set);
+  AddExclusionWarnings(res);
   if (res.set.kernels.empty())
     throw InputError("kernels:NoneLeft", study.path, "no usable kernel is left (every region was excluded; see the warnings above)");
   if (study.kernels.cache) {

@@ -95,7 +95,7 @@ void AttachKernels(StudyContext& ctx, const std::string& scratchDir) {
   ctx.nestedOptions = cv::NestedCvOptions{{ctx.study.kernels.centre, ctx.study.kernels.normalise}, ctx.unlabelledCount};
 }
 
-PooledBlock ComputePermutationBlock(const StudyContext& ctx, int first, int count) {
+PooledBlock ComputePermutationBlock(const StudyContext& ctx, int first, int count, Progress* progress) {
   PooledBlock out(static_cast<std::size_t>(count));
   const cv::InnerSplitter inner = ctx.Inner();
   const int n = ctx.n;
@@ -106,6 +106,7 @@ PooledBlock ComputePermutationBlock(const StudyContext& ctx, int first, int coun
     for (int k = 0; k < n; ++k) permuted.y[k] = ctx.cohort.y[perm[static_cast<std::size_t>(k)]];
     const auto res = cv::RunNestedCv(ctx.kernels, permuted, ctx.outer, inner, ctx.plans, ctx.nestedOptions);
     for (const auto& o : res) out[static_cast<std::size_t>(i)].push_back(cv::Summarise(o, permuted).pooled);
+    if (progress) progress->Advance();
   });
   return out;
 }

@@ -138,6 +138,11 @@ exporting::WeightMaps ComputeWeightMaps(const StudyContext& ctx, const std::vect
           weights::SubjectWeights(ctx.kernels, {train, fold.test, fold.model.coef, fold.model.beta}, study.kernels.centre, study.kernels.normalise));
       learnerOf.push_back(l);
     }
+  // Intensity-scaled kernels are kernels of x_i / s_i: the map sum_i D_i (x_i / s_i) reads the raw images.
+  if (!ks.set.intensityScale.empty())
+    for (auto& D : subjectWeights)
+      for (std::size_t i = 0; i < ctx.kernelRows.size(); ++i)
+        D.row(static_cast<Eigen::Index>(i)) /= ks.set.intensityScale[static_cast<std::size_t>(ctx.kernelRows[i])];
   std::vector<std::string> images;
   for (auto r : ctx.kernelRows) images.push_back(ctx.cohort.images[static_cast<std::size_t>(r)]);
   auto computed = weights::VoxelMaps(images, *ks.regions, ks.set.info, subjectWeights, study.kernels.nanPolicy);
@@ -163,6 +168,13 @@ exporting::WeightMaps ComputeWeightMaps(const StudyContext& ctx, const std::vect
   return maps;
 }
 
+/// Per kernel: subjects whose data are not all zero there (K_ii > 0), e.g. lesioned in that region.
+std::vector<int> SubjectsWithSignal(const learners::KernelList& kernels) {
+  std::vector<int> out;
+  for (const auto& K : kernels) out.push_back(static_cast<int>((K.diagonal().array() > 0).count()));
+  return out;
+}
+
 }  // namespace
 
 CrossValidationResult RunCrossValidation(const StudyContext& ctx) {
@@ -184,7 +196,7 @@ CrossValidationResult RunCrossValidation(const StudyContext& ctx) {
   return result;
 }
 
-PooledBlock LoadOrComputePermutationBlock(const StudyContext& ctx, const std::string& checkpointDir, int block, bool* reused) {
+PooledBlock LoadOrComputePermutationBlock(const StudyContext& ctx, const std::string& checkpointDir, int block, bool* reused, Progress* progress) {
   const int first = block * kPermutationBlock;
   const int count = std::min(kPermutationBlock, ctx.study.permutations.count - first);
   const std::string path = PermutationBlockPath(checkpointDir, block);
@@ -194,9 +206,10 @@ PooledBlock LoadOrComputePermutationBlock(const StudyContext& ctx, const std::st
   if (auto saved = exporting::LoadPermutationBlock(path, key);
       saved && saved->first == first && saved->learners == labels && static_cast<int>(saved->pooled.size()) == count) {
     if (reused) *reused = true;
+    if (progress) progress->Advance(static_cast<std::size_t>(count));
     return std::move(saved->pooled);
   }
-  PooledBlock pooled = ComputePermutationBlock(ctx, first, count);
+  PooledBlock pooled = ComputePermutationBlock(ctx, first, count, progress);
   try {
     exporting::SavePermutationBlock(path, {key, first, labels, pooled});
   } catch (const Error& e) {
@@ -213,9 +226,8 @@ PermutationResult RunPermutationTest(const StudyContext& ctx, const std::vector<
   Progress progress("permutations", static_cast<std::size_t>(P));
   for (int b = 0; b < blockCount; ++b) {
     bool reused = false;
-    blocks.push_back(LoadOrComputePermutationBlock(ctx, checkpointDir, b, &reused));
+    blocks.push_back(LoadOrComputePermutationBlock(ctx, checkpointDir, b, &reused, &progress));
     result.blocksReused += reused;
-    progress.Advance(blocks.back().size());
   }
   progress.Finish();
   if (result.blocksReused > 0)
@@ -297,6 +309,14 @@ exporting::RunRecord DescribeRun(const StudyContext& ctx, CrossValidationResult 
   record.excludedKernels = ks.set.excluded;
   record.kernelSource = config::ToString(study.kernels.source);
   record.kernelCache = ks.cacheHit ? "hit" : (study.kernels.cache ? "computed and stored" : "computed (cache off)");
+  if (!ks.set.intensityScale.empty()) {
+    record.intensityScaling = study.kernels.intensity.scaling == kernels::IntensityScaling::GlobalMean
+                                  ? "global_mean"
+                                  : "reference_region: " + Join(study.kernels.intensity.referenceRegions, ", ");
+    for (auto r : ctx.kernelRows) record.intensityScale.push_back(ks.set.intensityScale[static_cast<std::size_t>(r)]);
+  }
+  record.subjectsWithSignal = SubjectsWithSignal(ctx.kernels);
+  record.minSubjectsWithSignal = study.output.minSubjectsWithSignal;
   record.centre = study.kernels.centre;
   record.normalise = study.kernels.normalise;
   record.threads = study.threads;
@@ -304,6 +324,18 @@ exporting::RunRecord DescribeRun(const StudyContext& ctx, CrossValidationResult 
   record.atlas = study.kernels.source != config::KernelSource::Images ? "" : study.atlas.builtin.empty() ? study.atlas.image : study.atlas.builtin;
   record.mask = study.mask;
   record.date = UtcNow();
+  for (const auto& lr : record.learners) {
+    std::vector<std::string> fragile;
+    for (std::size_t i = 0; i < std::min<std::size_t>(10, lr.regions.size()); ++i)
+      if (const auto k = lr.regions[i].kernel; exporting::LowCoverage(record, k) && lr.regions[i].meanPercent > 0)
+        fragile.push_back(fmt::format("{} ({} subjects)", record.kernels[k].name, record.subjectsWithSignal[k]));
+    if (!fragile.empty()) {
+      record.warnings.push_back(fmt::format("learner {}: regions among its top 10 have non-zero data in fewer than {} subjects: {}; their weights rest "
+                                            "on those few subjects",
+                                            lr.outcome.label, record.minSubjectsWithSignal, Join(fragile, ", ")));
+      spdlog::warn("{}", record.warnings.back());
+    }
+  }
   Hasher inputHash;
   inputHash.Update(ks.key).Update(HashFile(study.subjects.table)).Update(config::ResolvedConfigJson(study));
   record.inputHash = inputHash.Hex();

@@ -7,6 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "neuromkl/core/npy.hpp"
+#include "neuromkl/io/nifti.hpp"
 #include "testing.hpp"
 
 using neuromkl::testing::ReadFile;
@@ -73,6 +75,143 @@ TEST(Trust, BatchSummaryNamesFitsThatDidNotConverge) {
   const auto r = RunCli("batch " + (dir / "cohort/batch.json") + " -q");
   ASSERT_EQ(r.exitCode, 0) << r.output;
   EXPECT_THAT(ReadFile(dir / "cohort/results/b/batch_summary.tsv"), HasSubstr("0/5 converged (5 max_iterations_reached)"));
+}
+
+constexpr int kAmygdalaL = 4201, kAmygdalaR = 4202, kHippocampusL = 4101;
+
+/// The built-in AAL labels on the simulated images' grid (simulate writes on the AAL grid).
+std::vector<float> AalLabels() { return neuromkl::io::ReadVolume(neuromkl::testing::SourcePath("atlases/aal/ROI_MNI_V4.nii.gz")).data; }
+
+/// Applies `edit(subject index, is patient, image)` to every image of a simulated cohort.
+template <typename Edit>
+void EditCohort(const TempDir& dir, Edit edit) {
+  const auto rows = ReadTsv(dir / "cohort/participants.tsv");
+  for (std::size_t i = 1; i < rows.size(); ++i) {
+    const std::string path = dir / ("cohort/" + rows[i][1]);
+    auto v = neuromkl::io::ReadVolume(path);
+    edit(i - 1, rows[i][2] == "patient", v);
+    neuromkl::io::WriteVolume(path, v);
+  }
+}
+
+double BalancedAccuracy(const std::string& resultsJson, std::size_t learner) {
+  return nlohmann::json::parse(ReadFile(resultsJson))["learners"][learner]["metrics"]["pooled"]["balanced_accuracy"].get<double>();
+}
+
+// Each image divided by its own mean over the atlas voxels: the divisor equals the hand computation
+// (double sums of the same floats: 1e-9 relative) and the kernels are those of the scaled images
+// (float products, 1e-5 relative, as the README states for the kernel stage).
+TEST(Trust, GlobalMeanScalingEqualsTheHandComputation) {
+  TempDir dir;
+  ASSERT_EQ(RunCli("simulate --out " + (dir / "cohort") + " --subjects 12 --seed 5 -q").exitCode, 0);
+  WriteFile(dir / "cohort/study.json", R"({"name": "scaled", "subjects": {"table": "participants.tsv"}, "target": {"column": "group",
+    "task": "classification", "positive_class": "patient"}, "atlas": "aal", "kernels": {"intensity": {"scaling": "global_mean"}},
+    "cv": {"outer": {"scheme": "stratified_kfold", "k": 3}}, "output": {"weight_maps": false}, "learners": [{"name": "krr", "params": {"lambda": 1}}]})");
+  const auto r = RunCli("run " + (dir / "cohort/study.json") + " --out " + (dir / "out") + " -q");
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  const auto results = nlohmann::json::parse(ReadFile(dir / "out/results.json"));
+  const auto scale = results["kernels"]["intensity"]["scale"].get<std::vector<double>>();
+  ASSERT_EQ(scale.size(), 12u);
+  const auto labels = AalLabels();
+  const auto rows = ReadTsv(dir / "cohort/participants.tsv");
+  std::vector<std::vector<float>> images;
+  for (int s = 0; s < 2; ++s) {
+    images.push_back(neuromkl::io::ReadVolume(dir / ("cohort/" + rows[static_cast<std::size_t>(s) + 1][1])).data);
+    double sum = 0;
+    long count = 0;
+    for (std::size_t v = 0; v < labels.size(); ++v)
+      if (labels[v] != 0) sum += images.back()[v], ++count;
+    EXPECT_NEAR(scale[static_cast<std::size_t>(s)], sum / static_cast<double>(count), 1e-9 * scale[static_cast<std::size_t>(s)]) << s;
+  }
+  double k01 = 0;
+  for (std::size_t v = 0; v < labels.size(); ++v)
+    if (labels[v] == kHippocampusL) k01 += static_cast<double>(images[0][v]) * images[1][v];
+  k01 /= scale[0] * scale[1];
+  const auto index = nlohmann::json::parse(ReadFile(dir / "out/kernels/index.json"));
+  for (const auto& k : index["kernels"])
+    if (k["name"] == "Hippocampus_L") {
+      EXPECT_NEAR(neuromkl::ReadNpy(dir / ("out/kernels/" + k["file"].get<std::string>()))(0, 1), k01, 1e-5 * k01);
+    }
+  EXPECT_THAT(ReadFile(dir / "out/report.html"), HasSubstr("intensity scaling"));
+}
+
+// Patients' images 30 % brighter overall and no regional effect: without scaling the global
+// difference is predicted perfectly; scaling by each image's own mean removes it (chance level).
+TEST(Trust, GlobalMeanScalingRemovesAGlobalIntensityDifference) {
+  TempDir dir;
+  ASSERT_EQ(RunCli("simulate --out " + (dir / "cohort") + " --subjects 40 --seed 9 --effect 0 -q").exitCode, 0);
+  EditCohort(dir, [](std::size_t, bool patient, neuromkl::io::Volume& v) {
+    if (patient)
+      for (float& x : v.data) x *= 1.3f;
+  });
+  const std::string common = R"({"subjects": {"table": "participants.tsv"}, "target": {"column": "group", "task": "classification",
+    "positive_class": "patient"}, "atlas": "aal", "output": {"weight_maps": false}, "learners": [{"name": "svm", "params": {"c": 1}}], )";
+  WriteFile(dir / "cohort/raw.json", common + R"("name": "raw"})");
+  WriteFile(dir / "cohort/scaled.json", common + R"("name": "scaled", "kernels": {"intensity": {"scaling": "global_mean"}}})");
+  ASSERT_EQ(RunCli("run " + (dir / "cohort/raw.json") + " --out " + (dir / "raw") + " -q").exitCode, 0);
+  ASSERT_EQ(RunCli("run " + (dir / "cohort/scaled.json") + " --out " + (dir / "scaled") + " -q").exitCode, 0);
+  EXPECT_GT(BalancedAccuracy(dir / "raw/results.json", 0), 0.9);
+  EXPECT_LT(BalancedAccuracy(dir / "scaled/results.json", 0), 0.75);  // chance: SD of balanced accuracy ~0.08 at n = 40
+}
+
+TEST(Trust, UnknownReferenceRegionIsAConfigErrorWithAHint) {
+  TempDir dir;
+  ASSERT_EQ(RunCli("simulate --out " + (dir / "cohort") + " --subjects 12 --seed 5 -q").exitCode, 0);
+  WriteFile(dir / "cohort/ref.json", R"({"name": "ref", "subjects": {"table": "participants.tsv"}, "target": {"column": "group",
+    "task": "classification", "positive_class": "patient"}, "atlas": "aal", "learners": [{"name": "svm"}],
+    "kernels": {"intensity": {"scaling": {"reference_region": ["Cerebelum_Crus1_L", "Cerebellum_Crus1_R"]}}}})");
+  const auto r = RunCli("run " + (dir / "cohort/ref.json") + " --out " + (dir / "out") + " -q");
+  EXPECT_EQ(r.exitCode, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("/kernels/intensity/scaling/reference_region"));
+  EXPECT_THAT(r.output, HasSubstr("did you mean \"Cerebelum_Crus1_R\""));
+}
+
+// Lesion-like data: Amygdala_R is non-zero in 3 patients only, Amygdala_L is zero everywhere. The
+// tables say on how few subjects a weight rests, and the exclusion note survives a cache hit.
+TEST(Trust, CoverageIsReportedAndExclusionNotesSurviveTheCache) {
+  TempDir dir;
+  ASSERT_EQ(RunCli("simulate --out " + (dir / "cohort") + " --subjects 30 --seed 4 --effect 0 -q").exitCode, 0);
+  const auto labels = AalLabels();
+  int lesioned = 0;
+  EditCohort(dir, [&](std::size_t, bool patient, neuromkl::io::Volume& v) {
+    const bool lesion = patient && lesioned < 3;
+    lesioned += lesion;
+    for (std::size_t i = 0; i < labels.size(); ++i) {
+      if (labels[i] == kAmygdalaL) v.data[i] = 0.0f;
+      if (labels[i] == kAmygdalaR) v.data[i] = lesion ? 5.0f : 0.0f;
+    }
+  });
+  WriteFile(dir / "cohort/study.json", R"({"name": "lesions", "subjects": {"table": "participants.tsv"}, "target": {"column": "group",
+    "task": "classification", "positive_class": "patient"}, "atlas": "aal", "output": {"weight_maps": false},
+    "learners": [{"name": "enmkl_svm", "params": {"c": 10, "mu": 1}}]})");
+  for (const char* out : {"first", "cached"}) {
+    const auto r = RunCli("run " + (dir / "cohort/study.json") + " --out " + (dir / out));
+    ASSERT_EQ(r.exitCode, 0) << r.output;
+    const auto results = nlohmann::json::parse(ReadFile(dir / (std::string(out) + "/results.json")));
+    std::string warnings;
+    for (const auto& w : results["warnings"]) warnings += w.get<std::string>() + "\n";
+    EXPECT_THAT(warnings, HasSubstr("Amygdala_L excluded: zero kernel")) << out;
+  }
+  EXPECT_EQ(nlohmann::json::parse(ReadFile(dir / "cached/results.json"))["kernels"]["cache"], "hit");
+  const auto rows = ReadTsv(dir / "first/regions_enmkl_svm.tsv");
+  ASSERT_EQ(rows[0][5], "subjects_with_signal");
+  for (const auto& row : rows)
+    if (row[2] == "Amygdala_R") {
+      EXPECT_EQ(row[5], "3");
+      EXPECT_EQ(row[6], "yes");
+    } else if (row[2] == "Hippocampus_L") {
+      EXPECT_EQ(row[5], "30");
+      EXPECT_EQ(row[6], "no");
+    }
+  // A minimum above the cohort size flags every region, so the top regions are named in a warning.
+  std::string strict = ReadFile(dir / "cohort/study.json");
+  const std::string option = "\"weight_maps\": false";
+  strict.replace(strict.find(option), option.size(), option + ", \"min_subjects_with_signal\": 31");
+  WriteFile(dir / "cohort/strict.json", strict);
+  const auto r = RunCli("run " + (dir / "cohort/strict.json") + " --out " + (dir / "strict"));
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("regions among its top 10 have non-zero data in fewer than 31 subjects"));
+  EXPECT_THAT(r.output, HasSubstr("(30 subjects)"));
 }
 
 }  // namespace

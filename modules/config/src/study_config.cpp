@@ -1,6 +1,7 @@
 #include "neuromkl/config/study_config.hpp"
 
 #include <filesystem>
+#include <algorithm>
 #include <cmath>
 #include <set>
 
@@ -182,7 +183,7 @@ StudyConfig ParseStudyConfig(const std::string& text, const std::string& baseDir
 
   if (r.Has("kernels")) {
     ObjectReader k(r.At("kernels"), "/kernels", src,
-                   {"source", "centre", "normalise", "nan_policy", "memory_budget_mb", "cache", "precomputed", "tabular"});
+                   {"source", "centre", "normalise", "nan_policy", "memory_budget_mb", "cache", "intensity", "precomputed", "tabular"});
     const std::string source = k.Choice("source", "images", {"images", "precomputed", "tabular"});
     c.kernels.source = source == "images" ? KernelSource::Images : source == "precomputed" ? KernelSource::Precomputed : KernelSource::Tabular;
     c.kernels.centre = k.Bool("centre", c.kernels.centre);
@@ -190,6 +191,22 @@ StudyConfig ParseStudyConfig(const std::string& text, const std::string& baseDir
     c.kernels.nanPolicy = k.Choice("nan_policy", "drop_voxel", {"drop_voxel", "zero"}) == "zero" ? kernels::NanPolicy::Zero : kernels::NanPolicy::DropVoxel;
     c.kernels.memoryBudgetMb = k.Number("memory_budget_mb", 0, 0, 1e9);
     c.kernels.cache = k.Bool("cache", c.kernels.cache);
+    if (k.Has("intensity")) {
+      ObjectReader in(k.At("intensity"), "/kernels/intensity", src, {"scaling"});
+      if (in.Has("scaling") && in.At("scaling").is_object()) {
+        ObjectReader ref(in.At("scaling"), "/kernels/intensity/scaling", src, {"reference_region"});
+        const Json& names = ref.Has("reference_region") ? ref.At("reference_region") : Json();
+        auto isName = [](const Json& v) { return v.is_string() && !v.get<std::string>().empty(); };
+        if (names.is_string() && isName(names)) c.kernels.intensity.referenceRegions = {names.get<std::string>()};
+        else if (names.is_array() && !names.empty() && std::all_of(names.begin(), names.end(), isName))
+          c.kernels.intensity.referenceRegions = names.get<std::vector<std::string>>();
+        else ref.Fail("reference_region", "a region name or a non-empty array of region names of the atlas (e.g. [\"Cerebelum_Crus1_L\", \"Cerebelum_Crus1_R\"])");
+        c.kernels.intensity.scaling = kernels::IntensityScaling::ReferenceRegions;
+      } else {
+        c.kernels.intensity.scaling = in.Choice("scaling", "none", {"none", "global_mean"}) == "global_mean" ? kernels::IntensityScaling::GlobalMean
+                                                                                                             : kernels::IntensityScaling::None;
+      }
+    }
     if (k.Has("precomputed")) {
       const Json& list = k.At("precomputed");
       if (!list.is_array()) k.Fail("precomputed", "an array of {\"name\", \"file\"} objects");
@@ -301,12 +318,14 @@ StudyConfig ParseStudyConfig(const std::string& text, const std::string& baseDir
   c.output.dir = ResolvePath(baseDir, "results/" + c.name);
   c.output.cacheDir = ResolvePath(baseDir, ".neuromkl_cache");
   if (r.Has("output")) {
-    ObjectReader o(r.At("output"), "/output", src, {"dir", "cache_dir", "save_kernels", "weight_maps", "weight_maps_unit_norm"});
+    ObjectReader o(r.At("output"), "/output", src, {"dir", "cache_dir", "save_kernels", "weight_maps", "weight_maps_unit_norm",
+                                                          "min_subjects_with_signal"});
     if (o.Has("dir")) c.output.dir = ResolvePath(baseDir, o.RequiredString("dir"));
     if (o.Has("cache_dir")) c.output.cacheDir = ResolvePath(baseDir, o.RequiredString("cache_dir"));
     c.output.saveKernels = o.Bool("save_kernels", c.output.saveKernels);
     c.output.weightMaps = o.Bool("weight_maps", c.output.weightMaps);
     c.output.weightMapUnitNorm = o.Bool("weight_maps_unit_norm", c.output.weightMapUnitNorm);
+    c.output.minSubjectsWithSignal = static_cast<int>(o.Integer("min_subjects_with_signal", c.output.minSubjectsWithSignal, 0, 1000000000));
   }
   return c;
 }
@@ -330,7 +349,10 @@ std::string ResolvedConfigJson(const StudyConfig& c) {
             {"normalise", c.kernels.normalise},
             {"nan_policy", c.kernels.nanPolicy == kernels::NanPolicy::Zero ? "zero" : "drop_voxel"},
             {"memory_budget_mb", c.kernels.memoryBudgetMb},
-            {"cache", c.kernels.cache}};
+            {"cache", c.kernels.cache},
+            {"intensity", {{"scaling", c.kernels.intensity.scaling == kernels::IntensityScaling::ReferenceRegions
+                                           ? Json{{"reference_region", c.kernels.intensity.referenceRegions}}
+                                           : Json(c.kernels.intensity.scaling == kernels::IntensityScaling::GlobalMean ? "global_mean" : "none")}}}};
   if (!c.kernels.precomputed.empty()) {
     k["precomputed"] = Json::array();
     for (const auto& p : c.kernels.precomputed) k["precomputed"].push_back({{"name", p.name}, {"file", p.file}});
@@ -367,7 +389,8 @@ std::string ResolvedConfigJson(const StudyConfig& c) {
   }
   j["permutations"] = {{"count", c.permutations.count}};
   j["output"] = {{"dir", c.output.dir}, {"cache_dir", c.output.cacheDir}, {"save_kernels", c.output.saveKernels},
-                 {"weight_maps", c.output.weightMaps}, {"weight_maps_unit_norm", c.output.weightMapUnitNorm}};
+                 {"weight_maps", c.output.weightMaps}, {"weight_maps_unit_norm", c.output.weightMapUnitNorm},
+                 {"min_subjects_with_signal", c.output.minSubjectsWithSignal}};
   j["seed"] = c.seed;
   j["threads"] = c.threads;
   return j.dump(2);

@@ -50,6 +50,7 @@ void SaveKernelStore(const std::string& dir, const kernels::KernelSet& set, cons
     e["file"] = file;
     index["kernels"].push_back(e);
   }
+  if (!set.intensityScale.empty()) index["intensity_scale"] = set.intensityScale;  // per subject: what its image was divided by
   for (const auto& x : set.excluded) {
     Json e = InfoJson(x.info);
     e["reason"] = x.reason;
@@ -78,6 +79,10 @@ kernels::KernelSet LoadKernelStore(const std::string& dir, std::string* key) {
       set.kernels.push_back(ReadNpy(dir + "/" + e.at("file").get<std::string>()));
     }
     for (const auto& e : index.at("excluded")) set.excluded.push_back({InfoFrom(e), e.value("reason", "")});
+    if (index.contains("intensity_scale")) set.intensityScale = index.at("intensity_scale").get<std::vector<double>>();
+    if (!set.intensityScale.empty() && set.intensityScale.size() != set.subjects.size())
+      throw InputError("store:Corrupt", path, "intensity_scale has " + std::to_string(set.intensityScale.size()) + " entries for " +
+                                                  std::to_string(set.subjects.size()) + " subjects");
     if (key) *key = index.value("key", "");
   } catch (const Json::exception& e) {
     throw InputError("store:Corrupt", path, std::string("the kernel index lacks a field: ") + e.what());

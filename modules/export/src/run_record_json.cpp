@@ -17,6 +17,10 @@ Json Map(const std::map<std::string, double>& m) {
 }
 }  // namespace
 
+bool LowCoverage(const RunRecord& r, std::size_t kernel) {
+  return kernel < r.subjectsWithSignal.size() && r.subjectsWithSignal[kernel] < r.minSubjectsWithSignal;
+}
+
 std::string RunRecordJson(const RunRecord& r) {
   Json j;
   j["format"] = "neuromkl-results";
@@ -41,10 +45,17 @@ std::string RunRecordJson(const RunRecord& r) {
   for (const auto& [id, why] : r.excludedSubjects) j["subjects"]["excluded"].push_back({{"id", id}, {"reason", why}});
   j["kernels"] = {{"source", r.kernelSource}, {"cache", r.kernelCache}, {"count", r.kernels.size()}, {"regions", Json::array()},
                   {"excluded", Json::array()}, {"preprocessing", {{"centre", r.centre}, {"normalise", r.normalise}, {"fitted_on", "training subjects of each fold"}}}};
-  for (const auto& k : r.kernels)
-    j["kernels"]["regions"].push_back({{"name", k.name}, {"label", k.label}, {"features", k.features},
-                                       {"atlas_voxels", k.atlasVoxels}, {"non_finite_voxels", k.nonFiniteVoxels},
-                                       {"zeroed_values", k.zeroedValues}});
+  for (std::size_t i = 0; i < r.kernels.size(); ++i) {
+    const auto& k = r.kernels[i];
+    Json e = {{"name", k.name}, {"label", k.label}, {"features", k.features}, {"atlas_voxels", k.atlasVoxels},
+              {"non_finite_voxels", k.nonFiniteVoxels}, {"zeroed_values", k.zeroedValues}, {"low_coverage", LowCoverage(r, i)}};
+    if (i < r.subjectsWithSignal.size()) e["subjects_with_signal"] = r.subjectsWithSignal[i];
+    j["kernels"]["regions"].push_back(e);
+  }
+  j["kernels"]["min_subjects_with_signal"] = r.minSubjectsWithSignal;
+  if (!r.intensityScaling.empty())
+    j["kernels"]["intensity"] = {{"scaling", r.intensityScaling}, {"scale", r.intensityScale},
+                                 {"note", "each image was divided by this value (its own mean) before the kernels; subjects in labelled-then-unlabelled order"}};
   for (const auto& k : r.excludedKernels)
     j["kernels"]["excluded"].push_back({{"name", k.info.name}, {"label", k.info.label}, {"reason", k.reason}});
   j["cv"] = {{"outer", r.outerScheme}, {"inner", r.innerScheme}, {"seed", r.cvSeed},

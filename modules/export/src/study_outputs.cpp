@@ -36,6 +36,10 @@ std::string ChosenText(const learners::ParamMap& p, const std::vector<std::strin
 
 std::string FoldSuffix(const cv::OuterFoldResult& f) { return fmt::format("fold{}{}", f.index, f.repeat > 0 ? "_r" + std::to_string(f.repeat) : ""); }
 
+std::string SubjectsWithSignalCell(const RunRecord& r, std::size_t kernel) {
+  return kernel < r.subjectsWithSignal.size() ? std::to_string(r.subjectsWithSignal[kernel]) : "NA";
+}
+
 Rows SubjectRows(const RunRecord& r) {
   Rows rows = {{"subject", "used", "target", "reason"}};
   for (const auto& s : r.subjectTable) rows.push_back({s.id, s.used, s.target, s.reason});
@@ -43,13 +47,13 @@ Rows SubjectRows(const RunRecord& r) {
 }
 
 Rows KernelRows(const RunRecord& r) {
-  Rows rows = {{"label", "name", "status", "voxels_used", "atlas_voxels", "non_finite_voxels", "zeroed_values", "reason"}};
-  auto add = [&](const kernels::KernelInfo& k, const std::string& status, const std::string& reason) {
+  Rows rows = {{"label", "name", "status", "voxels_used", "atlas_voxels", "non_finite_voxels", "zeroed_values", "subjects_with_signal", "reason"}};
+  auto add = [&](const kernels::KernelInfo& k, const std::string& status, const std::string& withSignal, const std::string& reason) {
     rows.push_back({std::to_string(k.label), k.name, status, std::to_string(k.features), std::to_string(k.atlasVoxels),
-                    std::to_string(k.nonFiniteVoxels), std::to_string(k.zeroedValues), reason});
+                    std::to_string(k.nonFiniteVoxels), std::to_string(k.zeroedValues), withSignal, reason});
   };
-  for (const auto& k : r.kernels) add(k, "used", "");
-  for (const auto& k : r.excludedKernels) add(k.info, "excluded", k.reason);
+  for (std::size_t i = 0; i < r.kernels.size(); ++i) add(r.kernels[i], "used", SubjectsWithSignalCell(r, i), "");
+  for (const auto& k : r.excludedKernels) add(k.info, "excluded", "NA", k.reason);
   return rows;
 }
 
@@ -94,8 +98,8 @@ Rows FoldRows(const RunRecord& r) {
 }
 
 Rows RegionRankingRows(const RunRecord& r, const LearnerRecord& lr) {
-  std::vector<std::string> header = {"rank", "label", "name", "voxels", "non_finite_voxels", "mean_percent", "sd_percent", "folds_selected",
-                                     "expected_ranking"};
+  std::vector<std::string> header = {"rank", "label", "name", "voxels", "non_finite_voxels", "subjects_with_signal", "low_coverage",
+                                     "mean_percent", "sd_percent", "folds_selected", "expected_ranking"};
   for (const auto& f : lr.outcome.folds)
     if (f.error.empty()) header.push_back(FoldSuffix(f) + "_percent");
   Rows rows = {header};
@@ -103,7 +107,8 @@ Rows RegionRankingRows(const RunRecord& r, const LearnerRecord& lr) {
     const auto& row = lr.regions[i];
     const auto& k = r.kernels[row.kernel];
     std::vector<std::string> cells = {std::to_string(i + 1), std::to_string(k.label), k.name, std::to_string(k.features),
-                                      std::to_string(k.nonFiniteVoxels), Cell(row.meanPercent), Cell(row.sdPercent),
+                                      std::to_string(k.nonFiniteVoxels), SubjectsWithSignalCell(r, row.kernel),
+                                      LowCoverage(r, row.kernel) ? "yes" : "no", Cell(row.meanPercent), Cell(row.sdPercent),
                                       std::to_string(row.foldsSelected), Cell(row.expectedRank)};
     for (double p : row.foldPercent) cells.push_back(Cell(p));
     rows.push_back(cells);
@@ -115,6 +120,8 @@ std::string RegionRankingNotes(const LearnerRecord& lr) {
   return fmt::format("{{\n  \"learner\": \"{}\",\n  \"weights\": \"{}\",\n  \"percent\": \"each fold's weights as a percentage of that fold's total\",\n"
                      "  \"folds_selected\": \"outer folds in which the weight is > 0\",\n"
                      "  \"expected_ranking\": \"mean over outer folds of the region's rank; rank 1 = largest weight, ties share the average of their ranks\",\n"
+                     "  \"subjects_with_signal\": \"used subjects whose data are not all zero in the region (e.g. lesioned there)\",\n"
+                     "  \"low_coverage\": \"yes when subjects_with_signal is below output.min_subjects_with_signal: a weight resting on so few subjects is fragile\",\n"
                      "  \"order\": \"rows sorted by mean_percent, descending\"\n}}\n",
                      lr.outcome.label, lr.regionSource);
 }

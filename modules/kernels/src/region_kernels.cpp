@@ -240,6 +240,7 @@ KernelSet ComputeRegionKernels(const std::vector<std::string>& subjectIds, const
                  rep.dataBytes / 1048576.0, budget / 1048576.0, blocks, rowsPerBlock);
   }
   std::vector<std::vector<std::int64_t>> badColumns(static_cast<std::size_t>(n));
+  std::vector<double> scales(options.intensity == IntensityScaling::None ? 0 : static_cast<std::size_t>(n), 1.0);
   {
     Progress progress("reading images", static_cast<std::size_t>(n));
     const auto t0 = Clock::now();
@@ -273,6 +274,33 @@ KernelSet ComputeRegionKernels(const std::vector<std::string>& subjectIds, const
       if (finite == 0)
         throw InputError("input:AllNonFinite", "subject " + subject,
                          fmt::format("all {} voxels inside the atlas regions are NaN or infinite; the image holds no data", V));
+      if (options.intensity != IntensityScaling::None) {
+        // The subject's own mean over finite voxels (non-finite ones are 0 here and not counted).
+        double sum = 0;
+        std::int64_t count = 0;
+        auto addColumns = [&](std::int64_t c0, std::int64_t c1) {
+          for (std::int64_t c = c0; c < c1; ++c) sum += row[c];
+          count += c1 - c0;
+        };
+        if (options.intensity == IntensityScaling::GlobalMean) addColumns(0, V);
+        else
+          for (auto r : options.referenceRegions) addColumns(layout.offset[r], layout.offset[r + 1]);
+        const auto badInRange = options.intensity == IntensityScaling::GlobalMean
+                                    ? static_cast<std::int64_t>(bad.size())
+                                    : std::count_if(bad.begin(), bad.end(), [&](std::int64_t c) {
+                                        for (auto r : options.referenceRegions)
+                                          if (c >= layout.offset[r] && c < layout.offset[r + 1]) return true;
+                                        return false;
+                                      });
+        const double mean = count - badInRange > 0 ? sum / static_cast<double>(count - badInRange) : 0.0;
+        if (!(mean > 0) || !std::isfinite(mean))
+          throw InputError("input:IntensityScale", "subject " + subject,
+                           fmt::format("intensity scaling needs a positive mean, found {} over the {}", mean,
+                                       options.intensity == IntensityScaling::GlobalMean ? "atlas voxels" : "reference region voxels"));
+        scales[static_cast<std::size_t>(s)] = mean;
+        const float inverse = static_cast<float>(1.0 / mean);
+        for (std::int64_t c = 0; c < V; ++c) row[c] *= inverse;
+      }
       if (scratch) scratch->Write(row, static_cast<std::size_t>(V), static_cast<std::uint64_t>(s) * rowBytes);
       restNs += std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - tRest).count();
       progress.Advance();
@@ -286,6 +314,7 @@ KernelSet ComputeRegionKernels(const std::vector<std::string>& subjectIds, const
   // ---- the non-finite rule ----
   KernelSet set;
   set.subjects = subjectIds;
+  set.intensityScale = std::move(scales);
   set.info.resize(R);
   for (std::size_t r = 0; r < R; ++r) {
     set.info[r].name = regions.regions[r].name;

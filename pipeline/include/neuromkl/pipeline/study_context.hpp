@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "neuromkl/config/study_config.hpp"
+#include "neuromkl/core/progress.hpp"
 #include "neuromkl/cv/nested_cv.hpp"
 #include "neuromkl/pipeline/cohort.hpp"
 #include "neuromkl/pipeline/kernel_stage.hpp"
@@ -61,7 +62,8 @@ void AttachKernels(StudyContext& ctx, const std::string& scratchDir);
 /// pooled[p][l]: learner l's pooled metrics on permutation first + p (the whole nested CV on
 /// permuted targets, same outer folds). Permutation p uses seed DeriveSeed(PermutationSeed(), p),
 /// so a block's result does not depend on who computes it or with how many threads.
-PooledBlock ComputePermutationBlock(const StudyContext& ctx, int first, int count);
+/// `progress` (optional) advances after every permutation, so slow fits still show progress.
+PooledBlock ComputePermutationBlock(const StudyContext& ctx, int first, int count, Progress* progress = nullptr);
 
 /// Where the permutation blocks of a study are checkpointed when the caller does not say.
 std::string DefaultCheckpointDir(const config::StudyConfig& study);

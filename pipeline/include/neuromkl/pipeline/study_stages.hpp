@@ -31,7 +31,8 @@ PermutationResult RunPermutationTest(const StudyContext& ctx, const std::vector<
 
 /// One permutation block, from its checkpoint when a valid one exists (sets *reused), else
 /// computed and checkpointed (a checkpoint that cannot be written is a warning: the result stands).
-PooledBlock LoadOrComputePermutationBlock(const StudyContext& ctx, const std::string& checkpointDir, int block, bool* reused = nullptr);
+PooledBlock LoadOrComputePermutationBlock(const StudyContext& ctx, const std::string& checkpointDir, int block, bool* reused = nullptr,
+                                          Progress* progress = nullptr);
 
 /// Stage 5: which regions carry the prediction: voxel weight maps (image kernels) and ranked
 /// region tables per learner.

@@ -57,6 +57,12 @@ struct TabularSpec {
 
 enum class KernelSource { Images, Precomputed, Tabular };
 
+/// kernels.intensity: per-image intensity scaling before the kernels (PET).
+struct IntensitySpec {
+  kernels::IntensityScaling scaling = kernels::IntensityScaling::None;
+  std::vector<std::string> referenceRegions;  ///< region names (scaling = ReferenceRegions)
+};
+
 struct KernelSpec {
   KernelSource source = KernelSource::Images;
   bool centre = true;                ///< per fold, training statistics only
@@ -64,6 +70,7 @@ struct KernelSpec {
   kernels::NanPolicy nanPolicy = kernels::NanPolicy::DropVoxel;
   double memoryBudgetMb = 0;         ///< 0 = 25 % of physical memory
   bool cache = true;
+  IntensitySpec intensity;
   std::vector<PrecomputedKernelSpec> precomputed;
   TabularSpec tabular;
 };
@@ -104,6 +111,7 @@ struct OutputSpec {
   bool saveKernels = true;
   bool weightMaps = true;            ///< voxel weight maps (image source): one extra pass over the images
   bool weightMapUnitNorm = false;    ///< scale each fold's map to unit L2 norm before averaging (as PRoNTo)
+  int minSubjectsWithSignal = 5;     ///< regions where fewer subjects have non-zero data are flagged (lesion maps)
 };
 
 struct StudyConfig {

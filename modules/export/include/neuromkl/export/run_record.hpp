@@ -51,6 +51,10 @@ struct RunRecord {
   std::vector<kernels::KernelInfo> kernels;
   std::vector<kernels::ExcludedKernel> excludedKernels;
   std::string kernelSource, kernelCache;
+  std::string intensityScaling;              ///< empty: none; "global_mean" or "reference_region: names"
+  std::vector<double> intensityScale;        ///< per labelled (then unlabelled) subject: the image's divisor
+  std::vector<int> subjectsWithSignal;       ///< per kernel: used subjects with non-zero data there
+  int minSubjectsWithSignal = 0;             ///< below it a region is flagged as poorly covered
   std::map<std::string, double> seconds;  ///< per stage
   std::vector<LearnerRecord> learners;
   int permutations = 0;             ///< permutations run per learner (0: no permutation test)
@@ -60,6 +64,9 @@ struct RunRecord {
   int threads = 0;
   std::string description, atlas, mask, date;
 };
+
+/// Whether a kernel rests on fewer subjects with non-zero data than the study's minimum.
+bool LowCoverage(const RunRecord& record, std::size_t kernel);
 
 std::string RunRecordJson(const RunRecord& record);
 

@@ -28,6 +28,7 @@ struct KernelSet {
   std::vector<KernelInfo> info;           ///< one per kernel
   std::vector<Eigen::MatrixXd> kernels;   ///< one per kernel
   std::vector<ExcludedKernel> excluded;   ///< regions left out, with the reason
+  std::vector<double> intensityScale;     ///< per subject: what its image was divided by (empty: no scaling)
   std::size_t Size() const { return kernels.size(); }
 };
 

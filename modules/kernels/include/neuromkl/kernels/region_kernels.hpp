@@ -14,11 +14,18 @@ enum class NanPolicy {
   Zero,       ///< PRoNTo's rule: each non-finite value is replaced by 0
 };
 
+/// Per-image intensity scaling before the kernels (PET): each image is divided by its own mean over
+/// the atlas voxels (global mean) or over the voxels of reference regions. Per subject, so no
+/// information crosses subjects or folds.
+enum class IntensityScaling { None, GlobalMean, ReferenceRegions };
+
 struct RegionKernelOptions {
   NanPolicy nanPolicy = NanPolicy::DropVoxel;
   std::uint64_t memoryBudgetBytes = 0;  ///< budget for the subjects x voxels matrix; 0 = 25 % of RAM
   int threads = 0;                      ///< 0 = all cores
   std::string scratchDir;               ///< where the out-of-core data file goes (default: system temp)
+  IntensityScaling intensity = IntensityScaling::None;
+  std::vector<std::size_t> referenceRegions;  ///< ReferenceRegions: indices into RegionIndex::regions
 };
 
 struct RegionKernelReport {
@@ -35,7 +42,8 @@ struct RegionKernelReport {
 /// Computes every region kernel in one pass over the subjects (each image decoded exactly once).
 /// Errors: unreadable/corrupt/4-D image [io:*], an image on another grid than the region index
 /// [input:GridMismatch, names the subject and the difference], an image with no finite value in
-/// the atlas [input:AllNonFinite], an empty cohort [input:EmptyCohort].
+/// the atlas [input:AllNonFinite], an empty cohort [input:EmptyCohort], a non-positive mean for
+/// intensity scaling [input:IntensityScale]. With scaling, set.intensityScale holds each subject's divisor.
 KernelSet ComputeRegionKernels(const std::vector<std::string>& subjectIds, const std::vector<std::string>& imagePaths,
                                const atlas::RegionIndex& regions, const RegionKernelOptions& options,
                                RegionKernelReport* report = nullptr);
