@@ -316,6 +316,8 @@ exporting::RunRecord DescribeRun(const StudyContext& ctx, CrossValidationResult 
     for (auto r : ctx.kernelRows) record.intensityScale.push_back(ks.set.intensityScale[static_cast<std::size_t>(r)]);
   }
   record.subjectsWithSignal = SubjectsWithSignal(ctx.kernels);
+  if (const auto total = ks.set.nonZeroInsideAtlas + ks.set.nonZeroOutsideAtlas; ks.set.nonZeroInsideAtlas >= 0 && total > 0)
+    record.outsideAtlasShare = static_cast<double>(ks.set.nonZeroOutsideAtlas) / static_cast<double>(total);
   record.minSubjectsWithSignal = study.output.minSubjectsWithSignal;
   record.centre = study.kernels.centre;
   record.normalise = study.kernels.normalise;

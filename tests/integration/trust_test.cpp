@@ -173,12 +173,16 @@ TEST(Trust, CoverageIsReportedAndExclusionNotesSurviveTheCache) {
   ASSERT_EQ(RunCli("simulate --out " + (dir / "cohort") + " --subjects 30 --seed 4 --effect 0 -q").exitCode, 0);
   const auto labels = AalLabels();
   int lesioned = 0;
+  double inside = 0, outside = 0;  // non-zero values inside / outside the atlas, counted by hand
   EditCohort(dir, [&](std::size_t, bool patient, neuromkl::io::Volume& v) {
     const bool lesion = patient && lesioned < 3;
     lesioned += lesion;
+    int extra = 0;
     for (std::size_t i = 0; i < labels.size(); ++i) {
       if (labels[i] == kAmygdalaL) v.data[i] = 0.0f;
       if (labels[i] == kAmygdalaR) v.data[i] = lesion ? 5.0f : 0.0f;
+      if (labels[i] == 0 && extra < 2000 && i % 7 == 0) v.data[i] = 1.0f, ++extra;  // "lesion" voxels no region covers
+      if (v.data[i] != 0.0f) ++(labels[i] != 0 ? inside : outside);
     }
   });
   WriteFile(dir / "cohort/study.json", R"({"name": "lesions", "subjects": {"table": "participants.tsv"}, "target": {"column": "group",
@@ -192,7 +196,10 @@ TEST(Trust, CoverageIsReportedAndExclusionNotesSurviveTheCache) {
     for (const auto& w : results["warnings"]) warnings += w.get<std::string>() + "\n";
     EXPECT_THAT(warnings, HasSubstr("Amygdala_L excluded: zero kernel")) << out;
   }
-  EXPECT_EQ(nlohmann::json::parse(ReadFile(dir / "cached/results.json"))["kernels"]["cache"], "hit");
+  const auto cached = nlohmann::json::parse(ReadFile(dir / "cached/results.json"));
+  EXPECT_EQ(cached["kernels"]["cache"], "hit");
+  EXPECT_NEAR(cached["kernels"]["non_zero_outside_atlas_share"].get<double>(), outside / (inside + outside), 1e-12);
+  EXPECT_THAT(ReadFile(dir / "cached/report.html"), HasSubstr("lie outside the atlas regions"));
   const auto rows = ReadTsv(dir / "first/regions_enmkl_svm.tsv");
   ASSERT_EQ(rows[0][5], "subjects_with_signal");
   for (const auto& row : rows)

@@ -51,6 +51,7 @@ void SaveKernelStore(const std::string& dir, const kernels::KernelSet& set, cons
     index["kernels"].push_back(e);
   }
   if (!set.intensityScale.empty()) index["intensity_scale"] = set.intensityScale;  // per subject: what its image was divided by
+  if (set.nonZeroInsideAtlas >= 0) index["non_zero_values"] = {{"inside_atlas", set.nonZeroInsideAtlas}, {"outside_atlas", set.nonZeroOutsideAtlas}};
   for (const auto& x : set.excluded) {
     Json e = InfoJson(x.info);
     e["reason"] = x.reason;
@@ -79,6 +80,10 @@ kernels::KernelSet LoadKernelStore(const std::string& dir, std::string* key) {
       set.kernels.push_back(ReadNpy(dir + "/" + e.at("file").get<std::string>()));
     }
     for (const auto& e : index.at("excluded")) set.excluded.push_back({InfoFrom(e), e.value("reason", "")});
+    if (index.contains("non_zero_values")) {
+      set.nonZeroInsideAtlas = index.at("non_zero_values").at("inside_atlas").get<std::int64_t>();
+      set.nonZeroOutsideAtlas = index.at("non_zero_values").at("outside_atlas").get<std::int64_t>();
+    }
     if (index.contains("intensity_scale")) set.intensityScale = index.at("intensity_scale").get<std::vector<double>>();
     if (!set.intensityScale.empty() && set.intensityScale.size() != set.subjects.size())
       throw InputError("store:Corrupt", path, "intensity_scale has " + std::to_string(set.intensityScale.size()) + " entries for " +

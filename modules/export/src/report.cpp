@@ -375,6 +375,9 @@ td,th{border:1px solid #ddd;padding:.25em .6em;text-align:left;font-size:.92em}t
   row("kernels", fmt::format("{} ({}), {} excluded; {}centred, {}normalised per fold on training subjects", r.kernels.size(), Escape(r.kernelSource),
                              r.excludedKernels.size(), r.centre ? "" : "not ", r.normalise ? "" : "not "));
   if (!r.atlas.empty()) row("atlas", Escape(r.atlas) + (r.mask.empty() ? "" : ", mask " + Escape(r.mask)));
+  if (r.outsideAtlasShare >= 0)
+    row("coverage", fmt::format("{:.1f} % of the images' non-zero voxel values lie outside the atlas regions{}", 100 * r.outsideAtlasShare,
+                                r.outsideAtlasShare > 0.1 ? " &mdash; no region sees them; check that the atlas fits the data" : ""));
   if (!r.intensityScaling.empty()) {
     const auto [lo, hi] = std::minmax_element(r.intensityScale.begin(), r.intensityScale.end());
     row("intensity scaling", fmt::format("each image divided by its own {} (divisors {:.4g} to {:.4g})", Escape(r.intensityScaling), *lo, *hi));

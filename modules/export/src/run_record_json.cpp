@@ -53,6 +53,7 @@ std::string RunRecordJson(const RunRecord& r) {
     j["kernels"]["regions"].push_back(e);
   }
   j["kernels"]["min_subjects_with_signal"] = r.minSubjectsWithSignal;
+  if (r.outsideAtlasShare >= 0) j["kernels"]["non_zero_outside_atlas_share"] = r.outsideAtlasShare;
   if (!r.intensityScaling.empty())
     j["kernels"]["intensity"] = {{"scaling", r.intensityScaling}, {"scale", r.intensityScale},
                                  {"note", "each image was divided by this value (its own mean) before the kernels; subjects in labelled-then-unlabelled order"}};

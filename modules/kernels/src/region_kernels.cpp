@@ -199,6 +199,11 @@ KernelSet ComputeRegionKernels(const std::vector<std::string>& subjectIds, const
   const auto n = static_cast<std::int64_t>(imagePaths.size());
   if (n == 0) throw InputError("input:EmptyCohort", "kernels", "no subject to read: the cohort is empty");
   const Layout layout = MakeLayout(regions);
+  // Which voxels the atlas regions cover: non-zero data elsewhere is counted, so a reader learns how
+  // much of the signal (e.g. of lesion maps) no region sees.
+  std::vector<char> insideAtlas(static_cast<std::size_t>(regions.grid.VoxelCount()), 0);
+  for (const auto& [voxel, c] : layout.voxelColumn) insideAtlas[static_cast<std::size_t>(voxel)] = 1;
+  std::atomic<std::int64_t> nonZeroInside{0}, nonZeroOutside{0};
   const std::int64_t V = layout.Columns();
   const std::size_t R = regions.regions.size();
   RegionKernelReport local;
@@ -260,6 +265,11 @@ KernelSet ComputeRegionKernels(const std::vector<std::string>& subjectIds, const
       float* row = inMemory ? data.get() + s * V : localRow.data();
       std::int64_t finite = 0;
       auto& bad = badColumns[static_cast<std::size_t>(s)];
+      std::int64_t inside = 0, outside = 0;
+      for (std::size_t v = 0; v < vol.data.size(); ++v)
+        if (const float x = vol.data[v]; x != 0.0f && std::isfinite(x)) ++(insideAtlas[v] ? inside : outside);
+      nonZeroInside += inside;
+      nonZeroOutside += outside;
       for (const auto& [voxel, c] : layout.voxelColumn) {
         const float v = vol.data[static_cast<std::size_t>(voxel)];
         if (std::isfinite(v)) {
@@ -315,6 +325,8 @@ KernelSet ComputeRegionKernels(const std::vector<std::string>& subjectIds, const
   KernelSet set;
   set.subjects = subjectIds;
   set.intensityScale = std::move(scales);
+  set.nonZeroInsideAtlas = nonZeroInside;
+  set.nonZeroOutsideAtlas = nonZeroOutside;
   set.info.resize(R);
   for (std::size_t r = 0; r < R; ++r) {
     set.info[r].name = regions.regions[r].name;

@@ -55,6 +55,7 @@ struct RunRecord {
   std::vector<double> intensityScale;        ///< per labelled (then unlabelled) subject: the image's divisor
   std::vector<int> subjectsWithSignal;       ///< per kernel: used subjects with non-zero data there
   int minSubjectsWithSignal = 0;             ///< below it a region is flagged as poorly covered
+  double outsideAtlasShare = -1;             ///< share of non-zero voxel values outside the atlas regions (-1: not images)
   std::map<std::string, double> seconds;  ///< per stage
   std::vector<LearnerRecord> learners;
   int permutations = 0;             ///< permutations run per learner (0: no permutation test)

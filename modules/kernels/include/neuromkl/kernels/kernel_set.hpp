@@ -29,6 +29,9 @@ struct KernelSet {
   std::vector<Eigen::MatrixXd> kernels;   ///< one per kernel
   std::vector<ExcludedKernel> excluded;   ///< regions left out, with the reason
   std::vector<double> intensityScale;     ///< per subject: what its image was divided by (empty: no scaling)
+  /// Image kernels: finite non-zero voxel values inside / outside the atlas regions, summed over
+  /// subjects (-1: not images). A large outside share means the atlas misses part of the data.
+  std::int64_t nonZeroInsideAtlas = -1, nonZeroOutsideAtlas = -1;
   std::size_t Size() const { return kernels.size(); }
 };
 
