@@ -84,16 +84,21 @@ struct Layout {
   /// Image voxels in memory order with their column: reading an image sequentially and scattering
   /// into the (L2-sized) row is ~30 % faster than gathering region by region from the whole image.
   std::vector<std::pair<std::int64_t, std::int64_t>> voxelColumn;
+  /// Probabilistic regions: sqrt(p) per column, so that the region kernel is X diag(p) X'. Empty: all 1.
+  std::vector<float> columnScale;
   std::int64_t Columns() const { return static_cast<std::int64_t>(columnVoxel.size()); }
 };
 
 Layout MakeLayout(const atlas::RegionIndex& regions) {
   Layout L;
   L.offset.push_back(0);
+  const bool weighted = std::any_of(regions.regions.begin(), regions.regions.end(), [](const auto& r) { return !r.weights.empty(); });
   for (std::size_t r = 0; r < regions.regions.size(); ++r) {
-    for (auto v : regions.regions[r].voxels) {
-      L.columnVoxel.push_back(v);
+    const auto& region = regions.regions[r];
+    for (std::size_t k = 0; k < region.voxels.size(); ++k) {
+      L.columnVoxel.push_back(region.voxels[k]);
       L.columnRegion.push_back(static_cast<std::int32_t>(r));
+      if (weighted) L.columnScale.push_back(region.weights.empty() ? 1.0f : std::sqrt(region.weights[k]));
     }
     L.offset.push_back(L.Columns());
   }
@@ -259,10 +264,11 @@ KernelSet ComputeRegionKernels(const std::vector<std::string>& subjectIds, const
       float* row = inMemory ? data.get() + s * V : localRow.data();
       std::int64_t finite = 0;
       auto& bad = badColumns[static_cast<std::size_t>(s)];
+      const bool scaled = !layout.columnScale.empty();
       for (const auto& [voxel, c] : layout.voxelColumn) {
         const float v = vol.data[static_cast<std::size_t>(voxel)];
         if (std::isfinite(v)) {
-          row[c] = v;
+          row[c] = scaled ? v * layout.columnScale[static_cast<std::size_t>(c)] : v;
           ++finite;
         } else {
           row[c] = 0.0f;
