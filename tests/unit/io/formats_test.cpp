@@ -41,6 +41,13 @@ bool SameBits(const std::vector<float>& a, const std::vector<float>& b) {
   return true;
 }
 
+/// prefix + number + suffix, appended (GCC 12 raises a false -Wrestrict on "literal" + std::string).
+std::string NumberedName(std::string prefix, int number, const std::string& suffix) {
+  prefix += std::to_string(number);
+  prefix += suffix;
+  return prefix;
+}
+
 template <typename F>
 std::string ErrorCodeOf(F&& f) {
   try {
@@ -114,7 +121,7 @@ TEST(ImageFormats, IntegerTypesScalingAndByteOrder) {
     for (int i = 0; i < 12; ++i) t.stored.push_back(i * 7 + 1);
     t.datatype = type;
     t.slope = 0.5;
-    const io::Volume v = io::ReadVolume(WriteFixtureImage(tmp / ("t" + std::to_string(type) + ".nii"), FixtureFormat::Nifti2, t));
+    const io::Volume v = io::ReadVolume(WriteFixtureImage(tmp / NumberedName("t", type, ".nii"), FixtureFormat::Nifti2, t));
     for (int i = 0; i < 12; ++i) EXPECT_EQ(v.data[static_cast<std::size_t>(i)], (i * 7 + 1) * 0.5f) << "datatype " << type;
   }
 }
