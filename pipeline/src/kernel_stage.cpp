@@ -52,16 +52,21 @@ std::string KernelCacheKey(const config::StudyConfig& study, const Cohort& cohor
   for (const auto& id : cohort.ids) h.Update(id);
   switch (study.kernels.source) {
     case KernelSource::Images: {
-      for (const auto& img : cohort.images) h.Update(HashFile(img));
+      for (const auto& img : cohort.images) {
+        const auto files = io::ImageFilePaths(img);  // a .hdr/.img pair: both halves (a .nii: the key is unchanged)
+        for (const auto& f : files) h.Update(HashFile(f));
+      }
       std::string image = study.atlas.image, labels = study.atlas.labels;
       if (!study.atlas.builtin.empty())
         if (auto f = atlas::BuiltinAtlas(study.atlas.builtin)) image = f->image, labels = f->table;
       h.Update(HashFile(image)).Update(HashFile(labels));
+      if (const auto atlasFiles = io::ImageFilePaths(image); atlasFiles.size() > 1) h.Update(HashFile(atlasFiles[1]));
       // Probabilistic and multi-image atlases (the key of a plain label atlas is unchanged).
       for (std::size_t k = 0; k < study.atlas.parts.size(); ++k) {
         const auto& part = study.atlas.parts[k];
         if (k == 0 && !part.probabilistic && study.atlas.parts.size() == 1) break;
-        h.Update(std::string_view("atlas-part")).Update(HashFile(part.image)).Update(HashFile(part.labels)).Update(part.prefix);
+        h.Update(std::string_view("atlas-part")).Update(HashFile(part.labels)).Update(part.prefix);
+        for (const auto& f : io::ImageFilePaths(part.image)) h.Update(HashFile(f));
         h.Update(static_cast<std::uint64_t>(part.probabilistic)).Update(part.threshold);
       }
       h.Update(study.mask.empty() ? std::uint64_t{0} : HashFile(study.mask));

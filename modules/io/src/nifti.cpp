@@ -132,6 +132,12 @@ std::string ToString(ImageFormat format) {
   return "?";
 }
 
+std::vector<std::string> ImageFilePaths(const std::string& path) {
+  const detail::ImageFiles files = detail::ResolveImageFiles(path);
+  if (!files.pair) return {path};
+  return {files.header, files.data};
+}
+
 ImageFormat ReadImageFormat(const std::string& path) { return detail::ReadImageHeader(path).format; }
 
 std::string AnalyzeConventionNote() {
@@ -186,7 +192,9 @@ void ReadVolume(const std::string& path, Volume& out) {
     std::lock_guard<std::mutex> lock(gCacheMutex);
     cacheable = gCacheOn;
   }
-  if (cacheable && FileStamp(path, size, mtime)) {
+  // A pair's voxels live in the .img: its stamp decides whether a cached volume is still current.
+  const std::string stampPath = cacheable ? detail::ResolveImageFiles(path).data : path;
+  if (cacheable && FileStamp(stampPath, size, mtime)) {
     std::lock_guard<std::mutex> lock(gCacheMutex);
     if (auto it = gCache.find(path); it != gCache.end() && it->second.size == size && it->second.mtime == mtime) {
       out.geometry = it->second.volume.geometry;

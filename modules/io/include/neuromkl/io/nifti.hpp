@@ -18,6 +18,10 @@ ImageFormat ReadImageFormat(const std::string& path);
 /// The orientation convention neuromkl applies to Analyze 7.5 files (SPM's), one sentence for warnings.
 std::string AnalyzeConventionNote();
 
+/// The files that hold an image: the path itself, plus the other half of a .hdr/.img pair (header
+/// first). Content hashes (kernel cache keys) must cover both halves of a pair.
+std::vector<std::string> ImageFilePaths(const std::string& path);
+
 /// Reads only the header: geometry of a 3-D image. Same errors as ReadVolume.
 Geometry ReadGeometry(const std::string& path);
 
