@@ -432,6 +432,7 @@ std::string ResolvedConfigJson(const StudyConfig& c) {
     Json entities = Json::object();
     for (const auto& [key, value] : c.subjects.bids.entities) entities[key] = value;
     j["subjects"]["bids"] = {{"root", c.subjects.bids.root}, {"entities", entities}};
+    j["subjects"].erase("image_column");  // unused with bids (and refused there, so the resolved file parses again)
     if (!c.subjects.bids.derivatives.empty()) j["subjects"]["bids"]["derivatives"] = c.subjects.bids.derivatives;
   }
   j["target"] = {{"column", c.target.column}, {"task", ToString(c.target.task)}, {"positive_class", c.target.positiveClass}};
