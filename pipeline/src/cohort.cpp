@@ -53,17 +53,29 @@ BidsName ParseName(const std::string& path);
 /// space of the image names against /atlas/space.
 void DescribeImages(const config::StudyConfig& study, Cohort& c) {
   std::size_t analyze = 0;
+  std::vector<std::string> withMat;
   std::set<std::string> spaces;
   for (const auto& img : c.images) {
     const std::string lower = ToLower(img);
     const bool pairName = lower.ends_with(".hdr") || lower.ends_with(".img") || lower.ends_with(".hdr.gz") || lower.ends_with(".img.gz");
-    if (pairName && io::ReadImageFormat(img) == io::ImageFormat::Analyze75) ++analyze;
+    if (pairName && io::ReadImageFormat(img) == io::ImageFormat::Analyze75) {
+      ++analyze;
+      // SPM stores a reoriented Analyze image's affine in X.mat, which neuromkl cannot read.
+      std::string stem = img.substr(0, img.size() - (lower.ends_with(".gz") ? 7 : 4));
+      std::error_code ec;
+      if (fs::exists(stem + ".mat", ec)) withMat.push_back(stem + ".mat");
+    }
     const BidsName name = ParseName(img);
     if (auto it = name.entities.find("space"); it != name.entities.end()) spaces.insert(it->second);
   }
   c.imageSpaces.assign(spaces.begin(), spaces.end());
   if (analyze > 0)
     c.warnings.push_back(fmt::format("images: {} of {} images are Analyze 7.5 files: {}", analyze, c.images.size(), io::AnalyzeConventionNote()));
+  if (!withMat.empty())
+    c.warnings.push_back(fmt::format("images: {} Analyze image(s) have an SPM .mat file beside them (e.g. {}): SPM reads its orientation "
+                                     "from there, neuromkl ignores it; convert these images to NIfTI (e.g. SPM's Import or nibabel) "
+                                     "if they were reoriented",
+                                     withMat.size(), withMat.front()));
   const std::string& atlasSpace = study.atlas.space;
   for (const auto& space : spaces)
     if (!atlasSpace.empty() && space != atlasSpace)

@@ -182,6 +182,12 @@ TEST(InputFormats, AnalyzePairsRunWithTheSpmConventionWarnedOnce) {
   EXPECT_EQ(r.output.find(note), r.output.rfind(note)) << r.output;
   EXPECT_THAT(r.output, HasSubstr("SPM"));
   EXPECT_THAT(ReadFile(dir / "results/a/results.json"), HasSubstr(note));
+  // An SPM .mat beside an Analyze image (a reoriented image) is named: neuromkl cannot read it.
+  WriteFile(dir / "images/s3.mat", "MATLAB 5.0 MAT-file");
+  const auto v = RunCli("validate " + (dir / "study.json"));
+  EXPECT_EQ(v.exitCode, 0) << v.output;
+  EXPECT_THAT(v.output, HasSubstr("1 Analyze image(s) have an SPM .mat file beside them"));
+  EXPECT_THAT(v.output, HasSubstr("s3.mat"));
 }
 
 TEST(InputFormats, AtlasTablesInDsegFslXmlAndFreeSurferLutRunEndToEnd) {

@@ -232,3 +232,20 @@ TEST(ImageFormats, BadFilesAreClearErrorsNamingTheFile) {
   neuromkl::testing::WriteFile(tmp / "notes.txt", "hello");
   EXPECT_THAT(ErrorCodeOf([&] { io::ReadVolume(tmp / "notes.txt"); }), HasSubstr("io:NotNifti"));
 }
+
+TEST(ImageFormats, VolumeCacheOfAPairFollowsItsImgFile) {
+  // The voxels of a pair live in the .img: a new .img (same .hdr) is decoded again, never served stale.
+  TempDir tmp;
+  FixtureImage im;
+  im.dims = {2, 2, 2};
+  im.stored.assign(8, 1.0);
+  const std::string hdr = WriteFixtureImage(tmp / "p.hdr", FixtureFormat::Nifti1Pair, im);
+  io::VolumeCacheScope cache(1 << 20);
+  EXPECT_EQ(io::ReadVolume(hdr).data[3], 1.0f);
+  im.stored[3] = 5;
+  WriteFixtureImage(tmp / "q.hdr", FixtureFormat::Nifti1Pair, im);  // only p.img changes; p.hdr stays as it was
+  std::filesystem::copy_file(tmp / "q.img", tmp / "p.img", std::filesystem::copy_options::overwrite_existing);
+  std::filesystem::last_write_time(tmp / "p.img", std::filesystem::last_write_time(tmp / "p.img") + std::chrono::seconds(5));
+  EXPECT_EQ(io::ReadVolume(hdr).data[3], 5.0f);
+  EXPECT_EQ(io::ImageFilePaths(hdr), (std::vector<std::string>{hdr, tmp / "p.img"}));
+}
