@@ -6,12 +6,14 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 
 #include <fmt/format.h>
 
 #include "neuromkl/core/errors.hpp"
 #include "neuromkl/core/strings.hpp"
 #include "neuromkl/core/table.hpp"
+#include "neuromkl/io/nifti.hpp"
 
 namespace neuromkl::pipeline {
 
@@ -38,7 +40,132 @@ bool ClassLess(const std::string& a, const std::string& b) {
   if (ParseNumber(a, x) && ParseNumber(b, y)) return x < y;
   return a < b;
 }
+bool IsImageExtension(const std::string& ext) {
+  const std::string e = ToLower(ext);
+  return e == ".nii" || e == ".nii.gz" || e == ".hdr" || e == ".hdr.gz";
+}
+
+std::string WithoutSubPrefix(const std::string& id) { return id.rfind("sub-", 0) == 0 ? id.substr(4) : id; }
+
+BidsName ParseName(const std::string& path);
+
+/// Study-wide notes on the images: the Analyze orientation convention (once), the template
+/// space of the image names against /atlas/space.
+void DescribeImages(const config::StudyConfig& study, Cohort& c) {
+  std::size_t analyze = 0;
+  std::vector<std::string> withMat;
+  std::set<std::string> spaces;
+  for (const auto& img : c.images) {
+    const std::string lower = ToLower(img);
+    const bool pairName = lower.ends_with(".hdr") || lower.ends_with(".img") || lower.ends_with(".hdr.gz") || lower.ends_with(".img.gz");
+    if (pairName && io::ReadImageFormat(img) == io::ImageFormat::Analyze75) {
+      ++analyze;
+      // SPM stores a reoriented Analyze image's affine in X.mat, which neuromkl cannot read.
+      std::string stem = img.substr(0, img.size() - (lower.ends_with(".gz") ? 7 : 4));
+      std::error_code ec;
+      if (fs::exists(stem + ".mat", ec)) withMat.push_back(stem + ".mat");
+    }
+    const BidsName name = ParseName(img);
+    if (auto it = name.entities.find("space"); it != name.entities.end()) spaces.insert(it->second);
+  }
+  c.imageSpaces.assign(spaces.begin(), spaces.end());
+  if (analyze > 0)
+    c.warnings.push_back(fmt::format("images: {} of {} images are Analyze 7.5 files: {}", analyze, c.images.size(), io::AnalyzeConventionNote()));
+  if (!withMat.empty())
+    c.warnings.push_back(fmt::format("images: {} Analyze image(s) have an SPM .mat file beside them (e.g. {}): SPM reads its orientation "
+                                     "from there, neuromkl ignores it; convert these images to NIfTI (e.g. SPM's Import or nibabel) "
+                                     "if they were reoriented",
+                                     withMat.size(), withMat.front()));
+  const std::string& atlasSpace = study.atlas.space;
+  for (const auto& space : spaces)
+    if (!atlasSpace.empty() && space != atlasSpace)
+      c.warnings.push_back(fmt::format("atlas: /atlas/space is \"{}\" but image names say space-{}: the atlas and the images may be in "
+                                       "different template spaces (regions would be misplaced)",
+                                       atlasSpace, space));
+}
+
+BidsName ParseName(const std::string& path) { return ParseBidsName(fs::path(path).filename().string()); }
 }  // namespace
+
+BidsName ParseBidsName(const std::string& fileName) {
+  BidsName out;
+  const std::size_t dot = fileName.find('.');
+  const std::string stem = fileName.substr(0, dot);
+  out.extension = dot == std::string::npos ? "" : fileName.substr(dot);
+  const auto parts = Split(stem, '_');
+  if (parts.size() < 2) return out;
+  for (std::size_t i = 0; i + 1 < parts.size(); ++i) {
+    const std::size_t dash = parts[i].find('-');
+    if (dash == std::string::npos || dash == 0 || dash + 1 == parts[i].size()) return BidsName{};
+    out.entities[parts[i].substr(0, dash)] = parts[i].substr(dash + 1);
+  }
+  out.suffix = parts.back();
+  return out;
+}
+
+std::vector<std::string> FindBidsImages(const config::BidsSpec& bids, const std::vector<std::string>& ids) {
+  const std::string searched = bids.derivatives.empty() ? bids.root : bids.derivatives;
+  std::error_code ec;
+  if (!fs::is_directory(searched, ec))
+    throw InputError("subjects:BidsMissing", searched,
+                     std::string("the BIDS ") + (bids.derivatives.empty() ? "root (/subjects/bids/root)" : "derivatives folder (/subjects/bids/derivatives)") +
+                         " is not a folder");
+  // Every image file under sub-<label>/ folders, by participant label.
+  std::map<std::string, std::vector<std::pair<std::string, BidsName>>> byLabel;
+  for (auto it = fs::recursive_directory_iterator(searched, fs::directory_options::skip_permission_denied, ec);
+       !ec && it != fs::recursive_directory_iterator(); it.increment(ec)) {
+    const std::string name = it->path().filename().string();
+    if (it->is_directory(ec) && (name.rfind('.', 0) == 0 || name == "sourcedata")) {
+      it.disable_recursion_pending();
+      continue;
+    }
+    if (!it->is_regular_file(ec)) continue;
+    BidsName parsed = ParseBidsName(name);
+    if (parsed.suffix.empty() || !parsed.entities.count("sub") || !IsImageExtension(parsed.extension)) continue;
+    byLabel[parsed.entities["sub"]].emplace_back(it->path().lexically_normal().string(), std::move(parsed));
+  }
+  std::vector<std::string> wanted;
+  for (const auto& [key, value] : bids.entities) wanted.push_back(key + "-" + value);
+  std::vector<std::string> images, problems;
+  for (const auto& id : ids) {
+    const std::string label = WithoutSubPrefix(id);
+    std::vector<std::string> matches, others;
+    for (const auto& [path, name] : byLabel[label]) {
+      bool ok = true;
+      for (const auto& [key, value] : bids.entities) {
+        if (key == "suffix") ok &= name.suffix == value;
+        else if (key == "extension") ok &= ToLower(name.extension) == ToLower(value.front() == '.' ? value : "." + value);
+        else ok &= name.entities.count(key) && name.entities.at(key) == value;
+      }
+      (ok ? matches : others).push_back(path);
+    }
+    std::sort(matches.begin(), matches.end());
+    if (matches.size() == 1) {
+      images.push_back(matches[0]);
+      continue;
+    }
+    images.emplace_back();
+    auto list = [](std::vector<std::string> files) {
+      std::sort(files.begin(), files.end());
+      for (auto& f : files) f = fs::path(f).filename().string();
+      const std::size_t shown = std::min<std::size_t>(files.size(), 6);
+      return Join(std::vector<std::string>(files.begin(), files.begin() + static_cast<std::ptrdiff_t>(shown)), ", ") +
+             (files.size() > shown ? fmt::format(", ... ({} in all)", files.size()) : "");
+    };
+    if (matches.empty())
+      problems.push_back(fmt::format("sub-{}: no image matches; {}", label,
+                                     others.empty() ? "no image file of this participant at all" : "its images are " + list(others)));
+    else
+      problems.push_back(fmt::format("sub-{}: {} images match ({}); add an entity that tells them apart (e.g. ses, run, desc, res)",
+                                     label, matches.size(), list(matches)));
+  }
+  if (!problems.empty())
+    throw InputError("subjects:BidsMatch", searched,
+                     fmt::format("expected exactly one image per participant with entities {}, but {} of {} participants {}:\n  {}",
+                                 Join(wanted, ", "), problems.size(), ids.size(), problems.size() == 1 ? "has none or several" : "have none or several",
+                                 Join(problems, "\n  ")));
+  return images;
+}
 
 Cohort LoadCohort(const config::StudyConfig& study) {
   const DelimitedTable table = ReadDelimitedTable(study.subjects.table);
@@ -47,7 +174,8 @@ Cohort LoadCohort(const config::StudyConfig& study) {
   const std::size_t idCol = byRow ? 0 : table.Require(study.subjects.idColumn, "subject id column, /subjects/id_column");
   const std::size_t targetCol = table.Require(study.target.column, "target column, /target/column");
   const bool needImages = study.kernels.source == config::KernelSource::Images;
-  const std::size_t imageCol = needImages ? table.Require(study.subjects.imageColumn, "image column, /subjects/image_column") : 0;
+  const bool bids = !study.subjects.bids.root.empty();
+  const std::size_t imageCol = needImages && !bids ? table.Require(study.subjects.imageColumn, "image column, /subjects/image_column") : 0;
   if (table.rows.empty()) throw InputError("subjects:Empty", path, "the subjects table has a header but no subject rows");
 
   Cohort c;
@@ -64,7 +192,7 @@ Cohort LoadCohort(const config::StudyConfig& study) {
                                    table.lineNumbers[it->second], table.lineNumbers[r]));
     seen[id] = r;
     c.ids.push_back(id);
-    if (needImages) {
+    if (needImages && !bids) {
       if (IsMissingCell(row[imageCol]))
         throw InputError("subjects:NoImage", where, "subject " + id + " has no image path in column \"" + study.subjects.imageColumn + "\"");
       const std::string img = ResolveImagePath(path, row[imageCol]);
@@ -85,6 +213,8 @@ Cohort LoadCohort(const config::StudyConfig& study) {
                                  missing.size() > 5 ? "; ..." : "") +
                          " (relative image paths resolve against the table's folder)");
   }
+  if (needImages && bids) c.images = FindBidsImages(study.subjects.bids, c.ids);
+  if (needImages) DescribeImages(study, c);
   for (std::size_t r = 0; r < c.ids.size(); ++r)
     if (c.labelled[r]) c.labelledRows.push_back(static_cast<int>(r));
   const auto n = static_cast<Eigen::Index>(c.labelledRows.size());
@@ -122,6 +252,21 @@ Cohort LoadCohort(const config::StudyConfig& study) {
   }
   std::map<std::string, int> counts;
   for (auto r : c.labelledRows) ++counts[c.rawTargets[static_cast<std::size_t>(r)]];
+  if (auto it = study.subjects.levels.find(study.target.column); it != study.subjects.levels.end()) {
+    // participants.json declares the column's levels: every class must be one of them.
+    std::vector<std::string> declared, unknown;
+    for (const auto& level : it->second) {
+      declared.push_back(level.value);
+      c.classDescriptions[level.value] = level.description;
+    }
+    for (const auto& [value, count] : counts)
+      if (!c.classDescriptions.count(value)) unknown.push_back(fmt::format("\"{}\" ({} subjects)", value, count));
+    if (!unknown.empty())
+      throw InputError("subjects:UnknownLevel", path,
+                       fmt::format("column \"{}\" holds values that {} (\"Levels\" of \"{}\") does not declare: {}; declared levels: {}",
+                                   study.target.column, study.subjects.sidecar, study.target.column, Join(unknown, ", "),
+                                   Join(declared, ", ")));
+  }
   std::vector<std::string> classes;
   for (const auto& [k, _] : counts) classes.push_back(k);
   std::sort(classes.begin(), classes.end(), ClassLess);

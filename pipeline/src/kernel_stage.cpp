@@ -25,7 +25,7 @@ namespace fs = std::filesystem;
 using config::KernelSource;
 
 atlas::Atlas LoadStudyAtlas(const config::StudyConfig& study) {
-  if (!study.atlas.builtin.empty()) {
+  if (!study.atlas.builtin.empty() || study.atlas.parts.empty()) {
     const auto files = atlas::BuiltinAtlas(study.atlas.builtin);
     std::error_code ec;
     if (!files || !fs::exists(files->image, ec))
@@ -33,7 +33,16 @@ atlas::Atlas LoadStudyAtlas(const config::StudyConfig& study) {
                     "the built-in atlas file is missing; set NEUROMKL_DATA_DIR to the folder that holds atlases/");
     return atlas::LoadAtlas(files->image, files->table);
   }
-  return atlas::LoadAtlas(study.atlas.image, study.atlas.labels);
+  return LoadStudyAtlases(study).at(0);
+}
+
+std::vector<atlas::Atlas> LoadStudyAtlases(const config::StudyConfig& study) {
+  if (!study.atlas.builtin.empty() || study.atlas.parts.empty()) return {LoadStudyAtlas(study)};
+  std::vector<atlas::Atlas> atlases;
+  for (const auto& part : study.atlas.parts)
+    atlases.push_back(part.probabilistic ? atlas::LoadProbabilisticAtlas(part.image, part.labels, part.threshold)
+                                         : atlas::LoadAtlas(part.image, part.labels));
+  return atlases;
 }
 
 std::string KernelCacheKey(const config::StudyConfig& study, const Cohort& cohort) {
@@ -43,11 +52,23 @@ std::string KernelCacheKey(const config::StudyConfig& study, const Cohort& cohor
   for (const auto& id : cohort.ids) h.Update(id);
   switch (study.kernels.source) {
     case KernelSource::Images: {
-      for (const auto& img : cohort.images) h.Update(HashFile(img));
+      for (const auto& img : cohort.images) {
+        const auto files = io::ImageFilePaths(img);  // a .hdr/.img pair: both halves (a .nii: the key is unchanged)
+        for (const auto& f : files) h.Update(HashFile(f));
+      }
       std::string image = study.atlas.image, labels = study.atlas.labels;
       if (!study.atlas.builtin.empty())
         if (auto f = atlas::BuiltinAtlas(study.atlas.builtin)) image = f->image, labels = f->table;
       h.Update(HashFile(image)).Update(HashFile(labels));
+      if (const auto atlasFiles = io::ImageFilePaths(image); atlasFiles.size() > 1) h.Update(HashFile(atlasFiles[1]));
+      // Probabilistic and multi-image atlases (the key of a plain label atlas is unchanged).
+      for (std::size_t k = 0; k < study.atlas.parts.size(); ++k) {
+        const auto& part = study.atlas.parts[k];
+        if (k == 0 && !part.probabilistic && study.atlas.parts.size() == 1) break;
+        h.Update(std::string_view("atlas-part")).Update(HashFile(part.labels)).Update(part.prefix);
+        for (const auto& f : io::ImageFilePaths(part.image)) h.Update(HashFile(f));
+        h.Update(static_cast<std::uint64_t>(part.probabilistic)).Update(part.threshold);
+      }
       h.Update(study.mask.empty() ? Digest128{} : HashFile(study.mask));
       h.Update(std::string_view(study.kernels.nanPolicy == kernels::NanPolicy::Zero ? "zero" : "drop_voxel"));
       h.Update(static_cast<std::uint64_t>(study.kernels.intensity.scaling));
@@ -219,12 +240,23 @@ kernels::KernelSet TabularKernels(const config::StudyConfig& study, const Cohort
 
 namespace {
 atlas::RegionIndex StudyRegions(const config::StudyConfig& study, const Cohort& cohort, std::vector<std::string>& warnings) {
-  const atlas::Atlas atlas = LoadStudyAtlas(study);
-  for (const auto& w : atlas.warnings) warnings.push_back("atlas: " + w);
+  for (const auto& w : cohort.warnings) {
+    spdlog::warn("{}", w);  // once per study (Analyze convention, atlas space), also in results.json
+    warnings.push_back(w);
+  }
   const io::Geometry grid = io::ReadGeometry(cohort.images.at(0));
   std::unique_ptr<io::Volume> mask;
   if (!study.mask.empty()) mask = std::make_unique<io::Volume>(io::ReadVolume(study.mask));
-  atlas::RegionIndex index = atlas::BuildRegionIndex(atlas, grid, mask.get(), study.mask);
+  std::vector<atlas::RegionIndex> parts;
+  std::vector<std::string> prefixes;
+  for (const auto& atlas : LoadStudyAtlases(study)) {
+    for (const auto& w : atlas.warnings) warnings.push_back("atlas: " + w);
+    parts.push_back(atlas::BuildRegionIndex(atlas, grid, mask.get(), study.mask));
+  }
+  for (const auto& part : study.atlas.parts) prefixes.push_back(part.prefix);
+  atlas::RegionIndex index = parts.size() == 1 && prefixes.size() <= 1 && (prefixes.empty() || prefixes[0].empty())
+                                 ? std::move(parts[0])
+                                 : atlas::CombineRegionIndices(std::move(parts), prefixes);
   for (const auto& w : index.warnings) warnings.push_back("atlas: " + w);
   return index;
 }

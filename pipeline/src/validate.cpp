@@ -52,6 +52,12 @@ std::string ValidateStudy(const config::StudyConfig& study) {
     std::vector<std::string> counts;
     for (const auto& [k, v] : cohort.classCounts) counts.push_back(fmt::format("\"{}\" n = {}", k, v));
     line(fmt::format("Target: \"{}\", classification: {}; positive class \"{}\"", study.target.column, Join(counts, ", "), cohort.positiveClass));
+    if (!cohort.classDescriptions.empty()) {
+      std::vector<std::string> described;
+      for (const auto& [k, _] : cohort.classCounts)
+        if (auto it = cohort.classDescriptions.find(k); it != cohort.classDescriptions.end()) described.push_back(fmt::format("\"{}\" = {}", k, it->second));
+      line(fmt::format("  levels (from {}): {}", study.subjects.sidecar, Join(described, "; ")));
+    }
   } else {
     const auto& y = cohort.y;
     const double mean = y.mean();
@@ -61,16 +67,23 @@ std::string ValidateStudy(const config::StudyConfig& study) {
   }
   switch (study.kernels.source) {
     case config::KernelSource::Images: {
+      if (!study.subjects.bids.root.empty())
+        line(fmt::format("Images: found by BIDS entities under {}", study.subjects.bids.derivatives.empty() ? study.subjects.bids.root
+                                                                                                         : study.subjects.bids.derivatives));
       line(fmt::format("Images: all {} files present and readable", cohort.images.size()));
+      for (const auto& w : cohort.warnings) line("  warning: " + w);
       const io::Geometry grid = io::ReadGeometry(cohort.images.at(0));
       line(fmt::format("  grid (from {}): {}", cohort.ids.at(0), grid.Describe()));
-      const atlas::Atlas atlas = LoadStudyAtlas(study);
-      line(fmt::format("Atlas: {} ({}), {} regions, grid {}", study.atlas.builtin.empty() ? "custom" : study.atlas.builtin, atlas.imagePath,
-                       atlas.regions.size(), atlas.geometry.Describe()));
-      line(fmt::format("  label table {} (coding column \"{}\")", atlas.tablePath, atlas.labelColumn));
-      for (const auto& w : atlas.warnings) line("  warning: " + w);
-      line(atlas.geometry.DifferenceFrom(grid).empty() ? "  atlas and images share one grid"
-                                                        : "  atlas will be resampled onto the image grid (nearest neighbour, world coordinates)");
+      for (const auto& atlas : LoadStudyAtlases(study)) {
+        line(fmt::format("Atlas: {} ({}){}, {} regions, grid {}", study.atlas.builtin.empty() ? "custom" : study.atlas.builtin, atlas.imagePath,
+                         atlas.probabilistic ? fmt::format(", probabilistic (p > {:g})", atlas.threshold) : std::string(),
+                         atlas.regions.size(), atlas.geometry.Describe()));
+        line(fmt::format("  label table {} ({}; coding column \"{}\")", atlas.tablePath, atlas.tableFormat, atlas.labelColumn));
+        for (const auto& w : atlas.warnings) line("  warning: " + w);
+        line(atlas.geometry.DifferenceFrom(grid).empty() ? "  atlas and images share one grid"
+                                                          : "  atlas will be resampled onto the image grid (nearest neighbour, world coordinates)");
+      }
+      if (!study.atlas.space.empty()) line(fmt::format("  atlas space: {}", study.atlas.space));
       if (!study.mask.empty()) {
         const io::Geometry mg = io::ReadGeometry(study.mask);
         line(fmt::format("Mask: {} ({}){}", study.mask, mg.Describe(), mg.DifferenceFrom(grid).empty() ? "" : ", will be resampled"));

@@ -2,6 +2,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <set>
 
 #include <fmt/format.h>
@@ -28,7 +29,15 @@ std::optional<AtlasFiles> BuiltinAtlas(const std::string& name) {
 }
 
 Atlas LoadAtlas(const std::string& imagePath, const std::string& tablePath) {
-  io::Volume image = io::ReadVolume(imagePath);
+  io::Volume image;
+  try {
+    image = io::ReadVolume(imagePath);
+  } catch (const InputError& e) {
+    if (e.code() != "io:Not3D") throw;
+    throw InputError("atlas:FourD", imagePath,
+                     "expected a 3-D label image, found a 4-D image: for a probabilistic atlas (one volume per region) set "
+                     "\"probabilistic\": true in /atlas");
+  }
   Atlas atlas;
   atlas.imagePath = imagePath;
   atlas.tablePath = tablePath;
@@ -49,10 +58,11 @@ Atlas LoadAtlas(const std::string& imagePath, const std::string& tablePath) {
   if (nonInteger > 0)
     throw InputError("atlas:NonIntegerLabels", imagePath,
                      fmt::format("expected an integer label image, found {} voxels with non-integer or non-finite values "
-                                 "(a probability map? threshold it into labels first)", nonInteger));
+                                 "(a probability map? set \"probabilistic\": true in /atlas, or threshold it into labels)", nonInteger));
   if (present.empty()) throw InputError("atlas:NoLabels", imagePath, "the atlas image has no non-zero label");
 
   LabelTable table = ReadLabelTable(tablePath);
+  atlas.tableFormat = table.format;
   // The table column that codes the image: the one matching most image labels.
   std::size_t best = 0, bestHits = 0;
   for (std::size_t c = 0; c < table.labelColumns.size(); ++c) {
@@ -90,6 +100,54 @@ Atlas LoadAtlas(const std::string& imagePath, const std::string& tablePath) {
   if (!unnamed.empty())
     atlas.warnings.push_back(fmt::format("{} label value(s) of the image are missing from the table {} and are named label_<value>: {}",
                                          unnamed.size(), tablePath, fmt::join(unnamed, ", ")));
+  return atlas;
+}
+
+Atlas LoadProbabilisticAtlas(const std::string& imagePath, const std::string& tablePath, double threshold) {
+  io::Volume4D image = io::ReadVolume4D(imagePath);
+  Atlas atlas;
+  atlas.imagePath = imagePath;
+  atlas.tablePath = tablePath;
+  atlas.geometry = image.geometry;
+  atlas.probabilistic = true;
+  atlas.threshold = threshold;
+  float lo = 0, hi = 0;
+  std::int64_t nonFinite = 0;
+  for (float v : image.data) {
+    if (!std::isfinite(v)) {
+      ++nonFinite;
+      continue;
+    }
+    lo = std::min(lo, v);
+    hi = std::max(hi, v);
+  }
+  if (nonFinite > 0 || lo < 0 || hi > 100)
+    throw InputError("atlas:BadProbability", imagePath,
+                     fmt::format("expected probabilities in [0, 1] (or percent in [0, 100], as FSL stores them), found values in "
+                                 "[{:g}, {:g}]{}",
+                                 lo, hi, nonFinite ? fmt::format(" and {} non-finite values", nonFinite) : std::string()));
+  if (hi > 1.0f) {
+    for (float& v : image.data) v /= 100.0f;
+    atlas.warnings.push_back(fmt::format("probabilistic atlas {} holds percentages (maximum {:g}): divided by 100", imagePath, hi));
+  }
+  atlas.probabilities = std::move(image.data);
+  const LabelTable table = ReadLabelTable(tablePath);
+  atlas.tableFormat = table.format;
+  const std::size_t rows = table.names.size();
+  if (static_cast<std::int64_t>(rows) != image.volumes)
+    throw InputError("atlas:TableMismatch", tablePath,
+                     fmt::format("the table names {} regions but the probabilistic atlas {} has {} volumes (one per region expected)",
+                                 rows, imagePath, image.volumes));
+  for (std::size_t r = 0; r < rows; ++r) {
+    const std::int64_t volume = table.volumeIndex.empty() ? static_cast<std::int64_t>(r) : table.volumeIndex[r];
+    if (volume < 0 || volume >= image.volumes)
+      throw InputError("atlas:TableMismatch", tablePath,
+                       fmt::format("row {} ({}) names volume {}, but the image has volumes 0..{}", r + 1, table.names[r], volume,
+                                   image.volumes - 1));
+    atlas.regionVolume.push_back(volume);
+    atlas.regions.push_back({volume + 1, table.names[r]});
+  }
+  atlas.labelColumn = table.volumeIndex.empty() ? "row order" : "index";
   return atlas;
 }
 
@@ -133,7 +191,88 @@ std::int64_t RegionIndex::TotalVoxels() const {
   return n;
 }
 
+namespace {
+
+std::vector<char> MaskOnGrid(const io::Volume& mask, const io::Geometry& imageGrid, std::int64_t& count) {
+  std::vector<float> m = mask.geometry.DifferenceFrom(imageGrid).empty() ? mask.data : ResampleNearest(mask.geometry, mask.data, imageGrid);
+  std::vector<char> inMask(m.size());
+  count = 0;
+  for (std::size_t i = 0; i < m.size(); ++i) {
+    inMask[i] = std::isfinite(m[i]) && m[i] != 0.0f;
+    count += inMask[i];
+  }
+  return inMask;
+}
+
+/// Probabilistic regions: each volume on the image grid, voxels with p > threshold, weighted by p.
+RegionIndex BuildProbabilisticIndex(const Atlas& atlas, const io::Geometry& imageGrid, const io::Volume* mask, const std::string& maskPath) {
+  RegionIndex index;
+  index.grid = imageGrid;
+  const bool sameGrid = atlas.geometry.DifferenceFrom(imageGrid).empty();
+  if (!sameGrid) {
+    index.resampled = true;
+    index.warnings.push_back("probabilistic atlas " + atlas.imagePath + " (" + atlas.geometry.Describe() +
+                             ") resampled onto the image grid (" + imageGrid.Describe() + ") by nearest neighbour in world coordinates");
+  }
+  std::vector<char> inMask;
+  if (mask) inMask = MaskOnGrid(*mask, imageGrid, index.maskVoxels);
+  const auto atlasVoxels = static_cast<std::size_t>(atlas.geometry.VoxelCount());
+  for (std::size_t r = 0; r < atlas.regions.size(); ++r) {
+    const auto first = atlas.probabilities.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(atlas.regionVolume[r]) * atlasVoxels);
+    std::vector<float> volume(first, first + static_cast<std::ptrdiff_t>(atlasVoxels));
+    if (!sameGrid) volume = ResampleNearest(atlas.geometry, volume, imageGrid);
+    RegionVoxels region;
+    region.label = atlas.regions[r].label;
+    region.name = atlas.regions[r].name;
+    for (std::size_t v = 0; v < volume.size(); ++v) {
+      if (!(volume[v] > atlas.threshold) || volume[v] <= 0.0f) continue;
+      ++region.atlasVoxels;
+      if (mask && !inMask[v]) continue;
+      region.voxels.push_back(static_cast<std::int64_t>(v));
+      region.weights.push_back(volume[v]);
+    }
+    (region.voxels.empty() ? index.emptyRegions : index.regions).push_back(std::move(region));
+  }
+  if (index.regions.empty())
+    throw InputError("atlas:NoLabelInMask", mask && !maskPath.empty() ? maskPath : atlas.imagePath,
+                     fmt::format("no probabilistic region has a voxel with p > {:g} on the image grid{}", atlas.threshold,
+                                 mask ? " inside the mask" : ""));
+  for (const auto& r : index.emptyRegions)
+    index.warnings.push_back(fmt::format("region {} has no voxel with p > {:g} on the image grid{}; excluded", r.name, atlas.threshold,
+                                         mask ? " inside the mask" : ""));
+  return index;
+}
+
+}  // namespace
+
+RegionIndex CombineRegionIndices(std::vector<RegionIndex> parts, const std::vector<std::string>& prefixes) {
+  RegionIndex all;
+  if (parts.empty()) return all;
+  all.grid = parts[0].grid;
+  for (std::size_t k = 0; k < parts.size(); ++k) {
+    auto& part = parts[k];
+    const std::string prefix = k < prefixes.size() && !prefixes[k].empty() ? prefixes[k] + "_" : "";
+    auto rename = [&](RegionVoxels& r) {
+      r.label += static_cast<std::int64_t>(k) * kAtlasPartLabelStride;
+      r.name = prefix + r.name;
+    };
+    for (auto& r : part.regions) {
+      rename(r);
+      all.regions.push_back(std::move(r));
+    }
+    for (auto& r : part.emptyRegions) {
+      rename(r);
+      all.emptyRegions.push_back(std::move(r));
+    }
+    all.resampled |= part.resampled;
+    all.maskVoxels = part.maskVoxels;
+    for (auto& w : part.warnings) all.warnings.push_back(std::move(w));
+  }
+  return all;
+}
+
 RegionIndex BuildRegionIndex(const Atlas& atlas, const io::Geometry& imageGrid, const io::Volume* mask, const std::string& maskPath) {
+  if (atlas.probabilistic) return BuildProbabilisticIndex(atlas, imageGrid, mask, maskPath);
   RegionIndex index;
   index.grid = imageGrid;
   std::vector<std::int32_t> labels;
@@ -157,16 +296,7 @@ RegionIndex BuildRegionIndex(const Atlas& atlas, const io::Geometry& imageGrid, 
                                        atlas.geometry.Describe(), a0[0], a0[1], a0[2], imageGrid.Describe(), i0[0], i0[1], i0[2]));
   }
   std::vector<char> inMask;
-  if (mask) {
-    std::vector<float> m = mask->geometry.DifferenceFrom(imageGrid).empty() ? mask->data
-                                                                             : ResampleNearest(mask->geometry, mask->data, imageGrid);
-    inMask.resize(m.size());
-    index.maskVoxels = 0;
-    for (std::size_t i = 0; i < m.size(); ++i) {
-      inMask[i] = std::isfinite(m[i]) && m[i] != 0.0f;
-      index.maskVoxels += inMask[i];
-    }
-  }
+  if (mask) inMask = MaskOnGrid(*mask, imageGrid, index.maskVoxels);
   std::map<std::int32_t, std::size_t> slot;
   std::vector<RegionVoxels> all(atlas.regions.size());
   for (std::size_t r = 0; r < atlas.regions.size(); ++r) {

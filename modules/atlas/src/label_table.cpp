@@ -1,4 +1,6 @@
 #include <charconv>
+#include <cstring>
+#include <optional>
 #include <fstream>
 #include <sstream>
 
@@ -34,11 +36,65 @@ bool ParseInt(const std::string& s, std::int64_t& v) {
   return ec == std::errc() && p == s.data() + s.size();
 }
 
+std::string XmlText(std::string s) {
+  const std::pair<const char*, const char*> entities[] = {{"&lt;", "<"}, {"&gt;", ">"}, {"&quot;", "\""}, {"&apos;", "'"}, {"&amp;", "&"}};
+  for (const auto& [from, to] : entities)
+    for (std::size_t p = s.find(from); p != std::string::npos; p = s.find(from, p + 1)) s.replace(p, std::strlen(from), to);
+  return Trim(s);
+}
+
+/// FSL atlas XML: <label index="i" x=".." y=".." z="..">Name</label>. Region i is value i + 1 in
+/// a label (maxprob) image and volume i in a 4-D probabilistic image.
+LabelTable ReadFslXml(const std::string& path, const std::string& text) {
+  LabelTable table;
+  table.path = path;
+  table.format = "fsl_xml";
+  std::vector<std::int64_t> plusOne, index;
+  for (std::size_t p = text.find("<label"); p != std::string::npos; p = text.find("<label", p + 1)) {
+    const std::size_t close = text.find('>', p);
+    const std::size_t end = text.find("</label>", p);
+    if (close == std::string::npos || end == std::string::npos || end < close)
+      throw InputError("atlas:TableSyntax", path, "FSL atlas XML: a <label> element is not closed by </label>");
+    const std::string tag = text.substr(p, close - p);
+    const std::size_t at = tag.find("index=");
+    std::int64_t i = 0;
+    if (at == std::string::npos || at + 7 >= tag.size() || !ParseInt(tag.substr(at + 7, tag.find(tag[at + 6], at + 7) - at - 7), i))
+      throw InputError("atlas:TableSyntax", path, "FSL atlas XML: expected <label index=\"N\" ...>, found " + tag + ">");
+    index.push_back(i);
+    plusOne.push_back(i + 1);
+    table.names.push_back(XmlText(text.substr(close + 1, end - close - 1)));
+  }
+  if (table.names.empty()) throw InputError("atlas:TableEmpty", path, "FSL atlas XML without any <label> element");
+  table.labelColumns = {{"index+1", plusOne}, {"index", index}};
+  table.volumeIndex = index;
+  return table;
+}
+
+/// FreeSurfer colour LUT: "value name R G B A" (colours 0..255), '#' comments; value 0 is background.
+bool LooksLikeLut(const std::vector<std::vector<std::string>>& rows) {
+  for (const auto& row : rows) {
+    std::int64_t v;
+    if (row.size() != 6 || !ParseInt(row[0], v) || ParseInt(row[1], v)) return false;
+    for (std::size_t c = 2; c < 6; ++c)
+      if (!ParseInt(row[c], v) || v < 0 || v > 255) return false;
+  }
+  return !rows.empty();
+}
+
 }  // namespace
 
 LabelTable ReadLabelTable(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw InputError("atlas:TableUnreadable", path, "cannot open the atlas label table");
+  {
+    std::ostringstream all;
+    all << in.rdbuf();
+    const std::string text = all.str();
+    const std::size_t first = text.find_first_not_of(" \t\r\n");
+    if (first != std::string::npos && text[first] == '<') return ReadFslXml(path, text);
+    in.clear();
+    in.seekg(0);
+  }
   std::vector<std::vector<std::string>> rows;
   std::string line;
   while (std::getline(in, line)) {
@@ -47,6 +103,21 @@ LabelTable ReadLabelTable(const std::string& path) {
     rows.push_back(Tokens(line));
   }
   if (rows.empty()) throw InputError("atlas:TableEmpty", path, "the atlas label table has no rows");
+  if (LooksLikeLut(rows)) {
+    LabelTable lut;
+    lut.path = path;
+    lut.format = "freesurfer_lut";
+    std::vector<std::int64_t> values;
+    for (const auto& row : rows) {
+      std::int64_t v = 0;
+      ParseInt(row[0], v);
+      if (v == 0) continue;  // "Unknown": background
+      values.push_back(v);
+      lut.names.push_back(row[1]);
+    }
+    lut.labelColumns = {{"value", values}};
+    return lut;
+  }
   // A header row: its first row has no integer cell while later rows do.
   std::vector<std::string> header;
   std::int64_t dummy;
@@ -63,6 +134,7 @@ LabelTable ReadLabelTable(const std::string& path) {
                                                       " columns, expected " + std::to_string(ncols));
   LabelTable table;
   table.path = path;
+  table.format = "tsv";
   std::optional<std::size_t> nameCol;
   double bestLen = -1;
   for (std::size_t c = 0; c < ncols; ++c) {

@@ -1,8 +1,9 @@
 #include "neuromkl/config/study_config.hpp"
 
-#include <filesystem>
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <set>
 
 #include <fmt/format.h>
@@ -129,6 +130,91 @@ LearnerSpec ParseLearner(const Json& j, const std::string& ptr, const std::strin
 
 }  // namespace
 
+namespace {
+
+AtlasPart ParseAtlasPart(const ObjectReader& r, const std::string& baseDir) {
+  AtlasPart part;
+  part.image = ResolvePath(baseDir, r.RequiredString("image"));
+  part.labels = ResolvePath(baseDir, r.RequiredString("labels"));
+  part.prefix = r.String("prefix", "");
+  part.probabilistic = r.Bool("probabilistic", false);
+  part.threshold = r.Number("threshold", 0, 0, 1);
+  if (part.threshold >= 1) r.FailAt(r.Pointer("threshold"), "expected a probability threshold in [0, 1), found 1: no voxel would be kept");
+  if (r.Has("threshold") && !part.probabilistic)
+    r.FailAt(r.Pointer("threshold"), "\"threshold\" applies to probabilistic atlases: add \"probabilistic\": true");
+  return part;
+}
+
+/// The header cells of a delimited table (tab, else comma), or empty when it cannot be read.
+std::vector<std::string> TableHeader(const std::string& path) {
+  std::ifstream in(path);
+  std::string line;
+  if (!in || !std::getline(in, line)) return {};
+  if (!line.empty() && line.back() == '\r') line.pop_back();
+  auto cells = Split(line, line.find('\t') != std::string::npos ? '\t' : ',');
+  for (auto& cell : cells) cell = Trim(cell);
+  return cells;
+}
+
+/// participants.json (BIDS): per column {"Description", "Levels": {value: description}, ...}.
+void ReadParticipantsSidecar(const std::string& path, SubjectsSpec& subjects) {
+  const Json j = ParseConfigJson(ReadConfigText(path, "participants.json sidecar"), path);
+  if (!j.is_object()) throw ConfigError("config:Type", path, "/: expected an object with one entry per column, found " + Describe(j));
+  for (const auto& [column, spec] : j.items()) {
+    if (!spec.is_object() || !spec.contains("Levels")) continue;
+    const Json& levels = spec["Levels"];
+    if (!levels.is_object())
+      throw ConfigError("config:Type", path, "/" + column + "/Levels: expected an object {\"value\": \"description\"}, found " + Describe(levels));
+    auto& out = subjects.levels[column];
+    for (const auto& [value, description] : levels.items())
+      out.push_back({value, description.is_string() ? description.get<std::string>() : description.dump()});
+  }
+}
+
+void ParseSubjects(const Json& json, const std::string& baseDir, const std::string& src, SubjectsSpec& subjects) {
+  ObjectReader s(json, "/subjects", src, {"table", "id_column", "image_column", "bids"});
+  if (s.Has("bids")) {
+    ObjectReader b(s.At("bids"), "/subjects/bids", src, {"root", "derivatives", "entities"});
+    auto& bids = subjects.bids;
+    bids.root = ResolvePath(baseDir, b.RequiredString("root"));
+    if (b.Has("derivatives")) bids.derivatives = ResolvePath(bids.root, b.String("derivatives", ""));
+    if (!b.Has("entities") || !b.At("entities").is_object() || b.At("entities").empty())
+      b.FailAt("/subjects/bids/entities",
+               "expected an object of BIDS entities that picks one image per participant, e.g. {\"space\": \"MNI152NLin2009cAsym\", "
+               "\"label\": \"GM\", \"suffix\": \"probseg\"}");
+    for (const auto& [key, value] : b.At("entities").items()) {
+      const std::string p = "/subjects/bids/entities/" + key;
+      if (!value.is_string() || value.get<std::string>().empty()) b.FailAt(p, "expected a non-empty string, found " + Describe(value));
+      const bool keyOk = !key.empty() && std::all_of(key.begin(), key.end(), [](char ch) { return std::isalnum(static_cast<unsigned char>(ch)) != 0; });
+      if (!keyOk) b.FailAt(p, "a BIDS entity key is made of letters and digits (e.g. \"space\", \"desc\", \"label\", \"suffix\")");
+      if (key == "sub") b.FailAt(p, "\"sub\" is set per participant from the subjects table; remove it");
+      bids.entities.emplace_back(key, value.get<std::string>());
+    }
+    subjects.table = ResolvePath(baseDir, s.String("table", ""));
+    if (subjects.table.empty()) subjects.table = (fs::path(bids.root) / "participants.tsv").lexically_normal().string();
+    if (s.Has("image_column")) s.FailAt("/subjects/image_column", "with \"bids\", images are found by entities: remove \"image_column\"");
+  } else {
+    subjects.table = ResolvePath(baseDir, s.RequiredString("table"));
+  }
+  subjects.imageColumn = s.String("image_column", subjects.imageColumn);
+  if (s.Has("id_column")) {
+    subjects.idColumn = s.String("id_column", subjects.idColumn);
+  } else {
+    // participant_id (BIDS) by default; a table with a "subject" column instead keeps working.
+    const auto header = TableHeader(subjects.table);
+    const bool hasParticipantId = std::find(header.begin(), header.end(), "participant_id") != header.end();
+    if (!hasParticipantId && std::find(header.begin(), header.end(), "subject") != header.end()) subjects.idColumn = "subject";
+  }
+  fs::path sidecar = fs::path(subjects.table).replace_extension(".json");
+  std::error_code ec;
+  if (fs::is_regular_file(sidecar, ec)) {
+    subjects.sidecar = sidecar.string();
+    ReadParticipantsSidecar(subjects.sidecar, subjects);
+  }
+}
+
+}  // namespace
+
 StudyConfig ParseStudyConfig(const std::string& text, const std::string& baseDir, const std::string& src) {
   const Json root = ParseConfigJson(text, src);
   ObjectReader r(root, "", src,
@@ -146,12 +232,7 @@ StudyConfig ParseStudyConfig(const std::string& text, const std::string& baseDir
   c.threads = static_cast<int>(r.Integer("threads", c.threads, 0, 4096));
 
   if (!r.Has("subjects")) throw ConfigError("config:MissingKey", src, "/subjects: required section is missing (expected {\"table\": \"participants.tsv\"})");
-  {
-    ObjectReader s(r.At("subjects"), "/subjects", src, {"table", "id_column", "image_column"});
-    c.subjects.table = ResolvePath(baseDir, s.RequiredString("table"));
-    c.subjects.idColumn = s.String("id_column", c.subjects.idColumn);
-    c.subjects.imageColumn = s.String("image_column", c.subjects.imageColumn);
-  }
+  ParseSubjects(r.At("subjects"), baseDir, src, c.subjects);
   if (!r.Has("target")) throw ConfigError("config:MissingKey", src, "/target: required section is missing (expected {\"column\": ..., \"task\": ...})");
   {
     ObjectReader t(r.At("target"), "/target", src, {"column", "task", "positive_class"});
@@ -167,14 +248,39 @@ StudyConfig ParseStudyConfig(const std::string& text, const std::string& baseDir
     if (a.is_string()) {
       c.atlas.builtin = a.get<std::string>();
     } else {
-      ObjectReader ar(a, "/atlas", src, {"name", "image", "labels"});
+      ObjectReader ar(a, "/atlas", src, {"name", "image", "labels", "prefix", "probabilistic", "threshold", "images", "space"});
       c.atlas.builtin = ar.String("name", "");
-      c.atlas.image = ResolvePath(baseDir, ar.String("image", ""));
-      c.atlas.labels = ResolvePath(baseDir, ar.String("labels", ""));
-      if (c.atlas.builtin.empty() && (c.atlas.image.empty() || c.atlas.labels.empty()))
-        ar.FailAt("/atlas", "expected a built-in atlas name (\"aal\") or both \"image\" and \"labels\"");
-      if (!c.atlas.builtin.empty() && !c.atlas.image.empty())
-        ar.FailAt("/atlas", "give either \"name\" (a built-in atlas) or \"image\" + \"labels\", not both");
+      c.atlas.space = ar.String("space", "");
+      if (ar.Has("images")) {
+        if (ar.Has("image") || ar.Has("labels") || ar.Has("name"))
+          ar.FailAt("/atlas/images", "give either \"images\" (a list of {\"image\", \"labels\", \"prefix\"}) or \"image\" + \"labels\" (or \"name\"), not both");
+        const Json& list = ar.At("images");
+        if (!list.is_array() || list.empty()) ar.Fail("images", "a non-empty array of {\"image\", \"labels\", \"prefix\", \"probabilistic\", \"threshold\"}");
+        std::set<std::string> prefixes;
+        for (std::size_t i = 0; i < list.size(); ++i) {
+          const std::string p = "/atlas/images/" + std::to_string(i);
+          ObjectReader pr(list[i], p, src, {"image", "labels", "prefix", "probabilistic", "threshold"});
+          c.atlas.parts.push_back(ParseAtlasPart(pr, baseDir));
+          if (list.size() > 1 && c.atlas.parts.back().prefix.empty())
+            pr.FailAt(p + "/prefix", "several atlas images need a \"prefix\" each (it keeps region names apart, e.g. \"ctx\", \"sub\")");
+          if (!prefixes.insert(c.atlas.parts.back().prefix).second)
+            pr.FailAt(p + "/prefix", "duplicate prefix \"" + c.atlas.parts.back().prefix + "\"");
+        }
+      } else if (ar.Has("image") || ar.Has("labels")) {
+        if (!c.atlas.builtin.empty()) ar.FailAt("/atlas", "give either \"name\" (a built-in atlas) or \"image\" + \"labels\", not both");
+        if (!ar.Has("image") || !ar.Has("labels"))
+          ar.FailAt("/atlas", "expected a built-in atlas name (\"aal\") or both \"image\" and \"labels\"");
+        c.atlas.parts.push_back(ParseAtlasPart(ar, baseDir));
+      } else if (c.atlas.builtin.empty()) {
+        ar.FailAt("/atlas", "expected a built-in atlas name (\"aal\") or both \"image\" and \"labels\" (or \"images\")");
+      } else {
+        for (const char* key : {"prefix", "probabilistic", "threshold"})
+          if (ar.Has(key)) ar.FailAt(std::string("/atlas/") + key, std::string("\"") + key + "\" applies to a custom atlas image, not to the built-in \"" + c.atlas.builtin + "\"");
+      }
+      if (!c.atlas.parts.empty()) {
+        c.atlas.image = c.atlas.parts[0].image;
+        c.atlas.labels = c.atlas.parts[0].labels;
+      }
     }
     if (!c.atlas.builtin.empty() && c.atlas.builtin != "aal")
       throw ConfigError("config:Value", src, "/atlas: unknown built-in atlas \"" + c.atlas.builtin + "\"; built in: aal" + DidYouMean(c.atlas.builtin, {"aal"}));
@@ -340,9 +446,31 @@ std::string ResolvedConfigJson(const StudyConfig& c) {
   j["name"] = c.name;
   j["description"] = c.description;
   j["subjects"] = {{"table", c.subjects.table}, {"id_column", c.subjects.idColumn}, {"image_column", c.subjects.imageColumn}};
+  if (!c.subjects.bids.root.empty()) {
+    Json entities = Json::object();
+    for (const auto& [key, value] : c.subjects.bids.entities) entities[key] = value;
+    j["subjects"]["bids"] = {{"root", c.subjects.bids.root}, {"entities", entities}};
+    j["subjects"].erase("image_column");  // unused with bids (and refused there, so the resolved file parses again)
+    if (!c.subjects.bids.derivatives.empty()) j["subjects"]["bids"]["derivatives"] = c.subjects.bids.derivatives;
+  }
   j["target"] = {{"column", c.target.column}, {"task", ToString(c.target.task)}, {"positive_class", c.target.positiveClass}};
-  if (c.atlas.builtin.empty()) j["atlas"] = {{"image", c.atlas.image}, {"labels", c.atlas.labels}};
-  else j["atlas"] = c.atlas.builtin;
+  auto partJson = [](const AtlasPart& part) {
+    Json p = {{"image", part.image}, {"labels", part.labels}, {"prefix", part.prefix}, {"probabilistic", part.probabilistic}};
+    if (part.probabilistic) p["threshold"] = part.threshold;
+    return p;
+  };
+  if (c.atlas.builtin.empty() && c.atlas.parts.size() == 1) {
+    j["atlas"] = partJson(c.atlas.parts[0]);
+  } else if (c.atlas.builtin.empty()) {
+    j["atlas"] = {{"images", Json::array()}};
+    for (const auto& part : c.atlas.parts) j["atlas"]["images"].push_back(partJson(part));
+  } else {
+    j["atlas"] = c.atlas.builtin;
+  }
+  if (!c.atlas.space.empty()) {
+    if (!j["atlas"].is_object()) j["atlas"] = {{"name", c.atlas.builtin}};
+    j["atlas"]["space"] = c.atlas.space;
+  }
   j["mask"] = c.mask.empty() ? Json(nullptr) : Json(c.mask);
   Json k = {{"source", ToString(c.kernels.source)},
             {"centre", c.kernels.centre},

@@ -22,6 +22,7 @@
 
 #include "neuromkl/core/errors.hpp"
 #include "neuromkl/io/nifti.hpp"
+#include "image_header.hpp"
 
 namespace neuromkl::io {
 
@@ -81,125 +82,6 @@ itk::ImageIOBase::Pointer OpenIo(const std::string& path) {
 }
 
 
-/// Raw NIfTI-1/-2 voxel decoding with zlib (which also reads uncompressed files). ITK's bundled
-/// niftilib silently replaces every NaN/Inf of float images by 0 (nifti_read_buffer), which would
-/// hide exactly the voxels our non-finite rule must see; so ITK reads headers and geometry, and the
-/// voxels are decoded here, scl_slope/scl_inter applied, as float32.
-void DecodeVoxels(const std::string& path, std::size_t voxels, std::vector<float>& out) {
-  gzFile f = gzopen(path.c_str(), "rb");
-  if (!f) throw InputError("io:Missing", path, "cannot open the image for reading");
-  struct Closer {
-    gzFile f;
-    ~Closer() { gzclose(f); }
-  } closer{f};
-  unsigned char hdr[540];
-  auto readExactly = [&](void* dst, std::size_t bytes, const char* what) {
-    std::size_t done = 0;
-    auto* p = static_cast<unsigned char*>(dst);
-    while (done < bytes) {
-      const unsigned chunk = static_cast<unsigned>(std::min<std::size_t>(bytes - done, 1u << 30));
-      const int got = gzread(f, p + done, chunk);
-      if (got <= 0) {
-        int err = 0;
-        const char* msg = gzerror(f, &err);
-        throw InputError("io:Corrupt", path,
-                         std::string("the image data cannot be decoded (corrupt or truncated file?): ") + what + " ends after " +
-                             std::to_string(done) + " of " + std::to_string(bytes) + " bytes" + (err ? std::string(" (") + msg + ")" : ""));
-      }
-      done += static_cast<std::size_t>(got);
-    }
-  };
-  readExactly(hdr, 348, "the header");
-  std::int32_t size;
-  std::memcpy(&size, hdr, 4);
-  const bool swap = size != 348 && size != 540;
-  auto get = [&](std::size_t offset, auto& out) {
-    std::memcpy(&out, hdr + offset, sizeof out);
-    if (swap) {
-      auto* b = reinterpret_cast<unsigned char*>(&out);
-      std::reverse(b, b + sizeof out);
-    }
-  };
-  get(0, size);
-  std::int16_t datatype = 0;
-  double slope = 0, inter = 0, offset = 0;
-  if (size == 540) {
-    readExactly(hdr + 348, 540 - 348, "the header");
-    std::int64_t voxOffset;
-    get(12, datatype);
-    get(168, voxOffset);
-    get(176, slope);
-    get(184, inter);
-    offset = static_cast<double>(voxOffset);
-  } else if (size == 348) {
-    float voxOffset, s, i;
-    get(70, datatype);
-    get(108, voxOffset);
-    get(112, s);
-    get(116, i);
-    offset = voxOffset;
-    slope = s;
-    inter = i;
-  } else {
-    throw InputError("io:NotNifti", path, "not a NIfTI-1 or NIfTI-2 header (sizeof_hdr is neither 348 nor 540)");
-  }
-  const std::size_t headerBytes = size == 540 ? 540 : 348;
-  if (offset > static_cast<double>(headerBytes)) {
-    std::vector<unsigned char> skip(static_cast<std::size_t>(offset) - headerBytes);
-    readExactly(skip.data(), skip.size(), "the header extensions");
-  }
-  std::size_t width = 0;
-  switch (datatype) {
-    case 2: case 256: width = 1; break;              // uint8, int8
-    case 4: case 512: width = 2; break;              // int16, uint16
-    case 8: case 768: case 16: width = 4; break;     // int32, uint32, float32
-    case 64: case 1024: case 1280: width = 8; break; // float64, int64, uint64
-    default:
-      throw InputError("io:UnsupportedType", path, "unsupported NIfTI datatype " + std::to_string(datatype) +
-                                                        " (expected an integer or real scalar type)");
-  }
-  thread_local std::vector<unsigned char> raw;  // reused: no fresh multi-megabyte buffer per image
-  raw.resize(voxels * width);
-  readExactly(raw.data(), raw.size(), "the voxel data");
-  out.resize(voxels);
-  auto convert = [&](auto sample) {
-    using T = decltype(sample);
-    for (std::size_t i = 0; i < voxels; ++i) {
-      T x;
-      std::memcpy(&x, raw.data() + i * sizeof(T), sizeof(T));
-      if (swap) {
-        auto* b = reinterpret_cast<unsigned char*>(&x);
-        std::reverse(b, b + sizeof(T));
-      }
-      out[i] = static_cast<float>(x);
-    }
-  };
-  switch (datatype) {
-    case 2: convert(std::uint8_t{}); break;
-    case 256: convert(std::int8_t{}); break;
-    case 4: convert(std::int16_t{}); break;
-    case 512: convert(std::uint16_t{}); break;
-    case 8: convert(std::int32_t{}); break;
-    case 768: convert(std::uint32_t{}); break;
-    case 16: convert(float{}); break;
-    case 64: convert(double{}); break;
-    case 1024: convert(std::int64_t{}); break;
-    case 1280: convert(std::uint64_t{}); break;
-  }
-  // NIfTI: scaling applies when scl_slope is non-zero (and finite).
-  if (std::isfinite(slope) && slope != 0.0 && (slope != 1.0 || inter != 0.0))
-    for (auto& x : out) x = static_cast<float>(static_cast<double>(x) * slope + inter);
-}
-
-/// niftilib converts quaternions to matrices in float32: cosines such as 0.99999994 or 6e-8 would
-/// move exact voxel-centre ties (x.5) to the wrong side when resampling. Snap near-axis values.
-void SnapDirection(Geometry& g) {
-  for (double& d : g.direction) {
-    if (std::abs(d) < 1e-6) d = 0.0;
-    else if (std::abs(std::abs(d) - 1.0) < 1e-6) d = d > 0 ? 1.0 : -1.0;
-  }
-}
-
 }  // namespace
 
 Geometry GeometryFromIo(itk::ImageIOBase* io) {
@@ -211,11 +93,63 @@ Geometry GeometryFromIo(itk::ImageIOBase* io) {
     const auto axis = io->GetDirection(i);
     for (unsigned r = 0; r < 3; ++r) g.direction[r * 3 + i] = axis[r];
   }
-  SnapDirection(g);
+  detail::SnapDirection(g);
   return g;
 }
 
-Geometry ReadGeometry(const std::string& path) { return GeometryFromIo(OpenIo(path)); }
+namespace {
+
+/// ITK keeps reading what it always read (lower-case single-file NIfTI-1: headers, qform/sform); our
+/// own header reader serves every other format (and is tested to agree with ITK on the same image).
+bool ItkReadsGeometry(const detail::ImageHeader& h) {
+  const std::string& p = h.files.header;
+  return h.format == ImageFormat::Nifti1 && HasNiftiExtension(p);
+}
+
+detail::ImageHeader CheckedHeader(const std::string& path, bool allow4D) {
+  detail::ImageHeader h = detail::ReadImageHeader(path);
+  if (!allow4D && h.Volumes() > 1)
+    throw InputError("io:Not3D", path,
+                     "expected a 3-D image, found a " + std::to_string(h.dim[0]) + "-D image with " + std::to_string(h.Volumes()) +
+                         " volumes; split it into one 3-D image per subject");
+  return h;
+}
+
+Geometry HeaderGeometry(const std::string& path, const detail::ImageHeader& h) {
+  return ItkReadsGeometry(h) ? GeometryFromIo(OpenIo(path)) : detail::GeometryFromHeader(h);
+}
+
+}  // namespace
+
+std::string ToString(ImageFormat format) {
+  switch (format) {
+    case ImageFormat::Nifti1: return "NIfTI-1";
+    case ImageFormat::Nifti1Pair: return "NIfTI-1 pair";
+    case ImageFormat::Nifti2: return "NIfTI-2";
+    case ImageFormat::Nifti2Pair: return "NIfTI-2 pair";
+    case ImageFormat::Analyze75: return "Analyze 7.5";
+  }
+  return "?";
+}
+
+std::vector<std::string> ImageFilePaths(const std::string& path) {
+  const detail::ImageFiles files = detail::ResolveImageFiles(path);
+  if (!files.pair) return {path};
+  return {files.header, files.data};
+}
+
+ImageFormat ReadImageFormat(const std::string& path) { return detail::ReadImageHeader(path).format; }
+
+std::string AnalyzeConventionNote() {
+  return "Analyze 7.5 images have no orientation in their header; neuromkl follows SPM's default "
+         "(radiological storage, x axis flipped: LAS; origin from SPM's originator field, else the grid centre; "
+         "a negative pixdim[1] marks an unflipped FSL file). A .mat file beside the image is ignored";
+}
+
+Geometry ReadGeometry(const std::string& path) {
+  const detail::ImageHeader h = CheckedHeader(path, false);
+  return HeaderGeometry(path, h);
+}
 
 namespace {
 struct CachedVolume {
@@ -258,7 +192,9 @@ void ReadVolume(const std::string& path, Volume& out) {
     std::lock_guard<std::mutex> lock(gCacheMutex);
     cacheable = gCacheOn;
   }
-  if (cacheable && FileStamp(path, size, mtime)) {
+  // A pair's voxels live in the .img: its stamp decides whether a cached volume is still current.
+  const std::string stampPath = cacheable ? detail::ResolveImageFiles(path).data : path;
+  if (cacheable && FileStamp(stampPath, size, mtime)) {
     std::lock_guard<std::mutex> lock(gCacheMutex);
     if (auto it = gCache.find(path); it != gCache.end() && it->second.size == size && it->second.mtime == mtime) {
       out.geometry = it->second.volume.geometry;
@@ -268,8 +204,9 @@ void ReadVolume(const std::string& path, Volume& out) {
   } else {
     cacheable = false;
   }
-  out.geometry = GeometryFromIo(OpenIo(path));  // ITK: header checks and geometry (qform/sform, LPS)
-  DecodeVoxels(path, static_cast<std::size_t>(out.geometry.VoxelCount()), out.data);
+  const detail::ImageHeader header = CheckedHeader(path, false);  // sizes checked against the file first
+  out.geometry = HeaderGeometry(path, header);
+  detail::DecodeVolumes(header, 0, 1, out.data);
   ++gReads;
   if (cacheable) {
     std::lock_guard<std::mutex> lock(gCacheMutex);
@@ -284,6 +221,17 @@ void ReadVolume(const std::string& path, Volume& out) {
 Volume ReadVolume(const std::string& path) {
   Volume v;
   ReadVolume(path, v);
+  return v;
+}
+
+Volume4D ReadVolume4D(const std::string& path) {
+  const detail::ImageHeader header = CheckedHeader(path, true);
+  Volume4D v;
+  // ITK refuses 4-D files in OpenIo's 3-D check: our header reader gives the (shared) 3-D geometry.
+  v.geometry = header.Volumes() == 1 ? HeaderGeometry(path, header) : detail::GeometryFromHeader(header);
+  v.volumes = header.Volumes();
+  detail::DecodeVolumes(header, 0, v.volumes, v.data);
+  ++gReads;
   return v;
 }
 

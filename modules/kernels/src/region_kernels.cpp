@@ -84,16 +84,21 @@ struct Layout {
   /// Image voxels in memory order with their column: reading an image sequentially and scattering
   /// into the (L2-sized) row is ~30 % faster than gathering region by region from the whole image.
   std::vector<std::pair<std::int64_t, std::int64_t>> voxelColumn;
+  /// Probabilistic regions: sqrt(p) per column, so that the region kernel is X diag(p) X'. Empty: all 1.
+  std::vector<float> columnScale;
   std::int64_t Columns() const { return static_cast<std::int64_t>(columnVoxel.size()); }
 };
 
 Layout MakeLayout(const atlas::RegionIndex& regions) {
   Layout L;
   L.offset.push_back(0);
+  const bool weighted = std::any_of(regions.regions.begin(), regions.regions.end(), [](const auto& r) { return !r.weights.empty(); });
   for (std::size_t r = 0; r < regions.regions.size(); ++r) {
-    for (auto v : regions.regions[r].voxels) {
-      L.columnVoxel.push_back(v);
+    const auto& region = regions.regions[r];
+    for (std::size_t k = 0; k < region.voxels.size(); ++k) {
+      L.columnVoxel.push_back(region.voxels[k]);
       L.columnRegion.push_back(static_cast<std::int32_t>(r));
+      if (weighted) L.columnScale.push_back(region.weights.empty() ? 1.0f : std::sqrt(region.weights[k]));
     }
     L.offset.push_back(L.Columns());
   }
@@ -266,14 +271,21 @@ KernelSet ComputeRegionKernels(const std::vector<std::string>& subjectIds, const
       std::int64_t finite = 0;
       auto& bad = badColumns[static_cast<std::size_t>(s)];
       std::int64_t inside = 0, outside = 0;
-      for (std::size_t v = 0; v < vol.data.size(); ++v)
-        if (const float x = vol.data[v]; x != 0.0f && std::isfinite(x)) ++(insideAtlas[v] ? inside : outside);
+      double atlasSum = 0;  // the global mean for intensity scaling: raw values of the atlas voxels, each once
+      std::int64_t atlasFinite = 0;
+      for (std::size_t v = 0; v < vol.data.size(); ++v) {
+        const float x = vol.data[v];
+        if (!std::isfinite(x)) continue;
+        if (insideAtlas[v]) atlasSum += x, ++atlasFinite;
+        if (x != 0.0f) ++(insideAtlas[v] ? inside : outside);
+      }
       nonZeroInside += inside;
       nonZeroOutside += outside;
+      const bool scaled = !layout.columnScale.empty();
       for (const auto& [voxel, c] : layout.voxelColumn) {
         const float v = vol.data[static_cast<std::size_t>(voxel)];
         if (std::isfinite(v)) {
-          row[c] = v;
+          row[c] = scaled ? v * layout.columnScale[static_cast<std::size_t>(c)] : v;
           ++finite;
         } else {
           row[c] = 0.0f;
@@ -285,24 +297,16 @@ KernelSet ComputeRegionKernels(const std::vector<std::string>& subjectIds, const
         throw InputError("input:AllNonFinite", "subject " + subject,
                          fmt::format("all {} voxels inside the atlas regions are NaN or infinite; the image holds no data", V));
       if (options.intensity != IntensityScaling::None) {
-        // The subject's own mean over finite voxels (non-finite ones are 0 here and not counted).
-        double sum = 0;
-        std::int64_t count = 0;
-        auto addColumns = [&](std::int64_t c0, std::int64_t c1) {
-          for (std::int64_t c = c0; c < c1; ++c) sum += row[c];
-          count += c1 - c0;
-        };
-        if (options.intensity == IntensityScaling::GlobalMean) addColumns(0, V);
-        else
-          for (auto r : options.referenceRegions) addColumns(layout.offset[r], layout.offset[r + 1]);
-        const auto badInRange = options.intensity == IntensityScaling::GlobalMean
-                                    ? static_cast<std::int64_t>(bad.size())
-                                    : std::count_if(bad.begin(), bad.end(), [&](std::int64_t c) {
-                                        for (auto r : options.referenceRegions)
-                                          if (c >= layout.offset[r] && c < layout.offset[r + 1]) return true;
-                                        return false;
-                                      });
-        const double mean = count - badInRange > 0 ? sum / static_cast<double>(count - badInRange) : 0.0;
+        // The subject's own mean of its raw finite values (before any probabilistic weighting).
+        double sum = atlasSum;
+        std::int64_t count = atlasFinite;
+        if (options.intensity == IntensityScaling::ReferenceRegions) {
+          sum = 0, count = 0;
+          for (auto r : options.referenceRegions)
+            for (std::int64_t c = layout.offset[r]; c < layout.offset[r + 1]; ++c)
+              if (const float x = vol.data[static_cast<std::size_t>(layout.columnVoxel[static_cast<std::size_t>(c)])]; std::isfinite(x)) sum += x, ++count;
+        }
+        const double mean = count > 0 ? sum / static_cast<double>(count) : 0.0;
         if (!(mean > 0) || !std::isfinite(mean))
           throw InputError("input:IntensityScale", "subject " + subject,
                            fmt::format("intensity scaling needs a positive mean, found {} over the {}", mean,

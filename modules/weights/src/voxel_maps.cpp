@@ -62,9 +62,21 @@ std::vector<std::vector<float>> VoxelMaps(const std::vector<std::string>& imageP
         for (std::size_t j = 0; j < region.size(); ++j) {
           const double d = D(static_cast<Eigen::Index>(i), static_cast<Eigen::Index>(j));
           if (d == 0.0 || !region[j]) continue;
-          for (auto v : region[j]->voxels) {
-            const float x = vol.data[static_cast<std::size_t>(v)];
-            if (std::isfinite(x)) acc[mIdx][static_cast<std::size_t>(v)] += d * x;
+          const auto& weights = region[j]->weights;
+          if (weights.empty()) {
+            for (auto v : region[j]->voxels) {
+              const float x = vol.data[static_cast<std::size_t>(v)];
+              if (std::isfinite(x)) acc[mIdx][static_cast<std::size_t>(v)] += d * x;
+            }
+            continue;
+          }
+          // Probabilistic region: the kernel's features are sqrt(p) x, so the region's weight vector
+          // is w = sum_i d_i sqrt(p) x_i and its contribution <w, sqrt(p) x> = <p (sum_i d_i x_i), x>:
+          // the voxel map carries p once more. Voxels in several regions sum their contributions.
+          for (std::size_t k = 0; k < region[j]->voxels.size(); ++k) {
+            const auto v = static_cast<std::size_t>(region[j]->voxels[k]);
+            const float x = vol.data[v];
+            if (std::isfinite(x)) acc[mIdx][v] += d * static_cast<double>(weights[k]) * x;
           }
         }
       });

@@ -2,6 +2,7 @@
 
 #include "neuromkl/config/study_config.hpp"
 #include "neuromkl/core/errors.hpp"
+#include "testing.hpp"
 
 using namespace neuromkl;
 using config::ParseStudyConfig;
@@ -37,7 +38,7 @@ TEST(StudyConfig, MinimalConfigGetsDefaults) {
   const auto c = ParseStudyConfig(kMinimal, "/data/study", "study.json");
   EXPECT_EQ(c.name, "demo");
   EXPECT_EQ(c.subjects.table, "/data/study/participants.tsv");  // relative to the config's folder
-  EXPECT_EQ(c.subjects.idColumn, "subject");
+  EXPECT_EQ(c.subjects.idColumn, "participant_id");  // BIDS' id column (the table does not exist here)
   EXPECT_EQ(c.atlas.builtin, "aal");
   EXPECT_EQ(c.cv.outer.scheme, config::CvScheme::StratifiedKFold);
   EXPECT_EQ(c.cv.outer.k, 5);
@@ -125,3 +126,57 @@ TEST(StudyConfig, ResolvedConfigRoundTrips) {
 }
 
 }  // namespace
+
+TEST(StudyConfig, BidsSubjectsAndParticipantsSidecar) {
+  neuromkl::testing::TempDir dir;
+  neuromkl::testing::WriteFile(dir / "ds/participants.tsv", "participant_id\tdx\nsub-01\tAD\n");
+  neuromkl::testing::WriteFile(dir / "ds/participants.json", R"({"dx": {"Description": "diagnosis", "Levels": {"AD": "Alzheimer's disease", "CN": "control"}}, "age": {"Units": "y"}})");
+  const auto c = ParseStudyConfig(R"({"name": "b", "subjects": {"bids": {"root": "ds", "derivatives": "derivatives/cat12", "entities": {"space": "IXI549Space", "suffix": "T1w"}}},
+    "target": {"column": "dx", "task": "classification"}, "learners": [{"name": "svm"}]})", dir.Path(), "study.json");
+  EXPECT_EQ(c.subjects.table, dir / "ds/participants.tsv");  // default: <root>/participants.tsv
+  EXPECT_EQ(c.subjects.bids.derivatives, dir / "ds/derivatives/cat12");  // relative to root
+  EXPECT_EQ(c.subjects.idColumn, "participant_id");
+  ASSERT_EQ(c.subjects.bids.entities.size(), 2u);
+  EXPECT_EQ(c.subjects.sidecar, dir / "ds/participants.json");
+  ASSERT_EQ(c.subjects.levels.count("dx"), 1u);
+  EXPECT_EQ(c.subjects.levels.at("dx")[0].value, "AD");
+  EXPECT_EQ(c.subjects.levels.at("dx")[0].description, "Alzheimer's disease");
+  EXPECT_THAT(ResolvedConfigJson(c), HasSubstr("\"suffix\": \"T1w\""));
+  // A table with "subject" instead of participant_id keeps working without id_column.
+  neuromkl::testing::WriteFile(dir / "old.tsv", "subject\tdx\n01\tAD\n");
+  EXPECT_EQ(ParseStudyConfig(R"({"name": "o", "subjects": {"table": "old.tsv"}, "target": {"column": "dx", "task": "classification"}, "learners": [{"name": "svm"}]})",
+                             dir.Path(), "study.json").subjects.idColumn, "subject");
+  // A malformed sidecar is an error naming it.
+  neuromkl::testing::WriteFile(dir / "ds/participants.json", R"({"dx": {"Levels": ["AD", "CN"]}})");
+  try {
+    ParseStudyConfig(R"({"name": "b", "subjects": {"bids": {"root": "ds", "entities": {"suffix": "T1w"}}}, "target": {"column": "dx", "task": "classification"}, "learners": [{"name": "svm"}]})",
+                     dir.Path(), "study.json");
+    FAIL() << "expected a ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("participants.json"));
+    EXPECT_THAT(e.what(), HasSubstr("/dx/Levels: expected an object"));
+  }
+}
+
+TEST(StudyConfig, BidsAndAtlasKeysAreCheckedWithPointers) {
+  const std::string target = R"("target": {"column": "g", "task": "classification"}, "learners": [{"name": "svm"}])";
+  ExpectConfigError(R"({"name": "x", "subjects": {"bids": {"root": "ds"}}, )" + target + "}", {"/subjects/bids/entities", "expected an object of BIDS entities"});
+  ExpectConfigError(R"({"name": "x", "subjects": {"bids": {"root": "ds", "entities": {"space": 3}}}, )" + target + "}", {"/subjects/bids/entities/space", "3 (number)"});
+  ExpectConfigError(R"({"name": "x", "subjects": {"bids": {"root": "ds", "entities": {"sub": "01"}}}, )" + target + "}", {"/subjects/bids/entities/sub"});
+  ExpectConfigError(R"({"name": "x", "subjects": {"bids": {"root": "ds", "entitys": {}}}, )" + target + "}", {"/subjects/bids", "did you mean \"entities\""});
+  ExpectConfigError(With(R"("atlas": {"image": "a.nii", "labels": "a.tsv", "threshold": 0.2})"), {"/atlas/threshold", "\"probabilistic\": true"});
+  ExpectConfigError(With(R"("atlas": {"image": "a.nii", "labels": "a.tsv", "probabilistic": true, "threshold": 1.5})"), {"/atlas/threshold", "1.5"});
+  ExpectConfigError(With(R"("atlas": {"images": [{"image": "a.nii", "labels": "a.tsv"}, {"image": "b.nii", "labels": "b.tsv"}]})"),
+                    {"/atlas/images/0/prefix", "several atlas images need a \"prefix\""});
+  ExpectConfigError(With(R"("atlas": {"images": [{"image": "a.nii", "labels": "a.tsv", "prefix": "c"}, {"image": "b.nii", "labels": "b.tsv", "prefix": "c"}]})"),
+                    {"/atlas/images/1/prefix", "duplicate prefix"});
+  ExpectConfigError(With(R"("atlas": {"images": [{"image": "a.nii"}]})"), {"/atlas/images/0/labels"});
+  const auto c = ParseStudyConfig(With(R"("atlas": {"images": [{"image": "c.nii", "labels": "c.xml", "prefix": "ctx"}, {"image": "p.nii.gz", "labels": "p.tsv", "prefix": "sub", "probabilistic": true, "threshold": 0.25}], "space": "MNI152NLin6Asym"})"),
+                                  "/data/study", "study.json");
+  ASSERT_EQ(c.atlas.parts.size(), 2u);
+  EXPECT_EQ(c.atlas.image, "/data/study/c.nii");
+  EXPECT_TRUE(c.atlas.parts[1].probabilistic);
+  EXPECT_DOUBLE_EQ(c.atlas.parts[1].threshold, 0.25);
+  EXPECT_EQ(c.atlas.space, "MNI152NLin6Asym");
+  EXPECT_THAT(ResolvedConfigJson(c), HasSubstr("\"space\": \"MNI152NLin6Asym\""));
+}

@@ -64,8 +64,10 @@ TEST(Weights, VoxelMapReproducesDecisionValues) {
     v.data.resize(atlas.labels.size());
     for (std::size_t i = 0; i < v.data.size(); ++i) v.data[i] = normal(rng) + (atlas.labels[i] == 2 ? 0.8f * static_cast<float>(y[s]) : 0.0f);
     v.data[static_cast<std::size_t>(13 + 4 * s)] = std::nanf("");  // dropped voxels (drop_voxel rule)
-    ids.push_back("s" + std::to_string(s));
-    paths.push_back(dir / (ids.back() + ".nii"));
+    std::string id = "s";  // appended, not "s" + ...: GCC 12 raises a false -Wrestrict on the latter
+    id += std::to_string(s);
+    ids.push_back(id);
+    paths.push_back(dir / (id + ".nii"));
     io::WriteVolume(paths.back(), v);
     vols.push_back(std::move(v));
   }
@@ -132,6 +134,108 @@ TEST(Weights, ModelNormsAreTheNormsOfTheRegionWeightVectors) {
   // A region the model does not use (coef orthogonal to its features) has norm 0, never NaN.
   Eigen::MatrixXd x3 = Eigen::MatrixXd::Zero(4, 1);
   EXPECT_EQ(weights::ModelNorms({x3 * x3.transpose()}, coef, Eigen::VectorXd::Ones(1))[0], 0.0);
+}
+
+/// A 4-D probabilistic atlas with overlapping regions: region kernels are X diag(p_r) X' and the
+/// voxel maps stay exact. With centring only, <m, x_t - mean> + b is the decision value, m the one
+/// map (a voxel in two regions sums both contributions). With cosine normalisation, the per-region
+/// maps m_r (which add up to m) give b + sum_r <m_r, x_t - mean> / ||sqrt(p_r) (x_t - mean)||.
+TEST(Weights, ProbabilisticRegionsGiveWeightedKernelsAndExactVoxelMaps) {
+  neuromkl::testing::TempDir dir;
+  io::Geometry grid;
+  grid.dims = {6, 5, 4};
+  const auto V = static_cast<std::size_t>(grid.VoxelCount());
+  atlas::Atlas atlas;
+  atlas.geometry = grid;
+  atlas.probabilistic = true;
+  atlas.threshold = 0.1;
+  atlas.regions = {{1, "A"}, {2, "B"}};
+  atlas.regionVolume = {0, 1};
+  atlas.probabilities.assign(2 * V, 0.0f);
+  for (std::size_t v = 0; v < V; ++v) {
+    const float u = static_cast<float>(v % 7) / 6.0f;  // 0 .. 1: voxels shared by A and B where both > 0.1
+    atlas.probabilities[v] = u;
+    atlas.probabilities[V + v] = v % 3 == 0 ? 0.0f : 1.0f - u;
+  }
+  const auto index = atlas::BuildRegionIndex(atlas, grid, nullptr);
+  ASSERT_EQ(index.regions.size(), 2u);
+  std::size_t shared = 0;
+  for (std::size_t v = 0; v < V; ++v) shared += atlas.probabilities[v] > 0.1f && atlas.probabilities[V + v] > 0.1f;
+  ASSERT_GT(shared, 10u);
+  const int n = 20;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(3.0f, 1.0f);
+  std::vector<std::string> ids, paths;
+  std::vector<io::Volume> vols;
+  Eigen::VectorXd y(n);
+  for (int s = 0; s < n; ++s) {
+    y[s] = s % 2 ? 1.0 : -1.0;
+    io::Volume v;
+    v.geometry = grid;
+    v.data.resize(V);
+    for (std::size_t i = 0; i < V; ++i) v.data[i] = normal(rng) + (i % 7 > 3 ? 0.7f * static_cast<float>(y[s]) : 0.0f);
+    std::string id = "s";  // appended, not "s" + ...: GCC 12 raises a false -Wrestrict on the latter
+    id += std::to_string(s);
+    ids.push_back(id);
+    id += ".nii";
+    paths.push_back(dir / id);
+    io::WriteVolume(paths.back(), v);
+    vols.push_back(std::move(v));
+  }
+  const auto set = kernels::ComputeRegionKernels(ids, paths, index, {});
+  // K_r = X diag(p_r) X', in double from the float32 data; the kernel stage's float products are
+  // accurate to ~1e-6 relative (README), so 1e-5 relative.
+  for (std::size_t r = 0; r < 2; ++r) {
+    Eigen::MatrixXd K = Eigen::MatrixXd::Zero(n, n);
+    for (int a = 0; a < n; ++a)
+      for (int b = 0; b < n; ++b)
+        for (std::size_t v = 0; v < V; ++v) {
+          const double p = atlas.probabilities[r * V + v];
+          if (p > 0.1) K(a, b) += p * vols[static_cast<std::size_t>(a)].data[v] * vols[static_cast<std::size_t>(b)].data[v];
+        }
+    EXPECT_TRUE(neuromkl::testing::MatrixNear(set.kernels[r], K, 0, 1e-5)) << "region " << r;
+  }
+  const learners::Targets targets{learners::Task::Classification, y};
+  const auto outer = cv::MakeFolds({cv::Scheme::StratifiedKFold, 4, 1}, targets.task, y, {}, {}, 1, "outer");
+  const cv::InnerSplitter none = [](std::size_t, const std::vector<int>&, const Eigen::VectorXd&) { return std::vector<cv::Fold>{}; };
+  for (bool normalise : {false, true}) {
+    cv::NestedCvOptions options;
+    options.preprocessing.normalise = normalise;
+    const auto res = cv::RunNestedCv(set.kernels, targets, outer, none, {{"en", "enmkl_krr", {{{"lambda", 1.0}, {"mu", 0.5}}}}}, options);
+    const auto& fold = res[0].folds[0];
+    const weights::FoldModel model{fold.train, fold.test, fold.model.coef, fold.model.beta};
+    const Eigen::MatrixXd D = weights::SubjectWeights(set.kernels, model, true, normalise);
+    Eigen::MatrixXd DA = D, DB = D;
+    DA.col(1).setZero();
+    DB.col(0).setZero();
+    const auto maps = weights::VoxelMaps(paths, index, set.info, {D, DA, DB}, kernels::NanPolicy::DropVoxel);
+    std::vector<double> mean(V, 0.0);
+    for (int i : fold.train)
+      for (std::size_t v = 0; v < V; ++v) mean[v] += vols[static_cast<std::size_t>(i)].data[v] / static_cast<double>(fold.train.size());
+    const double scale = fold.decision.cwiseAbs().maxCoeff();
+    for (std::size_t t = 0; t < fold.test.size(); ++t) {
+      const auto& xt = vols[static_cast<std::size_t>(fold.test[t])].data;
+      double whole = fold.model.bias, perRegion = fold.model.bias;
+      for (std::size_t r = 0; r < 2; ++r) {
+        double dot = 0, norm2 = 0;
+        for (std::size_t v = 0; v < V; ++v) {
+          const double p = atlas.probabilities[r * V + v];
+          if (!(p > 0.1)) continue;
+          const double c = xt[v] - mean[v];
+          dot += maps[1 + r][v] * c;
+          norm2 += p * c * c;
+        }
+        perRegion += normalise ? dot / std::sqrt(norm2) : dot;
+      }
+      for (std::size_t v = 0; v < V; ++v) whole += maps[0][v] * (xt[v] - mean[v]);
+      // Maps are float32: ~1e-7 relative per voxel, summed over ~100 voxels.
+      EXPECT_NEAR(perRegion, fold.decision[static_cast<Eigen::Index>(t)], 1e-5 * scale) << "normalise " << normalise;
+      if (!normalise) {
+        EXPECT_NEAR(whole, fold.decision[static_cast<Eigen::Index>(t)], 1e-5 * scale);
+      }
+    }
+    for (std::size_t v = 0; v < V; ++v) EXPECT_NEAR(maps[0][v], maps[1][v] + maps[2][v], 1e-5 * (std::abs(maps[0][v]) + 1e-6));
+  }
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
 #pragma once
 // The subjects table turned into a cohort: ids, image paths, targets, and who is excluded and why.
+#include <map>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,9 @@ struct Cohort {
   std::vector<std::pair<std::string, int>> classCounts;  ///< classification: class, count (sorted)
   std::vector<std::string> groups;       ///< labelled subjects' values of the CV group column (if any scheme uses one)
   std::vector<std::string> customFolds;  ///< labelled subjects' values of the custom fold column (if used)
+  std::map<std::string, std::string> classDescriptions;  ///< class -> description, from participants.json "Levels"
+  std::vector<std::string> imageSpaces;  ///< distinct BIDS "space-" entities of the image names (may be empty)
+  std::vector<std::string> warnings;     ///< once per study: Analyze orientation convention, atlas space mismatch
 };
 
 /// Reads the subjects table named by the study. InputError (file, line, subject id) for: missing
@@ -29,6 +33,19 @@ struct Cohort {
 /// with one class or more than two, an unknown positive_class, non-numeric regression targets,
 /// fewer than 2 labelled subjects, an empty group or fold cell for a labelled subject.
 Cohort LoadCohort(const config::StudyConfig& study);
+
+/// A BIDS file name split into entities: "sub-01_space-MNI_desc-x_T1w.nii.gz" -> {sub: 01, space: MNI,
+/// desc: x}, suffix "T1w", extension ".nii.gz". Empty `suffix` when the name is not BIDS-like.
+struct BidsName {
+  std::map<std::string, std::string> entities;
+  std::string suffix, extension;
+};
+BidsName ParseBidsName(const std::string& fileName);
+
+/// With /subjects/bids: each participant's image found by entities under the dataset (or its
+/// derivatives folder). `ids` may carry a "sub-" prefix or not. InputError [subjects:BidsMatch]
+/// listing every participant with no match or several matches, and what was found.
+std::vector<std::string> FindBidsImages(const config::BidsSpec& bids, const std::vector<std::string>& ids);
 
 /// Image paths in the table resolve against the table's folder (as BIDS does).
 std::string ResolveImagePath(const std::string& tablePath, const std::string& cell);

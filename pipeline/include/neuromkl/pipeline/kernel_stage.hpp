@@ -22,8 +22,10 @@ struct KernelStageResult {
   std::optional<atlas::RegionIndex> regions;  ///< image source: each region's voxels on the image grid
 };
 
-/// The study's atlas (built-in or custom), read and checked.
+/// The study's atlas (built-in or custom; the first image of several), read and checked.
 atlas::Atlas LoadStudyAtlas(const config::StudyConfig& study);
+/// Every atlas image of the study (several with /atlas/images), probabilistic ones as 4-D.
+std::vector<atlas::Atlas> LoadStudyAtlases(const config::StudyConfig& study);
 /// Content hash of the kernel inputs (file bytes, options, subject order); reads no image data beyond bytes.
 std::string KernelCacheKey(const config::StudyConfig& study, const Cohort& cohort);
 KernelStageResult RunKernelStage(const config::StudyConfig& study, const Cohort& cohort, const std::string& scratchDir);

@@ -17,15 +17,21 @@ struct LabelEntry {
   std::string name;
 };
 
-/// A label table read from TSV/CSV/whitespace text. Files with a header use the columns
-/// "label"/"value"/"index"/"code" and "name"; header-less files (AAL's ROI_MNI_V4.txt,
-/// MRIcron's aal.nii.txt) are read by column: every all-integer column is a candidate label
-/// column and the longest text column is the name. Which integer column codes the image is
-/// decided against the image's values (see ChooseLabelColumn).
+/// A label table, its format detected from the content:
+/// - FSL atlas XML (`<atlas>...<label index="i" ...>Name</label>`): a label image codes region i
+///   as value i + 1 (FSL's convention), a 4-D probabilistic image holds region i in volume i;
+/// - FreeSurfer colour LUT (`value name R G B A` per line, `#` comments);
+/// - TSV/CSV/whitespace text: BIDS `dseg.tsv` (columns `index`, `name`), files with a header use
+///   the columns "label"/"value"/"index"/"code" and "name"; header-less files (AAL's
+///   ROI_MNI_V4.txt, MRIcron's aal.nii.txt) are read by column: every all-integer column is a
+///   candidate label column and the longest text column is the name.
+/// Which integer column codes the image is decided against the image's values.
 struct LabelTable {
   std::string path;
+  std::string format;                                         ///< "fsl_xml", "freesurfer_lut", "tsv" (text tables)
   std::vector<std::string> names;                             ///< one per row
   std::vector<std::pair<std::string, std::vector<std::int64_t>>> labelColumns;  ///< candidate codings
+  std::vector<std::int64_t> volumeIndex;  ///< FSL XML: the 0-based volume of each row in a 4-D probabilistic image
 };
 LabelTable ReadLabelTable(const std::string& path);
 
@@ -35,7 +41,14 @@ struct Atlas {
   std::vector<std::int32_t> labels;   ///< one per voxel, 0 = background
   std::vector<LabelEntry> regions;    ///< table order, restricted to labels present in the image
   std::string labelColumn;            ///< which table column matched the image coding
+  std::string tableFormat;            ///< LabelTable::format
   std::vector<std::string> warnings;  ///< labels without names, names absent from the image
+  // A 4-D probabilistic atlas (LoadProbabilisticAtlas): `labels` is empty; region r (label r + 1)
+  // is volume `regionVolume[r]` of `probabilities` (values in [0, 1]).
+  bool probabilistic = false;
+  std::vector<float> probabilities;   ///< volumes x voxels, volume-major
+  std::vector<std::int64_t> regionVolume;
+  double threshold = 0;               ///< a voxel belongs to a region when its probability is > threshold
 };
 
 /// Resolves a built-in atlas name ("aal") to its image and table paths; nullopt if unknown.
@@ -51,6 +64,12 @@ std::string DataDir();
 /// a table none of whose columns matches the image labels.
 Atlas LoadAtlas(const std::string& imagePath, const std::string& tablePath);
 
+/// Reads a 4-D probabilistic atlas (one volume per region) and its table: the table's k-th row
+/// names volume k (FSL XML: the row's index attribute). Probabilities in [0, 1]; images in percent
+/// (maximum in (1, 100], as FSL's) are divided by 100 (noted in warnings). Errors: values outside
+/// [0, 100] or non-finite [atlas:BadProbability], rows != volumes [atlas:TableMismatch].
+Atlas LoadProbabilisticAtlas(const std::string& imagePath, const std::string& tablePath, double threshold);
+
 /// Nearest-neighbour resampling of integer labels onto `target`, through LPS world coordinates.
 /// Target voxels whose centre falls outside the source grid get 0.
 std::vector<std::int32_t> ResampleLabels(const io::Geometry& source, const std::vector<std::int32_t>& labels,
@@ -63,6 +82,9 @@ struct RegionVoxels {
   std::string name;
   std::vector<std::int64_t> voxels;   ///< linear indices on the image grid, ascending
   std::int64_t atlasVoxels = 0;       ///< voxels of the label on the image grid before masking
+  /// Probabilistic regions: the probability p of each voxel (same order as `voxels`); empty = all 1.
+  /// The region kernel is then K = X diag(p) X' (features sqrt(p) x) and its voxel map carries p.
+  std::vector<float> weights;
 };
 
 /// Each region's voxels on the image grid, after the (optional) mask.
@@ -78,7 +100,14 @@ struct RegionIndex {
 
 /// Puts the atlas (and mask, if given) on the image grid. Errors: atlas and image do not
 /// overlap in world space [atlas:NoOverlap]; no label left inside the mask [atlas:NoLabelInMask].
+/// Probabilistic atlases: every volume resampled (nearest neighbour), voxels with p > threshold.
 RegionIndex BuildRegionIndex(const Atlas& atlas, const io::Geometry& imageGrid, const io::Volume* mask,
                              const std::string& maskPath = "");
+
+/// Several atlases in one study (e.g. cortical + subcortical): regions of part k > 0 get label
+/// k * 1000000 + label (labels stay unique) and every name gets "<prefix>_" when a prefix is given.
+/// A voxel may belong to regions of several parts.
+RegionIndex CombineRegionIndices(std::vector<RegionIndex> parts, const std::vector<std::string>& prefixes);
+inline constexpr std::int64_t kAtlasPartLabelStride = 1000000;
 
 }  // namespace neuromkl::atlas

@@ -12,10 +12,30 @@
 
 namespace neuromkl::config {
 
+/// Images found in a BIDS dataset by entities instead of an image column.
+struct BidsSpec {
+  std::string root;                  ///< resolved; empty = no BIDS search
+  std::string derivatives;           ///< resolved (relative paths against root); empty = search the whole root
+  /// Entities every image must carry, e.g. {"space", "MNI152NLin2009cAsym"}, {"label", "GM"}; "suffix"
+  /// (the last name part, e.g. "probseg") and "extension" (".nii.gz") are matched too. Sorted by key.
+  std::vector<std::pair<std::string, std::string>> entities;
+};
+
+/// One level of a categorical column, from participants.json ("Levels": {"AD": "Alzheimer's disease"}).
+struct ColumnLevel {
+  std::string value, description;
+};
+
 struct SubjectsSpec {
-  std::string table;                 ///< participants.tsv / .csv (required), resolved path
-  std::string idColumn = "subject";  ///< "#row": subjects are numbered by data row from 1 (tables without ids)
+  std::string table;                 ///< participants.tsv / .csv, resolved path (default with bids: <root>/participants.tsv)
+  /// BIDS' participant_id by default; when id_column is not given and the table has no participant_id
+  /// column but a "subject" column, "subject" (read from the table's header when the config is loaded).
+  /// "#row": subjects are numbered by data row from 1 (tables without ids).
+  std::string idColumn = "participant_id";
   std::string imageColumn = "image";
+  BidsSpec bids;
+  std::string sidecar;               ///< participants.json beside the table, if present (resolved)
+  std::map<std::string, std::vector<ColumnLevel>> levels;  ///< column -> levels, from the sidecar
 };
 
 struct TargetSpec {
@@ -24,10 +44,21 @@ struct TargetSpec {
   std::string positiveClass;         ///< classification; empty = the last class in sorted order
 };
 
+/// One atlas image with its table; several in one study are combined (names prefixed).
+struct AtlasPart {
+  std::string image;                 ///< resolved path
+  std::string labels;                ///< resolved path of its table (dseg.tsv, FSL XML, FreeSurfer LUT, AAL text)
+  std::string prefix;                ///< prepended to region names ("<prefix>_<name>"); empty = none
+  bool probabilistic = false;        ///< a 4-D image, one probability volume per region
+  double threshold = 0;              ///< probabilistic: voxels with p > threshold belong to the region
+};
+
 struct AtlasSpec {
   std::string builtin = "aal";       ///< built-in atlas name, or empty when image/labels are given
-  std::string image;                 ///< resolved path of a custom label image
-  std::string labels;                ///< resolved path of its label table
+  std::string image;                 ///< resolved path of a custom label image (= parts[0].image)
+  std::string labels;                ///< resolved path of its label table (= parts[0].labels)
+  std::vector<AtlasPart> parts;      ///< custom atlases: one per image ("image"/"labels", or "images")
+  std::string space;                 ///< template space, e.g. "MNI152NLin2009cAsym" (recorded; checked against space- entities)
 };
 
 struct PrecomputedKernelSpec {

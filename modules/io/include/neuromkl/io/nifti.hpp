@@ -1,24 +1,53 @@
 #pragma once
-// NIfTI-1/-2 input and output (.nii, .nii.gz) through ITK; ITK stays inside this module.
+// Image input (NIfTI-1 and NIfTI-2 single files and .hdr/.img pairs, Analyze 7.5 pairs, each
+// optionally gzipped) and NIfTI output (.nii, .nii.gz) through ITK; ITK stays inside this module.
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "neuromkl/io/volume.hpp"
 
 namespace neuromkl::io {
 
+/// How an image is stored, detected from its header (sizeof_hdr, magic), not from its name.
+enum class ImageFormat { Nifti1, Nifti1Pair, Nifti2, Nifti2Pair, Analyze75 };
+/// "NIfTI-1", "NIfTI-1 pair", "NIfTI-2", "NIfTI-2 pair", "Analyze 7.5".
+std::string ToString(ImageFormat format);
+/// Reads and checks the header only (same errors as ReadVolume).
+ImageFormat ReadImageFormat(const std::string& path);
+/// The orientation convention neuromkl applies to Analyze 7.5 files (SPM's), one sentence for warnings.
+std::string AnalyzeConventionNote();
+
+/// The files that hold an image: the path itself, plus the other half of a .hdr/.img pair (header
+/// first). Content hashes (kernel cache keys) must cover both halves of a pair.
+std::vector<std::string> ImageFilePaths(const std::string& path);
+
 /// Reads only the header: geometry of a 3-D image. Same errors as ReadVolume.
 Geometry ReadGeometry(const std::string& path);
 
-/// Reads a 3-D image as float32. Errors (InputError, code in brackets):
-/// missing/unreadable file [io:Missing], not a NIfTI file [io:NotNifti], a 4-D image with
-/// more than one volume [io:Not3D] (ITK would silently return volume 0), corrupt or
-/// truncated data [io:Corrupt]. Every message names the file.
+/// Reads a 3-D image as float32. Accepts .nii, .nii.gz, .hdr/.img pairs (either half named,
+/// .hdr.gz/.img.gz too), any letter case of the extension. Errors (InputError, code in brackets):
+/// missing/unreadable file [io:Missing], the other half of a pair missing [io:MissingPairFile],
+/// not an image name or header [io:NotNifti], a bad magic [io:BadMagic], a vox_offset that is NaN,
+/// fractional or inside the header [io:BadVoxOffset], an unsupported datatype [io:UnsupportedType],
+/// a data file shorter than the header announces [io:Truncated] (checked before allocating),
+/// a 4-D image with more than one volume [io:Not3D], corrupt data [io:Corrupt]. Every message names
+/// the file.
 Volume ReadVolume(const std::string& path);
 
 /// Same, decoding into `out` and reusing its buffer: no allocation per image when one Volume is
 /// reused for a whole cohort (fresh multi-megabyte buffers cost page faults and address-space locks
 /// that slow parallel decoding by ~25 %).
 void ReadVolume(const std::string& path, Volume& out);
+
+/// A 4-D image (e.g. a probabilistic atlas: one volume per region), volume after volume.
+struct Volume4D {
+  Geometry geometry;                ///< of each 3-D volume
+  std::int64_t volumes = 0;
+  std::vector<float> data;          ///< volumes x VoxelCount() values, volume-major, x fastest
+};
+/// Reads every volume of a 3-D or 4-D image (a 3-D image is one volume). Same errors as ReadVolume.
+Volume4D ReadVolume4D(const std::string& path);
 
 /// Writes a float32 image; the extension (.nii or .nii.gz) decides compression. IoError on failure.
 void WriteVolume(const std::string& path, const Volume& volume);
