@@ -12,7 +12,7 @@ from ._core import ConfigError, GeometryMismatch, InputError, InvalidParameter, 
 from .estimators import (ESTIMATORS, BSADMMKELMClassifier, DKELMClassifier, DKELMRegressor, EnmklKernelRidge,
                          EnmklKernelRidgeClassifier, EnmklSVC, KELMClassifier, KELMRegressor, MKELMClassifier, MKELMRegressor,
                          MKLBPClassifier, SimpleMKLClassifier, SimpleMKLRegressor, SumKernelRidge, SumKernelSVC)
-from .study import StudyResults, load_results, run_study
+from .study import StudyResults, load_kernels, load_results, run_study
 
 __version__ = _core.version()
 
@@ -33,6 +33,6 @@ def preprocess_fold(train_kernels, test_kernels, test_diag=None, centre=True, no
     return _core.preprocess_fold(train_kernels, test_kernels, diag, centre, normalise)
 
 
-__all__ = ["run_study", "load_results", "StudyResults", "learner_catalog", "preprocess_fold", "NeuromklError", "ConfigError",
+__all__ = ["run_study", "load_results", "load_kernels", "StudyResults", "learner_catalog", "preprocess_fold", "NeuromklError", "ConfigError",
            "InvalidParameter", "InputError", "GeometryMismatch", "NumericalError", "IoError", *[c.__name__ for c in ESTIMATORS],
            "ESTIMATORS"]

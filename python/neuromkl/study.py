@@ -14,7 +14,7 @@ try:  # pandas is optional: tables are DataFrames when it is installed, lists of
 except ImportError:  # pragma: no cover - exercised only without python3-pandas
     _pd = None
 
-__all__ = ["run_study", "load_results", "StudyResults"]
+__all__ = ["run_study", "load_results", "load_kernels", "StudyResults"]
 
 
 def _number(text):
@@ -94,22 +94,44 @@ def load_results(output_dir) -> StudyResults:
                         report=str(report) if report.is_file() else None)
 
 
-def run_study(study, out_dir=None, threads=None, force=False, base_dir=None, progress=False) -> StudyResults:
+def load_kernels(path):
+    """The raw region kernels a run saved (`<output>/kernels`, or that folder itself).
+
+    Returns (names, subjects, K) with K of shape n_kernels x n x n (float64, not centred or
+    normalised; rows and columns in `subjects` order): the input of the estimators' precomputed form.
+    """
+    import numpy as np
+
+    d = Path(path)
+    if (d / "kernels" / "index.json").is_file():
+        d = d / "kernels"
+    index_path = d / "index.json"
+    if not index_path.is_file():
+        raise _core.IoError(f"{index_path} not found: not a neuromkl kernel folder")
+    with open(index_path) as f:
+        index = json.load(f)
+    names = [k["name"] for k in index["kernels"]]
+    K = np.stack([np.load(d / k["file"]) for k in index["kernels"]]) if names else np.empty((0, 0, 0))
+    return names, list(index["subjects"]), K
+
+
+def run_study(study, out_dir=None, threads=None, force=False, base_dir=None, verbose=False) -> StudyResults:
     """Runs a study like `neuromkl run STUDY.json [--out DIR] [--threads N] [--force]`.
 
     ``study`` is a path to a study file or a dict with the same content (relative paths then resolve
     against ``base_dir``, default the current folder). Writes exactly the CLI's output folder and
     returns its contents (see load_results). Errors are the CLI's, as neuromkl exceptions
-    (ConfigError, InputError, IoError, ...). The GIL is released while the study runs.
+    (ConfigError, InputError, IoError, ...). The GIL is released while the study runs. ``verbose``:
+    the CLI's progress and info log on stderr (default: warnings only, like `neuromkl run -q`).
     """
     if isinstance(study, dict):
         text = json.dumps(study)
         base = os.path.abspath(base_dir if base_dir is not None else os.getcwd())
         outcome = _core.run_study(text, True, base, "" if out_dir is None else os.fspath(out_dir), -1 if threads is None else int(threads),
-                                  bool(force), bool(progress))
+                                  bool(force), bool(verbose))
     else:
         outcome = _core.run_study(os.fspath(study), False, "", "" if out_dir is None else os.fspath(out_dir),
-                                  -1 if threads is None else int(threads), bool(force), bool(progress))
+                                  -1 if threads is None else int(threads), bool(force), bool(verbose))
     res = load_results(outcome["output_dir"])
     res.summary = list(outcome["summary"])
     return res

@@ -6,6 +6,7 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
+#include <spdlog/spdlog.h>
 
 #include <Eigen/Core>
 #include <chrono>
@@ -226,11 +227,12 @@ py::list Catalog() {
 
 /// Runs a study like `neuromkl run`: from a file, or from JSON text with a base folder.
 py::dict RunStudy(const std::string& pathOrText, bool isText, const std::string& baseDir, const std::string& outDir, int threads, bool force,
-                  bool progress) {
+                  bool verbose) {
   neuromkl::pipeline::RunOutcome outcome;
   {
     py::gil_scoped_release release;
-    neuromkl::SetProgressEnabled(progress);
+    neuromkl::SetProgressEnabled(verbose);  // as `neuromkl run -q` unless verbose
+    spdlog::set_level(verbose ? spdlog::level::info : spdlog::level::warn);
     const neuromkl::config::StudyConfig study =
         isText ? neuromkl::config::ParseStudyConfig(pathOrText, baseDir, "<dict>") : neuromkl::config::LoadStudyConfig(pathOrText);
     neuromkl::pipeline::RunOptions options;
@@ -298,7 +300,7 @@ PYBIND11_MODULE(_core, m) {
         py::arg("normalise") = true, "kernels::CentreFold / NormaliseFold with training statistics: returns (train, test) stacks.");
   m.def("learner_catalog", &Catalog, "Every learner with its tasks and parameter table (names, defaults, bounds).");
   m.def("run_study", &RunStudy, py::arg("path_or_text"), py::arg("is_text"), py::arg("base_dir"), py::arg("out_dir"), py::arg("threads"),
-        py::arg("force"), py::arg("progress"), "Runs a study through pipeline::RunStudy; returns the output folder and summary.");
+        py::arg("force"), py::arg("verbose"), "Runs a study through pipeline::RunStudy; returns the output folder and summary.");
   m.def("version", &neuromkl::pipeline::NeuromklVersion);
   m.def("versions", &neuromkl::pipeline::Versions);
 }

@@ -36,10 +36,12 @@ def _precomputed_study(tmp_path, rng, n=42, kernels=5):
 
 
 def _strip_run_details(results):
-    """results.json minus what legitimately differs between two runs (timings, date, output paths)."""
+    """results.json minus what legitimately differs between two runs: timings, date, paths, whether the
+    kernel cache was hit, and the input hash (it covers the resolved config, which names the output folder)."""
     r = json.loads(json.dumps(results))
-    for key in ("date", "seconds", "threads", "config"):
+    for key in ("date", "seconds", "threads", "config", "input_hash"):
         r.pop(key, None)
+    r["kernels"].pop("cache", None)
     for l in r["learners"]:
         for f in l["folds"]:
             f.get("fit", {}).pop("seconds", None)
@@ -65,7 +67,7 @@ def test_run_study_equals_the_cli_and_enmkl_weights_equal_python_fits(tmp_path, 
     K = np.stack([np.load(tmp_path / f"{nm}.npy") for nm in names])
     order = [r["name"] for r in cli_res.results["kernels"]["regions"]]
     K = K[[names.index(o) for o in order]]
-    labels = np.where(y == 1, "case", "control")
+    labels = y  # 1 = "case", the study's positive class, sorts last: classes_[1] is the +1 class as in the CLI
     estimators = {"enmkl_svm": neuromkl.EnmklSVC(C=1, mu=0.5), "enmkl_krr_reg": neuromkl.EnmklKernelRidgeClassifier(alpha=1, mu=0.3),
                   "simplemkl": neuromkl.SimpleMKLClassifier(C=1)}
     for learner in cli_res.results["learners"]:
@@ -109,3 +111,19 @@ def test_study_errors_match_the_cli(tmp_path, rng, cli):
     assert str(e.value) in cli_run.stderr and e.value.code in cli_run.stderr
     with pytest.raises(neuromkl.IoError, match="not a neuromkl results folder"):
         neuromkl.load_results(tmp_path)
+
+
+def test_worked_example_on_the_shipped_cohort(tmp_path, source_dir):
+    """examples/python/wager2008_example.py runs end to end on examples/wager2008_emoreg."""
+    import os
+    import sys
+
+    env = dict(os.environ)
+    out = subprocess.run([sys.executable, str(source_dir / "examples" / "python" / "wager2008_example.py"), "--out", str(tmp_path / "wager")],
+                         capture_output=True, text=True, env=env, timeout=600)
+    assert out.returncode == 0, out.stderr
+    assert "heaviest regions:" in out.stdout and "ENMKL-KRR on 24 subjects, " in out.stdout
+    assert (tmp_path / "wager" / "results.json").is_file() and (tmp_path / "wager" / "report.html").is_file()
+    names, subjects, K = neuromkl.load_kernels(tmp_path / "wager")
+    assert K.shape == (len(names), 30, 30) and len(subjects) == 30
+    np.testing.assert_allclose(K, K.transpose(0, 2, 1), atol=0)
