@@ -442,6 +442,13 @@ class DKELMClassifier(_DkelmParams, _Classifier):
 class DKELMRegressor(_DkelmParams, _Regressor):
     __doc__ = DKELMClassifier.__doc__
 
+    def _more_tags(self):
+        # With the paper's default deformation (1) and no unlabelled data, the kNN-graph smoothing of
+        # scikit-learn's regression check data (10 noise-like features, one informative) leaves a
+        # training R^2 of 0.14-0.31 (< the check's 0.5; 0.85 at deformation 0 = KELM): a property of
+        # the learner, not a defect. docs/python.md lists this.
+        return {"poor_score": True}
+
 
 #: Every estimator class with its catalogue learner name (used by the tests and docs).
 ESTIMATORS = [EnmklSVC, EnmklKernelRidge, EnmklKernelRidgeClassifier, SimpleMKLClassifier, SimpleMKLRegressor, SumKernelSVC,
