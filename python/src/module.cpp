@@ -102,7 +102,7 @@ void CheckDiag(const Eigen::MatrixXd& diag, std::size_t kernels, Eigen::Index m,
 /// Fits a catalogue learner on a kernel stack; returns the fitted state as plain arrays.
 py::dict Fit(const std::string& learner, const std::map<std::string, double>& params, const Stack& trainStack, const Stack& yArray,
              const std::string& task, int classes, bool centre, bool normalise) {
-  KernelList train = ToKernelList(trainStack, "fit");
+  if (trainStack.ndim() != 3) ToKernelList(trainStack, "fit");  // throws the shape error
   neuromkl::learners::Targets targets;
   targets.task = ParseTask(task);
   targets.classes = classes;
@@ -111,8 +111,11 @@ py::dict Fit(const std::string& learner, const std::map<std::string, double>& pa
   neuromkl::learners::Model model;
   double coreSeconds = 0;
   {
+    // Without the GIL from here: the arrays stay alive (they are arguments), their buffers are read only.
+    // The copy into Eigen matrices takes the place of the pipeline's per-fold SliceFold copy.
     py::gil_scoped_release release;
     const auto start = std::chrono::steady_clock::now();
+    KernelList train = ToKernelList(trainStack, "fit");
     const auto learnerObject = neuromkl::learners::MakeLearner(learner, params);
     KernelList none;
     for (const auto& K : train) none.emplace_back(0, K.cols());
@@ -143,14 +146,15 @@ py::dict Fit(const std::string& learner, const std::map<std::string, double>& pa
 py::array_t<double> Decision(const Eigen::VectorXd& beta, const Eigen::VectorXd& coef, double bias, const Eigen::MatrixXd& coefs,
                              const Eigen::VectorXd& biases, const Stack& trainStack, const Stack& testStack, const Stack& testDiag, bool centre,
                              bool normalise) {
-  KernelList train = ToKernelList(trainStack, "decision");
-  KernelList test = ToKernelList(testStack, "decision");
-  if (test.size() != train.size())
+  for (const Stack* a : {&trainStack, &testStack})
+    if (a->ndim() != 3) ToKernelList(*a, "decision");  // throws the shape error
+  if (testStack.shape(0) != trainStack.shape(0))
     throw neuromkl::InputError("learners:KernelCount", "decision",
-                               "got " + std::to_string(test.size()) + " test kernels, the model was trained on " + std::to_string(train.size()));
+                               "got " + std::to_string(testStack.shape(0)) + " test kernels, the model was trained on " +
+                                   std::to_string(trainStack.shape(0)));
   const Eigen::MatrixXd diag = testDiag.size() == 0 ? Eigen::MatrixXd() : ToMatrix(testDiag, "test_diag");
   const Eigen::Index m = testStack.shape(1);
-  CheckDiag(diag, train.size(), m, normalise);
+  CheckDiag(diag, static_cast<std::size_t>(trainStack.shape(0)), m, normalise);
   neuromkl::learners::Model model;
   model.beta = beta;
   model.coef = coef;
@@ -159,7 +163,9 @@ py::array_t<double> Decision(const Eigen::VectorXd& beta, const Eigen::VectorXd&
   model.biases = biases;
   Eigen::MatrixXd scores;
   {
-    py::gil_scoped_release release;
+    py::gil_scoped_release release;  // the arrays are arguments: alive and unchanged while we read them
+    KernelList train = ToKernelList(trainStack, "decision");
+    KernelList test = ToKernelList(testStack, "decision");
     const Eigen::Index cols = model.Multiclass() ? model.coefs.rows() : model.coef.size();
     for (std::size_t j = 0; j < test.size(); ++j)
       if (test[j].cols() != cols || train[j].rows() != cols || train[j].cols() != cols)
