@@ -112,6 +112,12 @@ def test_dkelm_uses_unlabelled_samples(rng):
     plain = DKELMClassifier(neighbours=5, deformation=0.1).fit(X, y)
     assert not np.allclose(clf.decision_function(X), plain.decision_function(X))  # the unlabelled samples deform the kernel
     assert clf.score(X, y) > 0.85
+    # the precomputed form takes the unlabelled samples as the last rows/columns of the stack
+    Xall = np.vstack([X, Xu])
+    K = np.stack([Xall[:, [j]] @ Xall[:, [j]].T for j in range(8)])
+    pre = DKELMClassifier(neighbours=5, deformation=0.1, kernel="precomputed").fit(K, y, n_unlabelled=20)
+    np.testing.assert_allclose(pre.dual_coef_, clf.dual_coef_, atol=1e-9)
+    np.testing.assert_allclose(pre.decision_function(K[:, :60]), clf.decision_function(X), atol=1e-9)
     # deformation 0 is plain KELM (docs/learners.md)
     np.testing.assert_allclose(DKELMClassifier(deformation=0, neighbours=5).fit(X, y).decision_function(X),
                                KELMClassifier().fit(X, y).decision_function(X), atol=1e-10)
