@@ -69,7 +69,9 @@ class _NeuromklEstimator(BaseEstimator):
             if isinstance(value, (bool, np.bool_)):
                 value = 1.0 if value else 0.0
             if not isinstance(value, numbers.Real):
-                raise _core.InvalidParameter(f"parameter {name} must be a number, got {value!r}")
+                err = _core.InvalidParameter(f"{self._learner}.{_RENAMED.get(name, name)}: parameter {name} must be a number, got {value!r}")
+                err.code, err.where = "python:ParamType", f"{self._learner}.{_RENAMED.get(name, name)}"
+                raise err
             params[_RENAMED.get(name, name)] = float(value)
         return params
 

@@ -134,6 +134,9 @@ def test_cpp_errors_become_python_exceptions_with_the_same_message(rng):
     assert str(e.value) == "enmkl_svm.c: expected a value in (0, inf), found -1"  # what() of the C++ error, as the CLI prints it
     assert e.value.code == "learners:ParamRange" and e.value.where == "enmkl_svm.c"
     assert isinstance(e.value, ValueError) and isinstance(e.value, neuromkl.NeuromklError)
+    with pytest.raises(neuromkl.InvalidParameter, match="parameter mu must be a number, got 'half'") as e:
+        EnmklSVC(mu="half").fit(X, y)
+    assert e.value.code == "python:ParamType"
     with pytest.raises(neuromkl.InputError, match=r"test kernel 0 is 5x7, expected 5x60"):
         EnmklSVC(kernel="precomputed").fit(np.stack([X @ X.T]), y).decision_function(np.zeros((1, 5, 7)))
     with pytest.raises(neuromkl.InputError, match="classification needs both classes"):
