@@ -323,7 +323,12 @@ exporting::RunRecord DescribeRun(const StudyContext& ctx, CrossValidationResult 
   record.normalise = study.kernels.normalise;
   record.threads = study.threads;
   record.description = study.description;
-  record.atlas = study.kernels.source != config::KernelSource::Images ? "" : study.atlas.builtin.empty() ? study.atlas.image : study.atlas.builtin;
+  if (study.kernels.source == config::KernelSource::Images) {
+    std::vector<std::string> images;
+    for (const auto& part : study.atlas.parts) images.push_back(part.image + (part.probabilistic ? " (probabilistic)" : ""));
+    record.atlas = !study.atlas.builtin.empty() ? study.atlas.builtin : images.empty() ? study.atlas.image : Join(images, " + ");
+    record.atlasSpace = study.atlas.space;
+  }
   record.mask = study.mask;
   record.date = UtcNow();
   for (const auto& lr : record.learners) {

@@ -25,10 +25,18 @@ void AbsolutisePaths(Json& j, const std::string& base) {
     if (parent.is_object() && parent.contains(key) && parent[key].is_string() && !parent[key].get<std::string>().empty())
       parent[key] = ResolvePath(base, parent[key].get<std::string>());
   };
-  if (j.contains("subjects")) fix(j["subjects"], "table");
+  if (j.contains("subjects") && j["subjects"].is_object()) {
+    fix(j["subjects"], "table");
+    if (j["subjects"].contains("bids")) fix(j["subjects"]["bids"], "root");  // derivatives stay relative to the root
+  }
   if (j.contains("atlas") && j["atlas"].is_object()) {
     fix(j["atlas"], "image");
     fix(j["atlas"], "labels");
+    if (j["atlas"].contains("images") && j["atlas"]["images"].is_array())
+      for (auto& part : j["atlas"]["images"]) {
+        fix(part, "image");
+        fix(part, "labels");
+      }
   }
   fix(j, "mask");
   if (j.contains("kernels") && j["kernels"].is_object()) {

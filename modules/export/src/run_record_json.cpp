@@ -29,6 +29,7 @@ std::string RunRecordJson(const RunRecord& r) {
   j["description"] = r.description;
   j["date"] = r.date;
   j["atlas"] = r.atlas;
+  if (!r.atlasSpace.empty()) j["atlas_space"] = r.atlasSpace;
   j["mask"] = r.mask;
   j["neuromkl_version"] = r.version;
   j["versions"] = r.versions;

@@ -1,4 +1,5 @@
 // The schema documents every default; the code holds them. They must agree.
+#include <filesystem>
 #include <fstream>
 
 #include <gtest/gtest.h>
@@ -91,4 +92,29 @@ TEST(SchemaDefaults, BatchSchemaNamesTheKeysTheLoaderAccepts) {
   neuromkl::testing::WriteFile(dir / "b.json", R"({"name": "b", "matrix": {"base": "s.json", "cohort": []}})");
   EXPECT_THROW(neuromkl::config::LoadBatchConfig(dir / "b.json"), neuromkl::ConfigError);
 }
+}  // namespace
+
+namespace {
+
+// A batch study taken from a study file in another folder keeps that folder for every path it
+// names, including the BIDS root and each image of a multi-image atlas.
+TEST(BatchPaths, StudyPathsResolveAgainstTheStudyFileFolder) {
+  neuromkl::testing::TempDir dir;
+  std::filesystem::create_directories(dir / "elsewhere/bids");
+  neuromkl::testing::WriteFile(dir / "elsewhere/bids/participants.tsv", "participant_id\tgroup\nsub-01\ta\nsub-02\tb\n");
+  neuromkl::testing::WriteFile(dir / "elsewhere/study.json", R"({"name": "s", "subjects": {"bids": {"root": "bids", "entities": {"suffix": "T1w"}}},
+    "target": {"column": "group", "task": "classification"}, "learners": [{"name": "svm"}],
+    "atlas": {"images": [{"image": "cort.nii.gz", "labels": "cort.tsv"}, {"image": "sub.nii.gz", "labels": "sub.tsv", "prefix": "sub"}]}})");
+  neuromkl::testing::WriteFile(dir / "b.json", R"({"name": "b", "studies": [{"file": "elsewhere/study.json"}]})");
+  const auto batch = neuromkl::config::LoadBatchConfig(dir / "b.json");
+  ASSERT_EQ(batch.studies.size(), 1u);
+  ASSERT_TRUE(batch.studies[0].error.empty()) << batch.studies[0].error;
+  const auto& study = batch.studies[0].config;
+  const std::string base = std::filesystem::path(dir / "elsewhere").lexically_normal().string();
+  EXPECT_EQ(study.subjects.bids.root, base + "/bids");
+  ASSERT_EQ(study.atlas.parts.size(), 2u);
+  EXPECT_EQ(study.atlas.parts[0].image, base + "/cort.nii.gz");
+  EXPECT_EQ(study.atlas.parts[1].labels, base + "/sub.tsv");
+}
+
 }  // namespace

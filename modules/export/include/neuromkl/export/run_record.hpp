@@ -64,6 +64,7 @@ struct RunRecord {
   bool centre = true, normalise = true;
   int threads = 0;
   std::string description, atlas, mask, date;
+  std::string atlasSpace;  ///< template space of the atlas (atlas.space), if given
 };
 
 /// Whether a kernel rests on fewer subjects with non-zero data than the study's minimum.
