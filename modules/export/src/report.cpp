@@ -212,7 +212,7 @@ std::string ConfusionMatrix(const LearnerRecord& lr, const RunRecord& r) {
 }
 
 /// Histogram of a metric over the permutations with the observed value marked.
-std::string NullHistogram(const LearnerRecord& lr, const std::string& metric, bool higherIsBetter) {
+std::string NullHistogram(const LearnerRecord& lr, const std::string& metric) {
   if (!lr.permutations.null.count(metric) || !lr.summary.pooled.count(metric)) return "";
   std::vector<double> values;
   for (double v : lr.permutations.null.at(metric))
@@ -239,8 +239,8 @@ std::string NullHistogram(const LearnerRecord& lr, const std::string& metric, bo
   svg += fmt::format(R"(<line x1="{0:.1f}" x2="{0:.1f}" y1="{1}" y2="{2}" stroke="#d62728" stroke-width="2"/><text x="{0:.1f}" y="{3}" font-size="10" fill="#d62728" text-anchor="middle">observed {4:.3g}</text>)",
                      X(observed), top - 4, base, top - 8, observed);
   const double p = lr.permutations.pValues.count(metric) ? lr.permutations.pValues.at(metric) : NAN;
-  svg += fmt::format(R"(<text x="{}" y="{}" font-size="10" text-anchor="middle">{} under permuted targets ({} permutations; p = {:.3g}, {} is better)</text></svg>)",
-                     (left + width - right) / 2, height - 8, Escape(metric), values.size(), p, higherIsBetter ? "higher" : "lower");
+  svg += fmt::format(R"(<text x="{}" y="{}" font-size="10" text-anchor="middle">{}: {} {} permuted targets, p = {:.3g}</text></svg>)",
+                     (left + width - right) / 2, height - 8, Escape(lr.outcome.label), Escape(metric), values.size(), p);
   return svg;
 }
 
@@ -376,8 +376,9 @@ td,th{border:1px solid #ddd;padding:.25em .6em;text-align:left;font-size:.92em}t
                              r.excludedKernels.size(), r.centre ? "" : "not ", r.normalise ? "" : "not "));
   if (!r.atlas.empty()) row("atlas", Escape(r.atlas) + (r.mask.empty() ? "" : ", mask " + Escape(r.mask)));
   if (r.outsideAtlasShare >= 0)
-    row("coverage", fmt::format("{:.1f} % of the images' non-zero voxel values lie outside the atlas regions{}", 100 * r.outsideAtlasShare,
-                                r.outsideAtlasShare > 0.1 ? " &mdash; no region sees them; check that the atlas fits the data" : ""));
+    row("coverage", fmt::format("{:.1f} % of the images' non-zero voxel values lie outside the atlas regions (for lesion or other sparse maps: "
+                                "signal that no region sees)",
+                                100 * r.outsideAtlasShare));
   if (!r.intensityScaling.empty()) {
     const auto [lo, hi] = std::minmax_element(r.intensityScale.begin(), r.intensityScale.end());
     row("intensity scaling", fmt::format("each image divided by its own {} (divisors {:.4g} to {:.4g})", Escape(r.intensityScaling), *lo, *hi));
@@ -421,7 +422,7 @@ td,th{border:1px solid #ddd;padding:.25em .6em;text-align:left;font-size:.92em}t
     const std::string metric = classification ? "balanced_accuracy" : "pearson_r";
     h += "<h2>Permutation test</h2>\n<p class=\"note\">The whole nested cross-validation rerun on permuted targets; the red line is the "
          "value on the real targets. Every metric's null distribution: <code>null_distribution.tsv</code>.</p>\n<div class=\"figs\">";
-    for (const auto& lr : r.learners) h += NullHistogram(lr, metric, true);
+    for (const auto& lr : r.learners) h += NullHistogram(lr, metric);
     h += "</div>\n";
   }
   h += "<h2>Fits and chosen parameters</h2>\n<p class=\"note\">Parameters chosen by the inner cross-validation on each outer training set "
