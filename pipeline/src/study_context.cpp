@@ -7,6 +7,7 @@
 #include <tbb/parallel_for.h>
 
 #include "neuromkl/core/hash.hpp"
+#include "neuromkl/core/progress.hpp"
 
 namespace neuromkl::pipeline {
 

@@ -70,8 +70,9 @@ std::vector<std::string> GridEdgeWarnings(const cv::LearnerOutcome& o, const std
   for (const auto& name : searched) {
     // An end that is the parameter's own bound (mu = 1 is l1-MKL, mu = 0 the uniform sum) cannot be extended.
     const learners::ParamSpec* spec = nullptr;
-    for (const auto& p : info->params)
-      if (p.name == name) spec = &p;
+    if (info)
+      for (const auto& p : info->params)
+        if (p.name == name) spec = &p;
     double lo = INFINITY, hi = -INFINITY;
     std::set<double> values;
     for (const auto& point : o.grid) {

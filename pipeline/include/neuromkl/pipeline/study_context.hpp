@@ -9,10 +9,13 @@
 #include <vector>
 
 #include "neuromkl/config/study_config.hpp"
-#include "neuromkl/core/progress.hpp"
 #include "neuromkl/cv/nested_cv.hpp"
 #include "neuromkl/pipeline/cohort.hpp"
 #include "neuromkl/pipeline/kernel_stage.hpp"
+
+namespace neuromkl {
+class Progress;
+}
 
 namespace neuromkl::pipeline {
 
