@@ -73,6 +73,8 @@ std::string KernelCacheKey(const config::StudyConfig& study, const Cohort& cohor
       h.Update(std::string_view(study.kernels.nanPolicy == kernels::NanPolicy::Zero ? "zero" : "drop_voxel"));
       h.Update(static_cast<std::uint64_t>(study.kernels.intensity.scaling));
       for (const auto& name : study.kernels.intensity.referenceRegions) h.Update(name);
+      if (!study.kernels.intensity.referenceImage.empty())
+        for (const auto& f : io::ImageFilePaths(study.kernels.intensity.referenceImage)) h.Update(HashFile(f));
       break;
     }
     case KernelSource::Precomputed:
@@ -269,19 +271,33 @@ void AddExclusionWarnings(KernelStageResult& res) {
   for (const auto& e : res.set.excluded) res.warnings.push_back("kernels: " + e.info.name + " excluded: " + e.reason);
 }
 
-/// kernels.intensity reference regions as indices into the region index; ConfigError naming the
-/// JSON pointer (with a did-you-mean) for a name the atlas does not have.
-std::vector<std::size_t> ReferenceRegionIndices(const config::StudyConfig& study, const atlas::RegionIndex& index) {
-  std::vector<std::size_t> out;
+/// kernels.intensity's reference as voxels of the image grid: the voxels of the named regions, or
+/// the non-zero voxels of a label image (resampled onto the grid by nearest neighbour). ConfigError
+/// naming the JSON pointer (with a did-you-mean) for a region the atlas does not have; InputError
+/// for a reference image without a voxel on the grid.
+std::vector<std::int64_t> ReferenceVoxels(const config::StudyConfig& study, const atlas::RegionIndex& index) {
+  const auto& spec = study.kernels.intensity;
+  const std::string where = study.path + " /kernels/intensity/scaling/reference_region";
+  std::vector<std::int64_t> out;
+  if (!spec.referenceImage.empty()) {
+    const io::Volume reference = io::ReadVolume(spec.referenceImage);
+    const auto onGrid = atlas::ResampleNearest(reference.geometry, reference.data, index.grid);
+    for (std::size_t v = 0; v < onGrid.size(); ++v)
+      if (onGrid[v] != 0.0f && std::isfinite(onGrid[v])) out.push_back(static_cast<std::int64_t>(v));
+    if (out.empty()) throw InputError("input:EmptyReference", spec.referenceImage, "the reference image has no non-zero voxel on the image grid (" + index.grid.Describe() + ")");
+    return out;
+  }
   std::vector<std::string> names;
   for (const auto& r : index.regions) names.push_back(r.name);
-  for (const auto& name : study.kernels.intensity.referenceRegions) {
+  for (const auto& name : spec.referenceRegions) {
     const auto it = std::find(names.begin(), names.end(), name);
     if (it == names.end())
-      throw ConfigError("config:UnknownRegion", study.path + " /kernels/intensity/scaling/reference_region",
-                        "the atlas has no region \"" + name + "\" with voxels on the image grid" + DidYouMean(name, names));
-    out.push_back(static_cast<std::size_t>(it - names.begin()));
+      throw ConfigError("config:UnknownRegion", where, "the atlas has no region \"" + name + "\" with voxels on the image grid" + DidYouMean(name, names));
+    const auto& voxels = index.regions[static_cast<std::size_t>(it - names.begin())].voxels;
+    out.insert(out.end(), voxels.begin(), voxels.end());
   }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());  // a voxel in two (probabilistic) regions counts once
   return out;
 }
 
@@ -319,7 +335,7 @@ KernelStageResult RunKernelStage(const config::StudyConfig& study, const Cohort&
       options.threads = study.threads;
       options.scratchDir = scratchDir;
       options.intensity = study.kernels.intensity.scaling;
-      options.referenceRegions = ReferenceRegionIndices(study, index);
+      options.referenceVoxels = ReferenceVoxels(study, index);
       res.set = kernels::ComputeRegionKernels(cohort.ids, cohort.images, index, options, &res.report);
       for (const auto& r : index.emptyRegions) {
         kernels::ExcludedKernel e;

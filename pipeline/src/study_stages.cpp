@@ -313,7 +313,8 @@ exporting::RunRecord DescribeRun(const StudyContext& ctx, CrossValidationResult 
   if (!ks.set.intensityScale.empty()) {
     record.intensityScaling = study.kernels.intensity.scaling == kernels::IntensityScaling::GlobalMean
                                   ? "global_mean"
-                                  : "reference_region: " + Join(study.kernels.intensity.referenceRegions, ", ");
+                                  : "reference_region: " + (study.kernels.intensity.referenceImage.empty() ? Join(study.kernels.intensity.referenceRegions, ", ")
+                                                                                                            : study.kernels.intensity.referenceImage);
     for (auto r : ctx.kernelRows) record.intensityScale.push_back(ks.set.intensityScale[static_cast<std::size_t>(r)]);
   }
   record.subjectsWithSignal = SubjectsWithSignal(ctx.kernels);

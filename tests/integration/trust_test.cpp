@@ -154,6 +154,37 @@ TEST(Trust, GlobalMeanScalingRemovesAGlobalIntensityDifference) {
   EXPECT_LT(BalancedAccuracy(dir / "scaled/results.json", 0), 0.75);  // chance: SD of balanced accuracy ~0.08 at n = 40
 }
 
+// A reference given by region names and the same voxels given as a label image scale identically,
+// by each image's mean over those voxels (hand computation, double sums: 1e-9 relative).
+TEST(Trust, ReferenceRegionByNamesOrByImageEqualsTheHandComputation) {
+  TempDir dir;
+  ASSERT_EQ(RunCli("simulate --out " + (dir / "cohort") + " --subjects 12 --seed 5 -q").exitCode, 0);
+  constexpr int kCrus1L = 9001, kCrus1R = 9002;
+  auto aal = neuromkl::io::ReadVolume(neuromkl::testing::SourcePath("atlases/aal/ROI_MNI_V4.nii.gz"));
+  for (float& v : aal.data) v = (v == kCrus1L || v == kCrus1R) ? 1.0f : 0.0f;
+  neuromkl::io::WriteVolume(dir / "cohort/reference.nii.gz", aal);
+  const std::string head = R"({"subjects": {"table": "participants.tsv"}, "target": {"column": "group", "task": "classification",
+    "positive_class": "patient"}, "atlas": "aal", "cv": {"outer": {"scheme": "stratified_kfold", "k": 3}}, "output": {"weight_maps": false},
+    "learners": [{"name": "krr", "params": {"lambda": 1}}], )";
+  WriteFile(dir / "cohort/names.json", head + R"("name": "names", "kernels": {"intensity": {"scaling": {"reference_region": ["Cerebelum_Crus1_L", "Cerebelum_Crus1_R"]}}}})");
+  WriteFile(dir / "cohort/image.json", head + R"("name": "image", "kernels": {"intensity": {"scaling": {"reference_region": {"image": "reference.nii.gz"}}}}})");
+  std::vector<std::vector<double>> scales;
+  for (const char* study : {"names", "image"}) {
+    const auto r = RunCli("run " + (dir / ("cohort/" + std::string(study) + ".json")) + " --out " + (dir / study) + " -q");
+    ASSERT_EQ(r.exitCode, 0) << r.output;
+    scales.push_back(nlohmann::json::parse(ReadFile(dir / (std::string(study) + "/results.json")))["kernels"]["intensity"]["scale"].get<std::vector<double>>());
+  }
+  ASSERT_EQ(scales[0].size(), 12u);
+  for (std::size_t s = 0; s < 12; ++s) EXPECT_NEAR(scales[0][s], scales[1][s], 1e-12 * scales[0][s]);
+  const auto rows = ReadTsv(dir / "cohort/participants.tsv");
+  const auto image = neuromkl::io::ReadVolume(dir / ("cohort/" + rows[1][1])).data;
+  double sum = 0;
+  long count = 0;
+  for (std::size_t v = 0; v < aal.data.size(); ++v)
+    if (aal.data[v] != 0.0f) sum += image[v], ++count;
+  EXPECT_NEAR(scales[0][0], sum / static_cast<double>(count), 1e-9 * scales[0][0]);
+}
+
 TEST(Trust, UnknownReferenceRegionIsAConfigErrorWithAHint) {
   TempDir dir;
   ASSERT_EQ(RunCli("simulate --out " + (dir / "cohort") + " --subjects 12 --seed 5 -q").exitCode, 0);

@@ -44,6 +44,9 @@ void AbsolutisePaths(Json& j, const std::string& base) {
     if (k.contains("precomputed") && k["precomputed"].is_array())
       for (auto& e : k["precomputed"]) fix(e, "file");
     if (k.contains("tabular")) fix(k["tabular"], "table");
+    if (k.contains("intensity") && k["intensity"].is_object() && k["intensity"].contains("scaling") && k["intensity"]["scaling"].is_object() &&
+        k["intensity"]["scaling"].contains("reference_region"))
+      fix(k["intensity"]["scaling"]["reference_region"], "image");
   }
   if (j.contains("output")) {
     fix(j["output"], "dir");

@@ -306,7 +306,12 @@ StudyConfig ParseStudyConfig(const std::string& text, const std::string& baseDir
         if (names.is_string() && isName(names)) c.kernels.intensity.referenceRegions = {names.get<std::string>()};
         else if (names.is_array() && !names.empty() && std::all_of(names.begin(), names.end(), isName))
           c.kernels.intensity.referenceRegions = names.get<std::vector<std::string>>();
-        else ref.Fail("reference_region", "a region name or a non-empty array of region names of the atlas (e.g. [\"Cerebelum_Crus1_L\", \"Cerebelum_Crus1_R\"])");
+        else if (names.is_object()) {
+          ObjectReader image(names, "/kernels/intensity/scaling/reference_region", src, {"image"});
+          c.kernels.intensity.referenceImage = ResolvePath(baseDir, image.RequiredString("image"));
+        } else
+          ref.Fail("reference_region", "a region name, a non-empty array of region names of the atlas (e.g. [\"Cerebelum_Crus1_L\", "
+                                       "\"Cerebelum_Crus1_R\"]) or {\"image\": \"a label image whose non-zero voxels are the reference\"}");
         c.kernels.intensity.scaling = kernels::IntensityScaling::ReferenceRegions;
       } else {
         c.kernels.intensity.scaling = in.Choice("scaling", "none", {"none", "global_mean"}) == "global_mean" ? kernels::IntensityScaling::GlobalMean
@@ -479,7 +484,9 @@ std::string ResolvedConfigJson(const StudyConfig& c) {
             {"memory_budget_mb", c.kernels.memoryBudgetMb},
             {"cache", c.kernels.cache},
             {"intensity", {{"scaling", c.kernels.intensity.scaling == kernels::IntensityScaling::ReferenceRegions
-                                           ? Json{{"reference_region", c.kernels.intensity.referenceRegions}}
+                                           ? Json{{"reference_region", c.kernels.intensity.referenceImage.empty()
+                                                                           ? Json(c.kernels.intensity.referenceRegions)
+                                                                           : Json{{"image", c.kernels.intensity.referenceImage}}}}
                                            : Json(c.kernels.intensity.scaling == kernels::IntensityScaling::GlobalMean ? "global_mean" : "none")}}}};
   if (!c.kernels.precomputed.empty()) {
     k["precomputed"] = Json::array();

@@ -302,9 +302,8 @@ KernelSet ComputeRegionKernels(const std::vector<std::string>& subjectIds, const
         std::int64_t count = atlasFinite;
         if (options.intensity == IntensityScaling::ReferenceRegions) {
           sum = 0, count = 0;
-          for (auto r : options.referenceRegions)
-            for (std::int64_t c = layout.offset[r]; c < layout.offset[r + 1]; ++c)
-              if (const float x = vol.data[static_cast<std::size_t>(layout.columnVoxel[static_cast<std::size_t>(c)])]; std::isfinite(x)) sum += x, ++count;
+          for (auto v : options.referenceVoxels)
+            if (const float x = vol.data[static_cast<std::size_t>(v)]; std::isfinite(x)) sum += x, ++count;
         }
         const double mean = count > 0 ? sum / static_cast<double>(count) : 0.0;
         if (!(mean > 0) || !std::isfinite(mean))

@@ -91,7 +91,8 @@ enum class KernelSource { Images, Precomputed, Tabular };
 /// kernels.intensity: per-image intensity scaling before the kernels (PET).
 struct IntensitySpec {
   kernels::IntensityScaling scaling = kernels::IntensityScaling::None;
-  std::vector<std::string> referenceRegions;  ///< region names (scaling = ReferenceRegions)
+  std::vector<std::string> referenceRegions;  ///< region names (scaling = ReferenceRegions), or
+  std::string referenceImage;                 ///< a label image whose non-zero voxels are the reference (resolved path)
 };
 
 struct KernelSpec {

@@ -25,7 +25,7 @@ struct RegionKernelOptions {
   int threads = 0;                      ///< 0 = all cores
   std::string scratchDir;               ///< where the out-of-core data file goes (default: system temp)
   IntensityScaling intensity = IntensityScaling::None;
-  std::vector<std::size_t> referenceRegions;  ///< ReferenceRegions: indices into RegionIndex::regions
+  std::vector<std::int64_t> referenceVoxels;  ///< ReferenceRegions: linear voxel indices on the image grid
 };
 
 struct RegionKernelReport {
