@@ -45,6 +45,16 @@ const std::map<std::string, std::string>& References() {
   return refs;
 }
 
+/// In-text citations, by key of References().
+const std::map<std::string, std::string>& ShortCites() {
+  static const std::map<std::string, std::string> cites = {
+      {"enmkl", "Mourão-Miranda et al."}, {"mkelm", "Liu et al., 2015"}, {"dkelm", "Zhang, Xia & Liu"}, {"mkl_bp", "Qi, Liang & Xu, 2018"},
+      {"bsadmm", "Su, Xu & Qin, 2021"}, {"kelm", "Huang et al., 2012"}, {"simplemkl", "Rakotomamonjy et al., 2008"},
+      {"libsvm", "Chang & Lin, 2011"}, {"wss", "Fan, Chen & Lin, 2005"}, {"pronto", "Schrouff et al., 2013"},
+      {"aal", "Tzourio-Mazoyer et al., 2002"}};
+  return cites;
+}
+
 /// The references of a learner, in citation order (keys of References()).
 std::vector<std::string> LearnerReferences(const std::string& name) {
   if (name == "svm") return {"libsvm", "wss"};
@@ -185,8 +195,14 @@ std::string CitationMarkdown(const RunRecord& r) {
   // Learners.
   std::vector<std::string> learnerTexts;
   for (const auto& lr : r.learners) {
-    for (const auto& key : LearnerReferences(lr.outcome.name)) cited.insert(key);
-    std::string text = fmt::format("{} (`{}`", LearnerWords(lr.outcome.name), lr.outcome.label);
+    std::vector<std::string> cites;
+    for (const auto& key : LearnerReferences(lr.outcome.name)) {
+      cited.insert(key);
+      cites.push_back(ShortCites().at(key));
+    }
+    std::string text = LearnerWords(lr.outcome.name);
+    if (!cites.empty()) text += " [" + Join(cites, "; ") + "]";
+    text += fmt::format(" (`{}`", lr.outcome.label);
     const std::string grid = GridText(lr);
     if (!grid.empty()) text += "; " + grid;
     text += ")";
