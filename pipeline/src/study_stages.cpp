@@ -330,7 +330,15 @@ exporting::RunRecord DescribeRun(const StudyContext& ctx, CrossValidationResult 
     for (const auto& part : study.atlas.parts) images.push_back(part.image + (part.probabilistic ? " (probabilistic)" : ""));
     record.atlas = !study.atlas.builtin.empty() ? study.atlas.builtin : images.empty() ? study.atlas.image : Join(images, " + ");
     record.atlasSpace = study.atlas.space;
+    record.builtinAtlas = study.atlas.builtin;
   }
+  if (!study.subjects.bids.root.empty()) {
+    record.bidsRoot = std::filesystem::absolute(study.subjects.bids.root).lexically_normal().string();
+    if (!study.subjects.bids.derivatives.empty())
+      record.bidsDerivatives = std::filesystem::absolute(study.subjects.bids.derivatives).lexically_normal().string();
+  }
+  record.weightMapUnitNorm = study.output.weightMapUnitNorm;
+  record.nanPolicy = study.kernels.nanPolicy == kernels::NanPolicy::Zero ? "zero" : "drop_voxel";
   record.mask = study.mask;
   record.date = UtcNow();
   for (const auto& lr : record.learners) {

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "neuromkl/export/derivative.hpp"
 #include "neuromkl/io/nifti.hpp"
 #include "testing.hpp"
 
@@ -89,8 +90,8 @@ TEST_F(CliRun, RunWritesACompleteOutputFolder) {
   ASSERT_EQ(r.exitCode, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("Results: " + out));
   for (const char* f : {"results.json", "study.resolved.json", "regions.tsv", "subjects.tsv", "predictions.tsv", "metrics.tsv", "folds.tsv",
-                        "regions_enmkl_svm.tsv", "regions_enmkl_svm.json", "regions_svm.tsv", "report.html", "weights/enmkl_svm_mean.nii.gz",
-                        "weights/svm_fold0.nii.gz", "kernels/index.json"})
+                        "regions_enmkl_svm.tsv", "regions_enmkl_svm.json", "regions_svm.tsv", "report.html", "weights/sub-group_space-MNI152_desc-EnmklSvmMean_weights.nii.gz",
+                        "weights/sub-group_space-MNI152_desc-SvmFold0_weights.nii.gz", "kernels/index.json"})
     EXPECT_TRUE(fs::exists(out + "/" + f)) << f;
   const std::string results = ReadFile(out + "/results.json");
   for (const char* key : {"\"neuromkl_version\"", "\"seed\": 3", "\"input_hash\"", "\"kernel_weights\"", "\"status\": \"converged\"",
@@ -141,7 +142,7 @@ TEST_F(CliRun, ThreadCountDoesNotChangeResults) {
     EXPECT_GT(one.size(), 100u) << f;  // compare real content, not two missing files
     EXPECT_EQ(one, ReadFile(b + "/" + f)) << f;
   }
-  for (const char* map : {"weights/enmkl_svm_mean.nii.gz", "weights/svm_fold2.nii.gz"})
+  for (const char* map : {"weights/sub-group_space-MNI152_desc-EnmklSvmMean_weights.nii.gz", "weights/sub-group_space-MNI152_desc-SvmFold2_weights.nii.gz"})
     EXPECT_EQ(neuromkl::io::ReadVolume(a + "/" + map).data, neuromkl::io::ReadVolume(b + "/" + map).data) << map;
 }
 
@@ -150,7 +151,7 @@ std::map<std::string, std::map<std::string, std::vector<double>>> Metrics(const 
   std::map<std::string, std::map<std::string, std::vector<double>>> out;
   const auto rows = neuromkl::testing::ReadTsv(dir + "/metrics.tsv");
   for (std::size_t r = 1; r < rows.size(); ++r)
-    for (std::size_t c = 2; c < rows[r].size(); ++c) out[rows[r][0]][rows[r][1]].push_back(rows[r][c] == "NA" ? std::nan("") : std::stod(rows[r][c]));
+    for (std::size_t c = 2; c < rows[r].size(); ++c) out[rows[r][0]][rows[r][1]].push_back(rows[r][c] == "n/a" ? std::nan("") : std::stod(rows[r][c]));
   return out;
 }
 
@@ -197,7 +198,8 @@ TEST(CliEvaluation, WagerRegressionReportsRAndR2AndMseWithFoldSpread) {
   const std::string results = ReadFile(dir / "out/results.json");
   EXPECT_THAT(results, HasSubstr("\"inner_criterion\": \"mse"));
   // Complete outputs, and a report that renders in a real browser (the Wager grid is not the atlas grid).
-  for (const char* f : {"report.html", "regions_enmkl_krr.tsv", "regions_krr.tsv", "weights/enmkl_krr_mean.nii.gz", "weights/krr_fold4.nii.gz",
+  for (const char* f : {"report.html", "regions_enmkl_krr.tsv", "regions_krr.tsv", "weights/sub-group_space-MNI152_desc-EnmklKrrMean_weights.nii.gz",
+                        "weights/sub-group_space-MNI152_desc-KrrFold4_weights.nii.gz",
                         "predictions.tsv", "folds.tsv", "kernels/index.json"})
     EXPECT_TRUE(fs::exists(dir / ("out/" + std::string(f)))) << f;
   ASSERT_EQ(std::system("command -v chromium > /dev/null 2>&1"), 0) << "chromium is needed (scripts/test.sh installs it)";
@@ -228,7 +230,8 @@ TEST(CliSeedLearners, EveryNewLearnerRunsOnASimulatedCohortWithUnlabelledSubject
     const std::string name = l["name"];
     EXPECT_GT(l["metrics"]["pooled"]["balanced_accuracy"].get<double>(), 0.6) << name;
     EXPECT_TRUE(fs::exists(dir / ("out/regions_" + name + ".tsv"))) << name;
-    EXPECT_TRUE(fs::exists(dir / ("out/weights/" + name + "_mean.nii.gz"))) << name;
+    // The map of learner "mkl_bp" is named with its BIDS label "MklBp" (docs/outputs.md).
+    EXPECT_TRUE(fs::exists(dir / ("out/" + neuromkl::exporting::MapStem("MNI152", neuromkl::exporting::BidsLabel(name) + "Mean") + ".nii.gz"))) << name;
     for (const auto& f : l["folds"]) EXPECT_EQ(f["decision_values"].size(), f["n_test"].get<std::size_t>()) << name;
   }
   const auto subjects = ReadTsv(dir / "out/subjects.tsv");

@@ -21,6 +21,7 @@ using neuromkl::testing::TempDir;
 using neuromkl::testing::WriteFile;
 using neuromkl::testing::WriteFixtureImage;
 using ::testing::HasSubstr;
+using ::testing::Not;
 namespace fs = std::filesystem;
 
 namespace {
@@ -277,7 +278,7 @@ TEST(InputFormats, ProbabilisticAtlasGivesVoxelWeightedKernels) {
     // float32 products summed in double: ~1e-6 relative (README "Precision").
     EXPECT_TRUE(neuromkl::testing::MatrixNear(K, expected, 0, 1e-5)) << file;
   }
-  EXPECT_TRUE(fs::exists(dir / "results/p/weights/enmkl_krr_mean.nii.gz"));
+  EXPECT_TRUE(fs::exists(dir / "results/p/weights/sub-group_desc-EnmklKrrMean_weights.nii.gz"));
   // Rows and volumes must agree.
   WriteFile(dir / "atlas/three.xml", R"(<atlas><data><label index="0">a</label><label index="1">b</label><label index="2">c</label></data></atlas>)");
   WriteFile(dir / "bad.json",
@@ -332,6 +333,16 @@ TEST(InputFormats, BidsDerivativesFoundByEntitiesWithOnlyRootAndEntities) {
   const auto p = RunCli("run " + (dir / "plain.json") + " -q");
   ASSERT_EQ(p.exitCode, 0) << p.output;
   EXPECT_EQ(Kernel(dir / "results/bids", "k000_left.npy"), Kernel(dir / "results/plain", "k000_left.npy"));
+  // The outputs are a BIDS derivative of that dataset (docs/outputs.md): SourceDatasets names it, the maps carry the atlas space.
+  const std::string description = ReadFile(dir / "results/bids/dataset_description.json");
+  EXPECT_THAT(description, HasSubstr("\"DatasetType\": \"derivative\""));
+  EXPECT_THAT(description, HasSubstr("\"URL\": \"file://" + fs::absolute(dir / "ds").lexically_normal().string() + "\""));
+  EXPECT_THAT(ReadFile(dir / "results/plain/dataset_description.json"), Not(HasSubstr("SourceDatasets")));
+  for (const char* map : {"KrrMean", "KrrFold3", "EnmklKrrMean"}) {
+    const std::string stem = std::string("results/bids/weights/sub-group_space-MNI152NLin2009cAsym_desc-") + map + "_weights";
+    EXPECT_TRUE(fs::exists(dir / (stem + ".nii.gz"))) << map;
+    EXPECT_THAT(ReadFile(dir / (stem + ".json")), HasSubstr("\"AtlasSpace\": \"MNI152NLin2009cAsym\"")) << map;
+  }
   // A "subject" column without "sub-" also finds BIDS images; derivatives narrows the search.
   WriteFile(dir / "ids.tsv", "subject\tgroup\n" + [&] {
     std::string rows;

@@ -27,7 +27,8 @@ std::string Html(const std::string& s) {
   return out;
 }
 
-std::string Cell(double v, const char* fmtSpec = "{:.4g}") { return std::isfinite(v) ? fmt::format(fmt::runtime(fmtSpec), v) : "NA"; }
+/// A missing value is "n/a", as BIDS writes it in TSV files.
+std::string Cell(double v, const char* fmtSpec = "{:.4g}") { return std::isfinite(v) ? fmt::format(fmt::runtime(fmtSpec), v) : "n/a"; }
 
 std::string BatchSummaryJson(const config::BatchConfig& batch, const std::vector<std::vector<std::string>>& rows) {
   Json j = {{"format", "neuromkl-batch-summary"}, {"batch", batch.name}, {"batch_file", batch.path}, {"rows", Json::array()}};
@@ -94,7 +95,7 @@ std::string SummaryTsv(const Rows& rows) {
     for (auto c : r) {
       for (char& ch : c)
         if (ch == '\t' || ch == '\n') ch = ' ';
-      clean.push_back(c);
+      clean.push_back(c.empty() ? "n/a" : c);  // a missing value is "n/a" (BIDS)
     }
     tsv += Join(clean, "\t") + "\n";
   }

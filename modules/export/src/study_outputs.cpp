@@ -8,6 +8,8 @@
 
 #include "neuromkl/core/files.hpp"
 #include "neuromkl/core/strings.hpp"
+#include "neuromkl/export/citation.hpp"
+#include "neuromkl/export/derivative.hpp"
 #include "neuromkl/export/report.hpp"
 #include "neuromkl/io/nifti.hpp"
 #include "neuromkl/io/volume.hpp"
@@ -18,13 +20,21 @@ namespace {
 
 using Rows = std::vector<std::vector<std::string>>;
 
+/// Tab-separated rows; an empty cell (no value) is written "n/a", as BIDS requires.
 std::string Tsv(const Rows& rows) {
   std::string out;
-  for (const auto& r : rows) out += Join(r, "\t") + "\n";
+  for (const auto& r : rows) {
+    for (std::size_t c = 0; c < r.size(); ++c) {
+      if (c > 0) out += '\t';
+      out += r[c].empty() ? "n/a" : r[c];
+    }
+    out += '\n';
+  }
   return out;
 }
 
-std::string Cell(double v) { return std::isfinite(v) ? FormatDouble(v) : "NA"; }
+/// A missing value is "n/a", as BIDS writes it in TSV files.
+std::string Cell(double v) { return std::isfinite(v) ? FormatDouble(v) : "n/a"; }
 
 /// The parameters the inner CV chose ("c=1;mu=0.5"), or "fixed" when nothing was searched.
 std::string ChosenText(const learners::ParamMap& p, const std::vector<std::string>& searched) {
@@ -37,7 +47,7 @@ std::string ChosenText(const learners::ParamMap& p, const std::vector<std::strin
 std::string FoldSuffix(const cv::OuterFoldResult& f) { return fmt::format("fold{}{}", f.index, f.repeat > 0 ? "_r" + std::to_string(f.repeat) : ""); }
 
 std::string SubjectsWithSignalCell(const RunRecord& r, std::size_t kernel) {
-  return kernel < r.subjectsWithSignal.size() ? std::to_string(r.subjectsWithSignal[kernel]) : "NA";
+  return kernel < r.subjectsWithSignal.size() ? std::to_string(r.subjectsWithSignal[kernel]) : "n/a";
 }
 
 Rows SubjectRows(const RunRecord& r) {
@@ -53,7 +63,7 @@ Rows KernelRows(const RunRecord& r) {
                     std::to_string(k.nonFiniteVoxels), std::to_string(k.zeroedValues), withSignal, reason});
   };
   for (std::size_t i = 0; i < r.kernels.size(); ++i) add(r.kernels[i], "used", SubjectsWithSignalCell(r, i), "");
-  for (const auto& k : r.excludedKernels) add(k.info, "excluded", "NA", k.reason);
+  for (const auto& k : r.excludedKernels) add(k.info, "excluded", "n/a", k.reason);
   return rows;
 }
 
@@ -75,7 +85,7 @@ Rows PredictionRows(const RunRecord& r) {
       for (std::size_t i = 0; i < f.test.size(); ++i) {
         const auto s = static_cast<std::size_t>(f.test[i]);
         const double d = f.decision[static_cast<Eigen::Index>(i)];
-        const std::string predicted = !std::isfinite(d) ? "NA" : classification ? (d >= 0 ? r.positiveClass : r.negativeClass) : FormatDouble(d);
+        const std::string predicted = !std::isfinite(d) ? "n/a" : classification ? (d >= 0 ? r.positiveClass : r.negativeClass) : FormatDouble(d);
         rows.push_back({r.labelledSubjects[s], lr.outcome.label, std::to_string(f.repeat), std::to_string(f.index), r.rawTargets[s], Cell(d),
                         predicted});
       }
@@ -126,24 +136,30 @@ std::string RegionRankingNotes(const LearnerRecord& lr) {
                      lr.outcome.label, lr.regionSource);
 }
 
-/// weights/<learner>_fold<k>.nii.gz per successful fold and weights/<learner>_mean.nii.gz.
-void WriteLearnerMaps(const std::string& dir, LearnerRecord& lr, const std::vector<std::vector<float>>& folds, const std::vector<float>& mean,
-                      const io::Geometry& grid) {
+/// Per successful fold weights/sub-group[_space-<space>]_desc-<Learner>[Repeat<r>]Fold<k>_weights.nii.gz and
+/// the mean ..._desc-<Learner>Mean_weights.nii.gz, each with its .json sidecar (scheme: derivative.hpp).
+void WriteLearnerMaps(const std::string& dir, const RunRecord& record, LearnerRecord& lr, const std::string& bidsLabel,
+                      const std::vector<std::vector<float>>& folds, const std::vector<float>& mean, const io::Geometry& grid) {
   std::error_code ec;
   std::filesystem::create_directories(dir + "/weights", ec);
+  const std::string space = MapSpace(record);
+  const bool repeated = std::any_of(lr.outcome.folds.begin(), lr.outcome.folds.end(), [](const cv::OuterFoldResult& f) { return f.repeat > 0; });
   io::Volume v;
   v.geometry = grid;
   std::size_t k = 0;
   for (const auto& f : lr.outcome.folds) {
     if (!f.error.empty()) continue;
-    const std::string name = "weights/" + lr.outcome.label + "_" + FoldSuffix(f) + ".nii.gz";
+    const std::string stem = MapStem(space, FoldDesc(bidsLabel, f, repeated));
     v.data = folds[k++];
-    io::WriteVolume(dir + "/" + name, v);
-    lr.foldMaps.push_back(name);
+    io::WriteVolume(dir + "/" + stem + ".nii.gz", v);
+    WriteTextFile(dir + "/" + stem + ".json", WeightMapSidecarJson(record, lr, &f, 0));
+    lr.foldMaps.push_back(stem + ".nii.gz");
   }
   v.data = mean;
-  lr.meanMap = "weights/" + lr.outcome.label + "_mean.nii.gz";
+  const std::string stem = MapStem(space, bidsLabel + "Mean");
+  lr.meanMap = stem + ".nii.gz";
   io::WriteVolume(dir + "/" + lr.meanMap, v);
+  WriteTextFile(dir + "/" + stem + ".json", WeightMapSidecarJson(record, lr, nullptr, static_cast<int>(folds.size())));
 }
 
 Rows NullRows(const RunRecord& r) {
@@ -157,16 +173,20 @@ Rows NullRows(const RunRecord& r) {
 }  // namespace
 
 void WriteStudyTables(const std::string& dir, RunRecord& record, const WeightMaps& maps, const io::Geometry* grid) {
+  WriteTextFile(dir + "/dataset_description.json", DatasetDescriptionJson(record));
   WriteTextFile(dir + "/subjects.tsv", Tsv(SubjectRows(record)));
   WriteTextFile(dir + "/regions.tsv", Tsv(KernelRows(record)));
   WriteTextFile(dir + "/metrics.tsv", Tsv(MetricRows(record)));
   WriteTextFile(dir + "/predictions.tsv", Tsv(PredictionRows(record)));
   WriteTextFile(dir + "/folds.tsv", Tsv(FoldRows(record)));
+  std::vector<std::string> labels;
+  for (const auto& lr : record.learners) labels.push_back(lr.outcome.label);
+  const std::vector<std::string> bidsLabels = BidsLearnerLabels(labels);
   for (std::size_t l = 0; l < record.learners.size(); ++l) {
     auto& lr = record.learners[l];
     WriteTextFile(dir + "/regions_" + lr.outcome.label + ".tsv", Tsv(RegionRankingRows(record, lr)));
     WriteTextFile(dir + "/regions_" + lr.outcome.label + ".json", RegionRankingNotes(lr));
-    if (grid && l < maps.folds.size() && !maps.folds[l].empty()) WriteLearnerMaps(dir, lr, maps.folds[l], maps.mean[l], *grid);
+    if (grid && l < maps.folds.size() && !maps.folds[l].empty()) WriteLearnerMaps(dir, record, lr, bidsLabels[l], maps.folds[l], maps.mean[l], *grid);
   }
   if (record.permutations > 0) WriteTextFile(dir + "/null_distribution.tsv", Tsv(NullRows(record)));
 }
@@ -174,6 +194,7 @@ void WriteStudyTables(const std::string& dir, RunRecord& record, const WeightMap
 void WriteStudyRecord(const std::string& dir, const RunRecord& record, const WeightMaps& maps, const atlas::RegionIndex* regions) {
   WriteTextFile(dir + "/report.html", RenderReport(record, maps.mean, regions));
   WriteTextFile(dir + "/results.json", RunRecordJson(record));
+  WriteTextFile(dir + "/CITATION.md", CitationMarkdown(record));
 }
 
 }  // namespace neuromkl::exporting

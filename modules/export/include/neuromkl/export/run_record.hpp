@@ -65,6 +65,11 @@ struct RunRecord {
   int threads = 0;
   std::string description, atlas, mask, date;
   std::string atlasSpace;  ///< template space of the atlas (atlas.space), if given
+  std::string builtinAtlas;     ///< the built-in atlas used ("aal"), empty for an atlas from files
+  std::string bidsRoot;         ///< absolute BIDS root the images came from (subjects.bids.root), empty otherwise
+  std::string bidsDerivatives;  ///< absolute derivatives folder searched within it, if given
+  bool weightMapUnitNorm = false;  ///< each fold's voxel map scaled to unit Euclidean norm (output.weight_maps_unit_norm)
+  std::string nanPolicy;        ///< "drop_voxel" or "zero" (kernels.nan_policy)
 };
 
 /// Whether a kernel rests on fewer subjects with non-zero data than the study's minimum.

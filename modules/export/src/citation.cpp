@@ -1,0 +1,238 @@
+#include "neuromkl/export/citation.hpp"
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "neuromkl/core/strings.hpp"
+
+namespace neuromkl::exporting {
+
+namespace {
+
+/// The references neuromkl cites, by key.
+const std::map<std::string, std::string>& References() {
+  static const std::map<std::string, std::string> refs = {
+      {"enmkl",
+       "Mourão-Miranda J., Hussain Z., Tsirlis K., Phillips C., Shawe-Taylor J. Elastic-net multiple kernel learning: combining multiple data "
+       "sources for prediction."},
+      {"mkelm", "Liu X., Wang L., Huang G.-B., Zhang J., Yin J. (2015). Multiple kernel extreme learning machine. Neurocomputing 149, 253-264."},
+      {"dkelm", "Zhang C., Xia S., Liu B. Deformed kernel based extreme learning machine."},
+      {"mkl_bp", "Qi J., Liang X., Xu R. (2018). A multiple kernel learning model based on p-norm. Computational Intelligence and Neuroscience."},
+      {"bsadmm",
+       "Su Y., Xu J., Qin H. (2021). Kernel extreme learning machine based on alternating direction multiplier method of binary splitting "
+       "operator. Journal of Electronics & Information Technology 43(9), 2586-2593. doi:10.11999/JEIT200884."},
+      {"kelm",
+       "Huang G.-B., Zhou H., Ding X., Zhang R. (2012). Extreme learning machine for regression and multiclass classification. IEEE "
+       "Transactions on Systems, Man, and Cybernetics, Part B 42(2), 513-529."},
+      {"simplemkl", "Rakotomamonjy A., Bach F. R., Canu S., Grandvalet Y. (2008). SimpleMKL. Journal of Machine Learning Research 9, 2491-2521."},
+      {"libsvm",
+       "Chang C.-C., Lin C.-J. (2011). LIBSVM: a library for support vector machines. ACM Transactions on Intelligent Systems and Technology "
+       "2(3), 27:1-27:27."},
+      {"wss",
+       "Fan R.-E., Chen P.-H., Lin C.-J. (2005). Working set selection using second order information for training support vector machines. "
+       "Journal of Machine Learning Research 6, 1889-1918."},
+      {"pronto",
+       "Schrouff J., Rosa M. J., Rondina J. M., Marquand A. F., Chu C., Ashburner J., Phillips C., Richiardi J., Mourão-Miranda J. (2013). "
+       "PRoNTo: Pattern Recognition for Neuroimaging Toolbox. Neuroinformatics 11(3), 319-337. doi:10.1007/s12021-013-9178-1."},
+      {"aal",
+       "Tzourio-Mazoyer N., Landeau B., Papathanassiou D., Crivello F., Etard O., Delcroix N., Mazoyer B., Joliot M. (2002). Automated "
+       "anatomical labeling of activations in SPM using a macroscopic anatomical parcellation of the MNI MRI single-subject brain. "
+       "NeuroImage 15(1), 273-289."},
+  };
+  return refs;
+}
+
+/// In-text citations, by key of References().
+const std::map<std::string, std::string>& ShortCites() {
+  static const std::map<std::string, std::string> cites = {
+      {"enmkl", "Mourão-Miranda et al."}, {"mkelm", "Liu et al., 2015"}, {"dkelm", "Zhang, Xia & Liu"}, {"mkl_bp", "Qi, Liang & Xu, 2018"},
+      {"bsadmm", "Su, Xu & Qin, 2021"}, {"kelm", "Huang et al., 2012"}, {"simplemkl", "Rakotomamonjy et al., 2008"},
+      {"libsvm", "Chang & Lin, 2011"}, {"wss", "Fan, Chen & Lin, 2005"}, {"pronto", "Schrouff et al., 2013"},
+      {"aal", "Tzourio-Mazoyer et al., 2002"}};
+  return cites;
+}
+
+/// The references of a learner, in citation order (keys of References()).
+std::vector<std::string> LearnerReferences(const std::string& name) {
+  if (name == "svm") return {"libsvm", "wss"};
+  if (name == "krr") return {};
+  if (name == "enmkl_svm") return {"enmkl", "libsvm", "wss"};
+  if (name == "enmkl_krr") return {"enmkl"};
+  if (name == "simplemkl") return {"simplemkl", "libsvm", "wss"};
+  if (name == "kelm") return {"kelm"};
+  if (name == "mkelm") return {"mkelm", "kelm"};
+  if (name == "mkl_bp") return {"mkl_bp", "libsvm", "wss"};
+  if (name == "bsadmm_kelm") return {"bsadmm", "kelm"};
+  if (name == "dkelm") return {"dkelm", "kelm"};
+  return {};
+}
+
+/// What a learner is, in words.
+std::string LearnerWords(const std::string& name) {
+  static const std::map<std::string, std::string> words = {
+      {"svm", "a support vector machine on the sum of the region kernels"},
+      {"krr", "kernel ridge regression on the sum of the region kernels"},
+      {"enmkl_svm", "elastic-net multiple kernel learning with an SVM (ENMKL-SVM)"},
+      {"enmkl_krr", "elastic-net multiple kernel learning with kernel ridge regression (ENMKL-KRR)"},
+      {"simplemkl", "SimpleMKL (l1-norm multiple kernel learning)"},
+      {"kelm", "a kernel extreme learning machine on the summed kernel"},
+      {"mkelm", "multiple kernel extreme learning machine (MK-ELM)"},
+      {"mkl_bp", "L1 + Lp-norm multiple kernel learning (MKL-BP)"},
+      {"bsadmm_kelm", "a kernel extreme learning machine trained by ADMM with binary splitting operators (BSADMM-KELM)"},
+      {"dkelm", "a semi-supervised deformed-kernel extreme learning machine (DKELM)"},
+  };
+  const auto it = words.find(name);
+  return it == words.end() ? name : it->second;
+}
+
+/// "c in {0.001, 0.01, ...}; mu = 0.5": searched parameters with their grid values, fixed ones with their value.
+std::string GridText(const LearnerRecord& lr) {
+  const auto& grid = lr.outcome.grid;
+  if (grid.empty()) return "";
+  std::vector<std::string> parts;
+  for (const auto& [key, value] : grid.front()) {
+    const bool searched = std::find(lr.searched.begin(), lr.searched.end(), key) != lr.searched.end();
+    if (!searched) {
+      parts.push_back(key + " = " + FormatDouble(value));
+      continue;
+    }
+    std::set<double> values;
+    for (const auto& point : grid)
+      if (point.count(key)) values.insert(point.at(key));
+    std::vector<std::string> texts;
+    for (double v : values) texts.push_back(FormatDouble(v));
+    parts.push_back(key + " in {" + Join(texts, ", ") + "}");
+  }
+  return Join(parts, "; ");
+}
+
+std::string SubjectsText(const RunRecord& r) {
+  const std::size_t n = r.labelledSubjects.size();
+  if (r.task == "classification") {
+    std::map<std::string, int> perClass;
+    for (std::size_t i = 0; i < r.targets.size(); ++i) ++perClass[r.targets[i] > 0 ? r.positiveClass : r.negativeClass];
+    std::vector<std::string> parts;
+    for (const std::string& c : {r.positiveClass, r.negativeClass})
+      parts.push_back(fmt::format("{} {}", perClass.count(c) ? perClass.at(c) : 0, c));
+    return fmt::format("n = {} subjects ({}; classification of column \"{}\", positive class {})", n, Join(parts, ", "), r.targetColumn,
+                       r.positiveClass);
+  }
+  double lo = 0, hi = 0, mean = 0;
+  if (!r.targets.empty()) {
+    lo = *std::min_element(r.targets.begin(), r.targets.end());
+    hi = *std::max_element(r.targets.begin(), r.targets.end());
+    for (double t : r.targets) mean += t;
+    mean /= static_cast<double>(r.targets.size());
+  }
+  return fmt::format("n = {} subjects (regression of column \"{}\", range {} to {}, mean {:.4g})", n, r.targetColumn, FormatDouble(lo),
+                     FormatDouble(hi), mean);
+}
+
+}  // namespace
+
+std::string CitationMarkdown(const RunRecord& r) {
+  std::set<std::string> cited = {"pronto"};
+  std::string md = "# How to describe and cite this analysis\n\n";
+  md += fmt::format("Generated by neuromkl {} from study `{}`. Edit it to fit your paper; every number comes from `results.json`.\n\n",
+                    r.version, r.study);
+  md += "## Methods\n\n";
+  // Software.
+  std::vector<std::string> libs;
+  for (const auto& [lib, version] : r.versions)
+    if (lib != "neuromkl") libs.push_back(lib + " " + version);
+  md += fmt::format("The analysis was run with neuromkl {} (built with {}), a C++ implementation of region-wise multiple kernel learning "
+                    "following PRoNTo [{}]. ",
+                    r.version, Join(libs, ", "), "Schrouff et al., 2013");
+  // Subjects.
+  md += "The study included " + SubjectsText(r) + ".";
+  std::size_t unlabelled = 0, notUsed = 0;
+  for (const auto& s : r.subjectTable) {
+    if (s.used == "unlabelled") ++unlabelled;
+    if (s.used == "no") ++notUsed;
+  }
+  if (notUsed > 0) md += fmt::format(" {} further subjects of the table were not used (see subjects.tsv).", notUsed);
+  if (unlabelled > 0) md += fmt::format(" {} subjects without a target served as unlabelled data for the semi-supervised learners.", unlabelled);
+  md += "\n\n";
+  // Kernels.
+  if (r.kernelSource == "images") {
+    long voxels = 0;
+    for (const auto& k : r.kernels) voxels += static_cast<long>(k.features);
+    md += fmt::format("One linear kernel was built per region of the atlas {}{} ({} regions, {} voxels in total", r.atlas,
+                      r.atlasSpace.empty() ? "" : " (space " + r.atlasSpace + ")", r.kernels.size(), voxels);
+    if (!r.excludedKernels.empty()) {
+      std::vector<std::string> names;
+      for (const auto& k : r.excludedKernels) names.push_back(k.info.name);
+      md += fmt::format("; {} regions excluded: {}", r.excludedKernels.size(), Join(names, ", "));
+    }
+    md += ")";
+    if (r.builtinAtlas == "aal") {
+      md += " [Tzourio-Mazoyer et al., 2002]";
+      cited.insert("aal");
+    }
+    md += ". ";
+    md += r.nanPolicy == "zero" ? "Non-finite voxel values were set to zero. " : "Voxels with a non-finite value in any subject were dropped. ";
+    if (!r.intensityScaling.empty())
+      md += "Each image was divided by its own mean intensity (" + r.intensityScaling + ") before the kernels were computed. ";
+  } else {
+    md += fmt::format("The study used {} {} kernels", r.kernels.size(), r.kernelSource);
+    if (!r.excludedKernels.empty()) md += fmt::format(" ({} further kernels excluded)", r.excludedKernels.size());
+    md += ". ";
+  }
+  std::vector<std::string> prep;
+  if (r.centre) prep.push_back("centred");
+  if (r.normalise) prep.push_back("normalised (cosine)");
+  md += prep.empty() ? "The kernels were used without centring or normalisation.\n\n"
+                     : "Within each training fold the kernels were " + Join(prep, " and ") +
+                           " with the training subjects' statistics only, and the test subjects transformed with them.\n\n";
+  // Cross-validation.
+  md += fmt::format("Performance was estimated by nested cross-validation: outer {}, inner {} (seed {}). Hyper-parameters were chosen in the "
+                    "inner loop on each outer training set by {}; performance was pooled over the out-of-fold predictions. ",
+                    r.outerScheme, r.innerScheme, r.cvSeed,
+                    r.task == "classification" ? "the mean balanced accuracy over inner folds" : "the mean squared error over inner folds");
+  // Learners.
+  std::vector<std::string> learnerTexts;
+  for (const auto& lr : r.learners) {
+    std::vector<std::string> cites;
+    for (const auto& key : LearnerReferences(lr.outcome.name)) {
+      cited.insert(key);
+      cites.push_back(ShortCites().at(key));
+    }
+    std::string text = LearnerWords(lr.outcome.name);
+    if (!cites.empty()) text += " [" + Join(cites, "; ") + "]";
+    text += fmt::format(" (`{}`", lr.outcome.label);
+    const std::string grid = GridText(lr);
+    if (!grid.empty()) text += "; " + grid;
+    text += ")";
+    learnerTexts.push_back(text);
+  }
+  md += "Learners: " + Join(learnerTexts, "; ") + ".";
+  if (r.permutations > 0) {
+    const std::string exch = r.learners.empty() ? "" : r.learners.front().permutations.exchangeability;
+    md += fmt::format(" Significance was assessed with {} permutations of the targets ({}), rerunning the whole nested cross-validation for each; "
+                      "p = (number of permutations scoring at least as well + 1) / ({} + 1).",
+                      r.permutations, exch, r.permutations);
+  }
+  md += "\n\n";
+  // References.
+  md += "## References\n\n";
+  md += "Learners used in this run:\n\n";
+  for (const auto& lr : r.learners) {
+    md += fmt::format("- `{}` ({}):", lr.outcome.label, lr.outcome.name);
+    const auto keys = LearnerReferences(lr.outcome.name);
+    if (keys.empty()) md += " no method paper beyond the standard formulation (kernel ridge regression);";
+    for (const auto& key : keys) md += " " + References().at(key);
+    md += "\n";
+  }
+  md += "\nAll references:\n\n";
+  std::vector<std::string> all;
+  for (const auto& key : cited) all.push_back(References().at(key));
+  std::sort(all.begin(), all.end());
+  for (const auto& ref : all) md += "- " + ref + "\n";
+  md += "\nneuromkl itself: see CITATION.cff in its source repository.\n";
+  return md;
+}
+
+}  // namespace neuromkl::exporting
