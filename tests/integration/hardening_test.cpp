@@ -1,0 +1,88 @@
+// Issue 19: failed fits are never scored, --force never destroys what neuromkl did not write, bad
+// inputs are errors (exit 2) with clear messages instead of crashes, and the CLI helps a new user.
+#include <filesystem>
+#include <fstream>
+
+#include <gmock/gmock.h>
+
+#include <nlohmann/json.hpp>
+
+#include "testing.hpp"
+
+using neuromkl::testing::ReadFile;
+using neuromkl::testing::ReadTsv;
+using neuromkl::testing::RunCli;
+using neuromkl::testing::TempDir;
+using neuromkl::testing::WriteFile;
+using ::testing::HasSubstr;
+using ::testing::Not;
+namespace fs = std::filesystem;
+
+namespace {
+
+class Hardening : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir();
+    const auto r = RunCli("simulate --out " + Cohort() + " --subjects 16 --downsample 2 --seed 5 -q");
+    ASSERT_EQ(r.exitCode, 0) << r.output;
+  }
+  static void TearDownTestSuite() { delete dir_; }
+  static std::string Cohort() { return *dir_ / "cohort"; }
+  static std::string Study() { return Cohort() + "/study.json"; }
+  static TempDir* dir_;
+};
+TempDir* Hardening::dir_ = nullptr;
+
+/// A study on the simulated cohort whose custom fold "controls" holds every control: its training set
+/// has one class, so both learners fail in that outer fold.
+std::string OneClassFoldStudy(const std::string& cohort) {
+  const auto rows = ReadTsv(cohort + "/participants.tsv");
+  std::string table = "subject\timage\tgroup\tfold\n";
+  int patients = 0;
+  for (std::size_t i = 1; i < rows.size(); ++i) {
+    const bool patient = rows[i][2] == "patient";
+    const std::string fold = patient ? (patients++ % 2 == 0 ? "p1" : "p2") : "controls";
+    table += rows[i][0] + "\t" + rows[i][1] + "\t" + rows[i][2] + "\t" + fold + "\n";
+  }
+  WriteFile(cohort + "/folds.tsv", table);
+  const std::string path = cohort + "/one_class_fold.json";
+  WriteFile(path, R"({"name": "one_class_fold", "subjects": {"table": "folds.tsv", "id_column": "subject"},
+    "target": {"column": "group", "task": "classification", "positive_class": "patient"}, "atlas": "aal",
+    "cv": {"outer": {"scheme": "custom", "fold_column": "fold"}},
+    "learners": [{"name": "svm", "params": {"c": 1}}, {"name": "enmkl_svm", "params": {"c": 1, "mu": 0.5}}], "output": {"weight_maps": false}})");
+  return path;
+}
+
+}  // namespace
+
+// Item 1. Before: the control fold's NaN decisions counted as correct negatives, so balanced accuracy
+// was 1.000 with one of three folds failed, exit 0, and only a warning inside results.json.
+TEST_F(Hardening, FailedOuterFoldsAreNeverScoredAndAreReportedLoudly) {
+  const std::string study = OneClassFoldStudy(Cohort());
+  const std::string out = *dir_ / "out_failed";
+  const auto r = RunCli("run " + study + " --out " + out);
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  // On the console: the fold errors, a warning per learner, and the summary line itself.
+  EXPECT_THAT(r.output, HasSubstr("learner svm: 1 of 3 outer folds FAILED"));
+  EXPECT_THAT(r.output, HasSubstr("svm          WARNING: 1 of 3 outer folds FAILED; metrics over the 8 subjects of the successful folds only"));
+  EXPECT_THAT(r.output, HasSubstr("enmkl_svm    WARNING: 1 of 3 outer folds FAILED"));
+  // The pooled metrics cover the 8 scored patients only: balanced accuracy is their recall (before: the
+  // mean with a recall of 1.000 on the 8 unscored controls, e.g. 1.000 for enmkl_svm).
+  const auto j = nlohmann::json::parse(ReadFile(out + "/results.json"));
+  for (const auto& l : j.at("learners")) {
+    const auto& pooled = l.at("metrics").at("pooled");
+    EXPECT_EQ(pooled.at("failed_folds").get<double>(), 1) << l.at("label");
+    EXPECT_EQ(pooled.at("scored_subjects").get<double>(), 8) << l.at("label");  // the 8 patients of the successful folds
+    EXPECT_EQ(pooled.at("n").get<double>(), 8);
+    EXPECT_EQ(pooled.at("true_negative").get<double>(), 0);  // before: 8, the failed fold's controls
+    EXPECT_EQ(pooled.at("false_positive").get<double>(), 0);
+    EXPECT_TRUE(pooled.at("auc").is_null());  // one class scored: no AUC (before: a number)
+    EXPECT_EQ(pooled.at("balanced_accuracy").get<double>(), pooled.at("recall_positive").get<double>());
+    EXPECT_TRUE(pooled.at("recall_negative").is_null());  // before: 1.0, from the NaN decisions
+    EXPECT_EQ(l.at("metrics").at("fold_mean").at("n").get<double>(), 4);  // the failed fold is not in the fold mean
+  }
+  bool warned = false;
+  for (const auto& w : j.at("warnings")) warned |= w.get<std::string>().find("1 of 3 outer folds FAILED") != std::string::npos;
+  EXPECT_TRUE(warned);
+}
