@@ -86,3 +86,54 @@ TEST_F(Hardening, FailedOuterFoldsAreNeverScoredAndAreReportedLoudly) {
   for (const auto& w : j.at("warnings")) warned |= w.get<std::string>().find("1 of 3 outer folds FAILED") != std::string::npos;
   EXPECT_TRUE(warned);
 }
+
+// Item 2: --force replaces only what neuromkl wrote.
+TEST_F(Hardening, ForceRefusesInputsFilesForeignFoldersAndTheWorkingDirectory) {
+  // The study's own folder (its images, table and study file), even when it carries the marker.
+  WriteFile(Cohort() + "/.neuromkl_output", "neuromkl output folder\n");
+  auto r = RunCli("run " + Study() + " --out " + Cohort() + " --force");
+  EXPECT_EQ(r.exitCode, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("--force refused: it contains an input of the study"));
+  fs::remove(Cohort() + "/.neuromkl_output");
+  EXPECT_TRUE(fs::exists(Study()));
+  EXPECT_TRUE(fs::exists(Cohort() + "/participants.tsv"));
+  EXPECT_TRUE(fs::exists(Cohort() + "/images"));
+  // A regular file.
+  const std::string file = *dir_ / "notes.txt";
+  WriteFile(file, "keep me");
+  r = RunCli("run " + Study() + " --out " + file + " --force");
+  EXPECT_EQ(r.exitCode, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("--force refused: it is a regular file"));
+  EXPECT_EQ(ReadFile(file), "keep me");
+  // A folder neuromkl did not write.
+  const std::string foreign = *dir_ / "thesis";
+  WriteFile(foreign + "/chapter1.tex", "keep me");
+  r = RunCli("run " + Study() + " --out " + foreign + " --force");
+  EXPECT_EQ(r.exitCode, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("it was not written by neuromkl (no .neuromkl_output marker file"));
+  EXPECT_EQ(ReadFile(foreign + "/chapter1.tex"), "keep me");
+  // The working directory's parent, even with a marker.
+  const std::string parent = *dir_ / "parent";
+  fs::create_directories(parent + "/cwd");
+  WriteFile(parent + "/.neuromkl_output", "neuromkl output folder\n");
+  const fs::path before = fs::current_path();
+  fs::current_path(parent + "/cwd");
+  r = RunCli("run " + Study() + " --out .. --force");
+  fs::current_path(before);
+  EXPECT_EQ(r.exitCode, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("--force refused: it contains the current working directory"));
+  EXPECT_TRUE(fs::exists(parent + "/cwd"));
+}
+
+TEST_F(Hardening, ForceReplacesAFolderNeuromklWroteIncludingOldResultsWithoutTheMarker) {
+  const std::string out = *dir_ / "out_force";
+  ASSERT_EQ(RunCli("run " + Study() + " --out " + out + " -q").exitCode, 0);
+  EXPECT_THAT(ReadFile(out + "/.neuromkl_output"), HasSubstr("neuromkl output folder"));
+  auto r = RunCli("run " + Study() + " --out " + out + " --force -q");
+  EXPECT_EQ(r.exitCode, 0) << r.output;
+  // Results written before the marker existed: a neuromkl results.json is accepted as neuromkl's own.
+  fs::remove(out + "/.neuromkl_output");
+  r = RunCli("run " + Study() + " --out " + out + " --force -q");
+  EXPECT_EQ(r.exitCode, 0) << r.output;
+  EXPECT_TRUE(fs::exists(out + "/.neuromkl_output"));
+}
