@@ -137,3 +137,29 @@ TEST_F(Hardening, ForceReplacesAFolderNeuromklWroteIncludingOldResultsWithoutThe
   EXPECT_EQ(r.exitCode, 0) << r.output;
   EXPECT_TRUE(fs::exists(out + "/.neuromkl_output"));
 }
+
+// Item 0: 100,000 levels of a wrong-typed value overflowed the stack (exit 139) in validate and run.
+TEST(HardeningCli, DeeplyNestedStudyFileIsAConfigErrorNotACrash) {
+  TempDir dir;
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  WriteFile(dir / "deep.json", R"({"name": "x", "subjects": {"table": "p.tsv"}, "target": {"column": "g", "task": "regression"},
+    "learners": [{"name": "krr"}], "seed": )" + deep + "}");
+  WriteFile(dir / "deep_array.json", deep);
+  for (const char* file : {"deep.json", "deep_array.json"})
+    for (const char* cmd : {"validate ", "run "}) {
+      const auto r = RunCli(cmd + (dir / file));
+      EXPECT_EQ(r.exitCode, 2) << cmd << file << ": " << r.output.substr(0, 300);
+      EXPECT_THAT(r.output, HasSubstr("nested more than 512 levels")) << cmd << file;
+    }
+}
+
+// Item 7: a number beyond double range was "unexpected failure" (exit 1).
+TEST(HardeningCli, NumberBeyondDoubleRangeIsExitTwoAtItsPointer) {
+  TempDir dir;
+  WriteFile(dir / "big.json", R"({"name": "x", "subjects": {"table": "p.tsv"}, "target": {"column": "g", "task": "regression"},
+    "learners": [{"name": "krr", "params": {"lambda": 1e400}}]})");
+  const auto r = RunCli("validate " + (dir / "big.json"));
+  EXPECT_EQ(r.exitCode, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("/learners/0/params/lambda: a number beyond the range of a double"));
+  EXPECT_THAT(r.output, Not(HasSubstr("unexpected failure")));
+}
