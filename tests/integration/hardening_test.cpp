@@ -163,3 +163,44 @@ TEST(HardeningCli, NumberBeyondDoubleRangeIsExitTwoAtItsPointer) {
   EXPECT_THAT(r.output, HasSubstr("/learners/0/params/lambda: a number beyond the range of a double"));
   EXPECT_THAT(r.output, Not(HasSubstr("unexpected failure")));
 }
+
+// Item 9: messages a new user meets.
+TEST_F(Hardening, BatchGivenAStudyFileSaysSo) {
+  for (const char* cmd : {"batch ", "merge "}) {
+    const auto r = RunCli(cmd + Study());
+    EXPECT_EQ(r.exitCode, 2) << r.output;
+    EXPECT_THAT(r.output, HasSubstr("this is a study file, not a batch file")) << cmd;
+    EXPECT_THAT(r.output, Not(HasSubstr("unknown key"))) << cmd;
+  }
+}
+
+TEST(HardeningCli, UnknownSubcommandGetsASuggestion) {
+  auto r = RunCli("valdate study.json");
+  EXPECT_EQ(r.exitCode, 2);
+  EXPECT_THAT(r.output, HasSubstr("unknown command \"valdate\"; did you mean \"validate\"?"));
+  r = RunCli("-q frobnicate");
+  EXPECT_EQ(r.exitCode, 2);
+  EXPECT_THAT(r.output, HasSubstr("unknown command \"frobnicate\"; the commands are run, batch, merge, validate, simulate"));
+}
+
+TEST(HardeningCli, ThreadsThatAreNotANumberAreNotAnInteger) {
+  auto r = RunCli("run study.json --threads two");
+  EXPECT_EQ(r.exitCode, 2);
+  EXPECT_THAT(r.output, HasSubstr("\"two\" is not an integer"));
+  EXPECT_THAT(r.output, Not(HasSubstr("range")));
+  r = RunCli("run study.json --threads 5000");
+  EXPECT_EQ(r.exitCode, 2);
+  EXPECT_THAT(r.output, HasSubstr("\"5000\" is out of range [0, 4096]"));
+}
+
+TEST_F(Hardening, ValidateRefusesMoreOuterFoldsThanSubjects) {
+  const std::string path = Cohort() + "/k50.json";
+  std::string text = ReadFile(Study());
+  text.insert(text.rfind('}'), R"(, "cv": {"outer": {"scheme": "kfold", "k": 50}})");
+  WriteFile(path, text);
+  const auto v = RunCli("validate " + path);
+  EXPECT_EQ(v.exitCode, 2) << v.output;
+  EXPECT_THAT(v.output, HasSubstr("k = 50 folds need at least 50"));
+  EXPECT_THAT(v.output, Not(HasSubstr("OK: the study")));
+  EXPECT_EQ(RunCli("run " + path + " --out " + (*dir_ / "out_k50")).exitCode, 2);  // run agrees
+}
