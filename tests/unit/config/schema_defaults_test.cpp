@@ -104,7 +104,7 @@ TEST(BatchPaths, StudyPathsResolveAgainstTheStudyFileFolder) {
   neuromkl::testing::WriteFile(dir / "elsewhere/bids/participants.tsv", "participant_id\tgroup\nsub-01\ta\nsub-02\tb\n");
   neuromkl::testing::WriteFile(dir / "elsewhere/study.json", R"({"name": "s", "subjects": {"bids": {"root": "bids", "entities": {"suffix": "T1w"}}},
     "target": {"column": "group", "task": "classification"}, "learners": [{"name": "svm"}],
-    "atlas": {"images": [{"image": "cort.nii.gz", "labels": "cort.tsv"}, {"image": "sub.nii.gz", "labels": "sub.tsv", "prefix": "sub"}]}})");
+    "atlas": {"images": [{"image": "cort.nii.gz", "labels": "cort.tsv", "prefix": "ctx"}, {"image": "sub.nii.gz", "labels": "sub.tsv", "prefix": "sub"}]}})");
   neuromkl::testing::WriteFile(dir / "b.json", R"({"name": "b", "studies": [{"file": "elsewhere/study.json"}]})");
   const auto batch = neuromkl::config::LoadBatchConfig(dir / "b.json");
   ASSERT_EQ(batch.studies.size(), 1u);
