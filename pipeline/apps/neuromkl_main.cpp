@@ -2,7 +2,12 @@
 // running, 2 bad config or input (README "Exit codes").
 #include <unistd.h>
 
+#include <algorithm>
+#include <charconv>
 #include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 #include <spdlog/sinks/stdout_color_sinks.h>
@@ -19,6 +24,58 @@
 
 using namespace neuromkl;
 
+namespace {
+/// --threads: an integer in [0, 4096]. "two" is "not an integer", not "out of range" (CLI11's Range
+/// checks the number before anything says it is one).
+const CLI::Validator kThreadCount(
+    [](std::string& text) -> std::string {
+      int value = 0;
+      const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+      if (ec != std::errc() || end != text.data() + text.size() || text.empty()) {
+        if (ec == std::errc::result_out_of_range) return "\"" + text + "\" is out of range [0, 4096]";
+        return "\"" + text + "\" is not an integer (expected a thread count in [0, 4096]; 0 = all cores)";
+      }
+      if (value < 0 || value > 4096) return "\"" + text + "\" is out of range [0, 4096]";
+      return std::string();
+    },
+    "INT in [0, 4096]", "ThreadCount");
+
+/// The first argument that is not a flag, if it is not a subcommand: a message with a did-you-mean.
+std::optional<std::string> UnknownSubcommand(int argc, char** argv, const CLI::App& app) {
+  std::vector<std::string> names;
+  for (const auto* sub : app.get_subcommands([](const CLI::App*) { return true; })) names.push_back(sub->get_name());
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (!arg.empty() && arg[0] == '-') continue;
+    if (std::find(names.begin(), names.end(), arg) != names.end()) return std::nullopt;
+    std::string message = "unknown command \"" + arg + "\"";
+    const std::string hint = DidYouMean(arg, names);
+    message += hint.empty() ? "; the commands are " + Join(names, ", ") : hint;
+    return message;
+  }
+  return std::nullopt;
+}
+
+/// `batch`/`merge` given a study file: say so, instead of complaining about its keys.
+void RequireBatchFile(const std::string& path, const char* command) {
+  if (config::IsBatchFile(path)) return;
+  bool study = false;
+  try {
+    (void)config::LoadStudyConfig(path);
+    study = true;
+  } catch (const Error&) {
+  }
+  if (study) {
+    std::string why = "this is a study file, not a batch file (which lists studies under \"studies\" or \"matrix\"): run it with `neuromkl run ";
+    why += path;
+    why += "`, or name it in a batch file; `neuromkl ";
+    why += command;
+    why += "` takes a batch file";
+    throw ConfigError("config:NotBatch", path, why);
+  }
+}
+}  // namespace
+
 int main(int argc, char** argv) {
   CLI::App app{"neuromkl: which brain regions predict a target? Multiple kernel learning on atlas regions of NIfTI cohorts."};
   app.require_subcommand(0, 1);
@@ -34,14 +91,14 @@ int main(int argc, char** argv) {
   bool force = false;
   run->add_option("STUDY.json", runStudy, "study file")->required();
   run->add_option("--out", outDir, "output folder (default: /output/dir of the study)");
-  run->add_option("--threads", threads, "worker threads (0 = all cores; default: /threads of the study)")->check(CLI::Range(0, 4096));
+  run->add_option("--threads", threads, "worker threads (0 = all cores; default: /threads of the study)")->check(kThreadCount);
   run->add_flag("--force", force, "replace an existing output folder (the old one is kept until the new run succeeded)");
 
   auto* batch = app.add_subcommand("batch", "run every study of a batch file; reruns skip completed studies and resume interrupted ones "
                                             "(under mpirun, studies and permutation blocks are spread over the ranks)");
   std::string batchFile, shard;
   batch->add_option("BATCH.json", batchFile, "batch file")->required();
-  batch->add_option("--threads", threads, "worker threads per process (0 = all cores)")->check(CLI::Range(0, 4096));
+  batch->add_option("--threads", threads, "worker threads per process (0 = all cores)")->check(kThreadCount);
   batch->add_option("--shard", shard, "i/N: run only the i-th of N disjoint parts (0 <= i < N), e.g. one per job-array task; then `merge`");
   batch->add_flag("--force", force, "redo completed studies too");
 
@@ -69,6 +126,10 @@ int main(int argc, char** argv) {
   bool uncompressed = false;
   simulate->add_flag("--uncompressed", uncompressed, "write .nii instead of .nii.gz");
 
+  if (const auto unknown = UnknownSubcommand(argc, argv, app)) {
+    std::cerr << "error: " << *unknown << "\nRun with --help for more information.\n";
+    return kExitBadInput;
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -100,6 +161,7 @@ int main(int argc, char** argv) {
     }
     if (*batch) {
       pipeline::MpiSession mpi(argc, argv);
+      RequireBatchFile(batchFile, "batch");
       const config::BatchConfig b = config::LoadBatchConfig(batchFile);
       pipeline::BatchOptions options;
       options.threads = threads;
@@ -116,6 +178,7 @@ int main(int argc, char** argv) {
       return outcome.exitCode;
     }
     if (*merge) {
+      RequireBatchFile(mergeFile, "merge");
       const config::BatchConfig b = config::LoadBatchConfig(mergeFile);
       const auto m = pipeline::MergeBatch(b);
       std::cout << fmt::format("Batch {}: {} completed, {} failed, {} not run\nSummary: {}\nPage: {}\n", b.name, m.completed, m.failed, m.missing, m.tsv, m.html);

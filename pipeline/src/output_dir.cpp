@@ -7,10 +7,12 @@
 #include <cstdlib>
 
 #include <filesystem>
+#include <fstream>
 
 #include <spdlog/spdlog.h>
 
 #include "neuromkl/core/errors.hpp"
+#include "neuromkl/pipeline/study_run.hpp"
 
 namespace neuromkl::pipeline {
 
@@ -37,13 +39,71 @@ bool LeftByDeadProcess(const std::string& name, const std::string& prefix) {
   if (*end != '\0' || pid <= 0) return false;
   return kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH;
 }
+/// The absolute, symlink-resolved form of `p` (as far as it exists).
+fs::path Canonical(const fs::path& p) {
+  std::error_code ec;
+  fs::path c = fs::weakly_canonical(fs::absolute(p, ec), ec);
+  return ec ? fs::absolute(p).lexically_normal() : c;
+}
+
+/// Is `inner` equal to `outer` or inside it (both canonical)?
+bool Within(const fs::path& inner, const fs::path& outer) {
+  auto i = inner.begin();
+  for (auto o = outer.begin(); o != outer.end(); ++o, ++i) {
+    if (o->empty() && std::next(o) == outer.end()) break;  // trailing separator
+    if (i == inner.end() || *i != *o) return false;
+  }
+  return true;
+}
+
+/// A results.json written by neuromkl (before output folders carried the marker).
+bool HoldsNeuromklResults(const fs::path& dir) {
+  std::ifstream in(dir / "results.json");
+  if (!in) return false;
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return text.find("\"neuromkl_version\"") != std::string::npos;
+}
+
+void WriteMarker(const std::string& dir) {
+  const std::string path = dir + "/" + kOutputMarker;
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << "neuromkl output folder\nformat 1\nneuromkl " << NeuromklVersion() << "\n";
+  out.flush();
+  if (!out) throw IoError("output:Write", path, "cannot write the output marker file");
+}
 }  // namespace
 
-AtomicOutputDir::AtomicOutputDir(std::string finalDir, bool force) : final_(fs::path(finalDir).lexically_normal().string()), force_(force) {
+void CheckReplaceable(const std::string& path, const std::vector<std::string>& inputs) {
+  std::error_code ec;
+  const fs::file_status st = fs::symlink_status(path, ec);
+  const auto refuse = [&](const std::string& why) { throw InputError("output:Refused", path, "--force refused: " + why); };
+  if (fs::is_symlink(st)) refuse("it is a symbolic link, not an output folder written by neuromkl");
+  if (!fs::is_directory(st))
+    refuse(fs::is_regular_file(st) ? "it is a regular file, not an output folder (neuromkl replaces only folders it wrote)"
+                                   : "it is not a folder (neuromkl replaces only folders it wrote)");
+  const fs::path target = Canonical(path);
+  const fs::path cwd = Canonical(fs::current_path(ec));
+  if (!ec && Within(cwd, target))
+    refuse(cwd == target ? "it is the current working directory" : "it contains the current working directory (" + cwd.string() + ")");
+  for (const auto& input : inputs) {
+    if (input.empty()) continue;
+    if (Within(Canonical(input), target)) refuse("it contains an input of the study (" + input + ")");
+  }
+  if (!fs::exists(fs::path(path) / kOutputMarker, ec) && !HoldsNeuromklResults(path)) {
+    std::string why = "it was not written by neuromkl (no ";
+    why += kOutputMarker;
+    why += " marker file and no neuromkl results.json); remove it yourself or choose another --out";
+    refuse(why);
+  }
+}
+
+AtomicOutputDir::AtomicOutputDir(std::string finalDir, bool force, const std::vector<std::string>& inputs)
+    : final_(fs::path(finalDir).lexically_normal().string()), force_(force) {
   while (!final_.empty() && final_.size() > 1 && final_.back() == '/') final_.pop_back();
   std::error_code ec;
-  if (fs::exists(final_, ec) && !force_)
+  if (fs::exists(fs::symlink_status(final_, ec)) && !force_)
     throw InputError("output:Exists", final_, "the output folder already exists; rerun with --force to replace it (the old results are kept until the new run succeeds)");
+  if (fs::exists(fs::symlink_status(final_, ec))) CheckReplaceable(final_, inputs);
   const fs::path parent = fs::path(final_).parent_path();
   if (!parent.empty()) {
     fs::create_directories(parent, ec);
@@ -64,10 +124,12 @@ AtomicOutputDir::AtomicOutputDir(std::string finalDir, bool force) : final_(fs::
   }
   if (fs::exists(final_, ec) && !force_)
     throw InputError("output:Exists", final_, "the output folder already exists; rerun with --force to replace it (the old results are kept until the new run succeeds)");
+  if (fs::exists(fs::symlink_status(final_, ec))) CheckReplaceable(final_, inputs);  // may have been put back above
   temp_ = final_ + ".tmp-" + HostName() + "-" + std::to_string(getpid());
   fs::remove_all(temp_, ec);
   fs::create_directories(temp_, ec);
   if (ec) throw IoError("output:Mkdir", temp_, "cannot create the temporary output folder: " + ec.message());
+  WriteMarker(temp_);
 }
 
 AtomicOutputDir::~AtomicOutputDir() {

@@ -30,6 +30,17 @@ class StageTimer {
   std::map<std::string, double> seconds;
 };
 
+/// Every file the study reads: a forced run never replaces a folder that holds one of them.
+std::vector<std::string> StudyInputs(const StudyContext& ctx) {
+  const auto& study = ctx.study;
+  std::vector<std::string> in = {study.path,        study.subjects.table, study.subjects.sidecar, study.subjects.bids.root,
+                                 study.atlas.image, study.atlas.labels,   study.mask,             study.kernels.tabular.table};
+  for (const auto& part : study.atlas.parts) in.insert(in.end(), {part.image, part.labels});
+  for (const auto& k : study.kernels.precomputed) in.push_back(k.file);
+  in.insert(in.end(), ctx.cohort.images.begin(), ctx.cohort.images.end());
+  return in;
+}
+
 }  // namespace
 
 RunOutcome RunStudy(config::StudyConfig study, const RunOptions& options) {
@@ -40,7 +51,7 @@ RunOutcome RunStudy(config::StudyConfig study, const RunOptions& options) {
   StageTimer timed;
 
   StudyContext ctx = timed("subjects", [&] { return LoadStudyInputs(study); });
-  AtomicOutputDir out(study.output.dir, options.force);  // fails before any heavy work if it exists
+  AtomicOutputDir out(study.output.dir, options.force, StudyInputs(ctx));  // fails before any heavy work if it exists
   timed("kernels", [&] { AttachKernels(ctx, out.Path()); });
   timed.seconds["kernels_read_images"] = ctx.ks.report.readSeconds;
   timed.seconds["kernels_products"] = ctx.ks.report.productSeconds;

@@ -112,7 +112,11 @@ exporting::PermutationRecord PermutationPValues(const StudyContext& ctx, const e
     int atLeastAsGood = 0;
     for (const auto& block : blocks)
       for (const auto& permutation : block) {
-        const double v = permutation[learner].at(metric);
+        // A permutation with a failed outer fold is never counted as extreme: its metric (over the
+        // successful folds only) is not comparable, so it enters the null as NaN.
+        const auto& pooled = permutation[learner];
+        const auto failed = pooled.find("failed_folds");
+        const double v = failed != pooled.end() && failed->second > 0 ? std::nan("") : pooled.at(metric);
         pr.null[metric].push_back(v);
         if (std::isfinite(v) && (higherIsBetter ? v >= value : v <= value)) ++atLeastAsGood;
       }
@@ -188,6 +192,10 @@ CrossValidationResult RunCrossValidation(const StudyContext& ctx) {
     for (const auto& [k, _] : ctx.study.learners[l].grid) lr.searched.push_back(k);
     for (const auto& f : outcomes[l].folds)
       if (!f.error.empty()) result.warnings.push_back(fmt::format("learner {} fold {} failed: {}", outcomes[l].label, f.index, f.error));
+    if (const double failed = lr.summary.pooled.at("failed_folds"); failed > 0)
+      result.warnings.push_back(fmt::format("learner {}: {} of {} outer folds FAILED (no model, no prediction); its metrics are over the {} "
+                                            "subjects of the successful folds only",
+                                            outcomes[l].label, failed, outcomes[l].folds.size(), lr.summary.pooled.at("scored_subjects")));
     if (auto w = FitStatusWarning(outcomes[l])) result.warnings.push_back(*w);
     for (auto& w : GridEdgeWarnings(outcomes[l], lr.searched)) result.warnings.push_back(std::move(w));
     lr.outcome = std::move(outcomes[l]);
@@ -389,6 +397,10 @@ std::vector<std::string> SummaryLines(const exporting::RunRecord& record, std::s
       lines.push_back(fmt::format("{:<12} r {:.3f}{}{}, R^2 {:.3f}{}, MSE {:.4g}{}{}", lr.outcome.label, m.at("pearson_r"), sd("pearson_r"),
                                   pv("pearson_r"), m.at("r2"), pv("r2"), m.at("mse"), sd("mse"), pv("mse")));
   }
+  for (const auto& lr : record.learners)
+    if (const auto f = lr.summary.pooled.find("failed_folds"); f != lr.summary.pooled.end() && f->second > 0)
+      lines.push_back(fmt::format("{:<12} WARNING: {} of {} outer folds FAILED; metrics over the {} subjects of the successful folds only",
+                                  lr.outcome.label, f->second, lr.outcome.folds.size(), lr.summary.pooled.at("scored_subjects")));
   lines.push_back(fmt::format("(pooled over out-of-fold predictions; +- SD over {} outer folds; {:.1f} s)", outerFolds, record.seconds.at("total")));
   return lines;
 }

@@ -10,6 +10,7 @@
 #include "neuromkl/io/nifti.hpp"
 #include "neuromkl/pipeline/cohort.hpp"
 #include "neuromkl/pipeline/kernel_stage.hpp"
+#include "neuromkl/pipeline/study_context.hpp"
 #include "neuromkl/pipeline/study_run.hpp"
 
 namespace neuromkl::pipeline {
@@ -36,7 +37,10 @@ std::string ValidateStudy(const config::StudyConfig& study) {
   auto line = [&](const std::string& s) { out += s + "\n"; };
   line(fmt::format("Study \"{}\" ({})", study.name, study.path));
   if (!study.description.empty()) line("  " + study.description);
-  const Cohort cohort = LoadCohort(study);
+  // The cohort and the outer folds exactly as `run` makes them: an impossible CV plan (outer k larger
+  // than the number of subjects, a custom fold column that leaves a class out) is refused here too.
+  const StudyContext ctx = LoadStudyInputs(study);
+  const Cohort& cohort = ctx.cohort;
   line(fmt::format("Subjects: {} rows in {}", cohort.ids.size(), study.subjects.table));
   line(fmt::format("  used for supervised learning: {}", cohort.labelledRows.size()));
   std::vector<std::string> semi;
@@ -110,6 +114,17 @@ std::string ValidateStudy(const config::StudyConfig& study) {
   }
   line(fmt::format("  per-fold preprocessing: centre {}, normalise {}", study.kernels.centre ? "on" : "off", study.kernels.normalise ? "on" : "off"));
   line(fmt::format("CV plan: outer {}, inner {}, seed {}", DescribeScheme(study.cv.outer), DescribeScheme(study.cv.inner), study.cv.seed));
+  bool anySearch = false;
+  for (const auto& p : ctx.plans) anySearch |= p.grid.size() > 1;
+  if (anySearch) {  // the inner splits of every outer training set, as the nested CV makes them
+    const cv::InnerSplitter inner = ctx.Inner();
+    for (std::size_t f = 0; f < ctx.outer.size(); ++f) {
+      const auto& train = ctx.outer[f].train;
+      Eigen::VectorXd y(static_cast<Eigen::Index>(train.size()));
+      for (std::size_t i = 0; i < train.size(); ++i) y[static_cast<Eigen::Index>(i)] = cohort.y[train[i]];
+      inner(f, train, y);
+    }
+  }
   line(fmt::format("Learners: {}", study.learners.size()));
   for (const auto& l : study.learners) {
     std::vector<std::string> fixed, grid;

@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstdint>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -9,6 +10,7 @@
 
 #include "neuromkl/atlas/atlas.hpp"
 #include "neuromkl/core/errors.hpp"
+#include "neuromkl/core/strings.hpp"
 #include "neuromkl/io/nifti.hpp"
 
 namespace neuromkl::atlas {
@@ -52,6 +54,10 @@ Atlas LoadAtlas(const std::string& imagePath, const std::string& tablePath) {
       atlas.labels[i] = 0;
       continue;
     }
+    // Labels are 32-bit codes: a larger value cannot be converted (undefined behaviour), so it is refused.
+    if (!(v > -2147483648.0f && v < 2147483648.0f))
+      throw InputError("atlas:LabelRange", imagePath,
+                       fmt::format("label value {} is beyond the range of an integer label code (|label| < 2^31)", FormatDouble(v)));
     atlas.labels[i] = static_cast<std::int32_t>(v);
     if (atlas.labels[i] != 0) present.insert(atlas.labels[i]);
   }
@@ -62,6 +68,11 @@ Atlas LoadAtlas(const std::string& imagePath, const std::string& tablePath) {
   if (present.empty()) throw InputError("atlas:NoLabels", imagePath, "the atlas image has no non-zero label");
 
   LabelTable table = ReadLabelTable(tablePath);
+  for (const auto& [column, codes] : table.labelColumns)
+    for (auto code : codes)
+      if (code < INT32_MIN || code > INT32_MAX)
+        throw InputError("atlas:LabelRange", tablePath,
+                         fmt::format("label code {} in column {} is beyond the range of an integer label code (|label| < 2^31)", code, column));
   atlas.tableFormat = table.format;
   // The table column that codes the image: the one matching most image labels.
   std::size_t best = 0, bestHits = 0;

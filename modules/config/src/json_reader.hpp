@@ -12,11 +12,15 @@ namespace neuromkl::config {
 
 using Json = nlohmann::json;
 
-std::string Describe(const Json& value);  ///< "\"five\" (string)", "3.5 (number)"
+std::string Describe(const Json& value);  ///< "\"five\" (string)", "3.5 (number)"; at most 60 characters, 3 levels
 
 /// The text of a file; ConfigError "cannot open the <what> (missing or unreadable)" otherwise.
 std::string ReadConfigText(const std::string& path, const std::string& what);
-/// JSON (comments allowed); ConfigError [config:Syntax] naming `source`.
+/// Deepest nesting of arrays and objects accepted in a configuration file.
+inline constexpr std::size_t kMaxJsonDepth = 512;
+/// JSON (comments allowed); ConfigError [config:Syntax] naming `source`, also for files nested deeper
+/// than kMaxJsonDepth (refused by a non-recursive scan before parsing); ConfigError [config:Value] at
+/// its JSON pointer for a number beyond the range of a double.
 Json ParseConfigJson(const std::string& text, const std::string& source);
 /// `p` made absolute against `base` and normalised; an empty path stays empty.
 std::string ResolvePath(const std::string& base, const std::string& p);

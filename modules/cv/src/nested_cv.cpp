@@ -236,6 +236,8 @@ std::vector<LearnerOutcome> RunNestedCv(const learners::KernelList& kernels, con
   return out;
 }
 
+bool FoldFailed(const OuterFoldResult& fold) { return !fold.error.empty() || !fold.decision.allFinite(); }
+
 namespace {
 std::map<std::string, double> MetricsOf(learners::Task task, const Eigen::VectorXd& y, const Eigen::VectorXd& f) {
   return task == learners::Task::Classification ? metrics::AsMap(metrics::Classify(y, f)) : metrics::AsMap(metrics::Regress(y, f));
@@ -265,8 +267,15 @@ Summary Summarise(const LearnerOutcome& outcome, const learners::Targets& target
     for (double x : v) sum += x;
     s.pooled[k] = sum / static_cast<double>(v.size());
   }
+  // A failed fit has no prediction: its subjects are never scored (the metrics leave out NaN decision
+  // values), so the pooled metrics cover the successful folds only, and say how many failed.
+  int failed = 0;
+  for (const auto& fold : outcome.folds) failed += FoldFailed(fold) ? 1 : 0;
+  s.pooled["failed_folds"] = failed;
+  s.pooled["scored_subjects"] = s.pooled.count("n") ? s.pooled.at("n") : 0.0;
   std::map<std::string, std::vector<double>> perFold;
   for (const auto& fold : outcome.folds) {
+    if (FoldFailed(fold)) continue;
     const Eigen::VectorXd y = Subset(targets.y, fold.test);
     for (const auto& [k, v] : MetricsOf(targets.task, y, fold.decision))
       if (!std::isnan(v)) perFold[k].push_back(v);

@@ -11,9 +11,34 @@ namespace neuromkl::metrics {
 namespace {
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 double Ratio(double a, double b) { return b > 0 ? a / b : kNaN; }
+
+/// The pairs whose prediction is a number: a NaN (failed fit) or infinite decision is never scored,
+/// neither as a class nor as a rank. `dropped` counts the others.
+struct Scored {
+  Eigen::VectorXd truth, decision;
+  double dropped = 0;
+};
+Scored FiniteOnly(const Eigen::Ref<const Eigen::VectorXd>& truth, const Eigen::Ref<const Eigen::VectorXd>& decision) {
+  Scored s;
+  const Eigen::Index n = std::min(truth.size(), decision.size());
+  Eigen::Index kept = 0;
+  for (Eigen::Index i = 0; i < n; ++i) kept += std::isfinite(decision[i]) ? 1 : 0;
+  s.truth.resize(kept);
+  s.decision.resize(kept);
+  for (Eigen::Index i = 0, k = 0; i < n; ++i)
+    if (std::isfinite(decision[i])) {
+      s.truth[k] = truth[i];
+      s.decision[k++] = decision[i];
+    }
+  s.dropped = static_cast<double>(truth.size() - kept);
+  return s;
+}
 }  // namespace
 
-double Auc(const Eigen::Ref<const Eigen::VectorXd>& labels, const Eigen::Ref<const Eigen::VectorXd>& decision) {
+double Auc(const Eigen::Ref<const Eigen::VectorXd>& allLabels, const Eigen::Ref<const Eigen::VectorXd>& allDecision) {
+  const Scored scored = FiniteOnly(allLabels, allDecision);
+  const Eigen::VectorXd& labels = scored.truth;
+  const Eigen::VectorXd& decision = scored.decision;
   const Eigen::Index n = labels.size();
   std::vector<Eigen::Index> order(static_cast<std::size_t>(n));
   std::iota(order.begin(), order.end(), 0);
@@ -38,9 +63,13 @@ double Auc(const Eigen::Ref<const Eigen::VectorXd>& labels, const Eigen::Ref<con
   return (rankSum - pos * (pos + 1) / 2) / (pos * neg);
 }
 
-Classification Classify(const Eigen::Ref<const Eigen::VectorXd>& labels, const Eigen::Ref<const Eigen::VectorXd>& decision) {
+Classification Classify(const Eigen::Ref<const Eigen::VectorXd>& allLabels, const Eigen::Ref<const Eigen::VectorXd>& allDecision) {
+  const Scored scored = FiniteOnly(allLabels, allDecision);
+  const Eigen::VectorXd& labels = scored.truth;
+  const Eigen::VectorXd& decision = scored.decision;
   Classification m;
   m.n = static_cast<double>(labels.size());
+  m.unscored = scored.dropped;
   for (Eigen::Index i = 0; i < labels.size(); ++i) {
     const bool truth = labels[i] > 0, predicted = decision[i] >= 0;
     if (truth && predicted) ++m.tp;
@@ -58,6 +87,7 @@ Classification Classify(const Eigen::Ref<const Eigen::VectorXd>& labels, const E
   m.precisionPositive = Ratio(m.tp, m.tp + m.fp);
   m.precisionNegative = Ratio(m.tn, m.tn + m.fn);
   m.auc = Auc(labels, decision);
+  if (m.n == 0) m.accuracy = m.balancedAccuracy = kNaN;
   // Wilson score interval, z = 1.959964 (95 %).
   const double z = 1.959963984540054, p = m.accuracy, n = m.n;
   if (n > 0) {
@@ -65,15 +95,24 @@ Classification Classify(const Eigen::Ref<const Eigen::VectorXd>& labels, const E
     const double half = z * std::sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / denom;
     m.accuracyLow = centre - half;
     m.accuracyHigh = centre + half;
+  } else {
+    m.accuracyLow = m.accuracyHigh = kNaN;
   }
   return m;
 }
 
-Regression Regress(const Eigen::Ref<const Eigen::VectorXd>& y, const Eigen::Ref<const Eigen::VectorXd>& f) {
+Regression Regress(const Eigen::Ref<const Eigen::VectorXd>& allTargets, const Eigen::Ref<const Eigen::VectorXd>& allPredictions) {
+  const Scored scored = FiniteOnly(allTargets, allPredictions);
+  const Eigen::VectorXd& y = scored.truth;
+  const Eigen::VectorXd& f = scored.decision;
   Regression m;
   const double n = static_cast<double>(y.size());
   m.n = n;
-  if (n == 0) return m;
+  m.unscored = scored.dropped;
+  if (n == 0) {
+    m.mse = m.mae = m.pearsonR = m.rSquared = m.r2 = m.nmse = kNaN;
+    return m;
+  }
   const Eigen::ArrayXd e = (f - y).array();
   m.mse = e.square().mean();
   m.mae = e.abs().mean();

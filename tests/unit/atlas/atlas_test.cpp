@@ -150,4 +150,23 @@ TEST(Atlas, NonIntegerLabelImageIsAnError) {
               ::testing::ThrowsMessage<InputError>(HasSubstr("non-integer")));
 }
 
+// Issue 19 item 7: a label of 1e10 was converted to int32 (undefined behaviour); it is an error naming
+// the file and the value. A table code beyond 32 bits likewise names the table.
+TEST(Atlas, LabelsBeyondThe32BitRangeAreAnError) {
+  neuromkl::testing::TempDir tmp;
+  io::Volume v;
+  v.geometry.dims = {4, 5, 6};
+  v.data.assign(120, 1.0f);
+  v.data[7] = 1e10f;
+  io::WriteVolume(tmp / "big.nii", v);
+  neuromkl::testing::WriteFile(tmp / "t.tsv", "label\tname\n1\tA\n");
+  EXPECT_THAT([&] { atlas::LoadAtlas(tmp / "big.nii", tmp / "t.tsv"); },
+              ::testing::ThrowsMessage<InputError>(::testing::AllOf(HasSubstr("big.nii"), HasSubstr("label value 1e+10 is beyond the range"))));
+  v.data[7] = 2.0f;
+  io::WriteVolume(tmp / "ok.nii", v);
+  neuromkl::testing::WriteFile(tmp / "huge.tsv", "label\tname\n1\tA\n4294967298\tB\n");
+  EXPECT_THAT([&] { atlas::LoadAtlas(tmp / "ok.nii", tmp / "huge.tsv"); },
+              ::testing::ThrowsMessage<InputError>(::testing::AllOf(HasSubstr("huge.tsv"), HasSubstr("label code 4294967298"))));
+}
+
 }  // namespace

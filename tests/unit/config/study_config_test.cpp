@@ -180,3 +180,36 @@ TEST(StudyConfig, BidsAndAtlasKeysAreCheckedWithPointers) {
   EXPECT_EQ(c.atlas.space, "MNI152NLin6Asym");
   EXPECT_THAT(ResolvedConfigJson(c), HasSubstr("\"space\": \"MNI152NLin6Asym\""));
 }
+
+// Issue 19 item 0: a deeply nested value of the wrong type overflowed the stack while the error
+// message was written (the value was dumped recursively). Nesting is bounded before parsing, and
+// the description of a wrong value is bounded in depth and length.
+TEST(StudyConfig, DeepNestingIsRefusedWithoutRecursion) {
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  ExpectConfigError(With("\"seed\": " + deep), {"nested more than 512 levels"});
+  ExpectConfigError(deep, {"nested more than 512 levels"});
+  // Brackets inside strings and comments do not count.
+  const std::string quoted = "\"" + std::string(1000, '[') + "\"";
+  ExpectConfigError(With("\"seed\": " + quoted + " // [[[[[[\n"), {"/seed", "expected"});
+  // 500 levels are parsed; the wrong type is described briefly, within 60 characters.
+  const std::string nested = std::string(500, '[') + "1" + std::string(500, ']');
+  try {
+    ParseStudyConfig(With("\"seed\": " + nested), "/data/study", "study.json");
+    FAIL() << "expected a ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("/seed"));
+    EXPECT_THAT(e.what(), HasSubstr("[[[[...]]]] (array)"));
+    EXPECT_LT(std::string(e.what()).size(), 400u);
+  }
+}
+
+// Issue 19 item 7: a number beyond double range escaped as "unexpected failure" (a JSON out_of_range
+// exception); it is a ConfigError at its JSON pointer.
+TEST(StudyConfig, NumberBeyondDoubleRangeIsAConfigErrorAtItsPointer) {
+  ExpectConfigError(With("\"seed\": 1e400"), {"/seed", "beyond the range of a double"});
+  ExpectConfigError(With(R"("cv": {"outer": {"scheme": "kfold", "k": -1e999}})"), {"/cv/outer/k", "beyond the range of a double"});
+  ExpectConfigError(With(R"("learners": [{"name": "svm"}, {"name": "krr", "grid": {"lambda": [1, 2, 1e400]}}])"),
+                    {"/learners/1/grid/lambda/2", "beyond the range of a double"});
+  // Whole numbers beyond the int64 range are range errors, not an undefined conversion.
+  ExpectConfigError(With("\"seed\": 1e300"), {"/seed", "an integer in"});
+}

@@ -1,3 +1,5 @@
+#include <cmath>
+
 #include <tbb/global_control.h>
 
 #include <gtest/gtest.h>
@@ -160,3 +162,35 @@ TEST(NestedCv, UnlabelledSubjectsReachOnlySemiSupervisedLearnersAndNeverTheirTes
 }
 
 }  // namespace
+
+// Issue 19 item 1: a failed outer fold (decision NaN) is not scored; the summary says how many failed.
+TEST(NestedCv, FailedFoldsAreLeftOutOfTheSummaryAndCounted) {
+  cv::LearnerOutcome o;
+  const double nan = std::nan("");
+  learners::Targets t{learners::Task::Classification, Eigen::VectorXd(8)};
+  t.y << 1, -1, 1, -1, -1, -1, -1, -1;
+  cv::OuterFoldResult ok;
+  ok.test = {0, 1, 2, 3};
+  ok.decision = Eigen::Vector4d(1, -1, -1, 1);  // half right: balanced accuracy 0.5
+  cv::OuterFoldResult failed;
+  failed.index = 1;
+  failed.test = {4, 5, 6, 7};  // all negative: the NaNs used to count as four correct negatives
+  failed.decision = Eigen::Vector4d::Constant(nan);
+  failed.error = "only one class in the training set";
+  o.folds = {ok, failed};
+  const cv::Summary s = cv::Summarise(o, t);
+  EXPECT_DOUBLE_EQ(s.pooled.at("balanced_accuracy"), 0.5);  // before: 0.667 (6 of 8 "correct")
+  EXPECT_DOUBLE_EQ(s.pooled.at("accuracy"), 0.5);
+  EXPECT_DOUBLE_EQ(s.pooled.at("failed_folds"), 1);
+  EXPECT_DOUBLE_EQ(s.pooled.at("scored_subjects"), 4);
+  EXPECT_DOUBLE_EQ(s.foldMean.at("balanced_accuracy"), 0.5);  // the failed fold is not a fold of the mean
+  EXPECT_DOUBLE_EQ(s.foldMean.at("n"), 4);
+  EXPECT_TRUE(cv::FoldFailed(failed));
+  EXPECT_FALSE(cv::FoldFailed(ok));
+  o.folds = {failed};  // every fold failed: nothing is scored
+  const cv::Summary none = cv::Summarise(o, t);
+  EXPECT_TRUE(std::isnan(none.pooled.at("balanced_accuracy")));
+  EXPECT_TRUE(std::isnan(none.pooled.at("auc")));
+  EXPECT_DOUBLE_EQ(none.pooled.at("failed_folds"), 1);
+  EXPECT_DOUBLE_EQ(none.pooled.at("scored_subjects"), 0);
+}

@@ -62,3 +62,29 @@ TEST(Metrics, RegressionByHandWithHonestNames) {
   const auto names = metrics::AsMap(m);
   EXPECT_TRUE(names.count("r2") && names.count("r_squared_pearson") && names.count("pearson_r"));
 }
+
+// Issue 19 item 1: a failed fit's decision values are NaN. They were counted as the negative class
+// (NaN >= 0 is false) and sorted by `<` in the AUC: a learner whose fits failed scored perfectly.
+TEST(Metrics, NaNDecisionsAreNeverScored) {
+  const double nan = std::nan("");
+  // Two scored pairs (one right, one wrong) and four failed ones on the negative class.
+  const auto m = metrics::Classify(V({1, -1, -1, -1, -1, -1}), V({0.5, 0.3, nan, nan, nan, nan}));
+  EXPECT_EQ(m.n, 2);
+  EXPECT_EQ(m.unscored, 4);
+  EXPECT_EQ(m.tn, 0);  // before: 4 true negatives from the NaNs
+  EXPECT_DOUBLE_EQ(m.accuracy, 0.5);
+  EXPECT_DOUBLE_EQ(m.balancedAccuracy, 0.5);
+  EXPECT_DOUBLE_EQ(m.auc, 1.0);  // the one scored pair is ranked correctly
+  // Every decision NaN: nothing is scored, every rate is NaN (before: balanced accuracy 0.5, AUC of the sort order).
+  const auto none = metrics::Classify(V({1, 1, -1, -1}), V({nan, nan, nan, nan}));
+  EXPECT_EQ(none.n, 0);
+  EXPECT_EQ(none.unscored, 4);
+  for (double v : {none.accuracy, none.balancedAccuracy, none.auc, none.recallPositive, none.accuracyLow}) EXPECT_TRUE(std::isnan(v));
+  // AUC with NaNs interleaved: the NaN pairs are left out, not ranked.
+  EXPECT_DOUBLE_EQ(metrics::Auc(V({1, -1, 1, -1}), V({nan, 0.9, 0.8, nan})), 0.0);
+  const auto r = metrics::Regress(V({1, 2, 3, 4}), V({1, 2, nan, INFINITY}));
+  EXPECT_EQ(r.n, 2);
+  EXPECT_EQ(r.unscored, 2);
+  EXPECT_DOUBLE_EQ(r.mse, 0.0);
+  EXPECT_TRUE(std::isnan(metrics::Regress(V({1, 2}), V({nan, nan})).mse));
+}

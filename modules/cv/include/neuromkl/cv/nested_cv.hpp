@@ -78,6 +78,11 @@ FoldKernels PrepareFold(const learners::KernelList& kernels, const std::vector<i
 struct Summary {
   std::map<std::string, double> pooled, foldMean, foldSd;
 };
+/// An outer fold whose fit failed (an error, or a decision value that is not a number).
+bool FoldFailed(const OuterFoldResult& fold);
+/// Pooled metrics over the out-of-fold predictions of the successful folds only (a failed fold's
+/// subjects are never scored), with "failed_folds" (outer folds whose fit failed, over all repeats) and
+/// "scored_subjects" (subjects scored per repeat); fold mean and SD over the successful folds.
 Summary Summarise(const LearnerOutcome& outcome, const learners::Targets& targets);
 
 /// The metrics a permutation test reports, with their direction (true = larger is better).

@@ -9,7 +9,8 @@
 namespace neuromkl::metrics {
 
 struct Classification {
-  double n = 0;
+  double n = 0;         ///< subjects scored (finite decision values)
+  double unscored = 0;  ///< subjects left out because their decision is NaN or infinite (a failed fit)
   double tp = 0, fn = 0, fp = 0, tn = 0;  ///< confusion matrix (positive = +1)
   double accuracy = 0, balancedAccuracy = 0;
   double recallPositive = 0, recallNegative = 0;        ///< sensitivity, specificity
@@ -19,7 +20,8 @@ struct Classification {
 };
 
 struct Regression {
-  double n = 0;
+  double n = 0;         ///< subjects scored (finite predictions)
+  double unscored = 0;  ///< subjects left out because their prediction is NaN or infinite (a failed fit)
   double mse = 0, mae = 0;
   double pearsonR = 0;   ///< NaN when predictions or targets are constant
   double rSquared = 0;   ///< pearsonR^2 (PRoNTo's "r2")
@@ -27,11 +29,14 @@ struct Regression {
   double nmse = 0;       ///< MSE / variance of the targets (population variance)
 };
 
-/// labels +-1, decision values: predicted class = sign (0 counts as +1).
+/// labels +-1, decision values: predicted class = sign (0 counts as +1). A NaN or infinite decision
+/// value (a failed fit) is never scored: the pair is left out of every metric and counted in `unscored`;
+/// with no scored pair every rate is NaN.
 Classification Classify(const Eigen::Ref<const Eigen::VectorXd>& labels, const Eigen::Ref<const Eigen::VectorXd>& decision);
 Regression Regress(const Eigen::Ref<const Eigen::VectorXd>& targets, const Eigen::Ref<const Eigen::VectorXd>& predictions);
 
-/// Area under the ROC curve = Mann-Whitney U / (n+ n-), ties counted 1/2 (average ranks).
+/// Area under the ROC curve = Mann-Whitney U / (n+ n-), ties counted 1/2 (average ranks); pairs with a
+/// non-finite decision are left out.
 double Auc(const Eigen::Ref<const Eigen::VectorXd>& labels, const Eigen::Ref<const Eigen::VectorXd>& decision);
 
 /// Named values for tables and JSON ("balanced_accuracy", "auc", ...; "mse", "r2", ...).

@@ -1,0 +1,206 @@
+// Issue 19: failed fits are never scored, --force never destroys what neuromkl did not write, bad
+// inputs are errors (exit 2) with clear messages instead of crashes, and the CLI helps a new user.
+#include <filesystem>
+#include <fstream>
+
+#include <gmock/gmock.h>
+
+#include <nlohmann/json.hpp>
+
+#include "testing.hpp"
+
+using neuromkl::testing::ReadFile;
+using neuromkl::testing::ReadTsv;
+using neuromkl::testing::RunCli;
+using neuromkl::testing::TempDir;
+using neuromkl::testing::WriteFile;
+using ::testing::HasSubstr;
+using ::testing::Not;
+namespace fs = std::filesystem;
+
+namespace {
+
+class Hardening : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir();
+    const auto r = RunCli("simulate --out " + Cohort() + " --subjects 16 --downsample 2 --seed 5 -q");
+    ASSERT_EQ(r.exitCode, 0) << r.output;
+  }
+  static void TearDownTestSuite() { delete dir_; }
+  static std::string Cohort() { return *dir_ / "cohort"; }
+  static std::string Study() { return Cohort() + "/study.json"; }
+  static TempDir* dir_;
+};
+TempDir* Hardening::dir_ = nullptr;
+
+/// A study on the simulated cohort whose custom fold "controls" holds every control: its training set
+/// has one class, so both learners fail in that outer fold.
+std::string OneClassFoldStudy(const std::string& cohort) {
+  const auto rows = ReadTsv(cohort + "/participants.tsv");
+  std::string table = "subject\timage\tgroup\tfold\n";
+  int patients = 0;
+  for (std::size_t i = 1; i < rows.size(); ++i) {
+    const bool patient = rows[i][2] == "patient";
+    const std::string fold = patient ? (patients++ % 2 == 0 ? "p1" : "p2") : "controls";
+    table += rows[i][0] + "\t" + rows[i][1] + "\t" + rows[i][2] + "\t" + fold + "\n";
+  }
+  WriteFile(cohort + "/folds.tsv", table);
+  const std::string path = cohort + "/one_class_fold.json";
+  WriteFile(path, R"({"name": "one_class_fold", "subjects": {"table": "folds.tsv", "id_column": "subject"},
+    "target": {"column": "group", "task": "classification", "positive_class": "patient"}, "atlas": "aal",
+    "cv": {"outer": {"scheme": "custom", "fold_column": "fold"}},
+    "learners": [{"name": "svm", "params": {"c": 1}}, {"name": "enmkl_svm", "params": {"c": 1, "mu": 0.5}}], "output": {"weight_maps": false}})");
+  return path;
+}
+
+}  // namespace
+
+// Item 1. Before: the control fold's NaN decisions counted as correct negatives, so balanced accuracy
+// was 1.000 with one of three folds failed, exit 0, and only a warning inside results.json.
+TEST_F(Hardening, FailedOuterFoldsAreNeverScoredAndAreReportedLoudly) {
+  const std::string study = OneClassFoldStudy(Cohort());
+  const std::string out = *dir_ / "out_failed";
+  const auto r = RunCli("run " + study + " --out " + out);
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  // On the console: the fold errors, a warning per learner, and the summary line itself.
+  EXPECT_THAT(r.output, HasSubstr("learner svm: 1 of 3 outer folds FAILED"));
+  EXPECT_THAT(r.output, HasSubstr("svm          WARNING: 1 of 3 outer folds FAILED; metrics over the 8 subjects of the successful folds only"));
+  EXPECT_THAT(r.output, HasSubstr("enmkl_svm    WARNING: 1 of 3 outer folds FAILED"));
+  // The pooled metrics cover the 8 scored patients only: balanced accuracy is their recall (before: the
+  // mean with a recall of 1.000 on the 8 unscored controls, e.g. 1.000 for enmkl_svm).
+  const auto j = nlohmann::json::parse(ReadFile(out + "/results.json"));
+  for (const auto& l : j.at("learners")) {
+    const auto& pooled = l.at("metrics").at("pooled");
+    EXPECT_EQ(pooled.at("failed_folds").get<double>(), 1) << l.at("label");
+    EXPECT_EQ(pooled.at("scored_subjects").get<double>(), 8) << l.at("label");  // the 8 patients of the successful folds
+    EXPECT_EQ(pooled.at("n").get<double>(), 8);
+    EXPECT_EQ(pooled.at("true_negative").get<double>(), 0);  // before: 8, the failed fold's controls
+    EXPECT_EQ(pooled.at("false_positive").get<double>(), 0);
+    EXPECT_TRUE(pooled.at("auc").is_null());  // one class scored: no AUC (before: a number)
+    EXPECT_EQ(pooled.at("balanced_accuracy").get<double>(), pooled.at("recall_positive").get<double>());
+    EXPECT_TRUE(pooled.at("recall_negative").is_null());  // before: 1.0, from the NaN decisions
+    EXPECT_EQ(l.at("metrics").at("fold_mean").at("n").get<double>(), 4);  // the failed fold is not in the fold mean
+  }
+  bool warned = false;
+  for (const auto& w : j.at("warnings")) warned |= w.get<std::string>().find("1 of 3 outer folds FAILED") != std::string::npos;
+  EXPECT_TRUE(warned);
+}
+
+// Item 2: --force replaces only what neuromkl wrote.
+TEST_F(Hardening, ForceRefusesInputsFilesForeignFoldersAndTheWorkingDirectory) {
+  // The study's own folder (its images, table and study file), even when it carries the marker.
+  WriteFile(Cohort() + "/.neuromkl_output", "neuromkl output folder\n");
+  auto r = RunCli("run " + Study() + " --out " + Cohort() + " --force");
+  EXPECT_EQ(r.exitCode, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("--force refused: it contains an input of the study"));
+  fs::remove(Cohort() + "/.neuromkl_output");
+  EXPECT_TRUE(fs::exists(Study()));
+  EXPECT_TRUE(fs::exists(Cohort() + "/participants.tsv"));
+  EXPECT_TRUE(fs::exists(Cohort() + "/images"));
+  // A regular file.
+  const std::string file = *dir_ / "notes.txt";
+  WriteFile(file, "keep me");
+  r = RunCli("run " + Study() + " --out " + file + " --force");
+  EXPECT_EQ(r.exitCode, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("--force refused: it is a regular file"));
+  EXPECT_EQ(ReadFile(file), "keep me");
+  // A folder neuromkl did not write.
+  const std::string foreign = *dir_ / "thesis";
+  WriteFile(foreign + "/chapter1.tex", "keep me");
+  r = RunCli("run " + Study() + " --out " + foreign + " --force");
+  EXPECT_EQ(r.exitCode, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("it was not written by neuromkl (no .neuromkl_output marker file"));
+  EXPECT_EQ(ReadFile(foreign + "/chapter1.tex"), "keep me");
+  // The working directory's parent, even with a marker.
+  const std::string parent = *dir_ / "parent";
+  fs::create_directories(parent + "/cwd");
+  WriteFile(parent + "/.neuromkl_output", "neuromkl output folder\n");
+  const fs::path before = fs::current_path();
+  fs::current_path(parent + "/cwd");
+  r = RunCli("run " + Study() + " --out .. --force");
+  fs::current_path(before);
+  EXPECT_EQ(r.exitCode, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("--force refused: it contains the current working directory"));
+  EXPECT_TRUE(fs::exists(parent + "/cwd"));
+}
+
+TEST_F(Hardening, ForceReplacesAFolderNeuromklWroteIncludingOldResultsWithoutTheMarker) {
+  const std::string out = *dir_ / "out_force";
+  ASSERT_EQ(RunCli("run " + Study() + " --out " + out + " -q").exitCode, 0);
+  EXPECT_THAT(ReadFile(out + "/.neuromkl_output"), HasSubstr("neuromkl output folder"));
+  auto r = RunCli("run " + Study() + " --out " + out + " --force -q");
+  EXPECT_EQ(r.exitCode, 0) << r.output;
+  // Results written before the marker existed: a neuromkl results.json is accepted as neuromkl's own.
+  fs::remove(out + "/.neuromkl_output");
+  r = RunCli("run " + Study() + " --out " + out + " --force -q");
+  EXPECT_EQ(r.exitCode, 0) << r.output;
+  EXPECT_TRUE(fs::exists(out + "/.neuromkl_output"));
+}
+
+// Item 0: 100,000 levels of a wrong-typed value overflowed the stack (exit 139) in validate and run.
+TEST(HardeningCli, DeeplyNestedStudyFileIsAConfigErrorNotACrash) {
+  TempDir dir;
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  WriteFile(dir / "deep.json", R"({"name": "x", "subjects": {"table": "p.tsv"}, "target": {"column": "g", "task": "regression"},
+    "learners": [{"name": "krr"}], "seed": )" + deep + "}");
+  WriteFile(dir / "deep_array.json", deep);
+  for (const char* file : {"deep.json", "deep_array.json"})
+    for (const char* cmd : {"validate ", "run "}) {
+      const auto r = RunCli(cmd + (dir / file));
+      EXPECT_EQ(r.exitCode, 2) << cmd << file << ": " << r.output.substr(0, 300);
+      EXPECT_THAT(r.output, HasSubstr("nested more than 512 levels")) << cmd << file;
+    }
+}
+
+// Item 7: a number beyond double range was "unexpected failure" (exit 1).
+TEST(HardeningCli, NumberBeyondDoubleRangeIsExitTwoAtItsPointer) {
+  TempDir dir;
+  WriteFile(dir / "big.json", R"({"name": "x", "subjects": {"table": "p.tsv"}, "target": {"column": "g", "task": "regression"},
+    "learners": [{"name": "krr", "params": {"lambda": 1e400}}]})");
+  const auto r = RunCli("validate " + (dir / "big.json"));
+  EXPECT_EQ(r.exitCode, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("/learners/0/params/lambda: a number beyond the range of a double"));
+  EXPECT_THAT(r.output, Not(HasSubstr("unexpected failure")));
+}
+
+// Item 9: messages a new user meets.
+TEST_F(Hardening, BatchGivenAStudyFileSaysSo) {
+  for (const char* cmd : {"batch ", "merge "}) {
+    const auto r = RunCli(cmd + Study());
+    EXPECT_EQ(r.exitCode, 2) << r.output;
+    EXPECT_THAT(r.output, HasSubstr("this is a study file, not a batch file")) << cmd;
+    EXPECT_THAT(r.output, Not(HasSubstr("unknown key"))) << cmd;
+  }
+}
+
+TEST(HardeningCli, UnknownSubcommandGetsASuggestion) {
+  auto r = RunCli("valdate study.json");
+  EXPECT_EQ(r.exitCode, 2);
+  EXPECT_THAT(r.output, HasSubstr("unknown command \"valdate\"; did you mean \"validate\"?"));
+  r = RunCli("-q frobnicate");
+  EXPECT_EQ(r.exitCode, 2);
+  EXPECT_THAT(r.output, HasSubstr("unknown command \"frobnicate\"; the commands are run, batch, merge, validate, simulate"));
+}
+
+TEST(HardeningCli, ThreadsThatAreNotANumberAreNotAnInteger) {
+  auto r = RunCli("run study.json --threads two");
+  EXPECT_EQ(r.exitCode, 2);
+  EXPECT_THAT(r.output, HasSubstr("\"two\" is not an integer"));
+  EXPECT_THAT(r.output, Not(HasSubstr("range")));
+  r = RunCli("run study.json --threads 5000");
+  EXPECT_EQ(r.exitCode, 2);
+  EXPECT_THAT(r.output, HasSubstr("\"5000\" is out of range [0, 4096]"));
+}
+
+TEST_F(Hardening, ValidateRefusesMoreOuterFoldsThanSubjects) {
+  const std::string path = Cohort() + "/k50.json";
+  std::string text = ReadFile(Study());
+  text.insert(text.rfind('}'), R"(, "cv": {"outer": {"scheme": "kfold", "k": 50}})");
+  WriteFile(path, text);
+  const auto v = RunCli("validate " + path);
+  EXPECT_EQ(v.exitCode, 2) << v.output;
+  EXPECT_THAT(v.output, HasSubstr("k = 50 folds need at least 50"));
+  EXPECT_THAT(v.output, Not(HasSubstr("OK: the study")));
+  EXPECT_EQ(RunCli("run " + path + " --out " + (*dir_ / "out_k50")).exitCode, 2);  // run agrees
+}
