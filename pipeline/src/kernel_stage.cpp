@@ -64,7 +64,7 @@ std::string KernelCacheKey(const config::StudyConfig& study, const Cohort& cohor
       // Probabilistic and multi-image atlases (the key of a plain label atlas is unchanged).
       for (std::size_t k = 0; k < study.atlas.parts.size(); ++k) {
         const auto& part = study.atlas.parts[k];
-        if (k == 0 && !part.probabilistic && study.atlas.parts.size() == 1) break;
+        if (k == 0 && !part.probabilistic && part.prefix.empty() && study.atlas.parts.size() == 1) break;
         h.Update(std::string_view("atlas-part")).Update(HashFile(part.labels)).Update(part.prefix);
         for (const auto& f : io::ImageFilePaths(part.image)) h.Update(HashFile(f));
         h.Update(static_cast<std::uint64_t>(part.probabilistic)).Update(part.threshold);

@@ -37,6 +37,7 @@ std::vector<std::string> StudyInputs(const StudyContext& ctx) {
                                  study.atlas.image, study.atlas.labels,   study.mask,             study.kernels.tabular.table};
   for (const auto& part : study.atlas.parts) in.insert(in.end(), {part.image, part.labels});
   for (const auto& k : study.kernels.precomputed) in.push_back(k.file);
+  in.push_back(study.kernels.intensity.referenceImage);
   in.insert(in.end(), ctx.cohort.images.begin(), ctx.cohort.images.end());
   return in;
 }

@@ -112,13 +112,14 @@ exporting::PermutationRecord PermutationPValues(const StudyContext& ctx, const e
     int atLeastAsGood = 0;
     for (const auto& block : blocks)
       for (const auto& permutation : block) {
-        // A permutation with a failed outer fold is never counted as extreme: its metric (over the
-        // successful folds only) is not comparable, so it enters the null as NaN.
+        // A permutation with a failed outer fold has no comparable metric (it enters the null as NaN)
+        // and counts as scoring at least as well: dropping it would make p too small.
         const auto& pooled = permutation[learner];
         const auto failed = pooled.find("failed_folds");
-        const double v = failed != pooled.end() && failed->second > 0 ? std::nan("") : pooled.at(metric);
+        const bool failedFold = failed != pooled.end() && failed->second > 0;
+        const double v = failedFold ? std::nan("") : pooled.at(metric);
         pr.null[metric].push_back(v);
-        if (std::isfinite(v) && (higherIsBetter ? v >= value : v <= value)) ++atLeastAsGood;
+        if (failedFold || (std::isfinite(v) && (higherIsBetter ? v >= value : v <= value))) ++atLeastAsGood;
       }
     pr.pValues[metric] = std::isfinite(value) ? (atLeastAsGood + 1.0) / (pr.count + 1.0) : std::nan("");
   }

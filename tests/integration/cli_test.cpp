@@ -90,8 +90,8 @@ TEST_F(CliRun, RunWritesACompleteOutputFolder) {
   ASSERT_EQ(r.exitCode, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("Results: " + out));
   for (const char* f : {"results.json", "study.resolved.json", "regions.tsv", "subjects.tsv", "predictions.tsv", "metrics.tsv", "folds.tsv",
-                        "regions_enmkl_svm.tsv", "regions_enmkl_svm.json", "regions_svm.tsv", "report.html", "weights/sub-group_space-MNI152_desc-EnmklSvmMean_weights.nii.gz",
-                        "weights/sub-group_space-MNI152_desc-SvmFold0_weights.nii.gz", "kernels/index.json"})
+                        "regions_enmkl_svm.tsv", "regions_enmkl_svm.json", "regions_svm.tsv", "report.html", "weights/sub-group_space-MNIColin27_desc-EnmklSvmMean_weights.nii.gz",
+                        "weights/sub-group_space-MNIColin27_desc-SvmFold0_weights.nii.gz", "kernels/index.json"})
     EXPECT_TRUE(fs::exists(out + "/" + f)) << f;
   const std::string results = ReadFile(out + "/results.json");
   for (const char* key : {"\"neuromkl_version\"", "\"seed\": 3", "\"input_hash\"", "\"kernel_weights\"", "\"status\": \"converged\"",
@@ -142,7 +142,7 @@ TEST_F(CliRun, ThreadCountDoesNotChangeResults) {
     EXPECT_GT(one.size(), 100u) << f;  // compare real content, not two missing files
     EXPECT_EQ(one, ReadFile(b + "/" + f)) << f;
   }
-  for (const char* map : {"weights/sub-group_space-MNI152_desc-EnmklSvmMean_weights.nii.gz", "weights/sub-group_space-MNI152_desc-SvmFold2_weights.nii.gz"})
+  for (const char* map : {"weights/sub-group_space-MNIColin27_desc-EnmklSvmMean_weights.nii.gz", "weights/sub-group_space-MNIColin27_desc-SvmFold2_weights.nii.gz"})
     EXPECT_EQ(neuromkl::io::ReadVolume(a + "/" + map).data, neuromkl::io::ReadVolume(b + "/" + map).data) << map;
 }
 
@@ -198,8 +198,8 @@ TEST(CliEvaluation, WagerRegressionReportsRAndR2AndMseWithFoldSpread) {
   const std::string results = ReadFile(dir / "out/results.json");
   EXPECT_THAT(results, HasSubstr("\"inner_criterion\": \"mse"));
   // Complete outputs, and a report that renders in a real browser (the Wager grid is not the atlas grid).
-  for (const char* f : {"report.html", "regions_enmkl_krr.tsv", "regions_krr.tsv", "weights/sub-group_space-MNI152_desc-EnmklKrrMean_weights.nii.gz",
-                        "weights/sub-group_space-MNI152_desc-KrrFold4_weights.nii.gz",
+  for (const char* f : {"report.html", "regions_enmkl_krr.tsv", "regions_krr.tsv", "weights/sub-group_space-MNIColin27_desc-EnmklKrrMean_weights.nii.gz",
+                        "weights/sub-group_space-MNIColin27_desc-KrrFold4_weights.nii.gz",
                         "predictions.tsv", "folds.tsv", "kernels/index.json"})
     EXPECT_TRUE(fs::exists(dir / ("out/" + std::string(f)))) << f;
   ASSERT_EQ(std::system("command -v chromium > /dev/null 2>&1"), 0) << "chromium is needed (scripts/test.sh installs it)";
@@ -231,7 +231,7 @@ TEST(CliSeedLearners, EveryNewLearnerRunsOnASimulatedCohortWithUnlabelledSubject
     EXPECT_GT(l["metrics"]["pooled"]["balanced_accuracy"].get<double>(), 0.6) << name;
     EXPECT_TRUE(fs::exists(dir / ("out/regions_" + name + ".tsv"))) << name;
     // The map of learner "mkl_bp" is named with its BIDS label "MklBp" (docs/outputs.md).
-    EXPECT_TRUE(fs::exists(dir / ("out/" + neuromkl::exporting::MapStem("MNI152", neuromkl::exporting::BidsLabel(name) + "Mean") + ".nii.gz"))) << name;
+    EXPECT_TRUE(fs::exists(dir / ("out/" + neuromkl::exporting::MapStem("MNIColin27", neuromkl::exporting::BidsLabel(name) + "Mean") + ".nii.gz"))) << name;
     for (const auto& f : l["folds"]) EXPECT_EQ(f["decision_values"].size(), f["n_test"].get<std::size_t>()) << name;
   }
   const auto subjects = ReadTsv(dir / "out/subjects.tsv");

@@ -195,7 +195,7 @@ TEST(Inputs, UnitNormWeightMapsAndSimulatedNans) {
     "cv": {"outer": {"k": 4}}, "output": {"weight_maps_unit_norm": true}, "learners": [{"name": "svm", "params": {"c": 1}}]})");
   const auto r = RunCli("run " + (dir / "c/unit.json") + " -q");
   ASSERT_EQ(r.exitCode, 0) << r.output;
-  const auto map = neuromkl::io::ReadVolume(dir / "c/results/unit/weights/sub-group_space-MNI152_desc-SvmFold1_weights.nii.gz");
+  const auto map = neuromkl::io::ReadVolume(dir / "c/results/unit/weights/sub-group_space-MNIColin27_desc-SvmFold1_weights.nii.gz");
   double norm = 0;
   for (float v : map.data) norm += static_cast<double>(v) * v;
   EXPECT_NEAR(std::sqrt(norm), 1.0, 1e-5);  // PRoNTo-style per-fold unit norm

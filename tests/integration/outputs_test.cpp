@@ -33,7 +33,7 @@ TEST(BidsNames, LearnerLabelsBecomeUniqueAlphanumericLabels) {
   EXPECT_EQ(neuromkl::exporting::BidsLearnerLabels({"svm", "SVM", "svm_2", "__", "Svm2"}),
             (std::vector<std::string>{"Svm", "SVM2", "Svm22", "Learner4", "Svm23"}));
   EXPECT_EQ(neuromkl::exporting::BidsLearnerLabels({"svm", "Svm", "s_vm"}), (std::vector<std::string>{"Svm", "Svm2", "SVm3"}));  // "SVm2" is "svm2" ignoring case
-  EXPECT_EQ(neuromkl::exporting::MapStem("MNI152", "SvmFold0"), "weights/sub-group_space-MNI152_desc-SvmFold0_weights");
+  EXPECT_EQ(neuromkl::exporting::MapStem("MNIColin27", "SvmFold0"), "weights/sub-group_space-MNIColin27_desc-SvmFold0_weights");
   EXPECT_EQ(neuromkl::exporting::MapStem("", "SvmMean"), "weights/sub-group_desc-SvmMean_weights");
 }
 
@@ -108,7 +108,7 @@ TEST_F(DerivativeOutputs, DatasetDescriptionIsABidsDerivative) {
 }
 
 TEST_F(DerivativeOutputs, MapsFollowTheDocumentedSchemeWithASidecarEach) {
-  const std::regex scheme(R"(sub-group_space-MNI152_desc-([A-Za-z0-9]+)_weights\.(nii\.gz|json))");
+  const std::regex scheme(R"(sub-group_space-MNIColin27_desc-([A-Za-z0-9]+)_weights\.(nii\.gz|json))");
   std::set<std::string> images, sidecars;
   for (const auto& e : fs::directory_iterator(Out("weights"))) {
     const std::string name = e.path().filename().string();
@@ -126,13 +126,13 @@ TEST_F(DerivativeOutputs, MapsFollowTheDocumentedSchemeWithASidecarEach) {
   // results.json records the same paths as written.
   for (const auto& l : (*results_)["learners"]) {
     const std::string label = l["label"] == "enmkl_svm" ? "EnmklSvm" : l["label"] == "svm_c1" ? "SvmC1" : "SVMC12";
-    EXPECT_EQ(l["weight_maps"]["mean"], "weights/sub-group_space-MNI152_desc-" + label + "Mean_weights.nii.gz");
+    EXPECT_EQ(l["weight_maps"]["mean"], "weights/sub-group_space-MNIColin27_desc-" + label + "Mean_weights.nii.gz");
     ASSERT_EQ(l["weight_maps"]["folds"].size(), 3u);
     for (int k = 0; k < 3; ++k)
       EXPECT_EQ(l["weight_maps"]["folds"][static_cast<std::size_t>(k)],
-                "weights/sub-group_space-MNI152_desc-" + label + "Fold" + std::to_string(k) + "_weights.nii.gz");
+                "weights/sub-group_space-MNIColin27_desc-" + label + "Fold" + std::to_string(k) + "_weights.nii.gz");
   }
-  EXPECT_THAT(ReadFile(Out("report.html")), HasSubstr("weights/sub-group_space-MNI152_desc-EnmklSvmMean_weights.nii.gz"));
+  EXPECT_THAT(ReadFile(Out("report.html")), HasSubstr("weights/sub-group_space-MNIColin27_desc-EnmklSvmMean_weights.nii.gz"));
   // The patterns configs/results.schema.json documents for these paths.
   const Json schema = Json::parse(ReadFile(neuromkl::testing::SourcePath("configs/results.schema.json")));
   const auto& props = schema["$defs"]["learner"]["properties"]["weight_maps"]["properties"];
@@ -144,7 +144,7 @@ TEST_F(DerivativeOutputs, MapsFollowTheDocumentedSchemeWithASidecarEach) {
 }
 
 TEST_F(DerivativeOutputs, SidecarsSayWhatEachMapIs) {
-  const Json fold = Json::parse(ReadFile(Out("weights/sub-group_space-MNI152_desc-SvmC1Fold1_weights.json")));
+  const Json fold = Json::parse(ReadFile(Out("weights/sub-group_space-MNIColin27_desc-SvmC1Fold1_weights.json")));
   EXPECT_THAT(fold["Description"].get<std::string>(), HasSubstr("<w, x~> + bias is the decision value"));
   EXPECT_EQ(fold["Learner"], "svm_c1");
   EXPECT_EQ(fold["LearnerName"], "svm");
@@ -160,8 +160,8 @@ TEST_F(DerivativeOutputs, SidecarsSayWhatEachMapIs) {
   EXPECT_THAT(fold["KernelNormalisation"].get<std::string>(), HasSubstr("cosine"));
   EXPECT_EQ(fold["IntensityScaling"], "none");
   EXPECT_EQ(fold["Atlas"], "aal");
-  EXPECT_EQ(fold["Space"], "MNI152");
-  const Json mean = Json::parse(ReadFile(Out("weights/sub-group_space-MNI152_desc-EnmklSvmMean_weights.json")));
+  EXPECT_EQ(fold["Space"], "MNIColin27");
+  const Json mean = Json::parse(ReadFile(Out("weights/sub-group_space-MNIColin27_desc-EnmklSvmMean_weights.json")));
   EXPECT_EQ(mean["Map"], "mean over 3 outer folds");
   EXPECT_EQ(mean["FoldsInMean"], 3);
   EXPECT_EQ(mean["Learner"], "enmkl_svm");

@@ -48,7 +48,7 @@ TEST_F(Report, TopRankedRegionsAreThePlantedSignal) {
 }
 
 TEST_F(Report, MeanWeightMapIsNonZeroWhereTheSignalWas) {
-  const io::Volume map = io::ReadVolume(*dir_ / "out/weights/sub-group_space-MNI152_desc-EnmklSvmMean_weights.nii.gz");
+  const io::Volume map = io::ReadVolume(*dir_ / "out/weights/sub-group_space-MNIColin27_desc-EnmklSvmMean_weights.nii.gz");
   const auto files = atlas::BuiltinAtlas("aal");
   const atlas::Atlas aal = atlas::LoadAtlas(files->image, files->table);
   ASSERT_TRUE(map.geometry.DifferenceFrom(aal.geometry).empty());
@@ -67,7 +67,7 @@ TEST_F(Report, MeanWeightMapIsNonZeroWhereTheSignalWas) {
   }
   EXPECT_EQ(nonzeroSignal, signalVoxels);
   EXPECT_GT(signal, 10 * elsewhere);
-  for (int f = 0; f < 5; ++f) EXPECT_TRUE(fs::exists(*dir_ / ("out/weights/sub-group_space-MNI152_desc-EnmklSvmFold" + std::to_string(f) + "_weights.nii.gz")));
+  for (int f = 0; f < 5; ++f) EXPECT_TRUE(fs::exists(*dir_ / ("out/weights/sub-group_space-MNIColin27_desc-EnmklSvmFold" + std::to_string(f) + "_weights.nii.gz")));
 }
 
 TEST_F(Report, RendersInChromiumWithEveryFigure) {

@@ -221,6 +221,11 @@ std::vector<LearnerOutcome> RunNestedCv(const learners::KernelList& kernels, con
       try {
         r.model = learnerObjects[firstObject[l] + r.chosen]->Fit(fk.train, yTrain);
         r.decision = r.model.Decision(fk.test);
+        // One definition of a failed fold everywhere (status, warnings, maps, metrics): a model whose
+        // predictions are not finite failed, even if the solver returned.
+        if (!r.decision.allFinite())
+          throw NumericalError("cv:NonFiniteDecision", "outer fold " + std::to_string(r.index),
+                               "the refitted model's decision values are not finite (NaN or infinite)");
       } catch (const Error& e) {
         r.error = e.what();
         r.decision = Eigen::VectorXd::Constant(static_cast<Eigen::Index>(r.test.size()), kNaN);

@@ -53,7 +53,7 @@ std::vector<std::string> BidsLearnerLabels(const std::vector<std::string>& label
 
 std::string MapSpace(const RunRecord& r) {
   if (!r.atlasSpace.empty()) return BidsLabel(r.atlasSpace);
-  if (r.builtinAtlas == "aal") return "MNI152";
+  if (r.builtinAtlas == "aal") return "MNIColin27";  // AAL is drawn on the MNI single-subject brain (Colin27)
   return "";
 }
 
@@ -117,7 +117,8 @@ std::string WeightMapSidecarJson(const RunRecord& r, const LearnerRecord& lr, co
     j["FoldsInMean"] = foldsInMean;
   }
   j["Units"] = r.weightMapUnitNorm ? "arbitrary: each fold map scaled to unit Euclidean norm"
-                                   : "decision value per unit of image intensity" + std::string(r.intensityScaling.empty() ? "" : " (before intensity scaling)");
+                                   : "decision value per unit of image intensity" +
+                                         std::string(r.intensityScaling.empty() ? "" : " after intensity scaling (image / its divisor)");
   j["Normalisation"] = r.weightMapUnitNorm ? "each fold map scaled to unit Euclidean norm before averaging (output.weight_maps_unit_norm = true)"
                                            : "none (output.weight_maps_unit_norm = false)";
   j["KernelCentring"] = r.centre ? "region kernels centred with the training subjects' mean of each fold" : "none";

@@ -79,7 +79,7 @@ std::string RunRecordJson(const RunRecord& r) {
       e["permutations"] = {{"count", lr.permutations.count}, {"seed", lr.permutations.seed},
                            {"exchangeability", lr.permutations.exchangeability}, {"p_values", Map(lr.permutations.pValues)},
                            {"null_distribution", nulls},
-                           {"p_value_rule", "(number of permutations scoring at least as well + 1) / (count + 1)"}};
+                           {"p_value_rule", "(number of permutations scoring at least as well + 1) / (count + 1); a permutation with a failed outer fold counts as scoring at least as well (conservative)"}};
     }
     e["regions"] = {{"source", lr.regionSource},
                     {"ranking", "rank 1 = largest weight in a fold, ties share the average rank; expected_ranking = mean rank over outer folds"},

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -135,9 +136,11 @@ std::size_t ImageHeader::BytesPerVoxel() const {
 }
 
 std::int64_t ImageHeader::Volumes() const {
-  std::int64_t v = 1;
-  for (int d = 4; d <= 7 && d <= dim[0]; ++d) v *= dim[static_cast<std::size_t>(d)];
-  return v;
+  // In double: NIfTI-2 dims are int64, and their product must not overflow into a small or negative
+  // count that would pass the size checks; anything beyond int64 saturates (and is refused there).
+  double v = 1;
+  for (int d = 4; d <= 7 && d <= dim[0]; ++d) v *= static_cast<double>(dim[static_cast<std::size_t>(d)]);
+  return v >= 9.0e18 ? std::numeric_limits<std::int64_t>::max() : static_cast<std::int64_t>(v);
 }
 
 ImageHeader ReadImageHeader(const std::string& path) {

@@ -108,7 +108,7 @@ bool ItkReadsGeometry(const detail::ImageHeader& h) {
 
 detail::ImageHeader CheckedHeader(const std::string& path, bool allow4D) {
   detail::ImageHeader h = detail::ReadImageHeader(path);
-  if (!allow4D && h.Volumes() > 1)
+  if (!allow4D && h.Volumes() != 1)
     throw InputError("io:Not3D", path,
                      "expected a 3-D image, found a " + std::to_string(h.dim[0]) + "-D image with " + std::to_string(h.Volumes()) +
                          " volumes; split it into one 3-D image per subject");
