@@ -41,17 +41,10 @@ std::string UtcNow() {
   return buf;
 }
 
-/// Fit statuses of a learner's outer folds: "5 converged" or "3 converged, 2 max_iterations_reached".
-std::map<std::string, int> StatusCounts(const cv::LearnerOutcome& o) {
-  std::map<std::string, int> counts;
-  for (const auto& f : o.folds) ++counts[f.error.empty() ? std::string(learners::ToString(f.model.info.status)) : "failed"];
-  return counts;
-}
-
 /// A warning when a learner's outer folds did not all converge: their models are usable but not at
 /// the optimum (capped, stalled) or missing (failed), which a reader must know.
 std::optional<std::string> FitStatusWarning(const cv::LearnerOutcome& o) {
-  const auto counts = StatusCounts(o);
+  const auto counts = cv::FoldStatusCounts(o);
   const int converged = counts.count("converged") ? counts.at("converged") : 0;
   if (converged == static_cast<int>(o.folds.size())) return std::nullopt;
   std::vector<std::string> parts;
@@ -259,11 +252,17 @@ RegionWeightsResult RunRegionWeights(const StudyContext& ctx, const std::vector<
         foldWeights.push_back(fold.model.beta);
         continue;
       }
-      // The region's share of the model, ||w_r||, from the fold's kernels as the learner saw them.
+      // The region's share of the model, ||w_r||, from the fold's kernels as the learner saw them,
+      // preprocessed one at a time (all of them at once would double the kernels' memory at large n).
       std::vector<int> train = fold.train;
       train.insert(train.end(), fold.unlabelled.begin(), fold.unlabelled.end());
-      const cv::FoldKernels prepared = cv::PrepareFold(ctx.kernels, train, fold.test, preprocessing);
-      foldWeights.push_back(weights::ModelNorms(prepared.train, fold.model.coef, fold.model.beta));
+      const Eigen::VectorXi tr = Eigen::Map<const Eigen::VectorXi>(train.data(), static_cast<Eigen::Index>(train.size()));
+      const Eigen::VectorXi te = Eigen::Map<const Eigen::VectorXi>(fold.test.data(), static_cast<Eigen::Index>(fold.test.size()));
+      Eigen::VectorXd norms(static_cast<Eigen::Index>(ctx.kernels.size()));
+      for (std::size_t r = 0; r < ctx.kernels.size(); ++r)
+        norms[static_cast<Eigen::Index>(r)] = weights::ModelNorm(cv::PrepareFoldKernel(ctx.kernels[r], tr, te, preprocessing).train, fold.model.coef,
+                                                                  fold.model.beta[static_cast<Eigen::Index>(r)]);
+      foldWeights.push_back(std::move(norms));
     }
     result.tables.push_back(weights::RegionTable(foldWeights));
     result.sources.push_back(mkl ? "kernel weights (beta) per outer fold"

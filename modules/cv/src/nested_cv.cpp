@@ -112,13 +112,27 @@ FoldKernels PrepareFold(const learners::KernelList& kernels, const std::vector<i
   out.train.reserve(kernels.size());
   out.test.reserve(kernels.size());
   for (const auto& K : kernels) {
-    kernels::FoldKernel fk = kernels::SliceFold(K, tr, te);
-    if (pre.centre) kernels::CentreFold(fk);
-    if (pre.normalise) kernels::NormaliseFold(fk);
+    kernels::FoldKernel fk = PrepareFoldKernel(K, tr, te, pre);
     out.train.push_back(std::move(fk.train));
     out.test.push_back(std::move(fk.testTrain));
   }
   return out;
+}
+
+kernels::FoldKernel PrepareFoldKernel(const Eigen::MatrixXd& kernel, const Eigen::Ref<const Eigen::VectorXi>& train,
+                                      const Eigen::Ref<const Eigen::VectorXi>& test, const Preprocessing& pre) {
+  kernels::FoldKernel fk = kernels::SliceFold(kernel, train, test);
+  if (pre.centre) kernels::CentreFold(fk);
+  if (pre.normalise) kernels::NormaliseFold(fk);
+  return fk;
+}
+
+std::string FoldStatus(const OuterFoldResult& fold) { return fold.error.empty() ? std::string(learners::ToString(fold.model.info.status)) : "failed"; }
+
+std::map<std::string, int> FoldStatusCounts(const LearnerOutcome& outcome) {
+  std::map<std::string, int> counts;
+  for (const auto& f : outcome.folds) ++counts[FoldStatus(f)];
+  return counts;
 }
 
 std::vector<LearnerOutcome> RunNestedCv(const learners::KernelList& kernels, const learners::Targets& targets, const std::vector<Fold>& outer,

@@ -258,8 +258,7 @@ std::string ColourBar(double vmax) {
 
 /// Per outer fold: chosen parameters, inner score, fit status and iterations; the status counts.
 std::string FitTable(const LearnerRecord& lr) {
-  std::map<std::string, int> counts;
-  for (const auto& f : lr.outcome.folds) ++counts[f.error.empty() ? std::string(learners::ToString(f.model.info.status)) : "failed"];
+  const std::map<std::string, int> counts = cv::FoldStatusCounts(lr.outcome);
   std::vector<std::string> parts;
   for (const auto& [status, count] : counts) parts.push_back(fmt::format("{} {}", count, status));
   const bool allConverged = counts.size() == 1 && counts.count("converged");
@@ -269,7 +268,7 @@ std::string FitTable(const LearnerRecord& lr) {
     std::vector<std::string> chosen;
     for (const auto& [k, v] : lr.outcome.grid[f.chosen])
       if (std::find(lr.searched.begin(), lr.searched.end(), k) != lr.searched.end()) chosen.push_back(k + " = " + FormatDouble(v));
-    const std::string status = f.error.empty() ? std::string(learners::ToString(f.model.info.status)) : "failed";
+    const std::string status = cv::FoldStatus(f);
     h += fmt::format("<tr><td>{}</td><td>{}</td><td class=\"num\">{}</td><td{}>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td></tr>\n",
                      f.repeat > 0 ? fmt::format("{} (repeat {})", f.index, f.repeat) : std::to_string(f.index), chosen.empty() ? "fixed" : Escape(Join(chosen, ", ")),
                      Num(f.innerScores.empty() ? NAN : f.innerScores[f.chosen]), status == "converged" ? "" : " style=\"background:#fdd\"", status,

@@ -101,12 +101,11 @@ std::string RunRecordJson(const RunRecord& r) {
         fj["inner_scores"] = Json::array();
         for (double v : f.innerScores) fj["inner_scores"].push_back(Num(v));
       }
+      fj["status"] = cv::FoldStatus(f);
       if (!f.error.empty()) {
-        fj["status"] = "failed";
         fj["error"] = f.error;
       } else {
         const auto& m = f.model;
-        fj["status"] = std::string(learners::ToString(m.info.status));
         fj["fit"] = {{"iterations", m.info.iterations}, {"inner_solves", m.info.innerSolves}, {"inner_iterations", m.info.innerIterations},
                      {"objective", Num(m.info.objective)}, {"gap", Num(m.info.gap)}, {"seconds", m.info.seconds}};
         fj["kernel_weights"] = Vec(m.beta);

@@ -100,7 +100,7 @@ Rows FoldRows(const RunRecord& r) {
       const double inner = f.innerScores.empty() ? std::nan("") : f.innerScores[f.chosen];
       rows.push_back({o.label, std::to_string(f.index), std::to_string(f.repeat), std::to_string(f.train.size()), std::to_string(f.test.size()),
                       ChosenText(o.grid[f.chosen], lr.searched), Cell(inner),
-                      f.error.empty() ? std::string(learners::ToString(f.model.info.status)) : "failed", std::to_string(f.model.info.iterations),
+                      cv::FoldStatus(f), std::to_string(f.model.info.iterations),
                       std::to_string((f.model.beta.array() > 0).count())});
     }
   }

@@ -49,13 +49,16 @@ std::vector<RegionRow> RegionTable(const std::vector<Eigen::VectorXd>& foldWeigh
   return rows;
 }
 
+double ModelNorm(const Eigen::MatrixXd& trainKernel, const Eigen::VectorXd& coef, double beta) {
+  const double quadratic = coef.dot(trainKernel * coef);
+  // A PSD kernel gives quadratic >= 0; rounding can leave -1e-17 for a region the model ignores.
+  return beta * std::sqrt(std::max(quadratic, 0.0));
+}
+
 Eigen::VectorXd ModelNorms(const std::vector<Eigen::MatrixXd>& trainKernels, const Eigen::VectorXd& coef, const Eigen::VectorXd& beta) {
-  Eigen::VectorXd norms = Eigen::VectorXd::Zero(static_cast<Eigen::Index>(trainKernels.size()));
-  for (std::size_t r = 0; r < trainKernels.size(); ++r) {
-    const double quadratic = coef.dot(trainKernels[r] * coef);
-    // A PSD kernel gives quadratic >= 0; rounding can leave -1e-17 for a region the model ignores.
-    norms[static_cast<Eigen::Index>(r)] = beta[static_cast<Eigen::Index>(r)] * std::sqrt(std::max(quadratic, 0.0));
-  }
+  Eigen::VectorXd norms(static_cast<Eigen::Index>(trainKernels.size()));
+  for (std::size_t r = 0; r < trainKernels.size(); ++r)
+    norms[static_cast<Eigen::Index>(r)] = ModelNorm(trainKernels[r], coef, beta[static_cast<Eigen::Index>(r)]);
   return norms;
 }
 

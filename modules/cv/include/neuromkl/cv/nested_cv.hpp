@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "neuromkl/cv/splits.hpp"
+#include "neuromkl/kernels/preprocess.hpp"
 #include "neuromkl/learners/learner.hpp"
 
 namespace neuromkl::cv {
@@ -72,6 +73,14 @@ struct FoldKernels {
 };
 FoldKernels PrepareFold(const learners::KernelList& kernels, const std::vector<int>& train, const std::vector<int>& test,
                         const Preprocessing& preprocessing);
+/// One kernel of PrepareFold (callers that need one kernel at a time need not copy them all).
+kernels::FoldKernel PrepareFoldKernel(const Eigen::MatrixXd& kernel, const Eigen::Ref<const Eigen::VectorXi>& train,
+                                      const Eigen::Ref<const Eigen::VectorXi>& test, const Preprocessing& preprocessing);
+
+/// How an outer fold's refit ended: "failed" (no model) or the learner's status ("converged", ...).
+std::string FoldStatus(const OuterFoldResult& fold);
+/// FoldStatus counted over a learner's outer folds.
+std::map<std::string, int> FoldStatusCounts(const LearnerOutcome& outcome);
 
 /// Metrics of one learner: pooled over out-of-fold predictions (averaged over repeats) and the
 /// mean and SD over outer folds (NaN values, e.g. AUC of a one-class fold, are left out).

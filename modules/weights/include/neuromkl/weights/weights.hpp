@@ -57,5 +57,7 @@ std::vector<std::vector<float>> VoxelMaps(const std::vector<std::string>& imageP
 /// region), so this is the region's share of the model; for l1-MKL at its optimum it is
 /// proportional to the kernel weights (docs/learners.md). Used for learners without kernel weights.
 Eigen::VectorXd ModelNorms(const std::vector<Eigen::MatrixXd>& trainKernels, const Eigen::VectorXd& coef, const Eigen::VectorXd& beta);
+/// One kernel's ||w_r|| = beta_r sqrt(coef' K~_r coef).
+double ModelNorm(const Eigen::MatrixXd& trainKernel, const Eigen::VectorXd& coef, double beta);
 
 }  // namespace neuromkl::weights
