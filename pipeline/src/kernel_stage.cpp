@@ -240,12 +240,7 @@ kernels::KernelSet TabularKernels(const config::StudyConfig& study, const Cohort
 
 }  // namespace
 
-namespace {
 atlas::RegionIndex StudyRegions(const config::StudyConfig& study, const Cohort& cohort, std::vector<std::string>& warnings) {
-  for (const auto& w : cohort.warnings) {
-    spdlog::warn("{}", w);  // once per study (Analyze convention, atlas space), also in results.json
-    warnings.push_back(w);
-  }
   const io::Geometry grid = io::ReadGeometry(cohort.images.at(0));
   std::unique_ptr<io::Volume> mask;
   if (!study.mask.empty()) mask = std::make_unique<io::Volume>(io::ReadVolume(study.mask));
@@ -262,7 +257,6 @@ atlas::RegionIndex StudyRegions(const config::StudyConfig& study, const Cohort& 
   for (const auto& w : index.warnings) warnings.push_back("atlas: " + w);
   return index;
 }
-}  // namespace
 
 namespace {
 
@@ -270,6 +264,8 @@ namespace {
 void AddExclusionWarnings(KernelStageResult& res) {
   for (const auto& e : res.set.excluded) res.warnings.push_back("kernels: " + e.info.name + " excluded: " + e.reason);
 }
+
+}  // namespace
 
 /// kernels.intensity's reference as voxels of the image grid: the voxels of the named regions, or
 /// the non-zero voxels of a label image (resampled onto the grid by nearest neighbour). ConfigError
@@ -301,13 +297,17 @@ std::vector<std::int64_t> ReferenceVoxels(const config::StudyConfig& study, cons
   return out;
 }
 
-}  // namespace
-
 KernelStageResult RunKernelStage(const config::StudyConfig& study, const Cohort& cohort, const std::string& scratchDir) {
   KernelStageResult res;
   res.key = KernelCacheKey(study, cohort);
   // The region index is cheap (the atlas and one header) and the weight maps need it, cache or not.
-  if (study.kernels.source == KernelSource::Images) res.regions = StudyRegions(study, cohort, res.warnings);
+  if (study.kernels.source == KernelSource::Images) {
+    for (const auto& w : cohort.warnings) {
+      spdlog::warn("{}", w);  // once per study (Analyze convention, atlas space), also in results.json
+      res.warnings.push_back(w);
+    }
+    res.regions = StudyRegions(study, cohort, res.warnings);
+  }
   if (study.kernels.cache) {
     res.cachePath = study.output.cacheDir + "/" + res.key;
     std::error_code ec;

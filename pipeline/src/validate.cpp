@@ -94,6 +94,12 @@ std::string ValidateStudy(const config::StudyConfig& study) {
       } else {
         line("Mask: none (the atlas labels define the voxels)");
       }
+      if (study.kernels.intensity.scaling == kernels::IntensityScaling::GlobalMean) line("Intensity scaling: each image divided by its mean over the atlas voxels");
+      if (study.kernels.intensity.scaling == kernels::IntensityScaling::ReferenceRegions) {
+        std::vector<std::string> notes;  // the same region index and reference as the kernel stage: run rejects nothing validate accepts
+        const auto voxels = ReferenceVoxels(study, StudyRegions(study, cohort, notes));
+        line(fmt::format("Intensity scaling: each image divided by its mean over {} reference voxels", voxels.size()));
+      }
       line(fmt::format("Kernels: one linear kernel per region; non-finite voxels: {}", study.kernels.nanPolicy == kernels::NanPolicy::Zero
                                                                                           ? "set to 0 (zero)"
                                                                                           : "dropped when non-finite in any subject (drop_voxel)"));

@@ -191,10 +191,12 @@ TEST(Trust, UnknownReferenceRegionIsAConfigErrorWithAHint) {
   WriteFile(dir / "cohort/ref.json", R"({"name": "ref", "subjects": {"table": "participants.tsv"}, "target": {"column": "group",
     "task": "classification", "positive_class": "patient"}, "atlas": "aal", "learners": [{"name": "svm"}],
     "kernels": {"intensity": {"scaling": {"reference_region": ["Cerebelum_Crus1_L", "Cerebellum_Crus1_R"]}}}})");
-  const auto r = RunCli("run " + (dir / "cohort/ref.json") + " --out " + (dir / "out") + " -q");
-  EXPECT_EQ(r.exitCode, 2) << r.output;
-  EXPECT_THAT(r.output, HasSubstr("/kernels/intensity/scaling/reference_region"));
-  EXPECT_THAT(r.output, HasSubstr("did you mean \"Cerebelum_Crus1_R\""));
+  for (const std::string command : {"validate ", "run "}) {  // validate rejects what run rejects, with the same message
+    const auto r = RunCli(command + (dir / "cohort/ref.json") + (command == "run " ? " --out " + (dir / "out") : std::string()) + " -q");
+    EXPECT_EQ(r.exitCode, 2) << command << r.output;
+    EXPECT_THAT(r.output, HasSubstr("/kernels/intensity/scaling/reference_region")) << command;
+    EXPECT_THAT(r.output, HasSubstr("did you mean \"Cerebelum_Crus1_R\"")) << command;
+  }
 }
 
 // Lesion-like data: Amygdala_R is non-zero in 3 patients only, Amygdala_L is zero everywhere. The

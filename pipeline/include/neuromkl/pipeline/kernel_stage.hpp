@@ -1,6 +1,7 @@
 #pragma once
 // The kernel stage of a study: images + atlas (+ mask), precomputed kernel files, or tabular
 // feature groups -> a KernelSet over every subject of the table, cached by content hash.
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -28,6 +29,12 @@ atlas::Atlas LoadStudyAtlas(const config::StudyConfig& study);
 std::vector<atlas::Atlas> LoadStudyAtlases(const config::StudyConfig& study);
 /// Content hash of the kernel inputs (file bytes, options, subject order); reads no image data beyond bytes.
 std::string KernelCacheKey(const config::StudyConfig& study, const Cohort& cohort);
+/// The atlas (or atlases, combined) on the cohort's image grid, after the mask; notes go to `warnings`.
+atlas::RegionIndex StudyRegions(const config::StudyConfig& study, const Cohort& cohort, std::vector<std::string>& warnings);
+/// kernels.intensity's reference voxels on the grid of `index` (region names or a label image).
+/// ConfigError at /kernels/intensity/scaling/reference_region for an unknown region; InputError for
+/// a reference image without a non-zero voxel on the grid.
+std::vector<std::int64_t> ReferenceVoxels(const config::StudyConfig& study, const atlas::RegionIndex& index);
 KernelStageResult RunKernelStage(const config::StudyConfig& study, const Cohort& cohort, const std::string& scratchDir);
 
 }  // namespace neuromkl::pipeline
