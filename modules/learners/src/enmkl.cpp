@@ -74,12 +74,10 @@ class EnmklMap {
     sol = solver_.Solve(K, warm ? &sol : nullptr);
     ++info_.innerSolves;
     info_.innerIterations += sol.iterations;
-    c_ = stack_.Quadratics(sol.coef).cwiseSqrt();
+    c_ = stack_.Quadratics(sol).cwiseSqrt();  // one-vs-rest (shared weights): summed over the classes
     const Eigen::VectorXd norms = beta.cwiseProduct(c_);
     const double total = norms.sum();
-    Eigen::VectorXd f = K * sol.coef;
-    f.array() += sol.bias;
-    objective = 0.5 * mu_ * total * total + 0.5 * (1.0 - mu_) * norms.squaredNorm() + solver_.Loss(f);
+    objective = 0.5 * mu_ * total * total + 0.5 * (1.0 - mu_) * norms.squaredNorm() + solver_.SolutionLoss(K, sol);
     if (!(total > 0)) return false;
     next = Eigen::VectorXd::Zero(beta.size());
     for (Eigen::Index j = 0; j < beta.size(); ++j)
@@ -225,10 +223,9 @@ Model FitEnmkl(const KernelList& train, const InnerSolver& solver, const EnmklSe
   // Normalise sum(beta) = 1; scaling coef by the same factor leaves the decision function unchanged.
   const double sum = beta.sum();
   model.beta = beta / sum;
-  model.coef = sol.coef * sum;
+  StoreSolution(sol, sum, model);
   model.alpha = sol.alpha * sum;
   model.solverState = sol.alpha;
-  model.bias = sol.bias;
   info.objective = objective;  // primal objective of seed 004's Definition 4
   info.seconds = clock.Seconds();
   return model;
@@ -244,9 +241,11 @@ class EnmklSvm final : public Learner {
       : c_(p.at("c")), svmTol_(p.at("svm_tolerance")), settings_(Settings(p)) {}
   Model Fit(const KernelList& train, const Targets& t, const FitOptions& o) const override {
     ValidateFitInput(Name(), train, t);
-    if (t.task != Task::Classification)
+    if (t.task == Task::Regression)
       throw InputError("learners:TaskUnsupported", "learner enmkl_svm", "enmkl_svm is a classifier; for regression use enmkl_krr");
-    return FitEnmkl(train, *MakeSvcSolver(t.y, c_, svmTol_, 10'000'000), settings_, o);
+    auto svc = [&](const Eigen::VectorXd& y) { return MakeSvcSolver(y, c_, svmTol_, 10'000'000); };
+    // Multiclass: one beta for all one-vs-rest SVMs (docs/learners.md, "Multiclass").
+    return FitEnmkl(train, *(t.task == Task::Multiclass ? MakeOneVsRestSolver(t, svc) : svc(t.y)), settings_, o);
   }
   std::string_view Name() const override { return "enmkl_svm"; }
 
@@ -260,7 +259,8 @@ class EnmklKrr final : public Learner {
   explicit EnmklKrr(const ParamMap& p) : lambda_(p.at("lambda")), settings_(Settings(p)) {}
   Model Fit(const KernelList& train, const Targets& t, const FitOptions& o) const override {
     ValidateFitInput(Name(), train, t);
-    return FitEnmkl(train, *MakeKrrSolver(t.y, lambda_), settings_, o);
+    auto krr = [&](const Eigen::VectorXd& y) { return MakeKrrSolver(y, lambda_); };
+    return FitEnmkl(train, *(t.task == Task::Multiclass ? MakeOneVsRestSolver(t, krr) : krr(t.y)), settings_, o);
   }
   std::string_view Name() const override { return "enmkl_krr"; }
 

@@ -1,5 +1,6 @@
 #pragma once
 // Single-kernel solvers shared by the single- and multiple-kernel learners.
+#include <functional>
 #include <memory>
 
 #include <Eigen/Core>
@@ -16,6 +17,11 @@ struct InnerSolution {
   long iterations = 0;
   bool converged = true;
   double violation = 0;
+  /// One-vs-rest with shared kernel weights (MakeOneVsRestSolver): one column of coefficients and
+  /// one bias per class (coef and bias are then unused); alpha holds the classes' variables end to
+  /// end, dual the sum of the classes' duals.
+  Eigen::MatrixXd coefs;
+  Eigen::VectorXd biases;
 };
 
 class InnerSolver {
@@ -25,6 +31,12 @@ class InnerSolver {
   /// The data term of the primal objective for training decision values f (hinge x C, epsilon-
   /// insensitive x C, or squared / (2 lambda)): with the block penalty it gives ENMKL's objective.
   virtual double Loss(const Eigen::VectorXd& f) const = 0;
+  /// The data term at a solution on kernel K: Loss(K coef + bias); the one-vs-rest solver sums it over classes.
+  virtual double SolutionLoss(const Eigen::MatrixXd& K, const InnerSolution& sol) const {
+    Eigen::VectorXd f = K * sol.coef;
+    f.array() += sol.bias;
+    return Loss(f);
+  }
 };
 
 /// C-SVC (labels +-1).
@@ -33,6 +45,14 @@ std::unique_ptr<InnerSolver> MakeSvcSolver(const Eigen::VectorXd& y, double C, d
 std::unique_ptr<InnerSolver> MakeSvrSolver(const Eigen::VectorXd& z, double C, double epsilon, double tolerance, long maxIterations);
 /// Kernel ridge regression with a bias: coef = (K + lambda I)^-1 (y - mean y), bias = mean y.
 std::unique_ptr<InnerSolver> MakeKrrSolver(const Eigen::VectorXd& y, double lambda);
+/// Multiclass targets (labels 0..T-1) as T one-vs-rest binary problems (+1 = the class, -1 = the rest)
+/// on the same kernel: `binary` makes each class's solver from its +-1 labels. The solution has one
+/// column of `coefs` per class; a class absent from the training set gets coefficients 0 and bias -1
+/// (the constant fit to its all -1 labels). Shared-weight MKL sums the classes' quadratic terms
+/// (Quadratics(stack, sol)), duals and losses.
+std::unique_ptr<InnerSolver> MakeOneVsRestSolver(const Targets& targets, const std::function<std::unique_ptr<InnerSolver>(const Eigen::VectorXd&)>& binary);
+/// +-1 labels of class c against the rest (NaN stays NaN).
+Eigen::VectorXd OneVsRestLabels(const Eigen::VectorXd& y, int c);
 
 /// The kernels' upper triangles stacked as the columns of one matrix, so that the two operations
 /// every MKL iteration needs are single matrix-vector products over half the memory:
@@ -42,6 +62,8 @@ class KernelStack {
   explicit KernelStack(const KernelList& kernels);
   Eigen::MatrixXd Combine(const Eigen::VectorXd& weights) const;
   Eigen::VectorXd Quadratics(const Eigen::VectorXd& a) const;
+  /// q_j = a'K_j a of a solution; summed over the classes of a one-vs-rest solution (shared weights).
+  Eigen::VectorXd Quadratics(const InnerSolution& sol) const;
 
  private:
   Eigen::Index n_;
@@ -52,5 +74,8 @@ class KernelStack {
 Eigen::MatrixXd CombineKernels(const KernelList& kernels, const Eigen::VectorXd& weights);
 /// Indices of kernels that are not identically zero.
 std::vector<Eigen::Index> ActiveKernels(const KernelList& kernels);
+/// Copies a solution's decision function into a model, coefficients scaled by `scale`
+/// (binary: coef, bias; one-vs-rest: coefs, biases).
+void StoreSolution(const InnerSolution& sol, double scale, Model& model);
 
 }  // namespace neuromkl::learners

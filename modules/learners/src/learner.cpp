@@ -53,6 +53,12 @@ Eigen::MatrixXd Model::Scores(const KernelList& testVsTrain) const {
   if (!Multiclass()) return Decision(testVsTrain);
   const Eigen::Index m = CheckTestKernels(testVsTrain, beta, coefs.rows());
   Eigen::MatrixXd S = biases.transpose().replicate(m, 1);
+  if (betas.cols() > 0) {  // per-class kernel weights
+    for (Eigen::Index c = 0; c < coefs.cols(); ++c)
+      for (std::size_t j = 0; j < testVsTrain.size(); ++j)
+        if (const double b = betas(static_cast<Eigen::Index>(j), c); b != 0.0) S.col(c).noalias() += b * (testVsTrain[j] * coefs.col(c));
+    return S;
+  }
   for (std::size_t j = 0; j < testVsTrain.size(); ++j)
     if (beta[static_cast<Eigen::Index>(j)] != 0.0) S.noalias() += beta[static_cast<Eigen::Index>(j)] * (testVsTrain[j] * coefs);
   return S;

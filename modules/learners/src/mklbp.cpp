@@ -31,7 +31,7 @@ class MklBp final : public Learner {
 
   Model Fit(const KernelList& train, const Targets& t, const FitOptions& options) const override {
     ValidateFitInput(Name(), train, t);
-    if (t.task != Task::Classification)
+    if (t.task == Task::Regression)
       throw InputError("learners:TaskUnsupported", "learner mkl_bp", "mkl_bp is a classifier (seed 002); for regression use mkelm, enmkl_krr or simplemkl");
     Stopwatch clock;
     const auto m = static_cast<Eigen::Index>(train.size());
@@ -39,7 +39,10 @@ class MklBp final : public Learner {
     if (active.empty()) throw InputError("learners:AllZeroKernels", "learner mkl_bp", "every training kernel is identically zero: nothing to learn from");
     std::vector<bool> isActive(static_cast<std::size_t>(m), false);
     for (auto j : active) isActive[static_cast<std::size_t>(j)] = true;
-    const auto solver = MakeSvcSolver(t.y, c_, svmTol_, 10'000'000);
+    auto svc = [&](const Eigen::VectorXd& y) { return MakeSvcSolver(y, c_, svmTol_, 10'000'000); };
+    // Multiclass: one u for all one-vs-rest SVMs; J and s are sums over the classes.
+    const auto solver = t.task == Task::Multiclass ? MakeOneVsRestSolver(t, svc) : svc(t.y);
+    const Eigen::Index stateSize = t.task == Task::Multiclass ? t.y.size() * t.classes : t.y.size();
     const KernelStack stack(train);
 
     // Start: the seed's uniform point on the constraint surface, or the neighbour's weights.
@@ -53,7 +56,7 @@ class MklBp final : public Learner {
     FitInfo& info = model.info;
     info.status = FitStatus::MaxIterReached;
     InnerSolution sol;
-    if (options.warmStart && options.warmStart->solverState.size() == t.y.size()) sol.alpha = options.warmStart->solverState;
+    if (options.warmStart && options.warmStart->solverState.size() == stateSize) sol.alpha = options.warmStart->solverState;
     auto solve = [&](const Eigen::VectorXd& weights, InnerSolution& s) {
       s = solver->Solve(stack.Combine(weights), s.alpha.size() > 0 ? &s : nullptr);
       ++info.innerSolves;
@@ -63,7 +66,7 @@ class MklBp final : public Learner {
     double step = 1.0;
     for (int it = 1; it <= maxIter_; ++it) {
       info.iterations = it;
-      const Eigen::VectorXd s = stack.Quadratics(sol.coef);
+      const Eigen::VectorXd s = stack.Quadratics(sol);
       const Eigen::VectorXd target = Oracle(s, isActive, u);
       const double gap = 0.5 * s.dot(target - u);
       info.gap = gap / std::max(std::abs(sol.dual), 1e-300);
@@ -94,10 +97,9 @@ class MklBp final : public Learner {
     info.objective = sol.dual;
     const double total = u.sum();
     model.beta = u / total;
-    model.coef = sol.coef * total;
+    StoreSolution(sol, total, model);
     model.alpha = sol.alpha;
     model.solverState = sol.alpha;
-    model.bias = sol.bias;
     info.seconds = clock.Seconds();
     return model;
   }

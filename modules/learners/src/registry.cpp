@@ -36,24 +36,24 @@ const std::vector<LearnerInfo>& LearnerCatalog() {
   static const std::vector<LearnerInfo> catalog = {
       {"svm", "C-SVC (SMO, LIBSVM rules) on the unweighted sum of the kernels", true, false, false,
        {C(), {"tolerance", 1e-3, 0, 1, true, true, false, "SMO stopping tolerance on the maximal KKT violation"},
-        {"max_iterations", 1e7, 1, 1e12, false, false, true, "SMO iteration cap"}}, false, false},
+        {"max_iterations", 1e7, 1, 1e12, false, false, true, "SMO iteration cap"}}, true, false},
       {"krr", "kernel ridge regression (with bias) on the unweighted sum of the kernels; classification on +-1 targets", true, true, false,
-       {Lambda()}, false, false},
+       {Lambda()}, true, false},
       {"enmkl_svm", "elastic-net MKL with an SVM (seed 004, Algorithm 1)", true, false, true,
        {C(), Mu(), {"max_iterations", 500, 1, 1e9, false, false, true, "cap on beta updates"},
         {"tolerance", 1e-6, 0, 1, true, true, false, "stop when max |delta beta| (sum-normalised) is below this"},
         {"objective_tolerance", 1e-6, 0, 1, true, true, false, "... and the relative change of the SVM objective is below this"},
-        SvmTol(1e-8)}, false, false},
+        SvmTol(1e-8)}, true, false},
       {"enmkl_krr", "elastic-net MKL with kernel ridge regression (seed 004, Algorithm 2)", true, true, true,
        {Lambda(), Mu(), {"max_iterations", 500, 1, 1e9, false, false, true, "cap on beta updates"},
         {"tolerance", 1e-6, 0, 1, true, true, false, "stop when max |delta beta| (sum-normalised) is below this"},
-        {"objective_tolerance", 1e-6, 0, 1, true, true, false, "... and the relative change of the KRR objective is below this"}}, false, false},
+        {"objective_tolerance", 1e-6, 0, 1, true, true, false, "... and the relative change of the KRR objective is below this"}}, true, false},
       {"simplemkl", "SimpleMKL (l1-MKL, reduced gradient): C-SVC for classification, epsilon-SVR for regression", true, true, true,
        {C(), {"gap_tolerance", 0.01, 0, 1, true, true, false, "stop when the relative duality gap is below this"},
         {"max_iterations", 250, 1, 1e9, false, false, true, "cap on reduced-gradient steps"},
         {"epsilon", 0.01, 0, kInf, false, true, false, "epsilon-insensitive zone of the SVR (regression only)"},
         {"line_search_tolerance", 0.01, 0, 1, true, true, false, "golden-section interval relative to the largest step"},
-        SvmTol(1e-8)}, false, false},
+        SvmTol(1e-8)}, true, false},
       {"kelm", "kernel extreme learning machine, alpha = (K + I/C)^-1 T, on the unweighted sum of the kernels; multiclass by one-hot outputs",
        true, true, false, {CElm(), Bias(1)}, true, false},
       {"mkelm", "multiple kernel ELM (seed 000): sparse (norm 1) or non-sparse lp (norm > 1) kernel weights", true, true, true,
@@ -66,7 +66,7 @@ const std::vector<LearnerInfo>& LearnerCatalog() {
         {"v", 0.5, 0, 1, false, false, false, "the L1 share v of the constraint: 1 = l1-MKL (sparse), 0 = lp-MKL"},
         {"gap_tolerance", 1e-3, 0, 1, true, true, false, "stop when the Frank-Wolfe duality gap relative to the objective is below this"},
         {"max_iterations", 500, 1, 1e9, false, false, true, "cap on kernel-weight steps"}, SvmTol(1e-6)},
-       false, false},
+       true, false},
       {"bsadmm_kelm", "hinge-loss kernel ELM QP solved by two-operator ADMM (BSADMM-KELM, seed 003), on the unweighted sum of the kernels", true,
        false, false,
        {C(), Bias(0), {"rho", 0.1, 0, kInf, true, true, false, "ADMM penalty of the box constraint (adapted during the solve)"},
@@ -76,7 +76,7 @@ const std::vector<LearnerInfo>& LearnerCatalog() {
         {"eps_rel", 1e-7, 0, 1, true, true, false, "relative tolerance on the primal and dual residuals"},
         {"max_iterations", 20000, 1, 1e9, false, false, true, "ADMM iteration cap"},
         {"polish", 1, 0, 1, false, false, true, "1 = refine the ADMM solution on its active set (exact KKT solve)"}},
-       false, false},
+       true, false},
       {"dkelm", "semi-supervised deformed-kernel ELM (seed 001): unlabelled subjects deform the summed kernel through a kNN-graph Laplacian",
        true, true, false,
        {CElm(), Bias(1), {"deformation", 1, 0, kInf, false, true, false, "gamma_I / gamma_A: M = deformation x L; 0 = plain KELM"},
@@ -136,18 +136,21 @@ ParamMap ResolveParams(std::string_view learner, const ParamMap& given) {
   return resolved;
 }
 
-std::unique_ptr<Learner> MakeLearner(std::string_view learner, const ParamMap& params) {
+std::unique_ptr<Learner> MakeLearner(std::string_view learner, const ParamMap& params, MulticlassWeights weights) {
   const ParamMap p = ResolveParams(learner, params);
-  if (learner == "svm") return MakeSvm(p);
-  if (learner == "krr") return MakeKrr(p);
-  if (learner == "enmkl_svm") return MakeEnmklSvm(p);
-  if (learner == "enmkl_krr") return MakeEnmklKrr(p);
-  if (learner == "kelm") return MakeKelm(p);
-  if (learner == "mkelm") return MakeMkelm(p);
-  if (learner == "mkl_bp") return MakeMklBp(p);
-  if (learner == "bsadmm_kelm") return MakeBsadmmKelm(p);
-  if (learner == "dkelm") return MakeDkelm(p);
-  return MakeSimpleMkl(p);  // the catalogue has no other name
+  auto make = [&]() -> std::unique_ptr<Learner> {
+    if (learner == "svm") return MakeSvm(p);
+    if (learner == "krr") return MakeKrr(p);
+    if (learner == "enmkl_svm") return MakeEnmklSvm(p);
+    if (learner == "enmkl_krr") return MakeEnmklKrr(p);
+    if (learner == "kelm") return MakeKelm(p);
+    if (learner == "mkelm") return MakeMkelm(p);
+    if (learner == "mkl_bp") return MakeMklBp(p);
+    if (learner == "bsadmm_kelm") return MakeBsadmmKelm(p);
+    if (learner == "dkelm") return MakeDkelm(p);
+    return MakeSimpleMkl(p);  // the catalogue has no other name
+  };
+  return WithMulticlass(make(), learner, weights);
 }
 
 }  // namespace neuromkl::learners

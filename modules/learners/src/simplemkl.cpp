@@ -33,7 +33,8 @@ class SimpleMklFit {
     return sol;
   }
 
-  Eigen::VectorXd Quadratics(const InnerSolution& sol) const { return stack_.Quadratics(sol.coef); }
+  /// Summed over the classes of a one-vs-rest solution: the gradient of the summed duals with one beta.
+  Eigen::VectorXd Quadratics(const InnerSolution& sol) const { return stack_.Quadratics(sol); }
 
   /// Reduced gradient descent direction on the simplex for gradient g = -q/2.
   Eigen::VectorXd Direction(const Eigen::VectorXd& d, const Eigen::VectorXd& grad, const std::vector<Eigen::Index>& active) const {
@@ -170,10 +171,9 @@ class SimpleMklFit {
     }
     Model model;
     model.beta = d;
-    model.coef = sol.coef;
+    StoreSolution(sol, 1.0, model);
     model.alpha = sol.alpha;
     model.solverState = sol.alpha;
-    model.bias = sol.bias;
     info_.objective = sol.dual;
     info_.seconds = clock.Seconds();
     model.info = info_;
@@ -198,7 +198,9 @@ class SimpleMkl final : public Learner {
         settings_{p.at("gap_tolerance"), static_cast<int>(p.at("max_iterations")), p.at("line_search_tolerance")} {}
   Model Fit(const KernelList& train, const Targets& t, const FitOptions& o) const override {
     ValidateFitInput(Name(), train, t);
-    auto solver = t.task == Task::Classification ? MakeSvcSolver(t.y, c_, svmTol_, 10'000'000)
+    auto svc = [&](const Eigen::VectorXd& y) { return MakeSvcSolver(y, c_, svmTol_, 10'000'000); };
+    auto solver = t.task == Task::Classification ? svc(t.y)
+                  : t.task == Task::Multiclass   ? MakeOneVsRestSolver(t, svc)  // one beta for all one-vs-rest SVMs
                                                  : MakeSvrSolver(t.y, c_, epsilon_, svmTol_, 10'000'000);
     FitInfo info;
     return SimpleMklFit(train, *solver, settings_, info).Run(o);

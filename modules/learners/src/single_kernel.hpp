@@ -22,4 +22,6 @@ std::unique_ptr<Learner> MakeMklBp(const ParamMap& p);
 std::unique_ptr<Learner> MakeBsadmmKelm(const ParamMap& p);
 /// "dkelm": semi-supervised deformed-kernel ELM (seed 001).
 std::unique_ptr<Learner> MakeDkelm(const ParamMap& p);
+/// Wraps a classification learner so that it also fits multiclass targets (multiclass.cpp).
+std::unique_ptr<Learner> WithMulticlass(std::unique_ptr<Learner> learner, std::string_view name, MulticlassWeights mode);
 }  // namespace neuromkl::learners

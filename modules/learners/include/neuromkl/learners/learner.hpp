@@ -13,8 +13,13 @@
 
 namespace neuromkl::learners {
 
-/// Multiclass is a learner-level task (KELM, MK-ELM, DKELM); studies are binary or regression.
+/// Multiclass: every classification learner (MakeLearner): native class scores for KELM, MK-ELM and
+/// DKELM, shared kernel weights over one-vs-rest problems for the MKL learners, one-vs-rest otherwise.
 enum class Task { Classification, Regression, Multiclass };
+
+/// Kernel weights of multiple-kernel learners in multiclass fits: one beta for all classes (the sum of
+/// the one-vs-rest objectives, Zien & Ong 2007) or one beta per class (independent one-vs-rest fits).
+enum class MulticlassWeights { Shared, PerClass };
 
 /// Targets: classification labels are -1 / +1 (+1 = the positive class); regression values are
 /// real; multiclass labels are 0 .. classes - 1. Semi-supervised learners accept NaN targets: those
@@ -52,6 +57,7 @@ struct Model {
   double bias = 0;
   Eigen::MatrixXd coefs;   ///< multiclass only: one column of coefficients per class (coef is then empty)
   Eigen::VectorXd biases;  ///< multiclass only: one bias per class
+  Eigen::MatrixXd betas;   ///< per-class weights only (MulticlassWeights::PerClass): one column of kernel weights per class; beta is their mean
   FitInfo info;
   Eigen::VectorXd solverState;  ///< the inner solver's variables as it left them (warm starts only)
 
@@ -99,7 +105,7 @@ struct LearnerInfo {
   bool regression;
   bool multipleKernels;  ///< learns kernel weights
   std::vector<ParamSpec> params;
-  bool multiclass;       ///< accepts Task::Multiclass
+  bool multiclass;       ///< accepts Task::Multiclass (every classification learner; natively: kelm, mkelm, dkelm)
   bool semiSupervised;   ///< uses subjects without a target (NaN) as unlabelled data
 };
 
@@ -115,8 +121,9 @@ std::vector<double> DefaultGrid(std::string_view param);
 std::string CheckParam(const ParamSpec& spec, double value);
 /// Defaults filled in, every value checked. InvalidParameter for unknown names (with a hint) or values out of range.
 ParamMap ResolveParams(std::string_view learner, const ParamMap& given);
-/// Creates a learner; parameters are resolved (and validated) here.
-std::unique_ptr<Learner> MakeLearner(std::string_view learner, const ParamMap& params);
+/// Creates a learner; parameters are resolved (and validated) here. Classification learners fit
+/// Task::Multiclass targets too (`weights`: shared or per-class kernel weights of MKL learners).
+std::unique_ptr<Learner> MakeLearner(std::string_view learner, const ParamMap& params, MulticlassWeights weights = MulticlassWeights::Shared);
 
 /// Shared input checks of every learner's Fit (the contract).
 /// Unlabelled (NaN) targets are accepted only with `allowUnlabelled`; the class checks then apply
