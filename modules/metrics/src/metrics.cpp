@@ -101,6 +101,66 @@ Classification Classify(const Eigen::Ref<const Eigen::VectorXd>& allLabels, cons
   return m;
 }
 
+Eigen::VectorXd PredictedClasses(const Eigen::Ref<const Eigen::MatrixXd>& scores) {
+  Eigen::VectorXd out(scores.rows());
+  for (Eigen::Index i = 0; i < scores.rows(); ++i) {
+    if (!scores.row(i).allFinite() || scores.cols() == 0) {
+      out[i] = kNaN;
+      continue;
+    }
+    Eigen::Index best = 0;
+    for (Eigen::Index c = 1; c < scores.cols(); ++c)
+      if (scores(i, c) > scores(i, best)) best = c;
+    out[i] = static_cast<double>(best);
+  }
+  return out;
+}
+
+Multiclass MultiClassify(const Eigen::Ref<const Eigen::VectorXd>& labels, const Eigen::Ref<const Eigen::MatrixXd>& scores, int classes) {
+  Multiclass m;
+  m.classes = classes;
+  const auto k = static_cast<Eigen::Index>(classes);
+  std::vector<Eigen::Index> rows;
+  for (Eigen::Index i = 0; i < std::min(labels.size(), scores.rows()); ++i)
+    if (scores.row(i).allFinite()) rows.push_back(i);
+  m.n = static_cast<double>(rows.size());
+  m.unscored = static_cast<double>(labels.size()) - m.n;
+  m.confusion = Eigen::MatrixXd::Zero(k, k);
+  const Eigen::VectorXd predicted = PredictedClasses(scores);
+  for (auto i : rows) m.confusion(static_cast<Eigen::Index>(labels[i]), static_cast<Eigen::Index>(predicted[i])) += 1;
+  m.recall = Eigen::VectorXd::Constant(k, kNaN);
+  m.precision = Eigen::VectorXd::Constant(k, kNaN);
+  m.auc = Eigen::VectorXd::Constant(k, kNaN);
+  double recallSum = 0, aucSum = 0, present = 0, aucCount = 0, agree = 0, expected = 0;
+  for (Eigen::Index c = 0; c < k; ++c) {
+    const double truth = m.confusion.row(c).sum(), said = m.confusion.col(c).sum();
+    m.recall[c] = Ratio(m.confusion(c, c), truth);
+    m.precision[c] = Ratio(m.confusion(c, c), said);
+    agree += m.confusion(c, c);
+    expected += truth * said;
+    if (truth > 0) {
+      recallSum += m.recall[c];
+      ++present;
+    }
+    Eigen::VectorXd y(static_cast<Eigen::Index>(rows.size())), f(static_cast<Eigen::Index>(rows.size()));
+    for (std::size_t r = 0; r < rows.size(); ++r) {
+      y[static_cast<Eigen::Index>(r)] = labels[rows[r]] == static_cast<double>(c) ? 1.0 : -1.0;
+      f[static_cast<Eigen::Index>(r)] = scores(rows[r], c);
+    }
+    m.auc[c] = Auc(y, f);
+    if (std::isfinite(m.auc[c])) {
+      aucSum += m.auc[c];
+      ++aucCount;
+    }
+  }
+  m.accuracy = Ratio(agree, m.n);
+  m.balancedAccuracy = present > 0 ? recallSum / present : kNaN;
+  m.macroAuc = aucCount > 0 ? aucSum / aucCount : kNaN;
+  const double po = m.accuracy, pe = m.n > 0 ? expected / (m.n * m.n) : kNaN;
+  m.kappa = pe < 1 ? (po - pe) / (1 - pe) : kNaN;
+  return m;
+}
+
 Regression Regress(const Eigen::Ref<const Eigen::VectorXd>& allTargets, const Eigen::Ref<const Eigen::VectorXd>& allPredictions) {
   const Scored scored = FiniteOnly(allTargets, allPredictions);
   const Eigen::VectorXd& y = scored.truth;
@@ -145,6 +205,25 @@ std::map<std::string, double> AsMap(const Classification& m) {
 std::map<std::string, double> AsMap(const Regression& m) {
   return {{"n", m.n},   {"mse", m.mse},     {"mae", m.mae},           {"pearson_r", m.pearsonR},
           {"r2", m.r2}, {"nmse", m.nmse},   {"r_squared_pearson", m.rSquared}};
+}
+
+std::map<std::string, double> AsMap(const Multiclass& m) {
+  std::map<std::string, double> out = {
+      {"n", m.n}, {"accuracy", m.accuracy}, {"balanced_accuracy", m.balancedAccuracy}, {"macro_auc", m.macroAuc}, {"kappa", m.kappa}};
+  for (int c = 0; c < m.classes; ++c) {
+    const auto i = static_cast<Eigen::Index>(c);
+    out["recall_" + std::to_string(c)] = m.recall[i];
+    out["precision_" + std::to_string(c)] = m.precision[i];
+    out["auc_" + std::to_string(c)] = m.auc[i];
+    for (int p = 0; p < m.classes; ++p) {
+      std::string key = "confusion_";
+      key += std::to_string(c);
+      key += "_";
+      key += std::to_string(p);
+      out[key] = m.confusion(i, static_cast<Eigen::Index>(p));
+    }
+  }
+  return out;
 }
 
 }  // namespace neuromkl::metrics

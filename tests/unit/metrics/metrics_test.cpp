@@ -88,3 +88,52 @@ TEST(Metrics, NaNDecisionsAreNeverScored) {
   EXPECT_DOUBLE_EQ(r.mse, 0.0);
   EXPECT_TRUE(std::isnan(metrics::Regress(V({1, 2}), V({nan, nan})).mse));
 }
+
+TEST(Metrics, MulticlassByHand) {
+  // labels 0 0 1 1 2 2; predictions (arg max) 0 1 1 2 2 0, plus a failed row (NaN) and a tie.
+  Eigen::VectorXd y(8);
+  y << 0, 0, 1, 1, 2, 2, 1, 0;
+  Eigen::MatrixXd s(8, 3);
+  s << 0.9, 0.1, 0.0,  //
+      0.2, 0.5, 0.3,   //
+      0.1, 0.8, 0.1,   //
+      0.3, 0.2, 0.5,   //
+      0.0, 0.1, 0.9,   //
+      0.6, 0.3, 0.1,   //
+      NAN, 0.1, 0.2,   // failed fit: never scored
+      0.4, 0.4, 0.2;   // tie between classes 0 and 1: class 0 (lower index)
+  EXPECT_EQ(metrics::PredictedClasses(s)[7], 0.0);
+  EXPECT_TRUE(std::isnan(metrics::PredictedClasses(s)[6]));
+  const auto six = metrics::MultiClassify(y.head(6), s.topRows(6), 3);
+  // Confusion (rows true, columns predicted): [1 1 0; 0 1 1; 1 0 1].
+  Eigen::MatrixXd confusion(3, 3);
+  confusion << 1, 1, 0, 0, 1, 1, 1, 0, 1;
+  EXPECT_EQ(six.confusion, confusion);
+  EXPECT_DOUBLE_EQ(six.accuracy, 0.5);
+  EXPECT_DOUBLE_EQ(six.balancedAccuracy, 0.5);  // recalls 1/2, 1/2, 1/2
+  for (int c = 0; c < 3; ++c) EXPECT_DOUBLE_EQ(six.precision[c], 0.5);
+  // kappa: p_o = 1/2, p_e = (2*2 + 2*2 + 2*2) / 36 = 1/3, (1/2 - 1/3) / (2/3) = 1/4.
+  EXPECT_DOUBLE_EQ(six.kappa, 0.25);
+  // One-vs-rest AUC: class 0 scores {0.9, 0.2} vs {0.1, 0.3, 0.0, 0.6}: 6 of 8 pairs; class 1 likewise 6/8;
+  // class 2 {0.9, 0.1} vs {0.0, 0.3, 0.1, 0.5}: 4 + 1 + 1/2 (tie) = 5.5 of 8.
+  EXPECT_DOUBLE_EQ(six.auc[0], 0.75);
+  EXPECT_DOUBLE_EQ(six.auc[1], 0.75);
+  EXPECT_DOUBLE_EQ(six.auc[2], 0.6875);
+  EXPECT_DOUBLE_EQ(six.macroAuc, (0.75 + 0.75 + 0.6875) / 3);
+  const auto all = metrics::MultiClassify(y, s, 3);
+  EXPECT_EQ(all.n, 7);
+  EXPECT_EQ(all.unscored, 1);
+  EXPECT_DOUBLE_EQ(all.recall[0], 2.0 / 3);  // the tie row (true 0) is predicted 0
+  const auto map = metrics::AsMap(six);
+  EXPECT_DOUBLE_EQ(map.at("confusion_2_0"), 1);
+  EXPECT_DOUBLE_EQ(map.at("recall_1"), 0.5);
+  EXPECT_DOUBLE_EQ(map.at("kappa"), 0.25);
+  // A class absent from the labels has NaN recall and AUC and stays out of the macro means.
+  Eigen::VectorXd y2(4);
+  y2 << 0, 0, 1, 1;
+  Eigen::MatrixXd s2(4, 3);
+  s2 << 1, 0, 0, 0, 1, 0, 0, 1, 0, 0, 0, 1;
+  const auto absent = metrics::MultiClassify(y2, s2, 3);
+  EXPECT_TRUE(std::isnan(absent.recall[2]));
+  EXPECT_DOUBLE_EQ(absent.balancedAccuracy, (0.5 + 0.5) / 2);  // recalls 1/2, 1/2; counting class 2 as 0 would give 1/3
+}

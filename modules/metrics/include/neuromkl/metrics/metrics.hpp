@@ -19,6 +19,20 @@ struct Classification {
   double accuracyLow = 0, accuracyHigh = 0;             ///< Wilson 95 % interval of the accuracy
 };
 
+/// Multiclass metrics (labels 0..k-1, one score column per class, prediction = arg max of a row, ties to
+/// the lower class index). Classes absent from the labels have NaN recall and AUC and are left out of
+/// the macro means.
+struct Multiclass {
+  double n = 0, unscored = 0;  ///< as Classification (a row with a non-finite score is never scored)
+  int classes = 0;
+  Eigen::MatrixXd confusion;   ///< classes x classes: row = true class, column = predicted class
+  Eigen::VectorXd recall, precision, auc;  ///< per class; auc one-vs-rest on the class's score column
+  double accuracy = 0;
+  double balancedAccuracy = 0;  ///< macro: the mean per-class recall over the classes present
+  double macroAuc = 0;          ///< mean one-vs-rest AUC over the classes present
+  double kappa = 0;             ///< Cohen's kappa (p_o - p_e) / (1 - p_e)
+};
+
 struct Regression {
   double n = 0;         ///< subjects scored (finite predictions)
   double unscored = 0;  ///< subjects left out because their prediction is NaN or infinite (a failed fit)
@@ -33,6 +47,10 @@ struct Regression {
 /// value (a failed fit) is never scored: the pair is left out of every metric and counted in `unscored`;
 /// with no scored pair every rate is NaN.
 Classification Classify(const Eigen::Ref<const Eigen::VectorXd>& labels, const Eigen::Ref<const Eigen::VectorXd>& decision);
+/// labels 0..classes-1 (size m), scores m x classes.
+Multiclass MultiClassify(const Eigen::Ref<const Eigen::VectorXd>& labels, const Eigen::Ref<const Eigen::MatrixXd>& scores, int classes);
+/// The predicted class of each row (arg max; ties to the lower index); NaN for a row that is not all finite.
+Eigen::VectorXd PredictedClasses(const Eigen::Ref<const Eigen::MatrixXd>& scores);
 Regression Regress(const Eigen::Ref<const Eigen::VectorXd>& targets, const Eigen::Ref<const Eigen::VectorXd>& predictions);
 
 /// Area under the ROC curve = Mann-Whitney U / (n+ n-), ties counted 1/2 (average ranks); pairs with a
@@ -42,5 +60,8 @@ double Auc(const Eigen::Ref<const Eigen::VectorXd>& labels, const Eigen::Ref<con
 /// Named values for tables and JSON ("balanced_accuracy", "auc", ...; "mse", "r2", ...).
 std::map<std::string, double> AsMap(const Classification& m);
 std::map<std::string, double> AsMap(const Regression& m);
+/// "accuracy", "balanced_accuracy" (macro), "macro_auc", "kappa", "n", per class c (0-based index)
+/// "recall_c", "precision_c", "auc_c", and "confusion_t_p" (true t, predicted p).
+std::map<std::string, double> AsMap(const Multiclass& m);
 
 }  // namespace neuromkl::metrics
