@@ -117,7 +117,12 @@ int main(int argc, char** argv) {
   simulate->add_option("--subjects", sim.subjects, "labelled subjects")->capture_default_str();
   simulate->add_option("--unlabelled", sim.unlabelled, "extra subjects with target n/a")->capture_default_str();
   simulate->add_option("--task", task, "classification or regression")->check(CLI::IsMember({"classification", "regression"}))->capture_default_str();
-  simulate->add_option("--signal", signal, "comma-separated AAL region names carrying the effect (default: Hippocampus_L,Precuneus_R,Frontal_Mid_L)");
+  simulate->add_option("--signal", signal,
+                       "comma-separated AAL region names carrying the effect (default: Hippocampus_L,Precuneus_R,Frontal_Mid_L); with --classes k > 2, "
+                       "k groups separated by ';', group i for the i-th class (A, B, ...), e.g. \"Hippocampus_L,Amygdala_L;Precuneus_R;Frontal_Mid_L\"");
+  simulate->add_option("--classes", sim.classes, "number of classes (classification); > 2 writes a multiclass cohort with class-specific signal regions")
+      ->check(CLI::Range(2, 26))
+      ->capture_default_str();
   simulate->add_option("--effect", sim.effect, "effect size in noise-SD units")->capture_default_str();
   simulate->add_option("--noise", sim.noise, "noise SD")->capture_default_str();
   simulate->add_option("--nan-fraction", sim.nanFraction, "fraction of brain voxels set to NaN per image")->capture_default_str();
@@ -197,7 +202,10 @@ int main(int argc, char** argv) {
     }
     if (*simulate) {
       sim.task = task == "regression" ? learners::Task::Regression : learners::Task::Classification;
-      if (!signal.empty()) sim.signalRegions = Split(signal, ',');
+      if (!signal.empty() && sim.classes > 2)
+        for (const auto& group : Split(signal, ';')) sim.classSignal.push_back(Split(group, ','));
+      else if (!signal.empty())
+        sim.signalRegions = Split(signal, ',');
       sim.compress = !uncompressed;
       const std::string study = pipeline::Simulate(sim);
       std::cout << "Simulated cohort: " << sim.outDir << "\nStudy file: " << study << "\n";

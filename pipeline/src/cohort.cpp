@@ -277,9 +277,18 @@ Cohort LoadCohort(const config::StudyConfig& study) {
     throw InputError("subjects:SingleClass", path,
                      fmt::format("classification needs two classes in column \"{}\", found one ({}); is this the right target column?",
                                  study.target.column, Join(described, ", ")));
+  if (study.target.task == learners::Task::Multiclass) {
+    // Label k = the k-th class in this order (numeric if every class is a number, else lexical).
+    c.classNames = classes;
+    for (Eigen::Index i = 0; i < n; ++i) {
+      const auto& raw = c.rawTargets[static_cast<std::size_t>(c.labelledRows[static_cast<std::size_t>(i)])];
+      c.y[i] = static_cast<double>(std::find(classes.begin(), classes.end(), raw) - classes.begin());
+    }
+    return c;
+  }
   if (classes.size() > 2)
     throw InputError("subjects:TooManyClasses", path,
-                     fmt::format("found {} classes in column \"{}\" ({}); the learners support binary classification: "
+                     fmt::format("found {} classes in column \"{}\" ({}); task \"classification\" is binary: use task \"multiclass\", "
                                  "select two classes (set the others to n/a) or use task \"regression\" for an ordinal score",
                                  classes.size(), study.target.column, Join(described, ", ")));
   c.positiveClass = study.target.positiveClass.empty() ? classes[1] : study.target.positiveClass;

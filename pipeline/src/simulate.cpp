@@ -43,15 +43,36 @@ std::string Simulate(const SimulateOptions& o) {
     codeOf[aal.regions[r].name] = static_cast<std::int32_t>(aal.regions[r].label);
     slotOf[static_cast<std::int32_t>(aal.regions[r].label)] = r;
   }
-  std::set<std::int32_t> signal;
-  for (const auto& name : o.signalRegions) {
+  auto code = [&](const std::string& name) {
     auto it = codeOf.find(name);
     if (it == codeOf.end()) {
       std::vector<std::string> names;
       for (const auto& [n, _] : codeOf) names.push_back(n);
       throw InputError("simulate:UnknownRegion", "--signal", "unknown AAL region \"" + name + "\"" + DidYouMean(name, names));
     }
-    signal.insert(it->second);
+    return it->second;
+  };
+  const bool multiclass = o.classes > 2;
+  if (o.task == learners::Task::Regression && multiclass)
+    throw InputError("simulate:ClassesNeedClassification", "--classes", "--classes > 2 needs --task classification");
+  std::set<std::int32_t> signal;
+  std::vector<std::set<std::int32_t>> classSignal;
+  std::vector<std::vector<std::string>> classRegions = o.classSignal;
+  std::vector<std::string> classNames;
+  if (multiclass) {
+    const std::vector<std::string> defaults = {"Hippocampus_L", "Precuneus_R", "Frontal_Mid_L", "Amygdala_L", "Cuneus_L", "Insula_R"};
+    if (classRegions.empty() && o.classes <= static_cast<int>(defaults.size()))
+      for (int c = 0; c < o.classes; ++c) classRegions.push_back({defaults[static_cast<std::size_t>(c)]});
+    if (static_cast<int>(classRegions.size()) != o.classes)
+      throw InputError("simulate:SignalGroups", "--signal",
+                       fmt::format("--classes {} needs {} signal groups separated by ';' (one per class), found {}", o.classes, o.classes, classRegions.size()));
+    for (int c = 0; c < o.classes; ++c) {
+      classNames.emplace_back(1, static_cast<char>('A' + c));
+      classSignal.emplace_back();
+      for (const auto& name : classRegions[static_cast<std::size_t>(c)]) classSignal.back().insert(code(name));
+    }
+  } else {
+    for (const auto& name : o.signalRegions) signal.insert(code(name));
   }
 
   const int nLabelled = o.subjects, nTotal = o.subjects + o.unlabelled;
@@ -59,7 +80,8 @@ std::string Simulate(const SimulateOptions& o) {
   Rng rng(cv::DeriveSeed(o.seed, 0));
   std::vector<double> target(static_cast<std::size_t>(nTotal));
   for (int s = 0; s < nTotal; ++s)
-    target[static_cast<std::size_t>(s)] = o.task == learners::Task::Classification ? (s % 2 == 0 ? 1.0 : 0.0) : rng.Normal();
+    target[static_cast<std::size_t>(s)] = multiclass ? static_cast<double>(s % o.classes)
+                                          : o.task == learners::Task::Classification ? (s % 2 == 0 ? 1.0 : 0.0) : rng.Normal();
   std::vector<double> labelled(target.begin(), target.begin() + nLabelled);
   rng.Shuffle(labelled);
   std::copy(labelled.begin(), labelled.end(), target.begin());
@@ -83,6 +105,7 @@ std::string Simulate(const SimulateOptions& o) {
       // A region-specific baseline (non-zero means make centring matter), noise, and the effect.
       double value = 2.0 + 0.01 * static_cast<double>(slotOf[lab]) + o.noise * gen.Normal();
       if (signal.count(lab)) value += shift;
+      if (multiclass && s < nLabelled && classSignal[static_cast<std::size_t>(t)].count(lab)) value += o.effect;  // class t's own regions
       if (o.nanFraction > 0 && gen.Uniform() < o.nanFraction) value = std::nan("");
       v.data[i] = static_cast<float>(value);
     }
@@ -95,10 +118,44 @@ std::string Simulate(const SimulateOptions& o) {
     p << "subject\timage\t" << targetName << "\n";
     for (int s = 0; s < nTotal; ++s) {
       std::string value = s >= nLabelled ? "n/a"
+                          : multiclass ? classNames[static_cast<std::size_t>(target[static_cast<std::size_t>(s)])]
                           : o.task == learners::Task::Classification ? (target[static_cast<std::size_t>(s)] > 0.5 ? "patient" : "control")
                                                                      : FormatDouble(target[static_cast<std::size_t>(s)]);
       p << ids[static_cast<std::size_t>(s)] << "\timages/" << ids[static_cast<std::size_t>(s)] << ext << "\t" << value << "\n";
     }
+  }
+  if (multiclass) {
+    std::vector<std::string> groups, all;
+    for (int c = 0; c < o.classes; ++c) {
+      std::vector<std::string> quoted;
+      for (const auto& r : classRegions[static_cast<std::size_t>(c)]) quoted.push_back("\"" + r + "\"");
+      groups.push_back(fmt::format("\"{}\": [{}]", classNames[static_cast<std::size_t>(c)], Join(quoted, ", ")));
+      all.insert(all.end(), quoted.begin(), quoted.end());
+    }
+    std::ofstream t(o.outDir + "/truth.json");
+    t << fmt::format("{{\n  \"signal_regions\": [{}],\n  \"class_signal_regions\": {{{}}},\n  \"effect\": {},\n  \"noise\": {},\n  \"seed\": {},\n"
+                     "  \"task\": \"multiclass\",\n  \"grid\": \"{}\",\n  \"nan_fraction\": {}\n}}\n",
+                     Join(all, ", "), Join(groups, ", "), o.effect, o.noise, o.seed, grid.Describe(), o.nanFraction);
+    std::vector<std::string> described;
+    for (int c = 0; c < o.classes; ++c)
+      described.push_back(classNames[static_cast<std::size_t>(c)] + ": " + Join(classRegions[static_cast<std::size_t>(c)], ", "));
+    const std::string studyPath = o.outDir + "/study.json";
+    std::ofstream st(studyPath);
+    st << fmt::format(R"({{
+  "name": "simulated_multiclass",
+  "description": "synthetic {}-class cohort written by neuromkl simulate (seed {}); class signal {}",
+  "subjects": {{"table": "participants.tsv"}},
+  "target": {{"column": "group", "task": "multiclass"}},
+  "atlas": "aal",
+  "learners": [
+    {{"name": "enmkl_svm", "params": {{"c": 1.0, "mu": 0.5}}}},
+    {{"name": "svm"}}
+  ],
+  "seed": {}
+}}
+)",
+                      o.classes, o.seed, Join(described, "; "), o.seed);
+    return studyPath;
   }
   {
     std::ofstream t(o.outDir + "/truth.json");

@@ -6,6 +6,7 @@
 #include <tbb/global_control.h>
 #include <tbb/parallel_for.h>
 
+#include "neuromkl/core/errors.hpp"
 #include "neuromkl/core/hash.hpp"
 #include "neuromkl/core/progress.hpp"
 
@@ -55,12 +56,52 @@ std::vector<std::string> StudyContext::LearnerLabels() const {
   return labels;
 }
 
+learners::Targets StudyContext::TargetsOf(const Eigen::VectorXd& y) const {
+  return {study.target.task, y, study.target.task == learners::Task::Multiclass ? static_cast<int>(cohort.classNames.size()) : 0};
+}
+
+namespace {
+bool Stratified(cv::Scheme s) { return s == cv::Scheme::StratifiedKFold || s == cv::Scheme::RepeatedKFold; }
+
+/// Multiclass: every class must fill the stratified folds, outer and (where a grid is searched)
+/// inner; the error names the class.
+void CheckClassSizes(const StudyContext& ctx) {
+  const auto& study = ctx.study;
+  const auto& names = ctx.cohort.classNames;
+  if (study.target.task != learners::Task::Multiclass) return;
+  const int outerK = study.cv.outer.k, innerK = study.cv.inner.k;
+  for (const auto& [name, count] : ctx.cohort.classCounts)
+    if (Stratified(study.cv.outer.scheme) && count < outerK)
+      throw InputError("subjects:ClassTooSmall", study.subjects.table,
+                       fmt::format("class \"{}\" of column \"{}\" has {} subjects, fewer than the {} outer folds (/cv/outer/k): each fold needs "
+                                   "one; use a smaller k, leave_one_out, or set this class to n/a",
+                                   name, study.target.column, count, outerK));
+  bool search = false;
+  for (const auto& p : ctx.plans) search |= p.grid.size() > 1;
+  if (!search || !Stratified(study.cv.inner.scheme)) return;
+  for (const auto& fold : ctx.outer)
+    for (std::size_t c = 0; c < names.size(); ++c) {
+      int count = 0;
+      for (int i : fold.train) count += ctx.cohort.y[i] == static_cast<double>(c) ? 1 : 0;
+      if (count < innerK)
+        throw InputError("subjects:ClassTooSmall", study.subjects.table,
+                         fmt::format("class \"{}\" of column \"{}\" has {} subjects in the training set of outer fold {}, fewer than the {} "
+                                     "inner folds (/cv/inner/k); use a smaller inner k, fix the parameters (no inner search), or set this "
+                                     "class to n/a",
+                                     names[c], study.target.column, count, &fold - ctx.outer.data(), innerK));
+    }
+}
+}  // namespace
+
 StudyContext LoadStudyInputs(const config::StudyConfig& study) {
   StudyContext ctx;
   ctx.study = study;
   ctx.cohort = LoadCohort(study);
   ctx.n = static_cast<int>(ctx.cohort.y.size());
   // Splits before any heavy work: an impossible CV plan is a config/input error, found in seconds.
+  if (study.target.task == learners::Task::Multiclass && Stratified(study.cv.outer.scheme))
+    for (const auto& [name, count] : ctx.cohort.classCounts)
+      if (count < study.cv.outer.k) CheckClassSizes(ctx);  // names the class (before MakeFolds' generic message)
   ctx.outer = cv::MakeFolds(ToSplit(study.cv.outer), study.target.task, ctx.cohort.y, ctx.cohort.groups, ctx.cohort.customFolds, study.cv.seed,
                             study.path + " /cv/outer");
   for (const auto& spec : study.learners) {
@@ -68,6 +109,7 @@ StudyContext LoadStudyInputs(const config::StudyConfig& study) {
     for (const auto& [k, _] : spec.grid) fixed.erase(k);
     ctx.plans.push_back({spec.label, spec.name, cv::ExpandGrid(fixed, spec.grid)});
   }
+  CheckClassSizes(ctx);
   return ctx;
 }
 
@@ -93,7 +135,11 @@ void AttachKernels(StudyContext& ctx, const std::string& scratchDir) {
     const Eigen::VectorXi rows = Eigen::Map<const Eigen::VectorXi>(ctx.kernelRows.data(), static_cast<Eigen::Index>(ctx.kernelRows.size()));
     for (const auto& K : ctx.ks.set.kernels) ctx.kernels.push_back(K(rows, rows));
   }
-  ctx.nestedOptions = cv::NestedCvOptions{{ctx.study.kernels.centre, ctx.study.kernels.normalise}, ctx.unlabelledCount};
+  ctx.nestedOptions = cv::NestedCvOptions{};
+  ctx.nestedOptions.preprocessing = {ctx.study.kernels.centre, ctx.study.kernels.normalise};
+  ctx.nestedOptions.unlabelled = ctx.unlabelledCount;
+  ctx.nestedOptions.multiclassWeights = ctx.study.target.multiclassWeights;
+  ctx.nestedOptions.criterion = ctx.study.cv.criterion;
 }
 
 PooledBlock ComputePermutationBlock(const StudyContext& ctx, int first, int count, Progress* progress) {
@@ -103,7 +149,7 @@ PooledBlock ComputePermutationBlock(const StudyContext& ctx, int first, int coun
   tbb::parallel_for(0, count, [&](int i) {
     const int p = first + i;
     const auto perm = cv::PermuteWithinGroups(n, ctx.cohort.groups, cv::DeriveSeed(ctx.PermutationSeed(), static_cast<std::uint64_t>(p)));
-    learners::Targets permuted{ctx.study.target.task, Eigen::VectorXd(n)};
+    learners::Targets permuted = ctx.TargetsOf(Eigen::VectorXd(n));
     for (int k = 0; k < n; ++k) permuted.y[k] = ctx.cohort.y[perm[static_cast<std::size_t>(k)]];
     const auto res = cv::RunNestedCv(ctx.kernels, permuted, ctx.outer, inner, ctx.plans, ctx.nestedOptions);
     for (const auto& o : res) out[static_cast<std::size_t>(i)].push_back(cv::Summarise(o, permuted).pooled);

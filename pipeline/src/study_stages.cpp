@@ -167,6 +167,31 @@ exporting::WeightMaps ComputeWeightMaps(const StudyContext& ctx, const std::vect
   return maps;
 }
 
+/// Multiclass metric keys with class names instead of label indices: recall_<class>, precision_<class>,
+/// auc_<class>, confusion_<true>_<predicted>.
+void NameClasses(cv::Summary& s, const std::vector<std::string>& names) {
+  auto rename = [&](std::map<std::string, double>& m) {
+    std::map<std::string, double> out;
+    for (const auto& [k, v] : m) {
+      std::string key = k;
+      for (const std::string prefix : {"recall_", "precision_", "auc_"})
+        if (k.rfind(prefix, 0) == 0 && std::isdigit(static_cast<unsigned char>(k[prefix.size()]))) key = prefix + names.at(std::stoul(k.substr(prefix.size())));
+      if (k.rfind("confusion_", 0) == 0) {
+        const auto parts = Split(k.substr(10), '_');
+        key = "confusion_";
+        key += names.at(std::stoul(parts.at(0)));
+        key += "_";
+        key += names.at(std::stoul(parts.at(1)));
+      }
+      out[key] = v;
+    }
+    m = std::move(out);
+  };
+  rename(s.pooled);
+  rename(s.foldMean);
+  rename(s.foldSd);
+}
+
 /// Per kernel: subjects whose data are not all zero there (K_ii > 0), e.g. lesioned in that region.
 std::vector<int> SubjectsWithSignal(const learners::KernelList& kernels) {
   std::vector<int> out;
@@ -177,12 +202,13 @@ std::vector<int> SubjectsWithSignal(const learners::KernelList& kernels) {
 }  // namespace
 
 CrossValidationResult RunCrossValidation(const StudyContext& ctx) {
-  const learners::Targets targets{ctx.study.target.task, ctx.cohort.y};
+  const learners::Targets targets = ctx.TargetsOf(ctx.cohort.y);
   CrossValidationResult result;
   auto outcomes = cv::RunNestedCv(ctx.kernels, targets, ctx.outer, ctx.Inner(), ctx.plans, ctx.nestedOptions);
   for (std::size_t l = 0; l < outcomes.size(); ++l) {
     exporting::LearnerRecord lr;
     lr.summary = cv::Summarise(outcomes[l], targets);
+    if (targets.task == learners::Task::Multiclass) NameClasses(lr.summary, ctx.cohort.classNames);
     for (const auto& [k, _] : ctx.study.learners[l].grid) lr.searched.push_back(k);
     for (const auto& f : outcomes[l].folds)
       if (!f.error.empty()) result.warnings.push_back(fmt::format("learner {} fold {} failed: {}", outcomes[l].label, f.index, f.error));
@@ -241,15 +267,44 @@ PermutationResult RunPermutationTest(const StudyContext& ctx, const std::vector<
 
 RegionWeightsResult RunRegionWeights(const StudyContext& ctx, const std::vector<exporting::LearnerRecord>& learners) {
   RegionWeightsResult result;
-  if (ctx.study.output.weightMaps && ctx.ks.regions.has_value()) result.maps = ComputeWeightMaps(ctx, learners);
+  const bool multiclass = ctx.study.target.task == learners::Task::Multiclass;
+  const bool perClass = multiclass && ctx.study.target.multiclassWeights == learners::MulticlassWeights::PerClass;
+  const auto classes = static_cast<Eigen::Index>(ctx.cohort.classNames.size());
+  if (ctx.study.output.weightMaps && ctx.ks.regions.has_value()) {
+    if (multiclass)
+      result.warnings.push_back("output.weight_maps: voxel maps are not written for multiclass studies (one map per class is not implemented); "
+                                "the region tables rank the regions");
+    else
+      result.maps = ComputeWeightMaps(ctx, learners);
+  }
   const cv::Preprocessing preprocessing{ctx.study.kernels.centre, ctx.study.kernels.normalise};
   for (const auto& lr : learners) {
     const bool mkl = learners::FindLearner(lr.outcome.name)->multipleKernels;
     std::vector<Eigen::VectorXd> foldWeights;
+    std::vector<std::vector<Eigen::VectorXd>> classWeights(perClass ? static_cast<std::size_t>(classes) : 0);
     for (const auto& fold : lr.outcome.folds) {
       if (!fold.error.empty()) continue;
       if (mkl) {
-        foldWeights.push_back(fold.model.beta);
+        foldWeights.push_back(fold.model.beta);  // shared weights, or the mean of the per-class weights
+        for (Eigen::Index c = 0; c < static_cast<Eigen::Index>(classWeights.size()); ++c)
+          classWeights[static_cast<std::size_t>(c)].push_back(fold.model.betas.cols() > c ? Eigen::VectorXd(fold.model.betas.col(c)) : fold.model.beta);
+        continue;
+      }
+      if (multiclass) {
+        // Per class ||w_rc|| = beta_r sqrt(coef_c' K_r coef_c); the shared share stacks the classes' parts:
+        // ||w_r|| = sqrt(sum_c ||w_rc||^2) (the block the shared-weight MKL learners weigh, docs/learners.md).
+        std::vector<int> train = fold.train;
+        train.insert(train.end(), fold.unlabelled.begin(), fold.unlabelled.end());
+        const Eigen::VectorXi tr = Eigen::Map<const Eigen::VectorXi>(train.data(), static_cast<Eigen::Index>(train.size()));
+        const Eigen::VectorXi te = Eigen::Map<const Eigen::VectorXi>(fold.test.data(), static_cast<Eigen::Index>(fold.test.size()));
+        const auto R = static_cast<Eigen::Index>(ctx.kernels.size());
+        Eigen::MatrixXd norms(R, classes);
+        for (Eigen::Index r = 0; r < R; ++r) {
+          const auto K = cv::PrepareFoldKernel(ctx.kernels[static_cast<std::size_t>(r)], tr, te, preprocessing).train;
+          for (Eigen::Index c = 0; c < classes; ++c) norms(r, c) = weights::ModelNorm(K, fold.model.coefs.col(c), fold.model.beta[r]);
+        }
+        foldWeights.push_back(norms.rowwise().norm());
+        for (Eigen::Index c = 0; c < static_cast<Eigen::Index>(classWeights.size()); ++c) classWeights[static_cast<std::size_t>(c)].push_back(norms.col(c));
         continue;
       }
       // The region's share of the model, ||w_r||, from the fold's kernels as the learner saw them,
@@ -265,7 +320,12 @@ RegionWeightsResult RunRegionWeights(const StudyContext& ctx, const std::vector<
       foldWeights.push_back(std::move(norms));
     }
     result.tables.push_back(weights::RegionTable(foldWeights));
-    result.sources.push_back(mkl ? "kernel weights (beta) per outer fold"
+    result.classTables.emplace_back();
+    for (const auto& w : classWeights) result.classTables.back().push_back(weights::RegionTable(w));
+    result.sources.push_back(mkl && perClass ? "mean of the per-class kernel weights (beta) per outer fold; per class: regions_<learner>_class-<class>.tsv"
+                             : mkl ? "kernel weights (beta) per outer fold"
+                             : multiclass ? "share of the model per outer fold: ||w_r|| = sqrt(sum over classes of coef_c' K_r coef_c) with the fold's "
+                                            "preprocessed training kernel, as a percentage of the fold's sum"
                                  : "share of the model per outer fold: ||w_r|| = sqrt(coef' K_r coef) with the fold's preprocessed training kernel "
                                    "(the norm of the region's part of the weight vector), as a percentage of the fold's sum");
   }
@@ -284,6 +344,11 @@ exporting::RunRecord DescribeRun(const StudyContext& ctx, CrossValidationResult 
     if (l < permutations.learners.size()) lr.permutations = std::move(permutations.learners[l]);
     lr.regions = weights.tables[l];
     lr.regionSource = weights.sources[l];
+    if (l < weights.classTables.size()) lr.classRegions = weights.classTables[l];
+  }
+  for (const auto& w : weights.warnings) {
+    cv.warnings.push_back(w);
+    spdlog::warn("{}", w);
   }
   record.permutations = study.permutations.count;
   record.warnings = std::move(cv.warnings);
@@ -300,6 +365,11 @@ exporting::RunRecord DescribeRun(const StudyContext& ctx, CrossValidationResult 
   record.task = config::ToString(study.target.task);
   record.targetColumn = study.target.column;
   record.positiveClass = cohort.positiveClass;
+  if (study.target.task == learners::Task::Multiclass) {
+    record.classNames = cohort.classNames;
+    record.multiclassWeights = study.target.multiclassWeights == learners::MulticlassWeights::PerClass ? "per_class" : "shared";
+  }
+  record.innerCriterion = study.cv.criterion;
   record.negativeClass = cohort.negativeClass;
   record.excludedSubjects = cohort.excluded;
   if (ctx.unlabelledCount > 0)
@@ -389,7 +459,11 @@ std::vector<std::string> SummaryLines(const exporting::RunRecord& record, std::s
     const auto& m = lr.summary.pooled;
     auto pv = [&](const char* k) { return lr.permutations.pValues.count(k) ? fmt::format(" (p = {:.3g})", lr.permutations.pValues.at(k)) : std::string(); };
     auto sd = [&](const char* k) { return lr.summary.foldSd.count(k) ? fmt::format(" +- {:.3f}", lr.summary.foldSd.at(k)) : std::string(); };
-    if (record.task == "classification")
+    if (record.task == "multiclass")
+      lines.push_back(fmt::format("{:<12} macro balanced accuracy {:.3f}{}{}, macro AUC {:.3f}{}, kappa {:.3f}, accuracy {:.3f}", lr.outcome.label,
+                                  m.at("balanced_accuracy"), sd("balanced_accuracy"), pv("balanced_accuracy"), m.at("macro_auc"), pv("macro_auc"),
+                                  m.at("kappa"), m.at("accuracy")));
+    else if (record.task == "classification")
       lines.push_back(fmt::format("{:<12} balanced accuracy {:.3f}{}{}, AUC {:.3f}{}, accuracy {:.3f} [{:.3f}, {:.3f}]", lr.outcome.label,
                                   m.at("balanced_accuracy"), sd("balanced_accuracy"), pv("balanced_accuracy"), m.at("auc"), pv("auc"), m.at("accuracy"),
                                   m.at("accuracy_ci95_low"), m.at("accuracy_ci95_high")));

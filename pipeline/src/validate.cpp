@@ -52,7 +52,13 @@ std::string ValidateStudy(const config::StudyConfig& study) {
     line(fmt::format("  excluded: {}", cohort.excluded.size()));
     for (const auto& [id, why] : cohort.excluded) line(fmt::format("    {}: {}", id, why));
   }
-  if (study.target.task == learners::Task::Classification) {
+  if (study.target.task == learners::Task::Multiclass) {
+    std::vector<std::string> counts;
+    for (const auto& [k, v] : cohort.classCounts) counts.push_back(fmt::format("\"{}\" n = {}", k, v));
+    line(fmt::format("Target: \"{}\", multiclass ({} classes, labels 0..{} in this order): {}; kernel weights {}", study.target.column,
+                     cohort.classNames.size(), cohort.classNames.size() - 1, Join(counts, ", "),
+                     study.target.multiclassWeights == learners::MulticlassWeights::PerClass ? "per class" : "shared by all classes"));
+  } else if (study.target.task == learners::Task::Classification) {
     std::vector<std::string> counts;
     for (const auto& [k, v] : cohort.classCounts) counts.push_back(fmt::format("\"{}\" n = {}", k, v));
     line(fmt::format("Target: \"{}\", classification: {}; positive class \"{}\"", study.target.column, Join(counts, ", "), cohort.positiveClass));

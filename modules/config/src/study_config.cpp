@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "json_reader.hpp"
+#include "neuromkl/cv/nested_cv.hpp"
 #include "neuromkl/core/errors.hpp"
 #include "neuromkl/core/strings.hpp"
 
@@ -43,7 +44,7 @@ std::string ToString(KernelSource s) {
   }
   return "?";
 }
-std::string ToString(Task t) { return t == Task::Classification ? "classification" : "regression"; }
+std::string ToString(Task t) { return t == Task::Classification ? "classification" : t == Task::Multiclass ? "multiclass" : "regression"; }
 
 namespace {
 
@@ -81,7 +82,7 @@ LearnerSpec ParseLearner(const Json& j, const std::string& ptr, const std::strin
   spec.name = r.Choice("name", "", names);
   spec.label = r.String("label", spec.name);
   const learners::LearnerInfo& info = *learners::FindLearner(spec.name);
-  if (task == Task::Classification && !info.classification)
+  if ((task == Task::Classification || task == Task::Multiclass) && !info.classification)
     r.FailAt(ptr + "/name", "learner \"" + spec.name + "\" does not do classification");
   if (task == Task::Regression && !info.regression) {
     std::vector<std::string> reg;
@@ -235,13 +236,21 @@ StudyConfig ParseStudyConfig(const std::string& text, const std::string& baseDir
   ParseSubjects(r.At("subjects"), baseDir, src, c.subjects);
   if (!r.Has("target")) throw ConfigError("config:MissingKey", src, "/target: required section is missing (expected {\"column\": ..., \"task\": ...})");
   {
-    ObjectReader t(r.At("target"), "/target", src, {"column", "task", "positive_class"});
+    ObjectReader t(r.At("target"), "/target", src, {"column", "task", "positive_class", "multiclass_weights"});
     c.target.column = t.RequiredString("column");
-    if (!t.Has("task")) throw ConfigError("config:MissingKey", src, "/target/task: required key is missing (expected \"classification\" or \"regression\")");
-    c.target.task = t.Choice("task", "", {"classification", "regression"}) == "regression" ? Task::Regression : Task::Classification;
+    if (!t.Has("task"))
+      throw ConfigError("config:MissingKey", src, "/target/task: required key is missing (expected \"classification\", \"multiclass\" or \"regression\")");
+    const std::string task = t.Choice("task", "", {"classification", "multiclass", "regression"});
+    c.target.task = task == "regression" ? Task::Regression : task == "multiclass" ? Task::Multiclass : Task::Classification;
     c.target.positiveClass = t.String("positive_class", "");
-    if (c.target.task == Task::Regression && !c.target.positiveClass.empty())
-      t.FailAt("/target/positive_class", "positive_class applies to classification only, but task is \"regression\"");
+    if (c.target.task != Task::Classification && !c.target.positiveClass.empty())
+      t.FailAt("/target/positive_class", "positive_class applies to binary classification only, but task is \"" + task + "\"");
+    if (t.Has("multiclass_weights")) {
+      if (c.target.task != Task::Multiclass)
+        t.FailAt("/target/multiclass_weights", "multiclass_weights applies to task \"multiclass\" only, but task is \"" + task + "\"");
+      c.target.multiclassWeights =
+          t.Choice("multiclass_weights", "shared", {"shared", "per_class"}) == "per_class" ? learners::MulticlassWeights::PerClass : learners::MulticlassWeights::Shared;
+    }
   }
   if (r.Has("atlas")) {
     const Json& a = r.At("atlas");
@@ -402,7 +411,8 @@ StudyConfig ParseStudyConfig(const std::string& text, const std::string& baseDir
   }
 
   if (r.Has("cv")) {
-    ObjectReader cv(r.At("cv"), "/cv", src, {"outer", "inner", "seed"});
+    ObjectReader cv(r.At("cv"), "/cv", src, {"outer", "inner", "seed", "criterion"});
+    if (cv.Has("criterion")) c.cv.criterion = cv.Choice("criterion", "", cv::InnerCriteria(c.target.task));
     if (cv.Has("outer")) c.cv.outer = ParseScheme(cv.At("outer"), "/cv/outer", src);
     if (cv.Has("inner")) c.cv.inner = ParseScheme(cv.At("inner"), "/cv/inner", src);
     if (cv.Has("seed")) {
@@ -459,6 +469,10 @@ std::string ResolvedConfigJson(const StudyConfig& c) {
     if (!c.subjects.bids.derivatives.empty()) j["subjects"]["bids"]["derivatives"] = c.subjects.bids.derivatives;
   }
   j["target"] = {{"column", c.target.column}, {"task", ToString(c.target.task)}, {"positive_class", c.target.positiveClass}};
+  if (c.target.task == Task::Multiclass) {  // binary and regression studies keep their resolved file unchanged
+    j["target"].erase("positive_class");
+    j["target"]["multiclass_weights"] = c.target.multiclassWeights == learners::MulticlassWeights::PerClass ? "per_class" : "shared";
+  }
   auto partJson = [](const AtlasPart& part) {
     Json p = {{"image", part.image}, {"labels", part.labels}, {"prefix", part.prefix}, {"probabilistic", part.probabilistic}};
     if (part.probabilistic) p["threshold"] = part.threshold;
@@ -513,6 +527,7 @@ std::string ResolvedConfigJson(const StudyConfig& c) {
     return o;
   };
   j["cv"] = {{"outer", scheme(c.cv.outer)}, {"inner", scheme(c.cv.inner)}, {"seed", c.cv.seed}};
+  if (!c.cv.criterion.empty()) j["cv"]["criterion"] = c.cv.criterion;
   j["learners"] = Json::array();
   for (const auto& l : c.learners) {
     Json params = Json::object();

@@ -57,9 +57,15 @@ FoldViews PrepareViews(const learners::KernelList& kernels, const learners::Targ
   return v;
 }
 
-/// Inner criterion: balanced accuracy (higher is better) or MSE (lower is better).
-double InnerScore(learners::Task task, const Eigen::VectorXd& y, const Eigen::VectorXd& f) {
-  return task == learners::Task::Classification ? metrics::Classify(y, f).balancedAccuracy : metrics::Regress(y, f).mse;
+/// Inner criterion: balanced accuracy (higher is better; macro for multiclass) or MSE (lower is
+/// better) unless the study names another (higher is better).
+double InnerScore(const learners::Targets& targets, const std::string& criterion, const Eigen::VectorXd& y, const learners::Model& model,
+                  const learners::KernelList& test) {
+  if (targets.task == learners::Task::Multiclass)
+    return metrics::AsMap(metrics::MultiClassify(y, model.Scores(test), targets.classes)).at(criterion.empty() ? "balanced_accuracy" : criterion);
+  const Eigen::VectorXd f = model.Decision(test);
+  if (!criterion.empty() && targets.task == learners::Task::Classification) return metrics::AsMap(metrics::Classify(y, f)).at(criterion);
+  return targets.task == learners::Task::Classification ? metrics::Classify(y, f).balancedAccuracy : metrics::Regress(y, f).mse;
 }
 /// The previously fitted grid point closest to point g (fewest differing parameters, then the most
 /// recent): its model warm-starts g's fit. Deterministic: it depends on the grid order only.
@@ -81,7 +87,7 @@ std::optional<std::size_t> NearestFitted(const std::vector<learners::ParamMap>& 
 bool Better(learners::Task task, double a, double b) {  // is a strictly better than b?
   if (std::isnan(a)) return false;
   if (std::isnan(b)) return true;
-  return task == learners::Task::Classification ? a > b : a < b;
+  return task != learners::Task::Regression ? a > b : a < b;
 }
 }  // namespace
 
@@ -142,7 +148,7 @@ std::vector<LearnerOutcome> RunNestedCv(const learners::KernelList& kernels, con
   std::vector<std::size_t> firstObject(L);
   for (std::size_t l = 0; l < L; ++l) {
     firstObject[l] = learnerObjects.size();
-    for (const auto& params : plans[l].grid) learnerObjects.push_back(learners::MakeLearner(plans[l].name, params));
+    for (const auto& params : plans[l].grid) learnerObjects.push_back(learners::MakeLearner(plans[l].name, params, options.multiclassWeights));
   }
   std::vector<bool> semi(L, false);
   std::vector<int> unlabelled;
@@ -191,7 +197,7 @@ std::vector<LearnerOutcome> RunNestedCv(const learners::KernelList& kernels, con
         try {
           fitted[g] = learnerObjects[firstObject[l] + g]->Fit(fk.train, yTrain, fitOptions);
           ok[g] = true;
-          scores[f][l][g][i] = InnerScore(targets.task, yTest, fitted[g].Decision(fk.test));
+          scores[f][l][g][i] = InnerScore(targets, options.criterion, yTest, fitted[g], fk.test);
         } catch (const Error&) {
           // e.g. a single class in a small inner training set: this point scores NaN (never chosen)
         }
@@ -234,7 +240,12 @@ std::vector<LearnerOutcome> RunNestedCv(const learners::KernelList& kernels, con
       }
       try {
         r.model = learnerObjects[firstObject[l] + r.chosen]->Fit(fk.train, yTrain);
-        r.decision = r.model.Decision(fk.test);
+        if (targets.task == learners::Task::Multiclass) {
+          r.scores = r.model.Scores(fk.test);
+          r.decision = metrics::PredictedClasses(r.scores);  // NaN where a score is not finite
+        } else {
+          r.decision = r.model.Decision(fk.test);
+        }
         // One definition of a failed fold everywhere (status, warnings, maps, metrics): a model whose
         // predictions are not finite failed, even if the solver returned.
         if (!r.decision.allFinite())
@@ -243,6 +254,7 @@ std::vector<LearnerOutcome> RunNestedCv(const learners::KernelList& kernels, con
       } catch (const Error& e) {
         r.error = e.what();
         r.decision = Eigen::VectorXd::Constant(static_cast<Eigen::Index>(r.test.size()), kNaN);
+        if (targets.task == learners::Task::Multiclass) r.scores = Eigen::MatrixXd::Constant(static_cast<Eigen::Index>(r.test.size()), targets.classes, kNaN);
       }
     }
   });
@@ -257,29 +269,39 @@ std::vector<LearnerOutcome> RunNestedCv(const learners::KernelList& kernels, con
 
 bool FoldFailed(const OuterFoldResult& fold) { return !fold.error.empty() || !fold.decision.allFinite(); }
 
-namespace {
-std::map<std::string, double> MetricsOf(learners::Task task, const Eigen::VectorXd& y, const Eigen::VectorXd& f) {
-  return task == learners::Task::Classification ? metrics::AsMap(metrics::Classify(y, f)) : metrics::AsMap(metrics::Regress(y, f));
+std::map<std::string, double> Metrics(const learners::Targets& targets, const Eigen::VectorXd& y, const Eigen::VectorXd& f, const Eigen::MatrixXd& scores) {
+  if (targets.task == learners::Task::Multiclass) return metrics::AsMap(metrics::MultiClassify(y, scores, targets.classes));
+  return targets.task == learners::Task::Classification ? metrics::AsMap(metrics::Classify(y, f)) : metrics::AsMap(metrics::Regress(y, f));
 }
-}  // namespace
+
+std::vector<std::string> InnerCriteria(learners::Task task) {
+  if (task == learners::Task::Multiclass) return {"balanced_accuracy", "macro_auc", "kappa", "accuracy"};
+  if (task == learners::Task::Classification) return {"balanced_accuracy", "auc", "accuracy"};
+  return {"mse"};
+}
 
 Summary Summarise(const LearnerOutcome& outcome, const learners::Targets& targets) {
   Summary s;
+  const bool multiclass = targets.task == learners::Task::Multiclass;
   int repeats = 0;
   for (const auto& f : outcome.folds) repeats = std::max(repeats, f.repeat + 1);
   // Pooled: per repeat over all out-of-fold predictions, then the mean over repeats.
   std::map<std::string, std::vector<double>> pooled;
   for (int r = 0; r < repeats; ++r) {
     std::vector<double> y, f;
+    std::vector<Eigen::RowVectorXd> rows;
     for (const auto& fold : outcome.folds) {
       if (fold.repeat != r) continue;
       for (std::size_t i = 0; i < fold.test.size(); ++i) {
         y.push_back(targets.y[fold.test[i]]);
         f.push_back(fold.decision[static_cast<Eigen::Index>(i)]);
+        if (multiclass) rows.push_back(fold.scores.row(static_cast<Eigen::Index>(i)));
       }
     }
     const Eigen::Map<Eigen::VectorXd> yv(y.data(), static_cast<Eigen::Index>(y.size())), fv(f.data(), static_cast<Eigen::Index>(f.size()));
-    for (const auto& [k, v] : MetricsOf(targets.task, yv, fv)) pooled[k].push_back(v);
+    Eigen::MatrixXd scores(static_cast<Eigen::Index>(rows.size()), multiclass ? targets.classes : 0);
+    for (std::size_t i = 0; i < rows.size(); ++i) scores.row(static_cast<Eigen::Index>(i)) = rows[i];
+    for (const auto& [k, v] : Metrics(targets, yv, fv, scores)) pooled[k].push_back(v);
   }
   for (const auto& [k, v] : pooled) {
     double sum = 0;
@@ -296,7 +318,7 @@ Summary Summarise(const LearnerOutcome& outcome, const learners::Targets& target
   for (const auto& fold : outcome.folds) {
     if (FoldFailed(fold)) continue;
     const Eigen::VectorXd y = Subset(targets.y, fold.test);
-    for (const auto& [k, v] : MetricsOf(targets.task, y, fold.decision))
+    for (const auto& [k, v] : Metrics(targets, y, fold.decision, fold.scores))
       if (!std::isnan(v)) perFold[k].push_back(v);
   }
   for (const auto& [k, v] : perFold) {
@@ -309,6 +331,7 @@ Summary Summarise(const LearnerOutcome& outcome, const learners::Targets& target
 
 std::vector<std::pair<std::string, bool>> PermutationMetrics(learners::Task task) {
   if (task == learners::Task::Classification) return {{"balanced_accuracy", true}, {"auc", true}, {"accuracy", true}};
+  if (task == learners::Task::Multiclass) return {{"balanced_accuracy", true}, {"macro_auc", true}, {"kappa", true}, {"accuracy", true}};
   return {{"pearson_r", true}, {"r2", true}, {"mse", false}};
 }
 

@@ -38,17 +38,24 @@ std::vector<int> KFoldAssignment(int n, int k, Rng& rng) {
 std::vector<int> StratifiedAssignment(learners::Task task, const Eigen::VectorXd& y, int k, Rng& rng, const std::string& where) {
   const int n = static_cast<int>(y.size());
   std::vector<int> foldOf(static_cast<std::size_t>(n));
-  if (task == learners::Task::Classification) {
-    // Each class shuffled and dealt round-robin, continuing where the previous class stopped.
+  if (task == learners::Task::Classification || task == learners::Task::Multiclass) {
+    // Each class shuffled and dealt round-robin, continuing where the previous class stopped
+    // (binary: positive then negative; multiclass: classes 0, 1, ...).
+    std::vector<double> classes = {1.0, -1.0};
+    if (task == learners::Task::Multiclass) {
+      classes.clear();
+      for (int c = 0; c <= static_cast<int>(y.size() > 0 ? y.maxCoeff() : -1); ++c) classes.push_back(c);
+    }
     int next = 0;
-    for (double cls : {1.0, -1.0}) {
+    for (double cls : classes) {
       std::vector<int> members;
       for (int i = 0; i < n; ++i)
         if (y[i] == cls) members.push_back(i);
       if (!members.empty() && static_cast<int>(members.size()) < k)
         throw InputError("cv:ClassTooSmall", where,
                          fmt::format("class {} has {} subjects, fewer than k = {} folds; use a smaller k or leave_one_out",
-                                     cls > 0 ? "positive" : "negative", members.size(), k));
+                                     task == learners::Task::Multiclass ? std::to_string(static_cast<int>(cls)) : cls > 0 ? "positive" : "negative",
+                                     members.size(), k));
       rng.Shuffle(members);
       for (int i : members) foldOf[static_cast<std::size_t>(i)] = next++ % k;
     }

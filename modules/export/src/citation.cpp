@@ -120,6 +120,13 @@ std::string SubjectsText(const RunRecord& r) {
     return fmt::format("n = {} subjects ({}; classification of column \"{}\", positive class {})", n, Join(parts, ", "), r.targetColumn,
                        r.positiveClass);
   }
+  if (r.task == "multiclass") {
+    std::vector<int> perClass(r.classNames.size(), 0);
+    for (double t : r.targets) ++perClass.at(static_cast<std::size_t>(t));
+    std::vector<std::string> parts;
+    for (std::size_t c = 0; c < r.classNames.size(); ++c) parts.push_back(fmt::format("{} {}", perClass[c], r.classNames[c]));
+    return fmt::format("n = {} subjects ({}; {}-class classification of column \"{}\")", n, Join(parts, ", "), r.classNames.size(), r.targetColumn);
+  }
   double lo = 0, hi = 0, mean = 0;
   if (!r.targets.empty()) {
     lo = *std::min_element(r.targets.begin(), r.targets.end());
@@ -191,7 +198,9 @@ std::string CitationMarkdown(const RunRecord& r) {
   md += fmt::format("Performance was estimated by nested cross-validation: outer {}, inner {} (seed {}). Hyper-parameters were chosen in the "
                     "inner loop on each outer training set by {}; performance was pooled over the out-of-fold predictions. ",
                     r.outerScheme, r.innerScheme, r.cvSeed,
-                    r.task == "classification" ? "the mean balanced accuracy over inner folds" : "the mean squared error over inner folds");
+                    r.task == "classification" ? "the mean balanced accuracy over inner folds"
+                    : r.task == "multiclass"   ? "the mean macro balanced accuracy over inner folds"
+                                               : "the mean squared error over inner folds");
   // Learners.
   std::vector<std::string> learnerTexts;
   for (const auto& lr : r.learners) {

@@ -211,6 +211,77 @@ std::string ConfusionMatrix(const LearnerRecord& lr, const RunRecord& r) {
   return svg;
 }
 
+/// Multiclass: the pooled k x k confusion matrix (rows: true class, columns: predicted), cells shaded
+/// by their share of the true class.
+std::string MulticlassConfusion(const LearnerRecord& lr, const RunRecord& r) {
+  const auto k = static_cast<int>(r.classNames.size());
+  const int cell = std::max(36, 210 / std::max(k, 1)), left = 110, top = 40, width = left + k * cell + 20, height = top + k * cell + 40;
+  std::string svg = fmt::format(R"(<svg class="figure" role="img" aria-label="confusion matrix" width="{}" height="{}" viewBox="0 0 {} {}">)", width, height, width, height);
+  svg += fmt::format(R"(<text x="{}" y="14" font-size="11" text-anchor="middle">predicted class</text>)", left + k * cell / 2);
+  auto value = [&](int i, int j) {
+    const std::string key = "confusion_" + r.classNames[static_cast<std::size_t>(i)] + "_" + r.classNames[static_cast<std::size_t>(j)];
+    return lr.summary.pooled.count(key) ? lr.summary.pooled.at(key) : NAN;
+  };
+  for (int j = 0; j < k; ++j)
+    svg += fmt::format(R"(<text x="{}" y="{}" font-size="10" text-anchor="middle">{}</text>)", left + cell * j + cell / 2, top - 6, Escape(r.classNames[static_cast<std::size_t>(j)]));
+  for (int i = 0; i < k; ++i) {
+    double rowTotal = 0;
+    for (int j = 0; j < k; ++j) rowTotal += std::isfinite(value(i, j)) ? value(i, j) : 0;
+    svg += fmt::format(R"(<text x="{}" y="{}" font-size="10" text-anchor="end">true {}</text>)", left - 6, top + cell * i + cell / 2 + 4, Escape(r.classNames[static_cast<std::size_t>(i)]));
+    for (int j = 0; j < k; ++j) {
+      const double v = value(i, j), share = rowTotal > 0 && std::isfinite(v) ? v / rowTotal : 0;
+      const int shade = static_cast<int>(std::lround(255 - 180 * share));
+      svg += fmt::format(R"svg(<rect x="{}" y="{}" width="{}" height="{}" fill="rgb({},{},255)" stroke="#fff"/><text x="{}" y="{}" font-size="12" text-anchor="middle">{}</text>)svg",
+                         left + cell * j, top + cell * i, cell, cell, shade, shade, left + cell * j + cell / 2, top + cell * i + cell / 2 + 4,
+                         std::isfinite(v) ? fmt::format("{:.0f}", v) : "&ndash;");
+    }
+  }
+  svg += fmt::format(R"(<text x="{}" y="{}" font-size="10" fill="#555">{}: pooled out-of-fold predictions</text></svg>)", 4, height - 8, Escape(lr.outcome.label));
+  return svg;
+}
+
+/// Multiclass: one-vs-rest ROC curve of every class (its score column against the rest), first repetition.
+std::string PerClassRoc(const LearnerRecord& lr, const RunRecord& r) {
+  const int size = 320, pad = 40, plot = size - 2 * pad;
+  std::string svg = fmt::format(R"(<svg class="figure" role="img" aria-label="per-class ROC curves" width="{}" height="{}" viewBox="0 0 {} {}">)", size + 150, size, size + 150, size);
+  svg += fmt::format(R"(<rect x="{}" y="{}" width="{}" height="{}" fill="none" stroke="#888"/>)", pad, pad, plot, plot);
+  svg += fmt::format(R"(<line x1="{}" y1="{}" x2="{}" y2="{}" stroke="#bbb" stroke-dasharray="4 3"/>)", pad, pad + plot, pad + plot, pad);
+  const std::vector<double> unit = {0, 0.25, 0.5, 0.75, 1};
+  svg += XTicks(unit, [&](double v) { return pad + plot * v; }, pad + plot);
+  svg += YTicks(unit, [&](double v) { return pad + plot * (1 - v); }, pad);
+  for (std::size_t c = 0; c < r.classNames.size(); ++c) {
+    std::vector<double> y, f;
+    for (const auto& fold : lr.outcome.folds)
+      if (fold.repeat == 0 && fold.scores.cols() > static_cast<Eigen::Index>(c))
+        for (std::size_t i = 0; i < fold.test.size(); ++i)
+          if (fold.scores.row(static_cast<Eigen::Index>(i)).allFinite()) {
+            y.push_back(r.targets[static_cast<std::size_t>(fold.test[i])] == static_cast<double>(c) ? 1.0 : -1.0);
+            f.push_back(fold.scores(static_cast<Eigen::Index>(i), static_cast<Eigen::Index>(c)));
+          }
+    std::vector<std::size_t> order(y.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return f[a] > f[b]; });
+    const double pos = static_cast<double>(std::count_if(y.begin(), y.end(), [](double v) { return v > 0; }));
+    const double neg = static_cast<double>(y.size()) - pos;
+    if (pos == 0 || neg == 0) continue;
+    std::string points = fmt::format("{},{} ", pad, pad + plot);
+    double tp = 0, fp = 0;
+    for (std::size_t k = 0; k < order.size(); ++k) {
+      (y[order[k]] > 0 ? tp : fp) += 1;
+      if (k + 1 < order.size() && f[order[k + 1]] == f[order[k]]) continue;  // ties move diagonally
+      points += fmt::format("{:.1f},{:.1f} ", pad + plot * fp / neg, pad + plot * (1 - tp / pos));
+    }
+    const char* colour = kColours[c % 8];
+    const std::string key = "auc_" + r.classNames[c];
+    svg += fmt::format(R"(<polyline points="{}" fill="none" stroke="{}" stroke-width="2"/>)", points, colour);
+    svg += fmt::format(R"(<text x="{}" y="{}" font-size="11" fill="{}">{} (AUC {})</text>)", size - 10, pad + 14 + 16 * static_cast<int>(c), colour,
+                       Escape(r.classNames[c]), Num(lr.summary.pooled.count(key) ? lr.summary.pooled.at(key) : NAN));
+  }
+  svg += fmt::format(R"(<text x="{}" y="{}" font-size="11" text-anchor="middle">{}: false positive rate (class vs rest)</text>)", pad + plot / 2, size - 4, Escape(lr.outcome.label));
+  svg += fmt::format(R"(<text x="10" y="{}" font-size="11" transform='rotate(-90 10 {})' text-anchor="middle">true positive rate</text></svg>)", pad + plot / 2, pad + plot / 2);
+  return svg;
+}
+
 /// Histogram of a metric over the permutations with the observed value marked.
 std::string NullHistogram(const LearnerRecord& lr, const std::string& metric) {
   if (!lr.permutations.null.count(metric) || !lr.summary.pooled.count(metric)) return "";
@@ -355,7 +426,7 @@ std::vector<float> Background(const atlas::RegionIndex& regions) {
 }  // namespace
 
 std::string RenderReport(const RunRecord& r, const std::vector<std::vector<float>>& meanMaps, const atlas::RegionIndex* regions) {
-  const bool classification = r.task == "classification";
+  const bool classification = r.task == "classification", multiclass = r.task == "multiclass";
   std::string h;
   h += "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>neuromkl: " + Escape(r.study) + "</title>\n";
   h += R"(<style>body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:2em auto;max-width:1100px;color:#222;padding:0 1em}
@@ -369,7 +440,8 @@ td,th{border:1px solid #ddd;padding:.25em .6em;text-align:left;font-size:.92em}t
   h += "<h2>Study</h2>\n<table>\n";
   auto row = [&](const std::string& k, const std::string& v) { h += "<tr><th>" + k + "</th><td>" + v + "</td></tr>\n"; };
   row("task", Escape(r.task) + " of <code>" + Escape(r.targetColumn) + "</code>" +
-                  (classification ? " (positive class <code>" + Escape(r.positiveClass) + "</code>, negative <code>" + Escape(r.negativeClass) + "</code>)" : ""));
+                  (classification ? " (positive class <code>" + Escape(r.positiveClass) + "</code>, negative <code>" + Escape(r.negativeClass) + "</code>)" : "") +
+                  (multiclass ? " (classes <code>" + Escape(Join(r.classNames, ", ")) + "</code>; kernel weights " + Escape(r.multiclassWeights) + ")" : ""));
   row("subjects", fmt::format("{} used, {} excluded (no target)", r.labelledSubjects.size(), r.excludedSubjects.size()));
   row("kernels", fmt::format("{} ({}), {} excluded; {}centred, {}normalised per fold on training subjects", r.kernels.size(), Escape(r.kernelSource),
                              r.excludedKernels.size(), r.centre ? "" : "not ", r.normalise ? "" : "not "));
@@ -391,8 +463,11 @@ td,th{border:1px solid #ddd;padding:.25em .6em;text-align:left;font-size:.92em}t
   if (!r.learners.empty() && r.learners[0].permutations.count > 0)
     h += fmt::format("; p from {} permutations of the targets (whole nested CV rerun each time), (count + 1) / (N + 1)", r.learners[0].permutations.count);
   h += ".</p>\n<table><tr><th>learner</th>";
+  std::vector<std::pair<std::string, std::string>> classMetrics = {{"balanced_accuracy", "macro balanced accuracy"}, {"macro_auc", "macro AUC"},
+                                                                   {"kappa", "Cohen's kappa"}, {"accuracy", "accuracy"}};
+  for (const auto& c : r.classNames) classMetrics.emplace_back("recall_" + c, "recall " + Escape(c));
   const std::vector<std::pair<std::string, std::string>> metrics =
-      classification ? std::vector<std::pair<std::string, std::string>>{{"balanced_accuracy", "balanced accuracy"}, {"auc", "AUC"}, {"accuracy", "accuracy"},
+      multiclass ? classMetrics : classification ? std::vector<std::pair<std::string, std::string>>{{"balanced_accuracy", "balanced accuracy"}, {"auc", "AUC"}, {"accuracy", "accuracy"},
                                                                        {"recall_positive", "sensitivity"}, {"recall_negative", "specificity"}}
                      : std::vector<std::pair<std::string, std::string>>{{"pearson_r", "Pearson r"}, {"r2", "R&#178; (coef. of determination)"},
                                                                        {"mse", "MSE"}, {"mae", "MAE"}, {"nmse", "normalised MSE"}};
@@ -410,7 +485,9 @@ td,th{border:1px solid #ddd;padding:.25em .6em;text-align:left;font-size:.92em}t
     h += "</tr>\n";
   }
   h += "</table>\n<div class=\"figs\">";
-  if (classification) {
+  if (multiclass) {
+    for (const auto& lr : r.learners) h += MulticlassConfusion(lr, r) + PerClassRoc(lr, r);
+  } else if (classification) {
     h += RocChart(r);
     for (const auto& lr : r.learners) h += ConfusionMatrix(lr, r);
   } else {
@@ -418,14 +495,14 @@ td,th{border:1px solid #ddd;padding:.25em .6em;text-align:left;font-size:.92em}t
   }
   h += "</div>\n";
   if (r.permutations > 0) {
-    const std::string metric = classification ? "balanced_accuracy" : "pearson_r";
+    const std::string metric = classification || multiclass ? "balanced_accuracy" : "pearson_r";
     h += "<h2>Permutation test</h2>\n<p class=\"note\">The whole nested cross-validation rerun on permuted targets; the red line is the "
          "value on the real targets. Every metric's null distribution: <code>null_distribution.tsv</code>.</p>\n<div class=\"figs\">";
     for (const auto& lr : r.learners) h += NullHistogram(lr, metric);
     h += "</div>\n";
   }
   h += "<h2>Fits and chosen parameters</h2>\n<p class=\"note\">Parameters chosen by the inner cross-validation on each outer training set "
-       "(score: mean over inner folds of " + std::string(classification ? "balanced accuracy" : "MSE") + "), and how each outer refit ended.</p>\n";
+       "(score: mean over inner folds of " + std::string(!r.innerCriterion.empty() ? r.innerCriterion : classification ? "balanced accuracy" : multiclass ? "macro balanced accuracy" : "MSE") + "), and how each outer refit ended.</p>\n";
   for (const auto& lr : r.learners) h += FitTable(lr);
 
   std::vector<float> background;
@@ -436,6 +513,12 @@ td,th{border:1px solid #ddd;padding:.25em .6em;text-align:left;font-size:.92em}t
          ". Table: <code>regions_" + Escape(lr.outcome.label) + ".tsv</code>" + (lr.meanMap.empty() ? "" : "; map: <code>" + Escape(lr.meanMap) + "</code>") + ".</p>\n";
     h += "<div class=\"figs\">" + TopRegionsChart(lr, r, 15) + SelectedCountsChart(lr, r.kernels.size()) + "</div>\n";
     if (regions && l < meanMaps.size() && !meanMaps[l].empty()) h += Montage(meanMaps[l], background, regions->grid);
+    for (std::size_t c = 0; c < lr.classRegions.size() && c < r.classNames.size(); ++c) {
+      LearnerRecord one;
+      one.regions = lr.classRegions[c];
+      h += "<h3>" + Escape(lr.outcome.label) + ", class " + Escape(r.classNames[c]) + " vs rest</h3>\n<p class=\"note\">Table: <code>regions_" +
+           Escape(lr.outcome.label) + "_class-" + Escape(r.classNames[c]) + ".tsv</code>.</p>\n<div class=\"figs\">" + TopRegionsChart(one, r, 15) + "</div>\n";
+    }
   }
   if (!r.warnings.empty()) {
     h += "<h2>Warnings</h2><ul>";

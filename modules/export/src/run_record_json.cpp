@@ -42,6 +42,10 @@ std::string RunRecordJson(const RunRecord& r) {
     j["target"]["positive_class"] = r.positiveClass;
     j["target"]["negative_class"] = r.negativeClass;
   }
+  if (r.task == "multiclass") {
+    j["target"]["classes"] = r.classNames;  // label k = classes[k]
+    j["target"]["multiclass_weights"] = r.multiclassWeights;
+  }
   j["subjects"] = {{"labelled", r.labelledSubjects}, {"targets", r.targets}, {"excluded", Json::array()}};
   for (const auto& [id, why] : r.excludedSubjects) j["subjects"]["excluded"].push_back({{"id", id}, {"reason", why}});
   j["kernels"] = {{"source", r.kernelSource}, {"cache", r.kernelCache}, {"count", r.kernels.size()}, {"regions", Json::array()},
@@ -61,8 +65,10 @@ std::string RunRecordJson(const RunRecord& r) {
   for (const auto& k : r.excludedKernels)
     j["kernels"]["excluded"].push_back({{"name", k.info.name}, {"label", k.info.label}, {"reason", k.reason}});
   j["cv"] = {{"outer", r.outerScheme}, {"inner", r.innerScheme}, {"seed", r.cvSeed},
-             {"inner_criterion", r.task == "classification" ? "balanced_accuracy (mean over inner folds, higher is better)"
-                                                            : "mse (mean over inner folds, lower is better)"},
+             {"inner_criterion", !r.innerCriterion.empty() ? r.innerCriterion + " (mean over inner folds, higher is better)"
+                                 : r.task == "classification" ? "balanced_accuracy (mean over inner folds, higher is better)"
+                                 : r.task == "multiclass"     ? "balanced_accuracy, macro: mean per-class recall (mean over inner folds, higher is better)"
+                                                              : "mse (mean over inner folds, lower is better)"},
              {"tie_rule", "first best grid point, grid ordered from the most regularised (c ascending, lambda and mu descending)"}};
   j["learners"] = Json::array();
   for (const auto& lr : r.learners) {

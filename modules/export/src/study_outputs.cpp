@@ -78,6 +78,22 @@ Rows MetricRows(const RunRecord& r) {
 }
 
 Rows PredictionRows(const RunRecord& r) {
+  if (r.task == "multiclass") {  // the predicted class (arg max) and every class's score
+    std::vector<std::string> header = {"subject", "learner", "repeat", "fold", "target", "predicted"};
+    for (const auto& c : r.classNames) header.push_back("score_" + c);
+    Rows rows = {header};
+    for (const auto& lr : r.learners)
+      for (const auto& f : lr.outcome.folds)
+        for (std::size_t i = 0; i < f.test.size(); ++i) {
+          const auto s = static_cast<std::size_t>(f.test[i]);
+          const double d = f.decision[static_cast<Eigen::Index>(i)];
+          std::vector<std::string> cells = {r.labelledSubjects[s], lr.outcome.label, std::to_string(f.repeat), std::to_string(f.index), r.rawTargets[s],
+                                            std::isfinite(d) ? r.classNames[static_cast<std::size_t>(d)] : "n/a"};
+          for (Eigen::Index c = 0; c < f.scores.cols(); ++c) cells.push_back(Cell(f.scores(static_cast<Eigen::Index>(i), c)));
+          rows.push_back(cells);
+        }
+    return rows;
+  }
   Rows rows = {{"subject", "learner", "repeat", "fold", "target", "decision", "predicted"}};
   const bool classification = r.task == "classification";
   for (const auto& lr : r.learners)
@@ -107,14 +123,14 @@ Rows FoldRows(const RunRecord& r) {
   return rows;
 }
 
-Rows RegionRankingRows(const RunRecord& r, const LearnerRecord& lr) {
+Rows RegionRankingRows(const RunRecord& r, const LearnerRecord& lr, const std::vector<weights::RegionRow>& regions) {
   std::vector<std::string> header = {"rank", "label", "name", "voxels", "non_finite_voxels", "subjects_with_signal", "low_coverage",
                                      "mean_percent", "sd_percent", "folds_selected", "expected_ranking"};
   for (const auto& f : lr.outcome.folds)
     if (f.error.empty()) header.push_back(FoldSuffix(f) + "_percent");
   Rows rows = {header};
-  for (std::size_t i = 0; i < lr.regions.size(); ++i) {
-    const auto& row = lr.regions[i];
+  for (std::size_t i = 0; i < regions.size(); ++i) {
+    const auto& row = regions[i];
     const auto& k = r.kernels[row.kernel];
     std::vector<std::string> cells = {std::to_string(i + 1), std::to_string(k.label), k.name, std::to_string(k.features),
                                       std::to_string(k.nonFiniteVoxels), SubjectsWithSignalCell(r, row.kernel),
@@ -184,7 +200,9 @@ void WriteStudyTables(const std::string& dir, RunRecord& record, const WeightMap
   const std::vector<std::string> bidsLabels = BidsLearnerLabels(labels);
   for (std::size_t l = 0; l < record.learners.size(); ++l) {
     auto& lr = record.learners[l];
-    WriteTextFile(dir + "/regions_" + lr.outcome.label + ".tsv", Tsv(RegionRankingRows(record, lr)));
+    WriteTextFile(dir + "/regions_" + lr.outcome.label + ".tsv", Tsv(RegionRankingRows(record, lr, lr.regions)));
+    for (std::size_t c = 0; c < lr.classRegions.size() && c < record.classNames.size(); ++c)
+      WriteTextFile(dir + "/regions_" + lr.outcome.label + "_class-" + record.classNames[c] + ".tsv", Tsv(RegionRankingRows(record, lr, lr.classRegions[c])));
     WriteTextFile(dir + "/regions_" + lr.outcome.label + ".json", RegionRankingNotes(lr));
     if (grid && l < maps.folds.size() && !maps.folds[l].empty()) WriteLearnerMaps(dir, record, lr, bidsLabels[l], maps.folds[l], maps.mean[l], *grid);
   }

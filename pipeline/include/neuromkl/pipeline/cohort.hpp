@@ -18,8 +18,9 @@ struct Cohort {
   std::vector<std::pair<std::string, std::string>> excluded;  ///< id, reason (not used for supervised training)
   // Labelled subjects only:
   std::vector<int> labelledRows;        ///< row indices into ids
-  Eigen::VectorXd y;                    ///< +-1 (classification) or values (regression)
+  Eigen::VectorXd y;                    ///< +-1 (classification), 0..k-1 (multiclass: index into classNames) or values (regression)
   std::string positiveClass, negativeClass;
+  std::vector<std::string> classNames;  ///< multiclass: the class of label 0, 1, ... (numeric order if every class is a number, else lexical)
   std::vector<std::pair<std::string, int>> classCounts;  ///< classification: class, count (sorted)
   std::vector<std::string> groups;       ///< labelled subjects' values of the CV group column (if any scheme uses one)
   std::vector<std::string> customFolds;  ///< labelled subjects' values of the custom fold column (if used)

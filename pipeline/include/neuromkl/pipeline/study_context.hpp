@@ -55,6 +55,8 @@ struct StudyContext {
   /// output location or thread count): checkpoints are reused only under the same key.
   std::string PermutationKey() const;
   std::vector<std::string> LearnerLabels() const;
+  /// The study's task and class count with targets y (the cohort's, or permuted ones).
+  learners::Targets TargetsOf(const Eigen::VectorXd& y) const;
 };
 
 /// Stage 1: reads the subjects table and plans the outer folds (cheap; config and input errors surface here).

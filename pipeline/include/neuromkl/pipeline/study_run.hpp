@@ -44,6 +44,9 @@ struct SimulateOptions {
   std::uint64_t seed = 1;
   bool compress = true;      ///< .nii.gz (else .nii)
   int unlabelled = 0;        ///< extra subjects written with target n/a
+  int classes = 2;           ///< > 2: a multiclass cohort, classes A, B, C, ... of (nearly) equal size
+  /// multiclass: class k's signal regions (its images are shifted by `effect` there); empty = one default region per class
+  std::vector<std::vector<std::string>> classSignal;
 };
 /// Writes images/, participants.tsv, truth.json and study.json; returns the study file path.
 std::string Simulate(const SimulateOptions& options);

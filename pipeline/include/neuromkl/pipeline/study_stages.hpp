@@ -40,6 +40,8 @@ struct RegionWeightsResult {
   exporting::WeightMaps maps;
   std::vector<std::vector<weights::RegionRow>> tables;  ///< per learner
   std::vector<std::string> sources;                     ///< per learner: what its region weights are
+  std::vector<std::vector<std::vector<weights::RegionRow>>> classTables;  ///< per learner, per class (multiclass, per_class weights only)
+  std::vector<std::string> warnings;
 };
 RegionWeightsResult RunRegionWeights(const StudyContext& ctx, const std::vector<exporting::LearnerRecord>& learners);
 

@@ -42,6 +42,8 @@ struct TargetSpec {
   std::string column;                ///< required
   learners::Task task = learners::Task::Classification;  ///< required in the file
   std::string positiveClass;         ///< classification; empty = the last class in sorted order
+  /// multiclass: kernel weights of the MKL learners shared by all classes, or one set per class
+  learners::MulticlassWeights multiclassWeights = learners::MulticlassWeights::Shared;
 };
 
 /// One atlas image with its table; several in one study are combined (names prefixed).
@@ -122,6 +124,7 @@ struct CvSpec {
   CvSchemeSpec inner;                ///< scheme defaults to stratified/k-fold with k = 5
   std::uint64_t seed = 0;            ///< set from the study seed unless given
   bool seedGiven = false;
+  std::string criterion;             ///< inner-CV selection criterion; empty = the task's default (cv::InnerCriteria)
 };
 
 struct LearnerSpec {

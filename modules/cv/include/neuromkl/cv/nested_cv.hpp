@@ -39,9 +39,10 @@ struct OuterFoldResult {
   int index = 0, repeat = 0;
   std::vector<int> train, test;
   std::vector<int> unlabelled;       ///< semi-supervised learners: unlabelled subjects appended to the training set
-  Eigen::VectorXd decision;          ///< on the test subjects
+  Eigen::VectorXd decision;          ///< on the test subjects (multiclass: the predicted class, 0..classes-1)
+  Eigen::MatrixXd scores;            ///< multiclass only: class scores of the test subjects (test x classes)
   std::size_t chosen = 0;            ///< index into the plan's grid
-  std::vector<double> innerScores;   ///< mean inner score per grid point (balanced accuracy or MSE)
+  std::vector<double> innerScores;   ///< mean inner score per grid point (the inner criterion, e.g. balanced accuracy, or MSE)
   learners::Model model;
   std::string error;                 ///< non-empty if the refit failed
 };
@@ -59,6 +60,11 @@ struct NestedCvOptions {
   /// Semi-supervised learners get them appended to every training set (outer and inner) with NaN
   /// targets; they are never test subjects, and the other learners never see them.
   int unlabelled = 0;
+  /// Multiclass: shared or per-class kernel weights of the MKL learners.
+  learners::MulticlassWeights multiclassWeights = learners::MulticlassWeights::Shared;
+  /// Inner criterion (a metric name of PermutationMetrics' kind, larger is better); empty = balanced
+  /// accuracy (classification, macro for multiclass) or MSE (regression).
+  std::string criterion;
 };
 
 /// `kernels`: raw (n + unlabelled) x (n + unlabelled) kernels; `targets`: n values. InputError for folds that
@@ -93,6 +99,12 @@ bool FoldFailed(const OuterFoldResult& fold);
 /// subjects are never scored), with "failed_folds" (outer folds whose fit failed, over all repeats) and
 /// "scored_subjects" (subjects scored per repeat); fold mean and SD over the successful folds.
 Summary Summarise(const LearnerOutcome& outcome, const learners::Targets& targets);
+
+/// Metrics of out-of-fold predictions: `decision` for binary and regression, `scores` (rows x classes) for multiclass.
+std::map<std::string, double> Metrics(const learners::Targets& targets, const Eigen::VectorXd& y, const Eigen::VectorXd& decision,
+                                      const Eigen::MatrixXd& scores);
+/// The inner criteria a study may choose for a task (the first is the default).
+std::vector<std::string> InnerCriteria(learners::Task task);
 
 /// The metrics a permutation test reports, with their direction (true = larger is better).
 std::vector<std::pair<std::string, bool>> PermutationMetrics(learners::Task task);

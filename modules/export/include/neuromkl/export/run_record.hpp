@@ -29,6 +29,8 @@ struct LearnerRecord {
   std::string regionSource;                 ///< what the region weights are (kernel weights or a voxel-map summary)
   std::vector<std::string> foldMaps;        ///< voxel weight map per outer fold (relative paths), if written
   std::string meanMap;                      ///< mean voxel weight map (relative path), if written
+  /// multiclass with per-class weights: one ranked region table per class (RunRecord::classNames order)
+  std::vector<std::vector<weights::RegionRow>> classRegions;
 };
 
 /// One row of the subjects table as the run used it.
@@ -41,6 +43,9 @@ struct SubjectRow {
 
 struct RunRecord {
   std::string study, version, configPath, inputHash, task, targetColumn, positiveClass, negativeClass;
+  std::vector<std::string> classNames;  ///< multiclass: the class of label 0, 1, ...
+  std::string multiclassWeights;        ///< multiclass: "shared" or "per_class"
+  std::string innerCriterion;           ///< the inner-CV criterion if the study chose one (empty = the task's default)
   std::uint64_t seed = 0, cvSeed = 0;
   std::string outerScheme, innerScheme;
   std::vector<std::string> labelledSubjects;
