@@ -106,7 +106,7 @@ TEST(MulticlassStudy, ValidateReportsClassSizesAndRefusesAClassTooSmallForTheFol
     table += rows[i][0] + "\t" + rows[i][1] + "\t" + rows[i][2] + "\n";
   }
   WriteFile(dir / "cohort/participants.tsv", table);
-  for (const std::string command : {"validate " + study, "run " + study + " --out " + (dir / "never") + " -q"}) {
+  for (const std::string& command : {"validate " + study, "run " + study + " --out " + (dir / "never") + " -q"}) {
     r = RunCli(command);
     EXPECT_EQ(r.exitCode, 2) << r.output;
     EXPECT_THAT(r.output, HasSubstr("class \"C\" of column \"group\" has 4 subjects, fewer than the 5 outer folds"));
