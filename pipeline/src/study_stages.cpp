@@ -126,13 +126,26 @@ exporting::WeightMaps ComputeWeightMaps(const StudyContext& ctx, const std::vect
   exporting::WeightMaps maps;
   maps.folds.resize(learners.size());
   maps.mean.resize(learners.size());
+  maps.classMean.resize(learners.size());
+  std::vector<int> classFolds(learners.size(), 0);
   std::vector<Eigen::MatrixXd> subjectWeights;
   std::vector<std::size_t> learnerOf;  // learner of each map
+  std::vector<Eigen::Index> classOf;     // multiclass: class of each map
   for (std::size_t l = 0; l < learners.size(); ++l)
     for (const auto& fold : learners[l].outcome.folds) {
       if (!fold.error.empty()) continue;
       std::vector<int> train = fold.train;
       train.insert(train.end(), fold.unlabelled.begin(), fold.unlabelled.end());
+      if (fold.model.Multiclass()) {  // one map per class: its coefficients and (per-class) kernel weights
+        for (Eigen::Index c = 0; c < fold.model.coefs.cols(); ++c) {
+          const Eigen::VectorXd beta = fold.model.betas.cols() > c ? Eigen::VectorXd(fold.model.betas.col(c)) : fold.model.beta;
+          subjectWeights.push_back(weights::SubjectWeights(ctx.kernels, {train, fold.test, fold.model.coefs.col(c), beta}, study.kernels.centre,
+                                                           study.kernels.normalise));
+          learnerOf.push_back(l);
+          classOf.push_back(c);
+        }
+        continue;
+      }
       subjectWeights.push_back(
           weights::SubjectWeights(ctx.kernels, {train, fold.test, fold.model.coef, fold.model.beta}, study.kernels.centre, study.kernels.normalise));
       learnerOf.push_back(l);
@@ -153,8 +166,21 @@ exporting::WeightMaps ComputeWeightMaps(const StudyContext& ctx, const std::vect
       if (norm > 0)
         for (float& v : map) v = static_cast<float>(v / std::sqrt(norm));
     }
+    if (!classOf.empty()) {  // multiclass: summed per class, averaged below
+      auto& perClass = maps.classMean[learnerOf[k]];
+      const auto c = static_cast<std::size_t>(classOf[k]);
+      if (perClass.size() <= c) perClass.resize(c + 1);
+      if (perClass[c].empty()) perClass[c].assign(map.size(), 0.0f);
+      for (std::size_t v = 0; v < map.size(); ++v) perClass[c][v] += map[v];
+      if (c == 0) ++classFolds[learnerOf[k]];
+      continue;
+    }
     maps.folds[learnerOf[k]].push_back(std::move(map));
   }
+  for (std::size_t l = 0; l < maps.classMean.size(); ++l)
+    for (auto& m : maps.classMean[l])
+      for (float& v : m) v = static_cast<float>(v / std::max(1, classFolds[l]));
+  if (!classOf.empty()) maps.classFolds = classFolds.empty() ? 0 : *std::max_element(classFolds.begin(), classFolds.end());
   for (std::size_t l = 0; l < learners.size(); ++l) {
     const auto& folds = maps.folds[l];
     if (folds.empty()) continue;
@@ -271,11 +297,7 @@ RegionWeightsResult RunRegionWeights(const StudyContext& ctx, const std::vector<
   const bool perClass = multiclass && ctx.study.target.multiclassWeights == learners::MulticlassWeights::PerClass;
   const auto classes = static_cast<Eigen::Index>(ctx.cohort.classNames.size());
   if (ctx.study.output.weightMaps && ctx.ks.regions.has_value()) {
-    if (multiclass)
-      result.warnings.push_back("output.weight_maps: voxel maps are not written for multiclass studies (one map per class is not implemented); "
-                                "the region tables rank the regions");
-    else
-      result.maps = ComputeWeightMaps(ctx, learners);
+    result.maps = ComputeWeightMaps(ctx, learners);  // multiclass: one mean map per class
   }
   const cv::Preprocessing preprocessing{ctx.study.kernels.centre, ctx.study.kernels.normalise};
   for (const auto& lr : learners) {

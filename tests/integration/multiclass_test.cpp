@@ -57,6 +57,16 @@ TEST(MulticlassStudy, ClassSpecificRegionsPerClassTablesAndTheUnionInTheSharedRa
   EXPECT_EQ(TopRegions(dir / "shared/regions_enmkl_svm.tsv", 4), all);
   EXPECT_EQ(TopRegions(dir / "shared/regions_svm.tsv", 4), all);
   EXPECT_FALSE(std::filesystem::exists(dir / "shared/regions_enmkl_svm_class-A.tsv"));
+  // Voxel maps: one mean map (with its sidecar) per learner and class.
+  int classMaps = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir / "shared/weights")) {
+    const std::string name = entry.path().filename().string();
+    if (name.find("Class") != std::string::npos && name.ends_with("Mean_weights.nii.gz")) ++classMaps;
+    if (name.find("ClassBMean_weights.json") != std::string::npos) {
+      EXPECT_THAT(ReadFile(entry.path().string()), HasSubstr("\"Class\": \"B vs rest"));
+    }
+  }
+  EXPECT_EQ(classMaps, 2 * 3);
   const auto results = nlohmann::json::parse(ReadFile(dir / "shared/results.json"));
   EXPECT_EQ(results["task"], "multiclass");
   EXPECT_EQ(results["target"]["classes"], nlohmann::json({"A", "B", "C"}));

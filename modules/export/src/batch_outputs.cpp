@@ -54,9 +54,9 @@ Rows SummaryRows(const config::BatchConfig& batch, const std::vector<StudyState>
     if (states[i].complete) {
       ++m.completed;
       const ResultsSummary r = ReadResultsSummary(batch.StudyDir(s.name) + "/results.json");
-      const bool cls = r.task == "classification";
+      const bool cls = r.task == "classification" || r.task == "multiclass";
       const char* main = cls ? "balanced_accuracy" : "pearson_r";
-      const char* second = cls ? "auc" : "mse";
+      const char* second = r.task == "multiclass" ? "macro_auc" : cls ? "auc" : "mse";
       for (const auto& l : r.learners) {
         auto get = [](const std::map<std::string, double>& mp, const char* k) { return mp.count(k) ? mp.at(k) : std::nan(""); };
         std::map<std::string, int> others;  // statuses other than converged: a capped or failed fit must be visible here too

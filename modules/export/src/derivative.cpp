@@ -97,7 +97,7 @@ std::string DatasetDescriptionJson(const RunRecord& r) {
   return j.dump(2) + "\n";
 }
 
-std::string WeightMapSidecarJson(const RunRecord& r, const LearnerRecord& lr, const cv::OuterFoldResult* fold, int foldsInMean) {
+std::string WeightMapSidecarJson(const RunRecord& r, const LearnerRecord& lr, const cv::OuterFoldResult* fold, int foldsInMean, const std::string& className) {
   Json j;
   j["Description"] =
       "Voxel weight map of a linear kernel model on the image grid: w = sum_i coef_i x~_i per region, x~ the fold's training-mean-centred "
@@ -105,6 +105,7 @@ std::string WeightMapSidecarJson(const RunRecord& r, const LearnerRecord& lr, co
       "decision value. 0 outside the atlas/mask and at dropped voxels.";
   j["Learner"] = lr.outcome.label;
   j["LearnerName"] = lr.outcome.name;
+  if (!className.empty()) j["Class"] = className + " vs rest: the model of this class's score (multiclass)";
   if (fold) {
     j["Map"] = "outer fold";
     j["Fold"] = fold->index;

@@ -205,6 +205,18 @@ void WriteStudyTables(const std::string& dir, RunRecord& record, const WeightMap
       WriteTextFile(dir + "/regions_" + lr.outcome.label + "_class-" + record.classNames[c] + ".tsv", Tsv(RegionRankingRows(record, lr, lr.classRegions[c])));
     WriteTextFile(dir + "/regions_" + lr.outcome.label + ".json", RegionRankingNotes(lr));
     if (grid && l < maps.folds.size() && !maps.folds[l].empty()) WriteLearnerMaps(dir, record, lr, bidsLabels[l], maps.folds[l], maps.mean[l], *grid);
+    if (grid && l < maps.classMean.size())
+      for (std::size_t c = 0; c < maps.classMean[l].size() && c < record.classNames.size(); ++c) {
+        // One mean map per class: ..._desc-<Learner>Class<Class>Mean_weights.nii.gz
+        std::error_code ec;
+        std::filesystem::create_directories(dir + "/weights", ec);
+        io::Volume v;
+        v.geometry = *grid;
+        v.data = maps.classMean[l][c];
+        const std::string stem = MapStem(MapSpace(record), bidsLabels[l] + "Class" + BidsLearnerLabels({record.classNames[c]}).at(0) + "Mean");
+        io::WriteVolume(dir + "/" + stem + ".nii.gz", v);
+        WriteTextFile(dir + "/" + stem + ".json", WeightMapSidecarJson(record, lr, nullptr, maps.classFolds, record.classNames[c]));
+      }
   }
   if (record.permutations > 0) WriteTextFile(dir + "/null_distribution.tsv", Tsv(NullRows(record)));
 }

@@ -14,6 +14,9 @@ namespace neuromkl::exporting {
 struct WeightMaps {
   std::vector<std::vector<std::vector<float>>> folds;  ///< [learner][successful fold] -> voxels
   std::vector<std::vector<float>> mean;                ///< [learner] -> voxels (empty: no map)
+  /// multiclass: [learner][class] -> mean over the successful folds of class t's map (coefficients and weights of class t)
+  std::vector<std::vector<std::vector<float>>> classMean;
+  int classFolds = 0;                                   ///< folds in each class mean
 };
 
 /// subjects.tsv, regions.tsv, metrics.tsv, predictions.tsv, folds.tsv, regions_<learner>.tsv/.json,
