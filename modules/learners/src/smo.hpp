@@ -17,7 +17,9 @@ struct SmoResult {
 };
 
 /// `warmStart` (size l) is used when it is feasible for these bounds (else the solve starts at 0).
+/// `shrinking` (LIBSVM's heuristic) only changes the cost of the path: the stopping rule is always
+/// checked on every variable.
 SmoResult SolveSmo(const Eigen::MatrixXd& K, const Eigen::VectorXd& y, const Eigen::VectorXd& p, double C,
-                   const Eigen::VectorXd* warmStart, double tolerance, long maxIterations);
+                   const Eigen::VectorXd* warmStart, double tolerance, long maxIterations, bool shrinking = true);
 
 }  // namespace neuromkl::learners
