@@ -14,17 +14,25 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 
 SmoResult SolveSmo(const Eigen::MatrixXd& K, const Eigen::VectorXd& y, const Eigen::VectorXd& p, double C,
                    const Eigen::VectorXd* warmStart, double tolerance, long maxIterations, bool shrinking) {
+  return SolveSmo(K, y, p, Eigen::VectorXd::Constant(y.size(), C), warmStart, tolerance, maxIterations, shrinking);
+}
+
+SmoResult SolveSmo(const Eigen::MatrixXd& K, const Eigen::VectorXd& y, const Eigen::VectorXd& p, const Eigen::VectorXd& upper,
+                   const Eigen::VectorXd* warmStart, double tolerance, long maxIterations, bool shrinking) {
   const Eigen::Index n = K.rows();
   const Eigen::Index l = y.size();
+  const double* Cv = upper.data();
   SmoResult res;
   res.alpha = Eigen::VectorXd::Zero(l);
   if (warmStart && warmStart->size() == l && (warmStart->array() >= 0).all()) {
     // A start from another C may exceed the box: scaling keeps y'a = 0 and makes it feasible.
     Eigen::VectorXd start = *warmStart;
-    const double top = start.maxCoeff();
-    if (top > C) start *= C / top;
+    double scale = 1.0;
+    for (Eigen::Index t = 0; t < l; ++t)
+      if (start[t] > Cv[t]) scale = std::min(scale, Cv[t] / start[t]);
+    start *= scale;
     const double balance = y.dot(start);
-    if (std::abs(balance) <= 1e-10 * (1.0 + C * static_cast<double>(l))) res.alpha = start.cwiseMin(C);
+    if (std::abs(balance) <= 1e-10 * (1.0 + upper.sum())) res.alpha = start.cwiseMin(upper);
   }
   Eigen::VectorXd& a = res.alpha;
 
@@ -35,7 +43,7 @@ SmoResult SolveSmo(const Eigen::MatrixXd& K, const Eigen::VectorXd& y, const Eig
   const double* pv = p.data();
   double* av = a.data();
   auto kcol = [&](Eigen::Index i) { return K.data() + row[static_cast<std::size_t>(i)] * n; };  // K symmetric: column = row
-  auto isUpper = [&](Eigen::Index t) { return av[t] >= C; };
+  auto isUpper = [&](Eigen::Index t) { return av[t] >= Cv[t]; };
   auto isLower = [&](Eigen::Index t) { return av[t] <= 0; };
 
   // Gradient G = Q a + p and, for shrinking, Gbar = C * sum of Q's columns at the upper bound
@@ -46,7 +54,7 @@ SmoResult SolveSmo(const Eigen::MatrixXd& K, const Eigen::VectorXd& y, const Eig
     Eigen::VectorXd u = Eigen::VectorXd::Zero(n), ub = Eigen::VectorXd::Zero(n);
     for (Eigen::Index j = 0; j < l; ++j) {
       u[j % n] += y[j] * a[j];
-      if (isUpper(j)) ub[j % n] += y[j] * C;
+      if (isUpper(j)) ub[j % n] += y[j] * Cv[j];
     }
     if (u.any()) {
       const Eigen::VectorXd Ku = K * u;
@@ -210,10 +218,10 @@ SmoResult SolveSmo(const Eigen::MatrixXd& K, const Eigen::VectorXd& y, const Eig
       } else if (av[i] < 0) {
         av[i] = 0; av[j] = -diff;
       }
-      if (diff > 0) {
-        if (av[i] > C) { av[i] = C; av[j] = C - diff; }
-      } else if (av[j] > C) {
-        av[j] = C; av[i] = C + diff;
+      if (diff > Cv[i] - Cv[j]) {
+        if (av[i] > Cv[i]) { av[i] = Cv[i]; av[j] = Cv[i] - diff; }
+      } else if (av[j] > Cv[j]) {
+        av[j] = Cv[j]; av[i] = Cv[j] + diff;
       }
     } else {
       double quad = QD[i] + QD[j] - 2.0 * Qij;
@@ -222,13 +230,13 @@ SmoResult SolveSmo(const Eigen::MatrixXd& K, const Eigen::VectorXd& y, const Eig
       const double sum = av[i] + av[j];
       av[i] -= delta;
       av[j] += delta;
-      if (sum > C) {
-        if (av[i] > C) { av[i] = C; av[j] = sum - C; }
+      if (sum > Cv[i]) {
+        if (av[i] > Cv[i]) { av[i] = Cv[i]; av[j] = sum - Cv[i]; }
       } else if (av[j] < 0) {
         av[j] = 0; av[i] = sum;
       }
-      if (sum > C) {
-        if (av[j] > C) { av[j] = C; av[i] = sum - C; }
+      if (sum > Cv[j]) {
+        if (av[j] > Cv[j]) { av[j] = Cv[j]; av[i] = sum - Cv[j]; }
       } else if (av[i] < 0) {
         av[i] = 0; av[j] = sum;
       }
@@ -243,7 +251,7 @@ SmoResult SolveSmo(const Eigen::MatrixXd& K, const Eigen::VectorXd& y, const Eig
     // Gbar follows the variables that reach or leave the upper bound (over all variables).
     auto updateGbar = [&](Eigen::Index v, const double* Kv, bool wasUpper) {
       if (wasUpper == isUpper(v)) return;
-      const double s = (isUpper(v) ? C : -C) * yv[v];
+      const double s = (isUpper(v) ? Cv[v] : -Cv[v]) * yv[v];
       for (Eigen::Index t = 0; t < l; ++t) Gbar[t] += s * yv[t] * Kv[row[static_cast<std::size_t>(t)]];
     };
     updateGbar(i, Ki, wasUpperI);

@@ -14,7 +14,8 @@ using neuromkl::learners::SolveSmo;
 namespace {
 
 /// Maximal KKT violation m(a) - M(a) of LIBSVM's dual, from G = Q a + p computed afresh.
-double Violation(const Eigen::MatrixXd& K, const Eigen::VectorXd& y, const Eigen::VectorXd& p, double C, const Eigen::VectorXd& a) {
+double Violation(const Eigen::MatrixXd& K, const Eigen::VectorXd& y, const Eigen::VectorXd& p, const Eigen::VectorXd& C,
+                 const Eigen::VectorXd& a) {
   const Eigen::Index n = K.rows(), l = y.size();
   Eigen::VectorXd u = Eigen::VectorXd::Zero(n);
   for (Eigen::Index j = 0; j < l; ++j) u[j % n] += y[j] * a[j];
@@ -22,12 +23,15 @@ double Violation(const Eigen::MatrixXd& K, const Eigen::VectorXd& y, const Eigen
   double up = -std::numeric_limits<double>::infinity(), low = up;
   for (Eigen::Index t = 0; t < l; ++t) {
     const double yG = y[t] * (y[t] * Ku[t % n] + p[t]);
-    const bool canRise = y[t] > 0 ? a[t] < C : a[t] > 0;  // t in I_up
-    const bool canFall = y[t] > 0 ? a[t] > 0 : a[t] < C;  // t in I_low
+    const bool canRise = y[t] > 0 ? a[t] < C[t] : a[t] > 0;  // t in I_up
+    const bool canFall = y[t] > 0 ? a[t] > 0 : a[t] < C[t];  // t in I_low
     if (canRise) up = std::max(up, -yG);
     if (canFall) low = std::max(low, yG);
   }
   return up + low;
+}
+double Violation(const Eigen::MatrixXd& K, const Eigen::VectorXd& y, const Eigen::VectorXd& p, double C, const Eigen::VectorXd& a) {
+  return Violation(K, y, p, Eigen::VectorXd::Constant(y.size(), C), a);
 }
 
 struct Classification {
@@ -35,8 +39,8 @@ struct Classification {
   Eigen::VectorXd y, p;
 };
 
-Classification Overlapping(int n, unsigned seed) {
-  const auto problem = neuromkl::testing::MakeMklProblem(n, 1, {0}, 0.3, seed);  // overlapping classes: many bounded alphas
+Classification Overlapping(int n, unsigned seed, double shift = 0.3) {
+  const auto problem = neuromkl::testing::MakeMklProblem(n, 1, {0}, shift, seed);  // overlapping classes: many bounded alphas
   return {problem.kernels[0], problem.targets.y, Eigen::VectorXd::Constant(n, -1.0)};
 }
 
@@ -93,6 +97,46 @@ TEST(Smo, WarmStartAndIterationCapKeepTheGradientWhole) {
   EXPECT_EQ(capped.iterations, 350);
   EXPECT_NEAR(capped.violation, Violation(c.K, c.y, c.p, 2.0, capped.alpha), 1e-9);
   EXPECT_TRUE(std::isfinite(capped.rho));
+}
+
+TEST(Smo, PerVariableBoundsEqualDuplicatedSubjects) {
+  // A subject with bound 2C is the same problem as that subject listed twice with bound C (the two
+  // copies' alphas add up): class weights as per-class C. Every positive subject is doubled here.
+  const auto c = Overlapping(120, 13, 1.0);
+  const double C = 5.0, tol = 1e-10;
+  const Eigen::Index n = c.K.rows();
+  Eigen::VectorXd upper(n);
+  for (Eigen::Index i = 0; i < n; ++i) upper[i] = c.y[i] > 0 ? 2 * C : C;
+  const SmoResult weighted = SolveSmo(c.K, c.y, c.p, upper, nullptr, tol, 10'000'000, true);
+  ASSERT_TRUE(weighted.converged);
+  EXPECT_LT(Violation(c.K, c.y, c.p, upper, weighted.alpha), tol);
+  EXPECT_TRUE((weighted.alpha.array() <= upper.array()).all());
+  EXPECT_GT((weighted.alpha.array() >= upper.array()).count(), 0);  // some bounds are active
+  // The duplicated problem, solved with the scalar C.
+  std::vector<Eigen::Index> rows;
+  for (Eigen::Index i = 0; i < n; ++i) {
+    rows.push_back(i);
+    if (c.y[i] > 0) rows.push_back(i);
+  }
+  const auto big = static_cast<Eigen::Index>(rows.size());
+  Eigen::MatrixXd K2(big, big);
+  Eigen::VectorXd y2(big);
+  for (Eigen::Index a = 0; a < big; ++a) {
+    y2[a] = c.y[rows[static_cast<std::size_t>(a)]];
+    for (Eigen::Index b = 0; b < big; ++b) K2(a, b) = c.K(rows[static_cast<std::size_t>(a)], rows[static_cast<std::size_t>(b)]);
+  }
+  const SmoResult doubled = SolveSmo(K2, y2, Eigen::VectorXd::Constant(big, -1.0), C, nullptr, tol, 10'000'000, true);
+  ASSERT_TRUE(doubled.converged);
+  Eigen::VectorXd coef = Eigen::VectorXd::Zero(n);  // y_i * (sum of the copies' alphas)
+  for (Eigen::Index a = 0; a < big; ++a) coef[rows[static_cast<std::size_t>(a)]] += y2[a] * doubled.alpha[a];
+  // Decision values f = K coef - rho are unique (the primal is strictly convex in w); both are
+  // 1e-10-optimal, so they agree far below the learners' 1e-6 promise.
+  const Eigen::VectorXd fWeighted = (c.K * c.y.cwiseProduct(weighted.alpha)).array() - weighted.rho;
+  const Eigen::VectorXd fDoubled = (c.K * coef).array() - doubled.rho;
+  const double scale = fWeighted.cwiseAbs().maxCoeff();
+  ASSERT_GT((c.K * c.y.cwiseProduct(weighted.alpha)).cwiseAbs().maxCoeff(), 0.1);  // a non-trivial w
+  EXPECT_LT((fWeighted - fDoubled).cwiseAbs().maxCoeff() / scale, 1e-7);
+  EXPECT_NEAR(weighted.objective, doubled.objective, 1e-8 * std::abs(doubled.objective));
 }
 
 }  // namespace
