@@ -14,6 +14,7 @@
 #include <benchmark/benchmark.h>
 
 #include "neuromkl/learners/learner.hpp"
+#include "smo.hpp"  // the solver itself, for the shrinking on/off comparison
 #ifdef NEUROMKL_HAVE_LIBSVM
 #include <svm.h>
 #endif
@@ -97,6 +98,14 @@ void BM_NeuromklSvm(benchmark::State& state) {
   for (auto _ : state) benchmark::DoNotOptimize(svm->Fit(p.kernels, p.targets));
 }
 BENCHMARK(BM_NeuromklSvm)->Arg(500)->Arg(2000)->Unit(benchmark::kMillisecond);
+
+// The same solver without shrinking: the in-run "before" of issue 17's shrinking.
+void BM_NeuromklSvmNoShrinking(benchmark::State& state) {
+  const auto& p = Shared(static_cast<int>(state.range(0)));
+  const Eigen::VectorXd minusOnes = Eigen::VectorXd::Constant(p.targets.y.size(), -1.0);
+  for (auto _ : state) benchmark::DoNotOptimize(learners::SolveSmo(p.kernels[0], p.targets.y, minusOnes, 1.0, nullptr, 1e-3, 10'000'000, false));
+}
+BENCHMARK(BM_NeuromklSvmNoShrinking)->Arg(500)->Arg(2000)->Unit(benchmark::kMillisecond);
 
 #ifdef NEUROMKL_HAVE_LIBSVM
 void BM_LibsvmShrinking(benchmark::State& state) {

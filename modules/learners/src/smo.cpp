@@ -1,7 +1,9 @@
 #include "smo.hpp"
 
 #include <cmath>
+#include <algorithm>
 #include <limits>
+#include <vector>
 
 namespace neuromkl::learners {
 
@@ -11,50 +13,95 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 }  // namespace
 
 SmoResult SolveSmo(const Eigen::MatrixXd& K, const Eigen::VectorXd& y, const Eigen::VectorXd& p, double C,
-                   const Eigen::VectorXd* warmStart, double tolerance, long maxIterations) {
+                   const Eigen::VectorXd* warmStart, double tolerance, long maxIterations, bool shrinking) {
+  return SolveSmo(K, y, p, Eigen::VectorXd::Constant(y.size(), C), warmStart, tolerance, maxIterations, shrinking);
+}
+
+SmoResult SolveSmo(const Eigen::MatrixXd& K, const Eigen::VectorXd& y, const Eigen::VectorXd& p, const Eigen::VectorXd& upper,
+                   const Eigen::VectorXd* warmStart, double tolerance, long maxIterations, bool shrinking) {
   const Eigen::Index n = K.rows();
   const Eigen::Index l = y.size();
+  const double* Cv = upper.data();
   SmoResult res;
   res.alpha = Eigen::VectorXd::Zero(l);
   if (warmStart && warmStart->size() == l && (warmStart->array() >= 0).all()) {
     // A start from another C may exceed the box: scaling keeps y'a = 0 and makes it feasible.
     Eigen::VectorXd start = *warmStart;
-    const double top = start.maxCoeff();
-    if (top > C) start *= C / top;
+    double scale = 1.0;
+    for (Eigen::Index t = 0; t < l; ++t)
+      if (start[t] > Cv[t]) scale = std::min(scale, Cv[t] / start[t]);
+    start *= scale;
     const double balance = y.dot(start);
-    if (std::abs(balance) <= 1e-10 * (1.0 + C * static_cast<double>(l))) res.alpha = start.cwiseMin(C);
+    if (std::abs(balance) <= 1e-10 * (1.0 + upper.sum())) res.alpha = start.cwiseMin(upper);
   }
   Eigen::VectorXd& a = res.alpha;
 
-  // Gradient G = Q a + p, through u = sum_j y_j a_j e_(j mod n).
+  // Row of K behind each variable (t mod n: l = 2n for epsilon-SVR).
+  std::vector<Eigen::Index> row(static_cast<std::size_t>(l));
+  for (Eigen::Index t = 0; t < l; ++t) row[static_cast<std::size_t>(t)] = t % n;
+  const double* yv = y.data();
+  const double* pv = p.data();
+  double* av = a.data();
+  auto kcol = [&](Eigen::Index i) { return K.data() + row[static_cast<std::size_t>(i)] * n; };  // K symmetric: column = row
+  auto isUpper = [&](Eigen::Index t) { return av[t] >= Cv[t]; };
+  auto isLower = [&](Eigen::Index t) { return av[t] <= 0; };
+
+  // Gradient G = Q a + p and, for shrinking, Gbar = C * sum of Q's columns at the upper bound
+  // (LIBSVM's G_bar): a shrunk variable's gradient is rebuilt from Gbar and the free variables.
   Eigen::VectorXd G = p;
+  Eigen::VectorXd Gbar = Eigen::VectorXd::Zero(l);
   {
-    Eigen::VectorXd u = Eigen::VectorXd::Zero(n);
-    for (Eigen::Index j = 0; j < l; ++j) u[j % n] += y[j] * a[j];
+    Eigen::VectorXd u = Eigen::VectorXd::Zero(n), ub = Eigen::VectorXd::Zero(n);
+    for (Eigen::Index j = 0; j < l; ++j) {
+      u[j % n] += y[j] * a[j];
+      if (isUpper(j)) ub[j % n] += y[j] * Cv[j];
+    }
     if (u.any()) {
       const Eigen::VectorXd Ku = K * u;
       for (Eigen::Index i = 0; i < l; ++i) G[i] += y[i] * Ku[i % n];
     }
+    if (ub.any()) {
+      const Eigen::VectorXd Kb = K * ub;
+      for (Eigen::Index i = 0; i < l; ++i) Gbar[i] = y[i] * Kb[i % n];
+    }
   }
+  double* Gv = G.data();
   Eigen::VectorXd QD(l);
   for (Eigen::Index i = 0; i < l; ++i) QD[i] = K(i % n, i % n);
 
-  // Q_ij = y_i y_j K(i mod n, j mod n): columns are read straight from K, half by half (l = n or
-  // 2n), so no Q column is ever materialised and no index needs a modulo.
-  const double* yv = y.data();
-  double* Gv = G.data();
-  double* av = a.data();
-  const Eigen::Index halves = l / n;
-  auto kcol = [&](Eigen::Index i) { return K.data() + (i % n) * n; };  // K symmetric: column = row
-  auto isUpper = [&](Eigen::Index t) { return av[t] >= C; };
-  auto isLower = [&](Eigen::Index t) { return av[t] <= 0; };
+  // Active set (LIBSVM's shrinking): variables at a bound that cannot enter a violating pair soon
+  // leave the loops below; the whole gradient is rebuilt and re-checked before the solver stops,
+  // so shrinking changes the path's cost, never the stopping rule.
+  std::vector<Eigen::Index> active(static_cast<std::size_t>(l));
+  for (Eigen::Index t = 0; t < l; ++t) active[static_cast<std::size_t>(t)] = t;
+  Eigen::Index activeSize = l;
+  bool unshrunk = false;
 
-  long iter = 0;
-  while (true) {
-    // ---- working set selection (WSS 2 of Fan, Chen & Lin 2005) ----
-    double gMax = -kInf, gMax2 = -kInf, objDiffMin = kInf;
-    Eigen::Index iSel = -1, jSel = -1;
-    for (Eigen::Index t = 0; t < l; ++t) {
+  auto reconstructGradient = [&] {
+    if (activeSize == l) return;
+    // Shrunk variables sit at a bound and did not move: G_t = Gbar_t + p_t + sum_{j free} a_j Q_tj.
+    Eigen::VectorXd u = Eigen::VectorXd::Zero(n);
+    for (Eigen::Index j = 0; j < l; ++j)
+      if (!isUpper(j) && !isLower(j)) u[row[static_cast<std::size_t>(j)]] += yv[j] * av[j];
+    const Eigen::VectorXd Ku = K * u;
+    for (Eigen::Index k = activeSize; k < l; ++k) {
+      const Eigen::Index t = active[static_cast<std::size_t>(k)];
+      Gv[t] = Gbar[t] + pv[t] + yv[t] * Ku[row[static_cast<std::size_t>(t)]];
+    }
+  };
+
+  // Working set selection (WSS 2 of Fan, Chen & Lin 2005) over the active set; false when the
+  // active set meets the stopping rule (or has no pair).
+  double gMax = -kInf, gMax2 = -kInf;
+  Eigen::Index iSel = -1, jSel = -1;
+  auto selectWorkingSet = [&]() -> bool {
+    gMax = -kInf;
+    gMax2 = -kInf;
+    double objDiffMin = kInf;
+    iSel = -1;
+    jSel = -1;
+    for (Eigen::Index k = 0; k < activeSize; ++k) {
+      const Eigen::Index t = active[static_cast<std::size_t>(k)];
       if (yv[t] > 0) {
         if (!isUpper(t) && -Gv[t] >= gMax) { gMax = -Gv[t]; iSel = t; }
       } else {
@@ -62,48 +109,103 @@ SmoResult SolveSmo(const Eigen::MatrixXd& K, const Eigen::VectorXd& y, const Eig
       }
     }
     if (iSel >= 0) {
-      const double* Ki = kcol(iSel);
+      const double* Ki = K.data() + row[static_cast<std::size_t>(iSel)] * n;
       const double yi = yv[iSel], qdi = QD[iSel];
-      for (Eigen::Index h = 0; h < halves; ++h) {
-        const Eigen::Index base = h * n;
-        for (Eigen::Index r = 0; r < n; ++r) {
-          const Eigen::Index t = base + r;
-          const double qit = yi * yv[t] * Ki[r];  // Q_i[t]
-          if (yv[t] > 0) {
-            if (isLower(t)) continue;
-            const double gradDiff = gMax + Gv[t];
-            if (Gv[t] >= gMax2) gMax2 = Gv[t];
-            if (gradDiff > 0) {
-              const double quad = qdi + QD[t] - 2.0 * yi * qit;
-              const double objDiff = -(gradDiff * gradDiff) / (quad > 0 ? quad : kTau);
-              if (objDiff <= objDiffMin) { jSel = t; objDiffMin = objDiff; }
-            }
-          } else {
-            if (isUpper(t)) continue;
-            const double gradDiff = gMax - Gv[t];
-            if (-Gv[t] >= gMax2) gMax2 = -Gv[t];
-            if (gradDiff > 0) {
-              const double quad = qdi + QD[t] + 2.0 * yi * qit;
-              const double objDiff = -(gradDiff * gradDiff) / (quad > 0 ? quad : kTau);
-              if (objDiff <= objDiffMin) { jSel = t; objDiffMin = objDiff; }
-            }
+      for (Eigen::Index k = 0; k < activeSize; ++k) {
+        const Eigen::Index t = active[static_cast<std::size_t>(k)];
+        const double qit = yi * yv[t] * Ki[row[static_cast<std::size_t>(t)]];  // Q_i[t]
+        if (yv[t] > 0) {
+          if (isLower(t)) continue;
+          const double gradDiff = gMax + Gv[t];
+          if (Gv[t] >= gMax2) gMax2 = Gv[t];
+          if (gradDiff > 0) {
+            const double quad = qdi + QD[t] - 2.0 * yi * qit;
+            const double objDiff = -(gradDiff * gradDiff) / (quad > 0 ? quad : kTau);
+            if (objDiff <= objDiffMin) { jSel = t; objDiffMin = objDiff; }
+          }
+        } else {
+          if (isUpper(t)) continue;
+          const double gradDiff = gMax - Gv[t];
+          if (-Gv[t] >= gMax2) gMax2 = -Gv[t];
+          if (gradDiff > 0) {
+            const double quad = qdi + QD[t] + 2.0 * yi * qit;
+            const double objDiff = -(gradDiff * gradDiff) / (quad > 0 ? quad : kTau);
+            if (objDiff <= objDiffMin) { jSel = t; objDiffMin = objDiff; }
           }
         }
       }
     }
-    res.violation = (iSel >= 0 && gMax2 > -kInf) ? gMax + gMax2 : 0.0;
-    if (iSel < 0 || jSel < 0 || gMax + gMax2 < tolerance) {
-      res.converged = true;
-      break;
+    return !(iSel < 0 || jSel < 0 || gMax + gMax2 < tolerance);
+  };
+
+  auto shrink = [&] {
+    // m(a) over I_up and -M(a) over I_low, as in LIBSVM's do_shrinking.
+    double up = -kInf, low = -kInf;
+    for (Eigen::Index k = 0; k < activeSize; ++k) {
+      const Eigen::Index t = active[static_cast<std::size_t>(k)];
+      if (yv[t] > 0) {
+        if (!isUpper(t)) up = std::max(up, -Gv[t]);
+        if (!isLower(t)) low = std::max(low, Gv[t]);
+      } else {
+        if (!isUpper(t)) low = std::max(low, -Gv[t]);
+        if (!isLower(t)) up = std::max(up, Gv[t]);
+      }
+    }
+    if (!unshrunk && up + low <= 10 * tolerance) {
+      // Close to the end: bring every variable back once, so the final phase sees them all.
+      unshrunk = true;
+      reconstructGradient();
+      activeSize = l;
+    }
+    auto removable = [&](Eigen::Index t) {
+      if (isUpper(t)) return yv[t] > 0 ? -Gv[t] > up : -Gv[t] > low;
+      if (isLower(t)) return yv[t] > 0 ? Gv[t] > low : Gv[t] > up;
+      return false;
+    };
+    for (Eigen::Index k = 0; k < activeSize; ++k) {
+      if (!removable(active[static_cast<std::size_t>(k)])) continue;
+      --activeSize;
+      while (activeSize > k) {
+        if (!removable(active[static_cast<std::size_t>(activeSize)])) {
+          std::swap(active[static_cast<std::size_t>(k)], active[static_cast<std::size_t>(activeSize)]);
+          break;
+        }
+        --activeSize;
+      }
+    }
+  };
+
+  const long shrinkEvery = static_cast<long>(std::min<Eigen::Index>(l, 1000));
+  long counter = shrinkEvery + 1;
+  long iter = 0;
+  while (true) {
+    if (shrinking && --counter == 0) {
+      counter = shrinkEvery;
+      shrink();
+    }
+    if (!selectWorkingSet()) {
+      if (activeSize == l) {
+        res.converged = true;
+        break;
+      }
+      // The active set is optimal: check the whole problem before stopping.
+      reconstructGradient();
+      activeSize = l;
+      if (!selectWorkingSet()) {
+        res.converged = true;
+        break;
+      }
+      counter = 1;
     }
     if (iter >= maxIterations) break;
     ++iter;
     const Eigen::Index i = iSel, j = jSel;
     const double* Ki = kcol(i);
     const double* Kj = kcol(j);
-    const double Qij = yv[i] * yv[j] * Ki[j % n];
+    const double Qij = yv[i] * yv[j] * Ki[row[static_cast<std::size_t>(j)]];
     // ---- analytic update of the pair, clipped to the box ----
     const double oldAi = av[i], oldAj = av[j];
+    const bool wasUpperI = isUpper(i), wasUpperJ = isUpper(j);
     if (yv[i] != yv[j]) {
       double quad = QD[i] + QD[j] + 2.0 * Qij;
       if (quad <= 0) quad = kTau;
@@ -116,10 +218,10 @@ SmoResult SolveSmo(const Eigen::MatrixXd& K, const Eigen::VectorXd& y, const Eig
       } else if (av[i] < 0) {
         av[i] = 0; av[j] = -diff;
       }
-      if (diff > 0) {
-        if (av[i] > C) { av[i] = C; av[j] = C - diff; }
-      } else if (av[j] > C) {
-        av[j] = C; av[i] = C + diff;
+      if (diff > Cv[i] - Cv[j]) {
+        if (av[i] > Cv[i]) { av[i] = Cv[i]; av[j] = Cv[i] - diff; }
+      } else if (av[j] > Cv[j]) {
+        av[j] = Cv[j]; av[i] = Cv[j] + diff;
       }
     } else {
       double quad = QD[i] + QD[j] - 2.0 * Qij;
@@ -128,25 +230,39 @@ SmoResult SolveSmo(const Eigen::MatrixXd& K, const Eigen::VectorXd& y, const Eig
       const double sum = av[i] + av[j];
       av[i] -= delta;
       av[j] += delta;
-      if (sum > C) {
-        if (av[i] > C) { av[i] = C; av[j] = sum - C; }
+      if (sum > Cv[i]) {
+        if (av[i] > Cv[i]) { av[i] = Cv[i]; av[j] = sum - Cv[i]; }
       } else if (av[j] < 0) {
         av[j] = 0; av[i] = sum;
       }
-      if (sum > C) {
-        if (av[j] > C) { av[j] = C; av[i] = sum - C; }
+      if (sum > Cv[j]) {
+        if (av[j] > Cv[j]) { av[j] = Cv[j]; av[i] = sum - Cv[j]; }
       } else if (av[i] < 0) {
         av[i] = 0; av[j] = sum;
       }
     }
-    // G_t += Q_ti dA_i + Q_tj dA_j = y_t (y_i dA_i K_ti + y_j dA_j K_tj)
+    // G_t += Q_ti dA_i + Q_tj dA_j = y_t (y_i dA_i K_ti + y_j dA_j K_tj), over the active set
     const double ci = yv[i] * (av[i] - oldAi), cj = yv[j] * (av[j] - oldAj);
-    for (Eigen::Index h = 0; h < halves; ++h) {
-      const Eigen::Index base = h * n;
-      for (Eigen::Index r = 0; r < n; ++r) Gv[base + r] += yv[base + r] * (ci * Ki[r] + cj * Kj[r]);
+    for (Eigen::Index k = 0; k < activeSize; ++k) {
+      const Eigen::Index t = active[static_cast<std::size_t>(k)];
+      const Eigen::Index r = row[static_cast<std::size_t>(t)];
+      Gv[t] += yv[t] * (ci * Ki[r] + cj * Kj[r]);
     }
+    // Gbar follows the variables that reach or leave the upper bound (over all variables).
+    auto updateGbar = [&](Eigen::Index v, const double* Kv, bool wasUpper) {
+      if (wasUpper == isUpper(v)) return;
+      const double s = (isUpper(v) ? Cv[v] : -Cv[v]) * yv[v];
+      for (Eigen::Index t = 0; t < l; ++t) Gbar[t] += s * yv[t] * Kv[row[static_cast<std::size_t>(t)]];
+    };
+    updateGbar(i, Ki, wasUpperI);
+    updateGbar(j, Kj, wasUpperJ);
   }
   res.iterations = iter;
+  // An iteration cap can stop with variables shrunk: their gradient is needed for the bias.
+  reconstructGradient();
+  activeSize = l;
+  selectWorkingSet();
+  res.violation = (iSel >= 0 && gMax2 > -kInf) ? gMax + gMax2 : 0.0;
 
   // ---- bias: average of y_i G_i over free vectors, else the middle of the feasible interval ----
   double ub = kInf, lb = -kInf, sumFree = 0;

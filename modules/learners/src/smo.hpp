@@ -17,7 +17,13 @@ struct SmoResult {
 };
 
 /// `warmStart` (size l) is used when it is feasible for these bounds (else the solve starts at 0).
+/// `shrinking` (LIBSVM's heuristic) only changes the cost of the path: the stopping rule is always
+/// checked on every variable.
 SmoResult SolveSmo(const Eigen::MatrixXd& K, const Eigen::VectorXd& y, const Eigen::VectorXd& p, double C,
-                   const Eigen::VectorXd* warmStart, double tolerance, long maxIterations);
+                   const Eigen::VectorXd* warmStart, double tolerance, long maxIterations, bool shrinking = true);
+/// The same with one upper bound per variable (0 <= a_t <= upper_t, LIBSVM's per-class C): class
+/// weights give each class its own C.
+SmoResult SolveSmo(const Eigen::MatrixXd& K, const Eigen::VectorXd& y, const Eigen::VectorXd& p, const Eigen::VectorXd& upper,
+                   const Eigen::VectorXd* warmStart, double tolerance, long maxIterations, bool shrinking = true);
 
 }  // namespace neuromkl::learners

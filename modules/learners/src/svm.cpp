@@ -12,7 +12,9 @@ namespace {
 Model FitOnSum(const KernelList& train, const InnerSolver& solver, const FitOptions& options) {
   Stopwatch clock;
   const auto m = static_cast<Eigen::Index>(train.size());
-  const Eigen::MatrixXd K = CombineKernels(train, Eigen::VectorXd::Ones(m));
+  // One kernel (the usual baseline on a precombined kernel) is used in place: no n x n copy.
+  Eigen::MatrixXd combined;
+  const Eigen::MatrixXd& K = m == 1 ? train[0] : (combined = CombineKernels(train, Eigen::VectorXd::Ones(m)));
   InnerSolution warm;
   const bool haveWarm = options.warmStart && options.warmStart->solverState.size() > 0;
   if (haveWarm) warm.alpha = options.warmStart->solverState;
