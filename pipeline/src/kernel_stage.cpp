@@ -322,7 +322,9 @@ KernelStageResult RunKernelStage(const config::StudyConfig& study, const Cohort&
           return res;
         }
       } catch (const Error& e) {
-        spdlog::warn("kernels: ignoring an unreadable cache entry {}: {}", res.cachePath, e.what());
+        // A damaged entry (checksum mismatch, truncated file) is a miss: recomputed, never used.
+        spdlog::warn("kernels: ignoring an unreadable cache entry {} (recomputing): {}", res.cachePath, e.what());
+        res.warnings.push_back(std::string("kernel cache entry ignored and recomputed: ") + e.what());
       }
     }
   }
@@ -370,6 +372,7 @@ KernelStageResult RunKernelStage(const config::StudyConfig& study, const Cohort&
     } catch (const Error& e) {
       std::error_code ec;
       fs::remove_all(tmp, ec);
+      spdlog::warn("kernels: cache entry not written (the results are not affected; the next run recomputes): {}", e.what());
       res.warnings.push_back(std::string("kernel cache not written: ") + e.what());
     }
   }

@@ -7,6 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "neuromkl/core/errors.hpp"
+#include "neuromkl/pipeline/batch_run.hpp"
 #include "testing.hpp"
 
 using neuromkl::testing::ReadFile;
@@ -203,4 +205,86 @@ TEST_F(Hardening, ValidateRefusesMoreOuterFoldsThanSubjects) {
   EXPECT_THAT(v.output, HasSubstr("k = 50 folds need at least 50"));
   EXPECT_THAT(v.output, Not(HasSubstr("OK: the study")));
   EXPECT_EQ(RunCli("run " + path + " --out " + (*dir_ / "out_k50")).exitCode, 2);  // run agrees
+}
+
+namespace {
+/// The fixture's study with its kernel cache in `cacheDir` (relative to the cohort folder).
+std::string StudyWithCache(const std::string& cohort, const std::string& name, const std::string& cacheDir) {
+  auto j = nlohmann::json::parse(ReadFile(cohort + "/study.json"));
+  j["output"]["cache_dir"] = cacheDir;
+  const std::string path = cohort + "/" + name + ".json";
+  WriteFile(path, j.dump());
+  return path;
+}
+}  // namespace
+
+// Item 5: flipping bytes in a cached .npy (valid header) was a cache hit with different results.
+// Entries now carry an XXH3 checksum per kernel file: a mismatch is a miss with a warning, recomputed.
+TEST_F(Hardening, DamagedCacheEntryIsRecomputedNeverUsed) {
+  const std::string study = StudyWithCache(Cohort(), "checksum", "ck_cache");
+  const std::string a = *dir_ / "ck_a", b = *dir_ / "ck_b", c = *dir_ / "ck_c";
+  auto r = RunCli("run " + study + " --out " + a);
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  // Damage the data (not the header) of every cached kernel file.
+  int damaged = 0;
+  for (const auto& entry : fs::recursive_directory_iterator(Cohort() + "/ck_cache"))
+    if (entry.path().extension() == ".npy") {
+      std::string bytes = ReadFile(entry.path());
+      for (std::size_t i = bytes.size() - 16; i < bytes.size(); ++i) bytes[i] = static_cast<char>(bytes[i] ^ 0x5a);
+      WriteFile(entry.path(), bytes);
+      ++damaged;
+    }
+  ASSERT_GT(damaged, 0);
+  r = RunCli("run " + study + " --out " + b);
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("ignoring an unreadable cache entry"));
+  EXPECT_THAT(r.output, HasSubstr("does not match its checksum"));
+  EXPECT_THAT(r.output, Not(HasSubstr("cache hit")));
+  // Recomputed: the same predictions as the run that computed the kernels in the first place.
+  const auto predictionsA = ReadFile(a + "/predictions.tsv"), predictionsB = ReadFile(b + "/predictions.tsv");
+  EXPECT_FALSE(predictionsA.empty());
+  EXPECT_EQ(predictionsA, predictionsB);
+  // And the entry was rewritten: the next run is a clean hit with the same results.
+  r = RunCli("run " + study + " --out " + c);
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("cache hit"));
+  EXPECT_EQ(ReadFile(c + "/predictions.tsv"), predictionsA);
+}
+
+// Item 6: an unwritable cache folder silently disabled the cache (a note inside results.json only).
+TEST_F(Hardening, UnwritableCacheFolderIsAWarningOnTheConsole) {
+  WriteFile(Cohort() + "/not_a_folder", "a file where the cache folder should go\n");
+  const std::string study = StudyWithCache(Cohort(), "nocache", "not_a_folder/cache");
+  const auto r = RunCli("run " + study + " --out " + (*dir_ / "nocache_out"));
+  ASSERT_EQ(r.exitCode, 0) << r.output;  // the results do not depend on the cache
+  EXPECT_THAT(r.output, HasSubstr("cache entry not written"));
+  EXPECT_THAT(r.output, HasSubstr("not_a_folder"));
+}
+
+// Item 8: --shard 1/4294967298 wrapped to 1/2 in an int and ran half the batch.
+TEST(HardeningCli, ShardCountBeyondRangeIsAnErrorNotWrapped) {
+  int shard = -1, shards = -1;
+  EXPECT_THAT([&] { neuromkl::pipeline::ParseShard("1/4294967298", shard, shards); },
+              ::testing::ThrowsMessage<neuromkl::ConfigError>(HasSubstr("found \"1/4294967298\"")));
+  EXPECT_THROW(neuromkl::pipeline::ParseShard("4294967296/4294967298", shard, shards), neuromkl::ConfigError);
+  EXPECT_THROW(neuromkl::pipeline::ParseShard("/4", shard, shards), neuromkl::ConfigError);
+  EXPECT_THROW(neuromkl::pipeline::ParseShard("1/", shard, shards), neuromkl::ConfigError);
+  neuromkl::pipeline::ParseShard("1/4", shard, shards);
+  EXPECT_EQ(shard, 1);
+  EXPECT_EQ(shards, 4);
+}
+
+// Item 8: a key given twice in one object was accepted (the last one silently won).
+TEST(HardeningCli, DuplicateJsonKeyIsAConfigErrorAtItsPointer) {
+  TempDir tmp;
+  WriteFile(tmp / "dup.json", R"({"name": "d", "subjects": {"table": "t.tsv"}, "target": {"column": "g", "task": "classification"},
+    "learners": [{"name": "svm"}], "output": {"dir": "a", "dir": "b"}})");
+  const auto r = RunCli("validate " + (tmp / "dup.json"));
+  EXPECT_EQ(r.exitCode, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("config:DuplicateKey"));
+  EXPECT_THAT(r.output, HasSubstr("/output/dir: the key \"dir\" is given twice"));
+  // The same key in two different objects is fine (the study is then refused for other reasons).
+  WriteFile(tmp / "ok.json", R"({"name": "d", "subjects": {"table": "t.tsv"}, "target": {"column": "g", "task": "classification"},
+    "learners": [{"name": "svm"}], "output": {"dir": "a"}, "cv": {"outer": {"k": 2}, "inner": {"k": 2}}})");
+  EXPECT_THAT(RunCli("validate " + (tmp / "ok.json")).output, Not(HasSubstr("DuplicateKey")));
 }

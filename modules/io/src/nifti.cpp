@@ -121,17 +121,6 @@ Geometry HeaderGeometry(const std::string& path, const detail::ImageHeader& h) {
 
 }  // namespace
 
-std::string ToString(ImageFormat format) {
-  switch (format) {
-    case ImageFormat::Nifti1: return "NIfTI-1";
-    case ImageFormat::Nifti1Pair: return "NIfTI-1 pair";
-    case ImageFormat::Nifti2: return "NIfTI-2";
-    case ImageFormat::Nifti2Pair: return "NIfTI-2 pair";
-    case ImageFormat::Analyze75: return "Analyze 7.5";
-  }
-  return "?";
-}
-
 std::vector<std::string> ImageFilePaths(const std::string& path) {
   const detail::ImageFiles files = detail::ResolveImageFiles(path);
   if (!files.pair) return {path};
