@@ -288,3 +288,23 @@ TEST(HardeningCli, DuplicateJsonKeyIsAConfigErrorAtItsPointer) {
     "learners": [{"name": "svm"}], "output": {"dir": "a"}, "cv": {"outer": {"k": 2}, "inner": {"k": 2}}})");
   EXPECT_THAT(RunCli("validate " + (tmp / "ok.json")).output, Not(HasSubstr("DuplicateKey")));
 }
+
+// Item 8: simulate accepted a negative noise SD, a NaN effect and a 1000-fold downsampling, and
+// overwrote an existing cohort.
+TEST_F(Hardening, SimulateRefusesBadOptionsAndAnExistingCohort) {
+  const std::string fresh = *dir_ / "sim_new";
+  for (const auto& [option, message] : std::vector<std::pair<std::string, std::string>>{
+           {"--noise -1", "expected a finite noise SD >= 0, got -1"},
+           {"--effect nan", "expected a finite effect size, got nan"},
+           {"--downsample 1000", "expected an integer in 1..10, got 1000"}}) {
+    const auto r = RunCli("simulate --out " + fresh + " --subjects 8 " + option);
+    EXPECT_EQ(r.exitCode, 2) << option << "\n" << r.output;
+    EXPECT_THAT(r.output, HasSubstr(message)) << option;
+    EXPECT_FALSE(fs::exists(fresh + "/participants.tsv")) << option;
+  }
+  const std::string before = ReadFile(Cohort() + "/participants.tsv");
+  const auto r = RunCli("simulate --out " + Cohort() + " --subjects 8 --seed 99 --downsample 2");
+  EXPECT_EQ(r.exitCode, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("already holds a cohort (participants.tsv exists)"));
+  EXPECT_EQ(ReadFile(Cohort() + "/participants.tsv"), before);
+}

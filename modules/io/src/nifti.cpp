@@ -255,6 +255,16 @@ void WriteVolume(const std::string& path, const Volume& volume) {
   } catch (const itk::ExceptionObject& e) {
     throw IoError("io:WriteFailed", path, std::string("cannot write the NIfTI image: ") + e.GetDescription());
   }
+  // ITK's NIfTI writer does not report every short write (ENOSPC): read the file back with our own
+  // decoder, which refuses a file shorter than its header announces or a truncated gzip stream.
+  try {
+    const detail::ImageHeader written = detail::ReadImageHeader(path);
+    std::vector<float> check;
+    detail::DecodeVolumes(written, 0, 1, check);
+    if (static_cast<std::int64_t>(check.size()) != g.VoxelCount()) throw IoError("io:WriteFailed", path, "voxel count differs");
+  } catch (const Error& e) {
+    throw IoError("io:WriteFailed", path, std::string("the NIfTI image was not written completely (disk full?): ") + e.what());
+  }
 }
 
 std::string ItkVersion() { return ITK_VERSION_STRING "." + std::to_string(ITK_VERSION_PATCH); }
