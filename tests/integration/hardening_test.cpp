@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "neuromkl/core/errors.hpp"
+#include "neuromkl/io/nifti.hpp"
 #include "neuromkl/pipeline/batch_run.hpp"
 #include "testing.hpp"
 
@@ -307,4 +308,71 @@ TEST_F(Hardening, SimulateRefusesBadOptionsAndAnExistingCohort) {
   EXPECT_EQ(r.exitCode, 2) << r.output;
   EXPECT_THAT(r.output, HasSubstr("already holds a cohort (participants.tsv exists)"));
   EXPECT_EQ(ReadFile(Cohort() + "/participants.tsv"), before);
+}
+
+namespace {
+/// The bracketed error code that ends the first error line ("[io:BadMagic]"), or "" when there is none.
+std::string ErrorCode(const std::string& output) {
+  const auto error = output.find("] error ");
+  if (error == std::string::npos) return "";
+  const auto end = output.find('\n', error);
+  const std::string line = output.substr(error, end == std::string::npos ? std::string::npos : end - error);
+  const auto open = line.rfind('[');
+  return open == std::string::npos || line.back() != ']' ? "" : line.substr(open);
+}
+}  // namespace
+
+// Item 4: validate said "OK" for inputs run then rejected (a bad image other than the first, another grid),
+// and a missing atlas or mask was exit 2 in validate but exit 1 with a vaguer message in run (hashed before
+// it was checked). Each bad input below gets the same exit code and error code from both.
+TEST_F(Hardening, ValidateAndRunAgreeOnEveryBadInput) {
+  namespace io = neuromkl::io;
+  const auto rows = ReadTsv(Cohort() + "/participants.tsv");
+  ASSERT_GT(rows.size(), 4u);
+  const std::string bad = Cohort() + "/bad_inputs";
+  fs::create_directories(bad);
+  // Bad images for the third subject (never the first, whose header validate always read).
+  io::Volume v = io::ReadVolume(Cohort() + "/" + rows[3][1]);
+  io::WriteVolume(bad + "/magic.nii", v);
+  std::string bytes = ReadFile(bad + "/magic.nii");
+  bytes.replace(344, 4, std::string("n+3\0", 4));
+  WriteFile(bad + "/magic.nii", bytes);
+  v.geometry.dims[2] -= 1;
+  v.data.resize(static_cast<std::size_t>(v.geometry.VoxelCount()));
+  io::WriteVolume(bad + "/grid.nii", v);
+  const auto withImage = [&](const std::string& name, const std::string& image) {
+    std::string table = "subject\timage\tgroup\n";
+    for (std::size_t i = 1; i < rows.size(); ++i) table += rows[i][0] + "\t" + (i == 3 ? image : rows[i][1]) + "\t" + rows[i][2] + "\n";
+    WriteFile(Cohort() + "/" + name + ".tsv", table);
+    return R"("subjects": {"table": ")" + name + R"(.tsv", "id_column": "subject"})";
+  };
+  const std::string good = R"("subjects": {"table": "participants.tsv"})";
+  const std::string rest = R"("target": {"column": "group", "task": "classification", "positive_class": "patient"},
+    "learners": [{"name": "svm", "params": {"c": 1}}], "output": {"weight_maps": false})";
+  struct Case {
+    std::string name, subjects, extra, code;
+  };
+  const std::vector<Case> cases = {
+      {"bad_magic", withImage("t_magic", "bad_inputs/magic.nii"), R"("atlas": "aal")", "[io:BadMagic]"},
+      {"other_grid", withImage("t_grid", "bad_inputs/grid.nii"), R"("atlas": "aal")", "[input:GridMismatch]"},
+      {"missing_image", withImage("t_missing", "bad_inputs/none.nii"), R"("atlas": "aal")", "[subjects:MissingImage]"},
+      {"missing_atlas", good, R"("atlas": {"image": "none.nii", "labels": "none.tsv"})", "[io:Missing]"},
+      {"missing_labels", good, R"("atlas": {"image": ")" + neuromkl::testing::SourcePath("atlases/aal/ROI_MNI_V4.nii.gz") + R"(", "labels": "none.tsv"})",
+       "[atlas:TableUnreadable]"},
+      {"missing_mask", good, R"("atlas": "aal", "mask": "none.nii")", "[io:Missing]"},
+      {"outer_k", good, R"("atlas": "aal", "cv": {"outer": {"scheme": "kfold", "k": 40}})", "[cv:TooFew]"},
+      {"duplicate_key", good, R"("atlas": "aal", "seed": 1, "seed": 2)", "[config:DuplicateKey]"},
+  };
+  for (const auto& c : cases) {
+    const std::string study = Cohort() + "/agree_" + c.name + ".json";
+    WriteFile(study, "{\"name\": \"" + c.name + "\", " + c.subjects + ", " + c.extra + ", " + rest + "}");
+    const auto validate = RunCli("validate " + study);
+    const std::string out = *dir_ / ("agree_out_" + c.name);
+    const auto run = RunCli("run " + study + " --out " + out);
+    EXPECT_EQ(validate.exitCode, 2) << c.name << "\n" << validate.output;
+    EXPECT_EQ(run.exitCode, 2) << c.name << "\n" << run.output;
+    EXPECT_EQ(ErrorCode(validate.output), c.code) << c.name << "\n" << validate.output;
+    EXPECT_EQ(ErrorCode(run.output), c.code) << c.name << "\n" << run.output;
+    EXPECT_FALSE(fs::exists(out + "/results.json")) << c.name;
+  }
 }
