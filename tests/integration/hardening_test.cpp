@@ -376,3 +376,31 @@ TEST_F(Hardening, ValidateAndRunAgreeOnEveryBadInput) {
     EXPECT_FALSE(fs::exists(out + "/results.json")) << c.name;
   }
 }
+
+// Item 8: misleading messages. A directory given as the study file was "invalid JSON"; an unterminated CSV
+// quote was a "ragged row"; a CR-only table printed the whole file as its header.
+TEST(HardeningCli, DirectoryStudyUnterminatedQuoteAndCrOnlyTableSayWhatIsWrong) {
+  TempDir tmp;
+  fs::create_directories(tmp / "a_folder");
+  auto r = RunCli("validate " + (tmp / "a_folder"));
+  EXPECT_EQ(r.exitCode, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("is a directory, expected the study file"));
+  EXPECT_THAT(r.output, Not(HasSubstr("not valid JSON")));
+  const std::string study = R"({"name": "t", "subjects": {"table": "TABLE"}, "target": {"column": "group", "task": "classification"},
+    "learners": [{"name": "svm"}]})";
+  auto withTable = [&](const std::string& table) {
+    std::string s = study;
+    s.replace(s.find("TABLE"), 5, table);
+    WriteFile(tmp / "study.json", s);
+    return RunCli("validate " + (tmp / "study.json"));
+  };
+  WriteFile(tmp / "q.csv", "subject,image,group\ns1,\"unterminated,patient\ns2,x,control\n");
+  r = withTable("q.csv");
+  EXPECT_EQ(r.exitCode, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("q.csv:2: a double quote opens a cell that is not closed"));
+  WriteFile(tmp / "cr.tsv", "subject\timage\tgroup\rs1\tx\tpatient\rs2\ty\tcontrol\r");
+  r = withTable("cr.tsv");
+  EXPECT_EQ(r.exitCode, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("cr.tsv:1: the lines end in a carriage return only"));
+  EXPECT_THAT(r.output, Not(HasSubstr("groups1")));
+}

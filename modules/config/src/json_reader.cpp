@@ -16,6 +16,9 @@
 namespace neuromkl::config {
 
 std::string ReadConfigText(const std::string& path, const std::string& what) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw ConfigError("config:IsDirectory", path, "is a directory, expected the " + what + " (a JSON file)");
   std::optional<std::string> text = TryReadText(path);
   if (!text) throw ConfigError("config:Unreadable", path, "cannot open the " + what + " (missing or unreadable)");
   return std::move(*text);
