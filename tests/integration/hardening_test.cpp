@@ -404,3 +404,22 @@ TEST(HardeningCli, DirectoryStudyUnterminatedQuoteAndCrOnlyTableSayWhatIsWrong) 
   EXPECT_THAT(r.output, HasSubstr("cr.tsv:1: the lines end in a carriage return only"));
   EXPECT_THAT(r.output, Not(HasSubstr("groups1")));
 }
+
+// Item 8: a failed run left an empty results/ folder behind (the parent of its output folder).
+TEST_F(Hardening, FailedRunLeavesNoEmptyOutputFolders) {
+  const auto rows = ReadTsv(Cohort() + "/participants.tsv");
+  const std::string image = ReadFile(Cohort() + "/" + rows[2][1]);
+  fs::create_directories(Cohort() + "/cut");
+  WriteFile(Cohort() + "/cut/half.nii.gz", image.substr(0, image.size() / 2));  // header fine, gzip stream cut
+  std::string table = "subject\timage\tgroup\n";
+  for (std::size_t i = 1; i < rows.size(); ++i) table += rows[i][0] + "\t" + (i == 2 ? "cut/half.nii.gz" : rows[i][1]) + "\t" + rows[i][2] + "\n";
+  WriteFile(Cohort() + "/cut.tsv", table);
+  auto j = nlohmann::json::parse(ReadFile(Study()));
+  j["subjects"] = {{"table", "cut.tsv"}};
+  WriteFile(Cohort() + "/cut.json", j.dump());
+  const std::string parent = *dir_ / "fresh_parent";
+  const auto r = RunCli("run " + Cohort() + "/cut.json --out " + parent + "/nested/out");
+  EXPECT_EQ(r.exitCode, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("io:Truncated"));
+  EXPECT_FALSE(fs::exists(parent)) << "the folders created for the output are removed when the run fails";
+}
