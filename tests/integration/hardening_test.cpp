@@ -423,3 +423,14 @@ TEST_F(Hardening, FailedRunLeavesNoEmptyOutputFolders) {
   EXPECT_THAT(r.output, HasSubstr("io:Truncated"));
   EXPECT_FALSE(fs::exists(parent)) << "the folders created for the output are removed when the run fails";
 }
+
+// Item 8: input_hash changed with --threads (and with --out): it hashed the resolved study as run.
+TEST_F(Hardening, InputHashIsIndependentOfThreadsAndOutputFolder) {
+  const std::string a = *dir_ / "hash_t1", b = *dir_ / "hash_t2";
+  ASSERT_EQ(RunCli("run " + Study() + " --out " + a + " --threads 1 -q").exitCode, 0);
+  ASSERT_EQ(RunCli("run " + Study() + " --out " + b + " --threads 2 -q").exitCode, 0);
+  const auto ha = nlohmann::json::parse(ReadFile(a + "/results.json")).at("input_hash").get<std::string>();
+  const auto hb = nlohmann::json::parse(ReadFile(b + "/results.json")).at("input_hash").get<std::string>();
+  EXPECT_EQ(ha.size(), 32u);
+  EXPECT_EQ(ha, hb);
+}
