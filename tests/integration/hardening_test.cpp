@@ -434,3 +434,13 @@ TEST_F(Hardening, InputHashIsIndependentOfThreadsAndOutputFolder) {
   EXPECT_EQ(ha.size(), 32u);
   EXPECT_EQ(ha, hb);
 }
+
+// Item 8: ".NII.GZ" (upper case, as some Windows tools write it) reads as the same image.
+TEST_F(Hardening, UpperCaseExtensionReadsTheSameImage) {
+  const auto rows = ReadTsv(Cohort() + "/participants.tsv");
+  const std::string original = Cohort() + "/" + rows[1][1];
+  fs::copy_file(original, Cohort() + "/UPPER.NII.GZ", fs::copy_options::overwrite_existing);
+  const auto a = neuromkl::io::ReadVolume(original), b = neuromkl::io::ReadVolume(Cohort() + "/UPPER.NII.GZ");
+  EXPECT_EQ(a.data, b.data);
+  EXPECT_TRUE(a.geometry.DifferenceFrom(b.geometry).empty());
+}
