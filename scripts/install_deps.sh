@@ -5,7 +5,8 @@ packages=(build-essential cmake ninja-build pkg-config
   libinsighttoolkit5-dev libeigen3-dev nlohmann-json3-dev libtbb-dev
   libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev libspdlog-dev libfmt-dev
   libopenblas-dev liblapacke-dev zlib1g-dev libxxhash-dev libsvm-dev libopenmpi-dev openmpi-bin
-  python3-dev pybind11-dev python3-numpy python3-setuptools python3-sklearn python3-pandas python3-pytest)
+  python3-dev pybind11-dev python3-numpy python3-setuptools python3-sklearn python3-pandas python3-pytest
+  clang-14 libclang-rt-14-dev)  # clang + libFuzzer: scripts/fuzz.sh and the fuzz_smoke test (docs/sanitizers.md)
 # Optional extras for some checks (benchmark peers, browser rendering) are added by their scripts.
 packages+=("$@")
 missing=()

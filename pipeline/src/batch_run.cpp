@@ -33,12 +33,15 @@ void ParseShard(const std::string& text, int& shard, int& shards) {
   char* end = nullptr;
   bool ok = slash != std::string::npos;
   if (ok) {
-    shard = static_cast<int>(std::strtol(text.c_str(), &end, 10));
-    ok = end == text.c_str() + slash;
-    shards = static_cast<int>(std::strtol(text.c_str() + slash + 1, &end, 10));
-    ok = ok && *end == '\0' && shards >= 1 && shard >= 0 && shard < shards;
+    // In long first: 4294967298 must not wrap to 2 in an int (it was run as shard 1 of 2).
+    const long i = std::strtol(text.c_str(), &end, 10);
+    ok = end == text.c_str() + slash && end != text.c_str();
+    const long n = std::strtol(text.c_str() + slash + 1, &end, 10);
+    ok = ok && *end == '\0' && end != text.c_str() + slash + 1 && n >= 1 && n <= 1000000 && i >= 0 && i < n;
+    shard = static_cast<int>(i);
+    shards = static_cast<int>(n);
   }
-  if (!ok) throw ConfigError("batch:Shard", "--shard", "expected i/N with 0 <= i < N (e.g. 0/4 for the first of four parts), found \"" + text + "\"");
+  if (!ok) throw ConfigError("batch:Shard", "--shard", "expected i/N with 0 <= i < N <= 1000000 (e.g. 0/4 for the first of four parts), found \"" + text + "\"");
 }
 
 #ifndef NEUROMKL_HAVE_MPI

@@ -45,6 +45,13 @@ std::vector<atlas::Atlas> LoadStudyAtlases(const config::StudyConfig& study) {
   return atlases;
 }
 
+namespace {
+void RequireFile(const std::string& path, const char* code, const std::string& message) {
+  std::error_code ec;
+  if (!fs::is_regular_file(path, ec)) throw InputError(code, path, message);
+}
+}  // namespace
+
 std::string KernelCacheKey(const config::StudyConfig& study, const Cohort& cohort) {
   Hasher h;
   h.Update(std::string_view("neuromkl-kernels-v2"));
@@ -59,8 +66,11 @@ std::string KernelCacheKey(const config::StudyConfig& study, const Cohort& cohor
       std::string image = study.atlas.image, labels = study.atlas.labels;
       if (!study.atlas.builtin.empty())
         if (auto f = atlas::BuiltinAtlas(study.atlas.builtin)) image = f->image, labels = f->table;
+      // Missing inputs are the same InputError (exit 2) as in validate, not an IoError while hashing (exit 1).
+      const auto atlasFiles = io::ImageFilePaths(image);
+      RequireFile(labels, "atlas:TableUnreadable", "cannot open the atlas label table");
       h.Update(HashFile(image)).Update(HashFile(labels));
-      if (const auto atlasFiles = io::ImageFilePaths(image); atlasFiles.size() > 1) h.Update(HashFile(atlasFiles[1]));
+      if (atlasFiles.size() > 1) h.Update(HashFile(atlasFiles[1]));
       // Probabilistic and multi-image atlases (the key of a plain label atlas is unchanged).
       for (std::size_t k = 0; k < study.atlas.parts.size(); ++k) {
         const auto& part = study.atlas.parts[k];
@@ -69,6 +79,7 @@ std::string KernelCacheKey(const config::StudyConfig& study, const Cohort& cohor
         for (const auto& f : io::ImageFilePaths(part.image)) h.Update(HashFile(f));
         h.Update(static_cast<std::uint64_t>(part.probabilistic)).Update(part.threshold);
       }
+      if (!study.mask.empty()) io::ImageFilePaths(study.mask);  // io:Missing, as in validate
       h.Update(study.mask.empty() ? Digest128{} : HashFile(study.mask));
       h.Update(std::string_view(study.kernels.nanPolicy == kernels::NanPolicy::Zero ? "zero" : "drop_voxel"));
       h.Update(static_cast<std::uint64_t>(study.kernels.intensity.scaling));
@@ -78,7 +89,10 @@ std::string KernelCacheKey(const config::StudyConfig& study, const Cohort& cohor
       break;
     }
     case KernelSource::Precomputed:
-      for (const auto& k : study.kernels.precomputed) h.Update(k.name).Update(HashFile(k.file));
+      for (const auto& k : study.kernels.precomputed) {
+        RequireFile(k.file, "kernels:Missing", "precomputed kernel file \"" + k.name + "\" not found");  // as validate says
+        h.Update(k.name).Update(HashFile(k.file));
+      }
       break;
     case KernelSource::Tabular:
       h.Update(HashFile(study.kernels.tabular.table)).Update(study.kernels.tabular.idColumn);
@@ -322,7 +336,9 @@ KernelStageResult RunKernelStage(const config::StudyConfig& study, const Cohort&
           return res;
         }
       } catch (const Error& e) {
-        spdlog::warn("kernels: ignoring an unreadable cache entry {}: {}", res.cachePath, e.what());
+        // A damaged entry (checksum mismatch, truncated file) is a miss: recomputed, never used.
+        spdlog::warn("kernels: ignoring an unreadable cache entry {} (recomputing): {}", res.cachePath, e.what());
+        res.warnings.push_back(std::string("kernel cache entry ignored and recomputed: ") + e.what());
       }
     }
   }
@@ -370,6 +386,7 @@ KernelStageResult RunKernelStage(const config::StudyConfig& study, const Cohort&
     } catch (const Error& e) {
       std::error_code ec;
       fs::remove_all(tmp, ec);
+      spdlog::warn("kernels: cache entry not written (the results are not affected; the next run recomputes): {}", e.what());
       res.warnings.push_back(std::string("kernel cache not written: ") + e.what());
     }
   }

@@ -106,6 +106,10 @@ AtomicOutputDir::AtomicOutputDir(std::string finalDir, bool force, const std::ve
   if (fs::exists(fs::symlink_status(final_, ec))) CheckReplaceable(final_, inputs);
   const fs::path parent = fs::path(final_).parent_path();
   if (!parent.empty()) {
+    for (fs::path p = parent; !p.empty() && !fs::exists(fs::symlink_status(p, ec)); p = p.parent_path()) {
+      createdParents_.push_back(p.string());
+      if (p == p.parent_path()) break;
+    }
     fs::create_directories(parent, ec);
     if (ec) throw IoError("output:Mkdir", parent.string(), "cannot create the output's parent folder: " + ec.message());
   }
@@ -136,6 +140,9 @@ AtomicOutputDir::~AtomicOutputDir() {
   if (committed_) return;
   std::error_code ec;
   fs::remove_all(temp_, ec);
+  // A failed run leaves no trace: the parent folders it created are removed again, if still empty
+  // (fs::remove refuses a folder that holds anything, e.g. another run's results).
+  for (const auto& p : createdParents_) fs::remove(p, ec);
 }
 
 void AtomicOutputDir::Commit() {

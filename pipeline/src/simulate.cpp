@@ -23,7 +23,19 @@ namespace fs = std::filesystem;
 
 std::string Simulate(const SimulateOptions& o) {
   if (o.subjects < 4) throw InputError("simulate:TooFew", "--subjects", fmt::format("expected at least 4 subjects, got {}", o.subjects));
-  if (o.downsample < 1) throw InputError("simulate:Downsample", "--downsample", "expected an integer >= 1");
+  // 10 keeps a 10 x 11 x 10 grid (20 mm voxels); beyond it most AAL regions have no voxel left.
+  if (o.downsample < 1 || o.downsample > 10)
+    throw InputError("simulate:Downsample", "--downsample", fmt::format("expected an integer in 1..10, got {}", o.downsample));
+  if (!std::isfinite(o.noise) || o.noise < 0)
+    throw InputError("simulate:Noise", "--noise", fmt::format("expected a finite noise SD >= 0, got {}", o.noise));
+  if (!std::isfinite(o.effect)) throw InputError("simulate:Effect", "--effect", fmt::format("expected a finite effect size, got {}", o.effect));
+  for (const char* existing : {"participants.tsv", "study.json", "truth.json"}) {
+    std::error_code ec;
+    if (fs::exists(fs::path(o.outDir) / existing, ec))
+      throw InputError("simulate:Exists", o.outDir,
+                       fmt::format("already holds a cohort ({} exists): simulate does not overwrite it; remove the folder or choose "
+                                   "another --out", existing));
+  }
   if (!(o.nanFraction >= 0 && o.nanFraction < 1)) throw InputError("simulate:NanFraction", "--nan-fraction", "expected a value in [0, 1)");
   const auto files = atlas::BuiltinAtlas("aal");
   const atlas::Atlas aal = atlas::LoadAtlas(files->image, files->table);
@@ -123,6 +135,8 @@ std::string Simulate(const SimulateOptions& o) {
                                                                      : FormatDouble(target[static_cast<std::size_t>(s)]);
       p << ids[static_cast<std::size_t>(s)] << "\timages/" << ids[static_cast<std::size_t>(s)] << ext << "\t" << value << "\n";
     }
+    p.close();
+    if (!p) throw IoError("simulate:Write", o.outDir + "/participants.tsv", "cannot write the file (disk full?)");
   }
   if (multiclass) {
     std::vector<std::string> groups, all;
@@ -165,6 +179,8 @@ std::string Simulate(const SimulateOptions& o) {
                      "  \"grid\": \"{}\",\n  \"nan_fraction\": {}\n}}\n",
                      Join(quoted, ", "), o.effect, o.noise, o.seed,
                      o.task == learners::Task::Classification ? "classification" : "regression", grid.Describe(), o.nanFraction);
+    t.close();
+    if (!t) throw IoError("simulate:Write", o.outDir + "/truth.json", "cannot write the file (disk full?)");
   }
   const std::string studyPath = o.outDir + "/study.json";
   {
@@ -186,6 +202,8 @@ std::string Simulate(const SimulateOptions& o) {
                       cls ? "classification" : "regression", o.seed, Join(o.signalRegions, ", "), targetName,
                       cls ? "classification" : "regression", cls ? ", \"positive_class\": \"patient\"" : "", cls ? "enmkl_svm" : "enmkl_krr",
                       cls ? "c" : "lambda", cls ? "svm" : "krr", o.seed);
+    st.close();
+    if (!st) throw IoError("simulate:Write", studyPath, "cannot write the file (disk full?)");
   }
   return studyPath;
 }

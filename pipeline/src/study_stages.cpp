@@ -454,7 +454,13 @@ exporting::RunRecord DescribeRun(const StudyContext& ctx, CrossValidationResult 
     }
   }
   Hasher inputHash;
-  inputHash.Update(ks.key).Update(HashFile(study.subjects.table)).Update(config::ResolvedConfigJson(study));
+  // What was analysed, not how or where it was run: the thread count, the output and cache folders
+  // (which change no result) stay out, so one analysis has one hash.
+  config::StudyConfig hashed = study;
+  hashed.threads = 0;
+  hashed.output.dir.clear();
+  hashed.output.cacheDir.clear();
+  inputHash.Update(ks.key).Update(HashFile(study.subjects.table)).Update(config::ResolvedConfigJson(hashed));
   record.inputHash = inputHash.Hex();
   return record;
 }

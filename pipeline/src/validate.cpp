@@ -83,7 +83,15 @@ std::string ValidateStudy(const config::StudyConfig& study) {
       line(fmt::format("Images: all {} files present and readable", cohort.images.size()));
       for (const auto& w : cohort.warnings) line("  warning: " + w);
       const io::Geometry grid = io::ReadGeometry(cohort.images.at(0));
-      line(fmt::format("  grid (from {}): {}", cohort.ids.at(0), grid.Describe()));
+      // Every header, as run reads them: magic, datatype, 3-D, sizes against the file, one grid.
+      for (std::size_t s = 1; s < cohort.images.size(); ++s) {
+        const io::Geometry g = io::ReadGeometry(cohort.images[s]);
+        if (const auto diff = g.DifferenceFrom(grid); !diff.empty())
+          throw GeometryMismatch("input:GridMismatch", "subject " + cohort.ids[s] + " (" + cohort.images[s] + ")",
+                                 "image grid differs from the cohort grid (" + grid.Describe() + "): " + diff +
+                                     "; every image of a cohort must be on one grid");
+      }
+      line(fmt::format("  grid (from {}): {}; every header read", cohort.ids.at(0), grid.Describe()));
       for (const auto& atlas : LoadStudyAtlases(study)) {
         line(fmt::format("Atlas: {} ({}){}, {} regions, grid {}", study.atlas.builtin.empty() ? "custom" : study.atlas.builtin, atlas.imagePath,
                          atlas.probabilistic ? fmt::format(", probabilistic (p > {:g})", atlas.threshold) : std::string(),

@@ -7,6 +7,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "neuromkl/core/errors.hpp"
+#include "neuromkl/io/nifti.hpp"
+#include "neuromkl/pipeline/batch_run.hpp"
 #include "testing.hpp"
 
 using neuromkl::testing::ReadFile;
@@ -203,4 +206,241 @@ TEST_F(Hardening, ValidateRefusesMoreOuterFoldsThanSubjects) {
   EXPECT_THAT(v.output, HasSubstr("k = 50 folds need at least 50"));
   EXPECT_THAT(v.output, Not(HasSubstr("OK: the study")));
   EXPECT_EQ(RunCli("run " + path + " --out " + (*dir_ / "out_k50")).exitCode, 2);  // run agrees
+}
+
+namespace {
+/// The fixture's study with its kernel cache in `cacheDir` (relative to the cohort folder).
+std::string StudyWithCache(const std::string& cohort, const std::string& name, const std::string& cacheDir) {
+  auto j = nlohmann::json::parse(ReadFile(cohort + "/study.json"));
+  j["output"]["cache_dir"] = cacheDir;
+  const std::string path = cohort + "/" + name + ".json";
+  WriteFile(path, j.dump());
+  return path;
+}
+}  // namespace
+
+// Item 5: flipping bytes in a cached .npy (valid header) was a cache hit with different results.
+// Entries now carry an XXH3 checksum per kernel file: a mismatch is a miss with a warning, recomputed.
+TEST_F(Hardening, DamagedCacheEntryIsRecomputedNeverUsed) {
+  const std::string study = StudyWithCache(Cohort(), "checksum", "ck_cache");
+  const std::string a = *dir_ / "ck_a", b = *dir_ / "ck_b", c = *dir_ / "ck_c";
+  auto r = RunCli("run " + study + " --out " + a);
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  // Damage the data (not the header) of every cached kernel file.
+  int damaged = 0;
+  for (const auto& entry : fs::recursive_directory_iterator(Cohort() + "/ck_cache"))
+    if (entry.path().extension() == ".npy") {
+      std::string bytes = ReadFile(entry.path());
+      for (std::size_t i = bytes.size() - 16; i < bytes.size(); ++i) bytes[i] = static_cast<char>(bytes[i] ^ 0x5a);
+      WriteFile(entry.path(), bytes);
+      ++damaged;
+    }
+  ASSERT_GT(damaged, 0);
+  r = RunCli("run " + study + " --out " + b);
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("ignoring an unreadable cache entry"));
+  EXPECT_THAT(r.output, HasSubstr("does not match its checksum"));
+  EXPECT_THAT(r.output, Not(HasSubstr("cache hit")));
+  // Recomputed: the same predictions as the run that computed the kernels in the first place.
+  const auto predictionsA = ReadFile(a + "/predictions.tsv"), predictionsB = ReadFile(b + "/predictions.tsv");
+  EXPECT_FALSE(predictionsA.empty());
+  EXPECT_EQ(predictionsA, predictionsB);
+  // And the entry was rewritten: the next run is a clean hit with the same results.
+  r = RunCli("run " + study + " --out " + c);
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("cache hit"));
+  EXPECT_EQ(ReadFile(c + "/predictions.tsv"), predictionsA);
+}
+
+// Item 6: an unwritable cache folder silently disabled the cache (a note inside results.json only).
+TEST_F(Hardening, UnwritableCacheFolderIsAWarningOnTheConsole) {
+  WriteFile(Cohort() + "/not_a_folder", "a file where the cache folder should go\n");
+  const std::string study = StudyWithCache(Cohort(), "nocache", "not_a_folder/cache");
+  const auto r = RunCli("run " + study + " --out " + (*dir_ / "nocache_out"));
+  ASSERT_EQ(r.exitCode, 0) << r.output;  // the results do not depend on the cache
+  EXPECT_THAT(r.output, HasSubstr("cache entry not written"));
+  EXPECT_THAT(r.output, HasSubstr("not_a_folder"));
+}
+
+// Item 8: --shard 1/4294967298 wrapped to 1/2 in an int and ran half the batch.
+TEST(HardeningCli, ShardCountBeyondRangeIsAnErrorNotWrapped) {
+  int shard = -1, shards = -1;
+  EXPECT_THAT([&] { neuromkl::pipeline::ParseShard("1/4294967298", shard, shards); },
+              ::testing::ThrowsMessage<neuromkl::ConfigError>(HasSubstr("found \"1/4294967298\"")));
+  EXPECT_THROW(neuromkl::pipeline::ParseShard("4294967296/4294967298", shard, shards), neuromkl::ConfigError);
+  EXPECT_THROW(neuromkl::pipeline::ParseShard("/4", shard, shards), neuromkl::ConfigError);
+  EXPECT_THROW(neuromkl::pipeline::ParseShard("1/", shard, shards), neuromkl::ConfigError);
+  neuromkl::pipeline::ParseShard("1/4", shard, shards);
+  EXPECT_EQ(shard, 1);
+  EXPECT_EQ(shards, 4);
+}
+
+// Item 8: a key given twice in one object was accepted (the last one silently won).
+TEST(HardeningCli, DuplicateJsonKeyIsAConfigErrorAtItsPointer) {
+  TempDir tmp;
+  WriteFile(tmp / "dup.json", R"({"name": "d", "subjects": {"table": "t.tsv"}, "target": {"column": "g", "task": "classification"},
+    "learners": [{"name": "svm"}], "output": {"dir": "a", "dir": "b"}})");
+  const auto r = RunCli("validate " + (tmp / "dup.json"));
+  EXPECT_EQ(r.exitCode, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("config:DuplicateKey"));
+  EXPECT_THAT(r.output, HasSubstr("/output/dir: the key \"dir\" is given twice"));
+  // The same key in two different objects is fine (the study is then refused for other reasons).
+  WriteFile(tmp / "ok.json", R"({"name": "d", "subjects": {"table": "t.tsv"}, "target": {"column": "g", "task": "classification"},
+    "learners": [{"name": "svm"}], "output": {"dir": "a"}, "cv": {"outer": {"k": 2}, "inner": {"k": 2}}})");
+  EXPECT_THAT(RunCli("validate " + (tmp / "ok.json")).output, Not(HasSubstr("DuplicateKey")));
+}
+
+// Item 8: simulate accepted a negative noise SD, a NaN effect and a 1000-fold downsampling, and
+// overwrote an existing cohort.
+TEST_F(Hardening, SimulateRefusesBadOptionsAndAnExistingCohort) {
+  const std::string fresh = *dir_ / "sim_new";
+  for (const auto& [option, message] : std::vector<std::pair<std::string, std::string>>{
+           {"--noise -1", "expected a finite noise SD >= 0, got -1"},
+           {"--effect nan", "expected a finite effect size, got nan"},
+           {"--downsample 1000", "expected an integer in 1..10, got 1000"}}) {
+    const auto r = RunCli("simulate --out " + fresh + " --subjects 8 " + option);
+    EXPECT_EQ(r.exitCode, 2) << option << "\n" << r.output;
+    EXPECT_THAT(r.output, HasSubstr(message)) << option;
+    EXPECT_FALSE(fs::exists(fresh + "/participants.tsv")) << option;
+  }
+  const std::string before = ReadFile(Cohort() + "/participants.tsv");
+  const auto r = RunCli("simulate --out " + Cohort() + " --subjects 8 --seed 99 --downsample 2");
+  EXPECT_EQ(r.exitCode, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("already holds a cohort (participants.tsv exists)"));
+  EXPECT_EQ(ReadFile(Cohort() + "/participants.tsv"), before);
+}
+
+namespace {
+/// The bracketed error code that ends the first error line ("[io:BadMagic]"), or "" when there is none.
+std::string ErrorCode(const std::string& output) {
+  const auto error = output.find("] error ");
+  if (error == std::string::npos) return "";
+  const auto end = output.find('\n', error);
+  const std::string line = output.substr(error, end == std::string::npos ? std::string::npos : end - error);
+  const auto open = line.rfind('[');
+  return open == std::string::npos || line.back() != ']' ? "" : line.substr(open);
+}
+}  // namespace
+
+// Item 4: validate said "OK" for inputs run then rejected (a bad image other than the first, another grid),
+// and a missing atlas or mask was exit 2 in validate but exit 1 with a vaguer message in run (hashed before
+// it was checked). Each bad input below gets the same exit code and error code from both.
+TEST_F(Hardening, ValidateAndRunAgreeOnEveryBadInput) {
+  namespace io = neuromkl::io;
+  const auto rows = ReadTsv(Cohort() + "/participants.tsv");
+  ASSERT_GT(rows.size(), 4u);
+  const std::string bad = Cohort() + "/bad_inputs";
+  fs::create_directories(bad);
+  // Bad images for the third subject (never the first, whose header validate always read).
+  io::Volume v = io::ReadVolume(Cohort() + "/" + rows[3][1]);
+  io::WriteVolume(bad + "/magic.nii", v);
+  std::string bytes = ReadFile(bad + "/magic.nii");
+  bytes.replace(344, 4, std::string("n+3\0", 4));
+  WriteFile(bad + "/magic.nii", bytes);
+  v.geometry.dims[2] -= 1;
+  v.data.resize(static_cast<std::size_t>(v.geometry.VoxelCount()));
+  io::WriteVolume(bad + "/grid.nii", v);
+  const auto withImage = [&](const std::string& name, const std::string& image) {
+    std::string table = "subject\timage\tgroup\n";
+    for (std::size_t i = 1; i < rows.size(); ++i) table += rows[i][0] + "\t" + (i == 3 ? image : rows[i][1]) + "\t" + rows[i][2] + "\n";
+    WriteFile(Cohort() + "/" + name + ".tsv", table);
+    return R"("subjects": {"table": ")" + name + R"(.tsv", "id_column": "subject"})";
+  };
+  const std::string good = R"("subjects": {"table": "participants.tsv"})";
+  const std::string rest = R"("target": {"column": "group", "task": "classification", "positive_class": "patient"},
+    "learners": [{"name": "svm", "params": {"c": 1}}], "output": {"weight_maps": false})";
+  struct Case {
+    std::string name, subjects, extra, code;
+  };
+  const std::vector<Case> cases = {
+      {"bad_magic", withImage("t_magic", "bad_inputs/magic.nii"), R"("atlas": "aal")", "[io:BadMagic]"},
+      {"other_grid", withImage("t_grid", "bad_inputs/grid.nii"), R"("atlas": "aal")", "[input:GridMismatch]"},
+      {"missing_image", withImage("t_missing", "bad_inputs/none.nii"), R"("atlas": "aal")", "[subjects:MissingImage]"},
+      {"missing_atlas", good, R"("atlas": {"image": "none.nii", "labels": "none.tsv"})", "[io:Missing]"},
+      {"missing_labels", good, R"("atlas": {"image": ")" + neuromkl::testing::SourcePath("atlases/aal/ROI_MNI_V4.nii.gz") + R"(", "labels": "none.tsv"})",
+       "[atlas:TableUnreadable]"},
+      {"missing_mask", good, R"("atlas": "aal", "mask": "none.nii")", "[io:Missing]"},
+      {"outer_k", good, R"("atlas": "aal", "cv": {"outer": {"scheme": "kfold", "k": 40}})", "[cv:TooFew]"},
+      {"duplicate_key", good, R"("atlas": "aal", "seed": 1, "seed": 2)", "[config:DuplicateKey]"},
+  };
+  for (const auto& c : cases) {
+    const std::string study = Cohort() + "/agree_" + c.name + ".json";
+    WriteFile(study, "{\"name\": \"" + c.name + "\", " + c.subjects + ", " + c.extra + ", " + rest + "}");
+    const auto validate = RunCli("validate " + study);
+    const std::string out = *dir_ / ("agree_out_" + c.name);
+    const auto run = RunCli("run " + study + " --out " + out);
+    EXPECT_EQ(validate.exitCode, 2) << c.name << "\n" << validate.output;
+    EXPECT_EQ(run.exitCode, 2) << c.name << "\n" << run.output;
+    EXPECT_EQ(ErrorCode(validate.output), c.code) << c.name << "\n" << validate.output;
+    EXPECT_EQ(ErrorCode(run.output), c.code) << c.name << "\n" << run.output;
+    EXPECT_FALSE(fs::exists(out + "/results.json")) << c.name;
+  }
+}
+
+// Item 8: misleading messages. A directory given as the study file was "invalid JSON"; an unterminated CSV
+// quote was a "ragged row"; a CR-only table printed the whole file as its header.
+TEST(HardeningCli, DirectoryStudyUnterminatedQuoteAndCrOnlyTableSayWhatIsWrong) {
+  TempDir tmp;
+  fs::create_directories(tmp / "a_folder");
+  auto r = RunCli("validate " + (tmp / "a_folder"));
+  EXPECT_EQ(r.exitCode, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("is a directory, expected the study file"));
+  EXPECT_THAT(r.output, Not(HasSubstr("not valid JSON")));
+  const std::string study = R"({"name": "t", "subjects": {"table": "TABLE"}, "target": {"column": "group", "task": "classification"},
+    "learners": [{"name": "svm"}]})";
+  auto withTable = [&](const std::string& table) {
+    std::string s = study;
+    s.replace(s.find("TABLE"), 5, table);
+    WriteFile(tmp / "study.json", s);
+    return RunCli("validate " + (tmp / "study.json"));
+  };
+  WriteFile(tmp / "q.csv", "subject,image,group\ns1,\"unterminated,patient\ns2,x,control\n");
+  r = withTable("q.csv");
+  EXPECT_EQ(r.exitCode, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("q.csv:2: a double quote opens a cell that is not closed"));
+  WriteFile(tmp / "cr.tsv", "subject\timage\tgroup\rs1\tx\tpatient\rs2\ty\tcontrol\r");
+  r = withTable("cr.tsv");
+  EXPECT_EQ(r.exitCode, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("cr.tsv:1: the lines end in a carriage return only"));
+  EXPECT_THAT(r.output, Not(HasSubstr("groups1")));
+}
+
+// Item 8: a failed run left an empty results/ folder behind (the parent of its output folder).
+TEST_F(Hardening, FailedRunLeavesNoEmptyOutputFolders) {
+  const auto rows = ReadTsv(Cohort() + "/participants.tsv");
+  const std::string image = ReadFile(Cohort() + "/" + rows[2][1]);
+  fs::create_directories(Cohort() + "/cut");
+  WriteFile(Cohort() + "/cut/half.nii.gz", image.substr(0, image.size() / 2));  // header fine, gzip stream cut
+  std::string table = "subject\timage\tgroup\n";
+  for (std::size_t i = 1; i < rows.size(); ++i) table += rows[i][0] + "\t" + (i == 2 ? "cut/half.nii.gz" : rows[i][1]) + "\t" + rows[i][2] + "\n";
+  WriteFile(Cohort() + "/cut.tsv", table);
+  auto j = nlohmann::json::parse(ReadFile(Study()));
+  j["subjects"] = {{"table", "cut.tsv"}};
+  WriteFile(Cohort() + "/cut.json", j.dump());
+  const std::string parent = *dir_ / "fresh_parent";
+  const auto r = RunCli("run " + Cohort() + "/cut.json --out " + parent + "/nested/out");
+  EXPECT_EQ(r.exitCode, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("io:Truncated"));
+  EXPECT_FALSE(fs::exists(parent)) << "the folders created for the output are removed when the run fails";
+}
+
+// Item 8: input_hash changed with --threads (and with --out): it hashed the resolved study as run.
+TEST_F(Hardening, InputHashIsIndependentOfThreadsAndOutputFolder) {
+  const std::string a = *dir_ / "hash_t1", b = *dir_ / "hash_t2";
+  ASSERT_EQ(RunCli("run " + Study() + " --out " + a + " --threads 1 -q").exitCode, 0);
+  ASSERT_EQ(RunCli("run " + Study() + " --out " + b + " --threads 2 -q").exitCode, 0);
+  const auto ha = nlohmann::json::parse(ReadFile(a + "/results.json")).at("input_hash").get<std::string>();
+  const auto hb = nlohmann::json::parse(ReadFile(b + "/results.json")).at("input_hash").get<std::string>();
+  EXPECT_EQ(ha.size(), 32u);
+  EXPECT_EQ(ha, hb);
+}
+
+// Item 8: ".NII.GZ" (upper case, as some Windows tools write it) reads as the same image.
+TEST_F(Hardening, UpperCaseExtensionReadsTheSameImage) {
+  const auto rows = ReadTsv(Cohort() + "/participants.tsv");
+  const std::string original = Cohort() + "/" + rows[1][1];
+  fs::copy_file(original, Cohort() + "/UPPER.NII.GZ", fs::copy_options::overwrite_existing);
+  const auto a = neuromkl::io::ReadVolume(original), b = neuromkl::io::ReadVolume(Cohort() + "/UPPER.NII.GZ");
+  EXPECT_EQ(a.data, b.data);
+  EXPECT_TRUE(a.geometry.DifferenceFrom(b.geometry).empty());
 }

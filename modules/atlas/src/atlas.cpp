@@ -30,6 +30,22 @@ std::optional<AtlasFiles> BuiltinAtlas(const std::string& name) {
   return std::nullopt;
 }
 
+namespace {
+/// A code listed twice would give two regions the same voxels (or one name to another's voxels): an
+/// error naming both lines, never a silent choice.
+void CheckUniqueCodes(const LabelTable& table, const std::vector<std::int64_t>& codes, const std::string& column) {
+  std::map<std::int64_t, std::size_t> seen;
+  for (std::size_t r = 0; r < codes.size(); ++r) {
+    const auto [it, inserted] = seen.emplace(codes[r], r);
+    if (inserted) continue;
+    auto lineOf = [&](std::size_t row) { return row < table.lines.size() ? table.lines[row] : row + 1; };
+    throw InputError("atlas:DuplicateLabel", table.path,
+                     fmt::format("label code {} (column {}) is listed twice: line {} ({}) and line {} ({}); each code must name one region",
+                                 codes[r], column, lineOf(it->second), table.names[it->second], lineOf(r), table.names[r]));
+  }
+}
+}  // namespace
+
 Atlas LoadAtlas(const std::string& imagePath, const std::string& tablePath) {
   io::Volume image;
   try {
@@ -91,6 +107,7 @@ Atlas LoadAtlas(const std::string& imagePath, const std::string& tablePath) {
                                  imagePath, *present.begin(), *present.rbegin(), present.size()));
   atlas.labelColumn = table.labelColumns[best].first;
   const auto& codes = table.labelColumns[best].second;
+  CheckUniqueCodes(table, codes, atlas.labelColumn);
   std::set<std::int32_t> named;
   std::vector<std::string> absent;
   for (std::size_t r = 0; r < codes.size(); ++r) {
@@ -149,6 +166,7 @@ Atlas LoadProbabilisticAtlas(const std::string& imagePath, const std::string& ta
     throw InputError("atlas:TableMismatch", tablePath,
                      fmt::format("the table names {} regions but the probabilistic atlas {} has {} volumes (one per region expected)",
                                  rows, imagePath, image.volumes));
+  if (!table.volumeIndex.empty()) CheckUniqueCodes(table, table.volumeIndex, "index");
   for (std::size_t r = 0; r < rows; ++r) {
     const std::int64_t volume = table.volumeIndex.empty() ? static_cast<std::int64_t>(r) : table.volumeIndex[r];
     if (volume < 0 || volume >= image.volumes)

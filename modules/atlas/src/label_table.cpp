@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <charconv>
 #include <cstring>
 #include <optional>
@@ -62,6 +63,7 @@ LabelTable ReadFslXml(const std::string& path, const std::string& text) {
       throw InputError("atlas:TableSyntax", path, "FSL atlas XML: expected <label index=\"N\" ...>, found " + tag + ">");
     index.push_back(i);
     plusOne.push_back(i + 1);
+    table.lines.push_back(static_cast<std::size_t>(std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(p), '\n')) + 1);
     table.names.push_back(XmlText(text.substr(close + 1, end - close - 1)));
   }
   if (table.names.empty()) throw InputError("atlas:TableEmpty", path, "FSL atlas XML without any <label> element");
@@ -96,11 +98,13 @@ LabelTable ReadLabelTable(const std::string& path) {
     in.seekg(0);
   }
   std::vector<std::vector<std::string>> rows;
+  std::vector<std::size_t> lines;
   std::string line;
-  while (std::getline(in, line)) {
+  for (std::size_t number = 1; std::getline(in, line); ++number) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (Trim(line).empty() || Trim(line)[0] == '#') continue;
     rows.push_back(Tokens(line));
+    lines.push_back(number);
   }
   if (rows.empty()) throw InputError("atlas:TableEmpty", path, "the atlas label table has no rows");
   if (LooksLikeLut(rows)) {
@@ -108,12 +112,13 @@ LabelTable ReadLabelTable(const std::string& path) {
     lut.path = path;
     lut.format = "freesurfer_lut";
     std::vector<std::int64_t> values;
-    for (const auto& row : rows) {
+    for (std::size_t r = 0; r < rows.size(); ++r) {
       std::int64_t v = 0;
-      ParseInt(row[0], v);
+      ParseInt(rows[r][0], v);
       if (v == 0) continue;  // "Unknown": background
       values.push_back(v);
-      lut.names.push_back(row[1]);
+      lut.names.push_back(rows[r][1]);
+      lut.lines.push_back(lines[r]);
     }
     lut.labelColumns = {{"value", values}};
     return lut;
@@ -126,6 +131,7 @@ LabelTable ReadLabelTable(const std::string& path) {
   if (!firstHasInt && rows.size() > 1) {
     header = rows[0];
     rows.erase(rows.begin());
+    lines.erase(lines.begin());
   }
   const std::size_t ncols = rows[0].size();
   for (std::size_t r = 0; r < rows.size(); ++r)
@@ -162,6 +168,7 @@ LabelTable ReadLabelTable(const std::string& path) {
   if (table.labelColumns.empty())
     throw InputError("atlas:TableNoLabels", path, "no integer column with label values found (expected e.g. \"2001 Precentral_L\" per row)");
   for (const auto& row : rows) table.names.push_back(row[*nameCol]);
+  table.lines = lines;
   return table;
 }
 

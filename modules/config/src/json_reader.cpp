@@ -4,6 +4,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 
 #include <fmt/format.h>
@@ -15,6 +16,9 @@
 namespace neuromkl::config {
 
 std::string ReadConfigText(const std::string& path, const std::string& what) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec))
+    throw ConfigError("config:IsDirectory", path, "is a directory, expected the " + what + " (a JSON file)");
   std::optional<std::string> text = TryReadText(path);
   if (!text) throw ConfigError("config:Unreadable", path, "cannot open the " + what + " (missing or unreadable)");
   return std::move(*text);
@@ -53,6 +57,7 @@ struct PointerTracker {
     bool array = false;
     long index = -1;
     std::string key;
+    std::set<std::string> keys;  ///< seen in this object: a key given twice is an error, not "last one wins"
   };
   std::vector<Frame> frames;
   void Element() {
@@ -77,18 +82,25 @@ Json ParseConfigJson(const std::string& text, const std::string& source) {
   if (NestingDepth(text, kMaxJsonDepth) > kMaxJsonDepth)
     throw ConfigError("config:Syntax", source, fmt::format("not accepted: arrays and objects nested more than {} levels deep", kMaxJsonDepth));
   PointerTracker where;
-  const Json::parser_callback_t track = [&where](int, Json::parse_event_t event, Json& parsed) {
+  const Json::parser_callback_t track = [&where, &source](int, Json::parse_event_t event, Json& parsed) {
     switch (event) {
       case Json::parse_event_t::object_start:
         where.Element();
-        where.frames.push_back({false, -1, ""});
+        where.frames.push_back({false, -1, "", {}});
         break;
       case Json::parse_event_t::array_start:
         where.Element();
-        where.frames.push_back({true, -1, ""});
+        where.frames.push_back({true, -1, "", {}});
         break;
       case Json::parse_event_t::key:
-        if (!where.frames.empty() && parsed.is_string()) where.frames.back().key = parsed.get<std::string>();
+        if (!where.frames.empty() && parsed.is_string()) {
+          where.frames.back().key = parsed.get<std::string>();
+          if (!where.frames.back().keys.insert(where.frames.back().key).second)
+            throw ConfigError("config:DuplicateKey", source,
+                              fmt::format("{}: the key \"{}\" is given twice in the same object (JSON readers would silently keep "
+                                          "only one of them); remove one",
+                                          where.Pointer(false), where.frames.back().key));
+        }
         break;
       case Json::parse_event_t::object_end:
       case Json::parse_event_t::array_end:

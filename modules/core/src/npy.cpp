@@ -1,5 +1,7 @@
 #include "neuromkl/core/npy.hpp"
 
+#include <algorithm>
+#include <charconv>
 #include <cstdint>
 #include <cstring>
 #include <fstream>
@@ -7,6 +9,7 @@
 #include <vector>
 
 #include "neuromkl/core/errors.hpp"
+#include "neuromkl/core/strings.hpp"
 
 namespace neuromkl {
 
@@ -25,6 +28,7 @@ void WriteNpy(const std::string& path, const Eigen::Ref<const Eigen::MatrixXd>& 
   out.write(header.data(), static_cast<std::streamsize>(header.size()));
   Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> rowMajor = matrix;
   out.write(reinterpret_cast<const char*>(rowMajor.data()), static_cast<std::streamsize>(rowMajor.size() * sizeof(double)));
+  out.close();  // flushes: a full disk shows here, not silently in the destructor
   if (!out) throw IoError("npy:WriteFailed", path, "writing failed (disk full?)");
 }
 
@@ -44,36 +48,68 @@ void ConvertInto(const std::vector<char>& raw, std::vector<double>& out) {
 Eigen::MatrixXd ReadNpy(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError("npy:Unreadable", path, "cannot open the .npy file for reading");
+  // Every size in the header is checked against the file's length before anything is allocated.
+  in.seekg(0, std::ios::end);
+  const auto fileBytes = static_cast<std::uint64_t>(std::max<std::streamoff>(0, static_cast<std::streamoff>(in.tellg())));
+  in.seekg(0);
   char magic[8];
   in.read(magic, 8);
   if (!in || std::memcmp(magic, "\x93NUMPY", 6) != 0)
     throw InputError("npy:NotNpy", path, "not a NumPy .npy file (expected the \\x93NUMPY magic)");
+  if (magic[6] < 1 || magic[6] > 3)
+    throw InputError("npy:BadHeader", path, "unsupported .npy format version " + std::to_string(static_cast<int>(magic[6])) + " (expected 1, 2 or 3)");
   std::uint32_t headerLen = 0;
+  std::uint64_t prefix = 10;
   if (magic[6] == 1) {
     std::uint16_t l = 0;
     in.read(reinterpret_cast<char*>(&l), 2);
     headerLen = l;
   } else {
     in.read(reinterpret_cast<char*>(&headerLen), 4);
+    prefix = 12;
   }
+  // NumPy writes headers of a few hundred bytes; a longer one is corrupt (and would be slow to parse).
+  constexpr std::uint32_t kMaxHeader = 65536;
+  if (!in || headerLen > kMaxHeader || prefix + headerLen > fileBytes)
+    throw InputError("npy:BadHeader", path,
+                     "the .npy header length " + std::to_string(headerLen) + " is impossible (file of " + std::to_string(fileBytes) +
+                         " bytes, at most " + std::to_string(kMaxHeader) + " header bytes accepted)");
   std::string header(headerLen, '\0');
   in.read(header.data(), headerLen);
+  const std::string shown = header.size() > 200 ? header.substr(0, 200) + "..." : header;
   std::smatch m;
   if (!std::regex_search(header, m, std::regex("'descr':\\s*'([<|=]?)([fi])(\\d)'")))
-    throw InputError("npy:UnsupportedType", path, "expected dtype float64, float32, int32 or int64; header: " + header);
+    throw InputError("npy:UnsupportedType", path, "expected dtype float64, float32, int32 or int64 (little-endian); header: " + shown);
   const char kind = m[2].str()[0];
   const int width = std::stoi(m[3].str());
   const bool fortran = header.find("'fortran_order': True") != std::string::npos;
   if (!std::regex_search(header, m, std::regex("'shape':\\s*\\(([^)]*)\\)")))
     throw InputError("npy:BadHeader", path, "no shape in the .npy header");
-  std::vector<long long> shape;
+  std::vector<std::uint64_t> shape;
   std::string dims = m[1].str();
   std::regex num("\\d+");
-  for (auto it = std::sregex_iterator(dims.begin(), dims.end(), num); it != std::sregex_iterator(); ++it)
-    shape.push_back(std::stoll(it->str()));
+  const std::uint64_t dataBytes = fileBytes - prefix - headerLen;
+  for (auto it = std::sregex_iterator(dims.begin(), dims.end(), num); it != std::sregex_iterator(); ++it) {
+    const std::string d = it->str();
+    std::uint64_t v = 0;
+    const auto [p, ec] = std::from_chars(d.data(), d.data() + d.size(), v);
+    if (ec != std::errc() || p != d.data() + d.size() || v > dataBytes)
+      throw InputError("npy:Truncated", path,
+                       "the .npy header announces a dimension of " + d + " but the file holds only " + std::to_string(dataBytes) + " data bytes");
+    shape.push_back(v);
+  }
   if (shape.empty() || shape.size() > 2)
     throw InputError("npy:BadShape", path, "expected a 1-D or 2-D array, found " + std::to_string(shape.size()) + " dimensions");
-  const long long rows = shape[0], cols = shape.size() == 2 ? shape[1] : 1;
+  const std::uint64_t rows64 = shape[0], cols64 = shape.size() == 2 ? shape[1] : 1;
+  // Both factors are at most the data size (checked above), so the product fits in 128 bits; in
+  // double it is exact enough to compare against a file length.
+  const double needD = static_cast<double>(rows64) * static_cast<double>(cols64) * width;
+  if (needD > static_cast<double>(dataBytes))
+    throw InputError("npy:Truncated", path,
+                     "the .npy header announces " + std::to_string(rows64) + " x " + std::to_string(cols64) + " values of " +
+                         std::to_string(width) + " bytes (" + FormatDouble(needD) + " bytes) but the file holds only " +
+                         std::to_string(dataBytes) + " data bytes: the file is truncated or the header is wrong");
+  const auto rows = static_cast<long long>(rows64), cols = static_cast<long long>(cols64);
   std::vector<char> raw(static_cast<std::size_t>(rows * cols * width));
   in.read(raw.data(), static_cast<std::streamsize>(raw.size()));
   if (in.gcount() != static_cast<std::streamsize>(raw.size()))

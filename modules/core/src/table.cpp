@@ -10,7 +10,7 @@ namespace neuromkl {
 
 namespace {
 
-std::vector<std::string> SplitRecord(const std::string& line, char delimiter) {
+std::vector<std::string> SplitRecord(const std::string& line, char delimiter, bool* unterminated = nullptr) {
   if (delimiter == '\t') {
     auto cells = Split(line, '\t');
     for (auto& c : cells) c = Trim(c);
@@ -40,6 +40,7 @@ std::vector<std::string> SplitRecord(const std::string& line, char delimiter) {
     }
   }
   cells.push_back(Trim(cell));
+  if (unterminated) *unterminated = quoted;
   return cells;
 }
 
@@ -74,16 +75,28 @@ DelimitedTable ReadDelimitedTable(const std::string& path) {
     ++lineNo;
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (lineNo == 1 && line.size() >= 3 && line.compare(0, 3, "\xEF\xBB\xBF") == 0) line.erase(0, 3);  // UTF-8 BOM
+    if (line.find('\r') != std::string::npos)
+      throw InputError("table:CrLineEnds", path + ":" + std::to_string(lineNo),
+                       "the lines end in a carriage return only (old Mac OS format), so the whole file reads as one line; "
+                       "save it with LF or CRLF line ends");
     if (Trim(line).empty()) continue;
     if (!haveHeader) {
       table.delimiter = EndsWith(path, ".csv") ? ',' : '\t';
       if (table.delimiter == '\t' && line.find('\t') == std::string::npos && line.find(',') != std::string::npos)
         table.delimiter = ',';
-      table.header = SplitRecord(line, table.delimiter);
+      bool unterminated = false;
+      table.header = SplitRecord(line, table.delimiter, &unterminated);
+      if (unterminated)
+        throw InputError("table:UnterminatedQuote", path + ":" + std::to_string(lineNo),
+                         "a double quote opens a cell that is not closed on this line (quoted cells cannot span lines)");
       haveHeader = true;
       continue;
     }
-    auto cells = SplitRecord(line, table.delimiter);
+    bool unterminated = false;
+    auto cells = SplitRecord(line, table.delimiter, &unterminated);
+    if (unterminated)
+      throw InputError("table:UnterminatedQuote", path + ":" + std::to_string(lineNo),
+                       "a double quote opens a cell that is not closed on this line (quoted cells cannot span lines)");
     if (cells.size() != table.header.size()) {
       throw InputError("table:RaggedRow", path + ":" + std::to_string(lineNo),
                        "expected " + std::to_string(table.header.size()) + " cells (as in the header), found " +

@@ -8,6 +8,7 @@
 
 #include "json_format.hpp"
 #include "neuromkl/core/errors.hpp"
+#include "neuromkl/core/hash.hpp"
 #include "neuromkl/core/npy.hpp"
 
 namespace neuromkl::exporting {
@@ -48,6 +49,9 @@ void SaveKernelStore(const std::string& dir, const kernels::KernelSet& set, cons
     WriteNpy(dir + "/" + file, set.kernels[r]);
     Json e = InfoJson(set.info[r]);
     e["file"] = file;
+    // Checksum of the file as written: a later read that finds other bytes (bit rot, a partial copy,
+    // an edit) is refused, never served as kernels.
+    e["xxh3"] = HashFile(dir + "/" + file).Hex();
     index["kernels"].push_back(e);
   }
   if (!set.intensityScale.empty()) index["intensity_scale"] = set.intensityScale;  // per subject: what its image was divided by
@@ -59,7 +63,8 @@ void SaveKernelStore(const std::string& dir, const kernels::KernelSet& set, cons
   }
   std::ofstream out(dir + "/index.json");
   out << index.dump(2) << "\n";
-  if (!out) throw IoError("store:Write", dir + "/index.json", "cannot write the kernel index");
+  out.close();  // flushes: a full disk shows here, not in the destructor
+  if (!out) throw IoError("store:Write", dir + "/index.json", "cannot write the kernel index (disk full?)");
 }
 
 kernels::KernelSet LoadKernelStore(const std::string& dir, std::string* key) {
@@ -77,7 +82,15 @@ kernels::KernelSet LoadKernelStore(const std::string& dir, std::string* key) {
     set.subjects = index.at("subjects").get<std::vector<std::string>>();
     for (const auto& e : index.at("kernels")) {
       set.info.push_back(InfoFrom(e));
-      set.kernels.push_back(ReadNpy(dir + "/" + e.at("file").get<std::string>()));
+      const std::string file = dir + "/" + e.at("file").get<std::string>();
+      if (!e.contains("xxh3"))
+        throw InputError("store:NoChecksum", path, "the kernel index has no checksum for " + file + " (written by an older version?)");
+      const std::string expected = e.at("xxh3").get<std::string>();
+      const std::string found = HashFile(file).Hex();
+      if (found != expected)
+        throw InputError("store:Checksum", file, "the kernel file's content does not match its checksum in the index (expected xxh3 " +
+                                                     expected + ", found " + found + "): the file was changed or damaged");
+      set.kernels.push_back(ReadNpy(file));
     }
     for (const auto& e : index.at("excluded")) set.excluded.push_back({InfoFrom(e), e.value("reason", "")});
     if (index.contains("non_zero_values")) {

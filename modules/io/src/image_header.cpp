@@ -15,6 +15,22 @@
 #include "neuromkl/core/errors.hpp"
 #include "neuromkl/core/strings.hpp"
 
+namespace neuromkl::io {
+
+// Here rather than in nifti.cpp: the fuzz target builds this file without ITK (tests/fuzz).
+std::string ToString(ImageFormat format) {
+  switch (format) {
+    case ImageFormat::Nifti1: return "NIfTI-1";
+    case ImageFormat::Nifti1Pair: return "NIfTI-1 pair";
+    case ImageFormat::Nifti2: return "NIfTI-2";
+    case ImageFormat::Nifti2Pair: return "NIfTI-2 pair";
+    case ImageFormat::Analyze75: return "Analyze 7.5";
+  }
+  return "?";
+}
+
+}  // namespace neuromkl::io
+
 namespace neuromkl::io::detail {
 
 namespace fs = std::filesystem;

@@ -121,17 +121,6 @@ Geometry HeaderGeometry(const std::string& path, const detail::ImageHeader& h) {
 
 }  // namespace
 
-std::string ToString(ImageFormat format) {
-  switch (format) {
-    case ImageFormat::Nifti1: return "NIfTI-1";
-    case ImageFormat::Nifti1Pair: return "NIfTI-1 pair";
-    case ImageFormat::Nifti2: return "NIfTI-2";
-    case ImageFormat::Nifti2Pair: return "NIfTI-2 pair";
-    case ImageFormat::Analyze75: return "Analyze 7.5";
-  }
-  return "?";
-}
-
 std::vector<std::string> ImageFilePaths(const std::string& path) {
   const detail::ImageFiles files = detail::ResolveImageFiles(path);
   if (!files.pair) return {path};
@@ -265,6 +254,16 @@ void WriteVolume(const std::string& path, const Volume& volume) {
     writer->Update();
   } catch (const itk::ExceptionObject& e) {
     throw IoError("io:WriteFailed", path, std::string("cannot write the NIfTI image: ") + e.GetDescription());
+  }
+  // ITK's NIfTI writer does not report every short write (ENOSPC): read the file back with our own
+  // decoder, which refuses a file shorter than its header announces or a truncated gzip stream.
+  try {
+    const detail::ImageHeader written = detail::ReadImageHeader(path);
+    std::vector<float> check;
+    detail::DecodeVolumes(written, 0, 1, check);
+    if (static_cast<std::int64_t>(check.size()) != g.VoxelCount()) throw IoError("io:WriteFailed", path, "voxel count differs");
+  } catch (const Error& e) {
+    throw IoError("io:WriteFailed", path, std::string("the NIfTI image was not written completely (disk full?): ") + e.what());
   }
 }
 

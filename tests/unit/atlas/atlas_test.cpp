@@ -170,3 +170,27 @@ TEST(Atlas, LabelsBeyondThe32BitRangeAreAnError) {
 }
 
 }  // namespace
+
+namespace {
+// Issue 19 item 7: a table listing a code twice was accepted (two regions sharing voxels, or one name
+// silently winning). It is an error naming the code and both lines of the file.
+TEST(Atlas, LabelCodeListedTwiceIsAnErrorNamingBothLines) {
+  neuromkl::testing::TempDir tmp;
+  io::Volume v;
+  v.geometry.dims = {4, 5, 6};
+  v.data.assign(120, 1.0f);
+  v.data[7] = 2.0f;
+  io::WriteVolume(tmp / "two.nii", v);
+  neuromkl::testing::WriteFile(tmp / "dup.tsv", "label\tname\n# a comment line\n1\tA\n2\tB\n1\tC\n");
+  EXPECT_THAT([&] { atlas::LoadAtlas(tmp / "two.nii", tmp / "dup.tsv"); },
+              ::testing::ThrowsMessage<InputError>(::testing::AllOf(HasSubstr("dup.tsv"),
+                                                                     HasSubstr("label code 1 (column label) is listed twice: line 3 (A) and line 5 (C)"))));
+  // FreeSurfer LUT rows are line-numbered the same way.
+  neuromkl::testing::WriteFile(tmp / "dup_lut.txt", "0 Unknown 0 0 0 0\n1 A 10 10 10 0\n2 B 20 20 20 0\n2 C 30 30 30 0\n");
+  EXPECT_THAT([&] { atlas::LoadAtlas(tmp / "two.nii", tmp / "dup_lut.txt"); },
+              ::testing::ThrowsMessage<InputError>(HasSubstr("label code 2 (column value) is listed twice: line 3 (B) and line 4 (C)")));
+  // Unique codes load.
+  neuromkl::testing::WriteFile(tmp / "ok.tsv", "label\tname\n1\tA\n2\tB\n");
+  EXPECT_EQ(atlas::LoadAtlas(tmp / "two.nii", tmp / "ok.tsv").regions.size(), 2u);
+}
+}  // namespace

@@ -26,3 +26,43 @@ TEST(Npy, NotNpyIsAnError) {
   neuromkl::testing::WriteFile(tmp / "x.npy", "garbage");
   EXPECT_THAT([&] { ReadNpy(tmp / "x.npy"); }, ::testing::ThrowsMessage<InputError>(::testing::HasSubstr("not a NumPy .npy file")));
 }
+
+/// A .npy file with the given header text and `dataBytes` zero bytes of data.
+std::string NpyWithHeader(const std::string& dict, std::size_t dataBytes) {
+  std::string header = dict;
+  header.append((64 - (10 + header.size() + 1) % 64) % 64, ' ');
+  header += '\n';
+  std::string bytes = "\x93NUMPY\x01";
+  bytes += '\0';
+  bytes += static_cast<char>(header.size() & 0xff);
+  bytes += static_cast<char>(header.size() >> 8);
+  return bytes + header + std::string(dataBytes, '\0');
+}
+
+// Issue 19 item 7: a shape of 1e8 x 1e8 was allocated before the read (std::bad_alloc, "unexpected
+// failure"), and a smaller lie allocated and zero-filled before the short read was noticed. Now the
+// announced size is compared with the file's length first: an InputError naming the file and both sizes.
+TEST(Npy, HeaderSizesAreCheckedAgainstTheFileBeforeAllocating) {
+  neuromkl::testing::TempDir tmp;
+  neuromkl::testing::WriteFile(tmp / "huge.npy", NpyWithHeader("{'descr': '<f8', 'fortran_order': False, 'shape': (100000000, 100000000), }", 64));
+  EXPECT_THAT([&] { ReadNpy(tmp / "huge.npy"); },
+              ::testing::ThrowsMessage<InputError>(::testing::AllOf(::testing::HasSubstr("huge.npy"), ::testing::HasSubstr("dimension of 100000000"),
+                                                                     ::testing::HasSubstr("only 64 data bytes"))));
+  neuromkl::testing::WriteFile(tmp / "short.npy", NpyWithHeader("{'descr': '<f8', 'fortran_order': False, 'shape': (3, 3), }", 64));
+  EXPECT_THAT([&] { ReadNpy(tmp / "short.npy"); },
+              ::testing::ThrowsMessage<InputError>(::testing::AllOf(::testing::HasSubstr("3 x 3 values of 8 bytes (72 bytes)"),
+                                                                     ::testing::HasSubstr("only 64 data bytes"))));
+  // A dimension beyond 64 bits (std::stoll threw std::out_of_range: "unexpected failure").
+  neuromkl::testing::WriteFile(tmp / "overflow.npy",
+                               NpyWithHeader("{'descr': '<f8', 'fortran_order': False, 'shape': (99999999999999999999999, 1), }", 8));
+  EXPECT_THAT([&] { ReadNpy(tmp / "overflow.npy"); },
+              ::testing::ThrowsMessage<InputError>(::testing::HasSubstr("dimension of 99999999999999999999999 but the file holds only 8")));
+  // A header length beyond the file (version 2: 4-byte length of ~4 GB).
+  std::string v2 = "\x93NUMPY\x02";
+  v2 += std::string("\0\xff\xff\xff\xf0", 5);
+  neuromkl::testing::WriteFile(tmp / "hdr.npy", v2 + "{}");
+  EXPECT_THAT([&] { ReadNpy(tmp / "hdr.npy"); }, ::testing::ThrowsMessage<InputError>(::testing::HasSubstr("header length")));
+  // The exact size still reads.
+  neuromkl::testing::WriteFile(tmp / "ok.npy", NpyWithHeader("{'descr': '<f8', 'fortran_order': False, 'shape': (2, 4), }", 64));
+  EXPECT_EQ(ReadNpy(tmp / "ok.npy"), Eigen::MatrixXd::Zero(2, 4));
+}

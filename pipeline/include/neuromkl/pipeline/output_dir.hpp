@@ -34,6 +34,7 @@ class AtomicOutputDir {
 
  private:
   std::string final_, temp_;
+  std::vector<std::string> createdParents_;  ///< folders this run created for the output (deepest first): removed again if it fails
   bool force_, committed_ = false;
 };
 

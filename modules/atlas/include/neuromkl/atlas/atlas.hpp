@@ -32,6 +32,7 @@ struct LabelTable {
   std::vector<std::string> names;                             ///< one per row
   std::vector<std::pair<std::string, std::vector<std::int64_t>>> labelColumns;  ///< candidate codings
   std::vector<std::int64_t> volumeIndex;  ///< FSL XML: the 0-based volume of each row in a 4-D probabilistic image
+  std::vector<std::size_t> lines;         ///< the 1-based line of the file each row comes from (for messages)
 };
 LabelTable ReadLabelTable(const std::string& path);
 
