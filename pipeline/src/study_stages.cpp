@@ -134,7 +134,8 @@ exporting::WeightMaps ComputeWeightMaps(const StudyContext& ctx, const std::vect
       std::vector<int> train = fold.train;
       train.insert(train.end(), fold.unlabelled.begin(), fold.unlabelled.end());
       subjectWeights.push_back(
-          weights::SubjectWeights(ctx.kernels, {train, fold.test, fold.model.coef, fold.model.beta}, study.kernels.centre, study.kernels.normalise));
+          weights::SubjectWeights(ctx.kernels, {train, fold.test, fold.model.coef, fold.model.beta}, study.kernels.centre, study.kernels.normalise,
+                                  ctx.nestedOptions.preprocessing.covariates.get()));
       learnerOf.push_back(l);
     }
   // Intensity-scaled kernels are kernels of x_i / s_i: the map sum_i D_i (x_i / s_i) reads the raw images.
@@ -242,7 +243,7 @@ PermutationResult RunPermutationTest(const StudyContext& ctx, const std::vector<
 RegionWeightsResult RunRegionWeights(const StudyContext& ctx, const std::vector<exporting::LearnerRecord>& learners) {
   RegionWeightsResult result;
   if (ctx.study.output.weightMaps && ctx.ks.regions.has_value()) result.maps = ComputeWeightMaps(ctx, learners);
-  const cv::Preprocessing preprocessing{ctx.study.kernels.centre, ctx.study.kernels.normalise};
+  const cv::Preprocessing& preprocessing = ctx.nestedOptions.preprocessing;
   for (const auto& lr : learners) {
     const bool mkl = learners::FindLearner(lr.outcome.name)->multipleKernels;
     std::vector<Eigen::VectorXd> foldWeights;
@@ -329,6 +330,12 @@ exporting::RunRecord DescribeRun(const StudyContext& ctx, CrossValidationResult 
   if (const auto total = ks.set.nonZeroInsideAtlas + ks.set.nonZeroOutsideAtlas; ks.set.nonZeroInsideAtlas >= 0 && total > 0)
     record.outsideAtlasShare = static_cast<double>(ks.set.nonZeroOutsideAtlas) / static_cast<double>(total);
   record.minSubjectsWithSignal = study.output.minSubjectsWithSignal;
+  if (ctx.covariates) {
+    record.covariateColumns = ctx.covariates->columns;
+    record.covariateFitOn = ctx.covariates->fitOn;
+    // Labelled subjects are the design's first n rows.
+    record.covariateTargetR2 = kernels::CovariateR2(ctx.covariates->covariates.design.topRows(ctx.n), cohort.y);
+  }
   record.centre = study.kernels.centre;
   record.normalise = study.kernels.normalise;
   record.threads = study.threads;

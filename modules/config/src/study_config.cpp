@@ -213,12 +213,65 @@ void ParseSubjects(const Json& json, const std::string& baseDir, const std::stri
   }
 }
 
+std::vector<std::string> ColumnList(const Json& j, const std::string& ptr, const std::string& src) {
+  if (!j.is_array()) throw ConfigError("config:Type", src, ptr + ": expected an array of column names, found " + Describe(j));
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < j.size(); ++i) {
+    const std::string p = ptr + "/" + std::to_string(i);
+    if (!j[i].is_string() || j[i].get<std::string>().empty())
+      throw ConfigError("config:Type", src, p + ": expected a column name (non-empty string), found " + Describe(j[i]));
+    const std::string name = j[i].get<std::string>();
+    if (std::find(out.begin(), out.end(), name) != out.end())
+      throw ConfigError("config:Value", src, p + ": column \"" + name + "\" is listed twice");
+    out.push_back(name);
+  }
+  return out;
+}
+
+/// covariates: ["age", "sex"] (numeric columns) or {columns, categorical, fit_on}.
+CovariateSpec ParseCovariates(const Json& j, const std::string& src, const std::string& targetColumn) {
+  CovariateSpec c;
+  if (j.is_array()) {
+    c.columns = ColumnList(j, "/covariates", src);
+    c.listForm = true;
+  } else {
+    ObjectReader r(j, "/covariates", src, {"columns", "categorical", "fit_on"});
+    if (r.Has("columns")) c.columns = ColumnList(r.At("columns"), "/covariates/columns", src);
+    if (r.Has("categorical")) c.categorical = ColumnList(r.At("categorical"), "/covariates/categorical", src);
+    for (std::size_t i = 0; i < c.categorical.size(); ++i)
+      if (std::find(c.columns.begin(), c.columns.end(), c.categorical[i]) != c.columns.end())
+        r.FailAt("/covariates/categorical/" + std::to_string(i), "column \"" + c.categorical[i] + "\" is also in /covariates/columns (numeric); list it once");
+    if (r.Has("fit_on")) {
+      const Json& f = r.At("fit_on");
+      if (f.is_string()) {
+        if (f.get<std::string>() != "all") r.FailAt("/covariates/fit_on", "expected \"all\" or {\"column\": ..., \"value\": ...}, found " + Describe(f));
+      } else {
+        ObjectReader fo(f, "/covariates/fit_on", src, {"column", "value"});
+        c.fitOnColumn = fo.RequiredString("column");
+        if (!fo.Has("value")) fo.FailAt("/covariates/fit_on/value", "required key is missing (the value of the column that marks the subjects to fit on, e.g. \"CN\")");
+        const Json& v = fo.At("value");
+        if (v.is_string()) c.fitOnValue = v.get<std::string>();
+        else if (v.is_number_integer()) c.fitOnValue = std::to_string(v.get<std::int64_t>());
+        else fo.FailAt("/covariates/fit_on/value", "expected a string or an integer, found " + Describe(v));
+      }
+    }
+    if (!c.Active()) r.FailAt("/covariates", "expected at least one column in \"columns\" or \"categorical\"");
+  }
+  if (j.is_array() && c.columns.empty()) throw ConfigError("config:Value", src, "/covariates: expected at least one column name");
+  auto all = c.columns;
+  all.insert(all.end(), c.categorical.begin(), c.categorical.end());
+  for (const auto& col : all)
+    if (col == targetColumn)
+      throw ConfigError("config:Value", src, "/covariates: the target column \"" + col + "\" cannot be a covariate (regressing it out removes the signal)");
+  return c;
+}
+
 }  // namespace
 
 StudyConfig ParseStudyConfig(const std::string& text, const std::string& baseDir, const std::string& src) {
   const Json root = ParseConfigJson(text, src);
   ObjectReader r(root, "", src,
-                 {"$schema", "name", "description", "subjects", "target", "atlas", "mask", "kernels", "cv", "learners",
+                 {"$schema", "name", "description", "subjects", "target", "atlas", "mask", "kernels", "covariates", "cv", "learners",
                   "permutations", "output", "seed", "threads"});
   StudyConfig c;
   c.path = src;
@@ -401,6 +454,7 @@ StudyConfig ParseStudyConfig(const std::string& text, const std::string& baseDir
       k.FailAt("/kernels/tabular", "source \"tabular\" needs a \"tabular\" section with a table and column groups");
   }
 
+  if (r.Has("covariates")) c.covariates = ParseCovariates(r.At("covariates"), src, c.target.column);
   if (r.Has("cv")) {
     ObjectReader cv(r.At("cv"), "/cv", src, {"outer", "inner", "seed"});
     if (cv.Has("outer")) c.cv.outer = ParseScheme(cv.At("outer"), "/cv/outer", src);
@@ -506,6 +560,10 @@ std::string ResolvedConfigJson(const StudyConfig& c) {
                     {"exclude_columns", tab.excludeColumns}, {"functions", functions}, {"standardise", tab.standardise}};
   }
   j["kernels"] = k;
+  if (c.covariates.Active()) {  // only when given: single-source studies without covariates resolve as before
+    j["covariates"] = {{"columns", c.covariates.columns}, {"categorical", c.covariates.categorical}};
+    j["covariates"]["fit_on"] = c.covariates.fitOnColumn.empty() ? Json("all") : Json{{"column", c.covariates.fitOnColumn}, {"value", c.covariates.fitOnValue}};
+  }
   auto scheme = [](const CvSchemeSpec& s) {
     Json o = {{"scheme", ToString(s.scheme)}, {"k", s.k}, {"repeats", s.repeats}};
     if (!s.groupColumn.empty()) o["group_column"] = s.groupColumn;

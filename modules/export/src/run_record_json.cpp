@@ -58,6 +58,13 @@ std::string RunRecordJson(const RunRecord& r) {
   if (!r.intensityScaling.empty())
     j["kernels"]["intensity"] = {{"scaling", r.intensityScaling}, {"scale", r.intensityScale},
                                  {"note", "each image was divided by this value (its own mean) before the kernels; subjects in labelled-then-unlabelled order"}};
+  if (!r.covariateColumns.empty())
+    j["covariates"] = {{"design_columns", r.covariateColumns},
+                       {"fit_on", r.covariateFitOn},
+                       {"target_r2", r.covariateTargetR2},
+                       {"note", "every kernel residualised on intercept + these columns inside every outer and inner fold, coefficients fitted on "
+                                "the fold's training subjects (fit_on) and applied to its test subjects, before centring and normalisation; "
+                                "target_r2: in-sample R^2 of the target (classification: +-1) on the covariates over the labelled subjects"}};
   for (const auto& k : r.excludedKernels)
     j["kernels"]["excluded"].push_back({{"name", k.info.name}, {"label", k.info.label}, {"reason", k.reason}});
   j["cv"] = {{"outer", r.outerScheme}, {"inner", r.innerScheme}, {"seed", r.cvSeed},

@@ -146,6 +146,21 @@ struct OutputSpec {
   int minSubjectsWithSignal = 5;     ///< regions where fewer subjects have non-zero data are flagged (lesion maps)
 };
 
+/// covariates: confounds regressed out of every kernel inside every fold (training subjects only).
+struct CovariateSpec {
+  std::vector<std::string> columns;      ///< numeric columns of the subjects table
+  std::vector<std::string> categorical;  ///< categorical columns (one-hot, first level in sorted order left out)
+  std::string fitOnColumn, fitOnValue;   ///< fit_on {column, value}: coefficients fitted on those training subjects; empty = all
+  bool listForm = false;                 ///< given as a plain list of numeric columns (JSON pointers /covariates/<i>)
+  bool Active() const { return !columns.empty() || !categorical.empty(); }
+  /// JSON pointer of numeric column i.
+  std::string ColumnPointer(std::size_t i) const {
+    std::string p = listForm ? "/covariates/" : "/covariates/columns/";
+    p += std::to_string(i);
+    return p;
+  }
+};
+
 struct StudyConfig {
   std::string path;                  ///< the study file
   std::string baseDir;               ///< relative paths resolve against this (the file's folder)
@@ -156,6 +171,7 @@ struct StudyConfig {
   AtlasSpec atlas;
   std::string mask;                  ///< resolved path or empty
   KernelSpec kernels;
+  CovariateSpec covariates;
   CvSpec cv;
   std::vector<LearnerSpec> learners;
   PermutationSpec permutations;

@@ -56,6 +56,10 @@ struct RunRecord {
   std::vector<int> subjectsWithSignal;       ///< per kernel: used subjects with non-zero data there
   int minSubjectsWithSignal = 0;             ///< below it a region is flagged as poorly covered
   double outsideAtlasShare = -1;             ///< share of non-zero voxel values outside the atlas regions (-1: not images)
+  /// covariates (confounds regressed out inside every fold): empty = none
+  std::vector<std::string> covariateColumns;  ///< design columns after the intercept (dummies as "column=level")
+  std::string covariateFitOn;                 ///< "all" or "column = value"
+  double covariateTargetR2 = -1;              ///< in-sample R^2 of target ~ covariates over the labelled subjects
   std::map<std::string, double> seconds;  ///< per stage
   std::vector<LearnerRecord> learners;
   int permutations = 0;             ///< permutations run per learner (0: no permutation test)
