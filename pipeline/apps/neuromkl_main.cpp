@@ -117,7 +117,7 @@ int main(int argc, char** argv) {
   simulate->add_option("--subjects", sim.subjects, "labelled subjects")->capture_default_str();
   simulate->add_option("--unlabelled", sim.unlabelled, "extra subjects with target n/a")->capture_default_str();
   simulate->add_option("--task", task, "classification or regression")->check(CLI::IsMember({"classification", "regression"}))->capture_default_str();
-  simulate->add_option("--signal", signal, "comma-separated AAL region names carrying the effect (default: Hippocampus_L,Precuneus_R,Frontal_Mid_L)");
+  simulate->add_option("--signal", signal, "comma-separated AAL region names carrying the effect (default: Hippocampus_L,Precuneus_R,Frontal_Mid_L; \"none\": no effect in these images)");
   simulate->add_option("--effect", sim.effect, "effect size in noise-SD units")->capture_default_str();
   simulate->add_option("--noise", sim.noise, "noise SD")->capture_default_str();
   simulate->add_option("--nan-fraction", sim.nanFraction, "fraction of brain voxels set to NaN per image")->capture_default_str();
@@ -125,6 +125,13 @@ int main(int argc, char** argv) {
   simulate->add_option("--seed", sim.seed, "random seed")->capture_default_str();
   bool uncompressed = false;
   simulate->add_flag("--uncompressed", uncompressed, "write .nii instead of .nii.gz");
+  std::string ageRegions, signalB;
+  simulate->add_option("--age-regions", ageRegions, "comma-separated AAL regions driven by an \"age\" column correlated with the target (a confound)");
+  simulate->add_option("--age-effect", sim.ageEffect, "voxel shift per age SD (8 years), in noise-SD units")->capture_default_str();
+  simulate->add_option("--age-target-correlation", sim.ageTargetCorrelation, "correlation of age with the standardised target")->capture_default_str();
+  simulate->add_flag("--second-modality", sim.secondModality, "also write a second image per subject (images_b/, column image_b)");
+  simulate->add_option("--signal-b", signalB, "comma-separated AAL regions carrying the target effect in the second modality");
+  simulate->add_option("--clinical-effect", sim.clinicalEffect, "write a \"clinical\" column = effect * standardised target + N(0, 1)");
 
   if (const auto unknown = UnknownSubcommand(argc, argv, app)) {
     std::cerr << "error: " << *unknown << "\nRun with --help for more information.\n";
@@ -197,7 +204,9 @@ int main(int argc, char** argv) {
     }
     if (*simulate) {
       sim.task = task == "regression" ? learners::Task::Regression : learners::Task::Classification;
-      if (!signal.empty()) sim.signalRegions = Split(signal, ',');
+      if (!signal.empty()) sim.signalRegions = signal == "none" ? std::vector<std::string>{} : Split(signal, ',');
+      if (!ageRegions.empty()) sim.ageRegions = Split(ageRegions, ',');
+      if (!signalB.empty()) sim.signalRegionsB = Split(signalB, ',');
       sim.compress = !uncompressed;
       const std::string study = pipeline::Simulate(sim);
       std::cout << "Simulated cohort: " << sim.outDir << "\nStudy file: " << study << "\n";
