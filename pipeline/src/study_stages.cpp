@@ -330,6 +330,12 @@ exporting::RunRecord DescribeRun(const StudyContext& ctx, CrossValidationResult 
   if (const auto total = ks.set.nonZeroInsideAtlas + ks.set.nonZeroOutsideAtlas; ks.set.nonZeroInsideAtlas >= 0 && total > 0)
     record.outsideAtlasShare = static_cast<double>(ks.set.nonZeroOutsideAtlas) / static_cast<double>(total);
   record.minSubjectsWithSignal = study.output.minSubjectsWithSignal;
+  for (std::size_t s = 0; s < ks.sourceNames.size(); ++s) {
+    record.sourceNames.push_back(ks.sourceNames[s]);
+    record.sourceKinds.push_back(config::ToString(study.kernels.sources[s].kind));
+    record.sourceKernelCounts.push_back(ks.sourceKernelCounts[s]);
+    record.sourceCache.push_back(ks.sourceCacheHits[s] ? "hit" : (study.kernels.cache ? "computed and stored" : "computed (cache off)"));
+  }
   if (ctx.covariates) {
     record.covariateColumns = ctx.covariates->columns;
     record.covariateFitOn = ctx.covariates->fitOn;

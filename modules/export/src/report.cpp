@@ -382,6 +382,22 @@ td,th{border:1px solid #ddd;padding:.25em .6em;text-align:left;font-size:.92em}t
     const auto [lo, hi] = std::minmax_element(r.intensityScale.begin(), r.intensityScale.end());
     row("intensity scaling", fmt::format("each image divided by its own {} (divisors {:.4g} to {:.4g})", Escape(r.intensityScaling), *lo, *hi));
   }
+  if (!r.sourceNames.empty()) {
+    std::vector<std::string> parts;
+    for (std::size_t s = 0; s < r.sourceNames.size(); ++s) {
+      std::string part = fmt::format("<code>{}</code> ({}, {} kernels", Escape(r.sourceNames[s]), Escape(r.sourceKinds[s]), r.sourceKernelCounts[s]);
+      std::size_t first = 0;
+      for (std::size_t t = 0; t < s; ++t) first += r.sourceKernelCounts[t];
+      for (const auto& lr : r.learners) {
+        double mean = 0;
+        for (const auto& row : lr.regions)
+          if (row.kernel >= first && row.kernel < first + r.sourceKernelCounts[s]) mean += row.meanPercent;
+        part += fmt::format("; {} {:.1f} %", Escape(lr.outcome.label), mean);
+      }
+      parts.push_back(part + ")");
+    }
+    row("sources", Join(parts, ", ") + " &mdash; total kernel weight per source, mean over outer folds; a source with more kernels tends to collect more weight");
+  }
   if (!r.covariateColumns.empty())
     row("covariates", fmt::format("regressed out of every kernel inside every fold (training subjects: {}): {}; the target's R<sup>2</sup> on them is "
                                   "{:.3f}{}",

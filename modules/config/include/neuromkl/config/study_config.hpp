@@ -86,13 +86,25 @@ struct TabularSpec {
   bool standardise = false;          ///< z-score columns over all subjects (no target information used)
 };
 
-enum class KernelSource { Images, Precomputed, Tabular };
+/// Sources: several named kernel sources in one study (kernels.sources); each is one of the others.
+enum class KernelSource { Images, Precomputed, Tabular, Sources };
 
 /// kernels.intensity: per-image intensity scaling before the kernels (PET).
 struct IntensitySpec {
   kernels::IntensityScaling scaling = kernels::IntensityScaling::None;
   std::vector<std::string> referenceRegions;  ///< region names (scaling = ReferenceRegions), or
   std::string referenceImage;                 ///< a label image whose non-zero voxels are the reference (resolved path)
+};
+
+/// One named source of kernels.sources. Kernel names carry the source ("pet:Hippocampus_L").
+struct SourceSpec {
+  std::string name;                  ///< letters, digits, '_', '-', '.'; unique in the study
+  KernelSource kind = KernelSource::Images;
+  std::string imageColumn;           ///< images: column of the subjects table with this source's image paths
+  std::string mask;                  ///< images: resolved mask path; empty = the study's /mask
+  kernels::NanPolicy nanPolicy = kernels::NanPolicy::DropVoxel;  ///< images (default: /kernels/nan_policy)
+  std::vector<PrecomputedKernelSpec> precomputed;  ///< precomputed
+  TabularSpec tabular;               ///< tabular
 };
 
 struct KernelSpec {
@@ -105,6 +117,7 @@ struct KernelSpec {
   IntensitySpec intensity;
   std::vector<PrecomputedKernelSpec> precomputed;
   TabularSpec tabular;
+  std::vector<SourceSpec> sources;   ///< source == Sources: the named sources, in order
 };
 
 using CvScheme = cv::Scheme;

@@ -56,6 +56,9 @@ struct RunRecord {
   std::vector<int> subjectsWithSignal;       ///< per kernel: used subjects with non-zero data there
   int minSubjectsWithSignal = 0;             ///< below it a region is flagged as poorly covered
   double outsideAtlasShare = -1;             ///< share of non-zero voxel values outside the atlas regions (-1: not images)
+  /// kernels.sources: each source's name, kind, kernel count (kernels are in source order) and cache use; empty = one source
+  std::vector<std::string> sourceNames, sourceKinds, sourceCache;
+  std::vector<std::size_t> sourceKernelCounts;
   /// covariates (confounds regressed out inside every fold): empty = none
   std::vector<std::string> covariateColumns;  ///< design columns after the intercept (dummies as "column=level")
   std::string covariateFitOn;                 ///< "all" or "column = value"
