@@ -374,6 +374,13 @@ KernelStageResult RunSourcesStage(const config::StudyConfig& study, const Cohort
   }
   res.key = h.Hex();
   res.cacheHit = allHits;
+  if (study.output.weightMaps)
+    for (const auto& source : study.kernels.sources)
+      if (source.kind == KernelSource::Images) {
+        res.warnings.push_back("voxel weight maps are not written with kernels.sources yet (region tables and source weights are)");
+        spdlog::warn("{}", res.warnings.back());
+        break;
+      }
   if (res.set.kernels.empty()) throw InputError("kernels:NoneLeft", study.path, "no usable kernel is left in any source");
   return res;
 }
