@@ -35,24 +35,27 @@ def main():
         "one": [{"name": "mri", "kind": "images"}],
         "two": [{"name": "mri", "kind": "images"}, {"name": "pet", "kind": "images", "image_column": "image_b"}],
     }
-    times = {}
+    paths = {}
     for name, src in sources.items():
         study = {"name": "sources_" + name, "subjects": {"table": "cohort/participants.tsv"},
                  "target": {"column": "group", "task": "classification", "positive_class": "patient"}, "atlas": "aal",
                  "kernels": {"sources": src, "cache": False},
                  "learners": [{"name": "enmkl_svm", "params": {"c": 1.0, "mu": 1.0}}],
                  "output": {"weight_maps": False, "save_kernels": False}, "threads": a.threads}
-        path = os.path.join(work, name + ".json")
-        with open(path, "w") as f:
+        paths[name] = os.path.join(work, name + ".json")
+        with open(paths[name], "w") as f:
             json.dump(study, f)
-        kern, total = [], []
-        for _ in range(a.repeats):
-            subprocess.run([a.binary, "run", path, "--force", "-q"], check=True, stdout=subprocess.DEVNULL)
+    # Interleaved (one, two, one, two, ...) so that a change of machine load hits both alike.
+    kern = {name: [] for name in sources}
+    total = {name: [] for name in sources}
+    for _ in range(a.repeats):
+        for name in sources:
+            subprocess.run([a.binary, "run", paths[name], "--force", "-q"], check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
             with open(os.path.join(work, "results", "sources_" + name, "results.json")) as f:
                 sec = json.load(f)["seconds"]
-            kern.append(sec["kernels"])
-            total.append(sec["total"])
-        times[name] = (statistics.median(kern), statistics.median(total))
+            kern[name].append(sec["kernels"])
+            total[name].append(sec["total"])
+    times = {name: (statistics.median(kern[name]), statistics.median(total[name])) for name in sources}
     print(f"cohort: {a.subjects} subjects, downsample {a.downsample}, threads {a.threads}, median of {a.repeats}")
     for name, (k, t) in times.items():
         print(f"{name} image source(s): kernel stage {k:.2f} s, whole run {t:.2f} s")
