@@ -353,6 +353,8 @@ KernelStageResult RunSourcesStage(const config::StudyConfig& study, const Cohort
     if (sub.set.subjects != cohort.ids)
       throw InputError("sources:Subjects", source.name, "the source's kernels do not cover the subjects of the table in its order");
     allHits &= sub.cacheHit;
+    if (sub.regions)
+      res.imageSources.push_back({source.name, res.set.kernels.size(), sub.set.Size(), std::move(*sub.regions), sc.images, d.kernels.nanPolicy});
     for (std::size_t k = 0; k < sub.set.Size(); ++k) {
       auto info = sub.set.info[k];
       info.name = source.name + ":" + info.name;
@@ -374,13 +376,6 @@ KernelStageResult RunSourcesStage(const config::StudyConfig& study, const Cohort
   }
   res.key = h.Hex();
   res.cacheHit = allHits;
-  if (study.output.weightMaps)
-    for (const auto& source : study.kernels.sources)
-      if (source.kind == KernelSource::Images) {
-        res.warnings.push_back("voxel weight maps are not written with kernels.sources yet (region tables and source weights are)");
-        spdlog::warn("{}", res.warnings.back());
-        break;
-      }
   if (res.set.kernels.empty()) throw InputError("kernels:NoneLeft", study.path, "no usable kernel is left in any source");
   return res;
 }

@@ -143,27 +143,47 @@ exporting::WeightMaps ComputeWeightMaps(const StudyContext& ctx, const std::vect
     for (auto& D : subjectWeights)
       for (std::size_t i = 0; i < ctx.kernelRows.size(); ++i)
         D.row(static_cast<Eigen::Index>(i)) /= ks.set.intensityScale[static_cast<std::size_t>(ctx.kernelRows[i])];
-  std::vector<std::string> images;
-  for (auto r : ctx.kernelRows) images.push_back(ctx.cohort.images[static_cast<std::size_t>(r)]);
-  auto computed = weights::VoxelMaps(images, *ks.regions, ks.set.info, subjectWeights, study.kernels.nanPolicy);
-  for (std::size_t k = 0; k < computed.size(); ++k) {
-    auto& map = computed[k];
-    if (study.output.weightMapUnitNorm) {
-      double norm = 0;
-      for (float v : map) norm += static_cast<double>(v) * v;
-      if (norm > 0)
-        for (float& v : map) v = static_cast<float>(v / std::sqrt(norm));
+  // The fold maps of one image grid -> per learner fold maps (unit norm if asked) and their mean.
+  const auto collect = [&](std::vector<std::vector<float>> computed, std::vector<std::vector<std::vector<float>>>& folds,
+                           std::vector<std::vector<float>>& means) {
+    folds.resize(learners.size());
+    means.resize(learners.size());
+    for (std::size_t k = 0; k < computed.size(); ++k) {
+      auto& map = computed[k];
+      if (study.output.weightMapUnitNorm) {
+        double norm = 0;
+        for (float v : map) norm += static_cast<double>(v) * v;
+        if (norm > 0)
+          for (float& v : map) v = static_cast<float>(v / std::sqrt(norm));
+      }
+      folds[learnerOf[k]].push_back(std::move(map));
     }
-    maps.folds[learnerOf[k]].push_back(std::move(map));
+    for (std::size_t l = 0; l < learners.size(); ++l) {
+      if (folds[l].empty()) continue;
+      std::vector<double> mean(folds[l][0].size(), 0.0);
+      for (const auto& m : folds[l])
+        for (std::size_t v = 0; v < m.size(); ++v) mean[v] += m[v];
+      means[l].resize(mean.size());
+      for (std::size_t v = 0; v < mean.size(); ++v) means[l][v] = static_cast<float>(mean[v] / static_cast<double>(folds[l].size()));
+    }
+  };
+  if (ks.regions) {
+    std::vector<std::string> images;
+    for (auto r : ctx.kernelRows) images.push_back(ctx.cohort.images[static_cast<std::size_t>(r)]);
+    collect(weights::VoxelMaps(images, *ks.regions, ks.set.info, subjectWeights, study.kernels.nanPolicy), maps.folds, maps.mean);
   }
-  for (std::size_t l = 0; l < learners.size(); ++l) {
-    const auto& folds = maps.folds[l];
-    if (folds.empty()) continue;
-    std::vector<double> mean(folds[0].size(), 0.0);
-    for (const auto& m : folds)
-      for (std::size_t v = 0; v < m.size(); ++v) mean[v] += m[v];
-    maps.mean[l].resize(mean.size());
-    for (std::size_t v = 0; v < mean.size(); ++v) maps.mean[l][v] = static_cast<float>(mean[v] / static_cast<double>(folds.size()));
+  // kernels.sources: each image source's kernels (a block of columns) mapped onto its own grid and images.
+  for (const auto& source : ks.imageSources) {
+    const auto first = static_cast<Eigen::Index>(source.firstKernel), count = static_cast<Eigen::Index>(source.kernelCount);
+    std::vector<Eigen::MatrixXd> sourceWeights;
+    for (const auto& D : subjectWeights) sourceWeights.push_back(D.middleCols(first, count));
+    const std::vector<kernels::KernelInfo> info(ks.set.info.begin() + first, ks.set.info.begin() + first + count);
+    std::vector<std::string> images;
+    for (auto r : ctx.kernelRows) images.push_back(source.images[static_cast<std::size_t>(r)]);
+    auto& out = maps.sources.emplace_back();
+    out.name = source.name;
+    out.regions = &source.regions;
+    collect(weights::VoxelMaps(images, source.regions, info, sourceWeights, source.nanPolicy), out.folds, out.mean);
   }
   return maps;
 }
@@ -242,7 +262,7 @@ PermutationResult RunPermutationTest(const StudyContext& ctx, const std::vector<
 
 RegionWeightsResult RunRegionWeights(const StudyContext& ctx, const std::vector<exporting::LearnerRecord>& learners) {
   RegionWeightsResult result;
-  if (ctx.study.output.weightMaps && ctx.ks.regions.has_value()) result.maps = ComputeWeightMaps(ctx, learners);
+  if (ctx.study.output.weightMaps && (ctx.ks.regions.has_value() || !ctx.ks.imageSources.empty())) result.maps = ComputeWeightMaps(ctx, learners);
   const cv::Preprocessing& preprocessing = ctx.nestedOptions.preprocessing;
   for (const auto& lr : learners) {
     const bool mkl = learners::FindLearner(lr.outcome.name)->multipleKernels;

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "neuromkl/io/nifti.hpp"
 #include "testing.hpp"
 
 using neuromkl::testing::ReadFile;
@@ -164,6 +165,75 @@ TEST_F(SourcesCli, BadSourcesAreErrorsAtTheirPointers) {
   r = RunCli("validate " + gap);
   EXPECT_EQ(r.exitCode, 2) << r.output;
   EXPECT_THAT(r.output, HasSubstr("source \"pet\": 2 of 150 subjects have no image in column \"image_b\": sub-0002, sub-0005"));
+}
+
+}  // namespace
+
+namespace {
+
+/// Voxel maps per image source: three image sources, two on the AAL 2 mm grid downsampled by 3 and
+/// one on a grid downsampled by 4; SimpleMKL (sparse) gives the noise-only modality "mri" no weight.
+TEST(SourcesMaps, EachImageSourceGetsItsOwnMapsOnItsOwnGrid) {
+  TempDir dir;
+  for (const char* d : {"3", "4"}) {
+    const auto r = RunCli("simulate --out " + (dir / ("c" + std::string(d))) + " --subjects 80 --downsample " + d +
+                          " --seed 7 --effect 1 --signal none --second-modality --signal-b Hippocampus_L,Precuneus_R -q");
+    ASSERT_EQ(r.exitCode, 0) << r.output;
+  }
+  // The table of c3 plus image_c: the same subjects' modality-B images of c4 (absolute paths).
+  std::istringstream in(ReadFile(dir / "c3/participants.tsv"));
+  std::string line, table;
+  for (bool header = true; std::getline(in, line); header = false)
+    table += line + "\t" + (header ? std::string("image_c") : dir / ("c4/images_b/" + line.substr(0, line.find('\t')) + ".nii.gz")) + "\n";
+  WriteFile(dir / "c3/p3.tsv", table);
+  WriteFile(dir / "s.json", R"({"name": "maps", "subjects": {"table": "c3/p3.tsv"},
+    "target": {"column": "group", "task": "classification", "positive_class": "patient"}, "atlas": "aal",
+    "kernels": {"sources": [{"name": "mri", "kind": "images"}, {"name": "pet", "kind": "images", "image_column": "image_b"},
+                            {"name": "petc", "kind": "images", "image_column": "image_c"}]},
+    "learners": [{"name": "simplemkl", "params": {"c": 1.0}}], "cv": {"outer": {"scheme": "kfold", "k": 3}}, "seed": 7,
+    "output": {"dir": "out"}})");
+  const auto r = RunCli("run " + (dir / "s.json") + " -q");
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  EXPECT_THAT(r.output, ::testing::Not(HasSubstr("not written")));
+  const std::string out = dir / "out";
+  const auto results = nlohmann::json::parse(ReadFile(out + "/results.json"));
+  const auto& maps = results["learners"][0]["weight_maps"]["sources"];
+  ASSERT_EQ(maps.size(), 3U) << maps.dump();
+  const auto g3 = neuromkl::io::ReadVolume(dir / "c3/images/sub-0001.nii.gz").geometry.dims;
+  const auto g4 = neuromkl::io::ReadVolume(dir / "c4/images/sub-0001.nii.gz").geometry.dims;
+  ASSERT_NE(g3, g4);
+  std::map<std::string, double> weight;  // source -> largest fold weight (%)
+  for (const auto& s : results["sources"]) {
+    double most = 0;
+    for (double w : s["weight_percent"]["simplemkl"]["folds"]) most = std::max(most, w);
+    weight[s["name"]] = most;
+  }
+  ASSERT_EQ(weight.at("mri"), 0.0) << "the noise-only source was expected to get no weight; the zero-map check needs it";
+  ASSERT_GT(weight.at("pet"), 0.0);
+  for (const std::string source : {"mri", "pet", "petc"}) {
+    const auto& m = maps[source];
+    ASSERT_EQ(m["folds"].size(), 3U);
+    EXPECT_EQ(m["mean"], "weights/" + source + "/sub-group_desc-SimplemklMean_weights.nii.gz");
+    std::vector<std::string> files = m["folds"];
+    files.push_back(m["mean"]);
+    for (const auto& f : files) {
+      ASSERT_TRUE(std::filesystem::exists(out + "/" + f)) << f;
+      ASSERT_TRUE(std::filesystem::exists(out + "/" + f.substr(0, f.size() - 7) + ".json")) << f;  // sidecar
+      const auto v = neuromkl::io::ReadVolume(out + "/" + f);
+      EXPECT_EQ(v.geometry.dims, source == "petc" ? g4 : g3) << f;
+      float largest = 0;
+      for (float x : v.data) largest = std::max(largest, std::abs(x));
+      // A source without weight in any fold maps to exactly zero (its subject weights are all 0).
+      if (source == "mri") {
+        EXPECT_EQ(largest, 0.0F) << f;
+      } else if (weight.at(source) > 0) {
+        EXPECT_GT(largest, 0.0F) << f;
+      }
+    }
+  }
+  EXPECT_FALSE(std::filesystem::exists(out + "/weights/sub-group_desc-SimplemklMean_weights.nii.gz"));
+  const std::string report = ReadFile(out + "/report.html");
+  for (const char* source : {"mri", "pet", "petc"}) EXPECT_THAT(report, HasSubstr("Source <b>" + std::string(source) + "</b>: map"));
 }
 
 }  // namespace

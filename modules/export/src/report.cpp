@@ -10,6 +10,7 @@
 
 #include "neuromkl/core/strings.hpp"
 #include "neuromkl/export/png.hpp"
+#include "neuromkl/export/study_outputs.hpp"
 #include "neuromkl/io/nifti.hpp"
 
 namespace neuromkl::exporting {
@@ -354,7 +355,7 @@ std::vector<float> Background(const atlas::RegionIndex& regions) {
 
 }  // namespace
 
-std::string RenderReport(const RunRecord& r, const std::vector<std::vector<float>>& meanMaps, const atlas::RegionIndex* regions) {
+std::string RenderReport(const RunRecord& r, const std::vector<std::vector<float>>& meanMaps, const atlas::RegionIndex* regions, const WeightMaps* maps) {
   const bool classification = r.task == "classification";
   std::string h;
   h += "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>neuromkl: " + Escape(r.study) + "</title>\n";
@@ -457,6 +458,13 @@ td,th{border:1px solid #ddd;padding:.25em .6em;text-align:left;font-size:.92em}t
          ". Table: <code>regions_" + Escape(lr.outcome.label) + ".tsv</code>" + (lr.meanMap.empty() ? "" : "; map: <code>" + Escape(lr.meanMap) + "</code>") + ".</p>\n";
     h += "<div class=\"figs\">" + TopRegionsChart(lr, r, 15) + SelectedCountsChart(lr, r.kernels.size()) + "</div>\n";
     if (regions && l < meanMaps.size() && !meanMaps[l].empty()) h += Montage(meanMaps[l], background, regions->grid);
+    if (maps)
+      for (const auto& src : maps->sources) {
+        const auto it = std::find_if(lr.sourceMaps.begin(), lr.sourceMaps.end(), [&](const auto& m) { return m.source == src.name; });
+        if (it == lr.sourceMaps.end() || l >= src.mean.size() || src.mean[l].empty()) continue;
+        h += "<p class=\"note\">Source <b>" + Escape(src.name) + "</b>: map <code>" + Escape(it->mean) + "</code>.</p>\n";
+        h += Montage(src.mean[l], Background(*src.regions), src.regions->grid);
+      }
   }
   if (!r.warnings.empty()) {
     h += "<h2>Warnings</h2><ul>";

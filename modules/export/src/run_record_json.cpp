@@ -122,6 +122,11 @@ std::string RunRecordJson(const RunRecord& r) {
                                        {"fold_percent", row.foldPercent}});
     }
     if (!lr.meanMap.empty()) e["weight_maps"] = {{"mean", lr.meanMap}, {"folds", lr.foldMaps}};
+    if (!lr.sourceMaps.empty()) {
+      Json sources = Json::object();
+      for (const auto& m : lr.sourceMaps) sources[m.source] = {{"mean", m.mean}, {"folds", m.folds}};
+      e["weight_maps"] = {{"sources", sources}};
+    }
     e["folds"] = Json::array();
     for (const auto& f : o.folds) {
       Json fj = {{"index", f.index}, {"repeat", f.repeat}, {"n_train", f.train.size()}, {"n_test", f.test.size()},

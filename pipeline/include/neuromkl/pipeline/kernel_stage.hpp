@@ -25,6 +25,16 @@ struct KernelStageResult {
   std::vector<std::string> sourceNames;
   std::vector<std::size_t> sourceKernelCounts;
   std::vector<bool> sourceCacheHits;
+  /// kernels.sources: what the voxel maps of each image source need (its kernels are the columns
+  /// [firstKernel, firstKernel + kernelCount) of `set`; images per row of the subjects table).
+  struct ImageSource {
+    std::string name;
+    std::size_t firstKernel = 0, kernelCount = 0;
+    atlas::RegionIndex regions;
+    std::vector<std::string> images;
+    kernels::NanPolicy nanPolicy = kernels::NanPolicy::DropVoxel;
+  };
+  std::vector<ImageSource> imageSources;
 };
 
 /// The study's atlas (built-in or custom; the first image of several), read and checked.

@@ -29,6 +29,12 @@ struct LearnerRecord {
   std::string regionSource;                 ///< what the region weights are (kernel weights or a voxel-map summary)
   std::vector<std::string> foldMaps;        ///< voxel weight map per outer fold (relative paths), if written
   std::string meanMap;                      ///< mean voxel weight map (relative path), if written
+  struct SourceMaps {
+    std::string source;
+    std::vector<std::string> folds;
+    std::string mean;
+  };
+  std::vector<SourceMaps> sourceMaps;       ///< kernels.sources: the maps of each image source, if written
 };
 
 /// One row of the subjects table as the run used it.

@@ -14,6 +14,15 @@ namespace neuromkl::exporting {
 struct WeightMaps {
   std::vector<std::vector<std::vector<float>>> folds;  ///< [learner][successful fold] -> voxels
   std::vector<std::vector<float>> mean;                ///< [learner] -> voxels (empty: no map)
+  /// kernels.sources: the maps of each image source on its own grid (then `folds`/`mean` are empty);
+  /// written to weights/<source>/ with the single-source file names.
+  struct Source {
+    std::string name;
+    const atlas::RegionIndex* regions = nullptr;  ///< the source's grid and regions
+    std::vector<std::vector<std::vector<float>>> folds;
+    std::vector<std::vector<float>> mean;
+  };
+  std::vector<Source> sources;
 };
 
 /// subjects.tsv, regions.tsv, metrics.tsv, predictions.tsv, folds.tsv, regions_<learner>.tsv/.json,
