@@ -232,6 +232,21 @@ TEST(SourcesMaps, EachImageSourceGetsItsOwnMapsOnItsOwnGrid) {
     }
   }
   EXPECT_FALSE(std::filesystem::exists(out + "/weights/sub-group_desc-SimplemklMean_weights.nii.gz"));
+  // Region tables of a study with several sources: a `source` column after `name`, the name's prefix.
+  for (const char* table : {"/regions.tsv", "/regions_simplemkl.tsv"}) {
+    const auto rows = ReadTsv(out + table);
+    const auto name = std::find(rows[0].begin(), rows[0].end(), "name");
+    ASSERT_NE(name, rows[0].end());
+    ASSERT_EQ(*(name + 1), "source") << table;
+    const auto c = static_cast<std::size_t>(name - rows[0].begin());
+    std::map<std::string, int> perSource;
+    for (std::size_t i = 1; i < rows.size(); ++i) {
+      ASSERT_EQ(rows[i].size(), rows[0].size());
+      EXPECT_EQ(rows[i][c].substr(0, rows[i][c].find(':')), rows[i][c + 1]) << table;
+      ++perSource[rows[i][c + 1]];
+    }
+    EXPECT_EQ(perSource.size(), 3U) << table;
+  }
   const std::string report = ReadFile(out + "/report.html");
   for (const char* source : {"mri", "pet", "petc"}) EXPECT_THAT(report, HasSubstr("Source <b>" + std::string(source) + "</b>: map"));
 }

@@ -56,6 +56,16 @@ Rows SubjectRows(const RunRecord& r) {
   return rows;
 }
 
+/// With more than one kernel source: a `source` column after `name` (the prefix of "source:kernel").
+void AddSourceColumn(const RunRecord& r, Rows& rows, std::size_t nameColumn) {
+  if (r.sourceNames.size() < 2) return;
+  rows[0].insert(rows[0].begin() + static_cast<std::ptrdiff_t>(nameColumn) + 1, "source");
+  for (std::size_t i = 1; i < rows.size(); ++i) {
+    const std::string& name = rows[i][nameColumn];
+    rows[i].insert(rows[i].begin() + static_cast<std::ptrdiff_t>(nameColumn) + 1, name.substr(0, name.find(':')));
+  }
+}
+
 Rows KernelRows(const RunRecord& r) {
   Rows rows = {{"label", "name", "status", "voxels_used", "atlas_voxels", "non_finite_voxels", "zeroed_values", "subjects_with_signal", "reason"}};
   auto add = [&](const kernels::KernelInfo& k, const std::string& status, const std::string& withSignal, const std::string& reason) {
@@ -64,6 +74,7 @@ Rows KernelRows(const RunRecord& r) {
   };
   for (std::size_t i = 0; i < r.kernels.size(); ++i) add(r.kernels[i], "used", SubjectsWithSignalCell(r, i), "");
   for (const auto& k : r.excludedKernels) add(k.info, "excluded", "n/a", k.reason);
+  AddSourceColumn(r, rows, 1);
   return rows;
 }
 
@@ -123,6 +134,7 @@ Rows RegionRankingRows(const RunRecord& r, const LearnerRecord& lr) {
     for (double p : row.foldPercent) cells.push_back(Cell(p));
     rows.push_back(cells);
   }
+  AddSourceColumn(r, rows, 2);
   return rows;
 }
 
