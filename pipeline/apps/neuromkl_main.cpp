@@ -118,8 +118,9 @@ int main(int argc, char** argv) {
   simulate->add_option("--unlabelled", sim.unlabelled, "extra subjects with target n/a")->capture_default_str();
   simulate->add_option("--task", task, "classification or regression")->check(CLI::IsMember({"classification", "regression"}))->capture_default_str();
   simulate->add_option("--signal", signal,
-                       "comma-separated AAL region names carrying the effect (default: Hippocampus_L,Precuneus_R,Frontal_Mid_L); with --classes k > 2, "
-                       "k groups separated by ';', group i for the i-th class (A, B, ...), e.g. \"Hippocampus_L,Amygdala_L;Precuneus_R;Frontal_Mid_L\"");
+                       "comma-separated AAL region names carrying the effect (default: Hippocampus_L,Precuneus_R,Frontal_Mid_L; \"none\": no effect "
+                       "in these images); with --classes k > 2, k groups separated by ';', group i for the i-th class (A, B, ...), e.g. "
+                       "\"Hippocampus_L,Amygdala_L;Precuneus_R;Frontal_Mid_L\"");
   simulate->add_option("--classes", sim.classes, "number of classes (classification); > 2 writes a multiclass cohort with class-specific signal regions")
       ->check(CLI::Range(2, 26))
       ->capture_default_str();
@@ -130,6 +131,13 @@ int main(int argc, char** argv) {
   simulate->add_option("--seed", sim.seed, "random seed")->capture_default_str();
   bool uncompressed = false;
   simulate->add_flag("--uncompressed", uncompressed, "write .nii instead of .nii.gz");
+  std::string ageRegions, signalB;
+  simulate->add_option("--age-regions", ageRegions, "comma-separated AAL regions driven by an \"age\" column correlated with the target (a confound)");
+  simulate->add_option("--age-effect", sim.ageEffect, "voxel shift per age SD (8 years), in noise-SD units")->capture_default_str();
+  simulate->add_option("--age-target-correlation", sim.ageTargetCorrelation, "correlation of age with the standardised target")->capture_default_str();
+  simulate->add_flag("--second-modality", sim.secondModality, "also write a second image per subject (images_b/, column image_b)");
+  simulate->add_option("--signal-b", signalB, "comma-separated AAL regions carrying the target effect in the second modality");
+  simulate->add_option("--clinical-effect", sim.clinicalEffect, "write a \"clinical\" column = effect * standardised target + N(0, 1)");
 
   if (const auto unknown = UnknownSubcommand(argc, argv, app)) {
     std::cerr << "error: " << *unknown << "\nRun with --help for more information.\n";
@@ -205,7 +213,9 @@ int main(int argc, char** argv) {
       if (!signal.empty() && sim.classes > 2)
         for (const auto& group : Split(signal, ';')) sim.classSignal.push_back(Split(group, ','));
       else if (!signal.empty())
-        sim.signalRegions = Split(signal, ',');
+        sim.signalRegions = signal == "none" ? std::vector<std::string>{} : Split(signal, ',');
+      if (!ageRegions.empty()) sim.ageRegions = Split(ageRegions, ',');
+      if (!signalB.empty()) sim.signalRegionsB = Split(signalB, ',');
       sim.compress = !uncompressed;
       const std::string study = pipeline::Simulate(sim);
       std::cout << "Simulated cohort: " << sim.outDir << "\nStudy file: " << study << "\n";

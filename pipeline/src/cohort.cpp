@@ -237,6 +237,21 @@ Cohort LoadCohort(const config::StudyConfig& study) {
   const std::string foldColumn = !study.cv.outer.foldColumn.empty() ? study.cv.outer.foldColumn : study.cv.inner.foldColumn;
   if (!study.cv.outer.groupColumn.empty() && !study.cv.inner.groupColumn.empty() && study.cv.outer.groupColumn != study.cv.inner.groupColumn)
     throw InputError("subjects:TwoGroupColumns", study.path, "/cv/outer/group_column and /cv/inner/group_column differ; use one group column");
+  // Covariate columns: present (ConfigError at the column's pointer); values are checked where the design is built.
+  auto covariateColumn = [&](const std::string& name, const std::string& pointer) {
+    const auto col = table.Find(name);
+    if (!col)
+      throw ConfigError("config:Value", study.path,
+                        fmt::format("{}: column \"{}\" is not in the subjects table {} (columns: {}){}", pointer, name, path, Join(table.header, ", "),
+                                    DidYouMean(name, table.header)));
+    auto& cells = c.covariateCells[name];
+    for (const auto& row : table.rows) cells.push_back(Trim(row[*col]));
+  };
+  for (std::size_t i = 0; i < study.covariates.columns.size(); ++i)
+    covariateColumn(study.covariates.columns[i], study.covariates.ColumnPointer(i));
+  for (std::size_t i = 0; i < study.covariates.categorical.size(); ++i)
+    covariateColumn(study.covariates.categorical[i], "/covariates/categorical/" + std::to_string(i));
+  if (!study.covariates.fitOnColumn.empty()) covariateColumn(study.covariates.fitOnColumn, "/covariates/fit_on/column");
   column(groupColumn, "group column, /cv/*/group_column", c.groups);
   column(foldColumn, "fold column, /cv/*/fold_column", c.customFolds);
   c.y.resize(n);

@@ -52,7 +52,44 @@ void RequireFile(const std::string& path, const char* code, const std::string& m
 }
 }  // namespace
 
+config::StudyConfig SourceStudy(const config::StudyConfig& study, const config::SourceSpec& source) {
+  config::StudyConfig d = study;
+  d.kernels.source = source.kind;
+  d.kernels.sources.clear();
+  d.subjects.imageColumn = source.imageColumn;
+  if (!source.mask.empty()) d.mask = source.mask;
+  d.kernels.nanPolicy = source.nanPolicy;
+  d.kernels.precomputed = source.precomputed;
+  d.kernels.tabular = source.tabular;
+  return d;
+}
+
+Cohort SourceCohort(const config::StudyConfig& sourceStudy, const config::SourceSpec& source, const Cohort& cohort) {
+  if (source.kind != KernelSource::Images) return cohort;
+  if (sourceStudy.subjects.bids.root.empty()) {
+    const DelimitedTable table = ReadDelimitedTable(sourceStudy.subjects.table);
+    const std::size_t col = table.Require(source.imageColumn, "image column of source \"" + source.name + "\"");
+    std::vector<std::string> missing;
+    for (std::size_t r = 0; r < table.rows.size(); ++r)
+      if (IsMissingCell(table.rows[r][col])) missing.push_back(cohort.ids[r]);
+    if (!missing.empty())
+      throw InputError("sources:MissingImage", sourceStudy.subjects.table,
+                       fmt::format("source \"{}\": {} of {} subjects have no image in column \"{}\": {}; every source needs every subject", source.name,
+                                   missing.size(), cohort.ids.size(), source.imageColumn, Join(missing, ", ")));
+  }
+  return LoadCohort(sourceStudy);
+}
+
 std::string KernelCacheKey(const config::StudyConfig& study, const Cohort& cohort) {
+  if (study.kernels.source == KernelSource::Sources) {  // one key per source (each source is cached on its own)
+    Hasher h;
+    h.Update(std::string_view("neuromkl-kernel-sources-v1"));
+    for (const auto& source : study.kernels.sources) {
+      const auto d = SourceStudy(study, source);
+      h.Update(source.name).Update(KernelCacheKey(d, SourceCohort(d, source, cohort)));
+    }
+    return h.Hex();
+  }
   Hasher h;
   h.Update(std::string_view("neuromkl-kernels-v2"));
   h.Update(config::ToString(study.kernels.source));
@@ -108,6 +145,8 @@ std::string KernelCacheKey(const config::StudyConfig& study, const Cohort& cohor
         for (double v : f.values) h.Update(v);
       }
       break;
+    case KernelSource::Sources:
+      break;  // handled above
   }
   return h.Hex();
 }
@@ -311,7 +350,53 @@ std::vector<std::int64_t> ReferenceVoxels(const config::StudyConfig& study, cons
   return out;
 }
 
+namespace {
+/// kernels.sources: every source through the ordinary kernel stage (so each is cached under its own key,
+/// and adding a source computes only that one), then one kernel set with names "source:kernel".
+KernelStageResult RunSourcesStage(const config::StudyConfig& study, const Cohort& cohort, const std::string& scratchDir) {
+  KernelStageResult res;
+  res.set.subjects = cohort.ids;
+  bool allHits = true;
+  Hasher h;
+  h.Update(std::string_view("neuromkl-kernel-sources-v1"));
+  for (const auto& source : study.kernels.sources) {
+    const auto d = SourceStudy(study, source);
+    const Cohort sc = SourceCohort(d, source, cohort);
+    KernelStageResult sub = RunKernelStage(d, sc, scratchDir);
+    h.Update(source.name).Update(sub.key);
+    if (sub.set.subjects != cohort.ids)
+      throw InputError("sources:Subjects", source.name, "the source's kernels do not cover the subjects of the table in its order");
+    allHits &= sub.cacheHit;
+    if (sub.regions)
+      res.imageSources.push_back({source.name, res.set.kernels.size(), sub.set.Size(), std::move(*sub.regions), sc.images, d.kernels.nanPolicy});
+    for (std::size_t k = 0; k < sub.set.Size(); ++k) {
+      auto info = sub.set.info[k];
+      info.name = source.name + ":" + info.name;
+      res.set.info.push_back(std::move(info));
+      res.set.kernels.push_back(std::move(sub.set.kernels[k]));
+    }
+    for (auto e : sub.set.excluded) {
+      e.info.name = source.name + ":" + e.info.name;
+      res.set.excluded.push_back(std::move(e));
+    }
+    for (const auto& w : sub.warnings) res.warnings.push_back("source " + source.name + ": " + w);
+    res.report.readSeconds += sub.report.readSeconds;
+    res.report.productSeconds += sub.report.productSeconds;
+    res.report.totalSeconds += sub.report.totalSeconds;
+    res.report.droppedVoxels += sub.report.droppedVoxels;
+    res.sourceNames.push_back(source.name);
+    res.sourceKernelCounts.push_back(sub.set.Size());
+    res.sourceCacheHits.push_back(sub.cacheHit);
+  }
+  res.key = h.Hex();
+  res.cacheHit = allHits;
+  if (res.set.kernels.empty()) throw InputError("kernels:NoneLeft", study.path, "no usable kernel is left in any source");
+  return res;
+}
+}  // namespace
+
 KernelStageResult RunKernelStage(const config::StudyConfig& study, const Cohort& cohort, const std::string& scratchDir) {
+  if (study.kernels.source == KernelSource::Sources) return RunSourcesStage(study, cohort, scratchDir);
   KernelStageResult res;
   res.key = KernelCacheKey(study, cohort);
   // The region index is cheap (the atlas and one header) and the weight maps need it, cache or not.
@@ -369,6 +454,8 @@ KernelStageResult RunKernelStage(const config::StudyConfig& study, const Cohort&
     case KernelSource::Tabular:
       res.set = TabularKernels(study, cohort);
       break;
+    case KernelSource::Sources:
+      break;  // RunSourcesStage
   }
   if (study.kernels.source != KernelSource::Images) kernels::ExcludeZeroKernels(res.set);
   AddExclusionWarnings(res);

@@ -55,14 +55,18 @@ std::string Simulate(const SimulateOptions& o) {
     codeOf[aal.regions[r].name] = static_cast<std::int32_t>(aal.regions[r].label);
     slotOf[static_cast<std::int32_t>(aal.regions[r].label)] = r;
   }
-  auto code = [&](const std::string& name) {
-    auto it = codeOf.find(name);
-    if (it == codeOf.end()) {
-      std::vector<std::string> names;
-      for (const auto& [n, _] : codeOf) names.push_back(n);
-      throw InputError("simulate:UnknownRegion", "--signal", "unknown AAL region \"" + name + "\"" + DidYouMean(name, names));
+  auto regionSet = [&](const std::vector<std::string>& regionNames, const char* option) {
+    std::set<std::int32_t> out;
+    for (const auto& name : regionNames) {
+      auto it = codeOf.find(name);
+      if (it == codeOf.end()) {
+        std::vector<std::string> names;
+        for (const auto& [n, _] : codeOf) names.push_back(n);
+        throw InputError("simulate:UnknownRegion", option, "unknown AAL region \"" + name + "\"" + DidYouMean(name, names));
+      }
+      out.insert(it->second);
     }
-    return it->second;
+    return out;
   };
   const bool multiclass = o.classes > 2;
   if (o.task == learners::Task::Regression && multiclass)
@@ -80,12 +84,15 @@ std::string Simulate(const SimulateOptions& o) {
                        fmt::format("--classes {} needs {} signal groups separated by ';' (one per class), found {}", o.classes, o.classes, classRegions.size()));
     for (int c = 0; c < o.classes; ++c) {
       classNames.emplace_back(1, static_cast<char>('A' + c));
-      classSignal.emplace_back();
-      for (const auto& name : classRegions[static_cast<std::size_t>(c)]) classSignal.back().insert(code(name));
+      classSignal.push_back(regionSet(classRegions[static_cast<std::size_t>(c)], "--signal"));
     }
   } else {
-    for (const auto& name : o.signalRegions) signal.insert(code(name));
+    signal = regionSet(o.signalRegions, "--signal");
   }
+  const std::set<std::int32_t> ageSignal = regionSet(o.ageRegions, "--age-regions");
+  const std::set<std::int32_t> signalB = regionSet(o.signalRegionsB, "--signal-b");
+  if (!(o.ageTargetCorrelation >= -1 && o.ageTargetCorrelation <= 1))
+    throw InputError("simulate:AgeCorrelation", "--age-target-correlation", "expected a value in [-1, 1]");
 
   const int nLabelled = o.subjects, nTotal = o.subjects + o.unlabelled;
   // The project's own generator (not std:: distributions): the same cohort with any standard library.
@@ -98,7 +105,23 @@ std::string Simulate(const SimulateOptions& o) {
   rng.Shuffle(labelled);
   std::copy(labelled.begin(), labelled.end(), target.begin());
 
+  // Age and the clinical score come from their own streams, so the images and targets are those of the
+  // same cohort without them. Age = 70 + 8 (rho z + sqrt(1 - rho^2) e), z the standardised target.
+  const bool withAge = !o.ageRegions.empty(), withClinical = !std::isnan(o.clinicalEffect);
+  std::vector<double> age(static_cast<std::size_t>(nTotal), 70.0), clinical(static_cast<std::size_t>(nTotal), 0.0);
+  auto standardised = [&](double t) { return o.task == learners::Task::Classification ? 2.0 * t - 1.0 : t; };
+  if (withAge || withClinical) {
+    Rng extra(cv::DeriveSeed(o.seed, 0xA6EC11ULL));
+    const double rho = o.ageTargetCorrelation;
+    for (int s = 0; s < nTotal; ++s) {
+      const double z = standardised(target[static_cast<std::size_t>(s)]);
+      age[static_cast<std::size_t>(s)] = 70.0 + 8.0 * (rho * z + std::sqrt(1.0 - rho * rho) * extra.Normal());
+      clinical[static_cast<std::size_t>(s)] = (withClinical ? o.clinicalEffect : 0.0) * z + extra.Normal();
+    }
+  }
+
   fs::create_directories(o.outDir + "/images");
+  if (o.secondModality) fs::create_directories(o.outDir + "/images_b");
   const std::string ext = o.compress ? ".nii.gz" : ".nii";
   std::vector<std::string> ids(static_cast<std::size_t>(nTotal));
   for (int s = 0; s < nTotal; ++s) ids[static_cast<std::size_t>(s)] = fmt::format("sub-{:04d}", s + 1);
@@ -118,22 +141,39 @@ std::string Simulate(const SimulateOptions& o) {
       double value = 2.0 + 0.01 * static_cast<double>(slotOf[lab]) + o.noise * gen.Normal();
       if (signal.count(lab)) value += shift;
       if (multiclass && s < nLabelled && classSignal[static_cast<std::size_t>(t)].count(lab)) value += o.effect;  // class t's own regions
+      if (withAge && ageSignal.count(lab)) value += o.ageEffect * (age[static_cast<std::size_t>(s)] - 70.0) / 8.0;
       if (o.nanFraction > 0 && gen.Uniform() < o.nanFraction) value = std::nan("");
       v.data[i] = static_cast<float>(value);
     }
     io::WriteVolume(o.outDir + "/images/" + ids[static_cast<std::size_t>(s)] + ext, v);
+    if (o.secondModality) {  // another tracer or contrast: its own baseline, noise stream and signal regions
+      Rng genB(cv::DeriveSeed(o.seed, 0xB0000000ULL + static_cast<std::uint64_t>(s)));
+      for (std::size_t i = 0; i < labels.size(); ++i) {
+        const std::int32_t lab = labels[i];
+        if (lab == 0) continue;
+        double value = 1.0 + 0.02 * static_cast<double>(slotOf[lab]) + o.noise * genB.Normal();
+        if (signalB.count(lab)) value += shift;
+        v.data[i] = static_cast<float>(value);
+      }
+      io::WriteVolume(o.outDir + "/images_b/" + ids[static_cast<std::size_t>(s)] + ext, v);
+    }
   });
 
   const std::string targetName = o.task == learners::Task::Classification ? "group" : "score";
   {
     std::ofstream p(o.outDir + "/participants.tsv");
-    p << "subject\timage\t" << targetName << "\n";
+    p << "subject\timage\t" << targetName << (o.secondModality ? "\timage_b" : "") << (withAge ? "\tage" : "") << (withClinical ? "\tclinical" : "")
+      << "\n";
     for (int s = 0; s < nTotal; ++s) {
       std::string value = s >= nLabelled ? "n/a"
                           : multiclass ? classNames[static_cast<std::size_t>(target[static_cast<std::size_t>(s)])]
                           : o.task == learners::Task::Classification ? (target[static_cast<std::size_t>(s)] > 0.5 ? "patient" : "control")
                                                                      : FormatDouble(target[static_cast<std::size_t>(s)]);
-      p << ids[static_cast<std::size_t>(s)] << "\timages/" << ids[static_cast<std::size_t>(s)] << ext << "\t" << value << "\n";
+      p << ids[static_cast<std::size_t>(s)] << "\timages/" << ids[static_cast<std::size_t>(s)] << ext << "\t" << value;
+      if (o.secondModality) p << "\timages_b/" << ids[static_cast<std::size_t>(s)] << ext;
+      if (withAge) p << "\t" << fmt::format("{:.2f}", age[static_cast<std::size_t>(s)]);
+      if (withClinical) p << "\t" << fmt::format("{:.4f}", clinical[static_cast<std::size_t>(s)]);
+      p << "\n";
     }
     p.close();
     if (!p) throw IoError("simulate:Write", o.outDir + "/participants.tsv", "cannot write the file (disk full?)");
@@ -172,13 +212,23 @@ std::string Simulate(const SimulateOptions& o) {
     return studyPath;
   }
   {
+    auto list = [](const std::vector<std::string>& v) {
+      std::vector<std::string> q;
+      for (const auto& r : v) q.push_back(fmt::format("\"{}\"", r));
+      return fmt::format("[{}]", Join(q, ", "));
+    };
+    std::string truth = fmt::format("{{\n  \"signal_regions\": {},\n  \"effect\": {},\n  \"noise\": {},\n  \"seed\": {},\n  \"task\": \"{}\",\n"
+                                    "  \"grid\": \"{}\",\n  \"nan_fraction\": {}",
+                                    list(o.signalRegions), o.effect, o.noise, o.seed,
+                                    o.task == learners::Task::Classification ? "classification" : "regression", grid.Describe(), o.nanFraction);
+    if (withAge || o.secondModality || withClinical)  // the confounded designs' settings (absent: the cohort is as before)
+      truth += fmt::format(",\n  \"age_regions\": {},\n  \"age_effect\": {},\n  \"age_target_correlation\": {},\n  \"second_modality\": {},\n"
+                           "  \"signal_regions_b\": {},\n  \"clinical_effect\": {}",
+                           list(o.ageRegions), withAge ? o.ageEffect : 0.0, withAge ? o.ageTargetCorrelation : 0.0, o.secondModality,
+                           list(o.signalRegionsB), withClinical ? o.clinicalEffect : 0.0);
+    truth += "\n}\n";
     std::ofstream t(o.outDir + "/truth.json");
-    std::vector<std::string> quoted;
-    for (const auto& r : o.signalRegions) quoted.push_back("\"" + r + "\"");
-    t << fmt::format("{{\n  \"signal_regions\": [{}],\n  \"effect\": {},\n  \"noise\": {},\n  \"seed\": {},\n  \"task\": \"{}\",\n"
-                     "  \"grid\": \"{}\",\n  \"nan_fraction\": {}\n}}\n",
-                     Join(quoted, ", "), o.effect, o.noise, o.seed,
-                     o.task == learners::Task::Classification ? "classification" : "regression", grid.Describe(), o.nanFraction);
+    t << truth;
     t.close();
     if (!t) throw IoError("simulate:Write", o.outDir + "/truth.json", "cannot write the file (disk full?)");
   }

@@ -24,6 +24,19 @@ std::vector<T> Pick(const std::vector<T>& v, const std::vector<int>& idx) {
   return out;
 }
 
+/// The cohort rows the kernels cover: labelled subjects first; subjects without a target follow when a
+/// semi-supervised learner will use them as unlabelled data (they are never test subjects).
+std::vector<int> KernelRows(const config::StudyConfig& study, const Cohort& cohort) {
+  bool semiSupervised = false;
+  for (const auto& spec : study.learners)
+    if (const auto* info = learners::FindLearner(spec.name); info && info->semiSupervised) semiSupervised = true;
+  std::vector<int> rows = cohort.labelledRows;
+  if (semiSupervised)
+    for (std::size_t r = 0; r < cohort.ids.size(); ++r)
+      if (!cohort.labelled[r]) rows.push_back(static_cast<int>(r));
+  return rows;
+}
+
 }  // namespace
 
 ThreadLimit::ThreadLimit(int threads) {
@@ -104,6 +117,7 @@ StudyContext LoadStudyInputs(const config::StudyConfig& study) {
       if (count < study.cv.outer.k) CheckClassSizes(ctx);  // names the class (before MakeFolds' generic message)
   ctx.outer = cv::MakeFolds(ToSplit(study.cv.outer), study.target.task, ctx.cohort.y, ctx.cohort.groups, ctx.cohort.customFolds, study.cv.seed,
                             study.path + " /cv/outer");
+  if (study.covariates.Active()) ctx.covariates = std::make_shared<const CovariateDesign>(BuildCovariateDesign(study, ctx.cohort, KernelRows(study, ctx.cohort)));
   for (const auto& spec : study.learners) {
     learners::ParamMap fixed = spec.params;
     for (const auto& [k, _] : spec.grid) fixed.erase(k);
@@ -115,15 +129,7 @@ StudyContext LoadStudyInputs(const config::StudyConfig& study) {
 
 void AttachKernels(StudyContext& ctx, const std::string& scratchDir) {
   ctx.ks = RunKernelStage(ctx.study, ctx.cohort, scratchDir);
-  // Labelled subjects first; subjects without a target follow when a semi-supervised learner
-  // will use them as unlabelled data (they are never test subjects).
-  bool semiSupervised = false;
-  for (const auto& spec : ctx.study.learners)
-    if (const auto* info = learners::FindLearner(spec.name); info && info->semiSupervised) semiSupervised = true;
-  ctx.kernelRows = ctx.cohort.labelledRows;
-  if (semiSupervised)
-    for (std::size_t r = 0; r < ctx.cohort.ids.size(); ++r)
-      if (!ctx.cohort.labelled[r]) ctx.kernelRows.push_back(static_cast<int>(r));
+  ctx.kernelRows = KernelRows(ctx.study, ctx.cohort);
   ctx.unlabelledCount = static_cast<int>(ctx.kernelRows.size()) - ctx.n;
   ctx.kernels.clear();
   bool identity = ctx.kernelRows.size() == ctx.cohort.ids.size();
@@ -136,10 +142,11 @@ void AttachKernels(StudyContext& ctx, const std::string& scratchDir) {
     for (const auto& K : ctx.ks.set.kernels) ctx.kernels.push_back(K(rows, rows));
   }
   ctx.nestedOptions = cv::NestedCvOptions{};
-  ctx.nestedOptions.preprocessing = {ctx.study.kernels.centre, ctx.study.kernels.normalise};
+  ctx.nestedOptions.preprocessing = {ctx.study.kernels.centre, ctx.study.kernels.normalise, nullptr};
   ctx.nestedOptions.unlabelled = ctx.unlabelledCount;
   ctx.nestedOptions.multiclassWeights = ctx.study.target.multiclassWeights;
   ctx.nestedOptions.criterion = ctx.study.cv.criterion;
+  if (ctx.covariates) ctx.nestedOptions.preprocessing.covariates = std::shared_ptr<const kernels::Covariates>(ctx.covariates, &ctx.covariates->covariates);
 }
 
 PooledBlock ComputePermutationBlock(const StudyContext& ctx, int first, int count, Progress* progress) {

@@ -123,11 +123,11 @@ exporting::PermutationRecord PermutationPValues(const StudyContext& ctx, const e
 exporting::WeightMaps ComputeWeightMaps(const StudyContext& ctx, const std::vector<exporting::LearnerRecord>& learners) {
   const auto& study = ctx.study;
   const auto& ks = ctx.ks;
+  const kernels::Covariates* covariates = ctx.nestedOptions.preprocessing.covariates.get();
   exporting::WeightMaps maps;
   maps.folds.resize(learners.size());
   maps.mean.resize(learners.size());
   maps.classMean.resize(learners.size());
-  std::vector<int> classFolds(learners.size(), 0);
   std::vector<Eigen::MatrixXd> subjectWeights;
   std::vector<std::size_t> learnerOf;  // learner of each map
   std::vector<Eigen::Index> classOf;     // multiclass: class of each map
@@ -140,14 +140,14 @@ exporting::WeightMaps ComputeWeightMaps(const StudyContext& ctx, const std::vect
         for (Eigen::Index c = 0; c < fold.model.coefs.cols(); ++c) {
           const Eigen::VectorXd beta = fold.model.betas.cols() > c ? Eigen::VectorXd(fold.model.betas.col(c)) : fold.model.beta;
           subjectWeights.push_back(weights::SubjectWeights(ctx.kernels, {train, fold.test, fold.model.coefs.col(c), beta}, study.kernels.centre,
-                                                           study.kernels.normalise));
+                                                           study.kernels.normalise, covariates));
           learnerOf.push_back(l);
           classOf.push_back(c);
         }
         continue;
       }
-      subjectWeights.push_back(
-          weights::SubjectWeights(ctx.kernels, {train, fold.test, fold.model.coef, fold.model.beta}, study.kernels.centre, study.kernels.normalise));
+      subjectWeights.push_back(weights::SubjectWeights(ctx.kernels, {train, fold.test, fold.model.coef, fold.model.beta}, study.kernels.centre,
+                                                       study.kernels.normalise, covariates));
       learnerOf.push_back(l);
     }
   // Intensity-scaled kernels are kernels of x_i / s_i: the map sum_i D_i (x_i / s_i) reads the raw images.
@@ -155,41 +155,68 @@ exporting::WeightMaps ComputeWeightMaps(const StudyContext& ctx, const std::vect
     for (auto& D : subjectWeights)
       for (std::size_t i = 0; i < ctx.kernelRows.size(); ++i)
         D.row(static_cast<Eigen::Index>(i)) /= ks.set.intensityScale[static_cast<std::size_t>(ctx.kernelRows[i])];
-  std::vector<std::string> images;
-  for (auto r : ctx.kernelRows) images.push_back(ctx.cohort.images[static_cast<std::size_t>(r)]);
-  auto computed = weights::VoxelMaps(images, *ks.regions, ks.set.info, subjectWeights, study.kernels.nanPolicy);
-  for (std::size_t k = 0; k < computed.size(); ++k) {
-    auto& map = computed[k];
-    if (study.output.weightMapUnitNorm) {
-      double norm = 0;
-      for (float v : map) norm += static_cast<double>(v) * v;
-      if (norm > 0)
-        for (float& v : map) v = static_cast<float>(v / std::sqrt(norm));
+  // The fold maps of one image grid -> per learner fold maps (unit norm if asked) and their mean;
+  // multiclass: one mean map per class instead (`classMeans`, fold counts in `classFolds`).
+  const auto collect = [&](std::vector<std::vector<float>> computed, std::vector<std::vector<std::vector<float>>>& folds,
+                           std::vector<std::vector<float>>& means, std::vector<std::vector<std::vector<float>>>* classMeans) {
+    folds.resize(learners.size());
+    means.resize(learners.size());
+    std::vector<int> classFolds(learners.size(), 0);
+    for (std::size_t k = 0; k < computed.size(); ++k) {
+      auto& map = computed[k];
+      if (study.output.weightMapUnitNorm) {
+        double norm = 0;
+        for (float v : map) norm += static_cast<double>(v) * v;
+        if (norm > 0)
+          for (float& v : map) v = static_cast<float>(v / std::sqrt(norm));
+      }
+      if (!classOf.empty()) {  // multiclass: summed per class, averaged below
+        if (!classMeans) continue;
+        auto& perClass = (*classMeans)[learnerOf[k]];
+        const auto c = static_cast<std::size_t>(classOf[k]);
+        if (perClass.size() <= c) perClass.resize(c + 1);
+        if (perClass[c].empty()) perClass[c].assign(map.size(), 0.0f);
+        for (std::size_t v = 0; v < map.size(); ++v) perClass[c][v] += map[v];
+        if (c == 0) ++classFolds[learnerOf[k]];
+        continue;
+      }
+      folds[learnerOf[k]].push_back(std::move(map));
     }
-    if (!classOf.empty()) {  // multiclass: summed per class, averaged below
-      auto& perClass = maps.classMean[learnerOf[k]];
-      const auto c = static_cast<std::size_t>(classOf[k]);
-      if (perClass.size() <= c) perClass.resize(c + 1);
-      if (perClass[c].empty()) perClass[c].assign(map.size(), 0.0f);
-      for (std::size_t v = 0; v < map.size(); ++v) perClass[c][v] += map[v];
-      if (c == 0) ++classFolds[learnerOf[k]];
-      continue;
+    if (classMeans) {
+      for (std::size_t l = 0; l < classMeans->size(); ++l)
+        for (auto& m : (*classMeans)[l])
+          for (float& v : m) v = static_cast<float>(v / std::max(1, classFolds[l]));
+      if (!classOf.empty()) maps.classFolds = *std::max_element(classFolds.begin(), classFolds.end());
     }
-    maps.folds[learnerOf[k]].push_back(std::move(map));
+    for (std::size_t l = 0; l < learners.size(); ++l) {
+      if (folds[l].empty()) continue;
+      std::vector<double> mean(folds[l][0].size(), 0.0);
+      for (const auto& m : folds[l])
+        for (std::size_t v = 0; v < m.size(); ++v) mean[v] += m[v];
+      means[l].resize(mean.size());
+      for (std::size_t v = 0; v < mean.size(); ++v) means[l][v] = static_cast<float>(mean[v] / static_cast<double>(folds[l].size()));
+    }
+  };
+  if (ks.regions) {
+    std::vector<std::string> images;
+    for (auto r : ctx.kernelRows) images.push_back(ctx.cohort.images[static_cast<std::size_t>(r)]);
+    collect(weights::VoxelMaps(images, *ks.regions, ks.set.info, subjectWeights, study.kernels.nanPolicy), maps.folds, maps.mean, &maps.classMean);
   }
-  for (std::size_t l = 0; l < maps.classMean.size(); ++l)
-    for (auto& m : maps.classMean[l])
-      for (float& v : m) v = static_cast<float>(v / std::max(1, classFolds[l]));
-  if (!classOf.empty()) maps.classFolds = classFolds.empty() ? 0 : *std::max_element(classFolds.begin(), classFolds.end());
-  for (std::size_t l = 0; l < learners.size(); ++l) {
-    const auto& folds = maps.folds[l];
-    if (folds.empty()) continue;
-    std::vector<double> mean(folds[0].size(), 0.0);
-    for (const auto& m : folds)
-      for (std::size_t v = 0; v < m.size(); ++v) mean[v] += m[v];
-    maps.mean[l].resize(mean.size());
-    for (std::size_t v = 0; v < mean.size(); ++v) maps.mean[l][v] = static_cast<float>(mean[v] / static_cast<double>(folds.size()));
-  }
+  // kernels.sources: each image source's kernels (a block of columns) mapped onto its own grid and
+  // images. Multiclass studies with sources get no per-class source maps yet (a warning says so).
+  if (classOf.empty())
+    for (const auto& source : ks.imageSources) {
+      const auto first = static_cast<Eigen::Index>(source.firstKernel), count = static_cast<Eigen::Index>(source.kernelCount);
+      std::vector<Eigen::MatrixXd> sourceWeights;
+      for (const auto& D : subjectWeights) sourceWeights.push_back(D.middleCols(first, count));
+      const std::vector<kernels::KernelInfo> info(ks.set.info.begin() + first, ks.set.info.begin() + first + count);
+      std::vector<std::string> images;
+      for (auto r : ctx.kernelRows) images.push_back(source.images[static_cast<std::size_t>(r)]);
+      auto& out = maps.sources.emplace_back();
+      out.name = source.name;
+      out.regions = &source.regions;
+      collect(weights::VoxelMaps(images, source.regions, info, sourceWeights, source.nanPolicy), out.folds, out.mean, nullptr);
+    }
   return maps;
 }
 
@@ -296,10 +323,12 @@ RegionWeightsResult RunRegionWeights(const StudyContext& ctx, const std::vector<
   const bool multiclass = ctx.study.target.task == learners::Task::Multiclass;
   const bool perClass = multiclass && ctx.study.target.multiclassWeights == learners::MulticlassWeights::PerClass;
   const auto classes = static_cast<Eigen::Index>(ctx.cohort.classNames.size());
-  if (ctx.study.output.weightMaps && ctx.ks.regions.has_value()) {
+  if (ctx.study.output.weightMaps && (ctx.ks.regions.has_value() || !ctx.ks.imageSources.empty())) {
     result.maps = ComputeWeightMaps(ctx, learners);  // multiclass: one mean map per class
+    if (multiclass && !ctx.ks.imageSources.empty())
+      result.warnings.push_back("multiclass study with kernels.sources: per-source voxel maps are not written yet (region tables rank every source's kernels)");
   }
-  const cv::Preprocessing preprocessing{ctx.study.kernels.centre, ctx.study.kernels.normalise};
+  const cv::Preprocessing& preprocessing = ctx.nestedOptions.preprocessing;  // covariates included
   for (const auto& lr : learners) {
     const bool mkl = learners::FindLearner(lr.outcome.name)->multipleKernels;
     std::vector<Eigen::VectorXd> foldWeights;
@@ -421,6 +450,18 @@ exporting::RunRecord DescribeRun(const StudyContext& ctx, CrossValidationResult 
   if (const auto total = ks.set.nonZeroInsideAtlas + ks.set.nonZeroOutsideAtlas; ks.set.nonZeroInsideAtlas >= 0 && total > 0)
     record.outsideAtlasShare = static_cast<double>(ks.set.nonZeroOutsideAtlas) / static_cast<double>(total);
   record.minSubjectsWithSignal = study.output.minSubjectsWithSignal;
+  for (std::size_t s = 0; s < ks.sourceNames.size(); ++s) {
+    record.sourceNames.push_back(ks.sourceNames[s]);
+    record.sourceKinds.push_back(config::ToString(study.kernels.sources[s].kind));
+    record.sourceKernelCounts.push_back(ks.sourceKernelCounts[s]);
+    record.sourceCache.push_back(ks.sourceCacheHits[s] ? "hit" : (study.kernels.cache ? "computed and stored" : "computed (cache off)"));
+  }
+  if (ctx.covariates) {
+    record.covariateColumns = ctx.covariates->columns;
+    record.covariateFitOn = ctx.covariates->fitOn;
+    // Labelled subjects are the design's first n rows.
+    record.covariateTargetR2 = kernels::CovariateR2(ctx.covariates->covariates.design.topRows(ctx.n), cohort.y);
+  }
   record.centre = study.kernels.centre;
   record.normalise = study.kernels.normalise;
   record.threads = study.threads;

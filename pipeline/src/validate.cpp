@@ -131,6 +131,16 @@ std::string ValidateStudy(const config::StudyConfig& study) {
       line(fmt::format("Kernels: {} linear kernels on feature groups of {}", study.kernels.tabular.groups.size(), study.kernels.tabular.table));
       for (const auto& [name, cols] : study.kernels.tabular.groups) line(fmt::format("  {}: {} columns", name, cols.size()));
       break;
+    case config::KernelSource::Sources:
+      line(fmt::format("Kernels: {} sources", study.kernels.sources.size()));
+      for (const auto& source : study.kernels.sources) {
+        const auto d = SourceStudy(study, source);
+        const Cohort sc = SourceCohort(d, source, cohort);  // every subject's image of an images source present
+        line(fmt::format("  {} ({}){}", source.name, config::ToString(source.kind),
+                         source.kind == config::KernelSource::Images ? fmt::format(": {} images in column \"{}\"", sc.images.size(), source.imageColumn)
+                                                                     : std::string()));
+      }
+      break;
   }
   line(fmt::format("  per-fold preprocessing: centre {}, normalise {}", study.kernels.centre ? "on" : "off", study.kernels.normalise ? "on" : "off"));
   line(fmt::format("CV plan: outer {}, inner {}, seed {}", DescribeScheme(study.cv.outer), DescribeScheme(study.cv.inner), study.cv.seed));

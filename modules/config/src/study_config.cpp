@@ -41,6 +41,7 @@ std::string ToString(KernelSource s) {
     case KernelSource::Images: return "images";
     case KernelSource::Precomputed: return "precomputed";
     case KernelSource::Tabular: return "tabular";
+    case KernelSource::Sources: return "sources";
   }
   return "?";
 }
@@ -214,12 +215,155 @@ void ParseSubjects(const Json& json, const std::string& baseDir, const std::stri
   }
 }
 
+std::vector<std::string> ColumnList(const Json& j, const std::string& ptr, const std::string& src) {
+  if (!j.is_array()) throw ConfigError("config:Type", src, ptr + ": expected an array of column names, found " + Describe(j));
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < j.size(); ++i) {
+    const std::string p = ptr + "/" + std::to_string(i);
+    if (!j[i].is_string() || j[i].get<std::string>().empty())
+      throw ConfigError("config:Type", src, p + ": expected a column name (non-empty string), found " + Describe(j[i]));
+    const std::string name = j[i].get<std::string>();
+    if (std::find(out.begin(), out.end(), name) != out.end())
+      throw ConfigError("config:Value", src, p + ": column \"" + name + "\" is listed twice");
+    out.push_back(name);
+  }
+  return out;
+}
+
+/// A list of precomputed kernels {name, file} at `ptr` (/kernels/precomputed or a source's).
+std::vector<PrecomputedKernelSpec> ParsePrecomputed(const Json& list, const std::string& ptr, const std::string& src, const std::string& baseDir) {
+  std::vector<PrecomputedKernelSpec> out;
+  if (!list.is_array()) throw ConfigError("config:Type", src, ptr + ": expected an array of {\"name\", \"file\"} objects, found " + Describe(list));
+  {
+      std::set<std::string> names;
+      for (std::size_t i = 0; i < list.size(); ++i) {
+        std::string p = ptr + "/";
+        p += std::to_string(i);
+        ObjectReader e(list[i], p, src, {"name", "file"});
+        PrecomputedKernelSpec spec{e.RequiredString("name"), ResolvePath(baseDir, e.RequiredString("file"))};
+        if (!names.insert(spec.name).second) e.FailAt(p + "/name", "duplicate kernel name \"" + spec.name + "\"");
+        out.push_back(spec);
+      }
+    }
+  return out;
+}
+
+/// A tabular kernel section at `ptr` (/kernels/tabular or a source's).
+TabularSpec ParseTabular(const Json& j, const std::string& ptr, const std::string& src, const std::string& baseDir) {
+  TabularSpec out;
+  {
+      ObjectReader t(j, ptr, src, {"table", "id_column", "groups", "exclude_columns", "functions", "standardise"});
+      auto& tab = out;
+      tab.table = ResolvePath(baseDir, t.RequiredString("table"));
+      tab.idColumn = t.String("id_column", tab.idColumn);
+      tab.standardise = t.Bool("standardise", false);
+      const char* groupsHelp =
+          "expected an object {\"kernel name\": [\"column\", ...], ...} with at least one group, or one of \"each_column\", "
+          "\"all_columns\", \"each_and_all\"";
+      if (!t.Has("groups")) t.FailAt(ptr + "/groups", groupsHelp);
+      if (t.At("groups").is_string()) {
+        tab.groupsPreset = t.Choice("groups", "", {"each_column", "all_columns", "each_and_all"});
+      } else {
+        if (!t.At("groups").is_object() || t.At("groups").empty()) t.FailAt(ptr + "/groups", std::string(groupsHelp) + ", found " + Describe(t.At("groups")));
+        for (const auto& [name, cols] : t.At("groups").items()) {
+          const std::string p = ptr + "/groups/" + name;
+          if (!cols.is_array() || cols.empty()) t.FailAt(p, "expected a non-empty array of column names, found " + Describe(cols));
+          std::vector<std::string> columns;
+          for (const auto& col : cols) {
+            if (!col.is_string()) t.FailAt(p, "expected column names (strings), found " + Describe(col));
+            columns.push_back(col.get<std::string>());
+          }
+          tab.groups.emplace_back(name, columns);
+        }
+      }
+      if (t.Has("exclude_columns")) {
+        const Json& list = t.At("exclude_columns");
+        if (!list.is_array()) t.Fail("exclude_columns", "an array of column names");
+        for (const auto& col : list) {
+          if (!col.is_string()) t.FailAt(ptr + "/exclude_columns", "expected column names (strings), found " + Describe(col));
+          tab.excludeColumns.push_back(col.get<std::string>());
+        }
+      }
+      if (t.Has("functions")) {
+        const Json& list = t.At("functions");
+        if (!list.is_array() || list.empty()) t.Fail("functions", "a non-empty array of {\"type\": \"linear\" | \"gaussian\" | \"polynomial\", ...}");
+        tab.functions.clear();
+        for (std::size_t i = 0; i < list.size(); ++i) {
+          std::string p = ptr + "/functions/";
+          p += std::to_string(i);
+          ObjectReader f(list[i], p, src, {"type", "width", "degree", "offset"});
+          TabularFunction fn;
+          const std::string type = f.Choice("type", "linear", {"linear", "gaussian", "polynomial"});
+          fn.type = type == "linear" ? TabularFunction::Type::Linear : type == "gaussian" ? TabularFunction::Type::Gaussian : TabularFunction::Type::Polynomial;
+          const std::string key = fn.type == TabularFunction::Type::Gaussian ? "width" : "degree";
+          if (fn.type != TabularFunction::Type::Linear) {
+            if (!f.Has(key)) f.FailAt(p + "/" + key, "a " + type + " kernel needs \"" + key + "\": a number or a list of numbers");
+            const Json& v = f.At(key);
+            std::vector<Json> values = v.is_array() ? std::vector<Json>(v.begin(), v.end()) : std::vector<Json>{v};
+            if (values.empty()) f.FailAt(p + "/" + key, "expected at least one value");
+            for (const auto& x : values) {
+              const bool ok = x.is_number() && x.get<double>() > 0 && std::isfinite(x.get<double>()) &&
+                              (fn.type == TabularFunction::Type::Gaussian || x.get<double>() == std::floor(x.get<double>()));
+              if (!ok)
+                f.FailAt(p + "/" + key, std::string("expected ") + (fn.type == TabularFunction::Type::Gaussian ? "positive widths" : "positive whole degrees") +
+                                            ", found " + Describe(x));
+              fn.values.push_back(x.get<double>());
+            }
+          } else if (f.Has("width") || f.Has("degree")) {
+            f.FailAt(p, "a linear kernel takes no width or degree");
+          }
+          fn.offset = f.Number("offset", 1, 0, 1e12);
+          tab.functions.push_back(fn);
+        }
+      }
+    }
+  return out;
+}
+
+/// covariates: ["age", "sex"] (numeric columns) or {columns, categorical, fit_on}.
+CovariateSpec ParseCovariates(const Json& j, const std::string& src, const std::string& targetColumn) {
+  CovariateSpec c;
+  if (j.is_array()) {
+    c.columns = ColumnList(j, "/covariates", src);
+    c.listForm = true;
+  } else {
+    ObjectReader r(j, "/covariates", src, {"columns", "categorical", "fit_on"});
+    if (r.Has("columns")) c.columns = ColumnList(r.At("columns"), "/covariates/columns", src);
+    if (r.Has("categorical")) c.categorical = ColumnList(r.At("categorical"), "/covariates/categorical", src);
+    for (std::size_t i = 0; i < c.categorical.size(); ++i)
+      if (std::find(c.columns.begin(), c.columns.end(), c.categorical[i]) != c.columns.end())
+        r.FailAt("/covariates/categorical/" + std::to_string(i), "column \"" + c.categorical[i] + "\" is also in /covariates/columns (numeric); list it once");
+    if (r.Has("fit_on")) {
+      const Json& f = r.At("fit_on");
+      if (f.is_string()) {
+        if (f.get<std::string>() != "all") r.FailAt("/covariates/fit_on", "expected \"all\" or {\"column\": ..., \"value\": ...}, found " + Describe(f));
+      } else {
+        ObjectReader fo(f, "/covariates/fit_on", src, {"column", "value"});
+        c.fitOnColumn = fo.RequiredString("column");
+        if (!fo.Has("value")) fo.FailAt("/covariates/fit_on/value", "required key is missing (the value of the column that marks the subjects to fit on, e.g. \"CN\")");
+        const Json& v = fo.At("value");
+        if (v.is_string()) c.fitOnValue = v.get<std::string>();
+        else if (v.is_number_integer()) c.fitOnValue = std::to_string(v.get<std::int64_t>());
+        else fo.FailAt("/covariates/fit_on/value", "expected a string or an integer, found " + Describe(v));
+      }
+    }
+    if (!c.Active()) r.FailAt("/covariates", "expected at least one column in \"columns\" or \"categorical\"");
+  }
+  if (j.is_array() && c.columns.empty()) throw ConfigError("config:Value", src, "/covariates: expected at least one column name");
+  auto all = c.columns;
+  all.insert(all.end(), c.categorical.begin(), c.categorical.end());
+  for (const auto& col : all)
+    if (col == targetColumn)
+      throw ConfigError("config:Value", src, "/covariates: the target column \"" + col + "\" cannot be a covariate (regressing it out removes the signal)");
+  return c;
+}
+
 }  // namespace
 
 StudyConfig ParseStudyConfig(const std::string& text, const std::string& baseDir, const std::string& src) {
   const Json root = ParseConfigJson(text, src);
   ObjectReader r(root, "", src,
-                 {"$schema", "name", "description", "subjects", "target", "atlas", "mask", "kernels", "cv", "learners",
+                 {"$schema", "name", "description", "subjects", "target", "atlas", "mask", "kernels", "covariates", "cv", "learners",
                   "permutations", "output", "seed", "threads"});
   StudyConfig c;
   c.path = src;
@@ -298,7 +442,7 @@ StudyConfig ParseStudyConfig(const std::string& text, const std::string& baseDir
 
   if (r.Has("kernels")) {
     ObjectReader k(r.At("kernels"), "/kernels", src,
-                   {"source", "centre", "normalise", "nan_policy", "memory_budget_mb", "cache", "intensity", "precomputed", "tabular"});
+                   {"source", "centre", "normalise", "nan_policy", "memory_budget_mb", "cache", "intensity", "precomputed", "tabular", "sources"});
     const std::string source = k.Choice("source", "images", {"images", "precomputed", "tabular"});
     c.kernels.source = source == "images" ? KernelSource::Images : source == "precomputed" ? KernelSource::Precomputed : KernelSource::Tabular;
     c.kernels.centre = k.Bool("centre", c.kernels.centre);
@@ -327,81 +471,54 @@ StudyConfig ParseStudyConfig(const std::string& text, const std::string& baseDir
                                                                                                              : kernels::IntensityScaling::None;
       }
     }
-    if (k.Has("precomputed")) {
-      const Json& list = k.At("precomputed");
-      if (!list.is_array()) k.Fail("precomputed", "an array of {\"name\", \"file\"} objects");
+    if (k.Has("precomputed")) c.kernels.precomputed = ParsePrecomputed(k.At("precomputed"), "/kernels/precomputed", src, baseDir);
+    if (k.Has("tabular")) c.kernels.tabular = ParseTabular(k.At("tabular"), "/kernels/tabular", src, baseDir);
+    if (k.Has("sources")) {
+      for (const char* key : {"source", "precomputed", "tabular"})
+        if (k.Has(key))
+          k.FailAt(std::string("/kernels/") + key, "give the kernels either as /kernels/sources (a list of named sources) or by /kernels/source with its "
+                                                   "sections, not both");
+      if (c.kernels.intensity.scaling != kernels::IntensityScaling::None)
+        k.FailAt("/kernels/intensity", "intensity scaling with /kernels/sources is not supported yet");
+      const Json& list = k.At("sources");
+      if (!list.is_array() || list.empty()) k.Fail("sources", "a non-empty array of sources {\"name\": ..., \"kind\": \"images\" | \"tabular\" | \"precomputed\", ...}");
+      c.kernels.source = KernelSource::Sources;
       std::set<std::string> names;
       for (std::size_t i = 0; i < list.size(); ++i) {
-        const std::string p = "/kernels/precomputed/" + std::to_string(i);
-        ObjectReader e(list[i], p, src, {"name", "file"});
-        PrecomputedKernelSpec spec{e.RequiredString("name"), ResolvePath(baseDir, e.RequiredString("file"))};
-        if (!names.insert(spec.name).second) e.FailAt(p + "/name", "duplicate kernel name \"" + spec.name + "\"");
-        c.kernels.precomputed.push_back(spec);
-      }
-    }
-    if (k.Has("tabular")) {
-      ObjectReader t(k.At("tabular"), "/kernels/tabular", src, {"table", "id_column", "groups", "exclude_columns", "functions", "standardise"});
-      auto& tab = c.kernels.tabular;
-      tab.table = ResolvePath(baseDir, t.RequiredString("table"));
-      tab.idColumn = t.String("id_column", tab.idColumn);
-      tab.standardise = t.Bool("standardise", false);
-      const char* groupsHelp =
-          "expected an object {\"kernel name\": [\"column\", ...], ...} with at least one group, or one of \"each_column\", "
-          "\"all_columns\", \"each_and_all\"";
-      if (!t.Has("groups")) t.FailAt("/kernels/tabular/groups", groupsHelp);
-      if (t.At("groups").is_string()) {
-        tab.groupsPreset = t.Choice("groups", "", {"each_column", "all_columns", "each_and_all"});
-      } else {
-        if (!t.At("groups").is_object() || t.At("groups").empty()) t.FailAt("/kernels/tabular/groups", std::string(groupsHelp) + ", found " + Describe(t.At("groups")));
-        for (const auto& [name, cols] : t.At("groups").items()) {
-          const std::string p = "/kernels/tabular/groups/" + name;
-          if (!cols.is_array() || cols.empty()) t.FailAt(p, "expected a non-empty array of column names, found " + Describe(cols));
-          std::vector<std::string> columns;
-          for (const auto& col : cols) {
-            if (!col.is_string()) t.FailAt(p, "expected column names (strings), found " + Describe(col));
-            columns.push_back(col.get<std::string>());
-          }
-          tab.groups.emplace_back(name, columns);
+        std::string p = "/kernels/sources/";
+        p += std::to_string(i);
+        ObjectReader e(list[i], p, src, {"name", "kind", "image_column", "mask", "nan_policy", "precomputed", "tabular"});
+        SourceSpec spec;
+        spec.name = e.RequiredString("name");
+        for (char ch : spec.name)
+          if (!(std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '-' || ch == '.'))
+            e.FailAt(p + "/name", "a source name made of letters, digits, '_', '-' and '.' (it prefixes the kernel names), found \"" + spec.name + "\"");
+        if (!names.insert(spec.name).second) e.FailAt(p + "/name", "two sources are named \"" + spec.name + "\"; give each a distinct name");
+        if (!e.Has("kind")) e.FailAt(p + "/kind", "required key is missing (expected \"images\", \"tabular\" or \"precomputed\")");
+        const std::string kind = e.Choice("kind", "images", {"images", "tabular", "precomputed", "connectivity"});
+        if (kind == "connectivity") e.FailAt(p + "/kind", "connectivity sources are not supported yet (expected \"images\", \"tabular\" or \"precomputed\")");
+        spec.kind = kind == "images" ? KernelSource::Images : kind == "tabular" ? KernelSource::Tabular : KernelSource::Precomputed;
+        auto only = [&](const char* key, KernelSource owner) {
+          if (e.Has(key) && spec.kind != owner) e.FailAt(p + "/" + key, std::string("\"") + key + "\" belongs to sources of kind \"" + ToString(owner) + "\", not \"" + kind + "\"");
+        };
+        for (const char* key : {"image_column", "mask", "nan_policy"}) only(key, KernelSource::Images);
+        only("precomputed", KernelSource::Precomputed);
+        only("tabular", KernelSource::Tabular);
+        spec.imageColumn = e.String("image_column", c.subjects.imageColumn);
+        if (e.Has("mask")) spec.mask = ResolvePath(baseDir, e.RequiredString("mask"));
+        spec.nanPolicy = e.Choice("nan_policy", c.kernels.nanPolicy == kernels::NanPolicy::Zero ? "zero" : "drop_voxel", {"drop_voxel", "zero"}) == "zero"
+                             ? kernels::NanPolicy::Zero
+                             : kernels::NanPolicy::DropVoxel;
+        if (spec.kind == KernelSource::Precomputed) {
+          if (!e.Has("precomputed")) e.FailAt(p + "/precomputed", "a precomputed source needs a list of {\"name\", \"file\"} kernels");
+          spec.precomputed = ParsePrecomputed(e.At("precomputed"), p + "/precomputed", src, baseDir);
+          if (spec.precomputed.empty()) e.FailAt(p + "/precomputed", "expected at least one {\"name\", \"file\"} kernel");
         }
-      }
-      if (t.Has("exclude_columns")) {
-        const Json& list = t.At("exclude_columns");
-        if (!list.is_array()) t.Fail("exclude_columns", "an array of column names");
-        for (const auto& col : list) {
-          if (!col.is_string()) t.FailAt("/kernels/tabular/exclude_columns", "expected column names (strings), found " + Describe(col));
-          tab.excludeColumns.push_back(col.get<std::string>());
+        if (spec.kind == KernelSource::Tabular) {
+          if (!e.Has("tabular")) e.FailAt(p + "/tabular", "a tabular source needs a \"tabular\" section with a table and column groups");
+          spec.tabular = ParseTabular(e.At("tabular"), p + "/tabular", src, baseDir);
         }
-      }
-      if (t.Has("functions")) {
-        const Json& list = t.At("functions");
-        if (!list.is_array() || list.empty()) t.Fail("functions", "a non-empty array of {\"type\": \"linear\" | \"gaussian\" | \"polynomial\", ...}");
-        tab.functions.clear();
-        for (std::size_t i = 0; i < list.size(); ++i) {
-          const std::string p = "/kernels/tabular/functions/" + std::to_string(i);
-          ObjectReader f(list[i], p, src, {"type", "width", "degree", "offset"});
-          TabularFunction fn;
-          const std::string type = f.Choice("type", "linear", {"linear", "gaussian", "polynomial"});
-          fn.type = type == "linear" ? TabularFunction::Type::Linear : type == "gaussian" ? TabularFunction::Type::Gaussian : TabularFunction::Type::Polynomial;
-          const std::string key = fn.type == TabularFunction::Type::Gaussian ? "width" : "degree";
-          if (fn.type != TabularFunction::Type::Linear) {
-            if (!f.Has(key)) f.FailAt(p + "/" + key, "a " + type + " kernel needs \"" + key + "\": a number or a list of numbers");
-            const Json& v = f.At(key);
-            std::vector<Json> values = v.is_array() ? std::vector<Json>(v.begin(), v.end()) : std::vector<Json>{v};
-            if (values.empty()) f.FailAt(p + "/" + key, "expected at least one value");
-            for (const auto& x : values) {
-              const bool ok = x.is_number() && x.get<double>() > 0 && std::isfinite(x.get<double>()) &&
-                              (fn.type == TabularFunction::Type::Gaussian || x.get<double>() == std::floor(x.get<double>()));
-              if (!ok)
-                f.FailAt(p + "/" + key, std::string("expected ") + (fn.type == TabularFunction::Type::Gaussian ? "positive widths" : "positive whole degrees") +
-                                            ", found " + Describe(x));
-              fn.values.push_back(x.get<double>());
-            }
-          } else if (f.Has("width") || f.Has("degree")) {
-            f.FailAt(p, "a linear kernel takes no width or degree");
-          }
-          fn.offset = f.Number("offset", 1, 0, 1e12);
-          tab.functions.push_back(fn);
-        }
+        c.kernels.sources.push_back(std::move(spec));
       }
     }
     if (c.kernels.source == KernelSource::Precomputed && c.kernels.precomputed.empty())
@@ -410,6 +527,7 @@ StudyConfig ParseStudyConfig(const std::string& text, const std::string& baseDir
       k.FailAt("/kernels/tabular", "source \"tabular\" needs a \"tabular\" section with a table and column groups");
   }
 
+  if (r.Has("covariates")) c.covariates = ParseCovariates(r.At("covariates"), src, c.target.column);
   if (r.Has("cv")) {
     ObjectReader cv(r.At("cv"), "/cv", src, {"outer", "inner", "seed", "criterion"});
     if (cv.Has("criterion")) c.cv.criterion = cv.Choice("criterion", "", cv::InnerCriteria(c.target.task));
@@ -506,6 +624,36 @@ std::string ResolvedConfigJson(const StudyConfig& c) {
     k["precomputed"] = Json::array();
     for (const auto& p : c.kernels.precomputed) k["precomputed"].push_back({{"name", p.name}, {"file", p.file}});
   }
+  auto tabularJson = [](const TabularSpec& tab) {
+    Json groups = Json::object();
+    for (const auto& [name, cols] : tab.groups) groups[name] = cols;
+    Json functions = Json::array();
+    for (const auto& f : tab.functions) {
+      if (f.type == TabularFunction::Type::Linear) functions.push_back({{"type", "linear"}});
+      if (f.type == TabularFunction::Type::Gaussian) functions.push_back({{"type", "gaussian"}, {"width", f.values}});
+      if (f.type == TabularFunction::Type::Polynomial) functions.push_back({{"type", "polynomial"}, {"degree", f.values}, {"offset", f.offset}});
+    }
+    return Json{{"table", tab.table},     {"id_column", tab.idColumn}, {"groups", tab.groupsPreset.empty() ? groups : Json(tab.groupsPreset)},
+                {"exclude_columns", tab.excludeColumns}, {"functions", functions}, {"standardise", tab.standardise}};
+  };
+  if (c.kernels.source == KernelSource::Sources) {  // parses again: "source" is implied by "sources"
+    k.erase("source");
+    k["sources"] = Json::array();
+    for (const auto& sp : c.kernels.sources) {
+      Json e = {{"name", sp.name}, {"kind", ToString(sp.kind)}};
+      if (sp.kind == KernelSource::Images) {
+        e["image_column"] = sp.imageColumn;
+        e["nan_policy"] = sp.nanPolicy == kernels::NanPolicy::Zero ? "zero" : "drop_voxel";
+        if (!sp.mask.empty()) e["mask"] = sp.mask;
+      }
+      if (sp.kind == KernelSource::Precomputed) {
+        e["precomputed"] = Json::array();
+        for (const auto& p : sp.precomputed) e["precomputed"].push_back({{"name", p.name}, {"file", p.file}});
+      }
+      if (sp.kind == KernelSource::Tabular) e["tabular"] = tabularJson(sp.tabular);
+      k["sources"].push_back(e);
+    }
+  }
   if (!c.kernels.tabular.table.empty()) {
     const auto& tab = c.kernels.tabular;
     Json groups = Json::object();
@@ -520,6 +668,10 @@ std::string ResolvedConfigJson(const StudyConfig& c) {
                     {"exclude_columns", tab.excludeColumns}, {"functions", functions}, {"standardise", tab.standardise}};
   }
   j["kernels"] = k;
+  if (c.covariates.Active()) {  // only when given: single-source studies without covariates resolve as before
+    j["covariates"] = {{"columns", c.covariates.columns}, {"categorical", c.covariates.categorical}};
+    j["covariates"]["fit_on"] = c.covariates.fitOnColumn.empty() ? Json("all") : Json{{"column", c.covariates.fitOnColumn}, {"value", c.covariates.fitOnValue}};
+  }
   auto scheme = [](const CvSchemeSpec& s) {
     Json o = {{"scheme", ToString(s.scheme)}, {"k", s.k}, {"repeats", s.repeats}};
     if (!s.groupColumn.empty()) o["group_column"] = s.groupColumn;

@@ -117,8 +117,14 @@ FoldKernels PrepareFold(const learners::KernelList& kernels, const std::vector<i
   FoldKernels out;
   out.train.reserve(kernels.size());
   out.test.reserve(kernels.size());
+  // The covariate fit depends on the fold only: once for all kernels.
+  std::optional<kernels::FoldResidualiser> residualiser;
+  if (pre.covariates) residualiser = kernels::MakeFoldResidualiser(*pre.covariates, tr, te);
   for (const auto& K : kernels) {
-    kernels::FoldKernel fk = PrepareFoldKernel(K, tr, te, pre);
+    kernels::FoldKernel fk = kernels::SliceFold(K, tr, te);
+    if (residualiser) kernels::ResidualiseFold(fk, *residualiser);
+    if (pre.centre) kernels::CentreFold(fk);
+    if (pre.normalise) kernels::NormaliseFold(fk);
     out.train.push_back(std::move(fk.train));
     out.test.push_back(std::move(fk.testTrain));
   }
@@ -128,6 +134,7 @@ FoldKernels PrepareFold(const learners::KernelList& kernels, const std::vector<i
 kernels::FoldKernel PrepareFoldKernel(const Eigen::MatrixXd& kernel, const Eigen::Ref<const Eigen::VectorXi>& train,
                                       const Eigen::Ref<const Eigen::VectorXi>& test, const Preprocessing& pre) {
   kernels::FoldKernel fk = kernels::SliceFold(kernel, train, test);
+  if (pre.covariates) kernels::ResidualiseFold(fk, kernels::MakeFoldResidualiser(*pre.covariates, train, test));
   if (pre.centre) kernels::CentreFold(fk);
   if (pre.normalise) kernels::NormaliseFold(fk);
   return fk;

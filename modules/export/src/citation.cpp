@@ -183,11 +183,21 @@ std::string CitationMarkdown(const RunRecord& r) {
     md += r.nanPolicy == "zero" ? "Non-finite voxel values were set to zero. " : "Voxels with a non-finite value in any subject were dropped. ";
     if (!r.intensityScaling.empty())
       md += "Each image was divided by its own mean intensity (" + r.intensityScaling + ") before the kernels were computed. ";
+  } else if (!r.sourceNames.empty()) {
+    std::vector<std::string> parts;
+    for (std::size_t s = 0; s < r.sourceNames.size(); ++s)
+      parts.push_back(fmt::format("{} ({}, {} kernels)", r.sourceNames[s], r.sourceKinds[s], r.sourceKernelCounts[s]));
+    md += fmt::format("The study combined {} kernels from {} sources: {}. ", r.kernels.size(), r.sourceNames.size(), Join(parts, ", "));
   } else {
     md += fmt::format("The study used {} {} kernels", r.kernels.size(), r.kernelSource);
     if (!r.excludedKernels.empty()) md += fmt::format(" ({} further kernels excluded)", r.excludedKernels.size());
     md += ". ";
   }
+  if (!r.covariateColumns.empty())
+    md += fmt::format("Within each training fold (outer and inner), every kernel was residualised on the covariates {} (with an intercept; "
+                      "coefficients fitted on the training subjects{}, applied to the test subjects) before further preprocessing; the target's "
+                      "R^2 on the covariates was {:.3f}. ",
+                      Join(r.covariateColumns, ", "), r.covariateFitOn == "all" ? std::string() : " with " + r.covariateFitOn, r.covariateTargetR2);
   std::vector<std::string> prep;
   if (r.centre) prep.push_back("centred");
   if (r.normalise) prep.push_back("normalised (cosine)");

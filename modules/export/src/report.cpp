@@ -10,6 +10,7 @@
 
 #include "neuromkl/core/strings.hpp"
 #include "neuromkl/export/png.hpp"
+#include "neuromkl/export/study_outputs.hpp"
 #include "neuromkl/io/nifti.hpp"
 
 namespace neuromkl::exporting {
@@ -425,7 +426,7 @@ std::vector<float> Background(const atlas::RegionIndex& regions) {
 
 }  // namespace
 
-std::string RenderReport(const RunRecord& r, const std::vector<std::vector<float>>& meanMaps, const atlas::RegionIndex* regions) {
+std::string RenderReport(const RunRecord& r, const std::vector<std::vector<float>>& meanMaps, const atlas::RegionIndex* regions, const WeightMaps* maps) {
   const bool classification = r.task == "classification", multiclass = r.task == "multiclass";
   std::string h;
   h += "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>neuromkl: " + Escape(r.study) + "</title>\n";
@@ -454,6 +455,27 @@ td,th{border:1px solid #ddd;padding:.25em .6em;text-align:left;font-size:.92em}t
     const auto [lo, hi] = std::minmax_element(r.intensityScale.begin(), r.intensityScale.end());
     row("intensity scaling", fmt::format("each image divided by its own {} (divisors {:.4g} to {:.4g})", Escape(r.intensityScaling), *lo, *hi));
   }
+  if (!r.sourceNames.empty()) {
+    std::vector<std::string> parts;
+    for (std::size_t s = 0; s < r.sourceNames.size(); ++s) {
+      std::string part = fmt::format("<code>{}</code> ({}, {} kernels", Escape(r.sourceNames[s]), Escape(r.sourceKinds[s]), r.sourceKernelCounts[s]);
+      std::size_t first = 0;
+      for (std::size_t t = 0; t < s; ++t) first += r.sourceKernelCounts[t];
+      for (const auto& lr : r.learners) {
+        double mean = 0;
+        for (const auto& row : lr.regions)
+          if (row.kernel >= first && row.kernel < first + r.sourceKernelCounts[s]) mean += row.meanPercent;
+        part += fmt::format("; {} {:.1f} %", Escape(lr.outcome.label), mean);
+      }
+      parts.push_back(part + ")");
+    }
+    row("sources", Join(parts, ", ") + " &mdash; total kernel weight per source, mean over outer folds; a source with more kernels tends to collect more weight");
+  }
+  if (!r.covariateColumns.empty())
+    row("covariates", fmt::format("regressed out of every kernel inside every fold (training subjects: {}): {}; the target's R<sup>2</sup> on them is "
+                                  "{:.3f}{}",
+                                  Escape(r.covariateFitOn), Escape(Join(r.covariateColumns, ", ")), r.covariateTargetR2,
+                                  r.covariateTargetR2 > 0.1 ? " (the design is confounded: regions that track the covariates would otherwise carry weight)" : ""));
   row("cross-validation", "outer " + Escape(r.outerScheme) + "; inner " + Escape(r.innerScheme) + fmt::format("; seed {}", r.cvSeed));
   row("run", fmt::format("neuromkl {}, {}, seed {}, input hash <code>{}</code>, {:.1f} s", Escape(r.version), Escape(r.date), r.seed, r.inputHash,
                          r.seconds.count("total") ? r.seconds.at("total") : 0.0));
@@ -519,6 +541,13 @@ td,th{border:1px solid #ddd;padding:.25em .6em;text-align:left;font-size:.92em}t
       h += "<h3>" + Escape(lr.outcome.label) + ", class " + Escape(r.classNames[c]) + " vs rest</h3>\n<p class=\"note\">Table: <code>regions_" +
            Escape(lr.outcome.label) + "_class-" + Escape(r.classNames[c]) + ".tsv</code>.</p>\n<div class=\"figs\">" + TopRegionsChart(one, r, 15) + "</div>\n";
     }
+    if (maps)
+      for (const auto& src : maps->sources) {
+        const auto it = std::find_if(lr.sourceMaps.begin(), lr.sourceMaps.end(), [&](const auto& m) { return m.source == src.name; });
+        if (it == lr.sourceMaps.end() || l >= src.mean.size() || src.mean[l].empty()) continue;
+        h += "<p class=\"note\">Source <b>" + Escape(src.name) + "</b>: map <code>" + Escape(it->mean) + "</code>.</p>\n";
+        h += Montage(src.mean[l], Background(*src.regions), src.regions->grid);
+      }
   }
   if (!r.warnings.empty()) {
     h += "<h2>Warnings</h2><ul>";

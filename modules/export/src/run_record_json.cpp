@@ -62,6 +62,36 @@ std::string RunRecordJson(const RunRecord& r) {
   if (!r.intensityScaling.empty())
     j["kernels"]["intensity"] = {{"scaling", r.intensityScaling}, {"scale", r.intensityScale},
                                  {"note", "each image was divided by this value (its own mean) before the kernels; subjects in labelled-then-unlabelled order"}};
+  if (!r.sourceNames.empty()) {
+    // Per source: its kernels and, per learner, the source's total weight per outer fold and the mean over folds.
+    j["sources"] = Json::array();
+    std::size_t first = 0;
+    for (std::size_t s = 0; s < r.sourceNames.size(); ++s) {
+      const std::size_t end = first + r.sourceKernelCounts[s];
+      Json e = {{"name", r.sourceNames[s]}, {"kind", r.sourceKinds[s]}, {"kernels", r.sourceKernelCounts[s]}, {"cache", r.sourceCache[s]},
+                {"weight_percent", Json::object()}};
+      for (const auto& lr : r.learners) {
+        std::vector<double> perFold;
+        double mean = 0;
+        for (const auto& row : lr.regions) {
+          if (row.kernel < first || row.kernel >= end) continue;
+          if (perFold.size() < row.foldPercent.size()) perFold.resize(row.foldPercent.size(), 0.0);
+          for (std::size_t f = 0; f < row.foldPercent.size(); ++f) perFold[f] += row.foldPercent[f];
+          mean += row.meanPercent;
+        }
+        e["weight_percent"][lr.outcome.label] = {{"mean", mean}, {"folds", perFold}};
+      }
+      j["sources"].push_back(e);
+      first = end;
+    }
+  }
+  if (!r.covariateColumns.empty())
+    j["covariates"] = {{"design_columns", r.covariateColumns},
+                       {"fit_on", r.covariateFitOn},
+                       {"target_r2", r.covariateTargetR2},
+                       {"note", "every kernel residualised on intercept + these columns inside every outer and inner fold, coefficients fitted on "
+                                "the fold's training subjects (fit_on) and applied to its test subjects, before centring and normalisation; "
+                                "target_r2: in-sample R^2 of the target (classification: +-1) on the covariates over the labelled subjects"}};
   for (const auto& k : r.excludedKernels)
     j["kernels"]["excluded"].push_back({{"name", k.info.name}, {"label", k.info.label}, {"reason", k.reason}});
   j["cv"] = {{"outer", r.outerScheme}, {"inner", r.innerScheme}, {"seed", r.cvSeed},
@@ -98,6 +128,11 @@ std::string RunRecordJson(const RunRecord& r) {
                                        {"fold_percent", row.foldPercent}});
     }
     if (!lr.meanMap.empty()) e["weight_maps"] = {{"mean", lr.meanMap}, {"folds", lr.foldMaps}};
+    if (!lr.sourceMaps.empty()) {
+      Json sources = Json::object();
+      for (const auto& m : lr.sourceMaps) sources[m.source] = {{"mean", m.mean}, {"folds", m.folds}};
+      e["weight_maps"] = {{"sources", sources}};
+    }
     e["folds"] = Json::array();
     for (const auto& f : o.folds) {
       Json fj = {{"index", f.index}, {"repeat", f.repeat}, {"n_train", f.train.size()}, {"n_test", f.test.size()},

@@ -56,6 +56,16 @@ Rows SubjectRows(const RunRecord& r) {
   return rows;
 }
 
+/// With more than one kernel source: a `source` column after `name` (the prefix of "source:kernel").
+void AddSourceColumn(const RunRecord& r, Rows& rows, std::size_t nameColumn) {
+  if (r.sourceNames.size() < 2) return;
+  rows[0].insert(rows[0].begin() + static_cast<std::ptrdiff_t>(nameColumn) + 1, "source");
+  for (std::size_t i = 1; i < rows.size(); ++i) {
+    const std::string& name = rows[i][nameColumn];
+    rows[i].insert(rows[i].begin() + static_cast<std::ptrdiff_t>(nameColumn) + 1, name.substr(0, name.find(':')));
+  }
+}
+
 Rows KernelRows(const RunRecord& r) {
   Rows rows = {{"label", "name", "status", "voxels_used", "atlas_voxels", "non_finite_voxels", "zeroed_values", "subjects_with_signal", "reason"}};
   auto add = [&](const kernels::KernelInfo& k, const std::string& status, const std::string& withSignal, const std::string& reason) {
@@ -64,6 +74,7 @@ Rows KernelRows(const RunRecord& r) {
   };
   for (std::size_t i = 0; i < r.kernels.size(); ++i) add(r.kernels[i], "used", SubjectsWithSignalCell(r, i), "");
   for (const auto& k : r.excludedKernels) add(k.info, "excluded", "n/a", k.reason);
+  AddSourceColumn(r, rows, 1);
   return rows;
 }
 
@@ -139,6 +150,7 @@ Rows RegionRankingRows(const RunRecord& r, const LearnerRecord& lr, const std::v
     for (double p : row.foldPercent) cells.push_back(Cell(p));
     rows.push_back(cells);
   }
+  AddSourceColumn(r, rows, 2);
   return rows;
 }
 
@@ -154,28 +166,38 @@ std::string RegionRankingNotes(const LearnerRecord& lr) {
 
 /// Per successful fold weights/sub-group[_space-<space>]_desc-<Learner>[Repeat<r>]Fold<k>_weights.nii.gz and
 /// the mean ..._desc-<Learner>Mean_weights.nii.gz, each with its .json sidecar (scheme: derivative.hpp).
+/// With `source` (kernels.sources) the same names under weights/<source>/, recorded in lr.sourceMaps.
 void WriteLearnerMaps(const std::string& dir, const RunRecord& record, LearnerRecord& lr, const std::string& bidsLabel,
-                      const std::vector<std::vector<float>>& folds, const std::vector<float>& mean, const io::Geometry& grid) {
+                      const std::vector<std::vector<float>>& folds, const std::vector<float>& mean, const io::Geometry& grid,
+                      const std::string& source = "") {
   std::error_code ec;
-  std::filesystem::create_directories(dir + "/weights", ec);
+  std::filesystem::create_directories(dir + "/weights" + (source.empty() ? "" : "/" + source), ec);
   const std::string space = MapSpace(record);
+  LearnerRecord::SourceMaps paths{source, {}, {}};
+  const auto stemOf = [&](const std::string& desc) {
+    std::string stem = MapStem(space, desc);
+    if (!source.empty()) stem.insert(std::string("weights/").size(), source + "/");
+    return stem;
+  };
   const bool repeated = std::any_of(lr.outcome.folds.begin(), lr.outcome.folds.end(), [](const cv::OuterFoldResult& f) { return f.repeat > 0; });
   io::Volume v;
   v.geometry = grid;
   std::size_t k = 0;
   for (const auto& f : lr.outcome.folds) {
     if (!f.error.empty()) continue;
-    const std::string stem = MapStem(space, FoldDesc(bidsLabel, f, repeated));
+    const std::string stem = stemOf(FoldDesc(bidsLabel, f, repeated));
     v.data = folds[k++];
     io::WriteVolume(dir + "/" + stem + ".nii.gz", v);
     WriteTextFile(dir + "/" + stem + ".json", WeightMapSidecarJson(record, lr, &f, 0));
-    lr.foldMaps.push_back(stem + ".nii.gz");
+    (source.empty() ? lr.foldMaps : paths.folds).push_back(stem + ".nii.gz");
   }
   v.data = mean;
-  const std::string stem = MapStem(space, bidsLabel + "Mean");
-  lr.meanMap = stem + ".nii.gz";
-  io::WriteVolume(dir + "/" + lr.meanMap, v);
+  const std::string stem = stemOf(bidsLabel + "Mean");
+  std::string& meanPath = source.empty() ? lr.meanMap : paths.mean;
+  meanPath = stem + ".nii.gz";
+  io::WriteVolume(dir + "/" + meanPath, v);
   WriteTextFile(dir + "/" + stem + ".json", WeightMapSidecarJson(record, lr, nullptr, static_cast<int>(folds.size())));
+  if (!source.empty()) lr.sourceMaps.push_back(std::move(paths));
 }
 
 Rows NullRows(const RunRecord& r) {
@@ -217,12 +239,14 @@ void WriteStudyTables(const std::string& dir, RunRecord& record, const WeightMap
         io::WriteVolume(dir + "/" + stem + ".nii.gz", v);
         WriteTextFile(dir + "/" + stem + ".json", WeightMapSidecarJson(record, lr, nullptr, maps.classFolds, record.classNames[c]));
       }
+    for (const auto& s : maps.sources)
+      if (l < s.folds.size() && !s.folds[l].empty()) WriteLearnerMaps(dir, record, lr, bidsLabels[l], s.folds[l], s.mean[l], s.regions->grid, s.name);
   }
   if (record.permutations > 0) WriteTextFile(dir + "/null_distribution.tsv", Tsv(NullRows(record)));
 }
 
 void WriteStudyRecord(const std::string& dir, const RunRecord& record, const WeightMaps& maps, const atlas::RegionIndex* regions) {
-  WriteTextFile(dir + "/report.html", RenderReport(record, maps.mean, regions));
+  WriteTextFile(dir + "/report.html", RenderReport(record, maps.mean, regions, &maps));
   WriteTextFile(dir + "/results.json", RunRecordJson(record));
   WriteTextFile(dir + "/CITATION.md", CitationMarkdown(record));
 }

@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 
 #include <tbb/parallel_for.h>
 
@@ -11,23 +12,29 @@
 
 namespace neuromkl::weights {
 
-Eigen::MatrixXd SubjectWeights(const std::vector<Eigen::MatrixXd>& kernels, const FoldModel& model, bool centre, bool normalise) {
+Eigen::MatrixXd SubjectWeights(const std::vector<Eigen::MatrixXd>& kernels, const FoldModel& model, bool centre, bool normalise,
+                               const kernels::Covariates* covariates) {
   const Eigen::Index n = kernels.empty() ? 0 : kernels[0].rows();
   const auto l = static_cast<Eigen::Index>(model.train.size());
   Eigen::MatrixXd D = Eigen::MatrixXd::Zero(n, static_cast<Eigen::Index>(kernels.size()));
   const Eigen::VectorXi tr = Eigen::Map<const Eigen::VectorXi>(model.train.data(), l);
   const Eigen::VectorXi te = Eigen::Map<const Eigen::VectorXi>(model.test.data(), static_cast<Eigen::Index>(model.test.size()));
+  std::optional<kernels::FoldResidualiser> residualiser;
+  if (covariates) residualiser = kernels::MakeFoldResidualiser(*covariates, tr, te);
   for (std::size_t r = 0; r < kernels.size(); ++r) {
     const double beta = model.beta[static_cast<Eigen::Index>(r)];
     if (beta == 0.0) continue;
     // The same fold statistics the learner saw: centred self-similarities -> the scales s_ir.
     kernels::FoldKernel fk = kernels::SliceFold(kernels[r], tr, te);
+    if (residualiser) kernels::ResidualiseFold(fk, *residualiser);
     if (centre) kernels::CentreFold(fk);
     Eigen::VectorXd s = Eigen::VectorXd::Ones(l), unused;
     if (normalise) kernels::InverseNorms(fk.train.diagonal(), fk.testDiag, s, unused);
     const Eigen::VectorXd a = model.coef.cwiseProduct(s);
     const double meanTerm = centre ? a.sum() / static_cast<double>(l) : 0.0;
-    for (Eigen::Index i = 0; i < l; ++i) D(model.train[static_cast<std::size_t>(i)], static_cast<Eigen::Index>(r)) = beta * (a[i] - meanTerm);
+    Eigen::VectorXd d = beta * (a.array() - meanTerm).matrix();
+    if (residualiser) kernels::ResidualiseSubjectWeights(d, *residualiser);
+    for (Eigen::Index i = 0; i < l; ++i) D(model.train[static_cast<std::size_t>(i)], static_cast<Eigen::Index>(r)) = d[i];
   }
   return D;
 }

@@ -27,6 +27,8 @@ struct Cohort {
   std::map<std::string, std::string> classDescriptions;  ///< class -> description, from participants.json "Levels"
   std::vector<std::string> imageSpaces;  ///< distinct BIDS "space-" entities of the image names (may be empty)
   std::vector<std::string> warnings;     ///< once per study: Analyze orientation convention, atlas space mismatch
+  /// Every row's cell of each covariate column and of the covariates.fit_on column (checked to exist).
+  std::map<std::string, std::vector<std::string>> covariateCells;
 };
 
 /// Reads the subjects table named by the study. InputError (file, line, subject id) for: missing

@@ -21,6 +21,20 @@ struct KernelStageResult {
   std::string cachePath;  ///< folder of the cached store (empty when caching is off)
   std::vector<std::string> warnings;
   std::optional<atlas::RegionIndex> regions;  ///< image source: each region's voxels on the image grid
+  /// kernels.sources: each source's name, kernel count (in kernel order) and whether it came from the cache.
+  std::vector<std::string> sourceNames;
+  std::vector<std::size_t> sourceKernelCounts;
+  std::vector<bool> sourceCacheHits;
+  /// kernels.sources: what the voxel maps of each image source need (its kernels are the columns
+  /// [firstKernel, firstKernel + kernelCount) of `set`; images per row of the subjects table).
+  struct ImageSource {
+    std::string name;
+    std::size_t firstKernel = 0, kernelCount = 0;
+    atlas::RegionIndex regions;
+    std::vector<std::string> images;
+    kernels::NanPolicy nanPolicy = kernels::NanPolicy::DropVoxel;
+  };
+  std::vector<ImageSource> imageSources;
 };
 
 /// The study's atlas (built-in or custom; the first image of several), read and checked.
@@ -35,6 +49,11 @@ atlas::RegionIndex StudyRegions(const config::StudyConfig& study, const Cohort& 
 /// ConfigError at /kernels/intensity/scaling/reference_region for an unknown region; InputError for
 /// a reference image without a non-zero voxel on the grid.
 std::vector<std::int64_t> ReferenceVoxels(const config::StudyConfig& study, const atlas::RegionIndex& index);
+/// kernels.sources: the study as one source sees it (its kind, image column, mask, sections).
+config::StudyConfig SourceStudy(const config::StudyConfig& study, const config::SourceSpec& source);
+/// The cohort of one source: for an images source, the table read with its image column (InputError
+/// [sources:MissingImage] listing every subject without a path in that column); otherwise `cohort`.
+Cohort SourceCohort(const config::StudyConfig& sourceStudy, const config::SourceSpec& source, const Cohort& cohort);
 KernelStageResult RunKernelStage(const config::StudyConfig& study, const Cohort& cohort, const std::string& scratchDir);
 
 }  // namespace neuromkl::pipeline

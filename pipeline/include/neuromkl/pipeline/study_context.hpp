@@ -11,6 +11,7 @@
 #include "neuromkl/config/study_config.hpp"
 #include "neuromkl/cv/nested_cv.hpp"
 #include "neuromkl/pipeline/cohort.hpp"
+#include "neuromkl/pipeline/covariates.hpp"
 #include "neuromkl/pipeline/kernel_stage.hpp"
 
 namespace neuromkl {
@@ -40,6 +41,8 @@ struct StudyContext {
   int n = 0;                         ///< labelled subjects
   std::vector<cv::Fold> outer;
   std::vector<cv::LearnerPlan> plans;
+  /// /covariates over the kernels' rows (labelled, then unlabelled); null without covariates.
+  std::shared_ptr<const CovariateDesign> covariates;
   // after AttachKernels:
   KernelStageResult ks;
   std::vector<int> kernelRows;       ///< cohort rows of the kernels' rows: labelled, then unlabelled

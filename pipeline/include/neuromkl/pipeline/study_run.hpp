@@ -1,5 +1,6 @@
 #pragma once
 #include <map>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,13 @@ struct SimulateOptions {
   int classes = 2;           ///< > 2: a multiclass cohort, classes A, B, C, ... of (nearly) equal size
   /// multiclass: class k's signal regions (its images are shifted by `effect` there); empty = one default region per class
   std::vector<std::vector<std::string>> classSignal;
+  /// Confounded designs (each adds to the cohort only when given; the defaults write the same cohort as before):
+  std::vector<std::string> ageRegions;  ///< an "age" column, correlated with the target, that drives these regions of the images
+  double ageEffect = 1.0;               ///< voxel shift per age SD (8 years), in noise-SD units
+  double ageTargetCorrelation = 0.6;    ///< correlation of age with the (standardised) target
+  bool secondModality = false;          ///< a second image per subject (images_b/, column "image_b"), independent noise
+  std::vector<std::string> signalRegionsB;  ///< the target's regions in the second modality
+  double clinicalEffect = std::numeric_limits<double>::quiet_NaN();  ///< a "clinical" column = effect * target + N(0, 1); NaN = none
 };
 /// Writes images/, participants.tsv, truth.json and study.json; returns the study file path.
 std::string Simulate(const SimulateOptions& options);

@@ -88,13 +88,25 @@ struct TabularSpec {
   bool standardise = false;          ///< z-score columns over all subjects (no target information used)
 };
 
-enum class KernelSource { Images, Precomputed, Tabular };
+/// Sources: several named kernel sources in one study (kernels.sources); each is one of the others.
+enum class KernelSource { Images, Precomputed, Tabular, Sources };
 
 /// kernels.intensity: per-image intensity scaling before the kernels (PET).
 struct IntensitySpec {
   kernels::IntensityScaling scaling = kernels::IntensityScaling::None;
   std::vector<std::string> referenceRegions;  ///< region names (scaling = ReferenceRegions), or
   std::string referenceImage;                 ///< a label image whose non-zero voxels are the reference (resolved path)
+};
+
+/// One named source of kernels.sources. Kernel names carry the source ("pet:Hippocampus_L").
+struct SourceSpec {
+  std::string name;                  ///< letters, digits, '_', '-', '.'; unique in the study
+  KernelSource kind = KernelSource::Images;
+  std::string imageColumn;           ///< images: column of the subjects table with this source's image paths
+  std::string mask;                  ///< images: resolved mask path; empty = the study's /mask
+  kernels::NanPolicy nanPolicy = kernels::NanPolicy::DropVoxel;  ///< images (default: /kernels/nan_policy)
+  std::vector<PrecomputedKernelSpec> precomputed;  ///< precomputed
+  TabularSpec tabular;               ///< tabular
 };
 
 struct KernelSpec {
@@ -107,6 +119,7 @@ struct KernelSpec {
   IntensitySpec intensity;
   std::vector<PrecomputedKernelSpec> precomputed;
   TabularSpec tabular;
+  std::vector<SourceSpec> sources;   ///< source == Sources: the named sources, in order
 };
 
 using CvScheme = cv::Scheme;
@@ -149,6 +162,21 @@ struct OutputSpec {
   int minSubjectsWithSignal = 5;     ///< regions where fewer subjects have non-zero data are flagged (lesion maps)
 };
 
+/// covariates: confounds regressed out of every kernel inside every fold (training subjects only).
+struct CovariateSpec {
+  std::vector<std::string> columns;      ///< numeric columns of the subjects table
+  std::vector<std::string> categorical;  ///< categorical columns (one-hot, first level in sorted order left out)
+  std::string fitOnColumn, fitOnValue;   ///< fit_on {column, value}: coefficients fitted on those training subjects; empty = all
+  bool listForm = false;                 ///< given as a plain list of numeric columns (JSON pointers /covariates/<i>)
+  bool Active() const { return !columns.empty() || !categorical.empty(); }
+  /// JSON pointer of numeric column i.
+  std::string ColumnPointer(std::size_t i) const {
+    std::string p = listForm ? "/covariates/" : "/covariates/columns/";
+    p += std::to_string(i);
+    return p;
+  }
+};
+
 struct StudyConfig {
   std::string path;                  ///< the study file
   std::string baseDir;               ///< relative paths resolve against this (the file's folder)
@@ -159,6 +187,7 @@ struct StudyConfig {
   AtlasSpec atlas;
   std::string mask;                  ///< resolved path or empty
   KernelSpec kernels;
+  CovariateSpec covariates;
   CvSpec cv;
   std::vector<LearnerSpec> learners;
   PermutationSpec permutations;

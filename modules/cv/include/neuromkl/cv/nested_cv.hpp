@@ -6,10 +6,12 @@
 // result lands in its own slot, so results are identical for any thread count.
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "neuromkl/cv/splits.hpp"
+#include "neuromkl/kernels/covariates.hpp"
 #include "neuromkl/kernels/preprocess.hpp"
 #include "neuromkl/learners/learner.hpp"
 
@@ -18,6 +20,8 @@ namespace neuromkl::cv {
 struct Preprocessing {
   bool centre = true;
   bool normalise = true;
+  /// Confounds removed inside every fold before centring (rows = the kernels' rows); null = none.
+  std::shared_ptr<const kernels::Covariates> covariates;
 };
 
 /// Expands fixed parameters and a grid into complete parameter sets. Grid values are ordered from

@@ -13,6 +13,9 @@ namespace neuromkl::exporting {
 /// `meanMaps`: one mean voxel map per learner (empty when none); `regions`: the image grid's region
 /// index (null without images). The background of the montages is the ICBM 2009a grey-matter
 /// template shipped in atlases/templates (or the atlas itself when the template is missing).
-std::string RenderReport(const RunRecord& record, const std::vector<std::vector<float>>& meanMaps, const atlas::RegionIndex* regions);
+/// `maps`: with kernels.sources, one montage per image source (maps->sources) under each learner.
+struct WeightMaps;
+std::string RenderReport(const RunRecord& record, const std::vector<std::vector<float>>& meanMaps, const atlas::RegionIndex* regions,
+                         const WeightMaps* maps = nullptr);
 
 }  // namespace neuromkl::exporting

@@ -31,6 +31,12 @@ struct LearnerRecord {
   std::string meanMap;                      ///< mean voxel weight map (relative path), if written
   /// multiclass with per-class weights: one ranked region table per class (RunRecord::classNames order)
   std::vector<std::vector<weights::RegionRow>> classRegions;
+  struct SourceMaps {
+    std::string source;
+    std::vector<std::string> folds;
+    std::string mean;
+  };
+  std::vector<SourceMaps> sourceMaps;       ///< kernels.sources: the maps of each image source, if written
 };
 
 /// One row of the subjects table as the run used it.
@@ -61,6 +67,13 @@ struct RunRecord {
   std::vector<int> subjectsWithSignal;       ///< per kernel: used subjects with non-zero data there
   int minSubjectsWithSignal = 0;             ///< below it a region is flagged as poorly covered
   double outsideAtlasShare = -1;             ///< share of non-zero voxel values outside the atlas regions (-1: not images)
+  /// kernels.sources: each source's name, kind, kernel count (kernels are in source order) and cache use; empty = one source
+  std::vector<std::string> sourceNames, sourceKinds, sourceCache;
+  std::vector<std::size_t> sourceKernelCounts;
+  /// covariates (confounds regressed out inside every fold): empty = none
+  std::vector<std::string> covariateColumns;  ///< design columns after the intercept (dummies as "column=level")
+  std::string covariateFitOn;                 ///< "all" or "column = value"
+  double covariateTargetR2 = -1;              ///< in-sample R^2 of target ~ covariates over the labelled subjects
   std::map<std::string, double> seconds;  ///< per stage
   std::vector<LearnerRecord> learners;
   int permutations = 0;             ///< permutations run per learner (0: no permutation test)

@@ -17,6 +17,15 @@ struct WeightMaps {
   /// multiclass: [learner][class] -> mean over the successful folds of class t's map (coefficients and weights of class t)
   std::vector<std::vector<std::vector<float>>> classMean;
   int classFolds = 0;                                   ///< folds in each class mean
+  /// kernels.sources: the maps of each image source on its own grid (then `folds`/`mean` are empty);
+  /// written to weights/<source>/ with the single-source file names.
+  struct Source {
+    std::string name;
+    const atlas::RegionIndex* regions = nullptr;  ///< the source's grid and regions
+    std::vector<std::vector<std::vector<float>>> folds;
+    std::vector<std::vector<float>> mean;
+  };
+  std::vector<Source> sources;
 };
 
 /// subjects.tsv, regions.tsv, metrics.tsv, predictions.tsv, folds.tsv, regions_<learner>.tsv/.json,

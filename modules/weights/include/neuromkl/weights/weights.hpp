@@ -8,6 +8,7 @@
 #include <Eigen/Core>
 
 #include "neuromkl/atlas/atlas.hpp"
+#include "neuromkl/kernels/covariates.hpp"
 #include "neuromkl/kernels/kernel_set.hpp"
 #include "neuromkl/kernels/region_kernels.hpp"
 
@@ -41,7 +42,11 @@ struct FoldModel {
 /// learner saw them): D(i, r) = beta_r (coef_i s_ir - S_r / l) for training subjects i, where
 /// s_ir = 1 / ||x_i - mu_r|| (1 without normalisation), S_r = sum_i coef_i s_ir, and the mean term
 /// drops without centring. Subjects outside the training set get 0.
-Eigen::MatrixXd SubjectWeights(const std::vector<Eigen::MatrixXd>& kernels, const FoldModel& model, bool centre, bool normalise);
+/// With `covariates` the learner saw kernels of residualised images (kernels/covariates.hpp): the
+/// scales come from the residualised kernels, and the weights are rewritten for the raw images
+/// (map = sum_i d_i x~_i = sum_i d'_i x_i, d'_Q = d_Q - P' C_T' d_T), so the maps stay exact.
+Eigen::MatrixXd SubjectWeights(const std::vector<Eigen::MatrixXd>& kernels, const FoldModel& model, bool centre, bool normalise,
+                               const kernels::Covariates* covariates = nullptr);
 
 /// Voxel maps on the image grid, one per (model) entry of `subjectWeights`, computed in one pass
 /// over the images (each decoded once). Kernel j's weights go to the voxels of the region with

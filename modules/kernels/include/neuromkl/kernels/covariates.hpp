@@ -1,0 +1,48 @@
+#pragma once
+// Confound removal inside the folds, in kernel space (ALGORITHMS.md section 9; derivation in
+// docs/inputs.md, "Covariates"). Training rows T of a fold, fit rows Q (a subset of T: all of them,
+// or e.g. the controls), covariate rows c_i (intercept and dummy columns included). The images are
+// residualised with coefficients fitted on Q only: G = P X_Q with P = (C_Q'C_Q)^+ C_Q', and every
+// row i (training or test) becomes x~_i = x_i - c_i G. For a linear kernel K = X X' this is
+//   K~_ij = K_ij - a_i K_Qj - K_iQ a_j' + a_i K_QQ a_j',   a_i = c_i P,
+// computed from the fold's kernel blocks only (test rows use the training coefficients: no leakage).
+#include <vector>
+
+#include <Eigen/Core>
+
+#include "neuromkl/kernels/preprocess.hpp"
+
+namespace neuromkl::kernels {
+
+/// The covariates of every kernel row: the design matrix and which rows may fit the coefficients.
+struct Covariates {
+  Eigen::MatrixXd design;      ///< n x p: intercept, numeric columns, categorical dummies (one level left out)
+  std::vector<char> fitRow;    ///< n: 1 = may fit the coefficients (fit_on); empty = every row
+};
+
+/// A fold's residualisation: a_i = c_i P for the training rows (l x q) and the test rows (m x q), and
+/// the positions (within the training rows) of the q fit rows.
+struct FoldResidualiser {
+  std::vector<Eigen::Index> fitPositions;  ///< positions in the training rows of Q
+  Eigen::MatrixXd P;                       ///< p x q: (C_Q'C_Q)^+ C_Q'
+  Eigen::MatrixXd trainA, testA;           ///< l x q, m x q
+};
+
+/// InputError [covariates:NoFitRows] (naming `where`) when the training rows contain no fit row.
+/// The pseudo-inverse (complete orthogonal decomposition, rank threshold 1e-10 relative) handles a
+/// rank-deficient design, e.g. a category absent from a small training set.
+FoldResidualiser MakeFoldResidualiser(const Covariates& covariates, const Eigen::Ref<const Eigen::VectorXi>& trainIdx,
+                                      const Eigen::Ref<const Eigen::VectorXi>& testIdx, const char* where = "fold");
+
+/// Residualises a sliced fold kernel (SliceFold) in place: training block, test rows and test diagonal.
+void ResidualiseFold(FoldKernel& k, const FoldResidualiser& r);
+
+/// Subject weights of a map over residualised training images (map = sum_i d_i x~_i) rewritten as
+/// weights of the raw images: d_Q -= P' (C_T' d_T) where C_T P = trainA. `d` holds the training rows
+/// (positions as in the fold), updated in place.
+void ResidualiseSubjectWeights(Eigen::Ref<Eigen::VectorXd> d, const FoldResidualiser& r);
+
+/// R^2 of an ordinary least-squares fit of y on the design (intercept included in the design).
+double CovariateR2(const Eigen::MatrixXd& design, const Eigen::VectorXd& y);
+
+}  // namespace neuromkl::kernels

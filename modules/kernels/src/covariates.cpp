@@ -1,0 +1,81 @@
+#include "neuromkl/kernels/covariates.hpp"
+
+#include <Eigen/QR>
+
+#include "neuromkl/core/errors.hpp"
+
+namespace neuromkl::kernels {
+
+namespace {
+/// (A'A)^+ A' = A^+ (the minimum-norm least-squares solution operator), rank-revealing.
+Eigen::MatrixXd PseudoInverse(const Eigen::MatrixXd& A) {
+  Eigen::CompleteOrthogonalDecomposition<Eigen::MatrixXd> cod(A);
+  cod.setThreshold(1e-10);
+  return cod.pseudoInverse();
+}
+}  // namespace
+
+FoldResidualiser MakeFoldResidualiser(const Covariates& cov, const Eigen::Ref<const Eigen::VectorXi>& trainIdx,
+                                      const Eigen::Ref<const Eigen::VectorXi>& testIdx, const char* where) {
+  FoldResidualiser r;
+  const Eigen::Index l = trainIdx.size(), m = testIdx.size(), p = cov.design.cols();
+  for (Eigen::Index i = 0; i < l; ++i)
+    if (cov.fitRow.empty() || cov.fitRow[static_cast<std::size_t>(trainIdx[i])]) r.fitPositions.push_back(i);
+  if (r.fitPositions.empty())
+    throw InputError("covariates:NoFitRows", where,
+                     "no training subject of this fold matches covariates.fit_on, so the covariate coefficients cannot be fitted; "
+                     "use fit_on \"all\" or a split that keeps such subjects in every training set");
+  const auto q = static_cast<Eigen::Index>(r.fitPositions.size());
+  Eigen::MatrixXd CQ(q, p), CT(l, p), CS(m, p);
+  for (Eigen::Index k = 0; k < q; ++k) CQ.row(k) = cov.design.row(trainIdx[r.fitPositions[static_cast<std::size_t>(k)]]);
+  for (Eigen::Index i = 0; i < l; ++i) CT.row(i) = cov.design.row(trainIdx[i]);
+  for (Eigen::Index i = 0; i < m; ++i) CS.row(i) = cov.design.row(testIdx[i]);
+  r.P = PseudoInverse(CQ);
+  r.trainA = CT * r.P;
+  r.testA = CS * r.P;
+  return r;
+}
+
+void ResidualiseFold(FoldKernel& k, const FoldResidualiser& r) {
+  const Eigen::Index l = k.train.rows(), m = k.testTrain.rows();
+  const auto q = static_cast<Eigen::Index>(r.fitPositions.size());
+  // Kernel blocks with the fit rows Q: K_TQ (l x q), K_SQ (m x q), K_QQ (q x q).
+  Eigen::MatrixXd KTQ(l, q), KSQ(m, q);
+  for (Eigen::Index k2 = 0; k2 < q; ++k2) {
+    const Eigen::Index c = r.fitPositions[static_cast<std::size_t>(k2)];
+    KTQ.col(k2) = k.train.col(c);
+    KSQ.col(k2) = k.testTrain.col(c);
+  }
+  Eigen::MatrixXd KQQ(q, q);
+  for (Eigen::Index a = 0; a < q; ++a) KQQ.row(a) = KTQ.row(r.fitPositions[static_cast<std::size_t>(a)]);
+  const Eigen::MatrixXd& AT = r.trainA;
+  const Eigen::MatrixXd& AS = r.testA;
+  const Eigen::MatrixXd ATKQQ = AT * KQQ;  // l x q
+  // K~_TT = K - A_T K_QT - K_TQ A_T' + A_T K_QQ A_T'
+  const Eigen::MatrixXd ATKQT = AT * KTQ.transpose();  // l x l
+  Eigen::MatrixXd train = k.train - ATKQT - ATKQT.transpose() + ATKQQ * AT.transpose();
+  k.train = 0.5 * (train + train.transpose());  // exactly symmetric (rounding only)
+  if (m > 0) {
+    // K~_ST = K_ST - A_S K_QT - K_SQ A_T' + A_S K_QQ A_T'
+    const Eigen::MatrixXd ASKQQ = AS * KQQ;  // m x q
+    k.testTrain = k.testTrain - AS * KTQ.transpose() - KSQ * AT.transpose() + ASKQQ * AT.transpose();
+    // diag(K~_SS) = diag(K_SS) - 2 diag(A_S K_QS) + diag(A_S K_QQ A_S')
+    k.testDiag = k.testDiag - 2.0 * AS.cwiseProduct(KSQ).rowwise().sum() + ASKQQ.cwiseProduct(AS).rowwise().sum();
+  }
+}
+
+void ResidualiseSubjectWeights(Eigen::Ref<Eigen::VectorXd> d, const FoldResidualiser& r) {
+  // sum_i d_i (x_i - a_i X_Q) = sum_i d_i x_i - (A_T' d)' X_Q
+  const Eigen::VectorXd toQ = r.trainA.transpose() * d;
+  for (std::size_t k = 0; k < r.fitPositions.size(); ++k) d[r.fitPositions[k]] -= toQ[static_cast<Eigen::Index>(k)];
+}
+
+double CovariateR2(const Eigen::MatrixXd& design, const Eigen::VectorXd& y) {
+  if (y.size() < 2) return 0.0;
+  const Eigen::VectorXd fitted = design * (PseudoInverse(design) * y);
+  const double ssTot = (y.array() - y.mean()).square().sum();
+  if (!(ssTot > 0)) return 0.0;
+  return 1.0 - (y - fitted).squaredNorm() / ssTot;
+}
+
+}  // namespace neuromkl::kernels

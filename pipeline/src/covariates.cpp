@@ -1,0 +1,108 @@
+#include "neuromkl/pipeline/covariates.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "neuromkl/core/errors.hpp"
+#include "neuromkl/core/strings.hpp"
+#include "neuromkl/core/table.hpp"
+
+namespace neuromkl::pipeline {
+
+namespace {
+bool ParseFinite(const std::string& s, double& v) {
+  if (s.empty()) return false;
+  char* end = nullptr;
+  v = std::strtod(s.c_str(), &end);
+  return end == s.c_str() + s.size() && std::isfinite(v);
+}
+/// Numeric levels sort numerically, others lexically (as class labels do).
+bool LevelLess(const std::string& a, const std::string& b) {
+  double x, y;
+  if (ParseFinite(a, x) && ParseFinite(b, y)) return x < y;
+  return a < b;
+}
+std::string Shown(const std::vector<std::string>& items, std::size_t limit) {
+  std::vector<std::string> shown(items.begin(), items.begin() + static_cast<std::ptrdiff_t>(std::min(limit, items.size())));
+  return Join(shown, ", ") + (items.size() > limit ? fmt::format(", ... ({} in all)", items.size()) : "");
+}
+}  // namespace
+
+CovariateDesign BuildCovariateDesign(const config::StudyConfig& study, const Cohort& cohort, const std::vector<int>& rows) {
+  const auto& spec = study.covariates;
+  CovariateDesign out;
+  const auto n = static_cast<Eigen::Index>(rows.size());
+  auto cell = [&](const std::string& column, int row) -> const std::string& { return cohort.covariateCells.at(column)[static_cast<std::size_t>(row)]; };
+  // Missing values first, every subject listed (all columns at once).
+  std::vector<std::string> missing;
+  std::vector<std::string> all = spec.columns;
+  all.insert(all.end(), spec.categorical.begin(), spec.categorical.end());
+  for (int r : rows) {
+    std::vector<std::string> cols;
+    for (const auto& c : all)
+      if (IsMissingCell(cell(c, r))) cols.push_back(c);
+    if (!cols.empty()) missing.push_back(cohort.ids[static_cast<std::size_t>(r)] + " (" + Join(cols, ", ") + ")");
+  }
+  if (!missing.empty())
+    throw InputError("covariates:Missing", study.subjects.table,
+                     fmt::format("{} of {} subjects used have no value in a covariate column: {}; fill them in or remove those subjects "
+                                 "(set their target to n/a)",
+                                 missing.size(), rows.size(), Join(missing, "; ")));
+  std::vector<Eigen::VectorXd> cols;
+  for (std::size_t i = 0; i < spec.columns.size(); ++i) {
+    Eigen::VectorXd v(n);
+    std::vector<std::string> bad;
+    for (Eigen::Index k = 0; k < n; ++k) {
+      const int r = rows[static_cast<std::size_t>(k)];
+      if (!ParseFinite(cell(spec.columns[i], r), v[k])) bad.push_back(fmt::format("{}: \"{}\"", cohort.ids[static_cast<std::size_t>(r)], cell(spec.columns[i], r)));
+    }
+    if (!bad.empty())
+      throw ConfigError("config:Value", study.path,
+                        fmt::format("{}: covariate column \"{}\" must be numeric, but {} subjects hold other values ({}); list it under "
+                                    "\"categorical\" if it is a category",
+                                    spec.ColumnPointer(i), spec.columns[i], bad.size(), Shown(bad, 5)));
+    cols.push_back(std::move(v));
+    out.columns.push_back(spec.columns[i]);
+  }
+  for (std::size_t i = 0; i < spec.categorical.size(); ++i) {
+    std::vector<std::string> levels;
+    for (int r : rows) levels.push_back(cell(spec.categorical[i], r));
+    std::sort(levels.begin(), levels.end(), LevelLess);
+    levels.erase(std::unique(levels.begin(), levels.end()), levels.end());
+    if (levels.size() < 2)
+      throw ConfigError("config:Value", study.path,
+                        fmt::format("/covariates/categorical/{}: categorical covariate \"{}\" has a single level (\"{}\") among the {} subjects used; "
+                                    "a constant cannot be regressed out (remove it)",
+                                    i, spec.categorical[i], levels.empty() ? "" : levels[0], rows.size()));
+    for (std::size_t l = 1; l < levels.size(); ++l) {  // the first level (sorted) is the reference
+      Eigen::VectorXd v(n);
+      for (Eigen::Index k = 0; k < n; ++k) v[k] = cell(spec.categorical[i], rows[static_cast<std::size_t>(k)]) == levels[l] ? 1.0 : 0.0;
+      cols.push_back(std::move(v));
+      out.columns.push_back(spec.categorical[i] + "=" + levels[l]);
+    }
+  }
+  Eigen::MatrixXd& C = out.covariates.design;
+  C.resize(n, static_cast<Eigen::Index>(cols.size()) + 1);
+  C.col(0).setOnes();
+  for (std::size_t j = 0; j < cols.size(); ++j) C.col(static_cast<Eigen::Index>(j) + 1) = cols[j];
+  out.fitOn = "all";
+  if (!spec.fitOnColumn.empty()) {
+    out.fitOn = spec.fitOnColumn + " = " + spec.fitOnValue;
+    std::set<std::string> seen;
+    for (int r : rows) {
+      const std::string& v = cell(spec.fitOnColumn, r);
+      out.covariates.fitRow.push_back(v == spec.fitOnValue ? 1 : 0);
+      seen.insert(v);
+    }
+    if (std::find(out.covariates.fitRow.begin(), out.covariates.fitRow.end(), 1) == out.covariates.fitRow.end())
+      throw ConfigError("config:Value", study.path,
+                        fmt::format("/covariates/fit_on/value: no subject used has \"{}\" in column \"{}\" (values found: {})", spec.fitOnValue,
+                                    spec.fitOnColumn, Shown(std::vector<std::string>(seen.begin(), seen.end()), 10)));
+  }
+  return out;
+}
+
+}  // namespace neuromkl::pipeline
