@@ -20,10 +20,12 @@ namespace {
 
 /// Class A: Hippocampus_L + Amygdala_L; B: Precuneus_R; C: Frontal_Mid_L (6 mm grid: fast).
 std::string ThreeClassCohort(const TempDir& dir, double effect, int subjects, const std::string& target, const std::string& rest) {
-  const auto r = RunCli("simulate --out " + (dir / "cohort") + " --subjects " + std::to_string(subjects) + " --classes 3 --downsample 3 --seed 4 --effect " +
+  static int made = 0;  // simulate never overwrites a cohort: one folder per call
+  const std::string cohort = "cohort" + std::to_string(++made);
+  const auto r = RunCli("simulate --out " + (dir / cohort) + " --subjects " + std::to_string(subjects) + " --classes 3 --downsample 3 --seed 4 --effect " +
                         std::to_string(effect) + " --signal \"Hippocampus_L,Amygdala_L;Precuneus_R;Frontal_Mid_L\" -q");
   EXPECT_EQ(r.exitCode, 0) << r.output;
-  const std::string path = dir / "cohort/study.json";
+  const std::string path = dir / (cohort + "/study.json");
   WriteFile(path, R"({"name": "three", "subjects": {"table": "participants.tsv"}, "target": )" + target +
                       R"(, "atlas": "aal", "cv": {"outer": {"scheme": "stratified_kfold", "k": 5}, "inner": {"k": 3}}, )" + rest + "}");
   return path;

@@ -281,12 +281,6 @@ std::map<std::string, double> Metrics(const learners::Targets& targets, const Ei
   return targets.task == learners::Task::Classification ? metrics::AsMap(metrics::Classify(y, f)) : metrics::AsMap(metrics::Regress(y, f));
 }
 
-std::vector<std::string> InnerCriteria(learners::Task task) {
-  if (task == learners::Task::Multiclass) return {"balanced_accuracy", "macro_auc", "kappa", "accuracy"};
-  if (task == learners::Task::Classification) return {"balanced_accuracy", "auc", "accuracy"};
-  return {"mse"};
-}
-
 Summary Summarise(const LearnerOutcome& outcome, const learners::Targets& targets) {
   Summary s;
   const bool multiclass = targets.task == learners::Task::Multiclass;
