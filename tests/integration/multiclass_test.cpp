@@ -110,14 +110,15 @@ TEST(MulticlassStudy, ValidateReportsClassSizesAndRefusesAClassTooSmallForTheFol
   ASSERT_EQ(r.exitCode, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("\"A\" n = 10, \"B\" n = 10, \"C\" n = 10"));
   // Class C cut to 4 subjects: fewer than the 5 outer folds.
-  auto rows = ReadTsv(dir / "cohort/participants.tsv");
+  const std::string participants = (std::filesystem::path(study).parent_path() / "participants.tsv").string();
+  auto rows = ReadTsv(participants);
   std::string table = "subject\timage\tgroup\n";
   int kept = 0;
   for (std::size_t i = 1; i < rows.size(); ++i) {
     if (rows[i][2] == "C" && ++kept > 4) continue;
     table += rows[i][0] + "\t" + rows[i][1] + "\t" + rows[i][2] + "\n";
   }
-  WriteFile(dir / "cohort/participants.tsv", table);
+  WriteFile(participants, table);
   for (const std::string& command : {"validate " + study, "run " + study + " --out " + (dir / "never") + " -q"}) {
     r = RunCli(command);
     EXPECT_EQ(r.exitCode, 2) << r.output;

@@ -33,6 +33,8 @@ FoldResidualiser MakeFoldResidualiser(const Covariates& cov, const Eigen::Ref<co
   r.P = PseudoInverse(CQ);
   r.trainA = CT * r.P;
   r.testA = CS * r.P;
+  r.trainC = std::move(CT);
+  r.testC = std::move(CS);
   return r;
 }
 
@@ -48,19 +50,22 @@ void ResidualiseFold(FoldKernel& k, const FoldResidualiser& r) {
   }
   Eigen::MatrixXd KQQ(q, q);
   for (Eigen::Index a = 0; a < q; ++a) KQQ.row(a) = KTQ.row(r.fitPositions[static_cast<std::size_t>(a)]);
-  const Eigen::MatrixXd& AT = r.trainA;
-  const Eigen::MatrixXd& AS = r.testA;
-  const Eigen::MatrixXd ATKQQ = AT * KQQ;  // l x q
-  // K~_TT = K - A_T K_QT - K_TQ A_T' + A_T K_QQ A_T'
-  const Eigen::MatrixXd ATKQT = AT * KTQ.transpose();  // l x l
-  Eigen::MatrixXd train = k.train - ATKQT - ATKQT.transpose() + ATKQQ * AT.transpose();
+  // A = C P has rank p (the number of design columns, a handful), so every product goes through the
+  // p x q and p x p blocks: O(l^2 p) per kernel instead of O(l^2 q) (q = up to l fit rows).
+  const Eigen::MatrixXd& CT = r.trainC;
+  const Eigen::MatrixXd PKQT = r.P * KTQ.transpose();       // p x l: P K_QT
+  const Eigen::MatrixXd PKQQ = r.P * KQQ;                   // p x q
+  const Eigen::MatrixXd M = PKQQ * r.P.transpose();         // p x p: P K_QQ P'
+  // K~_TT = K - A_T K_QT - K_TQ A_T' + A_T K_QQ A_T', A_T = C_T P
+  const Eigen::MatrixXd ATKQT = CT * PKQT;                  // l x l
+  Eigen::MatrixXd train = k.train - ATKQT - ATKQT.transpose() + CT * M * CT.transpose();
   k.train = 0.5 * (train + train.transpose());  // exactly symmetric (rounding only)
   if (m > 0) {
+    const Eigen::MatrixXd& CS = r.testC;
     // K~_ST = K_ST - A_S K_QT - K_SQ A_T' + A_S K_QQ A_T'
-    const Eigen::MatrixXd ASKQQ = AS * KQQ;  // m x q
-    k.testTrain = k.testTrain - AS * KTQ.transpose() - KSQ * AT.transpose() + ASKQQ * AT.transpose();
+    k.testTrain = k.testTrain - CS * PKQT - (KSQ * r.P.transpose()) * CT.transpose() + CS * M * CT.transpose();
     // diag(K~_SS) = diag(K_SS) - 2 diag(A_S K_QS) + diag(A_S K_QQ A_S')
-    k.testDiag = k.testDiag - 2.0 * AS.cwiseProduct(KSQ).rowwise().sum() + ASKQQ.cwiseProduct(AS).rowwise().sum();
+    k.testDiag = k.testDiag - 2.0 * r.testA.cwiseProduct(KSQ).rowwise().sum() + (CS * M).cwiseProduct(CS).rowwise().sum();
   }
 }
 

@@ -25,7 +25,8 @@ struct Covariates {
 struct FoldResidualiser {
   std::vector<Eigen::Index> fitPositions;  ///< positions in the training rows of Q
   Eigen::MatrixXd P;                       ///< p x q: (C_Q'C_Q)^+ C_Q'
-  Eigen::MatrixXd trainA, testA;           ///< l x q, m x q
+  Eigen::MatrixXd trainA, testA;           ///< l x q, m x q (= trainC P, testC P)
+  Eigen::MatrixXd trainC, testC;           ///< l x p, m x p: the design rows (A has rank p: products go through C)
 };
 
 /// InputError [covariates:NoFitRows] (naming `where`) when the training rows contain no fit row.
