@@ -20,6 +20,7 @@ namespace {
 
 /// Class A: Hippocampus_L + Amygdala_L; B: Precuneus_R; C: Frontal_Mid_L (6 mm grid: fast).
 std::string ThreeClassCohort(const TempDir& dir, double effect, int subjects, const std::string& target, const std::string& rest) {
+  std::filesystem::remove_all(dir / "cohort");  // simulate refuses to overwrite an existing cohort (issue 19)
   const auto r = RunCli("simulate --out " + (dir / "cohort") + " --subjects " + std::to_string(subjects) + " --classes 3 --downsample 3 --seed 4 --effect " +
                         std::to_string(effect) + " --signal \"Hippocampus_L,Amygdala_L;Precuneus_R;Frontal_Mid_L\" -q");
   EXPECT_EQ(r.exitCode, 0) << r.output;
