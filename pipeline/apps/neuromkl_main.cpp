@@ -109,6 +109,8 @@ int main(int argc, char** argv) {
   auto* validate = app.add_subcommand("validate", "check a study or batch file and its inputs and print a summary, without computing");
   std::string validateStudy;
   validate->add_option("STUDY.json", validateStudy, "study or batch file")->required();
+  bool validateDeep = false;
+  validate->add_flag("--deep", validateDeep, "also decode every subject image (slower; catches truncated data and images with no finite voxel)");
 
   auto* simulate = app.add_subcommand("simulate", "write a synthetic cohort on the AAL 2 mm grid with known signal regions");
   pipeline::SimulateOptions sim;
@@ -201,11 +203,11 @@ int main(int argc, char** argv) {
       if (config::IsBatchFile(validateStudy)) {
         int problems = 0;
         const config::BatchConfig b = config::LoadBatchConfig(validateStudy);
-        std::cout << pipeline::ValidateBatch(b, problems);
+        std::cout << pipeline::ValidateBatch(b, problems, validateDeep);
         return problems > 0 ? kExitBadInput : kExitOk;
       }
       const config::StudyConfig study = config::LoadStudyConfig(validateStudy);
-      std::cout << pipeline::ValidateStudy(study);
+      std::cout << pipeline::ValidateStudy(study, validateDeep);
       return kExitOk;
     }
     if (*simulate) {

@@ -28,6 +28,14 @@ void CheckBatchConfigs(const config::BatchConfig& batch) {
                       fmt::format("{} of {} studies have an invalid configuration; nothing was run:\n  {}", bad.size(), batch.studies.size(), Join(bad, "\n  ")));
 }
 
+/// A batch's output folder must be a folder (or not exist yet): checked alike by batch validate and batch run.
+void CheckBatchOutputDir(const config::BatchConfig& batch) {
+  std::error_code ec;
+  if (fs::exists(batch.outputDir, ec) && !fs::is_directory(batch.outputDir, ec))
+    throw InputError("batch:OutputNotFolder", batch.outputDir,
+                     "the batch output path exists and is not a folder (expected a folder, or a path that does not exist yet)");
+}
+
 void ParseShard(const std::string& text, int& shard, int& shards) {
   const auto slash = text.find('/');
   char* end = nullptr;
@@ -53,6 +61,7 @@ BatchOutcome RunBatchMpi(const config::BatchConfig& batch, const BatchOptions& o
 
 BatchOutcome RunBatch(const config::BatchConfig& batch, const BatchOptions& options) {
   CheckBatchConfigs(batch);
+  CheckBatchOutputDir(batch);
   std::error_code ec;
   fs::create_directories(batch.outputDir, ec);
   if (ec) throw IoError("batch:Mkdir", batch.outputDir, "cannot create the batch output folder: " + ec.message());
@@ -102,8 +111,9 @@ MergeOutcome MergeBatch(const config::BatchConfig& batch) {
   return {files.completed, files.failed, files.missing, files.tsv, files.json, files.html};
 }
 
-std::string ValidateBatch(const config::BatchConfig& batch, int& problems) {
+std::string ValidateBatch(const config::BatchConfig& batch, int& problems, bool deep) {
   problems = 0;
+  CheckBatchOutputDir(batch);
   std::string out = fmt::format("Batch \"{}\" ({}): {} studies, results in {}\n", batch.name, batch.path, batch.studies.size(), batch.outputDir);
   std::set<std::string> tables;
   for (const auto& s : batch.studies) {
@@ -113,7 +123,7 @@ std::string ValidateBatch(const config::BatchConfig& batch, int& problems) {
       continue;
     }
     try {
-      const std::string summary = ValidateStudy(s.config);
+      const std::string summary = ValidateStudy(s.config, deep);
       tables.insert(s.config.subjects.table);
       const bool done = StudyComplete(batch, s);
       out += fmt::format("  [ok] {} ({}){}\n", s.name, s.origin, done ? " - already complete, a rerun skips it" : "");

@@ -188,6 +188,8 @@ Eigen::MatrixXd ReadKernelFile(const std::string& path) {
   return K;
 }
 
+}  // namespace
+
 kernels::KernelSet PrecomputedKernels(const config::StudyConfig& study, const Cohort& cohort) {
   kernels::KernelSet set;
   set.subjects = cohort.ids;
@@ -201,6 +203,8 @@ kernels::KernelSet PrecomputedKernels(const config::StudyConfig& study, const Co
   }
   return set;
 }
+
+namespace {
 
 /// The feature groups of a tabular study: explicit, or a preset over every usable column.
 std::vector<std::pair<std::string, std::vector<std::string>>> TabularGroups(const config::StudyConfig& study, const DelimitedTable& table) {

@@ -32,7 +32,7 @@ std::string DescribeScheme(const config::CvSchemeSpec& s) {
 }
 }  // namespace
 
-std::string ValidateStudy(const config::StudyConfig& study) {
+std::string ValidateStudy(const config::StudyConfig& study, bool deep) {
   std::string out;
   auto line = [&](const std::string& s) { out += s + "\n"; };
   line(fmt::format("Study \"{}\" ({})", study.name, study.path));
@@ -102,6 +102,32 @@ std::string ValidateStudy(const config::StudyConfig& study) {
                                                           : "  atlas will be resampled onto the image grid (nearest neighbour, world coordinates)");
       }
       if (!study.atlas.space.empty()) line(fmt::format("  atlas space: {}", study.atlas.space));
+      // The region index exactly as run builds it (headers, the atlas and mask volumes; no subject voxels):
+      // an atlas without overlap with the image grid, or a mask without overlap with the atlas, is refused here.
+      std::vector<std::string> notes;
+      const atlas::RegionIndex regions = StudyRegions(study, cohort, notes);
+      if (deep) {
+        // --deep: decode every image (truncated or corrupt data fail here as in the kernel stage), and refuse a
+        // subject without one finite voxel inside the atlas regions (input:AllNonFinite, as the kernel stage).
+        std::int64_t regionVoxels = 0;
+        for (const auto& r : regions.regions) regionVoxels += static_cast<std::int64_t>(r.voxels.size());
+        for (std::size_t s = 0; s < cohort.images.size(); ++s) {
+          const io::Volume vol = io::ReadVolume(cohort.images[s]);
+          bool anyFinite = false;
+          for (const auto& r : regions.regions) {
+            for (const auto v : r.voxels)
+              if (std::isfinite(vol.data[static_cast<std::size_t>(v)])) {
+                anyFinite = true;
+                break;
+              }
+            if (anyFinite) break;
+          }
+          if (!anyFinite)
+            throw InputError("input:AllNonFinite", "subject " + cohort.ids[s],
+                             fmt::format("all {} voxels inside the atlas regions are NaN or infinite; the image holds no data", regionVoxels));
+        }
+        line(fmt::format("  --deep: every image decoded; each has finite voxels inside the atlas regions"));
+      }
       if (!study.mask.empty()) {
         const io::Geometry mg = io::ReadGeometry(study.mask);
         line(fmt::format("Mask: {} ({}){}", study.mask, mg.Describe(), mg.DifferenceFrom(grid).empty() ? "" : ", will be resampled"));
@@ -110,8 +136,8 @@ std::string ValidateStudy(const config::StudyConfig& study) {
       }
       if (study.kernels.intensity.scaling == kernels::IntensityScaling::GlobalMean) line("Intensity scaling: each image divided by its mean over the atlas voxels");
       if (study.kernels.intensity.scaling == kernels::IntensityScaling::ReferenceRegions) {
-        std::vector<std::string> notes;  // the same region index and reference as the kernel stage: run rejects nothing validate accepts
-        const auto voxels = ReferenceVoxels(study, StudyRegions(study, cohort, notes));
+        // the same region index and reference as the kernel stage: run rejects nothing validate accepts
+        const auto voxels = ReferenceVoxels(study, regions);
         line(fmt::format("Intensity scaling: each image divided by its mean over {} reference voxels", voxels.size()));
       }
       line(fmt::format("Kernels: one linear kernel per region; non-finite voxels: {}", study.kernels.nanPolicy == kernels::NanPolicy::Zero
@@ -126,6 +152,9 @@ std::string ValidateStudy(const config::StudyConfig& study) {
         if (!fs::is_regular_file(k.file, ec)) throw InputError("kernels:Missing", k.file, "precomputed kernel file \"" + k.name + "\" not found");
         line(fmt::format("  {}: {}", k.name, k.file));
       }
+      // Read and checked as run does (shape n x n, finite, symmetric): the same function.
+      PrecomputedKernels(study, cohort);
+      line(fmt::format("  every kernel read: {0}x{0}, finite and symmetric", cohort.ids.size()));
       break;
     case config::KernelSource::Tabular:
       line(fmt::format("Kernels: {} linear kernels on feature groups of {}", study.kernels.tabular.groups.size(), study.kernels.tabular.table));

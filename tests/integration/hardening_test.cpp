@@ -1,13 +1,17 @@
 // Issue 19: failed fits are never scored, --force never destroys what neuromkl did not write, bad
 // inputs are errors (exit 2) with clear messages instead of crashes, and the CLI helps a new user.
+#include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
 #include <gmock/gmock.h>
 
 #include <nlohmann/json.hpp>
 
 #include "neuromkl/core/errors.hpp"
+#include "neuromkl/core/strings.hpp"
 #include "neuromkl/io/nifti.hpp"
 #include "neuromkl/pipeline/batch_run.hpp"
 #include "testing.hpp"
@@ -346,6 +350,51 @@ TEST_F(Hardening, ValidateAndRunAgreeOnEveryBadInput) {
     WriteFile(Cohort() + "/" + name + ".tsv", table);
     return R"("subjects": {"table": ")" + name + R"(.tsv", "id_column": "subject"})";
   };
+  // The third subject's qform 100 mm away from its sform (translation; NIfTI-1 little-endian: qform_code at
+  // byte 252, sform_code 254, qoffset_x at 268), and 0.4 mm away (tolerated, below the 1 mm limit; the sform,
+  // which takes precedence, keeps the image on the cohort grid).
+  const auto writeForms = [&](const std::string& path, float shiftMm) {
+    io::WriteVolume(path, io::ReadVolume(Cohort() + "/" + rows[3][1]));
+    std::string h = ReadFile(path);
+    const std::int16_t one = 1;
+    h.replace(252, 2, reinterpret_cast<const char*>(&one), 2);
+    h.replace(254, 2, reinterpret_cast<const char*>(&one), 2);
+    float tx = 0;
+    std::memcpy(&tx, h.data() + 268, 4);
+    tx += shiftMm;
+    h.replace(268, 4, reinterpret_cast<const char*>(&tx), 4);
+    WriteFile(path, h);
+  };
+  writeForms(bad + "/forms.nii", 100.0f);
+  writeForms(bad + "/forms_close.nii", 0.4f);
+  // An atlas 1 m away from the images, and a mask whose only voxel is a corner outside every region.
+  io::Volume far = io::ReadVolume(neuromkl::testing::SourcePath("atlases/aal/ROI_MNI_V4.nii.gz"));
+  far.geometry.origin[0] += 1000.0;
+  io::WriteVolume(bad + "/far_atlas.nii", far);
+  io::Volume corner = io::ReadVolume(Cohort() + "/" + rows[1][1]);
+  std::fill(corner.data.begin(), corner.data.end(), 0.0f);
+  corner.data[0] = 1.0f;
+  io::WriteVolume(bad + "/corner_mask.nii", corner);
+  // Precomputed kernels for the 16 subjects: wrong size, asymmetric, a NaN.
+  const std::size_t n = rows.size() - 1;
+  const auto writeKernel = [&](const std::string& name, std::size_t rowsN, std::size_t colsN, const std::function<double(std::size_t, std::size_t)>& at) {
+    std::string text;
+    for (std::size_t i = 0; i < rowsN; ++i) {
+      for (std::size_t j = 0; j < colsN; ++j) {
+        if (j) text += '\t';
+        text += neuromkl::FormatDouble(at(i, j));
+      }
+      text += "\n";
+    }
+    WriteFile(bad + "/" + name, text);
+    return R"("kernels": {"source": "precomputed", "precomputed": [{"name": "k", "file": "bad_inputs/)" + name + R"("}]})";
+  };
+  const auto identity = [](std::size_t i, std::size_t j) { return i == j ? 1.0 : 0.0; };
+  const std::string notSquare = writeKernel("k_shape.tsv", n, n + 1, identity);
+  const std::string fewer = writeKernel("k_fewer.tsv", n - 1, n - 1, identity);
+  const std::string asym = writeKernel("k_asym.tsv", n, n, [](std::size_t i, std::size_t j) { return i == j ? 1.0 : (i == 0 && j == 1 ? 0.5 : 0.0); });
+  const std::string nan = writeKernel("k_nan.tsv", n, n, [](std::size_t i, std::size_t j) { return i == 2 && j == 2 ? std::nan("") : (i == j ? 1.0 : 0.0); });
+  const std::string aalLabels = neuromkl::testing::SourcePath("atlases/aal/aal116_labels.tsv");
   const std::string good = R"("subjects": {"table": "participants.tsv"})";
   const std::string rest = R"("target": {"column": "group", "task": "classification", "positive_class": "patient"},
     "learners": [{"name": "svm", "params": {"c": 1}}], "output": {"weight_maps": false})";
@@ -362,6 +411,13 @@ TEST_F(Hardening, ValidateAndRunAgreeOnEveryBadInput) {
       {"missing_mask", good, R"("atlas": "aal", "mask": "none.nii")", "[io:Missing]"},
       {"outer_k", good, R"("atlas": "aal", "cv": {"outer": {"scheme": "kfold", "k": 40}})", "[cv:TooFew]"},
       {"duplicate_key", good, R"("atlas": "aal", "seed": 1, "seed": 2)", "[config:DuplicateKey]"},
+      {"qform_sform", withImage("t_forms", "bad_inputs/forms.nii"), R"("atlas": "aal")", "[io:QformSformMismatch]"},
+      {"atlas_no_overlap", good, R"("atlas": {"image": "bad_inputs/far_atlas.nii", "labels": ")" + aalLabels + R"("})", "[atlas:NoOverlap]"},
+      {"mask_no_overlap", good, R"("atlas": "aal", "mask": "bad_inputs/corner_mask.nii")", "[atlas:NoLabelInMask]"},
+      {"kernel_not_square", good, notSquare, "[kernels:Shape]"},
+      {"kernel_other_subjects", good, fewer, "[kernels:Shape]"},
+      {"kernel_asymmetric", good, asym, "[kernels:NotSymmetric]"},
+      {"kernel_nan", good, nan, "[kernels:NonFinite]"},
   };
   for (const auto& c : cases) {
     const std::string study = Cohort() + "/agree_" + c.name + ".json";
@@ -374,6 +430,63 @@ TEST_F(Hardening, ValidateAndRunAgreeOnEveryBadInput) {
     EXPECT_EQ(ErrorCode(validate.output), c.code) << c.name << "\n" << validate.output;
     EXPECT_EQ(ErrorCode(run.output), c.code) << c.name << "\n" << run.output;
     EXPECT_FALSE(fs::exists(out + "/results.json")) << c.name;
+  }
+  // Below the 1 mm tolerance a qform/sform difference (float rounding, small shears) is accepted.
+  const std::string close = Cohort() + "/agree_forms_close.json";
+  WriteFile(close, "{\"name\": \"close\", " + withImage("t_forms_close", "bad_inputs/forms_close.nii") + R"(, "atlas": "aal", )" + rest + "}");
+  const auto ok = RunCli("validate " + close);
+  EXPECT_EQ(ok.exitCode, 0) << ok.output;
+}
+
+// Item 4: a batch whose output path is a regular file: batch validate said valid, batch run failed later
+// (exit 1, batch:Mkdir). Both now refuse it alike, before anything runs.
+TEST_F(Hardening, BatchOutputPathThatIsAFileIsRefusedByValidateAndBatch) {
+  WriteFile(Cohort() + "/batch_out_file", "a file, not a folder\n");
+  const std::string batch = Cohort() + "/file_out_batch.json";
+  WriteFile(Cohort() + "/file_out_study.json", R"({"name": "fo_study", "subjects": {"table": "participants.tsv"}, "atlas": "aal",
+    "cv": {"outer": {"k": 3}}, "target": {"column": "group", "task": "classification", "positive_class": "patient"},
+    "learners": [{"name": "svm", "params": {"c": 1}}], "output": {"weight_maps": false}})");
+  WriteFile(batch, R"({"name": "fo", "output": {"dir": "batch_out_file"}, "studies": ["file_out_study.json"]})");
+  const auto validate = RunCli("validate " + batch);
+  const auto run = RunCli("batch " + batch);
+  EXPECT_EQ(validate.exitCode, 2) << validate.output;
+  EXPECT_EQ(run.exitCode, 2) << run.output;
+  EXPECT_EQ(ErrorCode(validate.output), "[batch:OutputNotFolder]") << validate.output;
+  EXPECT_EQ(ErrorCode(run.output), "[batch:OutputNotFolder]") << run.output;
+  EXPECT_EQ(ReadFile(Cohort() + "/batch_out_file"), "a file, not a folder\n");
+}
+
+// Item 4: decode-level problems (a truncated gzip stream, a subject with no finite voxel) need the voxels.
+// Default validate reads headers only (fast) and cannot see them; `validate --deep` decodes every image
+// and refuses them with run's error code.
+TEST_F(Hardening, ValidateDeepDecodesEveryImageAndAgreesWithRun) {
+  namespace io = neuromkl::io;
+  const auto rows = ReadTsv(Cohort() + "/participants.tsv");
+  const std::string deep = Cohort() + "/deep_inputs";
+  fs::create_directories(deep);
+  io::Volume nanVolume = io::ReadVolume(Cohort() + "/" + rows[3][1]);
+  std::fill(nanVolume.data.begin(), nanVolume.data.end(), std::nanf(""));
+  io::WriteVolume(deep + "/nan.nii", nanVolume);
+  io::WriteVolume(deep + "/whole.nii.gz", io::ReadVolume(Cohort() + "/" + rows[3][1]));
+  const std::string gz = ReadFile(deep + "/whole.nii.gz");
+  WriteFile(deep + "/cut.nii.gz", gz.substr(0, gz.size() * 2 / 3));  // the header survives, the voxels end early
+  for (const auto& [image, code] : std::vector<std::pair<std::string, std::string>>{{"deep_inputs/nan.nii", "[input:AllNonFinite]"},
+                                                                                    {"deep_inputs/cut.nii.gz", "[io:Truncated]"}}) {
+    std::string table = "subject\timage\tgroup\n";
+    for (std::size_t i = 1; i < rows.size(); ++i) table += rows[i][0] + "\t" + (i == 3 ? image : rows[i][1]) + "\t" + rows[i][2] + "\n";
+    WriteFile(Cohort() + "/deep.tsv", table);
+    const std::string study = Cohort() + "/deep.json";
+    WriteFile(study, R"({"name": "deep", "subjects": {"table": "deep.tsv"}, "atlas": "aal",
+      "target": {"column": "group", "task": "classification", "positive_class": "patient"},
+      "learners": [{"name": "svm", "params": {"c": 1}}], "output": {"weight_maps": false}})");
+    const auto fast = RunCli("validate " + study);
+    EXPECT_EQ(fast.exitCode, 0) << image << "\n" << fast.output;  // header-only: documented in docs/inputs.md
+    const auto validate = RunCli("validate --deep " + study);
+    const auto run = RunCli("run " + study + " --out " + (*dir_ / "deep_out"));
+    EXPECT_EQ(validate.exitCode, 2) << image << "\n" << validate.output;
+    EXPECT_EQ(run.exitCode, 2) << image << "\n" << run.output;
+    EXPECT_EQ(ErrorCode(validate.output), code) << image << "\n" << validate.output;
+    EXPECT_EQ(ErrorCode(run.output), code) << image << "\n" << run.output;
   }
 }
 

@@ -159,6 +159,44 @@ std::int64_t ImageHeader::Volumes() const {
   return v >= 9.0e18 ? std::numeric_limits<std::int64_t>::max() : static_cast<std::int64_t>(v);
 }
 
+namespace {
+/// NIfTI allows a qform and an sform side by side; the sform takes precedence (ITK, nibabel and this
+/// reader), but other tools (and older ones) take the qform. When both are set
+/// (codes > 0) they must place the volume alike: the largest distance between where they put the
+/// eight corner voxels must stay within kQformSformToleranceMm, otherwise the image is refused
+/// (io:QformSformMismatch) rather than guessed at: a silent choice could shift or flip the atlas
+/// against the images. 1 mm tolerates float32 rounding of the quaternion and small shears the qform
+/// cannot express; it is far below a voxel of a typical (1.5-2 mm) morphometry grid shift.
+constexpr double kQformSformToleranceMm = 1.0;
+
+void CheckQformSformAgree(const ImageHeader& h, const std::string& where, const std::string& kind) {
+  if (h.format == ImageFormat::Analyze75 || h.qformCode <= 0 || h.sformCode <= 0) return;
+  ImageHeader q = h, s = h;
+  q.sformCode = 0;
+  s.qformCode = 0;
+  const Geometry gq = GeometryFromHeader(q), gs = GeometryFromHeader(s);
+  double worst = 0;
+  std::array<double, 3> worstCorner{};
+  for (int c = 0; c < 8; ++c) {
+    std::array<double, 3> index{};
+    for (std::size_t i = 0; i < 3; ++i) index[i] = (c >> i) & 1 ? static_cast<double>(std::max<std::int64_t>(h.dim[i + 1] - 1, 0)) : 0.0;
+    const auto a = gq.IndexToLps(index), b = gs.IndexToLps(index);
+    const double d = std::sqrt((a[0] - b[0]) * (a[0] - b[0]) + (a[1] - b[1]) * (a[1] - b[1]) + (a[2] - b[2]) * (a[2] - b[2]));
+    if (!(d <= worst)) {
+      worst = d;
+      worstCorner = index;
+    }
+  }
+  if (worst <= kQformSformToleranceMm) return;
+  std::string msg = kind;
+  msg += " header: the qform (code " + std::to_string(h.qformCode) + ") and the sform (code " + std::to_string(h.sformCode) +
+         ") disagree by " + FormatDouble(std::round(worst * 100) / 100) + " mm at the corner voxel (" + FormatDouble(worstCorner[0]) + ", " +
+         FormatDouble(worstCorner[1]) + ", " + FormatDouble(worstCorner[2]) + "), more than the 1 mm tolerated: it is ambiguous where the image " +
+         "lies (tools differ on which one to use); fix the header (e.g. set the wrong one from the right one, or its code to 0)";
+  throw InputError("io:QformSformMismatch", where, msg);
+}
+}  // namespace
+
 ImageHeader ReadImageHeader(const std::string& path) {
   ImageHeader h;
   h.files = ResolveImageFiles(path);
@@ -310,6 +348,7 @@ ImageHeader ReadImageHeader(const std::string& path) {
                          std::to_string(h.BytesPerVoxel()) + " bytes from offset " + FormatDouble(h.voxOffset) + " (" +
                          FormatDouble(needD) + " bytes), but the " + (gz ? "compressed " : "") + "data file has only " +
                          FormatDouble(fileBytes) + " bytes: the file is truncated or the header is wrong");
+  CheckQformSformAgree(h, hp, kind);
   return h;
 }
 
@@ -344,7 +383,7 @@ Geometry GeometryFromHeader(const ImageHeader& h) {
       g.spacing[i] = vox[i];
       rasOrigin[i] = sign * vox[i] * (1.0 - origin1);  // world position of 0-based voxel 0
     }
-  } else if (h.qformCode > 0) {
+  } else if (h.qformCode > 0 && h.sformCode <= 0) {  // the sform takes precedence (NIfTI, ITK, nibabel)
     // nifti1.h: quaternion (b, c, d), a = sqrt(1 - b^2 - c^2 - d^2); qfac = pixdim[0] (< 0 flips z).
     double b = h.quatern[0], c = h.quatern[1], d = h.quatern[2];
     double a = 1.0 - (b * b + c * c + d * d);

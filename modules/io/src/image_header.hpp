@@ -44,7 +44,7 @@ struct ImageHeader {
 /// data file is long enough for every voxel the header announces (checked before any allocation).
 ImageHeader ReadImageHeader(const std::string& path);
 
-/// Geometry in LPS: qform if qform_code > 0, else sform if sform_code > 0 (ITK's preference);
+/// Geometry in LPS: sform if sform_code > 0, else qform if qform_code > 0 (NIfTI's rule, ITK's choice);
 /// Analyze 7.5 files follow SPM (see docs/inputs.md); a NIfTI file with neither gets diag(pixdim).
 Geometry GeometryFromHeader(const ImageHeader& header);
 

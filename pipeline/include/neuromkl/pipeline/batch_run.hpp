@@ -35,6 +35,8 @@ struct BatchOutcome {
 
 /// ConfigError listing every study whose configuration is invalid, before anything runs.
 void CheckBatchConfigs(const config::BatchConfig& batch);
+/// InputError batch:OutputNotFolder when the batch output path exists and is not a folder (validate and run).
+void CheckBatchOutputDir(const config::BatchConfig& batch);
 /// Parses "i/N" (0 <= i < N); ConfigError otherwise.
 void ParseShard(const std::string& text, int& shard, int& shards);
 
@@ -52,7 +54,7 @@ struct MergeOutcome {
 MergeOutcome MergeBatch(const config::BatchConfig& batch);
 
 /// `neuromkl validate` on a batch: every study's config and inputs; `problems` counts the bad ones.
-std::string ValidateBatch(const config::BatchConfig& batch, int& problems);
+std::string ValidateBatch(const config::BatchConfig& batch, int& problems, bool deep = false);
 
 /// True when this binary was built with MPI and runs under mpirun with more than one rank.
 bool MpiActive();

@@ -45,6 +45,9 @@ std::vector<atlas::Atlas> LoadStudyAtlases(const config::StudyConfig& study);
 std::string KernelCacheKey(const config::StudyConfig& study, const Cohort& cohort);
 /// The atlas (or atlases, combined) on the cohort's image grid, after the mask; notes go to `warnings`.
 atlas::RegionIndex StudyRegions(const config::StudyConfig& study, const Cohort& cohort, std::vector<std::string>& warnings);
+/// The precomputed kernels of a study, read and checked (n x n for the cohort's subjects, finite,
+/// symmetric: InputError kernels:*); run and validate both call it.
+kernels::KernelSet PrecomputedKernels(const config::StudyConfig& study, const Cohort& cohort);
 /// kernels.intensity's reference voxels on the grid of `index` (region names or a label image).
 /// ConfigError at /kernels/intensity/scaling/reference_region for an unknown region; InputError for
 /// a reference image without a non-zero voxel on the grid.

@@ -26,7 +26,10 @@ struct RunOutcome {
 RunOutcome RunStudy(config::StudyConfig study, const RunOptions& options);
 
 /// Checks the config and every input without heavy computation, and returns a readable summary.
-std::string ValidateStudy(const config::StudyConfig& study);
+/// Default: every header, grids, atlas/mask overlap, CV feasibility, precomputed kernels (see
+/// docs/inputs.md). `deep` also decodes every subject image (truncated or corrupt data, subjects
+/// with no finite voxel inside the atlas regions), as the kernel stage would.
+std::string ValidateStudy(const config::StudyConfig& study, bool deep = false);
 
 /// Versions of neuromkl and the libraries it was built with.
 std::map<std::string, std::string> Versions();
