@@ -20,7 +20,9 @@ const std::map<std::string, std::string>& References() {
        "sources for prediction."},
       {"mkelm", "Liu X., Wang L., Huang G.-B., Zhang J., Yin J. (2015). Multiple kernel extreme learning machine. Neurocomputing 149, 253-264."},
       {"dkelm", "Zhang C., Xia S., Liu B. Deformed kernel based extreme learning machine."},
-      {"mkl_bp", "Qi J., Liang X., Xu R. (2018). A multiple kernel learning model based on p-norm. Computational Intelligence and Neuroscience."},
+      {"mkl_bp",
+       "Qi J., Liang X., Xu R. (2018). A multiple kernel learning model based on p-norm. Computational Intelligence and Neuroscience "
+       "2018, 1018789. doi:10.1155/2018/1018789."},
       {"bsadmm",
        "Su Y., Xu J., Qin H. (2021). Kernel extreme learning machine based on alternating direction multiplier method of binary splitting "
        "operator. Journal of Electronics & Information Technology 43(9), 2586-2593. doi:10.11999/JEIT200884."},
