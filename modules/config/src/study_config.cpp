@@ -654,19 +654,7 @@ std::string ResolvedConfigJson(const StudyConfig& c) {
       k["sources"].push_back(e);
     }
   }
-  if (!c.kernels.tabular.table.empty()) {
-    const auto& tab = c.kernels.tabular;
-    Json groups = Json::object();
-    for (const auto& [name, cols] : tab.groups) groups[name] = cols;
-    Json functions = Json::array();
-    for (const auto& f : tab.functions) {
-      if (f.type == TabularFunction::Type::Linear) functions.push_back({{"type", "linear"}});
-      if (f.type == TabularFunction::Type::Gaussian) functions.push_back({{"type", "gaussian"}, {"width", f.values}});
-      if (f.type == TabularFunction::Type::Polynomial) functions.push_back({{"type", "polynomial"}, {"degree", f.values}, {"offset", f.offset}});
-    }
-    k["tabular"] = {{"table", tab.table},     {"id_column", tab.idColumn}, {"groups", tab.groupsPreset.empty() ? groups : Json(tab.groupsPreset)},
-                    {"exclude_columns", tab.excludeColumns}, {"functions", functions}, {"standardise", tab.standardise}};
-  }
+  if (!c.kernels.tabular.table.empty()) k["tabular"] = tabularJson(c.kernels.tabular);
   j["kernels"] = k;
   if (c.covariates.Active()) {  // only when given: single-source studies without covariates resolve as before
     j["covariates"] = {{"columns", c.covariates.columns}, {"categorical", c.covariates.categorical}};

@@ -129,6 +129,25 @@ std::pair<std::vector<double>, std::vector<double>> Pooled(const LearnerRecord& 
   return {y, f};
 }
 
+/// The ROC curve of decision values f for labels y (> 0 positive) as SVG polyline points in a square
+/// plot at (pad, pad) of side `plot`; empty when one class is missing. Ties move diagonally.
+std::string RocPoints(const std::vector<double>& y, const std::vector<double>& f, int pad, int plot) {
+  std::vector<std::size_t> order(y.size());
+  std::iota(order.begin(), order.end(), 0);
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return f[a] > f[b]; });
+  const double pos = static_cast<double>(std::count_if(y.begin(), y.end(), [](double v) { return v > 0; }));
+  const double neg = static_cast<double>(y.size()) - pos;
+  if (pos == 0 || neg == 0) return "";
+  std::string points = fmt::format("{},{} ", pad, pad + plot);
+  double tp = 0, fp = 0;
+  for (std::size_t k = 0; k < order.size(); ++k) {
+    (y[order[k]] > 0 ? tp : fp) += 1;
+    if (k + 1 < order.size() && f[order[k + 1]] == f[order[k]]) continue;
+    points += fmt::format("{:.1f},{:.1f} ", pad + plot * fp / neg, pad + plot * (1 - tp / pos));
+  }
+  return points;
+}
+
 std::string RocChart(const RunRecord& r) {
   const int size = 320, pad = 40, plot = size - 2 * pad;
   std::string svg = fmt::format(R"(<svg class="figure" role="img" aria-label="ROC curves" width="{}" height="{}" viewBox="0 0 {} {}">)", size + 150, size, size + 150, size);
@@ -139,19 +158,8 @@ std::string RocChart(const RunRecord& r) {
   svg += YTicks(unit, [&](double v) { return pad + plot * (1 - v); }, pad);
   for (std::size_t l = 0; l < r.learners.size(); ++l) {
     auto [y, f] = Pooled(r.learners[l], r);
-    std::vector<std::size_t> order(y.size());
-    std::iota(order.begin(), order.end(), 0);
-    std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return f[a] > f[b]; });
-    const double pos = static_cast<double>(std::count_if(y.begin(), y.end(), [](double v) { return v > 0; }));
-    const double neg = static_cast<double>(y.size()) - pos;
-    if (pos == 0 || neg == 0) continue;
-    std::string points = fmt::format("{},{} ", pad, pad + plot);
-    double tp = 0, fp = 0;
-    for (std::size_t k = 0; k < order.size(); ++k) {
-      (y[order[k]] > 0 ? tp : fp) += 1;
-      if (k + 1 < order.size() && f[order[k + 1]] == f[order[k]]) continue;  // ties move diagonally
-      points += fmt::format("{:.1f},{:.1f} ", pad + plot * fp / neg, pad + plot * (1 - tp / pos));
-    }
+    const std::string points = RocPoints(y, f, pad, plot);
+    if (points.empty()) continue;
     const char* colour = kColours[l % 8];
     svg += fmt::format(R"(<polyline points="{}" fill="none" stroke="{}" stroke-width="2"/>)", points, colour);
     svg += fmt::format(R"(<text x="{}" y="{}" font-size="11" fill="{}">{} (AUC {})</text>)", size - 10, pad + 14 + 16 * static_cast<int>(l), colour,
@@ -259,19 +267,8 @@ std::string PerClassRoc(const LearnerRecord& lr, const RunRecord& r) {
             y.push_back(r.targets[static_cast<std::size_t>(fold.test[i])] == static_cast<double>(c) ? 1.0 : -1.0);
             f.push_back(fold.scores(static_cast<Eigen::Index>(i), static_cast<Eigen::Index>(c)));
           }
-    std::vector<std::size_t> order(y.size());
-    std::iota(order.begin(), order.end(), 0);
-    std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return f[a] > f[b]; });
-    const double pos = static_cast<double>(std::count_if(y.begin(), y.end(), [](double v) { return v > 0; }));
-    const double neg = static_cast<double>(y.size()) - pos;
-    if (pos == 0 || neg == 0) continue;
-    std::string points = fmt::format("{},{} ", pad, pad + plot);
-    double tp = 0, fp = 0;
-    for (std::size_t k = 0; k < order.size(); ++k) {
-      (y[order[k]] > 0 ? tp : fp) += 1;
-      if (k + 1 < order.size() && f[order[k + 1]] == f[order[k]]) continue;  // ties move diagonally
-      points += fmt::format("{:.1f},{:.1f} ", pad + plot * fp / neg, pad + plot * (1 - tp / pos));
-    }
+    const std::string points = RocPoints(y, f, pad, plot);
+    if (points.empty()) continue;
     const char* colour = kColours[c % 8];
     const std::string key = "auc_" + r.classNames[c];
     svg += fmt::format(R"(<polyline points="{}" fill="none" stroke="{}" stroke-width="2"/>)", points, colour);
