@@ -34,12 +34,6 @@ bool ParseNumber(const std::string& s, double& v) {
   return end == t.c_str() + t.size() && std::isfinite(v);
 }
 
-/// Numeric class labels sort numerically ("2" < "10"), others lexically.
-bool ClassLess(const std::string& a, const std::string& b) {
-  double x, y;
-  if (ParseNumber(a, x) && ParseNumber(b, y)) return x < y;
-  return a < b;
-}
 bool IsImageExtension(const std::string& ext) {
   const std::string e = ToLower(ext);
   return e == ".nii" || e == ".nii.gz" || e == ".hdr" || e == ".hdr.gz";
@@ -86,6 +80,12 @@ void DescribeImages(const config::StudyConfig& study, Cohort& c) {
 
 BidsName ParseName(const std::string& path) { return ParseBidsName(fs::path(path).filename().string()); }
 }  // namespace
+
+bool LabelLess(const std::string& a, const std::string& b) {
+  double x, y;
+  if (ParseNumber(a, x) && ParseNumber(b, y)) return x < y;
+  return a < b;
+}
 
 BidsName ParseBidsName(const std::string& fileName) {
   BidsName out;
@@ -284,7 +284,7 @@ Cohort LoadCohort(const config::StudyConfig& study) {
   }
   std::vector<std::string> classes;
   for (const auto& [k, _] : counts) classes.push_back(k);
-  std::sort(classes.begin(), classes.end(), ClassLess);
+  std::sort(classes.begin(), classes.end(), LabelLess);
   for (const auto& k : classes) c.classCounts.emplace_back(k, counts[k]);
   std::vector<std::string> described;
   for (const auto& [k, v] : c.classCounts) described.push_back(fmt::format("\"{}\": {}", k, v));

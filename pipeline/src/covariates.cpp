@@ -19,12 +19,6 @@ bool ParseFinite(const std::string& s, double& v) {
   v = std::strtod(s.c_str(), &end);
   return end == s.c_str() + s.size() && std::isfinite(v);
 }
-/// Numeric levels sort numerically, others lexically (as class labels do).
-bool LevelLess(const std::string& a, const std::string& b) {
-  double x, y;
-  if (ParseFinite(a, x) && ParseFinite(b, y)) return x < y;
-  return a < b;
-}
 std::string Shown(const std::vector<std::string>& items, std::size_t limit) {
   std::vector<std::string> shown(items.begin(), items.begin() + static_cast<std::ptrdiff_t>(std::min(limit, items.size())));
   return Join(shown, ", ") + (items.size() > limit ? fmt::format(", ... ({} in all)", items.size()) : "");
@@ -70,7 +64,7 @@ CovariateDesign BuildCovariateDesign(const config::StudyConfig& study, const Coh
   for (std::size_t i = 0; i < spec.categorical.size(); ++i) {
     std::vector<std::string> levels;
     for (int r : rows) levels.push_back(cell(spec.categorical[i], r));
-    std::sort(levels.begin(), levels.end(), LevelLess);
+    std::sort(levels.begin(), levels.end(), LabelLess);  // as class labels are ordered
     levels.erase(std::unique(levels.begin(), levels.end()), levels.end());
     if (levels.size() < 2)
       throw ConfigError("config:Value", study.path,

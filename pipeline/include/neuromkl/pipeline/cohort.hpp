@@ -53,4 +53,7 @@ std::vector<std::string> FindBidsImages(const config::BidsSpec& bids, const std:
 /// Image paths in the table resolve against the table's folder (as BIDS does).
 std::string ResolveImagePath(const std::string& tablePath, const std::string& cell);
 
+/// The order of class labels and categorical levels: numeric labels numerically ("2" < "10"), others lexically.
+bool LabelLess(const std::string& a, const std::string& b);
+
 }  // namespace neuromkl::pipeline
