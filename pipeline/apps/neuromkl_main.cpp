@@ -1,4 +1,4 @@
-// neuromkl command line: run, batch, merge, validate, simulate. Exit codes: 0 success, 1 failure while
+// neuromkl command line: run, batch, merge, validate, simulate, predict. Exit codes: 0 success, 1 failure while
 // running, 2 bad config or input (README "Exit codes").
 #include <unistd.h>
 
@@ -20,6 +20,8 @@
 #include "neuromkl/core/strings.hpp"
 #include "neuromkl/pipeline/batch_run.hpp"
 #include "neuromkl/pipeline/mpi_session.hpp"
+#include "neuromkl/pipeline/predict.hpp"
+#include "neuromkl/pipeline/study_context.hpp"
 #include "neuromkl/pipeline/study_run.hpp"
 
 using namespace neuromkl;
@@ -111,6 +113,16 @@ int main(int argc, char** argv) {
   validate->add_option("STUDY.json", validateStudy, "study or batch file")->required();
   bool validateDeep = false;
   validate->add_flag("--deep", validateDeep, "also decode every subject image (slower; catches truncated data and images with no finite voxel)");
+
+  auto* predict = app.add_subcommand("predict", "apply a study's exported model (results/<study>/model) to new subjects: predictions.tsv and summary.json");
+  pipeline::PredictOptions predictOptions;
+  predict->add_option("MODEL_DIR", predictOptions.modelDir, "model folder: results/<study>/model (every learner), model/<Learner> or model/<Learner>/folds/<k>")
+      ->required();
+  predict->add_option("TABLE", predictOptions.input, "subjects table (.tsv/.csv with the model's id and image columns) or a study file (its table or BIDS dataset)")
+      ->required();
+  predict->add_option("--out", predictOptions.outDir, "output folder (default: predictions_<study> beside TABLE)");
+  predict->add_flag("--force", predictOptions.force, "replace an existing output folder");
+  predict->add_option("--threads", threads, "worker threads (0 = all cores)")->check(kThreadCount);
 
   auto* simulate = app.add_subcommand("simulate", "write a synthetic cohort on the AAL 2 mm grid with known signal regions");
   pipeline::SimulateOptions sim;
@@ -208,6 +220,13 @@ int main(int argc, char** argv) {
       }
       const config::StudyConfig study = config::LoadStudyConfig(validateStudy);
       std::cout << pipeline::ValidateStudy(study, validateDeep);
+      return kExitOk;
+    }
+    if (*predict) {
+      const pipeline::ThreadLimit limit(threads > 0 ? threads : 0);
+      const auto outcome = pipeline::Predict(predictOptions);
+      for (const auto& l : outcome.lines) std::cout << l << "\n";
+      std::cout << "Predictions: " << outcome.outputDir << "/predictions.tsv\n";
       return kExitOk;
     }
     if (*simulate) {

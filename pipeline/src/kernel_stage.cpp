@@ -251,6 +251,15 @@ void AddTabularKernels(kernels::KernelSet& set, const std::string& group, const 
 }
 
 kernels::KernelSet TabularKernels(const config::StudyConfig& study, const Cohort& cohort) {
+  kernels::KernelSet set;
+  set.subjects = cohort.ids;
+  for (const auto& g : TabularFeatures(study, cohort)) AddTabularKernels(set, g.name, g.X, study.kernels.tabular.functions);
+  return set;
+}
+
+}  // namespace
+
+std::vector<TabularGroupFeatures> TabularFeatures(const config::StudyConfig& study, const Cohort& cohort) {
   const auto& spec = study.kernels.tabular;
   const DelimitedTable table = ReadDelimitedTable(spec.table);
   const bool byRow = spec.idColumn == "#row";
@@ -264,8 +273,7 @@ kernels::KernelSet TabularKernels(const config::StudyConfig& study, const Cohort
       throw InputError("tabular:MissingSubject", spec.table, "subject \"" + id + "\" of the subjects table has no row in the feature table");
     rows.push_back(it->second);
   }
-  kernels::KernelSet set;
-  set.subjects = cohort.ids;
+  std::vector<TabularGroupFeatures> out;
   const auto n = static_cast<Eigen::Index>(rows.size());
   for (const auto& [name, cols] : TabularGroups(study, table)) {
     Eigen::MatrixXd X(n, static_cast<Eigen::Index>(cols.size()));
@@ -283,19 +291,21 @@ kernels::KernelSet TabularKernels(const config::StudyConfig& study, const Cohort
         X(i, static_cast<Eigen::Index>(c)) = v;
       }
     }
+    TabularGroupFeatures g{name, cols, {}, Eigen::VectorXd::Zero(X.cols()), Eigen::VectorXd::Ones(X.cols())};
     if (spec.standardise) {
       for (Eigen::Index c = 0; c < X.cols(); ++c) {
         const double mean = X.col(c).mean();
         const double sd = std::sqrt((X.col(c).array() - mean).square().sum() / std::max<double>(1.0, static_cast<double>(n - 1)));
         X.col(c) = (X.col(c).array() - mean) / (sd > 0 ? sd : 1.0);
+        g.mean[c] = mean;
+        g.sd[c] = sd > 0 ? sd : 1.0;
       }
     }
-    AddTabularKernels(set, name, X, spec.functions);
+    g.X = std::move(X);
+    out.push_back(std::move(g));
   }
-  return set;
+  return out;
 }
-
-}  // namespace
 
 atlas::RegionIndex StudyRegions(const config::StudyConfig& study, const Cohort& cohort, std::vector<std::string>& warnings) {
   const io::Geometry grid = io::ReadGeometry(cohort.images.at(0));

@@ -51,6 +51,14 @@ cv::InnerSplitter StudyContext::Inner() const {
   };
 }
 
+cv::InnerSplitter StudyContext::FinalInner() const {
+  const auto spec = ToSplit(study.cv.inner);
+  return [this, spec](std::size_t, const std::vector<int>& train, const Eigen::VectorXd& yTrain) {
+    return cv::MakeFolds(spec, study.target.task, yTrain, Pick(cohort.groups, train), Pick(cohort.customFolds, train),
+                         cv::DeriveSeed(study.cv.seed, 0x46494E414CULL), study.path + " /cv/inner (final model)");  // "FINAL"
+  };
+}
+
 std::uint64_t StudyContext::PermutationSeed() const { return cv::DeriveSeed(study.seed, 0x5045524DULL); }  // "PERM"
 
 std::string StudyContext::PermutationKey() const {

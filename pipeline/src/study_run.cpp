@@ -4,6 +4,7 @@
 #include <chrono>
 #include <filesystem>
 
+#include "neuromkl/pipeline/model_export.hpp"
 #include "neuromkl/pipeline/output_dir.hpp"
 #include "neuromkl/pipeline/study_stages.hpp"
 
@@ -61,8 +62,15 @@ RunOutcome RunStudy(config::StudyConfig study, const RunOptions& options) {
   PermutationResult permutations;
   if (study.permutations.count > 0) permutations = timed("permutations", [&] { return RunPermutationTest(ctx, cv.learners, checkpointDir); });
   const RegionWeightsResult weights = timed("weights", [&] { return RunRegionWeights(ctx, cv.learners); });
+  std::vector<cv::OuterFoldResult> finals;
+  if (study.output.model) finals = timed("final_model", [&] { return FitFinalModels(ctx); });
   const int blocksReused = permutations.blocksReused;
   exporting::RunRecord record = DescribeRun(ctx, std::move(cv), std::move(permutations), weights, timed.seconds);
+  if (study.output.model) {
+    timed("model_export", [&] { ExportModels(ctx, record, finals, out.Path()); });
+    record.seconds["final_model"] = timed.seconds["final_model"];
+    record.seconds["model_export"] = timed.seconds["model_export"];
+  }
   WriteStudyOutputs(ctx, record, weights, {out.Path(), options.extraFiles}, start);
   out.Commit();
   if (study.permutations.count > 0) {

@@ -558,13 +558,14 @@ StudyConfig ParseStudyConfig(const std::string& text, const std::string& baseDir
   c.output.cacheDir = ResolvePath(baseDir, ".neuromkl_cache");
   if (r.Has("output")) {
     ObjectReader o(r.At("output"), "/output", src, {"dir", "cache_dir", "save_kernels", "weight_maps", "weight_maps_unit_norm",
-                                                          "min_subjects_with_signal"});
+                                                          "min_subjects_with_signal", "model"});
     if (o.Has("dir")) c.output.dir = ResolvePath(baseDir, o.RequiredString("dir"));
     if (o.Has("cache_dir")) c.output.cacheDir = ResolvePath(baseDir, o.RequiredString("cache_dir"));
     c.output.saveKernels = o.Bool("save_kernels", c.output.saveKernels);
     c.output.weightMaps = o.Bool("weight_maps", c.output.weightMaps);
     c.output.weightMapUnitNorm = o.Bool("weight_maps_unit_norm", c.output.weightMapUnitNorm);
     c.output.minSubjectsWithSignal = static_cast<int>(o.Integer("min_subjects_with_signal", c.output.minSubjectsWithSignal, 0, 1000000000));
+    c.output.model = o.Bool("model", c.output.model);
   }
   return c;
 }
@@ -681,6 +682,9 @@ std::string ResolvedConfigJson(const StudyConfig& c) {
   j["output"] = {{"dir", c.output.dir}, {"cache_dir", c.output.cacheDir}, {"save_kernels", c.output.saveKernels},
                  {"weight_maps", c.output.weightMaps}, {"weight_maps_unit_norm", c.output.weightMapUnitNorm},
                  {"min_subjects_with_signal", c.output.minSubjectsWithSignal}};
+  // Written only when switched off: the resolved file (and the input hash over it) of every study
+  // that keeps the default stays as it was before this key existed.
+  if (!c.output.model) j["output"]["model"] = false;
   j["seed"] = c.seed;
   j["threads"] = c.threads;
   return j.dump(2);

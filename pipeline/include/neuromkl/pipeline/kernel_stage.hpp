@@ -57,6 +57,16 @@ config::StudyConfig SourceStudy(const config::StudyConfig& study, const config::
 /// The cohort of one source: for an images source, the table read with its image column (InputError
 /// [sources:MissingImage] listing every subject without a path in that column); otherwise `cohort`.
 Cohort SourceCohort(const config::StudyConfig& sourceStudy, const config::SourceSpec& source, const Cohort& cohort);
+/// A tabular study's feature groups over the cohort's subjects (the columns the kernels are built from):
+/// standardised with the cohort's column statistics when /kernels/tabular/standardise (mean, sd: what
+/// was subtracted and divided; 0 and 1 otherwise). Same errors as the kernel stage.
+struct TabularGroupFeatures {
+  std::string name;
+  std::vector<std::string> columns;
+  Eigen::MatrixXd X;  ///< subjects x columns
+  Eigen::VectorXd mean, sd;
+};
+std::vector<TabularGroupFeatures> TabularFeatures(const config::StudyConfig& study, const Cohort& cohort);
 KernelStageResult RunKernelStage(const config::StudyConfig& study, const Cohort& cohort, const std::string& scratchDir);
 
 }  // namespace neuromkl::pipeline

@@ -53,6 +53,8 @@ struct StudyContext {
 
   /// The inner-CV splitter; it refers to this context, which must outlive it.
   cv::InnerSplitter Inner() const;
+  /// The inner-CV splitter of the final model (the same scheme over every labelled subject, its own seed).
+  cv::InnerSplitter FinalInner() const;
   std::uint64_t PermutationSeed() const;
   /// Hash of everything the permutation results depend on (inputs and resolved config, not the
   /// output location or thread count): checkpoints are reused only under the same key.

@@ -160,6 +160,7 @@ struct OutputSpec {
   bool weightMaps = true;            ///< voxel weight maps (image source): one extra pass over the images
   bool weightMapUnitNorm = false;    ///< scale each fold's map to unit L2 norm before averaging (as PRoNTo)
   int minSubjectsWithSignal = 5;     ///< regions where fewer subjects have non-zero data are flagged (lesion maps)
+  bool model = true;                 ///< model/: the final model (refitted on every labelled subject) and each outer fold's model
 };
 
 /// covariates: confounds regressed out of every kernel inside every fold (training subjects only).

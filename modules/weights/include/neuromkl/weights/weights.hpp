@@ -56,6 +56,32 @@ std::vector<std::vector<float>> VoxelMaps(const std::vector<std::string>& imageP
                                           const std::vector<kernels::KernelInfo>& kernels, const std::vector<Eigen::MatrixXd>& subjectWeights,
                                           kernels::NanPolicy nanPolicy);
 
+/// What a model's image arrays are evaluated on (ModelImages): the voxels of the kernels' regions.
+struct ModelImageLayout {
+  std::vector<std::int64_t> voxels;     ///< union of the kernels' region voxels (ascending), NaN-dropped voxels removed
+  std::vector<std::int64_t> allVoxels;  ///< the same union before the NaN rule (the global mean of intensity scaling)
+  std::vector<std::size_t> entryKernel; ///< per (kernel, voxel) entry: the kernel
+  std::vector<std::size_t> entryVoxel;  ///< its row in `voxels`
+  std::vector<double> entryWeight;      ///< its probabilistic weight p (1 for label atlases)
+};
+/// One model's linear combinations of the images: `voxelWeights` (n x S) evaluated on every layout
+/// voxel, and per class c the subject weights `kernelWeights[c]` (n x kernels, as SubjectWeights)
+/// evaluated on each kernel's own voxels times p (the region's primal weights, even where regions overlap).
+struct ModelImageRequest {
+  Eigen::MatrixXd voxelWeights;
+  std::vector<Eigen::MatrixXd> kernelWeights;
+};
+struct ModelImageArrays {
+  Eigen::MatrixXd atVoxels;   ///< voxels x S
+  Eigen::MatrixXd atEntries;  ///< entries x classes
+};
+/// Every request in one pass over the images (each decoded once, accumulated in subject order: the
+/// sums do not depend on the thread count). Non-finite values contribute 0; with drop_voxel, voxels
+/// non-finite in any image are removed from the layout. GeometryMismatch if an image left the grid.
+std::vector<ModelImageArrays> ModelImages(const std::vector<std::string>& imagePaths, const atlas::RegionIndex& regions,
+                                          const std::vector<kernels::KernelInfo>& kernels, const std::vector<ModelImageRequest>& requests,
+                                          kernels::NanPolicy nanPolicy, ModelImageLayout& layout);
+
 /// Each kernel's part of a fitted model: ||w_r|| = beta_r sqrt(coef' K~_r coef), where K~_r is the
 /// fold's training kernel as the learner saw it (centred/normalised with training statistics). For a
 /// linear kernel w_r is the region's part of the voxel weight vector (the map restricted to the

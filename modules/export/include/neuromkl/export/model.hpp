@@ -1,0 +1,122 @@
+#pragma once
+// An exported model (docs/predict.md): the model card (model.json) and the arrays `neuromkl predict`
+// needs to score new subjects without the training data. One folder per model: the final model of a
+// learner (model/<Learner>/) and each outer fold's model (model/<Learner>/folds/<k>/), same format.
+//
+// Decision function (one column per class for multiclass; one column otherwise):
+//   f_c(t) = bias_c + sum over image kernels r of s_r(t) <m_rc, x~_t - xbar>_r
+//                   + sum over kernel-space kernels j of beta_jc sum_i coef_ic k^_j(t, i)
+// with x~_t the subject's voxels after intensity scaling and covariate residualisation (x - c_t G),
+// xbar the training mean of the residualised images, s_r(t) = 1 / ||x~_t - xbar||_r (cosine
+// normalisation; 1 without), m_rc the primal weights of region r (kernel weight, coefficients and
+// training scales included), and k^ a tabular kernel row preprocessed as in the folds.
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <Eigen/Core>
+
+#include "neuromkl/io/volume.hpp"
+
+namespace neuromkl::exporting {
+
+/// An image source of a model: what scores a new image of that source.
+struct ModelImageSource {
+  std::string name;         ///< source name ("" for a single-source study)
+  std::string imageColumn;  ///< column of the subjects table holding its images
+  io::Geometry grid;        ///< the training images' grid: new images must be on it
+  std::string space;        ///< atlas.space (may be empty)
+  std::string nanPolicy;    ///< "drop_voxel" or "zero"
+  std::string intensityScaling = "none";  ///< "none", "global_mean", "reference_region"
+  /// U x (2 + p): linear voxel index on the grid, training mean (of the residualised images), and the p
+  /// covariate coefficient images G (intercept first; p = 0 without covariates). Voxels dropped by the
+  /// NaN rule are absent.
+  Eigen::MatrixXd voxels;
+  /// E x (3 + C): model kernel index, row in `voxels`, probabilistic weight p (1 for label atlases),
+  /// primal weight per class. One row per (kernel, voxel) pair.
+  Eigen::MatrixXd weights;
+  std::vector<std::int64_t> scaleVoxels;  ///< intensity scaling: voxels whose finite mean divides the image
+};
+
+/// A tabular source: the training rows its kernels are computed against.
+struct ModelTabularKernel {
+  std::size_t kernel = 0;            ///< model kernel index
+  std::vector<std::string> columns;  ///< feature columns of its group
+  std::string function = "linear";   ///< "linear", "polynomial", "gaussian"
+  double value = 0, offset = 0;      ///< degree or width; polynomial offset
+};
+struct ModelTabularSource {
+  std::string name;
+  std::string idColumn;                 ///< id column of the feature table ("#row": row numbers)
+  bool standardise = false;
+  std::vector<std::string> columns;     ///< every feature column used, in `rows` order
+  Eigen::VectorXd mean, sd;             ///< column statistics applied to new rows (standardise; else 0 and 1)
+  Eigen::MatrixXd rows;                 ///< training rows (l x columns), standardised as in training
+  std::vector<ModelTabularKernel> kernels;
+};
+
+struct ExportedModel {
+  // ---- card ----
+  std::string study, learner, learnerName, task;  ///< task: classification, regression, multiclass
+  std::string which;                              ///< "final", or "outer fold k" (repeat r)
+  int fold = -1, repeat = 0;                      ///< -1: final model
+  std::map<std::string, double> params;           ///< chosen parameters
+  std::string targetColumn, positiveClass, negativeClass;
+  std::vector<std::string> classNames;            ///< multiclass: class of column c
+  std::string idColumn = "participant_id";        ///< id column of the subjects table
+  std::string version;
+  std::uint64_t seed = 0;
+  std::string fitStatus;
+  /// Extra card entries (strings), e.g. atlas, atlas hash, mask hash, selection procedure.
+  std::map<std::string, std::string> info;
+  std::map<std::string, double> expected, expectedSd;  ///< nested-CV performance (pooled; SD over folds)
+  std::map<std::string, double> trainingSummary;        ///< n, per-class counts ("n_<class>"), target min/max/mean
+  // ---- what prediction needs ----
+  bool centre = true, normalise = true;
+  std::vector<std::string> kernelNames, kernelSources, kernelKinds;  ///< kinds: images, tabular, precomputed
+  Eigen::MatrixXd beta;     ///< kernels x C
+  Eigen::VectorXd bias;     ///< C
+  Eigen::VectorXd floors;   ///< per kernel: 1e-12 x the largest centred training self-similarity (zero-norm rule)
+  std::vector<std::string> trainingIds;  ///< the training rows (labelled, then unlabelled for semi-supervised learners)
+  Eigen::MatrixXd coef;     ///< l x C (needed by kernel-space sources)
+  // covariates (empty design: none)
+  std::vector<std::string> covariateNumeric;                          ///< numeric columns
+  std::vector<std::pair<std::string, std::vector<std::string>>> covariateCategorical;  ///< column, levels (first = reference)
+  std::string covariateFitOn = "all";
+  Eigen::MatrixXd design;        ///< l x p: the training rows' design (intercept first)
+  std::vector<char> fitRows;     ///< l: 1 = fitted the coefficients
+  std::vector<ModelImageSource> imageSources;
+  std::vector<ModelTabularSource> tabularSources;
+  std::vector<std::string> precomputedSources;  ///< names: prediction needs test-vs-training kernel rows (not supported by predict)
+  // ---- optional post-processing ----
+  std::optional<std::pair<double, double>> calibration;     ///< Platt (A, B): P(positive) = 1 / (1 + exp(A f + B))
+  std::optional<std::pair<double, double>> biasCorrection;  ///< (slope, intercept): corrected = (f - intercept) / slope
+
+  int Classes() const { return static_cast<int>(beta.cols()); }
+};
+
+/// Writes model.json and the arrays into `dir` (created). IoError on failure; callers write into an
+/// atomic output folder, so a failure leaves no partial model.
+void WriteModel(const std::string& dir, const ExportedModel& model);
+/// Reads a model folder. InputError [model:Missing] for a missing model.json or array file,
+/// [model:Corrupt] for unparsable JSON, a missing key, or arrays whose shapes disagree with the card
+/// (naming the file and what was expected).
+ExportedModel ReadModel(const std::string& dir);
+
+/// model/model.json: the index of a study's models (learner label -> folder), written beside the folders.
+void WriteModelIndex(const std::string& modelDir, const std::vector<std::pair<std::string, std::string>>& learnerFolders, const std::string& study);
+/// The model folders listed by an index (absolute), or {dir} itself when `dir` holds one model. InputError
+/// [model:Missing] when neither.
+std::vector<std::string> ModelFolders(const std::string& dir);
+
+/// predictions.tsv / summary.json of `neuromkl predict`.
+struct PredictionRows {
+  std::vector<std::string> header;
+  std::vector<std::vector<std::string>> rows;
+};
+void WritePredictionOutputs(const std::string& dir, const PredictionRows& rows, const std::map<std::string, std::string>& summaryText,
+                            const std::map<std::string, std::map<std::string, double>>& performance, const std::vector<std::string>& warnings);
+
+}  // namespace neuromkl::exporting

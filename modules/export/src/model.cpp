@@ -1,0 +1,361 @@
+// model.json and the arrays of an exported model (docs/predict.md), and the outputs of `neuromkl predict`.
+#include "neuromkl/export/model.hpp"
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "json_format.hpp"
+#include "neuromkl/core/errors.hpp"
+#include "neuromkl/core/files.hpp"
+#include "neuromkl/core/hash.hpp"
+#include "neuromkl/core/npy.hpp"
+
+namespace neuromkl::exporting {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+constexpr const char* kFormat = "neuromkl-model";
+constexpr int kFormatVersion = 1;
+
+Json GridJson(const io::Geometry& g) {
+  return {{"dims", g.dims}, {"spacing", g.spacing}, {"origin_lps", g.origin}, {"direction", g.direction}, {"ras_affine", g.RasAffine()}};
+}
+
+/// Writes an array file and returns its entry for model.json (file name, shape and checksum).
+Json WriteArray(const std::string& dir, const std::string& file, const Eigen::MatrixXd& a) {
+  WriteNpy(dir + "/" + file, a);
+  return {{"file", file}, {"shape", {a.rows(), a.cols()}}, {"xxh3", HashFile(dir + "/" + file).Hex()}};
+}
+
+Json NumMap(const std::map<std::string, double>& m) {
+  Json j = Json::object();
+  for (const auto& [k, v] : m) j[k] = Num(v);
+  return j;
+}
+
+/// Reading: every failure names the model file and what was wrong.
+class Reader {
+ public:
+  explicit Reader(std::string dir) : dir_(std::move(dir)), card_(dir_ + "/model.json") {}
+  const std::string& Card() const { return card_; }
+  [[noreturn]] void Corrupt(const std::string& what) const { throw InputError("model:Corrupt", card_, what); }
+  Eigen::MatrixXd Array(const Json& entry, Eigen::Index rows, Eigen::Index cols, const std::string& what) const {
+    if (!entry.is_object() || !entry.contains("file")) Corrupt(what + ": expected an array entry {file, shape, xxh3}");
+    const std::string file = dir_ + "/" + entry.at("file").get<std::string>();
+    std::error_code ec;
+    if (!fs::is_regular_file(file, ec)) throw InputError("model:Missing", file, what + ": the model's array file is missing");
+    if (entry.contains("xxh3") && HashFile(file).Hex() != entry.at("xxh3").get<std::string>())
+      throw InputError("model:Corrupt", file, what + ": the file's checksum differs from model.json (the file was changed or damaged)");
+    Eigen::MatrixXd a = ReadNpy(file);
+    if (a.rows() == 0 && a.cols() == 0 && (rows == 0 || cols == 0)) a.resize(rows < 0 ? 0 : rows, cols < 0 ? 0 : cols);
+    if ((rows >= 0 && a.rows() != rows) || (cols >= 0 && a.cols() != cols))
+      throw InputError("model:Corrupt", file,
+                       fmt::format("{}: expected {} x {}, found {} x {}", what, rows < 0 ? std::string("any") : std::to_string(rows),
+                                   cols < 0 ? std::string("any") : std::to_string(cols), a.rows(), a.cols()));
+    return a;
+  }
+
+ private:
+  std::string dir_, card_;
+};
+
+}  // namespace
+
+void WriteModel(const std::string& dir, const ExportedModel& m) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw IoError("model:Mkdir", dir, "cannot create the model folder: " + ec.message());
+  const int C = m.Classes();
+  Json j = {{"format", kFormat},
+            {"format_version", kFormatVersion},
+            {"description", "neuromkl model card: what was trained, on what, how, and how well it is expected to predict (docs/predict.md)"},
+            {"study", m.study},
+            {"model", m.which},
+            {"learner", {{"label", m.learner}, {"name", m.learnerName}, {"parameters", m.params}, {"fit_status", m.fitStatus}}},
+            {"task", m.task},
+            {"target", {{"column", m.targetColumn}}},
+            {"id_column", m.idColumn},
+            {"neuromkl_version", m.version},
+            {"seed", m.seed},
+            {"preprocessing", {{"centre", m.centre}, {"normalise", m.normalise}}},
+            {"bias", Json::array()},
+            {"kernels", Json::array()},
+            {"training", {{"subjects", m.trainingIds}, {"summary", NumMap(m.trainingSummary)}}},
+            {"expected_performance",
+             {{"note", "nested cross-validation estimates of this study (pooled over out-of-fold predictions; sd over outer folds)"},
+              {"pooled", NumMap(m.expected)},
+              {"fold_sd", NumMap(m.expectedSd)}}},
+            {"info", m.info},
+            {"calibration", nullptr},
+            {"bias_correction", nullptr},
+            {"arrays", Json::object()}};
+  if (m.fold >= 0) j["outer_fold"] = {{"fold", m.fold}, {"repeat", m.repeat}};
+  if (m.task == "classification") j["target"]["classes"] = {{"positive", m.positiveClass}, {"negative", m.negativeClass}};
+  if (m.task == "multiclass") j["target"]["classes"] = m.classNames;
+  for (Eigen::Index c = 0; c < C; ++c) j["bias"].push_back(m.bias[c]);
+  for (std::size_t k = 0; k < m.kernelNames.size(); ++k) {
+    Json b = Json::array();
+    for (Eigen::Index c = 0; c < C; ++c) b.push_back(m.beta(static_cast<Eigen::Index>(k), c));
+    j["kernels"].push_back({{"name", m.kernelNames[k]}, {"source", m.kernelSources[k]}, {"kind", m.kernelKinds[k]}, {"beta", b},
+                            {"zero_norm_floor", m.floors[static_cast<Eigen::Index>(k)]}});
+  }
+  if (m.calibration) j["calibration"] = {{"method", "platt"}, {"A", m.calibration->first}, {"B", m.calibration->second}};
+  if (m.biasCorrection) j["bias_correction"] = {{"method", "linear"}, {"slope", m.biasCorrection->first}, {"intercept", m.biasCorrection->second}};
+  j["arrays"]["coef"] = WriteArray(dir, "coef.npy", m.coef);
+  if (m.design.cols() > 0) {
+    Eigen::MatrixXd cov(m.design.rows(), m.design.cols() + 1);
+    for (Eigen::Index i = 0; i < m.design.rows(); ++i) cov(i, 0) = m.fitRows.empty() ? 1.0 : static_cast<double>(m.fitRows[static_cast<std::size_t>(i)]);
+    cov.rightCols(m.design.cols()) = m.design;
+    Json cat = Json::array();
+    for (const auto& [col, levels] : m.covariateCategorical) cat.push_back({{"column", col}, {"levels", levels}});
+    j["covariates"] = {{"numeric", m.covariateNumeric}, {"categorical", cat}, {"fit_on", m.covariateFitOn},
+                       {"note", "training design rows (fit flag, intercept, columns) in arrays.covariates; new subjects are residualised with "
+                                "the coefficients fitted on the fit rows"}};
+    j["arrays"]["covariates"] = WriteArray(dir, "covariates.npy", cov);
+  }
+  j["sources"] = Json::array();
+  for (std::size_t s = 0; s < m.imageSources.size(); ++s) {
+    const auto& src = m.imageSources[s];
+    const std::string stem = fmt::format("images{}_", s);
+    Eigen::MatrixXd scale(static_cast<Eigen::Index>(src.scaleVoxels.size()), 1);
+    for (std::size_t v = 0; v < src.scaleVoxels.size(); ++v) scale(static_cast<Eigen::Index>(v), 0) = static_cast<double>(src.scaleVoxels[v]);
+    j["sources"].push_back({{"kind", "images"},
+                            {"name", src.name},
+                            {"image_column", src.imageColumn},
+                            {"grid", GridJson(src.grid)},
+                            {"space", src.space},
+                            {"nan_policy", src.nanPolicy},
+                            {"intensity_scaling", src.intensityScaling},
+                            {"voxels", WriteArray(dir, stem + "voxels.npy", src.voxels)},
+                            {"weights", WriteArray(dir, stem + "weights.npy", src.weights)},
+                            {"scale_voxels", scale.rows() > 0 ? WriteArray(dir, stem + "scale_voxels.npy", scale) : Json(nullptr)},
+                            {"note", "voxels: linear index, training mean, covariate coefficient images; weights: kernel, voxel row, p, "
+                                     "primal weight per class"}});
+  }
+  for (std::size_t s = 0; s < m.tabularSources.size(); ++s) {
+    const auto& src = m.tabularSources[s];
+    const std::string stem = fmt::format("tabular{}_", s);
+    Eigen::MatrixXd stats(2, src.mean.size());
+    stats.row(0) = src.mean.transpose();
+    stats.row(1) = src.sd.transpose();
+    Json kernels = Json::array();
+    for (const auto& k : src.kernels)
+      kernels.push_back({{"kernel", k.kernel}, {"columns", k.columns}, {"function", k.function}, {"value", k.value}, {"offset", k.offset}});
+    j["sources"].push_back({{"kind", "tabular"},
+                            {"name", src.name},
+                            {"id_column", src.idColumn},
+                            {"standardise", src.standardise},
+                            {"columns", src.columns},
+                            {"kernels", kernels},
+                            {"rows", WriteArray(dir, stem + "rows.npy", src.rows)},
+                            {"column_stats", WriteArray(dir, stem + "column_stats.npy", stats)}});
+  }
+  for (const auto& name : m.precomputedSources)
+    j["sources"].push_back({{"kind", "precomputed"},
+                            {"name", name},
+                            {"note", "prediction needs each new subject's kernel row against the training subjects (training.subjects order) "
+                                     "and its self-similarity; neuromkl predict does not read them yet"}});
+  WriteTextFile(dir + "/model.json", j.dump(2) + "\n");
+}
+
+ExportedModel ReadModel(const std::string& dir) {
+  Reader rd(dir);
+  const auto text = TryReadText(rd.Card());
+  if (!text) throw InputError("model:Missing", rd.Card(), "no model.json here: give a model folder written by `neuromkl run` (results/<study>/model/<Learner>)");
+  Json j;
+  try {
+    j = Json::parse(*text);
+  } catch (const std::exception& e) {
+    rd.Corrupt(std::string("not valid JSON: ") + e.what());
+  }
+  ExportedModel m;
+  try {
+    if (!j.is_object() || j.value("format", std::string()) != kFormat) rd.Corrupt(fmt::format("not a neuromkl model card (\"format\" is not \"{}\")", kFormat));
+    if (j.at("format_version").get<int>() > kFormatVersion)
+      rd.Corrupt(fmt::format("format_version {} is newer than this neuromkl reads ({})", j.at("format_version").get<int>(), kFormatVersion));
+    m.study = j.at("study").get<std::string>();
+    m.which = j.at("model").get<std::string>();
+    const Json& learner = j.at("learner");
+    m.learner = learner.at("label").get<std::string>();
+    m.learnerName = learner.at("name").get<std::string>();
+    m.params = learner.at("parameters").get<std::map<std::string, double>>();
+    m.fitStatus = learner.value("fit_status", std::string());
+    m.task = j.at("task").get<std::string>();
+    if (m.task != "classification" && m.task != "regression" && m.task != "multiclass") rd.Corrupt("unknown task \"" + m.task + "\"");
+    m.targetColumn = j.at("target").at("column").get<std::string>();
+    if (m.task == "classification") {
+      m.positiveClass = j.at("target").at("classes").at("positive").get<std::string>();
+      m.negativeClass = j.at("target").at("classes").at("negative").get<std::string>();
+    }
+    if (m.task == "multiclass") m.classNames = j.at("target").at("classes").get<std::vector<std::string>>();
+    m.idColumn = j.at("id_column").get<std::string>();
+    m.version = j.value("neuromkl_version", std::string());
+    m.seed = j.value("seed", std::uint64_t{0});
+    m.centre = j.at("preprocessing").at("centre").get<bool>();
+    m.normalise = j.at("preprocessing").at("normalise").get<bool>();
+    if (j.contains("outer_fold")) {
+      m.fold = j.at("outer_fold").at("fold").get<int>();
+      m.repeat = j.at("outer_fold").at("repeat").get<int>();
+    }
+    m.info = j.value("info", std::map<std::string, std::string>{});
+    m.trainingIds = j.at("training").at("subjects").get<std::vector<std::string>>();
+    for (const auto& [k, v] : j.at("expected_performance").at("pooled").items())
+      if (v.is_number()) m.expected[k] = v.get<double>();
+    const std::vector<double> bias = j.at("bias").get<std::vector<double>>();
+    const auto C = static_cast<Eigen::Index>(bias.size());
+    if (C < 1 || (m.task == "multiclass" ? C != static_cast<Eigen::Index>(m.classNames.size()) : C != 1))
+      rd.Corrupt(fmt::format("\"bias\" has {} values; expected {}", C, m.task == "multiclass" ? m.classNames.size() : 1));
+    m.bias = Eigen::Map<const Eigen::VectorXd>(bias.data(), C);
+    const Json& kernels = j.at("kernels");
+    const auto K = static_cast<Eigen::Index>(kernels.size());
+    if (K == 0) rd.Corrupt("\"kernels\" is empty");
+    m.beta.resize(K, C);
+    m.floors.resize(K);
+    for (Eigen::Index k = 0; k < K; ++k) {
+      const Json& e = kernels.at(static_cast<std::size_t>(k));
+      m.kernelNames.push_back(e.at("name").get<std::string>());
+      m.kernelSources.push_back(e.at("source").get<std::string>());
+      m.kernelKinds.push_back(e.at("kind").get<std::string>());
+      const auto b = e.at("beta").get<std::vector<double>>();
+      if (static_cast<Eigen::Index>(b.size()) != C) rd.Corrupt(fmt::format("kernels[{}].beta has {} values, expected {}", k, b.size(), C));
+      for (Eigen::Index c = 0; c < C; ++c) m.beta(k, c) = b[static_cast<std::size_t>(c)];
+      m.floors[k] = e.at("zero_norm_floor").get<double>();
+    }
+    if (!j.at("calibration").is_null()) m.calibration = std::make_pair(j.at("calibration").at("A").get<double>(), j.at("calibration").at("B").get<double>());
+    if (!j.at("bias_correction").is_null())
+      m.biasCorrection = std::make_pair(j.at("bias_correction").at("slope").get<double>(), j.at("bias_correction").at("intercept").get<double>());
+    if (m.biasCorrection && !(std::abs(m.biasCorrection->first) > 0)) rd.Corrupt("bias_correction.slope must be non-zero");
+    const auto l = static_cast<Eigen::Index>(m.trainingIds.size());
+    const Json& arrays = j.at("arrays");
+    m.coef = rd.Array(arrays.at("coef"), l, C, "coef");
+    if (j.contains("covariates")) {
+      const Json& cov = j.at("covariates");
+      m.covariateNumeric = cov.at("numeric").get<std::vector<std::string>>();
+      for (const auto& c : cov.at("categorical")) m.covariateCategorical.emplace_back(c.at("column").get<std::string>(), c.at("levels").get<std::vector<std::string>>());
+      m.covariateFitOn = cov.value("fit_on", std::string("all"));
+      Eigen::Index p = 1 + static_cast<Eigen::Index>(m.covariateNumeric.size());
+      for (const auto& [col, levels] : m.covariateCategorical) p += static_cast<Eigen::Index>(levels.size()) - 1;
+      const Eigen::MatrixXd a = rd.Array(arrays.at("covariates"), l, p + 1, "covariates");
+      m.design = a.rightCols(p);
+      for (Eigen::Index i = 0; i < l; ++i) m.fitRows.push_back(a(i, 0) != 0.0 ? 1 : 0);
+    }
+    const Eigen::Index p = m.design.cols();
+    for (const auto& s : j.at("sources")) {
+      const std::string kind = s.at("kind").get<std::string>();
+      if (kind == "images") {
+        ModelImageSource src;
+        src.name = s.at("name").get<std::string>();
+        src.imageColumn = s.at("image_column").get<std::string>();
+        const Json& g = s.at("grid");
+        src.grid.dims = g.at("dims").get<std::array<std::int64_t, 3>>();
+        src.grid.spacing = g.at("spacing").get<std::array<double, 3>>();
+        src.grid.origin = g.at("origin_lps").get<std::array<double, 3>>();
+        src.grid.direction = g.at("direction").get<std::array<double, 9>>();
+        src.space = s.value("space", std::string());
+        src.nanPolicy = s.at("nan_policy").get<std::string>();
+        src.intensityScaling = s.at("intensity_scaling").get<std::string>();
+        src.voxels = rd.Array(s.at("voxels"), -1, 2 + p, "source " + src.name + " voxels");
+        src.weights = rd.Array(s.at("weights"), -1, 3 + C, "source " + src.name + " weights");
+        const Eigen::MatrixXd scale =
+            s.at("scale_voxels").is_null() ? Eigen::MatrixXd(0, 1) : rd.Array(s.at("scale_voxels"), -1, 1, "source " + src.name + " scale voxels");
+        if (src.intensityScaling != "none" && scale.rows() == 0) rd.Corrupt("source " + src.name + ": intensity scaling without its voxels");
+        for (Eigen::Index v = 0; v < scale.rows(); ++v) src.scaleVoxels.push_back(static_cast<std::int64_t>(scale(v, 0)));
+        const double V = static_cast<double>(src.grid.VoxelCount());
+        for (Eigen::Index v = 0; v < src.voxels.rows(); ++v)
+          if (!(src.voxels(v, 0) >= 0 && src.voxels(v, 0) < V)) rd.Corrupt(fmt::format("source {}: voxel row {} lies outside the grid", src.name, v));
+        for (Eigen::Index e = 0; e < src.weights.rows(); ++e)
+          if (!(src.weights(e, 0) >= 0 && src.weights(e, 0) < static_cast<double>(K) && src.weights(e, 1) >= 0 &&
+                src.weights(e, 1) < static_cast<double>(src.voxels.rows())))
+            rd.Corrupt(fmt::format("source {}: weight row {} names a kernel or voxel that does not exist", src.name, e));
+        m.imageSources.push_back(std::move(src));
+      } else if (kind == "tabular") {
+        ModelTabularSource src;
+        src.name = s.at("name").get<std::string>();
+        src.idColumn = s.at("id_column").get<std::string>();
+        src.standardise = s.at("standardise").get<bool>();
+        src.columns = s.at("columns").get<std::vector<std::string>>();
+        const auto cols = static_cast<Eigen::Index>(src.columns.size());
+        src.rows = rd.Array(s.at("rows"), l, cols, "source " + src.name + " rows");
+        const Eigen::MatrixXd stats = rd.Array(s.at("column_stats"), 2, cols, "source " + src.name + " column statistics");
+        src.mean = stats.row(0).transpose();
+        src.sd = stats.row(1).transpose();
+        for (const auto& k : s.at("kernels")) {
+          ModelTabularKernel tk;
+          tk.kernel = k.at("kernel").get<std::size_t>();
+          if (tk.kernel >= static_cast<std::size_t>(K)) rd.Corrupt(fmt::format("source {}: kernel {} does not exist", src.name, tk.kernel));
+          tk.columns = k.at("columns").get<std::vector<std::string>>();
+          tk.function = k.at("function").get<std::string>();
+          tk.value = k.at("value").get<double>();
+          tk.offset = k.at("offset").get<double>();
+          src.kernels.push_back(std::move(tk));
+        }
+        m.tabularSources.push_back(std::move(src));
+      } else if (kind == "precomputed") {
+        m.precomputedSources.push_back(s.at("name").get<std::string>());
+      } else {
+        rd.Corrupt("unknown source kind \"" + kind + "\"");
+      }
+    }
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {  // a missing key or a value of the wrong type
+    rd.Corrupt(std::string("missing or malformed entry: ") + e.what());
+  }
+  return m;
+}
+
+void WriteModelIndex(const std::string& modelDir, const std::vector<std::pair<std::string, std::string>>& learnerFolders, const std::string& study) {
+  Json j = {{"format", "neuromkl-model-index"}, {"format_version", kFormatVersion}, {"study", study}, {"learners", Json::array()},
+            {"note", "one folder per learner: the final model (refitted on every labelled subject) and folds/<k>/ the outer folds' models"}};
+  for (const auto& [label, folder] : learnerFolders) j["learners"].push_back({{"label", label}, {"folder", folder}});
+  WriteTextFile(modelDir + "/model.json", j.dump(2) + "\n");
+}
+
+std::vector<std::string> ModelFolders(const std::string& dir) {
+  const std::string card = dir + "/model.json";
+  const auto text = TryReadText(card);
+  if (!text) throw InputError("model:Missing", card, "no model.json in this folder: give a model folder written by `neuromkl run` (results/<study>/model)");
+  Json j;
+  try {
+    j = Json::parse(*text);
+  } catch (const std::exception& e) {
+    throw InputError("model:Corrupt", card, std::string("not valid JSON: ") + e.what());
+  }
+  if (!j.is_object()) throw InputError("model:Corrupt", card, "not a neuromkl model card (expected a JSON object)");
+  if (j.value("format", std::string()) == "neuromkl-model-index") {
+    std::vector<std::string> out;
+    try {
+      for (const auto& e : j.at("learners")) out.push_back(dir + "/" + e.at("folder").get<std::string>());
+    } catch (const std::exception& e) {
+      throw InputError("model:Corrupt", card, std::string("malformed learner list: ") + e.what());
+    }
+    if (out.empty()) throw InputError("model:Corrupt", card, "the model index lists no learner");
+    return out;
+  }
+  return {dir};
+}
+
+void WritePredictionOutputs(const std::string& dir, const PredictionRows& rows, const std::map<std::string, std::string>& summaryText,
+                            const std::map<std::string, std::map<std::string, double>>& performance, const std::vector<std::string>& warnings) {
+  std::ostringstream tsv;
+  for (std::size_t c = 0; c < rows.header.size(); ++c) tsv << (c ? "\t" : "") << rows.header[c];
+  tsv << "\n";
+  for (const auto& r : rows.rows) {
+    for (std::size_t c = 0; c < r.size(); ++c) tsv << (c ? "\t" : "") << r[c];
+    tsv << "\n";
+  }
+  WriteTextFile(dir + "/predictions.tsv", tsv.str());
+  Json j = Json::object();
+  for (const auto& [k, v] : summaryText) j[k] = v;
+  j["performance"] = Json::object();
+  for (const auto& [learner, metrics] : performance) j["performance"][learner] = NumMap(metrics);
+  j["warnings"] = warnings;
+  WriteTextFile(dir + "/summary.json", j.dump(2) + "\n");
+}
+
+}  // namespace neuromkl::exporting

@@ -1,0 +1,47 @@
+#pragma once
+// `neuromkl predict MODEL_DIR TABLE|STUDY.json`: an exported model (model_export.hpp) applied to new
+// subjects (docs/predict.md).
+#include <map>
+#include <string>
+#include <vector>
+
+#include <Eigen/Core>
+
+#include "neuromkl/export/model.hpp"
+
+namespace neuromkl::pipeline {
+
+/// New subjects as predict reads them: ids, per image source (by name, "" for a single-source model)
+/// the image paths, and every table cell by column (covariates, tabular features, the target).
+struct NewSubjects {
+  std::string where;  ///< the table (for messages)
+  std::vector<std::string> ids;
+  std::map<std::string, std::vector<std::string>> images;
+  std::map<std::string, std::vector<std::string>> cells;  ///< column -> one cell per subject
+};
+
+/// Reads a subjects table (image paths resolved against its folder) or a study file (its table or BIDS
+/// dataset) for the sources of `model`. InputError naming the file and column for a missing id, image,
+/// covariate or feature column, or a subject without an image.
+NewSubjects ReadNewSubjects(const std::string& input, const exporting::ExportedModel& model);
+
+/// Class scores (subjects x C; C = 1 for binary and regression: the decision value) of the new
+/// subjects under each model, every image read once. Images must lie on the model's grid
+/// (GeometryMismatch naming the file, the expected and the found grid); `warnings` collects non-finite
+/// voxels replaced by the training mean.
+std::vector<Eigen::MatrixXd> ModelScores(const std::vector<exporting::ExportedModel>& models, const NewSubjects& subjects,
+                                         std::vector<std::string>& warnings);
+
+struct PredictOptions {
+  std::string modelDir, input, outDir;
+  bool force = false;
+};
+struct PredictOutcome {
+  std::string outputDir;
+  std::vector<std::string> lines;  ///< for the terminal
+};
+/// Reads the model(s), scores the subjects and writes predictions.tsv and summary.json into the
+/// output folder atomically (no partial output on any error).
+PredictOutcome Predict(const PredictOptions& options);
+
+}  // namespace neuromkl::pipeline

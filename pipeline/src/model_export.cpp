@@ -1,0 +1,395 @@
+// The final models and the outer folds' models, exported for `neuromkl predict` (docs/predict.md).
+#include "neuromkl/pipeline/model_export.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <optional>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include "neuromkl/core/errors.hpp"
+#include "neuromkl/core/hash.hpp"
+#include "neuromkl/core/strings.hpp"
+#include "neuromkl/export/derivative.hpp"
+#include "neuromkl/kernels/covariates.hpp"
+#include "neuromkl/pipeline/kernel_stage.hpp"
+#include "neuromkl/weights/weights.hpp"
+
+namespace neuromkl::pipeline {
+
+namespace {
+
+using config::KernelSource;
+
+constexpr double kZeroNormRelative = 1e-12;  // as kernels::InverseNorms
+
+Eigen::VectorXi Indices(const std::vector<int>& v) { return Eigen::Map<const Eigen::VectorXi>(v.data(), static_cast<Eigen::Index>(v.size())); }
+
+/// The model's training rows (positions in the kernels' rows): the training set, then unlabelled subjects.
+std::vector<int> TrainingRows(const cv::OuterFoldResult& fold) {
+  std::vector<int> rows = fold.train;
+  rows.insert(rows.end(), fold.unlabelled.begin(), fold.unlabelled.end());
+  return rows;
+}
+
+/// Kernel k's source name and kind.
+std::pair<std::string, std::string> KernelSourceOf(const StudyContext& ctx, std::size_t k) {
+  const auto& ks = ctx.ks;
+  if (ks.sourceNames.empty()) return {"", config::ToString(ctx.study.kernels.source)};
+  std::size_t first = 0;
+  for (std::size_t s = 0; s < ks.sourceNames.size(); ++s) {
+    if (k < first + ks.sourceKernelCounts[s]) return {ks.sourceNames[s], config::ToString(ctx.study.kernels.sources[s].kind)};
+    first += ks.sourceKernelCounts[s];
+  }
+  return {"", ""};
+}
+
+std::string HashOrEmpty(const std::string& path) {
+  if (path.empty()) return "";
+  std::error_code ec;
+  return std::filesystem::is_regular_file(path, ec) ? HashFile(path).Hex() : "";
+}
+
+/// The kernel names a tabular group gives (as the kernel stage names them) with their functions.
+std::vector<std::pair<std::string, exporting::ModelTabularKernel>> TabularKernelNames(const TabularGroupFeatures& g,
+                                                                                       const std::vector<config::TabularFunction>& functions) {
+  using Type = config::TabularFunction::Type;
+  const bool plain = functions.size() == 1 && functions[0].type == Type::Linear;
+  std::vector<std::pair<std::string, exporting::ModelTabularKernel>> out;
+  for (const auto& f : functions) {
+    exporting::ModelTabularKernel k;
+    k.columns = g.columns;
+    k.offset = f.offset;
+    if (f.type == Type::Linear) {
+      k.function = "linear";
+      out.emplace_back(plain ? g.name : g.name + ":linear", k);
+    }
+    for (double v : f.values) {
+      k.value = v;
+      if (f.type == Type::Polynomial) {
+        k.function = "polynomial";
+        out.emplace_back(g.name + ":poly(" + FormatDouble(v) + ")", k);
+      }
+      if (f.type == Type::Gaussian) {
+        k.function = "gaussian";
+        out.emplace_back(g.name + ":gaussian(" + FormatDouble(v) + ")", k);
+      }
+    }
+  }
+  return out;
+}
+
+/// A tabular source's training rows and kernels (sourceName "" for a single-source study).
+exporting::ModelTabularSource TabularSource(const StudyContext& ctx, const config::StudyConfig& study, const std::string& sourceName,
+                                            const std::vector<int>& rows) {
+  exporting::ModelTabularSource src;
+  src.name = sourceName;
+  src.idColumn = study.kernels.tabular.idColumn;
+  src.standardise = study.kernels.tabular.standardise;
+  const auto groups = TabularFeatures(study, ctx.cohort);
+  std::vector<std::pair<const TabularGroupFeatures*, Eigen::Index>> columnOf;  // column -> (group, its column)
+  for (const auto& g : groups)
+    for (std::size_t c = 0; c < g.columns.size(); ++c)
+      if (std::find(src.columns.begin(), src.columns.end(), g.columns[c]) == src.columns.end()) {
+        src.columns.push_back(g.columns[c]);
+        columnOf.emplace_back(&g, static_cast<Eigen::Index>(c));
+      }
+  const auto cols = static_cast<Eigen::Index>(src.columns.size());
+  src.mean.resize(cols);
+  src.sd.resize(cols);
+  src.rows.resize(static_cast<Eigen::Index>(rows.size()), cols);
+  for (Eigen::Index c = 0; c < cols; ++c) {
+    const auto& [g, gc] = columnOf[static_cast<std::size_t>(c)];
+    src.mean[c] = g->mean[gc];
+    src.sd[c] = g->sd[gc];
+    for (std::size_t i = 0; i < rows.size(); ++i)
+      src.rows(static_cast<Eigen::Index>(i), c) = g->X(ctx.kernelRows[static_cast<std::size_t>(rows[i])], gc);
+  }
+  const std::string prefix = sourceName.empty() ? "" : sourceName + ":";
+  for (const auto& g : groups)
+    for (auto& [name, k] : TabularKernelNames(g, study.kernels.tabular.functions))
+      for (std::size_t j = 0; j < ctx.ks.set.info.size(); ++j)
+        if (ctx.ks.set.info[j].name == prefix + name) {
+          k.kernel = j;
+          src.kernels.push_back(k);
+        }
+  return src;
+}
+
+Eigen::MatrixXd ModelBeta(const learners::Model& model, Eigen::Index K) {
+  if (!model.Multiclass()) return model.beta;
+  Eigen::MatrixXd beta(K, model.coefs.cols());
+  for (Eigen::Index c = 0; c < beta.cols(); ++c) beta.col(c) = model.betas.cols() > c ? Eigen::VectorXd(model.betas.col(c)) : model.beta;
+  return beta;
+}
+
+}  // namespace
+
+std::vector<cv::OuterFoldResult> FitFinalModels(const StudyContext& ctx) {
+  cv::Fold all;
+  for (int i = 0; i < ctx.n; ++i) all.train.push_back(i);
+  auto outcomes = cv::RunNestedCv(ctx.kernels, ctx.TargetsOf(ctx.cohort.y), {all}, ctx.FinalInner(), ctx.plans, ctx.nestedOptions);
+  std::vector<cv::OuterFoldResult> out;
+  for (auto& o : outcomes) {
+    out.push_back(std::move(o.folds.at(0)));
+    out.back().index = -1;
+  }
+  return out;
+}
+
+exporting::ExportedModel DescribeModel(const StudyContext& ctx, const exporting::RunRecord& record, const exporting::LearnerRecord& learner,
+                                       const cv::OuterFoldResult& fold, bool final) {
+  const auto& study = ctx.study;
+  const auto& model = fold.model;
+  const auto K = static_cast<Eigen::Index>(ctx.kernels.size());
+  const std::vector<int> rows = TrainingRows(fold);
+  const auto l = static_cast<Eigen::Index>(rows.size());
+  exporting::ExportedModel m;
+  m.study = study.name;
+  m.learner = learner.outcome.label;
+  m.learnerName = learner.outcome.name;
+  m.task = config::ToString(study.target.task);
+  m.fold = final ? -1 : fold.index;
+  m.repeat = final ? 0 : fold.repeat;
+  m.which = final ? "final: parameters chosen by the inner CV over every labelled subject, refitted on all of them"
+                  : fmt::format("outer fold {}{}: trained on that fold's training subjects", fold.index, fold.repeat > 0 ? fmt::format(" (repeat {})", fold.repeat) : "");
+  m.params = learner.outcome.grid.at(fold.chosen);
+  m.targetColumn = study.target.column;
+  m.positiveClass = ctx.cohort.positiveClass;
+  m.negativeClass = ctx.cohort.negativeClass;
+  if (study.target.task == learners::Task::Multiclass) m.classNames = ctx.cohort.classNames;
+  m.idColumn = study.subjects.idColumn;
+  m.version = record.version;
+  m.seed = study.seed;
+  m.fitStatus = cv::FoldStatus(fold);
+  m.info["selection"] = learner.outcome.grid.size() > 1
+                            ? fmt::format("inner CV ({}) over the training subjects, criterion {}, ties to the most regularised grid point", record.innerScheme,
+                                          study.cv.criterion.empty() ? (study.target.task == learners::Task::Regression ? "mse" : "balanced_accuracy") : study.cv.criterion)
+                            : "fixed parameters (no search)";
+  if (final) m.info["final_model_inner_cv_seed"] = std::to_string(cv::DeriveSeed(study.cv.seed, 0x46494E414CULL));
+  m.info["outer_cv"] = record.outerScheme;
+  m.info["inner_cv"] = record.innerScheme;
+  m.info["input_hash"] = record.inputHash;
+  m.info["kernel_source"] = record.kernelSource;
+  if (!record.atlas.empty()) {
+    m.info["atlas"] = record.atlas;
+    std::string atlasImage = study.atlas.image;
+    if (!study.atlas.builtin.empty())
+      if (auto f = atlas::BuiltinAtlas(study.atlas.builtin)) atlasImage = f->image;
+    m.info["atlas_xxh3"] = HashOrEmpty(atlasImage);
+    for (std::size_t p = 0; p < study.atlas.parts.size(); ++p) m.info[fmt::format("atlas_part{}_xxh3", p)] = HashOrEmpty(study.atlas.parts[p].image);
+  }
+  if (!study.mask.empty()) {
+    m.info["mask"] = study.mask;
+    m.info["mask_xxh3"] = HashOrEmpty(study.mask);
+  }
+  m.info["intensity_scaling"] = record.intensityScaling.empty() ? "none" : record.intensityScaling;
+  m.expected = learner.summary.pooled;
+  m.expectedSd = learner.summary.foldSd;
+  // Training cohort summary (labelled training subjects).
+  std::vector<double> y;
+  for (int i : fold.train) y.push_back(ctx.cohort.y[i]);
+  m.trainingSummary["n"] = static_cast<double>(y.size());
+  if (ctx.unlabelledCount > 0 && !fold.unlabelled.empty()) m.trainingSummary["n_unlabelled"] = static_cast<double>(fold.unlabelled.size());
+  if (study.target.task == learners::Task::Regression) {
+    if (!y.empty()) {
+      m.trainingSummary["target_min"] = *std::min_element(y.begin(), y.end());
+      m.trainingSummary["target_max"] = *std::max_element(y.begin(), y.end());
+      double sum = 0;
+      for (double v : y) sum += v;
+      m.trainingSummary["target_mean"] = sum / static_cast<double>(y.size());
+    }
+  } else {
+    for (double v : y) {
+      const std::string cls = study.target.task == learners::Task::Multiclass ? ctx.cohort.classNames.at(static_cast<std::size_t>(v))
+                                                                               : (v > 0 ? ctx.cohort.positiveClass : ctx.cohort.negativeClass);
+      m.trainingSummary["n_" + cls] += 1;
+    }
+  }
+  // What prediction needs.
+  m.centre = study.kernels.centre;
+  m.normalise = study.kernels.normalise;
+  for (Eigen::Index k = 0; k < K; ++k) {
+    m.kernelNames.push_back(ctx.ks.set.info[static_cast<std::size_t>(k)].name);
+    const auto [source, kind] = KernelSourceOf(ctx, static_cast<std::size_t>(k));
+    m.kernelSources.push_back(source);
+    m.kernelKinds.push_back(kind);
+  }
+  m.beta = ModelBeta(model, K);
+  m.bias = model.Multiclass() ? model.biases : Eigen::VectorXd::Constant(1, model.bias);
+  m.coef = model.Multiclass() ? model.coefs : Eigen::MatrixXd(model.coef);
+  for (int r : rows) m.trainingIds.push_back(ctx.cohort.ids[static_cast<std::size_t>(ctx.kernelRows[static_cast<std::size_t>(r)])]);
+  // The zero-norm floor of each kernel: 1e-12 of its largest centred training self-similarity.
+  const kernels::Covariates* covariates = ctx.nestedOptions.preprocessing.covariates.get();
+  const Eigen::VectorXi tr = Indices(rows), none(0);
+  std::optional<kernels::FoldResidualiser> residualiser;
+  if (covariates) residualiser = kernels::MakeFoldResidualiser(*covariates, tr, none);
+  m.floors = Eigen::VectorXd::Zero(K);
+  if (m.normalise)
+    for (Eigen::Index k = 0; k < K; ++k) {
+      kernels::FoldKernel fk = kernels::SliceFold(ctx.kernels[static_cast<std::size_t>(k)], tr, none);
+      if (residualiser) kernels::ResidualiseFold(fk, *residualiser);
+      if (m.centre) kernels::CentreFold(fk);
+      m.floors[k] = l > 0 ? kZeroNormRelative * std::max(0.0, fk.train.diagonal().maxCoeff()) : 0.0;
+    }
+  if (covariates) {
+    const auto& spec = study.covariates;
+    m.covariateNumeric = spec.columns;
+    for (const auto& col : spec.categorical) {
+      std::vector<std::string> levels;
+      for (int r : ctx.kernelRows) levels.push_back(ctx.cohort.covariateCells.at(col)[static_cast<std::size_t>(r)]);
+      std::sort(levels.begin(), levels.end(), LabelLess);
+      levels.erase(std::unique(levels.begin(), levels.end()), levels.end());
+      m.covariateCategorical.emplace_back(col, levels);
+    }
+    m.covariateFitOn = ctx.covariates->fitOn;
+    m.design.resize(l, covariates->design.cols());
+    for (Eigen::Index i = 0; i < l; ++i) {
+      const int r = rows[static_cast<std::size_t>(i)];
+      m.design.row(i) = covariates->design.row(r);
+      m.fitRows.push_back(covariates->fitRow.empty() ? 1 : covariates->fitRow[static_cast<std::size_t>(r)]);
+    }
+  }
+  // Sources.
+  auto imageSource = [&](const std::string& name, const std::string& column, const atlas::RegionIndex& regions, kernels::NanPolicy policy) {
+    exporting::ModelImageSource src;
+    src.name = name;
+    src.imageColumn = column;
+    src.grid = regions.grid;
+    src.space = study.atlas.space.empty() && !study.atlas.builtin.empty() ? "MNIColin27" : study.atlas.space;
+    src.nanPolicy = policy == kernels::NanPolicy::Zero ? "zero" : "drop_voxel";
+    if (name.empty() && study.kernels.intensity.scaling != kernels::IntensityScaling::None)
+      src.intensityScaling = study.kernels.intensity.scaling == kernels::IntensityScaling::GlobalMean ? "global_mean" : "reference_region";
+    m.imageSources.push_back(std::move(src));
+  };
+  if (study.kernels.source == KernelSource::Sources) {
+    std::size_t image = 0;
+    for (const auto& s : study.kernels.sources) {
+      if (s.kind == KernelSource::Images) {
+        const auto& is = ctx.ks.imageSources.at(image++);
+        imageSource(s.name, s.imageColumn, is.regions, is.nanPolicy);
+      }
+      if (s.kind == KernelSource::Tabular) m.tabularSources.push_back(TabularSource(ctx, SourceStudy(study, s), s.name, rows));
+      if (s.kind == KernelSource::Precomputed) m.precomputedSources.push_back(s.name);
+    }
+  } else if (study.kernels.source == KernelSource::Images) {
+    imageSource("", study.subjects.imageColumn, *ctx.ks.regions, study.kernels.nanPolicy);
+  } else if (study.kernels.source == KernelSource::Tabular) {
+    m.tabularSources.push_back(TabularSource(ctx, study, "", rows));
+  } else {
+    m.precomputedSources.push_back("precomputed");
+  }
+  return m;
+}
+
+void ExportModels(const StudyContext& ctx, const exporting::RunRecord& record, const std::vector<cv::OuterFoldResult>& finals, const std::string& dir) {
+  const auto& study = ctx.study;
+  const auto& ks = ctx.ks;
+  const kernels::Covariates* covariates = ctx.nestedOptions.preprocessing.covariates.get();
+  std::vector<std::string> labels;
+  for (const auto& lr : record.learners) labels.push_back(lr.outcome.label);
+  const auto folders = exporting::BidsLearnerLabels(labels);
+  struct Entry {
+    std::size_t learner;
+    const cv::OuterFoldResult* fold;
+    bool final;
+    std::string folder;
+    exporting::ExportedModel model;
+  };
+  std::vector<Entry> entries;
+  for (std::size_t l = 0; l < record.learners.size(); ++l) {
+    if (l < finals.size() && finals[l].error.empty()) entries.push_back({l, &finals[l], true, folders[l], {}});
+    else if (l < finals.size())
+      spdlog::warn("learner {}: the final model failed ({}); model/{} holds the outer folds' models only", labels[l], finals[l].error, folders[l]);
+    for (const auto& f : record.learners[l].outcome.folds)
+      if (f.error.empty()) entries.push_back({l, &f, false, folders[l] + "/folds/" + std::to_string(f.index), {}});
+  }
+  for (auto& e : entries) e.model = DescribeModel(ctx, record, record.learners[e.learner], *e.fold, e.final);
+
+  // Image arrays: per image source, every model's mean, covariate coefficient images and primal weights in one pass.
+  struct ImageSourceView {
+    const atlas::RegionIndex* regions;
+    const std::vector<std::string>* images;  // per cohort row
+    std::size_t first, count;
+    kernels::NanPolicy policy;
+  };
+  std::vector<ImageSourceView> views;
+  if (ks.regions) views.push_back({&*ks.regions, &ctx.cohort.images, 0, ks.set.info.size(), study.kernels.nanPolicy});  // (the kernels may have moved to ctx)
+  for (const auto& s : ks.imageSources) views.push_back({&s.regions, &s.images, s.firstKernel, s.kernelCount, s.nanPolicy});
+  const auto nRows = static_cast<Eigen::Index>(ctx.cohort.ids.size());
+  for (std::size_t v = 0; v < views.size(); ++v) {
+    const auto& view = views[v];
+    std::vector<weights::ModelImageRequest> requests;
+    for (const auto& e : entries) {
+      const std::vector<int> rows = TrainingRows(*e.fold);
+      const auto l = static_cast<double>(rows.size());
+      const Eigen::Index p = covariates ? covariates->design.cols() : 0;
+      weights::ModelImageRequest req;
+      Eigen::MatrixXd S = Eigen::MatrixXd::Zero(static_cast<Eigen::Index>(ctx.kernelRows.size()), 1 + p);
+      if (study.kernels.centre)
+        for (int r : rows) S(r, 0) = 1.0 / l;
+      if (covariates) {
+        const Eigen::VectorXi none(0);
+        const auto res = kernels::MakeFoldResidualiser(*covariates, Indices(rows), none);
+        const Eigen::RowVectorXd abar = res.trainA.colwise().mean();
+        for (std::size_t k = 0; k < res.fitPositions.size(); ++k) {
+          const int r = rows[static_cast<std::size_t>(res.fitPositions[k])];
+          if (study.kernels.centre) S(r, 0) -= abar[static_cast<Eigen::Index>(k)];
+          for (Eigen::Index j = 0; j < p; ++j) S(r, 1 + j) = res.P(j, static_cast<Eigen::Index>(k));
+        }
+      }
+      std::vector<Eigen::MatrixXd> D;
+      const Eigen::MatrixXd beta = e.model.beta;
+      for (Eigen::Index c = 0; c < beta.cols(); ++c) {
+        const Eigen::VectorXd coef = e.model.coef.col(c);
+        D.push_back(weights::SubjectWeights(ctx.kernels, {rows, {}, coef, beta.col(c)}, study.kernels.centre, study.kernels.normalise, covariates)
+                        .middleCols(static_cast<Eigen::Index>(view.first), static_cast<Eigen::Index>(view.count)));
+      }
+      // Kernel rows -> cohort rows (the image list covers every subject of the table: the NaN rule saw them all),
+      // intensity-scaled kernels are kernels of x_i / s_i.
+      auto toCohort = [&](const Eigen::MatrixXd& A) {
+        Eigen::MatrixXd B = Eigen::MatrixXd::Zero(nRows, A.cols());
+        for (std::size_t i = 0; i < ctx.kernelRows.size(); ++i) {
+          const auto r = static_cast<std::size_t>(ctx.kernelRows[i]);
+          B.row(static_cast<Eigen::Index>(r)) = A.row(static_cast<Eigen::Index>(i));
+          if (view.first == 0 && ks.regions && !ks.set.intensityScale.empty()) B.row(static_cast<Eigen::Index>(r)) /= ks.set.intensityScale[r];
+        }
+        return B;
+      };
+      req.voxelWeights = toCohort(S);
+      for (auto& d : D) req.kernelWeights.push_back(toCohort(d));
+      requests.push_back(std::move(req));
+    }
+    const std::vector<kernels::KernelInfo> info(ks.set.info.begin() + static_cast<std::ptrdiff_t>(view.first),
+                                                ks.set.info.begin() + static_cast<std::ptrdiff_t>(view.first + view.count));
+    weights::ModelImageLayout layout;
+    const auto arrays = weights::ModelImages(*view.images, *view.regions, info, requests, view.policy, layout);
+    std::vector<std::int64_t> scaleVoxels;
+    if (ks.regions && study.kernels.intensity.scaling == kernels::IntensityScaling::GlobalMean) scaleVoxels = layout.allVoxels;
+    if (ks.regions && study.kernels.intensity.scaling == kernels::IntensityScaling::ReferenceRegions) scaleVoxels = ReferenceVoxels(study, *ks.regions);
+    for (std::size_t q = 0; q < entries.size(); ++q) {
+      auto& src = entries[q].model.imageSources.at(v);
+      const auto& a = arrays[q];
+      const auto U = static_cast<Eigen::Index>(layout.voxels.size()), E = static_cast<Eigen::Index>(layout.entryKernel.size());
+      src.voxels.resize(U, 1 + a.atVoxels.cols());
+      for (Eigen::Index u = 0; u < U; ++u) src.voxels(u, 0) = static_cast<double>(layout.voxels[static_cast<std::size_t>(u)]);
+      src.voxels.rightCols(a.atVoxels.cols()) = a.atVoxels;
+      src.weights.resize(E, 3 + a.atEntries.cols());
+      for (Eigen::Index e = 0; e < E; ++e) {
+        src.weights(e, 0) = static_cast<double>(view.first + layout.entryKernel[static_cast<std::size_t>(e)]);
+        src.weights(e, 1) = static_cast<double>(layout.entryVoxel[static_cast<std::size_t>(e)]);
+        src.weights(e, 2) = layout.entryWeight[static_cast<std::size_t>(e)];
+      }
+      src.weights.rightCols(a.atEntries.cols()) = a.atEntries;
+      src.scaleVoxels = scaleVoxels;
+    }
+  }
+  std::vector<std::pair<std::string, std::string>> index;
+  for (std::size_t l = 0; l < labels.size(); ++l) index.emplace_back(labels[l], folders[l]);
+  for (const auto& e : entries) exporting::WriteModel(dir + "/model/" + e.folder, e.model);
+  exporting::WriteModelIndex(dir + "/model", index, study.name);
+}
+
+}  // namespace neuromkl::pipeline

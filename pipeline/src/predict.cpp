@@ -1,0 +1,426 @@
+// `neuromkl predict`: exported models applied to new subjects (docs/predict.md).
+#include "neuromkl/pipeline/predict.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <filesystem>
+#include <mutex>
+#include <optional>
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <tbb/parallel_for.h>
+
+#include "neuromkl/config/study_config.hpp"
+#include "neuromkl/core/errors.hpp"
+#include "neuromkl/core/strings.hpp"
+#include "neuromkl/core/table.hpp"
+#include "neuromkl/cv/nested_cv.hpp"
+#include "neuromkl/io/nifti.hpp"
+#include "neuromkl/kernels/covariates.hpp"
+#include "neuromkl/kernels/preprocess.hpp"
+#include "neuromkl/metrics/metrics.hpp"
+#include "neuromkl/pipeline/cohort.hpp"
+#include "neuromkl/pipeline/output_dir.hpp"
+
+namespace neuromkl::pipeline {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+bool EndsWith(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && ToLower(s.substr(s.size() - suffix.size())) == suffix;
+}
+
+std::string Shown(const std::vector<std::string>& items) {
+  std::vector<std::string> shown(items.begin(), items.begin() + static_cast<std::ptrdiff_t>(std::min<std::size_t>(10, items.size())));
+  return Join(shown, ", ") + (items.size() > 10 ? fmt::format(", ... ({} in all)", items.size()) : "");
+}
+
+/// Columns the model reads from the table besides ids and images: covariates, tabular features, target.
+std::vector<std::string> NeededColumns(const exporting::ExportedModel& m) {
+  std::vector<std::string> cols = m.covariateNumeric;
+  for (const auto& [c, levels] : m.covariateCategorical) cols.push_back(c);
+  for (const auto& s : m.tabularSources) cols.insert(cols.end(), s.columns.begin(), s.columns.end());
+  return cols;
+}
+
+NewSubjects FromTable(const std::string& tablePath, std::string idColumn, const exporting::ExportedModel& model,
+                      const std::map<std::string, std::string>& imageColumns) {
+  const DelimitedTable table = ReadDelimitedTable(tablePath);
+  NewSubjects s;
+  s.where = tablePath;
+  if (idColumn != "#row" && !table.Find(idColumn)) {
+    if (table.Find("participant_id")) idColumn = "participant_id";
+    else if (table.Find("subject")) idColumn = "subject";
+  }
+  const bool byRow = idColumn == "#row";
+  const std::size_t idCol = byRow ? 0 : table.Require(idColumn, "subject id column (the model's id column)");
+  for (std::size_t r = 0; r < table.rows.size(); ++r) s.ids.push_back(byRow ? std::to_string(r + 1) : table.rows[r][idCol]);
+  if (s.ids.empty()) throw InputError("predict:NoSubjects", tablePath, "the table has no subject row");
+  for (const auto& [source, column] : imageColumns) {
+    const std::size_t col = table.Require(column, source.empty() ? "image column of the model" : "image column of source \"" + source + "\"");
+    std::vector<std::string> missing;
+    auto& paths = s.images[source];
+    for (std::size_t r = 0; r < table.rows.size(); ++r) {
+      if (IsMissingCell(table.rows[r][col])) missing.push_back(s.ids[r]);
+      paths.push_back(ResolveImagePath(tablePath, table.rows[r][col]));
+    }
+    if (!missing.empty())
+      throw InputError("predict:MissingImage", tablePath, fmt::format("{} subjects have no image in column \"{}\": {}", missing.size(), column, Shown(missing)));
+  }
+  for (const auto& column : NeededColumns(model)) {
+    const std::size_t col = table.Require(column, "column the model needs (covariate or feature)");
+    auto& cells = s.cells[column];
+    for (const auto& row : table.rows) cells.push_back(row[col]);
+  }
+  if (const auto col = table.Find(model.targetColumn)) {
+    auto& cells = s.cells[model.targetColumn];
+    for (const auto& row : table.rows) cells.push_back(row[*col]);
+  }
+  return s;
+}
+
+double ParseFinite(const std::string& cell, const std::string& where, const std::string& what) {
+  char* end = nullptr;
+  const double v = std::strtod(cell.c_str(), &end);
+  if (cell.empty() || end != cell.c_str() + cell.size() || !std::isfinite(v))
+    throw InputError("predict:NotNumeric", where, fmt::format("{} holds \"{}\", expected a finite number", what, cell));
+  return v;
+}
+
+/// The new subjects' covariate design (intercept first), with the training levels of categorical columns.
+Eigen::MatrixXd NewDesign(const exporting::ExportedModel& m, const NewSubjects& s) {
+  const auto n = static_cast<Eigen::Index>(s.ids.size());
+  Eigen::MatrixXd C(n, m.design.cols());
+  C.col(0).setOnes();
+  Eigen::Index col = 1;
+  for (const auto& name : m.covariateNumeric) {
+    const auto& cells = s.cells.at(name);
+    for (Eigen::Index i = 0; i < n; ++i)
+      C(i, col) = ParseFinite(cells[static_cast<std::size_t>(i)], s.where, fmt::format("subject {}: covariate column \"{}\"", s.ids[static_cast<std::size_t>(i)], name));
+    ++col;
+  }
+  for (const auto& [name, levels] : m.covariateCategorical) {
+    const auto& cells = s.cells.at(name);
+    for (Eigen::Index i = 0; i < n; ++i) {
+      const std::string& v = cells[static_cast<std::size_t>(i)];
+      const auto it = std::find(levels.begin(), levels.end(), v);
+      if (it == levels.end())
+        throw InputError("predict:UnknownLevel", s.where,
+                         fmt::format("subject {}: covariate column \"{}\" holds \"{}\", a level the model was not trained with (levels: {})",
+                                     s.ids[static_cast<std::size_t>(i)], name, v, Join(levels, ", ")));
+      for (std::size_t l = 1; l < levels.size(); ++l) C(i, col + static_cast<Eigen::Index>(l) - 1) = *it == levels[l] ? 1.0 : 0.0;
+    }
+    col += static_cast<Eigen::Index>(levels.size()) - 1;
+  }
+  return C;
+}
+
+/// Kernel-space sources (tabular): raw rows against the training rows, preprocessed as in the folds.
+void AddTabularScores(const exporting::ExportedModel& m, const NewSubjects& s, const Eigen::MatrixXd& newDesign, Eigen::MatrixXd& scores) {
+  const auto n = static_cast<Eigen::Index>(s.ids.size()), l = static_cast<Eigen::Index>(m.trainingIds.size());
+  std::optional<kernels::FoldResidualiser> residualiser;
+  if (m.design.cols() > 0) {
+    kernels::Covariates cov;
+    cov.design.resize(l + n, m.design.cols());
+    cov.design << m.design, newDesign;
+    cov.fitRow = m.fitRows;
+    cov.fitRow.resize(static_cast<std::size_t>(l + n), 0);
+    const Eigen::VectorXi tr = Eigen::VectorXi::LinSpaced(l, 0, static_cast<int>(l) - 1);
+    const Eigen::VectorXi te = Eigen::VectorXi::LinSpaced(n, static_cast<int>(l), static_cast<int>(l + n) - 1);
+    residualiser = kernels::MakeFoldResidualiser(cov, tr, te, "model training rows");
+  }
+  for (const auto& src : m.tabularSources) {
+    Eigen::MatrixXd Z(n, static_cast<Eigen::Index>(src.columns.size()));
+    for (std::size_t c = 0; c < src.columns.size(); ++c) {
+      const auto& cells = s.cells.at(src.columns[c]);
+      for (Eigen::Index i = 0; i < n; ++i)
+        Z(i, static_cast<Eigen::Index>(c)) =
+            (ParseFinite(cells[static_cast<std::size_t>(i)], s.where, fmt::format("subject {}: feature column \"{}\"", s.ids[static_cast<std::size_t>(i)], src.columns[c])) -
+             src.mean[static_cast<Eigen::Index>(c)]) /
+            src.sd[static_cast<Eigen::Index>(c)];
+    }
+    for (const auto& k : src.kernels) {
+      std::vector<Eigen::Index> idx;
+      for (const auto& col : k.columns) idx.push_back(static_cast<Eigen::Index>(std::find(src.columns.begin(), src.columns.end(), col) - src.columns.begin()));
+      const Eigen::MatrixXd Xt = src.rows(Eigen::all, idx), Xn = Z(Eigen::all, idx);
+      kernels::FoldKernel fk;
+      const Eigen::MatrixXd Gtt = Xt * Xt.transpose(), Gnt = Xn * Xt.transpose();
+      const Eigen::VectorXd dt = Gtt.diagonal(), dn = Xn.rowwise().squaredNorm();
+      if (k.function == "linear") {
+        fk.train = Gtt, fk.testTrain = Gnt, fk.testDiag = dn;
+      } else if (k.function == "polynomial") {
+        fk.train = (Gtt.array() + k.offset).pow(k.value).matrix();
+        fk.testTrain = (Gnt.array() + k.offset).pow(k.value).matrix();
+        fk.testDiag = (dn.array() + k.offset).pow(k.value).matrix();
+      } else {
+        auto gauss = [&](const Eigen::MatrixXd& G, const Eigen::VectorXd& a, const Eigen::VectorXd& b) {
+          const Eigen::MatrixXd D2 = ((a * Eigen::RowVectorXd::Ones(b.size()) + Eigen::VectorXd::Ones(a.size()) * b.transpose() - 2 * G).array().max(0.0)).matrix();
+          return Eigen::MatrixXd((-D2.array() / (2 * k.value * k.value)).exp());
+        };
+        fk.train = gauss(Gtt, dt, dt);
+        fk.testTrain = gauss(Gnt, dn, dt);
+        fk.testDiag = Eigen::VectorXd::Ones(n);
+      }
+      if (residualiser) kernels::ResidualiseFold(fk, *residualiser);
+      if (m.centre) kernels::CentreFold(fk);
+      if (m.normalise) kernels::NormaliseFold(fk);
+      for (Eigen::Index c = 0; c < scores.cols(); ++c)
+        if (const double b = m.beta(static_cast<Eigen::Index>(k.kernel), c); b != 0.0) scores.col(c) += b * (fk.testTrain * m.coef.col(c));
+    }
+  }
+}
+
+}  // namespace
+
+NewSubjects ReadNewSubjects(const std::string& input, const exporting::ExportedModel& model) {
+  std::error_code ec;
+  if (!fs::is_regular_file(input, ec)) throw InputError("predict:Missing", input, "the subjects table or study file does not exist");
+  std::map<std::string, std::string> imageColumns;
+  for (const auto& src : model.imageSources) imageColumns[src.name] = src.imageColumn;
+  if (!EndsWith(input, ".json")) return FromTable(input, model.idColumn, model, imageColumns);
+  const config::StudyConfig study = config::LoadStudyConfig(input);
+  if (study.kernels.source == config::KernelSource::Images && imageColumns.count("")) imageColumns[""] = study.subjects.imageColumn;
+  for (const auto& s : study.kernels.sources)
+    if (imageColumns.count(s.name) && s.kind == config::KernelSource::Images) imageColumns[s.name] = s.imageColumn;
+  if (study.subjects.bids.root.empty()) return FromTable(study.subjects.table, study.subjects.idColumn, model, imageColumns);
+  // A BIDS dataset: ids from its participants table, each image found by the study's entities.
+  std::map<std::string, std::string> none;
+  NewSubjects s = FromTable(study.subjects.table, study.subjects.idColumn, model, none);
+  if (model.imageSources.size() > 1) throw InputError("predict:Bids", input, "a BIDS dataset gives one image per subject; this model has several image sources");
+  if (!model.imageSources.empty()) s.images[model.imageSources[0].name] = FindBidsImages(study.subjects.bids, s.ids);
+  return s;
+}
+
+std::vector<Eigen::MatrixXd> ModelScores(const std::vector<exporting::ExportedModel>& models, const NewSubjects& subjects, std::vector<std::string>& warnings) {
+  const auto n = static_cast<Eigen::Index>(subjects.ids.size());
+  std::vector<Eigen::MatrixXd> scores;
+  for (const auto& m : models) {
+    if (!m.precomputedSources.empty())
+      throw InputError("predict:Precomputed", m.study,
+                       fmt::format("model of learner {} has precomputed kernel sources ({}): predict needs their test-vs-training kernel rows, "
+                                   "which it does not read yet",
+                                   m.learner, Join(m.precomputedSources, ", ")));
+    scores.push_back(m.bias.transpose().replicate(n, 1));
+  }
+  std::vector<Eigen::MatrixXd> designs(models.size());
+  for (std::size_t q = 0; q < models.size(); ++q)
+    if (models[q].design.cols() > 0) designs[q] = NewDesign(models[q], subjects);
+  // Image sources: each image read once, scored under every model.
+  std::vector<std::string> sourceNames;
+  for (const auto& m : models)
+    for (const auto& src : m.imageSources)
+      if (std::find(sourceNames.begin(), sourceNames.end(), src.name) == sourceNames.end()) sourceNames.push_back(src.name);
+  std::mutex warnMutex;
+  for (const auto& name : sourceNames) {
+    const auto& paths = subjects.images.at(name);
+    tbb::parallel_for(Eigen::Index{0}, n, [&](Eigen::Index i) {
+      const std::string& path = paths[static_cast<std::size_t>(i)];
+      const io::Volume vol = io::ReadVolume(path);
+      for (std::size_t q = 0; q < models.size(); ++q) {
+        const auto& m = models[q];
+        for (const auto& src : m.imageSources) {
+          if (src.name != name) continue;
+          if (const auto diff = vol.geometry.DifferenceFrom(src.grid); !diff.empty())
+            throw GeometryMismatch("predict:GridMismatch", path,
+                                   fmt::format("subject {}: the image is not on the model's grid (expected {}, found {}): {}; resample it to the "
+                                               "training images' grid (the same space and affine) first",
+                                               subjects.ids[static_cast<std::size_t>(i)], src.grid.Describe(), vol.geometry.Describe(), diff));
+          double scale = 1.0;
+          if (src.intensityScaling != "none") {
+            double sum = 0;
+            std::int64_t count = 0;
+            for (auto v : src.scaleVoxels)
+              if (const float x = vol.data[static_cast<std::size_t>(v)]; std::isfinite(x)) sum += x, ++count;
+            scale = count > 0 ? sum / static_cast<double>(count) : 0.0;
+            if (!(scale > 0) || !std::isfinite(scale))
+              throw InputError("predict:IntensityScale", path, fmt::format("subject {}: intensity scaling needs a positive mean, found {}", subjects.ids[static_cast<std::size_t>(i)], scale));
+          }
+          const bool zero = src.nanPolicy == "zero";
+          const Eigen::Index U = src.voxels.rows(), p = src.voxels.cols() - 2;
+          Eigen::VectorXd xc(U);
+          std::int64_t nonFinite = 0;
+          for (Eigen::Index u = 0; u < U; ++u) {
+            const float raw = vol.data[static_cast<std::size_t>(src.voxels(u, 0))];
+            if (!std::isfinite(raw) && !zero) {  // no contribution: as if the voxel equalled the training mean
+              xc[u] = 0.0;
+              ++nonFinite;
+              continue;
+            }
+            double x = (std::isfinite(raw) ? static_cast<double>(raw) : 0.0) / scale;
+            for (Eigen::Index j = 0; j < p; ++j) x -= designs[q](i, j) * src.voxels(u, 2 + j);
+            xc[u] = x - src.voxels(u, 1);
+          }
+          if (nonFinite > 0) {
+            std::lock_guard lock(warnMutex);
+            warnings.push_back(fmt::format("subject {}: {} voxels of the model are NaN or infinite in {} (learner {}); they were treated as the training "
+                                           "mean (no contribution)",
+                                           subjects.ids[static_cast<std::size_t>(i)], nonFinite, path, m.learner));
+          }
+          const Eigen::Index K = m.beta.rows(), C = m.beta.cols();
+          Eigen::VectorXd norm2 = Eigen::VectorXd::Zero(K);
+          Eigen::MatrixXd dot = Eigen::MatrixXd::Zero(K, C);
+          for (Eigen::Index e = 0; e < src.weights.rows(); ++e) {
+            const auto k = static_cast<Eigen::Index>(src.weights(e, 0));
+            const double x = xc[static_cast<Eigen::Index>(src.weights(e, 1))];
+            norm2[k] += src.weights(e, 2) * x * x;
+            for (Eigen::Index c = 0; c < C; ++c) dot(k, c) += src.weights(e, 3 + c) * x;
+          }
+          std::vector<char> inSource(static_cast<std::size_t>(K), 0);
+          for (Eigen::Index e = 0; e < src.weights.rows(); ++e) inSource[static_cast<std::size_t>(src.weights(e, 0))] = 1;
+          for (Eigen::Index k = 0; k < K; ++k) {
+            if (!inSource[static_cast<std::size_t>(k)]) continue;
+            double s = 1.0;
+            if (m.normalise) s = norm2[k] > m.floors[k] && norm2[k] > 0 ? 1.0 / std::sqrt(norm2[k]) : 0.0;
+            scores[q].row(i) += s * dot.row(k);
+          }
+        }
+      }
+    });
+  }
+  for (std::size_t q = 0; q < models.size(); ++q)
+    if (!models[q].tabularSources.empty()) AddTabularScores(models[q], subjects, designs[q], scores[q]);
+  return scores;
+}
+
+PredictOutcome Predict(const PredictOptions& options) {
+  std::vector<exporting::ExportedModel> models;
+  for (const auto& dir : exporting::ModelFolders(options.modelDir)) models.push_back(exporting::ReadModel(dir));
+  const auto& first = models.front();
+  for (const auto& m : models)
+    if (m.task != first.task || m.targetColumn != first.targetColumn)
+      throw InputError("model:Mixed", options.modelDir, "the models of this folder differ in task or target; predict with one model folder at a time");
+  NewSubjects subjects = ReadNewSubjects(options.input, first);
+  for (std::size_t q = 1; q < models.size(); ++q) {  // every model's columns must be there too
+    const NewSubjects other = ReadNewSubjects(options.input, models[q]);
+    for (const auto& [col, cells] : other.cells) subjects.cells.emplace(col, cells);
+    for (const auto& [src, paths] : other.images) subjects.images.emplace(src, paths);
+  }
+  std::string outDir = options.outDir;
+  if (outDir.empty()) outDir = (fs::path(options.input).parent_path() / ("predictions_" + first.study)).string();
+  outDir = fs::absolute(outDir).lexically_normal().string();
+  std::vector<std::string> inputs = {options.modelDir, options.input};
+  for (const auto& [src, paths] : subjects.images) inputs.insert(inputs.end(), paths.begin(), paths.end());
+  AtomicOutputDir out(outDir, options.force, inputs);
+  std::vector<std::string> warnings;
+  const auto scores = ModelScores(models, subjects, warnings);
+  for (const auto& w : warnings) spdlog::warn("{}", w);
+
+  const std::string& task = first.task;
+  const auto n = subjects.ids.size();
+  // Targets, when the table has the target column.
+  const auto targetCells = subjects.cells.find(first.targetColumn);
+  std::vector<std::optional<double>> y(n);
+  if (targetCells != subjects.cells.end())
+    for (std::size_t i = 0; i < n; ++i) {
+      const std::string& cell = targetCells->second[i];
+      if (IsMissingCell(cell)) continue;
+      if (task == "regression") y[i] = ParseFinite(cell, subjects.where, fmt::format("subject {}: target column \"{}\"", subjects.ids[i], first.targetColumn));
+      else if (task == "classification") {
+        if (cell != first.positiveClass && cell != first.negativeClass)
+          throw InputError("predict:UnknownClass", subjects.where,
+                           fmt::format("subject {}: target \"{}\" is neither class of the model ({}, {})", subjects.ids[i], cell, first.positiveClass, first.negativeClass));
+        y[i] = cell == first.positiveClass ? 1.0 : -1.0;
+      } else {
+        const auto it = std::find(first.classNames.begin(), first.classNames.end(), cell);
+        if (it == first.classNames.end())
+          throw InputError("predict:UnknownClass", subjects.where,
+                           fmt::format("subject {}: target \"{}\" is not a class of the model ({})", subjects.ids[i], cell, Join(first.classNames, ", ")));
+        y[i] = static_cast<double>(it - first.classNames.begin());
+      }
+    }
+  const bool haveTargets = std::any_of(y.begin(), y.end(), [](const auto& v) { return v.has_value(); });
+  bool anyCalibration = false, anyCorrection = false;
+  for (const auto& m : models) anyCalibration |= m.calibration.has_value(), anyCorrection |= m.biasCorrection.has_value();
+  exporting::PredictionRows rows;
+  rows.header = {"subject", "learner", "model"};
+  if (haveTargets) rows.header.push_back("target");
+  if (task == "multiclass") {
+    rows.header.push_back("predicted");
+    for (const auto& c : first.classNames) rows.header.push_back("score_" + c);
+  } else if (task == "classification") {
+    rows.header.insert(rows.header.end(), {"decision", "predicted"});
+    if (anyCalibration) rows.header.push_back("probability");
+  } else {
+    rows.header.push_back("prediction");
+    if (haveTargets) rows.header.push_back("gap");
+    if (anyCorrection) rows.header.push_back("corrected_prediction");
+    if (anyCorrection && haveTargets) rows.header.push_back("corrected_gap");
+  }
+  std::map<std::string, std::map<std::string, double>> performance;
+  std::vector<std::string> lines;
+  for (std::size_t q = 0; q < models.size(); ++q) {
+    const auto& m = models[q];
+    const Eigen::MatrixXd& S = scores[q];
+    const std::string which = m.fold < 0 ? "final" : fmt::format("fold{}", m.fold);
+    for (std::size_t i = 0; i < n; ++i) {
+      const auto r = static_cast<Eigen::Index>(i);
+      std::vector<std::string> row = {subjects.ids[i], m.learner, which};
+      if (haveTargets) row.push_back(y[i] ? targetCells->second[i] : "n/a");
+      if (task == "multiclass") {
+        Eigen::Index best = 0;
+        S.row(r).maxCoeff(&best);
+        row.push_back(m.classNames[static_cast<std::size_t>(best)]);
+        for (Eigen::Index c = 0; c < S.cols(); ++c) row.push_back(FormatDouble(S(r, c)));
+      } else if (task == "classification") {
+        const double f = S(r, 0);
+        row.push_back(FormatDouble(f));
+        row.push_back(f >= 0 ? m.positiveClass : m.negativeClass);  // as the study's predictions.tsv
+        if (anyCalibration) row.push_back(m.calibration ? FormatDouble(1.0 / (1.0 + std::exp(m.calibration->first * f + m.calibration->second))) : "n/a");
+      } else {
+        const double f = S(r, 0);
+        row.push_back(FormatDouble(f));
+        if (haveTargets) row.push_back(y[i] ? FormatDouble(f - *y[i]) : "n/a");
+        if (anyCorrection) {
+          const std::optional<double> corrected =
+              m.biasCorrection ? std::optional<double>((f - m.biasCorrection->second) / m.biasCorrection->first) : std::nullopt;
+          row.push_back(corrected ? FormatDouble(*corrected) : "n/a");
+          if (haveTargets) row.push_back(corrected && y[i] ? FormatDouble(*corrected - *y[i]) : "n/a");
+        }
+      }
+      rows.rows.push_back(std::move(row));
+    }
+    if (haveTargets) {
+      std::vector<Eigen::Index> have;
+      for (std::size_t i = 0; i < n; ++i)
+        if (y[i]) have.push_back(static_cast<Eigen::Index>(i));
+      const auto h = static_cast<Eigen::Index>(have.size());
+      Eigen::VectorXd yy(h), f(h);
+      Eigen::MatrixXd sc(h, task == "multiclass" ? S.cols() : 0);
+      for (Eigen::Index k = 0; k < h; ++k) {
+        yy[k] = *y[static_cast<std::size_t>(have[static_cast<std::size_t>(k)])];
+        f[k] = S(have[static_cast<std::size_t>(k)], 0);
+        if (task == "multiclass") sc.row(k) = S.row(have[static_cast<std::size_t>(k)]);
+      }
+      if (task == "multiclass") f = metrics::PredictedClasses(sc);
+      const learners::Task t = task == "multiclass" ? learners::Task::Multiclass : task == "classification" ? learners::Task::Classification : learners::Task::Regression;
+      learners::Targets targets{t, yy, static_cast<int>(m.classNames.size())};
+      auto& perf = performance[m.learner + (m.fold < 0 ? "" : " " + which)];
+      perf = cv::Metrics(targets, yy, f, sc);
+      if (task == "regression")
+        lines.push_back(fmt::format("{:<12} r {:.3f}, R^2 {:.3f}, MAE {:.4g} on {} subjects (expected from the nested CV: r {:.3f}, R^2 {:.3f})", m.learner,
+                                    perf["pearson_r"], perf["r2"], perf["mae"], h, m.expected.count("pearson_r") ? m.expected.at("pearson_r") : NAN,
+                                    m.expected.count("r2") ? m.expected.at("r2") : NAN));
+      else
+        lines.push_back(fmt::format("{:<12} balanced accuracy {:.3f}, accuracy {:.3f} on {} subjects (expected from the nested CV: balanced accuracy {:.3f})",
+                                    m.learner, perf["balanced_accuracy"], perf["accuracy"], h,
+                                    m.expected.count("balanced_accuracy") ? m.expected.at("balanced_accuracy") : NAN));
+    }
+  }
+  std::map<std::string, std::string> summary = {{"format", "neuromkl-predictions"},
+                                                {"model", fs::absolute(options.modelDir).lexically_normal().string()},
+                                                {"input", fs::absolute(options.input).lexically_normal().string()},
+                                                {"study", first.study},
+                                                {"task", task},
+                                                {"subjects", std::to_string(n)},
+                                                {"learners", std::to_string(models.size())}};
+  exporting::WritePredictionOutputs(out.Path(), rows, summary, performance, warnings);
+  out.Commit();
+  lines.insert(lines.begin(), fmt::format("Predicted {} subjects with {} model(s) of study {}", n, models.size(), first.study));
+  return {out.FinalPath(), lines};
+}
+
+}  // namespace neuromkl::pipeline
