@@ -1,0 +1,264 @@
+// Exported models and `neuromkl predict` end to end (docs/predict.md): each outer fold's exported model,
+// applied to that fold's held-out subjects, reproduces the nested-CV decision values; a model trained on
+// one simulated cohort scores an independent one within the nested-CV interval; calibration and bias
+// correction slots; bad inputs exit 2 with clear messages and no output.
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <set>
+
+#include <gmock/gmock.h>
+
+#include <nlohmann/json.hpp>
+
+#include "neuromkl/export/model.hpp"
+#include "testing.hpp"
+
+using neuromkl::testing::ReadFile;
+using neuromkl::testing::ReadTsv;
+using neuromkl::testing::RunCli;
+using neuromkl::testing::TempDir;
+using neuromkl::testing::WriteFile;
+using ::testing::HasSubstr;
+
+namespace fs = std::filesystem;
+
+namespace {
+
+using Rows = std::vector<std::vector<std::string>>;
+
+std::size_t Col(const Rows& rows, const std::string& name) {
+  for (std::size_t c = 0; c < rows[0].size(); ++c)
+    if (rows[0][c] == name) return c;
+  ADD_FAILURE() << "no column " << name;
+  return 0;
+}
+
+/// The cohort's participants.tsv restricted to `ids`, image paths made absolute.
+void WriteSubset(const std::string& cohort, const std::set<std::string>& ids, const std::string& path) {
+  const Rows part = ReadTsv(cohort + "/participants.tsv");
+  std::string text;
+  for (std::size_t r = 0; r < part.size(); ++r) {
+    if (r > 0 && !ids.count(part[r][0])) continue;
+    for (std::size_t c = 0; c < part[r].size(); ++c) {
+      const bool image = r > 0 && part[0][c].rfind("image", 0) == 0;
+      text += (c ? "\t" : "") + (image ? fs::absolute(cohort + "/" + part[r][c]).string() : part[r][c]);
+    }
+    text += "\n";
+  }
+  WriteFile(path, text);
+}
+
+class PredictCli : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir();
+    for (const auto& [name, args] : std::vector<std::pair<std::string, std::string>>{
+             {"cls", "--subjects 40 --seed 1 --downsample 3"},
+             {"reg", "--subjects 50 --seed 3 --downsample 3 --task regression --age-regions Frontal_Sup_L --age-target-correlation 0.5 --clinical-effect 1"},
+             {"multi", "--subjects 45 --seed 5 --downsample 3 --classes 3 --signal \"Hippocampus_L,Amygdala_L;Precuneus_R;Frontal_Mid_L\""},
+             {"trainA", "--subjects 60 --seed 21 --downsample 3 --effect 0.6"},
+             {"newB", "--subjects 60 --seed 22 --downsample 3 --effect 0.6"},
+             {"coarse", "--subjects 6 --seed 4 --downsample 4"}}) {
+      const auto r = RunCli("simulate --out " + Path(name) + " " + args + " -q");
+      ASSERT_EQ(r.exitCode, 0) << r.output;
+    }
+  }
+  static void TearDownTestSuite() {
+    delete dir_;
+    dir_ = nullptr;
+  }
+  static std::string Path(const std::string& name) { return *dir_ / name; }
+  /// Writes and runs a study on cohort `cohort`; returns its results folder.
+  static std::string Run(const std::string& name, const std::string& cohort, const std::string& body,
+                         const std::string& output = R"({"weight_maps": false})") {
+    const std::string study = Path(name + ".json");
+    WriteFile(study, R"({"name": ")" + name + R"(", "subjects": {"table": ")" + cohort + R"(/participants.tsv"}, "atlas": "aal",
+      "output": )" + output + R"(, "seed": 7, )" + body + "}");
+    const auto r = RunCli("run " + study + " -q");
+    EXPECT_EQ(r.exitCode, 0) << r.output;
+    return Path("results/" + name);
+  }
+  /// Every learner's fold models applied to their held-out subjects: the decision values (or class scores)
+  /// of the study's predictions.tsv, to 1e-6 of the fold's largest magnitude (the kernels are float32
+  /// products accurate to ~1e-7 relative, README; predict works in double on the same float32 voxels).
+  static void ExpectFoldModelsReproduce(const std::string& results, const std::string& cohort, std::size_t learners) {
+    const auto index = nlohmann::json::parse(ReadFile(results + "/model/model.json"));
+    ASSERT_EQ(index.at("learners").size(), learners);
+    const Rows study = ReadTsv(results + "/predictions.tsv");
+    const std::size_t subject = Col(study, "subject"), learner = Col(study, "learner"), fold = Col(study, "fold");
+    std::vector<std::string> valueColumns;
+    for (const auto& c : study[0])
+      if (c.rfind("score_", 0) == 0) valueColumns.push_back(c);
+    if (valueColumns.empty()) valueColumns = {"decision"};
+    int checked = 0;
+    for (const auto& entry : index.at("learners")) {
+      const std::string label = entry.at("label"), folder = entry.at("folder");
+      std::map<std::string, std::map<std::string, std::vector<double>>> expected;  // fold -> subject -> values
+      for (std::size_t r = 1; r < study.size(); ++r)
+        if (study[r][learner] == label)
+          for (const auto& c : valueColumns) expected[study[r][fold]][study[r][subject]].push_back(std::stod(study[r][Col(study, c)]));
+      for (const auto& [k, bySubject] : expected) {
+        std::set<std::string> ids;
+        double scale = 0;
+        for (const auto& [id, v] : bySubject) {
+          ids.insert(id);
+          for (double x : v) scale = std::max(scale, std::abs(x));
+        }
+        const std::string table = Path("fold_" + label + "_" + k + ".tsv"), out = Path("pred_" + label + "_" + k);
+        WriteSubset(cohort, ids, table);
+        const auto r = RunCli("predict " + results + "/model/" + folder + "/folds/" + k + " " + table + " --out " + out + " -q");
+        ASSERT_EQ(r.exitCode, 0) << r.output;
+        const Rows pred = ReadTsv(out + "/predictions.tsv");
+        ASSERT_EQ(pred.size(), ids.size() + 1);
+        const bool multi = valueColumns[0] != "decision";
+        const std::string regressionColumn = std::find(pred[0].begin(), pred[0].end(), "prediction") != pred[0].end() ? "prediction" : "decision";
+        for (std::size_t p = 1; p < pred.size(); ++p) {
+          const auto& want = bySubject.at(pred[p][0]);
+          for (std::size_t c = 0; c < valueColumns.size(); ++c) {
+            const double got = std::stod(pred[p][Col(pred, multi ? valueColumns[c] : regressionColumn)]);
+            EXPECT_NEAR(got, want[c], 1e-6 * scale) << label << " fold " << k << " subject " << pred[p][0] << " " << valueColumns[c];
+          }
+        }
+        ++checked;
+      }
+    }
+    EXPECT_GE(checked, static_cast<int>(learners) * 5);
+  }
+  /// The classification and regression studies (each test runs in its own process: run once there).
+  static std::string Cls() {
+    if (!fs::exists(Path("results/cls")))
+      Run("cls", Path("cls"), R"("target": {"column": "group", "task": "classification", "positive_class": "patient"},
+        "learners": [{"name": "svm"}, {"name": "enmkl_svm", "params": {"c": 1, "mu": 0.5}}])");
+    return Path("results/cls");
+  }
+  static std::string Reg() {
+    if (!fs::exists(Path("results/reg")))
+      Run("reg", Path("reg"), R"("target": {"column": "score", "task": "regression"}, "covariates": ["age"],
+        "kernels": {"sources": [{"name": "mri", "kind": "images"},
+          {"name": "clin", "kind": "tabular", "tabular": {"table": ")" + Path("reg") + R"(/participants.tsv", "id_column": "subject",
+           "groups": {"clinical": ["clinical"]}}}]},
+        "learners": [{"name": "krr"}, {"name": "enmkl_krr"}])");
+    return Path("results/reg");
+  }
+  static TempDir* dir_;
+};
+TempDir* PredictCli::dir_ = nullptr;
+
+TEST_F(PredictCli, FoldModelsReproduceNestedCvClassification) {
+  const auto results = Cls();
+  ExpectFoldModelsReproduce(results, Path("cls"), 2);
+  // The model card: what was trained and how well it is expected to predict.
+  const auto card = nlohmann::json::parse(ReadFile(results + "/model/Svm/model.json"));
+  EXPECT_EQ(card.at("learner").at("name"), "svm");
+  EXPECT_EQ(card.at("training").at("summary").at("n"), 40);
+  EXPECT_TRUE(card.at("expected_performance").at("pooled").contains("balanced_accuracy"));
+  EXPECT_EQ(card.at("sources").at(0).at("grid").at("dims").size(), 3u);
+  EXPECT_FALSE(card.at("info").at("atlas_xxh3").get<std::string>().empty());
+  EXPECT_TRUE(card.at("calibration").is_null());
+}
+
+// Regression with covariates (age) and two sources (images + a tabular clinical score): KRR and ENMKL-KRR.
+TEST_F(PredictCli, FoldModelsReproduceNestedCvRegressionWithCovariatesAndTabularSource) {
+  const auto results = Reg();
+  ExpectFoldModelsReproduce(results, Path("reg"), 2);
+}
+
+TEST_F(PredictCli, FoldModelsReproduceNestedCvMulticlassKelm) {
+  const auto results = Run("multi", Path("multi"), R"("target": {"column": "group", "task": "multiclass"}, "learners": [{"name": "kelm"}])");
+  ExpectFoldModelsReproduce(results, Path("multi"), 1);
+}
+
+// The final model of one simulated cohort applied to an independent cohort with the same effect (another
+// seed): its accuracy lies within the nested CV's Wilson 95 % interval (observed: nested CV 0.850
+// [0.739, 0.919], new cohort 0.800).
+TEST_F(PredictCli, IndependentCohortScoresWithinNestedCvInterval) {
+  const auto results = Run("trainA", Path("trainA"), R"("target": {"column": "group", "task": "classification", "positive_class": "patient"},
+    "learners": [{"name": "svm", "params": {"c": 1}}])");
+  const auto r = RunCli("predict " + results + "/model " + Path("newB") + "/participants.tsv --out " + Path("predB") + " -q");
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("balanced accuracy"));
+  const auto summary = nlohmann::json::parse(ReadFile(Path("predB") + "/summary.json"));
+  const auto card = nlohmann::json::parse(ReadFile(results + "/model/Svm/model.json"));
+  const double accuracy = summary.at("performance").at("svm").at("accuracy");
+  const auto& pooled = card.at("expected_performance").at("pooled");
+  EXPECT_GE(accuracy, pooled.at("accuracy_ci95_low").get<double>());
+  EXPECT_LE(accuracy, pooled.at("accuracy_ci95_high").get<double>());
+  EXPECT_GT(accuracy, 0.65);  // not chance: the signal transfers
+  const Rows pred = ReadTsv(Path("predB") + "/predictions.tsv");
+  EXPECT_EQ(pred.size(), 61u);
+  EXPECT_EQ(pred[1][Col(pred, "model")], "final");
+}
+
+// Optional model.json slots filled by hand: Platt probabilities and linear bias correction.
+TEST_F(PredictCli, CalibrationAndBiasCorrectionSlotsAreApplied) {
+  const std::string results = Cls();
+  auto model = neuromkl::exporting::ReadModel(results + "/model/Svm");
+  model.calibration = std::make_pair(-2.0, 0.5);
+  neuromkl::exporting::WriteModel(Path("calibrated"), model);
+  auto r = RunCli("predict " + Path("calibrated") + " " + Path("cls") + "/participants.tsv --out " + Path("predCal") + " -q");
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  Rows pred = ReadTsv(Path("predCal") + "/predictions.tsv");
+  for (std::size_t p = 1; p < pred.size(); ++p) {
+    const double f = std::stod(pred[p][Col(pred, "decision")]);
+    EXPECT_NEAR(std::stod(pred[p][Col(pred, "probability")]), 1.0 / (1.0 + std::exp(-2.0 * f + 0.5)), 1e-12);
+  }
+  const std::string reg = Reg();
+  auto regModel = neuromkl::exporting::ReadModel(reg + "/model/Krr");
+  regModel.biasCorrection = std::make_pair(0.5, 0.25);
+  neuromkl::exporting::WriteModel(Path("corrected"), regModel);
+  r = RunCli("predict " + Path("corrected") + " " + Path("reg") + "/participants.tsv --out " + Path("predCorr") + " -q");
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  pred = ReadTsv(Path("predCorr") + "/predictions.tsv");
+  for (std::size_t p = 1; p < pred.size(); ++p) {
+    const double f = std::stod(pred[p][Col(pred, "prediction")]), y = std::stod(pred[p][Col(pred, "target")]);
+    const double corrected = std::stod(pred[p][Col(pred, "corrected_prediction")]);
+    EXPECT_NEAR(corrected, (f - 0.25) / 0.5, 1e-12 * (1 + std::abs(corrected)));
+    EXPECT_NEAR(std::stod(pred[p][Col(pred, "gap")]), f - y, 1e-12 * (1 + std::abs(f - y)));
+    EXPECT_NEAR(std::stod(pred[p][Col(pred, "corrected_gap")]), corrected - y, 1e-12 * (1 + std::abs(corrected - y)));
+  }
+}
+
+// Bad inputs: exit 2, a message naming the file and what was expected, and no output folder.
+TEST_F(PredictCli, BadInputsExitTwoWithClearMessagesAndNoOutput) {
+  const std::string results = Cls();
+  const std::string model = results + "/model/Svm";
+  auto expectBad = [&](const std::string& modelDir, const std::string& table, const std::vector<std::string>& words) {
+    const std::string out = Path("bad_out");
+    const auto r = RunCli("predict " + modelDir + " " + table + " --out " + out);
+    EXPECT_EQ(r.exitCode, 2) << r.output;
+    for (const auto& w : words) EXPECT_THAT(r.output, HasSubstr(w));
+    EXPECT_FALSE(fs::exists(out)) << "partial output left behind";
+  };
+  // An image on another grid (a coarser simulated cohort): names the file, the expected and the found grid.
+  expectBad(model, Path("coarse") + "/participants.tsv", {"predict:GridMismatch", "sub-0001", "expected", "found", "spacing"});
+  // A table without the model's image column.
+  WriteFile(Path("noimage.tsv"), "subject\tgroup\nsub-0001\tpatient\n");
+  expectBad(model, Path("noimage.tsv"), {"noimage.tsv", "\"image\""});
+  // A covariate column the model needs is missing (regression model with covariates [age]).
+  expectBad(Reg() + "/model/Krr", Path("cls") + "/participants.tsv", {"\"age\""});
+  // A model whose array file is missing, and one whose model.json is corrupt.
+  fs::copy(model, Path("broken"), fs::copy_options::recursive);
+  fs::remove(Path("broken") + "/images0_weights.npy");
+  expectBad(Path("broken"), Path("cls") + "/participants.tsv", {"model:Missing", "images0_weights.npy"});
+  fs::copy(model, Path("corrupt"), fs::copy_options::recursive);
+  WriteFile(Path("corrupt") + "/model.json", ReadFile(model + "/model.json").substr(0, 200));
+  expectBad(Path("corrupt"), Path("cls") + "/participants.tsv", {"model:Corrupt", "model.json", "not valid JSON"});
+  // An edited array (the checksum in model.json no longer matches).
+  fs::copy(model, Path("edited"), fs::copy_options::recursive);
+  WriteFile(Path("edited") + "/coef.npy", ReadFile(Path("edited") + "/coef.npy") + "x");
+  expectBad(Path("edited"), Path("cls") + "/participants.tsv", {"model:Corrupt", "coef.npy", "checksum"});
+  // No model at all.
+  expectBad(Path("cls"), Path("cls") + "/participants.tsv", {"model:Missing"});
+}
+
+// /output/model false: no model/ folder (and the resolved study says so).
+TEST_F(PredictCli, ModelOutputCanBeSwitchedOff) {
+  const auto results = Run("nomodel", Path("cls"), R"("target": {"column": "group", "task": "classification", "positive_class": "patient"},
+    "learners": [{"name": "svm", "params": {"c": 1}}])", R"({"weight_maps": false, "model": false})");
+  EXPECT_TRUE(fs::exists(results + "/results.json"));
+  EXPECT_FALSE(fs::exists(results + "/model"));
+  EXPECT_THAT(ReadFile(results + "/study.resolved.json"), HasSubstr("\"model\": false"));
+}
+
+}  // namespace
