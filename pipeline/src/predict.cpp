@@ -217,6 +217,16 @@ std::vector<Eigen::MatrixXd> ModelScores(const std::vector<exporting::ExportedMo
   std::mutex warnMutex;
   for (const auto& name : sourceNames) {
     const auto& paths = subjects.images.at(name);
+    // Headers first, in table order: a wrong grid is reported for the first such subject, before any decoding.
+    for (const auto& m : models)
+      for (const auto& src : m.imageSources)
+        if (src.name == name)
+          for (std::size_t i = 0; i < paths.size(); ++i)
+            if (const io::Geometry g = io::ReadGeometry(paths[i]); !g.DifferenceFrom(src.grid).empty())
+              throw GeometryMismatch("predict:GridMismatch", paths[i],
+                                     fmt::format("subject {}: the image is not on the model's grid (expected {}, found {}): {}; resample it to the "
+                                                 "training images' grid (the same space and affine) first",
+                                                 subjects.ids[i], src.grid.Describe(), g.Describe(), g.DifferenceFrom(src.grid)));
     tbb::parallel_for(Eigen::Index{0}, n, [&](Eigen::Index i) {
       const std::string& path = paths[static_cast<std::size_t>(i)];
       const io::Volume vol = io::ReadVolume(path);

@@ -51,24 +51,27 @@ void WriteSubset(const std::string& cohort, const std::set<std::string>& ids, co
 
 class PredictCli : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    dir_ = new TempDir();
-    for (const auto& [name, args] : std::vector<std::pair<std::string, std::string>>{
-             {"cls", "--subjects 40 --seed 1 --downsample 3"},
-             {"reg", "--subjects 50 --seed 3 --downsample 3 --task regression --age-regions Frontal_Sup_L --age-target-correlation 0.5 --clinical-effect 1"},
-             {"multi", "--subjects 45 --seed 5 --downsample 3 --classes 3 --signal \"Hippocampus_L,Amygdala_L;Precuneus_R;Frontal_Mid_L\""},
-             {"trainA", "--subjects 60 --seed 21 --downsample 3 --effect 0.6"},
-             {"newB", "--subjects 60 --seed 22 --downsample 3 --effect 0.6"},
-             {"coarse", "--subjects 6 --seed 4 --downsample 4"}}) {
-      const auto r = RunCli("simulate --out " + Path(name) + " " + args + " -q");
-      ASSERT_EQ(r.exitCode, 0) << r.output;
-    }
-  }
+  static void SetUpTestSuite() { dir_ = new TempDir(); }
   static void TearDownTestSuite() {
     delete dir_;
     dir_ = nullptr;
   }
   static std::string Path(const std::string& name) { return *dir_ / name; }
+  /// A simulated cohort (written on first use: each test runs in its own process).
+  static std::string Cohort(const std::string& name) {
+    static const std::map<std::string, std::string> args = {
+        {"cls", "--subjects 40 --seed 1 --downsample 3"},
+        {"reg", "--subjects 50 --seed 3 --downsample 3 --task regression --age-regions Frontal_Sup_L --age-target-correlation 0.5 --clinical-effect 1"},
+        {"multi", "--subjects 45 --seed 5 --downsample 3 --classes 3 --signal \"Hippocampus_L,Amygdala_L;Precuneus_R;Frontal_Mid_L\""},
+        {"trainA", "--subjects 60 --seed 21 --downsample 3 --effect 0.6"},
+        {"newB", "--subjects 60 --seed 22 --downsample 3 --effect 0.6"},
+        {"coarse", "--subjects 6 --seed 4 --downsample 4"}};
+    if (!fs::exists(Path(name))) {
+      const auto r = RunCli("simulate --out " + Path(name) + " " + args.at(name) + " -q");
+      EXPECT_EQ(r.exitCode, 0) << r.output;
+    }
+    return Path(name);
+  }
   /// Writes and runs a study on cohort `cohort`; returns its results folder.
   static std::string Run(const std::string& name, const std::string& cohort, const std::string& body,
                          const std::string& output = R"({"weight_maps": false})") {
@@ -128,15 +131,15 @@ class PredictCli : public ::testing::Test {
   /// The classification and regression studies (each test runs in its own process: run once there).
   static std::string Cls() {
     if (!fs::exists(Path("results/cls")))
-      Run("cls", Path("cls"), R"("target": {"column": "group", "task": "classification", "positive_class": "patient"},
+      Run("cls", Cohort("cls"), R"("target": {"column": "group", "task": "classification", "positive_class": "patient"},
         "learners": [{"name": "svm"}, {"name": "enmkl_svm", "params": {"c": 1, "mu": 0.5}}])");
     return Path("results/cls");
   }
   static std::string Reg() {
     if (!fs::exists(Path("results/reg")))
-      Run("reg", Path("reg"), R"("target": {"column": "score", "task": "regression"}, "covariates": ["age"],
+      Run("reg", Cohort("reg"), R"("target": {"column": "score", "task": "regression"}, "covariates": ["age"],
         "kernels": {"sources": [{"name": "mri", "kind": "images"},
-          {"name": "clin", "kind": "tabular", "tabular": {"table": ")" + Path("reg") + R"(/participants.tsv", "id_column": "subject",
+          {"name": "clin", "kind": "tabular", "tabular": {"table": ")" + Cohort("reg") + R"(/participants.tsv", "id_column": "subject",
            "groups": {"clinical": ["clinical"]}}}]},
         "learners": [{"name": "krr"}, {"name": "enmkl_krr"}])");
     return Path("results/reg");
@@ -147,7 +150,7 @@ TempDir* PredictCli::dir_ = nullptr;
 
 TEST_F(PredictCli, FoldModelsReproduceNestedCvClassification) {
   const auto results = Cls();
-  ExpectFoldModelsReproduce(results, Path("cls"), 2);
+  ExpectFoldModelsReproduce(results, Cohort("cls"), 2);
   // The model card: what was trained and how well it is expected to predict.
   const auto card = nlohmann::json::parse(ReadFile(results + "/model/Svm/model.json"));
   EXPECT_EQ(card.at("learner").at("name"), "svm");
@@ -161,21 +164,21 @@ TEST_F(PredictCli, FoldModelsReproduceNestedCvClassification) {
 // Regression with covariates (age) and two sources (images + a tabular clinical score): KRR and ENMKL-KRR.
 TEST_F(PredictCli, FoldModelsReproduceNestedCvRegressionWithCovariatesAndTabularSource) {
   const auto results = Reg();
-  ExpectFoldModelsReproduce(results, Path("reg"), 2);
+  ExpectFoldModelsReproduce(results, Cohort("reg"), 2);
 }
 
 TEST_F(PredictCli, FoldModelsReproduceNestedCvMulticlassKelm) {
-  const auto results = Run("multi", Path("multi"), R"("target": {"column": "group", "task": "multiclass"}, "learners": [{"name": "kelm"}])");
-  ExpectFoldModelsReproduce(results, Path("multi"), 1);
+  const auto results = Run("multi", Cohort("multi"), R"("target": {"column": "group", "task": "multiclass"}, "learners": [{"name": "kelm"}])");
+  ExpectFoldModelsReproduce(results, Cohort("multi"), 1);
 }
 
 // The final model of one simulated cohort applied to an independent cohort with the same effect (another
 // seed): its accuracy lies within the nested CV's Wilson 95 % interval (observed: nested CV 0.850
 // [0.739, 0.919], new cohort 0.800).
 TEST_F(PredictCli, IndependentCohortScoresWithinNestedCvInterval) {
-  const auto results = Run("trainA", Path("trainA"), R"("target": {"column": "group", "task": "classification", "positive_class": "patient"},
+  const auto results = Run("trainA", Cohort("trainA"), R"("target": {"column": "group", "task": "classification", "positive_class": "patient"},
     "learners": [{"name": "svm", "params": {"c": 1}}])");
-  const auto r = RunCli("predict " + results + "/model " + Path("newB") + "/participants.tsv --out " + Path("predB") + " -q");
+  const auto r = RunCli("predict " + results + "/model " + Cohort("newB") + "/participants.tsv --out " + Path("predB") + " -q");
   ASSERT_EQ(r.exitCode, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("balanced accuracy"));
   const auto summary = nlohmann::json::parse(ReadFile(Path("predB") + "/summary.json"));
@@ -196,7 +199,7 @@ TEST_F(PredictCli, CalibrationAndBiasCorrectionSlotsAreApplied) {
   auto model = neuromkl::exporting::ReadModel(results + "/model/Svm");
   model.calibration = std::make_pair(-2.0, 0.5);
   neuromkl::exporting::WriteModel(Path("calibrated"), model);
-  auto r = RunCli("predict " + Path("calibrated") + " " + Path("cls") + "/participants.tsv --out " + Path("predCal") + " -q");
+  auto r = RunCli("predict " + Path("calibrated") + " " + Cohort("cls") + "/participants.tsv --out " + Path("predCal") + " -q");
   ASSERT_EQ(r.exitCode, 0) << r.output;
   Rows pred = ReadTsv(Path("predCal") + "/predictions.tsv");
   for (std::size_t p = 1; p < pred.size(); ++p) {
@@ -207,7 +210,7 @@ TEST_F(PredictCli, CalibrationAndBiasCorrectionSlotsAreApplied) {
   auto regModel = neuromkl::exporting::ReadModel(reg + "/model/Krr");
   regModel.biasCorrection = std::make_pair(0.5, 0.25);
   neuromkl::exporting::WriteModel(Path("corrected"), regModel);
-  r = RunCli("predict " + Path("corrected") + " " + Path("reg") + "/participants.tsv --out " + Path("predCorr") + " -q");
+  r = RunCli("predict " + Path("corrected") + " " + Cohort("reg") + "/participants.tsv --out " + Path("predCorr") + " -q");
   ASSERT_EQ(r.exitCode, 0) << r.output;
   pred = ReadTsv(Path("predCorr") + "/predictions.tsv");
   for (std::size_t p = 1; p < pred.size(); ++p) {
@@ -231,30 +234,30 @@ TEST_F(PredictCli, BadInputsExitTwoWithClearMessagesAndNoOutput) {
     EXPECT_FALSE(fs::exists(out)) << "partial output left behind";
   };
   // An image on another grid (a coarser simulated cohort): names the file, the expected and the found grid.
-  expectBad(model, Path("coarse") + "/participants.tsv", {"predict:GridMismatch", "sub-0001", "expected", "found", "spacing"});
+  expectBad(model, Cohort("coarse") + "/participants.tsv", {"predict:GridMismatch", "sub-0001", "expected", "found", "spacing"});
   // A table without the model's image column.
   WriteFile(Path("noimage.tsv"), "subject\tgroup\nsub-0001\tpatient\n");
   expectBad(model, Path("noimage.tsv"), {"noimage.tsv", "\"image\""});
   // A covariate column the model needs is missing (regression model with covariates [age]).
-  expectBad(Reg() + "/model/Krr", Path("cls") + "/participants.tsv", {"\"age\""});
+  expectBad(Reg() + "/model/Krr", Cohort("cls") + "/participants.tsv", {"\"age\""});
   // A model whose array file is missing, and one whose model.json is corrupt.
   fs::copy(model, Path("broken"), fs::copy_options::recursive);
   fs::remove(Path("broken") + "/images0_weights.npy");
-  expectBad(Path("broken"), Path("cls") + "/participants.tsv", {"model:Missing", "images0_weights.npy"});
+  expectBad(Path("broken"), Cohort("cls") + "/participants.tsv", {"model:Missing", "images0_weights.npy"});
   fs::copy(model, Path("corrupt"), fs::copy_options::recursive);
   WriteFile(Path("corrupt") + "/model.json", ReadFile(model + "/model.json").substr(0, 200));
-  expectBad(Path("corrupt"), Path("cls") + "/participants.tsv", {"model:Corrupt", "model.json", "not valid JSON"});
+  expectBad(Path("corrupt"), Cohort("cls") + "/participants.tsv", {"model:Corrupt", "model.json", "not valid JSON"});
   // An edited array (the checksum in model.json no longer matches).
   fs::copy(model, Path("edited"), fs::copy_options::recursive);
   WriteFile(Path("edited") + "/coef.npy", ReadFile(Path("edited") + "/coef.npy") + "x");
-  expectBad(Path("edited"), Path("cls") + "/participants.tsv", {"model:Corrupt", "coef.npy", "checksum"});
+  expectBad(Path("edited"), Cohort("cls") + "/participants.tsv", {"model:Corrupt", "coef.npy", "checksum"});
   // No model at all.
-  expectBad(Path("cls"), Path("cls") + "/participants.tsv", {"model:Missing"});
+  expectBad(Cohort("cls"), Cohort("cls") + "/participants.tsv", {"model:Missing"});
 }
 
 // /output/model false: no model/ folder (and the resolved study says so).
 TEST_F(PredictCli, ModelOutputCanBeSwitchedOff) {
-  const auto results = Run("nomodel", Path("cls"), R"("target": {"column": "group", "task": "classification", "positive_class": "patient"},
+  const auto results = Run("nomodel", Cohort("cls"), R"("target": {"column": "group", "task": "classification", "positive_class": "patient"},
     "learners": [{"name": "svm", "params": {"c": 1}}])", R"({"weight_maps": false, "model": false})");
   EXPECT_TRUE(fs::exists(results + "/results.json"));
   EXPECT_FALSE(fs::exists(results + "/model"));
