@@ -67,7 +67,7 @@ std::string StudyContext::PermutationKey() const {
   neutral.threads = 0;
   Hasher h;
   h.Update(std::string_view("neuromkl-permutations-v1")).Update(ks.key).Update(HashFile(study.subjects.table));
-  h.Update(config::ResolvedConfigJson(neutral)).Update(static_cast<std::uint64_t>(kPermutationBlock));
+  h.Update(config::ResolvedConfigJson(neutral, true)).Update(static_cast<std::uint64_t>(kPermutationBlock));
   return h.Hex();
 }
 

@@ -501,7 +501,7 @@ exporting::RunRecord DescribeRun(const StudyContext& ctx, CrossValidationResult 
   hashed.threads = 0;
   hashed.output.dir.clear();
   hashed.output.cacheDir.clear();
-  inputHash.Update(ks.key).Update(HashFile(study.subjects.table)).Update(config::ResolvedConfigJson(hashed));
+  inputHash.Update(ks.key).Update(HashFile(study.subjects.table)).Update(config::ResolvedConfigJson(hashed, true));
   record.inputHash = inputHash.Hex();
   return record;
 }

@@ -575,7 +575,7 @@ StudyConfig LoadStudyConfig(const std::string& path) {
   return ParseStudyConfig(text, fs::absolute(path).parent_path().string(), path);
 }
 
-std::string ResolvedConfigJson(const StudyConfig& c) {
+std::string ResolvedConfigJson(const StudyConfig& c, bool forHash) {
   Json j;
   j["name"] = c.name;
   j["description"] = c.description;
@@ -682,9 +682,8 @@ std::string ResolvedConfigJson(const StudyConfig& c) {
   j["output"] = {{"dir", c.output.dir}, {"cache_dir", c.output.cacheDir}, {"save_kernels", c.output.saveKernels},
                  {"weight_maps", c.output.weightMaps}, {"weight_maps_unit_norm", c.output.weightMapUnitNorm},
                  {"min_subjects_with_signal", c.output.minSubjectsWithSignal}};
-  // Written only when switched off: the resolved file (and the input hash over it) of every study
-  // that keeps the default stays as it was before this key existed.
-  if (!c.output.model) j["output"]["model"] = false;
+  // Left out of the hashes (input hash, permutation checkpoints): exporting the model changes no result.
+  if (!forHash) j["output"]["model"] = c.output.model;
   j["seed"] = c.seed;
   j["threads"] = c.threads;
   return j.dump(2);

@@ -202,8 +202,9 @@ struct StudyConfig {
 StudyConfig LoadStudyConfig(const std::string& path);
 /// Same from text; `baseDir` resolves relative paths, `sourceName` names the text in errors.
 StudyConfig ParseStudyConfig(const std::string& text, const std::string& baseDir, const std::string& sourceName);
-/// The resolved configuration (every default filled in) as pretty JSON.
-std::string ResolvedConfigJson(const StudyConfig& config);
+/// The resolved configuration (every default filled in) as pretty JSON. `forHash`: without the keys that
+/// change no result (/output/model), for the input hash and the permutation checkpoint key.
+std::string ResolvedConfigJson(const StudyConfig& config, bool forHash = false);
 
 std::string ToString(CvScheme s);
 std::string ToString(KernelSource s);
