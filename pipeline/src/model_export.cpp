@@ -284,7 +284,7 @@ exporting::ExportedModel DescribeModel(const StudyContext& ctx, const exporting:
   return m;
 }
 
-void ExportModels(const StudyContext& ctx, const exporting::RunRecord& record, const std::vector<cv::OuterFoldResult>& finals, const std::string& dir) {
+void ExportModels(const StudyContext& ctx, exporting::RunRecord& record, const std::vector<cv::OuterFoldResult>& finals, const std::string& dir) {
   const auto& study = ctx.study;
   const auto& ks = ctx.ks;
   const kernels::Covariates* covariates = ctx.nestedOptions.preprocessing.covariates.get();
@@ -389,6 +389,13 @@ void ExportModels(const StudyContext& ctx, const exporting::RunRecord& record, c
   std::vector<std::pair<std::string, std::string>> index;
   for (std::size_t l = 0; l < labels.size(); ++l) index.emplace_back(labels[l], folders[l]);
   for (const auto& e : entries) exporting::WriteModel(dir + "/model/" + e.folder, e.model);
+  for (std::size_t l = 0; l < labels.size() && l < finals.size(); ++l) {
+    auto& fm = record.learners[l].finalModel;
+    fm.folder = "model/" + folders[l];
+    fm.params = record.learners[l].outcome.grid.at(finals[l].chosen);
+    fm.status = cv::FoldStatus(finals[l]);
+    fm.innerScores = finals[l].innerScores;
+  }
   exporting::WriteModelIndex(dir + "/model", index, study.name);
 }
 

@@ -155,6 +155,11 @@ std::string RunRecordJson(const RunRecord& r) {
       }
       e["folds"].push_back(fj);
     }
+    if (!lr.finalModel.folder.empty()) {
+      Json scores = Json::array();
+      for (double v : lr.finalModel.innerScores) scores.push_back(Num(v));
+      e["final_model"] = {{"folder", lr.finalModel.folder}, {"chosen_params", lr.finalModel.params}, {"status", lr.finalModel.status}, {"inner_scores", scores}};
+    }
     j["learners"].push_back(e);
   }
   j["threads"] = r.threads;

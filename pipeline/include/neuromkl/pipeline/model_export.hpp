@@ -19,7 +19,8 @@ std::vector<cv::OuterFoldResult> FitFinalModels(const StudyContext& ctx);
 
 /// Writes <dir>/model/: model.json (the index), and per learner <Learner>/ (the final model) and
 /// <Learner>/folds/<k>/ (outer fold k's model). Image arrays come from one pass over the training images.
-void ExportModels(const StudyContext& ctx, const exporting::RunRecord& record, const std::vector<cv::OuterFoldResult>& finals, const std::string& dir);
+/// Sets each learner's record.finalModel.
+void ExportModels(const StudyContext& ctx, exporting::RunRecord& record, const std::vector<cv::OuterFoldResult>& finals, const std::string& dir);
 
 /// Builds one exported model from a fitted fold (no image arrays: ExportModels adds them). For tests.
 exporting::ExportedModel DescribeModel(const StudyContext& ctx, const exporting::RunRecord& record, const exporting::LearnerRecord& learner,

@@ -37,6 +37,13 @@ struct LearnerRecord {
     std::string mean;
   };
   std::vector<SourceMaps> sourceMaps;       ///< kernels.sources: the maps of each image source, if written
+  /// /output/model: the final model (refitted on every labelled subject); empty folder = not exported
+  struct FinalModel {
+    std::string folder;                  ///< relative to the output folder, e.g. "model/EnmklSvm"
+    std::map<std::string, double> params;
+    std::string status;                  ///< fit status, or "failed"
+    std::vector<double> innerScores;     ///< inner-CV score per grid point (empty: fixed parameters)
+  } finalModel;
 };
 
 /// One row of the subjects table as the run used it.
