@@ -191,6 +191,10 @@ TEST_F(PredictCli, IndependentCohortScoresWithinNestedCvInterval) {
   const Rows pred = ReadTsv(Path("predB") + "/predictions.tsv");
   EXPECT_EQ(pred.size(), 61u);
   EXPECT_EQ(pred[1][Col(pred, "model")], "final");
+  // The same subjects given as a study file (its table and image column) give the same predictions.
+  const auto c = RunCli("predict " + results + "/model/Svm " + Cohort("newB") + "/study.json --out " + Path("predB2") + " -q");
+  ASSERT_EQ(c.exitCode, 0) << c.output;
+  EXPECT_EQ(ReadFile(Path("predB2") + "/predictions.tsv"), ReadFile(Path("predB") + "/predictions.tsv"));
 }
 
 // Optional model.json slots filled by hand: Platt probabilities and linear bias correction.
