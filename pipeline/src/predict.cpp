@@ -2,7 +2,6 @@
 #include "neuromkl/pipeline/predict.hpp"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <filesystem>
 #include <mutex>

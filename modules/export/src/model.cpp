@@ -2,7 +2,6 @@
 #include "neuromkl/export/model.hpp"
 
 #include <filesystem>
-#include <fstream>
 #include <sstream>
 
 #include <fmt/format.h>

@@ -22,7 +22,8 @@ std::vector<cv::OuterFoldResult> FitFinalModels(const StudyContext& ctx);
 /// Sets each learner's record.finalModel.
 void ExportModels(const StudyContext& ctx, exporting::RunRecord& record, const std::vector<cv::OuterFoldResult>& finals, const std::string& dir);
 
-/// Builds one exported model from a fitted fold (no image arrays: ExportModels adds them). For tests.
+/// One exported model from a fitted fold: the card, coefficients, covariates and kernel-space sources (the
+/// image arrays, which need a pass over the images, are added by ExportModels).
 exporting::ExportedModel DescribeModel(const StudyContext& ctx, const exporting::RunRecord& record, const exporting::LearnerRecord& learner,
                                        const cv::OuterFoldResult& fold, bool final);
 
