@@ -114,16 +114,6 @@ int main(int argc, char** argv) {
   bool validateDeep = false;
   validate->add_flag("--deep", validateDeep, "also decode every subject image (slower; catches truncated data and images with no finite voxel)");
 
-  auto* predict = app.add_subcommand("predict", "apply a study's exported model (results/<study>/model) to new subjects: predictions.tsv and summary.json");
-  pipeline::PredictOptions predictOptions;
-  predict->add_option("MODEL_DIR", predictOptions.modelDir, "model folder: results/<study>/model (every learner), model/<Learner> or model/<Learner>/folds/<k>")
-      ->required();
-  predict->add_option("TABLE", predictOptions.input, "subjects table (.tsv/.csv with the model's id and image columns) or a study file (its table or BIDS dataset)")
-      ->required();
-  predict->add_option("--out", predictOptions.outDir, "output folder (default: predictions_<study> beside TABLE)");
-  predict->add_flag("--force", predictOptions.force, "replace an existing output folder");
-  predict->add_option("--threads", threads, "worker threads (0 = all cores)")->check(kThreadCount);
-
   auto* simulate = app.add_subcommand("simulate", "write a synthetic cohort on the AAL 2 mm grid with known signal regions");
   pipeline::SimulateOptions sim;
   std::string task = "classification", signal;
@@ -152,6 +142,16 @@ int main(int argc, char** argv) {
   simulate->add_flag("--second-modality", sim.secondModality, "also write a second image per subject (images_b/, column image_b)");
   simulate->add_option("--signal-b", signalB, "comma-separated AAL regions carrying the target effect in the second modality");
   simulate->add_option("--clinical-effect", sim.clinicalEffect, "write a \"clinical\" column = effect * standardised target + N(0, 1)");
+
+  auto* predict = app.add_subcommand("predict", "apply a study's exported model (results/<study>/model) to new subjects: predictions.tsv and summary.json");
+  pipeline::PredictOptions predictOptions;
+  predict->add_option("MODEL_DIR", predictOptions.modelDir, "model folder: results/<study>/model (every learner), model/<Learner> or model/<Learner>/folds/<k>")
+      ->required();
+  predict->add_option("TABLE", predictOptions.input, "subjects table (.tsv/.csv with the model's id and image columns) or a study file (its table or BIDS dataset)")
+      ->required();
+  predict->add_option("--out", predictOptions.outDir, "output folder (default: predictions_<study> beside TABLE)");
+  predict->add_flag("--force", predictOptions.force, "replace an existing output folder");
+  predict->add_option("--threads", threads, "worker threads (0 = all cores)")->check(kThreadCount);
 
   if (const auto unknown = UnknownSubcommand(argc, argv, app)) {
     std::cerr << "error: " << *unknown << "\nRun with --help for more information.\n";
