@@ -385,9 +385,22 @@ RegionWeightsResult RunRegionWeights(const StudyContext& ctx, const std::vector<
     for (const auto& fold : lr.outcome.folds) {
       if (!fold.error.empty()) continue;
       if (mkl) {
-        foldWeights.push_back(fold.model.beta);  // shared weights, or the mean of the per-class weights
+        // Shared weights, or the mean of the per-class weights. With equal source weighting the learner saw
+        // kernel r scaled by g_r: its share of the combined kernel is beta_r g_r (normalised to sum 1).
+        Eigen::VectorXd scales;
+        if (!preprocessing.kernelGroups.empty()) {
+          std::vector<int> train = fold.train;
+          train.insert(train.end(), fold.unlabelled.begin(), fold.unlabelled.end());
+          scales = cv::FoldScales(ctx.kernels, Indices(train), Indices(fold.test), preprocessing);
+        }
+        const auto share = [&](const Eigen::VectorXd& beta) -> Eigen::VectorXd {
+          if (scales.size() == 0) return beta;
+          const Eigen::VectorXd w = beta.cwiseProduct(scales);
+          return w.sum() > 0 ? Eigen::VectorXd(w / w.sum()) : w;
+        };
+        foldWeights.push_back(share(fold.model.beta));
         for (Eigen::Index c = 0; c < static_cast<Eigen::Index>(classWeights.size()); ++c)
-          classWeights[static_cast<std::size_t>(c)].push_back(fold.model.betas.cols() > c ? Eigen::VectorXd(fold.model.betas.col(c)) : fold.model.beta);
+          classWeights[static_cast<std::size_t>(c)].push_back(share(fold.model.betas.cols() > c ? Eigen::VectorXd(fold.model.betas.col(c)) : fold.model.beta));
         continue;
       }
       if (multiclass) {
@@ -425,8 +438,9 @@ RegionWeightsResult RunRegionWeights(const StudyContext& ctx, const std::vector<
     result.tables.push_back(weights::RegionTable(foldWeights));
     result.classTables.emplace_back();
     for (const auto& w : classWeights) result.classTables.back().push_back(weights::RegionTable(w));
-    result.sources.push_back(mkl && perClass ? "mean of the per-class kernel weights (beta) per outer fold; per class: regions_<learner>_class-<class>.tsv"
-                             : mkl ? "kernel weights (beta) per outer fold"
+    const std::string scaled = preprocessing.kernelGroups.empty() ? "" : " times the fold's source scale g (source_weighting \"equal\"), renormalised";
+    result.sources.push_back(mkl && perClass ? "mean of the per-class kernel weights (beta) per outer fold" + scaled + "; per class: regions_<learner>_class-<class>.tsv"
+                             : mkl ? "kernel weights (beta) per outer fold" + scaled
                              : multiclass ? "share of the model per outer fold: ||w_r|| = sqrt(sum over classes of coef_c' K_r coef_c) with the fold's "
                                             "preprocessed training kernel, as a percentage of the fold's sum"
                                  : "share of the model per outer fold: ||w_r|| = sqrt(coef' K_r coef) with the fold's preprocessed training kernel "

@@ -128,7 +128,17 @@ TEST_F(SourcesCli, BadSourcesAreErrorsAtTheirPointers) {
       {R"([{"name": "mri", "kind": "imgs"}])", "/kernels/sources/0/kind"},
       {R"([{"name": "a", "kind": "images"}, {"name": "a", "kind": "images", "image_column": "image_b"}])",
        "/kernels/sources/1/name: two sources are named \"a\""},
-      {R"([{"name": "net", "kind": "connectivity"}])", "/kernels/sources/0/kind: connectivity sources are not supported yet"},
+      {R"([{"name": "net", "kind": "connectivity"}])", "/kernels/sources/0/connectivity: a connectivity source needs a \"connectivity\" section"},
+      {R"([{"name": "net", "kind": "connectivity", "connectivity": {"column": "c", "kernels": "network"}}])",
+       "/kernels/sources/0/connectivity/nodes: kernels \"network\" need a node table"},
+      {R"([{"name": "net", "kind": "connectivity", "connectivity": {"column": "c", "kernels": "edges"}}])", "/kernels/sources/0/connectivity/kernels"},
+      {R"([{"name": "mri", "kind": "images", "bids_entities": {"label": "GM"}}])",
+       "/kernels/sources/0/bids_entities: BIDS entities need /subjects/bids"},
+      {R"([{"name": "clin", "kind": "tabular", "atlas": "aal", "tabular": {"table": "t.tsv", "groups": "each_column"}}])",
+       "/kernels/sources/0/atlas: \"atlas\" belongs to sources of kind \"images\""},
+      {R"([{"name": "mri", "kind": "images", "atlas": "harvard"}])", "/kernels/sources/0/atlas: unknown built-in atlas \"harvard\""},
+      {R"([{"name": "mri", "kind": "images", "intensity": {"scaling": {"reference_region": "Nowhere"}}}])",
+       "/kernels/sources/0/intensity/scaling/reference_region: the atlas has no region \"Nowhere\""},
       {R"([{"name": "mri"}])", "/kernels/sources/0/kind: required key is missing"},
       {R"([{"name": "m:r", "kind": "images"}])", "/kernels/sources/0/name: a source name made of letters"},
       {R"([{"name": "clin", "kind": "tabular"}])", "/kernels/sources/0/tabular: a tabular source needs"},
@@ -148,6 +158,13 @@ TEST_F(SourcesCli, BadSourcesAreErrorsAtTheirPointers) {
   auto r = RunCli("validate " + both);
   EXPECT_EQ(r.exitCode, 2);
   EXPECT_THAT(r.output, HasSubstr("/kernels/source: give the kernels either as /kernels/sources"));
+  // Options of several sources in a single-source study.
+  const std::string single = *dir_ / "single.json";
+  WriteFile(single, R"({"name": "single", "subjects": {"table": "cohort/participants.tsv"}, "target": {"column": "group", "task": "classification"},
+    "kernels": {"source_weighting": "equal"}, "learners": [{"name": "svm"}]})");
+  r = RunCli("validate " + single);
+  EXPECT_EQ(r.exitCode, 2);
+  EXPECT_THAT(r.output, HasSubstr("/kernels/source_weighting: \"source_weighting\" applies to studies with several sources"));
   // A subject without an image of a source: every such subject listed.
   const std::string table = ReadFile(Cohort() + "/participants.tsv");
   std::string edited, line;
@@ -164,7 +181,13 @@ TEST_F(SourcesCli, BadSourcesAreErrorsAtTheirPointers) {
     "kernels": {"sources": )" + std::string(kTwo) + R"(}, "learners": [{"name": "svm"}]})");
   r = RunCli("validate " + gap);
   EXPECT_EQ(r.exitCode, 2) << r.output;
-  EXPECT_THAT(r.output, HasSubstr("source \"pet\": 2 of 150 subjects have no image in column \"image_b\": sub-0002, sub-0005"));
+  EXPECT_THAT(r.output, HasSubstr("[sources:MissingData]"));
+  EXPECT_THAT(r.output, HasSubstr("2 of 150 subjects lack a source's data: sub-0002 (source \"pet\": no image in column \"image_b\"), "
+                                  "sub-0005 (source \"pet\": no image in column \"image_b\")"));
+  EXPECT_THAT(r.output, HasSubstr("/kernels/missing_source"));
+  r = RunCli("run " + gap + " -q");  // run refuses it with the same error
+  EXPECT_EQ(r.exitCode, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("[sources:MissingData]"));
 }
 
 }  // namespace
