@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "neuromkl/core/npy.hpp"
 #include "neuromkl/io/nifti.hpp"
 #include "testing.hpp"
 
@@ -118,6 +119,41 @@ TEST_F(SourcesCli, MixedSourcesRunAndEachSourceIsCachedOnItsOwn) {
   r = RunCli("validate " + (*dir_ / "results/three/study.resolved.json"));
   EXPECT_EQ(r.exitCode, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("Kernels: 3 sources"));
+}
+
+/// Per-source atlas and intensity scaling: the "pet" source reads its own atlas (AAL with a prefix, so
+/// its kernel names show which atlas made them) and divides each image by its mean; its kernels equal those
+/// of a single-source study with the same settings.
+TEST_F(SourcesCli, EachImageSourceHasItsOwnAtlasAndIntensityScaling) {
+  const std::string aal = std::string(NEUROMKL_SOURCE_DIR) + "/atlases/aal/";
+  const std::string atlas = R"({"image": ")" + aal + R"(ROI_MNI_V4.nii.gz", "labels": ")" + aal + R"(aal116_labels.tsv", "prefix": "b"})";
+  const std::string two = R"([{"name": "mri", "kind": "images"}, {"name": "pet", "kind": "images", "image_column": "image_b", "atlas": )" + atlas +
+                          R"(, "intensity": {"scaling": "global_mean"}}])";
+  auto r = RunCli("run " + Study("own_atlas", two) + " -q");
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  const auto [mean, order] = Regions("own_atlas");
+  EXPECT_TRUE(mean.count("pet:b_Hippocampus_L"));
+  EXPECT_TRUE(mean.count("mri:Hippocampus_L"));
+  EXPECT_FALSE(mean.count("pet:Hippocampus_L"));
+  // The same modality as a single-source study with that atlas and scaling: identical kernels.
+  const std::string single = *dir_ / "single_pet.json";
+  WriteFile(single, R"({"name": "single_pet", "subjects": {"table": "cohort/participants.tsv", "image_column": "image_b"},
+    "target": {"column": "group", "task": "classification", "positive_class": "patient"}, "atlas": )" + atlas + R"(,
+    "kernels": {"intensity": {"scaling": "global_mean"}}, "learners": [{"name": "svm"}], "output": {"weight_maps": false}})");
+  r = RunCli("run " + single + " -q");
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  auto kernelFile = [&](const std::string& results, const std::string& suffix) {
+    for (const auto& e : std::filesystem::directory_iterator(*dir_ / (results + "/kernels"))) {
+      const std::string name = e.path().filename().string();
+      if (name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) return e.path().string();
+    }
+    return std::string();
+  };
+  const std::string a = kernelFile("results/own_atlas", "_pet_b_Hippocampus_L.npy"), b = kernelFile("results/single_pet", "_b_Hippocampus_L.npy");
+  ASSERT_FALSE(a.empty());
+  ASSERT_FALSE(b.empty());
+  EXPECT_EQ(neuromkl::ReadNpy(a), neuromkl::ReadNpy(b));
+
 }
 
 TEST_F(SourcesCli, BadSourcesAreErrorsAtTheirPointers) {
