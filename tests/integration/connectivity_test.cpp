@@ -317,3 +317,42 @@ TEST_F(ConnectivityCli, SubjectsLackingASourceAreListedOrDroppedAsIfAbsent) {
 }
 
 }  // namespace
+
+namespace {
+
+/// A batch matrix with a sources axis: one study per combination of the base study's sources, the
+/// shared sources computed once, and a summary with a "sources" column.
+TEST_F(ConnectivityCli, BatchSourcesAxisComparesCombinationsOfSources) {
+  const std::string base = Study("base", "cohort/participants.tsv");
+  const std::string batch = *dir_ / "combos.json";
+  WriteFile(batch, R"({"name": "combos", "matrix": {"base": ")" + base + R"(",
+    "sources": [{"name": "gm_only", "use": ["gm"]}, {"use": ["fc", "gm"]}]}})");
+  auto r = RunCli("batch " + batch + " -q");
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  const std::string out = *dir_ / "results/combos";
+  const auto summary = ReadTsv(out + "/batch_summary.tsv");
+  ASSERT_EQ(summary.size(), 3u);
+  EXPECT_EQ(summary[0][4], "sources");
+  EXPECT_EQ(summary[1][4], "gm_only");
+  EXPECT_EQ(summary[2][4], "fc_gm");  // the default name joins the names ('+' is not a name character)
+  const auto one = nlohmann::json::parse(ReadFile(out + "/studies/gm_only/results.json"));
+  const auto two = nlohmann::json::parse(ReadFile(out + "/studies/fc_gm/results.json"));
+  ASSERT_EQ(one["sources"].size(), 1u);
+  ASSERT_EQ(two["sources"].size(), 2u);
+  EXPECT_EQ(two["sources"][0]["name"], "gm");  // in the base study's order
+  EXPECT_EQ(two["sources"][1]["name"], "fc");
+  EXPECT_THAT(ReadFile(out + "/index.html"), HasSubstr("<th>sources</th>"));
+  // Bad axes: an unknown source, and a base study without sources.
+  WriteFile(batch, R"({"name": "combos", "matrix": {"base": ")" + base + R"(", "sources": [{"use": ["gm", "pet"]}]}})");
+  r = RunCli("validate " + batch);
+  EXPECT_EQ(r.exitCode, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("/matrix/sources/0/use/1: the base study has no source \"pet\" (sources: gm, clin, fc)"));
+  WriteFile(*dir_ / "plain.json", R"({"name": "plain", "subjects": {"table": "cohort/participants.tsv"},
+    "target": {"column": "group", "task": "classification"}, "learners": [{"name": "svm"}]})");
+  WriteFile(batch, R"({"name": "combos", "matrix": {"base": "plain.json", "sources": [{"use": ["gm"]}]}})");
+  r = RunCli("validate " + batch);
+  EXPECT_EQ(r.exitCode, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("/matrix/sources: the sources axis selects among the base study's /kernels/sources"));
+}
+
+}  // namespace
