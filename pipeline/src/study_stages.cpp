@@ -225,6 +225,7 @@ exporting::WeightMaps ComputeWeightMaps(const StudyContext& ctx, const std::vect
       auto& out = maps.sources.emplace_back();
       out.name = source.name;
       out.regions = &source.regions;
+      out.classMean.resize(learners.size());
       collect(weights::VoxelMaps(images, source.regions, info, sourceWeights, source.nanPolicy), out.folds, out.mean,
               classOf.empty() ? nullptr : &out.classMean);
     }

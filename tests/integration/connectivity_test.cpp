@@ -356,3 +356,26 @@ TEST_F(ConnectivityCli, BatchSourcesAxisComparesCombinationsOfSources) {
 }
 
 }  // namespace
+
+namespace {
+
+/// Multiclass studies with several image sources: one mean map per class under each source's folder
+/// (this crashed before: the per-source class maps were indexed before they were sized).
+TEST(SourcesMulticlass, EachImageSourceGetsOneMeanMapPerClass) {
+  TempDir dir;
+  auto r = RunCli("simulate --out " + (dir / "c") + " --subjects 45 --classes 3 --downsample 4 --second-modality --signal-b Hippocampus_L -q");
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  WriteFile(dir / "s.json", R"({"name": "mc", "subjects": {"table": "c/participants.tsv"}, "target": {"column": "group", "task": "multiclass"},
+    "kernels": {"sources": [{"name": "a", "kind": "images"}, {"name": "b", "kind": "images", "image_column": "image_b"}]},
+    "learners": [{"name": "enmkl_svm", "params": {"c": 1.0, "mu": 0.5}}], "cv": {"outer": {"k": 3}}, "output": {"dir": "out"}})");
+  r = RunCli("run " + (dir / "s.json") + " -q");
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  for (const char* source : {"a", "b"})
+    for (const char* cls : {"A", "B", "C"}) {
+      const std::string stem = dir / ("out/weights/" + std::string(source) + "/sub-group_desc-EnmklSvmClass" + cls + "Mean_weights");
+      EXPECT_TRUE(std::filesystem::exists(stem + ".nii.gz")) << stem;
+      EXPECT_THAT(ReadFile(stem + ".json"), HasSubstr(std::string("\"Class\": \"") + cls + " vs rest")) << stem;
+    }
+}
+
+}  // namespace
