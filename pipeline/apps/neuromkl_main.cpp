@@ -135,13 +135,17 @@ int main(int argc, char** argv) {
   simulate->add_option("--seed", sim.seed, "random seed")->capture_default_str();
   bool uncompressed = false;
   simulate->add_flag("--uncompressed", uncompressed, "write .nii instead of .nii.gz");
-  std::string ageRegions, signalB;
+  std::string ageRegions, signalB, connectivitySignal;
   simulate->add_option("--age-regions", ageRegions, "comma-separated AAL regions driven by an \"age\" column correlated with the target (a confound)");
   simulate->add_option("--age-effect", sim.ageEffect, "voxel shift per age SD (8 years), in noise-SD units")->capture_default_str();
   simulate->add_option("--age-target-correlation", sim.ageTargetCorrelation, "correlation of age with the standardised target")->capture_default_str();
   simulate->add_flag("--second-modality", sim.secondModality, "also write a second image per subject (images_b/, column image_b)");
   simulate->add_option("--signal-b", signalB, "comma-separated AAL regions carrying the target effect in the second modality");
   simulate->add_option("--clinical-effect", sim.clinicalEffect, "write a \"clinical\" column = effect * standardised target + N(0, 1)");
+  simulate->add_option("--connectivity", sim.connectivityNodes,
+                       "also write a connectivity matrix per subject with this many nodes (connectomes/, column \"connectome\", nodes.tsv with 4 networks)");
+  simulate->add_option("--connectivity-signal", connectivitySignal,
+                       "comma-separated node names (node01, node02, ...) whose connections carry the target effect");
 
   auto* predict = app.add_subcommand("predict", "apply a study's exported model (results/<study>/model) to new subjects: predictions.tsv and summary.json");
   pipeline::PredictOptions predictOptions;
@@ -237,6 +241,7 @@ int main(int argc, char** argv) {
         sim.signalRegions = signal == "none" ? std::vector<std::string>{} : Split(signal, ',');
       if (!ageRegions.empty()) sim.ageRegions = Split(ageRegions, ',');
       if (!signalB.empty()) sim.signalRegionsB = Split(signalB, ',');
+      if (!connectivitySignal.empty()) sim.connectivitySignal = Split(connectivitySignal, ',');
       sim.compress = !uncompressed;
       const std::string study = pipeline::Simulate(sim);
       std::cout << "Simulated cohort: " << sim.outDir << "\nStudy file: " << study << "\n";

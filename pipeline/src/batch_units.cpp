@@ -95,7 +95,7 @@ StudyOutcome RunStudyUnit(const config::BatchConfig& batch, std::size_t index, c
 void RunKernelUnit(const config::BatchConfig& batch, std::size_t index, const BatchOptions& options) {
   const config::StudyConfig study = EffectiveStudy(batch, index, options);
   const ThreadLimit limit(study.threads);
-  RunKernelStage(study, LoadCohort(study), ScratchDir(batch));  // stores the kernels in the shared cache
+  RunKernelStage(study, LoadStudyCohort(study), ScratchDir(batch));  // stores the kernels in the shared cache
 }
 
 void RunPermutationUnit(const config::BatchConfig& batch, std::size_t index, int block, const BatchOptions& options,
@@ -115,7 +115,7 @@ std::vector<std::vector<Unit>> PlanUnits(const config::BatchConfig& batch, const
   for (std::size_t i : todo) {
     const config::StudyConfig study = EffectiveStudy(batch, i, options);
     try {
-      const Cohort cohort = LoadCohort(study);
+      const Cohort cohort = LoadStudyCohort(study);
       if (kernelKeys.insert(KernelCacheKey(study, cohort)).second) phases[0].push_back({UnitKind::Kernels, static_cast<int>(i), 0});
     } catch (const Error&) {
       // the study unit will fail with this error and record it

@@ -103,7 +103,7 @@ BidsName ParseBidsName(const std::string& fileName) {
   return out;
 }
 
-std::vector<std::string> FindBidsImages(const config::BidsSpec& bids, const std::vector<std::string>& ids) {
+std::vector<std::string> FindBidsImages(const config::BidsSpec& bids, const std::vector<std::string>& ids, std::vector<std::string>* unmatched) {
   const std::string searched = bids.derivatives.empty() ? bids.root : bids.derivatives;
   std::error_code ec;
   if (!fs::is_directory(searched, ec))
@@ -152,7 +152,8 @@ std::vector<std::string> FindBidsImages(const config::BidsSpec& bids, const std:
       return Join(std::vector<std::string>(files.begin(), files.begin() + static_cast<std::ptrdiff_t>(shown)), ", ") +
              (files.size() > shown ? fmt::format(", ... ({} in all)", files.size()) : "");
     };
-    if (matches.empty())
+    if (matches.empty() && unmatched) unmatched->push_back(id);
+    else if (matches.empty())
       problems.push_back(fmt::format("sub-{}: no image matches; {}", label,
                                      others.empty() ? "no image file of this participant at all" : "its images are " + list(others)));
     else
@@ -167,24 +168,41 @@ std::vector<std::string> FindBidsImages(const config::BidsSpec& bids, const std:
   return images;
 }
 
-Cohort LoadCohort(const config::StudyConfig& study) {
-  const DelimitedTable table = ReadDelimitedTable(study.subjects.table);
+Cohort LoadCohort(const config::StudyConfig& study, const std::map<std::string, std::string>& drop) {
+  DelimitedTable table = ReadDelimitedTable(study.subjects.table);
   const std::string& path = table.path;
   const bool byRow = study.subjects.idColumn == "#row";  // tables without ids: data rows numbered from 1
   const std::size_t idCol = byRow ? 0 : table.Require(study.subjects.idColumn, "subject id column, /subjects/id_column");
+  Cohort c;
+  c.tableRowCount = table.rows.size();
+  // Dropped subjects (kernels.missing_source "drop") leave the table before anything reads it.
+  for (std::size_t r = 0; r < table.rows.size(); ++r) {
+    const std::string id = byRow ? std::to_string(r + 1) : table.rows[r][idCol];
+    if (auto it = drop.find(id); it != drop.end()) c.dropped.emplace_back(id, it->second);
+    else c.tableRows.push_back(r);
+  }
+  if (!c.dropped.empty()) {
+    DelimitedTable kept = table;
+    kept.rows.clear();
+    kept.lineNumbers.clear();
+    for (auto r : c.tableRows) {
+      kept.rows.push_back(table.rows[r]);
+      kept.lineNumbers.push_back(table.lineNumbers[r]);
+    }
+    table = std::move(kept);
+  }
   const std::size_t targetCol = table.Require(study.target.column, "target column, /target/column");
   const bool needImages = study.kernels.source == config::KernelSource::Images;
   const bool bids = !study.subjects.bids.root.empty();
   const std::size_t imageCol = needImages && !bids ? table.Require(study.subjects.imageColumn, "image column, /subjects/image_column") : 0;
   if (table.rows.empty()) throw InputError("subjects:Empty", path, "the subjects table has a header but no subject rows");
 
-  Cohort c;
   std::map<std::string, std::size_t> seen;
   std::vector<std::string> missing;
   for (std::size_t r = 0; r < table.rows.size(); ++r) {
     const auto& row = table.rows[r];
     const std::string where = path + ":" + std::to_string(table.lineNumbers[r]);
-    const std::string id = byRow ? std::to_string(r + 1) : row[idCol];
+    const std::string id = byRow ? std::to_string(c.tableRows[r] + 1) : row[idCol];
     if (id.empty()) throw InputError("subjects:EmptyId", where, "empty subject id in column \"" + study.subjects.idColumn + "\"");
     if (auto it = seen.find(id); it != seen.end())
       throw InputError("subjects:DuplicateId", where,

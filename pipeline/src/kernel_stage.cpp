@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -18,6 +19,7 @@
 #include "neuromkl/core/strings.hpp"
 #include "neuromkl/core/table.hpp"
 #include "neuromkl/io/nifti.hpp"
+#include "neuromkl/pipeline/connectivity.hpp"
 
 namespace neuromkl::pipeline {
 
@@ -61,23 +63,90 @@ config::StudyConfig SourceStudy(const config::StudyConfig& study, const config::
   d.kernels.nanPolicy = source.nanPolicy;
   d.kernels.precomputed = source.precomputed;
   d.kernels.tabular = source.tabular;
+  d.kernels.connectivity = source.connectivity;
+  if (source.ownAtlas) d.atlas = source.atlas;
+  d.subjects.bids.entities = source.bidsEntities;
+  d.kernels.intensity = source.intensity;
   return d;
 }
 
 Cohort SourceCohort(const config::StudyConfig& sourceStudy, const config::SourceSpec& source, const Cohort& cohort) {
   if (source.kind != KernelSource::Images) return cohort;
-  if (sourceStudy.subjects.bids.root.empty()) {
-    const DelimitedTable table = ReadDelimitedTable(sourceStudy.subjects.table);
-    const std::size_t col = table.Require(source.imageColumn, "image column of source \"" + source.name + "\"");
-    std::vector<std::string> missing;
-    for (std::size_t r = 0; r < table.rows.size(); ++r)
-      if (IsMissingCell(table.rows[r][col])) missing.push_back(cohort.ids[r]);
-    if (!missing.empty())
-      throw InputError("sources:MissingImage", sourceStudy.subjects.table,
-                       fmt::format("source \"{}\": {} of {} subjects have no image in column \"{}\": {}; every source needs every subject", source.name,
-                                   missing.size(), cohort.ids.size(), source.imageColumn, Join(missing, ", ")));
+  std::map<std::string, std::string> drop(cohort.dropped.begin(), cohort.dropped.end());
+  return LoadCohort(sourceStudy, drop);
+}
+
+std::map<std::string, std::vector<std::string>> SubjectsLackingSources(const config::StudyConfig& study, const Cohort& cohort) {
+  std::map<std::string, std::vector<std::string>> lacking;
+  const DelimitedTable table = ReadDelimitedTable(study.subjects.table);
+  const bool byRow = study.subjects.idColumn == "#row";
+  const std::size_t idCol = byRow ? 0 : table.Require(study.subjects.idColumn, "subject id column, /subjects/id_column");
+  std::map<std::string, std::size_t> rowOf;
+  for (std::size_t r = 0; r < table.rows.size(); ++r) rowOf[byRow ? std::to_string(r + 1) : table.rows[r][idCol]] = r;
+  auto cell = [&](const std::string& id, std::size_t col) -> std::string {
+    const auto it = rowOf.find(id);
+    return it == rowOf.end() ? std::string() : table.rows[it->second][col];
+  };
+  for (const auto& source : study.kernels.sources) {
+    const std::string who = "source \"" + source.name + "\": ";
+    auto fileColumn = [&](const std::string& column, const char* what) {
+      const std::size_t col = table.Require(column, std::string(what) + " column of source \"" + source.name + "\"");
+      for (const auto& id : cohort.ids) {
+        const std::string c = cell(id, col);
+        std::error_code ec;
+        if (IsMissingCell(c)) lacking[id].push_back(who + "no " + what + " in column \"" + column + "\"");
+        else if (const std::string f = ResolveImagePath(table.path, c); !fs::is_regular_file(f, ec)) lacking[id].push_back(who + "file not found: " + f);
+      }
+    };
+    switch (source.kind) {
+      case KernelSource::Images:
+        if (study.subjects.bids.root.empty()) {
+          fileColumn(source.imageColumn, "image");
+        } else {
+          config::BidsSpec bids = study.subjects.bids;
+          bids.entities = source.bidsEntities;
+          std::vector<std::string> unmatched;
+          FindBidsImages(bids, cohort.ids, &unmatched);
+          for (const auto& id : unmatched) lacking[id].push_back(who + "no image with its BIDS entities");
+        }
+        break;
+      case KernelSource::Connectivity:
+        fileColumn(source.connectivity.column, "connectivity matrix");
+        break;
+      case KernelSource::Tabular: {
+        const auto& spec = source.tabular;
+        const DelimitedTable features = ReadDelimitedTable(spec.table);
+        const bool featureByRow = spec.idColumn == "#row";
+        const std::size_t col = featureByRow ? 0 : features.Require(spec.idColumn, source.pointer + "/tabular/id_column");
+        std::set<std::string> ids;
+        for (std::size_t r = 0; r < features.rows.size(); ++r) ids.insert(featureByRow ? std::to_string(r + 1) : features.rows[r][col]);
+        for (const auto& id : cohort.ids)
+          if (!ids.count(id)) lacking[id].push_back(who + "no row in " + spec.table);
+        break;
+      }
+      case KernelSource::Precomputed:  // n x n files in table order: every subject has a row
+      case KernelSource::Sources:
+        break;
+    }
   }
-  return LoadCohort(sourceStudy);
+  return lacking;
+}
+
+Cohort LoadStudyCohort(const config::StudyConfig& study) {
+  Cohort cohort = LoadCohort(study);
+  if (study.kernels.source != KernelSource::Sources) return cohort;
+  const auto lacking = SubjectsLackingSources(study, cohort);
+  if (lacking.empty()) return cohort;
+  std::vector<std::string> listed;
+  for (const auto& [id, reasons] : lacking) listed.push_back(id + " (" + Join(reasons, "; ") + ")");
+  if (study.kernels.missingSource == config::MissingSource::Error)
+    throw InputError("sources:MissingData", study.subjects.table,
+                     fmt::format("{} of {} subjects lack a source's data: {}; every source needs every subject, or set /kernels/missing_source "
+                                 "to \"drop\" to leave them out (listed in the results)",
+                                 lacking.size(), cohort.ids.size(), Join(listed, ", ")));
+  std::map<std::string, std::string> drop;
+  for (const auto& [id, reasons] : lacking) drop[id] = Join(reasons, "; ");
+  return LoadCohort(study, drop);
 }
 
 std::string KernelCacheKey(const config::StudyConfig& study, const Cohort& cohort) {
@@ -145,15 +214,20 @@ std::string KernelCacheKey(const config::StudyConfig& study, const Cohort& cohor
         for (double v : f.values) h.Update(v);
       }
       break;
+    case KernelSource::Connectivity: {
+      const auto& conn = study.kernels.connectivity;
+      h.Update(conn.column).Update(static_cast<std::uint64_t>(conn.kernels));
+      for (const auto& f : ConnectivityFiles(study, conn, cohort)) h.Update(HashFile(f));
+      h.Update(conn.nodes.empty() ? Digest128{} : HashFile(conn.nodes));
+      break;
+    }
     case KernelSource::Sources:
       break;  // handled above
   }
   return h.Hex();
 }
 
-namespace {
-
-Eigen::MatrixXd ReadKernelFile(const std::string& path) {
+Eigen::MatrixXd ReadMatrixFile(const std::string& path) {
   if (path.size() > 4 && path.substr(path.size() - 4) == ".npy") return ReadNpy(path);
   // Delimited text: one row per line, numbers separated by tabs, commas or spaces; no header.
   std::ifstream in(path);
@@ -188,13 +262,17 @@ Eigen::MatrixXd ReadKernelFile(const std::string& path) {
   return K;
 }
 
-}  // namespace
-
 kernels::KernelSet PrecomputedKernels(const config::StudyConfig& study, const Cohort& cohort) {
   kernels::KernelSet set;
   set.subjects = cohort.ids;
   for (const auto& spec : study.kernels.precomputed) {
-    Eigen::MatrixXd K = ReadKernelFile(spec.file);
+    Eigen::MatrixXd K = ReadMatrixFile(spec.file);
+    if (!cohort.dropped.empty() && K.rows() == static_cast<Eigen::Index>(cohort.tableRowCount) && K.cols() == K.rows()) {
+      // kernels.missing_source "drop": the file covers every row of the table; keep the rows of the kept subjects.
+      Eigen::VectorXi rows(static_cast<Eigen::Index>(cohort.tableRows.size()));
+      for (std::size_t i = 0; i < cohort.tableRows.size(); ++i) rows[static_cast<Eigen::Index>(i)] = static_cast<int>(cohort.tableRows[i]);
+      K = Eigen::MatrixXd(K(rows, rows));
+    }
     kernels::CheckKernel(K, spec.name, static_cast<Eigen::Index>(set.subjects.size()), spec.file);
     kernels::KernelInfo info;
     info.name = spec.name;
@@ -340,7 +418,7 @@ void AddExclusionWarnings(KernelStageResult& res) {
 /// for a reference image without a voxel on the grid.
 std::vector<std::int64_t> ReferenceVoxels(const config::StudyConfig& study, const atlas::RegionIndex& index) {
   const auto& spec = study.kernels.intensity;
-  const std::string where = study.path + " /kernels/intensity/scaling/reference_region";
+  const std::string where = study.path + " " + spec.pointer + "/scaling/reference_region";
   std::vector<std::int64_t> out;
   if (!spec.referenceImage.empty()) {
     const io::Volume reference = io::ReadVolume(spec.referenceImage);
@@ -382,7 +460,8 @@ KernelStageResult RunSourcesStage(const config::StudyConfig& study, const Cohort
       throw InputError("sources:Subjects", source.name, "the source's kernels do not cover the subjects of the table in its order");
     allHits &= sub.cacheHit;
     if (sub.regions)
-      res.imageSources.push_back({source.name, res.set.kernels.size(), sub.set.Size(), std::move(*sub.regions), sc.images, d.kernels.nanPolicy});
+      res.imageSources.push_back(
+          {source.name, res.set.kernels.size(), sub.set.Size(), std::move(*sub.regions), sc.images, d.kernels.nanPolicy, sub.set.intensityScale});
     for (std::size_t k = 0; k < sub.set.Size(); ++k) {
       auto info = sub.set.info[k];
       info.name = source.name + ":" + info.name;
@@ -404,6 +483,14 @@ KernelStageResult RunSourcesStage(const config::StudyConfig& study, const Cohort
   }
   res.key = h.Hex();
   res.cacheHit = allHits;
+  if (!cohort.dropped.empty()) {
+    std::vector<std::string> listed;
+    for (const auto& [id, why] : cohort.dropped) listed.push_back(id + " (" + why + ")");
+    const std::string note = fmt::format("subjects: {} subject(s) left out because a source lacks their data (/kernels/missing_source \"drop\"): {}",
+                                         cohort.dropped.size(), Join(listed, ", "));
+    spdlog::warn("{}", note);
+    res.warnings.insert(res.warnings.begin(), note);
+  }
   if (res.set.kernels.empty()) throw InputError("kernels:NoneLeft", study.path, "no usable kernel is left in any source");
   return res;
 }
@@ -467,6 +554,9 @@ KernelStageResult RunKernelStage(const config::StudyConfig& study, const Cohort&
       break;
     case KernelSource::Tabular:
       res.set = TabularKernels(study, cohort);
+      break;
+    case KernelSource::Connectivity:
+      res.set = ConnectivityKernels(study, study.kernels.connectivity, cohort);
       break;
     case KernelSource::Sources:
       break;  // RunSourcesStage

@@ -218,6 +218,12 @@ exporting::ExportedModel DescribeModel(const StudyContext& ctx, const exporting:
     m.kernelKinds.push_back(kind);
   }
   m.beta = ModelBeta(model, K);
+  if (!ctx.nestedOptions.preprocessing.kernelGroups.empty()) {
+    // Equal source weighting: the learner saw kernel k scaled by the fold's source scale g_k; the model keeps beta_k g_k.
+    const Eigen::VectorXd g = cv::FoldScales(ctx.kernels, Indices(rows), Eigen::VectorXi(0), ctx.nestedOptions.preprocessing);
+    m.beta = g.asDiagonal() * m.beta;
+    m.info["source_weighting"] = "equal: kernel weights are beta times the training set's source scale g";
+  }
   m.bias = model.Multiclass() ? model.biases : Eigen::VectorXd::Constant(1, model.bias);
   m.coef = model.Multiclass() ? model.coefs : Eigen::MatrixXd(model.coef);
   for (int r : rows) m.trainingIds.push_back(ctx.cohort.ids[static_cast<std::size_t>(ctx.kernelRows[static_cast<std::size_t>(r)])]);
@@ -253,15 +259,16 @@ exporting::ExportedModel DescribeModel(const StudyContext& ctx, const exporting:
     }
   }
   // Sources.
-  auto imageSource = [&](const std::string& name, const std::string& column, const atlas::RegionIndex& regions, kernels::NanPolicy policy) {
+  auto imageSource = [&](const std::string& name, const std::string& column, const atlas::RegionIndex& regions, kernels::NanPolicy policy,
+                         kernels::IntensityScaling scaling) {
     exporting::ModelImageSource src;
     src.name = name;
     src.imageColumn = column;
     src.grid = regions.grid;
     src.space = study.atlas.space.empty() && !study.atlas.builtin.empty() ? "MNIColin27" : study.atlas.space;
     src.nanPolicy = policy == kernels::NanPolicy::Zero ? "zero" : "drop_voxel";
-    if (name.empty() && study.kernels.intensity.scaling != kernels::IntensityScaling::None)
-      src.intensityScaling = study.kernels.intensity.scaling == kernels::IntensityScaling::GlobalMean ? "global_mean" : "reference_region";
+    if (scaling != kernels::IntensityScaling::None)
+      src.intensityScaling = scaling == kernels::IntensityScaling::GlobalMean ? "global_mean" : "reference_region";
     m.imageSources.push_back(std::move(src));
   };
   if (study.kernels.source == KernelSource::Sources) {
@@ -269,17 +276,17 @@ exporting::ExportedModel DescribeModel(const StudyContext& ctx, const exporting:
     for (const auto& s : study.kernels.sources) {
       if (s.kind == KernelSource::Images) {
         const auto& is = ctx.ks.imageSources.at(image++);
-        imageSource(s.name, s.imageColumn, is.regions, is.nanPolicy);
+        imageSource(s.name, s.imageColumn, is.regions, is.nanPolicy, SourceStudy(study, s).kernels.intensity.scaling);
       }
       if (s.kind == KernelSource::Tabular) m.tabularSources.push_back(TabularSource(ctx, SourceStudy(study, s), s.name, rows));
-      if (s.kind == KernelSource::Precomputed) m.precomputedSources.push_back(s.name);
+      if (s.kind == KernelSource::Precomputed || s.kind == KernelSource::Connectivity) m.precomputedSources.push_back(s.name);
     }
   } else if (study.kernels.source == KernelSource::Images) {
-    imageSource("", study.subjects.imageColumn, *ctx.ks.regions, study.kernels.nanPolicy);
+    imageSource("", study.subjects.imageColumn, *ctx.ks.regions, study.kernels.nanPolicy, study.kernels.intensity.scaling);
   } else if (study.kernels.source == KernelSource::Tabular) {
     m.tabularSources.push_back(TabularSource(ctx, study, "", rows));
   } else {
-    m.precomputedSources.push_back("precomputed");
+    m.precomputedSources.push_back(config::ToString(study.kernels.source));
   }
   return m;
 }
@@ -314,10 +321,18 @@ void ExportModels(const StudyContext& ctx, exporting::RunRecord& record, const s
     const std::vector<std::string>* images;  // per cohort row
     std::size_t first, count;
     kernels::NanPolicy policy;
+    const std::vector<double>* intensityScale;  // per cohort row; empty = none
+    config::StudyConfig study;                  // the source's view of the study (its intensity settings)
   };
   std::vector<ImageSourceView> views;
-  if (ks.regions) views.push_back({&*ks.regions, &ctx.cohort.images, 0, ks.set.info.size(), study.kernels.nanPolicy});  // (the kernels may have moved to ctx)
-  for (const auto& s : ks.imageSources) views.push_back({&s.regions, &s.images, s.firstKernel, s.kernelCount, s.nanPolicy});
+  if (ks.regions)  // (the kernels may have moved to ctx: counted by their info)
+    views.push_back({&*ks.regions, &ctx.cohort.images, 0, ks.set.info.size(), study.kernels.nanPolicy, &ks.set.intensityScale, study});
+  for (const auto& s : ks.imageSources) {
+    config::StudyConfig sourceStudy = study;
+    for (const auto& spec : study.kernels.sources)
+      if (spec.name == s.name) sourceStudy = SourceStudy(study, spec);
+    views.push_back({&s.regions, &s.images, s.firstKernel, s.kernelCount, s.nanPolicy, &s.intensityScale, sourceStudy});
+  }
   const auto nRows = static_cast<Eigen::Index>(ctx.cohort.ids.size());
   for (std::size_t v = 0; v < views.size(); ++v) {
     const auto& view = views[v];
@@ -354,7 +369,7 @@ void ExportModels(const StudyContext& ctx, exporting::RunRecord& record, const s
         for (std::size_t i = 0; i < ctx.kernelRows.size(); ++i) {
           const auto r = static_cast<std::size_t>(ctx.kernelRows[i]);
           B.row(static_cast<Eigen::Index>(r)) = A.row(static_cast<Eigen::Index>(i));
-          if (view.first == 0 && ks.regions && !ks.set.intensityScale.empty()) B.row(static_cast<Eigen::Index>(r)) /= ks.set.intensityScale[r];
+          if (!view.intensityScale->empty()) B.row(static_cast<Eigen::Index>(r)) /= (*view.intensityScale)[r];
         }
         return B;
       };
@@ -367,8 +382,8 @@ void ExportModels(const StudyContext& ctx, exporting::RunRecord& record, const s
     weights::ModelImageLayout layout;
     const auto arrays = weights::ModelImages(*view.images, *view.regions, info, requests, view.policy, layout);
     std::vector<std::int64_t> scaleVoxels;
-    if (ks.regions && study.kernels.intensity.scaling == kernels::IntensityScaling::GlobalMean) scaleVoxels = layout.allVoxels;
-    if (ks.regions && study.kernels.intensity.scaling == kernels::IntensityScaling::ReferenceRegions) scaleVoxels = ReferenceVoxels(study, *ks.regions);
+    if (view.study.kernels.intensity.scaling == kernels::IntensityScaling::GlobalMean) scaleVoxels = layout.allVoxels;
+    if (view.study.kernels.intensity.scaling == kernels::IntensityScaling::ReferenceRegions) scaleVoxels = ReferenceVoxels(view.study, *view.regions);
     for (std::size_t q = 0; q < entries.size(); ++q) {
       auto& src = entries[q].model.imageSources.at(v);
       const auto& a = arrays[q];

@@ -200,8 +200,8 @@ std::vector<Eigen::MatrixXd> ModelScores(const std::vector<exporting::ExportedMo
   for (const auto& m : models) {
     if (!m.precomputedSources.empty())
       throw InputError("predict:Precomputed", m.study,
-                       fmt::format("model of learner {} has precomputed kernel sources ({}): predict needs their test-vs-training kernel rows, "
-                                   "which it does not read yet",
+                       fmt::format("model of learner {} has kernel sources that predict cannot compute from a table and images ({}: precomputed "
+                                   "or connectivity): they need each new subject's test-vs-training kernel rows, which predict does not read yet",
                                    m.learner, Join(m.precomputedSources, ", ")));
     scores.push_back(m.bias.transpose().replicate(n, 1));
   }

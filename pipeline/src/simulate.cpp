@@ -11,6 +11,7 @@
 
 #include "neuromkl/atlas/atlas.hpp"
 #include "neuromkl/core/errors.hpp"
+#include "neuromkl/core/npy.hpp"
 #include "neuromkl/core/random.hpp"
 #include "neuromkl/core/strings.hpp"
 #include "neuromkl/cv/splits.hpp"
@@ -94,6 +95,21 @@ std::string Simulate(const SimulateOptions& o) {
   if (!(o.ageTargetCorrelation >= -1 && o.ageTargetCorrelation <= 1))
     throw InputError("simulate:AgeCorrelation", "--age-target-correlation", "expected a value in [-1, 1]");
 
+  if (o.connectivityNodes < 0 || o.connectivityNodes == 1 || o.connectivityNodes > 1000)
+    throw InputError("simulate:Connectivity", "--connectivity", fmt::format("expected 0 (none) or 2..1000 nodes, got {}", o.connectivityNodes));
+  const auto nodeName = [](int a) { return fmt::format("node{:02d}", a + 1); };
+  std::set<int> connectivitySignal;
+  for (const auto& name : o.connectivitySignal) {
+    int found = -1;
+    for (int a = 0; a < o.connectivityNodes; ++a)
+      if (nodeName(a) == name) found = a;
+    if (found < 0)
+      throw InputError("simulate:UnknownNode", "--connectivity-signal",
+                       fmt::format("unknown node \"{}\" (nodes are node01 .. {} with --connectivity {})", name,
+                                   o.connectivityNodes > 0 ? nodeName(o.connectivityNodes - 1) : std::string("none"), o.connectivityNodes));
+    connectivitySignal.insert(found);
+  }
+
   const int nLabelled = o.subjects, nTotal = o.subjects + o.unlabelled;
   // The project's own generator (not std:: distributions): the same cohort with any standard library.
   Rng rng(cv::DeriveSeed(o.seed, 0));
@@ -159,11 +175,36 @@ std::string Simulate(const SimulateOptions& o) {
     }
   });
 
+  if (o.connectivityNodes > 0) {
+    // Connectivity: a fixed pattern (the same for everyone) + noise, symmetric, unit diagonal; the target
+    // effect shifts every connection of the signal nodes. Its own stream per subject.
+    const int N = o.connectivityNodes;
+    fs::create_directories(o.outDir + "/connectomes");
+    tbb::parallel_for(0, nTotal, [&](int s) {
+      Rng gen(cv::DeriveSeed(o.seed, 0xC0000000ULL + static_cast<std::uint64_t>(s)));
+      const double t = target[static_cast<std::size_t>(s)];
+      const double shift = o.task == learners::Task::Classification ? (t - 0.5) * o.effect : t * o.effect;
+      Eigen::MatrixXd M = Eigen::MatrixXd::Identity(N, N);
+      for (int a = 0; a < N; ++a)
+        for (int b = a + 1; b < N; ++b) {
+          double v = 0.3 * std::sin(1.7 * a + 0.9 * b) + o.noise * gen.Normal();
+          if (connectivitySignal.count(a) || connectivitySignal.count(b)) v += shift;
+          M(a, b) = M(b, a) = v;
+        }
+      WriteNpy(o.outDir + "/connectomes/" + ids[static_cast<std::size_t>(s)] + ".npy", M);
+    });
+    std::ofstream nodes(o.outDir + "/nodes.tsv");
+    nodes << "name\tnetwork\n";
+    for (int a = 0; a < N; ++a) nodes << nodeName(a) << "\tnet" << static_cast<char>('A' + a % 4) << "\n";
+    nodes.close();
+    if (!nodes) throw IoError("simulate:Write", o.outDir + "/nodes.tsv", "cannot write the file (disk full?)");
+  }
+
   const std::string targetName = o.task == learners::Task::Classification ? "group" : "score";
   {
     std::ofstream p(o.outDir + "/participants.tsv");
     p << "subject\timage\t" << targetName << (o.secondModality ? "\timage_b" : "") << (withAge ? "\tage" : "") << (withClinical ? "\tclinical" : "")
-      << "\n";
+      << (o.connectivityNodes > 0 ? "\tconnectome" : "") << "\n";
     for (int s = 0; s < nTotal; ++s) {
       std::string value = s >= nLabelled ? "n/a"
                           : multiclass ? classNames[static_cast<std::size_t>(target[static_cast<std::size_t>(s)])]
@@ -173,6 +214,7 @@ std::string Simulate(const SimulateOptions& o) {
       if (o.secondModality) p << "\timages_b/" << ids[static_cast<std::size_t>(s)] << ext;
       if (withAge) p << "\t" << fmt::format("{:.2f}", age[static_cast<std::size_t>(s)]);
       if (withClinical) p << "\t" << fmt::format("{:.4f}", clinical[static_cast<std::size_t>(s)]);
+      if (o.connectivityNodes > 0) p << "\tconnectomes/" << ids[static_cast<std::size_t>(s)] << ".npy";
       p << "\n";
     }
     p.close();
@@ -221,6 +263,11 @@ std::string Simulate(const SimulateOptions& o) {
                                     "  \"grid\": \"{}\",\n  \"nan_fraction\": {}",
                                     list(o.signalRegions), o.effect, o.noise, o.seed,
                                     o.task == learners::Task::Classification ? "classification" : "regression", grid.Describe(), o.nanFraction);
+    if (o.connectivityNodes > 0) {
+      std::vector<std::string> names;
+      for (int a : connectivitySignal) names.push_back(nodeName(a));
+      truth += fmt::format(",\n  \"connectivity_nodes\": {},\n  \"connectivity_signal\": {}", o.connectivityNodes, list(names));
+    }
     if (withAge || o.secondModality || withClinical)  // the confounded designs' settings (absent: the cohort is as before)
       truth += fmt::format(",\n  \"age_regions\": {},\n  \"age_effect\": {},\n  \"age_target_correlation\": {},\n  \"second_modality\": {},\n"
                            "  \"signal_regions_b\": {},\n  \"clinical_effect\": {}",

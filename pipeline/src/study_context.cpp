@@ -117,7 +117,7 @@ void CheckClassSizes(const StudyContext& ctx) {
 StudyContext LoadStudyInputs(const config::StudyConfig& study) {
   StudyContext ctx;
   ctx.study = study;
-  ctx.cohort = LoadCohort(study);
+  ctx.cohort = LoadStudyCohort(study);
   ctx.n = static_cast<int>(ctx.cohort.y.size());
   // Splits before any heavy work: an impossible CV plan is a config/input error, found in seconds.
   if (study.target.task == learners::Task::Multiclass && Stratified(study.cv.outer.scheme))
@@ -150,10 +150,13 @@ void AttachKernels(StudyContext& ctx, const std::string& scratchDir) {
     for (const auto& K : ctx.ks.set.kernels) ctx.kernels.push_back(K(rows, rows));
   }
   ctx.nestedOptions = cv::NestedCvOptions{};
-  ctx.nestedOptions.preprocessing = {ctx.study.kernels.centre, ctx.study.kernels.normalise, nullptr};
+  ctx.nestedOptions.preprocessing = {ctx.study.kernels.centre, ctx.study.kernels.normalise, nullptr, {}};
   ctx.nestedOptions.unlabelled = ctx.unlabelledCount;
   ctx.nestedOptions.multiclassWeights = ctx.study.target.multiclassWeights;
   ctx.nestedOptions.criterion = ctx.study.cv.criterion;
+  if (ctx.study.kernels.sourceWeighting == config::SourceWeighting::Equal)
+    for (std::size_t s = 0; s < ctx.ks.sourceKernelCounts.size(); ++s)
+      ctx.nestedOptions.preprocessing.kernelGroups.insert(ctx.nestedOptions.preprocessing.kernelGroups.end(), ctx.ks.sourceKernelCounts[s], static_cast<int>(s));
   if (ctx.covariates) ctx.nestedOptions.preprocessing.covariates = std::shared_ptr<const kernels::Covariates>(ctx.covariates, &ctx.covariates->covariates);
 }
 

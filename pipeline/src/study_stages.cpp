@@ -1,6 +1,8 @@
 // Stages 3-7 of a study: nested CV, permutation test, region weights, the run record, outputs.
 #include "neuromkl/pipeline/study_stages.hpp"
 
+
+#include <algorithm>
 #include <cmath>
 #include <ctime>
 #include <filesystem>
@@ -18,6 +20,7 @@
 #include "neuromkl/core/strings.hpp"
 #include "neuromkl/export/checkpoint.hpp"
 #include "neuromkl/export/kernel_store.hpp"
+#include "neuromkl/pipeline/connectivity.hpp"
 #include "neuromkl/pipeline/study_run.hpp"
 #include "neuromkl/weights/weights.hpp"
 
@@ -119,6 +122,8 @@ exporting::PermutationRecord PermutationPValues(const StudyContext& ctx, const e
   return pr;
 }
 
+Eigen::VectorXi Indices(const std::vector<int>& v) { return Eigen::Map<const Eigen::VectorXi>(v.data(), static_cast<Eigen::Index>(v.size())); }
+
 /// Fold maps of every learner's successful folds, computed in one pass over the images.
 exporting::WeightMaps ComputeWeightMaps(const StudyContext& ctx, const std::vector<exporting::LearnerRecord>& learners) {
   const auto& study = ctx.study;
@@ -136,18 +141,20 @@ exporting::WeightMaps ComputeWeightMaps(const StudyContext& ctx, const std::vect
       if (!fold.error.empty()) continue;
       std::vector<int> train = fold.train;
       train.insert(train.end(), fold.unlabelled.begin(), fold.unlabelled.end());
+      // Equal source weighting: the learner saw kernel r scaled by g_r, so its weight in the map is beta_r g_r.
+      const Eigen::VectorXd scales = cv::FoldScales(ctx.kernels, Indices(train), Indices(fold.test), ctx.nestedOptions.preprocessing);
       if (fold.model.Multiclass()) {  // one map per class: its coefficients and (per-class) kernel weights
         for (Eigen::Index c = 0; c < fold.model.coefs.cols(); ++c) {
           const Eigen::VectorXd beta = fold.model.betas.cols() > c ? Eigen::VectorXd(fold.model.betas.col(c)) : fold.model.beta;
-          subjectWeights.push_back(weights::SubjectWeights(ctx.kernels, {train, fold.test, fold.model.coefs.col(c), beta}, study.kernels.centre,
-                                                           study.kernels.normalise, covariates));
+          subjectWeights.push_back(weights::SubjectWeights(ctx.kernels, {train, fold.test, fold.model.coefs.col(c), beta.cwiseProduct(scales)},
+                                                           study.kernels.centre, study.kernels.normalise, covariates));
           learnerOf.push_back(l);
           classOf.push_back(c);
         }
         continue;
       }
-      subjectWeights.push_back(weights::SubjectWeights(ctx.kernels, {train, fold.test, fold.model.coef, fold.model.beta}, study.kernels.centre,
-                                                       study.kernels.normalise, covariates));
+      subjectWeights.push_back(weights::SubjectWeights(ctx.kernels, {train, fold.test, fold.model.coef, fold.model.beta.cwiseProduct(scales)},
+                                                       study.kernels.centre, study.kernels.normalise, covariates));
       learnerOf.push_back(l);
     }
   // Intensity-scaled kernels are kernels of x_i / s_i: the map sum_i D_i (x_i / s_i) reads the raw images.
@@ -203,20 +210,61 @@ exporting::WeightMaps ComputeWeightMaps(const StudyContext& ctx, const std::vect
     collect(weights::VoxelMaps(images, *ks.regions, ks.set.info, subjectWeights, study.kernels.nanPolicy), maps.folds, maps.mean, &maps.classMean);
   }
   // kernels.sources: each image source's kernels (a block of columns) mapped onto its own grid and
-  // images. Multiclass studies with sources get no per-class source maps yet (a warning says so).
-  if (classOf.empty())
-    for (const auto& source : ks.imageSources) {
+  // images (multiclass: one mean map per class).
+  for (const auto& source : ks.imageSources) {
       const auto first = static_cast<Eigen::Index>(source.firstKernel), count = static_cast<Eigen::Index>(source.kernelCount);
       std::vector<Eigen::MatrixXd> sourceWeights;
       for (const auto& D : subjectWeights) sourceWeights.push_back(D.middleCols(first, count));
       const std::vector<kernels::KernelInfo> info(ks.set.info.begin() + first, ks.set.info.begin() + first + count);
+      if (!source.intensityScale.empty())  // the source's own intensity scaling, as for a single image source above
+        for (auto& D : sourceWeights)
+          for (std::size_t i = 0; i < ctx.kernelRows.size(); ++i)
+            D.row(static_cast<Eigen::Index>(i)) /= source.intensityScale[static_cast<std::size_t>(ctx.kernelRows[i])];
       std::vector<std::string> images;
       for (auto r : ctx.kernelRows) images.push_back(source.images[static_cast<std::size_t>(r)]);
       auto& out = maps.sources.emplace_back();
       out.name = source.name;
       out.regions = &source.regions;
-      collect(weights::VoxelMaps(images, source.regions, info, sourceWeights, source.nanPolicy), out.folds, out.mean, nullptr);
+      out.classMean.resize(learners.size());
+      collect(weights::VoxelMaps(images, source.regions, info, sourceWeights, source.nanPolicy), out.folds, out.mean,
+              classOf.empty() ? nullptr : &out.classMean);
     }
+  // Connectivity sources: the edge weights of the fold models (the matrices are read again, as the
+  // images are for voxel maps), per learner and fold, and their mean.
+  std::size_t first = 0;
+  for (std::size_t s = 0; s < study.kernels.sources.size() && classOf.empty(); first += ks.sourceKernelCounts[s], ++s) {
+    const auto& spec = study.kernels.sources[s];
+    if (spec.kind != config::KernelSource::Connectivity) continue;
+    const ConnectivityData data = ReadConnectivity(SourceStudy(study, spec), spec.connectivity, ctx.cohort);
+    const ConnectivityKernelPlan plan = PlanConnectivityKernels(data, spec.connectivity.kernels);
+    Eigen::VectorXi rows(static_cast<Eigen::Index>(ctx.kernelRows.size()));
+    for (std::size_t i = 0; i < ctx.kernelRows.size(); ++i) rows[static_cast<Eigen::Index>(i)] = ctx.kernelRows[i];
+    ConnectivityData inKernelOrder = data;
+    inKernelOrder.edges = data.edges(rows, Eigen::all);
+    // Kernel j of the set is the planned kernel of the same name (kernels that were all zero were excluded).
+    std::vector<Eigen::Index> planOf;
+    for (std::size_t j = first; j < first + ks.sourceKernelCounts[s]; ++j) {
+      const std::string name = ks.set.info[j].name.substr(spec.name.size() + 1);
+      planOf.push_back(std::find(plan.names.begin(), plan.names.end(), name) - plan.names.begin());
+    }
+    auto& out = maps.edges.emplace_back();
+    out.name = spec.name;
+    out.nodes = data.nodes;
+    out.networks = data.networks;
+    out.folds.resize(learners.size());
+    out.mean.resize(learners.size());
+    for (std::size_t k = 0; k < subjectWeights.size(); ++k) {
+      Eigen::MatrixXd D = Eigen::MatrixXd::Zero(subjectWeights[k].rows(), static_cast<Eigen::Index>(plan.names.size()));
+      for (std::size_t j = 0; j < planOf.size(); ++j) D.col(planOf[j]) = subjectWeights[k].col(static_cast<Eigen::Index>(first + j));
+      out.folds[learnerOf[k]].push_back(WeightEdges(inKernelOrder, plan, D));
+    }
+    for (std::size_t l = 0; l < learners.size(); ++l) {
+      if (out.folds[l].empty()) continue;
+      Eigen::MatrixXd mean = Eigen::MatrixXd::Zero(out.folds[l][0].rows(), out.folds[l][0].cols());
+      for (const auto& W : out.folds[l]) mean += W;
+      out.mean[l] = mean / static_cast<double>(out.folds[l].size());
+    }
+  }
   return maps;
 }
 
@@ -323,10 +371,12 @@ RegionWeightsResult RunRegionWeights(const StudyContext& ctx, const std::vector<
   const bool multiclass = ctx.study.target.task == learners::Task::Multiclass;
   const bool perClass = multiclass && ctx.study.target.multiclassWeights == learners::MulticlassWeights::PerClass;
   const auto classes = static_cast<Eigen::Index>(ctx.cohort.classNames.size());
-  if (ctx.study.output.weightMaps && (ctx.ks.regions.has_value() || !ctx.ks.imageSources.empty())) {
+  const bool anyConnectivity = std::any_of(ctx.study.kernels.sources.begin(), ctx.study.kernels.sources.end(),
+                                           [](const config::SourceSpec& s) { return s.kind == config::KernelSource::Connectivity; });
+  if (ctx.study.output.weightMaps && (ctx.ks.regions.has_value() || !ctx.ks.imageSources.empty() || anyConnectivity)) {
     result.maps = ComputeWeightMaps(ctx, learners);  // multiclass: one mean map per class
-    if (multiclass && !ctx.ks.imageSources.empty())
-      result.warnings.push_back("multiclass study with kernels.sources: per-source voxel maps are not written yet (region tables rank every source's kernels)");
+    if (multiclass && anyConnectivity)
+      result.warnings.push_back("multiclass study with a connectivity source: edge weights are not written for multiclass models yet (region tables rank every kernel)");
   }
   const cv::Preprocessing& preprocessing = ctx.nestedOptions.preprocessing;  // covariates included
   for (const auto& lr : learners) {
@@ -336,9 +386,22 @@ RegionWeightsResult RunRegionWeights(const StudyContext& ctx, const std::vector<
     for (const auto& fold : lr.outcome.folds) {
       if (!fold.error.empty()) continue;
       if (mkl) {
-        foldWeights.push_back(fold.model.beta);  // shared weights, or the mean of the per-class weights
+        // Shared weights, or the mean of the per-class weights. With equal source weighting the learner saw
+        // kernel r scaled by g_r: its share of the combined kernel is beta_r g_r (normalised to sum 1).
+        Eigen::VectorXd scales;
+        if (!preprocessing.kernelGroups.empty()) {
+          std::vector<int> train = fold.train;
+          train.insert(train.end(), fold.unlabelled.begin(), fold.unlabelled.end());
+          scales = cv::FoldScales(ctx.kernels, Indices(train), Indices(fold.test), preprocessing);
+        }
+        const auto share = [&](const Eigen::VectorXd& beta) -> Eigen::VectorXd {
+          if (scales.size() == 0) return beta;
+          const Eigen::VectorXd w = beta.cwiseProduct(scales);
+          return w.sum() > 0 ? Eigen::VectorXd(w / w.sum()) : w;
+        };
+        foldWeights.push_back(share(fold.model.beta));
         for (Eigen::Index c = 0; c < static_cast<Eigen::Index>(classWeights.size()); ++c)
-          classWeights[static_cast<std::size_t>(c)].push_back(fold.model.betas.cols() > c ? Eigen::VectorXd(fold.model.betas.col(c)) : fold.model.beta);
+          classWeights[static_cast<std::size_t>(c)].push_back(share(fold.model.betas.cols() > c ? Eigen::VectorXd(fold.model.betas.col(c)) : fold.model.beta));
         continue;
       }
       if (multiclass) {
@@ -349,9 +412,10 @@ RegionWeightsResult RunRegionWeights(const StudyContext& ctx, const std::vector<
         const Eigen::VectorXi tr = Eigen::Map<const Eigen::VectorXi>(train.data(), static_cast<Eigen::Index>(train.size()));
         const Eigen::VectorXi te = Eigen::Map<const Eigen::VectorXi>(fold.test.data(), static_cast<Eigen::Index>(fold.test.size()));
         const auto R = static_cast<Eigen::Index>(ctx.kernels.size());
+        const Eigen::VectorXd scales = cv::FoldScales(ctx.kernels, tr, te, preprocessing);
         Eigen::MatrixXd norms(R, classes);
         for (Eigen::Index r = 0; r < R; ++r) {
-          const auto K = cv::PrepareFoldKernel(ctx.kernels[static_cast<std::size_t>(r)], tr, te, preprocessing).train;
+          const auto K = cv::PrepareFoldKernel(ctx.kernels[static_cast<std::size_t>(r)], tr, te, preprocessing, scales[r]).train;
           for (Eigen::Index c = 0; c < classes; ++c) norms(r, c) = weights::ModelNorm(K, fold.model.coefs.col(c), fold.model.beta[r]);
         }
         foldWeights.push_back(norms.rowwise().norm());
@@ -365,16 +429,19 @@ RegionWeightsResult RunRegionWeights(const StudyContext& ctx, const std::vector<
       const Eigen::VectorXi tr = Eigen::Map<const Eigen::VectorXi>(train.data(), static_cast<Eigen::Index>(train.size()));
       const Eigen::VectorXi te = Eigen::Map<const Eigen::VectorXi>(fold.test.data(), static_cast<Eigen::Index>(fold.test.size()));
       Eigen::VectorXd norms(static_cast<Eigen::Index>(ctx.kernels.size()));
-      for (std::size_t r = 0; r < ctx.kernels.size(); ++r)
-        norms[static_cast<Eigen::Index>(r)] = weights::ModelNorm(cv::PrepareFoldKernel(ctx.kernels[r], tr, te, preprocessing).train, fold.model.coef,
-                                                                  fold.model.beta[static_cast<Eigen::Index>(r)]);
+      const Eigen::VectorXd scales = cv::FoldScales(ctx.kernels, tr, te, preprocessing);
+      for (std::size_t r = 0; r < ctx.kernels.size(); ++r) {
+        const auto j = static_cast<Eigen::Index>(r);
+        norms[j] = weights::ModelNorm(cv::PrepareFoldKernel(ctx.kernels[r], tr, te, preprocessing, scales[j]).train, fold.model.coef, fold.model.beta[j]);
+      }
       foldWeights.push_back(std::move(norms));
     }
     result.tables.push_back(weights::RegionTable(foldWeights));
     result.classTables.emplace_back();
     for (const auto& w : classWeights) result.classTables.back().push_back(weights::RegionTable(w));
-    result.sources.push_back(mkl && perClass ? "mean of the per-class kernel weights (beta) per outer fold; per class: regions_<learner>_class-<class>.tsv"
-                             : mkl ? "kernel weights (beta) per outer fold"
+    const std::string scaled = preprocessing.kernelGroups.empty() ? "" : " times the fold's source scale g (source_weighting \"equal\"), renormalised";
+    result.sources.push_back(mkl && perClass ? "mean of the per-class kernel weights (beta) per outer fold" + scaled + "; per class: regions_<learner>_class-<class>.tsv"
+                             : mkl ? "kernel weights (beta) per outer fold" + scaled
                              : multiclass ? "share of the model per outer fold: ||w_r|| = sqrt(sum over classes of coef_c' K_r coef_c) with the fold's "
                                             "preprocessed training kernel, as a percentage of the fold's sum"
                                  : "share of the model per outer fold: ||w_r|| = sqrt(coef' K_r coef) with the fold's preprocessed training kernel "
@@ -423,6 +490,7 @@ exporting::RunRecord DescribeRun(const StudyContext& ctx, CrossValidationResult 
   record.innerCriterion = study.cv.criterion;
   record.negativeClass = cohort.negativeClass;
   record.excludedSubjects = cohort.excluded;
+  record.droppedSubjects = cohort.dropped;
   if (ctx.unlabelledCount > 0)
     for (auto& [id, why] : record.excludedSubjects) why += "; used as unlabelled data by the semi-supervised learners";
   for (auto r : cohort.labelledRows) {
@@ -450,6 +518,7 @@ exporting::RunRecord DescribeRun(const StudyContext& ctx, CrossValidationResult 
   if (const auto total = ks.set.nonZeroInsideAtlas + ks.set.nonZeroOutsideAtlas; ks.set.nonZeroInsideAtlas >= 0 && total > 0)
     record.outsideAtlasShare = static_cast<double>(ks.set.nonZeroOutsideAtlas) / static_cast<double>(total);
   record.minSubjectsWithSignal = study.output.minSubjectsWithSignal;
+  record.sourceWeighting = study.kernels.sourceWeighting == config::SourceWeighting::Equal ? "equal" : "none";
   for (std::size_t s = 0; s < ks.sourceNames.size(); ++s) {
     record.sourceNames.push_back(ks.sourceNames[s]);
     record.sourceKinds.push_back(config::ToString(study.kernels.sources[s].kind));

@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <numeric>
 
 #include <fmt/format.h>
@@ -9,6 +10,7 @@
 #include "neuromkl/core/strings.hpp"
 #include "neuromkl/io/nifti.hpp"
 #include "neuromkl/pipeline/cohort.hpp"
+#include "neuromkl/pipeline/connectivity.hpp"
 #include "neuromkl/pipeline/kernel_stage.hpp"
 #include "neuromkl/pipeline/study_context.hpp"
 #include "neuromkl/pipeline/study_run.hpp"
@@ -30,51 +32,8 @@ std::string DescribeScheme(const config::CvSchemeSpec& s) {
   }
   return "?";
 }
-}  // namespace
-
-std::string ValidateStudy(const config::StudyConfig& study, bool deep) {
-  std::string out;
-  auto line = [&](const std::string& s) { out += s + "\n"; };
-  line(fmt::format("Study \"{}\" ({})", study.name, study.path));
-  if (!study.description.empty()) line("  " + study.description);
-  // The cohort and the outer folds exactly as `run` makes them: an impossible CV plan (outer k larger
-  // than the number of subjects, a custom fold column that leaves a class out) is refused here too.
-  const StudyContext ctx = LoadStudyInputs(study);
-  const Cohort& cohort = ctx.cohort;
-  line(fmt::format("Subjects: {} rows in {}", cohort.ids.size(), study.subjects.table));
-  line(fmt::format("  used for supervised learning: {}", cohort.labelledRows.size()));
-  std::vector<std::string> semi;
-  for (const auto& l : study.learners)
-    if (const auto* info = learners::FindLearner(l.name); info && info->semiSupervised) semi.push_back(l.label);
-  if (!cohort.excluded.empty() && !semi.empty())
-    line(fmt::format("  unlabelled data for {}: {} (never test subjects; the other learners leave them out)", Join(semi, ", "), cohort.excluded.size()));
-  if (!cohort.excluded.empty()) {
-    line(fmt::format("  excluded: {}", cohort.excluded.size()));
-    for (const auto& [id, why] : cohort.excluded) line(fmt::format("    {}: {}", id, why));
-  }
-  if (study.target.task == learners::Task::Multiclass) {
-    std::vector<std::string> counts;
-    for (const auto& [k, v] : cohort.classCounts) counts.push_back(fmt::format("\"{}\" n = {}", k, v));
-    line(fmt::format("Target: \"{}\", multiclass ({} classes, labels 0..{} in this order): {}; kernel weights {}", study.target.column,
-                     cohort.classNames.size(), cohort.classNames.size() - 1, Join(counts, ", "),
-                     study.target.multiclassWeights == learners::MulticlassWeights::PerClass ? "per class" : "shared by all classes"));
-  } else if (study.target.task == learners::Task::Classification) {
-    std::vector<std::string> counts;
-    for (const auto& [k, v] : cohort.classCounts) counts.push_back(fmt::format("\"{}\" n = {}", k, v));
-    line(fmt::format("Target: \"{}\", classification: {}; positive class \"{}\"", study.target.column, Join(counts, ", "), cohort.positiveClass));
-    if (!cohort.classDescriptions.empty()) {
-      std::vector<std::string> described;
-      for (const auto& [k, _] : cohort.classCounts)
-        if (auto it = cohort.classDescriptions.find(k); it != cohort.classDescriptions.end()) described.push_back(fmt::format("\"{}\" = {}", k, it->second));
-      line(fmt::format("  levels (from {}): {}", study.subjects.sidecar, Join(described, "; ")));
-    }
-  } else {
-    const auto& y = cohort.y;
-    const double mean = y.mean();
-    const double sd = std::sqrt((y.array() - mean).square().sum() / std::max<double>(1.0, static_cast<double>(y.size() - 1)));
-    line(fmt::format("Target: \"{}\", regression: range [{:.4g}, {:.4g}], mean {:.4g}, SD {:.4g}", study.target.column, y.minCoeff(),
-                     y.maxCoeff(), mean, sd));
-  }
+/// What a study's kernel source is, checked as the kernel stage reads it (headers, atlas, mask, files).
+void DescribeKernels(const config::StudyConfig& study, const Cohort& cohort, bool deep, const std::function<void(const std::string&)>& line) {
   switch (study.kernels.source) {
     case config::KernelSource::Images: {
       if (!study.subjects.bids.root.empty())
@@ -161,16 +120,81 @@ std::string ValidateStudy(const config::StudyConfig& study, bool deep) {
       for (const auto& [name, cols] : study.kernels.tabular.groups) line(fmt::format("  {}: {} columns", name, cols.size()));
       break;
     case config::KernelSource::Sources:
-      line(fmt::format("Kernels: {} sources", study.kernels.sources.size()));
+      line(fmt::format("Kernels: {} sources{}", study.kernels.sources.size(),
+                       study.kernels.sourceWeighting == config::SourceWeighting::Equal ? ", each scaled to the same total trace in every fold" : ""));
       for (const auto& source : study.kernels.sources) {
+        // Each source checked as a study of its own would be, with the same functions as run.
         const auto d = SourceStudy(study, source);
-        const Cohort sc = SourceCohort(d, source, cohort);  // every subject's image of an images source present
-        line(fmt::format("  {} ({}){}", source.name, config::ToString(source.kind),
-                         source.kind == config::KernelSource::Images ? fmt::format(": {} images in column \"{}\"", sc.images.size(), source.imageColumn)
-                                                                     : std::string()));
+        const Cohort sc = SourceCohort(d, source, cohort);
+        line(fmt::format("Source \"{}\" ({}):", source.name, config::ToString(source.kind)));
+        DescribeKernels(d, sc, deep, [&](const std::string& text) { line("  " + text); });
       }
       break;
+    case config::KernelSource::Connectivity: {
+      const auto& spec = study.kernels.connectivity;
+      const ConnectivityData data = ReadConnectivity(study, spec, cohort);
+      const auto plan = PlanConnectivityKernels(data, spec.kernels);
+      line(fmt::format("Connectivity: {} matrices from column \"{}\", {} nodes ({}), {} connections; every matrix read: square, finite, symmetric",
+                       cohort.ids.size(), spec.column, data.nodes.size(), spec.nodes.empty() ? "unnamed" : spec.nodes, data.edges.cols()));
+      line(fmt::format("Kernels: {} linear kernels ({})", plan.names.size(),
+                       spec.kernels == config::ConnectivitySpec::Kernels::Node      ? "one per node"
+                       : spec.kernels == config::ConnectivitySpec::Kernels::Network ? "one per network"
+                                                                                    : "one over every connection"));
+      break;
+    }
   }
+}
+
+}  // namespace
+
+std::string ValidateStudy(const config::StudyConfig& study, bool deep) {
+  std::string out;
+  auto line = [&](const std::string& s) { out += s + "\n"; };
+  line(fmt::format("Study \"{}\" ({})", study.name, study.path));
+  if (!study.description.empty()) line("  " + study.description);
+  // The cohort and the outer folds exactly as `run` makes them: an impossible CV plan (outer k larger
+  // than the number of subjects, a custom fold column that leaves a class out) is refused here too.
+  const StudyContext ctx = LoadStudyInputs(study);
+  const Cohort& cohort = ctx.cohort;
+  line(fmt::format("Subjects: {} rows in {}", cohort.ids.size(), study.subjects.table));
+  line(fmt::format("  used for supervised learning: {}", cohort.labelledRows.size()));
+  std::vector<std::string> semi;
+  for (const auto& l : study.learners)
+    if (const auto* info = learners::FindLearner(l.name); info && info->semiSupervised) semi.push_back(l.label);
+  if (!cohort.excluded.empty() && !semi.empty())
+    line(fmt::format("  unlabelled data for {}: {} (never test subjects; the other learners leave them out)", Join(semi, ", "), cohort.excluded.size()));
+  if (!cohort.excluded.empty()) {
+    line(fmt::format("  excluded: {}", cohort.excluded.size()));
+    for (const auto& [id, why] : cohort.excluded) line(fmt::format("    {}: {}", id, why));
+  }
+  if (study.target.task == learners::Task::Multiclass) {
+    std::vector<std::string> counts;
+    for (const auto& [k, v] : cohort.classCounts) counts.push_back(fmt::format("\"{}\" n = {}", k, v));
+    line(fmt::format("Target: \"{}\", multiclass ({} classes, labels 0..{} in this order): {}; kernel weights {}", study.target.column,
+                     cohort.classNames.size(), cohort.classNames.size() - 1, Join(counts, ", "),
+                     study.target.multiclassWeights == learners::MulticlassWeights::PerClass ? "per class" : "shared by all classes"));
+  } else if (study.target.task == learners::Task::Classification) {
+    std::vector<std::string> counts;
+    for (const auto& [k, v] : cohort.classCounts) counts.push_back(fmt::format("\"{}\" n = {}", k, v));
+    line(fmt::format("Target: \"{}\", classification: {}; positive class \"{}\"", study.target.column, Join(counts, ", "), cohort.positiveClass));
+    if (!cohort.classDescriptions.empty()) {
+      std::vector<std::string> described;
+      for (const auto& [k, _] : cohort.classCounts)
+        if (auto it = cohort.classDescriptions.find(k); it != cohort.classDescriptions.end()) described.push_back(fmt::format("\"{}\" = {}", k, it->second));
+      line(fmt::format("  levels (from {}): {}", study.subjects.sidecar, Join(described, "; ")));
+    }
+  } else {
+    const auto& y = cohort.y;
+    const double mean = y.mean();
+    const double sd = std::sqrt((y.array() - mean).square().sum() / std::max<double>(1.0, static_cast<double>(y.size() - 1)));
+    line(fmt::format("Target: \"{}\", regression: range [{:.4g}, {:.4g}], mean {:.4g}, SD {:.4g}", study.target.column, y.minCoeff(),
+                     y.maxCoeff(), mean, sd));
+  }
+  if (!cohort.dropped.empty()) {
+    line(fmt::format("  dropped (/kernels/missing_source \"drop\"): {}", cohort.dropped.size()));
+    for (const auto& [id, why] : cohort.dropped) line(fmt::format("    {}: {}", id, why));
+  }
+  DescribeKernels(study, cohort, deep, line);
   line(fmt::format("  per-fold preprocessing: centre {}, normalise {}", study.kernels.centre ? "on" : "off", study.kernels.normalise ? "on" : "off"));
   line(fmt::format("CV plan: outer {}, inner {}, seed {}", DescribeScheme(study.cv.outer), DescribeScheme(study.cv.inner), study.cv.seed));
   bool anySearch = false;

@@ -449,3 +449,58 @@ TEST(InputFormats, KernelCacheSeesAChangedImgOfAPair) {
   // of the float products (README "Precision": ~1e-6 relative).
   EXPECT_NEAR(after(1, 2), before(1, 2), 1e-6 * before(1, 2));
 }
+
+/// kernels.sources in a BIDS dataset: each image source picks its image by its own entities, and a
+/// participant without a match of one source is listed (error) or dropped (missing_source "drop").
+TEST(InputFormats, BidsSourcesPickTheirImagesByTheirOwnEntities) {
+  const CohortValues values;
+  TempDir dir;
+  const std::string ds = dir / "ds";
+  std::string table = "participant_id\tgroup\n";
+  for (int s = 0; s < kSubjects; ++s) {
+    const std::string sub = "sub-" + std::string(s < 9 ? "0" : "") + std::to_string(s + 1);
+    table += sub + "\t" + values.groups[static_cast<std::size_t>(s)] + "\n";
+    FixtureImage gm = Grid(), wm = Grid();
+    gm.stored = values.Decoded(s);
+    wm.stored = values.Decoded((s + 5) % kSubjects);  // another image: the two sources differ
+    const std::string anat = ds + "/derivatives/fmriprep/" + sub + "/anat/" + sub + "_space-MNI152NLin2009cAsym_label-";
+    WriteFixtureImage(anat + "GM_probseg.nii.gz", FixtureFormat::Nifti1, gm);
+    if (s != 4) WriteFixtureImage(anat + "WM_probseg.nii.gz", FixtureFormat::Nifti1, wm);  // sub-05 has no WM map
+  }
+  WriteFile(ds + "/participants.tsv", table);
+  WriteFile(ds + "/dataset_description.json", R"({"Name": "test", "BIDSVersion": "1.8.0"})");
+  WriteDseg(dir.Path());
+  const std::string subjects = R"({"bids": {"root": "ds", "entities": {"space": "MNI152NLin2009cAsym", "suffix": "probseg", "label": "GM"}}})";
+  auto study = [&](const std::string& name, const std::string& extra) {
+    std::string text = Study(name, subjects, kDsegAtlas);
+    const std::string plain = R"("kernels": {"cache": false})";
+    const std::string sources = R"("kernels": {"cache": false, )" + extra + R"("sources": [{"name": "gm", "kind": "images"},
+        {"name": "wm", "kind": "images", "bids_entities": {"space": "MNI152NLin2009cAsym", "suffix": "probseg", "label": "WM"}}]})";
+    text.replace(text.find(plain), plain.size(), sources);
+    WriteFile(dir / (name + ".json"), text);
+    return dir / (name + ".json");
+  };
+  auto r = RunCli("validate " + study("both", ""));
+  EXPECT_EQ(r.exitCode, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("1 of 16 subjects lack a source's data: sub-05 (source \"wm\": no image with its BIDS entities)"));
+  r = RunCli("run " + study("dropped", R"("missing_source": "drop", )") + " -q");
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  const std::string results = ReadFile(dir / "results/dropped/results.json");
+  EXPECT_THAT(results, HasSubstr("\"dropped\": ["));
+  EXPECT_THAT(results, HasSubstr("\"id\": \"sub-05\""));
+  // Each source read its own images: the sources' kernels differ, and gm's equal the single-source study's
+  // without the dropped participant.
+  const auto gm = Kernel(dir / "results/dropped", "k000_gm_left.npy");
+  EXPECT_NE(gm, Kernel(dir / "results/dropped", "k002_wm_left.npy"));
+  WriteFile(dir / "single.json", Study("single", subjects, kDsegAtlas));
+  r = RunCli("run " + (dir / "single.json") + " -q");
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  const auto all = Kernel(dir / "results/single", "k000_left.npy");
+  std::vector<int> keep;
+  for (int s = 0; s < kSubjects; ++s)
+    if (s != 4) keep.push_back(s);
+  const Eigen::VectorXi k = Eigen::Map<const Eigen::VectorXi>(keep.data(), static_cast<Eigen::Index>(keep.size()));
+  // Not bit for bit: the kernels' float products are taken relative to the first subject's image, which
+  // differs once sub-05 is out (README "Precision": ~1e-6 relative).
+  EXPECT_TRUE(gm.isApprox(Eigen::MatrixXd(all(k, k)), 1e-6));
+}

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "neuromkl/core/npy.hpp"
 #include "neuromkl/io/nifti.hpp"
 #include "testing.hpp"
 
@@ -120,6 +121,41 @@ TEST_F(SourcesCli, MixedSourcesRunAndEachSourceIsCachedOnItsOwn) {
   EXPECT_THAT(r.output, HasSubstr("Kernels: 3 sources"));
 }
 
+/// Per-source atlas and intensity scaling: the "pet" source reads its own atlas (AAL with a prefix, so
+/// its kernel names show which atlas made them) and divides each image by its mean; its kernels equal those
+/// of a single-source study with the same settings.
+TEST_F(SourcesCli, EachImageSourceHasItsOwnAtlasAndIntensityScaling) {
+  const std::string aal = std::string(NEUROMKL_SOURCE_DIR) + "/atlases/aal/";
+  const std::string atlas = R"({"image": ")" + aal + R"(ROI_MNI_V4.nii.gz", "labels": ")" + aal + R"(aal116_labels.tsv", "prefix": "b"})";
+  const std::string two = R"([{"name": "mri", "kind": "images"}, {"name": "pet", "kind": "images", "image_column": "image_b", "atlas": )" + atlas +
+                          R"(, "intensity": {"scaling": "global_mean"}}])";
+  auto r = RunCli("run " + Study("own_atlas", two) + " -q");
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  const auto [mean, order] = Regions("own_atlas");
+  EXPECT_TRUE(mean.count("pet:b_Hippocampus_L"));
+  EXPECT_TRUE(mean.count("mri:Hippocampus_L"));
+  EXPECT_FALSE(mean.count("pet:Hippocampus_L"));
+  // The same modality as a single-source study with that atlas and scaling: identical kernels.
+  const std::string single = *dir_ / "single_pet.json";
+  WriteFile(single, R"({"name": "single_pet", "subjects": {"table": "cohort/participants.tsv", "image_column": "image_b"},
+    "target": {"column": "group", "task": "classification", "positive_class": "patient"}, "atlas": )" + atlas + R"(,
+    "kernels": {"intensity": {"scaling": "global_mean"}}, "learners": [{"name": "svm"}], "output": {"weight_maps": false}})");
+  r = RunCli("run " + single + " -q");
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  auto kernelFile = [&](const std::string& results, const std::string& suffix) {
+    for (const auto& e : std::filesystem::directory_iterator(*dir_ / (results + "/kernels"))) {
+      const std::string name = e.path().filename().string();
+      if (name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) return e.path().string();
+    }
+    return std::string();
+  };
+  const std::string a = kernelFile("results/own_atlas", "_pet_b_Hippocampus_L.npy"), b = kernelFile("results/single_pet", "_b_Hippocampus_L.npy");
+  ASSERT_FALSE(a.empty());
+  ASSERT_FALSE(b.empty());
+  EXPECT_EQ(neuromkl::ReadNpy(a), neuromkl::ReadNpy(b));
+
+}
+
 TEST_F(SourcesCli, BadSourcesAreErrorsAtTheirPointers) {
   struct Case {
     std::string sources, expected;
@@ -128,7 +164,17 @@ TEST_F(SourcesCli, BadSourcesAreErrorsAtTheirPointers) {
       {R"([{"name": "mri", "kind": "imgs"}])", "/kernels/sources/0/kind"},
       {R"([{"name": "a", "kind": "images"}, {"name": "a", "kind": "images", "image_column": "image_b"}])",
        "/kernels/sources/1/name: two sources are named \"a\""},
-      {R"([{"name": "net", "kind": "connectivity"}])", "/kernels/sources/0/kind: connectivity sources are not supported yet"},
+      {R"([{"name": "net", "kind": "connectivity"}])", "/kernels/sources/0/connectivity: a connectivity source needs a \"connectivity\" section"},
+      {R"([{"name": "net", "kind": "connectivity", "connectivity": {"column": "c", "kernels": "network"}}])",
+       "/kernels/sources/0/connectivity/nodes: kernels \"network\" need a node table"},
+      {R"([{"name": "net", "kind": "connectivity", "connectivity": {"column": "c", "kernels": "edges"}}])", "/kernels/sources/0/connectivity/kernels"},
+      {R"([{"name": "mri", "kind": "images", "bids_entities": {"label": "GM"}}])",
+       "/kernels/sources/0/bids_entities: BIDS entities need /subjects/bids"},
+      {R"([{"name": "clin", "kind": "tabular", "atlas": "aal", "tabular": {"table": "t.tsv", "groups": "each_column"}}])",
+       "/kernels/sources/0/atlas: \"atlas\" belongs to sources of kind \"images\""},
+      {R"([{"name": "mri", "kind": "images", "atlas": "harvard"}])", "/kernels/sources/0/atlas: unknown built-in atlas \"harvard\""},
+      {R"([{"name": "mri", "kind": "images", "intensity": {"scaling": {"reference_region": "Nowhere"}}}])",
+       "/kernels/sources/0/intensity/scaling/reference_region: the atlas has no region \"Nowhere\""},
       {R"([{"name": "mri"}])", "/kernels/sources/0/kind: required key is missing"},
       {R"([{"name": "m:r", "kind": "images"}])", "/kernels/sources/0/name: a source name made of letters"},
       {R"([{"name": "clin", "kind": "tabular"}])", "/kernels/sources/0/tabular: a tabular source needs"},
@@ -148,6 +194,13 @@ TEST_F(SourcesCli, BadSourcesAreErrorsAtTheirPointers) {
   auto r = RunCli("validate " + both);
   EXPECT_EQ(r.exitCode, 2);
   EXPECT_THAT(r.output, HasSubstr("/kernels/source: give the kernels either as /kernels/sources"));
+  // Options of several sources in a single-source study.
+  const std::string single = *dir_ / "single.json";
+  WriteFile(single, R"({"name": "single", "subjects": {"table": "cohort/participants.tsv"}, "target": {"column": "group", "task": "classification"},
+    "kernels": {"source_weighting": "equal"}, "learners": [{"name": "svm"}]})");
+  r = RunCli("validate " + single);
+  EXPECT_EQ(r.exitCode, 2);
+  EXPECT_THAT(r.output, HasSubstr("/kernels/source_weighting: \"source_weighting\" applies to studies with several sources"));
   // A subject without an image of a source: every such subject listed.
   const std::string table = ReadFile(Cohort() + "/participants.tsv");
   std::string edited, line;
@@ -164,7 +217,13 @@ TEST_F(SourcesCli, BadSourcesAreErrorsAtTheirPointers) {
     "kernels": {"sources": )" + std::string(kTwo) + R"(}, "learners": [{"name": "svm"}]})");
   r = RunCli("validate " + gap);
   EXPECT_EQ(r.exitCode, 2) << r.output;
-  EXPECT_THAT(r.output, HasSubstr("source \"pet\": 2 of 150 subjects have no image in column \"image_b\": sub-0002, sub-0005"));
+  EXPECT_THAT(r.output, HasSubstr("[sources:MissingData]"));
+  EXPECT_THAT(r.output, HasSubstr("2 of 150 subjects lack a source's data: sub-0002 (source \"pet\": no image in column \"image_b\"), "
+                                  "sub-0005 (source \"pet\": no image in column \"image_b\")"));
+  EXPECT_THAT(r.output, HasSubstr("/kernels/missing_source"));
+  r = RunCli("run " + gap + " -q");  // run refuses it with the same error
+  EXPECT_EQ(r.exitCode, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("[sources:MissingData]"));
 }
 
 }  // namespace

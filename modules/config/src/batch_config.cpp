@@ -68,7 +68,7 @@ struct AxisValue {
 /// One matrix axis: generic entries {"name": ..., <study keys>...} (cohorts, atlases), or the
 /// shorthands of the targets axis ({"column", "task", "positive_class"}) and the learners axis (a
 /// learner spec).
-std::vector<AxisValue> ReadAxis(const ObjectReader& m, const std::string& axis, const std::string& base) {
+std::vector<AxisValue> ReadAxis(const ObjectReader& m, const std::string& axis, const std::string& base, const Json& baseStudy) {
   std::vector<AxisValue> out;
   if (!m.Has(axis)) return out;
   const Json& list = m.At(axis);
@@ -84,6 +84,35 @@ std::vector<AxisValue> ReadAxis(const ObjectReader& m, const std::string& axis, 
       if (!e.contains("name") || !e["name"].is_string()) m.FailAt(p, "expected a learner spec with a \"name\"");
       v.name = e.value("label", e["name"].get<std::string>());
       v.patch = {{"learners", Json::array({e})}};
+    } else if (axis == "sources") {
+      // A subset of the base study's kernels.sources, by name: {"name": ..., "use": ["mri", "pet"]}.
+      ObjectReader entry(e, p, m.Source(), {"name", "use"});
+      const Json* all = baseStudy.contains("kernels") && baseStudy["kernels"].is_object() && baseStudy["kernels"].contains("sources") &&
+                                baseStudy["kernels"]["sources"].is_array()
+                            ? &baseStudy["kernels"]["sources"]
+                            : nullptr;
+      if (!all) m.FailAt(ptr, "the sources axis selects among the base study's /kernels/sources, but the base study has none");
+      std::vector<std::string> names;
+      for (const auto& src : *all)
+        if (src.is_object() && src.contains("name") && src["name"].is_string()) names.push_back(src["name"].get<std::string>());
+      if (!entry.Has("use") || !entry.At("use").is_array() || entry.At("use").empty())
+        m.FailAt(p + "/use", "expected a non-empty array of source names of the base study (" + Join(names, ", ") + ")");
+      Json chosen = Json::array();
+      std::vector<std::string> used;
+      for (std::size_t k = 0; k < entry.At("use").size(); ++k) {
+        const Json& u = entry.At("use")[k];
+        const std::string q = p + "/use/" + std::to_string(k);
+        if (!u.is_string()) m.FailAt(q, "expected a source name, found " + Describe(u));
+        const std::string want = u.get<std::string>();
+        const auto it = std::find(names.begin(), names.end(), want);
+        if (it == names.end()) m.FailAt(q, "the base study has no source \"" + want + "\" (sources: " + Join(names, ", ") + ")" + DidYouMean(want, names));
+        if (std::find(used.begin(), used.end(), want) != used.end()) m.FailAt(q, "source \"" + want + "\" is listed twice");
+        used.push_back(want);
+      }
+      for (const auto& src : *all)  // in the base study's order
+        if (std::find(used.begin(), used.end(), src.value("name", std::string())) != used.end()) chosen.push_back(src);
+      v.name = entry.String("name", Join(used, "+"));  // the base study's paths are absolute already
+      v.patch = {{"kernels", {{"sources", chosen}}}};
     } else if (axis == "targets") {
       if (!e.contains("column") || !e["column"].is_string()) m.FailAt(p, "expected {\"column\": ..., \"task\": ...} (optional \"name\", \"positive_class\")");
       Json target = e;
@@ -190,7 +219,7 @@ BatchConfig LoadBatchConfig(const std::string& path) {
     }
   }
   if (r.Has("matrix")) {
-    ObjectReader m(r.At("matrix"), "/matrix", src, {"base", "cohorts", "targets", "atlases", "learners"});
+    ObjectReader m(r.At("matrix"), "/matrix", src, {"base", "cohorts", "targets", "atlases", "sources", "learners"});
     if (!m.Has("base")) m.FailAt("/matrix/base", "the matrix needs a \"base\" study (a file name or an inline study object)");
     Json base;
     if (m.At("base").is_string()) {
@@ -204,12 +233,13 @@ BatchConfig LoadBatchConfig(const std::string& path) {
     } else {
       m.Fail("base", "a study file name or an inline study object");
     }
-    const std::vector<std::string> axisOrder = {"cohorts", "targets", "atlases", "learners"};
-    const std::map<std::string, std::string> axisKey = {{"cohorts", "cohort"}, {"targets", "target"}, {"atlases", "atlas"}, {"learners", "learner"}};
+    const std::vector<std::string> axisOrder = {"cohorts", "targets", "atlases", "sources", "learners"};
+    const std::map<std::string, std::string> axisKey = {
+        {"cohorts", "cohort"}, {"targets", "target"}, {"atlases", "atlas"}, {"sources", "sources"}, {"learners", "learner"}};
     std::vector<std::pair<std::string, std::vector<AxisValue>>> axes;
     for (const auto& a : axisOrder)
-      if (auto values = ReadAxis(m, a, b.baseDir); !values.empty()) axes.emplace_back(a, std::move(values));
-    if (axes.empty()) m.FailAt("/matrix", "a matrix needs at least one axis: cohorts, targets, atlases or learners");
+      if (auto values = ReadAxis(m, a, b.baseDir, base); !values.empty()) axes.emplace_back(a, std::move(values));
+    if (axes.empty()) m.FailAt("/matrix", "a matrix needs at least one axis: cohorts, targets, atlases, sources or learners");
     std::vector<std::size_t> idx(axes.size(), 0);
     for (;;) {
       std::vector<std::string> parts, origin;

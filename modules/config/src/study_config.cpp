@@ -42,6 +42,7 @@ std::string ToString(KernelSource s) {
     case KernelSource::Precomputed: return "precomputed";
     case KernelSource::Tabular: return "tabular";
     case KernelSource::Sources: return "sources";
+    case KernelSource::Connectivity: return "connectivity";
   }
   return "?";
 }
@@ -147,6 +148,78 @@ AtlasPart ParseAtlasPart(const ObjectReader& r, const std::string& baseDir) {
   return part;
 }
 
+/// An atlas section at `ptr` (/atlas or an images source's): a built-in name, one image + labels, or several images.
+AtlasSpec ParseAtlas(const Json& a, const std::string& ptr, const std::string& src, const std::string& baseDir) {
+  AtlasSpec atlas;
+  if (a.is_string()) {
+    atlas.builtin = a.get<std::string>();
+  } else {
+    ObjectReader ar(a, ptr, src, {"name", "image", "labels", "prefix", "probabilistic", "threshold", "images", "space"});
+    atlas.builtin = ar.String("name", "");
+    atlas.space = ar.String("space", "");
+    if (ar.Has("images")) {
+      if (ar.Has("image") || ar.Has("labels") || ar.Has("name"))
+        ar.FailAt(ptr + "/images", "give either \"images\" (a list of {\"image\", \"labels\", \"prefix\"}) or \"image\" + \"labels\" (or \"name\"), not both");
+      const Json& list = ar.At("images");
+      if (!list.is_array() || list.empty()) ar.Fail("images", "a non-empty array of {\"image\", \"labels\", \"prefix\", \"probabilistic\", \"threshold\"}");
+      std::set<std::string> prefixes;
+      for (std::size_t i = 0; i < list.size(); ++i) {
+        std::string p = ptr + "/images/";
+        p += std::to_string(i);
+        ObjectReader pr(list[i], p, src, {"image", "labels", "prefix", "probabilistic", "threshold"});
+        atlas.parts.push_back(ParseAtlasPart(pr, baseDir));
+        if (list.size() > 1 && atlas.parts.back().prefix.empty())
+          pr.FailAt(p + "/prefix", "several atlas images need a \"prefix\" each (it keeps region names apart, e.g. \"ctx\", \"sub\")");
+        if (!prefixes.insert(atlas.parts.back().prefix).second)
+          pr.FailAt(p + "/prefix", "duplicate prefix \"" + atlas.parts.back().prefix + "\"");
+      }
+    } else if (ar.Has("image") || ar.Has("labels")) {
+      if (!atlas.builtin.empty()) ar.FailAt(ptr, "give either \"name\" (a built-in atlas) or \"image\" + \"labels\", not both");
+      if (!ar.Has("image") || !ar.Has("labels"))
+        ar.FailAt(ptr, "expected a built-in atlas name (\"aal\") or both \"image\" and \"labels\"");
+      atlas.parts.push_back(ParseAtlasPart(ar, baseDir));
+    } else if (atlas.builtin.empty()) {
+      ar.FailAt(ptr, "expected a built-in atlas name (\"aal\") or both \"image\" and \"labels\" (or \"images\")");
+    } else {
+      for (const char* key : {"prefix", "probabilistic", "threshold"})
+        if (ar.Has(key)) ar.FailAt(ptr + "/" + key, std::string("\"") + key + "\" applies to a custom atlas image, not to the built-in \"" + atlas.builtin + "\"");
+    }
+    if (!atlas.parts.empty()) {
+      atlas.image = atlas.parts[0].image;
+      atlas.labels = atlas.parts[0].labels;
+    }
+  }
+  if (!atlas.builtin.empty() && atlas.builtin != "aal")
+    throw ConfigError("config:Value", src, ptr + ": unknown built-in atlas \"" + atlas.builtin + "\"; built in: aal" + DidYouMean(atlas.builtin, {"aal"}));
+  return atlas;
+}
+
+/// kernels.intensity (or an images source's) at `ptr`: "none", "global_mean" or {"reference_region": ...}.
+IntensitySpec ParseIntensity(const Json& j, const std::string& ptr, const std::string& src, const std::string& baseDir) {
+  IntensitySpec out;
+  ObjectReader in(j, ptr, src, {"scaling"});
+  if (in.Has("scaling") && in.At("scaling").is_object()) {
+    ObjectReader ref(in.At("scaling"), ptr + "/scaling", src, {"reference_region"});
+    const Json& names = ref.Has("reference_region") ? ref.At("reference_region") : Json();
+    auto isName = [](const Json& v) { return v.is_string() && !v.get<std::string>().empty(); };
+    if (names.is_string() && isName(names)) out.referenceRegions = {names.get<std::string>()};
+    else if (names.is_array() && !names.empty() && std::all_of(names.begin(), names.end(), isName))
+      out.referenceRegions = names.get<std::vector<std::string>>();
+    else if (names.is_object()) {
+      ObjectReader image(names, ptr + "/scaling/reference_region", src, {"image"});
+      out.referenceImage = ResolvePath(baseDir, image.RequiredString("image"));
+    } else
+      ref.Fail("reference_region", "a region name, a non-empty array of region names of the atlas (e.g. [\"Cerebelum_Crus1_L\", "
+                                   "\"Cerebelum_Crus1_R\"]) or {\"image\": \"a label image whose non-zero voxels are the reference\"}");
+    out.scaling = kernels::IntensityScaling::ReferenceRegions;
+  } else {
+    out.scaling = in.Choice("scaling", "none", {"none", "global_mean"}) == "global_mean" ? kernels::IntensityScaling::GlobalMean
+                                                                                     : kernels::IntensityScaling::None;
+  }
+  out.pointer = ptr;
+  return out;
+}
+
 /// The header cells of a delimited table (tab, else comma), or empty when it cannot be read.
 std::vector<std::string> TableHeader(const std::string& path) {
   std::ifstream in(path);
@@ -173,6 +246,25 @@ void ReadParticipantsSidecar(const std::string& path, SubjectsSpec& subjects) {
   }
 }
 
+/// BIDS entities at `ptr` (/subjects/bids/entities or an images source's bids_entities): a non-empty object
+/// of key -> value that picks one image per participant.
+std::vector<std::pair<std::string, std::string>> ParseBidsEntities(const Json& j, const std::string& ptr, const std::string& src) {
+  if (!j.is_object() || j.empty())
+    throw ConfigError("config:Value", src, ptr + ": expected an object of BIDS entities that picks one image per participant, e.g. {\"space\": "
+                                       "\"MNI152NLin2009cAsym\", \"label\": \"GM\", \"suffix\": \"probseg\"}");
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& [key, value] : j.items()) {
+    const std::string p = ptr + "/" + key;
+    if (!value.is_string() || value.get<std::string>().empty())
+      throw ConfigError("config:Value", src, p + ": expected a non-empty string, found " + Describe(value));
+    const bool keyOk = !key.empty() && std::all_of(key.begin(), key.end(), [](char ch) { return std::isalnum(static_cast<unsigned char>(ch)) != 0; });
+    if (!keyOk) throw ConfigError("config:Value", src, p + ": a BIDS entity key is made of letters and digits (e.g. \"space\", \"desc\", \"label\", \"suffix\")");
+    if (key == "sub") throw ConfigError("config:Value", src, p + ": \"sub\" is set per participant from the subjects table; remove it");
+    out.emplace_back(key, value.get<std::string>());
+  }
+  return out;
+}
+
 void ParseSubjects(const Json& json, const std::string& baseDir, const std::string& src, SubjectsSpec& subjects) {
   ObjectReader s(json, "/subjects", src, {"table", "id_column", "image_column", "bids"});
   if (s.Has("bids")) {
@@ -180,18 +272,7 @@ void ParseSubjects(const Json& json, const std::string& baseDir, const std::stri
     auto& bids = subjects.bids;
     bids.root = ResolvePath(baseDir, b.RequiredString("root"));
     if (b.Has("derivatives")) bids.derivatives = ResolvePath(bids.root, b.String("derivatives", ""));
-    if (!b.Has("entities") || !b.At("entities").is_object() || b.At("entities").empty())
-      b.FailAt("/subjects/bids/entities",
-               "expected an object of BIDS entities that picks one image per participant, e.g. {\"space\": \"MNI152NLin2009cAsym\", "
-               "\"label\": \"GM\", \"suffix\": \"probseg\"}");
-    for (const auto& [key, value] : b.At("entities").items()) {
-      const std::string p = "/subjects/bids/entities/" + key;
-      if (!value.is_string() || value.get<std::string>().empty()) b.FailAt(p, "expected a non-empty string, found " + Describe(value));
-      const bool keyOk = !key.empty() && std::all_of(key.begin(), key.end(), [](char ch) { return std::isalnum(static_cast<unsigned char>(ch)) != 0; });
-      if (!keyOk) b.FailAt(p, "a BIDS entity key is made of letters and digits (e.g. \"space\", \"desc\", \"label\", \"suffix\")");
-      if (key == "sub") b.FailAt(p, "\"sub\" is set per participant from the subjects table; remove it");
-      bids.entities.emplace_back(key, value.get<std::string>());
-    }
+    bids.entities = ParseBidsEntities(b.Has("entities") ? b.At("entities") : Json(), "/subjects/bids/entities", src);
     subjects.table = ResolvePath(baseDir, s.String("table", ""));
     if (subjects.table.empty()) subjects.table = (fs::path(bids.root) / "participants.tsv").lexically_normal().string();
     if (s.Has("image_column")) s.FailAt("/subjects/image_column", "with \"bids\", images are found by entities: remove \"image_column\"");
@@ -396,53 +477,13 @@ StudyConfig ParseStudyConfig(const std::string& text, const std::string& baseDir
           t.Choice("multiclass_weights", "shared", {"shared", "per_class"}) == "per_class" ? learners::MulticlassWeights::PerClass : learners::MulticlassWeights::Shared;
     }
   }
-  if (r.Has("atlas")) {
-    const Json& a = r.At("atlas");
-    if (a.is_string()) {
-      c.atlas.builtin = a.get<std::string>();
-    } else {
-      ObjectReader ar(a, "/atlas", src, {"name", "image", "labels", "prefix", "probabilistic", "threshold", "images", "space"});
-      c.atlas.builtin = ar.String("name", "");
-      c.atlas.space = ar.String("space", "");
-      if (ar.Has("images")) {
-        if (ar.Has("image") || ar.Has("labels") || ar.Has("name"))
-          ar.FailAt("/atlas/images", "give either \"images\" (a list of {\"image\", \"labels\", \"prefix\"}) or \"image\" + \"labels\" (or \"name\"), not both");
-        const Json& list = ar.At("images");
-        if (!list.is_array() || list.empty()) ar.Fail("images", "a non-empty array of {\"image\", \"labels\", \"prefix\", \"probabilistic\", \"threshold\"}");
-        std::set<std::string> prefixes;
-        for (std::size_t i = 0; i < list.size(); ++i) {
-          const std::string p = "/atlas/images/" + std::to_string(i);
-          ObjectReader pr(list[i], p, src, {"image", "labels", "prefix", "probabilistic", "threshold"});
-          c.atlas.parts.push_back(ParseAtlasPart(pr, baseDir));
-          if (list.size() > 1 && c.atlas.parts.back().prefix.empty())
-            pr.FailAt(p + "/prefix", "several atlas images need a \"prefix\" each (it keeps region names apart, e.g. \"ctx\", \"sub\")");
-          if (!prefixes.insert(c.atlas.parts.back().prefix).second)
-            pr.FailAt(p + "/prefix", "duplicate prefix \"" + c.atlas.parts.back().prefix + "\"");
-        }
-      } else if (ar.Has("image") || ar.Has("labels")) {
-        if (!c.atlas.builtin.empty()) ar.FailAt("/atlas", "give either \"name\" (a built-in atlas) or \"image\" + \"labels\", not both");
-        if (!ar.Has("image") || !ar.Has("labels"))
-          ar.FailAt("/atlas", "expected a built-in atlas name (\"aal\") or both \"image\" and \"labels\"");
-        c.atlas.parts.push_back(ParseAtlasPart(ar, baseDir));
-      } else if (c.atlas.builtin.empty()) {
-        ar.FailAt("/atlas", "expected a built-in atlas name (\"aal\") or both \"image\" and \"labels\" (or \"images\")");
-      } else {
-        for (const char* key : {"prefix", "probabilistic", "threshold"})
-          if (ar.Has(key)) ar.FailAt(std::string("/atlas/") + key, std::string("\"") + key + "\" applies to a custom atlas image, not to the built-in \"" + c.atlas.builtin + "\"");
-      }
-      if (!c.atlas.parts.empty()) {
-        c.atlas.image = c.atlas.parts[0].image;
-        c.atlas.labels = c.atlas.parts[0].labels;
-      }
-    }
-    if (!c.atlas.builtin.empty() && c.atlas.builtin != "aal")
-      throw ConfigError("config:Value", src, "/atlas: unknown built-in atlas \"" + c.atlas.builtin + "\"; built in: aal" + DidYouMean(c.atlas.builtin, {"aal"}));
-  }
+  if (r.Has("atlas")) c.atlas = ParseAtlas(r.At("atlas"), "/atlas", src, baseDir);
   if (r.Has("mask")) c.mask = ResolvePath(baseDir, r.String("mask", ""));
 
   if (r.Has("kernels")) {
     ObjectReader k(r.At("kernels"), "/kernels", src,
-                   {"source", "centre", "normalise", "nan_policy", "memory_budget_mb", "cache", "intensity", "precomputed", "tabular", "sources"});
+                   {"source", "centre", "normalise", "nan_policy", "memory_budget_mb", "cache", "intensity", "precomputed", "tabular", "sources",
+                    "source_weighting", "missing_source"});
     const std::string source = k.Choice("source", "images", {"images", "precomputed", "tabular"});
     c.kernels.source = source == "images" ? KernelSource::Images : source == "precomputed" ? KernelSource::Precomputed : KernelSource::Tabular;
     c.kernels.centre = k.Bool("centre", c.kernels.centre);
@@ -450,27 +491,7 @@ StudyConfig ParseStudyConfig(const std::string& text, const std::string& baseDir
     c.kernels.nanPolicy = k.Choice("nan_policy", "drop_voxel", {"drop_voxel", "zero"}) == "zero" ? kernels::NanPolicy::Zero : kernels::NanPolicy::DropVoxel;
     c.kernels.memoryBudgetMb = k.Number("memory_budget_mb", 0, 0, 1e9);
     c.kernels.cache = k.Bool("cache", c.kernels.cache);
-    if (k.Has("intensity")) {
-      ObjectReader in(k.At("intensity"), "/kernels/intensity", src, {"scaling"});
-      if (in.Has("scaling") && in.At("scaling").is_object()) {
-        ObjectReader ref(in.At("scaling"), "/kernels/intensity/scaling", src, {"reference_region"});
-        const Json& names = ref.Has("reference_region") ? ref.At("reference_region") : Json();
-        auto isName = [](const Json& v) { return v.is_string() && !v.get<std::string>().empty(); };
-        if (names.is_string() && isName(names)) c.kernels.intensity.referenceRegions = {names.get<std::string>()};
-        else if (names.is_array() && !names.empty() && std::all_of(names.begin(), names.end(), isName))
-          c.kernels.intensity.referenceRegions = names.get<std::vector<std::string>>();
-        else if (names.is_object()) {
-          ObjectReader image(names, "/kernels/intensity/scaling/reference_region", src, {"image"});
-          c.kernels.intensity.referenceImage = ResolvePath(baseDir, image.RequiredString("image"));
-        } else
-          ref.Fail("reference_region", "a region name, a non-empty array of region names of the atlas (e.g. [\"Cerebelum_Crus1_L\", "
-                                       "\"Cerebelum_Crus1_R\"]) or {\"image\": \"a label image whose non-zero voxels are the reference\"}");
-        c.kernels.intensity.scaling = kernels::IntensityScaling::ReferenceRegions;
-      } else {
-        c.kernels.intensity.scaling = in.Choice("scaling", "none", {"none", "global_mean"}) == "global_mean" ? kernels::IntensityScaling::GlobalMean
-                                                                                                             : kernels::IntensityScaling::None;
-      }
-    }
+    if (k.Has("intensity")) c.kernels.intensity = ParseIntensity(k.At("intensity"), "/kernels/intensity", src, baseDir);
     if (k.Has("precomputed")) c.kernels.precomputed = ParsePrecomputed(k.At("precomputed"), "/kernels/precomputed", src, baseDir);
     if (k.Has("tabular")) c.kernels.tabular = ParseTabular(k.At("tabular"), "/kernels/tabular", src, baseDir);
     if (k.Has("sources")) {
@@ -479,36 +500,54 @@ StudyConfig ParseStudyConfig(const std::string& text, const std::string& baseDir
           k.FailAt(std::string("/kernels/") + key, "give the kernels either as /kernels/sources (a list of named sources) or by /kernels/source with its "
                                                    "sections, not both");
       if (c.kernels.intensity.scaling != kernels::IntensityScaling::None)
-        k.FailAt("/kernels/intensity", "intensity scaling with /kernels/sources is not supported yet");
+        k.FailAt("/kernels/intensity", "with /kernels/sources, give intensity scaling per images source (/kernels/sources/<i>/intensity)");
       const Json& list = k.At("sources");
-      if (!list.is_array() || list.empty()) k.Fail("sources", "a non-empty array of sources {\"name\": ..., \"kind\": \"images\" | \"tabular\" | \"precomputed\", ...}");
+      if (!list.is_array() || list.empty())
+        k.Fail("sources", "a non-empty array of sources {\"name\": ..., \"kind\": \"images\" | \"tabular\" | \"precomputed\" | \"connectivity\", ...}");
       c.kernels.source = KernelSource::Sources;
+      c.kernels.sourceWeighting = k.Choice("source_weighting", "none", {"none", "equal"}) == "equal" ? SourceWeighting::Equal : SourceWeighting::None;
+      c.kernels.missingSource = k.Choice("missing_source", "error", {"error", "drop"}) == "drop" ? MissingSource::Drop : MissingSource::Error;
       std::set<std::string> names;
       for (std::size_t i = 0; i < list.size(); ++i) {
         std::string p = "/kernels/sources/";
         p += std::to_string(i);
-        ObjectReader e(list[i], p, src, {"name", "kind", "image_column", "mask", "nan_policy", "precomputed", "tabular"});
+        ObjectReader e(list[i], p, src,
+                       {"name", "kind", "image_column", "mask", "nan_policy", "precomputed", "tabular", "connectivity", "atlas", "bids_entities", "intensity"});
         SourceSpec spec;
+        spec.pointer = p;
         spec.name = e.RequiredString("name");
         for (char ch : spec.name)
           if (!(std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '-' || ch == '.'))
             e.FailAt(p + "/name", "a source name made of letters, digits, '_', '-' and '.' (it prefixes the kernel names), found \"" + spec.name + "\"");
         if (!names.insert(spec.name).second) e.FailAt(p + "/name", "two sources are named \"" + spec.name + "\"; give each a distinct name");
-        if (!e.Has("kind")) e.FailAt(p + "/kind", "required key is missing (expected \"images\", \"tabular\" or \"precomputed\")");
+        if (!e.Has("kind")) e.FailAt(p + "/kind", "required key is missing (expected \"images\", \"tabular\", \"precomputed\" or \"connectivity\")");
         const std::string kind = e.Choice("kind", "images", {"images", "tabular", "precomputed", "connectivity"});
-        if (kind == "connectivity") e.FailAt(p + "/kind", "connectivity sources are not supported yet (expected \"images\", \"tabular\" or \"precomputed\")");
-        spec.kind = kind == "images" ? KernelSource::Images : kind == "tabular" ? KernelSource::Tabular : KernelSource::Precomputed;
+        spec.kind = kind == "images"        ? KernelSource::Images
+                    : kind == "tabular"     ? KernelSource::Tabular
+                    : kind == "precomputed" ? KernelSource::Precomputed
+                                            : KernelSource::Connectivity;
         auto only = [&](const char* key, KernelSource owner) {
           if (e.Has(key) && spec.kind != owner) e.FailAt(p + "/" + key, std::string("\"") + key + "\" belongs to sources of kind \"" + ToString(owner) + "\", not \"" + kind + "\"");
         };
-        for (const char* key : {"image_column", "mask", "nan_policy"}) only(key, KernelSource::Images);
+        for (const char* key : {"image_column", "mask", "nan_policy", "atlas", "bids_entities", "intensity"}) only(key, KernelSource::Images);
         only("precomputed", KernelSource::Precomputed);
         only("tabular", KernelSource::Tabular);
+        only("connectivity", KernelSource::Connectivity);
+        if (e.Has("image_column") && !c.subjects.bids.root.empty())
+          e.FailAt(p + "/image_column", "with /subjects/bids, images are found by entities: give this source \"bids_entities\" instead");
+        if (e.Has("bids_entities") && c.subjects.bids.root.empty())
+          e.FailAt(p + "/bids_entities", "BIDS entities need /subjects/bids (the dataset to search); without it give the source an \"image_column\"");
         spec.imageColumn = e.String("image_column", c.subjects.imageColumn);
+        spec.bidsEntities = e.Has("bids_entities") ? ParseBidsEntities(e.At("bids_entities"), p + "/bids_entities", src) : c.subjects.bids.entities;
         if (e.Has("mask")) spec.mask = ResolvePath(baseDir, e.RequiredString("mask"));
         spec.nanPolicy = e.Choice("nan_policy", c.kernels.nanPolicy == kernels::NanPolicy::Zero ? "zero" : "drop_voxel", {"drop_voxel", "zero"}) == "zero"
                              ? kernels::NanPolicy::Zero
                              : kernels::NanPolicy::DropVoxel;
+        if (e.Has("atlas")) {
+          spec.ownAtlas = true;
+          spec.atlas = ParseAtlas(e.At("atlas"), p + "/atlas", src, baseDir);
+        }
+        if (e.Has("intensity")) spec.intensity = ParseIntensity(e.At("intensity"), p + "/intensity", src, baseDir);
         if (spec.kind == KernelSource::Precomputed) {
           if (!e.Has("precomputed")) e.FailAt(p + "/precomputed", "a precomputed source needs a list of {\"name\", \"file\"} kernels");
           spec.precomputed = ParsePrecomputed(e.At("precomputed"), p + "/precomputed", src, baseDir);
@@ -518,9 +557,26 @@ StudyConfig ParseStudyConfig(const std::string& text, const std::string& baseDir
           if (!e.Has("tabular")) e.FailAt(p + "/tabular", "a tabular source needs a \"tabular\" section with a table and column groups");
           spec.tabular = ParseTabular(e.At("tabular"), p + "/tabular", src, baseDir);
         }
+        if (spec.kind == KernelSource::Connectivity) {
+          if (!e.Has("connectivity"))
+            e.FailAt(p + "/connectivity", "a connectivity source needs a \"connectivity\" section, e.g. {\"column\": \"connectome\", \"kernels\": \"node\"}");
+          ObjectReader cr(e.At("connectivity"), p + "/connectivity", src, {"column", "kernels", "nodes"});
+          auto& conn = spec.connectivity;
+          conn.column = cr.RequiredString("column");
+          const std::string kinds = cr.Choice("kernels", "node", {"node", "network", "whole"});
+          conn.kernels = kinds == "network" ? ConnectivitySpec::Kernels::Network
+                         : kinds == "whole" ? ConnectivitySpec::Kernels::Whole
+                                            : ConnectivitySpec::Kernels::Node;
+          if (cr.Has("nodes")) conn.nodes = ResolvePath(baseDir, cr.RequiredString("nodes"));
+          if (conn.kernels == ConnectivitySpec::Kernels::Network && conn.nodes.empty())
+            cr.FailAt(p + "/connectivity/nodes", "kernels \"network\" need a node table (\"nodes\": a TSV with columns \"name\" and \"network\", one row per node)");
+        }
         c.kernels.sources.push_back(std::move(spec));
       }
     }
+    for (const char* key : {"source_weighting", "missing_source"})
+      if (k.Has(key) && c.kernels.source != KernelSource::Sources)
+        k.FailAt(std::string("/kernels/") + key, std::string("\"") + key + "\" applies to studies with several sources (/kernels/sources)");
     if (c.kernels.source == KernelSource::Precomputed && c.kernels.precomputed.empty())
       k.FailAt("/kernels/precomputed", "source \"precomputed\" needs a non-empty list of {\"name\", \"file\"} kernels");
     if (c.kernels.source == KernelSource::Tabular && c.kernels.tabular.table.empty())
@@ -597,30 +653,36 @@ std::string ResolvedConfigJson(const StudyConfig& c, bool forHash) {
     if (part.probabilistic) p["threshold"] = part.threshold;
     return p;
   };
-  if (c.atlas.builtin.empty() && c.atlas.parts.size() == 1) {
-    j["atlas"] = partJson(c.atlas.parts[0]);
-  } else if (c.atlas.builtin.empty()) {
-    j["atlas"] = {{"images", Json::array()}};
-    for (const auto& part : c.atlas.parts) j["atlas"]["images"].push_back(partJson(part));
-  } else {
-    j["atlas"] = c.atlas.builtin;
-  }
-  if (!c.atlas.space.empty()) {
-    if (!j["atlas"].is_object()) j["atlas"] = {{"name", c.atlas.builtin}};
-    j["atlas"]["space"] = c.atlas.space;
-  }
+  auto atlasJson = [&](const AtlasSpec& atlas) {
+    Json a;
+    if (atlas.builtin.empty() && atlas.parts.size() == 1) {
+      a = partJson(atlas.parts[0]);
+    } else if (atlas.builtin.empty()) {
+      a = {{"images", Json::array()}};
+      for (const auto& part : atlas.parts) a["images"].push_back(partJson(part));
+    } else {
+      a = atlas.builtin;
+    }
+    if (!atlas.space.empty()) {
+      if (!a.is_object()) a = {{"name", atlas.builtin}};
+      a["space"] = atlas.space;
+    }
+    return a;
+  };
+  j["atlas"] = atlasJson(c.atlas);
   j["mask"] = c.mask.empty() ? Json(nullptr) : Json(c.mask);
+  auto intensityJson = [](const IntensitySpec& in) {
+    return Json{{"scaling", in.scaling == kernels::IntensityScaling::ReferenceRegions
+                                ? Json{{"reference_region", in.referenceImage.empty() ? Json(in.referenceRegions) : Json{{"image", in.referenceImage}}}}
+                                : Json(in.scaling == kernels::IntensityScaling::GlobalMean ? "global_mean" : "none")}};
+  };
   Json k = {{"source", ToString(c.kernels.source)},
             {"centre", c.kernels.centre},
             {"normalise", c.kernels.normalise},
             {"nan_policy", c.kernels.nanPolicy == kernels::NanPolicy::Zero ? "zero" : "drop_voxel"},
             {"memory_budget_mb", c.kernels.memoryBudgetMb},
             {"cache", c.kernels.cache},
-            {"intensity", {{"scaling", c.kernels.intensity.scaling == kernels::IntensityScaling::ReferenceRegions
-                                           ? Json{{"reference_region", c.kernels.intensity.referenceImage.empty()
-                                                                           ? Json(c.kernels.intensity.referenceRegions)
-                                                                           : Json{{"image", c.kernels.intensity.referenceImage}}}}
-                                           : Json(c.kernels.intensity.scaling == kernels::IntensityScaling::GlobalMean ? "global_mean" : "none")}}}};
+            {"intensity", intensityJson(c.kernels.intensity)}};
   if (!c.kernels.precomputed.empty()) {
     k["precomputed"] = Json::array();
     for (const auto& p : c.kernels.precomputed) k["precomputed"].push_back({{"name", p.name}, {"file", p.file}});
@@ -639,13 +701,28 @@ std::string ResolvedConfigJson(const StudyConfig& c, bool forHash) {
   };
   if (c.kernels.source == KernelSource::Sources) {  // parses again: "source" is implied by "sources"
     k.erase("source");
+    if (c.kernels.sourceWeighting == SourceWeighting::Equal) k["source_weighting"] = "equal";
+    if (c.kernels.missingSource == MissingSource::Drop) k["missing_source"] = "drop";
     k["sources"] = Json::array();
     for (const auto& sp : c.kernels.sources) {
       Json e = {{"name", sp.name}, {"kind", ToString(sp.kind)}};
       if (sp.kind == KernelSource::Images) {
-        e["image_column"] = sp.imageColumn;
+        if (c.subjects.bids.root.empty()) e["image_column"] = sp.imageColumn;
         e["nan_policy"] = sp.nanPolicy == kernels::NanPolicy::Zero ? "zero" : "drop_voxel";
         if (!sp.mask.empty()) e["mask"] = sp.mask;
+        if (sp.ownAtlas) e["atlas"] = atlasJson(sp.atlas);
+        if (!c.subjects.bids.root.empty()) {
+          Json entities = Json::object();
+          for (const auto& [key, value] : sp.bidsEntities) entities[key] = value;
+          e["bids_entities"] = entities;
+        }
+        if (sp.intensity.scaling != kernels::IntensityScaling::None) e["intensity"] = intensityJson(sp.intensity);
+      }
+      if (sp.kind == KernelSource::Connectivity) {
+        using CK = ConnectivitySpec::Kernels;
+        const auto& conn = sp.connectivity;
+        e["connectivity"] = {{"column", conn.column}, {"kernels", conn.kernels == CK::Node ? "node" : conn.kernels == CK::Network ? "network" : "whole"}};
+        if (!conn.nodes.empty()) e["connectivity"]["nodes"] = conn.nodes;
       }
       if (sp.kind == KernelSource::Precomputed) {
         e["precomputed"] = Json::array();

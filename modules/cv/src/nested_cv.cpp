@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <optional>
 
 #include <tbb/parallel_for.h>
@@ -128,16 +129,60 @@ FoldKernels PrepareFold(const learners::KernelList& kernels, const std::vector<i
     out.train.push_back(std::move(fk.train));
     out.test.push_back(std::move(fk.testTrain));
   }
+  if (!pre.kernelGroups.empty()) {
+    std::vector<double> traces;
+    for (const auto& K : out.train) traces.push_back(K.trace());
+    const Eigen::VectorXd g = GroupScales(traces, pre.kernelGroups);
+    for (std::size_t j = 0; j < out.train.size(); ++j) {
+      out.train[j] *= g[static_cast<Eigen::Index>(j)];
+      out.test[j] *= g[static_cast<Eigen::Index>(j)];
+    }
+  }
   return out;
 }
 
+Eigen::VectorXd GroupScales(const std::vector<double>& traces, const std::vector<int>& groups) {
+  Eigen::VectorXd g = Eigen::VectorXd::Ones(static_cast<Eigen::Index>(traces.size()));
+  if (groups.empty()) return g;
+  if (groups.size() != traces.size())
+  {
+    std::string what = std::to_string(groups.size());
+    what += " kernel groups for " + std::to_string(traces.size()) + " kernels";
+    throw InputError("cv:KernelGroups", "kernel groups", what);
+  }
+  std::map<int, double> total;
+  for (std::size_t j = 0; j < traces.size(); ++j) total[groups[j]] += traces[j];
+  double sum = 0;
+  int used = 0;
+  for (const auto& [group, t] : total)
+    if (t > 0) sum += t, ++used;
+  if (used == 0) return g;
+  const double target = sum / used;
+  for (std::size_t j = 0; j < traces.size(); ++j)
+    if (const double t = total[groups[j]]; t > 0) g[static_cast<Eigen::Index>(j)] = target / t;
+  return g;
+}
+
 kernels::FoldKernel PrepareFoldKernel(const Eigen::MatrixXd& kernel, const Eigen::Ref<const Eigen::VectorXi>& train,
-                                      const Eigen::Ref<const Eigen::VectorXi>& test, const Preprocessing& pre) {
+                                      const Eigen::Ref<const Eigen::VectorXi>& test, const Preprocessing& pre, double scale) {
   kernels::FoldKernel fk = kernels::SliceFold(kernel, train, test);
   if (pre.covariates) kernels::ResidualiseFold(fk, kernels::MakeFoldResidualiser(*pre.covariates, train, test));
   if (pre.centre) kernels::CentreFold(fk);
   if (pre.normalise) kernels::NormaliseFold(fk);
+  if (scale != 1.0) {
+    fk.train *= scale;
+    fk.testTrain *= scale;
+    fk.testDiag *= scale;
+  }
   return fk;
+}
+
+Eigen::VectorXd FoldScales(const learners::KernelList& kernels, const Eigen::Ref<const Eigen::VectorXi>& train,
+                           const Eigen::Ref<const Eigen::VectorXi>& test, const Preprocessing& pre) {
+  if (pre.kernelGroups.empty()) return Eigen::VectorXd::Ones(static_cast<Eigen::Index>(kernels.size()));
+  std::vector<double> traces;
+  for (const auto& K : kernels) traces.push_back(PrepareFoldKernel(K, train, test, pre).train.trace());
+  return GroupScales(traces, pre.kernelGroups);
 }
 
 std::string FoldStatus(const OuterFoldResult& fold) { return fold.error.empty() ? std::string(learners::ToString(fold.model.info.status)) : "failed"; }

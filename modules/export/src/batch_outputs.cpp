@@ -1,5 +1,6 @@
 #include "neuromkl/export/batch_outputs.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <optional>
@@ -47,10 +48,14 @@ Rows SummaryRows(const config::BatchConfig& batch, const std::vector<StudyState>
   Rows rows = {{"study", "cohort", "target", "atlas", "learner_axis", "learner", "learner_name", "task", "n", "status",
                 "metric", "pooled", "fold_mean", "fold_sd", "p_value", "metric2", "pooled2", "fold_sd2",
                 "top_regions", "fits", "seconds", "kernels", "report", "error"}};
+  // A "sources" column only when the matrix has a sources axis (other batches keep their summary as it was).
+  const bool sourcesAxis = std::any_of(batch.studies.begin(), batch.studies.end(), [](const config::BatchStudy& s) { return s.axes.count("sources") > 0; });
+  if (sourcesAxis) rows[0].insert(rows[0].begin() + 4, "sources");
   for (std::size_t i = 0; i < batch.studies.size(); ++i) {
     const auto& s = batch.studies[i];
     auto axis = [&](const char* k) { return s.axes.count(k) ? s.axes.at(k) : std::string(); };
     std::vector<std::string> head = {s.name, axis("cohort"), axis("target"), axis("atlas"), axis("learner")};
+    if (sourcesAxis) head.insert(head.begin() + 4, axis("sources"));
     if (states[i].complete) {
       ++m.completed;
       const ResultsSummary r = ReadResultsSummary(batch.StudyDir(s.name) + "/results.json");
@@ -111,16 +116,25 @@ std::string SummaryHtml(const config::BatchConfig& batch, const Rows& rows, cons
                      "</p>\n<p>" + fmt::format("{} studies: {} completed, {} failed, {} not run.", batch.studies.size(), m.completed, m.failed, m.missing) +
                      " Metrics pooled over out-of-fold predictions; SD over outer folds; p from the permutation test. Table also in "
                      "<a href=\"batch_summary.tsv\">batch_summary.tsv</a>.</p>\n<table>\n<tr>";
-  const std::vector<std::size_t> shown = {0, 5, 7, 8, 9, 10, 11, 13, 14, 15, 16, 18, 19, 20, 23};
+  // Columns by name (the summary gains a "sources" column with a sources axis).
+  const auto column = [&](const std::string& name) {
+    return static_cast<std::size_t>(std::find(rows[0].begin(), rows[0].end(), name) - rows[0].begin());
+  };
+  std::vector<std::size_t> shown;
+  for (const char* name : {"study", "sources", "learner", "task", "n", "status", "metric", "pooled", "fold_sd", "p_value", "metric2", "pooled2",
+                           "top_regions", "fits", "seconds", "error"})
+    if (column(name) < rows[0].size()) shown.push_back(column(name));
+  const std::size_t statusCol = column("status"), reportCol = column("report");
   for (auto c : shown) html += "<th>" + Html(rows[0][c]) + "</th>";
   html += "</tr>\n";
   for (std::size_t r = 1; r < rows.size(); ++r) {
-    const std::string& status = rows[r][9];
+    const std::string& status = rows[r][statusCol];
     html += "<tr class=\"" + std::string(status == "completed" ? "ok" : status == "failed" ? "failed" : "missing") + "\">";
     for (auto c : shown) {
       const std::string& v = rows[r][c];
-      if (c == 0 && status == "completed") html += "<td><a href=\"" + Html(rows[r][22]) + "\">" + Html(v) + "</a></td>";
-      else html += std::string(c >= 10 && c <= 16 ? "<td class=\"num\">" : "<td>") + Html(v) + "</td>";
+      const bool numeric = c >= column("metric") && c <= column("pooled2");
+      if (c == 0 && status == "completed") html += "<td><a href=\"" + Html(rows[r][reportCol]) + "\">" + Html(v) + "</a></td>";
+      else html += std::string(numeric ? "<td class=\"num\">" : "<td>") + Html(v) + "</td>";
     }
     html += "</tr>\n";
   }

@@ -421,6 +421,29 @@ std::vector<float> Background(const atlas::RegionIndex& regions) {
   return bg;
 }
 
+/// A connectivity source's strongest connections (largest absolute mean weight) as a table.
+std::string EdgeTable(const WeightMaps::Edges& e, const Eigen::MatrixXd& mean, const std::string& learner, std::size_t top) {
+  struct Edge {
+    Eigen::Index a, b;
+    double w;
+  };
+  std::vector<Edge> edges;
+  for (Eigen::Index a = 0; a < mean.rows(); ++a)
+    for (Eigen::Index b = a + 1; b < mean.cols(); ++b) edges.push_back({a, b, mean(a, b)});
+  std::stable_sort(edges.begin(), edges.end(), [](const Edge& x, const Edge& y) { return std::abs(x.w) > std::abs(y.w); });
+  std::string h = "<p class=\"note\">Source <b>" + Escape(e.name) + "</b> (connectivity): the " + std::to_string(std::min(top, edges.size())) +
+                  " connections with the largest mean weight (sign: direction of the effect on the decision value); all in <code>weights/" +
+                  Escape(e.name) + "/edges_" + Escape(learner) + ".tsv</code>.</p>\n<table><tr><th>#</th><th>node</th><th>node</th>" +
+                  (e.networks.empty() ? "" : "<th>networks</th>") + "<th>mean weight</th></tr>\n";
+  for (std::size_t r = 0; r < edges.size() && r < top; ++r) {
+    const auto a = static_cast<std::size_t>(edges[r].a), b = static_cast<std::size_t>(edges[r].b);
+    h += "<tr><td>" + std::to_string(r + 1) + "</td><td>" + Escape(e.nodes[a]) + "</td><td>" + Escape(e.nodes[b]) + "</td>" +
+         (e.networks.empty() ? "" : "<td>" + Escape(e.networks[a]) + " &ndash; " + Escape(e.networks[b]) + "</td>") + "<td>" +
+         fmt::format("{:.4g}", edges[r].w) + "</td></tr>\n";
+  }
+  return h + "</table>\n";
+}
+
 }  // namespace
 
 std::string RenderReport(const RunRecord& r, const std::vector<std::vector<float>>& meanMaps, const atlas::RegionIndex* regions, const WeightMaps* maps) {
@@ -544,6 +567,11 @@ td,th{border:1px solid #ddd;padding:.25em .6em;text-align:left;font-size:.92em}t
         if (it == lr.sourceMaps.end() || l >= src.mean.size() || src.mean[l].empty()) continue;
         h += "<p class=\"note\">Source <b>" + Escape(src.name) + "</b>: map <code>" + Escape(it->mean) + "</code>.</p>\n";
         h += Montage(src.mean[l], Background(*src.regions), src.regions->grid);
+      }
+    if (maps)
+      for (const auto& e : maps->edges) {
+        if (l >= e.mean.size() || e.mean[l].size() == 0) continue;
+        h += EdgeTable(e, e.mean[l], lr.outcome.label, 10);
       }
   }
   if (!r.warnings.empty()) {

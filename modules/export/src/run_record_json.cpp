@@ -48,6 +48,10 @@ std::string RunRecordJson(const RunRecord& r) {
   }
   j["subjects"] = {{"labelled", r.labelledSubjects}, {"targets", r.targets}, {"excluded", Json::array()}};
   for (const auto& [id, why] : r.excludedSubjects) j["subjects"]["excluded"].push_back({{"id", id}, {"reason", why}});
+  if (!r.droppedSubjects.empty()) {  // kernels.missing_source "drop": not in the study at all
+    j["subjects"]["dropped"] = Json::array();
+    for (const auto& [id, why] : r.droppedSubjects) j["subjects"]["dropped"].push_back({{"id", id}, {"reason", why}});
+  }
   j["kernels"] = {{"source", r.kernelSource}, {"cache", r.kernelCache}, {"count", r.kernels.size()}, {"regions", Json::array()},
                   {"excluded", Json::array()}, {"preprocessing", {{"centre", r.centre}, {"normalise", r.normalise}, {"fitted_on", "training subjects of each fold"}}}};
   for (std::size_t i = 0; i < r.kernels.size(); ++i) {
@@ -65,6 +69,7 @@ std::string RunRecordJson(const RunRecord& r) {
   if (!r.sourceNames.empty()) {
     // Per source: its kernels and, per learner, the source's total weight per outer fold and the mean over folds.
     j["sources"] = Json::array();
+    j["kernels"]["source_weighting"] = r.sourceWeighting;
     std::size_t first = 0;
     for (std::size_t s = 0; s < r.sourceNames.size(); ++s) {
       const std::size_t end = first + r.sourceKernelCounts[s];
@@ -132,6 +137,10 @@ std::string RunRecordJson(const RunRecord& r) {
       Json sources = Json::object();
       for (const auto& m : lr.sourceMaps) sources[m.source] = {{"mean", m.mean}, {"folds", m.folds}};
       e["weight_maps"] = {{"sources", sources}};
+    }
+    if (!lr.edgeWeights.empty()) {
+      if (!e.contains("weight_maps")) e["weight_maps"] = Json::object();
+      for (const auto& [source, files] : lr.edgeWeights) e["weight_maps"]["edges"][source] = {{"ranked", files.at(0)}, {"mean_matrix", files.at(1)}};
     }
     e["folds"] = Json::array();
     for (const auto& f : o.folds) {

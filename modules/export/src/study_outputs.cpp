@@ -200,6 +200,64 @@ void WriteLearnerMaps(const std::string& dir, const RunRecord& record, LearnerRe
   if (!source.empty()) lr.sourceMaps.push_back(std::move(paths));
 }
 
+/// One mean map per class: [weights/<source>/]..._desc-<Learner>Class<Class>Mean_weights.nii.gz.
+void WriteClassMeanMaps(const std::string& dir, const RunRecord& record, const LearnerRecord& lr, const std::string& bidsLabel,
+                        const std::vector<std::vector<float>>& classMeans, int classFolds, const io::Geometry& grid, const std::string& source = "") {
+  std::error_code ec;
+  std::filesystem::create_directories(dir + "/weights" + (source.empty() ? "" : "/" + source), ec);
+  for (std::size_t c = 0; c < classMeans.size() && c < record.classNames.size(); ++c) {
+    io::Volume v;
+    v.geometry = grid;
+    v.data = classMeans[c];
+    std::string stem = MapStem(MapSpace(record), bidsLabel + "Class" + BidsLearnerLabels({record.classNames[c]}).at(0) + "Mean");
+    if (!source.empty()) stem.insert(std::string("weights/").size(), source + "/");
+    io::WriteVolume(dir + "/" + stem + ".nii.gz", v);
+    WriteTextFile(dir + "/" + stem + ".json", WeightMapSidecarJson(record, lr, nullptr, classFolds, record.classNames[c]));
+  }
+}
+
+/// A connectivity source's edge weights: weights/<source>/edges_<learner>.tsv (every connection ranked by
+/// the absolute mean weight, with its fold weights) and edges_<learner>_mean.tsv (the node x node matrix).
+void WriteEdgeWeights(const std::string& dir, LearnerRecord& lr, const WeightMaps::Edges& e, std::size_t l) {
+  std::error_code ec;
+  const std::string folder = "weights/" + e.name;
+  std::filesystem::create_directories(dir + "/" + folder, ec);
+  const Eigen::MatrixXd& mean = e.mean[l];
+  const auto N = static_cast<std::size_t>(mean.rows());
+  const auto& folds = e.folds[l];
+  struct Edge {
+    std::size_t a, b;
+    double w;
+  };
+  std::vector<Edge> edges;
+  for (std::size_t a = 0; a < N; ++a)
+    for (std::size_t b = a + 1; b < N; ++b) edges.push_back({a, b, mean(static_cast<Eigen::Index>(a), static_cast<Eigen::Index>(b))});
+  std::stable_sort(edges.begin(), edges.end(), [](const Edge& x, const Edge& y) { return std::abs(x.w) > std::abs(y.w); });
+  Rows ranked = {{"rank", "node_a", "node_b"}};
+  if (!e.networks.empty()) ranked[0].insert(ranked[0].end(), {"network_a", "network_b"});
+  ranked[0].push_back("mean_weight");
+  for (std::size_t k = 0; k < folds.size(); ++k) ranked[0].push_back("fold" + std::to_string(k) + "_weight");
+  for (std::size_t r = 0; r < edges.size(); ++r) {
+    const auto& ed = edges[r];
+    std::vector<std::string> row = {std::to_string(r + 1), e.nodes[ed.a], e.nodes[ed.b]};
+    if (!e.networks.empty()) row.insert(row.end(), {e.networks[ed.a], e.networks[ed.b]});
+    row.push_back(Cell(ed.w));
+    for (const auto& W : folds) row.push_back(Cell(W(static_cast<Eigen::Index>(ed.a), static_cast<Eigen::Index>(ed.b))));
+    ranked.push_back(std::move(row));
+  }
+  Rows matrix = {{"node"}};
+  matrix[0].insert(matrix[0].end(), e.nodes.begin(), e.nodes.end());
+  for (std::size_t a = 0; a < N; ++a) {
+    std::vector<std::string> row = {e.nodes[a]};
+    for (std::size_t b = 0; b < N; ++b) row.push_back(Cell(mean(static_cast<Eigen::Index>(a), static_cast<Eigen::Index>(b))));
+    matrix.push_back(std::move(row));
+  }
+  const std::string table = folder + "/edges_" + lr.outcome.label + ".tsv", square = folder + "/edges_" + lr.outcome.label + "_mean.tsv";
+  WriteTextFile(dir + "/" + table, Tsv(ranked));
+  WriteTextFile(dir + "/" + square, Tsv(matrix));
+  lr.edgeWeights.emplace_back(e.name, std::vector<std::string>{table, square});
+}
+
 Rows NullRows(const RunRecord& r) {
   Rows rows = {{"permutation", "learner", "metric", "value"}};
   for (const auto& lr : r.learners)
@@ -227,20 +285,13 @@ void WriteStudyTables(const std::string& dir, RunRecord& record, const WeightMap
       WriteTextFile(dir + "/regions_" + lr.outcome.label + "_class-" + record.classNames[c] + ".tsv", Tsv(RegionRankingRows(record, lr, lr.classRegions[c])));
     WriteTextFile(dir + "/regions_" + lr.outcome.label + ".json", RegionRankingNotes(lr));
     if (grid && l < maps.folds.size() && !maps.folds[l].empty()) WriteLearnerMaps(dir, record, lr, bidsLabels[l], maps.folds[l], maps.mean[l], *grid);
-    if (grid && l < maps.classMean.size())
-      for (std::size_t c = 0; c < maps.classMean[l].size() && c < record.classNames.size(); ++c) {
-        // One mean map per class: ..._desc-<Learner>Class<Class>Mean_weights.nii.gz
-        std::error_code ec;
-        std::filesystem::create_directories(dir + "/weights", ec);
-        io::Volume v;
-        v.geometry = *grid;
-        v.data = maps.classMean[l][c];
-        const std::string stem = MapStem(MapSpace(record), bidsLabels[l] + "Class" + BidsLearnerLabels({record.classNames[c]}).at(0) + "Mean");
-        io::WriteVolume(dir + "/" + stem + ".nii.gz", v);
-        WriteTextFile(dir + "/" + stem + ".json", WeightMapSidecarJson(record, lr, nullptr, maps.classFolds, record.classNames[c]));
-      }
-    for (const auto& s : maps.sources)
+    if (grid && l < maps.classMean.size()) WriteClassMeanMaps(dir, record, lr, bidsLabels[l], maps.classMean[l], maps.classFolds, *grid);
+    for (const auto& s : maps.sources) {
       if (l < s.folds.size() && !s.folds[l].empty()) WriteLearnerMaps(dir, record, lr, bidsLabels[l], s.folds[l], s.mean[l], s.regions->grid, s.name);
+      if (l < s.classMean.size()) WriteClassMeanMaps(dir, record, lr, bidsLabels[l], s.classMean[l], maps.classFolds, s.regions->grid, s.name);
+    }
+    for (const auto& e : maps.edges)
+      if (l < e.mean.size() && e.mean[l].size() > 0) WriteEdgeWeights(dir, lr, e, l);
   }
   if (record.permutations > 0) WriteTextFile(dir + "/null_distribution.tsv", Tsv(NullRows(record)));
 }

@@ -86,7 +86,7 @@ TEST(SchemaDefaults, BatchSchemaNamesTheKeysTheLoaderAccepts) {
   for (const auto& [k, _] : schema["properties"]["matrix"]["properties"].items()) matrix.push_back(k);
   // The loader's key lists (modules/config/src/batch_config.cpp), alphabetically.
   EXPECT_EQ(top, (std::vector<std::string>{"$schema", "description", "matrix", "name", "output", "overrides", "studies", "threads"}));
-  EXPECT_EQ(matrix, (std::vector<std::string>{"atlases", "base", "cohorts", "learners", "targets"}));
+  EXPECT_EQ(matrix, (std::vector<std::string>{"atlases", "base", "cohorts", "learners", "sources", "targets"}));
   // An unknown key is refused with the pointer, as for studies.
   neuromkl::testing::TempDir dir;
   neuromkl::testing::WriteFile(dir / "b.json", R"({"name": "b", "matrix": {"base": "s.json", "cohort": []}})");

@@ -194,3 +194,58 @@ TEST(NestedCv, FailedFoldsAreLeftOutOfTheSummaryAndCounted) {
   EXPECT_DOUBLE_EQ(none.pooled.at("failed_folds"), 1);
   EXPECT_DOUBLE_EQ(none.pooled.at("scored_subjects"), 0);
 }
+
+namespace {
+
+TEST(SourceWeighting, GroupScalesEqualiseGroupTracesAndKeepTheirSum) {
+  // Three kernels of trace 1 in group 0 and one in group 1: T = (3, 1), mean 2 -> g = (2/3, 2/3, 2/3, 2).
+  const Eigen::VectorXd g = cv::GroupScales({1, 1, 1, 1}, {0, 0, 0, 1});
+  EXPECT_NEAR(g[0], 2.0 / 3.0, 1e-15);
+  EXPECT_NEAR(g[2], 2.0 / 3.0, 1e-15);
+  EXPECT_NEAR(g[3], 2.0, 1e-15);
+  // Already equal: unchanged. No groups: ones. A group whose kernels are all zero keeps scale 1.
+  EXPECT_TRUE(cv::GroupScales({2, 2, 2, 6}, {0, 0, 0, 1}).isApprox(Eigen::VectorXd::Ones(4), 1e-15));
+  EXPECT_TRUE(cv::GroupScales({5, 7}, {}).isApprox(Eigen::VectorXd::Ones(2), 0.0));
+  const Eigen::VectorXd z = cv::GroupScales({0, 0, 4}, {0, 0, 1});
+  EXPECT_EQ(z[0], 1.0);
+  EXPECT_NEAR(z[2], 1.0, 1e-15);  // the only group with a trace is its own mean
+}
+
+TEST(SourceWeighting, FoldKernelsOfEveryGroupHaveOneTotalTraceFromTrainingSubjectsOnly) {
+  // Random linear kernels: 4 in group 0, 1 in group 1; not normalised, so traces differ.
+  const int n = 20;
+  std::vector<Eigen::MatrixXd> kernels;
+  for (int k = 0; k < 5; ++k) {
+    Eigen::MatrixXd X = Eigen::MatrixXd::Random(n, 3 + k) * (1.0 + k);
+    kernels.push_back(X * X.transpose());
+  }
+  cv::Preprocessing pre;
+  pre.centre = true;
+  pre.normalise = false;
+  pre.kernelGroups = {0, 0, 0, 0, 1};
+  std::vector<int> train, test;
+  for (int i = 0; i < n; ++i) (i % 5 == 0 ? test : train).push_back(i);
+  const auto fold = cv::PrepareFold(kernels, train, test, pre);
+  double t0 = 0;
+  for (int k = 0; k < 4; ++k) t0 += fold.train[static_cast<std::size_t>(k)].trace();
+  EXPECT_NEAR(t0, fold.train[4].trace(), 1e-10 * t0);
+  // The scales FoldScales reports are those PrepareFold applied (one kernel at a time gives the same blocks).
+  const Eigen::VectorXi tr = Eigen::Map<const Eigen::VectorXi>(train.data(), static_cast<Eigen::Index>(train.size()));
+  const Eigen::VectorXi te = Eigen::Map<const Eigen::VectorXi>(test.data(), static_cast<Eigen::Index>(test.size()));
+  const Eigen::VectorXd g = cv::FoldScales(kernels, tr, te, pre);
+  for (int k = 0; k < 5; ++k) {
+    const auto one = cv::PrepareFoldKernel(kernels[static_cast<std::size_t>(k)], tr, te, pre, g[k]);
+    EXPECT_TRUE(one.train.isApprox(fold.train[static_cast<std::size_t>(k)], 1e-14));
+    EXPECT_TRUE(one.testTrain.isApprox(fold.test[static_cast<std::size_t>(k)], 1e-14));
+  }
+  // No leakage: a held-out subject's data change nothing of the training blocks (the scales come from them).
+  auto changed = kernels;
+  for (auto& K : changed) {
+    K.row(test[1]) *= 3.0;
+    K.col(test[1]) *= 3.0;
+  }
+  const auto again = cv::PrepareFold(changed, train, test, pre);
+  for (int k = 0; k < 5; ++k) EXPECT_EQ(again.train[static_cast<std::size_t>(k)], fold.train[static_cast<std::size_t>(k)]);
+}
+
+}  // namespace

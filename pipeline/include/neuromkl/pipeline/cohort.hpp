@@ -29,13 +29,19 @@ struct Cohort {
   std::vector<std::string> warnings;     ///< once per study: Analyze orientation convention, atlas space mismatch
   /// Every row's cell of each covariate column and of the covariates.fit_on column (checked to exist).
   std::map<std::string, std::vector<std::string>> covariateCells;
+  /// kernels.missing_source "drop": subjects left out because a source lacks their data (id, what is missing),
+  /// and for every kept subject its data row in the table (precomputed kernels are indexed by it).
+  std::vector<std::pair<std::string, std::string>> dropped;
+  std::vector<std::size_t> tableRows;
+  std::size_t tableRowCount = 0;  ///< data rows of the table, dropped subjects included
 };
 
 /// Reads the subjects table named by the study. InputError (file, line, subject id) for: missing
 /// id/target/image column, empty or duplicate ids, missing image files, a classification target
 /// with one class or more than two, an unknown positive_class, non-numeric regression targets,
 /// fewer than 2 labelled subjects, an empty group or fold cell for a labelled subject.
-Cohort LoadCohort(const config::StudyConfig& study);
+/// `drop`: subjects (id -> reason) left out as if absent from the table (kernels.missing_source "drop").
+Cohort LoadCohort(const config::StudyConfig& study, const std::map<std::string, std::string>& drop = {});
 
 /// A BIDS file name split into entities: "sub-01_space-MNI_desc-x_T1w.nii.gz" -> {sub: 01, space: MNI,
 /// desc: x}, suffix "T1w", extension ".nii.gz". Empty `suffix` when the name is not BIDS-like.
@@ -48,7 +54,9 @@ BidsName ParseBidsName(const std::string& fileName);
 /// With /subjects/bids: each participant's image found by entities under the dataset (or its
 /// derivatives folder). `ids` may carry a "sub-" prefix or not. InputError [subjects:BidsMatch]
 /// listing every participant with no match or several matches, and what was found.
-std::vector<std::string> FindBidsImages(const config::BidsSpec& bids, const std::vector<std::string>& ids);
+/// With `unmatched`, participants without a match get an empty path and are listed there instead.
+std::vector<std::string> FindBidsImages(const config::BidsSpec& bids, const std::vector<std::string>& ids,
+                                        std::vector<std::string>* unmatched = nullptr);
 
 /// Image paths in the table resolve against the table's folder (as BIDS does).
 std::string ResolveImagePath(const std::string& tablePath, const std::string& cell);

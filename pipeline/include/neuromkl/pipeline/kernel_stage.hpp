@@ -2,6 +2,7 @@
 // The kernel stage of a study: images + atlas (+ mask), precomputed kernel files, or tabular
 // feature groups -> a KernelSet over every subject of the table, cached by content hash.
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -33,6 +34,7 @@ struct KernelStageResult {
     atlas::RegionIndex regions;
     std::vector<std::string> images;
     kernels::NanPolicy nanPolicy = kernels::NanPolicy::DropVoxel;
+    std::vector<double> intensityScale;  ///< the source's intensity scaling per subject (empty = none)
   };
   std::vector<ImageSource> imageSources;
 };
@@ -45,6 +47,8 @@ std::vector<atlas::Atlas> LoadStudyAtlases(const config::StudyConfig& study);
 std::string KernelCacheKey(const config::StudyConfig& study, const Cohort& cohort);
 /// The atlas (or atlases, combined) on the cohort's image grid, after the mask; notes go to `warnings`.
 atlas::RegionIndex StudyRegions(const config::StudyConfig& study, const Cohort& cohort, std::vector<std::string>& warnings);
+/// A matrix from .npy or delimited text (numbers separated by tabs, commas, ';' or spaces, no header).
+Eigen::MatrixXd ReadMatrixFile(const std::string& path);
 /// The precomputed kernels of a study, read and checked (n x n for the cohort's subjects, finite,
 /// symmetric: InputError kernels:*); run and validate both call it.
 kernels::KernelSet PrecomputedKernels(const config::StudyConfig& study, const Cohort& cohort);
@@ -54,9 +58,16 @@ kernels::KernelSet PrecomputedKernels(const config::StudyConfig& study, const Co
 std::vector<std::int64_t> ReferenceVoxels(const config::StudyConfig& study, const atlas::RegionIndex& index);
 /// kernels.sources: the study as one source sees it (its kind, image column, mask, sections).
 config::StudyConfig SourceStudy(const config::StudyConfig& study, const config::SourceSpec& source);
-/// The cohort of one source: for an images source, the table read with its image column (InputError
-/// [sources:MissingImage] listing every subject without a path in that column); otherwise `cohort`.
+/// The cohort of one source: for an images source, the table read with its image column (or BIDS
+/// entities), without the study's dropped subjects; otherwise `cohort`.
 Cohort SourceCohort(const config::StudyConfig& sourceStudy, const config::SourceSpec& source, const Cohort& cohort);
+/// kernels.sources: every subject of `cohort` some source has no data for (no image path or file, no
+/// BIDS match, no connectivity file, no row in a tabular source's table), with what each source lacks.
+std::map<std::string, std::vector<std::string>> SubjectsLackingSources(const config::StudyConfig& study, const Cohort& cohort);
+/// The study's cohort: LoadCohort, and for kernels.sources the subjects every source covers. A subject
+/// some source lacks is InputError [sources:MissingData] listing every such subject and what it lacks,
+/// or with /kernels/missing_source "drop" is left out and listed in Cohort::dropped.
+Cohort LoadStudyCohort(const config::StudyConfig& study);
 /// A tabular study's feature groups over the cohort's subjects (the columns the kernels are built from):
 /// standardised with the cohort's column statistics when /kernels/tabular/standardise (mean, sd: what
 /// was subtracted and divided; 0 and 1 otherwise). Same errors as the kernel stage.

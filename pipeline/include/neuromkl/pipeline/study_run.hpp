@@ -58,6 +58,11 @@ struct SimulateOptions {
   bool secondModality = false;          ///< a second image per subject (images_b/, column "image_b"), independent noise
   std::vector<std::string> signalRegionsB;  ///< the target's regions in the second modality
   double clinicalEffect = std::numeric_limits<double>::quiet_NaN();  ///< a "clinical" column = effect * target + N(0, 1); NaN = none
+  /// > 0: a connectivity matrix per subject (connectomes/<id>.npy, column "connectome") with this many nodes
+  /// (node01, ...; nodes.tsv assigns them to networks netA..netD in turn): a fixed pattern plus noise, and the
+  /// connections of `connectivitySignal` nodes shifted by the target effect.
+  int connectivityNodes = 0;
+  std::vector<std::string> connectivitySignal;
 };
 /// Writes images/, participants.tsv, truth.json and study.json; returns the study file path.
 std::string Simulate(const SimulateOptions& options);

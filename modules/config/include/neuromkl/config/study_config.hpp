@@ -89,11 +89,26 @@ struct TabularSpec {
 };
 
 /// Sources: several named kernel sources in one study (kernels.sources); each is one of the others.
-enum class KernelSource { Images, Precomputed, Tabular, Sources };
+/// Connectivity exists only as a kind of kernels.sources.
+enum class KernelSource { Images, Precomputed, Tabular, Sources, Connectivity };
+
+/// A connectivity source: one symmetric node x node matrix per subject (.npy or delimited text); the
+/// features of a kernel are connections (edges i < j, the diagonal ignored).
+struct ConnectivitySpec {
+  enum class Kernels {
+    Node,     ///< one kernel per node: the node's connections to every other node
+    Network,  ///< one kernel per network (node table "network" column): every connection with an end in the network
+    Whole,    ///< one kernel over every connection
+  };
+  std::string column;                ///< column of the subjects table with each subject's matrix file
+  Kernels kernels = Kernels::Node;
+  std::string nodes;                 ///< resolved path of a node table (columns "name" and optionally "network"), one row per node in matrix order; empty = node1, node2, ...
+};
 
 /// kernels.intensity: per-image intensity scaling before the kernels (PET).
 struct IntensitySpec {
   kernels::IntensityScaling scaling = kernels::IntensityScaling::None;
+  std::string pointer = "/kernels/intensity";  ///< where it was given (errors about its regions name it)
   std::vector<std::string> referenceRegions;  ///< region names (scaling = ReferenceRegions), or
   std::string referenceImage;                 ///< a label image whose non-zero voxels are the reference (resolved path)
 };
@@ -107,6 +122,26 @@ struct SourceSpec {
   kernels::NanPolicy nanPolicy = kernels::NanPolicy::DropVoxel;  ///< images (default: /kernels/nan_policy)
   std::vector<PrecomputedKernelSpec> precomputed;  ///< precomputed
   TabularSpec tabular;               ///< tabular
+  ConnectivitySpec connectivity;     ///< connectivity
+  /// images: the source's own atlas (default: the study's /atlas), BIDS entities (with /subjects/bids;
+  /// default: the study's) and intensity scaling.
+  bool ownAtlas = false;
+  AtlasSpec atlas;
+  std::vector<std::pair<std::string, std::string>> bidsEntities;
+  IntensitySpec intensity;
+  std::string pointer;               ///< "/kernels/sources/<i>"
+};
+
+/// How the kernels of several sources are scaled before learning (inside every fold, training subjects only).
+enum class SourceWeighting {
+  None,   ///< as computed (after centring and normalisation every kernel has the same trace, so a source with more kernels has more total trace)
+  Equal,  ///< each source's kernels scaled so that every source has the same total training trace
+};
+
+/// A subject that lacks a source's data (no image path, no matrix file, no table row).
+enum class MissingSource {
+  Error,  ///< an error listing every such subject
+  Drop,   ///< such subjects are left out of the study and listed in the warnings
 };
 
 struct KernelSpec {
@@ -119,7 +154,10 @@ struct KernelSpec {
   IntensitySpec intensity;
   std::vector<PrecomputedKernelSpec> precomputed;
   TabularSpec tabular;
+  ConnectivitySpec connectivity;     ///< source == Connectivity (the study of one connectivity source)
   std::vector<SourceSpec> sources;   ///< source == Sources: the named sources, in order
+  SourceWeighting sourceWeighting = SourceWeighting::None;  ///< kernels.sources only
+  MissingSource missingSource = MissingSource::Error;       ///< kernels.sources only
 };
 
 using CvScheme = cv::Scheme;

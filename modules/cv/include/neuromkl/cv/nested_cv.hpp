@@ -22,7 +22,16 @@ struct Preprocessing {
   bool normalise = true;
   /// Confounds removed inside every fold before centring (rows = the kernels' rows); null = none.
   std::shared_ptr<const kernels::Covariates> covariates;
+  /// Equal source weighting (kernels.source_weighting "equal"): the group (source) of each kernel. After
+  /// centring and normalisation, group s's kernels are scaled by g_s = mean_t(T_t) / T_s, where T_s is the
+  /// sum of the group's training traces in the fold: every group then has the same total trace, and the
+  /// total over groups is unchanged. Empty = no scaling.
+  std::vector<int> kernelGroups;
 };
+
+/// The per-kernel scales g (see Preprocessing::kernelGroups) from each kernel's training trace in a fold.
+/// All ones without groups; a group whose trace is 0 keeps scale 1 (its kernels are all zero).
+Eigen::VectorXd GroupScales(const std::vector<double>& traces, const std::vector<int>& groups);
 
 /// Expands fixed parameters and a grid into complete parameter sets. Grid values are ordered from
 /// the most regularised model to the least (c ascending, lambda descending, mu descending: mu = 1 is
@@ -83,9 +92,14 @@ struct FoldKernels {
 };
 FoldKernels PrepareFold(const learners::KernelList& kernels, const std::vector<int>& train, const std::vector<int>& test,
                         const Preprocessing& preprocessing);
-/// One kernel of PrepareFold (callers that need one kernel at a time need not copy them all).
+/// One kernel of PrepareFold (callers that need one kernel at a time need not copy them all), times
+/// `scale` (its FoldScales entry with equal source weighting).
 kernels::FoldKernel PrepareFoldKernel(const Eigen::MatrixXd& kernel, const Eigen::Ref<const Eigen::VectorXi>& train,
-                                      const Eigen::Ref<const Eigen::VectorXi>& test, const Preprocessing& preprocessing);
+                                      const Eigen::Ref<const Eigen::VectorXi>& test, const Preprocessing& preprocessing, double scale = 1.0);
+/// The scales PrepareFold applies to each kernel in this fold (all ones without kernelGroups). Prepares
+/// the kernels one at a time for their traces: callers that weigh or map a fold model use it.
+Eigen::VectorXd FoldScales(const learners::KernelList& kernels, const Eigen::Ref<const Eigen::VectorXi>& train,
+                           const Eigen::Ref<const Eigen::VectorXi>& test, const Preprocessing& preprocessing);
 
 /// How an outer fold's refit ended: "failed" (no model) or the learner's status ("converged", ...).
 std::string FoldStatus(const OuterFoldResult& fold);

@@ -37,6 +37,8 @@ struct LearnerRecord {
     std::string mean;
   };
   std::vector<SourceMaps> sourceMaps;       ///< kernels.sources: the maps of each image source, if written
+  /// Connectivity sources: source -> its edge files (the ranked edge table and the mean weight matrix).
+  std::vector<std::pair<std::string, std::vector<std::string>>> edgeWeights;
   /// /output/model: the final model (refitted on every labelled subject); empty folder = not exported
   struct FinalModel {
     std::string folder;                  ///< relative to the output folder, e.g. "model/EnmklSvm"
@@ -77,6 +79,8 @@ struct RunRecord {
   /// kernels.sources: each source's name, kind, kernel count (kernels are in source order) and cache use; empty = one source
   std::vector<std::string> sourceNames, sourceKinds, sourceCache;
   std::vector<std::size_t> sourceKernelCounts;
+  std::string sourceWeighting;               ///< "none" or "equal" (kernels.sources)
+  std::vector<std::pair<std::string, std::string>> droppedSubjects;  ///< missing_source "drop": id, what a source lacks
   /// covariates (confounds regressed out inside every fold): empty = none
   std::vector<std::string> covariateColumns;  ///< design columns after the intercept (dummies as "column=level")
   std::string covariateFitOn;                 ///< "all" or "column = value"

@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include <Eigen/Core>
+
 #include "neuromkl/atlas/atlas.hpp"
 #include "neuromkl/export/run_record.hpp"
 
@@ -24,8 +26,18 @@ struct WeightMaps {
     const atlas::RegionIndex* regions = nullptr;  ///< the source's grid and regions
     std::vector<std::vector<std::vector<float>>> folds;
     std::vector<std::vector<float>> mean;
+    std::vector<std::vector<std::vector<float>>> classMean;  ///< multiclass: [learner][class]
   };
   std::vector<Source> sources;
+  /// Connectivity sources: edge weights (node x node, symmetric, zero diagonal) per learner, per
+  /// successful fold and their mean; written to weights/<source>/.
+  struct Edges {
+    std::string name;
+    std::vector<std::string> nodes, networks;
+    std::vector<std::vector<Eigen::MatrixXd>> folds;  ///< [learner][successful fold]
+    std::vector<Eigen::MatrixXd> mean;                ///< [learner] (empty: no weights)
+  };
+  std::vector<Edges> edges;
 };
 
 /// subjects.tsv, regions.tsv, metrics.tsv, predictions.tsv, folds.tsv, regions_<learner>.tsv/.json,
