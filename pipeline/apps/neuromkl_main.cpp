@@ -142,6 +142,9 @@ int main(int argc, char** argv) {
   simulate->add_flag("--second-modality", sim.secondModality, "also write a second image per subject (images_b/, column image_b)");
   simulate->add_option("--signal-b", signalB, "comma-separated AAL regions carrying the target effect in the second modality");
   simulate->add_option("--clinical-effect", sim.clinicalEffect, "write a \"clinical\" column = effect * standardised target + N(0, 1)");
+  simulate->add_option("--suppressor", sim.suppressorRegion,
+                       "an AAL region sharing a subject-specific noise with the signal regions but no effect (a suppressor: large weights, no pattern)");
+  simulate->add_option("--suppressor-noise", sim.suppressorNoise, "SD of the shared noise of --suppressor")->capture_default_str();
   simulate->add_option("--connectivity", sim.connectivityNodes,
                        "also write a connectivity matrix per subject with this many nodes (connectomes/, column \"connectome\", nodes.tsv with 4 networks)");
   simulate->add_option("--connectivity-signal", connectivitySignal,

@@ -90,6 +90,10 @@ std::string Simulate(const SimulateOptions& o) {
   } else {
     signal = regionSet(o.signalRegions, "--signal");
   }
+  const std::set<std::int32_t> suppressor =
+      o.suppressorRegion.empty() ? std::set<std::int32_t>{} : regionSet({o.suppressorRegion}, "--suppressor");
+  if (!(o.suppressorNoise >= 0) || !std::isfinite(o.suppressorNoise))
+    throw InputError("simulate:SuppressorNoise", "--suppressor-noise", fmt::format("expected a finite SD >= 0, got {}", o.suppressorNoise));
   const std::set<std::int32_t> ageSignal = regionSet(o.ageRegions, "--age-regions");
   const std::set<std::int32_t> signalB = regionSet(o.signalRegionsB, "--signal-b");
   if (!(o.ageTargetCorrelation >= -1 && o.ageTargetCorrelation <= 1))
@@ -147,6 +151,8 @@ std::string Simulate(const SimulateOptions& o) {
     const double t = target[static_cast<std::size_t>(s)];
     // Class effect centred on 0 (+-effect/2) or a continuous effect, in noise-SD units.
     const double shift = o.task == learners::Task::Classification ? (t - 0.5) * o.effect : t * o.effect;
+    // The suppressor's shared noise: its own stream, so the cohort without it is unchanged.
+    const double shared = suppressor.empty() ? 0.0 : o.suppressorNoise * Rng(cv::DeriveSeed(o.seed, 0x5A000000ULL + static_cast<std::uint64_t>(s))).Normal();
     io::Volume v;
     v.geometry = grid;
     v.data.assign(labels.size(), 0.0f);
@@ -158,6 +164,7 @@ std::string Simulate(const SimulateOptions& o) {
       if (signal.count(lab)) value += shift;
       if (multiclass && s < nLabelled && classSignal[static_cast<std::size_t>(t)].count(lab)) value += o.effect;  // class t's own regions
       if (withAge && ageSignal.count(lab)) value += o.ageEffect * (age[static_cast<std::size_t>(s)] - 70.0) / 8.0;
+      if (!suppressor.empty() && (suppressor.count(lab) || signal.count(lab))) value += shared;
       if (o.nanFraction > 0 && gen.Uniform() < o.nanFraction) value = std::nan("");
       v.data[i] = static_cast<float>(value);
     }
@@ -263,6 +270,8 @@ std::string Simulate(const SimulateOptions& o) {
                                     "  \"grid\": \"{}\",\n  \"nan_fraction\": {}",
                                     list(o.signalRegions), o.effect, o.noise, o.seed,
                                     o.task == learners::Task::Classification ? "classification" : "regression", grid.Describe(), o.nanFraction);
+    if (!o.suppressorRegion.empty())
+      truth += fmt::format(",\n  \"suppressor_region\": \"{}\",\n  \"suppressor_noise\": {}", o.suppressorRegion, o.suppressorNoise);
     if (o.connectivityNodes > 0) {
       std::vector<std::string> names;
       for (int a : connectivitySignal) names.push_back(nodeName(a));

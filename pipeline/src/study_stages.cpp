@@ -124,8 +124,44 @@ exporting::PermutationRecord PermutationPValues(const StudyContext& ctx, const e
 
 Eigen::VectorXi Indices(const std::vector<int>& v) { return Eigen::Map<const Eigen::VectorXi>(v.data(), static_cast<Eigen::Index>(v.size())); }
 
-/// Fold maps of every learner's successful folds, computed in one pass over the images.
-exporting::WeightMaps ComputeWeightMaps(const StudyContext& ctx, const std::vector<exporting::LearnerRecord>& learners) {
+/// The activation pattern of a fold model (Haufe et al. 2014): a = Cov(x~, f) / Var(f) over the fold's
+/// training subjects, x~ the kernel features as the learner saw them (centred, normalised; before the
+/// source scale, which is a weight, not data) and f the decision value. For linear kernels a = X~' c with
+/// c = (f - mean f) / sum (f - mean f)^2, so a map is built from c exactly as a weight map is from the
+/// coefficients (weights::SubjectWeights with unit kernel weights), and each kernel's part has norm
+/// ||a_r|| = sqrt(c' K~_r c).
+struct FoldPattern {
+  Eigen::VectorXd c;      ///< per training subject (the fold's train, then unlabelled, order)
+  Eigen::VectorXd norms;  ///< per kernel: ||a_r||
+};
+FoldPattern FoldActivationPattern(const StudyContext& ctx, const cv::OuterFoldResult& fold) {
+  const cv::Preprocessing& pre = ctx.nestedOptions.preprocessing;
+  std::vector<int> train = fold.train;
+  train.insert(train.end(), fold.unlabelled.begin(), fold.unlabelled.end());
+  const Eigen::VectorXi tr = Indices(train), te = Indices(fold.test);
+  const Eigen::VectorXd scales = cv::FoldScales(ctx.kernels, tr, te, pre);
+  const auto R = ctx.kernels.size();
+  Eigen::VectorXd f = Eigen::VectorXd::Zero(tr.size());
+  for (std::size_t r = 0; r < R; ++r) {  // kernels one at a time: all of them at once would double the memory
+    const auto j = static_cast<Eigen::Index>(r);
+    if (fold.model.beta[j] != 0.0) f += fold.model.beta[j] * cv::PrepareFoldKernel(ctx.kernels[r], tr, te, pre, scales[j]).train * fold.model.coef;
+  }
+  FoldPattern p;
+  const Eigen::VectorXd centred = f.array() - f.mean();
+  const double ss = centred.squaredNorm();
+  p.c = ss > 0 ? Eigen::VectorXd(centred / ss) : Eigen::VectorXd::Zero(f.size());  // a constant decision has no pattern
+  p.norms.resize(static_cast<Eigen::Index>(R));
+  for (std::size_t r = 0; r < R; ++r) {
+    const Eigen::MatrixXd K = cv::PrepareFoldKernel(ctx.kernels[r], tr, te, pre).train;
+    p.norms[static_cast<Eigen::Index>(r)] = std::sqrt(std::max(0.0, p.c.dot(K * p.c)));
+  }
+  return p;
+}
+
+/// Fold maps of every learner's successful folds, computed in one pass over the images; with
+/// `patterns` (binary and regression studies: [learner][successful fold]) the activation pattern maps too.
+exporting::WeightMaps ComputeWeightMaps(const StudyContext& ctx, const std::vector<exporting::LearnerRecord>& learners,
+                                        const std::vector<std::vector<FoldPattern>>& patterns) {
   const auto& study = ctx.study;
   const auto& ks = ctx.ks;
   const kernels::Covariates* covariates = ctx.nestedOptions.preprocessing.covariates.get();
@@ -133,7 +169,7 @@ exporting::WeightMaps ComputeWeightMaps(const StudyContext& ctx, const std::vect
   maps.folds.resize(learners.size());
   maps.mean.resize(learners.size());
   maps.classMean.resize(learners.size());
-  std::vector<Eigen::MatrixXd> subjectWeights;
+  std::vector<Eigen::MatrixXd> subjectWeights, patternWeights;  // patternWeights: one per entry of subjectWeights, or none
   std::vector<std::size_t> learnerOf;  // learner of each map
   std::vector<Eigen::Index> classOf;     // multiclass: class of each map
   for (std::size_t l = 0; l < learners.size(); ++l)
@@ -155,9 +191,26 @@ exporting::WeightMaps ComputeWeightMaps(const StudyContext& ctx, const std::vect
       }
       subjectWeights.push_back(weights::SubjectWeights(ctx.kernels, {train, fold.test, fold.model.coef, fold.model.beta.cwiseProduct(scales)},
                                                        study.kernels.centre, study.kernels.normalise, covariates));
+      if (l < patterns.size()) {
+        const std::size_t k = static_cast<std::size_t>(std::count(learnerOf.begin(), learnerOf.end(), l));  // this learner's successful fold k
+        patternWeights.push_back(weights::SubjectWeights(ctx.kernels, {train, fold.test, patterns[l].at(k).c, Eigen::VectorXd::Ones(scales.size())},
+                                                         study.kernels.centre, study.kernels.normalise, covariates));
+      }
       learnerOf.push_back(l);
     }
   // Intensity-scaled kernels are kernels of x_i / s_i: the map sum_i D_i (x_i / s_i) reads the raw images.
+  if (!patternWeights.empty() && patternWeights.size() != subjectWeights.size())
+    throw NumericalError("weights:Patterns", "activation patterns", "one pattern per fold map expected");  // a bug, not an input problem
+  const std::size_t M = subjectWeights.size();
+  subjectWeights.insert(subjectWeights.end(), std::make_move_iterator(patternWeights.begin()), std::make_move_iterator(patternWeights.end()));
+  const bool withPatterns = subjectWeights.size() > M;
+  // One pass over the images computes both kinds of map (weights first, then patterns); split them again.
+  const auto split = [&](std::vector<std::vector<float>> computed) {
+    std::vector<std::vector<float>> pattern(std::make_move_iterator(computed.begin() + static_cast<std::ptrdiff_t>(M)),
+                                            std::make_move_iterator(computed.end()));
+    computed.resize(M);
+    return std::make_pair(std::move(computed), std::move(pattern));
+  };
   if (!ks.set.intensityScale.empty())
     for (auto& D : subjectWeights)
       for (std::size_t i = 0; i < ctx.kernelRows.size(); ++i)
@@ -165,13 +218,13 @@ exporting::WeightMaps ComputeWeightMaps(const StudyContext& ctx, const std::vect
   // The fold maps of one image grid -> per learner fold maps (unit norm if asked) and their mean;
   // multiclass: one mean map per class instead (`classMeans`, fold counts in `classFolds`).
   const auto collect = [&](std::vector<std::vector<float>> computed, std::vector<std::vector<std::vector<float>>>& folds,
-                           std::vector<std::vector<float>>& means, std::vector<std::vector<std::vector<float>>>* classMeans) {
+                           std::vector<std::vector<float>>& means, std::vector<std::vector<std::vector<float>>>* classMeans, bool unitNorm = true) {
     folds.resize(learners.size());
     means.resize(learners.size());
     std::vector<int> classFolds(learners.size(), 0);
     for (std::size_t k = 0; k < computed.size(); ++k) {
       auto& map = computed[k];
-      if (study.output.weightMapUnitNorm) {
+      if (study.output.weightMapUnitNorm && unitNorm) {
         double norm = 0;
         for (float v : map) norm += static_cast<double>(v) * v;
         if (norm > 0)
@@ -207,7 +260,9 @@ exporting::WeightMaps ComputeWeightMaps(const StudyContext& ctx, const std::vect
   if (ks.regions) {
     std::vector<std::string> images;
     for (auto r : ctx.kernelRows) images.push_back(ctx.cohort.images[static_cast<std::size_t>(r)]);
-    collect(weights::VoxelMaps(images, *ks.regions, ks.set.info, subjectWeights, study.kernels.nanPolicy), maps.folds, maps.mean, &maps.classMean);
+    auto [computed, pattern] = split(weights::VoxelMaps(images, *ks.regions, ks.set.info, subjectWeights, study.kernels.nanPolicy));
+    collect(std::move(computed), maps.folds, maps.mean, &maps.classMean);
+    if (withPatterns) collect(std::move(pattern), maps.patternFolds, maps.patternMean, nullptr, false);
   }
   // kernels.sources: each image source's kernels (a block of columns) mapped onto its own grid and
   // images (multiclass: one mean map per class).
@@ -226,8 +281,9 @@ exporting::WeightMaps ComputeWeightMaps(const StudyContext& ctx, const std::vect
       out.name = source.name;
       out.regions = &source.regions;
       out.classMean.resize(learners.size());
-      collect(weights::VoxelMaps(images, source.regions, info, sourceWeights, source.nanPolicy), out.folds, out.mean,
-              classOf.empty() ? nullptr : &out.classMean);
+      auto [computed, pattern] = split(weights::VoxelMaps(images, source.regions, info, sourceWeights, source.nanPolicy));
+      collect(std::move(computed), out.folds, out.mean, classOf.empty() ? nullptr : &out.classMean);
+      if (withPatterns) collect(std::move(pattern), out.patternFolds, out.patternMean, nullptr, false);
     }
   // Connectivity sources: the edge weights of the fold models (the matrices are read again, as the
   // images are for voxel maps), per learner and fold, and their mean.
@@ -253,7 +309,7 @@ exporting::WeightMaps ComputeWeightMaps(const StudyContext& ctx, const std::vect
     out.networks = data.networks;
     out.folds.resize(learners.size());
     out.mean.resize(learners.size());
-    for (std::size_t k = 0; k < subjectWeights.size(); ++k) {
+    for (std::size_t k = 0; k < M; ++k) {  // weights only (a connection shared by two kernels would count twice in a pattern)
       Eigen::MatrixXd D = Eigen::MatrixXd::Zero(subjectWeights[k].rows(), static_cast<Eigen::Index>(plan.names.size()));
       for (std::size_t j = 0; j < planOf.size(); ++j) D.col(planOf[j]) = subjectWeights[k].col(static_cast<Eigen::Index>(first + j));
       out.folds[learnerOf[k]].push_back(WeightEdges(inKernelOrder, plan, D));
@@ -373,8 +429,23 @@ RegionWeightsResult RunRegionWeights(const StudyContext& ctx, const std::vector<
   const auto classes = static_cast<Eigen::Index>(ctx.cohort.classNames.size());
   const bool anyConnectivity = std::any_of(ctx.study.kernels.sources.begin(), ctx.study.kernels.sources.end(),
                                            [](const config::SourceSpec& s) { return s.kind == config::KernelSource::Connectivity; });
+  // Activation patterns (binary and regression): per learner and successful fold, from the fold's training subjects.
+  std::vector<std::vector<FoldPattern>> patterns;
+  if (!multiclass) {
+    patterns.resize(learners.size());
+    result.patternTables.resize(learners.size());
+    for (std::size_t l = 0; l < learners.size(); ++l) {
+      std::vector<Eigen::VectorXd> norms;
+      for (const auto& fold : learners[l].outcome.folds)
+        if (fold.error.empty()) {
+          patterns[l].push_back(FoldActivationPattern(ctx, fold));
+          norms.push_back(patterns[l].back().norms);
+        }
+      result.patternTables[l] = weights::RegionTable(norms);
+    }
+  }
   if (ctx.study.output.weightMaps && (ctx.ks.regions.has_value() || !ctx.ks.imageSources.empty() || anyConnectivity)) {
-    result.maps = ComputeWeightMaps(ctx, learners);  // multiclass: one mean map per class
+    result.maps = ComputeWeightMaps(ctx, learners, patterns);  // multiclass: one mean map per class
     if (multiclass && anyConnectivity)
       result.warnings.push_back("multiclass study with a connectivity source: edge weights are not written for multiclass models yet (region tables rank every kernel)");
   }
@@ -463,6 +534,7 @@ exporting::RunRecord DescribeRun(const StudyContext& ctx, CrossValidationResult 
     lr.regions = weights.tables[l];
     lr.regionSource = weights.sources[l];
     if (l < weights.classTables.size()) lr.classRegions = weights.classTables[l];
+    if (l < weights.patternTables.size()) lr.patternRegions = weights.patternTables[l];
   }
   for (const auto& w : weights.warnings) {
     cv.warnings.push_back(w);

@@ -206,8 +206,9 @@ TEST(CliEvaluation, WagerRegressionReportsRAndR2AndMseWithFoldSpread) {
   const std::string dom = dir / "dom.html";
   const std::string cmd = neuromkl::testing::HeadlessChromium(dir / "chromium") + " --dump-dom file://" + (dir / "out/report.html") + " > " + dom + " 2>/dev/null";
   ASSERT_EQ(std::system(cmd.c_str()), 0);
-  // Two scatter plots and per learner (2) region chart, counts chart, montage and its colour bar.
-  EXPECT_THAT(ReadFile(dom), HasSubstr("data-figures=\"10\" data-figures-ok=\"10\" data-figures-bad=\"0\""));
+  // Two scatter plots and per learner (2) region chart, counts chart, the weight map's and the activation
+  // pattern's montages and their colour bars.
+  EXPECT_THAT(ReadFile(dom), HasSubstr("data-figures=\"14\" data-figures-ok=\"14\" data-figures-bad=\"0\""));
 }
 
 }  // namespace

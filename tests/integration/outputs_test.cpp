@@ -108,14 +108,18 @@ TEST_F(DerivativeOutputs, DatasetDescriptionIsABidsDerivative) {
 }
 
 TEST_F(DerivativeOutputs, MapsFollowTheDocumentedSchemeWithASidecarEach) {
-  const std::regex scheme(R"(sub-group_space-MNIColin27_desc-([A-Za-z0-9]+)_weights\.(nii\.gz|json))");
-  std::set<std::string> images, sidecars;
+  // Weight maps and, beside each, its activation pattern (the same name ending in _pattern).
+  const std::regex scheme(R"(sub-group_space-MNIColin27_desc-([A-Za-z0-9]+)_(weights|pattern)\.(nii\.gz|json))");
+  std::set<std::string> images, sidecars, patternImages, patternSidecars;
   for (const auto& e : fs::directory_iterator(Out("weights"))) {
     const std::string name = e.path().filename().string();
     std::smatch m;
     ASSERT_TRUE(std::regex_match(name, m, scheme)) << name;
-    (m[2] == "json" ? sidecars : images).insert(m[1]);
+    if (m[2] == "weights") (m[3] == "json" ? sidecars : images).insert(m[1]);
+    else (m[3] == "json" ? patternSidecars : patternImages).insert(m[1]);
   }
+  EXPECT_EQ(patternImages, images);
+  EXPECT_EQ(patternSidecars, sidecars);
   std::set<std::string> expected;
   for (const std::string learner : {"EnmklSvm", "SvmC1", "SVMC12"}) {
     expected.insert(learner + "Mean");

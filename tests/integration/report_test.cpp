@@ -81,8 +81,9 @@ TEST_F(Report, RendersInChromiumWithEveryFigure) {
   ASSERT_EQ(std::system((chromium + " --dump-dom file://" + report + " > " + dom + " 2>/dev/null").c_str()), 0);
   const std::string html = ReadFile(dom);
   // The page's own check: images decoded and SVG charts laid out: ROC, and per learner (2) a confusion matrix,
-  // a null distribution, the region chart, the selected-counts chart, the montage and its colour bar.
-  EXPECT_THAT(html, HasSubstr("data-figures=\"13\" data-figures-ok=\"13\" data-figures-bad=\"0\""));
+  // a null distribution, the region chart, the selected-counts chart, the weight map's and the activation
+  // pattern's montages and their colour bars.
+  EXPECT_THAT(html, HasSubstr("data-figures=\"17\" data-figures-ok=\"17\" data-figures-bad=\"0\""));
   const std::string shot = std::string(NEUROMKL_BINARY_DIR) + "/report_screenshot.png";
   ASSERT_EQ(std::system((chromium + " --window-size=1200,2400 --screenshot=" + shot + " file://" + report + " > /dev/null 2>&1").c_str()), 0);
   EXPECT_GT(fs::file_size(shot), 10000u);

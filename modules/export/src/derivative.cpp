@@ -97,12 +97,17 @@ std::string DatasetDescriptionJson(const RunRecord& r) {
   return j.dump(2) + "\n";
 }
 
-std::string WeightMapSidecarJson(const RunRecord& r, const LearnerRecord& lr, const cv::OuterFoldResult* fold, int foldsInMean, const std::string& className) {
+std::string WeightMapSidecarJson(const RunRecord& r, const LearnerRecord& lr, const cv::OuterFoldResult* fold, int foldsInMean, const std::string& className,
+                                 bool pattern) {
   Json j;
   j["Description"] =
-      "Voxel weight map of a linear kernel model on the image grid: w = sum_i coef_i x~_i per region, x~ the fold's training-mean-centred "
-      "(and, if kernels are normalised, per-region unit-norm) image data, times the region's kernel weight; <w, x~> + bias is the "
-      "decision value. 0 outside the atlas/mask and at dropped voxels.";
+      pattern ? "Activation pattern (Haufe et al. 2014, NeuroImage 87:96-110) of a linear kernel model on the image grid: a = Cov(x~, f) / Var(f) "
+                "over the fold's training subjects, x~ the fold's training-mean-centred (and, if kernels are normalised, per-region unit-norm) "
+                "image data and f the decision value. Unlike a weight map it shows how the data vary with the prediction: a region that only "
+                "suppresses noise has large weights but a pattern near 0. 0 outside the atlas/mask and at dropped voxels."
+              : "Voxel weight map of a linear kernel model on the image grid: w = sum_i coef_i x~_i per region, x~ the fold's training-mean-centred "
+                "(and, if kernels are normalised, per-region unit-norm) image data, times the region's kernel weight; <w, x~> + bias is the "
+                "decision value. 0 outside the atlas/mask and at dropped voxels.";
   j["Learner"] = lr.outcome.label;
   j["LearnerName"] = lr.outcome.name;
   if (!className.empty()) j["Class"] = className + " vs rest: the model of this class's score (multiclass)";
@@ -117,10 +122,11 @@ std::string WeightMapSidecarJson(const RunRecord& r, const LearnerRecord& lr, co
     j["Map"] = "mean over " + std::to_string(foldsInMean) + " outer folds";
     j["FoldsInMean"] = foldsInMean;
   }
-  j["Units"] = r.weightMapUnitNorm ? "arbitrary: each fold map scaled to unit Euclidean norm"
+  j["Units"] = pattern ? "image intensity (as the kernels saw it) per unit of decision value"
+              : r.weightMapUnitNorm ? "arbitrary: each fold map scaled to unit Euclidean norm"
                                    : "decision value per unit of image intensity" +
                                          std::string(r.intensityScaling.empty() ? "" : " after intensity scaling (image / its divisor)");
-  j["Normalisation"] = r.weightMapUnitNorm ? "each fold map scaled to unit Euclidean norm before averaging (output.weight_maps_unit_norm = true)"
+  j["Normalisation"] = pattern ? "none" : r.weightMapUnitNorm ? "each fold map scaled to unit Euclidean norm before averaging (output.weight_maps_unit_norm = true)"
                                            : "none (output.weight_maps_unit_norm = false)";
   j["KernelCentring"] = r.centre ? "region kernels centred with the training subjects' mean of each fold" : "none";
   j["KernelNormalisation"] = r.normalise ? "region kernels cosine-normalised (training statistics of each fold)" : "none";

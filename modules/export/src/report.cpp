@@ -555,6 +555,12 @@ td,th{border:1px solid #ddd;padding:.25em .6em;text-align:left;font-size:.92em}t
          ". Table: <code>regions_" + Escape(lr.outcome.label) + ".tsv</code>" + (lr.meanMap.empty() ? "" : "; map: <code>" + Escape(lr.meanMap) + "</code>") + ".</p>\n";
     h += "<div class=\"figs\">" + TopRegionsChart(lr, r, 15) + SelectedCountsChart(lr, r.kernels.size()) + "</div>\n";
     if (regions && l < meanMaps.size() && !meanMaps[l].empty()) h += Montage(meanMaps[l], background, regions->grid);
+    if (regions && maps && l < maps->patternMean.size() && !maps->patternMean[l].empty()) {
+      h += "<p class=\"note\">Activation pattern (Haufe et al. 2014): how the images covary with the decision value, "
+           "<code>" + Escape(lr.patternMean) + "</code>; regions ranked by it in <code>regions_" + Escape(lr.outcome.label) +
+           "_pattern.tsv</code>. A region with large weights but no pattern suppresses noise rather than carrying the effect.</p>\n";
+      h += Montage(maps->patternMean[l], background, regions->grid);
+    }
     for (std::size_t c = 0; c < lr.classRegions.size() && c < r.classNames.size(); ++c) {
       LearnerRecord one;
       one.regions = lr.classRegions[c];

@@ -133,10 +133,22 @@ std::string RunRecordJson(const RunRecord& r) {
                                        {"fold_percent", row.foldPercent}});
     }
     if (!lr.meanMap.empty()) e["weight_maps"] = {{"mean", lr.meanMap}, {"folds", lr.foldMaps}};
+    if (!lr.patternMean.empty()) e["weight_maps"]["pattern"] = {{"mean", lr.patternMean}, {"folds", lr.patternFolds}};
     if (!lr.sourceMaps.empty()) {
       Json sources = Json::object();
-      for (const auto& m : lr.sourceMaps) sources[m.source] = {{"mean", m.mean}, {"folds", m.folds}};
+      for (const auto& m : lr.sourceMaps) {
+        sources[m.source] = {{"mean", m.mean}, {"folds", m.folds}};
+        if (!m.patternMean.empty()) sources[m.source]["pattern"] = {{"mean", m.patternMean}, {"folds", m.patternFolds}};
+      }
       e["weight_maps"] = {{"sources", sources}};
+    }
+    if (!lr.patternRegions.empty()) {
+      // Regions by their share of the activation pattern (Haufe et al. 2014): ||a_r|| per fold as a percentage of the fold's sum.
+      e["pattern_regions"] = {{"table", "regions_" + lr.outcome.label + "_pattern.tsv"}, {"top", Json::array()}};
+      for (std::size_t i = 0; i < lr.patternRegions.size() && i < 10; ++i) {
+        const auto& row = lr.patternRegions[i];
+        e["pattern_regions"]["top"].push_back({{"name", r.kernels[row.kernel].name}, {"mean_percent", Num(row.meanPercent)}});
+      }
     }
     if (!lr.edgeWeights.empty()) {
       if (!e.contains("weight_maps")) e["weight_maps"] = Json::object();

@@ -167,18 +167,22 @@ std::string RegionRankingNotes(const LearnerRecord& lr) {
 /// Per successful fold weights/sub-group[_space-<space>]_desc-<Learner>[Repeat<r>]Fold<k>_weights.nii.gz and
 /// the mean ..._desc-<Learner>Mean_weights.nii.gz, each with its .json sidecar (scheme: derivative.hpp).
 /// With `source` (kernels.sources) the same names under weights/<source>/, recorded in lr.sourceMaps.
+/// With `pattern`, the activation patterns: the same names ending in _pattern instead of _weights.
 void WriteLearnerMaps(const std::string& dir, const RunRecord& record, LearnerRecord& lr, const std::string& bidsLabel,
                       const std::vector<std::vector<float>>& folds, const std::vector<float>& mean, const io::Geometry& grid,
-                      const std::string& source = "") {
+                      const std::string& source = "", bool pattern = false) {
   std::error_code ec;
   std::filesystem::create_directories(dir + "/weights" + (source.empty() ? "" : "/" + source), ec);
   const std::string space = MapSpace(record);
-  LearnerRecord::SourceMaps paths{source, {}, {}};
+  LearnerRecord::SourceMaps paths{source, {}, {}, {}, {}};
   const auto stemOf = [&](const std::string& desc) {
     std::string stem = MapStem(space, desc);
     if (!source.empty()) stem.insert(std::string("weights/").size(), source + "/");
+    if (pattern) stem = stem.substr(0, stem.size() - std::string("_weights").size()) + "_pattern";
     return stem;
   };
+  std::vector<std::string>& foldPaths = pattern ? (source.empty() ? lr.patternFolds : paths.patternFolds) : (source.empty() ? lr.foldMaps : paths.folds);
+  std::string& meanPath = pattern ? (source.empty() ? lr.patternMean : paths.patternMean) : (source.empty() ? lr.meanMap : paths.mean);
   const bool repeated = std::any_of(lr.outcome.folds.begin(), lr.outcome.folds.end(), [](const cv::OuterFoldResult& f) { return f.repeat > 0; });
   io::Volume v;
   v.geometry = grid;
@@ -188,16 +192,23 @@ void WriteLearnerMaps(const std::string& dir, const RunRecord& record, LearnerRe
     const std::string stem = stemOf(FoldDesc(bidsLabel, f, repeated));
     v.data = folds[k++];
     io::WriteVolume(dir + "/" + stem + ".nii.gz", v);
-    WriteTextFile(dir + "/" + stem + ".json", WeightMapSidecarJson(record, lr, &f, 0));
-    (source.empty() ? lr.foldMaps : paths.folds).push_back(stem + ".nii.gz");
+    WriteTextFile(dir + "/" + stem + ".json", WeightMapSidecarJson(record, lr, &f, 0, "", pattern));
+    foldPaths.push_back(stem + ".nii.gz");
   }
   v.data = mean;
   const std::string stem = stemOf(bidsLabel + "Mean");
-  std::string& meanPath = source.empty() ? lr.meanMap : paths.mean;
   meanPath = stem + ".nii.gz";
   io::WriteVolume(dir + "/" + meanPath, v);
-  WriteTextFile(dir + "/" + stem + ".json", WeightMapSidecarJson(record, lr, nullptr, static_cast<int>(folds.size())));
-  if (!source.empty()) lr.sourceMaps.push_back(std::move(paths));
+  WriteTextFile(dir + "/" + stem + ".json", WeightMapSidecarJson(record, lr, nullptr, static_cast<int>(folds.size()), "", pattern));
+  if (source.empty()) return;
+  // A source's patterns join the entry its weight maps made.
+  const auto it = std::find_if(lr.sourceMaps.begin(), lr.sourceMaps.end(), [&](const LearnerRecord::SourceMaps& m) { return m.source == source; });
+  if (!pattern || it == lr.sourceMaps.end()) {
+    lr.sourceMaps.push_back(std::move(paths));
+  } else {
+    it->patternFolds = std::move(paths.patternFolds);
+    it->patternMean = std::move(paths.patternMean);
+  }
 }
 
 /// One mean map per class: [weights/<source>/]..._desc-<Learner>Class<Class>Mean_weights.nii.gz.
@@ -284,10 +295,16 @@ void WriteStudyTables(const std::string& dir, RunRecord& record, const WeightMap
     for (std::size_t c = 0; c < lr.classRegions.size() && c < record.classNames.size(); ++c)
       WriteTextFile(dir + "/regions_" + lr.outcome.label + "_class-" + record.classNames[c] + ".tsv", Tsv(RegionRankingRows(record, lr, lr.classRegions[c])));
     WriteTextFile(dir + "/regions_" + lr.outcome.label + ".json", RegionRankingNotes(lr));
+    if (!lr.patternRegions.empty())
+      WriteTextFile(dir + "/regions_" + lr.outcome.label + "_pattern.tsv", Tsv(RegionRankingRows(record, lr, lr.patternRegions)));
     if (grid && l < maps.folds.size() && !maps.folds[l].empty()) WriteLearnerMaps(dir, record, lr, bidsLabels[l], maps.folds[l], maps.mean[l], *grid);
+    if (grid && l < maps.patternFolds.size() && !maps.patternFolds[l].empty())
+      WriteLearnerMaps(dir, record, lr, bidsLabels[l], maps.patternFolds[l], maps.patternMean[l], *grid, "", true);
     if (grid && l < maps.classMean.size()) WriteClassMeanMaps(dir, record, lr, bidsLabels[l], maps.classMean[l], maps.classFolds, *grid);
     for (const auto& s : maps.sources) {
       if (l < s.folds.size() && !s.folds[l].empty()) WriteLearnerMaps(dir, record, lr, bidsLabels[l], s.folds[l], s.mean[l], s.regions->grid, s.name);
+      if (l < s.patternFolds.size() && !s.patternFolds[l].empty())
+        WriteLearnerMaps(dir, record, lr, bidsLabels[l], s.patternFolds[l], s.patternMean[l], s.regions->grid, s.name, true);
       if (l < s.classMean.size()) WriteClassMeanMaps(dir, record, lr, bidsLabels[l], s.classMean[l], maps.classFolds, s.regions->grid, s.name);
     }
     for (const auto& e : maps.edges)

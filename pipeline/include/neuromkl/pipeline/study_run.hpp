@@ -61,6 +61,10 @@ struct SimulateOptions {
   /// > 0: a connectivity matrix per subject (connectomes/<id>.npy, column "connectome") with this many nodes
   /// (node01, ...; nodes.tsv assigns them to networks netA..netD in turn): a fixed pattern plus noise, and the
   /// connections of `connectivitySignal` nodes shifted by the target effect.
+  /// A suppressor: this region and the signal regions share a subject-specific noise N(0, suppressorNoise^2)
+  /// (no target effect in it): a linear model cancels the noise with weights of opposite sign there.
+  std::string suppressorRegion;
+  double suppressorNoise = 2.0;
   int connectivityNodes = 0;
   std::vector<std::string> connectivitySignal;
 };

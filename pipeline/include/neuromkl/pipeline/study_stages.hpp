@@ -41,6 +41,8 @@ struct RegionWeightsResult {
   std::vector<std::vector<weights::RegionRow>> tables;  ///< per learner
   std::vector<std::string> sources;                     ///< per learner: what its region weights are
   std::vector<std::vector<std::vector<weights::RegionRow>>> classTables;  ///< per learner, per class (multiclass, per_class weights only)
+  /// per learner: regions ranked by the norm of their part of the activation pattern (binary and regression)
+  std::vector<std::vector<weights::RegionRow>> patternTables;
   std::vector<std::string> warnings;
 };
 RegionWeightsResult RunRegionWeights(const StudyContext& ctx, const std::vector<exporting::LearnerRecord>& learners);

@@ -42,6 +42,6 @@ std::string DatasetDescriptionJson(const RunRecord& record);
 /// The JSON sidecar of a voxel weight map: of one outer fold (`fold` non-null) or the mean over
 /// `foldsInMean` folds (`fold` null).
 std::string WeightMapSidecarJson(const RunRecord& record, const LearnerRecord& learner, const cv::OuterFoldResult* fold, int foldsInMean,
-                                 const std::string& className = "");
+                                 const std::string& className = "", bool pattern = false);
 
 }  // namespace neuromkl::exporting

@@ -31,10 +31,15 @@ struct LearnerRecord {
   std::string meanMap;                      ///< mean voxel weight map (relative path), if written
   /// multiclass with per-class weights: one ranked region table per class (RunRecord::classNames order)
   std::vector<std::vector<weights::RegionRow>> classRegions;
+  std::vector<weights::RegionRow> patternRegions;  ///< regions ranked by their share of the activation pattern (empty: none)
+  std::vector<std::string> patternFolds;           ///< activation pattern maps (relative paths), if written
+  std::string patternMean;
   struct SourceMaps {
     std::string source;
     std::vector<std::string> folds;
     std::string mean;
+    std::vector<std::string> patternFolds;
+    std::string patternMean;
   };
   std::vector<SourceMaps> sourceMaps;       ///< kernels.sources: the maps of each image source, if written
   /// Connectivity sources: source -> its edge files (the ranked edge table and the mean weight matrix).

@@ -16,6 +16,9 @@ namespace neuromkl::exporting {
 struct WeightMaps {
   std::vector<std::vector<std::vector<float>>> folds;  ///< [learner][successful fold] -> voxels
   std::vector<std::vector<float>> mean;                ///< [learner] -> voxels (empty: no map)
+  /// activation patterns (Haufe et al. 2014; binary and regression): as folds/mean
+  std::vector<std::vector<std::vector<float>>> patternFolds;
+  std::vector<std::vector<float>> patternMean;
   /// multiclass: [learner][class] -> mean over the successful folds of class t's map (coefficients and weights of class t)
   std::vector<std::vector<std::vector<float>>> classMean;
   int classFolds = 0;                                   ///< folds in each class mean
@@ -27,6 +30,8 @@ struct WeightMaps {
     std::vector<std::vector<std::vector<float>>> folds;
     std::vector<std::vector<float>> mean;
     std::vector<std::vector<std::vector<float>>> classMean;  ///< multiclass: [learner][class]
+    std::vector<std::vector<std::vector<float>>> patternFolds;
+    std::vector<std::vector<float>> patternMean;
   };
   std::vector<Source> sources;
   /// Connectivity sources: edge weights (node x node, symmetric, zero diagonal) per learner, per
