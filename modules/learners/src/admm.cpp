@@ -54,7 +54,7 @@ class HingeQp {
  public:
   /// `weights`: class weights per subject (empty = all 1): the box is 0 <= v_i <= C w_i.
   HingeQp(const Eigen::MatrixXd& K, const Eigen::VectorXd& t, const AdmmSettings& s, const Eigen::VectorXd& weights)
-      : t_(t), s_(s), n_(t.size()), upper_(weights.size() > 0 ? Eigen::VectorXd(s.C * weights) : Eigen::VectorXd::Constant(t.size(), s.C)) {
+      : t_(t), s_(s), n_(t.size()), upper_(EffectiveWeights(weights).size() > 0 ? Eigen::VectorXd(s.C * weights) : Eigen::VectorXd::Constant(t.size(), s.C)) {
     P_ = K.cwiseProduct(t * t.transpose());
   }
 

@@ -31,7 +31,7 @@ ElmOutputs MakeElmOutputs(const Targets& t, bool bias) {
       out.T(r, 0) = v;
     }
   }
-  if (t.sampleWeights.size() > 0) {
+  if (EffectiveWeights(t.sampleWeights).size() > 0) {
     out.weights.resize(l);
     for (Eigen::Index r = 0; r < l; ++r) out.weights[r] = t.sampleWeights[out.rows[static_cast<std::size_t>(r)]];
   }

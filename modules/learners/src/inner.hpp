@@ -39,6 +39,10 @@ class InnerSolver {
   }
 };
 
+/// Class weights as a solver uses them: empty when none or all exactly 1, so that unit weights give the
+/// unweighted computation bit for bit.
+inline Eigen::VectorXd EffectiveWeights(const Eigen::VectorXd& w) { return w.size() > 0 && (w.array() == 1.0).all() ? Eigen::VectorXd() : w; }
+
 /// C-SVC (labels +-1); `weights` (class weights per subject, empty = all 1) bound alpha_i by C w_i.
 std::unique_ptr<InnerSolver> MakeSvcSolver(const Eigen::VectorXd& y, double C, double tolerance, long maxIterations, const Eigen::VectorXd& weights = {});
 /// epsilon-SVR on targets centred to their mean (the mean is added back into the bias).

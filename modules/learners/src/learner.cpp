@@ -201,7 +201,7 @@ namespace {
 class SvcSolver final : public InnerSolver {
  public:
   SvcSolver(const Eigen::VectorXd& y, double C, double tol, long maxIter, const Eigen::VectorXd& weights)
-      : y_(y), C_(C), tol_(tol), maxIter_(maxIter), weights_(weights) {}
+      : y_(y), C_(C), tol_(tol), maxIter_(maxIter), weights_(EffectiveWeights(weights)) {}
   InnerSolution Solve(const Eigen::MatrixXd& K, const InnerSolution* warm) const override {
     const Eigen::VectorXd p = Eigen::VectorXd::Constant(y_.size(), -1.0);
     // Class weights: per-subject bounds 0 <= alpha_i <= C w_i (LIBSVM's weighted C-SVC).
@@ -271,7 +271,8 @@ class SvrSolver final : public InnerSolver {
 class KrrSolver final : public InnerSolver {
  public:
   KrrSolver(const Eigen::VectorXd& y, double lambda, const Eigen::VectorXd& weights)
-      : mean_(weights.size() > 0 ? weights.dot(y) / weights.sum() : y.mean()), yc_(y.array() - mean_), lambda_(lambda), weights_(weights) {}
+      : mean_(EffectiveWeights(weights).size() > 0 ? weights.dot(y) / weights.sum() : y.mean()), yc_(y.array() - mean_), lambda_(lambda),
+        weights_(EffectiveWeights(weights)) {}
   InnerSolution Solve(const Eigen::MatrixXd& K, const InnerSolution*) const override {
     Eigen::MatrixXd A = K;
     // Weighted ridge (class weights): min sum_i w_i (y_i - f_i)^2 / (2 lambda) + 1/2 ||f||^2 gives
