@@ -204,7 +204,7 @@ std::string ReliabilityChart(const RunRecord& r) {
   for (const auto& lr : r.learners)
     for (const auto& f : lr.outcome.folds) any |= f.probability.size() > 0;
   if (!any) return "";
-  std::string svg = fmt::format(R"(<svg class="figure" role="img" aria-label="reliability diagram" width="{}" height="{}" viewBox="0 0 {} {}">)", size + 150, size, size + 150, size);
+  std::string svg = fmt::format(R"(<svg class="figure" role="img" aria-label="reliability diagram" width="{}" height="{}" viewBox="0 0 {} {}">)", size + 220, size, size + 220, size);
   svg += fmt::format(R"(<rect x="{}" y="{}" width="{}" height="{}" fill="none" stroke="#888"/>)", pad, pad, plot, plot);
   svg += fmt::format(R"(<line x1="{}" y1="{}" x2="{}" y2="{}" stroke="#bbb" stroke-dasharray="4 3"/>)", pad, pad + plot, pad + plot, pad);
   const std::vector<double> unit = {0, 0.25, 0.5, 0.75, 1};
