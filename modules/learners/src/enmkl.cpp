@@ -243,7 +243,7 @@ class EnmklSvm final : public Learner {
     ValidateFitInput(Name(), train, t);
     if (t.task == Task::Regression)
       throw InputError("learners:TaskUnsupported", "learner enmkl_svm", "enmkl_svm is a classifier; for regression use enmkl_krr");
-    auto svc = [&](const Eigen::VectorXd& y) { return MakeSvcSolver(y, c_, svmTol_, 10'000'000); };
+    auto svc = [&](const Eigen::VectorXd& y) { return MakeSvcSolver(y, c_, svmTol_, 10'000'000, t.sampleWeights); };
     // Multiclass: one beta for all one-vs-rest SVMs (docs/learners.md, "Multiclass").
     return FitEnmkl(train, *(t.task == Task::Multiclass ? MakeOneVsRestSolver(t, svc) : svc(t.y)), settings_, o);
   }
@@ -259,7 +259,7 @@ class EnmklKrr final : public Learner {
   explicit EnmklKrr(const ParamMap& p) : lambda_(p.at("lambda")), settings_(Settings(p)) {}
   Model Fit(const KernelList& train, const Targets& t, const FitOptions& o) const override {
     ValidateFitInput(Name(), train, t);
-    auto krr = [&](const Eigen::VectorXd& y) { return MakeKrrSolver(y, lambda_); };
+    auto krr = [&](const Eigen::VectorXd& y) { return MakeKrrSolver(y, lambda_, t.sampleWeights); };
     return FitEnmkl(train, *(t.task == Task::Multiclass ? MakeOneVsRestSolver(t, krr) : krr(t.y)), settings_, o);
   }
   std::string_view Name() const override { return "enmkl_krr"; }

@@ -39,12 +39,17 @@ class InnerSolver {
   }
 };
 
-/// C-SVC (labels +-1).
-std::unique_ptr<InnerSolver> MakeSvcSolver(const Eigen::VectorXd& y, double C, double tolerance, long maxIterations);
+/// Class weights as a solver uses them: empty when none or all exactly 1, so that unit weights give the
+/// unweighted computation bit for bit.
+inline Eigen::VectorXd EffectiveWeights(const Eigen::VectorXd& w) { return w.size() > 0 && (w.array() == 1.0).all() ? Eigen::VectorXd() : w; }
+
+/// C-SVC (labels +-1); `weights` (class weights per subject, empty = all 1) bound alpha_i by C w_i.
+std::unique_ptr<InnerSolver> MakeSvcSolver(const Eigen::VectorXd& y, double C, double tolerance, long maxIterations, const Eigen::VectorXd& weights = {});
 /// epsilon-SVR on targets centred to their mean (the mean is added back into the bias).
 std::unique_ptr<InnerSolver> MakeSvrSolver(const Eigen::VectorXd& z, double C, double epsilon, double tolerance, long maxIterations);
-/// Kernel ridge regression with a bias: coef = (K + lambda I)^-1 (y - mean y), bias = mean y.
-std::unique_ptr<InnerSolver> MakeKrrSolver(const Eigen::VectorXd& y, double lambda);
+/// Kernel ridge regression with a bias: coef = (K + lambda I)^-1 (y - mean y), bias = mean y; with
+/// `weights` (class weights per subject) coef = (K + lambda W^-1)^-1 (y - m_w), bias = m_w the weighted mean.
+std::unique_ptr<InnerSolver> MakeKrrSolver(const Eigen::VectorXd& y, double lambda, const Eigen::VectorXd& weights = {});
 /// Multiclass targets (labels 0..T-1) as T one-vs-rest binary problems (+1 = the class, -1 = the rest)
 /// on the same kernel: `binary` makes each class's solver from its +-1 labels. The solution has one
 /// column of `coefs` per class; a class absent from the training set gets coefficients 0 and bias -1

@@ -1,4 +1,5 @@
 #include <cmath>
+#include <map>
 
 #include <fmt/format.h>
 
@@ -91,6 +92,15 @@ void ValidateFitInput(std::string_view learner, const KernelList& train, const T
     ++labelled;
   }
   if (labelled < 2) throw InputError("learners:TooFewSubjects", where, fmt::format("expected at least 2 labelled training subjects, got {}", labelled));
+  if (targets.sampleWeights.size() > 0) {
+    if (targets.task == Task::Regression)
+      throw InputError("learners:WeightsUnsupported", where, "subject weights are class weights: they apply to classification only");
+    if (targets.sampleWeights.size() != n)
+      throw InputError("learners:WeightShape", where, fmt::format("expected {} subject weights (one per target), got {}", n, targets.sampleWeights.size()));
+    for (Eigen::Index i = 0; i < n; ++i)
+      if (!std::isfinite(targets.sampleWeights[i]) || !(targets.sampleWeights[i] > 0))
+        throw InputError("learners:BadWeight", where, fmt::format("subject weights must be finite and > 0, found {} at index {}", targets.sampleWeights[i], i));
+  }
   if (targets.task == Task::Classification) {
     Eigen::Index pos = 0, neg = 0;
     for (Eigen::Index i = 0; i < n; ++i) {
@@ -117,6 +127,26 @@ void ValidateFitInput(std::string_view learner, const KernelList& train, const T
     for (int c : count) present += c > 0;
     if (present < 2) throw InputError("learners:SingleClass", where, "multiclass training needs at least two classes present, found one");
   }
+}
+
+Eigen::VectorXd ClassSampleWeights(const ClassWeights& weights, const Targets& targets) {
+  if (!weights.Active()) return {};
+  const Eigen::Index n = targets.y.size();
+  std::map<double, int> counts;
+  int labelled = 0;
+  for (Eigen::Index i = 0; i < n; ++i)
+    if (!std::isnan(targets.y[i])) ++counts[targets.y[i]], ++labelled;
+  Eigen::VectorXd w = Eigen::VectorXd::Ones(n);
+  for (Eigen::Index i = 0; i < n; ++i) {
+    const double label = targets.y[i];
+    if (std::isnan(label)) continue;
+    if (weights.balanced) {
+      w[i] = static_cast<double>(labelled) / (static_cast<double>(counts.size()) * static_cast<double>(counts.at(label)));
+    } else if (const auto it = weights.given.find(label); it != weights.given.end()) {
+      w[i] = it->second;
+    }
+  }
+  return w;
 }
 
 Eigen::MatrixXd CombineKernels(const KernelList& kernels, const Eigen::VectorXd& weights) {
@@ -170,10 +200,13 @@ namespace {
 
 class SvcSolver final : public InnerSolver {
  public:
-  SvcSolver(const Eigen::VectorXd& y, double C, double tol, long maxIter) : y_(y), C_(C), tol_(tol), maxIter_(maxIter) {}
+  SvcSolver(const Eigen::VectorXd& y, double C, double tol, long maxIter, const Eigen::VectorXd& weights)
+      : y_(y), C_(C), tol_(tol), maxIter_(maxIter), weights_(EffectiveWeights(weights)) {}
   InnerSolution Solve(const Eigen::MatrixXd& K, const InnerSolution* warm) const override {
     const Eigen::VectorXd p = Eigen::VectorXd::Constant(y_.size(), -1.0);
-    const SmoResult r = SolveSmo(K, y_, p, C_, warm ? &warm->alpha : nullptr, tol_, maxIter_);
+    // Class weights: per-subject bounds 0 <= alpha_i <= C w_i (LIBSVM's weighted C-SVC).
+    const SmoResult r = weights_.size() > 0 ? SolveSmo(K, y_, p, Eigen::VectorXd(C_ * weights_), warm ? &warm->alpha : nullptr, tol_, maxIter_)
+                                            : SolveSmo(K, y_, p, C_, warm ? &warm->alpha : nullptr, tol_, maxIter_);
     InnerSolution s;
     s.alpha = r.alpha;
     s.coef = y_.cwiseProduct(r.alpha);
@@ -184,12 +217,16 @@ class SvcSolver final : public InnerSolver {
     s.violation = r.violation;
     return s;
   }
-  double Loss(const Eigen::VectorXd& f) const override { return C_ * (1.0 - y_.cwiseProduct(f).array()).max(0.0).sum(); }
+  double Loss(const Eigen::VectorXd& f) const override {
+    if (weights_.size() > 0) return C_ * (weights_.array() * (1.0 - y_.cwiseProduct(f).array()).max(0.0)).sum();
+    return C_ * (1.0 - y_.cwiseProduct(f).array()).max(0.0).sum();
+  }
 
  private:
   Eigen::VectorXd y_;
   double C_, tol_;
   long maxIter_;
+  Eigen::VectorXd weights_;  ///< class weights per subject; empty = all 1
 };
 
 class SvrSolver final : public InnerSolver {
@@ -233,10 +270,15 @@ class SvrSolver final : public InnerSolver {
 
 class KrrSolver final : public InnerSolver {
  public:
-  KrrSolver(const Eigen::VectorXd& y, double lambda) : mean_(y.mean()), yc_(y.array() - y.mean()), lambda_(lambda) {}
+  KrrSolver(const Eigen::VectorXd& y, double lambda, const Eigen::VectorXd& weights)
+      : mean_(EffectiveWeights(weights).size() > 0 ? weights.dot(y) / weights.sum() : y.mean()), yc_(y.array() - mean_), lambda_(lambda),
+        weights_(EffectiveWeights(weights)) {}
   InnerSolution Solve(const Eigen::MatrixXd& K, const InnerSolution*) const override {
     Eigen::MatrixXd A = K;
-    A.diagonal().array() += lambda_;
+    // Weighted ridge (class weights): min sum_i w_i (y_i - f_i)^2 / (2 lambda) + 1/2 ||f||^2 gives
+    // coef = (K + lambda W^-1)^-1 (y - m_w), m_w the weighted mean.
+    if (weights_.size() > 0) A.diagonal().array() += lambda_ / weights_.array();
+    else A.diagonal().array() += lambda_;
     Eigen::LLT<Eigen::MatrixXd> llt(A);
     InnerSolution s;
     if (llt.info() == Eigen::Success) {
@@ -250,22 +292,28 @@ class KrrSolver final : public InnerSolver {
     s.dual = 0.5 * s.coef.dot(yc_);
     return s;
   }
-  double Loss(const Eigen::VectorXd& f) const override { return (yc_.array() + mean_ - f.array()).square().sum() / (2.0 * lambda_); }
+  double Loss(const Eigen::VectorXd& f) const override {
+    if (weights_.size() > 0) return (weights_.array() * (yc_.array() + mean_ - f.array()).square()).sum() / (2.0 * lambda_);
+    return (yc_.array() + mean_ - f.array()).square().sum() / (2.0 * lambda_);
+  }
 
  private:
   double mean_;
   Eigen::VectorXd yc_;
   double lambda_;
+  Eigen::VectorXd weights_;  ///< class weights per subject; empty = all 1
 };
 
 }  // namespace
 
-std::unique_ptr<InnerSolver> MakeSvcSolver(const Eigen::VectorXd& y, double C, double tolerance, long maxIterations) {
-  return std::make_unique<SvcSolver>(y, C, tolerance, maxIterations);
+std::unique_ptr<InnerSolver> MakeSvcSolver(const Eigen::VectorXd& y, double C, double tolerance, long maxIterations, const Eigen::VectorXd& weights) {
+  return std::make_unique<SvcSolver>(y, C, tolerance, maxIterations, weights);
 }
 std::unique_ptr<InnerSolver> MakeSvrSolver(const Eigen::VectorXd& z, double C, double epsilon, double tolerance, long maxIterations) {
   return std::make_unique<SvrSolver>(z, C, epsilon, tolerance, maxIterations);
 }
-std::unique_ptr<InnerSolver> MakeKrrSolver(const Eigen::VectorXd& y, double lambda) { return std::make_unique<KrrSolver>(y, lambda); }
+std::unique_ptr<InnerSolver> MakeKrrSolver(const Eigen::VectorXd& y, double lambda, const Eigen::VectorXd& weights) {
+  return std::make_unique<KrrSolver>(y, lambda, weights);
+}
 
 }  // namespace neuromkl::learners

@@ -119,7 +119,7 @@ class MulticlassAdapter final : public Learner {
     model.info.iterations = 0;
     bool first = true;
     for (Eigen::Index c = 0; c < T; ++c) {
-      const Targets binary{Task::Classification, OneVsRestLabels(t.y, static_cast<int>(c)), 0};
+      const Targets binary{Task::Classification, OneVsRestLabels(t.y, static_cast<int>(c)), 0, t.sampleWeights};  // class weights of the subjects' own classes
       if (!(binary.y.array() == 1.0).any()) continue;  // class absent from the training set: score = -1 for everyone
       const Model mc = inner_->Fit(train, binary);
       model.coefs.col(c) = mc.coef;
