@@ -26,13 +26,18 @@ constexpr double kMaxExponent = 16.0;       ///< largest exponent of the multipl
 constexpr double kRatioTolerance = 1e-3;  ///< |F(beta)_j / beta_j - 1| that counts as settled
 constexpr double kVanishingWeight = 1e-3;  ///< normalised weight below which a decaying weight may be set to 0
 constexpr int kStableSupport = 3;           ///< steps with an unchanged support before Newton's method is tried
-constexpr double kNewtonStart = 1e-2;       ///< ... and a step (max |delta beta|, normalised) below this
+constexpr double kNewtonStart = 1e-2;  
+constexpr double kNewtonStartL1 = 1e-2;     ///< (multiplicative phase) largest weight growth ratio - 1 at which Newton is tried
+     ///< ... and a step (max |delta beta|, normalised) below this
 constexpr int kNewtonSteps = 12;           ///< Newton steps on one support before giving up
 constexpr double kLooseFactor = 1e-2;       ///< inner tolerance of a water-filling step: this x the previous step ...
 constexpr double kLoosest = 1e-3;           ///< ... at most this (and never below the learner's svm_tolerance)
 constexpr int kOutsideCheck = 4;            ///< water-filling steps between looks at the kernels outside the support
 constexpr double kDropWeight = 1e-4;        ///< normalised weight below which a kernel the water-filling dropped leaves
-constexpr int kNewtonRetry = 10;           ///< iterations to wait after a failed Newton attempt
+constexpr int kNewtonRounds = 4;            ///< support changes handled inside one Newton attempt
+constexpr double kEnteringWeight = 1e-3;    ///< (mu = 1) normalised weight a kernel violating the optimality check enters with
+constexpr double kNewtonTrust = 0.1;        ///< largest Newton step (normalised) taken: a larger one means the start was too far
+constexpr int kNewtonRetry = 3;           ///< iterations to wait after a failed Newton attempt
 
 struct EnmklSettings {
   double mu;
@@ -154,10 +159,13 @@ class EnmklMap {
   Newton SolveOnSupport(Eigen::VectorXd& beta, InnerSolution& sol, bool& haveSol, double& objective, double tolerance, int maxIterations,
                         int steps) {
     const Eigen::Index m = beta.size();
+    double lastStep = 1.0;
     for (int k = 0; k < steps; ++k) {
       if (info_.iterations >= maxIterations) return Newton::Failed;
       ++info_.iterations;
-      if (!Solve(beta, sol, haveSol, objective)) return Newton::Failed;
+      // Newton's next step is ~ the last one squared: the inner solve needs only that precision (a
+      // hundredth of it); the certifying steps are solved to the learner's full tolerance.
+      if (!Solve(beta, sol, haveSol, objective, std::min(kLoosest, kLooseFactor * lastStep * lastStep))) return Newton::Failed;
       haveSol = true;
       const auto A = Support(beta);
       const auto a = static_cast<Eigen::Index>(A.size());
@@ -187,6 +195,8 @@ class EnmklMap {
       const double sum = b.sum();
       const double step = delta.cwiseAbs().maxCoeff() / sum;
       info_.gap = step;
+      lastStep = step;
+      if (step > kNewtonTrust) return Newton::Failed;  // not yet where Newton's model of the map holds
       if (std::getenv("ENMKL_TRACE")) std::fprintf(stderr, "newton it %d |A|=%ld step %.3e inner %ld\n", info_.iterations, (long)a, step, sol.iterations);
       Eigen::VectorXd moved = beta;
       bool leaves = false;
@@ -201,15 +211,23 @@ class EnmklMap {
       if (step < tolerance && !leaves) {
         // The full optimality check over every kernel, at the solution of this iterate.
         const Eigen::VectorXd all = screen_.All();
-        bool optimal = true;
+        if (std::getenv("ENMKL_TRACE")) { double SS = 0; WaterFill(all, mu_, &SS); std::fprintf(stderr, "certify: muS %.6e c:", mu_ * SS); for (Eigen::Index j = 0; j < m; ++j) std::fprintf(stderr, " %.6e", all[j]); std::fprintf(stderr, "\n"); }
         if (mu_ < 1.0) {
-          optimal = Support(WaterFill(all, mu_)) == A;
+          const Eigen::VectorXd target = WaterFill(all, mu_);
+          if (Support(target) != A) {
+            beta = target;  // the next attempt starts from the water-filled weights on the new support
+            return Newton::SupportChanged;
+          }
         } else {
           const double level = S / sum * (1.0 + tolerance);
+          bool optimal = true;
           for (Eigen::Index j = 0; j < m; ++j)
-            if (!(beta[j] > 0) && all[j] > level) optimal = false;
+            if (!(beta[j] > 0) && all[j] > level) {
+              beta[j] = kEnteringWeight * sum;  // a violating kernel enters with a small weight
+              optimal = false;
+            }
+          if (!optimal) return Newton::SupportChanged;
         }
-        if (!optimal) return Newton::SupportChanged;
         beta = moved;
         return Newton::Converged;
       }
@@ -262,7 +280,9 @@ Model FitEnmkl(const KernelList& train, const InnerSolver& solver, const EnmklSe
   // Newton on the frozen support, then the full check; on success `beta` is the certified fixed point.
   auto polish = [&](Eigen::VectorXd& b) {
     if (!newtonAvailable || info.iterations < newtonAfter) return EnmklMap::Newton::Failed;
-    const auto r = F.SolveOnSupport(b, sol, haveSol, objective, s.betaTolerance, s.maxIterations, kNewtonSteps);
+    auto r = EnmklMap::Newton::SupportChanged;
+    for (int round = 0; round < kNewtonRounds && r == EnmklMap::Newton::SupportChanged; ++round)
+      r = F.SolveOnSupport(b, sol, haveSol, objective, s.betaTolerance, s.maxIterations, kNewtonSteps);
     if (r == EnmklMap::Newton::Failed) newtonAfter = info.iterations + kNewtonRetry;
     if (F.NoCurvature()) newtonAvailable = false;
     return r;
@@ -279,6 +299,7 @@ Model FitEnmkl(const KernelList& train, const InnerSolver& solver, const EnmklSe
     double omega = 1.0, prevChange = std::numeric_limits<double>::infinity();
     std::vector<Eigen::Index> prevSupport;
     int stable = 0;
+    bool lookOutside = false;
     const int phaseOne = std::min(s.maxIterations, kWaterFillIterations);
     while (info.iterations < phaseOne && !done) {
       const int it = ++info.iterations;
@@ -290,7 +311,10 @@ Model FitEnmkl(const KernelList& train, const InnerSolver& solver, const EnmklSe
         break;
       }
       haveSol = true;
-      const Eigen::VectorXd target = F.ScreenedWaterFill(beta, it % kOutsideCheck == 1);
+      // Kernels outside the support are looked at every kOutsideCheck steps, after a Newton attempt,
+      // and always when there is no Newton step (then the step-size rule below is the stopping rule).
+      const Eigen::VectorXd target = F.ScreenedWaterFill(beta, it % kOutsideCheck == 1 || lookOutside || !newtonAvailable);
+      lookOutside = false;
       if (!(target.sum() > 0)) {
         done = true;
         break;
@@ -315,9 +339,11 @@ Model FitEnmkl(const KernelList& train, const InnerSolver& solver, const EnmklSe
         if (r == EnmklMap::Newton::SupportChanged) {
           beta = b;  // go on from Newton's iterate: the next water-filling step brings the new kernel in
           stable = 0;
+          lookOutside = true;
           continue;
         }
-        if (small && r == EnmklMap::Newton::Failed) {  // no Newton step (solver without Curvature, singular system): the step-size rule
+        lookOutside = true;
+        if (small && !newtonAvailable) {  // no Newton step for this solver: the step-size rule (every kernel was looked at)
           beta = target;
           done = true;
           break;
@@ -357,9 +383,10 @@ Model FitEnmkl(const KernelList& train, const InnerSolver& solver, const EnmklSe
     bool first = true;
     std::vector<Eigen::Index> prevSupport;
     int stable = 0;
+    double prevStep = 1.0;
     while (info.iterations < s.maxIterations) {
       ++info.iterations;
-      if (!F.Solve(beta, sol, haveSol, objective)) {
+      if (!F.Solve(beta, sol, haveSol, objective, std::min(kLoosest, kLooseFactor * prevStep))) {
         info.status = FitStatus::Converged;
         break;
       }
@@ -383,10 +410,12 @@ Model FitEnmkl(const KernelList& train, const InnerSolver& solver, const EnmklSe
       for (Eigen::Index j = 0; j < m; ++j)
         if (vanishing[j] > 0) kept[j] = 0.0;
       const auto support = Support(kept);
+      if (std::getenv("ENMKL_TRACE")) std::fprintf(stderr, "mult it %d change %.3e growth %.3e eta %.2f support %zu inner %ld\n", info.iterations, change, growth, eta, support.size(), sol.iterations);
       stable = support == prevSupport ? stable + 1 : 0;
       prevSupport = support;
       const bool small = growth <= kRatioTolerance && change < s.betaTolerance && objChange < s.objectiveTolerance;
-      if (small || (stable >= kStableSupport && change < kNewtonStart && growth <= kNewtonStart)) {
+      prevStep = std::max(change, growth);
+      if (small || (newtonAvailable && info.iterations >= newtonAfter && growth <= kNewtonStartL1)) {
         Eigen::VectorXd b = kept / kept.sum() * next.sum();
         const auto r = polish(b);
         if (r == EnmklMap::Newton::Converged) {
@@ -394,7 +423,7 @@ Model FitEnmkl(const KernelList& train, const InnerSolver& solver, const EnmklSe
           info.status = FitStatus::Converged;
           break;
         }
-        if (small && r == EnmklMap::Newton::Failed) {
+        if (small && !newtonAvailable) {
           beta = kept;
           info.status = FitStatus::Converged;
           break;
@@ -417,6 +446,10 @@ Model FitEnmkl(const KernelList& train, const InnerSolver& solver, const EnmklSe
       for (Eigen::Index j = 0; j < m; ++j)
         if (from[j] > 0 && to[j] > 0) stepped[j] = from[j] * std::pow(to[j] / from[j], eta);
       beta = stepped.sum() > 0 ? Eigen::VectorXd(stepped * (next.sum() / stepped.sum())) : next;
+      // Vanishing weights leave the active set (the certification brings back any kernel that must enter).
+      if (newtonAvailable)
+        for (Eigen::Index j = 0; j < m; ++j)
+          if (vanishing[j] > 0) beta[j] = 0.0;
     }
   }
   // Subnormal weights (e.g. 4.9e-324 left by an underflowing multiplicative step) are exactly 0.
