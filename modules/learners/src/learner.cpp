@@ -268,6 +268,32 @@ std::vector<Eigen::Index> ActiveKernels(const KernelList& kernels) {
 // ---------------- inner solvers ----------------
 namespace {
 
+// SVM sensitivity (C-SVC and epsilon-SVR alike): on the free set F (subjects with a variable strictly
+// inside its box) the KKT conditions (K coef)_F + b = const_F and sum(coef) = 0 hold with the bounded
+// coefficients fixed, so d coef_F / d beta_k solves [K_FF 1; 1' 0] [dcoef_F; db] = [-(K_k coef)_F; 0].
+// The minimum-norm solution covers a rank-deficient K_FF (its null directions move neither the
+// decision function nor any a'K_j a of the kernels in K).
+bool FreeSetCurvature(const Eigen::MatrixXd& K, const Eigen::VectorXd& coef, const std::vector<Eigen::Index>& free,
+                      const std::function<Eigen::MatrixXd(const Eigen::VectorXd&)>& gradients, Eigen::MatrixXd& H) {
+  const Eigen::MatrixXd G = gradients(coef);
+  H = Eigen::MatrixXd::Zero(G.cols(), G.cols());
+  if (free.empty()) return true;
+  const auto f = static_cast<Eigen::Index>(free.size());
+  Eigen::MatrixXd M(f + 1, f + 1);
+  Eigen::MatrixXd R(f + 1, G.cols());
+  for (Eigen::Index a = 0; a < f; ++a) {
+    for (Eigen::Index b = 0; b < f; ++b) M(a, b) = K(free[static_cast<std::size_t>(a)], free[static_cast<std::size_t>(b)]);
+    M(a, f) = M(f, a) = 1.0;
+    R.row(a) = G.row(free[static_cast<std::size_t>(a)]);
+  }
+  M(f, f) = 0;
+  R.row(f).setZero();
+  const Eigen::MatrixXd X = M.completeOrthogonalDecomposition().solve(R);
+  H = R.topRows(f).transpose() * X.topRows(f);
+  H = 0.5 * (H + H.transpose()).eval();
+  return H.allFinite();
+}
+
 class SvcSolver final : public InnerSolver {
  public:
   SvcSolver(const Eigen::VectorXd& y, double C, double tol, long maxIter) : y_(y), C_(C), tol_(tol), maxIter_(maxIter) {}
@@ -286,32 +312,12 @@ class SvcSolver final : public InnerSolver {
     return s;
   }
   double Loss(const Eigen::VectorXd& f) const override { return C_ * (1.0 - y_.cwiseProduct(f).array()).max(0.0).sum(); }
-  // On the free set F (0 < alpha < C) the KKT conditions (K coef)_F + b = y_F and sum(coef) = 0 hold
-  // with the bounded coefficients fixed, so d coef_F / d beta_k solves [K_FF 1; 1' 0] [dcoef_F; db] =
-  // [-(K_k coef)_F; 0]. The minimum-norm solution covers rank-deficient K_FF (the null directions move
-  // neither the decision function nor any a'K_j a of the kernels in K).
   bool Curvature(const Eigen::MatrixXd& K, const InnerSolution& sol, const std::function<Eigen::MatrixXd(const Eigen::VectorXd&)>& gradients,
                  Eigen::MatrixXd& H) const override {
-    const Eigen::MatrixXd G = gradients(sol.coef);
-    H = Eigen::MatrixXd::Zero(G.cols(), G.cols());
     std::vector<Eigen::Index> free;
     for (Eigen::Index i = 0; i < sol.alpha.size(); ++i)
       if (sol.alpha[i] > 0 && sol.alpha[i] < C_) free.push_back(i);
-    if (free.empty()) return true;
-    const auto f = static_cast<Eigen::Index>(free.size());
-    Eigen::MatrixXd M(f + 1, f + 1);
-    Eigen::MatrixXd R(f + 1, G.cols());
-    for (Eigen::Index a = 0; a < f; ++a) {
-      for (Eigen::Index b = 0; b < f; ++b) M(a, b) = K(free[static_cast<std::size_t>(a)], free[static_cast<std::size_t>(b)]);
-      M(a, f) = M(f, a) = 1.0;
-      R.row(a) = G.row(free[static_cast<std::size_t>(a)]);
-    }
-    M(f, f) = 0;
-    R.row(f).setZero();
-    const Eigen::MatrixXd X = M.completeOrthogonalDecomposition().solve(R);
-    H = R.topRows(f).transpose() * X.topRows(f);
-    H = 0.5 * (H + H.transpose()).eval();
-    return H.allFinite();
+    return FreeSetCurvature(K, sol.coef, free, gradients, H);
   }
 
  private:
@@ -350,6 +356,14 @@ class SvrSolver final : public InnerSolver {
     const Eigen::Index n = f.size();
     const Eigen::ArrayXd z = p_.tail(n).array() - p_.head(n).array();  // 2 (z - mean)
     return C_ * ((0.5 * z + mean_ - f.array()).abs() - epsilon_).max(0.0).sum();
+  }
+  bool Curvature(const Eigen::MatrixXd& K, const InnerSolution& sol, const std::function<Eigen::MatrixXd(const Eigen::VectorXd&)>& gradients,
+                 Eigen::MatrixXd& H) const override {
+    const Eigen::Index n = K.rows();
+    std::vector<Eigen::Index> free;
+    for (Eigen::Index i = 0; i < n; ++i)
+      if ((sol.alpha[i] > 0 && sol.alpha[i] < C_) || (sol.alpha[i + n] > 0 && sol.alpha[i + n] < C_)) free.push_back(i);
+    return FreeSetCurvature(K, sol.coef, free, gradients, H);
   }
 
  private:
