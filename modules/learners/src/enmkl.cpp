@@ -3,8 +3,6 @@
 // (alpha, beta) pair, the LIBSVM bias rule, and no absolute thresholds on ||w_j||.
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
-#include <cstdlib>
 #include <limits>
 #include <numeric>
 #include <vector>
@@ -197,7 +195,6 @@ class EnmklMap {
       info_.gap = step;
       lastStep = step;
       if (step > kNewtonTrust) return Newton::Failed;  // not yet where Newton's model of the map holds
-      if (std::getenv("ENMKL_TRACE")) std::fprintf(stderr, "newton it %d |A|=%ld step %.3e inner %ld\n", info_.iterations, (long)a, step, sol.iterations);
       Eigen::VectorXd moved = beta;
       bool leaves = false;
       for (Eigen::Index i = 0; i < a; ++i) {
@@ -211,7 +208,6 @@ class EnmklMap {
       if (step < tolerance && !leaves) {
         // The full optimality check over every kernel, at the solution of this iterate.
         const Eigen::VectorXd all = screen_.All();
-        if (std::getenv("ENMKL_TRACE")) { double SS = 0; WaterFill(all, mu_, &SS); std::fprintf(stderr, "certify: muS %.6e c:", mu_ * SS); for (Eigen::Index j = 0; j < m; ++j) std::fprintf(stderr, " %.6e", all[j]); std::fprintf(stderr, "\n"); }
         if (mu_ < 1.0) {
           const Eigen::VectorXd target = WaterFill(all, mu_);
           if (Support(target) != A) {
@@ -323,7 +319,6 @@ Model FitEnmkl(const KernelList& train, const InnerSolver& solver, const EnmklSe
       const double objChange = it == 1 ? 1.0 : std::abs(objective - prevObjective) / std::max(std::abs(objective), 1e-300);
       prevObjective = objective;
       info.gap = change;
-      if (std::getenv("ENMKL_TRACE")) std::fprintf(stderr, "wf it %d change %.3e omega %.3f support %zu inner %ld exact %ld\n", it, change, omega, Support(target).size(), sol.iterations, F.Norms().exactEvaluations);
       const auto support = Support(target);
       stable = support == prevSupport ? stable + 1 : 0;
       prevSupport = support;
@@ -410,7 +405,6 @@ Model FitEnmkl(const KernelList& train, const InnerSolver& solver, const EnmklSe
       for (Eigen::Index j = 0; j < m; ++j)
         if (vanishing[j] > 0) kept[j] = 0.0;
       const auto support = Support(kept);
-      if (std::getenv("ENMKL_TRACE")) std::fprintf(stderr, "mult it %d change %.3e growth %.3e eta %.2f support %zu inner %ld\n", info.iterations, change, growth, eta, support.size(), sol.iterations);
       stable = support == prevSupport ? stable + 1 : 0;
       prevSupport = support;
       const bool small = growth <= kRatioTolerance && change < s.betaTolerance && objChange < s.objectiveTolerance;

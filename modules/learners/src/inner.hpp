@@ -90,7 +90,7 @@ class KernelStack {
   Eigen::Index Size() const { return packed_.cols(); }
 
  private:
-  mutable Eigen::VectorXd rootBounds_;
+  Eigen::VectorXd rootBounds_;
   Eigen::Index n_;
   Eigen::MatrixXd packed_;  ///< n(n+1)/2 x m
 };

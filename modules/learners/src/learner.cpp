@@ -131,11 +131,22 @@ Eigen::MatrixXd CombineKernels(const KernelList& kernels, const Eigen::VectorXd&
 }
 
 KernelStack::KernelStack(const KernelList& kernels)
-    : n_(kernels.empty() ? 0 : kernels[0].rows()), packed_(n_ * (n_ + 1) / 2, static_cast<Eigen::Index>(kernels.size())) {
+    : rootBounds_(static_cast<Eigen::Index>(kernels.size())),
+      n_(kernels.empty() ? 0 : kernels[0].rows()),
+      packed_(n_ * (n_ + 1) / 2, static_cast<Eigen::Index>(kernels.size())) {
   for (std::size_t k = 0; k < kernels.size(); ++k) {
     double* out = packed_.col(static_cast<Eigen::Index>(k)).data();
     const Eigen::MatrixXd& K = kernels[k];
-    for (Eigen::Index j = 0; j < n_; ++j) out = std::copy(K.data() + j * n_, K.data() + j * n_ + j + 1, out);
+    double frob = 0;  // ||K||_F^2 from the triangle, while it is in cache (for RootSpectralBounds)
+    for (Eigen::Index j = 0; j < n_; ++j) {
+      const double* col = K.data() + j * n_;
+      double offDiagonal = 0;
+      for (Eigen::Index i = 0; i < j; ++i) offDiagonal += col[i] * col[i];
+      frob += 2.0 * offDiagonal + col[j] * col[j];
+      out = std::copy(col, col + j + 1, out);
+    }
+    // ||K||_F >= lambda_max for a symmetric K; the factor covers the rounding of the sums.
+    rootBounds_[static_cast<Eigen::Index>(k)] = std::sqrt(std::sqrt(frob) * (1.0 + 1e-10));
   }
 }
 
@@ -197,23 +208,7 @@ Eigen::VectorXd KernelStack::Product(Eigen::Index k, const Eigen::VectorXd& v) c
   return out;
 }
 
-const Eigen::VectorXd& KernelStack::RootSpectralBounds() const {
-  if (rootBounds_.size() != packed_.cols()) {
-    rootBounds_.resize(packed_.cols());
-    for (Eigen::Index k = 0; k < packed_.cols(); ++k) {
-      const double* p = packed_.col(k).data();
-      double frob = 0;
-      for (Eigen::Index j = 0; j < n_; ++j) {
-        for (Eigen::Index i = 0; i < j; ++i, ++p) frob += 2.0 * *p * *p;
-        frob += *p * *p;
-        ++p;
-      }
-      // ||K||_F >= lambda_max for a symmetric K; the factor covers the rounding of the sums.
-      rootBounds_[k] = std::sqrt(std::sqrt(frob) * (1.0 + 1e-10));
-    }
-  }
-  return rootBounds_;
-}
+const Eigen::VectorXd& KernelStack::RootSpectralBounds() const { return rootBounds_; }
 
 ScreenedNorms::ScreenedNorms(const KernelStack& stack)
     : stack_(stack),
