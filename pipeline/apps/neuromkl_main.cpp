@@ -128,6 +128,7 @@ int main(int argc, char** argv) {
   simulate->add_option("--classes", sim.classes, "number of classes (classification); > 2 writes a multiclass cohort with class-specific signal regions")
       ->check(CLI::Range(2, 26))
       ->capture_default_str();
+  simulate->add_option("--positive-fraction", sim.positiveFraction, "binary classification: share of subjects in the positive class (default: half)");
   simulate->add_option("--effect", sim.effect, "effect size in noise-SD units")->capture_default_str();
   simulate->add_option("--noise", sim.noise, "noise SD")->capture_default_str();
   simulate->add_option("--nan-fraction", sim.nanFraction, "fraction of brain voxels set to NaN per image")->capture_default_str();

@@ -118,9 +118,15 @@ std::string Simulate(const SimulateOptions& o) {
   // The project's own generator (not std:: distributions): the same cohort with any standard library.
   Rng rng(cv::DeriveSeed(o.seed, 0));
   std::vector<double> target(static_cast<std::size_t>(nTotal));
+  if (!std::isnan(o.positiveFraction) && (o.task != learners::Task::Classification || multiclass))
+    throw InputError("simulate:PositiveFraction", "--positive-fraction", "applies to binary classification only (--task classification, --classes 2)");
+  if (!std::isnan(o.positiveFraction) && !(o.positiveFraction > 0 && o.positiveFraction < 1))
+    throw InputError("simulate:PositiveFraction", "--positive-fraction", fmt::format("expected a share in (0, 1), found {}", o.positiveFraction));
+  const int positives = std::isnan(o.positiveFraction) ? -1 : std::max(1, std::min(o.subjects - 1, static_cast<int>(std::lround(o.positiveFraction * o.subjects))));
   for (int s = 0; s < nTotal; ++s)
     target[static_cast<std::size_t>(s)] = multiclass ? static_cast<double>(s % o.classes)
-                                          : o.task == learners::Task::Classification ? (s % 2 == 0 ? 1.0 : 0.0) : rng.Normal();
+                                          : o.task == learners::Task::Classification ? (positives >= 0 && s < nLabelled ? (s < positives ? 1.0 : 0.0) : s % 2 == 0 ? 1.0 : 0.0)
+                                                                                     : rng.Normal();
   std::vector<double> labelled(target.begin(), target.begin() + nLabelled);
   rng.Shuffle(labelled);
   std::copy(labelled.begin(), labelled.end(), target.begin());

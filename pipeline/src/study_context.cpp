@@ -2,6 +2,8 @@
 // and the batch workers.
 #include "neuromkl/pipeline/study_context.hpp"
 
+#include <cmath>
+
 #include <fmt/format.h>
 #include <tbb/global_control.h>
 #include <tbb/parallel_for.h>
@@ -9,6 +11,7 @@
 #include "neuromkl/core/errors.hpp"
 #include "neuromkl/core/hash.hpp"
 #include "neuromkl/core/progress.hpp"
+#include "neuromkl/core/strings.hpp"
 
 namespace neuromkl::pipeline {
 
@@ -114,6 +117,39 @@ void CheckClassSizes(const StudyContext& ctx) {
 }
 }  // namespace
 
+namespace {
+/// A learner's class_weight with class names turned into labels (+1 / -1, or the multiclass index);
+/// ConfigError at the JSON pointer for a name that is not a class of the target.
+learners::ClassWeights ClassWeightsOf(const config::StudyConfig& study, const Cohort& cohort, std::size_t learner) {
+  const auto& spec = study.learners[learner];
+  learners::ClassWeights w;
+  w.balanced = spec.classWeightBalanced;
+  std::vector<std::string> classes;
+  for (const auto& [name, count] : cohort.classCounts) classes.push_back(name);
+  for (const auto& [name, weight] : spec.classWeights) {
+    double label = std::nan("");
+    if (study.target.task == learners::Task::Multiclass) {
+      for (std::size_t c = 0; c < cohort.classNames.size(); ++c)
+        if (cohort.classNames[c] == name) label = static_cast<double>(c);
+    } else if (name == cohort.positiveClass) {
+      label = 1.0;
+    } else if (name == cohort.negativeClass) {
+      label = -1.0;
+    }
+    if (std::isnan(label)) {
+      std::string where = "/learners/";
+      where += std::to_string(learner);
+      where += "/class_weight/";
+      where += name;
+      throw ConfigError("config:Value", study.path,
+                        fmt::format("{}: \"{}\" is not a class of column \"{}\"; its classes: {}", where, name, study.target.column, Join(classes, ", ")));
+    }
+    w.given[label] = weight;
+  }
+  return w;
+}
+}  // namespace
+
 StudyContext LoadStudyInputs(const config::StudyConfig& study) {
   StudyContext ctx;
   ctx.study = study;
@@ -126,10 +162,11 @@ StudyContext LoadStudyInputs(const config::StudyConfig& study) {
   ctx.outer = cv::MakeFolds(ToSplit(study.cv.outer), study.target.task, ctx.cohort.y, ctx.cohort.groups, ctx.cohort.customFolds, study.cv.seed,
                             study.path + " /cv/outer");
   if (study.covariates.Active()) ctx.covariates = std::make_shared<const CovariateDesign>(BuildCovariateDesign(study, ctx.cohort, KernelRows(study, ctx.cohort)));
-  for (const auto& spec : study.learners) {
+  for (std::size_t l = 0; l < study.learners.size(); ++l) {
+    const auto& spec = study.learners[l];
     learners::ParamMap fixed = spec.params;
     for (const auto& [k, _] : spec.grid) fixed.erase(k);
-    ctx.plans.push_back({spec.label, spec.name, cv::ExpandGrid(fixed, spec.grid)});
+    ctx.plans.push_back({spec.label, spec.name, cv::ExpandGrid(fixed, spec.grid), ClassWeightsOf(study, ctx.cohort, l)});
   }
   CheckClassSizes(ctx);
   return ctx;
@@ -158,18 +195,26 @@ void AttachKernels(StudyContext& ctx, const std::string& scratchDir) {
     for (std::size_t s = 0; s < ctx.ks.sourceKernelCounts.size(); ++s)
       ctx.nestedOptions.preprocessing.kernelGroups.insert(ctx.nestedOptions.preprocessing.kernelGroups.end(), ctx.ks.sourceKernelCounts[s], static_cast<int>(s));
   if (ctx.covariates) ctx.nestedOptions.preprocessing.covariates = std::shared_ptr<const kernels::Covariates>(ctx.covariates, &ctx.covariates->covariates);
+  // Probabilities for every binary study; bias correction when the study asks for it.
+  ctx.nestedOptions.probabilities = ctx.study.target.task == learners::Task::Classification;
+  ctx.nestedOptions.biasCorrection = ctx.study.target.biasCorrection;
 }
 
 PooledBlock ComputePermutationBlock(const StudyContext& ctx, int first, int count, Progress* progress) {
   PooledBlock out(static_cast<std::size_t>(count));
   const cv::InnerSplitter inner = ctx.Inner();
   const int n = ctx.n;
+  // The permutation metrics (balanced accuracy, AUC, ...; r, MSE) do not use probabilities or the bias
+  // correction: the permuted runs skip their inner fits.
+  cv::NestedCvOptions options = ctx.nestedOptions;
+  options.probabilities = false;
+  options.biasCorrection = false;
   tbb::parallel_for(0, count, [&](int i) {
     const int p = first + i;
     const auto perm = cv::PermuteWithinGroups(n, ctx.cohort.groups, cv::DeriveSeed(ctx.PermutationSeed(), static_cast<std::uint64_t>(p)));
     learners::Targets permuted = ctx.TargetsOf(Eigen::VectorXd(n));
     for (int k = 0; k < n; ++k) permuted.y[k] = ctx.cohort.y[perm[static_cast<std::size_t>(k)]];
-    const auto res = cv::RunNestedCv(ctx.kernels, permuted, ctx.outer, inner, ctx.plans, ctx.nestedOptions);
+    const auto res = cv::RunNestedCv(ctx.kernels, permuted, ctx.outer, inner, ctx.plans, options);
     for (const auto& o : res) out[static_cast<std::size_t>(i)].push_back(cv::Summarise(o, permuted).pooled);
     if (progress) progress->Advance();
   });

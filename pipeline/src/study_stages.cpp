@@ -367,6 +367,10 @@ CrossValidationResult RunCrossValidation(const StudyContext& ctx) {
     lr.summary = cv::Summarise(outcomes[l], targets);
     if (targets.task == learners::Task::Multiclass) NameClasses(lr.summary, ctx.cohort.classNames);
     for (const auto& [k, _] : ctx.study.learners[l].grid) lr.searched.push_back(k);
+    if (ctx.study.learners[l].classWeightBalanced) lr.classWeight = "balanced";
+    std::vector<std::string> given;
+    for (const auto& [name, w] : ctx.study.learners[l].classWeights) given.push_back(name + " = " + FormatDouble(w));
+    if (!given.empty()) lr.classWeight = Join(given, ", ");
     for (const auto& f : outcomes[l].folds)
       if (!f.error.empty()) result.warnings.push_back(fmt::format("learner {} fold {} failed: {}", outcomes[l].label, f.index, f.error));
     if (const double failed = lr.summary.pooled.at("failed_folds"); failed > 0)

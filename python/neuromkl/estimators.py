@@ -282,7 +282,7 @@ class EnmklKernelRidgeClassifier(_EnmklKrrParams, _Classifier):
 class _SimpleMklParams:
     _learner = "simplemkl"
 
-    def __init__(self, C=1.0, gap_tolerance=0.01, max_iterations=250, epsilon=0.01, line_search_tolerance=0.01, svm_tolerance=1e-8,
+    def __init__(self, C=1.0, gap_tolerance=1e-4, max_iterations=250, epsilon=0.01, line_search_tolerance=0.01, svm_tolerance=1e-8,
                  kernel="linear", groups=None, centre=True, normalise=False):
         self.C = C
         self.gap_tolerance = gap_tolerance

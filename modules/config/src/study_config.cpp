@@ -77,7 +77,7 @@ CvSchemeSpec ParseScheme(const Json& j, const std::string& ptr, const std::strin
 }
 
 LearnerSpec ParseLearner(const Json& j, const std::string& ptr, const std::string& src, Task task) {
-  ObjectReader r(j, ptr, src, {"name", "label", "params", "grid"});
+  ObjectReader r(j, ptr, src, {"name", "label", "params", "grid", "class_weight"});
   LearnerSpec spec;
   std::vector<std::string> names;
   for (const auto& l : learners::LearnerCatalog()) names.push_back(l.name);
@@ -128,6 +128,27 @@ LearnerSpec ParseLearner(const Json& j, const std::string& ptr, const std::strin
   for (const auto& p : info.params)
     if (!given.count(p.name) && !spec.grid.count(p.name))
       if (auto def = learners::DefaultGrid(p.name); !def.empty()) spec.grid[p.name] = def;
+  if (r.Has("class_weight")) {
+    const std::string cwp = r.Pointer("class_weight");
+    if (task == Task::Regression) r.FailAt(cwp, "class_weight applies to classification and multiclass targets only, but task is \"regression\"");
+    const Json& cw = r.At("class_weight");
+    if (cw.is_string()) {
+      if (cw.get<std::string>() != "balanced")
+        r.FailAt(cwp, "expected \"balanced\" or an object {class: weight}, found \"" + cw.get<std::string>() + "\"");
+      spec.classWeightBalanced = true;
+    } else if (cw.is_object()) {
+      for (const auto& [name, value] : cw.items()) {
+        std::string key;  // the class name as a JSON pointer token (RFC 6901: ~ -> ~0, / -> ~1)
+        for (char ch : name) key += ch == '~' ? std::string("~0") : ch == '/' ? std::string("~1") : std::string(1, ch);
+        if (!value.is_number()) r.FailAt(cwp + "/" + key, "expected a number (the class's weight), found " + Describe(value));
+        const double w = value.get<double>();
+        if (!std::isfinite(w) || !(w > 0)) r.FailAt(cwp + "/" + key, "expected a class weight > 0, found " + FormatDouble(w));
+        spec.classWeights.emplace_back(name, w);
+      }
+    } else {
+      r.FailAt(cwp, "expected \"balanced\" or an object {class: weight}, found " + Describe(cw));
+    }
+  }
   return spec;
 }
 
@@ -461,7 +482,7 @@ StudyConfig ParseStudyConfig(const std::string& text, const std::string& baseDir
   ParseSubjects(r.At("subjects"), baseDir, src, c.subjects);
   if (!r.Has("target")) throw ConfigError("config:MissingKey", src, "/target: required section is missing (expected {\"column\": ..., \"task\": ...})");
   {
-    ObjectReader t(r.At("target"), "/target", src, {"column", "task", "positive_class", "multiclass_weights"});
+    ObjectReader t(r.At("target"), "/target", src, {"column", "task", "positive_class", "multiclass_weights", "bias_correction"});
     c.target.column = t.RequiredString("column");
     if (!t.Has("task"))
       throw ConfigError("config:MissingKey", src, "/target/task: required key is missing (expected \"classification\", \"multiclass\" or \"regression\")");
@@ -475,6 +496,12 @@ StudyConfig ParseStudyConfig(const std::string& text, const std::string& baseDir
         t.FailAt("/target/multiclass_weights", "multiclass_weights applies to task \"multiclass\" only, but task is \"" + task + "\"");
       c.target.multiclassWeights =
           t.Choice("multiclass_weights", "shared", {"shared", "per_class"}) == "per_class" ? learners::MulticlassWeights::PerClass : learners::MulticlassWeights::Shared;
+    }
+    if (t.Has("bias_correction")) {
+      const std::string correction = t.Choice("bias_correction", "none", {"none", "linear"});
+      if (correction == "linear" && c.target.task != Task::Regression)
+        t.FailAt("/target/bias_correction", "bias_correction applies to task \"regression\" only, but task is \"" + task + "\"");
+      c.target.biasCorrection = correction == "linear";
     }
   }
   if (r.Has("atlas")) c.atlas = ParseAtlas(r.At("atlas"), "/atlas", src, baseDir);
@@ -648,6 +675,7 @@ std::string ResolvedConfigJson(const StudyConfig& c, bool forHash) {
     j["target"].erase("positive_class");
     j["target"]["multiclass_weights"] = c.target.multiclassWeights == learners::MulticlassWeights::PerClass ? "per_class" : "shared";
   }
+  if (c.target.biasCorrection) j["target"]["bias_correction"] = "linear";  // studies without it keep their resolved file unchanged
   auto partJson = [](const AtlasPart& part) {
     Json p = {{"image", part.image}, {"labels", part.labels}, {"prefix", part.prefix}, {"probabilistic", part.probabilistic}};
     if (part.probabilistic) p["threshold"] = part.threshold;
@@ -754,6 +782,12 @@ std::string ResolvedConfigJson(const StudyConfig& c, bool forHash) {
     Json grid = Json::object();
     for (const auto& [key, v] : l.grid) grid[key] = v;
     j["learners"].push_back({{"name", l.name}, {"label", l.label}, {"params", params}, {"grid", grid}});
+    if (l.classWeightBalanced) j["learners"].back()["class_weight"] = "balanced";  // only when given: resolved files stay as before
+    if (!l.classWeights.empty()) {
+      Json cw = Json::object();
+      for (const auto& [name, w] : l.classWeights) cw[name] = w;
+      j["learners"].back()["class_weight"] = cw;
+    }
   }
   j["permutations"] = {{"count", c.permutations.count}};
   j["output"] = {{"dir", c.output.dir}, {"cache_dir", c.output.cacheDir}, {"save_kernels", c.output.saveKernels},

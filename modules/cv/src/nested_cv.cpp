@@ -85,6 +85,14 @@ std::optional<std::size_t> NearestFitted(const std::vector<learners::ParamMap>& 
   return best;
 }
 
+/// The training targets with the plan's class weights for this training set (a copy only when the plan has weights).
+const learners::Targets& Weighted(const LearnerPlan& plan, const learners::Targets& y, learners::Targets& storage) {
+  if (!plan.classWeights.Active()) return y;
+  storage = y;
+  storage.sampleWeights = learners::ClassSampleWeights(plan.classWeights, y);
+  return storage;
+}
+
 bool Better(learners::Task task, double a, double b) {  // is a strictly better than b?
   if (std::isnan(a)) return false;
   if (std::isnan(b)) return true;
@@ -211,21 +219,38 @@ std::vector<LearnerOutcome> RunNestedCv(const learners::KernelList& kernels, con
     semi[l] = info && info->semiSupervised && !unlabelled.empty();
     (semi[l] ? anySemi : anySupervised) = true;
   }
+  // Probabilities (binary) and bias correction (regression) are fitted on the inner-CV out-of-fold
+  // predictions of the chosen parameters: the inner CV then runs for every learner.
+  const bool calibrate = (options.probabilities && targets.task == learners::Task::Classification) ||
+                         (options.biasCorrection && targets.task == learners::Task::Regression);
   // ---- inner splits (sequential: cheap, and errors surface in fold order) ----
   std::vector<std::vector<Fold>> innerFolds(F);
   bool anySearch = false;
   for (const auto& p : plans) anySearch |= p.grid.size() > 1;
   if (anySearch)
     for (std::size_t f = 0; f < F; ++f) innerFolds[f] = inner(f, outer[f].train, Subset(targets.y, outer[f].train));
+  else if (calibrate)
+    for (std::size_t f = 0; f < F; ++f) {
+      try {
+        innerFolds[f] = inner(f, outer[f].train, Subset(targets.y, outer[f].train));
+      } catch (const Error&) {
+        innerFolds[f].clear();  // no inner split: this fold has no calibration (NaN), the study still runs
+      }
+    }
 
   // ---- phase 1: every (outer fold, inner fold) pair evaluates every grid point ----
   // scores[f][l][g][i]
   std::vector<std::vector<std::vector<std::vector<double>>>> scores(F);
+  // oof[f][l][g][i]: decision values of inner fold i's test subjects (calibration only; empty = fit failed)
+  std::vector<std::vector<std::vector<std::vector<Eigen::VectorXd>>>> oof(F);
   std::vector<std::pair<std::size_t, std::size_t>> tasks;
   for (std::size_t f = 0; f < F; ++f) {
     scores[f].resize(L);
-    for (std::size_t l = 0; l < L; ++l)
+    if (calibrate) oof[f].resize(L);
+    for (std::size_t l = 0; l < L; ++l) {
       scores[f][l].assign(plans[l].grid.size(), std::vector<double>(innerFolds[f].size(), kNaN));
+      if (calibrate) oof[f][l].assign(plans[l].grid.size(), std::vector<Eigen::VectorXd>(innerFolds[f].size()));
+    }
     for (std::size_t i = 0; i < innerFolds[f].size(); ++i) tasks.emplace_back(f, i);
   }
   tbb::parallel_for(std::size_t{0}, tasks.size(), [&](std::size_t t) {
@@ -238,9 +263,10 @@ std::vector<LearnerOutcome> RunNestedCv(const learners::KernelList& kernels, con
     const Eigen::VectorXd yTest = Subset(targets.y, te);
     for (std::size_t l = 0; l < L; ++l) {
       const auto& grid = plans[l].grid;
-      if (grid.size() < 2) continue;
+      if (grid.size() < 2 && !calibrate) continue;
       const FoldKernels& fk = semi[l] ? views.semi : views.supervised;
-      const learners::Targets& yTrain = semi[l] ? views.ySemi : views.ySupervised;
+      learners::Targets weighted;
+      const learners::Targets& yTrain = Weighted(plans[l], semi[l] ? views.ySemi : views.ySupervised, weighted);
       std::vector<learners::Model> fitted(grid.size());
       std::vector<bool> ok(grid.size(), false);
       for (std::size_t g = 0; g < grid.size(); ++g) {
@@ -250,6 +276,7 @@ std::vector<LearnerOutcome> RunNestedCv(const learners::KernelList& kernels, con
           fitted[g] = learnerObjects[firstObject[l] + g]->Fit(fk.train, yTrain, fitOptions);
           ok[g] = true;
           scores[f][l][g][i] = InnerScore(targets, options.criterion, yTest, fitted[g], fk.test);
+          if (calibrate) oof[f][l][g][i] = fitted[g].Decision(fk.test);
         } catch (const Error&) {
           // e.g. a single class in a small inner training set: this point scores NaN (never chosen)
         }
@@ -269,7 +296,8 @@ std::vector<LearnerOutcome> RunNestedCv(const learners::KernelList& kernels, con
     const FoldViews views = PrepareViews(kernels, targets, outer[f].train, outer[f].test, options.preprocessing, unlabelled, anySupervised, anySemi);
     for (std::size_t l = 0; l < L; ++l) {
       const FoldKernels& fk = semi[l] ? views.semi : views.supervised;
-      const learners::Targets& yTrain = semi[l] ? views.ySemi : views.ySupervised;
+      learners::Targets weighted;
+      const learners::Targets& yTrain = Weighted(plans[l], semi[l] ? views.ySemi : views.ySupervised, weighted);
       OuterFoldResult& r = out[l].folds[f];
       r.index = static_cast<int>(f);
       r.repeat = outer[f].repeat;
@@ -308,11 +336,32 @@ std::vector<LearnerOutcome> RunNestedCv(const learners::KernelList& kernels, con
         r.decision = Eigen::VectorXd::Constant(static_cast<Eigen::Index>(r.test.size()), kNaN);
         if (targets.task == learners::Task::Multiclass) r.scores = Eigen::MatrixXd::Constant(static_cast<Eigen::Index>(r.test.size()), targets.classes, kNaN);
       }
+      if (calibrate) {
+        // The chosen point's out-of-fold decision values over the inner folds: this outer fold's training
+        // subjects only, so nothing of its test subjects enters the calibration.
+        std::vector<double> fo, yo;
+        for (std::size_t i = 0; i < innerFolds[f].size(); ++i) {
+          const Eigen::VectorXd& d = oof[f][l][r.chosen][i];
+          const Fold& fold = innerFolds[f][i];
+          for (std::size_t k = 0; k < fold.test.size(); ++k) {
+            fo.push_back(d.size() > 0 ? d[static_cast<Eigen::Index>(k)] : kNaN);
+            yo.push_back(targets.y[outer[f].train[static_cast<std::size_t>(fold.test[k])]]);
+          }
+        }
+        const Eigen::Map<const Eigen::VectorXd> fv(fo.data(), static_cast<Eigen::Index>(fo.size())), yv(yo.data(), static_cast<Eigen::Index>(yo.size()));
+        if (targets.task == learners::Task::Classification) {
+          if (r.error.empty()) r.platt = metrics::FitPlatt(fv, yv);
+          r.probability = metrics::PlattProbabilities(r.platt, r.decision);
+        } else {
+          if (r.error.empty()) r.bias = metrics::FitBiasCorrection(yv, fv);
+          r.corrected = metrics::ApplyBiasCorrection(r.bias, r.decision);
+        }
+      }
     }
   });
   for (std::size_t l = 0; l < L; ++l) {
     long fits = static_cast<long>(F);
-    if (plans[l].grid.size() > 1)
+    if (plans[l].grid.size() > 1 || calibrate)
       for (std::size_t f = 0; f < F; ++f) fits += static_cast<long>(innerFolds[f].size() * plans[l].grid.size());
     out[l].fits = fits;
   }
@@ -326,15 +375,43 @@ std::map<std::string, double> Metrics(const learners::Targets& targets, const Ei
   return targets.task == learners::Task::Classification ? metrics::AsMap(metrics::Classify(y, f)) : metrics::AsMap(metrics::Regress(y, f));
 }
 
+namespace {
+/// Probabilities (binary: brier, log_loss) and bias correction (regression: corrected_<metric>, gap_slope,
+/// corrected_gap_slope) of one set of out-of-fold predictions; empty when the folds carry neither.
+std::map<std::string, double> CalibrationMetrics(const Eigen::VectorXd& y, const Eigen::VectorXd& f, const Eigen::VectorXd& probability,
+                                                 const Eigen::VectorXd& corrected) {
+  std::map<std::string, double> out;
+  if (probability.size() > 0) {
+    out["brier"] = metrics::BrierScore(y, probability);
+    out["log_loss"] = metrics::LogLoss(y, probability);
+  }
+  if (corrected.size() > 0) {
+    for (const auto& [k, v] : metrics::AsMap(metrics::Regress(y, corrected)))
+      if (k != "n") out["corrected_" + k] = v;
+    Eigen::VectorXd fFinite = f;  // gap slopes over the subjects both versions score
+    for (Eigen::Index i = 0; i < f.size(); ++i)
+      if (!std::isfinite(corrected[i])) fFinite[i] = kNaN;
+    out["gap_slope"] = metrics::GapSlope(y, fFinite);
+    out["corrected_gap_slope"] = metrics::GapSlope(y, corrected);
+  }
+  return out;
+}
+}  // namespace
+
 Summary Summarise(const LearnerOutcome& outcome, const learners::Targets& targets) {
   Summary s;
+  bool withProbability = false, withCorrected = false;
+  for (const auto& fold : outcome.folds) {
+    withProbability |= fold.probability.size() > 0;
+    withCorrected |= fold.corrected.size() > 0;
+  }
   const bool multiclass = targets.task == learners::Task::Multiclass;
   int repeats = 0;
   for (const auto& f : outcome.folds) repeats = std::max(repeats, f.repeat + 1);
   // Pooled: per repeat over all out-of-fold predictions, then the mean over repeats.
   std::map<std::string, std::vector<double>> pooled;
   for (int r = 0; r < repeats; ++r) {
-    std::vector<double> y, f;
+    std::vector<double> y, f, p, c;
     std::vector<Eigen::RowVectorXd> rows;
     for (const auto& fold : outcome.folds) {
       if (fold.repeat != r) continue;
@@ -342,12 +419,16 @@ Summary Summarise(const LearnerOutcome& outcome, const learners::Targets& target
         y.push_back(targets.y[fold.test[i]]);
         f.push_back(fold.decision[static_cast<Eigen::Index>(i)]);
         if (multiclass) rows.push_back(fold.scores.row(static_cast<Eigen::Index>(i)));
+        if (withProbability) p.push_back(fold.probability.size() > 0 ? fold.probability[static_cast<Eigen::Index>(i)] : kNaN);
+        if (withCorrected) c.push_back(fold.corrected.size() > 0 ? fold.corrected[static_cast<Eigen::Index>(i)] : kNaN);
       }
     }
     const Eigen::Map<Eigen::VectorXd> yv(y.data(), static_cast<Eigen::Index>(y.size())), fv(f.data(), static_cast<Eigen::Index>(f.size()));
     Eigen::MatrixXd scores(static_cast<Eigen::Index>(rows.size()), multiclass ? targets.classes : 0);
     for (std::size_t i = 0; i < rows.size(); ++i) scores.row(static_cast<Eigen::Index>(i)) = rows[i];
     for (const auto& [k, v] : Metrics(targets, yv, fv, scores)) pooled[k].push_back(v);
+    const Eigen::Map<Eigen::VectorXd> pv(p.data(), static_cast<Eigen::Index>(p.size())), corr(c.data(), static_cast<Eigen::Index>(c.size()));
+    for (const auto& [k, v] : CalibrationMetrics(yv, fv, pv, corr)) pooled[k].push_back(v);
   }
   for (const auto& [k, v] : pooled) {
     double sum = 0;
@@ -365,6 +446,8 @@ Summary Summarise(const LearnerOutcome& outcome, const learners::Targets& target
     if (FoldFailed(fold)) continue;
     const Eigen::VectorXd y = Subset(targets.y, fold.test);
     for (const auto& [k, v] : Metrics(targets, y, fold.decision, fold.scores))
+      if (!std::isnan(v)) perFold[k].push_back(v);
+    for (const auto& [k, v] : CalibrationMetrics(y, fold.decision, fold.probability, fold.corrected))
       if (!std::isnan(v)) perFold[k].push_back(v);
   }
   for (const auto& [k, v] : perFold) {

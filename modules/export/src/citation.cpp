@@ -30,6 +30,16 @@ const std::map<std::string, std::string>& References() {
        "Huang G.-B., Zhou H., Ding X., Zhang R. (2012). Extreme learning machine for regression and multiclass classification. IEEE "
        "Transactions on Systems, Man, and Cybernetics, Part B 42(2), 513-529."},
       {"simplemkl", "Rakotomamonjy A., Bach F. R., Canu S., Grandvalet Y. (2008). SimpleMKL. Journal of Machine Learning Research 9, 2491-2521."},
+      {"platt",
+       "Platt J. C. (1999). Probabilistic outputs for support vector machines and comparisons to regularized likelihood methods. In Advances in "
+       "Large Margin Classifiers, MIT Press, 61-74."},
+      {"lin2007",
+       "Lin H.-T., Lin C.-J., Weng R. C. (2007). A note on Platt's probabilistic outputs for support vector machines. Machine Learning 68(3), "
+       "267-276."},
+      {"beheshti2019",
+       "Beheshti I., Nugent S., Potvin O., Duchesne S. (2019). Bias-adjustment in neuroimaging-based brain age frameworks: a robust scheme. "
+       "NeuroImage: Clinical 24, 102063."},
+      {"delange2020", "de Lange A.-M. G., Cole J. H. (2020). Commentary: Correction procedures in brain-age prediction. NeuroImage: Clinical 26, 102229."},
       {"libsvm",
        "Chang C.-C., Lin C.-J. (2011). LIBSVM: a library for support vector machines. ACM Transactions on Intelligent Systems and Technology "
        "2(3), 27:1-27:27."},
@@ -53,7 +63,8 @@ const std::map<std::string, std::string>& ShortCites() {
       {"enmkl", "Mourão-Miranda et al."}, {"mkelm", "Liu et al., 2015"}, {"dkelm", "Zhang, Xia & Liu"}, {"mkl_bp", "Qi, Liang & Xu, 2018"},
       {"bsadmm", "Su, Xu & Qin, 2021"}, {"kelm", "Huang et al., 2012"}, {"simplemkl", "Rakotomamonjy et al., 2008"},
       {"libsvm", "Chang & Lin, 2011"}, {"wss", "Fan, Chen & Lin, 2005"}, {"pronto", "Schrouff et al., 2013"},
-      {"aal", "Tzourio-Mazoyer et al., 2002"}};
+      {"aal", "Tzourio-Mazoyer et al., 2002"}, {"platt", "Platt, 1999"}, {"lin2007", "Lin, Lin & Weng, 2007"},
+      {"beheshti2019", "Beheshti et al., 2019"}, {"delange2020", "de Lange & Cole, 2020"}};
   return cites;
 }
 
@@ -230,6 +241,33 @@ std::string CitationMarkdown(const RunRecord& r) {
     learnerTexts.push_back(text);
   }
   md += "Learners: " + Join(learnerTexts, "; ") + ".";
+  // Class weights (only when a learner has them), probabilities (binary studies) and bias correction.
+  std::vector<std::string> weighted;
+  for (const auto& lr : r.learners)
+    if (!lr.classWeight.empty()) weighted.push_back(fmt::format("`{}`: {}", lr.outcome.label, lr.classWeight));
+  if (!weighted.empty())
+    md += " Classes were weighted (per-class C or weighted least squares; \"balanced\" = n / (k n_c) from each training set's class counts): " +
+          Join(weighted, "; ") + ".";
+  bool probabilities = false, corrected = false;
+  for (const auto& lr : r.learners)
+    for (const auto& f : lr.outcome.folds) {
+      probabilities |= f.probability.size() > 0;
+      corrected |= f.corrected.size() > 0;
+    }
+  if (probabilities) {
+    cited.insert("platt");
+    cited.insert("lin2007");
+    md += fmt::format(" Probabilities were obtained by Platt scaling [{}] fitted with the Newton method of {} within each outer fold on the "
+                      "inner cross-validation's out-of-fold decision values of the training subjects.",
+                      ShortCites().at("platt"), ShortCites().at("lin2007"));
+  }
+  if (corrected) {
+    cited.insert("beheshti2019");
+    cited.insert("delange2020");
+    md += fmt::format(" Predictions were bias-corrected [{}; {}]: within each outer fold, prediction = a target + b was fitted on the inner "
+                      "cross-validation's out-of-fold predictions of the training subjects, and test predictions were corrected as (prediction - b) / a.",
+                      ShortCites().at("beheshti2019"), ShortCites().at("delange2020"));
+  }
   if (r.permutations > 0) {
     const std::string exch = r.learners.empty() ? "" : r.learners.front().permutations.exchangeability;
     md += fmt::format(" Significance was assessed with {} permutations of the targets ({}), rerunning the whole nested cross-validation for each; "

@@ -12,6 +12,7 @@
 #include "neuromkl/export/png.hpp"
 #include "neuromkl/export/study_outputs.hpp"
 #include "neuromkl/io/nifti.hpp"
+#include "neuromkl/metrics/calibration.hpp"
 
 namespace neuromkl::exporting {
 
@@ -194,6 +195,95 @@ std::string ScatterChart(const LearnerRecord& lr, const RunRecord& r, const char
   return svg;
 }
 
+/// Reliability diagram of the Platt probabilities (pooled out-of-fold, first repeat): per learner, the
+/// observed share of positives against the mean predicted probability in 10 equal-width bins (point area
+/// ~ subjects in the bin); the diagonal is perfect calibration. Empty without probabilities.
+std::string ReliabilityChart(const RunRecord& r) {
+  const int size = 320, pad = 40, plot = size - 2 * pad;
+  bool any = false;
+  for (const auto& lr : r.learners)
+    for (const auto& f : lr.outcome.folds) any |= f.probability.size() > 0;
+  if (!any) return "";
+  std::string svg = fmt::format(R"(<svg class="figure" role="img" aria-label="reliability diagram" width="{}" height="{}" viewBox="0 0 {} {}">)", size + 220, size, size + 220, size);
+  svg += fmt::format(R"(<rect x="{}" y="{}" width="{}" height="{}" fill="none" stroke="#888"/>)", pad, pad, plot, plot);
+  svg += fmt::format(R"(<line x1="{}" y1="{}" x2="{}" y2="{}" stroke="#bbb" stroke-dasharray="4 3"/>)", pad, pad + plot, pad + plot, pad);
+  const std::vector<double> unit = {0, 0.25, 0.5, 0.75, 1};
+  svg += XTicks(unit, [&](double v) { return pad + plot * v; }, pad + plot);
+  svg += YTicks(unit, [&](double v) { return pad + plot * (1 - v); }, pad);
+  for (std::size_t l = 0; l < r.learners.size(); ++l) {
+    std::vector<double> y, p;
+    for (const auto& fold : r.learners[l].outcome.folds)
+      if (fold.repeat == 0 && fold.probability.size() > 0)
+        for (std::size_t i = 0; i < fold.test.size(); ++i) {
+          y.push_back(r.targets[static_cast<std::size_t>(fold.test[i])]);
+          p.push_back(fold.probability[static_cast<Eigen::Index>(i)]);
+        }
+    const auto bins = metrics::Reliability(Eigen::Map<const Eigen::VectorXd>(y.data(), static_cast<Eigen::Index>(y.size())),
+                                           Eigen::Map<const Eigen::VectorXd>(p.data(), static_cast<Eigen::Index>(p.size())), 10);
+    int total = 0;
+    for (const auto& b : bins) total += b.count;
+    if (total == 0) continue;
+    const char* colour = kColours[l % 8];
+    std::string points;
+    for (const auto& b : bins) {
+      if (b.count == 0) continue;
+      const double x = pad + plot * b.meanProbability, yy = pad + plot * (1 - b.observed);
+      points += fmt::format("{:.1f},{:.1f} ", x, yy);
+      svg += fmt::format(R"(<circle cx="{:.1f}" cy="{:.1f}" r="{:.1f}" fill="{}" fill-opacity="0.6"><title>{} subjects, mean p {}, observed {}</title></circle>)", x, yy,
+                         2.0 + 8.0 * std::sqrt(static_cast<double>(b.count) / total), colour, b.count, Num(b.meanProbability), Num(b.observed));
+    }
+    svg += fmt::format(R"(<polyline points="{}" fill="none" stroke="{}" stroke-width="1.5"/>)", points, colour);
+    const auto& pooled = r.learners[l].summary.pooled;
+    svg += fmt::format(R"(<text x="{}" y="{}" font-size="11" fill="{}">{} (Brier {})</text>)", size - 10, pad + 14 + 16 * static_cast<int>(l), colour,
+                       Escape(r.learners[l].outcome.label), Num(pooled.count("brier") ? pooled.at("brier") : NAN));
+  }
+  svg += fmt::format(R"(<text x="{}" y="{}" font-size="11" text-anchor="middle">predicted probability of {}</text>)", pad + plot / 2, size - 4, Escape(r.positiveClass));
+  svg += fmt::format(R"(<text x="10" y="{}" font-size="11" transform='rotate(-90 10 {})' text-anchor="middle">observed share of {}</text></svg>)", pad + plot / 2, pad + plot / 2, Escape(r.positiveClass));
+  return svg;
+}
+
+/// Brain-age gap (prediction - target) against the target, before (grey) and after (colour) the bias
+/// correction, with both least-squares slopes. Empty without corrected predictions.
+std::string GapChart(const LearnerRecord& lr, const RunRecord& r, const char* colour) {
+  std::vector<double> y, g, gc;
+  for (const auto& fold : lr.outcome.folds)
+    if (fold.repeat == 0 && fold.corrected.size() > 0)
+      for (std::size_t i = 0; i < fold.test.size(); ++i) {
+        const auto ii = static_cast<Eigen::Index>(i);
+        if (!std::isfinite(fold.decision[ii]) || !std::isfinite(fold.corrected[ii])) continue;
+        const double t = r.targets[static_cast<std::size_t>(fold.test[i])];
+        y.push_back(t);
+        g.push_back(fold.decision[ii] - t);
+        gc.push_back(fold.corrected[ii] - t);
+      }
+  if (y.empty()) return "";
+  const int size = 300, pad = 40, plot = size - 2 * pad;
+  double xlo = 1e300, xhi = -1e300, lo = 1e300, hi = -1e300;
+  for (double v : y) xlo = std::min(xlo, v), xhi = std::max(xhi, v);
+  for (double v : g) lo = std::min(lo, v), hi = std::max(hi, v);
+  for (double v : gc) lo = std::min(lo, v), hi = std::max(hi, v);
+  if (!(xhi > xlo)) xhi = xlo + 1;
+  if (!(hi > lo)) hi = lo + 1;
+  auto X = [&](double v) { return pad + plot * (v - xlo) / (xhi - xlo); };
+  auto Y = [&](double v) { return pad + plot * (1 - (v - lo) / (hi - lo)); };
+  std::string svg = fmt::format(R"(<svg class="figure" role="img" aria-label="gap vs true target" width="{}" height="{}" viewBox="0 0 {} {}">)", size, size, size, size);
+  svg += fmt::format(R"(<rect x="{}" y="{}" width="{}" height="{}" fill="none" stroke="#888"/>)", pad, pad, plot, plot);
+  if (lo < 0 && hi > 0) svg += fmt::format(R"(<line x1="{}" y1="{:.1f}" x2="{}" y2="{:.1f}" stroke="#bbb" stroke-dasharray="4 3"/>)", pad, Y(0), pad + plot, Y(0));
+  svg += XTicks(Ticks(xlo, xhi, 4), X, pad + plot);
+  svg += YTicks(Ticks(lo, hi, 4), Y, pad);
+  for (std::size_t i = 0; i < y.size(); ++i) {
+    svg += fmt::format(R"(<circle cx="{:.1f}" cy="{:.1f}" r="2.5" fill="#999" fill-opacity="0.6"/>)", X(y[i]), Y(g[i]));
+    svg += fmt::format(R"(<circle cx="{:.1f}" cy="{:.1f}" r="2.5" fill="{}" fill-opacity="0.75"/>)", X(y[i]), Y(gc[i]), colour);
+  }
+  const auto& pooled = lr.summary.pooled;
+  auto get = [&](const char* k) { return pooled.count(k) ? pooled.at(k) : NAN; };
+  svg += fmt::format(R"(<text x="{}" y="14" font-size="12">{}: gap slope {} (grey) &#8594; {} corrected</text>)", pad, Escape(lr.outcome.label),
+                     Num(get("gap_slope")), Num(get("corrected_gap_slope")));
+  svg += fmt::format(R"(<text x="{}" y="{}" font-size="11" text-anchor="middle">true target</text>)", pad + plot / 2, size - 4);
+  svg += fmt::format(R"(<text x="10" y="{}" font-size="11" transform='rotate(-90 10 {})' text-anchor="middle">gap = prediction - target</text></svg>)", pad + plot / 2, pad + plot / 2);
+  return svg;
+}
+
 /// The pooled confusion matrix (rows: true class, columns: predicted), cells shaded by their share
 /// of the true class.
 std::string ConfusionMatrix(const LearnerRecord& lr, const RunRecord& r) {
@@ -331,17 +421,26 @@ std::string FitTable(const LearnerRecord& lr) {
   std::vector<std::string> parts;
   for (const auto& [status, count] : counts) parts.push_back(fmt::format("{} {}", count, status));
   const bool allConverged = counts.size() == 1 && counts.count("converged");
-  std::string h = fmt::format("<p class=\"note\"><b>{}</b>: outer folds {}{}.</p>\n<table><tr><th>fold</th><th>chosen parameters</th><th>inner score</th><th>status</th><th>iterations</th><th>regions selected</th></tr>\n",
-                              Escape(lr.outcome.label), Join(parts, ", "), allConverged ? "" : " &mdash; <b>not every fit converged: read the warnings below</b>");
+  bool platt = false, bias = false;
+  for (const auto& f : lr.outcome.folds) {
+    platt |= f.probability.size() > 0;
+    bias |= f.corrected.size() > 0;
+  }
+  std::string h = fmt::format("<p class=\"note\"><b>{}</b>: outer folds {}{}.</p>\n<table><tr><th>fold</th><th>chosen parameters</th><th>inner score</th><th>status</th><th>iterations</th><th>regions selected</th>{}{}</tr>\n",
+                              Escape(lr.outcome.label), Join(parts, ", "), allConverged ? "" : " &mdash; <b>not every fit converged: read the warnings below</b>",
+                              platt ? "<th>Platt A</th><th>Platt B</th>" : "", bias ? "<th>bias slope</th><th>bias offset</th>" : "");
   for (const auto& f : lr.outcome.folds) {
     std::vector<std::string> chosen;
     for (const auto& [k, v] : lr.outcome.grid[f.chosen])
       if (std::find(lr.searched.begin(), lr.searched.end(), k) != lr.searched.end()) chosen.push_back(k + " = " + FormatDouble(v));
     const std::string status = cv::FoldStatus(f);
-    h += fmt::format("<tr><td>{}</td><td>{}</td><td class=\"num\">{}</td><td{}>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td></tr>\n",
+    std::string extra;
+    if (platt) extra += fmt::format("<td class=\"num\">{}</td><td class=\"num\">{}</td>", Num(f.platt.Valid() ? f.platt.a : NAN), Num(f.platt.Valid() ? f.platt.b : NAN));
+    if (bias) extra += fmt::format("<td class=\"num\">{}</td><td class=\"num\">{}</td>", Num(f.bias.Valid() ? f.bias.slope : NAN), Num(f.bias.Valid() ? f.bias.offset : NAN));
+    h += fmt::format("<tr><td>{}</td><td>{}</td><td class=\"num\">{}</td><td{}>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>{}</tr>\n",
                      f.repeat > 0 ? fmt::format("{} (repeat {})", f.index, f.repeat) : std::to_string(f.index), chosen.empty() ? "fixed" : Escape(Join(chosen, ", ")),
                      Num(f.innerScores.empty() ? NAN : f.innerScores[f.chosen]), status == "converged" ? "" : " style=\"background:#fdd\"", status,
-                     f.model.info.iterations, (f.model.beta.array() > 0).count());
+                     f.model.info.iterations, (f.model.beta.array() > 0).count(), extra);
   }
   return h + "</table>\n";
 }
@@ -508,11 +607,16 @@ td,th{border:1px solid #ddd;padding:.25em .6em;text-align:left;font-size:.92em}t
   std::vector<std::pair<std::string, std::string>> classMetrics = {{"balanced_accuracy", "macro balanced accuracy"}, {"macro_auc", "macro AUC"},
                                                                    {"kappa", "Cohen's kappa"}, {"accuracy", "accuracy"}};
   for (const auto& c : r.classNames) classMetrics.emplace_back("recall_" + c, "recall " + Escape(c));
-  const std::vector<std::pair<std::string, std::string>> metrics =
+  std::vector<std::pair<std::string, std::string>> metrics =
       multiclass ? classMetrics : classification ? std::vector<std::pair<std::string, std::string>>{{"balanced_accuracy", "balanced accuracy"}, {"auc", "AUC"}, {"accuracy", "accuracy"},
                                                                        {"recall_positive", "sensitivity"}, {"recall_negative", "specificity"}}
                      : std::vector<std::pair<std::string, std::string>>{{"pearson_r", "Pearson r"}, {"r2", "R&#178; (coef. of determination)"},
                                                                        {"mse", "MSE"}, {"mae", "MAE"}, {"nmse", "normalised MSE"}};
+  const bool withBrier = !r.learners.empty() && r.learners[0].summary.pooled.count("brier");
+  const bool withCorrection = !r.learners.empty() && r.learners[0].summary.pooled.count("corrected_mae");
+  if (withBrier) metrics.insert(metrics.end(), {{"brier", "Brier score"}, {"log_loss", "log-loss"}});
+  if (withCorrection)
+    metrics.insert(metrics.end(), {{"corrected_mae", "MAE corrected"}, {"gap_slope", "gap slope"}, {"corrected_gap_slope", "gap slope corrected"}});
   for (const auto& [_, label] : metrics) h += "<th>" + label + "</th>";
   h += "</tr>\n";
   for (const auto& lr : r.learners) {
@@ -536,6 +640,24 @@ td,th{border:1px solid #ddd;padding:.25em .6em;text-align:left;font-size:.92em}t
     for (std::size_t l = 0; l < r.learners.size(); ++l) h += ScatterChart(r.learners[l], r, kColours[l % 8]);
   }
   h += "</div>\n";
+  if (withBrier) {
+    // The reference a probability must beat: always predicting the prevalence p gives Brier p (1 - p).
+    double pos = 0;
+    for (double t : r.targets) pos += t > 0 ? 1 : 0;
+    const double prevalence = r.targets.empty() ? NAN : pos / static_cast<double>(r.targets.size());
+    h += fmt::format("<h2>Calibration</h2>\n<p class=\"note\">Probabilities of <code>{}</code> by Platt scaling, fitted in each outer fold on the "
+                     "inner-CV out-of-fold decision values of its training subjects (coefficients per fold in results.json). Predicting the "
+                     "prevalence ({}) for everyone scores Brier {}; lower is better.</p>\n<div class=\"figs\">",
+                     Escape(r.positiveClass), Num(prevalence), Num(prevalence * (1 - prevalence)));
+    h += ReliabilityChart(r) + "</div>\n";
+  }
+  if (withCorrection) {
+    h += "<h2>Bias correction</h2>\n<p class=\"note\">Predictions corrected per outer fold with prediction = a target + b fitted on the "
+         "inner-CV out-of-fold predictions of its training subjects, corrected = (prediction - b) / a (coefficients per fold in results.json); "
+         "without it, the gap (prediction - target) falls with the target (regression to the mean).</p>\n<div class=\"figs\">";
+    for (std::size_t l = 0; l < r.learners.size(); ++l) h += GapChart(r.learners[l], r, kColours[l % 8]);
+    h += "</div>\n";
+  }
   if (r.permutations > 0) {
     const std::string metric = classification || multiclass ? "balanced_accuracy" : "pearson_r";
     h += "<h2>Permutation test</h2>\n<p class=\"note\">The whole nested cross-validation rerun on permuted targets; the red line is the "

@@ -174,6 +174,16 @@ std::string RunRecordJson(const RunRecord& r) {
         fj["bias"] = Num(m.bias);
         fj["dual_coefficients"] = Vec(m.coef);
       }
+      if (f.probability.size() > 0) {  // binary: Platt scaling of this fold (null when it could not be fitted)
+        fj["probabilities"] = Vec(f.probability);
+        fj["platt"] = f.platt.Valid() ? Json{{"a", Num(f.platt.a)}, {"b", Num(f.platt.b)}, {"samples", f.platt.samples},
+                                             {"iterations", f.platt.iterations}, {"converged", f.platt.converged}}
+                                      : Json(nullptr);
+      }
+      if (f.corrected.size() > 0) {  // regression with bias correction
+        fj["corrected_predictions"] = Vec(f.corrected);
+        fj["bias_correction"] = f.bias.Valid() ? Json{{"slope", Num(f.bias.slope)}, {"offset", Num(f.bias.offset)}, {"samples", f.bias.samples}} : Json(nullptr);
+      }
       e["folds"].push_back(fj);
     }
     if (!lr.finalModel.folder.empty()) {

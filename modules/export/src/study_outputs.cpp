@@ -107,14 +107,30 @@ Rows PredictionRows(const RunRecord& r) {
   }
   Rows rows = {{"subject", "learner", "repeat", "fold", "target", "decision", "predicted"}};
   const bool classification = r.task == "classification";
+  // Binary: P(positive class) from the fold's Platt scaling; regression with bias correction: the
+  // corrected prediction and both gaps (prediction - target).
+  bool probability = false, corrected = false;
+  for (const auto& lr : r.learners)
+    for (const auto& f : lr.outcome.folds) {
+      probability |= f.probability.size() > 0;
+      corrected |= f.corrected.size() > 0;
+    }
+  if (probability) rows[0].push_back("probability");
+  if (corrected) rows[0].insert(rows[0].end(), {"prediction_corrected", "gap", "gap_corrected"});
   for (const auto& lr : r.learners)
     for (const auto& f : lr.outcome.folds)
       for (std::size_t i = 0; i < f.test.size(); ++i) {
         const auto s = static_cast<std::size_t>(f.test[i]);
-        const double d = f.decision[static_cast<Eigen::Index>(i)];
+        const auto ii = static_cast<Eigen::Index>(i);
+        const double d = f.decision[ii];
         const std::string predicted = !std::isfinite(d) ? "n/a" : classification ? (d >= 0 ? r.positiveClass : r.negativeClass) : FormatDouble(d);
         rows.push_back({r.labelledSubjects[s], lr.outcome.label, std::to_string(f.repeat), std::to_string(f.index), r.rawTargets[s], Cell(d),
                         predicted});
+        if (probability) rows.back().push_back(Cell(f.probability.size() > 0 ? f.probability[ii] : std::nan("")));
+        if (corrected) {
+          const double c = f.corrected.size() > 0 ? f.corrected[ii] : std::nan(""), y = r.targets[s];
+          rows.back().insert(rows.back().end(), {Cell(c), Cell(d - y), Cell(c - y)});
+        }
       }
   return rows;
 }

@@ -52,7 +52,9 @@ struct AdmmOutcome {
 
 class HingeQp {
  public:
-  HingeQp(const Eigen::MatrixXd& K, const Eigen::VectorXd& t, const AdmmSettings& s) : t_(t), s_(s), n_(t.size()) {
+  /// `weights`: class weights per subject (empty = all 1): the box is 0 <= v_i <= C w_i.
+  HingeQp(const Eigen::MatrixXd& K, const Eigen::VectorXd& t, const AdmmSettings& s, const Eigen::VectorXd& weights)
+      : t_(t), s_(s), n_(t.size()), upper_(EffectiveWeights(weights).size() > 0 ? Eigen::VectorXd(s.C * weights) : Eigen::VectorXd::Constant(t.size(), s.C)) {
     P_ = K.cwiseProduct(t * t.transpose());
   }
 
@@ -63,9 +65,9 @@ class HingeQp {
     o.z = Eigen::VectorXd::Zero(m);
     o.y = Eigen::VectorXd::Zero(m);
     if (warm && warm->size() == n_ + 2 * m) {  // (v, z, y) of a neighbouring C: clip into this box
-      o.v = warm->head(n_).cwiseMax(0.0).cwiseMin(s_.C);
+      o.v = warm->head(n_).cwiseMax(0.0).cwiseMin(upper_);
       o.z = warm->segment(n_, m);
-      o.z.head(n_) = o.z.head(n_).cwiseMax(0.0).cwiseMin(s_.C);
+      o.z.head(n_) = o.z.head(n_).cwiseMax(0.0).cwiseMin(upper_);
       if (s_.bias) o.z[n_] = 0;
       o.y = warm->tail(m);
     }
@@ -83,7 +85,7 @@ class HingeQp {
       o.v = a * vt + (1.0 - a) * o.v;
       const Eigen::VectorXd zr = a * zt + (1.0 - a) * o.z;
       Eigen::VectorXd zNew = zr + o.y.cwiseQuotient(rhoRow);
-      zNew.head(n_) = zNew.head(n_).cwiseMax(0.0).cwiseMin(s_.C);  // projection onto the box
+      zNew.head(n_) = zNew.head(n_).cwiseMax(0.0).cwiseMin(upper_);  // projection onto the box
       if (s_.bias) zNew[n_] = 0;
       o.y += rhoRow.cwiseProduct(zr - zNew);
       o.z = zNew;
@@ -157,12 +159,12 @@ class HingeQp {
   /// Guess the active set from v, solve the equality-constrained KKT system on the free variables,
   /// keep the result only if it is feasible and its gradient has the right sign on both bounds.
   void Polish(AdmmOutcome& o) const {
-    const double tolV = 1e-5 * s_.C;
+    const Eigen::VectorXd tolV = 1e-5 * upper_;
     std::vector<Eigen::Index> free;
     Eigen::VectorXd v = o.v;
     for (Eigen::Index i = 0; i < n_; ++i) {
-      if (v[i] <= tolV) v[i] = 0;
-      else if (v[i] >= s_.C - tolV) v[i] = s_.C;
+      if (v[i] <= tolV[i]) v[i] = 0;
+      else if (v[i] >= upper_[i] - tolV[i]) v[i] = upper_[i];
       else free.push_back(i);
     }
     const auto f = static_cast<Eigen::Index>(free.size());
@@ -192,13 +194,13 @@ class HingeQp {
     const double tolG = 1e-7;
     const Eigen::VectorXd g = P_ * v - Eigen::VectorXd::Ones(n_) + nu * t_;
     for (Eigen::Index i = 0; i < n_; ++i) {
-      if (v[i] < -tolV || v[i] > s_.C + tolV) return;
-      const bool atLower = v[i] == 0, atUpper = v[i] == s_.C;
+      if (v[i] < -tolV[i] || v[i] > upper_[i] + tolV[i]) return;
+      const bool atLower = v[i] == 0, atUpper = v[i] == upper_[i];
       if (atLower && g[i] < -tolG) return;
       if (atUpper && g[i] > tolG) return;
       if (!atLower && !atUpper && std::abs(g[i]) > tolG) return;
     }
-    o.v = v.cwiseMax(0.0).cwiseMin(s_.C);
+    o.v = v.cwiseMax(0.0).cwiseMin(upper_);
     if (e) o.bias = nu;
     o.polished = true;
   }
@@ -206,6 +208,7 @@ class HingeQp {
   Eigen::VectorXd t_;
   AdmmSettings s_;
   Eigen::Index n_;
+  Eigen::VectorXd upper_;  ///< per-variable box bound C w_i
   Eigen::MatrixXd P_;
   Eigen::LLT<Eigen::MatrixXd> llt_;
 };
@@ -229,7 +232,7 @@ class BsadmmKelm final : public Learner {
       throw InputError("learners:TaskUnsupported", "learner bsadmm_kelm", "bsadmm_kelm is a classifier (hinge loss); for regression use kelm or krr");
     Stopwatch clock;
     const auto m = static_cast<Eigen::Index>(train.size());
-    HingeQp qp(CombineKernels(train, Eigen::VectorXd::Ones(m)), t.y, s_);
+    HingeQp qp(CombineKernels(train, Eigen::VectorXd::Ones(m)), t.y, s_, t.sampleWeights);
     const Model* w = options.warmStart;
     const AdmmOutcome o = qp.Solve(w && w->solverState.size() > 0 ? &w->solverState : nullptr);
     Model model;

@@ -142,7 +142,7 @@ class Dkelm final : public Learner {
         for (Eigen::Index i = 0; i < Si.size(); ++i) correction.row(Si[i]) = onS.row(i);
       }
     }
-    const Eigen::MatrixXd alpha = SolveElm(Kd, out.T, c_);
+    const Eigen::MatrixXd alpha = SolveElm(Kd, out.T, c_, out.weights);
     Eigen::MatrixXd coefs = Eigen::MatrixXd::Zero(n, alpha.cols());
     coefs(L, Eigen::all) = alpha;
     if (correction.size() > 0) coefs.noalias() -= correction * alpha;

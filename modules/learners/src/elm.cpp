@@ -31,17 +31,23 @@ ElmOutputs MakeElmOutputs(const Targets& t, bool bias) {
       out.T(r, 0) = v;
     }
   }
+  if (EffectiveWeights(t.sampleWeights).size() > 0) {
+    out.weights.resize(l);
+    for (Eigen::Index r = 0; r < l; ++r) out.weights[r] = t.sampleWeights[out.rows[static_cast<std::size_t>(r)]];
+  }
   out.offset = Eigen::VectorXd::Zero(cols);
   if (bias) {
-    out.offset = out.T.colwise().mean().transpose();
+    // Class weights: the weighted column means (the offset of the weighted least-squares fit).
+    out.offset = out.weights.size() > 0 ? Eigen::VectorXd(out.T.transpose() * out.weights / out.weights.sum()) : Eigen::VectorXd(out.T.colwise().mean().transpose());
     out.T.rowwise() -= out.offset.transpose();
   }
   return out;
 }
 
-Eigen::MatrixXd SolveElm(const Eigen::MatrixXd& K, const Eigen::MatrixXd& T, double C) {
+Eigen::MatrixXd SolveElm(const Eigen::MatrixXd& K, const Eigen::MatrixXd& T, double C, const Eigen::VectorXd& weights) {
   Eigen::MatrixXd A = K;
-  A.diagonal().array() += 1.0 / C;
+  if (weights.size() > 0) A.diagonal().array() += 1.0 / (C * weights.array());
+  else A.diagonal().array() += 1.0 / C;
   Eigen::LLT<Eigen::MatrixXd> llt(A);
   if (llt.info() == Eigen::Success) return llt.solve(T);
   return A.ldlt().solve(T);
@@ -82,7 +88,7 @@ class Kelm final : public Learner {
     Stopwatch clock;
     const auto m = static_cast<Eigen::Index>(train.size());
     const ElmOutputs out = MakeElmOutputs(t, bias_);
-    const Eigen::MatrixXd alpha = SolveElm(CombineKernels(train, Eigen::VectorXd::Ones(m)), out.T, c_);
+    const Eigen::MatrixXd alpha = SolveElm(CombineKernels(train, Eigen::VectorXd::Ones(m)), out.T, c_, out.weights);
     Model model = SummedKernelElmModel(m, alpha, out, alpha, t.task);
     model.info.seconds = clock.Seconds();
     return model;
@@ -126,7 +132,7 @@ class Mkelm final : public Learner {
     info.status = FitStatus::MaxIterReached;
     Eigen::MatrixXd alpha;
     for (int it = 1; it <= maxIter_; ++it) {
-      alpha = SolveElm(stack.Combine(gamma), out.T, c_);
+      alpha = SolveElm(stack.Combine(gamma), out.T, c_, out.weights);
       ++info.innerSolves;
       info.iterations = it;
       Eigen::VectorXd q = Eigen::VectorXd::Zero(m);
@@ -151,7 +157,7 @@ class Mkelm final : public Learner {
       }
     }
     // The model pairs the final gamma with its own alpha.
-    alpha = SolveElm(stack.Combine(gamma), out.T, c_);
+    alpha = SolveElm(stack.Combine(gamma), out.T, c_, out.weights);
     ++info.innerSolves;
     info.objective = ElmObjective(out.T, alpha);
     const double total = gamma.sum();

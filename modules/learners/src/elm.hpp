@@ -14,14 +14,17 @@ struct ElmOutputs {
   Eigen::MatrixXd T;        ///< rows: the labelled subjects (in `rows` order); centred if bias
   Eigen::VectorXd offset;   ///< column means removed from T (zeros without a bias)
   std::vector<Eigen::Index> rows;  ///< positions of the labelled subjects in the training set
+  Eigen::VectorXd weights;  ///< class weights of the labelled subjects (rows order); empty = all 1
 };
 
 /// T for the labelled subjects (NaN targets are skipped). Multiclass: T_ic = +1 if subject i is in
-/// class c, else -1 (Huang's coding). With `bias`, each column is centred and its mean is the offset.
+/// class c, else -1 (Huang's coding). With `bias`, each column is centred and its mean is the offset
+/// (the weighted mean with class weights).
 ElmOutputs MakeElmOutputs(const Targets& targets, bool bias);
 
-/// alpha = (K + I/C)^-1 T by Cholesky (LDL' if K is not numerically PSD).
-Eigen::MatrixXd SolveElm(const Eigen::MatrixXd& K, const Eigen::MatrixXd& T, double C);
+/// alpha = (K + I/C)^-1 T by Cholesky (LDL' if K is not numerically PSD). With class weights w
+/// (weighted least squares, min 1/2 ||beta||^2 + C/2 sum_i w_i ||xi_i||^2): alpha = (K + (C W)^-1)^-1 T.
+Eigen::MatrixXd SolveElm(const Eigen::MatrixXd& K, const Eigen::MatrixXd& T, double C, const Eigen::VectorXd& weights = {});
 
 /// Stores alpha (n x T columns) and offsets in the model: coef/bias for one column, coefs/biases
 /// for multiclass. `scale` multiplies the coefficients (beta normalisation).

@@ -7,6 +7,8 @@
 #include <numeric>
 #include <vector>
 
+#include <Eigen/QR>
+
 #include "inner.hpp"
 #include "neuromkl/core/errors.hpp"
 #include "single_kernel.hpp"
@@ -21,6 +23,19 @@ constexpr int kWaterFillIterations = 100;   ///< then the multiplicative update 
 constexpr double kMaxExponent = 16.0;       ///< largest exponent of the multiplicative step (mu = 1, or the fallback)
 constexpr double kRatioTolerance = 1e-3;  ///< |F(beta)_j / beta_j - 1| that counts as settled
 constexpr double kVanishingWeight = 1e-3;  ///< normalised weight below which a decaying weight may be set to 0
+constexpr int kStableSupport = 3;           ///< steps with an unchanged support before Newton's method is tried
+constexpr double kNewtonStart = 1e-2;  
+constexpr double kNewtonStartL1 = 1e-2;     ///< (multiplicative phase) largest weight growth ratio - 1 at which Newton is tried
+     ///< ... and a step (max |delta beta|, normalised) below this
+constexpr int kNewtonSteps = 12;           ///< Newton steps on one support before giving up
+constexpr double kLooseFactor = 1e-2;       ///< inner tolerance of a water-filling step: this x the previous step ...
+constexpr double kLoosest = 1e-3;           ///< ... at most this (and never below the learner's svm_tolerance)
+constexpr int kOutsideCheck = 4;            ///< water-filling steps between looks at the kernels outside the support
+constexpr double kDropWeight = 1e-4;        ///< normalised weight below which a kernel the water-filling dropped leaves
+constexpr int kNewtonRounds = 4;            ///< support changes handled inside one Newton attempt
+constexpr double kEnteringWeight = 1e-3;    ///< (mu = 1) normalised weight a kernel violating the optimality check enters with
+constexpr double kNewtonTrust = 0.1;        ///< largest Newton step (normalised) taken: a larger one means the start was too far
+constexpr int kNewtonRetry = 3;           ///< iterations to wait after a failed Newton attempt
 
 struct EnmklSettings {
   double mu;
@@ -33,8 +48,8 @@ struct EnmklSettings {
 /// c_j = sqrt(a'K_j a), the fixed-point equations beta_j (mu S + (1 - mu) c_j beta_j) = c_j beta_j,
 /// S = sum_k c_k beta_k, have the water-filling solution beta_j = (c_j - mu S) / ((1 - mu) c_j) on
 /// the support A = {j : c_j > mu S}, S = sum_A c_j / (1 - mu + mu |A|), and 0 elsewhere.
-/// (Seed 004's update is one multiplicative step towards it.)
-Eigen::VectorXd WaterFill(const Eigen::VectorXd& c, double mu) {
+/// (Seed 004's update is one multiplicative step towards it.) `level` receives S.
+Eigen::VectorXd WaterFill(const Eigen::VectorXd& c, double mu, double* level = nullptr) {
   const Eigen::Index m = c.size();
   std::vector<Eigen::Index> order(static_cast<std::size_t>(m));
   std::iota(order.begin(), order.end(), 0);
@@ -54,42 +69,178 @@ Eigen::VectorXd WaterFill(const Eigen::VectorXd& c, double mu) {
     const auto j = order[i];
     beta[j] = (c[j] - mu * S) / ((1.0 - mu) * c[j]);
   }
+  if (level) *level = S;
   return beta;
+}
+
+std::vector<Eigen::Index> Support(const Eigen::VectorXd& beta) {
+  std::vector<Eigen::Index> A;
+  for (Eigen::Index j = 0; j < beta.size(); ++j)
+    if (beta[j] > 0) A.push_back(j);
+  return A;
 }
 
 /// One ENMKL update (seed 004): solve the single-kernel problem on sum_j beta_j K_j (warm-started),
 /// then beta_j <- 1 / (sqrt(mu)/lambda_j + 1 - mu), lambda_j = ||w_j|| / (sqrt(mu) sum_k ||w_k||),
 /// ||w_j|| = beta_j sqrt(a'K_j a); written as ||w_j|| / (mu sum||w|| + (1 - mu)||w_j||), finite at
 /// mu = 0 and for ||w_j|| = 0.
+/// Active set (issue 17): only the kernels with beta_j > 0 are combined and have their quadratics
+/// formed; the others are screened (ScreenedNorms) and evaluated only where they might enter.
 class EnmklMap {
  public:
   EnmklMap(const KernelList& train, const InnerSolver& solver, double mu, FitInfo& info)
-      : stack_(train), solver_(solver), mu_(mu), info_(info) {}
-  /// F(beta); `sol` is the warm start in and the solution for `beta` out; `objective` receives the
-  /// primal objective of seed 004's Definition 4 at the w this solution gives for `beta`:
+      : stack_(train), screen_(stack_), solver_(solver), mu_(mu), info_(info) {}
+  /// Solves on sum_j beta_j K_j (`sol` is the warm start in and the solution out) and forms c_j =
+  /// sqrt(a'K_j a) on the support of beta; `objective` receives the primal objective of seed 004's
+  /// Definition 4 at the w this solution gives for `beta`:
   /// mu/2 (sum_j ||w_j||)^2 + (1 - mu)/2 sum_j ||w_j||^2 + loss, ||w_j|| = beta_j sqrt(a'K_j a).
   /// Returns false when the solution uses no kernel at all (e.g. constant targets).
-  bool Apply(const Eigen::VectorXd& beta, InnerSolution& sol, bool warm, Eigen::VectorXd& next, double& objective) {
-    const Eigen::MatrixXd K = stack_.Combine(beta);
-    sol = solver_.Solve(K, warm ? &sol : nullptr);
+  bool Solve(const Eigen::VectorXd& beta, InnerSolution& sol, bool warm, double& objective, double looseTolerance = 0) {
+    K_ = stack_.Combine(beta);
+    sol = solver_.SolveLoosely(K_, warm ? &sol : nullptr, looseTolerance);
     ++info_.innerSolves;
     info_.innerIterations += sol.iterations;
-    c_ = stack_.Quadratics(sol).cwiseSqrt();  // one-vs-rest (shared weights): summed over the classes
-    const Eigen::VectorXd norms = beta.cwiseProduct(c_);
-    const double total = norms.sum();
-    objective = 0.5 * mu_ * total * total + 0.5 * (1.0 - mu_) * norms.squaredNorm() + solver_.SolutionLoss(K, sol);
-    if (!(total > 0)) return false;
-    next = Eigen::VectorXd::Zero(beta.size());
+    screen_.Begin(sol);  // one-vs-rest (shared weights): quadratics summed over the classes
+    double total = 0, squares = 0;
+    for (Eigen::Index j = 0; j < beta.size(); ++j) {
+      if (!(beta[j] > 0)) continue;
+      const double norm = beta[j] * screen_.Exact(j);
+      total += norm;
+      squares += norm * norm;
+    }
+    objective = 0.5 * mu_ * total * total + 0.5 * (1.0 - mu_) * squares + solver_.SolutionLoss(K_, sol);
+    return total > 0;
+  }
+  /// Seed 004's update F(beta) (support of beta only) after Solve.
+  Eigen::VectorXd Update(const Eigen::VectorXd& beta) {
+    double total = 0;
     for (Eigen::Index j = 0; j < beta.size(); ++j)
-      if (norms[j] > 0) next[j] = norms[j] / (mu_ * total + (1.0 - mu_) * norms[j]);
-    return true;
+      if (beta[j] > 0) total += beta[j] * screen_.Exact(j);
+    Eigen::VectorXd next = Eigen::VectorXd::Zero(beta.size());
+    for (Eigen::Index j = 0; j < beta.size(); ++j) {
+      const double norm = beta[j] > 0 ? beta[j] * screen_.Exact(j) : 0.0;
+      if (norm > 0) next[j] = norm / (mu_ * total + (1.0 - mu_) * norm);
+    }
+    return next;
+  }
+  /// WaterFill of the exact c after Solve, evaluating a kernel outside the support of beta only when
+  /// its bound exceeds the level mu S of the support found without it. Equal to the water-filling of
+  /// all exact c: a kernel with c_j <= mu S_A is excluded, and S only grows as kernels enter.
+  /// With `outside` false the kernels outside the support are not looked at (they stay out this step;
+  /// the periodic checks and the final full check bring them in when they must enter).
+  Eigen::VectorXd ScreenedWaterFill(const Eigen::VectorXd& beta, bool outside) {
+    const Eigen::Index m = beta.size();
+    Eigen::VectorXd c = Eigen::VectorXd::Zero(m);
+    for (Eigen::Index j = 0; j < m; ++j)
+      if (beta[j] > 0 || screen_.Known(j)) c[j] = screen_.Exact(j);
+    while (outside) {
+      double S = 0;
+      WaterFill(c, mu_, &S);
+      bool entered = false;
+      for (Eigen::Index j = 0; j < m; ++j)
+        if (!screen_.Known(j) && screen_.Bound(j) > mu_ * S) {
+          c[j] = screen_.Exact(j);
+          entered = true;
+        }
+      if (!entered) break;
+    }
+    return WaterFill(c, mu_);
+  }
+  /// Newton's method on the fixed-point equations restricted to the support A of `beta`:
+  /// R_j = (1 - mu) beta_j c_j + mu S - c_j = 0 for j in A (S = sum_A beta_k c_k: beta_j equals its
+  /// seed-004 update), with the Jacobian from the inner solution's sensitivity (InnerSolver::Curvature).
+  /// Converged: the last Newton step (the distance to the fixed point on A, to second order) is below
+  /// `tolerance` relative to sum(beta) and the full optimality check over all kernels passed: no kernel
+  /// outside A may enter (mu < 1: the water-filling of all exact c has support A; mu = 1: c_j <= S / sum beta
+  /// (1 + tolerance), the l1-MKL optimality condition). `beta` and `sol` are left at the last iterate.
+  enum class Newton { Converged, SupportChanged, Failed };
+  Newton SolveOnSupport(Eigen::VectorXd& beta, InnerSolution& sol, bool& haveSol, double& objective, double tolerance, int maxIterations,
+                        int steps) {
+    const Eigen::Index m = beta.size();
+    double lastStep = 1.0;
+    for (int k = 0; k < steps; ++k) {
+      if (info_.iterations >= maxIterations) return Newton::Failed;
+      ++info_.iterations;
+      // Newton's next step is ~ the last one squared: the inner solve needs only that precision (a
+      // hundredth of it); the certifying steps are solved to the learner's full tolerance.
+      if (!Solve(beta, sol, haveSol, objective, std::min(kLoosest, kLooseFactor * lastStep * lastStep))) return Newton::Failed;
+      haveSol = true;
+      const auto A = Support(beta);
+      const auto a = static_cast<Eigen::Index>(A.size());
+      Eigen::VectorXd c(a), b(a);
+      for (Eigen::Index i = 0; i < a; ++i) {
+        c[i] = screen_.Exact(A[static_cast<std::size_t>(i)]);
+        b[i] = beta[A[static_cast<std::size_t>(i)]];
+      }
+      if (!(c.minCoeff() > 0)) return Newton::Failed;
+      Eigen::MatrixXd H;
+      const auto gradients = [&](const Eigen::VectorXd& coef) {
+        Eigen::MatrixXd G(coef.size(), a);
+        for (Eigen::Index i = 0; i < a; ++i) G.col(i) = stack_.Product(A[static_cast<std::size_t>(i)], coef);
+        return G;
+      };
+      if (!solver_.Curvature(K_, sol, gradients, H)) {
+        noCurvature_ = true;
+        return Newton::Failed;
+      }
+      const double S = b.dot(c);
+      const Eigen::VectorXd R = (1.0 - mu_) * b.cwiseProduct(c) + Eigen::VectorXd::Constant(a, mu_ * S) - c;
+      const Eigen::MatrixXd Dc = -(c.cwiseInverse().asDiagonal() * H);  // d c_j / d beta_k
+      Eigen::MatrixXd J = (1.0 - mu_) * (Eigen::MatrixXd(c.asDiagonal()) + b.asDiagonal() * Dc) - Dc;
+      J.rowwise() += mu_ * (c + Dc.transpose() * b).transpose();
+      const Eigen::VectorXd delta = J.completeOrthogonalDecomposition().solve(-R);
+      if (!delta.allFinite()) return Newton::Failed;
+      const double sum = b.sum();
+      const double step = delta.cwiseAbs().maxCoeff() / sum;
+      info_.gap = step;
+      lastStep = step;
+      if (step > kNewtonTrust) return Newton::Failed;  // not yet where Newton's model of the map holds
+      Eigen::VectorXd moved = beta;
+      bool leaves = false;
+      for (Eigen::Index i = 0; i < a; ++i) {
+        const auto j = A[static_cast<std::size_t>(i)];
+        moved[j] = b[i] + delta[i];
+        if (!(moved[j] > 0)) {
+          moved[j] = 0;  // this kernel leaves the support
+          leaves = true;
+        }
+      }
+      if (step < tolerance && !leaves) {
+        // The full optimality check over every kernel, at the solution of this iterate.
+        const Eigen::VectorXd all = screen_.All();
+        if (mu_ < 1.0) {
+          const Eigen::VectorXd target = WaterFill(all, mu_);
+          if (Support(target) != A) {
+            beta = target;  // the next attempt starts from the water-filled weights on the new support
+            return Newton::SupportChanged;
+          }
+        } else {
+          const double level = S / sum * (1.0 + tolerance);
+          bool optimal = true;
+          for (Eigen::Index j = 0; j < m; ++j)
+            if (!(beta[j] > 0) && all[j] > level) {
+              beta[j] = kEnteringWeight * sum;  // a violating kernel enters with a small weight
+              optimal = false;
+            }
+          if (!optimal) return Newton::SupportChanged;
+        }
+        beta = moved;
+        return Newton::Converged;
+      }
+      if (!(moved.sum() > 0)) return Newton::Failed;
+      beta = moved;
+    }
+    return Newton::Failed;
   }
   const KernelStack& Stack() const { return stack_; }
-  const Eigen::VectorXd& Norms() const { return c_; }  ///< sqrt(a'K_j a) of the last solution
+  ScreenedNorms& Norms() { return screen_; }
+  bool NoCurvature() const { return noCurvature_; }
 
  private:
-  Eigen::VectorXd c_;
   const KernelStack stack_;
+  ScreenedNorms screen_;
+  Eigen::MatrixXd K_;
+  bool noCurvature_ = false;
   const InnerSolver& solver_;
   double mu_;
   FitInfo& info_;
@@ -119,26 +270,47 @@ Model FitEnmkl(const KernelList& train, const InnerSolver& solver, const EnmklSe
   info.status = FitStatus::MaxIterReached;
   EnmklMap F(train, solver, s.mu, info);
   double prevObjective = 0, objective = 0;
-  Eigen::VectorXd next;
   bool done = false;
+  bool newtonAvailable = true;
+  int newtonAfter = 0;  // iteration before which Newton is not tried again (after a failure)
+  // Newton on the frozen support, then the full check; on success `beta` is the certified fixed point.
+  auto polish = [&](Eigen::VectorXd& b) {
+    if (!newtonAvailable || info.iterations < newtonAfter) return EnmklMap::Newton::Failed;
+    auto r = EnmklMap::Newton::SupportChanged;
+    for (int round = 0; round < kNewtonRounds && r == EnmklMap::Newton::SupportChanged; ++round)
+      r = F.SolveOnSupport(b, sol, haveSol, objective, s.betaTolerance, s.maxIterations, kNewtonSteps);
+    if (r == EnmklMap::Newton::Failed) newtonAfter = info.iterations + kNewtonRetry;
+    if (F.NoCurvature()) newtonAvailable = false;
+    return r;
+  };
   if (s.mu < 1.0) {
     // Phase 1, damped water-filling: beta <- (1 - w) beta + w WaterFill(c(beta)). Same fixed points
     // as seed 004's update (the optimum), usually reached in tens of steps instead of thousands: the
     // plain update contracts at a rate near 1, the water-filling step only waits for the inner
     // solution to settle. w halves when a step is larger than the previous one and grows back
-    // otherwise. Stop when the water-filled weights differ from the current ones by less than
-    // `tolerance` (normalised to sum 1) and the primal objective changed by less than
-    // `objective_tolerance`; the water-filled weights (exact zeros included) are returned.
+    // otherwise. Once the water-filled support has been the same for a few steps (or the step is
+    // below `tolerance` and the primal objective changed by less than `objective_tolerance`), Newton's
+    // method on that support finds the fixed point and the full optimality check certifies it
+    // (EnmklMap::SolveOnSupport); the step size alone does not bound the distance to the fixed point.
     double omega = 1.0, prevChange = std::numeric_limits<double>::infinity();
+    std::vector<Eigen::Index> prevSupport;
+    int stable = 0;
+    bool lookOutside = false;
     const int phaseOne = std::min(s.maxIterations, kWaterFillIterations);
-    for (int it = 1; it <= phaseOne && !done; ++it) {
-      info.iterations = it;
-      if (!F.Apply(beta, sol, haveSol, next, objective)) {  // the solution uses no kernel (e.g. constant targets)
+    while (info.iterations < phaseOne && !done) {
+      const int it = ++info.iterations;
+      // Inexact inner solves while the weights still move a lot (the tolerance follows the last step);
+      // Newton's steps and the certification use the full tolerance.
+      const double loose = std::min(kLoosest, kLooseFactor * prevChange);
+      if (!F.Solve(beta, sol, haveSol, objective, loose)) {  // the solution uses no kernel (e.g. constant targets)
         done = true;
         break;
       }
       haveSol = true;
-      const Eigen::VectorXd target = WaterFill(F.Norms(), s.mu);
+      // Kernels outside the support are looked at every kOutsideCheck steps, after a Newton attempt,
+      // and always when there is no Newton step (then the step-size rule below is the stopping rule).
+      const Eigen::VectorXd target = F.ScreenedWaterFill(beta, it % kOutsideCheck == 1 || lookOutside || !newtonAvailable);
+      lookOutside = false;
       if (!(target.sum() > 0)) {
         done = true;
         break;
@@ -147,14 +319,38 @@ Model FitEnmkl(const KernelList& train, const InnerSolver& solver, const EnmklSe
       const double objChange = it == 1 ? 1.0 : std::abs(objective - prevObjective) / std::max(std::abs(objective), 1e-300);
       prevObjective = objective;
       info.gap = change;
-      if (change < s.betaTolerance && objChange < s.objectiveTolerance) {
-        beta = target;
-        done = true;
-        break;
+      const auto support = Support(target);
+      stable = support == prevSupport ? stable + 1 : 0;
+      prevSupport = support;
+      const bool small = change < s.betaTolerance && objChange < s.objectiveTolerance;
+      if (small || (stable >= kStableSupport && change < kNewtonStart)) {
+        Eigen::VectorXd b = target;
+        const auto r = polish(b);
+        if (r == EnmklMap::Newton::Converged) {
+          beta = b;
+          done = true;
+          break;
+        }
+        if (r == EnmklMap::Newton::SupportChanged) {
+          beta = b;  // go on from Newton's iterate: the next water-filling step brings the new kernel in
+          stable = 0;
+          lookOutside = true;
+          continue;
+        }
+        lookOutside = true;
+        if (small && !newtonAvailable) {  // no Newton step for this solver: the step-size rule (every kernel was looked at)
+          beta = target;
+          done = true;
+          break;
+        }
       }
       omega = change > prevChange ? std::max(omega * 0.5, kMinDamping) : std::min(1.0, omega * 1.25);
       prevChange = change;
       beta = (1.0 - omega) * beta + omega * target;
+      // A kernel the water-filling dropped leaves the active set once its damped weight is small.
+      const double total = beta.sum();
+      for (Eigen::Index j = 0; j < m; ++j)
+        if (target[j] == 0.0 && beta[j] < kDropWeight * total) beta[j] = 0.0;
     }
     if (done) {
       info.status = FitStatus::Converged;
@@ -171,21 +367,26 @@ Model FitEnmkl(const KernelList& train, const InnerSolver& solver, const EnmklSe
     // degenerate: all weight on the largest c_j), raised to an adaptive power eta: beta_j <- beta_j
     // (F(beta)_j / beta_j)^eta, eta = 1 being the published step; same fixed points, faster
     // contraction; eta grows while steps shrink and falls back towards 1 when a step grows.
-    // Stopping rule (scale-free): no weight may still grow (ratio F(beta)_j / beta_j <= 1 + 1e-3: a
-    // fixed point exists for every support set; only the one no excluded kernel wants back into is
-    // optimal); the other weights moved less than `tolerance`, ignoring weights that are clearly
-    // vanishing (ratio < 1 - 1e-3 and below 1e-3), which are set to exactly 0 at the end; and the
-    // primal objective changed by less than `objective_tolerance`.
+    // Weights that are clearly vanishing (ratio F(beta)_j / beta_j < 1 - 1e-3 and below 1e-3) mark the
+    // support of the limit; once it has been the same for a few steps, Newton's method on it finds the
+    // fixed point and the full check certifies it (as in phase 1). Without a Newton step (a solver
+    // without Curvature) the stopping rule is the old one: no weight may still grow (ratio <= 1 + 1e-3),
+    // the others moved less than `tolerance`, and the primal objective changed by less than
+    // `objective_tolerance`; the vanishing weights are then set to exactly 0.
     Eigen::VectorXd vanishing = Eigen::VectorXd::Zero(m);
     double eta = 1.0, prevChange = std::numeric_limits<double>::infinity();
     bool first = true;
+    std::vector<Eigen::Index> prevSupport;
+    int stable = 0;
+    double prevStep = 1.0;
     while (info.iterations < s.maxIterations) {
       ++info.iterations;
-      if (!F.Apply(beta, sol, haveSol, next, objective)) {
+      if (!F.Solve(beta, sol, haveSol, objective, std::min(kLoosest, kLooseFactor * prevStep))) {
         info.status = FitStatus::Converged;
         break;
       }
       haveSol = true;
+      const Eigen::VectorXd next = F.Update(beta);
       const Eigen::VectorXd from = beta / beta.sum(), to = next / next.sum();
       double growth = -1, change = 0;
       vanishing.setZero();
@@ -200,12 +401,38 @@ Model FitEnmkl(const KernelList& train, const InnerSolver& solver, const EnmklSe
       first = false;
       prevObjective = objective;
       info.gap = change;
-      if (growth <= kRatioTolerance && change < s.betaTolerance && objChange < s.objectiveTolerance) {
-        beta = next;
-        for (Eigen::Index j = 0; j < m; ++j)
-          if (vanishing[j] > 0) beta[j] = 0.0;
-        info.status = FitStatus::Converged;
-        break;
+      Eigen::VectorXd kept = next;
+      for (Eigen::Index j = 0; j < m; ++j)
+        if (vanishing[j] > 0) kept[j] = 0.0;
+      const auto support = Support(kept);
+      stable = support == prevSupport ? stable + 1 : 0;
+      prevSupport = support;
+      const bool small = growth <= kRatioTolerance && change < s.betaTolerance && objChange < s.objectiveTolerance;
+      prevStep = std::max(change, growth);
+      if (small || (newtonAvailable && info.iterations >= newtonAfter && growth <= kNewtonStartL1)) {
+        Eigen::VectorXd b = kept / kept.sum() * next.sum();
+        const auto r = polish(b);
+        if (r == EnmklMap::Newton::Converged) {
+          beta = b;
+          info.status = FitStatus::Converged;
+          break;
+        }
+        if (small && !newtonAvailable) {
+          beta = kept;
+          info.status = FitStatus::Converged;
+          break;
+        }
+        stable = 0;
+        if (r == EnmklMap::Newton::SupportChanged) {
+          // A kernel outside the support wants in: revive every zero weight a little and go on.
+          const double share = 0.01 * b.sum() / static_cast<double>(active.size());
+          beta = b;
+          for (auto j : active) beta[j] += share;
+          first = true;
+          prevChange = std::numeric_limits<double>::infinity();
+          eta = 1.0;
+          continue;
+        }
       }
       eta = change > prevChange ? std::max(1.0, eta * 0.5) : std::min(kMaxExponent, eta * 1.25);
       prevChange = change;
@@ -213,7 +440,17 @@ Model FitEnmkl(const KernelList& train, const InnerSolver& solver, const EnmklSe
       for (Eigen::Index j = 0; j < m; ++j)
         if (from[j] > 0 && to[j] > 0) stepped[j] = from[j] * std::pow(to[j] / from[j], eta);
       beta = stepped.sum() > 0 ? Eigen::VectorXd(stepped * (next.sum() / stepped.sum())) : next;
+      // Vanishing weights leave the active set (the certification brings back any kernel that must enter).
+      if (newtonAvailable)
+        for (Eigen::Index j = 0; j < m; ++j)
+          if (vanishing[j] > 0) beta[j] = 0.0;
     }
+  }
+  // Subnormal weights (e.g. 4.9e-324 left by an underflowing multiplicative step) are exactly 0.
+  {
+    const double total = beta.sum();
+    for (Eigen::Index j = 0; j < m; ++j)
+      if (!(beta[j] / total >= std::numeric_limits<double>::min())) beta[j] = 0.0;
   }
   // Return a matched pair: the solution trained with exactly the weights returned.
   sol = solver.Solve(F.Stack().Combine(beta), haveSol ? &sol : nullptr);
@@ -223,6 +460,8 @@ Model FitEnmkl(const KernelList& train, const InnerSolver& solver, const EnmklSe
   // Normalise sum(beta) = 1; scaling coef by the same factor leaves the decision function unchanged.
   const double sum = beta.sum();
   model.beta = beta / sum;
+  for (Eigen::Index j = 0; j < m; ++j)
+    if (!(model.beta[j] >= std::numeric_limits<double>::min())) model.beta[j] = 0.0;
   StoreSolution(sol, sum, model);
   model.alpha = sol.alpha * sum;
   model.solverState = sol.alpha;
@@ -243,7 +482,7 @@ class EnmklSvm final : public Learner {
     ValidateFitInput(Name(), train, t);
     if (t.task == Task::Regression)
       throw InputError("learners:TaskUnsupported", "learner enmkl_svm", "enmkl_svm is a classifier; for regression use enmkl_krr");
-    auto svc = [&](const Eigen::VectorXd& y) { return MakeSvcSolver(y, c_, svmTol_, 10'000'000); };
+    auto svc = [&](const Eigen::VectorXd& y) { return MakeSvcSolver(y, c_, svmTol_, 10'000'000, t.sampleWeights); };
     // Multiclass: one beta for all one-vs-rest SVMs (docs/learners.md, "Multiclass").
     return FitEnmkl(train, *(t.task == Task::Multiclass ? MakeOneVsRestSolver(t, svc) : svc(t.y)), settings_, o);
   }
@@ -259,7 +498,7 @@ class EnmklKrr final : public Learner {
   explicit EnmklKrr(const ParamMap& p) : lambda_(p.at("lambda")), settings_(Settings(p)) {}
   Model Fit(const KernelList& train, const Targets& t, const FitOptions& o) const override {
     ValidateFitInput(Name(), train, t);
-    auto krr = [&](const Eigen::VectorXd& y) { return MakeKrrSolver(y, lambda_); };
+    auto krr = [&](const Eigen::VectorXd& y) { return MakeKrrSolver(y, lambda_, t.sampleWeights); };
     return FitEnmkl(train, *(t.task == Task::Multiclass ? MakeOneVsRestSolver(t, krr) : krr(t.y)), settings_, o);
   }
   std::string_view Name() const override { return "enmkl_krr"; }

@@ -28,6 +28,9 @@ class InnerSolver {
  public:
   virtual ~InnerSolver() = default;
   virtual InnerSolution Solve(const Eigen::MatrixXd& K, const InnerSolution* warm) const = 0;
+  /// The same with a stopping tolerance of at least `tolerance` (an iterative solver may stop earlier;
+  /// a direct one ignores it): the early outer iterations of MKL do not need a tight inner solve.
+  virtual InnerSolution SolveLoosely(const Eigen::MatrixXd& K, const InnerSolution* warm, double /*tolerance*/) const { return Solve(K, warm); }
   /// The data term of the primal objective for training decision values f (hinge x C, epsilon-
   /// insensitive x C, or squared / (2 lambda)): with the block penalty it gives ENMKL's objective.
   virtual double Loss(const Eigen::VectorXd& f) const = 0;
@@ -37,14 +40,29 @@ class InnerSolver {
     f.array() += sol.bias;
     return Loss(f);
   }
+  /// Sensitivity of the solution to the kernel weights (ENMKL's Newton step on a fixed support).
+  /// With K = sum_j beta_j K_j and the solver's active constraints held fixed, the coefficients move
+  /// as d coef / d beta_k = -P (K_k coef) for a symmetric operator P (the inverse of the KKT system
+  /// on the free variables). `gradients(coef)` returns the columns K_k coef of the kernels of
+  /// interest; H receives G'PG (summed over the classes of a one-vs-rest solution), so that
+  /// d (coef'K_j coef) / d beta_k = -2 H_jk. Returns false when the solver has no such operator.
+  virtual bool Curvature(const Eigen::MatrixXd& /*K*/, const InnerSolution& /*sol*/,
+                         const std::function<Eigen::MatrixXd(const Eigen::VectorXd&)>& /*gradients*/, Eigen::MatrixXd& /*H*/) const {
+    return false;
+  }
 };
 
-/// C-SVC (labels +-1).
-std::unique_ptr<InnerSolver> MakeSvcSolver(const Eigen::VectorXd& y, double C, double tolerance, long maxIterations);
+/// Class weights as a solver uses them: empty when none or all exactly 1, so that unit weights give the
+/// unweighted computation bit for bit.
+inline Eigen::VectorXd EffectiveWeights(const Eigen::VectorXd& w) { return w.size() > 0 && (w.array() == 1.0).all() ? Eigen::VectorXd() : w; }
+
+/// C-SVC (labels +-1); `weights` (class weights per subject, empty = all 1) bound alpha_i by C w_i.
+std::unique_ptr<InnerSolver> MakeSvcSolver(const Eigen::VectorXd& y, double C, double tolerance, long maxIterations, const Eigen::VectorXd& weights = {});
 /// epsilon-SVR on targets centred to their mean (the mean is added back into the bias).
 std::unique_ptr<InnerSolver> MakeSvrSolver(const Eigen::VectorXd& z, double C, double epsilon, double tolerance, long maxIterations);
-/// Kernel ridge regression with a bias: coef = (K + lambda I)^-1 (y - mean y), bias = mean y.
-std::unique_ptr<InnerSolver> MakeKrrSolver(const Eigen::VectorXd& y, double lambda);
+/// Kernel ridge regression with a bias: coef = (K + lambda I)^-1 (y - mean y), bias = mean y; with
+/// `weights` (class weights per subject) coef = (K + lambda W^-1)^-1 (y - m_w), bias = m_w the weighted mean.
+std::unique_ptr<InnerSolver> MakeKrrSolver(const Eigen::VectorXd& y, double lambda, const Eigen::VectorXd& weights = {});
 /// Multiclass targets (labels 0..T-1) as T one-vs-rest binary problems (+1 = the class, -1 = the rest)
 /// on the same kernel: `binary` makes each class's solver from its +-1 labels. The solution has one
 /// column of `coefs` per class; a class absent from the training set gets coefficients 0 and bias -1
@@ -60,14 +78,55 @@ Eigen::VectorXd OneVsRestLabels(const Eigen::VectorXd& y, int c);
 class KernelStack {
  public:
   explicit KernelStack(const KernelList& kernels);
+  /// sum_j w_j K_j over the kernels with w_j != 0 only (the active set): its cost is proportional
+  /// to the number of non-zero weights.
   Eigen::MatrixXd Combine(const Eigen::VectorXd& weights) const;
   Eigen::VectorXd Quadratics(const Eigen::VectorXd& a) const;
   /// q_j = a'K_j a of a solution; summed over the classes of a one-vs-rest solution (shared weights).
   Eigen::VectorXd Quadratics(const InnerSolution& sol) const;
+  /// The packed outer product of a solution (summed over one-vs-rest classes): q_j = Quadratic(j, w).
+  Eigen::VectorXd PackedOuter(const InnerSolution& sol) const;
+  double Quadratic(Eigen::Index j, const Eigen::VectorXd& packedOuter) const;
+  /// K_j v from the packed triangle.
+  Eigen::VectorXd Product(Eigen::Index j, const Eigen::VectorXd& v) const;
+  /// sqrt of an upper bound on the largest eigenvalue of each kernel (its Frobenius norm), for the
+  /// screening bound sqrt(a'K_j a) <= sqrt(b'K_j b) + sqrt(lambda_max(K_j)) ||a - b||.
+  const Eigen::VectorXd& RootSpectralBounds() const;
+  Eigen::Index Size() const { return packed_.cols(); }
 
  private:
+  Eigen::VectorXd rootBounds_;
   Eigen::Index n_;
   Eigen::MatrixXd packed_;  ///< n(n+1)/2 x m
+};
+
+/// Active-set quadratics (issue 17): c_j = sqrt(q_j) exactly for the kernels the caller asks for
+/// (those in use), and for the others only when a safe upper bound says they might matter.
+/// Every bound comes from the last exact evaluation of that kernel at coefficients b:
+/// sqrt(a'K_j a) <= sqrt(b'K_j b) + sqrt(lambda_max(K_j)) ||a - b||_F (triangle inequality for the
+/// seminorm ||K_j^{1/2} .||; a and b stack the classes' coefficient columns).
+class ScreenedNorms {
+ public:
+  explicit ScreenedNorms(const KernelStack& stack);
+  /// Starts a new solution: afterwards Exact(j) and Bound(j) refer to it.
+  void Begin(const InnerSolution& sol);
+  /// sqrt(a'K_j a) at the current solution (computed once, then remembered as the bound's anchor).
+  double Exact(Eigen::Index j);
+  /// A value >= sqrt(a'K_j a) at the current solution (exact if already computed).
+  double Bound(Eigen::Index j) const;
+  bool Known(Eigen::Index j) const { return known_[static_cast<std::size_t>(j)] != 0; }
+  /// All kernels exactly (the full optimality check).
+  Eigen::VectorXd All();
+  long exactEvaluations = 0;  ///< kernel quadratics computed (for the benchmarks)
+
+ private:
+  const KernelStack& stack_;
+  Eigen::VectorXd packed_;        ///< packed outer product of the current solution (lazy)
+  Eigen::MatrixXd current_;       ///< the current coefficients (classes as columns)
+  Eigen::VectorXd value_;         ///< exact values at the current solution where known_
+  std::vector<char> known_;
+  Eigen::VectorXd anchorValue_;   ///< last exact value of each kernel ...
+  std::vector<Eigen::MatrixXd> anchors_;  ///< ... and the coefficients it was computed at (empty: never)
 };
 
 /// sum_j w_j K_j

@@ -1,4 +1,8 @@
+#include <algorithm>
 #include <cmath>
+#include <limits>
+#include <map>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -9,6 +13,8 @@
 #include "smo.hpp"
 
 #include <Eigen/Cholesky>
+#include <Eigen/LU>
+#include <Eigen/QR>
 
 namespace neuromkl::learners {
 
@@ -91,6 +97,15 @@ void ValidateFitInput(std::string_view learner, const KernelList& train, const T
     ++labelled;
   }
   if (labelled < 2) throw InputError("learners:TooFewSubjects", where, fmt::format("expected at least 2 labelled training subjects, got {}", labelled));
+  if (targets.sampleWeights.size() > 0) {
+    if (targets.task == Task::Regression)
+      throw InputError("learners:WeightsUnsupported", where, "subject weights are class weights: they apply to classification only");
+    if (targets.sampleWeights.size() != n)
+      throw InputError("learners:WeightShape", where, fmt::format("expected {} subject weights (one per target), got {}", n, targets.sampleWeights.size()));
+    for (Eigen::Index i = 0; i < n; ++i)
+      if (!std::isfinite(targets.sampleWeights[i]) || !(targets.sampleWeights[i] > 0))
+        throw InputError("learners:BadWeight", where, fmt::format("subject weights must be finite and > 0, found {} at index {}", targets.sampleWeights[i], i));
+  }
   if (targets.task == Task::Classification) {
     Eigen::Index pos = 0, neg = 0;
     for (Eigen::Index i = 0; i < n; ++i) {
@@ -119,6 +134,26 @@ void ValidateFitInput(std::string_view learner, const KernelList& train, const T
   }
 }
 
+Eigen::VectorXd ClassSampleWeights(const ClassWeights& weights, const Targets& targets) {
+  if (!weights.Active()) return {};
+  const Eigen::Index n = targets.y.size();
+  std::map<double, int> counts;
+  int labelled = 0;
+  for (Eigen::Index i = 0; i < n; ++i)
+    if (!std::isnan(targets.y[i])) ++counts[targets.y[i]], ++labelled;
+  Eigen::VectorXd w = Eigen::VectorXd::Ones(n);
+  for (Eigen::Index i = 0; i < n; ++i) {
+    const double label = targets.y[i];
+    if (std::isnan(label)) continue;
+    if (weights.balanced) {
+      w[i] = static_cast<double>(labelled) / (static_cast<double>(counts.size()) * static_cast<double>(counts.at(label)));
+    } else if (const auto it = weights.given.find(label); it != weights.given.end()) {
+      w[i] = it->second;
+    }
+  }
+  return w;
+}
+
 Eigen::MatrixXd CombineKernels(const KernelList& kernels, const Eigen::VectorXd& weights) {
   Eigen::MatrixXd K = Eigen::MatrixXd::Zero(kernels[0].rows(), kernels[0].cols());
   for (std::size_t j = 0; j < kernels.size(); ++j)
@@ -127,19 +162,30 @@ Eigen::MatrixXd CombineKernels(const KernelList& kernels, const Eigen::VectorXd&
 }
 
 KernelStack::KernelStack(const KernelList& kernels)
-    : n_(kernels.empty() ? 0 : kernels[0].rows()), packed_(n_ * (n_ + 1) / 2, static_cast<Eigen::Index>(kernels.size())) {
+    : rootBounds_(static_cast<Eigen::Index>(kernels.size())),
+      n_(kernels.empty() ? 0 : kernels[0].rows()),
+      packed_(n_ * (n_ + 1) / 2, static_cast<Eigen::Index>(kernels.size())) {
   for (std::size_t k = 0; k < kernels.size(); ++k) {
     double* out = packed_.col(static_cast<Eigen::Index>(k)).data();
     const Eigen::MatrixXd& K = kernels[k];
+    double frob = 0;  // ||K||_F^2 from the triangle, while it is in cache (for RootSpectralBounds)
     for (Eigen::Index j = 0; j < n_; ++j) {
       const double* col = K.data() + j * n_;
-      for (Eigen::Index i = 0; i <= j; ++i) *out++ = col[i];
+      double offDiagonal = 0;
+      for (Eigen::Index i = 0; i < j; ++i) offDiagonal += col[i] * col[i];
+      frob += 2.0 * offDiagonal + col[j] * col[j];
+      out = std::copy(col, col + j + 1, out);
     }
+    // ||K||_F >= lambda_max for a symmetric K; the factor covers the rounding of the sums.
+    rootBounds_[static_cast<Eigen::Index>(k)] = std::sqrt(std::sqrt(frob) * (1.0 + 1e-10));
   }
 }
 
 Eigen::MatrixXd KernelStack::Combine(const Eigen::VectorXd& weights) const {
-  const Eigen::VectorXd v = packed_ * weights;
+  // Only the columns of non-zero weights are streamed (active-set MKL, issue 17).
+  Eigen::VectorXd v = Eigen::VectorXd::Zero(packed_.rows());
+  for (Eigen::Index k = 0; k < packed_.cols(); ++k)
+    if (weights[k] != 0.0) v.noalias() += weights[k] * packed_.col(k);
   Eigen::MatrixXd K(n_, n_);
   const double* p = v.data();
   for (Eigen::Index j = 0; j < n_; ++j)
@@ -158,22 +204,135 @@ Eigen::VectorXd KernelStack::Quadratics(const Eigen::VectorXd& a) const {
   return (packed_.transpose() * w).cwiseMax(0.0);  // PSD kernels: clip rounding below 0
 }
 
+Eigen::VectorXd KernelStack::PackedOuter(const InnerSolution& sol) const {
+  Eigen::VectorXd w = Eigen::VectorXd::Zero(packed_.rows());
+  auto add = [&](const Eigen::VectorXd& a) {
+    double* p = w.data();
+    for (Eigen::Index j = 0; j < n_; ++j) {
+      const double aj = a[j];
+      for (Eigen::Index i = 0; i < j; ++i) *p++ += 2.0 * a[i] * aj;
+      *p++ += aj * aj;
+    }
+  };
+  if (sol.coefs.cols() == 0) add(sol.coef);
+  else
+    for (Eigen::Index c = 0; c < sol.coefs.cols(); ++c) add(sol.coefs.col(c));
+  return w;
+}
+
+double KernelStack::Quadratic(Eigen::Index j, const Eigen::VectorXd& packedOuter) const {
+  return std::max(0.0, packed_.col(j).dot(packedOuter));  // PSD kernels: clip rounding below 0
+}
+
+Eigen::VectorXd KernelStack::Product(Eigen::Index k, const Eigen::VectorXd& v) const {
+  Eigen::VectorXd out = Eigen::VectorXd::Zero(n_);
+  const double* p = packed_.col(k).data();
+  for (Eigen::Index j = 0; j < n_; ++j) {
+    double acc = 0;
+    const double vj = v[j];
+    for (Eigen::Index i = 0; i < j; ++i, ++p) {
+      out[i] += *p * vj;
+      acc += *p * v[i];
+    }
+    out[j] += acc + *p++ * vj;
+  }
+  return out;
+}
+
+const Eigen::VectorXd& KernelStack::RootSpectralBounds() const { return rootBounds_; }
+
+ScreenedNorms::ScreenedNorms(const KernelStack& stack)
+    : stack_(stack),
+      value_(Eigen::VectorXd::Zero(stack.Size())),
+      known_(static_cast<std::size_t>(stack.Size()), 0),
+      anchorValue_(Eigen::VectorXd::Zero(stack.Size())),
+      anchors_(static_cast<std::size_t>(stack.Size())) {}
+
+void ScreenedNorms::Begin(const InnerSolution& sol) {
+  current_ = sol.coefs.cols() > 0 ? sol.coefs : Eigen::MatrixXd(sol.coef);
+  packed_ = stack_.PackedOuter(sol);
+  std::fill(known_.begin(), known_.end(), 0);
+}
+
+double ScreenedNorms::Exact(Eigen::Index j) {
+  const auto u = static_cast<std::size_t>(j);
+  if (!known_[u]) {
+    value_[j] = std::sqrt(stack_.Quadratic(j, packed_));
+    known_[u] = 1;
+    anchorValue_[j] = value_[j];
+    anchors_[u] = current_;
+    ++exactEvaluations;
+  }
+  return value_[j];
+}
+
+double ScreenedNorms::Bound(Eigen::Index j) const {
+  const auto u = static_cast<std::size_t>(j);
+  if (known_[u]) return value_[j];
+  const Eigen::MatrixXd& b = anchors_[u];
+  if (b.size() != current_.size()) return std::numeric_limits<double>::infinity();
+  const double d = (current_ - b).norm();
+  // Relative slack for the rounding of the two quadratics.
+  return (anchorValue_[j] + stack_.RootSpectralBounds()[j] * d) * (1.0 + 1e-9) + 1e-300;
+}
+
+Eigen::VectorXd ScreenedNorms::All() {
+  Eigen::VectorXd c(stack_.Size());
+  for (Eigen::Index j = 0; j < c.size(); ++j) c[j] = Exact(j);
+  return c;
+}
+
 std::vector<Eigen::Index> ActiveKernels(const KernelList& kernels) {
   std::vector<Eigen::Index> active;
+  // A non-zero diagonal entry settles it in O(n) (the usual case); only a kernel with a zero
+  // diagonal is scanned in full (a PSD one is then zero, but the input need not be PSD).
   for (std::size_t j = 0; j < kernels.size(); ++j)
-    if (kernels[j].cwiseAbs().maxCoeff() > 0) active.push_back(static_cast<Eigen::Index>(j));
+    if (kernels[j].diagonal().cwiseAbs().maxCoeff() > 0 || kernels[j].cwiseAbs().maxCoeff() > 0) active.push_back(static_cast<Eigen::Index>(j));
   return active;
 }
 
 // ---------------- inner solvers ----------------
 namespace {
 
+// SVM sensitivity (C-SVC and epsilon-SVR alike): on the free set F (subjects with a variable strictly
+// inside its box) the KKT conditions (K coef)_F + b = const_F and sum(coef) = 0 hold with the bounded
+// coefficients fixed, so d coef_F / d beta_k solves [K_FF 1; 1' 0] [dcoef_F; db] = [-(K_k coef)_F; 0].
+// The minimum-norm solution covers a rank-deficient K_FF (its null directions move neither the
+// decision function nor any a'K_j a of the kernels in K).
+bool FreeSetCurvature(const Eigen::MatrixXd& K, const Eigen::VectorXd& coef, const std::vector<Eigen::Index>& free,
+                      const std::function<Eigen::MatrixXd(const Eigen::VectorXd&)>& gradients, Eigen::MatrixXd& H) {
+  const Eigen::MatrixXd G = gradients(coef);
+  H = Eigen::MatrixXd::Zero(G.cols(), G.cols());
+  if (free.empty()) return true;
+  const auto f = static_cast<Eigen::Index>(free.size());
+  Eigen::MatrixXd M(f + 1, f + 1);
+  Eigen::MatrixXd R(f + 1, G.cols());
+  for (Eigen::Index a = 0; a < f; ++a) {
+    for (Eigen::Index b = 0; b < f; ++b) M(a, b) = K(free[static_cast<std::size_t>(a)], free[static_cast<std::size_t>(b)]);
+    M(a, f) = M(f, a) = 1.0;
+    R.row(a) = G.row(free[static_cast<std::size_t>(a)]);
+  }
+  M(f, f) = 0;
+  R.row(f).setZero();
+  // LU first (O(f^3 / 3)); the minimum-norm solve (several times the cost) only when K_FF is singular.
+  Eigen::MatrixXd X = M.partialPivLu().solve(R);
+  if (!X.allFinite() || (M * X - R).norm() > 1e-10 * (M.norm() * X.norm() + R.norm())) X = M.completeOrthogonalDecomposition().solve(R);
+  H = R.topRows(f).transpose() * X.topRows(f);
+  H = 0.5 * (H + H.transpose()).eval();
+  return H.allFinite();
+}
+
 class SvcSolver final : public InnerSolver {
  public:
-  SvcSolver(const Eigen::VectorXd& y, double C, double tol, long maxIter) : y_(y), C_(C), tol_(tol), maxIter_(maxIter) {}
-  InnerSolution Solve(const Eigen::MatrixXd& K, const InnerSolution* warm) const override {
+  SvcSolver(const Eigen::VectorXd& y, double C, double tol, long maxIter, const Eigen::VectorXd& weights)
+      : y_(y), C_(C), tol_(tol), maxIter_(maxIter), weights_(EffectiveWeights(weights)) {}
+  InnerSolution Solve(const Eigen::MatrixXd& K, const InnerSolution* warm) const override { return SolveLoosely(K, warm, 0.0); }
+  InnerSolution SolveLoosely(const Eigen::MatrixXd& K, const InnerSolution* warm, double tolerance) const override {
     const Eigen::VectorXd p = Eigen::VectorXd::Constant(y_.size(), -1.0);
-    const SmoResult r = SolveSmo(K, y_, p, C_, warm ? &warm->alpha : nullptr, tol_, maxIter_);
+    const double tol = std::max(tol_, tolerance);
+    // Class weights: per-subject bounds 0 <= alpha_i <= C w_i (LIBSVM's weighted C-SVC).
+    const SmoResult r = weights_.size() > 0 ? SolveSmo(K, y_, p, Eigen::VectorXd(C_ * weights_), warm ? &warm->alpha : nullptr, tol, maxIter_)
+                                            : SolveSmo(K, y_, p, C_, warm ? &warm->alpha : nullptr, tol, maxIter_);
     InnerSolution s;
     s.alpha = r.alpha;
     s.coef = y_.cwiseProduct(r.alpha);
@@ -184,12 +343,23 @@ class SvcSolver final : public InnerSolver {
     s.violation = r.violation;
     return s;
   }
-  double Loss(const Eigen::VectorXd& f) const override { return C_ * (1.0 - y_.cwiseProduct(f).array()).max(0.0).sum(); }
+  double Loss(const Eigen::VectorXd& f) const override {
+    if (weights_.size() > 0) return C_ * (weights_.array() * (1.0 - y_.cwiseProduct(f).array()).max(0.0)).sum();
+    return C_ * (1.0 - y_.cwiseProduct(f).array()).max(0.0).sum();
+  }
+  bool Curvature(const Eigen::MatrixXd& K, const InnerSolution& sol, const std::function<Eigen::MatrixXd(const Eigen::VectorXd&)>& gradients,
+                 Eigen::MatrixXd& H) const override {
+    std::vector<Eigen::Index> free;  // 0 < alpha_i < C w_i (w_i = 1 without class weights)
+    for (Eigen::Index i = 0; i < sol.alpha.size(); ++i)
+      if (sol.alpha[i] > 0 && sol.alpha[i] < C_ * (weights_.size() > 0 ? weights_[i] : 1.0)) free.push_back(i);
+    return FreeSetCurvature(K, sol.coef, free, gradients, H);
+  }
 
  private:
   Eigen::VectorXd y_;
   double C_, tol_;
   long maxIter_;
+  Eigen::VectorXd weights_;  ///< class weights per subject; empty = all 1
 };
 
 class SvrSolver final : public InnerSolver {
@@ -223,6 +393,14 @@ class SvrSolver final : public InnerSolver {
     const Eigen::ArrayXd z = p_.tail(n).array() - p_.head(n).array();  // 2 (z - mean)
     return C_ * ((0.5 * z + mean_ - f.array()).abs() - epsilon_).max(0.0).sum();
   }
+  bool Curvature(const Eigen::MatrixXd& K, const InnerSolution& sol, const std::function<Eigen::MatrixXd(const Eigen::VectorXd&)>& gradients,
+                 Eigen::MatrixXd& H) const override {
+    const Eigen::Index n = K.rows();
+    std::vector<Eigen::Index> free;
+    for (Eigen::Index i = 0; i < n; ++i)
+      if ((sol.alpha[i] > 0 && sol.alpha[i] < C_) || (sol.alpha[i + n] > 0 && sol.alpha[i + n] < C_)) free.push_back(i);
+    return FreeSetCurvature(K, sol.coef, free, gradients, H);
+  }
 
  private:
   double mean_, epsilon_;
@@ -233,10 +411,15 @@ class SvrSolver final : public InnerSolver {
 
 class KrrSolver final : public InnerSolver {
  public:
-  KrrSolver(const Eigen::VectorXd& y, double lambda) : mean_(y.mean()), yc_(y.array() - y.mean()), lambda_(lambda) {}
+  KrrSolver(const Eigen::VectorXd& y, double lambda, const Eigen::VectorXd& weights)
+      : mean_(EffectiveWeights(weights).size() > 0 ? weights.dot(y) / weights.sum() : y.mean()), yc_(y.array() - mean_), lambda_(lambda),
+        weights_(EffectiveWeights(weights)) {}
   InnerSolution Solve(const Eigen::MatrixXd& K, const InnerSolution*) const override {
     Eigen::MatrixXd A = K;
-    A.diagonal().array() += lambda_;
+    // Weighted ridge (class weights): min sum_i w_i (y_i - f_i)^2 / (2 lambda) + 1/2 ||f||^2 gives
+    // coef = (K + lambda W^-1)^-1 (y - m_w), m_w the weighted mean.
+    if (weights_.size() > 0) A.diagonal().array() += lambda_ / weights_.array();
+    else A.diagonal().array() += lambda_;
     Eigen::LLT<Eigen::MatrixXd> llt(A);
     InnerSolution s;
     if (llt.info() == Eigen::Success) {
@@ -250,22 +433,41 @@ class KrrSolver final : public InnerSolver {
     s.dual = 0.5 * s.coef.dot(yc_);
     return s;
   }
-  double Loss(const Eigen::VectorXd& f) const override { return (yc_.array() + mean_ - f.array()).square().sum() / (2.0 * lambda_); }
+  double Loss(const Eigen::VectorXd& f) const override {
+    if (weights_.size() > 0) return (weights_.array() * (yc_.array() + mean_ - f.array()).square()).sum() / (2.0 * lambda_);
+    return (yc_.array() + mean_ - f.array()).square().sum() / (2.0 * lambda_);
+  }
+  // coef = (K + lambda W^-1)^-1 yc (W = I without class weights): d coef / d beta_k = -(K + lambda W^-1)^-1 K_k coef.
+  bool Curvature(const Eigen::MatrixXd& K, const InnerSolution& sol, const std::function<Eigen::MatrixXd(const Eigen::VectorXd&)>& gradients,
+                 Eigen::MatrixXd& H) const override {
+    const Eigen::MatrixXd G = gradients(sol.coef);
+    Eigen::MatrixXd A = K;
+    if (weights_.size() > 0) A.diagonal().array() += lambda_ / weights_.array();
+    else A.diagonal().array() += lambda_;
+    Eigen::LLT<Eigen::MatrixXd> llt(A);
+    if (llt.info() != Eigen::Success) return false;
+    H = G.transpose() * llt.solve(G);
+    H = 0.5 * (H + H.transpose()).eval();
+    return H.allFinite();
+  }
 
  private:
   double mean_;
   Eigen::VectorXd yc_;
   double lambda_;
+  Eigen::VectorXd weights_;  ///< class weights per subject; empty = all 1
 };
 
 }  // namespace
 
-std::unique_ptr<InnerSolver> MakeSvcSolver(const Eigen::VectorXd& y, double C, double tolerance, long maxIterations) {
-  return std::make_unique<SvcSolver>(y, C, tolerance, maxIterations);
+std::unique_ptr<InnerSolver> MakeSvcSolver(const Eigen::VectorXd& y, double C, double tolerance, long maxIterations, const Eigen::VectorXd& weights) {
+  return std::make_unique<SvcSolver>(y, C, tolerance, maxIterations, weights);
 }
 std::unique_ptr<InnerSolver> MakeSvrSolver(const Eigen::VectorXd& z, double C, double epsilon, double tolerance, long maxIterations) {
   return std::make_unique<SvrSolver>(z, C, epsilon, tolerance, maxIterations);
 }
-std::unique_ptr<InnerSolver> MakeKrrSolver(const Eigen::VectorXd& y, double lambda) { return std::make_unique<KrrSolver>(y, lambda); }
+std::unique_ptr<InnerSolver> MakeKrrSolver(const Eigen::VectorXd& y, double lambda, const Eigen::VectorXd& weights) {
+  return std::make_unique<KrrSolver>(y, lambda, weights);
+}
 
 }  // namespace neuromkl::learners

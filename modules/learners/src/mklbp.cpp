@@ -39,7 +39,7 @@ class MklBp final : public Learner {
     if (active.empty()) throw InputError("learners:AllZeroKernels", "learner mkl_bp", "every training kernel is identically zero: nothing to learn from");
     std::vector<bool> isActive(static_cast<std::size_t>(m), false);
     for (auto j : active) isActive[static_cast<std::size_t>(j)] = true;
-    auto svc = [&](const Eigen::VectorXd& y) { return MakeSvcSolver(y, c_, svmTol_, 10'000'000); };
+    auto svc = [&](const Eigen::VectorXd& y) { return MakeSvcSolver(y, c_, svmTol_, 10'000'000, t.sampleWeights); };
     // Multiclass: one u for all one-vs-rest SVMs; J and s are sums over the classes.
     const auto solver = t.task == Task::Multiclass ? MakeOneVsRestSolver(t, svc) : svc(t.y);
     const Eigen::Index stateSize = t.task == Task::Multiclass ? t.y.size() * t.classes : t.y.size();

@@ -48,7 +48,8 @@ class OneVsRestSolver final : public InnerSolver {
       solvers_.push_back(present ? binary(y) : nullptr);
     }
   }
-  InnerSolution Solve(const Eigen::MatrixXd& K, const InnerSolution* warm) const override {
+  InnerSolution Solve(const Eigen::MatrixXd& K, const InnerSolution* warm) const override { return SolveLoosely(K, warm, 0.0); }
+  InnerSolution SolveLoosely(const Eigen::MatrixXd& K, const InnerSolution* warm, double tolerance) const override {
     const auto T = static_cast<Eigen::Index>(solvers_.size());
     InnerSolution s;
     s.alpha = Eigen::VectorXd::Zero(n_ * T);
@@ -60,7 +61,7 @@ class OneVsRestSolver final : public InnerSolver {
       if (!solver) continue;  // class absent from the training set: score = -1 for everyone
       InnerSolution w;
       if (useWarm) w.alpha = warm->alpha.segment(c * n_, n_);
-      const InnerSolution r = solver->Solve(K, useWarm ? &w : nullptr);
+      const InnerSolution r = solver->SolveLoosely(K, useWarm ? &w : nullptr, tolerance);
       s.alpha.segment(c * n_, n_) = r.alpha.head(std::min(n_, r.alpha.size()));
       s.coefs.col(c) = r.coef;
       s.biases[c] = r.bias;
@@ -73,6 +74,23 @@ class OneVsRestSolver final : public InnerSolver {
   }
   double Loss(const Eigen::VectorXd&) const override {
     throw InputError("learners:OneVsRestLoss", "one-vs-rest", "internal: the one-vs-rest loss needs the solution (SolutionLoss)");
+  }
+  bool Curvature(const Eigen::MatrixXd& K, const InnerSolution& sol, const std::function<Eigen::MatrixXd(const Eigen::VectorXd&)>& gradients,
+                 Eigen::MatrixXd& H) const override {
+    bool first = true;
+    for (std::size_t c = 0; c < solvers_.size(); ++c) {
+      if (!solvers_[c]) continue;
+      const auto col = static_cast<Eigen::Index>(c);
+      InnerSolution one;
+      one.alpha = sol.alpha.segment(col * n_, n_);
+      one.coef = sol.coefs.col(col);
+      Eigen::MatrixXd Hc;
+      if (!solvers_[c]->Curvature(K, one, gradients, Hc)) return false;
+      if (first) H = Hc;
+      else H += Hc;
+      first = false;
+    }
+    return !first;
   }
   double SolutionLoss(const Eigen::MatrixXd& K, const InnerSolution& sol) const override {
     double loss = 0;
@@ -119,7 +137,7 @@ class MulticlassAdapter final : public Learner {
     model.info.iterations = 0;
     bool first = true;
     for (Eigen::Index c = 0; c < T; ++c) {
-      const Targets binary{Task::Classification, OneVsRestLabels(t.y, static_cast<int>(c)), 0};
+      const Targets binary{Task::Classification, OneVsRestLabels(t.y, static_cast<int>(c)), 0, t.sampleWeights};  // class weights of the subjects' own classes
       if (!(binary.y.array() == 1.0).any()) continue;  // class absent from the training set: score = -1 for everyone
       const Model mc = inner_->Fit(train, binary);
       model.coefs.col(c) = mc.coef;

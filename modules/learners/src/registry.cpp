@@ -49,7 +49,7 @@ const std::vector<LearnerInfo>& LearnerCatalog() {
         {"tolerance", 1e-6, 0, 1, true, true, false, "stop when max |delta beta| (sum-normalised) is below this"},
         {"objective_tolerance", 1e-6, 0, 1, true, true, false, "... and the relative change of the KRR objective is below this"}}, true, false},
       {"simplemkl", "SimpleMKL (l1-MKL, reduced gradient): C-SVC for classification, epsilon-SVR for regression", true, true, true,
-       {C(), {"gap_tolerance", 0.01, 0, 1, true, true, false, "stop when the relative duality gap is below this"},
+       {C(), {"gap_tolerance", 1e-4, 0, 1, true, true, false, "stop when the relative duality gap is below this"},
         {"max_iterations", 250, 1, 1e9, false, false, true, "cap on reduced-gradient steps"},
         {"epsilon", 0.01, 0, kInf, false, true, false, "epsilon-insensitive zone of the SVR (regression only)"},
         {"line_search_tolerance", 0.01, 0, 1, true, true, false, "golden-section interval relative to the largest step"},

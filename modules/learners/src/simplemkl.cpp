@@ -3,6 +3,9 @@
 // golden-section line search, warm-started SVM solves and the relative duality-gap stop.
 #include <cmath>
 #include <limits>
+#include <vector>
+
+#include <Eigen/QR>
 
 #include "inner.hpp"
 #include "neuromkl/core/errors.hpp"
@@ -14,6 +17,8 @@ namespace neuromkl::learners {
 namespace {
 
 constexpr double kFinestLineSearch = 1e-10;
+constexpr double kNewtonGap = 1e-3;  ///< duality gap below which Newton steps on the support are tried
+constexpr int kNewtonRetry = 3;      ///< reduced-gradient steps after a rejected Newton step
 
 struct SimpleMklSettings {
   double gapTolerance;
@@ -24,17 +29,75 @@ struct SimpleMklSettings {
 class SimpleMklFit {
  public:
   SimpleMklFit(const KernelList& train, const InnerSolver& solver, const SimpleMklSettings& s, FitInfo& info)
-      : K_(train), stack_(train), solver_(solver), s_(s), info_(info), m_(static_cast<Eigen::Index>(train.size())) {}
+      : K_(train), stack_(train), screen_(stack_), solver_(solver), s_(s), info_(info), m_(static_cast<Eigen::Index>(train.size())) {}
 
-  InnerSolution Evaluate(const Eigen::VectorXd& d, const InnerSolution* warm) {
-    InnerSolution sol = solver_.Solve(stack_.Combine(d), warm);
+  InnerSolution Evaluate(const Eigen::VectorXd& d, const InnerSolution* warm) { return Evaluate(stack_.Combine(d), warm); }
+  InnerSolution Evaluate(const Eigen::MatrixXd& K, const InnerSolution* warm) {
+    InnerSolution sol = solver_.Solve(K, warm);
     ++info_.innerSolves;
     info_.innerIterations += sol.iterations;
     return sol;
   }
 
-  /// Summed over the classes of a one-vs-rest solution: the gradient of the summed duals with one beta.
-  Eigen::VectorXd Quadratics(const InnerSolution& sol) const { return stack_.Quadratics(sol); }
+  /// q_j = a'K_j a, summed over the classes of a one-vs-rest solution (the gradient of the summed
+  /// duals with one beta). Active set (issue 17): exact for the kernels with d_j > 0; a kernel with
+  /// d_j = 0 only matters if q_j >= q_top (it would get a positive direction) or q_j > max over the
+  /// others (the gap), so it is computed only when its screening bound reaches q_top; otherwise it
+  /// gets its bound's lower stand-in 0 (it stays out of the direction and of the gap's maximum).
+  Eigen::VectorXd Quadratics(const InnerSolution& sol, const Eigen::VectorXd& d, const std::vector<Eigen::Index>& active) {
+    screen_.Begin(sol);
+    Eigen::VectorXd q = Eigen::VectorXd::Zero(m_);
+    Eigen::Index top = active[0];
+    for (auto j : active)
+      if (d[j] > d[top]) top = j;
+    for (auto j : active)
+      if (d[j] > 0) q[j] = Square(screen_.Exact(j));
+    const double level = std::sqrt(q[top]);
+    for (auto j : active)
+      if (!(d[j] > 0) && screen_.Bound(j) >= level) q[j] = Square(screen_.Exact(j));
+    return q;
+  }
+  static double Square(double x) { return x * x; }
+
+  /// A Newton step for the l1-MKL optimality conditions on the support A of d (issue 17): c_j = S for
+  /// j in A, S = sum_A d_k c_k (which implies sum d = 1), c_j = sqrt(q_j); the inner solver's
+  /// sensitivity gives the Jacobian (ENMKL's Newton step with mu = 1). `q` holds the exact q_j on A.
+  /// False when the solver has no sensitivity or the step is not usable.
+  bool NewtonPoint(const Eigen::VectorXd& d, const InnerSolution& sol, const Eigen::VectorXd& q, Eigen::VectorXd& out) {
+    std::vector<Eigen::Index> A;
+    for (Eigen::Index j = 0; j < m_; ++j)
+      if (d[j] > 0) A.push_back(j);
+    const auto a = static_cast<Eigen::Index>(A.size());
+    if (a < 2) return false;
+    Eigen::VectorXd c(a), b(a);
+    for (Eigen::Index i = 0; i < a; ++i) {
+      c[i] = std::sqrt(q[A[static_cast<std::size_t>(i)]]);
+      b[i] = d[A[static_cast<std::size_t>(i)]];
+    }
+    if (!(c.minCoeff() > 0)) return false;
+    Eigen::MatrixXd H;
+    const auto gradients = [&](const Eigen::VectorXd& coef) {
+      Eigen::MatrixXd G(coef.size(), a);
+      for (Eigen::Index i = 0; i < a; ++i) G.col(i) = stack_.Product(A[static_cast<std::size_t>(i)], coef);
+      return G;
+    };
+    if (!solver_.Curvature(stack_.Combine(d), sol, gradients, H)) {
+      noCurvature_ = true;
+      return false;
+    }
+    const double S = b.dot(c);
+    const Eigen::VectorXd R = Eigen::VectorXd::Constant(a, S) - c;
+    const Eigen::MatrixXd Dc = -(c.cwiseInverse().asDiagonal() * H);  // d c_j / d d_k
+    Eigen::MatrixXd J = -Dc;
+    J.rowwise() += (c + Dc.transpose() * b).transpose();
+    const Eigen::VectorXd delta = J.completeOrthogonalDecomposition().solve(-R);
+    if (!delta.allFinite()) return false;
+    out = Eigen::VectorXd::Zero(m_);
+    for (Eigen::Index i = 0; i < a; ++i) out[A[static_cast<std::size_t>(i)]] = std::max(0.0, b[i] + delta[i]);
+    if (!(out.sum() > 0)) return false;
+    out /= out.sum();
+    return true;
+  }
 
   /// Reduced gradient descent direction on the simplex for gradient g = -q/2.
   Eigen::VectorXd Direction(const Eigen::VectorXd& d, const Eigen::VectorXd& grad, const std::vector<Eigen::Index>& active) const {
@@ -69,10 +132,11 @@ class SimpleMklFit {
       warm.alpha = w->solverState;
     }
     InnerSolution sol = Evaluate(d, warm.alpha.size() > 0 ? &warm : nullptr);
+    int newtonAfter = 0;
     info_.status = FitStatus::MaxIterReached;
     double lineTolerance = s_.lineSearchTolerance;
     for (int it = 0;; ++it) {
-      const Eigen::VectorXd q = Quadratics(sol);
+      const Eigen::VectorXd q = Quadratics(sol, d, active);
       double qMax = 0;
       for (auto j : active) qMax = std::max(qMax, q[j]);
       // Relative duality gap: (J(d) - [L - max_m q_m/2]) / J(d) = (max_m q_m - d'q) / (2 J).
@@ -83,6 +147,22 @@ class SimpleMklFit {
         break;
       }
       if (it >= s_.maxIterations) break;
+      // Near the optimum, with no kernel outside the support wanting in, try a Newton step on the
+      // support; it is taken only if it lowers J (the duality gap stays the only stopping rule).
+      if (!noCurvature_ && it >= newtonAfter && info_.gap < kNewtonGap) {
+        double qTop = 0, qOut = 0;
+        for (auto j : active) (d[j] > 0 ? qTop : qOut) = std::max(d[j] > 0 ? qTop : qOut, q[j]);
+        Eigen::VectorXd dN;
+        if (qOut <= qTop && NewtonPoint(d, sol, q, dN)) {
+          InnerSolution sN = Evaluate(dN, &sol);
+          if (sN.dual < sol.dual) {
+            d = dN;
+            sol = sN;
+            continue;
+          }
+        }
+        newtonAfter = it + kNewtonRetry;
+      }
       const Eigen::VectorXd grad = -0.5 * q;
       Eigen::VectorXd D = Direction(d, grad, active);
       if (D.cwiseAbs().maxCoeff() <= 0) {
@@ -125,8 +205,12 @@ class SimpleMklFit {
           Eigen::VectorXd x = (dCur + g * D).cwiseMax(0.0);
           return Eigen::VectorXd(x / x.sum());
         };
+        // Inside (0, stepMax) the points dCur + g D stay >= 0 with sum 1 (sum D = 0), so their
+        // combined kernels are K(dCur) + g K(D): two combinations per line search, not one per point.
+        const Eigen::MatrixXd Kcur = stack_.Combine(dCur), Kdir = stack_.Combine(D);
+        auto at = [&](double g) { return Eigen::MatrixXd(Kcur + g * Kdir); };
         double x1 = hi - ratio * (hi - lo), x2 = lo + ratio * (hi - lo);
-        InnerSolution s1 = Evaluate(point(x1), &solCur), s2 = Evaluate(point(x2), &solCur);
+        InnerSolution s1 = Evaluate(at(x1), &solCur), s2 = Evaluate(at(x2), &solCur);
         InnerSolution best = solCur;
         Eigen::VectorXd bestD = dCur;
         auto consider = [&](const InnerSolution& s, double g) {
@@ -143,14 +227,14 @@ class SimpleMklFit {
             x2 = x1;
             s2 = s1;
             x1 = hi - ratio * (hi - lo);
-            s1 = Evaluate(point(x1), &best);
+            s1 = Evaluate(at(x1), &best);
             consider(s1, x1);
           } else {
             lo = x1;
             x1 = x2;
             s1 = s2;
             x2 = lo + ratio * (hi - lo);
-            s2 = Evaluate(point(x2), &best);
+            s2 = Evaluate(at(x2), &best);
             consider(s2, x2);
           }
         }
@@ -183,6 +267,8 @@ class SimpleMklFit {
  private:
   const KernelList& K_;
   const KernelStack stack_;
+  ScreenedNorms screen_;
+  bool noCurvature_ = false;
   const InnerSolver& solver_;
   SimpleMklSettings s_;
   FitInfo& info_;
@@ -198,7 +284,7 @@ class SimpleMkl final : public Learner {
         settings_{p.at("gap_tolerance"), static_cast<int>(p.at("max_iterations")), p.at("line_search_tolerance")} {}
   Model Fit(const KernelList& train, const Targets& t, const FitOptions& o) const override {
     ValidateFitInput(Name(), train, t);
-    auto svc = [&](const Eigen::VectorXd& y) { return MakeSvcSolver(y, c_, svmTol_, 10'000'000); };
+    auto svc = [&](const Eigen::VectorXd& y) { return MakeSvcSolver(y, c_, svmTol_, 10'000'000, t.sampleWeights); };
     auto solver = t.task == Task::Classification ? svc(t.y)
                   : t.task == Task::Multiclass   ? MakeOneVsRestSolver(t, svc)  // one beta for all one-vs-rest SVMs
                                                  : MakeSvrSolver(t.y, c_, epsilon_, svmTol_, 10'000'000);

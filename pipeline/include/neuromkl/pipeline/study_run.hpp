@@ -49,6 +49,8 @@ struct SimulateOptions {
   bool compress = true;      ///< .nii.gz (else .nii)
   int unlabelled = 0;        ///< extra subjects written with target n/a
   int classes = 2;           ///< > 2: a multiclass cohort, classes A, B, C, ... of (nearly) equal size
+  /// binary classification: share of labelled subjects in the positive class ("patient"); NaN = alternate (half)
+  double positiveFraction = std::numeric_limits<double>::quiet_NaN();
   /// multiclass: class k's signal regions (its images are shifted by `effect` there); empty = one default region per class
   std::vector<std::vector<std::string>> classSignal;
   /// Confounded designs (each adds to the cohort only when given; the defaults write the same cohort as before):

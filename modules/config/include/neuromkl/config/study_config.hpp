@@ -44,6 +44,9 @@ struct TargetSpec {
   std::string positiveClass;         ///< classification; empty = the last class in sorted order
   /// multiclass: kernel weights of the MKL learners shared by all classes, or one set per class
   learners::MulticlassWeights multiclassWeights = learners::MulticlassWeights::Shared;
+  /// regression: "linear" brain-age bias correction per outer fold (prediction = a target + b fitted on
+  /// the training set's inner-CV out-of-fold predictions; corrected = (prediction - b) / a); false = none
+  bool biasCorrection = false;
 };
 
 /// One atlas image with its table; several in one study are combined (names prefixed).
@@ -184,6 +187,11 @@ struct LearnerSpec {
   learners::ParamMap params;         ///< resolved: defaults filled in
   std::map<std::string, std::vector<double>> grid;  ///< hyper-parameter grid for nested CV; c, lambda and mu
                                                     ///< not fixed in params get seed 004's grids by default
+  /// class_weight (classification): "balanced" (n / (k n_c) per training set), or a weight per class name
+  /// (classes not listed weigh 1; the names are checked against the target's classes when the subjects
+  /// table is read). Neither = no class weights.
+  bool classWeightBalanced = false;
+  std::vector<std::pair<std::string, double>> classWeights;
   std::size_t GridSize() const;
 };
 

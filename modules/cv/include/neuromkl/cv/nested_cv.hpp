@@ -14,6 +14,7 @@
 #include "neuromkl/kernels/covariates.hpp"
 #include "neuromkl/kernels/preprocess.hpp"
 #include "neuromkl/learners/learner.hpp"
+#include "neuromkl/metrics/calibration.hpp"
 
 namespace neuromkl::cv {
 
@@ -42,6 +43,9 @@ std::vector<learners::ParamMap> ExpandGrid(const learners::ParamMap& fixed, cons
 struct LearnerPlan {
   std::string label, name;
   std::vector<learners::ParamMap> grid;  ///< size 1: fixed parameters, no inner search
+  /// Class weights (classification): per-subject weights computed from each training set (inner and
+  /// outer) by learners::ClassSampleWeights, so "balanced" uses that training set's class counts only.
+  learners::ClassWeights classWeights{};
 };
 
 /// Splits a training set (indices into the subjects) for the inner CV; returns folds whose indices
@@ -58,6 +62,15 @@ struct OuterFoldResult {
   std::vector<double> innerScores;   ///< mean inner score per grid point (the inner criterion, e.g. balanced accuracy, or MSE)
   learners::Model model;
   std::string error;                 ///< non-empty if the refit failed
+  /// Binary classification with NestedCvOptions::probabilities: Platt scaling fitted on the inner-CV
+  /// out-of-fold decision values of the chosen parameters (this fold's training subjects only), and
+  /// P(y = +1) of the test subjects (NaN where not fitted: no inner folds, one class, a failed fit).
+  metrics::PlattScaling platt{};
+  Eigen::VectorXd probability;       ///< on the test subjects; empty when probabilities are off
+  /// Regression with NestedCvOptions::biasCorrection: prediction = slope x target + offset fitted on the
+  /// inner-CV out-of-fold predictions of the chosen parameters; corrected = (decision - offset) / slope.
+  metrics::BiasCorrection bias{};
+  Eigen::VectorXd corrected;         ///< on the test subjects; empty when bias correction is off
 };
 
 struct LearnerOutcome {
@@ -78,6 +91,12 @@ struct NestedCvOptions {
   /// Inner criterion (a metric name of PermutationMetrics' kind, larger is better); empty = balanced
   /// accuracy (classification, macro for multiclass) or MSE (regression).
   std::string criterion;
+  /// Binary classification: Platt-scaled probabilities per outer fold (OuterFoldResult::platt). The
+  /// inner CV then also runs for learners with fixed parameters (one grid point), for their out-of-fold
+  /// decision values; if such a training set cannot be split, that fold has no probabilities.
+  bool probabilities = false;
+  /// Regression: linear bias correction per outer fold (OuterFoldResult::bias), fitted like Platt scaling.
+  bool biasCorrection = false;
 };
 
 /// `kernels`: raw (n + unlabelled) x (n + unlabelled) kernels; `targets`: n values. InputError for folds that

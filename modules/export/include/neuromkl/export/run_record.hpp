@@ -25,6 +25,7 @@ struct LearnerRecord {
   cv::Summary summary;
   PermutationRecord permutations;
   std::vector<std::string> searched;        ///< parameters chosen by the inner CV (the grid's keys)
+  std::string classWeight;                  ///< the learner's class_weight as given ("balanced", "AD = 3, CN = 1"); empty = none
   std::vector<weights::RegionRow> regions;  ///< ranked region table
   std::string regionSource;                 ///< what the region weights are (kernel weights or a voxel-map summary)
   std::vector<std::string> foldMaps;        ///< voxel weight map per outer fold (relative paths), if written

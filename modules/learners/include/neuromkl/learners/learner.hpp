@@ -28,7 +28,23 @@ struct Targets {
   Task task = Task::Classification;
   Eigen::VectorXd y;
   int classes = 0;  ///< multiclass only
+  /// Class weights as per-subject loss weights (classification only; empty = all 1): subject i's
+  /// C becomes C w_i in the SVM-type learners (0 <= alpha_i <= C w_i) and its squared error is
+  /// weighted by w_i in the least-squares ones (KELM, MK-ELM, DKELM, KRR). ClassSampleWeights makes them.
+  Eigen::VectorXd sampleWeights{};
 };
+
+/// A study's class weights for one learner: none, "balanced", or a weight per class label.
+struct ClassWeights {
+  bool balanced = false;           ///< w_c = n / (k n_c) from the training set's class counts (sklearn's rule)
+  std::map<double, double> given;  ///< label (-1 / +1, or 0 .. classes - 1) -> weight; classes not listed weigh 1
+  bool Active() const { return balanced || !given.empty(); }
+};
+/// Per-subject weights of one training set: w_i = the weight of subject i's class. "balanced": n / (k n_c)
+/// with n the labelled subjects of this training set, k the classes present in it and n_c the count of
+/// class c in it (so a balanced weighting never looks at test subjects). Unlabelled subjects (NaN) weigh 1.
+/// Empty when `weights` is not active.
+Eigen::VectorXd ClassSampleWeights(const ClassWeights& weights, const Targets& targets);
 
 enum class FitStatus {
   Converged,        ///< stopping rule met
