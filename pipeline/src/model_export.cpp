@@ -164,6 +164,10 @@ exporting::ExportedModel DescribeModel(const StudyContext& ctx, const exporting:
   m.version = record.version;
   m.seed = study.seed;
   m.fitStatus = cv::FoldStatus(fold);
+  // Probabilities and bias correction as the nested CV made them for this fold (the final model: from the
+  // inner-CV out-of-fold values over every labelled subject), so predict gives what the study reported.
+  if (fold.platt.Valid()) m.calibration = std::make_pair(fold.platt.a, fold.platt.b);
+  if (fold.bias.Valid()) m.biasCorrection = std::make_pair(fold.bias.slope, fold.bias.offset);
   m.info["selection"] = learner.outcome.grid.size() > 1
                             ? fmt::format("inner CV ({}) over the training subjects, criterion {}, ties to the most regularised grid point", record.innerScheme,
                                           study.cv.criterion.empty() ? (study.target.task == learners::Task::Regression ? "mse" : "balanced_accuracy") : study.cv.criterion)

@@ -356,8 +356,8 @@ PredictOutcome Predict(const PredictOptions& options) {
   } else {
     rows.header.push_back("prediction");
     if (haveTargets) rows.header.push_back("gap");
-    if (anyCorrection) rows.header.push_back("corrected_prediction");
-    if (anyCorrection && haveTargets) rows.header.push_back("corrected_gap");
+    if (anyCorrection) rows.header.push_back("prediction_corrected");
+    if (anyCorrection && haveTargets) rows.header.push_back("gap_corrected");
   }
   std::map<std::string, std::map<std::string, double>> performance;
   std::vector<std::string> lines;

@@ -85,7 +85,7 @@ class PredictCli : public ::testing::Test {
   /// Every learner's fold models applied to their held-out subjects: the decision values (or class scores)
   /// of the study's predictions.tsv, to 1e-6 of the fold's largest magnitude (the kernels are float32
   /// products accurate to ~1e-7 relative, README; predict works in double on the same float32 voxels).
-  static void ExpectFoldModelsReproduce(const std::string& results, const std::string& cohort, std::size_t learners) {
+  static void ExpectFoldModelsReproduce(const std::string& results, const std::string& cohort, std::size_t learners, bool expectCalibrated = false) {
     const auto index = nlohmann::json::parse(ReadFile(results + "/model/model.json"));
     ASSERT_EQ(index.at("learners").size(), learners);
     const Rows study = ReadTsv(results + "/predictions.tsv");
@@ -94,7 +94,7 @@ class PredictCli : public ::testing::Test {
     for (const auto& c : study[0])
       if (c.rfind("score_", 0) == 0) valueColumns.push_back(c);
     if (valueColumns.empty()) valueColumns = {"decision"};
-    int checked = 0;
+    int checked = 0, calibrated = 0;
     for (const auto& entry : index.at("learners")) {
       const std::string label = entry.at("label"), folder = entry.at("folder");
       std::map<std::string, std::map<std::string, std::vector<double>>> expected;  // fold -> subject -> values
@@ -123,10 +123,27 @@ class PredictCli : public ::testing::Test {
             EXPECT_NEAR(got, want[c], 1e-6 * scale) << label << " fold " << k << " subject " << pred[p][0] << " " << valueColumns[c];
           }
         }
+        // The fold's Platt probabilities and bias-corrected predictions travel with its model: predict gives
+        // the study's values (Platt's slope |A| and 1/slope are O(1-10) here: 1e-5 covers the 1e-6 decisions).
+        for (const auto& [studyColumn, predictColumn] : {std::pair<std::string, std::string>{"probability", "probability"},
+                                                          {"prediction_corrected", "prediction_corrected"}}) {
+          if (std::find(study[0].begin(), study[0].end(), studyColumn) == study[0].end()) continue;
+          ASSERT_NE(std::find(pred[0].begin(), pred[0].end(), predictColumn), pred[0].end()) << predictColumn << " missing from predict's output";
+          for (std::size_t p = 1; p < pred.size(); ++p)
+            for (std::size_t r = 1; r < study.size(); ++r)
+              if (study[r][learner] == label && study[r][fold] == k && study[r][subject] == pred[p][0] && study[r][Col(study, studyColumn)] != "n/a") {
+                EXPECT_NEAR(std::stod(pred[p][Col(pred, predictColumn)]), std::stod(study[r][Col(study, studyColumn)]), 1e-5 * std::max(1.0, scale))
+                    << label << " fold " << k << " subject " << pred[p][0] << " " << studyColumn;
+              }
+          ++calibrated;
+        }
         ++checked;
       }
     }
     EXPECT_GE(checked, static_cast<int>(learners) * 5);
+    if (expectCalibrated) {
+      EXPECT_EQ(calibrated, checked);
+    }
   }
   /// The classification and regression studies (each test runs in its own process: run once there).
   static std::string Cls() {
@@ -137,7 +154,7 @@ class PredictCli : public ::testing::Test {
   }
   static std::string Reg() {
     if (!fs::exists(Path("results/reg")))
-      Run("reg", Cohort("reg"), R"("target": {"column": "score", "task": "regression"}, "covariates": ["age"],
+      Run("reg", Cohort("reg"), R"("target": {"column": "score", "task": "regression", "bias_correction": "linear"}, "covariates": ["age"],
         "kernels": {"sources": [{"name": "mri", "kind": "images"},
           {"name": "clin", "kind": "tabular", "tabular": {"table": ")" + Cohort("reg") + R"(/participants.tsv", "id_column": "subject",
            "groups": {"clinical": ["clinical"]}}}]},
@@ -150,7 +167,7 @@ TempDir* PredictCli::dir_ = nullptr;
 
 TEST_F(PredictCli, FoldModelsReproduceNestedCvClassification) {
   const auto results = Cls();
-  ExpectFoldModelsReproduce(results, Cohort("cls"), 2);
+  ExpectFoldModelsReproduce(results, Cohort("cls"), 2, true);
   // The model card: what was trained and how well it is expected to predict.
   const auto card = nlohmann::json::parse(ReadFile(results + "/model/Svm/model.json"));
   EXPECT_EQ(card.at("learner").at("name"), "svm");
@@ -158,13 +175,16 @@ TEST_F(PredictCli, FoldModelsReproduceNestedCvClassification) {
   EXPECT_TRUE(card.at("expected_performance").at("pooled").contains("balanced_accuracy"));
   EXPECT_EQ(card.at("sources").at(0).at("grid").at("dims").size(), 3u);
   EXPECT_FALSE(card.at("info").at("atlas_xxh3").get<std::string>().empty());
-  EXPECT_TRUE(card.at("calibration").is_null());
+  // The final model carries Platt scaling fitted on its inner-CV out-of-fold decision values (A < 0: a larger
+  // decision value means the positive class is more likely).
+  ASSERT_FALSE(card.at("calibration").is_null());
+  EXPECT_LT(card.at("calibration").at("A").get<double>(), 0.0);
 }
 
 // Regression with covariates (age) and two sources (images + a tabular clinical score): KRR and ENMKL-KRR.
 TEST_F(PredictCli, FoldModelsReproduceNestedCvRegressionWithCovariatesAndTabularSource) {
   const auto results = Reg();
-  ExpectFoldModelsReproduce(results, Cohort("reg"), 2);
+  ExpectFoldModelsReproduce(results, Cohort("reg"), 2, true);
 }
 
 TEST_F(PredictCli, FoldModelsReproduceNestedCvMulticlassKelm) {
@@ -219,10 +239,10 @@ TEST_F(PredictCli, CalibrationAndBiasCorrectionSlotsAreApplied) {
   pred = ReadTsv(Path("predCorr") + "/predictions.tsv");
   for (std::size_t p = 1; p < pred.size(); ++p) {
     const double f = std::stod(pred[p][Col(pred, "prediction")]), y = std::stod(pred[p][Col(pred, "target")]);
-    const double corrected = std::stod(pred[p][Col(pred, "corrected_prediction")]);
+    const double corrected = std::stod(pred[p][Col(pred, "prediction_corrected")]);
     EXPECT_NEAR(corrected, (f - 0.25) / 0.5, 1e-12 * (1 + std::abs(corrected)));
     EXPECT_NEAR(std::stod(pred[p][Col(pred, "gap")]), f - y, 1e-12 * (1 + std::abs(f - y)));
-    EXPECT_NEAR(std::stod(pred[p][Col(pred, "corrected_gap")]), corrected - y, 1e-12 * (1 + std::abs(corrected - y)));
+    EXPECT_NEAR(std::stod(pred[p][Col(pred, "gap_corrected")]), corrected - y, 1e-12 * (1 + std::abs(corrected - y)));
   }
 }
 
