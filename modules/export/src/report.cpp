@@ -149,14 +149,21 @@ std::string RocPoints(const std::vector<double>& y, const std::vector<double>& f
   return points;
 }
 
-std::string RocChart(const RunRecord& r) {
-  const int size = 320, pad = 40, plot = size - 2 * pad;
-  std::string svg = fmt::format(R"(<svg class="figure" role="img" aria-label="ROC curves" width="{}" height="{}" viewBox="0 0 {} {}">)", size + 150, size, size + 150, size);
+/// The opening of a chart on the unit square (ROC, reliability): its frame, the diagonal and ticks at 0, 0.25, ..., 1.
+std::string UnitSquareFrame(const char* label, int size, int pad, int width) {
+  const int plot = size - 2 * pad;
+  std::string svg = fmt::format(R"(<svg class="figure" role="img" aria-label="{}" width="{}" height="{}" viewBox="0 0 {} {}">)", label, width, size, width, size);
   svg += fmt::format(R"(<rect x="{}" y="{}" width="{}" height="{}" fill="none" stroke="#888"/>)", pad, pad, plot, plot);
   svg += fmt::format(R"(<line x1="{}" y1="{}" x2="{}" y2="{}" stroke="#bbb" stroke-dasharray="4 3"/>)", pad, pad + plot, pad + plot, pad);
   const std::vector<double> unit = {0, 0.25, 0.5, 0.75, 1};
   svg += XTicks(unit, [&](double v) { return pad + plot * v; }, pad + plot);
   svg += YTicks(unit, [&](double v) { return pad + plot * (1 - v); }, pad);
+  return svg;
+}
+
+std::string RocChart(const RunRecord& r) {
+  const int size = 320, pad = 40, plot = size - 2 * pad;
+  std::string svg = UnitSquareFrame("ROC curves", size, pad, size + 150);
   for (std::size_t l = 0; l < r.learners.size(); ++l) {
     auto [y, f] = Pooled(r.learners[l], r);
     const std::string points = RocPoints(y, f, pad, plot);
@@ -204,12 +211,7 @@ std::string ReliabilityChart(const RunRecord& r) {
   for (const auto& lr : r.learners)
     for (const auto& f : lr.outcome.folds) any |= f.probability.size() > 0;
   if (!any) return "";
-  std::string svg = fmt::format(R"(<svg class="figure" role="img" aria-label="reliability diagram" width="{}" height="{}" viewBox="0 0 {} {}">)", size + 220, size, size + 220, size);
-  svg += fmt::format(R"(<rect x="{}" y="{}" width="{}" height="{}" fill="none" stroke="#888"/>)", pad, pad, plot, plot);
-  svg += fmt::format(R"(<line x1="{}" y1="{}" x2="{}" y2="{}" stroke="#bbb" stroke-dasharray="4 3"/>)", pad, pad + plot, pad + plot, pad);
-  const std::vector<double> unit = {0, 0.25, 0.5, 0.75, 1};
-  svg += XTicks(unit, [&](double v) { return pad + plot * v; }, pad + plot);
-  svg += YTicks(unit, [&](double v) { return pad + plot * (1 - v); }, pad);
+  std::string svg = UnitSquareFrame("reliability diagram", size, pad, size + 220);
   for (std::size_t l = 0; l < r.learners.size(); ++l) {
     std::vector<double> y, p;
     for (const auto& fold : r.learners[l].outcome.folds)
@@ -342,12 +344,7 @@ std::string MulticlassConfusion(const LearnerRecord& lr, const RunRecord& r) {
 /// Multiclass: one-vs-rest ROC curve of every class (its score column against the rest), first repetition.
 std::string PerClassRoc(const LearnerRecord& lr, const RunRecord& r) {
   const int size = 320, pad = 40, plot = size - 2 * pad;
-  std::string svg = fmt::format(R"(<svg class="figure" role="img" aria-label="per-class ROC curves" width="{}" height="{}" viewBox="0 0 {} {}">)", size + 150, size, size + 150, size);
-  svg += fmt::format(R"(<rect x="{}" y="{}" width="{}" height="{}" fill="none" stroke="#888"/>)", pad, pad, plot, plot);
-  svg += fmt::format(R"(<line x1="{}" y1="{}" x2="{}" y2="{}" stroke="#bbb" stroke-dasharray="4 3"/>)", pad, pad + plot, pad + plot, pad);
-  const std::vector<double> unit = {0, 0.25, 0.5, 0.75, 1};
-  svg += XTicks(unit, [&](double v) { return pad + plot * v; }, pad + plot);
-  svg += YTicks(unit, [&](double v) { return pad + plot * (1 - v); }, pad);
+  std::string svg = UnitSquareFrame("per-class ROC curves", size, pad, size + 150);
   for (std::size_t c = 0; c < r.classNames.size(); ++c) {
     std::vector<double> y, f;
     for (const auto& fold : lr.outcome.folds)
