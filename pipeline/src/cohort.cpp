@@ -81,6 +81,14 @@ void DescribeImages(const config::StudyConfig& study, Cohort& c) {
 BidsName ParseName(const std::string& path) { return ParseBidsName(fs::path(path).filename().string()); }
 }  // namespace
 
+std::map<std::string, std::size_t> RowsById(const DelimitedTable& table, const std::string& idColumn, const std::string& role) {
+  const bool byRow = idColumn == "#row";
+  const std::size_t idCol = byRow ? 0 : table.Require(idColumn, role);
+  std::map<std::string, std::size_t> rows;
+  for (std::size_t r = 0; r < table.rows.size(); ++r) rows[byRow ? std::to_string(r + 1) : table.rows[r][idCol]] = r;
+  return rows;
+}
+
 bool LabelLess(const std::string& a, const std::string& b) {
   double x, y;
   if (ParseNumber(a, x) && ParseNumber(b, y)) return x < y;

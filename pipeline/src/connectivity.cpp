@@ -22,10 +22,7 @@ using Kind = config::ConnectivitySpec::Kernels;
 std::vector<std::string> ConnectivityFiles(const config::StudyConfig& study, const config::ConnectivitySpec& spec, const Cohort& cohort) {
   const DelimitedTable table = ReadDelimitedTable(study.subjects.table);
   const std::size_t col = table.Require(spec.column, "connectivity column of a source, /kernels/sources/<i>/connectivity/column");
-  const bool byRow = study.subjects.idColumn == "#row";
-  const std::size_t idCol = byRow ? 0 : table.Require(study.subjects.idColumn, "subject id column, /subjects/id_column");
-  std::map<std::string, std::size_t> rowOf;
-  for (std::size_t r = 0; r < table.rows.size(); ++r) rowOf[byRow ? std::to_string(r + 1) : table.rows[r][idCol]] = r;
+  const auto rowOf = RowsById(table, study.subjects.idColumn, "subject id column, /subjects/id_column");
   std::vector<std::string> files, problems;
   for (const auto& id : cohort.ids) {
     const auto it = rowOf.find(id);

@@ -7,7 +7,6 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
-#include <set>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -79,10 +78,7 @@ Cohort SourceCohort(const config::StudyConfig& sourceStudy, const config::Source
 std::map<std::string, std::vector<std::string>> SubjectsLackingSources(const config::StudyConfig& study, const Cohort& cohort) {
   std::map<std::string, std::vector<std::string>> lacking;
   const DelimitedTable table = ReadDelimitedTable(study.subjects.table);
-  const bool byRow = study.subjects.idColumn == "#row";
-  const std::size_t idCol = byRow ? 0 : table.Require(study.subjects.idColumn, "subject id column, /subjects/id_column");
-  std::map<std::string, std::size_t> rowOf;
-  for (std::size_t r = 0; r < table.rows.size(); ++r) rowOf[byRow ? std::to_string(r + 1) : table.rows[r][idCol]] = r;
+  const auto rowOf = RowsById(table, study.subjects.idColumn, "subject id column, /subjects/id_column");
   auto cell = [&](const std::string& id, std::size_t col) -> std::string {
     const auto it = rowOf.find(id);
     return it == rowOf.end() ? std::string() : table.rows[it->second][col];
@@ -115,11 +111,7 @@ std::map<std::string, std::vector<std::string>> SubjectsLackingSources(const con
         break;
       case KernelSource::Tabular: {
         const auto& spec = source.tabular;
-        const DelimitedTable features = ReadDelimitedTable(spec.table);
-        const bool featureByRow = spec.idColumn == "#row";
-        const std::size_t col = featureByRow ? 0 : features.Require(spec.idColumn, source.pointer + "/tabular/id_column");
-        std::set<std::string> ids;
-        for (std::size_t r = 0; r < features.rows.size(); ++r) ids.insert(featureByRow ? std::to_string(r + 1) : features.rows[r][col]);
+        const auto ids = RowsById(ReadDelimitedTable(spec.table), spec.idColumn, source.pointer + "/tabular/id_column");
         for (const auto& id : cohort.ids)
           if (!ids.count(id)) lacking[id].push_back(who + "no row in " + spec.table);
         break;
@@ -340,10 +332,7 @@ kernels::KernelSet TabularKernels(const config::StudyConfig& study, const Cohort
 std::vector<TabularGroupFeatures> TabularFeatures(const config::StudyConfig& study, const Cohort& cohort) {
   const auto& spec = study.kernels.tabular;
   const DelimitedTable table = ReadDelimitedTable(spec.table);
-  const bool byRow = spec.idColumn == "#row";
-  const std::size_t idCol = byRow ? 0 : table.Require(spec.idColumn, "/kernels/tabular/id_column");
-  std::map<std::string, std::size_t> rowOf;
-  for (std::size_t r = 0; r < table.rows.size(); ++r) rowOf[byRow ? std::to_string(r + 1) : table.rows[r][idCol]] = r;
+  const auto rowOf = RowsById(table, spec.idColumn, "/kernels/tabular/id_column");
   std::vector<std::size_t> rows;
   for (const auto& id : cohort.ids) {
     auto it = rowOf.find(id);

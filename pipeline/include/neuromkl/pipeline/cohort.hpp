@@ -7,6 +7,7 @@
 #include <Eigen/Core>
 
 #include "neuromkl/config/study_config.hpp"
+#include "neuromkl/core/table.hpp"
 
 namespace neuromkl::pipeline {
 
@@ -60,6 +61,10 @@ std::vector<std::string> FindBidsImages(const config::BidsSpec& bids, const std:
 
 /// Image paths in the table resolve against the table's folder (as BIDS does).
 std::string ResolveImagePath(const std::string& tablePath, const std::string& cell);
+
+/// Each subject id's data row in a table whose ids are in `idColumn` ("#row": the data rows, numbered from 1).
+/// InputError naming `role` when the column is missing.
+std::map<std::string, std::size_t> RowsById(const DelimitedTable& table, const std::string& idColumn, const std::string& role);
 
 /// The order of class labels and categorical levels: numeric labels numerically ("2" < "10"), others lexically.
 bool LabelLess(const std::string& a, const std::string& b);
