@@ -261,6 +261,8 @@ std::vector<LearnerOutcome> RunNestedCv(const learners::KernelList& kernels, con
     for (int k : fold.test) te.push_back(outer[f].train[static_cast<std::size_t>(k)]);
     const FoldViews views = PrepareViews(kernels, targets, tr, te, options.preprocessing, unlabelled, anySupervised, anySemi);
     const Eigen::VectorXd yTest = Subset(targets.y, te);
+    // Every fit on this fold's kernels (all grid points of all learners) shares their check and packed stack.
+    learners::TrainingKernelCache supervisedCache, semiCache;
     for (std::size_t l = 0; l < L; ++l) {
       const auto& grid = plans[l].grid;
       if (grid.size() < 2 && !calibrate) continue;
@@ -271,6 +273,7 @@ std::vector<LearnerOutcome> RunNestedCv(const learners::KernelList& kernels, con
       std::vector<bool> ok(grid.size(), false);
       for (std::size_t g = 0; g < grid.size(); ++g) {
         learners::FitOptions fitOptions;
+        fitOptions.cache = semi[l] ? &semiCache : &supervisedCache;
         if (const auto w = NearestFitted(grid, ok, g)) fitOptions.warmStart = &fitted[*w];
         try {
           fitted[g] = learnerObjects[firstObject[l] + g]->Fit(fk.train, yTrain, fitOptions);
@@ -294,6 +297,7 @@ std::vector<LearnerOutcome> RunNestedCv(const learners::KernelList& kernels, con
   }
   tbb::parallel_for(std::size_t{0}, F, [&](std::size_t f) {
     const FoldViews views = PrepareViews(kernels, targets, outer[f].train, outer[f].test, options.preprocessing, unlabelled, anySupervised, anySemi);
+    learners::TrainingKernelCache supervisedCache, semiCache;
     for (std::size_t l = 0; l < L; ++l) {
       const FoldKernels& fk = semi[l] ? views.semi : views.supervised;
       learners::Targets weighted;
@@ -319,7 +323,7 @@ std::vector<LearnerOutcome> RunNestedCv(const learners::KernelList& kernels, con
           if (Better(targets.task, r.innerScores[g], r.innerScores[r.chosen])) r.chosen = g;  // strict: ties keep the earlier point
       }
       try {
-        r.model = learnerObjects[firstObject[l] + r.chosen]->Fit(fk.train, yTrain);
+        r.model = learnerObjects[firstObject[l] + r.chosen]->Fit(fk.train, yTrain, learners::FitOptions{nullptr, semi[l] ? &semiCache : &supervisedCache});
         if (targets.task == learners::Task::Multiclass) {
           r.scores = r.model.Scores(fk.test);
           r.decision = metrics::PredictedClasses(r.scores);  // NaN where a score is not finite

@@ -227,12 +227,13 @@ class BsadmmKelm final : public Learner {
     s_.polish = p.at("polish") != 0;
   }
   Model Fit(const KernelList& train, const Targets& t, const FitOptions& options) const override {
-    ValidateFitInput(Name(), train, t);
+    ValidateFitInput(Name(), train, t, options);
     if (t.task != Task::Classification)
       throw InputError("learners:TaskUnsupported", "learner bsadmm_kelm", "bsadmm_kelm is a classifier (hinge loss); for regression use kelm or krr");
     Stopwatch clock;
     const auto m = static_cast<Eigen::Index>(train.size());
-    HingeQp qp(CombineKernels(train, Eigen::VectorXd::Ones(m)), t.y, s_, t.sampleWeights);
+    Eigen::MatrixXd summed;
+    HingeQp qp(SharedSum(options.cache, train, summed), t.y, s_, t.sampleWeights);
     const Model* w = options.warmStart;
     const AdmmOutcome o = qp.Solve(w && w->solverState.size() > 0 ? &w->solverState : nullptr);
     Model model;

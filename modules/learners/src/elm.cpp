@@ -83,12 +83,13 @@ namespace {
 class Kelm final : public Learner {
  public:
   explicit Kelm(const ParamMap& p) : c_(p.at("c")), bias_(p.at("bias") != 0) {}
-  Model Fit(const KernelList& train, const Targets& t, const FitOptions&) const override {
-    ValidateFitInput(Name(), train, t);
+  Model Fit(const KernelList& train, const Targets& t, const FitOptions& options) const override {
+    ValidateFitInput(Name(), train, t, options);
     Stopwatch clock;
     const auto m = static_cast<Eigen::Index>(train.size());
     const ElmOutputs out = MakeElmOutputs(t, bias_);
-    const Eigen::MatrixXd alpha = SolveElm(CombineKernels(train, Eigen::VectorXd::Ones(m)), out.T, c_, out.weights);
+    Eigen::MatrixXd summed;
+    const Eigen::MatrixXd alpha = SolveElm(SharedSum(options.cache, train, summed), out.T, c_, out.weights);
     Model model = SummedKernelElmModel(m, alpha, out, alpha, t.task);
     model.info.seconds = clock.Seconds();
     return model;
@@ -113,13 +114,14 @@ class Mkelm final : public Learner {
       : c_(p.at("c")), norm_(p.at("norm")), tol_(p.at("tolerance")), maxIter_(static_cast<int>(p.at("max_iterations"))), bias_(p.at("bias") != 0) {}
 
   Model Fit(const KernelList& train, const Targets& t, const FitOptions& options) const override {
-    ValidateFitInput(Name(), train, t);
+    ValidateFitInput(Name(), train, t, options);
     Stopwatch clock;
     const auto m = static_cast<Eigen::Index>(train.size());
     const auto active = ActiveKernels(train);
     if (active.empty()) throw InputError("learners:AllZeroKernels", "learner mkelm", "every training kernel is identically zero: nothing to learn from");
     const ElmOutputs out = MakeElmOutputs(t, bias_);
-    const KernelStack stack(train);
+    std::unique_ptr<KernelStack> ownStack;
+    const KernelStack& stack = SharedStack(options.cache, train, ownStack);
     Eigen::VectorXd gamma = Eigen::VectorXd::Zero(m);
     for (auto j : active) gamma[j] = 1.0;
     if (const Model* w = options.warmStart; w && w->beta.size() == m && w->beta.sum() > 0) {

@@ -88,8 +88,8 @@ std::vector<Eigen::Index> Support(const Eigen::VectorXd& beta) {
 /// formed; the others are screened (ScreenedNorms) and evaluated only where they might enter.
 class EnmklMap {
  public:
-  EnmklMap(const KernelList& train, const InnerSolver& solver, double mu, FitInfo& info)
-      : stack_(train), screen_(stack_), solver_(solver), mu_(mu), info_(info) {}
+  EnmklMap(const KernelList& train, TrainingKernelCache* cache, const InnerSolver& solver, double mu, FitInfo& info)
+      : stack_(SharedStack(cache, train, ownStack_)), screen_(stack_), solver_(solver), mu_(mu), info_(info) {}
   /// Solves on sum_j beta_j K_j (`sol` is the warm start in and the solution out) and forms c_j =
   /// sqrt(a'K_j a) on the support of beta; `objective` receives the primal objective of seed 004's
   /// Definition 4 at the w this solution gives for `beta`:
@@ -237,7 +237,8 @@ class EnmklMap {
   bool NoCurvature() const { return noCurvature_; }
 
  private:
-  const KernelStack stack_;
+  std::unique_ptr<KernelStack> ownStack_;  ///< without a cache: this fit's own stack
+  const KernelStack& stack_;
   ScreenedNorms screen_;
   Eigen::MatrixXd K_;
   bool noCurvature_ = false;
@@ -268,7 +269,7 @@ Model FitEnmkl(const KernelList& train, const InnerSolver& solver, const EnmklSe
   }
   FitInfo& info = model.info;
   info.status = FitStatus::MaxIterReached;
-  EnmklMap F(train, solver, s.mu, info);
+  EnmklMap F(train, options.cache, solver, s.mu, info);
   double prevObjective = 0, objective = 0;
   bool done = false;
   bool newtonAvailable = true;
@@ -479,7 +480,7 @@ class EnmklSvm final : public Learner {
   explicit EnmklSvm(const ParamMap& p)
       : c_(p.at("c")), svmTol_(p.at("svm_tolerance")), settings_(Settings(p)) {}
   Model Fit(const KernelList& train, const Targets& t, const FitOptions& o) const override {
-    ValidateFitInput(Name(), train, t);
+    ValidateFitInput(Name(), train, t, o);
     if (t.task == Task::Regression)
       throw InputError("learners:TaskUnsupported", "learner enmkl_svm", "enmkl_svm is a classifier; for regression use enmkl_krr");
     auto svc = [&](const Eigen::VectorXd& y) { return MakeSvcSolver(y, c_, svmTol_, 10'000'000, t.sampleWeights); };
@@ -497,7 +498,7 @@ class EnmklKrr final : public Learner {
  public:
   explicit EnmklKrr(const ParamMap& p) : lambda_(p.at("lambda")), settings_(Settings(p)) {}
   Model Fit(const KernelList& train, const Targets& t, const FitOptions& o) const override {
-    ValidateFitInput(Name(), train, t);
+    ValidateFitInput(Name(), train, t, o);
     auto krr = [&](const Eigen::VectorXd& y) { return MakeKrrSolver(y, lambda_, t.sampleWeights); };
     return FitEnmkl(train, *(t.task == Task::Multiclass ? MakeOneVsRestSolver(t, krr) : krr(t.y)), settings_, o);
   }

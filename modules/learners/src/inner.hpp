@@ -129,6 +129,15 @@ class ScreenedNorms {
   std::vector<Eigen::MatrixXd> anchors_;  ///< ... and the coefficients it was computed at (empty: never)
 };
 
+/// Training-kernel cache (learner.hpp): whether `kernels` were checked before through `cache` (false
+/// without a cache; binds the cache to `kernels`), and recording a successful check.
+bool CheckedBefore(TrainingKernelCache* cache, const KernelList& kernels);
+void MarkChecked(TrainingKernelCache* cache);
+/// The packed stack of `kernels`: the cache's (built on first use) or, without a cache, one built into `local`.
+const KernelStack& SharedStack(TrainingKernelCache* cache, const KernelList& kernels, std::unique_ptr<KernelStack>& local);
+/// sum_j K_j: the cache's (built on first use) or, without a cache, computed into `local`.
+const Eigen::MatrixXd& SharedSum(TrainingKernelCache* cache, const KernelList& kernels, Eigen::MatrixXd& local);
+
 /// sum_j w_j K_j
 Eigen::MatrixXd CombineKernels(const KernelList& kernels, const Eigen::VectorXd& weights);
 /// Indices of kernels that are not identically zero.

@@ -70,7 +70,62 @@ Eigen::MatrixXd Model::Scores(const KernelList& testVsTrain) const {
   return S;
 }
 
+TrainingKernelCache::TrainingKernelCache() = default;
+TrainingKernelCache::~TrainingKernelCache() = default;
+
+bool TrainingKernelCache::Bind(const KernelList& kernels) {
+  std::vector<std::pair<const double*, Eigen::Index>> key;
+  key.reserve(kernels.size());
+  for (const auto& K : kernels) key.emplace_back(K.data(), K.rows() * (K.cols() + 1));  // rows and cols both enter the size
+  if (key == key_) return true;
+  key_ = std::move(key);
+  checked_ = false;
+  stack_.reset();
+  sum_.resize(0, 0);
+  return false;
+}
+
+bool CheckedBefore(TrainingKernelCache* cache, const KernelList& kernels) {
+  if (!cache) return false;
+  return cache->Bind(kernels) && cache->checked_;
+}
+
+void MarkChecked(TrainingKernelCache* cache) {
+  if (!cache) return;
+  cache->checked_ = true;
+  ++cache->checksRun_;
+}
+
+const KernelStack& SharedStack(TrainingKernelCache* cache, const KernelList& kernels, std::unique_ptr<KernelStack>& local) {
+  if (!cache) {
+    local = std::make_unique<KernelStack>(kernels);
+    return *local;
+  }
+  if (!cache->Bind(kernels) || !cache->stack_) {
+    cache->stack_ = std::make_unique<KernelStack>(kernels);
+    ++cache->stacksBuilt_;
+  }
+  return *cache->stack_;
+}
+
+const Eigen::MatrixXd& SharedSum(TrainingKernelCache* cache, const KernelList& kernels, Eigen::MatrixXd& local) {
+  const auto ones = Eigen::VectorXd::Ones(static_cast<Eigen::Index>(kernels.size()));
+  if (!cache) {
+    local = CombineKernels(kernels, ones);
+    return local;
+  }
+  if (!cache->Bind(kernels) || cache->sum_.size() == 0) {
+    cache->sum_ = CombineKernels(kernels, ones);
+    ++cache->sumsBuilt_;
+  }
+  return cache->sum_;
+}
+
 void ValidateFitInput(std::string_view learner, const KernelList& train, const Targets& targets, bool allowUnlabelled) {
+  ValidateFitInput(learner, train, targets, FitOptions{}, allowUnlabelled);
+}
+
+void ValidateFitInput(std::string_view learner, const KernelList& train, const Targets& targets, const FitOptions& options, bool allowUnlabelled) {
   const std::string where = "learner " + std::string(learner);
   const Eigen::Index n = targets.y.size();
   if (train.empty()) throw InputError("learners:NoKernel", where, "expected at least one training kernel, got none");
@@ -80,12 +135,17 @@ void ValidateFitInput(std::string_view learner, const KernelList& train, const T
       if (l.multiclass) able.push_back(l.name);
     throw InputError("learners:TaskUnsupported", where, fmt::format("{} is not a multiclass learner; multiclass learners: {}", learner, Join(able, ", ")));
   }
+  // The shapes are checked on every call (O(m)): a cached list checked against other targets is refused too.
   for (std::size_t j = 0; j < train.size(); ++j) {
     const auto& K = train[j];
     if (K.rows() != n || K.cols() != n)
       throw InputError("learners:KernelShape", where,
                        fmt::format("training kernel {} is {}x{}, expected {}x{} (= number of targets)", j, K.rows(), K.cols(), n, n));
-    if (!K.allFinite()) throw InputError("learners:NonFiniteKernel", where, fmt::format("training kernel {} has NaN or infinite entries", j));
+  }
+  if (!CheckedBefore(options.cache, train)) {
+    for (std::size_t j = 0; j < train.size(); ++j)
+      if (!train[j].allFinite()) throw InputError("learners:NonFiniteKernel", where, fmt::format("training kernel {} has NaN or infinite entries", j));
+    MarkChecked(options.cache);
   }
   Eigen::Index labelled = 0;
   for (Eigen::Index i = 0; i < n; ++i) {

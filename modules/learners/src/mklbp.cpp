@@ -30,7 +30,7 @@ class MklBp final : public Learner {
         svmTol_(p.at("svm_tolerance")) {}
 
   Model Fit(const KernelList& train, const Targets& t, const FitOptions& options) const override {
-    ValidateFitInput(Name(), train, t);
+    ValidateFitInput(Name(), train, t, options);
     if (t.task == Task::Regression)
       throw InputError("learners:TaskUnsupported", "learner mkl_bp", "mkl_bp is a classifier (seed 002); for regression use mkelm, enmkl_krr or simplemkl");
     Stopwatch clock;
@@ -43,7 +43,8 @@ class MklBp final : public Learner {
     // Multiclass: one u for all one-vs-rest SVMs; J and s are sums over the classes.
     const auto solver = t.task == Task::Multiclass ? MakeOneVsRestSolver(t, svc) : svc(t.y);
     const Eigen::Index stateSize = t.task == Task::Multiclass ? t.y.size() * t.classes : t.y.size();
-    const KernelStack stack(train);
+    std::unique_ptr<KernelStack> ownStack;
+    const KernelStack& stack = SharedStack(options.cache, train, ownStack);
 
     // Start: the seed's uniform point on the constraint surface, or the neighbour's weights.
     Eigen::VectorXd u = Eigen::VectorXd::Zero(m);

@@ -28,8 +28,8 @@ struct SimpleMklSettings {
 
 class SimpleMklFit {
  public:
-  SimpleMklFit(const KernelList& train, const InnerSolver& solver, const SimpleMklSettings& s, FitInfo& info)
-      : K_(train), stack_(train), screen_(stack_), solver_(solver), s_(s), info_(info), m_(static_cast<Eigen::Index>(train.size())) {}
+  SimpleMklFit(const KernelList& train, TrainingKernelCache* cache, const InnerSolver& solver, const SimpleMklSettings& s, FitInfo& info)
+      : K_(train), stack_(SharedStack(cache, train, ownStack_)), screen_(stack_), solver_(solver), s_(s), info_(info), m_(static_cast<Eigen::Index>(train.size())) {}
 
   InnerSolution Evaluate(const Eigen::VectorXd& d, const InnerSolution* warm) { return Evaluate(stack_.Combine(d), warm); }
   InnerSolution Evaluate(const Eigen::MatrixXd& K, const InnerSolution* warm) {
@@ -266,7 +266,8 @@ class SimpleMklFit {
 
  private:
   const KernelList& K_;
-  const KernelStack stack_;
+  std::unique_ptr<KernelStack> ownStack_;  ///< without a cache: this fit's own stack
+  const KernelStack& stack_;
   ScreenedNorms screen_;
   bool noCurvature_ = false;
   const InnerSolver& solver_;
@@ -283,13 +284,13 @@ class SimpleMkl final : public Learner {
         svmTol_(p.at("svm_tolerance")),
         settings_{p.at("gap_tolerance"), static_cast<int>(p.at("max_iterations")), p.at("line_search_tolerance")} {}
   Model Fit(const KernelList& train, const Targets& t, const FitOptions& o) const override {
-    ValidateFitInput(Name(), train, t);
+    ValidateFitInput(Name(), train, t, o);
     auto svc = [&](const Eigen::VectorXd& y) { return MakeSvcSolver(y, c_, svmTol_, 10'000'000, t.sampleWeights); };
     auto solver = t.task == Task::Classification ? svc(t.y)
                   : t.task == Task::Multiclass   ? MakeOneVsRestSolver(t, svc)  // one beta for all one-vs-rest SVMs
                                                  : MakeSvrSolver(t.y, c_, epsilon_, svmTol_, 10'000'000);
     FitInfo info;
-    return SimpleMklFit(train, *solver, settings_, info).Run(o);
+    return SimpleMklFit(train, o.cache, *solver, settings_, info).Run(o);
   }
   std::string_view Name() const override { return "simplemkl"; }
 

@@ -14,7 +14,7 @@ Model FitOnSum(const KernelList& train, const InnerSolver& solver, const FitOpti
   const auto m = static_cast<Eigen::Index>(train.size());
   // One kernel (the usual baseline on a precombined kernel) is used in place: no n x n copy.
   Eigen::MatrixXd combined;
-  const Eigen::MatrixXd& K = m == 1 ? train[0] : (combined = CombineKernels(train, Eigen::VectorXd::Ones(m)));
+  const Eigen::MatrixXd& K = m == 1 ? train[0] : SharedSum(options.cache, train, combined);
   InnerSolution warm;
   const bool haveWarm = options.warmStart && options.warmStart->solverState.size() > 0;
   if (haveWarm) warm.alpha = options.warmStart->solverState;
@@ -39,7 +39,7 @@ class Svm final : public Learner {
  public:
   explicit Svm(const ParamMap& p) : c_(p.at("c")), tol_(p.at("tolerance")), maxIter_(static_cast<long>(p.at("max_iterations"))) {}
   Model Fit(const KernelList& train, const Targets& t, const FitOptions& o) const override {
-    ValidateFitInput(Name(), train, t);
+    ValidateFitInput(Name(), train, t, o);
     if (t.task == Task::Classification) return FitOnSum(train, *MakeSvcSolver(t.y, c_, tol_, maxIter_, t.sampleWeights), o);
     throw InputError("learners:TaskUnsupported", "learner svm", "svm is a classifier; for regression use krr, enmkl_krr or simplemkl");
   }
@@ -54,7 +54,7 @@ class Krr final : public Learner {
  public:
   explicit Krr(const ParamMap& p) : lambda_(p.at("lambda")) {}
   Model Fit(const KernelList& train, const Targets& t, const FitOptions& o) const override {
-    ValidateFitInput(Name(), train, t);
+    ValidateFitInput(Name(), train, t, o);
     return FitOnSum(train, *MakeKrrSolver(t.y, lambda_, t.sampleWeights), o);
   }
   std::string_view Name() const override { return "krr"; }

@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <Eigen/Core>
@@ -87,10 +88,43 @@ struct Model {
   // preprocessing by weights::SubjectWeights.
 };
 
-/// Optional help for a fit: a model fitted on the same training kernels with neighbouring
-/// parameters (a grid search) to start from. It changes the path, not the optimum.
+class KernelStack;
+
+/// Work that depends on the training kernels only, done once and reused by every fit on the same
+/// kernels (a grid search, several learners on one fold; issue 17): the kernels' finiteness check,
+/// the packed kernel stack of the multiple-kernel learners and the summed kernel of the others. A cache is bound
+/// to one kernel list at a time, recognised by its kernels' addresses and shapes (another list
+/// rebinds it); the caller must not change the kernels' values while passing the same cache. Not
+/// thread-safe: one cache per thread (nested CV keeps one per fold task).
+class TrainingKernelCache {
+ public:
+  TrainingKernelCache();
+  ~TrainingKernelCache();
+  TrainingKernelCache(const TrainingKernelCache&) = delete;
+  TrainingKernelCache& operator=(const TrainingKernelCache&) = delete;
+  long checksRun() const { return checksRun_; }    ///< kernel-list checks done (tests, benchmarks)
+  long stacksBuilt() const { return stacksBuilt_; }  ///< packed stacks built
+  long sumsBuilt() const { return sumsBuilt_; }      ///< summed kernels built
+
+ private:
+  friend bool CheckedBefore(TrainingKernelCache*, const KernelList&);
+  friend void MarkChecked(TrainingKernelCache*);
+  friend const KernelStack& SharedStack(TrainingKernelCache*, const KernelList&, std::unique_ptr<KernelStack>&);
+  friend const Eigen::MatrixXd& SharedSum(TrainingKernelCache*, const KernelList&, Eigen::MatrixXd&);
+  bool Bind(const KernelList& kernels);  ///< true if `kernels` is the list already bound
+  std::vector<std::pair<const double*, Eigen::Index>> key_;
+  bool checked_ = false;
+  std::unique_ptr<KernelStack> stack_;
+  Eigen::MatrixXd sum_;  ///< empty until built
+  long checksRun_ = 0, stacksBuilt_ = 0, sumsBuilt_ = 0;
+};
+
+/// Optional help for a fit. `warmStart`: a model fitted on the same training kernels with
+/// neighbouring parameters (a grid search) to start from; it changes the path, not the optimum.
+/// `cache`: work shared with other fits on the same kernels; it changes neither path nor result.
 struct FitOptions {
   const Model* warmStart = nullptr;
+  TrainingKernelCache* cache = nullptr;
 };
 
 class Learner {
@@ -145,5 +179,8 @@ std::unique_ptr<Learner> MakeLearner(std::string_view learner, const ParamMap& p
 /// Unlabelled (NaN) targets are accepted only with `allowUnlabelled`; the class checks then apply
 /// to the labelled subjects.
 void ValidateFitInput(std::string_view learner, const KernelList& train, const Targets& targets, bool allowUnlabelled = false);
+/// The same; the kernels' check (O(m n^2)) is skipped when `options.cache` has already checked these kernels.
+void ValidateFitInput(std::string_view learner, const KernelList& train, const Targets& targets, const FitOptions& options,
+                      bool allowUnlabelled = false);
 
 }  // namespace neuromkl::learners
