@@ -273,7 +273,7 @@ std::vector<LearnerOutcome> RunNestedCv(const learners::KernelList& kernels, con
       std::vector<bool> ok(grid.size(), false);
       for (std::size_t g = 0; g < grid.size(); ++g) {
         learners::FitOptions fitOptions;
-        fitOptions.cache = semi[l] ? &semiCache : &supervisedCache;
+        if (options.shareFoldWork) fitOptions.cache = semi[l] ? &semiCache : &supervisedCache;
         if (const auto w = NearestFitted(grid, ok, g)) fitOptions.warmStart = &fitted[*w];
         try {
           fitted[g] = learnerObjects[firstObject[l] + g]->Fit(fk.train, yTrain, fitOptions);
@@ -323,7 +323,7 @@ std::vector<LearnerOutcome> RunNestedCv(const learners::KernelList& kernels, con
           if (Better(targets.task, r.innerScores[g], r.innerScores[r.chosen])) r.chosen = g;  // strict: ties keep the earlier point
       }
       try {
-        r.model = learnerObjects[firstObject[l] + r.chosen]->Fit(fk.train, yTrain, learners::FitOptions{nullptr, semi[l] ? &semiCache : &supervisedCache});
+        r.model = learnerObjects[firstObject[l] + r.chosen]->Fit(fk.train, yTrain, learners::FitOptions{nullptr, !options.shareFoldWork ? nullptr : semi[l] ? &semiCache : &supervisedCache});
         if (targets.task == learners::Task::Multiclass) {
           r.scores = r.model.Scores(fk.test);
           r.decision = metrics::PredictedClasses(r.scores);  // NaN where a score is not finite

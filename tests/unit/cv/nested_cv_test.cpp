@@ -125,6 +125,31 @@ TEST(NestedCv, SignalIsFoundAndNoSignalIsChance) {
 
 namespace {
 
+TEST(NestedCv, SharingFoldWorkBetweenFitsChangesNothing) {
+  // The per-fold training-kernel cache (issue 17) is shared by every grid point of every learner on
+  // a fold, supervised and semi-supervised: the results must be bit-identical to fits that each do
+  // their own kernel check, stack and sum.
+  const auto p = neuromkl::testing::MakeMklProblem(36, 3, {0}, 1.0, 23);
+  const learners::Targets labelled{learners::Task::Classification, p.targets.y.head(30)};
+  const auto outer = cv::MakeFolds({cv::Scheme::StratifiedKFold, 3, 1}, learners::Task::Classification, labelled.y, {}, {}, 8, "outer");
+  auto plans = Plans();
+  plans.push_back({"sm", "simplemkl", cv::ExpandGrid({}, {{"c", {0.1, 10}}})});
+  plans.push_back({"dk", "dkelm", cv::ExpandGrid({{"neighbours", 4}, {"deformation", 2}}, {{"c", {0.1, 10}}})});
+  cv::NestedCvOptions shared, perFit;
+  shared.unlabelled = perFit.unlabelled = 6;
+  shared.probabilities = perFit.probabilities = true;
+  perFit.shareFoldWork = false;
+  const auto a = cv::RunNestedCv(p.kernels, labelled, outer, Inner(3), plans, shared);
+  const auto b = cv::RunNestedCv(p.kernels, labelled, outer, Inner(3), plans, perFit);
+  for (std::size_t l = 0; l < a.size(); ++l)
+    for (std::size_t f = 0; f < a[l].folds.size(); ++f) {
+      EXPECT_EQ(a[l].folds[f].decision, b[l].folds[f].decision) << a[l].label;
+      EXPECT_EQ(a[l].folds[f].innerScores, b[l].folds[f].innerScores) << a[l].label;
+      EXPECT_EQ(a[l].folds[f].model.beta, b[l].folds[f].model.beta) << a[l].label;
+      EXPECT_EQ(a[l].folds[f].model.coef, b[l].folds[f].model.coef) << a[l].label;
+    }
+}
+
 TEST(NestedCv, UnlabelledSubjectsReachOnlySemiSupervisedLearnersAndNeverTheirTestFold) {
   // 30 labelled + 6 unlabelled subjects (the last 6 rows of the kernels).
   const auto p = neuromkl::testing::MakeMklProblem(36, 2, {0}, 1.0, 19);

@@ -97,6 +97,9 @@ struct NestedCvOptions {
   bool probabilities = false;
   /// Regression: linear bias correction per outer fold (OuterFoldResult::bias), fitted like Platt scaling.
   bool biasCorrection = false;
+  /// Fits on one fold's kernels share their check, packed stack and sum (learners::TrainingKernelCache).
+  /// Results are identical either way; false only to measure what the sharing saves (bench_nested_cv).
+  bool shareFoldWork = true;
 };
 
 /// `kernels`: raw (n + unlabelled) x (n + unlabelled) kernels; `targets`: n values. InputError for folds that
