@@ -1,5 +1,5 @@
-// The distributed kernel stage of `neuromkl run` under mpirun (docs/batch.md, "Cohorts whose subject
-// data do not fit one rank"). Rank p owns the subjects [p n / P, (p + 1) n / P) and decodes only
+// The distributed kernel stage of `neuromkl run` under mpirun (docs/batch.md, "Subject data that do
+// not fit one rank"). Rank p owns the subjects [p n / P, (p + 1) n / P) and decodes only
 // them (each image is decoded once in the whole job). The non-finite rule is agreed by a sum of
 // per-column counts, the reference row (subject 0 after that rule) is broadcast from rank 0, and
 // the data blocks travel round a ring: at step s rank p holds block p - s and forms K_r(p, p - s)

@@ -1,6 +1,6 @@
 #pragma once
-// The kernel stage of `neuromkl run` spread over MPI ranks (docs/batch.md, "Cohorts whose subject
-// data do not fit one rank"): when the subjects x voxels data exceed the per-rank budget
+// The kernel stage of `neuromkl run` spread over MPI ranks (docs/batch.md, "Subject data that do
+// not fit one rank"): when the subjects x voxels data exceed the per-rank budget
 // (kernels.memory_budget_mb), every rank decodes only its own block of subjects, the region kernel
 // blocks K_r(p, q) = X_p,r X_q,r' are formed by a ring exchange of the data blocks, and rank 0
 // gathers the kernels and runs the rest of the study alone. Without MPI (or with one rank) nothing
