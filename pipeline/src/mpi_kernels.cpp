@@ -204,7 +204,7 @@ std::vector<int> PartnersOf(int p, int P) {
 /// set; the other ranks pass nullptr (they rebuild the inputs from `study`) and get nothing.
 /// Returns false on the other ranks when some rank failed (rank 0 throws instead).
 bool RunStage(const StageInputs* given, const config::StudyConfig* study, int sourceIndex, std::exception_ptr studyFailure, kernels::KernelSet* out,
-              kernels::RegionKernelReport* report) {
+              kernels::RegionKernelReport* report, const StageInputs* prepared = nullptr, std::exception_ptr preparedFailure = nullptr) {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   const int P = Size();
@@ -213,14 +213,15 @@ bool RunStage(const StageInputs* given, const config::StudyConfig* study, int so
   // 1. The inputs, and that every rank sees the same cohort.
   StageInputs rebuilt;
   std::exception_ptr failure = studyFailure;
-  if (!given && !failure) {
+  if (!given && !failure && !prepared) {
     try {
       rebuilt = RebuildInputs(*study, sourceIndex);
     } catch (...) {
       failure = std::current_exception();
     }
   }
-  const StageInputs& in = given ? *given : rebuilt;
+  if (!given && !failure && prepared) failure = preparedFailure;
+  const StageInputs& in = given ? *given : prepared ? *prepared : rebuilt;
   char digest[33] = {};
   std::int64_t n = 0;
   if (rank == 0) {
@@ -363,6 +364,18 @@ int ServeRunKernels(const std::string& studyPath, int threads) {
     studyFailure = std::current_exception();  // reported by rank 0, which fails on the same file
   }
   const ThreadLimit limit(study ? study->threads : 0);
+  // An images study: its inputs are rebuilt while rank 0 prepares the same (cohort, hashes), not
+  // after it asks for the stage (kernels.sources: each source's when it is asked for).
+  std::optional<StageInputs> prepared;
+  std::exception_ptr preparedFailure;
+  if (study && study->kernels.source == config::KernelSource::Images) {
+    try {
+      prepared = RebuildInputs(*study, -1);
+    } catch (...) {
+      preparedFailure = std::current_exception();
+      prepared.emplace();
+    }
+  }
   for (;;) {
     int message[2] = {kStop, 0};
     MPI_Request request;
@@ -370,7 +383,8 @@ int ServeRunKernels(const std::string& studyPath, int threads) {
     WaitIdle(request);
     if (message[0] == kStop) return kExitOk;
     try {
-      RunStage(nullptr, study ? &*study : nullptr, message[1], studyFailure, nullptr, nullptr);
+      const bool usePrepared = prepared && message[1] < 0;
+      RunStage(nullptr, study ? &*study : nullptr, message[1], studyFailure, nullptr, nullptr, usePrepared ? &*prepared : nullptr, preparedFailure);
     } catch (const std::exception& e) {  // not expected: the stage reports failures through rank 0
       spdlog::error("kernels: {}", e.what());
     }
