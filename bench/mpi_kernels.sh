@@ -29,27 +29,25 @@ s["kernels"] = {"cache": False, "memory_budget_mb": float(sys.argv[2])}
 json.dump(s, open(p, "w"))
 PY
 echo "kernel stage of $subjects subjects (simulated, downsample $downsample), per-rank budget $budget MiB; $(nproc) cores"
-run() {  # label, ranks (0 = plain process)
-  local label=$1 ranks=$2
-  local out="$work/results_$ranks"
-  if [ "$ranks" = 0 ]; then
-    "$neuromkl" run "$work/cohort/study.json" --out "$out" > "$work/log_$ranks" 2>&1 || { tail -20 "$work/log_$ranks"; exit 1; }
-    grep -oE "[0-9.]+ MiB of subject data exceed[^;]*" "$work/log_$ranks" | head -1 || true
-  else
-    "${mpi[@]}" -np "$ranks" "$neuromkl" run "$work/cohort/study.json" --out "$out" > "$work/log_$ranks" 2>&1 || { tail -20 "$work/log_$ranks"; exit 1; }
-  fi
+run() {  # label, output name, threads per process, command...
+  local label=$1 name=$2 threads=$3; shift 3
+  local out="$work/results_$name"
+  "$@" run "$work/cohort/study.json" --out "$out" --threads "$threads" > "$work/log_$name" 2>&1 || { tail -20 "$work/log_$name"; exit 1; }
+  [ "$name" = 1 ] && { grep -oE "[0-9.]+ MiB of subject data exceed[^;]*" "$work/log_$name" | head -1 || true; }
   python3 - "$label" "$out/results.json" <<'PY'
 import json, sys
 r = json.load(open(sys.argv[2]))
 s = r["seconds"]
 d = r["kernels"].get("distributed", {})
-print(f"{sys.argv[1]:<34} kernel stage {s['kernels']:6.2f} s (read {s['kernels_read_images']:6.2f} s, products {s['kernels_products']:6.2f} s)"
+print(f"{sys.argv[1]:<40} kernel stage {s['kernels']:6.2f} s (read {s['kernels_read_images']:6.2f} s, products+gather {s['kernels_products']:6.2f} s)"
       f"  ranks {d.get('ranks', 1)}")
 PY
 }
-run "1 process (out of core)" 0
-run "mpirun -np 2" 2
-run "mpirun -np 3 (oversubscribed)" 3
+# One thread per rank under mpirun (the ranks share this machine's cores).
+run "1 process, 2 threads (out of core)" 1 2 "$neuromkl"
+run "1 process, 1 thread (out of core)" 1t 1 "$neuromkl"
+run "mpirun -np 2, 1 thread each" 2 1 "${mpi[@]}" -np 2 "$neuromkl"
+run "mpirun -np 3, 1 thread each (oversub.)" 3 1 "${mpi[@]}" -np 3 "$neuromkl"
 # Kernels: every run's raw kernels (results/kernels/*.npy) against the single-process ones.
 python3 - "$work" <<'PY'
 import glob, os, struct, sys, array, ast
@@ -58,7 +56,7 @@ def npy(f):
     b = open(f, "rb").read()
     hl = int.from_bytes(b[8:10], "little")
     a = array.array("d"); a.frombytes(b[10 + hl:]); return a
-ref = {os.path.basename(f): npy(f) for f in glob.glob(f"{work}/results_0/kernels/*.npy")}
+ref = {os.path.basename(f): npy(f) for f in glob.glob(f"{work}/results_1/kernels/*.npy")}
 if not ref:
     print("(no raw kernels in the outputs to compare)"); sys.exit(0)
 for ranks in (2, 3):
@@ -70,10 +68,10 @@ for ranks in (2, 3):
     print(f"kernels of {ranks} ranks vs 1 process: max |difference| / max |K| = {worst:.2e}")
 PY
 for ranks in 2 3; do
-  if cmp -s "$work/results_0/predictions.tsv" "$work/results_$ranks/predictions.tsv"; then
+  if cmp -s "$work/results_1/predictions.tsv" "$work/results_$ranks/predictions.tsv"; then
     echo "predictions.tsv identical: $ranks ranks"
   else
-    python3 - "$work/results_0/predictions.tsv" "$work/results_$ranks/predictions.tsv" "$ranks" <<'PY'
+    python3 - "$work/results_1/predictions.tsv" "$work/results_$ranks/predictions.tsv" "$ranks" <<'PY'
 import sys
 a = [l.split("\t") for l in open(sys.argv[1]).read().split("\n")]
 b = [l.split("\t") for l in open(sys.argv[2]).read().split("\n")]
