@@ -19,6 +19,7 @@
 #include "neuromkl/core/progress.hpp"
 #include "neuromkl/core/strings.hpp"
 #include "neuromkl/pipeline/batch_run.hpp"
+#include "neuromkl/pipeline/mpi_kernels.hpp"
 #include "neuromkl/pipeline/mpi_session.hpp"
 #include "neuromkl/pipeline/predict.hpp"
 #include "neuromkl/pipeline/study_context.hpp"
@@ -87,7 +88,8 @@ int main(int argc, char** argv) {
   app.add_flag("-q,--quiet", quiet, "only warnings and errors");
   app.add_flag("-v,--verbose", verbose, "debug output");
 
-  auto* run = app.add_subcommand("run", "run a study: kernels, learners, results in an output folder");
+  auto* run = app.add_subcommand("run", "run a study: kernels, learners, results in an output folder (under mpirun, the kernel stage is spread over "
+                                        "the ranks when the subject data exceed kernels.memory_budget_mb)");
   std::string runStudy, outDir;
   int threads = -1;
   bool force = false;
@@ -183,6 +185,10 @@ int main(int argc, char** argv) {
   }
   try {
     if (*run) {
+      pipeline::MpiSession mpi(argc, argv);
+      // Under mpirun, ranks > 0 only help with a kernel stage whose data exceed one rank's budget.
+      if (pipeline::MpiActive() && pipeline::MpiRank() != 0) return pipeline::ServeRunKernels(runStudy, threads);
+      const pipeline::KernelRanks kernelRanks;  // rank 0: tells the other ranks to stop when the run ends, however it ends
       const config::StudyConfig study = config::LoadStudyConfig(runStudy);
       pipeline::RunOptions options;
       options.outDir = outDir;

@@ -19,6 +19,7 @@
 #include "neuromkl/core/table.hpp"
 #include "neuromkl/io/nifti.hpp"
 #include "neuromkl/pipeline/connectivity.hpp"
+#include "neuromkl/pipeline/mpi_kernels.hpp"
 
 namespace neuromkl::pipeline {
 
@@ -440,10 +441,11 @@ KernelStageResult RunSourcesStage(const config::StudyConfig& study, const Cohort
   bool allHits = true;
   Hasher h;
   h.Update(std::string_view("neuromkl-kernel-sources-v1"));
-  for (const auto& source : study.kernels.sources) {
+  for (std::size_t i = 0; i < study.kernels.sources.size(); ++i) {
+    const auto& source = study.kernels.sources[i];
     const auto d = SourceStudy(study, source);
     const Cohort sc = SourceCohort(d, source, cohort);
-    KernelStageResult sub = RunKernelStage(d, sc, scratchDir);
+    KernelStageResult sub = RunKernelStage(d, sc, scratchDir, static_cast<int>(i));
     h.Update(source.name).Update(sub.key);
     if (sub.set.subjects != cohort.ids)
       throw InputError("sources:Subjects", source.name, "the source's kernels do not cover the subjects of the table in its order");
@@ -466,6 +468,8 @@ KernelStageResult RunSourcesStage(const config::StudyConfig& study, const Cohort
     res.report.productSeconds += sub.report.productSeconds;
     res.report.totalSeconds += sub.report.totalSeconds;
     res.report.droppedVoxels += sub.report.droppedVoxels;
+    res.report.ranks = std::max(res.report.ranks, sub.report.ranks);
+    res.report.rankBudgetBytes = std::max(res.report.rankBudgetBytes, sub.report.rankBudgetBytes);
     res.sourceNames.push_back(source.name);
     res.sourceKernelCounts.push_back(sub.set.Size());
     res.sourceCacheHits.push_back(sub.cacheHit);
@@ -485,7 +489,18 @@ KernelStageResult RunSourcesStage(const config::StudyConfig& study, const Cohort
 }
 }  // namespace
 
-KernelStageResult RunKernelStage(const config::StudyConfig& study, const Cohort& cohort, const std::string& scratchDir) {
+kernels::RegionKernelOptions RegionKernelOptionsOf(const config::StudyConfig& study, const atlas::RegionIndex& index, const std::string& scratchDir) {
+  kernels::RegionKernelOptions options;
+  options.nanPolicy = study.kernels.nanPolicy;
+  options.memoryBudgetBytes = static_cast<std::uint64_t>(study.kernels.memoryBudgetMb * 1048576.0);
+  options.threads = study.threads;
+  options.scratchDir = scratchDir;
+  options.intensity = study.kernels.intensity.scaling;
+  options.referenceVoxels = ReferenceVoxels(study, index);
+  return options;
+}
+
+KernelStageResult RunKernelStage(const config::StudyConfig& study, const Cohort& cohort, const std::string& scratchDir, int sourceIndex) {
   if (study.kernels.source == KernelSource::Sources) return RunSourcesStage(study, cohort, scratchDir);
   KernelStageResult res;
   res.key = KernelCacheKey(study, cohort);
@@ -520,14 +535,11 @@ KernelStageResult RunKernelStage(const config::StudyConfig& study, const Cohort&
   switch (study.kernels.source) {
     case KernelSource::Images: {
       const atlas::RegionIndex& index = *res.regions;
-      kernels::RegionKernelOptions options;
-      options.nanPolicy = study.kernels.nanPolicy;
-      options.memoryBudgetBytes = static_cast<std::uint64_t>(study.kernels.memoryBudgetMb * 1048576.0);
-      options.threads = study.threads;
-      options.scratchDir = scratchDir;
-      options.intensity = study.kernels.intensity.scaling;
-      options.referenceVoxels = ReferenceVoxels(study, index);
-      res.set = kernels::ComputeRegionKernels(cohort.ids, cohort.images, index, options, &res.report);
+      const kernels::RegionKernelOptions options = RegionKernelOptionsOf(study, index, scratchDir);
+      if (DistributeKernels(cohort.images.size(), index, options))  // under mpirun, when the data exceed one rank's budget
+        res.set = DistributedRegionKernels(sourceIndex, cohort.ids, cohort.images, index, options, &res.report);
+      else
+        res.set = kernels::ComputeRegionKernels(cohort.ids, cohort.images, index, options, &res.report);
       for (const auto& r : index.emptyRegions) {
         kernels::ExcludedKernel e;
         e.info.name = r.name;

@@ -62,6 +62,9 @@ std::string RunRecordJson(const RunRecord& r) {
     j["kernels"]["regions"].push_back(e);
   }
   j["kernels"]["min_subjects_with_signal"] = r.minSubjectsWithSignal;
+  if (r.kernelRanks > 1)  // absent for a single process, so its results.json is unchanged
+    j["kernels"]["distributed"] = {{"ranks", r.kernelRanks}, {"rank_memory_budget_mb", r.kernelRankBudgetMb},
+                                   {"note", "each rank decoded its own block of subjects; kernel blocks by a ring exchange, gathered on rank 0"}};
   if (r.outsideAtlasShare >= 0) j["kernels"]["non_zero_outside_atlas_share"] = r.outsideAtlasShare;
   if (!r.intensityScaling.empty())
     j["kernels"]["intensity"] = {{"scaling", r.intensityScaling}, {"scale", r.intensityScale},

@@ -108,6 +108,62 @@ Layout MakeLayout(const atlas::RegionIndex& regions) {
   return L;
 }
 
+/// Pass 1 for one decoded subject image: checks its grid, gathers the region columns into `row`
+/// (non-finite values as 0, their columns into `bad`), counts non-zero values inside and outside the
+/// atlas, and applies intensity scaling; returns the subject's divisor (1 without scaling).
+double FillRow(const io::Volume& vol, const std::string& subject, const atlas::RegionIndex& regions, const Layout& layout,
+               const std::vector<char>& insideAtlas, const RegionKernelOptions& options, float* row, std::vector<std::int64_t>& bad,
+               std::int64_t& inside, std::int64_t& outside) {
+  const std::int64_t V = layout.Columns();
+  if (const auto diff = vol.geometry.DifferenceFrom(regions.grid); !diff.empty())
+    throw GeometryMismatch("input:GridMismatch", "subject " + subject,
+                           "image grid differs from the cohort grid (" + regions.grid.Describe() + "): " + diff +
+                               "; every image of a cohort must be on one grid");
+  std::int64_t finite = 0;
+  double atlasSum = 0;  // the global mean for intensity scaling: raw values of the atlas voxels, each once
+  std::int64_t atlasFinite = 0;
+  for (std::size_t v = 0; v < vol.data.size(); ++v) {
+    const float x = vol.data[v];
+    if (!std::isfinite(x)) continue;
+    if (insideAtlas[v]) atlasSum += x, ++atlasFinite;
+    if (x != 0.0f) ++(insideAtlas[v] ? inside : outside);
+  }
+  const bool scaled = !layout.columnScale.empty();
+  for (const auto& [voxel, c] : layout.voxelColumn) {
+    const float v = vol.data[static_cast<std::size_t>(voxel)];
+    if (std::isfinite(v)) {
+      row[c] = scaled ? v * layout.columnScale[static_cast<std::size_t>(c)] : v;
+      ++finite;
+    } else {
+      row[c] = 0.0f;
+      bad.push_back(c);
+    }
+  }
+  std::sort(bad.begin(), bad.end());
+  if (finite == 0)
+    throw InputError("input:AllNonFinite", "subject " + subject,
+                     fmt::format("all {} voxels inside the atlas regions are NaN or infinite; the image holds no data", V));
+  if (options.intensity != IntensityScaling::None) {
+    // The subject's own mean of its raw finite values (before any probabilistic weighting).
+    double sum = atlasSum;
+    std::int64_t count = atlasFinite;
+    if (options.intensity == IntensityScaling::ReferenceRegions) {
+      sum = 0, count = 0;
+      for (auto v : options.referenceVoxels)
+        if (const float x = vol.data[static_cast<std::size_t>(v)]; std::isfinite(x)) sum += x, ++count;
+    }
+    const double mean = count > 0 ? sum / static_cast<double>(count) : 0.0;
+    if (!(mean > 0) || !std::isfinite(mean))
+      throw InputError("input:IntensityScale", "subject " + subject,
+                       fmt::format("intensity scaling needs a positive mean, found {} over the {}", mean,
+                                   options.intensity == IntensityScaling::GlobalMean ? "atlas voxels" : "reference region voxels"));
+    const float inverse = static_cast<float>(1.0 / mean);
+    for (std::int64_t c = 0; c < V; ++c) row[c] *= inverse;
+    return mean;
+  }
+  return 1.0;
+}
+
 /// out = X_a[:, cols] X_b[:, cols]^T for one region (rows of a x rows of b), computed as
 ///   (X_a - 1 r')(X_b - 1 r')' + u_a 1' + 1 u_b' + r'r,   u = (X - 1 r') r,
 /// with r a reference subject's row. The products of the differences run in float32 BLAS
@@ -262,58 +318,13 @@ KernelSet ComputeRegionKernels(const std::vector<std::string>& subjectIds, const
       const auto tRest = Clock::now();
       decodeNs += std::chrono::duration_cast<std::chrono::nanoseconds>(tRest - tDecode).count();
       const std::string subject = subjectIds[static_cast<std::size_t>(s)] + " (" + imagePaths[static_cast<std::size_t>(s)] + ")";
-      if (const auto diff = vol.geometry.DifferenceFrom(regions.grid); !diff.empty())
-        throw GeometryMismatch("input:GridMismatch", "subject " + subject,
-                               "image grid differs from the cohort grid (" + regions.grid.Describe() + "): " + diff +
-                                   "; every image of a cohort must be on one grid");
       std::vector<float> localRow(inMemory ? 0 : static_cast<std::size_t>(V));
       float* row = inMemory ? data.get() + s * V : localRow.data();
-      std::int64_t finite = 0;
-      auto& bad = badColumns[static_cast<std::size_t>(s)];
       std::int64_t inside = 0, outside = 0;
-      double atlasSum = 0;  // the global mean for intensity scaling: raw values of the atlas voxels, each once
-      std::int64_t atlasFinite = 0;
-      for (std::size_t v = 0; v < vol.data.size(); ++v) {
-        const float x = vol.data[v];
-        if (!std::isfinite(x)) continue;
-        if (insideAtlas[v]) atlasSum += x, ++atlasFinite;
-        if (x != 0.0f) ++(insideAtlas[v] ? inside : outside);
-      }
+      const double scale = FillRow(vol, subject, regions, layout, insideAtlas, options, row, badColumns[static_cast<std::size_t>(s)], inside, outside);
       nonZeroInside += inside;
       nonZeroOutside += outside;
-      const bool scaled = !layout.columnScale.empty();
-      for (const auto& [voxel, c] : layout.voxelColumn) {
-        const float v = vol.data[static_cast<std::size_t>(voxel)];
-        if (std::isfinite(v)) {
-          row[c] = scaled ? v * layout.columnScale[static_cast<std::size_t>(c)] : v;
-          ++finite;
-        } else {
-          row[c] = 0.0f;
-          bad.push_back(c);
-        }
-      }
-      std::sort(bad.begin(), bad.end());
-      if (finite == 0)
-        throw InputError("input:AllNonFinite", "subject " + subject,
-                         fmt::format("all {} voxels inside the atlas regions are NaN or infinite; the image holds no data", V));
-      if (options.intensity != IntensityScaling::None) {
-        // The subject's own mean of its raw finite values (before any probabilistic weighting).
-        double sum = atlasSum;
-        std::int64_t count = atlasFinite;
-        if (options.intensity == IntensityScaling::ReferenceRegions) {
-          sum = 0, count = 0;
-          for (auto v : options.referenceVoxels)
-            if (const float x = vol.data[static_cast<std::size_t>(v)]; std::isfinite(x)) sum += x, ++count;
-        }
-        const double mean = count > 0 ? sum / static_cast<double>(count) : 0.0;
-        if (!(mean > 0) || !std::isfinite(mean))
-          throw InputError("input:IntensityScale", "subject " + subject,
-                           fmt::format("intensity scaling needs a positive mean, found {} over the {}", mean,
-                                       options.intensity == IntensityScaling::GlobalMean ? "atlas voxels" : "reference region voxels"));
-        scales[static_cast<std::size_t>(s)] = mean;
-        const float inverse = static_cast<float>(1.0 / mean);
-        for (std::int64_t c = 0; c < V; ++c) row[c] *= inverse;
-      }
+      if (!scales.empty()) scales[static_cast<std::size_t>(s)] = scale;
       if (scratch) scratch->Write(row, static_cast<std::size_t>(V), static_cast<std::uint64_t>(s) * rowBytes);
       restNs += std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - tRest).count();
       progress.Advance();
@@ -325,37 +336,16 @@ KernelSet ComputeRegionKernels(const std::vector<std::string>& subjectIds, const
   spdlog::debug("kernels: read pass {:.3f} s", rep.readSeconds);
   const auto tRule = Clock::now();
   // ---- the non-finite rule ----
-  KernelSet set;
-  set.subjects = subjectIds;
+  std::vector<std::int32_t> nonFiniteCount(static_cast<std::size_t>(V), 0);
+  for (const auto& bad : badColumns)
+    for (auto c : bad) ++nonFiniteCount[static_cast<std::size_t>(c)];
+  std::vector<std::int64_t> droppedList;
+  KernelSet set = RegionKernelHeader(subjectIds, regions, nonFiniteCount, options.nanPolicy, droppedList);
   set.intensityScale = std::move(scales);
   set.nonZeroInsideAtlas = nonZeroInside;
   set.nonZeroOutsideAtlas = nonZeroOutside;
-  set.info.resize(R);
-  for (std::size_t r = 0; r < R; ++r) {
-    set.info[r].name = regions.regions[r].name;
-    set.info[r].label = regions.regions[r].label;
-    set.info[r].atlasVoxels = regions.regions[r].atlasVoxels;
-  }
-  std::vector<char> dropColumn(static_cast<std::size_t>(V), 0);
-  for (const auto& bad : badColumns)
-    for (auto c : bad) {
-      ++set.info[static_cast<std::size_t>(layout.columnRegion[static_cast<std::size_t>(c)])].zeroedValues;
-      dropColumn[static_cast<std::size_t>(c)] = 1;
-    }
-  std::vector<std::int64_t> droppedList;
-  for (std::int64_t c = 0; c < V; ++c)
-    if (dropColumn[static_cast<std::size_t>(c)]) {
-      droppedList.push_back(c);
-      ++set.info[static_cast<std::size_t>(layout.columnRegion[static_cast<std::size_t>(c)])].nonFiniteVoxels;
-    }
-  rep.droppedVoxels = static_cast<std::int64_t>(droppedList.size());
+  rep.droppedVoxels = static_cast<std::int64_t>(std::count_if(nonFiniteCount.begin(), nonFiniteCount.end(), [](std::int32_t k) { return k > 0; }));
   const bool dropVoxels = options.nanPolicy == NanPolicy::DropVoxel;
-  for (std::size_t r = 0; r < R; ++r) {
-    auto& info = set.info[r];
-    const std::int64_t regionVoxels = layout.offset[r + 1] - layout.offset[r];
-    info.features = dropVoxels ? regionVoxels - info.nonFiniteVoxels : regionVoxels;
-    if (dropVoxels) info.zeroedValues = 0;  // nothing is zeroed: whole voxels are dropped
-  }
   auto applyDrop = [&](float* rows, std::int64_t count) {
     if (!dropVoxels) return;  // the zero rule already wrote 0 in place of each non-finite value
     for (std::int64_t i = 0; i < count; ++i)
@@ -419,8 +409,97 @@ KernelSet ComputeRegionKernels(const std::vector<std::string>& subjectIds, const
   spdlog::debug("kernels: products {:.3f} s", rep.productSeconds);
   const auto tTail = Clock::now();
 
-  // ---- regions that carry nothing ----
-  for (std::size_t r = R; r-- > 0;) {
+  ExcludeEmptyRegions(set, rep);
+  spdlog::debug("kernels: exclusions {:.3f} s", Since(tTail));
+  rep.totalSeconds = Since(start);
+  spdlog::debug("kernels: total {:.3f} s", rep.totalSeconds);
+  return set;
+}
+
+// ---- the pieces of ComputeRegionKernels that a kernel stage spread over processes uses ----
+
+std::vector<std::int64_t> RegionColumnOffsets(const atlas::RegionIndex& regions) { return MakeLayout(regions).offset; }
+
+SubjectRows ReadSubjectRows(const std::vector<std::string>& subjectIds, const std::vector<std::string>& imagePaths, const atlas::RegionIndex& regions,
+                            const RegionKernelOptions& options) {
+  const Layout layout = MakeLayout(regions);
+  std::vector<char> insideAtlas(static_cast<std::size_t>(regions.grid.VoxelCount()), 0);
+  for (const auto& [voxel, c] : layout.voxelColumn) insideAtlas[static_cast<std::size_t>(voxel)] = 1;
+  const auto n = static_cast<std::int64_t>(imagePaths.size());
+  SubjectRows out;
+  out.columns = layout.Columns();
+  out.data.resize(static_cast<std::size_t>(n * out.columns));
+  out.nonFiniteCount.assign(static_cast<std::size_t>(out.columns), 0);
+  out.intensityScale.assign(options.intensity == IntensityScaling::None ? 0 : static_cast<std::size_t>(n), 1.0);
+  std::vector<std::vector<std::int64_t>> badColumns(static_cast<std::size_t>(n));
+  std::atomic<std::int64_t> nonZeroInside{0}, nonZeroOutside{0};
+  std::unique_ptr<tbb::global_control> limit;
+  if (options.threads > 0) limit = std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism, options.threads);
+  Progress progress("reading images", static_cast<std::size_t>(n));
+  tbb::parallel_for(std::int64_t{0}, n, [&](std::int64_t s) {
+    thread_local io::Volume vol;
+    const auto i = static_cast<std::size_t>(s);
+    io::ReadVolume(imagePaths[i], vol);
+    std::int64_t inside = 0, outside = 0;
+    const double scale = FillRow(vol, subjectIds[i] + " (" + imagePaths[i] + ")", regions, layout, insideAtlas, options, out.data.data() + s * out.columns,
+                                 badColumns[i], inside, outside);
+    nonZeroInside += inside;
+    nonZeroOutside += outside;
+    if (!out.intensityScale.empty()) out.intensityScale[i] = scale;
+    progress.Advance();
+  });
+  for (const auto& bad : badColumns)
+    for (auto c : bad) ++out.nonFiniteCount[static_cast<std::size_t>(c)];
+  out.nonZeroInsideAtlas = nonZeroInside;
+  out.nonZeroOutsideAtlas = nonZeroOutside;
+  return out;
+}
+
+KernelSet RegionKernelHeader(const std::vector<std::string>& subjectIds, const atlas::RegionIndex& regions, const std::vector<std::int32_t>& nonFiniteCount,
+                             NanPolicy nanPolicy, std::vector<std::int64_t>& droppedColumns) {
+  const Layout layout = MakeLayout(regions);
+  const std::int64_t V = layout.Columns();
+  const std::size_t R = regions.regions.size();
+  KernelSet set;
+  set.subjects = subjectIds;
+  set.info.resize(R);
+  for (std::size_t r = 0; r < R; ++r) {
+    set.info[r].name = regions.regions[r].name;
+    set.info[r].label = regions.regions[r].label;
+    set.info[r].atlasVoxels = regions.regions[r].atlasVoxels;
+  }
+  droppedColumns.clear();
+  for (std::int64_t c = 0; c < V; ++c) {
+    const auto count = nonFiniteCount[static_cast<std::size_t>(c)];
+    if (count == 0) continue;
+    auto& info = set.info[static_cast<std::size_t>(layout.columnRegion[static_cast<std::size_t>(c)])];
+    info.zeroedValues += count;
+    ++info.nonFiniteVoxels;
+    if (nanPolicy == NanPolicy::DropVoxel) droppedColumns.push_back(c);
+  }
+  const bool dropVoxels = nanPolicy == NanPolicy::DropVoxel;
+  for (std::size_t r = 0; r < R; ++r) {
+    auto& info = set.info[r];
+    const std::int64_t regionVoxels = layout.offset[r + 1] - layout.offset[r];
+    info.features = dropVoxels ? regionVoxels - info.nonFiniteVoxels : regionVoxels;
+    if (dropVoxels) info.zeroedValues = 0;  // nothing is zeroed: whole voxels are dropped
+  }
+  return set;
+}
+
+void RegionKernelBlocks(const float* xa, std::int64_t na, const float* xb, std::int64_t nb, std::int64_t columns, const float* reference,
+                        const std::vector<std::int64_t>& offsets, bool same, std::vector<Eigen::MatrixXd>& out) {
+  UseSingleThreadedBlas();
+  const std::size_t R = offsets.size() - 1;
+  out.resize(R);
+  tbb::parallel_for(std::size_t{0}, R, [&](std::size_t r) {
+    thread_local std::vector<float> bufA, bufB, prod;
+    AccumulateRegion(xa, na, xb, nb, columns, reference, offsets[r], offsets[r + 1], same, out[r], bufA, bufB, prod);
+  });
+}
+
+void ExcludeEmptyRegions(KernelSet& set, RegionKernelReport& rep) {
+  for (std::size_t r = set.info.size(); r-- > 0;) {
     if (set.info[r].features == 0) {
       set.excluded.push_back({set.info[r], "no voxel left: every voxel is non-finite in at least one subject"});
       set.kernels.erase(set.kernels.begin() + static_cast<std::ptrdiff_t>(r));
@@ -431,10 +510,6 @@ KernelSet ComputeRegionKernels(const std::vector<std::string>& subjectIds, const
   for (const auto& e : set.excluded)
     if (e.info.features == 0) rep.warnings.push_back("region " + e.info.name + " excluded: " + e.reason);
   for (const auto& w : rep.warnings) spdlog::warn("{}", w);
-  spdlog::debug("kernels: exclusions {:.3f} s", Since(tTail));
-  rep.totalSeconds = Since(start);
-  spdlog::debug("kernels: total {:.3f} s", rep.totalSeconds);
-  return set;
 }
 
 }  // namespace neuromkl::kernels

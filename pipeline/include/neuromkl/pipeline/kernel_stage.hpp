@@ -78,6 +78,10 @@ struct TabularGroupFeatures {
   Eigen::VectorXd mean, sd;
 };
 std::vector<TabularGroupFeatures> TabularFeatures(const config::StudyConfig& study, const Cohort& cohort);
-KernelStageResult RunKernelStage(const config::StudyConfig& study, const Cohort& cohort, const std::string& scratchDir);
+/// The options of ComputeRegionKernels for an images study (budget, NaN rule, intensity scaling, threads).
+kernels::RegionKernelOptions RegionKernelOptionsOf(const config::StudyConfig& study, const atlas::RegionIndex& index, const std::string& scratchDir);
+/// `sourceIndex`: the study is source `sourceIndex` of kernels.sources (-1: the study itself); under
+/// mpirun the other ranks rebuild the same source from it (mpi_kernels.hpp).
+KernelStageResult RunKernelStage(const config::StudyConfig& study, const Cohort& cohort, const std::string& scratchDir, int sourceIndex = -1);
 
 }  // namespace neuromkl::pipeline

@@ -4,6 +4,8 @@
 #include <string>
 #include <vector>
 
+#include <Eigen/Core>
+
 #include "neuromkl/atlas/atlas.hpp"
 #include "neuromkl/kernels/kernel_set.hpp"
 
@@ -37,6 +39,8 @@ struct RegionKernelReport {
   std::uint64_t peakDataBytes = 0;    ///< largest amount of subject data held at once
   std::int64_t droppedVoxels = 0;
   std::vector<std::string> warnings;
+  int ranks = 1;                      ///< MPI ranks that read the subjects and formed the kernel blocks (1: this process alone)
+  std::uint64_t rankBudgetBytes = 0;  ///< ranks > 1: the per-rank budget for subject data that called for distribution
 };
 
 /// Computes every region kernel in one pass over the subjects (each image decoded exactly once).
@@ -50,5 +54,36 @@ KernelSet ComputeRegionKernels(const std::vector<std::string>& subjectIds, const
 
 /// Total physical memory in bytes (for the default budget).
 std::uint64_t PhysicalMemoryBytes();
+
+// ---- The pieces of ComputeRegionKernels, for a kernel stage whose subjects are spread over
+// processes (pipeline/src/mpi_kernels.cpp): each process reads its own subjects, the non-finite
+// rule and the reference row are agreed by all, and blocks of subjects multiply pair by pair with
+// the same arithmetic as ComputeRegionKernels. ----
+
+/// The data rows of some subjects as ComputeRegionKernels' read pass makes them: the region columns
+/// in RegionColumnOffsets order, non-finite values as 0, probabilistic weights and intensity scaling applied.
+struct SubjectRows {
+  std::int64_t columns = 0;
+  std::vector<float> data;                   ///< subjects x columns, row-major
+  std::vector<std::int32_t> nonFiniteCount;  ///< per column: how many of these subjects have a non-finite value there
+  std::vector<double> intensityScale;        ///< per subject: its divisor (empty without intensity scaling)
+  std::int64_t nonZeroInsideAtlas = 0, nonZeroOutsideAtlas = 0;
+};
+/// Reads and decodes each image once (same errors as ComputeRegionKernels).
+SubjectRows ReadSubjectRows(const std::vector<std::string>& subjectIds, const std::vector<std::string>& imagePaths, const atlas::RegionIndex& regions,
+                            const RegionKernelOptions& options);
+/// The R + 1 column offsets of the regions in a row.
+std::vector<std::int64_t> RegionColumnOffsets(const atlas::RegionIndex& regions);
+/// The non-finite rule from the cohort's per-column counts of non-finite values: a kernel set (no
+/// kernels yet) with each region's name, label, voxels, non-finite voxels, zeroed values and
+/// features; `droppedColumns` gets the columns nan_policy drop_voxel sets to 0 in every row.
+KernelSet RegionKernelHeader(const std::vector<std::string>& subjectIds, const atlas::RegionIndex& regions, const std::vector<std::int32_t>& nonFiniteCount,
+                             NanPolicy nanPolicy, std::vector<std::int64_t>& droppedColumns);
+/// out[r] = X_a,r X_b,r' for every region r (na x nb; `same`: xa == xb, a diagonal block), from rows
+/// of `columns` floats, with the reference row of ComputeRegionKernels (subject 0 after the non-finite rule).
+void RegionKernelBlocks(const float* xa, std::int64_t na, const float* xb, std::int64_t nb, std::int64_t columns, const float* reference,
+                        const std::vector<std::int64_t>& offsets, bool same, std::vector<Eigen::MatrixXd>& out);
+/// The end of the kernel stage: regions with no voxel left and all-zero kernels excluded (warnings in `rep`).
+void ExcludeEmptyRegions(KernelSet& set, RegionKernelReport& rep);
 
 }  // namespace neuromkl::kernels

@@ -1,0 +1,44 @@
+#pragma once
+// The kernel stage of `neuromkl run` spread over MPI ranks (docs/batch.md, "Subject data that do
+// not fit one rank"): when the subjects x voxels data exceed the per-rank budget
+// (kernels.memory_budget_mb), every rank decodes only its own block of subjects, the region kernel
+// blocks K_r(p, q) = X_p,r X_q,r' are formed by a ring exchange of the data blocks, and rank 0
+// gathers the kernels and runs the rest of the study alone. Without MPI (or with one rank) nothing
+// here is active.
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "neuromkl/atlas/atlas.hpp"
+#include "neuromkl/kernels/region_kernels.hpp"
+
+namespace neuromkl::pipeline {
+
+/// Rank 0 of `neuromkl run` under mpirun with several ranks: while it lives, the kernel stage may
+/// use every rank; when it goes (the run finished or failed), the other ranks are told to stop.
+class KernelRanks {
+ public:
+  KernelRanks();
+  ~KernelRanks();
+  KernelRanks(const KernelRanks&) = delete;
+  KernelRanks& operator=(const KernelRanks&) = delete;
+};
+
+/// Ranks > 0 of `neuromkl run` under mpirun: take part in rank 0's distributed kernel stages (the
+/// study read from `studyPath`, `threads` as --threads) until rank 0 is done; returns the exit code
+/// (0: a failure of this rank's share is reported, and exits non-zero, through rank 0).
+int ServeRunKernels(const std::string& studyPath, int threads);
+
+/// Whether the image kernels of `subjects` subjects go to every rank: rank 0 of a run under mpirun
+/// with several ranks, at least one subject per rank, and subject data over the per-rank budget.
+bool DistributeKernels(std::size_t subjects, const atlas::RegionIndex& regions, const kernels::RegionKernelOptions& options);
+
+/// Rank 0: ComputeRegionKernels with every rank reading its own block of subjects and the kernel
+/// blocks formed by a ring exchange. `sourceIndex` names the study's source (-1: the study itself),
+/// from which the other ranks rebuild the same inputs. Errors of any rank are thrown here, as the
+/// single-process stage would throw them.
+kernels::KernelSet DistributedRegionKernels(int sourceIndex, const std::vector<std::string>& subjectIds, const std::vector<std::string>& imagePaths,
+                                            const atlas::RegionIndex& regions, const kernels::RegionKernelOptions& options,
+                                            kernels::RegionKernelReport* report);
+
+}  // namespace neuromkl::pipeline

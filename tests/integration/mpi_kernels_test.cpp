@@ -1,0 +1,203 @@
+// `neuromkl run` under mpirun with a per-rank budget that the subject data exceed: the kernel stage
+// is spread over the ranks (each decodes its own subjects, ring exchange of the data blocks), rank 0
+// runs the rest. Every result must equal the single-process run, the cache entry must serve a later
+// single-process run, and a bad image on a rank other than 0 must end the job with the error.
+#include <sys/wait.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "neuromkl/core/npy.hpp"
+#include "neuromkl/export/kernel_store.hpp"
+#include "neuromkl/io/nifti.hpp"
+#include "testing.hpp"
+
+namespace fs = std::filesystem;
+using namespace neuromkl::testing;
+using ::testing::HasSubstr;
+
+namespace {
+
+#ifndef NEUROMKL_MPIEXEC
+TEST(MpiKernels, NeedsMpirun) { GTEST_SKIP() << "built without MPI or mpirun not found"; }
+#else
+
+constexpr int kSubjects = 36;
+
+CliResult RunMpi(int ranks, const std::string& args) {
+  const std::string cmd = std::string(NEUROMKL_MPIEXEC) + " --oversubscribe --allow-run-as-root -np " + std::to_string(ranks) + " " + NEUROMKL_CLI + " " +
+                          args + " 2>&1";
+  FILE* pipe = popen(cmd.c_str(), "r");
+  if (!pipe) return {-1, "popen failed"};
+  std::string output;
+  char buf[4096];
+  while (fgets(buf, sizeof buf, pipe)) output += buf;
+  const int status = pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
+}
+
+/// A simulated cohort (36 subjects, 6 mm grid: 0.4 MiB of subject data) and a study whose
+/// per-rank budget (0.2 MiB) the data exceed, with the kernel cache in `cache`.
+std::string WriteStudy(const TempDir& dir, const std::string& cache) {
+  EXPECT_EQ(RunCli("simulate --out " + dir / "cohort" + " --subjects " + std::to_string(kSubjects) + " --downsample 3 --seed 11 -q").exitCode, 0);
+  auto study = nlohmann::json::parse(ReadFile(dir / "cohort/study.json"));
+  study["kernels"] = {{"memory_budget_mb", 0.2}, {"cache", true}};
+  study["output"] = {{"cache_dir", cache}};
+  study["cv"] = {{"outer", {{"k", 4}}}, {"inner", {{"k", 3}}}};
+  study["learners"] = nlohmann::json::parse(R"([{"name": "enmkl_svm", "params": {"mu": 0.5}, "grid": {"c": [0.1, 10]}}, {"name": "kelm", "params": {"c": 1}}])");
+  WriteFile(dir / "cohort/mpi_study.json", study.dump(2));
+  return dir / "cohort/mpi_study.json";
+}
+
+// The kernels are not bit-identical to the single-process ones: each entry sums float32 products
+// over 2048-voxel chunks inside BLAS (ssyrk/sgemm), and OpenBLAS's order within a chunk depends on
+// the shape of the block pair (a single process out of core uses blocks of 4 subjects here, the
+// ranks blocks of 12; in memory, one block of 36), so entries differ at float32 rounding: measured
+// <= 2e-7 of the kernel's largest entry, as between in-memory and out-of-core single-process runs.
+// The learners turn that into results equal to ~5e-6 relative (measured); numbers are compared with
+// |a - b| <= 1e-4 max(|a|, |b|) + 1e-9 (20x the measured spread, far below anything reported), text
+// (labels, predicted classes, names) exactly.
+bool Close(double x, double y) { return x == y || std::abs(x - y) <= 1e-4 * std::max(std::abs(x), std::abs(y)) + 1e-9; }
+
+bool IsNumber(const std::string& text, double& value) {
+  if (text.empty()) return false;
+  char* end = nullptr;
+  value = std::strtod(text.c_str(), &end);
+  return end == text.c_str() + text.size();
+}
+
+void ExpectCloseJson(const nlohmann::json& x, const nlohmann::json& y, const std::string& where) {
+  if (x.is_object() && y.is_object()) {
+    for (auto it = x.begin(); it != x.end(); ++it) {
+      const std::string& key = it.key();
+      // Provenance, not results: dates, timings, cache note, where the kernels were computed,
+      // checksums of the (float-rounded) arrays, the study file's own path.
+      if (key == "date" || key == "seconds" || key == "cache" || key == "distributed" || key == "xxh3") continue;
+      // A solver's path (iteration counts, the final duality gap below its stopping tolerance)
+      // follows the rounding; the solution it stops at is compared.
+      if (where.find("/fit") != std::string::npos && (key == "iterations" || key == "inner_iterations" || key == "gap")) continue;
+      ASSERT_TRUE(y.contains(key)) << where << "/" << key;
+      ExpectCloseJson(it.value(), y[key], where + "/" + key);
+    }
+  } else if (x.is_array() && y.is_array()) {
+    ASSERT_EQ(x.size(), y.size()) << where;
+    for (std::size_t i = 0; i < x.size(); ++i) ExpectCloseJson(x[i], y[i], where + "/" + std::to_string(i));
+  } else if (x.is_number() && y.is_number()) {
+    EXPECT_TRUE(Close(x.get<double>(), y.get<double>())) << where << ": " << x << " vs " << y;
+  } else {
+    EXPECT_EQ(x, y) << where;
+  }
+}
+
+/// Every result file of `a` matches its twin in `b`: tables cell by cell, JSON value by value,
+/// .npy arrays and NIfTI maps element by element (numbers as Close), other files byte for byte.
+void ExpectSameResults(const std::string& a, const std::string& b) {
+  std::size_t files = 0;
+  for (const auto& e : fs::recursive_directory_iterator(a)) {
+    if (!e.is_regular_file()) continue;
+    const std::string rel = fs::relative(e.path(), a).string(), name = e.path().filename().string(), other = b + "/" + rel;
+    ASSERT_TRUE(fs::exists(other)) << rel;
+    ++files;
+    auto ends = [&](const std::string& suffix) { return name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0; };
+    if (name == "report.html" || name == "study.resolved.json") continue;  // a rendering of results.json; the study's own paths
+    if (ends(".json")) {
+      ExpectCloseJson(nlohmann::json::parse(ReadFile(e.path().string())), nlohmann::json::parse(ReadFile(other)), rel);
+    } else if (ends(".tsv")) {
+      const auto x = ReadTsv(e.path().string()), y = ReadTsv(other);
+      ASSERT_EQ(x.size(), y.size()) << rel;
+      for (std::size_t i = 0; i < x.size(); ++i) {
+        ASSERT_EQ(x[i].size(), y[i].size()) << rel << " row " << i;
+        for (std::size_t j = 0; j < x[i].size(); ++j) {
+          double u = 0, v = 0;
+          if (IsNumber(x[i][j], u) && IsNumber(y[i][j], v)) EXPECT_TRUE(Close(u, v)) << rel << " row " << i << " column " << j << ": " << u << " vs " << v;
+          else EXPECT_EQ(x[i][j], y[i][j]) << rel << " row " << i << " column " << j;
+        }
+      }
+    } else if (ends(".npy")) {
+      const Eigen::MatrixXd x = neuromkl::ReadNpy(e.path().string()), y = neuromkl::ReadNpy(other);
+      ASSERT_EQ(x.rows(), y.rows()) << rel;
+      ASSERT_EQ(x.cols(), y.cols()) << rel;
+      for (Eigen::Index k = 0; k < x.size(); ++k) ASSERT_TRUE(Close(x.data()[k], y.data()[k])) << rel << " element " << k;
+    } else if (ends(".nii.gz")) {
+      const auto x = neuromkl::io::ReadVolume(e.path().string()), y = neuromkl::io::ReadVolume(other);
+      ASSERT_EQ(x.data.size(), y.data.size()) << rel;
+      EXPECT_TRUE(x.geometry.DifferenceFrom(y.geometry).empty()) << rel;
+      for (std::size_t k = 0; k < x.data.size(); ++k) ASSERT_TRUE(Close(x.data[k], y.data[k])) << rel << " voxel " << k;
+    } else {
+      EXPECT_TRUE(ReadFile(e.path().string()) == ReadFile(other)) << rel << " differs";
+    }
+  }
+  EXPECT_GT(files, 20u);  // predictions, region tables, voxel maps, kernels, results.json...
+}
+
+TEST(MpiKernels, ThreeRanksGiveTheSingleProcessResults) {
+  const TempDir dir;
+  const std::string study = WriteStudy(dir, dir / "cache_single");
+  const auto single = RunCli("run " + study + " --out " + dir / "single");
+  ASSERT_EQ(single.exitCode, 0) << single.output;
+  EXPECT_THAT(single.output, ::testing::Not(HasSubstr("distributed")));
+
+  // The same study under mpirun with its own (empty) cache: the kernel stage on 3 ranks.
+  auto json = nlohmann::json::parse(ReadFile(study));
+  json["output"]["cache_dir"] = dir / "cache_mpi";
+  WriteFile(study, json.dump(2));
+  const auto mpi = RunMpi(3, "run " + study + " --out " + dir / "mpi");
+  ASSERT_EQ(mpi.exitCode, 0) << mpi.output;
+  EXPECT_THAT(mpi.output, HasSubstr("exceed the per-rank budget of 0.2 MiB (kernels.memory_budget_mb); distributed over 3 ranks"));
+  EXPECT_THAT(mpi.output, HasSubstr("distributed kernel stage on 3 ranks"));
+  const auto record = nlohmann::json::parse(ReadFile(dir / "mpi/results.json"));
+  EXPECT_EQ(record["kernels"]["distributed"]["ranks"], 3);
+  EXPECT_DOUBLE_EQ(record["kernels"]["distributed"]["rank_memory_budget_mb"].get<double>(), 0.2);
+  EXPECT_FALSE(nlohmann::json::parse(ReadFile(dir / "single/results.json"))["kernels"].contains("distributed"));
+  // The same cache key, and kernels equal up to float32 rounding (see Close).
+  std::string keySingle, keyMpi;
+  const auto a = neuromkl::exporting::LoadKernelStore(fs::directory_iterator(dir / "cache_single")->path().string(), &keySingle);
+  const auto b = neuromkl::exporting::LoadKernelStore(fs::directory_iterator(dir / "cache_mpi")->path().string(), &keyMpi);
+  EXPECT_EQ(keySingle, keyMpi);
+  ASSERT_EQ(a.Size(), b.Size());
+  for (std::size_t r = 0; r < a.Size(); ++r) EXPECT_TRUE(MatrixNear(b.kernels[r], a.kernels[r], 1e-6 * a.kernels[r].cwiseAbs().maxCoeff())) << a.info[r].name;
+  ExpectSameResults(dir / "single", dir / "mpi");
+
+  // A later single-process run finds the kernels rank 0 stored.
+  const auto again = RunCli("run " + study + " --out " + dir / "again");
+  ASSERT_EQ(again.exitCode, 0) << again.output;
+  EXPECT_THAT(again.output, HasSubstr("kernels: cache hit"));
+  ExpectSameResults(dir / "single", dir / "again");
+}
+
+TEST(MpiKernels, BadImageOnAnotherRankEndsTheJobWithItsError) {
+  const TempDir dir;
+  const std::string study = WriteStudy(dir, dir / "cache");
+  // The last subject belongs to rank 2 of 3: truncate its image mid-stream (the header still reads).
+  const auto table = ReadTsv(dir / "cohort/participants.tsv");
+  std::size_t imageColumn = 0;
+  while (imageColumn < table[0].size() && table[0][imageColumn] != "image") ++imageColumn;
+  ASSERT_LT(imageColumn, table[0].size());
+  const std::string bad = dir / ("cohort/" + table.back()[imageColumn]);
+  const std::string bytes = ReadFile(bad);
+  std::ofstream(bad, std::ios::binary | std::ios::trunc).write(bytes.data(), static_cast<std::streamsize>(bytes.size() / 2));
+
+  const auto single = RunCli("run " + study + " --out " + dir / "single");
+  ASSERT_NE(single.exitCode, 0);
+  const auto mpi = RunMpi(3, "run " + study + " --out " + dir / "mpi");
+  EXPECT_EQ(mpi.exitCode, single.exitCode) << mpi.output;
+  EXPECT_THAT(mpi.output, HasSubstr("distributed over 3 ranks"));
+  // The error of the single-process run (file, what is wrong, code), printed by rank 0.
+  const std::size_t at = single.output.find("error ");
+  ASSERT_NE(at, std::string::npos) << single.output;
+  const std::string message = single.output.substr(at, single.output.find('\n', at) - at);
+  EXPECT_THAT(message, HasSubstr(bad));
+  EXPECT_THAT(mpi.output, HasSubstr("[rank 0] " + message));
+  EXPECT_FALSE(fs::exists(dir / "mpi"));  // no partial output
+  EXPECT_FALSE(fs::exists(dir / "single"));
+  EXPECT_TRUE(!fs::exists(dir / "cache") || fs::is_empty(dir / "cache"));
+}
+#endif
+
+}  // namespace
