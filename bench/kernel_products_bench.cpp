@@ -39,6 +39,7 @@ constexpr std::int64_t kVoxelChunk = 2048;
 
 struct Times {
   double wall = 1e300, cpu = 1e300, sys = 1e300;
+  long faults = 0;
 };
 
 double CpuSeconds(const rusage& u, bool sysOnly) {
@@ -57,6 +58,7 @@ void Time(Times& t, F&& f) {
   t.wall = std::min(t.wall, wall);
   t.cpu = std::min(t.cpu, CpuSeconds(u1, false) - CpuSeconds(u0, false));
   t.sys = std::min(t.sys, CpuSeconds(u1, true) - CpuSeconds(u0, true));
+  t.faults = std::max(t.faults, u1.ru_minflt - u0.ru_minflt);
 }
 
 // The product of main before this branch (copied verbatim).
@@ -170,7 +172,8 @@ int main(int argc, char** argv) {
     std::printf("%6d | %7.2f %7.2f  | %7.2f %7.2f  | %7.2f %7.2f  | %5.2f %5.2f %5.2f %5.2f | %12.1e\n", n, before.wall, before.cpu, after.wall,
                 after.cpu, floor.wall, floor.cpu, before.wall / after.wall, before.cpu / after.cpu, after.wall / floor.wall, after.cpu / floor.cpu,
                 maxDiff);
-    std::printf("       sys seconds (first touch of the kernels): before %.2f, after %.2f\n", before.sys, after.sys);
+    std::printf("       first touch of the kernels: sys seconds before %.2f, after %.2f; page faults before %ld, after %ld\n", before.sys,
+                after.sys, before.faults, after.faults);
     std::fflush(stdout);
   }
   return 0;

@@ -132,9 +132,11 @@ void AccumulateRegion(const float* xa, std::int64_t na, const float* xb, std::in
     constexpr std::uintptr_t kPage = 4096;
     const std::size_t bytes = static_cast<std::size_t>(na * nb) * sizeof(double);
     if (bytes >= (std::size_t{4} << 20)) {
-      const auto begin = reinterpret_cast<std::uintptr_t>(out.data());
-      const std::uintptr_t aligned = (begin + kPage - 1) & ~(kPage - 1);
-      madvise(reinterpret_cast<void*>(aligned), bytes - (aligned - begin), MADV_HUGEPAGE);
+      // From the page holding the first entry (a hint, harmless on a neighbour's page): a block from
+      // mmap then starts on a huge-page boundary and is covered from its first byte.
+      const auto begin = reinterpret_cast<std::uintptr_t>(out.data()) & ~(kPage - 1);
+      const auto end = reinterpret_cast<std::uintptr_t>(out.data()) + bytes;
+      madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
     }
   }
   Eigen::VectorXd ua = Eigen::VectorXd::Zero(na), ub = Eigen::VectorXd::Zero(nb);
