@@ -5,13 +5,16 @@
 //   before  the per-region product of main before this change (AccumulateRegion, copied below),
 //   after   kernels::RegionProducts (what ComputeRegionKernels runs on in-memory data),
 //   floor   one cblas_ssyrk over all n x V voxels (2 BLAS threads), the figure issue 17 quotes.
-// Both product variants allocate their 116 fresh n x n double kernels, as the stage does: on this
-// (virtualised) machine first touch of that memory is a large part of the stage at large n.
+// Every measurement runs in a fresh forked process, so both product variants allocate their 116
+// fresh n x n double kernels, as the stage does: on this (virtualised) machine first touch of that
+// memory is a large part of the stage at large n (sys seconds and page faults are printed).
 // Wall and CPU (user + sys) seconds are printed: under contention from other processes the CPU
 // seconds are the steadier comparison. max|after - before| is relative to each kernel's max entry
 // (0 = bitwise identical).
 // Usage: bench_kernel_products [--3mm] [n ...] (default 400 1000 1600)
 #include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cblas.h>
 
@@ -23,6 +26,7 @@
 #include <cstdlib>
 #include <random>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include <tbb/parallel_for.h>
@@ -104,6 +108,44 @@ void OldAccumulateRegion(const float* xa, std::int64_t na, const float* xb, std:
   out.array() += rr;
 }
 
+/// Runs f in a forked child and records its times (measured in the child); f may return a double,
+/// passed back in *value.
+template <class F>
+void InChild(Times& t, F&& f, double* value = nullptr) {
+  int fd[2];
+  if (pipe(fd) != 0) std::abort();
+  const pid_t pid = fork();
+  if (pid == 0) {
+    close(fd[0]);
+    Times mine;
+    double result = 0;
+    Time(mine, [&] {
+      if constexpr (std::is_same_v<decltype(f()), double>)
+        result = f();
+      else
+        f();
+    });
+    const double msg[5] = {mine.wall, mine.cpu, mine.sys, static_cast<double>(mine.faults), result};
+    if (write(fd[1], msg, sizeof msg) != static_cast<ssize_t>(sizeof msg)) _exit(1);
+    _exit(0);
+  }
+  close(fd[1]);
+  double msg[5] = {0, 0, 0, 0, 0};
+  const bool ok = read(fd[0], msg, sizeof msg) == static_cast<ssize_t>(sizeof msg);
+  close(fd[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (!ok || status != 0) {
+    std::fprintf(stderr, "measurement child failed\n");
+    std::exit(1);
+  }
+  t.wall = std::min(t.wall, msg[0]);
+  t.cpu = std::min(t.cpu, msg[1]);
+  t.sys = std::min(t.sys, msg[2]);
+  t.faults = std::max(t.faults, static_cast<long>(msg[3]));
+  if (value) *value = msg[4];
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -140,35 +182,47 @@ int main(int argc, char** argv) {
               "after/ssyrk", "max|a-b|");
   for (int n : sizes) {
     std::vector<float> X(static_cast<std::size_t>(n) * static_cast<std::size_t>(V));
-    tbb::parallel_for(0, n, [&](int s) {
+    for (int s = 0; s < n; ++s) {  // serial: the parent forks the measurements and must not start TBB
       std::mt19937 rng(static_cast<unsigned>(s + 1));
       std::normal_distribution<float> nd;
       const float subject = 1.0f + 0.1f * nd(rng);
       for (std::int64_t v = 0; v < V; ++v)
         X[static_cast<std::size_t>(s) * static_cast<std::size_t>(V) + static_cast<std::size_t>(v)] =
             subject * (1.0f + 0.3f * std::sin(0.001f * static_cast<float>(v))) + 0.2f * nd(rng);
-    });
+    }
     Times before, after, floor;
-    double maxDiff = 0;
-    for (int rep = 0; rep < reps; ++rep) {
-      std::vector<Eigen::MatrixXd> old(R), now;
+    auto oldProducts = [&](std::vector<Eigen::MatrixXd>& old) {
+      old.resize(R);
       openblas_set_num_threads(1);
-      Time(before, [&] {
-        tbb::parallel_for(std::size_t{0}, R, [&](std::size_t r) {
-          thread_local std::vector<float> a, b, p;
-          OldAccumulateRegion(X.data(), n, X.data(), n, V, X.data(), offsets[r], offsets[r + 1], true, old[r], a, b, p);
-        });
+      tbb::parallel_for(std::size_t{0}, R, [&](std::size_t r) {
+        thread_local std::vector<float> a, b, p;
+        OldAccumulateRegion(X.data(), n, X.data(), n, V, X.data(), offsets[r], offsets[r + 1], true, old[r], a, b, p);
       });
-      Time(after, [&] { now = kernels::RegionProducts(X.data(), n, V, offsets); });
-      for (std::size_t r = 0; r < R; ++r) maxDiff = std::max(maxDiff, (now[r] - old[r]).cwiseAbs().maxCoeff() / old[r].cwiseAbs().maxCoeff());
-      old.clear();
-      now.clear();
-      std::vector<float> C(static_cast<std::size_t>(n) * static_cast<std::size_t>(n));
-      openblas_set_num_threads(2);
-      Time(floor, [&] {
+    };
+    for (int rep = 0; rep < reps; ++rep) {
+      // Each measurement in a fresh child process: its kernels are fresh memory, as in the stage
+      // (in one process, freed kernels would be reused by the next variant without page faults).
+      InChild(before, [&] {
+        std::vector<Eigen::MatrixXd> old;
+        oldProducts(old);
+      });
+      InChild(after, [&] { (void)kernels::RegionProducts(X.data(), n, V, offsets); });
+      InChild(floor, [&] {
+        std::vector<float> C(static_cast<std::size_t>(n) * static_cast<std::size_t>(n));
+        openblas_set_num_threads(2);
         cblas_ssyrk(CblasRowMajor, CblasUpper, CblasNoTrans, n, static_cast<int>(V), 1.0f, X.data(), static_cast<int>(V), 0.0f, C.data(), n);
       });
     }
+    double maxDiff = 0;
+    Times unused;
+    InChild(unused, [&] {
+      std::vector<Eigen::MatrixXd> old;
+      oldProducts(old);
+      const auto now = kernels::RegionProducts(X.data(), n, V, offsets);
+      double d = 0;
+      for (std::size_t r = 0; r < R; ++r) d = std::max(d, (now[r] - old[r]).cwiseAbs().maxCoeff() / old[r].cwiseAbs().maxCoeff());
+      return d;
+    }, &maxDiff);
     std::printf("%6d | %7.2f %7.2f  | %7.2f %7.2f  | %7.2f %7.2f  | %5.2f %5.2f %5.2f %5.2f | %12.1e\n", n, before.wall, before.cpu, after.wall,
                 after.cpu, floor.wall, floor.cpu, before.wall / after.wall, before.cpu / after.cpu, after.wall / floor.wall, after.cpu / floor.cpu,
                 maxDiff);
