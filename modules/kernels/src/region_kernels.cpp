@@ -116,19 +116,22 @@ Layout MakeLayout(const atlas::RegionIndex& regions) {
 /// its mean: what per-fold centring keeps is accurate to ~1e-6 relative even for data with a large
 /// mean (PET, raw intensities), at float speed. (Plain float products of X would lose the centred
 /// signal to rounding of the mean; double products cost 2-3x more.)
-/// Cost beyond the BLAS calls is kept O(n^2) per region, not per chunk, and at one pass over the
-/// output: with `same` only ssyrk's upper triangle is converted and summed, and the corrections and
+/// Passes over the n x n output are few: with `same` only ssyrk's upper triangle is converted and
+/// summed (regions of one chunk are read straight from the float product), and the corrections and
 /// the mirrored lower triangle are written in one blocked pass. Every sum is formed in the same order
 /// as by the plain version (out += chunk in double, then ((sum + u_i) + u_j) + r'r; u row by row),
-/// so the result is bitwise the same; only the passes over memory are fewer.
+/// so the result is bitwise the same. (Measured: this saves only ~1-5 % of the pass; the BLAS calls
+/// on 2048-voxel chunks run at the rate of one whole-matrix SSYRK, and the rest of the cost at large
+/// n is the first touch of the fresh kernels, see below.)
 void AccumulateRegion(const float* xa, std::int64_t na, const float* xb, std::int64_t nb, std::int64_t ldx, const float* ref, std::int64_t col0,
                       std::int64_t col1, bool same, Eigen::MatrixXd& out, std::vector<float>& bufA, std::vector<float>& bufB,
                       std::vector<float>& prod) {
   if (out.rows() != na || out.cols() != nb) {
     out.resize(na, nb);  // every entry is written below: no zeroing
-    // A fresh kernel is first touched here. On a virtualised machine first touch of 4 KiB pages costs
-    // about as much as all the products at n = 1,600 (116 kernels of 20 MB); huge pages cut the
-    // stage's CPU time by ~25 % there (bench_kernel_products). Results are unaffected.
+    // A fresh kernel is first touched here. On a virtualised machine first touch of 116 fresh
+    // kernels (20 MB each at n = 1,600) costs about as much CPU as one SSYRK over all voxels; with
+    // huge pages the product pass takes ~20 % less CPU there (bench_kernel_products, fresh processes:
+    // 13.4-14.9 s vs 16.7-17.8 s). Results are unaffected.
     constexpr std::uintptr_t kPage = 4096;
     const std::size_t bytes = static_cast<std::size_t>(na * nb) * sizeof(double);
     if (bytes >= (std::size_t{4} << 20)) {
