@@ -1,4 +1,6 @@
 #include <cmath>
+#include <cstdio>
+#include <limits>
 #include <random>
 
 #include <gmock/gmock.h>
@@ -127,6 +129,143 @@ TEST(RegionKernels, DataWithALargeMeanKeepTheirCentredSignal) {
   }
   const auto set = kernels::ComputeRegionKernels(c.ids, c.paths, c.Index(), {});
   for (std::size_t r = 0; r < set.Size(); ++r) EXPECT_TRUE(KernelNear(set.kernels[r], c.Expected(static_cast<std::int32_t>(r + 1), true)));
+}
+
+/// PET-like rows: mean 1000, a subject effect of 5 % and voxel noise of spread 1 (the centred kernel is
+/// ~1e-6 of the raw one). Row-major n x V.
+std::vector<float> PetLikeRows(std::int64_t n, std::int64_t V, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal;
+  std::vector<float> x(static_cast<std::size_t>(n * V));
+  for (std::int64_t i = 0; i < n; ++i) {
+    const float subject = 1000.0f * (1.0f + 0.05f * normal(rng));
+    for (std::int64_t v = 0; v < V; ++v) x[static_cast<std::size_t>(i * V + v)] = subject + 30.0f * std::sin(0.01f * static_cast<float>(v)) + normal(rng);
+  }
+  return x;
+}
+
+/// Exact references for columns c0..c1 of the rows: raw X X' summed in long double, and the centred
+/// kernel formed from column-centred data (no cancellation: its own rounding is ~1e-16 relative).
+std::pair<Eigen::MatrixXd, Eigen::MatrixXd> ExactKernels(const std::vector<float>& x, std::int64_t n, std::int64_t V, std::int64_t c0, std::int64_t c1) {
+  Eigen::MatrixXd raw(n, n);
+  for (std::int64_t i = 0; i < n; ++i)
+    for (std::int64_t j = 0; j < n; ++j) {
+      long double s = 0;
+      for (std::int64_t v = c0; v < c1; ++v) s += static_cast<long double>(x[static_cast<std::size_t>(i * V + v)]) * x[static_cast<std::size_t>(j * V + v)];
+      raw(i, j) = static_cast<double>(s);
+    }
+  Eigen::MatrixXd xc(n, c1 - c0);
+  for (std::int64_t v = c0; v < c1; ++v) {
+    long double mean = 0;
+    for (std::int64_t i = 0; i < n; ++i) mean += x[static_cast<std::size_t>(i * V + v)];
+    mean /= static_cast<long double>(n);
+    for (std::int64_t i = 0; i < n; ++i) xc(i, v - c0) = static_cast<double>(x[static_cast<std::size_t>(i * V + v)] - mean);
+  }
+  return {raw, xc * xc.transpose()};
+}
+
+/// Largest error of a raw kernel relative to the float rounding bound of the products of
+/// differences: |K_ij - exact_ij| / (|d_i| |d_j|), d = a subject's row minus subject 0's row over the
+/// region's columns (the reference of RegionProducts and ComputeRegionKernels).
+double RawErrorOverDifferenceNorms(const Eigen::MatrixXd& K, const Eigen::MatrixXd& exact, const std::vector<float>& x, std::int64_t n, std::int64_t V,
+                                   std::int64_t c0, std::int64_t c1) {
+  Eigen::VectorXd norm(n);
+  for (std::int64_t i = 0; i < n; ++i) {
+    double s = 0;
+    for (std::int64_t v = c0; v < c1; ++v) {
+      const double d = static_cast<double>(x[static_cast<std::size_t>(i * V + v)]) - x[static_cast<std::size_t>(v)];
+      s += d * d;
+    }
+    norm[i] = std::sqrt(s);
+  }
+  double worst = 0;
+  for (std::int64_t i = 1; i < n; ++i)
+    for (std::int64_t j = 1; j < n; ++j) worst = std::max(worst, std::abs(K(i, j) - exact(i, j)) / (norm[i] * norm[j]));
+  // Row/column 0 is the reference itself (d = 0, no float rounding): exact up to double rounding.
+  for (std::int64_t i = 0; i < n; ++i)
+    if (std::abs(K(i, 0) - exact(i, 0)) > 1e-12 * std::abs(exact(i, 0)) || std::abs(K(0, i) - exact(0, i)) > 1e-12 * std::abs(exact(0, i)))
+      return std::numeric_limits<double>::infinity();
+  return worst;
+}
+
+/// Precision of RegionProducts on PET-like data against exact references, for regions of one chunk,
+/// exactly one full chunk (2048 voxels) and three chunks; n = 67 leaves partial 64-blocks and a
+/// remainder after the rows taken 4 at a time. Tolerances (see AccumulateRegion's comment):
+/// - raw: the only float rounding is in the products of the differences d from the reference row;
+///   the corrections u, r'r are double sums of exact float products. A float32 dot over a chunk of
+///   w <= 2048 voxels errs by ~sqrt(w) x 6e-8 <= 2.7e-6 of |d_i| |d_j| (probabilistic bound; blocked
+///   BLAS sums do better). Measured: <= ~1e-6; asserted: 1e-5 x |d_i| |d_j|. This is independent of
+///   the mean: relative to a raw entry it is (spread / mean)^2 smaller.
+/// - centred: centring removes u_i + u_j + r'r exactly up to double rounding at the raw scale
+///   (~1e-16 x mean^2 / spread^2, here ~1e-10 of the centred scale) and keeps the float error above,
+///   whose size is that of the centred entries. Measured: <= 5e-7 of max |centred entry|; asserted:
+///   2e-6 (the "~1e-6 relative" of the documentation).
+TEST(RegionKernels, ProductsMatchExactKernelsOnDataWithALargeMean) {
+  const std::int64_t n = 67;
+  const std::vector<std::int64_t> offsets = {0, 300, 2348, 7348};
+  const std::int64_t V = offsets.back();
+  const auto x = PetLikeRows(n, V, 5);
+  const auto kernels = kernels::RegionProducts(x.data(), n, V, offsets);
+  ASSERT_EQ(kernels.size(), 3u);
+  for (std::size_t r = 0; r < 3; ++r) {
+    const auto [raw, centred] = ExactKernels(x, n, V, offsets[r], offsets[r + 1]);
+    const double rawErr = RawErrorOverDifferenceNorms(kernels[r], raw, x, n, V, offsets[r], offsets[r + 1]);
+    EXPECT_LT(rawErr, 1e-5) << "region " << r;
+    const double scale = centred.cwiseAbs().maxCoeff();
+    const double err = (Centred(kernels[r]) - centred).cwiseAbs().maxCoeff() / scale;
+    EXPECT_LT(err, 2e-6) << "region " << r;
+    std::printf("region %zu: raw error %.2e of |d_i| |d_j|, centred error %.2e of max |centred|\n", r, rawErr, err);
+  }
+}
+
+/// The out-of-core path (sgemm over subject blocks) on regions of one and two chunks, PET-like data:
+/// same references and tolerances as above, and the same kernels as in memory within float rounding.
+TEST(RegionKernels, OutOfCoreBlocksOfLargeRegionsMatchExactKernels) {
+  neuromkl::testing::TempDir dir;
+  io::Geometry grid;
+  grid.dims = {20, 20, 15};
+  grid.spacing = {2, 2, 2};
+  atlas::Atlas atlas;
+  atlas.geometry = grid;
+  atlas.labels.resize(static_cast<std::size_t>(grid.VoxelCount()));
+  for (std::size_t v = 0; v < atlas.labels.size(); ++v) atlas.labels[v] = v % 3 == 0 ? 2 : 1;  // 4000 (2 chunks) and 2000 voxels
+  atlas.regions = {{1, "big"}, {2, "small"}};
+  const std::int64_t n = 9, V = grid.VoxelCount();
+  const auto x = PetLikeRows(n, V, 9);
+  std::vector<std::string> ids, paths;
+  for (std::int64_t s = 0; s < n; ++s) {
+    io::Volume v;
+    v.geometry = grid;
+    v.data.assign(x.begin() + s * V, x.begin() + (s + 1) * V);
+    ids.push_back("sub-" + std::to_string(s));
+    paths.push_back(dir / (ids.back() + ".nii.gz"));
+    io::WriteVolume(paths.back(), v);
+  }
+  const auto index = atlas::BuildRegionIndex(atlas, grid, nullptr);
+  kernels::RegionKernelOptions small;
+  small.memoryBudgetBytes = static_cast<std::uint64_t>(V) * 4 * 2 * 3;  // blocks of 3 subjects: 3 blocks
+  small.threads = 1;
+  kernels::RegionKernelReport report;
+  const auto blocked = kernels::ComputeRegionKernels(ids, paths, index, small, &report);
+  ASSERT_EQ(report.subjectBlocks, 3u);
+  small.threads = 2;
+  const auto blocked2 = kernels::ComputeRegionKernels(ids, paths, index, small);
+  const auto inMemory = kernels::ComputeRegionKernels(ids, paths, index, {});
+  ASSERT_EQ(blocked.Size(), 2u);
+  for (std::size_t r = 0; r < 2; ++r) {
+    // The region's columns in the image: the voxels of its label, ascending (the index order).
+    std::vector<float> cols;
+    const auto& voxels = index.regions[r].voxels;
+    for (std::int64_t s = 0; s < n; ++s)
+      for (auto v : voxels) cols.push_back(x[static_cast<std::size_t>(s * V + v)]);
+    const auto w = static_cast<std::int64_t>(voxels.size());
+    const auto [raw, centred] = ExactKernels(cols, n, w, 0, w);
+    EXPECT_LT(RawErrorOverDifferenceNorms(blocked.kernels[r], raw, cols, n, w, 0, w), 1e-5) << blocked.info[r].name;
+    const double scale = centred.cwiseAbs().maxCoeff();
+    EXPECT_LT((Centred(blocked.kernels[r]) - centred).cwiseAbs().maxCoeff() / scale, 2e-6) << blocked.info[r].name;
+    EXPECT_LT((Centred(inMemory.kernels[r]) - centred).cwiseAbs().maxCoeff() / scale, 2e-6) << inMemory.info[r].name;
+    EXPECT_EQ(blocked.kernels[r], blocked2.kernels[r]);  // bitwise: no dependence on the thread count
+  }
 }
 
 TEST(RegionKernels, OutOfCoreBlocksGiveTheSameKernels) {

@@ -52,6 +52,12 @@ KernelSet ComputeRegionKernels(const std::vector<std::string>& subjectIds, const
                                const atlas::RegionIndex& regions, const RegionKernelOptions& options,
                                RegionKernelReport* report = nullptr);
 
+/// The product pass of ComputeRegionKernels on subject rows already in memory (the benchmark and the
+/// precision tests call it directly): kernel r = X[:, offsets[r]..offsets[r+1]) X[:, same]', with X the
+/// n x ldx row-major float32 rows at `x` and subject 0's row as the reference of the differences.
+/// Regions in parallel (TBB), single-threaded BLAS in each: the result does not depend on the thread count.
+std::vector<Eigen::MatrixXd> RegionProducts(const float* x, std::int64_t n, std::int64_t ldx, const std::vector<std::int64_t>& offsets);
+
 /// Total physical memory in bytes (for the default budget).
 std::uint64_t PhysicalMemoryBytes();
 
