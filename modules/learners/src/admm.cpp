@@ -227,7 +227,7 @@ class BsadmmKelm final : public Learner {
     s_.polish = p.at("polish") != 0;
   }
   Model Fit(const KernelList& train, const Targets& t, const FitOptions& options) const override {
-    ValidateFitInput(Name(), train, t);
+    ValidateFitInput(Name(), train, t, false, options.kernelsValidated);
     if (t.task != Task::Classification)
       throw InputError("learners:TaskUnsupported", "learner bsadmm_kelm", "bsadmm_kelm is a classifier (hinge loss); for regression use kelm or krr");
     Stopwatch clock;

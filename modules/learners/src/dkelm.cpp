@@ -94,8 +94,8 @@ class Dkelm final : public Learner {
       : c_(p.at("c")), bias_(p.at("bias") != 0), deformation_(p.at("deformation")), k_(static_cast<int>(p.at("neighbours"))),
         heat_(p.at("heat_weights") != 0), landmarks_(static_cast<Eigen::Index>(p.at("landmarks"))), seed_(static_cast<std::uint64_t>(p.at("seed"))) {}
 
-  Model Fit(const KernelList& train, const Targets& t, const FitOptions&) const override {
-    ValidateFitInput(Name(), train, t, /*allowUnlabelled=*/true);
+  Model Fit(const KernelList& train, const Targets& t, const FitOptions& options) const override {
+    ValidateFitInput(Name(), train, t, /*allowUnlabelled=*/true, options.kernelsValidated);
     Stopwatch clock;
     const auto m = static_cast<Eigen::Index>(train.size());
     const Eigen::MatrixXd K = CombineKernels(train, Eigen::VectorXd::Ones(m));

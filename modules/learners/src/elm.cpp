@@ -83,8 +83,8 @@ namespace {
 class Kelm final : public Learner {
  public:
   explicit Kelm(const ParamMap& p) : c_(p.at("c")), bias_(p.at("bias") != 0) {}
-  Model Fit(const KernelList& train, const Targets& t, const FitOptions&) const override {
-    ValidateFitInput(Name(), train, t);
+  Model Fit(const KernelList& train, const Targets& t, const FitOptions& options) const override {
+    ValidateFitInput(Name(), train, t, false, options.kernelsValidated);
     Stopwatch clock;
     const auto m = static_cast<Eigen::Index>(train.size());
     const ElmOutputs out = MakeElmOutputs(t, bias_);
@@ -113,7 +113,7 @@ class Mkelm final : public Learner {
       : c_(p.at("c")), norm_(p.at("norm")), tol_(p.at("tolerance")), maxIter_(static_cast<int>(p.at("max_iterations"))), bias_(p.at("bias") != 0) {}
 
   Model Fit(const KernelList& train, const Targets& t, const FitOptions& options) const override {
-    ValidateFitInput(Name(), train, t);
+    ValidateFitInput(Name(), train, t, false, options.kernelsValidated);
     Stopwatch clock;
     const auto m = static_cast<Eigen::Index>(train.size());
     const auto active = ActiveKernels(train);

@@ -96,7 +96,7 @@ class EnmklMap {
   /// mu/2 (sum_j ||w_j||)^2 + (1 - mu)/2 sum_j ||w_j||^2 + loss, ||w_j|| = beta_j sqrt(a'K_j a).
   /// Returns false when the solution uses no kernel at all (e.g. constant targets).
   bool Solve(const Eigen::VectorXd& beta, InnerSolution& sol, bool warm, double& objective, double looseTolerance = 0) {
-    K_ = stack_.Combine(beta);
+    stack_.Combine(beta, K_);  // reuses K_'s storage (no n x n allocation per iteration)
     sol = solver_.SolveLoosely(K_, warm ? &sol : nullptr, looseTolerance);
     ++info_.innerSolves;
     info_.innerIterations += sol.iterations;
@@ -479,7 +479,7 @@ class EnmklSvm final : public Learner {
   explicit EnmklSvm(const ParamMap& p)
       : c_(p.at("c")), svmTol_(p.at("svm_tolerance")), settings_(Settings(p)) {}
   Model Fit(const KernelList& train, const Targets& t, const FitOptions& o) const override {
-    ValidateFitInput(Name(), train, t);
+    ValidateFitInput(Name(), train, t, false, o.kernelsValidated);
     if (t.task == Task::Regression)
       throw InputError("learners:TaskUnsupported", "learner enmkl_svm", "enmkl_svm is a classifier; for regression use enmkl_krr");
     auto svc = [&](const Eigen::VectorXd& y) { return MakeSvcSolver(y, c_, svmTol_, 10'000'000, t.sampleWeights); };
@@ -497,7 +497,7 @@ class EnmklKrr final : public Learner {
  public:
   explicit EnmklKrr(const ParamMap& p) : lambda_(p.at("lambda")), settings_(Settings(p)) {}
   Model Fit(const KernelList& train, const Targets& t, const FitOptions& o) const override {
-    ValidateFitInput(Name(), train, t);
+    ValidateFitInput(Name(), train, t, false, o.kernelsValidated);
     auto krr = [&](const Eigen::VectorXd& y) { return MakeKrrSolver(y, lambda_, t.sampleWeights); };
     return FitEnmkl(train, *(t.task == Task::Multiclass ? MakeOneVsRestSolver(t, krr) : krr(t.y)), settings_, o);
   }

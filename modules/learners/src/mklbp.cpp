@@ -30,7 +30,7 @@ class MklBp final : public Learner {
         svmTol_(p.at("svm_tolerance")) {}
 
   Model Fit(const KernelList& train, const Targets& t, const FitOptions& options) const override {
-    ValidateFitInput(Name(), train, t);
+    ValidateFitInput(Name(), train, t, false, options.kernelsValidated);
     if (t.task == Task::Regression)
       throw InputError("learners:TaskUnsupported", "learner mkl_bp", "mkl_bp is a classifier (seed 002); for regression use mkelm, enmkl_krr or simplemkl");
     Stopwatch clock;

@@ -122,7 +122,7 @@ class MulticlassAdapter final : public Learner {
     if (t.task != Task::Multiclass) return inner_->Fit(train, t, o);
     const bool perClass = mode_ == MulticlassWeights::PerClass && info_.multipleKernels;
     if (!perClass && (NativeMulticlass(info_.name) || SharedWeightMkl(info_.name))) return inner_->Fit(train, t, o);
-    ValidateFitInput(Name(), train, t);
+    ValidateFitInput(Name(), train, t, false, o.kernelsValidated);
     return OneVsRest(train, t, perClass);
   }
   std::string_view Name() const override { return inner_->Name(); }

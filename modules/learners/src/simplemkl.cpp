@@ -283,7 +283,7 @@ class SimpleMkl final : public Learner {
         svmTol_(p.at("svm_tolerance")),
         settings_{p.at("gap_tolerance"), static_cast<int>(p.at("max_iterations")), p.at("line_search_tolerance")} {}
   Model Fit(const KernelList& train, const Targets& t, const FitOptions& o) const override {
-    ValidateFitInput(Name(), train, t);
+    ValidateFitInput(Name(), train, t, false, o.kernelsValidated);
     auto svc = [&](const Eigen::VectorXd& y) { return MakeSvcSolver(y, c_, svmTol_, 10'000'000, t.sampleWeights); };
     auto solver = t.task == Task::Classification ? svc(t.y)
                   : t.task == Task::Multiclass   ? MakeOneVsRestSolver(t, svc)  // one beta for all one-vs-rest SVMs

@@ -39,7 +39,7 @@ class Svm final : public Learner {
  public:
   explicit Svm(const ParamMap& p) : c_(p.at("c")), tol_(p.at("tolerance")), maxIter_(static_cast<long>(p.at("max_iterations"))) {}
   Model Fit(const KernelList& train, const Targets& t, const FitOptions& o) const override {
-    ValidateFitInput(Name(), train, t);
+    ValidateFitInput(Name(), train, t, false, o.kernelsValidated);
     if (t.task == Task::Classification) return FitOnSum(train, *MakeSvcSolver(t.y, c_, tol_, maxIter_, t.sampleWeights), o);
     throw InputError("learners:TaskUnsupported", "learner svm", "svm is a classifier; for regression use krr, enmkl_krr or simplemkl");
   }
@@ -54,7 +54,7 @@ class Krr final : public Learner {
  public:
   explicit Krr(const ParamMap& p) : lambda_(p.at("lambda")) {}
   Model Fit(const KernelList& train, const Targets& t, const FitOptions& o) const override {
-    ValidateFitInput(Name(), train, t);
+    ValidateFitInput(Name(), train, t, false, o.kernelsValidated);
     return FitOnSum(train, *MakeKrrSolver(t.y, lambda_, t.sampleWeights), o);
   }
   std::string_view Name() const override { return "krr"; }

@@ -91,6 +91,10 @@ struct Model {
 /// parameters (a grid search) to start from. It changes the path, not the optimum.
 struct FitOptions {
   const Model* warmStart = nullptr;
+  /// The caller has already passed these training kernels through ValidateFitInput (e.g. once per CV
+  /// fold before a grid of fits on the same kernels): Fit skips the O(m n^2) scan for non-finite
+  /// entries. Shapes and targets are still checked. Never set it for kernels that were not checked.
+  bool kernelsValidated = false;
 };
 
 class Learner {
@@ -144,6 +148,7 @@ std::unique_ptr<Learner> MakeLearner(std::string_view learner, const ParamMap& p
 /// Shared input checks of every learner's Fit (the contract).
 /// Unlabelled (NaN) targets are accepted only with `allowUnlabelled`; the class checks then apply
 /// to the labelled subjects.
-void ValidateFitInput(std::string_view learner, const KernelList& train, const Targets& targets, bool allowUnlabelled = false);
+void ValidateFitInput(std::string_view learner, const KernelList& train, const Targets& targets, bool allowUnlabelled = false,
+                      bool kernelsValidated = false);
 
 }  // namespace neuromkl::learners

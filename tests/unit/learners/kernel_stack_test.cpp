@@ -1,0 +1,109 @@
+// Issue 17: the kernel stack is a view on the training kernels (no packed copy) that reads only their
+// upper triangles, and FitOptions::kernelsValidated lets a caller that has already checked a fold's
+// kernels skip the O(m n^2) finiteness scan of every fit on them.
+#include <cmath>
+#include <limits>
+#include <random>
+
+#include <Eigen/Eigenvalues>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "inner.hpp"
+#include "learner_fixtures.hpp"
+#include "neuromkl/core/errors.hpp"
+#include "neuromkl/learners/learner.hpp"
+
+using namespace neuromkl;
+using ::testing::HasSubstr;
+using neuromkl::testing::MakeMklProblem;
+
+namespace {
+
+// n = 300: 45,150 upper-triangle entries, more than one block of Combine's 32,768 (the block edges are exercised).
+TEST(KernelStack, CombineEqualsTheDenseSumExactly) {
+  auto p = MakeMklProblem(300, 5, {0, 2}, 1.0, 11);
+  // The stack reads the upper triangle only; d K d leaves the two triangles a rounding apart, so the
+  // kernels are made exactly symmetric for the bit-for-bit comparison.
+  for (auto& K : p.kernels) K = Eigen::MatrixXd(K.selfadjointView<Eigen::Upper>());
+  const learners::KernelStack stack(p.kernels);
+  Eigen::VectorXd w(5);
+  w << 0.3, 0.0, 1.7, 0.25, 1e-3;
+  // Same additions in the same order per entry (0 + w_0 K_0 + w_2 K_2 + ...): equal bit for bit.
+  const Eigen::MatrixXd dense = learners::CombineKernels(p.kernels, w);
+  EXPECT_EQ(stack.Combine(w), dense);
+  Eigen::MatrixXd reused = Eigen::MatrixXd::Constant(7, 3, 5.0);  // wrong size: resized
+  stack.Combine(w, reused);
+  EXPECT_EQ(reused, dense);
+  reused.setConstant(std::nan(""));  // right size, stale contents: every entry rewritten
+  stack.Combine(w, reused);
+  EXPECT_EQ(reused, dense);
+}
+
+TEST(KernelStack, QuadraticsProductsAndBoundsMatchDenseAlgebra) {
+  const auto p = MakeMklProblem(120, 4, {1}, 1.0, 12);
+  const learners::KernelStack stack(p.kernels);
+  std::mt19937 rng(3);
+  std::normal_distribution<double> normal;
+  Eigen::MatrixXd A(120, 2);
+  for (Eigen::Index i = 0; i < A.size(); ++i) A.data()[i] = normal(rng);
+  for (Eigen::Index i = 0; i < 120; i += 3) A(i, 0) = 0;  // non-support vectors of class 0 ...
+  for (Eigen::Index i = 0; i < 120; i += 4) A.row(i).setZero();  // ... and rows zero in both classes
+  const auto nonzero = learners::KernelStack::NonZeroRows(A);
+  EXPECT_EQ(nonzero.size(), 90u);
+  for (Eigen::Index k = 0; k < 4; ++k) {
+    const Eigen::MatrixXd& K = p.kernels[static_cast<std::size_t>(k)];
+    const double dense = A.col(0).dot(K * A.col(0)) + A.col(1).dot(K * A.col(1));
+    // Sums of 120^2 products of order-1 terms in another order: 1e-12 relative is ~100x the rounding.
+    EXPECT_NEAR(stack.Quadratic(k, A, nonzero), dense, 1e-12 * std::abs(dense));
+    const Eigen::VectorXd v = A.col(1);
+    EXPECT_LE((stack.Product(k, v) - K * v).norm(), 1e-12 * (K * v).norm());
+    EXPECT_NEAR(stack.Quadratics(v)[k], v.dot(K * v), 1e-12 * v.dot(K * v));
+    // The screening bound needs sqrt(lambda_max) <= RootSpectralBound.
+    const double lambdaMax = Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd>(K).eigenvalues().maxCoeff();
+    EXPECT_GE(stack.RootSpectralBound(k), std::sqrt(lambdaMax));
+  }
+}
+
+TEST(FitOptions, KernelsValidatedSkipsOnlyTheFinitenessScan) {
+  const auto p = MakeMklProblem(30, 3, {0}, 1.0, 13);
+  learners::FitOptions checked;
+  checked.kernelsValidated = true;
+  for (const char* name : {"enmkl_svm", "simplemkl", "svm"}) {
+    SCOPED_TRACE(name);
+    const auto learner = learners::MakeLearner(name, {});
+    // The public path (default options) still rejects a non-finite kernel.
+    auto bad = p.kernels;
+    bad[1](3, 4) = std::nan("");
+    EXPECT_THROW(learner->Fit(bad, p.targets), InputError);
+    EXPECT_THROW(learner->Fit(bad, p.targets, learners::FitOptions{}), InputError);
+    // With the flag, shapes and targets are still checked.
+    auto wrongShape = p.kernels;
+    wrongShape[2] = Eigen::MatrixXd::Identity(29, 29);
+    EXPECT_THROW(learner->Fit(wrongShape, p.targets, checked), InputError);
+    auto badLabels = p.targets;
+    badLabels.y[0] = 0.5;
+    EXPECT_THROW(learner->Fit(p.kernels, badLabels, checked), InputError);
+    // On checked kernels the flag changes nothing but the time.
+    const auto a = learner->Fit(p.kernels, p.targets), b = learner->Fit(p.kernels, p.targets, checked);
+    EXPECT_EQ(a.beta, b.beta);
+    EXPECT_EQ(a.coef, b.coef);
+    EXPECT_EQ(a.bias, b.bias);
+  }
+}
+
+TEST(ValidateFitInput, FindsEveryKindOfNonFiniteEntry) {
+  const auto p = MakeMklProblem(20, 2, {0}, 1.0, 14);
+  constexpr double inf = std::numeric_limits<double>::infinity();
+  for (double bad : {std::nan(""), inf, -inf}) {
+    auto k = p.kernels;
+    k[1](19, 0) = bad;  // lower triangle, last row
+    EXPECT_THROW(learners::ValidateFitInput("svm", k, p.targets), InputError);
+  }
+  auto huge = p.kernels;
+  huge[0](0, 0) = 1e308;  // finite: x * 0 = 0
+  EXPECT_NO_THROW(learners::ValidateFitInput("svm", huge, p.targets));
+}
+
+}  // namespace
