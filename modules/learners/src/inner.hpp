@@ -75,10 +75,11 @@ Eigen::VectorXd OneVsRestLabels(const Eigen::VectorXd& y, int c);
 
 /// The two operations every MKL iteration needs, over the kernels' upper triangles (half the memory
 /// traffic of the full kernels): sum_j w_j K_j (Combine) and q_j = a' K_j a (Quadratic, Quadratics).
-/// A view: it reads the caller's kernels in place (column j's upper part, rows 0..j, is contiguous in
-/// a column-major matrix) and copies nothing, so building it per fit is free and a fit needs no memory
-/// beside the kernels; `kernels` must outlive it. The kernels must be symmetric (only the upper
-/// triangle is read), as ValidateFitInput's callers guarantee.
+/// Below kViewFrom subjects the triangles are packed into one store (small enough to stay in cache
+/// across iterations: 18.5 MB at n = 200, m = 116). From kViewFrom subjects it is a view: it reads the
+/// caller's kernels in place (column j's upper part, rows 0..j, is contiguous in a column-major matrix)
+/// and copies nothing (a packed copy at n = 2000 is 1.9 GB and costs seconds per fit). `kernels` must
+/// outlive it. Only the upper triangle is read (the kernels are symmetric).
 class KernelStack {
  public:
   explicit KernelStack(const KernelList& kernels);
@@ -102,10 +103,16 @@ class KernelStack {
   /// first use (only kernels that leave the active set need it).
   double RootSpectralBound(Eigen::Index j) const;
   Eigen::Index Size() const { return static_cast<Eigen::Index>(kernels_->size()); }
+  static constexpr Eigen::Index kViewFrom = 1024;
+  bool Packed() const { return packed_.size() > 0; }
+  /// The packed outer product of A's columns (summed), for Quadratic on a packed stack.
+  Eigen::VectorXd PackedOuter(const Eigen::MatrixXd& A) const;
+  double PackedQuadratic(Eigen::Index j, const Eigen::VectorXd& packedOuter) const;
 
  private:
   const KernelList* kernels_;
   Eigen::Index n_ = 0;
+  Eigen::MatrixXd packed_;  ///< n(n+1)/2 x m below kViewFrom subjects, else empty
   mutable Eigen::VectorXd rootBounds_;  ///< NaN until computed
 };
 
@@ -132,6 +139,7 @@ class ScreenedNorms {
   const KernelStack& stack_;
   Eigen::MatrixXd current_;       ///< the current coefficients (classes as columns)
   std::vector<Eigen::Index> nonzero_;  ///< rows of current_ with a non-zero entry
+  Eigen::VectorXd outer_;         ///< packed outer product of current_ (packed stack only; lazy)
   Eigen::VectorXd value_;         ///< exact values at the current solution where known_
   std::vector<char> known_;
   Eigen::VectorXd anchorValue_;   ///< last exact value of each kernel ...

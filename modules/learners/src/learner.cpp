@@ -167,7 +167,15 @@ Eigen::MatrixXd CombineKernels(const KernelList& kernels, const Eigen::VectorXd&
 KernelStack::KernelStack(const KernelList& kernels)
     : kernels_(&kernels),
       n_(kernels.empty() ? 0 : kernels[0].rows()),
-      rootBounds_(Eigen::VectorXd::Constant(static_cast<Eigen::Index>(kernels.size()), std::numeric_limits<double>::quiet_NaN())) {}
+      rootBounds_(Eigen::VectorXd::Constant(static_cast<Eigen::Index>(kernels.size()), std::numeric_limits<double>::quiet_NaN())) {
+  if (n_ >= kViewFrom) return;
+  packed_.resize(n_ * (n_ + 1) / 2, Size());
+  for (Eigen::Index k = 0; k < Size(); ++k) {
+    double* out = packed_.col(k).data();
+    const Eigen::MatrixXd& K = kernels[static_cast<std::size_t>(k)];
+    for (Eigen::Index j = 0; j < n_; ++j) out = std::copy(K.data() + j * n_, K.data() + j * n_ + j + 1, out);
+  }
+}
 
 Eigen::MatrixXd KernelStack::Combine(const Eigen::VectorXd& weights) const {
   Eigen::MatrixXd K;
@@ -183,8 +191,14 @@ void KernelStack::Combine(const Eigen::VectorXd& weights, Eigen::MatrixXd& K) co
   for (Eigen::Index k = 0; k < Size(); ++k)
     if (weights[k] != 0.0) used.push_back(k);
   K.resize(n_, n_);
+  if (Packed()) {
+    Eigen::VectorXd v = Eigen::VectorXd::Zero(packed_.rows());
+    for (auto k : used) v.noalias() += weights[k] * packed_.col(k);
+    const double* p = v.data();
+    for (Eigen::Index j = 0; j < n_; p += j + 1, ++j) K.col(j).head(j + 1) = Eigen::Map<const Eigen::VectorXd>(p, j + 1);
+  }
   constexpr Eigen::Index kChunk = Eigen::Index{1} << 15;  // upper-triangle entries per block of columns (256 KiB)
-  for (Eigen::Index j0 = 0; j0 < n_;) {
+  for (Eigen::Index j0 = 0; j0 < n_ && !Packed();) {
     Eigen::Index j1 = j0 + 1, entries = j0 + 1;
     while (j1 < n_ && entries + j1 + 1 <= kChunk) entries += ++j1;
     for (Eigen::Index j = j0; j < j1; ++j) K.col(j).head(j + 1).setZero();
@@ -215,6 +229,7 @@ double KernelStack::Quadratic(Eigen::Index k, const Eigen::MatrixXd& A, const st
   // a'K a = sum_j a_j (2 sum_{i<j} K_ij a_i + K_jj a_j): column j of the triangle is read only when
   // some a_j != 0.
   const Eigen::MatrixXd& K = (*kernels_)[static_cast<std::size_t>(k)];
+  if (Packed()) return PackedQuadratic(k, PackedOuter(A));
   double q = 0;
   for (const Eigen::Index j : nonzero) {
     const auto upper = K.col(j).head(j);
@@ -226,8 +241,27 @@ double KernelStack::Quadratic(Eigen::Index k, const Eigen::MatrixXd& A, const st
   return std::max(0.0, q);  // PSD kernels: clip rounding below 0
 }
 
+Eigen::VectorXd KernelStack::PackedOuter(const Eigen::MatrixXd& A) const {
+  // a'K a = sum_i K_ii a_i^2 + 2 sum_{i<j} K_ij a_i a_j: one product with the packed outer product.
+  Eigen::VectorXd w = Eigen::VectorXd::Zero(packed_.rows());
+  for (Eigen::Index c = 0; c < A.cols(); ++c) {
+    double* p = w.data();
+    for (Eigen::Index j = 0; j < n_; ++j) {
+      const double aj = A(j, c);
+      for (Eigen::Index i = 0; i < j; ++i) *p++ += 2.0 * A(i, c) * aj;
+      *p++ += aj * aj;
+    }
+  }
+  return w;
+}
+
+double KernelStack::PackedQuadratic(Eigen::Index k, const Eigen::VectorXd& packedOuter) const {
+  return std::max(0.0, packed_.col(k).dot(packedOuter));  // PSD kernels: clip rounding below 0
+}
+
 Eigen::VectorXd KernelStack::Quadratics(const Eigen::VectorXd& a) const {
   const Eigen::MatrixXd A = a;
+  if (Packed()) return (packed_.transpose() * PackedOuter(A)).cwiseMax(0.0);
   const auto nonzero = NonZeroRows(A);
   Eigen::VectorXd q(Size());
   for (Eigen::Index k = 0; k < Size(); ++k) q[k] = Quadratic(k, A, nonzero);
@@ -259,13 +293,15 @@ ScreenedNorms::ScreenedNorms(const KernelStack& stack)
 void ScreenedNorms::Begin(const InnerSolution& sol) {
   current_ = sol.coefs.cols() > 0 ? sol.coefs : Eigen::MatrixXd(sol.coef);
   nonzero_ = KernelStack::NonZeroRows(current_);
+  outer_.resize(0);
   std::fill(known_.begin(), known_.end(), 0);
 }
 
 double ScreenedNorms::Exact(Eigen::Index j) {
   const auto u = static_cast<std::size_t>(j);
   if (!known_[u]) {
-    value_[j] = std::sqrt(stack_.Quadratic(j, current_, nonzero_));
+    if (stack_.Packed() && outer_.size() == 0) outer_ = stack_.PackedOuter(current_);
+    value_[j] = std::sqrt(stack_.Packed() ? stack_.PackedQuadratic(j, outer_) : stack_.Quadratic(j, current_, nonzero_));
     known_[u] = 1;
     anchorValue_[j] = value_[j];
     anchors_[u] = current_;

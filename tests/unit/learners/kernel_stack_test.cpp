@@ -21,9 +21,14 @@ using neuromkl::testing::MakeMklProblem;
 
 namespace {
 
-// n = 300: 45,150 upper-triangle entries, more than one block of Combine's 32,768 (the block edges are exercised).
-TEST(KernelStack, CombineEqualsTheDenseSumExactly) {
-  auto p = MakeMklProblem(300, 5, {0, 2}, 1.0, 11);
+// Both storage modes: a packed copy (n = 300 < KernelStack::kViewFrom) and a view on the kernels
+// (n = 1100: 605,550 upper-triangle entries, many blocks of Combine's 32,768, the block edges exercised).
+class KernelStackModes : public ::testing::TestWithParam<int> {};
+INSTANTIATE_TEST_SUITE_P(PackedAndView, KernelStackModes, ::testing::Values(300, 1100));
+
+TEST_P(KernelStackModes, CombineEqualsTheDenseSumExactly) {
+  const int n = GetParam();
+  auto p = MakeMklProblem(n, 5, {0, 2}, 1.0, 11);
   // The stack reads the upper triangle only; d K d leaves the two triangles a rounding apart, so the
   // kernels are made exactly symmetric for the bit-for-bit comparison.
   for (auto& K : p.kernels) K = Eigen::MatrixXd(K.selfadjointView<Eigen::Upper>());
@@ -41,21 +46,24 @@ TEST(KernelStack, CombineEqualsTheDenseSumExactly) {
   EXPECT_EQ(reused, dense);
 }
 
-TEST(KernelStack, QuadraticsProductsAndBoundsMatchDenseAlgebra) {
-  const auto p = MakeMklProblem(120, 4, {1}, 1.0, 12);
+TEST_P(KernelStackModes, QuadraticsProductsAndBoundsMatchDenseAlgebra) {
+  const int n = GetParam();
+  const auto p = MakeMklProblem(n, 3, {1}, 1.0, 12);
   const learners::KernelStack stack(p.kernels);
+  EXPECT_EQ(stack.Packed(), n < learners::KernelStack::kViewFrom);
   std::mt19937 rng(3);
   std::normal_distribution<double> normal;
-  Eigen::MatrixXd A(120, 2);
+  Eigen::MatrixXd A(n, 2);
   for (Eigen::Index i = 0; i < A.size(); ++i) A.data()[i] = normal(rng);
-  for (Eigen::Index i = 0; i < 120; i += 3) A(i, 0) = 0;  // non-support vectors of class 0 ...
-  for (Eigen::Index i = 0; i < 120; i += 4) A.row(i).setZero();  // ... and rows zero in both classes
+  for (Eigen::Index i = 0; i < n; i += 3) A(i, 0) = 0;  // non-support vectors of class 0 ...
+  for (Eigen::Index i = 0; i < n; i += 4) A.row(i).setZero();  // ... and rows zero in both classes
   const auto nonzero = learners::KernelStack::NonZeroRows(A);
-  EXPECT_EQ(nonzero.size(), 90u);
-  for (Eigen::Index k = 0; k < 4; ++k) {
+  EXPECT_EQ(static_cast<int>(nonzero.size()), n - (n + 3) / 4);
+  for (Eigen::Index k = 0; k < 3; ++k) {
     const Eigen::MatrixXd& K = p.kernels[static_cast<std::size_t>(k)];
     const double dense = A.col(0).dot(K * A.col(0)) + A.col(1).dot(K * A.col(1));
-    // Sums of 120^2 products of order-1 terms in another order: 1e-12 relative is ~100x the rounding.
+    // Sums of n^2 products of order-1 terms in another order: 1e-12 relative is ~100x the rounding
+    // (sqrt(n^2) * 1e-16 with cancellation margin).
     EXPECT_NEAR(stack.Quadratic(k, A, nonzero), dense, 1e-12 * std::abs(dense));
     const Eigen::VectorXd v = A.col(1);
     EXPECT_LE((stack.Product(k, v) - K * v).norm(), 1e-12 * (K * v).norm());
