@@ -280,7 +280,7 @@ void BM_EnmklPermutedLabels_192x116(benchmark::State& state) {
     targets.push_back(t);
   }
   double seconds = 0;
-  long fits = 0, iterations = 0;
+  long fits = 0, iterations = 0, smoIterations = 0, solves = 0;
   for (auto _ : state) {
     for (const auto& t : targets)
       for (double c : {0.01, 1.0, 100.0})
@@ -289,16 +289,21 @@ void BM_EnmklPermutedLabels_192x116(benchmark::State& state) {
           const auto m = learners::MakeLearner("enmkl_svm", {{"c", c}, {"mu", mu}})->Fit(real.kernels, t);
           seconds += CpuSeconds() - t0;
           iterations += m.info.iterations;
+          smoIterations += m.info.innerIterations;
+          solves += m.info.innerSolves;
           ++fits;
         }
   }
   state.counters["ms_per_fit"] = 1e3 * seconds / static_cast<double>(fits);
   state.counters["iterations_per_fit"] = static_cast<double>(iterations) / static_cast<double>(fits);
+  state.counters["svm_solves_per_fit"] = static_cast<double>(solves) / static_cast<double>(fits);
+  state.counters["smo_iterations_per_fit"] = static_cast<double>(smoIterations) / static_cast<double>(fits);
 }
 BENCHMARK(BM_EnmklPermutedLabels_192x116)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->Iterations(1);
 
-// ENMKL-SVM refit at n = 2000 x 116 kernels (issue 17: <= 3 s; was ~27 s). About 3.7 GB of kernels:
-// run it on its own (--benchmark_filter=Refit).
+// ENMKL-SVM refit at n = 2000 x 116 kernels (issue 17: <= 3 s; was ~27 s). About 3.7 GB of kernels
+// (the fit itself needs no copy of them: KernelStack is a view); run it on its own
+// (--benchmark_filter=Refit). Prints the figure against the target.
 void BM_EnmklSvmRefit_2000x116(benchmark::State& state) {
   const Problem p = MakeProblem(2000, 116, 6, 2000);
   const auto l = learners::MakeLearner("enmkl_svm", {{"c", 1}, {"mu", 0.5}});
@@ -311,7 +316,11 @@ void BM_EnmklSvmRefit_2000x116(benchmark::State& state) {
   }
   state.counters["fit_cpu_s"] = seconds;
   state.counters["iterations"] = m.info.iterations;
+  state.counters["svm_solves"] = m.info.innerSolves;
+  state.counters["smo_iterations"] = static_cast<double>(m.info.innerIterations);
   state.counters["selected"] = static_cast<double>((m.beta.array() > 0).count());
+  std::printf("ENMKL-SVM refit n = 2000 x 116: %.2f s CPU, %d iterations (issue 17 target <= 3 s: %s)\n", seconds, m.info.iterations,
+              seconds <= 3.0 ? "met" : "NOT met");
 }
 BENCHMARK(BM_EnmklSvmRefit_2000x116)->Unit(benchmark::kMillisecond)->Iterations(1);
 

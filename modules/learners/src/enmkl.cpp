@@ -96,7 +96,7 @@ class EnmklMap {
   /// mu/2 (sum_j ||w_j||)^2 + (1 - mu)/2 sum_j ||w_j||^2 + loss, ||w_j|| = beta_j sqrt(a'K_j a).
   /// Returns false when the solution uses no kernel at all (e.g. constant targets).
   bool Solve(const Eigen::VectorXd& beta, InnerSolution& sol, bool warm, double& objective, double looseTolerance = 0) {
-    K_ = stack_.Combine(beta);
+    stack_.Combine(beta, K_);  // reuses K_'s storage (no n x n allocation per iteration)
     sol = solver_.SolveLoosely(K_, warm ? &sol : nullptr, looseTolerance);
     ++info_.innerSolves;
     info_.innerIterations += sol.iterations;

@@ -143,8 +143,11 @@ void ValidateFitInput(std::string_view learner, const KernelList& train, const T
                        fmt::format("training kernel {} is {}x{}, expected {}x{} (= number of targets)", j, K.rows(), K.cols(), n, n));
   }
   if (!CheckedBefore(options.cache, train)) {
+    // x * 0 is 0 for a finite x and NaN otherwise, so the (vectorised) sum is NaN exactly when an
+    // entry is not finite: one pass at memory speed (allFinite compares entry by entry).
     for (std::size_t j = 0; j < train.size(); ++j)
-      if (!train[j].allFinite()) throw InputError("learners:NonFiniteKernel", where, fmt::format("training kernel {} has NaN or infinite entries", j));
+      if (std::isnan((train[j].array() * 0.0).sum()))
+        throw InputError("learners:NonFiniteKernel", where, fmt::format("training kernel {} has NaN or infinite entries", j));
     MarkChecked(options.cache);
   }
   Eigen::Index labelled = 0;
@@ -222,84 +225,123 @@ Eigen::MatrixXd CombineKernels(const KernelList& kernels, const Eigen::VectorXd&
 }
 
 KernelStack::KernelStack(const KernelList& kernels)
-    : rootBounds_(static_cast<Eigen::Index>(kernels.size())),
+    : kernels_(&kernels),
       n_(kernels.empty() ? 0 : kernels[0].rows()),
-      packed_(n_ * (n_ + 1) / 2, static_cast<Eigen::Index>(kernels.size())) {
-  for (std::size_t k = 0; k < kernels.size(); ++k) {
-    double* out = packed_.col(static_cast<Eigen::Index>(k)).data();
-    const Eigen::MatrixXd& K = kernels[k];
-    double frob = 0;  // ||K||_F^2 from the triangle, while it is in cache (for RootSpectralBounds)
-    for (Eigen::Index j = 0; j < n_; ++j) {
-      const double* col = K.data() + j * n_;
-      double offDiagonal = 0;
-      for (Eigen::Index i = 0; i < j; ++i) offDiagonal += col[i] * col[i];
-      frob += 2.0 * offDiagonal + col[j] * col[j];
-      out = std::copy(col, col + j + 1, out);
-    }
-    // ||K||_F >= lambda_max for a symmetric K; the factor covers the rounding of the sums.
-    rootBounds_[static_cast<Eigen::Index>(k)] = std::sqrt(std::sqrt(frob) * (1.0 + 1e-10));
+      rootBounds_(Eigen::VectorXd::Constant(static_cast<Eigen::Index>(kernels.size()), std::numeric_limits<double>::quiet_NaN())) {
+  if (n_ >= kViewFrom) return;
+  packed_.resize(n_ * (n_ + 1) / 2, Size());
+  for (Eigen::Index k = 0; k < Size(); ++k) {
+    double* out = packed_.col(k).data();
+    const Eigen::MatrixXd& K = kernels[static_cast<std::size_t>(k)];
+    for (Eigen::Index j = 0; j < n_; ++j) out = std::copy(K.data() + j * n_, K.data() + j * n_ + j + 1, out);
   }
 }
 
 Eigen::MatrixXd KernelStack::Combine(const Eigen::VectorXd& weights) const {
-  // Only the columns of non-zero weights are streamed (active-set MKL, issue 17).
-  Eigen::VectorXd v = Eigen::VectorXd::Zero(packed_.rows());
-  for (Eigen::Index k = 0; k < packed_.cols(); ++k)
-    if (weights[k] != 0.0) v.noalias() += weights[k] * packed_.col(k);
-  Eigen::MatrixXd K(n_, n_);
-  const double* p = v.data();
-  for (Eigen::Index j = 0; j < n_; ++j)
-    for (Eigen::Index i = 0; i <= j; ++i, ++p) K(i, j) = K(j, i) = *p;
+  Eigen::MatrixXd K;
+  Combine(weights, K);
   return K;
 }
 
-Eigen::VectorXd KernelStack::Quadratics(const Eigen::VectorXd& a) const {
-  // a'K a = sum_i K_ii a_i^2 + 2 sum_{i<j} K_ij a_i a_j: one product with the packed outer product.
-  Eigen::VectorXd w(packed_.rows());
-  double* p = w.data();
-  for (Eigen::Index j = 0; j < n_; ++j) {
-    for (Eigen::Index i = 0; i < j; ++i) *p++ = 2.0 * a[i] * a[j];
-    *p++ = a[j] * a[j];
+void KernelStack::Combine(const Eigen::VectorXd& weights, Eigen::MatrixXd& K) const {
+  // Only the kernels of non-zero weight are read (active-set MKL, issue 17), and of each only the
+  // upper triangle. A block of columns of K small enough to stay in cache is summed over the kernels
+  // (in their order) and the lower triangle is then filled from the upper one block by block.
+  std::vector<Eigen::Index> used;
+  for (Eigen::Index k = 0; k < Size(); ++k)
+    if (weights[k] != 0.0) used.push_back(k);
+  K.resize(n_, n_);
+  if (Packed()) {
+    Eigen::VectorXd v = Eigen::VectorXd::Zero(packed_.rows());
+    for (auto k : used) v.noalias() += weights[k] * packed_.col(k);
+    const double* p = v.data();
+    for (Eigen::Index j = 0; j < n_; p += j + 1, ++j) K.col(j).head(j + 1) = Eigen::Map<const Eigen::VectorXd>(p, j + 1);
   }
-  return (packed_.transpose() * w).cwiseMax(0.0);  // PSD kernels: clip rounding below 0
+  constexpr Eigen::Index kChunk = Eigen::Index{1} << 15;  // upper-triangle entries per block of columns (256 KiB)
+  for (Eigen::Index j0 = 0; j0 < n_ && !Packed();) {
+    Eigen::Index j1 = j0 + 1, entries = j0 + 1;
+    while (j1 < n_ && entries + j1 + 1 <= kChunk) entries += ++j1;
+    for (Eigen::Index j = j0; j < j1; ++j) K.col(j).head(j + 1).setZero();
+    for (auto k : used) {
+      const Eigen::MatrixXd& Kk = (*kernels_)[static_cast<std::size_t>(k)];
+      const double w = weights[k];
+      for (Eigen::Index j = j0; j < j1; ++j) K.col(j).head(j + 1).noalias() += w * Kk.col(j).head(j + 1);
+    }
+    j0 = j1;
+  }
+  constexpr Eigen::Index kBlock = 64;
+  for (Eigen::Index jb = 0; jb < n_; jb += kBlock)
+    for (Eigen::Index ib = jb; ib < n_; ib += kBlock) {
+      const Eigen::Index je = std::min(jb + kBlock, n_), ie = std::min(ib + kBlock, n_);
+      for (Eigen::Index j = jb; j < je; ++j)
+        for (Eigen::Index i = std::max(ib, j + 1); i < ie; ++i) K(i, j) = K(j, i);
+    }
 }
 
-Eigen::VectorXd KernelStack::PackedOuter(const InnerSolution& sol) const {
+std::vector<Eigen::Index> KernelStack::NonZeroRows(const Eigen::MatrixXd& A) {
+  std::vector<Eigen::Index> rows;
+  for (Eigen::Index i = 0; i < A.rows(); ++i)
+    if ((A.row(i).array() != 0.0).any()) rows.push_back(i);
+  return rows;
+}
+
+double KernelStack::Quadratic(Eigen::Index k, const Eigen::MatrixXd& A, const std::vector<Eigen::Index>& nonzero) const {
+  // a'K a = sum_j a_j (2 sum_{i<j} K_ij a_i + K_jj a_j): column j of the triangle is read only when
+  // some a_j != 0.
+  const Eigen::MatrixXd& K = (*kernels_)[static_cast<std::size_t>(k)];
+  if (Packed()) return PackedQuadratic(k, PackedOuter(A));
+  double q = 0;
+  for (const Eigen::Index j : nonzero) {
+    const auto upper = K.col(j).head(j);
+    for (Eigen::Index c = 0; c < A.cols(); ++c) {
+      const double aj = A(j, c);
+      if (aj != 0.0) q += aj * (2.0 * upper.dot(A.col(c).head(j)) + K(j, j) * aj);
+    }
+  }
+  return std::max(0.0, q);  // PSD kernels: clip rounding below 0
+}
+
+Eigen::VectorXd KernelStack::PackedOuter(const Eigen::MatrixXd& A) const {
+  // a'K a = sum_i K_ii a_i^2 + 2 sum_{i<j} K_ij a_i a_j: one product with the packed outer product.
   Eigen::VectorXd w = Eigen::VectorXd::Zero(packed_.rows());
-  auto add = [&](const Eigen::VectorXd& a) {
+  for (Eigen::Index c = 0; c < A.cols(); ++c) {
     double* p = w.data();
     for (Eigen::Index j = 0; j < n_; ++j) {
-      const double aj = a[j];
-      for (Eigen::Index i = 0; i < j; ++i) *p++ += 2.0 * a[i] * aj;
+      const double aj = A(j, c);
+      for (Eigen::Index i = 0; i < j; ++i) *p++ += 2.0 * A(i, c) * aj;
       *p++ += aj * aj;
     }
-  };
-  if (sol.coefs.cols() == 0) add(sol.coef);
-  else
-    for (Eigen::Index c = 0; c < sol.coefs.cols(); ++c) add(sol.coefs.col(c));
+  }
   return w;
 }
 
-double KernelStack::Quadratic(Eigen::Index j, const Eigen::VectorXd& packedOuter) const {
-  return std::max(0.0, packed_.col(j).dot(packedOuter));  // PSD kernels: clip rounding below 0
+double KernelStack::PackedQuadratic(Eigen::Index k, const Eigen::VectorXd& packedOuter) const {
+  return std::max(0.0, packed_.col(k).dot(packedOuter));  // PSD kernels: clip rounding below 0
+}
+
+Eigen::VectorXd KernelStack::Quadratics(const Eigen::VectorXd& a) const {
+  const Eigen::MatrixXd A = a;
+  if (Packed()) return (packed_.transpose() * PackedOuter(A)).cwiseMax(0.0);
+  const auto nonzero = NonZeroRows(A);
+  Eigen::VectorXd q(Size());
+  for (Eigen::Index k = 0; k < Size(); ++k) q[k] = Quadratic(k, A, nonzero);
+  return q;
 }
 
 Eigen::VectorXd KernelStack::Product(Eigen::Index k, const Eigen::VectorXd& v) const {
-  Eigen::VectorXd out = Eigen::VectorXd::Zero(n_);
-  const double* p = packed_.col(k).data();
-  for (Eigen::Index j = 0; j < n_; ++j) {
-    double acc = 0;
-    const double vj = v[j];
-    for (Eigen::Index i = 0; i < j; ++i, ++p) {
-      out[i] += *p * vj;
-      acc += *p * v[i];
-    }
-    out[j] += acc + *p++ * vj;
-  }
-  return out;
+  return (*kernels_)[static_cast<std::size_t>(k)].selfadjointView<Eigen::Upper>() * v;
 }
 
-const Eigen::VectorXd& KernelStack::RootSpectralBounds() const { return rootBounds_; }
+double KernelStack::RootSpectralBound(Eigen::Index k) const {
+  if (std::isnan(rootBounds_[k])) {
+    const Eigen::MatrixXd& K = (*kernels_)[static_cast<std::size_t>(k)];
+    double frob = 0;  // ||K||_F^2 from the upper triangle
+    for (Eigen::Index j = 0; j < n_; ++j) frob += 2.0 * K.col(j).head(j).squaredNorm() + K(j, j) * K(j, j);
+    // ||K||_F >= lambda_max for a symmetric K; the factor covers the rounding of the sums.
+    rootBounds_[k] = std::sqrt(std::sqrt(frob) * (1.0 + 1e-10));
+  }
+  return rootBounds_[k];
+}
 
 ScreenedNorms::ScreenedNorms(const KernelStack& stack)
     : stack_(stack),
@@ -310,14 +352,16 @@ ScreenedNorms::ScreenedNorms(const KernelStack& stack)
 
 void ScreenedNorms::Begin(const InnerSolution& sol) {
   current_ = sol.coefs.cols() > 0 ? sol.coefs : Eigen::MatrixXd(sol.coef);
-  packed_ = stack_.PackedOuter(sol);
+  nonzero_ = KernelStack::NonZeroRows(current_);
+  outer_.resize(0);
   std::fill(known_.begin(), known_.end(), 0);
 }
 
 double ScreenedNorms::Exact(Eigen::Index j) {
   const auto u = static_cast<std::size_t>(j);
   if (!known_[u]) {
-    value_[j] = std::sqrt(stack_.Quadratic(j, packed_));
+    if (stack_.Packed() && outer_.size() == 0) outer_ = stack_.PackedOuter(current_);
+    value_[j] = std::sqrt(stack_.Packed() ? stack_.PackedQuadratic(j, outer_) : stack_.Quadratic(j, current_, nonzero_));
     known_[u] = 1;
     anchorValue_[j] = value_[j];
     anchors_[u] = current_;
@@ -333,7 +377,7 @@ double ScreenedNorms::Bound(Eigen::Index j) const {
   if (b.size() != current_.size()) return std::numeric_limits<double>::infinity();
   const double d = (current_ - b).norm();
   // Relative slack for the rounding of the two quadratics.
-  return (anchorValue_[j] + stack_.RootSpectralBounds()[j] * d) * (1.0 + 1e-9) + 1e-300;
+  return (anchorValue_[j] + stack_.RootSpectralBound(j) * d) * (1.0 + 1e-9) + 1e-300;
 }
 
 Eigen::VectorXd ScreenedNorms::All() {

@@ -1,0 +1,90 @@
+// Issue 17: the kernel stack is a view on the training kernels (no packed copy) that reads only their
+// upper triangles, and the finiteness check of the training kernels is one vectorised pass that still
+// finds every kind of non-finite entry. (Sharing the check between fits: kernel_cache_test.cpp.)
+#include <cmath>
+#include <limits>
+#include <random>
+
+#include <Eigen/Eigenvalues>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "inner.hpp"
+#include "learner_fixtures.hpp"
+#include "neuromkl/core/errors.hpp"
+#include "neuromkl/learners/learner.hpp"
+
+using namespace neuromkl;
+using ::testing::HasSubstr;
+using neuromkl::testing::MakeMklProblem;
+
+namespace {
+
+// Both storage modes: a packed copy (n = 300 < KernelStack::kViewFrom) and a view on the kernels
+// (n = 1100: 605,550 upper-triangle entries, many blocks of Combine's 32,768, the block edges exercised).
+class KernelStackModes : public ::testing::TestWithParam<int> {};
+INSTANTIATE_TEST_SUITE_P(PackedAndView, KernelStackModes, ::testing::Values(300, 1100));
+
+TEST_P(KernelStackModes, CombineEqualsTheDenseSumExactly) {
+  const int n = GetParam();
+  auto p = MakeMklProblem(n, 5, {0, 2}, 1.0, 11);
+  // The stack reads the upper triangle only; d K d leaves the two triangles a rounding apart, so the
+  // kernels are made exactly symmetric for the bit-for-bit comparison.
+  for (auto& K : p.kernels) K = Eigen::MatrixXd(K.selfadjointView<Eigen::Upper>());
+  const learners::KernelStack stack(p.kernels);
+  Eigen::VectorXd w(5);
+  w << 0.3, 0.0, 1.7, 0.25, 1e-3;
+  // Same additions in the same order per entry (0 + w_0 K_0 + w_2 K_2 + ...): equal bit for bit.
+  const Eigen::MatrixXd dense = learners::CombineKernels(p.kernels, w);
+  EXPECT_EQ(stack.Combine(w), dense);
+  Eigen::MatrixXd reused = Eigen::MatrixXd::Constant(7, 3, 5.0);  // wrong size: resized
+  stack.Combine(w, reused);
+  EXPECT_EQ(reused, dense);
+  reused.setConstant(std::nan(""));  // right size, stale contents: every entry rewritten
+  stack.Combine(w, reused);
+  EXPECT_EQ(reused, dense);
+}
+
+TEST_P(KernelStackModes, QuadraticsProductsAndBoundsMatchDenseAlgebra) {
+  const int n = GetParam();
+  const auto p = MakeMklProblem(n, 3, {1}, 1.0, 12);
+  const learners::KernelStack stack(p.kernels);
+  EXPECT_EQ(stack.Packed(), n < learners::KernelStack::kViewFrom);
+  std::mt19937 rng(3);
+  std::normal_distribution<double> normal;
+  Eigen::MatrixXd A(n, 2);
+  for (Eigen::Index i = 0; i < A.size(); ++i) A.data()[i] = normal(rng);
+  for (Eigen::Index i = 0; i < n; i += 3) A(i, 0) = 0;  // non-support vectors of class 0 ...
+  for (Eigen::Index i = 0; i < n; i += 4) A.row(i).setZero();  // ... and rows zero in both classes
+  const auto nonzero = learners::KernelStack::NonZeroRows(A);
+  EXPECT_EQ(static_cast<int>(nonzero.size()), n - (n + 3) / 4);
+  for (Eigen::Index k = 0; k < 3; ++k) {
+    const Eigen::MatrixXd& K = p.kernels[static_cast<std::size_t>(k)];
+    const double dense = A.col(0).dot(K * A.col(0)) + A.col(1).dot(K * A.col(1));
+    // Sums of n^2 products of order-1 terms in another order: 1e-12 relative is ~100x the rounding
+    // (sqrt(n^2) * 1e-16 with cancellation margin).
+    EXPECT_NEAR(stack.Quadratic(k, A, nonzero), dense, 1e-12 * std::abs(dense));
+    const Eigen::VectorXd v = A.col(1);
+    EXPECT_LE((stack.Product(k, v) - K * v).norm(), 1e-12 * (K * v).norm());
+    EXPECT_NEAR(stack.Quadratics(v)[k], v.dot(K * v), 1e-12 * v.dot(K * v));
+    // The screening bound needs sqrt(lambda_max) <= RootSpectralBound.
+    const double lambdaMax = Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd>(K).eigenvalues().maxCoeff();
+    EXPECT_GE(stack.RootSpectralBound(k), std::sqrt(lambdaMax));
+  }
+}
+
+TEST(ValidateFitInput, FindsEveryKindOfNonFiniteEntry) {
+  const auto p = MakeMklProblem(20, 2, {0}, 1.0, 14);
+  constexpr double inf = std::numeric_limits<double>::infinity();
+  for (double bad : {std::nan(""), inf, -inf}) {
+    auto k = p.kernels;
+    k[1](19, 0) = bad;  // lower triangle, last row
+    EXPECT_THROW(learners::ValidateFitInput("svm", k, p.targets), InputError);
+  }
+  auto huge = p.kernels;
+  huge[0](0, 0) = 1e308;  // finite: x * 0 = 0
+  EXPECT_NO_THROW(learners::ValidateFitInput("svm", huge, p.targets));
+}
+
+}  // namespace
