@@ -92,8 +92,8 @@ class KernelStack;
 
 /// Work that depends on the training kernels only, done once and reused by every fit on the same
 /// kernels (a grid search, several learners on one fold; issue 17): the kernels' finiteness check,
-/// the packed kernel stack of the multiple-kernel learners and the summed kernel of the others. A cache is bound
-/// to one kernel list at a time, recognised by its kernels' addresses and shapes (another list
+/// the kernel stack of the multiple-kernel learners and the summed kernel of the others. A cache is
+/// bound to one kernel list at a time, recognised by its kernels' addresses and shapes (another list
 /// rebinds it); the caller must not change the kernels' values while passing the same cache. Not
 /// thread-safe: one cache per thread (nested CV keeps one per fold task).
 class TrainingKernelCache {
@@ -103,7 +103,7 @@ class TrainingKernelCache {
   TrainingKernelCache(const TrainingKernelCache&) = delete;
   TrainingKernelCache& operator=(const TrainingKernelCache&) = delete;
   long checksRun() const { return checksRun_; }    ///< kernel-list checks done (tests, benchmarks)
-  long stacksBuilt() const { return stacksBuilt_; }  ///< packed stacks built
+  long stacksBuilt() const { return stacksBuilt_; }  ///< kernel stacks built
   long sumsBuilt() const { return sumsBuilt_; }      ///< summed kernels built
 
  private:
