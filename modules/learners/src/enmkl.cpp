@@ -101,6 +101,7 @@ class EnmklMap {
     ++info_.innerSolves;
     info_.innerIterations += sol.iterations;
     screen_.Begin(sol);  // one-vs-rest (shared weights): quadratics summed over the classes
+    screen_.Evaluate(Support(beta));
     double total = 0, squares = 0;
     for (Eigen::Index j = 0; j < beta.size(); ++j) {
       if (!(beta[j] > 0)) continue;
@@ -136,13 +137,12 @@ class EnmklMap {
     while (outside) {
       double S = 0;
       WaterFill(c, mu_, &S);
-      bool entered = false;
+      std::vector<Eigen::Index> entering;
       for (Eigen::Index j = 0; j < m; ++j)
-        if (!screen_.Known(j) && screen_.Bound(j) > mu_ * S) {
-          c[j] = screen_.Exact(j);
-          entered = true;
-        }
-      if (!entered) break;
+        if (!screen_.Known(j) && screen_.Bound(j) > mu_ * S) entering.push_back(j);
+      if (entering.empty()) break;
+      screen_.Evaluate(entering);
+      for (const auto j : entering) c[j] = screen_.Exact(j);
     }
     return WaterFill(c, mu_);
   }
@@ -174,11 +174,7 @@ class EnmklMap {
       }
       if (!(c.minCoeff() > 0)) return Newton::Failed;
       Eigen::MatrixXd H;
-      const auto gradients = [&](const Eigen::VectorXd& coef) {
-        Eigen::MatrixXd G(coef.size(), a);
-        for (Eigen::Index i = 0; i < a; ++i) G.col(i) = stack_.Product(A[static_cast<std::size_t>(i)], coef);
-        return G;
-      };
+      const auto gradients = [&](const Eigen::VectorXd& coef) { return stack_.Products(A, coef); };
       if (!solver_.Curvature(K_, sol, gradients, H)) {
         noCurvature_ = true;
         return Newton::Failed;

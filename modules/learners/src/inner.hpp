@@ -98,6 +98,8 @@ class KernelStack {
   static std::vector<Eigen::Index> NonZeroRows(const Eigen::MatrixXd& A);
   /// K_j v.
   Eigen::VectorXd Product(Eigen::Index j, const Eigen::VectorXd& v) const;
+  /// The columns K_j v for j in `which` (a view stack computes them on several threads).
+  Eigen::MatrixXd Products(const std::vector<Eigen::Index>& which, const Eigen::VectorXd& v) const;
   /// sqrt of an upper bound on the largest eigenvalue of kernel j (its Frobenius norm), for the
   /// screening bound sqrt(a'K_j a) <= sqrt(b'K_j b) + sqrt(lambda_max(K_j)) ||a - b||; computed on
   /// first use (only kernels that leave the active set need it).
@@ -131,11 +133,15 @@ class ScreenedNorms {
   /// A value >= sqrt(a'K_j a) at the current solution (exact if already computed).
   double Bound(Eigen::Index j) const;
   bool Known(Eigen::Index j) const { return known_[static_cast<std::size_t>(j)] != 0; }
+  /// Computes the exact values of the kernels in `which` that are not yet known (side by side on a
+  /// view stack, where each reads a whole kernel). Same values as Exact.
+  void Evaluate(const std::vector<Eigen::Index>& which);
   /// All kernels exactly (the full optimality check).
   Eigen::VectorXd All();
   long exactEvaluations = 0;  ///< kernel quadratics computed (for the benchmarks)
 
  private:
+  void Record(Eigen::Index j, double value);  ///< an exact value at the current solution, and the bound's new anchor
   const KernelStack& stack_;
   Eigen::MatrixXd current_;       ///< the current coefficients (classes as columns)
   std::vector<Eigen::Index> nonzero_;  ///< rows of current_ with a non-zero entry

@@ -2,9 +2,12 @@
 #include <cmath>
 #include <limits>
 #include <map>
+#include <numeric>
 #include <vector>
 
 #include <fmt/format.h>
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_for.h>
 
 #include "inner.hpp"
 #include "neuromkl/core/errors.hpp"
@@ -257,25 +260,42 @@ void KernelStack::Combine(const Eigen::VectorXd& weights, Eigen::MatrixXd& K) co
     const double* p = v.data();
     for (Eigen::Index j = 0; j < n_; p += j + 1, ++j) K.col(j).head(j + 1) = Eigen::Map<const Eigen::VectorXd>(p, j + 1);
   }
-  constexpr Eigen::Index kChunk = Eigen::Index{1} << 15;  // upper-triangle entries per block of columns (256 KiB)
-  for (Eigen::Index j0 = 0; j0 < n_ && !Packed();) {
-    Eigen::Index j1 = j0 + 1, entries = j0 + 1;
-    while (j1 < n_ && entries + j1 + 1 <= kChunk) entries += ++j1;
-    for (Eigen::Index j = j0; j < j1; ++j) K.col(j).head(j + 1).setZero();
-    for (auto k : used) {
-      const Eigen::MatrixXd& Kk = (*kernels_)[static_cast<std::size_t>(k)];
-      const double w = weights[k];
-      for (Eigen::Index j = j0; j < j1; ++j) K.col(j).head(j + 1).noalias() += w * Kk.col(j).head(j + 1);
+  if (!Packed()) {
+    // Blocks of columns fixed by the size alone, each summed over the kernels in their order: the
+    // blocks are independent, so threads share them with a result that does not depend on the
+    // number of threads (issue 17: a view stack is large, and its passes are the refit's cost).
+    constexpr Eigen::Index kChunk = Eigen::Index{1} << 15;  // upper-triangle entries per block of columns (256 KiB)
+    std::vector<Eigen::Index> starts{0};
+    for (Eigen::Index j0 = 0; j0 < n_;) {
+      Eigen::Index j1 = j0 + 1, entries = j0 + 1;
+      while (j1 < n_ && entries + j1 + 1 <= kChunk) entries += ++j1;
+      starts.push_back(j1);
+      j0 = j1;
     }
-    j0 = j1;
+    tbb::parallel_for(std::size_t{0}, starts.size() - 1, [&](std::size_t b) {
+      const Eigen::Index j0 = starts[b], j1 = starts[b + 1];
+      for (Eigen::Index j = j0; j < j1; ++j) K.col(j).head(j + 1).setZero();
+      for (auto k : used) {
+        const Eigen::MatrixXd& Kk = (*kernels_)[static_cast<std::size_t>(k)];
+        const double w = weights[k];
+        for (Eigen::Index j = j0; j < j1; ++j) K.col(j).head(j + 1).noalias() += w * Kk.col(j).head(j + 1);
+      }
+    });
   }
   constexpr Eigen::Index kBlock = 64;
-  for (Eigen::Index jb = 0; jb < n_; jb += kBlock)
+  const auto mirror = [&](Eigen::Index jb) {
     for (Eigen::Index ib = jb; ib < n_; ib += kBlock) {
       const Eigen::Index je = std::min(jb + kBlock, n_), ie = std::min(ib + kBlock, n_);
       for (Eigen::Index j = jb; j < je; ++j)
         for (Eigen::Index i = std::max(ib, j + 1); i < ie; ++i) K(i, j) = K(j, i);
     }
+  };
+  const Eigen::Index strips = (n_ + kBlock - 1) / kBlock;
+  if (Packed()) {
+    for (Eigen::Index s = 0; s < strips; ++s) mirror(s * kBlock);
+  } else {
+    tbb::parallel_for(Eigen::Index{0}, strips, [&](Eigen::Index s) { mirror(s * kBlock); });
+  }
 }
 
 std::vector<Eigen::Index> KernelStack::NonZeroRows(const Eigen::MatrixXd& A) {
@@ -324,12 +344,23 @@ Eigen::VectorXd KernelStack::Quadratics(const Eigen::VectorXd& a) const {
   if (Packed()) return (packed_.transpose() * PackedOuter(A)).cwiseMax(0.0);
   const auto nonzero = NonZeroRows(A);
   Eigen::VectorXd q(Size());
-  for (Eigen::Index k = 0; k < Size(); ++k) q[k] = Quadratic(k, A, nonzero);
+  tbb::parallel_for(Eigen::Index{0}, Size(), [&](Eigen::Index k) { q[k] = Quadratic(k, A, nonzero); });
   return q;
 }
 
 Eigen::VectorXd KernelStack::Product(Eigen::Index k, const Eigen::VectorXd& v) const {
   return (*kernels_)[static_cast<std::size_t>(k)].selfadjointView<Eigen::Upper>() * v;
+}
+
+Eigen::MatrixXd KernelStack::Products(const std::vector<Eigen::Index>& which, const Eigen::VectorXd& v) const {
+  Eigen::MatrixXd G(n_, static_cast<Eigen::Index>(which.size()));
+  const auto one = [&](std::size_t i) { G.col(static_cast<Eigen::Index>(i)) = Product(which[i], v); };
+  if (Packed()) {
+    for (std::size_t i = 0; i < which.size(); ++i) one(i);
+  } else {
+    tbb::parallel_for(std::size_t{0}, which.size(), one);  // columns are independent: thread-count free
+  }
+  return G;
 }
 
 double KernelStack::RootSpectralBound(Eigen::Index k) const {
@@ -361,11 +392,7 @@ double ScreenedNorms::Exact(Eigen::Index j) {
   const auto u = static_cast<std::size_t>(j);
   if (!known_[u]) {
     if (stack_.Packed() && outer_.size() == 0) outer_ = stack_.PackedOuter(current_);
-    value_[j] = std::sqrt(stack_.Packed() ? stack_.PackedQuadratic(j, outer_) : stack_.Quadratic(j, current_, nonzero_));
-    known_[u] = 1;
-    anchorValue_[j] = value_[j];
-    anchors_[u] = current_;
-    ++exactEvaluations;
+    Record(j, std::sqrt(stack_.Packed() ? stack_.PackedQuadratic(j, outer_) : stack_.Quadratic(j, current_, nonzero_)));
   }
   return value_[j];
 }
@@ -380,7 +407,35 @@ double ScreenedNorms::Bound(Eigen::Index j) const {
   return (anchorValue_[j] + stack_.RootSpectralBound(j) * d) * (1.0 + 1e-9) + 1e-300;
 }
 
+void ScreenedNorms::Evaluate(const std::vector<Eigen::Index>& which) {
+  if (stack_.Packed()) {  // one product with the (cached) packed outer product each: nothing to share
+    for (const auto j : which) Exact(j);
+    return;
+  }
+  std::vector<Eigen::Index> missing;
+  for (const auto j : which)
+    if (!Known(j)) missing.push_back(j);
+  if (missing.size() < 2) return;
+  // The view's quadratics read whole kernels: they are computed side by side, each exactly as
+  // Exact would (same summation), then recorded in order.
+  std::vector<double> q(missing.size());
+  tbb::parallel_for(std::size_t{0}, missing.size(), [&](std::size_t i) { q[i] = stack_.Quadratic(missing[i], current_, nonzero_); });
+  for (std::size_t i = 0; i < missing.size(); ++i) Record(missing[i], std::sqrt(q[i]));
+}
+
+void ScreenedNorms::Record(Eigen::Index j, double value) {
+  const auto u = static_cast<std::size_t>(j);
+  value_[j] = value;
+  known_[u] = 1;
+  anchorValue_[j] = value;
+  anchors_[u] = current_;
+  ++exactEvaluations;
+}
+
 Eigen::VectorXd ScreenedNorms::All() {
+  std::vector<Eigen::Index> every(static_cast<std::size_t>(stack_.Size()));
+  std::iota(every.begin(), every.end(), Eigen::Index{0});
+  Evaluate(every);
   Eigen::VectorXd c(stack_.Size());
   for (Eigen::Index j = 0; j < c.size(); ++j) c[j] = Exact(j);
   return c;

@@ -50,11 +50,16 @@ class SimpleMklFit {
     Eigen::Index top = active[0];
     for (auto j : active)
       if (d[j] > d[top]) top = j;
+    std::vector<Eigen::Index> support, entering;
     for (auto j : active)
-      if (d[j] > 0) q[j] = Square(screen_.Exact(j));
+      if (d[j] > 0) support.push_back(j);
+    screen_.Evaluate(support);
+    for (auto j : support) q[j] = Square(screen_.Exact(j));
     const double level = std::sqrt(q[top]);
     for (auto j : active)
-      if (!(d[j] > 0) && screen_.Bound(j) >= level) q[j] = Square(screen_.Exact(j));
+      if (!(d[j] > 0) && screen_.Bound(j) >= level) entering.push_back(j);
+    screen_.Evaluate(entering);
+    for (auto j : entering) q[j] = Square(screen_.Exact(j));
     return q;
   }
   static double Square(double x) { return x * x; }
@@ -76,11 +81,7 @@ class SimpleMklFit {
     }
     if (!(c.minCoeff() > 0)) return false;
     Eigen::MatrixXd H;
-    const auto gradients = [&](const Eigen::VectorXd& coef) {
-      Eigen::MatrixXd G(coef.size(), a);
-      for (Eigen::Index i = 0; i < a; ++i) G.col(i) = stack_.Product(A[static_cast<std::size_t>(i)], coef);
-      return G;
-    };
+    const auto gradients = [&](const Eigen::VectorXd& coef) { return stack_.Products(A, coef); };
     if (!solver_.Curvature(stack_.Combine(d), sol, gradients, H)) {
       noCurvature_ = true;
       return false;

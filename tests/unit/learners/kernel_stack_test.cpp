@@ -7,6 +7,8 @@
 
 #include <Eigen/Eigenvalues>
 
+#include <tbb/global_control.h>
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -85,6 +87,58 @@ TEST(ValidateFitInput, FindsEveryKindOfNonFiniteEntry) {
   auto huge = p.kernels;
   huge[0](0, 0) = 1e308;  // finite: x * 0 = 0
   EXPECT_NO_THROW(learners::ValidateFitInput("svm", huge, p.targets));
+}
+
+
+// A view stack computes its products and quadratics on several threads (issue 17); each value is
+// computed exactly as the one-at-a-time call would, so they agree bit for bit.
+TEST_P(KernelStackModes, BatchedProductsAndQuadraticsEqualTheOneAtATimeValues) {
+  const int n = GetParam();
+  const auto p = MakeMklProblem(n, 4, {0, 3}, 1.0, 13);
+  const learners::KernelStack stack(p.kernels);
+  std::mt19937 rng(5);
+  std::normal_distribution<double> normal;
+  Eigen::VectorXd v(n);
+  for (Eigen::Index i = 0; i < n; ++i) v[i] = i % 5 == 0 ? 0.0 : normal(rng);
+  const std::vector<Eigen::Index> which = {3, 0, 2};
+  const Eigen::MatrixXd G = stack.Products(which, v);
+  ASSERT_EQ(G.cols(), 3);
+  for (std::size_t i = 0; i < which.size(); ++i) EXPECT_EQ(G.col(static_cast<Eigen::Index>(i)), stack.Product(which[i], v));
+
+  learners::InnerSolution sol;
+  sol.coef = v;
+  learners::ScreenedNorms batched(stack), single(stack);
+  batched.Begin(sol);
+  single.Begin(sol);
+  batched.Evaluate({1, 3, 2});
+  EXPECT_TRUE(batched.Known(1) && batched.Known(3) && batched.Known(2));
+  EXPECT_EQ(batched.Known(0), false) << "only the kernels asked for are evaluated";
+  for (Eigen::Index j = 0; j < 4; ++j) EXPECT_EQ(batched.Exact(j), single.Exact(j)) << "kernel " << j;
+  EXPECT_EQ(batched.exactEvaluations, 4);
+}
+
+// The refit's cost at large n is in those passes, now shared by threads: the fitted model must not
+// depend on the number of threads (BRIEF: results do not depend on the number of threads).
+TEST(KernelStackThreads, ViewStackFitsAreIdenticalOnOneAndTwoThreads) {
+  const int n = static_cast<int>(learners::KernelStack::kViewFrom) + 40;
+  const auto p = MakeMklProblem(n, 4, {1, 3}, 2.0, 14);  // well separated: quick solves
+  for (const char* name : {"enmkl_svm", "simplemkl"}) {
+    const auto learner = learners::MakeLearner(name, {{"c", 1.0}});
+    learners::Model one, two;
+    {
+      tbb::global_control limit(tbb::global_control::max_allowed_parallelism, 1);
+      one = learner->Fit(p.kernels, p.targets);
+    }
+    {
+      tbb::global_control limit(tbb::global_control::max_allowed_parallelism, 2);
+      two = learner->Fit(p.kernels, p.targets);
+    }
+    EXPECT_EQ(one.beta, two.beta) << name;
+    EXPECT_EQ(one.coef, two.coef) << name;
+    EXPECT_EQ(one.bias, two.bias) << name;
+    EXPECT_EQ(one.info.iterations, two.info.iterations) << name;
+    EXPECT_GT((one.beta.array() > 0).count(), 0) << name;
+  }
 }
 
 }  // namespace
