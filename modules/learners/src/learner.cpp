@@ -227,6 +227,25 @@ Eigen::MatrixXd CombineKernels(const KernelList& kernels, const Eigen::VectorXd&
   return K;
 }
 
+namespace {
+/// out[i] += sum_k w[k] sources[k][i], added one source after the other (the order and rounding of
+/// one `out += w_k K_k` per kernel, bit for bit) but four sources per pass over `out`: a quarter of
+/// the loads and stores of the accumulator.
+void AccumulateScaled(double* out, Eigen::Index length, const std::vector<const double*>& sources, const std::vector<double>& w) {
+  std::size_t k = 0;
+  for (; k + 4 <= sources.size(); k += 4) {
+    const double *s0 = sources[k], *s1 = sources[k + 1], *s2 = sources[k + 2], *s3 = sources[k + 3];
+    const double w0 = w[k], w1 = w[k + 1], w2 = w[k + 2], w3 = w[k + 3];
+    for (Eigen::Index i = 0; i < length; ++i) out[i] = (((out[i] + w0 * s0[i]) + w1 * s1[i]) + w2 * s2[i]) + w3 * s3[i];
+  }
+  for (; k < sources.size(); ++k) {
+    const double* s0 = sources[k];
+    const double w0 = w[k];
+    for (Eigen::Index i = 0; i < length; ++i) out[i] += w0 * s0[i];
+  }
+}
+}  // namespace
+
 KernelStack::KernelStack(const KernelList& kernels)
     : kernels_(&kernels),
       n_(kernels.empty() ? 0 : kernels[0].rows()),
@@ -256,7 +275,13 @@ void KernelStack::Combine(const Eigen::VectorXd& weights, Eigen::MatrixXd& K) co
   K.resize(n_, n_);
   if (Packed()) {
     Eigen::VectorXd v = Eigen::VectorXd::Zero(packed_.rows());
-    for (auto k : used) v.noalias() += weights[k] * packed_.col(k);
+    std::vector<const double*> sources;
+    std::vector<double> w;
+    for (auto k : used) {
+      sources.push_back(packed_.col(k).data());
+      w.push_back(weights[k]);
+    }
+    AccumulateScaled(v.data(), v.size(), sources, w);
     const double* p = v.data();
     for (Eigen::Index j = 0; j < n_; p += j + 1, ++j) K.col(j).head(j + 1) = Eigen::Map<const Eigen::VectorXd>(p, j + 1);
   }
@@ -272,13 +297,14 @@ void KernelStack::Combine(const Eigen::VectorXd& weights, Eigen::MatrixXd& K) co
       starts.push_back(j1);
       j0 = j1;
     }
+    std::vector<double> w;
+    for (auto k : used) w.push_back(weights[k]);
     tbb::parallel_for(std::size_t{0}, starts.size() - 1, [&](std::size_t b) {
-      const Eigen::Index j0 = starts[b], j1 = starts[b + 1];
-      for (Eigen::Index j = j0; j < j1; ++j) K.col(j).head(j + 1).setZero();
-      for (auto k : used) {
-        const Eigen::MatrixXd& Kk = (*kernels_)[static_cast<std::size_t>(k)];
-        const double w = weights[k];
-        for (Eigen::Index j = j0; j < j1; ++j) K.col(j).head(j + 1).noalias() += w * Kk.col(j).head(j + 1);
+      std::vector<const double*> sources(used.size());
+      for (Eigen::Index j = starts[b]; j < starts[b + 1]; ++j) {
+        K.col(j).head(j + 1).setZero();
+        for (std::size_t u = 0; u < used.size(); ++u) sources[u] = (*kernels_)[static_cast<std::size_t>(used[u])].col(j).data();
+        AccumulateScaled(K.col(j).data(), j + 1, sources, w);
       }
     });
   }

@@ -17,8 +17,13 @@ SmoResult SolveSmo(const Eigen::MatrixXd& K, const Eigen::VectorXd& y, const Eig
   return SolveSmo(K, y, p, Eigen::VectorXd::Constant(y.size(), C), warmStart, tolerance, maxIterations, shrinking);
 }
 
-SmoResult SolveSmo(const Eigen::MatrixXd& K, const Eigen::VectorXd& y, const Eigen::VectorXd& p, const Eigen::VectorXd& upper,
-                   const Eigen::VectorXd* warmStart, double tolerance, long maxIterations, bool shrinking) {
+namespace {
+
+/// The solver; `kDoubled` is true when l = 2n (epsilon-SVR: variable t uses kernel row t mod n) and
+/// false for l = n (C-SVC: row t), which saves an index load in the inner loops.
+template <bool kDoubled>
+SmoResult Solve(const Eigen::MatrixXd& K, const Eigen::VectorXd& y, const Eigen::VectorXd& p, const Eigen::VectorXd& upper,
+                const Eigen::VectorXd* warmStart, double tolerance, long maxIterations, bool shrinking) {
   const Eigen::Index n = K.rows();
   const Eigen::Index l = y.size();
   const double* Cv = upper.data();
@@ -37,14 +42,27 @@ SmoResult SolveSmo(const Eigen::MatrixXd& K, const Eigen::VectorXd& y, const Eig
   Eigen::VectorXd& a = res.alpha;
 
   // Row of K behind each variable (t mod n: l = 2n for epsilon-SVR).
-  std::vector<Eigen::Index> row(static_cast<std::size_t>(l));
-  for (Eigen::Index t = 0; t < l; ++t) row[static_cast<std::size_t>(t)] = t % n;
+  std::vector<Eigen::Index> rows(kDoubled ? static_cast<std::size_t>(l) : 0);
+  for (Eigen::Index t = 0; t < static_cast<Eigen::Index>(rows.size()); ++t) rows[static_cast<std::size_t>(t)] = t % n;
+  const auto row = [&](Eigen::Index t) { return kDoubled ? rows[static_cast<std::size_t>(t)] : t; };
   const double* yv = y.data();
   const double* pv = p.data();
   double* av = a.data();
-  auto kcol = [&](Eigen::Index i) { return K.data() + row[static_cast<std::size_t>(i)] * n; };  // K symmetric: column = row
-  auto isUpper = [&](Eigen::Index t) { return av[t] >= Cv[t]; };
-  auto isLower = [&](Eigen::Index t) { return av[t] <= 0; };
+  auto kcol = [&](Eigen::Index i) { return K.data() + row(i) * n; };  // K symmetric: column = row
+  // Where each variable is in its box, kept in step with alpha: the loops below read one byte
+  // instead of comparing alpha with its bound.
+  // kUp / kLow: t is in LIBSVM's I_up / I_low (y_t a_t can grow / shrink).
+  enum : unsigned char { kLower = 1, kUpper = 2, kUp = 4, kLow = 8 };
+  std::vector<unsigned char> bound(static_cast<std::size_t>(l));
+  auto updateBound = [&](Eigen::Index t) {
+    const bool lower = av[t] <= 0, upperBound = av[t] >= Cv[t];
+    const bool up = yv[t] > 0 ? !upperBound : !lower, low = yv[t] > 0 ? !lower : !upperBound;
+    bound[static_cast<std::size_t>(t)] =
+        static_cast<unsigned char>((lower ? kLower : 0) | (upperBound ? kUpper : 0) | (up ? kUp : 0) | (low ? kLow : 0));
+  };
+  for (Eigen::Index t = 0; t < l; ++t) updateBound(t);
+  auto isUpper = [&](Eigen::Index t) { return (bound[static_cast<std::size_t>(t)] & kUpper) != 0; };
+  auto isLower = [&](Eigen::Index t) { return (bound[static_cast<std::size_t>(t)] & kLower) != 0; };
 
   // Gradient G = Q a + p and, for shrinking, Gbar = C * sum of Q's columns at the upper bound
   // (LIBSVM's G_bar): a shrunk variable's gradient is rebuilt from Gbar and the free variables.
@@ -82,11 +100,11 @@ SmoResult SolveSmo(const Eigen::MatrixXd& K, const Eigen::VectorXd& y, const Eig
     // Shrunk variables sit at a bound and did not move: G_t = Gbar_t + p_t + sum_{j free} a_j Q_tj.
     Eigen::VectorXd u = Eigen::VectorXd::Zero(n);
     for (Eigen::Index j = 0; j < l; ++j)
-      if (!isUpper(j) && !isLower(j)) u[row[static_cast<std::size_t>(j)]] += yv[j] * av[j];
+      if (!isUpper(j) && !isLower(j)) u[row(j)] += yv[j] * av[j];
     const Eigen::VectorXd Ku = K * u;
     for (Eigen::Index k = activeSize; k < l; ++k) {
       const Eigen::Index t = active[static_cast<std::size_t>(k)];
-      Gv[t] = Gbar[t] + pv[t] + yv[t] * Ku[row[static_cast<std::size_t>(t)]];
+      Gv[t] = Gbar[t] + pv[t] + yv[t] * Ku[row(t)];
     }
   };
 
@@ -100,38 +118,27 @@ SmoResult SolveSmo(const Eigen::MatrixXd& K, const Eigen::VectorXd& y, const Eig
     double objDiffMin = kInf;
     iSel = -1;
     jSel = -1;
+    // With y_t = +-1 the two label cases of WSS 2 are one: -y_t G_t over I_up for i; over I_low,
+    // y_t G_t for the second maximum and Q's quadratic K_ii + K_tt - 2 K_it (y_i Q_it = y_t K_it).
     for (Eigen::Index k = 0; k < activeSize; ++k) {
       const Eigen::Index t = active[static_cast<std::size_t>(k)];
-      if (yv[t] > 0) {
-        if (!isUpper(t) && -Gv[t] >= gMax) { gMax = -Gv[t]; iSel = t; }
-      } else {
-        if (!isLower(t) && Gv[t] >= gMax) { gMax = Gv[t]; iSel = t; }
-      }
+      if (!(bound[static_cast<std::size_t>(t)] & kUp)) continue;
+      const double g = -yv[t] * Gv[t];
+      if (g >= gMax) { gMax = g; iSel = t; }
     }
     if (iSel >= 0) {
-      const double* Ki = K.data() + row[static_cast<std::size_t>(iSel)] * n;
-      const double yi = yv[iSel], qdi = QD[iSel];
+      const double* Ki = K.data() + row(iSel) * n;
+      const double qdi = QD[iSel];
       for (Eigen::Index k = 0; k < activeSize; ++k) {
         const Eigen::Index t = active[static_cast<std::size_t>(k)];
-        const double qit = yi * yv[t] * Ki[row[static_cast<std::size_t>(t)]];  // Q_i[t]
-        if (yv[t] > 0) {
-          if (isLower(t)) continue;
-          const double gradDiff = gMax + Gv[t];
-          if (Gv[t] >= gMax2) gMax2 = Gv[t];
-          if (gradDiff > 0) {
-            const double quad = qdi + QD[t] - 2.0 * yi * qit;
-            const double objDiff = -(gradDiff * gradDiff) / (quad > 0 ? quad : kTau);
-            if (objDiff <= objDiffMin) { jSel = t; objDiffMin = objDiff; }
-          }
-        } else {
-          if (isUpper(t)) continue;
-          const double gradDiff = gMax - Gv[t];
-          if (-Gv[t] >= gMax2) gMax2 = -Gv[t];
-          if (gradDiff > 0) {
-            const double quad = qdi + QD[t] + 2.0 * yi * qit;
-            const double objDiff = -(gradDiff * gradDiff) / (quad > 0 ? quad : kTau);
-            if (objDiff <= objDiffMin) { jSel = t; objDiffMin = objDiff; }
-          }
+        if (!(bound[static_cast<std::size_t>(t)] & kLow)) continue;
+        const double g = yv[t] * Gv[t];
+        if (g >= gMax2) gMax2 = g;
+        const double gradDiff = gMax + g;
+        if (gradDiff > 0) {
+          const double quad = qdi + QD[t] - 2.0 * Ki[row(t)];
+          const double objDiff = -(gradDiff * gradDiff) / (quad > 0 ? quad : kTau);
+          if (objDiff <= objDiffMin) { jSel = t; objDiffMin = objDiff; }
         }
       }
     }
@@ -202,7 +209,7 @@ SmoResult SolveSmo(const Eigen::MatrixXd& K, const Eigen::VectorXd& y, const Eig
     const Eigen::Index i = iSel, j = jSel;
     const double* Ki = kcol(i);
     const double* Kj = kcol(j);
-    const double Qij = yv[i] * yv[j] * Ki[row[static_cast<std::size_t>(j)]];
+    const double Qij = yv[i] * yv[j] * Ki[row(j)];
     // ---- analytic update of the pair, clipped to the box ----
     const double oldAi = av[i], oldAj = av[j];
     const bool wasUpperI = isUpper(i), wasUpperJ = isUpper(j);
@@ -241,18 +248,20 @@ SmoResult SolveSmo(const Eigen::MatrixXd& K, const Eigen::VectorXd& y, const Eig
         av[i] = 0; av[j] = sum;
       }
     }
+    updateBound(i);
+    updateBound(j);
     // G_t += Q_ti dA_i + Q_tj dA_j = y_t (y_i dA_i K_ti + y_j dA_j K_tj), over the active set
     const double ci = yv[i] * (av[i] - oldAi), cj = yv[j] * (av[j] - oldAj);
     for (Eigen::Index k = 0; k < activeSize; ++k) {
       const Eigen::Index t = active[static_cast<std::size_t>(k)];
-      const Eigen::Index r = row[static_cast<std::size_t>(t)];
+      const Eigen::Index r = row(t);
       Gv[t] += yv[t] * (ci * Ki[r] + cj * Kj[r]);
     }
     // Gbar follows the variables that reach or leave the upper bound (over all variables).
     auto updateGbar = [&](Eigen::Index v, const double* Kv, bool wasUpper) {
       if (wasUpper == isUpper(v)) return;
       const double s = (isUpper(v) ? Cv[v] : -Cv[v]) * yv[v];
-      for (Eigen::Index t = 0; t < l; ++t) Gbar[t] += s * yv[t] * Kv[row[static_cast<std::size_t>(t)]];
+      for (Eigen::Index t = 0; t < l; ++t) Gbar[t] += s * yv[t] * Kv[row(t)];
     };
     updateGbar(i, Ki, wasUpperI);
     updateGbar(j, Kj, wasUpperJ);
@@ -281,6 +290,14 @@ SmoResult SolveSmo(const Eigen::MatrixXd& K, const Eigen::VectorXd& y, const Eig
   res.rho = nFree > 0 ? sumFree / static_cast<double>(nFree) : (ub + lb) / 2;
   res.objective = 0.5 * (a.array() * (G + p).array()).sum();
   return res;
+}
+
+}  // namespace
+
+SmoResult SolveSmo(const Eigen::MatrixXd& K, const Eigen::VectorXd& y, const Eigen::VectorXd& p, const Eigen::VectorXd& upper,
+                   const Eigen::VectorXd* warmStart, double tolerance, long maxIterations, bool shrinking) {
+  return y.size() == K.rows() ? Solve<false>(K, y, p, upper, warmStart, tolerance, maxIterations, shrinking)
+                              : Solve<true>(K, y, p, upper, warmStart, tolerance, maxIterations, shrinking);
 }
 
 }  // namespace neuromkl::learners

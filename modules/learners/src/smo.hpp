@@ -16,7 +16,7 @@ struct SmoResult {
   bool converged = false;
 };
 
-/// `warmStart` (size l) is used when it is feasible for these bounds (else the solve starts at 0).
+/// Labels y_t are -1 or +1. `warmStart` (size l) is used when it is feasible for these bounds (else the solve starts at 0).
 /// `shrinking` (LIBSVM's heuristic) only changes the cost of the path: the stopping rule is always
 /// checked on every variable.
 SmoResult SolveSmo(const Eigen::MatrixXd& K, const Eigen::VectorXd& y, const Eigen::VectorXd& p, double C,
