@@ -7,9 +7,17 @@
 // Issue 17's permutation target: `bench_nested_cv 6 enmkl_svm 192 0` times 6 permutations (each a whole
 // nested CV over the default 7 x 10 grid) and extrapolates to 99; permutations are independent, so the
 // time is linear in their number.
+// Memory mode (issue 17, folds in flight): `bench_nested_cv memory n [budget GiB]` runs a 5 x 5 nested CV
+// of SVM and KELM (fixed parameters, inner CV for Platt scaling, as `neuromkl run` does for a binary
+// target) on n x 116 kernels and prints the peak RSS against the kernels; budget 0 (default) = the
+// memory available; threads (4th argument, default all). Run it with the default and with a small budget
+// (one fold at a time).
 #include <chrono>
 #include <ctime>
+#include <cstring>
+#include <sys/resource.h>
 #include <cstdio>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -31,7 +39,51 @@ static double CpuSeconds() {
   return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
+static double PeakRssGib() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return static_cast<double>(u.ru_maxrss) / (1024.0 * 1024.0);  // ru_maxrss is in KiB on Linux
+}
+
+static int MemoryMode(int n, double budgetGib) {
+  std::mt19937 rng(11);
+  std::normal_distribution<double> normal;
+  learners::Targets targets{learners::Task::Classification, Eigen::VectorXd(n)};
+  for (int i = 0; i < n; ++i) targets.y[i] = i % 2 ? 1.0 : -1.0;
+  learners::KernelList kernels;
+  for (int j = 0; j < 116; ++j) {
+    Eigen::MatrixXd X(n, 20);
+    for (Eigen::Index k = 0; k < X.size(); ++k) X.data()[k] = normal(rng);
+    if (j < 6) X.leftCols(5).colwise() += 0.4 * targets.y;
+    kernels.push_back(X * X.transpose());
+  }
+  const double kernelGib = 116.0 * n * n * 8 / (1ULL << 30);
+  const double before = PeakRssGib();
+  const auto outer = cv::MakeFolds({cv::Scheme::StratifiedKFold, 5, 1}, targets.task, targets.y, {}, {}, 1, "outer");
+  const cv::InnerSplitter inner = [](std::size_t f, const std::vector<int>&, const Eigen::VectorXd& y) {
+    return cv::MakeFolds({cv::Scheme::StratifiedKFold, 5, 1}, learners::Task::Classification, y, {}, {}, cv::DeriveSeed(1, 1000 + f), "inner");
+  };
+  const std::vector<cv::LearnerPlan> plans = {{"svm", "svm", cv::ExpandGrid({{"c", 1}}, {})}, {"kelm", "kelm", cv::ExpandGrid({{"c", 1}}, {})}};
+  cv::NestedCvOptions options;
+  options.probabilities = true;
+  options.memoryBudgetBytes = static_cast<std::uint64_t>(budgetGib * (1ULL << 30));
+  const auto t = Clock::now();
+  const auto res = cv::RunNestedCv(kernels, targets, outer, inner, plans, options);
+  std::printf("n = %d x 116 kernels = %.2f GiB; budget %s; %d threads: nested CV %.1f s, peak RSS %.2f GiB = %.2fx the kernels "
+              "(%.2f GiB before the CV); BA svm %.3f\n",
+              n, kernelGib, budgetGib > 0 ? (std::to_string(budgetGib) + " GiB").c_str() : "available memory",
+              static_cast<int>(tbb::global_control::active_value(tbb::global_control::max_allowed_parallelism)), Since(t),
+              PeakRssGib(), PeakRssGib() / kernelGib, before, cv::Summarise(res[0], targets).pooled.at("balanced_accuracy"));
+  return 0;
+}
+
 int main(int argc, char** argv) {
+  if (argc > 2 && std::strcmp(argv[1], "memory") == 0) {
+    const int threads = argc > 4 ? std::stoi(argv[4]) : 0;
+    std::optional<tbb::global_control> limit;
+    if (threads > 0) limit.emplace(tbb::global_control::max_allowed_parallelism, static_cast<std::size_t>(threads));
+    return MemoryMode(std::stoi(argv[2]), argc > 3 ? std::stod(argv[3]) : 0.0);
+  }
   const int permutations = argc > 1 ? std::stoi(argv[1]) : 100;
   const std::string permLearner = argc > 2 ? argv[2] : "svm";
   const int n = argc > 3 ? std::stoi(argv[3]) : 200, m = 116;

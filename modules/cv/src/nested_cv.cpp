@@ -2,11 +2,16 @@
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <limits>
 #include <map>
 #include <optional>
 
+#include <spdlog/spdlog.h>
+#include <tbb/global_control.h>
 #include <tbb/parallel_for.h>
+#include <tbb/task_arena.h>
+#include <unistd.h>
 
 #include "neuromkl/core/errors.hpp"
 #include "neuromkl/core/stats.hpp"
@@ -34,6 +39,30 @@ Eigen::VectorXd Subset(const Eigen::VectorXd& v, const std::vector<int>& idx) {
 std::vector<int> WithUnlabelled(std::vector<int> train, const std::vector<int>& unlabelled) {
   train.insert(train.end(), unlabelled.begin(), unlabelled.end());
   return train;
+}
+
+/// Bytes of one fold task's kernel copies (training l x l and test m x l per kernel, once per kind of
+/// learner: supervised and, with unlabelled subjects, semi-supervised) plus a fit's own l x l work
+/// (the combined kernel of an MKL learner and a spare).
+std::uint64_t FoldTaskBytes(std::size_t kernelCount, std::size_t train, std::size_t test, std::size_t unlabelled, bool anySupervised, bool anySemi) {
+  const auto copies = [&](std::size_t l) { return static_cast<double>(kernelCount) * static_cast<double>(l) * static_cast<double>(l + test); };
+  double doubles = 0;
+  if (anySupervised) doubles += copies(train);
+  if (anySemi) doubles += copies(train + unlabelled);
+  const double l = static_cast<double>(train + (anySemi ? unlabelled : 0));
+  doubles += 2.0 * l * l;
+  return static_cast<std::uint64_t>(8.0 * doubles);
+}
+
+/// body(t) for t < count, at most `limit` at once: waves of `limit` tasks. One wave of one task runs on
+/// the calling thread, so the parallel loops inside its fits still use every thread.
+template <typename Body>
+void ForEachLimited(std::size_t count, std::size_t limit, const Body& body) {
+  if (limit >= count) {
+    tbb::parallel_for(std::size_t{0}, count, body);
+    return;
+  }
+  for (std::size_t start = 0; start < count; start += limit) tbb::parallel_for(start, std::min(count, start + limit), body);
 }
 
 /// A fold's kernels for the supervised learners and, if any learner needs them, with the
@@ -124,19 +153,21 @@ FoldKernels PrepareFold(const learners::KernelList& kernels, const std::vector<i
   const Eigen::VectorXi tr = Eigen::Map<const Eigen::VectorXi>(train.data(), static_cast<Eigen::Index>(train.size()));
   const Eigen::VectorXi te = Eigen::Map<const Eigen::VectorXi>(test.data(), static_cast<Eigen::Index>(test.size()));
   FoldKernels out;
-  out.train.reserve(kernels.size());
-  out.test.reserve(kernels.size());
+  out.train.resize(kernels.size());
+  out.test.resize(kernels.size());
   // The covariate fit depends on the fold only: once for all kernels.
   std::optional<kernels::FoldResidualiser> residualiser;
   if (pre.covariates) residualiser = kernels::MakeFoldResidualiser(*pre.covariates, tr, te);
-  for (const auto& K : kernels) {
-    kernels::FoldKernel fk = kernels::SliceFold(K, tr, te);
+  // Kernels are independent: several at once (a large study may run one fold at a time, see
+  // NestedCvOptions::memoryBudgetBytes); each lands in its own slot.
+  tbb::parallel_for(std::size_t{0}, kernels.size(), [&](std::size_t j) {
+    kernels::FoldKernel fk = kernels::SliceFold(kernels[j], tr, te);
     if (residualiser) kernels::ResidualiseFold(fk, *residualiser);
     if (pre.centre) kernels::CentreFold(fk);
     if (pre.normalise) kernels::NormaliseFold(fk);
-    out.train.push_back(std::move(fk.train));
-    out.test.push_back(std::move(fk.testTrain));
-  }
+    out.train[j] = std::move(fk.train);
+    out.test[j] = std::move(fk.testTrain);
+  });
   if (!pre.kernelGroups.empty()) {
     std::vector<double> traces;
     for (const auto& K : out.train) traces.push_back(K.trace());
@@ -201,6 +232,48 @@ std::map<std::string, int> FoldStatusCounts(const LearnerOutcome& outcome) {
   return counts;
 }
 
+std::size_t FoldsInFlight(std::uint64_t bytesPerTask, std::uint64_t budgetBytes, std::size_t threads) {
+  const std::size_t fit = bytesPerTask == 0 ? threads : static_cast<std::size_t>(budgetBytes / bytesPerTask);
+  return std::max<std::size_t>(1, std::min(fit, std::max<std::size_t>(threads, 1)));
+}
+
+namespace {
+/// The first number in a file (e.g. a cgroup's memory limit); nullopt if unreadable or not a number ("max").
+std::optional<std::uint64_t> ReadNumber(const char* path) {
+  std::ifstream in(path);
+  std::uint64_t value = 0;
+  if (in >> value) return value;
+  return std::nullopt;
+}
+}  // namespace
+
+std::uint64_t AvailableMemoryBytes() {
+  std::uint64_t available = 0;
+  {
+    std::ifstream meminfo("/proc/meminfo");
+    std::string key, unit;
+    std::uint64_t kib = 0;
+    while (meminfo >> key >> kib >> unit)
+      if (key == "MemAvailable:") {
+        available = kib * 1024;
+        break;
+      }
+  }
+  if (available == 0) {
+    const long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGE_SIZE);
+    available = pages > 0 && size > 0 ? static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(size) / 2 : (4ULL << 30);
+  }
+  // A job's memory limit (cgroup v2 or v1, e.g. a cluster scheduler's --mem) is what the run may use,
+  // whatever the node has free.
+  const std::pair<const char*, const char*> cgroups[] = {{"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"},
+                                                         {"/sys/fs/cgroup/memory/memory.limit_in_bytes", "/sys/fs/cgroup/memory/memory.usage_in_bytes"}};
+  for (const auto& [limitPath, usagePath] : cgroups) {
+    const auto limit = ReadNumber(limitPath), usage = ReadNumber(usagePath);
+    if (limit && usage && *limit < (1ULL << 60)) available = std::min(available, *limit > *usage ? *limit - *usage : 0);
+  }
+  return available;
+}
+
 std::vector<LearnerOutcome> RunNestedCv(const learners::KernelList& kernels, const learners::Targets& targets, const std::vector<Fold>& outer,
                                         const InnerSplitter& inner, const std::vector<LearnerPlan>& plans, const NestedCvOptions& options) {
   const std::size_t F = outer.size(), L = plans.size();
@@ -253,7 +326,22 @@ std::vector<LearnerOutcome> RunNestedCv(const learners::KernelList& kernels, con
     }
     for (std::size_t i = 0; i < innerFolds[f].size(); ++i) tasks.emplace_back(f, i);
   }
-  tbb::parallel_for(std::size_t{0}, tasks.size(), [&](std::size_t t) {
+  // Folds in flight: as many as the threads, unless their kernel copies would not fit the memory budget.
+  const std::uint64_t budget = options.memoryBudgetBytes > 0 ? options.memoryBudgetBytes : AvailableMemoryBytes();
+  const auto threads = std::min(static_cast<std::size_t>(tbb::this_task_arena::max_concurrency()),
+                                tbb::global_control::active_value(tbb::global_control::max_allowed_parallelism));
+  const auto limitFor = [&](std::uint64_t bytes, std::size_t count, const char* what) {
+    const std::size_t limit = FoldsInFlight(bytes, budget, threads);
+    if (limit < std::min(threads, count))
+      spdlog::info("nested CV, {}: {} at a time instead of {} (each copies {:.1f} MiB of fold kernels; {:.1f} MiB available)", what, limit,
+                   std::min(threads, count), static_cast<double>(bytes) / (1ULL << 20), static_cast<double>(budget) / (1ULL << 20));
+    return limit;
+  };
+  std::uint64_t innerBytes = 0;
+  for (const auto& [f, i] : tasks)
+    innerBytes = std::max(innerBytes, FoldTaskBytes(kernels.size(), innerFolds[f][i].train.size(), innerFolds[f][i].test.size(), unlabelled.size(),
+                                                    anySupervised, anySemi));
+  ForEachLimited(tasks.size(), limitFor(innerBytes, tasks.size(), "inner folds"), [&](std::size_t t) {
     const auto [f, i] = tasks[t];
     const Fold& fold = innerFolds[f][i];
     std::vector<int> tr, te;
@@ -295,7 +383,10 @@ std::vector<LearnerOutcome> RunNestedCv(const learners::KernelList& kernels, con
     out[l].grid = plans[l].grid;
     out[l].folds.resize(F);
   }
-  tbb::parallel_for(std::size_t{0}, F, [&](std::size_t f) {
+  std::uint64_t outerBytes = 0;
+  for (const auto& fold : outer)
+    outerBytes = std::max(outerBytes, FoldTaskBytes(kernels.size(), fold.train.size(), fold.test.size(), unlabelled.size(), anySupervised, anySemi));
+  ForEachLimited(F, limitFor(outerBytes, F, "outer folds"), [&](std::size_t f) {
     const FoldViews views = PrepareViews(kernels, targets, outer[f].train, outer[f].test, options.preprocessing, unlabelled, anySupervised, anySemi);
     learners::TrainingKernelCache supervisedCache, semiCache;
     for (std::size_t l = 0; l < L; ++l) {

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "huge_pages.hpp"
+
 namespace neuromkl::kernels {
 
 namespace {
@@ -16,6 +18,9 @@ FoldKernel SliceFold(const Eigen::Ref<const Eigen::MatrixXd>& full, const Eigen:
   k.train.resize(l, l);
   k.testTrain.resize(m, l);
   k.testDiag.resize(m);
+  // A fold's copies of a large study's kernels are fresh memory, touched first here.
+  AdviseHugePages(k.train.data(), static_cast<std::size_t>(l * l) * sizeof(double));
+  AdviseHugePages(k.testTrain.data(), static_cast<std::size_t>(m * l) * sizeof(double));
   for (Eigen::Index j = 0; j < l; ++j) {
     for (Eigen::Index i = 0; i < l; ++i) k.train(i, j) = full(trainIdx[i], trainIdx[j]);
     for (Eigen::Index i = 0; i < m; ++i) k.testTrain(i, j) = full(testIdx[i], trainIdx[j]);

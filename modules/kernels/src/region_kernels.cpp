@@ -22,6 +22,7 @@
 #include "neuromkl/core/progress.hpp"
 #include "neuromkl/io/nifti.hpp"
 #include "neuromkl/kernels/blas.hpp"
+#include "huge_pages.hpp"
 
 namespace neuromkl::kernels {
 
@@ -184,19 +185,9 @@ void AccumulateRegion(const float* xa, std::int64_t na, const float* xb, std::in
                       std::vector<float>& prod) {
   if (out.rows() != na || out.cols() != nb) {
     out.resize(na, nb);  // every entry is written below: no zeroing
-    // A fresh kernel is first touched here. On a virtualised machine first touch of 116 fresh
-    // kernels (20 MB each at n = 1,600) costs about as much CPU as one SSYRK over all voxels; with
-    // huge pages the product pass takes ~20 % less CPU there (bench_kernel_products, fresh processes:
-    // 13.4-14.9 s vs 16.7-17.8 s). Results are unaffected.
-    constexpr std::uintptr_t kPage = 4096;
-    const std::size_t bytes = static_cast<std::size_t>(na * nb) * sizeof(double);
-    if (bytes >= (std::size_t{4} << 20)) {
-      // From the page holding the first entry (a hint, harmless on a neighbour's page): a block from
-      // mmap then starts on a huge-page boundary and is covered from its first byte.
-      const auto begin = reinterpret_cast<std::uintptr_t>(out.data()) & ~(kPage - 1);
-      const auto end = reinterpret_cast<std::uintptr_t>(out.data()) + bytes;
-      madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);
-    }
+    // A fresh kernel is first touched here: with huge pages the product pass takes ~20 % less CPU on
+    // this virtualised machine (bench_kernel_products, fresh processes: 13.4-14.9 s vs 16.7-17.8 s at n = 1,600).
+    AdviseHugePages(out.data(), static_cast<std::size_t>(na * nb) * sizeof(double));
   }
   Eigen::VectorXd ua = Eigen::VectorXd::Zero(na), ub = Eigen::VectorXd::Zero(nb);
   double rr = 0;

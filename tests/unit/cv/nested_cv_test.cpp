@@ -150,6 +150,40 @@ TEST(NestedCv, SharingFoldWorkBetweenFitsChangesNothing) {
     }
 }
 
+TEST(NestedCv, FoldsInFlightFollowTheMemoryBudget) {
+  EXPECT_EQ(cv::FoldsInFlight(100, 1000, 2), 2u);  // room for more than the threads: one per thread
+  EXPECT_EQ(cv::FoldsInFlight(100, 250, 8), 2u);   // the budget holds two
+  EXPECT_EQ(cv::FoldsInFlight(100, 150, 2), 1u);
+  EXPECT_EQ(cv::FoldsInFlight(100, 50, 2), 1u);  // not even one fits: one still runs
+  EXPECT_EQ(cv::FoldsInFlight(0, 0, 4), 4u);
+  EXPECT_EQ(cv::FoldsInFlight(100, 1000, 0), 1u);
+  EXPECT_GT(cv::AvailableMemoryBytes(), 0u);
+}
+
+TEST(NestedCv, FewerFoldsInFlightChangeNothing) {
+  // A budget too small for two folds at once runs them one at a time (issue 17: large n on one machine);
+  // every result must be bit-identical to the run with a fold per thread.
+  const auto p = neuromkl::testing::MakeMklProblem(36, 3, {0}, 1.0, 29);
+  const learners::Targets labelled{learners::Task::Classification, p.targets.y.head(30)};
+  const auto outer = cv::MakeFolds({cv::Scheme::StratifiedKFold, 3, 1}, learners::Task::Classification, labelled.y, {}, {}, 9, "outer");
+  auto plans = Plans();
+  plans.push_back({"dk", "dkelm", cv::ExpandGrid({{"neighbours", 4}, {"deformation", 2}}, {{"c", {0.1, 10}}})});
+  cv::NestedCvOptions wide, narrow;
+  wide.unlabelled = narrow.unlabelled = 6;
+  wide.probabilities = narrow.probabilities = true;
+  narrow.memoryBudgetBytes = 1;
+  const auto a = cv::RunNestedCv(p.kernels, labelled, outer, Inner(3), plans, wide);
+  const auto b = cv::RunNestedCv(p.kernels, labelled, outer, Inner(3), plans, narrow);
+  ASSERT_EQ(a.size(), b.size());
+  for (std::size_t l = 0; l < a.size(); ++l)
+    for (std::size_t f = 0; f < a[l].folds.size(); ++f) {
+      EXPECT_EQ(a[l].folds[f].decision, b[l].folds[f].decision) << a[l].label;
+      EXPECT_EQ(a[l].folds[f].innerScores, b[l].folds[f].innerScores) << a[l].label;
+      EXPECT_EQ(a[l].folds[f].chosen, b[l].folds[f].chosen) << a[l].label;
+      EXPECT_EQ(a[l].folds[f].model.beta, b[l].folds[f].model.beta) << a[l].label;
+    }
+}
+
 TEST(NestedCv, UnlabelledSubjectsReachOnlySemiSupervisedLearnersAndNeverTheirTestFold) {
   // 30 labelled + 6 unlabelled subjects (the last 6 rows of the kernels).
   const auto p = neuromkl::testing::MakeMklProblem(36, 2, {0}, 1.0, 19);
