@@ -10,6 +10,7 @@
 #include <spdlog/spdlog.h>
 #include <tbb/global_control.h>
 #include <tbb/parallel_for.h>
+#include <tbb/parallel_pipeline.h>
 #include <tbb/task_arena.h>
 #include <unistd.h>
 
@@ -54,15 +55,24 @@ std::uint64_t FoldTaskBytes(std::size_t kernelCount, std::size_t train, std::siz
   return static_cast<std::uint64_t>(8.0 * doubles);
 }
 
-/// body(t) for t < count, at most `limit` at once: waves of `limit` tasks. One wave of one task runs on
-/// the calling thread, so the parallel loops inside its fits still use every thread.
+/// body(t) for every t < count, at most `limit` at once (a pipeline with `limit` tokens: a new task starts
+/// when one ends). Each body is isolated: a thread waiting inside it (e.g. in the parallel loop over a
+/// fold's kernels) only helps with that body's work and never starts another fold task, which would hold
+/// a second fold's copies on the same stack.
 template <typename Body>
 void ForEachLimited(std::size_t count, std::size_t limit, const Body& body) {
+  const auto isolated = [&](std::size_t t) { tbb::this_task_arena::isolate([&] { body(t); }); };
   if (limit >= count) {
-    tbb::parallel_for(std::size_t{0}, count, body);
+    tbb::parallel_for(std::size_t{0}, count, isolated);
     return;
   }
-  for (std::size_t start = 0; start < count; start += limit) tbb::parallel_for(start, std::min(count, start + limit), body);
+  std::size_t next = 0;
+  tbb::parallel_pipeline(limit, tbb::make_filter<void, std::size_t>(tbb::filter_mode::serial_in_order,
+                                                                    [&](tbb::flow_control& fc) -> std::size_t {
+                                                                      if (next == count) fc.stop();
+                                                                      return next < count ? next++ : count;
+                                                                    }) &
+                                    tbb::make_filter<std::size_t, void>(tbb::filter_mode::parallel, [&](std::size_t t) { isolated(t); }));
 }
 
 /// A fold's kernels for the supervised learners and, if any learner needs them, with the
