@@ -2,11 +2,13 @@
 // and the batch workers.
 #include "neuromkl/pipeline/study_context.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include <fmt/format.h>
 #include <tbb/global_control.h>
 #include <tbb/parallel_for.h>
+#include <tbb/task_arena.h>
 
 #include "neuromkl/core/errors.hpp"
 #include "neuromkl/core/hash.hpp"
@@ -209,14 +211,30 @@ PooledBlock ComputePermutationBlock(const StudyContext& ctx, int first, int coun
   cv::NestedCvOptions options = ctx.nestedOptions;
   options.probabilities = false;
   options.biasCorrection = false;
+  // Up to one permutation per thread runs at once: each gets its share of the memory for its fold copies.
+  const auto threads = static_cast<std::uint64_t>(std::max(1, tbb::this_task_arena::max_concurrency()));
+  const std::uint64_t available = ctx.nestedOptions.memoryBudgetBytes > 0 ? ctx.nestedOptions.memoryBudgetBytes : cv::AvailableMemoryBytes();
+  options.memoryBudgetBytes = std::max<std::uint64_t>(1, available / threads);
+  // When memory is tight, a thread waiting inside one permutation's nested CV must not start another
+  // permutation (a second set of fold copies beyond that share); otherwise it may, and keeps busy.
+  std::uint64_t kernelBytes = 0;
+  for (const auto& K : ctx.kernels) kernelBytes += static_cast<std::uint64_t>(K.size()) * sizeof(double);
+  const bool tight = 2 * kernelBytes * threads * threads > available;
   tbb::parallel_for(0, count, [&](int i) {
-    const int p = first + i;
-    const auto perm = cv::PermuteWithinGroups(n, ctx.cohort.groups, cv::DeriveSeed(ctx.PermutationSeed(), static_cast<std::uint64_t>(p)));
-    learners::Targets permuted = ctx.TargetsOf(Eigen::VectorXd(n));
-    for (int k = 0; k < n; ++k) permuted.y[k] = ctx.cohort.y[perm[static_cast<std::size_t>(k)]];
-    const auto res = cv::RunNestedCv(ctx.kernels, permuted, ctx.outer, inner, ctx.plans, options);
-    for (const auto& o : res) out[static_cast<std::size_t>(i)].push_back(cv::Summarise(o, permuted).pooled);
-    if (progress) progress->Advance();
+    const auto permutation = [&] {
+      const int p = first + i;
+      const auto perm = cv::PermuteWithinGroups(n, ctx.cohort.groups, cv::DeriveSeed(ctx.PermutationSeed(), static_cast<std::uint64_t>(p)));
+      learners::Targets permuted = ctx.TargetsOf(Eigen::VectorXd(n));
+      for (int k = 0; k < n; ++k) permuted.y[k] = ctx.cohort.y[perm[static_cast<std::size_t>(k)]];
+      const auto res = cv::RunNestedCv(ctx.kernels, permuted, ctx.outer, inner, ctx.plans, options);
+      for (const auto& o : res) out[static_cast<std::size_t>(i)].push_back(cv::Summarise(o, permuted).pooled);
+      if (progress) progress->Advance();
+    };
+    if (tight) {
+      tbb::this_task_arena::isolate(permutation);
+    } else {
+      permutation();
+    }
   });
   return out;
 }

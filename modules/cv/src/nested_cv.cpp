@@ -1,6 +1,7 @@
 #include "neuromkl/cv/nested_cv.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <fstream>
 #include <limits>
@@ -342,9 +343,13 @@ std::vector<LearnerOutcome> RunNestedCv(const learners::KernelList& kernels, con
                                 tbb::global_control::active_value(tbb::global_control::max_allowed_parallelism));
   const auto limitFor = [&](std::uint64_t bytes, std::size_t count, const char* what) {
     const std::size_t limit = FoldsInFlight(bytes, budget, threads);
-    if (limit < std::min(threads, count))
-      spdlog::info("nested CV, {}: {} at a time instead of {} (each copies {:.1f} MiB of fold kernels; {:.1f} MiB available)", what, limit,
-                   std::min(threads, count), static_cast<double>(bytes) / (1ULL << 20), static_cast<double>(budget) / (1ULL << 20));
+    if (limit < std::min(threads, count)) {
+      // Once per process at info level: a permutation test runs hundreds of nested CVs.
+      static std::atomic<bool> told{false};
+      spdlog::log(told.exchange(true) ? spdlog::level::debug : spdlog::level::info,
+                  "nested CV, {}: {} at a time instead of {} (each copies {:.1f} MiB of fold kernels; {:.1f} MiB available)", what, limit,
+                  std::min(threads, count), static_cast<double>(bytes) / (1ULL << 20), static_cast<double>(budget) / (1ULL << 20));
+    }
     return limit;
   };
   std::uint64_t innerBytes = 0;
