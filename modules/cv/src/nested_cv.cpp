@@ -343,7 +343,14 @@ std::vector<LearnerOutcome> RunNestedCv(const learners::KernelList& kernels, con
                                 tbb::global_control::active_value(tbb::global_control::max_allowed_parallelism));
   const auto limitFor = [&](std::uint64_t bytes, std::size_t count, const char* what) {
     const std::size_t limit = FoldsInFlight(bytes, budget, threads);
-    if (limit < std::min(threads, count)) {
+    if (bytes > budget) {
+      // Even one fold does not fit: say so before the system's out-of-memory killer ends the run without a word.
+      static std::atomic<bool> warned{false};
+      spdlog::log(warned.exchange(true) ? spdlog::level::debug : spdlog::level::warn,
+                  "nested CV, {}: one fold's kernel copies need {:.1f} MiB but {:.1f} MiB are available; the run may run out of memory "
+                  "(each fold copies its training and test blocks of every kernel)",
+                  what, static_cast<double>(bytes) / (1ULL << 20), static_cast<double>(budget) / (1ULL << 20));
+    } else if (limit < std::min(threads, count)) {
       // Once per process at info level: a permutation test runs hundreds of nested CVs.
       static std::atomic<bool> told{false};
       spdlog::log(told.exchange(true) ? spdlog::level::debug : spdlog::level::info,

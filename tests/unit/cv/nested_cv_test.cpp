@@ -1,4 +1,8 @@
 #include <cmath>
+#include <sstream>
+
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
 
 #include <tbb/global_control.h>
 
@@ -182,6 +186,25 @@ TEST(NestedCv, FewerFoldsInFlightChangeNothing) {
       EXPECT_EQ(a[l].folds[f].chosen, b[l].folds[f].chosen) << a[l].label;
       EXPECT_EQ(a[l].folds[f].model.beta, b[l].folds[f].model.beta) << a[l].label;
     }
+}
+
+TEST(NestedCv, AFoldThatCannotFitTheMemoryIsReportedBeforeItRuns) {
+  // The system's out-of-memory killer ends a process without a message: the run says first that one
+  // fold's copies exceed the memory available (info/warning once per process, debug afterwards).
+  std::ostringstream captured;
+  const auto previous = spdlog::default_logger();
+  auto logger = std::make_shared<spdlog::logger>("capture", std::make_shared<spdlog::sinks::ostream_sink_mt>(captured));
+  logger->set_level(spdlog::level::debug);
+  spdlog::set_default_logger(logger);
+  const auto p = neuromkl::testing::MakeMklProblem(30, 2, {0}, 1.0, 31);
+  const auto outer = cv::MakeFolds({cv::Scheme::StratifiedKFold, 3, 1}, learners::Task::Classification, p.targets.y, {}, {}, 5, "outer");
+  cv::NestedCvOptions options;
+  options.memoryBudgetBytes = 1;
+  const auto result = cv::RunNestedCv(p.kernels, p.targets, outer, Inner(3), Plans(), options);
+  spdlog::set_default_logger(previous);
+  EXPECT_EQ(result.size(), Plans().size());
+  EXPECT_NE(captured.str().find("one fold's kernel copies need"), std::string::npos) << captured.str();
+  EXPECT_NE(captured.str().find("outer folds"), std::string::npos) << captured.str();
 }
 
 TEST(NestedCv, UnlabelledSubjectsReachOnlySemiSupervisedLearnersAndNeverTheirTestFold) {
