@@ -13,11 +13,11 @@
 #include <tbb/parallel_for.h>
 #include <tbb/parallel_pipeline.h>
 #include <tbb/task_arena.h>
-#include <unistd.h>
 
 #include "neuromkl/core/errors.hpp"
 #include "neuromkl/core/stats.hpp"
 #include "neuromkl/kernels/preprocess.hpp"
+#include "neuromkl/kernels/region_kernels.hpp"
 #include "neuromkl/metrics/metrics.hpp"
 
 namespace neuromkl::cv {
@@ -270,10 +270,7 @@ std::uint64_t AvailableMemoryBytes() {
         break;
       }
   }
-  if (available == 0) {
-    const long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGE_SIZE);
-    available = pages > 0 && size > 0 ? static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(size) / 2 : (4ULL << 30);
-  }
+  if (available == 0) available = kernels::PhysicalMemoryBytes() / 2;
   // A job's memory limit (cgroup v2 or v1, e.g. a cluster scheduler's --mem) is what the run may use,
   // whatever the node has free.
   const std::pair<const char*, const char*> cgroups[] = {{"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory.current"},

@@ -150,13 +150,9 @@ SmoResult Solve(const Eigen::MatrixXd& K, const Eigen::VectorXd& y, const Eigen:
     double up = -kInf, low = -kInf;
     for (Eigen::Index k = 0; k < activeSize; ++k) {
       const Eigen::Index t = active[static_cast<std::size_t>(k)];
-      if (yv[t] > 0) {
-        if (!isUpper(t)) up = std::max(up, -Gv[t]);
-        if (!isLower(t)) low = std::max(low, Gv[t]);
-      } else {
-        if (!isUpper(t)) low = std::max(low, -Gv[t]);
-        if (!isLower(t)) up = std::max(up, Gv[t]);
-      }
+      const unsigned char b = bound[static_cast<std::size_t>(t)];
+      if (b & kUp) up = std::max(up, -yv[t] * Gv[t]);  // the same sets and values as the working-set selection
+      if (b & kLow) low = std::max(low, yv[t] * Gv[t]);
     }
     if (!unshrunk && up + low <= 10 * tolerance) {
       // Close to the end: bring every variable back once, so the final phase sees them all.

@@ -113,7 +113,8 @@ struct NestedCvOptions {
 /// must run; if even that does not fit, the run goes on and the system decides), at most `threads`.
 std::size_t FoldsInFlight(std::uint64_t bytesPerTask, std::uint64_t budgetBytes, std::size_t threads);
 
-/// Memory the system reports available now (Linux: MemAvailable), or half the physical memory if unknown.
+/// Memory the system reports available now (Linux: MemAvailable, or half the physical memory if unknown),
+/// capped by the process's cgroup limit minus its usage (e.g. a cluster job's memory request).
 std::uint64_t AvailableMemoryBytes();
 
 /// `kernels`: raw (n + unlabelled) x (n + unlabelled) kernels; `targets`: n values. InputError for folds that
