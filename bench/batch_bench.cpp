@@ -4,7 +4,8 @@
 //          by the io module) and wall time. Floor: the batch reads each cohort's images once.
 //  scale:  one study as n grows (116 AAL regions, images on a coarse grid): kernel memory, peak
 //          RSS, kernel-stage time, nested-CV time per learner fit (5 outer folds, fixed parameters).
-// Usage: bench_batch batch [subjects per cohort (60)] | bench_batch scale n [n ...]
+// Usage: bench_batch batch [subjects per cohort (60)] | bench_batch scale n [n ...] | bench_batch scale-summed n [n ...]
+// (scale: kelm, svm and enmkl_svm; scale-summed: kelm and svm only, whose folds need no kernel copies)
 #include <sys/resource.h>
 
 #include <chrono>
@@ -92,7 +93,7 @@ int BatchBench(int n) {
   return 0;
 }
 
-int ScaleBench(const std::vector<int>& sizes) {
+int ScaleBench(const std::vector<int>& sizes, bool withMkl) {
   for (int n : sizes) {
     const std::string root = fs::temp_directory_path() / ("neuromkl_bench_scale_" + std::to_string(n));
     fs::remove_all(root);
@@ -100,7 +101,8 @@ int ScaleBench(const std::vector<int>& sizes) {
     std::ofstream(root + "/scale.json") << R"({"name": "scale", "subjects": {"table": ")" << table
                                         << R"("}, "target": {"column": "group", "task": "classification", "positive_class": "patient"},
       "kernels": {"cache": false}, "cv": {"outer": {"k": 5}}, "output": {"save_kernels": false, "weight_maps": false},
-      "learners": [{"name": "kelm", "params": {"c": 1}}, {"name": "svm", "params": {"c": 1}}, {"name": "enmkl_svm", "params": {"c": 1, "mu": 0.5}}]})";
+      "learners": [{"name": "kelm", "params": {"c": 1}}, {"name": "svm", "params": {"c": 1}})"
+                                        << (withMkl ? R"(, {"name": "enmkl_svm", "params": {"c": 1, "mu": 0.5}})" : "") << "]}";
     const config::StudyConfig study = config::LoadStudyConfig(root + "/scale.json");
     pipeline::RunOptions o;
     o.outDir = root + "/out";
@@ -111,6 +113,9 @@ int ScaleBench(const std::vector<int>& sizes) {
     const double kernelGb = 116.0 * n * n * 8 / 1e9;
     std::printf("n = %d: %d region kernels = %.2f GB (double), peak RSS %.2f GB, kernel stage %.1f s, nested CV %.1f s, total %.1f s\n", n, rs.kernels,
                 kernelGb, PeakRssGb(), rs.stageSeconds.at("kernels"), rs.stageSeconds.at("nested_cv"), seconds);
+    std::printf("    stages:");
+    for (const auto& [stage, secs] : rs.stageSeconds) std::printf(" %s %.1f s;", stage.c_str(), secs);
+    std::printf("\n");
     for (const auto& line : r.summary) std::printf("    %s\n", line.c_str());
     for (const auto& l : rs.learners) {
       double sum = 0;
@@ -131,5 +136,5 @@ int main(int argc, char** argv) {
   std::vector<int> sizes;
   for (int i = 2; i < argc; ++i) sizes.push_back(std::stoi(argv[i]));
   if (sizes.empty()) sizes = {500, 2000};
-  return ScaleBench(sizes);
+  return ScaleBench(sizes, mode != "scale-summed");
 }

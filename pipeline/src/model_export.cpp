@@ -8,12 +8,14 @@
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
+#include <tbb/parallel_for.h>
 
 #include "neuromkl/core/errors.hpp"
 #include "neuromkl/core/hash.hpp"
 #include "neuromkl/core/strings.hpp"
 #include "neuromkl/export/derivative.hpp"
 #include "neuromkl/kernels/covariates.hpp"
+#include "neuromkl/kernels/preprocess.hpp"
 #include "neuromkl/pipeline/kernel_stage.hpp"
 #include "neuromkl/weights/weights.hpp"
 
@@ -238,12 +240,19 @@ exporting::ExportedModel DescribeModel(const StudyContext& ctx, const exporting:
   if (covariates) residualiser = kernels::MakeFoldResidualiser(*covariates, tr, none);
   m.floors = Eigen::VectorXd::Zero(K);
   if (m.normalise)
-    for (Eigen::Index k = 0; k < K; ++k) {
-      kernels::FoldKernel fk = kernels::SliceFold(ctx.kernels[static_cast<std::size_t>(k)], tr, none);
-      if (residualiser) kernels::ResidualiseFold(fk, *residualiser);
-      if (m.centre) kernels::CentreFold(fk);
-      m.floors[k] = l > 0 ? kZeroNormRelative * std::max(0.0, fk.train.diagonal().maxCoeff()) : 0.0;
-    }
+    tbb::parallel_for(Eigen::Index{0}, K, [&](Eigen::Index k) {
+      const Eigen::MatrixXd& kernel = ctx.kernels[static_cast<std::size_t>(k)];
+      Eigen::VectorXd diag;  // centred training self-similarities (without covariates: from the kernel in place)
+      if (residualiser) {
+        kernels::FoldKernel fk = kernels::SliceFold(kernel, tr, none);
+        kernels::ResidualiseFold(fk, *residualiser);
+        if (m.centre) kernels::CentreFold(fk);
+        diag = fk.train.diagonal();
+      } else {
+        diag = kernels::MakeFoldVectors(kernel, tr, none, m.centre, false).trainDiag;
+      }
+      m.floors[k] = l > 0 ? kZeroNormRelative * std::max(0.0, diag.maxCoeff()) : 0.0;
+    });
   if (covariates) {
     const auto& spec = study.covariates;
     m.covariateNumeric = spec.columns;

@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
+#include <tbb/parallel_for.h>
 
 #include "neuromkl/core/errors.hpp"
 #include "neuromkl/core/files.hpp"
@@ -133,28 +134,39 @@ Eigen::VectorXi Indices(const std::vector<int>& v) { return Eigen::Map<const Eig
 struct FoldPattern {
   Eigen::VectorXd c;      ///< per training subject (the fold's train, then unlabelled, order)
   Eigen::VectorXd norms;  ///< per kernel: ||a_r||
+  /// Per kernel: coef' K~_r coef (K~_r with its source scale), the model's region shares (0 where beta_r = 0).
+  Eigen::VectorXd modelQuadratics;
 };
 FoldPattern FoldActivationPattern(const StudyContext& ctx, const cv::OuterFoldResult& fold) {
   const cv::Preprocessing& pre = ctx.nestedOptions.preprocessing;
   std::vector<int> train = fold.train;
   train.insert(train.end(), fold.unlabelled.begin(), fold.unlabelled.end());
   const Eigen::VectorXi tr = Indices(train), te = Indices(fold.test);
-  const Eigen::VectorXd scales = cv::FoldScales(ctx.kernels, tr, te, pre);
+  // Each kernel's part K~_r coef from the full kernel in place (no fold copies), several kernels at once,
+  // summed in kernel order (results do not depend on the thread count).
+  const cv::FoldKernelView view(ctx.kernels, tr, te, pre);
+  const Eigen::VectorXd scales = view.Scales();
   const auto R = ctx.kernels.size();
-  Eigen::VectorXd f = Eigen::VectorXd::Zero(tr.size());
-  for (std::size_t r = 0; r < R; ++r) {  // kernels one at a time: all of them at once would double the memory
+  std::vector<Eigen::VectorXd> parts(R);
+  tbb::parallel_for(std::size_t{0}, R, [&](std::size_t r) {
     const auto j = static_cast<Eigen::Index>(r);
-    if (fold.model.beta[j] != 0.0) f += fold.model.beta[j] * cv::PrepareFoldKernel(ctx.kernels[r], tr, te, pre, scales[j]).train * fold.model.coef;
-  }
+    if (fold.model.beta[j] != 0.0) parts[r] = view.Products(r, fold.model.coef, scales[j]);
+  });
+  Eigen::VectorXd f = Eigen::VectorXd::Zero(tr.size());
   FoldPattern p;
+  p.modelQuadratics = Eigen::VectorXd::Zero(static_cast<Eigen::Index>(R));
+  for (std::size_t r = 0; r < R; ++r)
+    if (parts[r].size() > 0) {
+      f += fold.model.beta[static_cast<Eigen::Index>(r)] * parts[r];
+      p.modelQuadratics[static_cast<Eigen::Index>(r)] = fold.model.coef.dot(parts[r]);
+    }
   const Eigen::VectorXd centred = f.array() - f.mean();
   const double ss = centred.squaredNorm();
   p.c = ss > 0 ? Eigen::VectorXd(centred / ss) : Eigen::VectorXd::Zero(f.size());  // a constant decision has no pattern
   p.norms.resize(static_cast<Eigen::Index>(R));
-  for (std::size_t r = 0; r < R; ++r) {
-    const Eigen::MatrixXd K = cv::PrepareFoldKernel(ctx.kernels[r], tr, te, pre).train;
-    p.norms[static_cast<Eigen::Index>(r)] = std::sqrt(std::max(0.0, p.c.dot(K * p.c)));
-  }
+  tbb::parallel_for(std::size_t{0}, R, [&](std::size_t r) {
+    p.norms[static_cast<Eigen::Index>(r)] = std::sqrt(std::max(0.0, p.c.dot(view.Products(r, p.c).col(0))));
+  });
   return p;
 }
 
@@ -454,12 +466,15 @@ RegionWeightsResult RunRegionWeights(const StudyContext& ctx, const std::vector<
       result.warnings.push_back("multiclass study with a connectivity source: edge weights are not written for multiclass models yet (region tables rank every kernel)");
   }
   const cv::Preprocessing& preprocessing = ctx.nestedOptions.preprocessing;  // covariates included
-  for (const auto& lr : learners) {
+  for (std::size_t l = 0; l < learners.size(); ++l) {
+    const auto& lr = learners[l];
     const bool mkl = learners::FindLearner(lr.outcome.name)->multipleKernels;
     std::vector<Eigen::VectorXd> foldWeights;
+    std::size_t successful = 0;  // this learner's successful folds so far (patterns[l] holds one per successful fold)
     std::vector<std::vector<Eigen::VectorXd>> classWeights(perClass ? static_cast<std::size_t>(classes) : 0);
     for (const auto& fold : lr.outcome.folds) {
       if (!fold.error.empty()) continue;
+      const std::size_t k = successful++;
       if (mkl) {
         // Shared weights, or the mean of the per-class weights. With equal source weighting the learner saw
         // kernel r scaled by g_r: its share of the combined kernel is beta_r g_r (normalised to sum 1).
@@ -487,27 +502,31 @@ RegionWeightsResult RunRegionWeights(const StudyContext& ctx, const std::vector<
         const Eigen::VectorXi tr = Eigen::Map<const Eigen::VectorXi>(train.data(), static_cast<Eigen::Index>(train.size()));
         const Eigen::VectorXi te = Eigen::Map<const Eigen::VectorXi>(fold.test.data(), static_cast<Eigen::Index>(fold.test.size()));
         const auto R = static_cast<Eigen::Index>(ctx.kernels.size());
-        const Eigen::VectorXd scales = cv::FoldScales(ctx.kernels, tr, te, preprocessing);
+        const cv::FoldKernelView view(ctx.kernels, tr, te, preprocessing);
+        const Eigen::VectorXd scales = view.Scales();
         Eigen::MatrixXd norms(R, classes);
-        for (Eigen::Index r = 0; r < R; ++r) {
-          const auto K = cv::PrepareFoldKernel(ctx.kernels[static_cast<std::size_t>(r)], tr, te, preprocessing, scales[r]).train;
-          for (Eigen::Index c = 0; c < classes; ++c) norms(r, c) = weights::ModelNorm(K, fold.model.coefs.col(c), fold.model.beta[r]);
-        }
+        tbb::parallel_for(Eigen::Index{0}, R, [&](Eigen::Index r) {
+          const Eigen::MatrixXd KC = view.Products(static_cast<std::size_t>(r), fold.model.coefs, scales[r]);
+          for (Eigen::Index c = 0; c < classes; ++c) norms(r, c) = weights::ModelNorm(fold.model.coefs.col(c).dot(KC.col(c)), fold.model.beta[r]);
+        });
         foldWeights.push_back(norms.rowwise().norm());
         for (Eigen::Index c = 0; c < static_cast<Eigen::Index>(classWeights.size()); ++c) classWeights[static_cast<std::size_t>(c)].push_back(norms.col(c));
         continue;
       }
-      // The region's share of the model, ||w_r||, from the fold's kernels as the learner saw them,
-      // preprocessed one at a time (all of them at once would double the kernels' memory at large n).
-      std::vector<int> train = fold.train;
-      train.insert(train.end(), fold.unlabelled.begin(), fold.unlabelled.end());
-      const Eigen::VectorXi tr = Eigen::Map<const Eigen::VectorXi>(train.data(), static_cast<Eigen::Index>(train.size()));
-      const Eigen::VectorXi te = Eigen::Map<const Eigen::VectorXi>(fold.test.data(), static_cast<Eigen::Index>(fold.test.size()));
+      // The region's share of the model, ||w_r||, from the fold's kernels as the learner saw them: the
+      // quadratics coef' K~_r coef its activation pattern computed, else read from the kernels in place.
       Eigen::VectorXd norms(static_cast<Eigen::Index>(ctx.kernels.size()));
-      const Eigen::VectorXd scales = cv::FoldScales(ctx.kernels, tr, te, preprocessing);
-      for (std::size_t r = 0; r < ctx.kernels.size(); ++r) {
-        const auto j = static_cast<Eigen::Index>(r);
-        norms[j] = weights::ModelNorm(cv::PrepareFoldKernel(ctx.kernels[r], tr, te, preprocessing, scales[j]).train, fold.model.coef, fold.model.beta[j]);
+      if (l < patterns.size() && k < patterns[l].size()) {
+        for (Eigen::Index j = 0; j < norms.size(); ++j) norms[j] = weights::ModelNorm(patterns[l][k].modelQuadratics[j], fold.model.beta[j]);
+      } else {
+        std::vector<int> train = fold.train;
+        train.insert(train.end(), fold.unlabelled.begin(), fold.unlabelled.end());
+        const cv::FoldKernelView view(ctx.kernels, Indices(train), Indices(fold.test), preprocessing);
+        const Eigen::VectorXd scales = view.Scales();
+        tbb::parallel_for(std::size_t{0}, ctx.kernels.size(), [&](std::size_t r) {
+          const auto j = static_cast<Eigen::Index>(r);
+          norms[j] = weights::ModelNorm(fold.model.coef.dot(view.Products(r, fold.model.coef, scales[j]).col(0)), fold.model.beta[j]);
+        });
       }
       foldWeights.push_back(std::move(norms));
     }

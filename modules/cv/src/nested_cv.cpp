@@ -1,6 +1,7 @@
 #include "neuromkl/cv/nested_cv.hpp"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cmath>
 #include <fstream>
@@ -9,6 +10,7 @@
 #include <optional>
 
 #include <spdlog/spdlog.h>
+#include <tbb/blocked_range.h>
 #include <tbb/global_control.h>
 #include <tbb/parallel_for.h>
 #include <tbb/parallel_pipeline.h>
@@ -16,6 +18,7 @@
 
 #include "neuromkl/core/errors.hpp"
 #include "neuromkl/core/stats.hpp"
+#include "neuromkl/kernels/huge_pages.hpp"
 #include "neuromkl/kernels/preprocess.hpp"
 #include "neuromkl/kernels/region_kernels.hpp"
 #include "neuromkl/metrics/metrics.hpp"
@@ -43,15 +46,25 @@ std::vector<int> WithUnlabelled(std::vector<int> train, const std::vector<int>& 
   return train;
 }
 
-/// Bytes of one fold task's kernel copies (training l x l and test m x l per kernel, once per kind of
-/// learner: supervised and, with unlabelled subjects, semi-supervised) plus a fit's own l x l work
-/// (the combined kernel of an MKL learner and a spare).
-std::uint64_t FoldTaskBytes(std::size_t kernelCount, std::size_t train, std::size_t test, std::size_t unlabelled, bool anySupervised, bool anySemi) {
-  const auto copies = [&](std::size_t l) { return static_cast<double>(kernelCount) * static_cast<double>(l) * static_cast<double>(l + test); };
+/// The fold kernels a fold task prepares, indexed by ViewIndex: for supervised learners and (with unlabelled
+/// subjects) semi-supervised ones, a copy of every kernel (learners of kernel weights) and the summed
+/// kernel (PrepareSummedFold: the learners of the unweighted sum), each only if some learner needs it.
+using FoldNeeds = std::array<bool, 4>;
+constexpr std::size_t ViewIndex(bool semiSupervised, bool summed) { return 2 * static_cast<std::size_t>(semiSupervised) + static_cast<std::size_t>(summed); }
+
+/// Bytes of one fold task's kernels (training l x l and test m x l per kernel copied, once for a summed
+/// kernel) plus a fit's own l x l work (the combined kernel of an MKL learner and a spare).
+std::uint64_t FoldTaskBytes(std::size_t kernelCount, std::size_t train, std::size_t test, std::size_t unlabelled, const FoldNeeds& needs) {
   double doubles = 0;
-  if (anySupervised) doubles += copies(train);
-  if (anySemi) doubles += copies(train + unlabelled);
-  const double l = static_cast<double>(train + (anySemi ? unlabelled : 0));
+  std::size_t largest = 0;
+  for (const bool semi : {false, true})
+    for (const bool summed : {false, true}) {
+      if (!needs[ViewIndex(semi, summed)]) continue;
+      const std::size_t l = train + (semi ? unlabelled : 0);
+      largest = std::max(largest, l);
+      doubles += (summed ? 1.0 : static_cast<double>(kernelCount)) * static_cast<double>(l) * static_cast<double>(l + test);
+    }
+  const double l = static_cast<double>(largest);
   doubles += 2.0 * l * l;
   return static_cast<std::uint64_t>(8.0 * doubles);
 }
@@ -76,24 +89,21 @@ void ForEachLimited(std::size_t count, std::size_t limit, const Body& body) {
                                     tbb::make_filter<std::size_t, void>(tbb::filter_mode::parallel, [&](std::size_t t) { isolated(t); }));
 }
 
-/// A fold's kernels for the supervised learners and, if any learner needs them, with the
-/// unlabelled subjects appended to the training set (preprocessed with that training set).
+/// A fold's kernels (FoldNeeds) and the training targets of the supervised learners and, if any learner
+/// needs them, with the unlabelled subjects appended to the training set (preprocessed with that training set).
 struct FoldViews {
-  FoldKernels supervised, semi;
-  learners::Targets ySupervised, ySemi;
+  std::array<FoldKernels, 4> kernels;
+  std::array<learners::Targets, 2> y;  ///< [semi-supervised]
 };
 FoldViews PrepareViews(const learners::KernelList& kernels, const learners::Targets& targets, const std::vector<int>& train,
-                       const std::vector<int>& test, const Preprocessing& pre, const std::vector<int>& unlabelled, bool anySupervised,
-                       bool anySemi) {
+                       const std::vector<int>& test, const Preprocessing& pre, const std::vector<int>& unlabelled, const FoldNeeds& needs) {
   FoldViews v;
-  if (anySupervised) {
-    v.supervised = PrepareFold(kernels, train, test, pre);
-    v.ySupervised = {targets.task, Subset(targets.y, train), targets.classes};
-  }
-  if (anySemi) {
-    const auto all = WithUnlabelled(train, unlabelled);
-    v.semi = PrepareFold(kernels, all, test, pre);
-    v.ySemi = {targets.task, Subset(targets.y, all), targets.classes};
+  for (const bool semi : {false, true}) {
+    const std::vector<int> rows = semi ? WithUnlabelled(train, unlabelled) : train;
+    for (const bool summed : {false, true})
+      if (needs[ViewIndex(semi, summed)])
+        v.kernels[ViewIndex(semi, summed)] = summed ? PrepareSummedFold(kernels, rows, test, pre) : PrepareFold(kernels, rows, test, pre);
+    if (needs[ViewIndex(semi, false)] || needs[ViewIndex(semi, true)]) v.y[semi] = {targets.task, Subset(targets.y, rows), targets.classes};
   }
   return v;
 }
@@ -166,14 +176,27 @@ FoldKernels PrepareFold(const learners::KernelList& kernels, const std::vector<i
   FoldKernels out;
   out.train.resize(kernels.size());
   out.test.resize(kernels.size());
-  // The covariate fit depends on the fold only: once for all kernels.
-  std::optional<kernels::FoldResidualiser> residualiser;
-  if (pre.covariates) residualiser = kernels::MakeFoldResidualiser(*pre.covariates, tr, te);
   // Kernels are independent: several at once (a large study may run one fold at a time, see
   // NestedCvOptions::memoryBudgetBytes); each lands in its own slot.
+  if (!pre.covariates) {
+    // From each kernel's fold vectors: one pass to read the statistics, one to write the blocks.
+    std::vector<kernels::FoldVectors> vectors(kernels.size());
+    tbb::parallel_for(std::size_t{0}, kernels.size(), [&](std::size_t j) { vectors[j] = kernels::MakeFoldVectors(kernels[j], tr, te, pre.centre, pre.normalise); });
+    std::vector<double> traces;
+    for (const auto& v : vectors) traces.push_back(v.Trace());
+    const Eigen::VectorXd g = GroupScales(traces, pre.kernelGroups);
+    tbb::parallel_for(std::size_t{0}, kernels.size(), [&](std::size_t j) {
+      kernels::FoldKernel fk = kernels::PreparedBlocks(kernels[j], tr, te, vectors[j], pre.normalise, g[static_cast<Eigen::Index>(j)]);
+      out.train[j] = std::move(fk.train);
+      out.test[j] = std::move(fk.testTrain);
+    });
+    return out;
+  }
+  // Covariates: residualising mixes rows, so each kernel is sliced, residualised, centred and normalised.
+  const kernels::FoldResidualiser residualiser = kernels::MakeFoldResidualiser(*pre.covariates, tr, te);
   tbb::parallel_for(std::size_t{0}, kernels.size(), [&](std::size_t j) {
     kernels::FoldKernel fk = kernels::SliceFold(kernels[j], tr, te);
-    if (residualiser) kernels::ResidualiseFold(fk, *residualiser);
+    kernels::ResidualiseFold(fk, residualiser);
     if (pre.centre) kernels::CentreFold(fk);
     if (pre.normalise) kernels::NormaliseFold(fk);
     out.train[j] = std::move(fk.train);
@@ -189,6 +212,105 @@ FoldKernels PrepareFold(const learners::KernelList& kernels, const std::vector<i
     }
   }
   return out;
+}
+
+namespace {
+/// With covariates the preprocessing is not a matter of vectors (residualising mixes rows): each kernel
+/// is prepared as PrepareFold prepares it, a few at a time, and added in kernel order, so the sum is
+/// PrepareFold's (then CombineKernels') exactly while only a window of prepared kernels is held.
+FoldKernels SumPreparedKernels(const learners::KernelList& kernels, const Eigen::VectorXi& tr, const Eigen::VectorXi& te, const Preprocessing& pre) {
+  const kernels::FoldResidualiser residualiser = kernels::MakeFoldResidualiser(*pre.covariates, tr, te);
+  const auto prepare = [&](std::size_t j) {
+    kernels::FoldKernel fk = kernels::SliceFold(kernels[j], tr, te);
+    kernels::ResidualiseFold(fk, residualiser);
+    if (pre.centre) kernels::CentreFold(fk);
+    if (pre.normalise) kernels::NormaliseFold(fk);
+    return fk;
+  };
+  constexpr std::size_t kWindow = 4;  // fixed, so results do not depend on the thread count
+  const std::size_t R = kernels.size();
+  Eigen::VectorXd scales = Eigen::VectorXd::Ones(static_cast<Eigen::Index>(R));
+  if (!pre.kernelGroups.empty()) {  // the scales need every kernel's trace first: one more pass
+    std::vector<double> traces(R);
+    tbb::parallel_for(std::size_t{0}, R, [&](std::size_t j) { traces[j] = prepare(j).train.trace(); });
+    scales = GroupScales(traces, pre.kernelGroups);
+  }
+  FoldKernels out;
+  out.train.assign(1, Eigen::MatrixXd::Zero(tr.size(), tr.size()));
+  out.test.assign(1, Eigen::MatrixXd::Zero(te.size(), tr.size()));
+  std::vector<kernels::FoldKernel> window(kWindow);
+  for (std::size_t first = 0; first < R; first += kWindow) {
+    const std::size_t count = std::min(kWindow, R - first);
+    tbb::parallel_for(std::size_t{0}, count, [&](std::size_t w) { window[w] = prepare(first + w); });
+    for (std::size_t w = 0; w < count; ++w) {
+      const double g = scales[static_cast<Eigen::Index>(first + w)];
+      // As PrepareFold (K_j *= g_j) then CombineKernels (K += 1 * K_j).
+      if (g != 1.0) {
+        window[w].train *= g;
+        window[w].testTrain *= g;
+      }
+      out.train[0].noalias() += window[w].train;
+      out.test[0].noalias() += window[w].testTrain;
+    }
+  }
+  return out;
+}
+}  // namespace
+
+FoldKernels PrepareSummedFold(const learners::KernelList& kernels, const std::vector<int>& train, const std::vector<int>& test,
+                              const Preprocessing& pre) {
+  const Eigen::VectorXi tr = Eigen::Map<const Eigen::VectorXi>(train.data(), static_cast<Eigen::Index>(train.size()));
+  const Eigen::VectorXi te = Eigen::Map<const Eigen::VectorXi>(test.data(), static_cast<Eigen::Index>(test.size()));
+  if (pre.covariates) return SumPreparedKernels(kernels, tr, te, pre);
+  const std::size_t R = kernels.size();
+  const Eigen::Index l = tr.size(), m = te.size();
+  std::vector<kernels::FoldVectors> vectors(R);
+  tbb::parallel_for(std::size_t{0}, R, [&](std::size_t j) { vectors[j] = kernels::MakeFoldVectors(kernels[j], tr, te, pre.centre, pre.normalise); });
+  Eigen::VectorXd scales = Eigen::VectorXd::Ones(static_cast<Eigen::Index>(R));
+  if (!pre.kernelGroups.empty()) {
+    std::vector<double> traces;
+    for (const auto& v : vectors) traces.push_back(v.Trace());
+    scales = GroupScales(traces, pre.kernelGroups);
+  }
+  FoldKernels out;
+  out.train.assign(1, Eigen::MatrixXd(l, l));
+  out.test.assign(1, Eigen::MatrixXd(m, l));
+  Eigen::MatrixXd& sumTrain = out.train[0];
+  Eigen::MatrixXd& sumTest = out.test[0];
+  kernels::AdviseHugePages(sumTrain.data(), static_cast<std::size_t>(l * l) * sizeof(double));
+  // Each output column is summed by one thread over the kernels in order: the result does not depend on
+  // how columns are shared out. Column b of every kernel is one contiguous column of the full kernel
+  // (read at the fold's rows), and the output column stays in cache while the kernels are added.
+  tbb::parallel_for(tbb::blocked_range<Eigen::Index>(0, l, 8), [&](const tbb::blocked_range<Eigen::Index>& cols) {
+    for (Eigen::Index b = cols.begin(); b != cols.end(); ++b) {
+      double* outTrain = sumTrain.col(b).data();
+      double* outTest = sumTest.col(b).data();
+      std::fill(outTrain, outTrain + l, 0.0);
+      std::fill(outTest, outTest + m, 0.0);
+      for (std::size_t j = 0; j < R; ++j) {
+        const kernels::FoldVectors& v = vectors[j];
+        const double g = scales[static_cast<Eigen::Index>(j)];
+        const double* col = kernels[j].col(tr[b]).data();
+        const double cb = v.colMean[b], ib = v.invTrain[b], grand = v.grand;
+        const double* c = v.colMean.data();
+        const double* inv = v.invTrain.data();
+        for (Eigen::Index a = 0; a < l; ++a) outTrain[a] += kernels::PreparedEntry(col[tr[a]], cb, c[a], grand, inv[a], ib, g);
+        const double* r = v.testMean.data();
+        const double* invTest = v.invTest.data();
+        for (Eigen::Index i = 0; i < m; ++i) outTest[i] += kernels::PreparedEntry(col[te[i]], cb, r[i], grand, invTest[i], ib, g);
+      }
+    }
+  });
+  return out;
+}
+
+learners::Model ExpandSummedModel(learners::Model model, Eigen::Index kernels) {
+  const double k = static_cast<double>(kernels);
+  model.beta = Eigen::VectorXd::Constant(kernels, 1.0 / k);
+  model.coef *= k;
+  model.coefs *= k;
+  if (model.betas.size() > 0) model.betas = Eigen::MatrixXd::Constant(kernels, model.betas.cols(), 1.0 / k);
+  return model;
 }
 
 Eigen::VectorXd GroupScales(const std::vector<double>& traces, const std::vector<int>& groups) {
@@ -215,8 +337,10 @@ Eigen::VectorXd GroupScales(const std::vector<double>& traces, const std::vector
 
 kernels::FoldKernel PrepareFoldKernel(const Eigen::MatrixXd& kernel, const Eigen::Ref<const Eigen::VectorXi>& train,
                                       const Eigen::Ref<const Eigen::VectorXi>& test, const Preprocessing& pre, double scale) {
+  if (!pre.covariates)
+    return kernels::PreparedBlocks(kernel, train, test, kernels::MakeFoldVectors(kernel, train, test, pre.centre, pre.normalise), pre.normalise, scale);
   kernels::FoldKernel fk = kernels::SliceFold(kernel, train, test);
-  if (pre.covariates) kernels::ResidualiseFold(fk, kernels::MakeFoldResidualiser(*pre.covariates, train, test));
+  kernels::ResidualiseFold(fk, kernels::MakeFoldResidualiser(*pre.covariates, train, test));
   if (pre.centre) kernels::CentreFold(fk);
   if (pre.normalise) kernels::NormaliseFold(fk);
   if (scale != 1.0) {
@@ -230,9 +354,36 @@ kernels::FoldKernel PrepareFoldKernel(const Eigen::MatrixXd& kernel, const Eigen
 Eigen::VectorXd FoldScales(const learners::KernelList& kernels, const Eigen::Ref<const Eigen::VectorXi>& train,
                            const Eigen::Ref<const Eigen::VectorXi>& test, const Preprocessing& pre) {
   if (pre.kernelGroups.empty()) return Eigen::VectorXd::Ones(static_cast<Eigen::Index>(kernels.size()));
-  std::vector<double> traces;
-  for (const auto& K : kernels) traces.push_back(PrepareFoldKernel(K, train, test, pre).train.trace());
+  std::vector<double> traces(kernels.size());
+  tbb::parallel_for(std::size_t{0}, kernels.size(), [&](std::size_t j) {
+    traces[j] = pre.covariates ? PrepareFoldKernel(kernels[j], train, test, pre).train.trace()
+                               : kernels::MakeFoldVectors(kernels[j], train, test, pre.centre, pre.normalise).Trace();
+  });
   return GroupScales(traces, pre.kernelGroups);
+}
+
+FoldKernelView::FoldKernelView(const learners::KernelList& kernels, const Eigen::Ref<const Eigen::VectorXi>& train,
+                               const Eigen::Ref<const Eigen::VectorXi>& test, const Preprocessing& preprocessing)
+    : kernels_(kernels), train_(train), test_(test), preprocessing_(preprocessing) {
+  if (preprocessing_.covariates) return;
+  vectors_.resize(kernels_.size());
+  tbb::parallel_for(std::size_t{0}, kernels_.size(), [&](std::size_t r) {
+    vectors_[r] = kernels::MakeFoldVectors(kernels_[r], train_, test_, preprocessing_.centre, preprocessing_.normalise);
+  });
+}
+
+Eigen::MatrixXd FoldKernelView::Products(std::size_t r, const Eigen::Ref<const Eigen::MatrixXd>& A, double scale) const {
+  if (vectors_.empty()) return PrepareFoldKernel(kernels_[r], train_, test_, preprocessing_, scale).train * A;
+  Eigen::MatrixXd P = kernels::PreparedProducts(kernels_[r], train_, vectors_[r], A);
+  if (scale != 1.0) P *= scale;
+  return P;
+}
+
+Eigen::VectorXd FoldKernelView::Scales() const {
+  if (vectors_.empty() || preprocessing_.kernelGroups.empty()) return FoldScales(kernels_, train_, test_, preprocessing_);
+  std::vector<double> traces;
+  for (const auto& v : vectors_) traces.push_back(v.Trace());
+  return GroupScales(traces, preprocessing_.kernelGroups);
 }
 
 std::string FoldStatus(const OuterFoldResult& fold) { return fold.error.empty() ? std::string(learners::ToString(fold.model.info.status)) : "failed"; }
@@ -294,11 +445,17 @@ std::vector<LearnerOutcome> RunNestedCv(const learners::KernelList& kernels, con
   std::vector<bool> semi(L, false);
   std::vector<int> unlabelled;
   for (int i = 0; i < options.unlabelled; ++i) unlabelled.push_back(static_cast<int>(targets.y.size()) + i);
-  bool anySemi = false, anySupervised = false;
+  // Learners of kernel weights need every fold kernel; the others fit the sum, prepared without copies
+  // (always, so that a learner's results do not depend on which other learners the study runs).
+  std::vector<std::size_t> viewOf(L);
+  std::vector<bool> summed(L);
+  FoldNeeds needs{};
   for (std::size_t l = 0; l < L; ++l) {
     const auto* info = learners::FindLearner(plans[l].name);
     semi[l] = info && info->semiSupervised && !unlabelled.empty();
-    (semi[l] ? anySemi : anySupervised) = true;
+    summed[l] = options.sumKernelsInPlace && info && !info->multipleKernels;
+    viewOf[l] = ViewIndex(semi[l], summed[l]);
+    needs[viewOf[l]] = true;
   }
   // Probabilities (binary) and bias correction (regression) are fitted on the inner-CV out-of-fold
   // predictions of the chosen parameters: the inner CV then runs for every learner.
@@ -358,29 +515,28 @@ std::vector<LearnerOutcome> RunNestedCv(const learners::KernelList& kernels, con
   };
   std::uint64_t innerBytes = 0;
   for (const auto& [f, i] : tasks)
-    innerBytes = std::max(innerBytes, FoldTaskBytes(kernels.size(), innerFolds[f][i].train.size(), innerFolds[f][i].test.size(), unlabelled.size(),
-                                                    anySupervised, anySemi));
+    innerBytes = std::max(innerBytes, FoldTaskBytes(kernels.size(), innerFolds[f][i].train.size(), innerFolds[f][i].test.size(), unlabelled.size(), needs));
   ForEachLimited(tasks.size(), limitFor(innerBytes, tasks.size(), "inner folds"), [&](std::size_t t) {
     const auto [f, i] = tasks[t];
     const Fold& fold = innerFolds[f][i];
     std::vector<int> tr, te;
     for (int k : fold.train) tr.push_back(outer[f].train[static_cast<std::size_t>(k)]);
     for (int k : fold.test) te.push_back(outer[f].train[static_cast<std::size_t>(k)]);
-    const FoldViews views = PrepareViews(kernels, targets, tr, te, options.preprocessing, unlabelled, anySupervised, anySemi);
+    const FoldViews views = PrepareViews(kernels, targets, tr, te, options.preprocessing, unlabelled, needs);
     const Eigen::VectorXd yTest = Subset(targets.y, te);
     // Every fit on this fold's kernels (all grid points of all learners) shares their check and packed stack.
-    learners::TrainingKernelCache supervisedCache, semiCache;
+    std::array<learners::TrainingKernelCache, 4> caches;  // one per view: a cache is bound to one kernel list
     for (std::size_t l = 0; l < L; ++l) {
       const auto& grid = plans[l].grid;
       if (grid.size() < 2 && !calibrate) continue;
-      const FoldKernels& fk = semi[l] ? views.semi : views.supervised;
+      const FoldKernels& fk = views.kernels[viewOf[l]];
       learners::Targets weighted;
-      const learners::Targets& yTrain = Weighted(plans[l], semi[l] ? views.ySemi : views.ySupervised, weighted);
+      const learners::Targets& yTrain = Weighted(plans[l], views.y[semi[l]], weighted);
       std::vector<learners::Model> fitted(grid.size());
       std::vector<bool> ok(grid.size(), false);
       for (std::size_t g = 0; g < grid.size(); ++g) {
         learners::FitOptions fitOptions;
-        if (options.shareFoldWork) fitOptions.cache = semi[l] ? &semiCache : &supervisedCache;
+        if (options.shareFoldWork) fitOptions.cache = &caches[viewOf[l]];
         if (const auto w = NearestFitted(grid, ok, g)) fitOptions.warmStart = &fitted[*w];
         try {
           fitted[g] = learnerObjects[firstObject[l] + g]->Fit(fk.train, yTrain, fitOptions);
@@ -404,14 +560,14 @@ std::vector<LearnerOutcome> RunNestedCv(const learners::KernelList& kernels, con
   }
   std::uint64_t outerBytes = 0;
   for (const auto& fold : outer)
-    outerBytes = std::max(outerBytes, FoldTaskBytes(kernels.size(), fold.train.size(), fold.test.size(), unlabelled.size(), anySupervised, anySemi));
+    outerBytes = std::max(outerBytes, FoldTaskBytes(kernels.size(), fold.train.size(), fold.test.size(), unlabelled.size(), needs));
   ForEachLimited(F, limitFor(outerBytes, F, "outer folds"), [&](std::size_t f) {
-    const FoldViews views = PrepareViews(kernels, targets, outer[f].train, outer[f].test, options.preprocessing, unlabelled, anySupervised, anySemi);
-    learners::TrainingKernelCache supervisedCache, semiCache;
+    const FoldViews views = PrepareViews(kernels, targets, outer[f].train, outer[f].test, options.preprocessing, unlabelled, needs);
+    std::array<learners::TrainingKernelCache, 4> caches;  // one per view: a cache is bound to one kernel list
     for (std::size_t l = 0; l < L; ++l) {
-      const FoldKernels& fk = semi[l] ? views.semi : views.supervised;
+      const FoldKernels& fk = views.kernels[viewOf[l]];
       learners::Targets weighted;
-      const learners::Targets& yTrain = Weighted(plans[l], semi[l] ? views.ySemi : views.ySupervised, weighted);
+      const learners::Targets& yTrain = Weighted(plans[l], views.y[semi[l]], weighted);
       OuterFoldResult& r = out[l].folds[f];
       r.index = static_cast<int>(f);
       r.repeat = outer[f].repeat;
@@ -433,13 +589,15 @@ std::vector<LearnerOutcome> RunNestedCv(const learners::KernelList& kernels, con
           if (Better(targets.task, r.innerScores[g], r.innerScores[r.chosen])) r.chosen = g;  // strict: ties keep the earlier point
       }
       try {
-        r.model = learnerObjects[firstObject[l] + r.chosen]->Fit(fk.train, yTrain, learners::FitOptions{nullptr, !options.shareFoldWork ? nullptr : semi[l] ? &semiCache : &supervisedCache});
+        r.model = learnerObjects[firstObject[l] + r.chosen]->Fit(fk.train, yTrain, learners::FitOptions{nullptr, options.shareFoldWork ? &caches[viewOf[l]] : nullptr});
         if (targets.task == learners::Task::Multiclass) {
           r.scores = r.model.Scores(fk.test);
           r.decision = metrics::PredictedClasses(r.scores);  // NaN where a score is not finite
         } else {
           r.decision = r.model.Decision(fk.test);
         }
+        // A fit on the summed kernel reports the model over the study's kernels (weights, maps, export).
+        if (summed[l]) r.model = ExpandSummedModel(std::move(r.model), static_cast<Eigen::Index>(kernels.size()));
         // One definition of a failed fold everywhere (status, warnings, maps, metrics): a model whose
         // predictions are not finite failed, even if the solver returned.
         if (!r.decision.allFinite())

@@ -1,4 +1,4 @@
-#include "huge_pages.hpp"
+#include "neuromkl/kernels/huge_pages.hpp"
 
 #include <cstdint>
 

@@ -22,7 +22,7 @@
 #include "neuromkl/core/progress.hpp"
 #include "neuromkl/io/nifti.hpp"
 #include "neuromkl/kernels/blas.hpp"
-#include "huge_pages.hpp"
+#include "neuromkl/kernels/huge_pages.hpp"
 
 namespace neuromkl::kernels {
 

@@ -49,8 +49,9 @@ std::vector<RegionRow> RegionTable(const std::vector<Eigen::VectorXd>& foldWeigh
   return rows;
 }
 
-double ModelNorm(const Eigen::MatrixXd& trainKernel, const Eigen::VectorXd& coef, double beta) {
-  const double quadratic = coef.dot(trainKernel * coef);
+double ModelNorm(const Eigen::MatrixXd& trainKernel, const Eigen::VectorXd& coef, double beta) { return ModelNorm(coef.dot(trainKernel * coef), beta); }
+
+double ModelNorm(double quadratic, double beta) {
   // A PSD kernel gives quadratic >= 0; rounding can leave -1e-17 for a region the model ignores.
   return beta * std::sqrt(std::max(quadratic, 0.0));
 }

@@ -24,12 +24,17 @@ Eigen::MatrixXd SubjectWeights(const std::vector<Eigen::MatrixXd>& kernels, cons
   for (std::size_t r = 0; r < kernels.size(); ++r) {
     const double beta = model.beta[static_cast<Eigen::Index>(r)];
     if (beta == 0.0) continue;
-    // The same fold statistics the learner saw: centred self-similarities -> the scales s_ir.
-    kernels::FoldKernel fk = kernels::SliceFold(kernels[r], tr, te);
-    if (residualiser) kernels::ResidualiseFold(fk, *residualiser);
-    if (centre) kernels::CentreFold(fk);
+    // The same fold statistics the learner saw: centred self-similarities -> the scales s_ir (without
+    // covariates from the full kernel in place, with them from the residualised fold copy).
     Eigen::VectorXd s = Eigen::VectorXd::Ones(l), unused;
-    if (normalise) kernels::InverseNorms(fk.train.diagonal(), fk.testDiag, s, unused);
+    if (residualiser) {
+      kernels::FoldKernel fk = kernels::SliceFold(kernels[r], tr, te);
+      kernels::ResidualiseFold(fk, *residualiser);
+      if (centre) kernels::CentreFold(fk);
+      if (normalise) kernels::InverseNorms(fk.train.diagonal(), fk.testDiag, s, unused);
+    } else if (normalise) {
+      s = kernels::MakeFoldVectors(kernels[r], tr, te, centre, normalise).invTrain;
+    }
     const Eigen::VectorXd a = model.coef.cwiseProduct(s);
     const double meanTerm = centre ? a.sum() / static_cast<double>(l) : 0.0;
     Eigen::VectorXd d = beta * (a.array() - meanTerm).matrix();

@@ -331,3 +331,241 @@ TEST(SourceWeighting, FoldKernelsOfEveryGroupHaveOneTotalTraceFromTrainingSubjec
 }
 
 }  // namespace
+
+// Issue 17: learners of the summed kernel get it prepared in place (PrepareSummedFold), not from a copy of
+// every kernel.
+namespace {
+
+struct SummedFixture {
+  std::vector<Eigen::MatrixXd> kernels;
+  std::vector<int> train, test;
+};
+
+/// Three linear kernels of different scales over 47 subjects; test subject 2 equals the training mean
+/// in kernel 0's features, so its centred self-similarity is 0 (a zero row after normalising).
+SummedFixture MakeSummedFixture() {
+  SummedFixture f;
+  const int n = 47;
+  for (int i = 0; i < n; ++i) (i % 4 == 2 ? f.test : f.train).push_back(i);
+  std::swap(f.train[3], f.train[7]);  // fold orders are not always sorted
+  for (int k = 0; k < 3; ++k) {
+    Eigen::MatrixXd X = Eigen::MatrixXd::Random(n, 4 + 3 * k) * (1.0 + 2.0 * k);
+    if (k == 0) {
+      Eigen::RowVectorXd mean = Eigen::RowVectorXd::Zero(X.cols());
+      for (int i : f.train) mean += X.row(i);
+      X.row(2) = mean / static_cast<double>(f.train.size());
+    }
+    f.kernels.push_back(X * X.transpose());
+  }
+  return f;
+}
+
+std::vector<int> WithUnlabelledRows(std::vector<int> train, const std::vector<int>& unlabelled) {
+  train.insert(train.end(), unlabelled.begin(), unlabelled.end());
+  return train;
+}
+
+/// PrepareFold's kernels summed as the learners sum them (CombineKernels: 0 + K_0 + K_1 + ...).
+cv::FoldKernels SumOfPrepared(const SummedFixture& f, const cv::Preprocessing& pre) {
+  const auto fold = cv::PrepareFold(f.kernels, f.train, f.test, pre);
+  cv::FoldKernels sum;
+  sum.train.assign(1, Eigen::MatrixXd::Zero(fold.train[0].rows(), fold.train[0].cols()));
+  sum.test.assign(1, Eigen::MatrixXd::Zero(fold.test[0].rows(), fold.test[0].cols()));
+  for (std::size_t j = 0; j < fold.train.size(); ++j) {
+    sum.train[0] += fold.train[j];
+    sum.test[0] += fold.test[j];
+  }
+  return sum;
+}
+
+TEST(SummedFold, EqualsTheSumOfPreparedKernelsForEveryPreprocessing) {
+  // Copies and the summed kernel come from the same fold vectors and the same arithmetic per entry
+  // (kernels::PreparedEntry), added in kernel order as CombineKernels adds: equal bit for bit. Both agree
+  // with the step-by-step preparation (SliceFold, CentreFold, NormaliseFold) to a few ulps.
+  const auto f = MakeSummedFixture();
+  const Eigen::VectorXi tr = Eigen::Map<const Eigen::VectorXi>(f.train.data(), static_cast<Eigen::Index>(f.train.size()));
+  const Eigen::VectorXi te = Eigen::Map<const Eigen::VectorXi>(f.test.data(), static_cast<Eigen::Index>(f.test.size()));
+  for (const bool centre : {true, false})
+    for (const bool normalise : {true, false})
+      for (const bool groups : {false, true}) {
+        cv::Preprocessing pre;
+        pre.centre = centre;
+        pre.normalise = normalise;
+        if (groups) pre.kernelGroups = {0, 1, 1};
+        const std::string what = "centre " + std::to_string(centre) + " normalise " + std::to_string(normalise) + " groups " + std::to_string(groups);
+        const auto expected = SumOfPrepared(f, pre);
+        const auto got = cv::PrepareSummedFold(f.kernels, f.train, f.test, pre);
+        ASSERT_EQ(got.train.size(), 1u);
+        ASSERT_EQ(got.test.size(), 1u);
+        EXPECT_EQ(got.train[0], expected.train[0]) << what;
+        EXPECT_EQ(got.test[0], expected.test[0]) << what;
+        // Against the step-by-step preparation of each kernel (means summed in another order: raw entries
+        // up to ~1e3 without normalising, 1e-13 of the largest is a few hundred ulps).
+        const auto fold = cv::PrepareFold(f.kernels, f.train, f.test, pre);
+        const Eigen::VectorXd g = cv::FoldScales(f.kernels, tr, te, pre);
+        for (std::size_t j = 0; j < f.kernels.size(); ++j) {
+          kernels::FoldKernel fk = kernels::SliceFold(f.kernels[j], tr, te);
+          if (centre) kernels::CentreFold(fk);
+          if (normalise) kernels::NormaliseFold(fk);
+          const double scale = fk.train.cwiseAbs().maxCoeff() * g[static_cast<Eigen::Index>(j)];
+          EXPECT_LE((fold.train[j] - g[static_cast<Eigen::Index>(j)] * fk.train).cwiseAbs().maxCoeff(), 1e-13 * scale) << what;
+          EXPECT_LE((fold.test[j] - g[static_cast<Eigen::Index>(j)] * fk.testTrain).cwiseAbs().maxCoeff(), 1e-13 * scale) << what;
+        }
+        if (normalise && centre) {  // the test subject at the training mean of kernel 0 has a zero row there
+          EXPECT_EQ(fold.test[0].row(0).cwiseAbs().maxCoeff(), 0.0);
+          EXPECT_TRUE(got.test[0].allFinite());
+        }
+      }
+}
+
+TEST(SummedFold, WithCovariatesIsTheSumOfPreparedKernelsExactly) {
+  // Residualising mixes rows: the kernels are prepared as PrepareFold prepares them and added in order.
+  const auto f = MakeSummedFixture();
+  const int n = static_cast<int>(f.kernels[0].rows());
+  Eigen::MatrixXd design(n, 2);
+  design.col(0).setOnes();
+  design.col(1) = Eigen::VectorXd::LinSpaced(n, -1.0, 1.0).array().square();
+  for (const bool groups : {false, true}) {
+    cv::Preprocessing pre;
+    pre.covariates = std::make_shared<const kernels::Covariates>(kernels::Covariates{design, {}});
+    if (groups) pre.kernelGroups = {0, 1, 1};
+    const auto expected = SumOfPrepared(f, pre);
+    const auto got = cv::PrepareSummedFold(f.kernels, f.train, f.test, pre);
+    EXPECT_EQ(got.train[0], expected.train[0]) << groups;
+    EXPECT_EQ(got.test[0], expected.test[0]) << groups;
+  }
+}
+
+TEST(SummedFold, IdenticalOnOneAndTwoThreads) {
+  const auto f = MakeSummedFixture();
+  cv::Preprocessing pre;
+  pre.kernelGroups = {0, 0, 1};
+  cv::FoldKernels one, two;
+  {
+    tbb::global_control limit(tbb::global_control::max_allowed_parallelism, 1);
+    one = cv::PrepareSummedFold(f.kernels, f.train, f.test, pre);
+  }
+  {
+    tbb::global_control limit(tbb::global_control::max_allowed_parallelism, 2);
+    two = cv::PrepareSummedFold(f.kernels, f.train, f.test, pre);
+  }
+  EXPECT_EQ(one.train[0], two.train[0]);
+  EXPECT_EQ(one.test[0], two.test[0]);
+}
+
+TEST(SummedFold, NestedCvOnTheSummedKernelGivesTheResultsOfTheCopies) {
+  // Every summed-kernel learner, binary, multiclass and regression: the fold's summed kernel (no copies)
+  // against a copy of every kernel summed by the learner. The summed kernel is the copies' sum bit for bit,
+  // so the fits are identical (same coefficients); test decisions differ only in the order of their sums
+  // (sum_j beta_j (K_j coef) against (sum_j K_j) coef): a few ulps, 1e-12 of their scale is the bound.
+  // The reported model is over the study's kernels (beta_j = 1 / R) and predicts the same test decisions.
+  const auto p = neuromkl::testing::MakeMklProblem(42, 4, {0, 2}, 1.0, 37);
+  const learners::Targets labelled{learners::Task::Classification, p.targets.y.head(36)};
+  learners::Targets multiclass{learners::Task::Multiclass, Eigen::VectorXd(36), 3};
+  learners::Targets regression{learners::Task::Regression, Eigen::VectorXd(36)};
+  for (int i = 0; i < 36; ++i) {
+    multiclass.y[i] = i % 3;
+    regression.y[i] = p.targets.y[i] + 0.1 * (i % 5);
+  }
+  const std::vector<cv::LearnerPlan> classifiers = {{"svm", "svm", cv::ExpandGrid({}, {{"c", {0.1, 10}}})},
+                                                    {"kelm", "kelm", cv::ExpandGrid({}, {{"c", {0.1, 10}}})},
+                                                    {"admm", "bsadmm_kelm", cv::ExpandGrid({}, {})},
+                                                    {"dk", "dkelm", cv::ExpandGrid({{"neighbours", 4}, {"deformation", 2}}, {})}};
+  const std::vector<cv::LearnerPlan> multi = {classifiers[0], classifiers[1]};
+  const std::vector<cv::LearnerPlan> regressors = {{"krr", "krr", cv::ExpandGrid({}, {{"lambda", {10, 0.1}}})}};
+  struct Case {
+    const learners::Targets* targets;
+    const std::vector<cv::LearnerPlan>* plans;
+    cv::Scheme scheme;
+  };
+  for (const Case& c : {Case{&labelled, &classifiers, cv::Scheme::StratifiedKFold}, Case{&multiclass, &multi, cv::Scheme::StratifiedKFold},
+                        Case{&regression, &regressors, cv::Scheme::KFold}}) {
+    const auto& t = *c.targets;
+    const auto outer = cv::MakeFolds({c.scheme, 3, 1}, t.task, t.y, {}, {}, 11, "outer");
+    const cv::InnerSplitter inner = [&](std::size_t f, const std::vector<int>&, const Eigen::VectorXd& y) {
+      return cv::MakeFolds({c.scheme, 3, 1}, t.task, y, {}, {}, 200 + f, "inner");
+    };
+    cv::NestedCvOptions summed, copies;
+    summed.unlabelled = copies.unlabelled = 6;
+    summed.probabilities = copies.probabilities = true;
+    summed.biasCorrection = copies.biasCorrection = true;
+    copies.sumKernelsInPlace = false;
+    const auto a = cv::RunNestedCv(p.kernels, t, outer, inner, *c.plans, summed);
+    const auto b = cv::RunNestedCv(p.kernels, t, outer, inner, *c.plans, copies);
+    ASSERT_EQ(a.size(), c.plans->size());
+    for (std::size_t l = 0; l < a.size(); ++l)
+      for (std::size_t f = 0; f < outer.size(); ++f) {
+        const auto& x = a[l].folds[f];
+        const auto& y = b[l].folds[f];
+        ASSERT_TRUE(x.error.empty()) << a[l].label << ": " << x.error;
+        EXPECT_EQ(x.chosen, y.chosen) << a[l].label;
+        EXPECT_EQ(x.model.beta, y.model.beta) << a[l].label;
+        EXPECT_EQ(x.model.beta.size(), 4);
+        const double scale = std::max(1.0, y.decision.cwiseAbs().maxCoeff());
+        EXPECT_LE((x.decision - y.decision).cwiseAbs().maxCoeff(), 1e-12 * scale) << a[l].label;
+        for (std::size_t g = 0; g < x.innerScores.size(); ++g)
+          EXPECT_NEAR(x.innerScores[g], y.innerScores[g], 1e-12 * std::max(1.0, std::abs(y.innerScores[g]))) << a[l].label;
+        if (t.task == learners::Task::Multiclass) {
+          EXPECT_EQ(x.model.coefs, y.model.coefs) << a[l].label;
+          EXPECT_LE((x.scores - y.scores).cwiseAbs().maxCoeff(), 1e-12 * std::max(1.0, y.scores.cwiseAbs().maxCoeff())) << a[l].label;
+        } else {
+          EXPECT_EQ(x.model.coef, y.model.coef) << a[l].label;
+          // The expanded model applied to the study's own fold kernels predicts what the fold reported.
+          const auto rows = x.unlabelled.empty() ? x.train : WithUnlabelledRows(x.train, x.unlabelled);
+          const auto fold = cv::PrepareFold(p.kernels, rows, x.test, cv::Preprocessing{});
+          EXPECT_LE((x.model.Decision(fold.test) - x.decision).cwiseAbs().maxCoeff(), 1e-12 * scale) << a[l].label;
+        }
+        // Calibration is fitted on the inner out-of-fold decisions: the same to the decisions' rounding.
+        ASSERT_EQ(x.probability.size(), y.probability.size());
+        ASSERT_EQ(x.corrected.size(), y.corrected.size());
+        if (x.probability.size() > 0) {
+          EXPECT_LE((x.probability - y.probability).cwiseAbs().maxCoeff(), 1e-10) << a[l].label;
+        }
+        if (x.corrected.size() > 0) {
+          EXPECT_LE((x.corrected - y.corrected).cwiseAbs().maxCoeff(), 1e-10 * scale) << a[l].label;
+        }
+      }
+  }
+}
+
+TEST(SummedFold, ALearnersResultsDoNotDependOnTheOtherLearnersOfTheStudy) {
+  // svm fits the fold's summed kernel whether or not a learner of kernel weights (which needs a copy of
+  // every kernel) runs beside it: its results are the same bit for bit.
+  const auto p = neuromkl::testing::MakeMklProblem(36, 3, {0}, 1.0, 41);
+  const auto outer = cv::MakeFolds({cv::Scheme::StratifiedKFold, 3, 1}, learners::Task::Classification, p.targets.y, {}, {}, 12, "outer");
+  const auto plans = Plans();  // enmkl_svm, svm
+  const auto both = cv::RunNestedCv(p.kernels, p.targets, outer, Inner(3), plans, {});
+  const auto alone = cv::RunNestedCv(p.kernels, p.targets, outer, Inner(3), {plans[1]}, {});
+  for (std::size_t f = 0; f < outer.size(); ++f) {
+    EXPECT_EQ(both[1].folds[f].decision, alone[0].folds[f].decision);
+    EXPECT_EQ(both[1].folds[f].innerScores, alone[0].folds[f].innerScores);
+    EXPECT_EQ(both[1].folds[f].model.coef, alone[0].folds[f].model.coef);
+  }
+}
+
+TEST(SummedFold, AFoldKernelViewGivesTheProductsAndScalesOfThePreparedKernels) {
+  // The weights stage's products K~_r A, from the kernels in place (no covariates) or from each fold copy.
+  const auto f = MakeSummedFixture();
+  const Eigen::VectorXi tr = Eigen::Map<const Eigen::VectorXi>(f.train.data(), static_cast<Eigen::Index>(f.train.size()));
+  const Eigen::VectorXi te = Eigen::Map<const Eigen::VectorXi>(f.test.data(), static_cast<Eigen::Index>(f.test.size()));
+  const Eigen::MatrixXd A = Eigen::MatrixXd::Random(tr.size(), 3);
+  const int n = static_cast<int>(f.kernels[0].rows());
+  Eigen::MatrixXd design(n, 2);
+  design.col(0).setOnes();
+  design.col(1) = Eigen::VectorXd::LinSpaced(n, 0.0, 1.0);
+  for (const bool covariates : {false, true}) {
+    cv::Preprocessing pre;
+    pre.kernelGroups = {0, 1, 1};
+    if (covariates) pre.covariates = std::make_shared<const kernels::Covariates>(kernels::Covariates{design, {}});
+    const cv::FoldKernelView view(f.kernels, tr, te, pre);
+    const Eigen::VectorXd scales = cv::FoldScales(f.kernels, tr, te, pre);
+    EXPECT_LE((view.Scales() - scales).cwiseAbs().maxCoeff(), 1e-14) << covariates;
+    for (std::size_t r = 0; r < f.kernels.size(); ++r) {
+      const Eigen::MatrixXd expected = cv::PrepareFoldKernel(f.kernels[r], tr, te, pre, 0.7).train * A;
+      // Normalised entries are <= 1 and A's are <= 1: sums of 35 terms agree to 1e-13.
+      EXPECT_LE((view.Products(r, A, 0.7) - expected).cwiseAbs().maxCoeff(), 1e-13) << covariates;
+    }
+  }
+}
+
+}  // namespace

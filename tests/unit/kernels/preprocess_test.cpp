@@ -80,4 +80,46 @@ TEST(Preprocess, ASampleAtTheTrainingMeanGetsZerosNotNan) {
   EXPECT_NEAR(k.testTrain.row(0).cwiseAbs().maxCoeff(), 0.0, 1e-6);
 }
 
+// Issue 17: the fold's preprocessing as vectors, from the full kernel in place.
+TEST(FoldVectors, DescribeTheCopiesEntriesAndProducts) {
+  const Data d;
+  const Eigen::MatrixXd K = d.X * d.X.transpose();
+  for (const bool centre : {true, false})
+    for (const bool normalise : {true, false}) {
+      kernels::FoldKernel fk = kernels::SliceFold(K, d.train, d.test);
+      if (centre) kernels::CentreFold(fk);
+      const Eigen::VectorXd centredTrainDiag = fk.train.diagonal(), centredTestDiag = fk.testDiag;
+      if (normalise) kernels::NormaliseFold(fk);
+      const kernels::FoldVectors v = kernels::MakeFoldVectors(K, d.train, d.test, centre, normalise);
+      // Every prepared entry rebuilt from the vectors. Entries are O(10) here (features of mean 2): 1e-13
+      // absolute is a few hundred ulps, the means being summed in another order than Eigen's reductions.
+      Eigen::MatrixXd train(d.train.size(), d.train.size()), test(d.test.size(), d.train.size());
+      for (Eigen::Index b = 0; b < d.train.size(); ++b) {
+        for (Eigen::Index a = 0; a < d.train.size(); ++a)
+          train(a, b) = (v.invTrain[a] * (((K(d.train[a], d.train[b]) - v.colMean[b]) - v.colMean[a]) + v.grand)) * v.invTrain[b];
+        for (Eigen::Index i = 0; i < d.test.size(); ++i)
+          test(i, b) = (v.invTest[i] * (((K(d.test[i], d.train[b]) - v.colMean[b]) - v.testMean[i]) + v.grand)) * v.invTrain[b];
+      }
+      EXPECT_TRUE(MatrixNear(train, fk.train, 1e-13)) << centre << normalise;
+      EXPECT_TRUE(MatrixNear(test, fk.testTrain, 1e-13)) << centre << normalise;
+      EXPECT_TRUE(MatrixNear(v.trainDiag, centredTrainDiag, 1e-13));
+      EXPECT_TRUE(MatrixNear(v.testDiag, centredTestDiag, 1e-13));
+      EXPECT_NEAR(v.Trace(), fk.train.trace(), 1e-12);
+      // Products with the prepared block without forming it: two right-hand sides, one with zeros.
+      Eigen::MatrixXd A = Eigen::MatrixXd::Random(d.train.size(), 2);
+      A(2, 1) = 0.0;
+      EXPECT_TRUE(MatrixNear(kernels::PreparedProducts(K, d.train, v, A), fk.train * A, 1e-12)) << centre << normalise;
+    }
+}
+
+TEST(FoldVectors, ASampleAtTheTrainingMeanGetsAZeroScale) {
+  Data d;
+  d.X.row(d.test[0]) = Rows(d.X, d.train).colwise().mean();
+  const Eigen::MatrixXd K = d.X * d.X.transpose();
+  const kernels::FoldVectors v = kernels::MakeFoldVectors(K, d.train, d.test, true, true);
+  EXPECT_EQ(v.invTest[0], 0.0);
+  EXPECT_GT(v.invTest[1], 0.0);
+  EXPECT_TRUE(v.invTrain.allFinite());
+}
+
 }  // namespace

@@ -102,6 +102,10 @@ struct NestedCvOptions {
   /// Fits on one fold's kernels share their check, packed stack and sum (learners::TrainingKernelCache).
   /// Results are identical either way; false only to measure what the sharing saves (bench_nested_cv).
   bool shareFoldWork = true;
+  /// Learners of the summed kernel (no kernel weights) get the fold's summed kernel (PrepareSummedFold)
+  /// instead of a copy of every kernel. Their fits are identical either way (test decisions agree to
+  /// rounding: another order of sums); false only to measure what it saves (bench_nested_cv).
+  bool sumKernelsInPlace = true;
   /// Bytes the fold kernels of the folds in flight may take together; 0 = the memory the system reports
   /// available when the run starts. Each fold task copies its training and test kernels (with 116
   /// regions at n = 2,000, 1.9 GB for an inner fold, 3 GB for an outer one); when a thread per fold
@@ -129,14 +133,48 @@ struct FoldKernels {
 };
 FoldKernels PrepareFold(const learners::KernelList& kernels, const std::vector<int>& train, const std::vector<int>& test,
                         const Preprocessing& preprocessing);
+/// The sum over kernels of PrepareFold's blocks (one l x l training and one m x l test kernel), for
+/// the learners that fit the unweighted sum (svm, krr, kelm, bsadmm_kelm, dkelm). Without covariates it
+/// reads the full kernels in place: per kernel the fold's centring and normalisation are vectors (training
+/// column means, test row means, inverse norms) and each entry is prepared as it is added, so no kernel is
+/// copied (issue 17: peak memory close to the kernels themselves). PrepareFold writes its copies from the
+/// same vectors with the same arithmetic per entry, so this is their sum (in kernel order) bit for bit;
+/// with covariates the kernels are prepared one at a time and added, with the same result. Results do not
+/// depend on the number of threads.
+FoldKernels PrepareSummedFold(const learners::KernelList& kernels, const std::vector<int>& train, const std::vector<int>& test,
+                              const Preprocessing& preprocessing);
+/// A model fitted on PrepareSummedFold's one kernel as the same model over `kernels` kernels (beta_j = 1 / kernels
+/// and coefficients times kernels, the form the summed-kernel learners report): same decision function.
+learners::Model ExpandSummedModel(learners::Model model, Eigen::Index kernels);
 /// One kernel of PrepareFold (callers that need one kernel at a time need not copy them all), times
 /// `scale` (its FoldScales entry with equal source weighting).
 kernels::FoldKernel PrepareFoldKernel(const Eigen::MatrixXd& kernel, const Eigen::Ref<const Eigen::VectorXi>& train,
                                       const Eigen::Ref<const Eigen::VectorXi>& test, const Preprocessing& preprocessing, double scale = 1.0);
-/// The scales PrepareFold applies to each kernel in this fold (all ones without kernelGroups). Prepares
-/// the kernels one at a time for their traces: callers that weigh or map a fold model use it.
+/// The scales PrepareFold applies to each kernel in this fold (all ones without kernelGroups), from each
+/// kernel's trace (fold vectors, or with covariates a preparation one kernel at a time, several in parallel):
+/// callers that weigh or map a fold model use it.
 Eigen::VectorXd FoldScales(const learners::KernelList& kernels, const Eigen::Ref<const Eigen::VectorXi>& train,
                            const Eigen::Ref<const Eigen::VectorXi>& test, const Preprocessing& preprocessing);
+
+/// One fold's prepared training kernels for products K~_r A, read from the full kernels in place: each
+/// kernel's fold vectors (kernels::FoldVectors) are computed once, in parallel, when the view is made. With
+/// covariates (not vectors) each product prepares its kernel's fold copy (PrepareFoldKernel). The
+/// weights stage's products (patterns, region shares) go through it: no fold copies at any n.
+class FoldKernelView {
+ public:
+  FoldKernelView(const learners::KernelList& kernels, const Eigen::Ref<const Eigen::VectorXi>& train, const Eigen::Ref<const Eigen::VectorXi>& test,
+                 const Preprocessing& preprocessing);
+  /// scale x K~_r A (A: l x k), K~_r as PrepareFoldKernel prepares it (equal up to rounding).
+  Eigen::MatrixXd Products(std::size_t r, const Eigen::Ref<const Eigen::MatrixXd>& A, double scale = 1.0) const;
+  /// FoldScales of this fold.
+  Eigen::VectorXd Scales() const;
+
+ private:
+  const learners::KernelList& kernels_;
+  Eigen::VectorXi train_, test_;
+  Preprocessing preprocessing_;
+  std::vector<kernels::FoldVectors> vectors_;  ///< empty with covariates
+};
 
 /// How an outer fold's refit ended: "failed" (no model) or the learner's status ("converged", ...).
 std::string FoldStatus(const OuterFoldResult& fold);

@@ -30,4 +30,39 @@ void NormaliseFold(FoldKernel& k);
 void InverseNorms(const Eigen::Ref<const Eigen::VectorXd>& trainDiag, const Eigen::Ref<const Eigen::VectorXd>& testDiag,
                   Eigen::VectorXd& invTrain, Eigen::VectorXd& invTest);
 
+/// One kernel's fold preprocessing (CentreFold, then NormaliseFold) as vectors, read from the full kernel in
+/// place: no copy of the fold's blocks (issue 17). Entry (a, b) of the prepared training block is
+///   invTrain_a (((K_ab - colMean_b) - colMean_a) + grand) invTrain_b,
+/// a test row i uses testMean_i for colMean_a and invTest_i for invTrain_a. Without centring the means are 0,
+/// without normalising the inverse norms are 1. Equal to the copies' values up to rounding (the means are
+/// summed in another order). Covariates are not vectors (residualising mixes rows): not for them.
+struct FoldVectors {
+  Eigen::VectorXd colMean, testMean;    ///< l training column means; m test row means over the training columns
+  Eigen::VectorXd trainDiag, testDiag;  ///< centred self-similarities (before normalising)
+  Eigen::VectorXd invTrain, invTest;    ///< InverseNorms of the diagonals (ones without normalising)
+  double grand = 0;                     ///< mean of colMean
+  /// Trace of the prepared training block.
+  double Trace() const;
+};
+FoldVectors MakeFoldVectors(const Eigen::Ref<const Eigen::MatrixXd>& full, const Eigen::Ref<const Eigen::VectorXi>& trainIdx,
+                            const Eigen::Ref<const Eigen::VectorXi>& testIdx, bool centre, bool normalise);
+
+/// One prepared entry from FoldVectors, times `scale` (equal source weighting): the arithmetic every in-place
+/// path shares, so that a fold's summed kernel is the sum of its prepared copies bit for bit.
+/// Training entry (a, b): meanA = colMean_a, invA = invTrain_a; test entry (i, b): testMean_i, invTest_i.
+inline double PreparedEntry(double k, double colMeanB, double meanA, double grand, double invA, double invB, double scale) {
+  return ((invA * (((k - colMeanB) - meanA) + grand)) * invB) * scale;
+}
+
+/// The fold blocks of CentreFold + NormaliseFold (times `scale`) written from FoldVectors in one pass over the
+/// kernel's training columns: no intermediate copies. The test diagonal is the prepared self-similarity
+/// (1, or 0 for a zero-norm sample, when normalised), times `scale`.
+FoldKernel PreparedBlocks(const Eigen::Ref<const Eigen::MatrixXd>& full, const Eigen::Ref<const Eigen::VectorXi>& trainIdx,
+                          const Eigen::Ref<const Eigen::VectorXi>& testIdx, const FoldVectors& v, bool normalise, double scale = 1.0);
+
+/// P A for the prepared training block P of `v` (l x l, never formed) and A (l x k), reading the full
+/// kernel in place: P A = invTrain o (K U - colMean (1'U) - 1 (colMean'U) + grand 1 (1'U)), U = invTrain o A.
+Eigen::MatrixXd PreparedProducts(const Eigen::Ref<const Eigen::MatrixXd>& full, const Eigen::Ref<const Eigen::VectorXi>& trainIdx, const FoldVectors& v,
+                                 const Eigen::Ref<const Eigen::MatrixXd>& A);
+
 }  // namespace neuromkl::kernels

@@ -90,5 +90,7 @@ std::vector<ModelImageArrays> ModelImages(const std::vector<std::string>& imageP
 Eigen::VectorXd ModelNorms(const std::vector<Eigen::MatrixXd>& trainKernels, const Eigen::VectorXd& coef, const Eigen::VectorXd& beta);
 /// One kernel's ||w_r|| = beta_r sqrt(coef' K~_r coef).
 double ModelNorm(const Eigen::MatrixXd& trainKernel, const Eigen::VectorXd& coef, double beta);
+/// The same from the quadratic coef' K~_r coef computed elsewhere (e.g. from the full kernel in place).
+double ModelNorm(double quadratic, double beta);
 
 }  // namespace neuromkl::weights
