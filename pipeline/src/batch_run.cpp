@@ -1,7 +1,5 @@
 #include "neuromkl/pipeline/batch_run.hpp"
 
-#include <unistd.h>
-
 #include <filesystem>
 #include <set>
 
@@ -13,6 +11,7 @@
 #include "neuromkl/core/strings.hpp"
 #include "neuromkl/export/batch_outputs.hpp"
 #include "neuromkl/io/nifti.hpp"
+#include "neuromkl/kernels/region_kernels.hpp"
 #include "neuromkl/pipeline/study_run.hpp"
 
 namespace neuromkl::pipeline {
@@ -68,7 +67,7 @@ BatchOutcome RunBatch(const config::BatchConfig& batch, const BatchOptions& opti
   // The studies of a cohort run one after the other (matrix order: cohorts outermost), so with
   // decoded images kept in memory a cohort's images are decoded once for the kernels and every
   // study's voxel weight maps (up to a quarter of the memory; beyond that they are decoded again).
-  const double memory = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
+  const auto memory = static_cast<double>(kernels::PhysicalMemoryBytes());
   io::VolumeCacheScope imageCache(static_cast<std::size_t>(0.25 * memory));
   BatchOutcome out;
   std::vector<std::size_t> todo;

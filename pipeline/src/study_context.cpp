@@ -211,15 +211,26 @@ PooledBlock ComputePermutationBlock(const StudyContext& ctx, int first, int coun
   cv::NestedCvOptions options = ctx.nestedOptions;
   options.probabilities = false;
   options.biasCorrection = false;
-  // Up to one permutation per thread runs at once: each gets its share of the memory for its fold copies.
-  const auto threads = static_cast<std::uint64_t>(std::max(1, tbb::this_task_arena::max_concurrency()));
+  // Up to one permutation per thread runs at once: each gets its share of the memory for its fold kernels.
+  const auto threads = static_cast<std::uint64_t>(cv::ActiveThreads());
   const std::uint64_t available = ctx.nestedOptions.memoryBudgetBytes > 0 ? ctx.nestedOptions.memoryBudgetBytes : cv::AvailableMemoryBytes();
   options.memoryBudgetBytes = std::max<std::uint64_t>(1, available / threads);
   // When memory is tight, a thread waiting inside one permutation's nested CV must not start another
-  // permutation (a second set of fold copies beyond that share); otherwise it may, and keeps busy.
-  std::uint64_t kernelBytes = 0;
-  for (const auto& K : ctx.kernels) kernelBytes += static_cast<std::uint64_t>(K.size()) * sizeof(double);
-  const bool tight = 2 * kernelBytes * threads * threads > available;
+  // permutation (a second set of fold kernels beyond that share); otherwise it may, and keeps busy. Fold
+  // tasks copy every kernel for a learner of kernel weights, and prepare one summed kernel otherwise.
+  bool copies = false;
+  for (const auto& plan : ctx.plans) {
+    const auto* info = learners::FindLearner(plan.name);
+    copies |= !info || info->multipleKernels || !options.sumKernelsInPlace;
+  }
+  std::uint64_t kernelBytes = 0, largestKernel = 0;
+  for (const auto& K : ctx.kernels) {
+    const auto bytes = static_cast<std::uint64_t>(K.size()) * sizeof(double);
+    kernelBytes += bytes;
+    largestKernel = std::max(largestKernel, bytes);
+  }
+  const std::uint64_t foldBytes = copies ? kernelBytes : largestKernel;
+  const bool tight = 2 * foldBytes * threads * threads > available;
   tbb::parallel_for(0, count, [&](int i) {
     const auto permutation = [&] {
       const int p = first + i;

@@ -409,6 +409,11 @@ std::optional<std::uint64_t> ReadNumber(const char* path) {
 }
 }  // namespace
 
+std::size_t ActiveThreads() {
+  return std::max<std::size_t>(1, std::min(static_cast<std::size_t>(std::max(1, tbb::this_task_arena::max_concurrency())),
+                                           tbb::global_control::active_value(tbb::global_control::max_allowed_parallelism)));
+}
+
 std::uint64_t AvailableMemoryBytes() {
   std::uint64_t available = 0;
   {
@@ -493,8 +498,7 @@ std::vector<LearnerOutcome> RunNestedCv(const learners::KernelList& kernels, con
   }
   // Folds in flight: as many as the threads, unless their kernel copies would not fit the memory budget.
   const std::uint64_t budget = options.memoryBudgetBytes > 0 ? options.memoryBudgetBytes : AvailableMemoryBytes();
-  const auto threads = std::min(static_cast<std::size_t>(tbb::this_task_arena::max_concurrency()),
-                                tbb::global_control::active_value(tbb::global_control::max_allowed_parallelism));
+  const std::size_t threads = ActiveThreads();
   const auto limitFor = [&](std::uint64_t bytes, std::size_t count, const char* what) {
     const std::size_t limit = FoldsInFlight(bytes, budget, threads);
     if (bytes > budget) {

@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include <tbb/global_control.h>
+#include <tbb/task_arena.h>
 
 #include <gtest/gtest.h>
 
@@ -162,6 +163,14 @@ TEST(NestedCv, FoldsInFlightFollowTheMemoryBudget) {
   EXPECT_EQ(cv::FoldsInFlight(0, 0, 4), 4u);
   EXPECT_EQ(cv::FoldsInFlight(100, 1000, 0), 1u);
   EXPECT_GT(cv::AvailableMemoryBytes(), 0u);
+}
+
+TEST(NestedCv, ActiveThreadsFollowAStudysThreadLimit) {
+  // Memory shares (folds in flight, permutations) divide by the threads that may actually run: a study's
+  // `threads` (tbb::global_control) caps the arena's concurrency.
+  EXPECT_EQ(cv::ActiveThreads(), static_cast<std::size_t>(tbb::this_task_arena::max_concurrency()));
+  tbb::global_control one(tbb::global_control::max_allowed_parallelism, 1);
+  EXPECT_EQ(cv::ActiveThreads(), 1u);
 }
 
 TEST(NestedCv, FewerFoldsInFlightChangeNothing) {

@@ -117,6 +117,10 @@ struct NestedCvOptions {
 /// must run; if even that does not fit, the run goes on and the system decides), at most `threads`.
 std::size_t FoldsInFlight(std::uint64_t bytesPerTask, std::uint64_t budgetBytes, std::size_t threads);
 
+/// The threads a parallel loop started here may use: the current task arena's, capped by a
+/// tbb::global_control limit (a study's `threads`). Nested CV and permutation tests size their memory shares by it.
+std::size_t ActiveThreads();
+
 /// Memory the system reports available now (Linux: MemAvailable, or half the physical memory if unknown),
 /// capped by the process's cgroup limit minus its usage (e.g. a cluster job's memory request).
 std::uint64_t AvailableMemoryBytes();
