@@ -69,19 +69,15 @@ neuromkl::learners::Task ParseTask(const std::string& task) {
   throw neuromkl::InvalidParameter("python:Task", "task", "unknown task \"" + task + "\"; expected classification, regression or multiclass");
 }
 
-/// Preprocesses every kernel of a fold with the training statistics only (kernels::CentreFold,
-/// kernels::NormaliseFold, exactly as nested CV does). `test` may have no rows (fit time).
+/// Preprocesses every kernel of a fold with the training statistics only: centring, then cosine
+/// normalisation, from the fold vectors and with the arithmetic of nested CV (kernels::BlockFoldVectors
+/// gives the vectors nested CV computes from the full kernel), so fits match the CLI's to the last bit.
+/// `test` may have no rows (fit time).
 void PrepareFold(KernelList& train, KernelList& test, const Eigen::MatrixXd& testDiag, bool centre, bool normalise) {
   for (std::size_t j = 0; j < train.size(); ++j) {
-    neuromkl::kernels::FoldKernel fk;
-    fk.train = std::move(train[j]);
-    fk.testTrain = std::move(test[j]);
-    fk.testDiag = testDiag.rows() > 0 ? Eigen::VectorXd(testDiag.row(static_cast<Eigen::Index>(j)).transpose()) : Eigen::VectorXd(fk.testTrain.rows());
-    if (testDiag.rows() == 0) fk.testDiag.setZero();
-    if (centre) neuromkl::kernels::CentreFold(fk);
-    if (normalise) neuromkl::kernels::NormaliseFold(fk);
-    train[j] = std::move(fk.train);
-    test[j] = std::move(fk.testTrain);
+    const Eigen::VectorXd diag = testDiag.rows() > 0 ? Eigen::VectorXd(testDiag.row(static_cast<Eigen::Index>(j)).transpose()) : Eigen::VectorXd();
+    const auto v = neuromkl::kernels::BlockFoldVectors(train[j], test[j], diag, centre, normalise);
+    neuromkl::kernels::PrepareBlocksInPlace(train[j], test[j], v);
   }
 }
 
@@ -186,7 +182,7 @@ py::array_t<double> Decision(const Eigen::VectorXd& beta, const Eigen::VectorXd&
   return out;
 }
 
-/// The kernels::CentreFold / NormaliseFold transform of a fold, for inspection and tests.
+/// A fold's centring and cosine normalisation with training statistics (as nested CV prepares a fold), for inspection and tests.
 py::tuple PreprocessFold(const Stack& trainStack, const Stack& testStack, const Stack& testDiag, bool centre, bool normalise) {
   KernelList train = ToKernelList(trainStack, "preprocess");
   KernelList test = ToKernelList(testStack, "preprocess");
@@ -303,7 +299,7 @@ PYBIND11_MODULE(_core, m) {
         py::arg("test_kernels"), py::arg("test_diag"), py::arg("centre"), py::arg("normalise"),
         "Decision values (or multiclass scores) for n_kernels x m x n test-vs-train kernels.");
   m.def("preprocess_fold", &PreprocessFold, py::arg("train_kernels"), py::arg("test_kernels"), py::arg("test_diag"), py::arg("centre") = true,
-        py::arg("normalise") = true, "kernels::CentreFold / NormaliseFold with training statistics: returns (train, test) stacks.");
+        py::arg("normalise") = true, "centring and cosine normalisation with training statistics, as nested CV prepares a fold: returns (train, test) stacks.");
   m.def("learner_catalog", &Catalog, "Every learner with its tasks and parameter table (names, defaults, bounds).");
   m.def("run_study", &RunStudy, py::arg("path_or_text"), py::arg("is_text"), py::arg("base_dir"), py::arg("out_dir"), py::arg("threads"),
         py::arg("force"), py::arg("verbose"), "Runs a study through pipeline::RunStudy; returns the output folder and summary.");

@@ -7,6 +7,8 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <optional>
 
 #include <spdlog/spdlog.h>
@@ -95,18 +97,42 @@ struct FoldViews {
   std::array<FoldKernels, 4> kernels;
   std::array<learners::Targets, 2> y;  ///< [semi-supervised]
 };
-FoldViews PrepareViews(const learners::KernelList& kernels, const learners::Targets& targets, const std::vector<int>& train,
-                       const std::vector<int>& test, const Preprocessing& pre, const std::vector<int>& unlabelled, const FoldNeeds& needs) {
-  FoldViews v;
+/// Fills `v` (a previous task's views: the copies' storage is reused where sizes match).
+void PrepareViews(const learners::KernelList& kernels, const learners::Targets& targets, const std::vector<int>& train, const std::vector<int>& test,
+                  const Preprocessing& pre, const std::vector<int>& unlabelled, const FoldNeeds& needs, FoldViews& v) {
   for (const bool semi : {false, true}) {
     const std::vector<int> rows = semi ? WithUnlabelled(train, unlabelled) : train;
-    for (const bool summed : {false, true})
-      if (needs[ViewIndex(semi, summed)])
-        v.kernels[ViewIndex(semi, summed)] = summed ? PrepareSummedFold(kernels, rows, test, pre) : PrepareFold(kernels, rows, test, pre);
+    if (needs[ViewIndex(semi, true)]) v.kernels[ViewIndex(semi, true)] = PrepareSummedFold(kernels, rows, test, pre);
+    if (needs[ViewIndex(semi, false)]) PrepareFoldInto(kernels, rows, test, pre, v.kernels[ViewIndex(semi, false)]);
     if (needs[ViewIndex(semi, false)] || needs[ViewIndex(semi, true)]) v.y[semi] = {targets.task, Subset(targets.y, rows), targets.classes};
   }
-  return v;
 }
+
+/// The views of finished fold tasks, handed to the next task. There are never more than the fold tasks
+/// that ran at once, so the memory budget of the folds in flight holds; a task of the same size then
+/// writes into memory already mapped (on this VM faulting in fresh pages cost as much as computing them).
+class SpareViews {
+ public:
+  std::unique_ptr<FoldViews> Take() {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    if (spares_.empty()) return std::make_unique<FoldViews>();
+    auto v = std::move(spares_.back());
+    spares_.pop_back();
+    return v;
+  }
+  void Give(std::unique_ptr<FoldViews> v) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    spares_.push_back(std::move(v));
+  }
+  void Clear() {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    spares_.clear();
+  }
+
+ private:
+  std::mutex mutex_;
+  std::vector<std::unique_ptr<FoldViews>> spares_;
+};
 
 /// Inner criterion: balanced accuracy (higher is better; macro for multiclass) or MSE (lower is
 /// better) unless the study names another (higher is better).
@@ -171,9 +197,15 @@ std::vector<learners::ParamMap> ExpandGrid(const learners::ParamMap& fixed, cons
 
 FoldKernels PrepareFold(const learners::KernelList& kernels, const std::vector<int>& train, const std::vector<int>& test,
                         const Preprocessing& pre) {
+  FoldKernels out;
+  PrepareFoldInto(kernels, train, test, pre, out);
+  return out;
+}
+
+void PrepareFoldInto(const learners::KernelList& kernels, const std::vector<int>& train, const std::vector<int>& test, const Preprocessing& pre,
+                     FoldKernels& out) {
   const Eigen::VectorXi tr = Eigen::Map<const Eigen::VectorXi>(train.data(), static_cast<Eigen::Index>(train.size()));
   const Eigen::VectorXi te = Eigen::Map<const Eigen::VectorXi>(test.data(), static_cast<Eigen::Index>(test.size()));
-  FoldKernels out;
   out.train.resize(kernels.size());
   out.test.resize(kernels.size());
   // Kernels are independent: several at once (a large study may run one fold at a time, see
@@ -186,11 +218,9 @@ FoldKernels PrepareFold(const learners::KernelList& kernels, const std::vector<i
     for (const auto& v : vectors) traces.push_back(v.Trace());
     const Eigen::VectorXd g = GroupScales(traces, pre.kernelGroups);
     tbb::parallel_for(std::size_t{0}, kernels.size(), [&](std::size_t j) {
-      kernels::FoldKernel fk = kernels::PreparedBlocks(kernels[j], tr, te, vectors[j], pre.normalise, g[static_cast<Eigen::Index>(j)]);
-      out.train[j] = std::move(fk.train);
-      out.test[j] = std::move(fk.testTrain);
+      kernels::WritePreparedBlocks(kernels[j], tr, te, vectors[j], g[static_cast<Eigen::Index>(j)], out.train[j], out.test[j]);
     });
-    return out;
+    return;
   }
   // Covariates: residualising mixes rows, so each kernel is sliced, residualised, centred and normalised.
   const kernels::FoldResidualiser residualiser = kernels::MakeFoldResidualiser(*pre.covariates, tr, te);
@@ -211,7 +241,6 @@ FoldKernels PrepareFold(const learners::KernelList& kernels, const std::vector<i
       out.test[j] *= g[static_cast<Eigen::Index>(j)];
     }
   }
-  return out;
 }
 
 namespace {
@@ -517,6 +546,7 @@ std::vector<LearnerOutcome> RunNestedCv(const learners::KernelList& kernels, con
     }
     return limit;
   };
+  SpareViews spares;
   std::uint64_t innerBytes = 0;
   for (const auto& [f, i] : tasks)
     innerBytes = std::max(innerBytes, FoldTaskBytes(kernels.size(), innerFolds[f][i].train.size(), innerFolds[f][i].test.size(), unlabelled.size(), needs));
@@ -526,7 +556,9 @@ std::vector<LearnerOutcome> RunNestedCv(const learners::KernelList& kernels, con
     std::vector<int> tr, te;
     for (int k : fold.train) tr.push_back(outer[f].train[static_cast<std::size_t>(k)]);
     for (int k : fold.test) te.push_back(outer[f].train[static_cast<std::size_t>(k)]);
-    const FoldViews views = PrepareViews(kernels, targets, tr, te, options.preprocessing, unlabelled, needs);
+    std::unique_ptr<FoldViews> spare = spares.Take();
+    PrepareViews(kernels, targets, tr, te, options.preprocessing, unlabelled, needs, *spare);
+    const FoldViews& views = *spare;
     const Eigen::VectorXd yTest = Subset(targets.y, te);
     // Every fit on this fold's kernels (all grid points of all learners) shares their check and packed stack.
     std::array<learners::TrainingKernelCache, 4> caches;  // one per view: a cache is bound to one kernel list
@@ -552,7 +584,9 @@ std::vector<LearnerOutcome> RunNestedCv(const learners::KernelList& kernels, con
         }
       }
     }
+    spares.Give(std::move(spare));
   });
+  spares.Clear();  // the outer folds' training sets are larger: their copies are new memory
 
   // ---- phase 2: choose per outer fold, refit on the outer training set, predict the test set ----
   std::vector<LearnerOutcome> out(L);
@@ -566,7 +600,9 @@ std::vector<LearnerOutcome> RunNestedCv(const learners::KernelList& kernels, con
   for (const auto& fold : outer)
     outerBytes = std::max(outerBytes, FoldTaskBytes(kernels.size(), fold.train.size(), fold.test.size(), unlabelled.size(), needs));
   ForEachLimited(F, limitFor(outerBytes, F, "outer folds"), [&](std::size_t f) {
-    const FoldViews views = PrepareViews(kernels, targets, outer[f].train, outer[f].test, options.preprocessing, unlabelled, needs);
+    std::unique_ptr<FoldViews> spare = spares.Take();
+    PrepareViews(kernels, targets, outer[f].train, outer[f].test, options.preprocessing, unlabelled, needs, *spare);
+    const FoldViews& views = *spare;
     std::array<learners::TrainingKernelCache, 4> caches;  // one per view: a cache is bound to one kernel list
     for (std::size_t l = 0; l < L; ++l) {
       const FoldKernels& fk = views.kernels[viewOf[l]];
@@ -634,6 +670,7 @@ std::vector<LearnerOutcome> RunNestedCv(const learners::KernelList& kernels, con
         }
       }
     }
+    spares.Give(std::move(spare));
   });
   for (std::size_t l = 0; l < L; ++l) {
     long fits = static_cast<long>(F);

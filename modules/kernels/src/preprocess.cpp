@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "neuromkl/kernels/huge_pages.hpp"
 
@@ -91,19 +92,25 @@ double FoldVectors::Trace() const {
   return trace;
 }
 
-FoldVectors MakeFoldVectors(const Eigen::Ref<const Eigen::MatrixXd>& full, const Eigen::Ref<const Eigen::VectorXi>& tr,
-                            const Eigen::Ref<const Eigen::VectorXi>& te, bool centre, bool normalise) {
-  const Eigen::Index l = tr.size(), m = te.size();
+namespace {
+/// The fold vectors from a kernel's columns: trainColumn(b) and testColumn(b) point at the values of training
+/// column b, read at rows trainRows (l) and testRows (m); rawTrainDiag / rawTestDiag are the uncentred
+/// self-similarities. One routine for the full kernel and for blocks already sliced: the same sums in the same
+/// order, so both give the same vectors bit for bit.
+template <typename TrainColumn, typename TestColumn>
+FoldVectors VectorsFromColumns(Eigen::Index l, Eigen::Index m, const TrainColumn& trainColumn, const int* trainRows, const TestColumn& testColumn,
+                               const int* testRows, const Eigen::VectorXd& rawTrainDiag, const Eigen::VectorXd& rawTestDiag, bool centre,
+                               bool normalise) {
   FoldVectors v;
   v.colMean = Eigen::VectorXd::Zero(l);
   v.testMean = Eigen::VectorXd::Zero(m);
   if (centre && l > 0) {
-    // Column by column (the kernel is stored by columns): column tr_b gives the training mean of column b
-    // and, at the test rows, one term of every test row's mean.
+    // Column by column (kernels are stored by columns): training column b gives its training mean and,
+    // at the test rows, one term of every test row's mean.
     for (Eigen::Index b = 0; b < l; ++b) {
-      const double* col = full.col(tr[b]).data();
-      v.colMean[b] = GatherSum(col, tr.data(), l) / static_cast<double>(l);
-      for (Eigen::Index i = 0; i < m; ++i) v.testMean[i] += col[te[i]];
+      v.colMean[b] = GatherSum(trainColumn(b), trainRows, l) / static_cast<double>(l);
+      const double* test = testColumn(b);
+      for (Eigen::Index i = 0; i < m; ++i) v.testMean[i] += test[testRows[i]];
     }
     v.testMean /= static_cast<double>(l);
     v.grand = v.colMean.mean();
@@ -111,8 +118,8 @@ FoldVectors MakeFoldVectors(const Eigen::Ref<const Eigen::MatrixXd>& full, const
   // CentreFold's arithmetic on the diagonals.
   v.trainDiag.resize(l);
   v.testDiag.resize(m);
-  for (Eigen::Index a = 0; a < l; ++a) v.trainDiag[a] = ((full(tr[a], tr[a]) - v.colMean[a]) - v.colMean[a]) + v.grand;
-  for (Eigen::Index i = 0; i < m; ++i) v.testDiag[i] = full(te[i], te[i]) + (-2.0 * v.testMean[i] + v.grand);
+  for (Eigen::Index a = 0; a < l; ++a) v.trainDiag[a] = ((rawTrainDiag[a] - v.colMean[a]) - v.colMean[a]) + v.grand;
+  for (Eigen::Index i = 0; i < m; ++i) v.testDiag[i] = rawTestDiag[i] + (-2.0 * v.testMean[i] + v.grand);
   if (normalise) {
     InverseNorms(v.trainDiag, v.testDiag, v.invTrain, v.invTest);
   } else {
@@ -121,24 +128,67 @@ FoldVectors MakeFoldVectors(const Eigen::Ref<const Eigen::MatrixXd>& full, const
   }
   return v;
 }
+}  // namespace
 
-FoldKernel PreparedBlocks(const Eigen::Ref<const Eigen::MatrixXd>& full, const Eigen::Ref<const Eigen::VectorXi>& tr,
-                          const Eigen::Ref<const Eigen::VectorXi>& te, const FoldVectors& v, bool normalise, double scale) {
-  FoldKernel k;
+FoldVectors MakeFoldVectors(const Eigen::Ref<const Eigen::MatrixXd>& full, const Eigen::Ref<const Eigen::VectorXi>& tr,
+                            const Eigen::Ref<const Eigen::VectorXi>& te, bool centre, bool normalise) {
   const Eigen::Index l = tr.size(), m = te.size();
-  k.train.resize(l, l);
-  k.testTrain.resize(m, l);
-  AdviseHugePages(k.train.data(), static_cast<std::size_t>(l * l) * sizeof(double));
-  AdviseHugePages(k.testTrain.data(), static_cast<std::size_t>(m * l) * sizeof(double));
+  Eigen::VectorXd trainDiag(l), testDiag(m);
+  for (Eigen::Index a = 0; a < l; ++a) trainDiag[a] = full(tr[a], tr[a]);
+  for (Eigen::Index i = 0; i < m; ++i) testDiag[i] = full(te[i], te[i]);
+  const auto column = [&](Eigen::Index b) { return full.col(tr[b]).data(); };
+  return VectorsFromColumns(l, m, column, tr.data(), column, te.data(), trainDiag, testDiag, centre, normalise);
+}
+
+FoldVectors BlockFoldVectors(const Eigen::Ref<const Eigen::MatrixXd>& train, const Eigen::Ref<const Eigen::MatrixXd>& testTrain,
+                             const Eigen::Ref<const Eigen::VectorXd>& testDiag, bool centre, bool normalise) {
+  const Eigen::Index l = train.rows(), m = testTrain.rows();
+  std::vector<int> trainRows(static_cast<std::size_t>(l)), testRows(static_cast<std::size_t>(m));
+  for (Eigen::Index a = 0; a < l; ++a) trainRows[static_cast<std::size_t>(a)] = static_cast<int>(a);
+  for (Eigen::Index i = 0; i < m; ++i) testRows[static_cast<std::size_t>(i)] = static_cast<int>(i);
+  const Eigen::VectorXd rawTestDiag = testDiag.size() > 0 ? Eigen::VectorXd(testDiag) : Eigen::VectorXd::Zero(m);
+  return VectorsFromColumns(
+      l, m, [&](Eigen::Index b) { return train.col(b).data(); }, trainRows.data(), [&](Eigen::Index b) { return testTrain.col(b).data(); },
+      testRows.data(), Eigen::VectorXd(train.diagonal()), rawTestDiag, centre, normalise);
+}
+
+void PrepareBlocksInPlace(Eigen::MatrixXd& train, Eigen::MatrixXd& testTrain, const FoldVectors& v) {
+  const Eigen::Index l = train.rows(), m = testTrain.rows();
+  for (Eigen::Index b = 0; b < l; ++b) {
+    for (Eigen::Index a = 0; a < l; ++a) train(a, b) = PreparedEntry(train(a, b), v.colMean[b], v.colMean[a], v.grand, v.invTrain[a], v.invTrain[b], 1.0);
+    for (Eigen::Index i = 0; i < m; ++i)
+      testTrain(i, b) = PreparedEntry(testTrain(i, b), v.colMean[b], v.testMean[i], v.grand, v.invTest[i], v.invTrain[b], 1.0);
+  }
+}
+
+void WritePreparedBlocks(const Eigen::Ref<const Eigen::MatrixXd>& full, const Eigen::Ref<const Eigen::VectorXi>& tr,
+                         const Eigen::Ref<const Eigen::VectorXi>& te, const FoldVectors& v, double scale, Eigen::MatrixXd& train,
+                         Eigen::MatrixXd& testTrain) {
+  const Eigen::Index l = tr.size(), m = te.size();
+  if (train.rows() != l || train.cols() != l) {
+    train.resize(l, l);
+    AdviseHugePages(train.data(), static_cast<std::size_t>(l * l) * sizeof(double));
+  }
+  if (testTrain.rows() != m || testTrain.cols() != l) {
+    testTrain.resize(m, l);
+    AdviseHugePages(testTrain.data(), static_cast<std::size_t>(m * l) * sizeof(double));
+  }
   const double grand = v.grand;
   for (Eigen::Index b = 0; b < l; ++b) {
     const double* col = full.col(tr[b]).data();
     const double cb = v.colMean[b], ib = v.invTrain[b];
-    double* outTrain = k.train.col(b).data();
-    double* outTest = k.testTrain.col(b).data();
+    double* outTrain = train.col(b).data();
+    double* outTest = testTrain.col(b).data();
     for (Eigen::Index a = 0; a < l; ++a) outTrain[a] = PreparedEntry(col[tr[a]], cb, v.colMean[a], grand, v.invTrain[a], ib, scale);
     for (Eigen::Index i = 0; i < m; ++i) outTest[i] = PreparedEntry(col[te[i]], cb, v.testMean[i], grand, v.invTest[i], ib, scale);
   }
+}
+
+FoldKernel PreparedBlocks(const Eigen::Ref<const Eigen::MatrixXd>& full, const Eigen::Ref<const Eigen::VectorXi>& tr,
+                          const Eigen::Ref<const Eigen::VectorXi>& te, const FoldVectors& v, bool normalise, double scale) {
+  FoldKernel k;
+  WritePreparedBlocks(full, tr, te, v, scale, k.train, k.testTrain);
+  const Eigen::Index m = te.size();
   k.testDiag.resize(m);
   for (Eigen::Index i = 0; i < m; ++i) k.testDiag[i] = (normalise ? (v.invTest[i] > 0 ? 1.0 : 0.0) : v.testDiag[i]) * scale;
   return k;

@@ -577,4 +577,28 @@ TEST(SummedFold, AFoldKernelViewGivesTheProductsAndScalesOfThePreparedKernels) {
   }
 }
 
+TEST(SummedFold, PreparingIntoAnotherFoldsKernelsGivesTheSameBlocks) {
+  // Nested CV hands a finished fold task's copies to the next task: whatever they held before (another
+  // fold of the same size, or of another size), the blocks are PrepareFold's.
+  const auto f = MakeSummedFixture();
+  cv::Preprocessing pre;
+  pre.kernelGroups = {0, 1, 1};
+  std::vector<int> otherTrain = f.train, otherTest = f.test;
+  std::swap(otherTrain[0], otherTest[0]);  // same sizes, other subjects
+  std::vector<int> smallerTrain(f.train.begin(), f.train.end() - 5);
+  const auto expected = cv::PrepareFold(f.kernels, f.train, f.test, pre);
+  for (const auto* before : {&otherTrain, &smallerTrain}) {
+    cv::FoldKernels out = cv::PrepareFold(f.kernels, *before, before == &otherTrain ? otherTest : f.test, pre);
+    const double* storage = out.train[0].data();
+    cv::PrepareFoldInto(f.kernels, f.train, f.test, pre, out);
+    if (before == &otherTrain) {
+      EXPECT_EQ(out.train[0].data(), storage);  // the same size: its storage is reused
+    }
+    for (std::size_t j = 0; j < f.kernels.size(); ++j) {
+      EXPECT_EQ(out.train[j], expected.train[j]);
+      EXPECT_EQ(out.test[j], expected.test[j]);
+    }
+  }
+}
+
 }  // namespace

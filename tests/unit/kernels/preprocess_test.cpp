@@ -122,4 +122,25 @@ TEST(FoldVectors, ASampleAtTheTrainingMeanGetsAZeroScale) {
   EXPECT_TRUE(v.invTrain.allFinite());
 }
 
+TEST(FoldVectors, SlicedBlocksGiveTheFullKernelsVectorsAndBlocksBitForBit) {
+  // The Python estimators receive blocks already sliced; nested CV reads the full kernel. Both must give the
+  // same prepared blocks to the last bit (the package's fits equal the CLI's).
+  const Data d;
+  const Eigen::MatrixXd K = d.X * d.X.transpose();
+  for (const bool centre : {true, false})
+    for (const bool normalise : {true, false}) {
+      const kernels::FoldVectors full = kernels::MakeFoldVectors(K, d.train, d.test, centre, normalise);
+      const kernels::FoldKernel expected = kernels::PreparedBlocks(K, d.train, d.test, full, normalise);
+      kernels::FoldKernel sliced = kernels::SliceFold(K, d.train, d.test);
+      const kernels::FoldVectors blocks = kernels::BlockFoldVectors(sliced.train, sliced.testTrain, sliced.testDiag, centre, normalise);
+      EXPECT_EQ(blocks.colMean, full.colMean);
+      EXPECT_EQ(blocks.testMean, full.testMean);
+      EXPECT_EQ(blocks.invTrain, full.invTrain);
+      EXPECT_EQ(blocks.invTest, full.invTest);
+      kernels::PrepareBlocksInPlace(sliced.train, sliced.testTrain, blocks);
+      EXPECT_EQ(sliced.train, expected.train) << centre << normalise;
+      EXPECT_EQ(sliced.testTrain, expected.testTrain) << centre << normalise;
+    }
+}
+
 }  // namespace

@@ -137,6 +137,10 @@ struct FoldKernels {
 };
 FoldKernels PrepareFold(const learners::KernelList& kernels, const std::vector<int>& train, const std::vector<int>& test,
                         const Preprocessing& preprocessing);
+/// PrepareFold into `out`, reusing the storage of its matrices where their sizes match (nested CV hands a
+/// finished fold task's kernels to the next task: the same values without faulting in fresh memory).
+void PrepareFoldInto(const learners::KernelList& kernels, const std::vector<int>& train, const std::vector<int>& test,
+                     const Preprocessing& preprocessing, FoldKernels& out);
 /// The sum over kernels of PrepareFold's blocks (one l x l training and one m x l test kernel), for
 /// the learners that fit the unweighted sum (svm, krr, kelm, bsadmm_kelm, dkelm). Without covariates it
 /// reads the full kernels in place: per kernel the fold's centring and normalisation are vectors (training

@@ -59,6 +59,19 @@ inline double PreparedEntry(double k, double colMeanB, double meanA, double gran
 /// (1, or 0 for a zero-norm sample, when normalised), times `scale`.
 FoldKernel PreparedBlocks(const Eigen::Ref<const Eigen::MatrixXd>& full, const Eigen::Ref<const Eigen::VectorXi>& trainIdx,
                           const Eigen::Ref<const Eigen::VectorXi>& testIdx, const FoldVectors& v, bool normalise, double scale = 1.0);
+/// The training and test blocks of PreparedBlocks written into `train` and `testTrain`, whose storage is
+/// reused when it already has the size (fold tasks of one size in a row: no fresh pages to fault in).
+void WritePreparedBlocks(const Eigen::Ref<const Eigen::MatrixXd>& full, const Eigen::Ref<const Eigen::VectorXi>& trainIdx,
+                         const Eigen::Ref<const Eigen::VectorXi>& testIdx, const FoldVectors& v, double scale, Eigen::MatrixXd& train,
+                         Eigen::MatrixXd& testTrain);
+
+/// FoldVectors from a fold's blocks already sliced (train l x l, test m x l, the test self-similarities m;
+/// empty = zeros): the same sums in the same order as MakeFoldVectors on the full kernel, so the same vectors.
+FoldVectors BlockFoldVectors(const Eigen::Ref<const Eigen::MatrixXd>& train, const Eigen::Ref<const Eigen::MatrixXd>& testTrain,
+                             const Eigen::Ref<const Eigen::VectorXd>& testDiag, bool centre, bool normalise);
+/// Prepares sliced blocks in place from their FoldVectors (PreparedEntry): the values PreparedBlocks writes
+/// from the full kernel.
+void PrepareBlocksInPlace(Eigen::MatrixXd& train, Eigen::MatrixXd& testTrain, const FoldVectors& v);
 
 /// P A for the prepared training block P of `v` (l x l, never formed) and A (l x k), reading the full
 /// kernel in place: P A = invTrain o (K U - colMean (1'U) - 1 (colMean'U) + grand 1 (1'U)), U = invTrain o A.
