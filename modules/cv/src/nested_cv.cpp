@@ -290,6 +290,7 @@ FoldKernels PrepareSummedFold(const learners::KernelList& kernels, const std::ve
                               const Preprocessing& pre) {
   const Eigen::VectorXi tr = Eigen::Map<const Eigen::VectorXi>(train.data(), static_cast<Eigen::Index>(train.size()));
   const Eigen::VectorXi te = Eigen::Map<const Eigen::VectorXi>(test.data(), static_cast<Eigen::Index>(test.size()));
+  if (kernels.empty()) return {};  // no kernel is not a zero kernel: the learner reports it
   if (pre.covariates) return SumPreparedKernels(kernels, tr, te, pre);
   const std::size_t R = kernels.size();
   const Eigen::Index l = tr.size(), m = te.size();

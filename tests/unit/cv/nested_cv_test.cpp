@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "../learners/learner_fixtures.hpp"
+#include "neuromkl/core/errors.hpp"
 #include "neuromkl/cv/nested_cv.hpp"
 
 using namespace neuromkl;
@@ -425,6 +426,16 @@ TEST(SummedFold, EqualsTheSumOfPreparedKernelsForEveryPreprocessing) {
           EXPECT_TRUE(got.test[0].allFinite());
         }
       }
+}
+
+TEST(SummedFold, NoKernelsGiveNoKernelNotAZeroKernel) {
+  // A learner given no kernel says so (learners:NoKernel); a summed kernel of zeros would fit silently.
+  const auto f = MakeSummedFixture();
+  const auto none = cv::PrepareSummedFold({}, f.train, f.test, cv::Preprocessing{});
+  EXPECT_TRUE(none.train.empty());
+  EXPECT_TRUE(none.test.empty());
+  const learners::Targets y{learners::Task::Classification, Eigen::VectorXd::Ones(static_cast<Eigen::Index>(f.train.size()))};
+  EXPECT_THROW(learners::MakeLearner("svm", {})->Fit(none.train, y), InputError);
 }
 
 TEST(SummedFold, WithCovariatesIsTheSumOfPreparedKernelsExactly) {

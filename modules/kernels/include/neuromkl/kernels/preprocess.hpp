@@ -34,8 +34,9 @@ void InverseNorms(const Eigen::Ref<const Eigen::VectorXd>& trainDiag, const Eige
 /// place: no copy of the fold's blocks (issue 17). Entry (a, b) of the prepared training block is
 ///   invTrain_a (((K_ab - colMean_b) - colMean_a) + grand) invTrain_b,
 /// a test row i uses testMean_i for colMean_a and invTest_i for invTrain_a. Without centring the means are 0,
-/// without normalising the inverse norms are 1. Equal to the copies' values up to rounding (the means are
-/// summed in another order). Covariates are not vectors (residualising mixes rows): not for them.
+/// without normalising the inverse norms are 1. Equal to CentreFold then NormaliseFold up to rounding (the
+/// means are summed in another order); nested CV's fold kernels, summed or copied, are all written from these
+/// vectors. Covariates are not vectors (residualising mixes rows): not for them.
 struct FoldVectors {
   Eigen::VectorXd colMean, testMean;    ///< l training column means; m test row means over the training columns
   Eigen::VectorXd trainDiag, testDiag;  ///< centred self-similarities (before normalising)
