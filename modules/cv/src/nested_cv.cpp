@@ -195,6 +195,35 @@ std::vector<learners::ParamMap> ExpandGrid(const learners::ParamMap& fixed, cons
   return points;
 }
 
+namespace {
+/// Every kernel's fold vectors (kernels::MakeFoldVectors), several kernels at once.
+std::vector<kernels::FoldVectors> AllFoldVectors(const learners::KernelList& kernels, const Eigen::Ref<const Eigen::VectorXi>& tr,
+                                                 const Eigen::Ref<const Eigen::VectorXi>& te, const Preprocessing& pre) {
+  std::vector<kernels::FoldVectors> vectors(kernels.size());
+  tbb::parallel_for(std::size_t{0}, kernels.size(), [&](std::size_t j) { vectors[j] = kernels::MakeFoldVectors(kernels[j], tr, te, pre.centre, pre.normalise); });
+  return vectors;
+}
+
+/// GroupScales from the traces of the prepared training blocks the vectors describe (ones without groups).
+Eigen::VectorXd VectorScales(const std::vector<kernels::FoldVectors>& vectors, const std::vector<int>& groups) {
+  std::vector<double> traces;
+  for (const auto& v : vectors) traces.push_back(v.Trace());
+  return GroupScales(traces, groups);
+}
+
+/// One kernel's fold blocks with covariates (residualising mixes rows, so not from vectors): sliced,
+/// residualised with the fold's residualiser, centred, normalised.
+kernels::FoldKernel PrepareResidualised(const Eigen::MatrixXd& kernel, const Eigen::Ref<const Eigen::VectorXi>& tr,
+                                        const Eigen::Ref<const Eigen::VectorXi>& te, const kernels::FoldResidualiser& residualiser,
+                                        const Preprocessing& pre) {
+  kernels::FoldKernel fk = kernels::SliceFold(kernel, tr, te);
+  kernels::ResidualiseFold(fk, residualiser);
+  if (pre.centre) kernels::CentreFold(fk);
+  if (pre.normalise) kernels::NormaliseFold(fk);
+  return fk;
+}
+}  // namespace
+
 FoldKernels PrepareFold(const learners::KernelList& kernels, const std::vector<int>& train, const std::vector<int>& test,
                         const Preprocessing& pre) {
   FoldKernels out;
@@ -212,11 +241,8 @@ void PrepareFoldInto(const learners::KernelList& kernels, const std::vector<int>
   // NestedCvOptions::memoryBudgetBytes); each lands in its own slot.
   if (!pre.covariates) {
     // From each kernel's fold vectors: one pass to read the statistics, one to write the blocks.
-    std::vector<kernels::FoldVectors> vectors(kernels.size());
-    tbb::parallel_for(std::size_t{0}, kernels.size(), [&](std::size_t j) { vectors[j] = kernels::MakeFoldVectors(kernels[j], tr, te, pre.centre, pre.normalise); });
-    std::vector<double> traces;
-    for (const auto& v : vectors) traces.push_back(v.Trace());
-    const Eigen::VectorXd g = GroupScales(traces, pre.kernelGroups);
+    const std::vector<kernels::FoldVectors> vectors = AllFoldVectors(kernels, tr, te, pre);
+    const Eigen::VectorXd g = VectorScales(vectors, pre.kernelGroups);
     tbb::parallel_for(std::size_t{0}, kernels.size(), [&](std::size_t j) {
       kernels::WritePreparedBlocks(kernels[j], tr, te, vectors[j], g[static_cast<Eigen::Index>(j)], out.train[j], out.test[j]);
     });
@@ -225,10 +251,7 @@ void PrepareFoldInto(const learners::KernelList& kernels, const std::vector<int>
   // Covariates: residualising mixes rows, so each kernel is sliced, residualised, centred and normalised.
   const kernels::FoldResidualiser residualiser = kernels::MakeFoldResidualiser(*pre.covariates, tr, te);
   tbb::parallel_for(std::size_t{0}, kernels.size(), [&](std::size_t j) {
-    kernels::FoldKernel fk = kernels::SliceFold(kernels[j], tr, te);
-    kernels::ResidualiseFold(fk, residualiser);
-    if (pre.centre) kernels::CentreFold(fk);
-    if (pre.normalise) kernels::NormaliseFold(fk);
+    kernels::FoldKernel fk = PrepareResidualised(kernels[j], tr, te, residualiser, pre);
     out.train[j] = std::move(fk.train);
     out.test[j] = std::move(fk.testTrain);
   });
@@ -249,13 +272,7 @@ namespace {
 /// PrepareFold's (then CombineKernels') exactly while only a window of prepared kernels is held.
 FoldKernels SumPreparedKernels(const learners::KernelList& kernels, const Eigen::VectorXi& tr, const Eigen::VectorXi& te, const Preprocessing& pre) {
   const kernels::FoldResidualiser residualiser = kernels::MakeFoldResidualiser(*pre.covariates, tr, te);
-  const auto prepare = [&](std::size_t j) {
-    kernels::FoldKernel fk = kernels::SliceFold(kernels[j], tr, te);
-    kernels::ResidualiseFold(fk, residualiser);
-    if (pre.centre) kernels::CentreFold(fk);
-    if (pre.normalise) kernels::NormaliseFold(fk);
-    return fk;
-  };
+  const auto prepare = [&](std::size_t j) { return PrepareResidualised(kernels[j], tr, te, residualiser, pre); };
   constexpr std::size_t kWindow = 4;  // fixed, so results do not depend on the thread count
   const std::size_t R = kernels.size();
   Eigen::VectorXd scales = Eigen::VectorXd::Ones(static_cast<Eigen::Index>(R));
@@ -294,14 +311,8 @@ FoldKernels PrepareSummedFold(const learners::KernelList& kernels, const std::ve
   if (pre.covariates) return SumPreparedKernels(kernels, tr, te, pre);
   const std::size_t R = kernels.size();
   const Eigen::Index l = tr.size(), m = te.size();
-  std::vector<kernels::FoldVectors> vectors(R);
-  tbb::parallel_for(std::size_t{0}, R, [&](std::size_t j) { vectors[j] = kernels::MakeFoldVectors(kernels[j], tr, te, pre.centre, pre.normalise); });
-  Eigen::VectorXd scales = Eigen::VectorXd::Ones(static_cast<Eigen::Index>(R));
-  if (!pre.kernelGroups.empty()) {
-    std::vector<double> traces;
-    for (const auto& v : vectors) traces.push_back(v.Trace());
-    scales = GroupScales(traces, pre.kernelGroups);
-  }
+  const std::vector<kernels::FoldVectors> vectors = AllFoldVectors(kernels, tr, te, pre);
+  const Eigen::VectorXd scales = VectorScales(vectors, pre.kernelGroups);
   FoldKernels out;
   out.train.assign(1, Eigen::MatrixXd(l, l));
   out.test.assign(1, Eigen::MatrixXd(m, l));
@@ -369,10 +380,7 @@ kernels::FoldKernel PrepareFoldKernel(const Eigen::MatrixXd& kernel, const Eigen
                                       const Eigen::Ref<const Eigen::VectorXi>& test, const Preprocessing& pre, double scale) {
   if (!pre.covariates)
     return kernels::PreparedBlocks(kernel, train, test, kernels::MakeFoldVectors(kernel, train, test, pre.centre, pre.normalise), pre.normalise, scale);
-  kernels::FoldKernel fk = kernels::SliceFold(kernel, train, test);
-  kernels::ResidualiseFold(fk, kernels::MakeFoldResidualiser(*pre.covariates, train, test));
-  if (pre.centre) kernels::CentreFold(fk);
-  if (pre.normalise) kernels::NormaliseFold(fk);
+  kernels::FoldKernel fk = PrepareResidualised(kernel, train, test, kernels::MakeFoldResidualiser(*pre.covariates, train, test), pre);
   if (scale != 1.0) {
     fk.train *= scale;
     fk.testTrain *= scale;
@@ -395,11 +403,7 @@ Eigen::VectorXd FoldScales(const learners::KernelList& kernels, const Eigen::Ref
 FoldKernelView::FoldKernelView(const learners::KernelList& kernels, const Eigen::Ref<const Eigen::VectorXi>& train,
                                const Eigen::Ref<const Eigen::VectorXi>& test, const Preprocessing& preprocessing)
     : kernels_(kernels), train_(train), test_(test), preprocessing_(preprocessing) {
-  if (preprocessing_.covariates) return;
-  vectors_.resize(kernels_.size());
-  tbb::parallel_for(std::size_t{0}, kernels_.size(), [&](std::size_t r) {
-    vectors_[r] = kernels::MakeFoldVectors(kernels_[r], train_, test_, preprocessing_.centre, preprocessing_.normalise);
-  });
+  if (!preprocessing_.covariates) vectors_ = AllFoldVectors(kernels_, train_, test_, preprocessing_);
 }
 
 Eigen::MatrixXd FoldKernelView::Products(std::size_t r, const Eigen::Ref<const Eigen::MatrixXd>& A, double scale) const {
@@ -411,9 +415,7 @@ Eigen::MatrixXd FoldKernelView::Products(std::size_t r, const Eigen::Ref<const E
 
 Eigen::VectorXd FoldKernelView::Scales() const {
   if (vectors_.empty() || preprocessing_.kernelGroups.empty()) return FoldScales(kernels_, train_, test_, preprocessing_);
-  std::vector<double> traces;
-  for (const auto& v : vectors_) traces.push_back(v.Trace());
-  return GroupScales(traces, preprocessing_.kernelGroups);
+  return VectorScales(vectors_, preprocessing_.kernelGroups);
 }
 
 std::string FoldStatus(const OuterFoldResult& fold) { return fold.error.empty() ? std::string(learners::ToString(fold.model.info.status)) : "failed"; }
