@@ -14,6 +14,9 @@
 // (one fold at a time). It runs twice, side by side: the fold's summed kernel prepared in place (the
 // default: svm and kelm fit the sum), then a copy of every kernel per fold as before (peak RSS is the
 // process's, so the smaller run goes first); 5th argument `summed` or `copies` runs one of them only.
+// `bench_nested_cv memory-mkl n [budget GiB] [threads] [both|columns|copies]` does the same for a learner of
+// kernel weights (ENMKL-SVM, C = 1, mu = 0.5, no inner CV: the 5 outer refits): its training kernels read in
+// place (FoldColumns, test blocks copied), then a copy of every kernel per fold.
 #include <chrono>
 #include <ctime>
 #include <cstring>
@@ -48,7 +51,7 @@ static double PeakRssGib() {
   return static_cast<double>(u.ru_maxrss) / (1024.0 * 1024.0);  // ru_maxrss is in KiB on Linux
 }
 
-static int MemoryMode(int n, double budgetGib, const std::string& way) {
+static int MemoryMode(int n, double budgetGib, const std::string& way, bool mkl) {
   std::mt19937 rng(11);
   std::normal_distribution<double> normal;
   learners::Targets targets{learners::Task::Classification, Eigen::VectorXd(n)};
@@ -66,24 +69,27 @@ static int MemoryMode(int n, double budgetGib, const std::string& way) {
   const cv::InnerSplitter inner = [](std::size_t f, const std::vector<int>&, const Eigen::VectorXd& y) {
     return cv::MakeFolds({cv::Scheme::StratifiedKFold, 5, 1}, learners::Task::Classification, y, {}, {}, cv::DeriveSeed(1, 1000 + f), "inner");
   };
-  const std::vector<cv::LearnerPlan> plans = {{"svm", "svm", cv::ExpandGrid({{"c", 1}}, {})}, {"kelm", "kelm", cv::ExpandGrid({{"c", 1}}, {})}};
+  std::vector<cv::LearnerPlan> plans;
+  for (const char* name : mkl ? std::vector<const char*>{"enmkl_svm"} : std::vector<const char*>{"svm", "kelm"})
+    plans.push_back({name, name, cv::ExpandGrid(mkl ? learners::ParamMap{{"c", 1}, {"mu", 0.5}} : learners::ParamMap{{"c", 1}}, {})});
+  const char* inPlaceName = mkl ? "columns" : "summed";
   std::vector<cv::LearnerOutcome> previous;
   for (const bool inPlace : {true, false}) {
-    if (way != "both" && way != (inPlace ? "summed" : "copies")) continue;
+    if (way != "both" && way != (inPlace ? inPlaceName : "copies")) continue;
     cv::NestedCvOptions options;
-    options.probabilities = true;
-    options.sumKernelsInPlace = inPlace;
+    options.probabilities = !mkl;
+    (mkl ? options.columnsInPlace : options.sumKernelsInPlace) = inPlace;
     options.memoryBudgetBytes = static_cast<std::uint64_t>(budgetGib * (1ULL << 30));
     const auto t = Clock::now();
     const double cpu0 = CpuSeconds();
     auto res = cv::RunNestedCv(kernels, targets, outer, inner, plans, options);
     const double wall = Since(t), cpu = CpuSeconds() - cpu0;
     std::printf("n = %d x 116 kernels = %.2f GiB; %s; budget %s; %d threads: nested CV %.1f s (CPU %.1f s), peak RSS %.2f GiB = %.2fx the "
-                "kernels (%.2f GiB before the CV); BA svm %.3f\n",
-                n, kernelGib, inPlace ? "summed kernel in place" : "copies of every kernel",
+                "kernels (%.2f GiB before the CV); BA %s %.3f\n",
+                n, kernelGib, inPlace ? (mkl ? "training kernels read in place" : "summed kernel in place") : "copies of every kernel",
                 budgetGib > 0 ? (std::to_string(budgetGib) + " GiB").c_str() : "available memory",
                 static_cast<int>(tbb::global_control::active_value(tbb::global_control::max_allowed_parallelism)), wall, cpu, PeakRssGib(),
-                PeakRssGib() / kernelGib, before, cv::Summarise(res[0], targets).pooled.at("balanced_accuracy"));
+                PeakRssGib() / kernelGib, before, plans[0].label.c_str(), cv::Summarise(res[0], targets).pooled.at("balanced_accuracy"));
     if (!previous.empty()) {
       double diff = 0;
       for (std::size_t l = 0; l < res.size(); ++l)
@@ -97,11 +103,11 @@ static int MemoryMode(int n, double budgetGib, const std::string& way) {
 }
 
 int main(int argc, char** argv) {
-  if (argc > 2 && std::strcmp(argv[1], "memory") == 0) {
+  if (argc > 2 && (std::strcmp(argv[1], "memory") == 0 || std::strcmp(argv[1], "memory-mkl") == 0)) {
     const int threads = argc > 4 ? std::stoi(argv[4]) : 0;
     std::optional<tbb::global_control> limit;
     if (threads > 0) limit.emplace(tbb::global_control::max_allowed_parallelism, static_cast<std::size_t>(threads));
-    return MemoryMode(std::stoi(argv[2]), argc > 3 ? std::stod(argv[3]) : 0.0, argc > 5 ? argv[5] : "both");
+    return MemoryMode(std::stoi(argv[2]), argc > 3 ? std::stod(argv[3]) : 0.0, argc > 5 ? argv[5] : "both", std::strcmp(argv[1], "memory-mkl") == 0);
   }
   const int permutations = argc > 1 ? std::stoi(argv[1]) : 100;
   const std::string permLearner = argc > 2 ? argv[2] : "svm";

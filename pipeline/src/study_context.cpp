@@ -217,11 +217,16 @@ PooledBlock ComputePermutationBlock(const StudyContext& ctx, int first, int coun
   options.memoryBudgetBytes = std::max<std::uint64_t>(1, available / threads);
   // When memory is tight, a thread waiting inside one permutation's nested CV must not start another
   // permutation (a second set of fold kernels beyond that share); otherwise it may, and keeps busy. Fold
-  // tasks copy every kernel for a learner of kernel weights, and prepare one summed kernel otherwise.
-  bool copies = false;
+  // tasks copy every kernel for a learner of kernel weights when they cannot read them in place (with
+  // covariates); in place they copy the test blocks and, at small n, pack the training triangles (together
+  // at most half the kernels); learners of the sum prepare one summed kernel.
+  bool copies = false, columns = false;
   for (const auto& plan : ctx.plans) {
     const auto* info = learners::FindLearner(plan.name);
-    copies |= !info || info->multipleKernels || !options.sumKernelsInPlace;
+    const bool weighted = !info || info->multipleKernels || !options.sumKernelsInPlace;
+    const bool inPlace = info && info->readsColumns && options.columnsInPlace && !options.preprocessing.covariates;
+    copies |= weighted && !inPlace;
+    columns |= weighted && inPlace;
   }
   std::uint64_t kernelBytes = 0, largestKernel = 0;
   for (const auto& K : ctx.kernels) {
@@ -229,7 +234,7 @@ PooledBlock ComputePermutationBlock(const StudyContext& ctx, int first, int coun
     kernelBytes += bytes;
     largestKernel = std::max(largestKernel, bytes);
   }
-  const std::uint64_t foldBytes = copies ? kernelBytes : largestKernel;
+  const std::uint64_t foldBytes = copies ? kernelBytes : columns ? kernelBytes / 2 : largestKernel;
   const bool tight = 2 * foldBytes * threads * threads > available;
   tbb::parallel_for(0, count, [&](int i) {
     const auto permutation = [&] {

@@ -55,8 +55,10 @@ using FoldNeeds = std::array<bool, 4>;
 constexpr std::size_t ViewIndex(bool semiSupervised, bool summed) { return 2 * static_cast<std::size_t>(semiSupervised) + static_cast<std::size_t>(summed); }
 
 /// Bytes of one fold task's kernels (training l x l and test m x l per kernel copied, once for a summed
-/// kernel) plus a fit's own l x l work (the combined kernel of an MKL learner and a spare).
-std::uint64_t FoldTaskBytes(std::size_t kernelCount, std::size_t train, std::size_t test, std::size_t unlabelled, const FoldNeeds& needs) {
+/// kernel; with `columns` the test blocks and, below learners::kPackedStackBelow, the packed stack) plus a
+/// fit's own l x l work (the combined kernel of an MKL learner and a spare).
+std::uint64_t FoldTaskBytes(std::size_t kernelCount, std::size_t train, std::size_t test, std::size_t unlabelled, const FoldNeeds& needs,
+                            bool columns) {
   double doubles = 0;
   std::size_t largest = 0;
   for (const bool semi : {false, true})
@@ -64,7 +66,11 @@ std::uint64_t FoldTaskBytes(std::size_t kernelCount, std::size_t train, std::siz
       if (!needs[ViewIndex(semi, summed)]) continue;
       const std::size_t l = train + (semi ? unlabelled : 0);
       largest = std::max(largest, l);
-      doubles += (summed ? 1.0 : static_cast<double>(kernelCount)) * static_cast<double>(l) * static_cast<double>(l + test);
+      const double dl = static_cast<double>(l), perKernel = columns && !summed
+                                                                 ? dl * static_cast<double>(test) +
+                                                                       (static_cast<Eigen::Index>(l) < learners::kPackedStackBelow ? dl * (dl + 1) / 2 : 0.0)
+                                                                 : dl * (dl + static_cast<double>(test));
+      doubles += (summed ? 1.0 : static_cast<double>(kernelCount)) * perKernel;
     }
   const double l = static_cast<double>(largest);
   doubles += 2.0 * l * l;
@@ -94,16 +100,26 @@ void ForEachLimited(std::size_t count, std::size_t limit, const Body& body) {
 /// A fold's kernels (FoldNeeds) and the training targets of the supervised learners and, if any learner
 /// needs them, with the unlabelled subjects appended to the training set (preprocessed with that training set).
 struct FoldViews {
-  std::array<FoldKernels, 4> kernels;
+  std::array<FoldKernels, 4> kernels;  ///< with columns, the copies' views hold their test blocks only
+  std::array<std::unique_ptr<FoldColumns>, 2> columns;  ///< [semi-supervised]: training kernels in place, or null
   std::array<learners::Targets, 2> y;  ///< [semi-supervised]
 };
 /// Fills `v` (a previous task's views: the copies' storage is reused where sizes match).
 void PrepareViews(const learners::KernelList& kernels, const learners::Targets& targets, const std::vector<int>& train, const std::vector<int>& test,
-                  const Preprocessing& pre, const std::vector<int>& unlabelled, const FoldNeeds& needs, FoldViews& v) {
+                  const Preprocessing& pre, const std::vector<int>& unlabelled, const FoldNeeds& needs, bool columns, FoldViews& v) {
   for (const bool semi : {false, true}) {
     const std::vector<int> rows = semi ? WithUnlabelled(train, unlabelled) : train;
     if (needs[ViewIndex(semi, true)]) v.kernels[ViewIndex(semi, true)] = PrepareSummedFold(kernels, rows, test, pre);
-    if (needs[ViewIndex(semi, false)]) PrepareFoldInto(kernels, rows, test, pre, v.kernels[ViewIndex(semi, false)]);
+    v.columns[semi].reset();
+    if (needs[ViewIndex(semi, false)] && columns) {
+      FoldKernels& fk = v.kernels[ViewIndex(semi, false)];
+      v.columns[semi] = std::make_unique<FoldColumns>(kernels, Eigen::Map<const Eigen::VectorXi>(rows.data(), static_cast<Eigen::Index>(rows.size())),
+                                                      Eigen::Map<const Eigen::VectorXi>(test.data(), static_cast<Eigen::Index>(test.size())), pre);
+      fk.train.clear();
+      v.columns[semi]->WriteTestBlocks(fk.test);
+    } else if (needs[ViewIndex(semi, false)]) {
+      PrepareFoldInto(kernels, rows, test, pre, v.kernels[ViewIndex(semi, false)]);
+    }
     if (needs[ViewIndex(semi, false)] || needs[ViewIndex(semi, true)]) v.y[semi] = {targets.task, Subset(targets.y, rows), targets.classes};
   }
 }
@@ -223,6 +239,31 @@ kernels::FoldKernel PrepareResidualised(const Eigen::MatrixXd& kernel, const Eig
   return fk;
 }
 }  // namespace
+
+FoldColumns::FoldColumns(const learners::KernelList& kernels, const Eigen::Ref<const Eigen::VectorXi>& train, const Eigen::Ref<const Eigen::VectorXi>& test,
+                         const Preprocessing& pre)
+    : kernels_(kernels), train_(train), test_(test) {
+  if (pre.covariates)
+    throw InputError("cv:ColumnsWithCovariates", "fold columns", "fold kernels with covariates are not columns of the study's kernels (residualising mixes rows)");
+  vectors_ = AllFoldVectors(kernels, train_, test_, pre);
+  scales_ = VectorScales(vectors_, pre.kernelGroups);
+}
+
+void FoldColumns::UpperColumn(Eigen::Index k, Eigen::Index j, double* out) const {
+  // Entry (a, j) as WritePreparedBlocks writes it into PrepareFold's copy.
+  const kernels::FoldVectors& v = vectors_[static_cast<std::size_t>(k)];
+  const double scale = scales_[k];
+  const double* col = kernels_[static_cast<std::size_t>(k)].col(train_[j]).data();
+  const double cb = v.colMean[j], ib = v.invTrain[j];
+  for (Eigen::Index a = 0; a <= j; ++a) out[a] = kernels::PreparedEntry(col[train_[a]], cb, v.colMean[a], v.grand, v.invTrain[a], ib, scale);
+}
+
+void FoldColumns::WriteTestBlocks(learners::KernelList& test) const {
+  test.resize(kernels_.size());
+  tbb::parallel_for(std::size_t{0}, kernels_.size(), [&](std::size_t k) {
+    kernels::WritePreparedTestBlock(kernels_[k], train_, test_, vectors_[k], scales_[static_cast<Eigen::Index>(k)], test[k]);
+  });
+}
 
 FoldKernels PrepareFold(const learners::KernelList& kernels, const std::vector<int>& train, const std::vector<int>& test,
                         const Preprocessing& pre) {
@@ -550,9 +591,15 @@ std::vector<LearnerOutcome> RunNestedCv(const learners::KernelList& kernels, con
     return limit;
   };
   SpareViews spares;
+  // Learners of kernel weights read the training kernels in place where the preprocessing is vectors,
+  // unless a learner that needs the matrices shares their view (sumKernelsInPlace off).
+  bool columns = options.columnsInPlace && !options.preprocessing.covariates;
+  for (std::size_t l = 0; l < L; ++l)
+    if (const auto* info = learners::FindLearner(plans[l].name); !summed[l] && !(info && info->readsColumns)) columns = false;
   std::uint64_t innerBytes = 0;
   for (const auto& [f, i] : tasks)
-    innerBytes = std::max(innerBytes, FoldTaskBytes(kernels.size(), innerFolds[f][i].train.size(), innerFolds[f][i].test.size(), unlabelled.size(), needs));
+    innerBytes = std::max(innerBytes,
+                          FoldTaskBytes(kernels.size(), innerFolds[f][i].train.size(), innerFolds[f][i].test.size(), unlabelled.size(), needs, columns));
   ForEachLimited(tasks.size(), limitFor(innerBytes, tasks.size(), "inner folds"), [&](std::size_t t) {
     const auto [f, i] = tasks[t];
     const Fold& fold = innerFolds[f][i];
@@ -560,7 +607,7 @@ std::vector<LearnerOutcome> RunNestedCv(const learners::KernelList& kernels, con
     for (int k : fold.train) tr.push_back(outer[f].train[static_cast<std::size_t>(k)]);
     for (int k : fold.test) te.push_back(outer[f].train[static_cast<std::size_t>(k)]);
     std::unique_ptr<FoldViews> spare = spares.Take();
-    PrepareViews(kernels, targets, tr, te, options.preprocessing, unlabelled, needs, *spare);
+    PrepareViews(kernels, targets, tr, te, options.preprocessing, unlabelled, needs, columns, *spare);
     const FoldViews& views = *spare;
     const Eigen::VectorXd yTest = Subset(targets.y, te);
     // Every fit on this fold's kernels (all grid points of all learners) shares their check and packed stack.
@@ -576,6 +623,7 @@ std::vector<LearnerOutcome> RunNestedCv(const learners::KernelList& kernels, con
       for (std::size_t g = 0; g < grid.size(); ++g) {
         learners::FitOptions fitOptions;
         if (options.shareFoldWork) fitOptions.cache = &caches[viewOf[l]];
+        if (!summed[l]) fitOptions.columns = views.columns[semi[l]].get();
         if (const auto w = NearestFitted(grid, ok, g)) fitOptions.warmStart = &fitted[*w];
         try {
           fitted[g] = learnerObjects[firstObject[l] + g]->Fit(fk.train, yTrain, fitOptions);
@@ -601,10 +649,10 @@ std::vector<LearnerOutcome> RunNestedCv(const learners::KernelList& kernels, con
   }
   std::uint64_t outerBytes = 0;
   for (const auto& fold : outer)
-    outerBytes = std::max(outerBytes, FoldTaskBytes(kernels.size(), fold.train.size(), fold.test.size(), unlabelled.size(), needs));
+    outerBytes = std::max(outerBytes, FoldTaskBytes(kernels.size(), fold.train.size(), fold.test.size(), unlabelled.size(), needs, columns));
   ForEachLimited(F, limitFor(outerBytes, F, "outer folds"), [&](std::size_t f) {
     std::unique_ptr<FoldViews> spare = spares.Take();
-    PrepareViews(kernels, targets, outer[f].train, outer[f].test, options.preprocessing, unlabelled, needs, *spare);
+    PrepareViews(kernels, targets, outer[f].train, outer[f].test, options.preprocessing, unlabelled, needs, columns, *spare);
     const FoldViews& views = *spare;
     std::array<learners::TrainingKernelCache, 4> caches;  // one per view: a cache is bound to one kernel list
     for (std::size_t l = 0; l < L; ++l) {
@@ -632,7 +680,9 @@ std::vector<LearnerOutcome> RunNestedCv(const learners::KernelList& kernels, con
           if (Better(targets.task, r.innerScores[g], r.innerScores[r.chosen])) r.chosen = g;  // strict: ties keep the earlier point
       }
       try {
-        r.model = learnerObjects[firstObject[l] + r.chosen]->Fit(fk.train, yTrain, learners::FitOptions{nullptr, options.shareFoldWork ? &caches[viewOf[l]] : nullptr});
+        r.model = learnerObjects[firstObject[l] + r.chosen]->Fit(
+            fk.train, yTrain,
+            learners::FitOptions{nullptr, options.shareFoldWork ? &caches[viewOf[l]] : nullptr, summed[l] ? nullptr : views.columns[semi[l]].get()});
         if (targets.task == learners::Task::Multiclass) {
           r.scores = r.model.Scores(fk.test);
           r.decision = metrics::PredictedClasses(r.scores);  // NaN where a score is not finite

@@ -184,6 +184,21 @@ void WritePreparedBlocks(const Eigen::Ref<const Eigen::MatrixXd>& full, const Ei
   }
 }
 
+void WritePreparedTestBlock(const Eigen::Ref<const Eigen::MatrixXd>& full, const Eigen::Ref<const Eigen::VectorXi>& tr,
+                            const Eigen::Ref<const Eigen::VectorXi>& te, const FoldVectors& v, double scale, Eigen::MatrixXd& testTrain) {
+  const Eigen::Index l = tr.size(), m = te.size();
+  if (testTrain.rows() != m || testTrain.cols() != l) {
+    testTrain.resize(m, l);
+    AdviseHugePages(testTrain.data(), static_cast<std::size_t>(m * l) * sizeof(double));
+  }
+  for (Eigen::Index b = 0; b < l; ++b) {
+    const double* col = full.col(tr[b]).data();
+    const double cb = v.colMean[b], ib = v.invTrain[b];
+    double* outTest = testTrain.col(b).data();
+    for (Eigen::Index i = 0; i < m; ++i) outTest[i] = PreparedEntry(col[te[i]], cb, v.testMean[i], v.grand, v.invTest[i], ib, scale);
+  }
+}
+
 FoldKernel PreparedBlocks(const Eigen::Ref<const Eigen::MatrixXd>& full, const Eigen::Ref<const Eigen::VectorXi>& tr,
                           const Eigen::Ref<const Eigen::VectorXi>& te, const FoldVectors& v, bool normalise, double scale) {
   FoldKernel k;

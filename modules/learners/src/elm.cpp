@@ -116,12 +116,12 @@ class Mkelm final : public Learner {
   Model Fit(const KernelList& train, const Targets& t, const FitOptions& options) const override {
     ValidateFitInput(Name(), train, t, options);
     Stopwatch clock;
-    const auto m = static_cast<Eigen::Index>(train.size());
-    const auto active = ActiveKernels(train);
+    const Eigen::Index m = KernelCount(train, options);
+    const auto active = ActiveKernels(train, options);
     if (active.empty()) throw InputError("learners:AllZeroKernels", "learner mkelm", "every training kernel is identically zero: nothing to learn from");
     const ElmOutputs out = MakeElmOutputs(t, bias_);
     std::unique_ptr<KernelStack> ownStack;
-    const KernelStack& stack = SharedStack(options.cache, train, ownStack);
+    const KernelStack& stack = SharedStack(train, options, ownStack);
     Eigen::VectorXd gamma = Eigen::VectorXd::Zero(m);
     for (auto j : active) gamma[j] = 1.0;
     if (const Model* w = options.warmStart; w && w->beta.size() == m && w->beta.sum() > 0) {

@@ -88,8 +88,8 @@ std::vector<Eigen::Index> Support(const Eigen::VectorXd& beta) {
 /// formed; the others are screened (ScreenedNorms) and evaluated only where they might enter.
 class EnmklMap {
  public:
-  EnmklMap(const KernelList& train, TrainingKernelCache* cache, const InnerSolver& solver, double mu, FitInfo& info)
-      : stack_(SharedStack(cache, train, ownStack_)), screen_(stack_), solver_(solver), mu_(mu), info_(info) {}
+  EnmklMap(const KernelList& train, const FitOptions& options, const InnerSolver& solver, double mu, FitInfo& info)
+      : stack_(SharedStack(train, options, ownStack_)), screen_(stack_), solver_(solver), mu_(mu), info_(info) {}
   /// Solves on sum_j beta_j K_j (`sol` is the warm start in and the solution out) and forms c_j =
   /// sqrt(a'K_j a) on the support of beta; `objective` receives the primal objective of seed 004's
   /// Definition 4 at the w this solution gives for `beta`:
@@ -245,8 +245,8 @@ class EnmklMap {
 
 Model FitEnmkl(const KernelList& train, const InnerSolver& solver, const EnmklSettings& s, const FitOptions& options) {
   Stopwatch clock;
-  const auto m = static_cast<Eigen::Index>(train.size());
-  const auto active = ActiveKernels(train);
+  const Eigen::Index m = KernelCount(train, options);
+  const auto active = ActiveKernels(train, options);
   Model model;
   if (active.empty())
     throw InputError("learners:AllZeroKernels", "learner enmkl", "every training kernel is identically zero: nothing to learn from");
@@ -265,7 +265,7 @@ Model FitEnmkl(const KernelList& train, const InnerSolver& solver, const EnmklSe
   }
   FitInfo& info = model.info;
   info.status = FitStatus::MaxIterReached;
-  EnmklMap F(train, options.cache, solver, s.mu, info);
+  EnmklMap F(train, options, solver, s.mu, info);
   double prevObjective = 0, objective = 0;
   bool done = false;
   bool newtonAvailable = true;

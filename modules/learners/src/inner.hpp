@@ -83,6 +83,10 @@ Eigen::VectorXd OneVsRestLabels(const Eigen::VectorXd& y, int c);
 class KernelStack {
  public:
   explicit KernelStack(const KernelList& kernels);
+  /// The same stack over kernels given as columns (FitOptions::columns): packed from them below kViewFrom
+  /// subjects, else read through them as needed. Every operation gives the values of the stack of the
+  /// matrices they describe, bit for bit. `columns` must outlive it.
+  explicit KernelStack(const KernelColumns& columns);
   /// sum_j w_j K_j over the kernels with w_j != 0 only (the active set): its cost is proportional
   /// to the number of non-zero weights.
   Eigen::MatrixXd Combine(const Eigen::VectorXd& weights) const;
@@ -104,15 +108,20 @@ class KernelStack {
   /// screening bound sqrt(a'K_j a) <= sqrt(b'K_j b) + sqrt(lambda_max(K_j)) ||a - b||; computed on
   /// first use (only kernels that leave the active set need it).
   double RootSpectralBound(Eigen::Index j) const;
-  Eigen::Index Size() const { return static_cast<Eigen::Index>(kernels_->size()); }
-  static constexpr Eigen::Index kViewFrom = 1024;
+  Eigen::Index Size() const { return count_; }
+  static constexpr Eigen::Index kViewFrom = kPackedStackBelow;
   bool Packed() const { return packed_.size() > 0; }
   /// The packed outer product of A's columns (summed), for Quadratic on a packed stack.
   Eigen::VectorXd PackedOuter(const Eigen::MatrixXd& A) const;
   double PackedQuadratic(Eigen::Index j, const Eigen::VectorXd& packedOuter) const;
 
  private:
-  const KernelList* kernels_;
+  /// Rows 0..j of column j of kernel k: in place in the matrices or the packed store, or (columns) written
+  /// to `scratch` (n values).
+  const double* UpperColumn(Eigen::Index k, Eigen::Index j, double* scratch) const;
+  const KernelList* kernels_ = nullptr;      ///< the matrices, or
+  const KernelColumns* columns_ = nullptr;   ///< their columns
+  Eigen::Index count_ = 0;
   Eigen::Index n_ = 0;
   Eigen::MatrixXd packed_;  ///< n(n+1)/2 x m below kViewFrom subjects, else empty
   mutable Eigen::VectorXd rootBounds_;  ///< NaN until computed
@@ -155,9 +164,16 @@ class ScreenedNorms {
 /// Training-kernel cache (learner.hpp): whether `kernels` were checked before through `cache` (false
 /// without a cache; binds the cache to `kernels`), and recording a successful check.
 bool CheckedBefore(TrainingKernelCache* cache, const KernelList& kernels);
+bool CheckedBefore(TrainingKernelCache* cache, const KernelColumns& columns);
 void MarkChecked(TrainingKernelCache* cache);
 /// The packed stack of `kernels`: the cache's (built on first use) or, without a cache, one built into `local`.
 const KernelStack& SharedStack(TrainingKernelCache* cache, const KernelList& kernels, std::unique_ptr<KernelStack>& local);
+const KernelStack& SharedStack(TrainingKernelCache* cache, const KernelColumns& columns, std::unique_ptr<KernelStack>& local);
+/// The training kernels of a fit of a learner of kernel weights: `train`, or options.columns when given.
+/// SharedStack of them, their number, and ActiveKernels of them.
+const KernelStack& SharedStack(const KernelList& train, const FitOptions& options, std::unique_ptr<KernelStack>& local);
+Eigen::Index KernelCount(const KernelList& train, const FitOptions& options);
+std::vector<Eigen::Index> ActiveKernels(const KernelList& train, const FitOptions& options);
 /// sum_j K_j: the cache's (built on first use) or, without a cache, computed into `local`.
 const Eigen::MatrixXd& SharedSum(TrainingKernelCache* cache, const KernelList& kernels, Eigen::MatrixXd& local);
 

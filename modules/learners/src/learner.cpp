@@ -77,7 +77,7 @@ TrainingKernelCache::TrainingKernelCache() = default;
 TrainingKernelCache::~TrainingKernelCache() = default;
 
 bool TrainingKernelCache::Bind(const KernelList& kernels) {
-  std::vector<std::pair<const double*, Eigen::Index>> key;
+  std::vector<std::pair<const void*, Eigen::Index>> key;
   key.reserve(kernels.size());
   for (const auto& K : kernels) key.emplace_back(K.data(), K.rows() * (K.cols() + 1));  // rows and cols both enter the size
   if (key == key_) return true;
@@ -86,6 +86,63 @@ bool TrainingKernelCache::Bind(const KernelList& kernels) {
   stack_.reset();
   sum_.resize(0, 0);
   return false;
+}
+
+bool TrainingKernelCache::Bind(const KernelColumns& columns) {
+  const std::vector<std::pair<const void*, Eigen::Index>> key{{&columns, columns.Size()}, {nullptr, columns.Count()}};
+  if (key == key_) return true;
+  key_ = key;
+  checked_ = false;
+  stack_.reset();
+  sum_.resize(0, 0);
+  return false;
+}
+
+bool CheckedBefore(TrainingKernelCache* cache, const KernelColumns& columns) {
+  if (!cache) return false;
+  return cache->Bind(columns) && cache->checked_;
+}
+
+const KernelStack& SharedStack(TrainingKernelCache* cache, const KernelColumns& columns, std::unique_ptr<KernelStack>& local) {
+  if (!cache) {
+    local = std::make_unique<KernelStack>(columns);
+    return *local;
+  }
+  if (!cache->Bind(columns) || !cache->stack_) {
+    cache->stack_ = std::make_unique<KernelStack>(columns);
+    ++cache->stacksBuilt_;
+  }
+  return *cache->stack_;
+}
+
+const KernelStack& SharedStack(const KernelList& train, const FitOptions& options, std::unique_ptr<KernelStack>& local) {
+  return options.columns ? SharedStack(options.cache, *options.columns, local) : SharedStack(options.cache, train, local);
+}
+
+Eigen::Index KernelCount(const KernelList& train, const FitOptions& options) {
+  return options.columns ? options.columns->Count() : static_cast<Eigen::Index>(train.size());
+}
+
+std::vector<Eigen::Index> ActiveKernels(const KernelList& train, const FitOptions& options) {
+  if (!options.columns) return ActiveKernels(train);
+  // As ActiveKernels: a non-zero diagonal entry settles it, else the whole upper triangle is scanned.
+  const KernelColumns& c = *options.columns;
+  const Eigen::Index n = c.Size();
+  std::vector<Eigen::Index> active;
+  std::vector<double> column(static_cast<std::size_t>(n));
+  for (Eigen::Index k = 0; k < c.Count(); ++k) {
+    bool nonzero = false;
+    for (Eigen::Index j = 0; j < n && !nonzero; ++j) {
+      c.UpperColumn(k, j, column.data());
+      nonzero = column[static_cast<std::size_t>(j)] != 0.0;
+    }
+    for (Eigen::Index j = 0; j < n && !nonzero; ++j) {
+      c.UpperColumn(k, j, column.data());
+      for (Eigen::Index i = 0; i <= j && !nonzero; ++i) nonzero = column[static_cast<std::size_t>(i)] != 0.0;
+    }
+    if (nonzero) active.push_back(k);
+  }
+  return active;
 }
 
 bool CheckedBefore(TrainingKernelCache* cache, const KernelList& kernels) {
@@ -131,21 +188,47 @@ void ValidateFitInput(std::string_view learner, const KernelList& train, const T
 void ValidateFitInput(std::string_view learner, const KernelList& train, const Targets& targets, const FitOptions& options, bool allowUnlabelled) {
   const std::string where = "learner " + std::string(learner);
   const Eigen::Index n = targets.y.size();
-  if (train.empty()) throw InputError("learners:NoKernel", where, "expected at least one training kernel, got none");
-  if (const LearnerInfo* info = FindLearner(learner); targets.task == Task::Multiclass && info && !info->multiclass) {
+  const LearnerInfo* known = FindLearner(learner);
+  if (options.columns && (!known || !known->readsColumns))
+    throw InputError("learners:ColumnsUnsupported", where, "this learner needs its training kernels as matrices, got kernel columns");
+  if (options.columns && !train.empty())
+    throw InputError("learners:KernelsTwice", where, fmt::format("expected the training kernels either as matrices or as columns, got {} matrices and columns", train.size()));
+  if (options.columns ? options.columns->Count() == 0 : train.empty())
+    throw InputError("learners:NoKernel", where, "expected at least one training kernel, got none");
+  if (targets.task == Task::Multiclass && known && !known->multiclass) {
     std::vector<std::string> able;
     for (const auto& l : LearnerCatalog())
       if (l.multiclass) able.push_back(l.name);
     throw InputError("learners:TaskUnsupported", where, fmt::format("{} is not a multiclass learner; multiclass learners: {}", learner, Join(able, ", ")));
   }
   // The shapes are checked on every call (O(m)): a cached list checked against other targets is refused too.
+  if (options.columns && options.columns->Size() != n)
+    throw InputError("learners:KernelShape", where,
+                     fmt::format("training kernels are {0}x{0}, expected {1}x{1} (= number of targets)", options.columns->Size(), n));
+  if (options.columns && !CheckedBefore(options.cache, *options.columns)) {
+    // Each kernel's upper triangle (the part a learner reads), kernels side by side; the first bad kernel is reported.
+    const KernelColumns& c = *options.columns;
+    std::vector<char> finite(static_cast<std::size_t>(c.Count()), 1);
+    tbb::parallel_for(Eigen::Index{0}, c.Count(), [&](Eigen::Index k) {
+      Eigen::VectorXd column(n);
+      double probe = 0;
+      for (Eigen::Index j = 0; j < n; ++j) {
+        c.UpperColumn(k, j, column.data());
+        probe += (column.head(j + 1).array() * 0.0).sum();
+      }
+      finite[static_cast<std::size_t>(k)] = !std::isnan(probe);
+    });
+    for (std::size_t k = 0; k < finite.size(); ++k)
+      if (!finite[k]) throw InputError("learners:NonFiniteKernel", where, fmt::format("training kernel {} has NaN or infinite entries", k));
+    MarkChecked(options.cache);
+  }
   for (std::size_t j = 0; j < train.size(); ++j) {
     const auto& K = train[j];
     if (K.rows() != n || K.cols() != n)
       throw InputError("learners:KernelShape", where,
                        fmt::format("training kernel {} is {}x{}, expected {}x{} (= number of targets)", j, K.rows(), K.cols(), n, n));
   }
-  if (!CheckedBefore(options.cache, train)) {
+  if (!options.columns && !CheckedBefore(options.cache, train)) {
     // x * 0 is 0 for a finite x and NaN otherwise, so the (vectorised) sum is NaN exactly when an
     // entry is not finite: one pass at memory speed (allFinite compares entry by entry).
     for (std::size_t j = 0; j < train.size(); ++j)
@@ -248,6 +331,7 @@ void AccumulateScaled(double* out, Eigen::Index length, const std::vector<const 
 
 KernelStack::KernelStack(const KernelList& kernels)
     : kernels_(&kernels),
+      count_(static_cast<Eigen::Index>(kernels.size())),
       n_(kernels.empty() ? 0 : kernels[0].rows()),
       rootBounds_(Eigen::VectorXd::Constant(static_cast<Eigen::Index>(kernels.size()), std::numeric_limits<double>::quiet_NaN())) {
   if (n_ >= kViewFrom) return;
@@ -257,6 +341,27 @@ KernelStack::KernelStack(const KernelList& kernels)
     const Eigen::MatrixXd& K = kernels[static_cast<std::size_t>(k)];
     for (Eigen::Index j = 0; j < n_; ++j) out = std::copy(K.data() + j * n_, K.data() + j * n_ + j + 1, out);
   }
+}
+
+KernelStack::KernelStack(const KernelColumns& columns)
+    : columns_(&columns),
+      count_(columns.Count()),
+      n_(columns.Size()),
+      rootBounds_(Eigen::VectorXd::Constant(columns.Count(), std::numeric_limits<double>::quiet_NaN())) {
+  if (n_ >= kViewFrom) return;
+  packed_.resize(n_ * (n_ + 1) / 2, Size());
+  // Kernels are independent (each writes its own column of the store).
+  tbb::parallel_for(Eigen::Index{0}, Size(), [&](Eigen::Index k) {
+    double* out = packed_.col(k).data();
+    for (Eigen::Index j = 0; j < n_; out += j + 1, ++j) columns.UpperColumn(k, j, out);
+  });
+}
+
+const double* KernelStack::UpperColumn(Eigen::Index k, Eigen::Index j, double* scratch) const {
+  if (Packed()) return packed_.col(k).data() + j * (j + 1) / 2;
+  if (kernels_) return (*kernels_)[static_cast<std::size_t>(k)].col(j).data();
+  columns_->UpperColumn(k, j, scratch);
+  return scratch;
 }
 
 Eigen::MatrixXd KernelStack::Combine(const Eigen::VectorXd& weights) const {
@@ -297,14 +402,24 @@ void KernelStack::Combine(const Eigen::VectorXd& weights, Eigen::MatrixXd& K) co
       starts.push_back(j1);
       j0 = j1;
     }
-    std::vector<double> w;
-    for (auto k : used) w.push_back(weights[k]);
+    // Four kernels per call (AccumulateScaled's own grouping, so the sum is that of one call over all):
+    // kernels given as columns are written to a scratch column each, four at a time.
+    constexpr std::size_t kGroup = 4;
     tbb::parallel_for(std::size_t{0}, starts.size() - 1, [&](std::size_t b) {
-      std::vector<const double*> sources(used.size());
+      std::vector<const double*> sources;
+      std::vector<double> w;
+      std::vector<double> scratch(columns_ ? kGroup * static_cast<std::size_t>(n_) : 0);
       for (Eigen::Index j = starts[b]; j < starts[b + 1]; ++j) {
         K.col(j).head(j + 1).setZero();
-        for (std::size_t u = 0; u < used.size(); ++u) sources[u] = (*kernels_)[static_cast<std::size_t>(used[u])].col(j).data();
-        AccumulateScaled(K.col(j).data(), j + 1, sources, w);
+        for (std::size_t u0 = 0; u0 < used.size(); u0 += kGroup) {
+          sources.clear();
+          w.clear();
+          for (std::size_t u = u0; u < std::min(u0 + kGroup, used.size()); ++u) {
+            sources.push_back(UpperColumn(used[u], j, scratch.data() + (u - u0) * static_cast<std::size_t>(n_)));
+            w.push_back(weights[used[u]]);
+          }
+          AccumulateScaled(K.col(j).data(), j + 1, sources, w);
+        }
       }
     });
   }
@@ -334,14 +449,15 @@ std::vector<Eigen::Index> KernelStack::NonZeroRows(const Eigen::MatrixXd& A) {
 double KernelStack::Quadratic(Eigen::Index k, const Eigen::MatrixXd& A, const std::vector<Eigen::Index>& nonzero) const {
   // a'K a = sum_j a_j (2 sum_{i<j} K_ij a_i + K_jj a_j): column j of the triangle is read only when
   // some a_j != 0.
-  const Eigen::MatrixXd& K = (*kernels_)[static_cast<std::size_t>(k)];
   if (Packed()) return PackedQuadratic(k, PackedOuter(A));
+  std::vector<double> scratch(columns_ ? static_cast<std::size_t>(n_) : 0);
   double q = 0;
   for (const Eigen::Index j : nonzero) {
-    const auto upper = K.col(j).head(j);
+    const double* column = UpperColumn(k, j, scratch.data());
+    const Eigen::Map<const Eigen::VectorXd> upper(column, j);
     for (Eigen::Index c = 0; c < A.cols(); ++c) {
       const double aj = A(j, c);
-      if (aj != 0.0) q += aj * (2.0 * upper.dot(A.col(c).head(j)) + K(j, j) * aj);
+      if (aj != 0.0) q += aj * (2.0 * upper.dot(A.col(c).head(j)) + column[j] * aj);
     }
   }
   return std::max(0.0, q);  // PSD kernels: clip rounding below 0
@@ -375,7 +491,16 @@ Eigen::VectorXd KernelStack::Quadratics(const Eigen::VectorXd& a) const {
 }
 
 Eigen::VectorXd KernelStack::Product(Eigen::Index k, const Eigen::VectorXd& v) const {
-  return (*kernels_)[static_cast<std::size_t>(k)].selfadjointView<Eigen::Upper>() * v;
+  // From the upper triangle column by column (whatever holds the kernel: one arithmetic for all).
+  std::vector<double> scratch(columns_ && !Packed() ? static_cast<std::size_t>(n_) : 0);
+  Eigen::VectorXd y = Eigen::VectorXd::Zero(n_);
+  for (Eigen::Index j = 0; j < n_; ++j) {
+    const double* column = UpperColumn(k, j, scratch.data());
+    const Eigen::Map<const Eigen::VectorXd> upper(column, j);
+    y[j] += upper.dot(v.head(j)) + column[j] * v[j];
+    if (v[j] != 0.0) y.head(j) += v[j] * upper;
+  }
+  return y;
 }
 
 Eigen::MatrixXd KernelStack::Products(const std::vector<Eigen::Index>& which, const Eigen::VectorXd& v) const {
@@ -391,9 +516,12 @@ Eigen::MatrixXd KernelStack::Products(const std::vector<Eigen::Index>& which, co
 
 double KernelStack::RootSpectralBound(Eigen::Index k) const {
   if (std::isnan(rootBounds_[k])) {
-    const Eigen::MatrixXd& K = (*kernels_)[static_cast<std::size_t>(k)];
+    std::vector<double> scratch(columns_ && !Packed() ? static_cast<std::size_t>(n_) : 0);
     double frob = 0;  // ||K||_F^2 from the upper triangle
-    for (Eigen::Index j = 0; j < n_; ++j) frob += 2.0 * K.col(j).head(j).squaredNorm() + K(j, j) * K(j, j);
+    for (Eigen::Index j = 0; j < n_; ++j) {
+      const double* column = UpperColumn(k, j, scratch.data());
+      frob += 2.0 * Eigen::Map<const Eigen::VectorXd>(column, j).squaredNorm() + column[j] * column[j];
+    }
     // ||K||_F >= lambda_max for a symmetric K; the factor covers the rounding of the sums.
     rootBounds_[k] = std::sqrt(std::sqrt(frob) * (1.0 + 1e-10));
   }

@@ -34,8 +34,8 @@ class MklBp final : public Learner {
     if (t.task == Task::Regression)
       throw InputError("learners:TaskUnsupported", "learner mkl_bp", "mkl_bp is a classifier (seed 002); for regression use mkelm, enmkl_krr or simplemkl");
     Stopwatch clock;
-    const auto m = static_cast<Eigen::Index>(train.size());
-    const auto active = ActiveKernels(train);
+    const Eigen::Index m = KernelCount(train, options);
+    const auto active = ActiveKernels(train, options);
     if (active.empty()) throw InputError("learners:AllZeroKernels", "learner mkl_bp", "every training kernel is identically zero: nothing to learn from");
     std::vector<bool> isActive(static_cast<std::size_t>(m), false);
     for (auto j : active) isActive[static_cast<std::size_t>(j)] = true;
@@ -44,7 +44,7 @@ class MklBp final : public Learner {
     const auto solver = t.task == Task::Multiclass ? MakeOneVsRestSolver(t, svc) : svc(t.y);
     const Eigen::Index stateSize = t.task == Task::Multiclass ? t.y.size() * t.classes : t.y.size();
     std::unique_ptr<KernelStack> ownStack;
-    const KernelStack& stack = SharedStack(options.cache, train, ownStack);
+    const KernelStack& stack = SharedStack(train, options, ownStack);
 
     // Start: the seed's uniform point on the constraint surface, or the neighbour's weights.
     Eigen::VectorXd u = Eigen::VectorXd::Zero(m);

@@ -123,13 +123,13 @@ class MulticlassAdapter final : public Learner {
     const bool perClass = mode_ == MulticlassWeights::PerClass && info_.multipleKernels;
     if (!perClass && (NativeMulticlass(info_.name) || SharedWeightMkl(info_.name))) return inner_->Fit(train, t, o);
     ValidateFitInput(Name(), train, t, o);
-    return OneVsRest(train, t, perClass, o.cache);
+    return OneVsRest(train, t, perClass, o);
   }
   std::string_view Name() const override { return inner_->Name(); }
 
  private:
-  Model OneVsRest(const KernelList& train, const Targets& t, bool perClass, TrainingKernelCache* cache) const {
-    const Eigen::Index n = t.y.size(), T = t.classes, m = static_cast<Eigen::Index>(train.size());
+  Model OneVsRest(const KernelList& train, const Targets& t, bool perClass, const FitOptions& options) const {
+    const Eigen::Index n = t.y.size(), T = t.classes, m = KernelCount(train, options);
     Model model;
     model.coefs = Eigen::MatrixXd::Zero(n, T);
     model.biases = Eigen::VectorXd::Constant(T, -1.0);
@@ -139,7 +139,7 @@ class MulticlassAdapter final : public Learner {
     for (Eigen::Index c = 0; c < T; ++c) {
       const Targets binary{Task::Classification, OneVsRestLabels(t.y, static_cast<int>(c)), 0, t.sampleWeights};  // class weights of the subjects' own classes
       if (!(binary.y.array() == 1.0).any()) continue;  // class absent from the training set: score = -1 for everyone
-      const Model mc = inner_->Fit(train, binary, FitOptions{nullptr, cache});  // the classes share the kernels' work
+      const Model mc = inner_->Fit(train, binary, FitOptions{nullptr, options.cache, options.columns});  // the classes share the kernels' work
       model.coefs.col(c) = mc.coef;
       model.biases[c] = mc.bias;
       betas.col(c) = mc.beta;

@@ -32,8 +32,9 @@ ParamSpec Mu() { return {"mu", 0.5, 0, 1, false, false, false, "elastic-net mixi
 ParamSpec SvmTol(double def) { return {"svm_tolerance", def, 0, 1, true, true, false, "SMO stopping tolerance on the maximal KKT violation"}; }
 }  // namespace
 
-const std::vector<LearnerInfo>& LearnerCatalog() {
-  static const std::vector<LearnerInfo> catalog = {
+namespace {
+std::vector<LearnerInfo> MakeCatalog() {
+  std::vector<LearnerInfo> catalog = {
       {"svm", "C-SVC (SMO, LIBSVM rules) on the unweighted sum of the kernels", true, false, false,
        {C(), {"tolerance", 1e-3, 0, 1, true, true, false, "SMO stopping tolerance on the maximal KKT violation"},
         {"max_iterations", 1e7, 1, 1e12, false, false, true, "SMO iteration cap"}}, true, false},
@@ -86,6 +87,15 @@ const std::vector<LearnerInfo>& LearnerCatalog() {
         {"seed", 0, 0, 9007199254740992.0, false, false, true, "seed of the landmark choice"}},
        true, true},
   };
+  // Every learner of kernel weights reads its training kernels through the kernel stack alone, so it
+  // can fit kernels given as columns (nested CV's folds, prepared in place).
+  for (auto& l : catalog) l.readsColumns = l.multipleKernels;
+  return catalog;
+}
+}  // namespace
+
+const std::vector<LearnerInfo>& LearnerCatalog() {
+  static const std::vector<LearnerInfo> catalog = MakeCatalog();
   return catalog;
 }
 

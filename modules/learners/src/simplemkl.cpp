@@ -28,8 +28,8 @@ struct SimpleMklSettings {
 
 class SimpleMklFit {
  public:
-  SimpleMklFit(const KernelList& train, TrainingKernelCache* cache, const InnerSolver& solver, const SimpleMklSettings& s, FitInfo& info)
-      : K_(train), stack_(SharedStack(cache, train, ownStack_)), screen_(stack_), solver_(solver), s_(s), info_(info), m_(static_cast<Eigen::Index>(train.size())) {}
+  SimpleMklFit(const KernelList& train, const FitOptions& options, const InnerSolver& solver, const SimpleMklSettings& s, FitInfo& info)
+      : K_(train), stack_(SharedStack(train, options, ownStack_)), screen_(stack_), solver_(solver), s_(s), info_(info), m_(KernelCount(train, options)) {}
 
   InnerSolution Evaluate(const Eigen::VectorXd& d, const InnerSolution* warm) { return Evaluate(stack_.Combine(d), warm); }
   InnerSolution Evaluate(const Eigen::MatrixXd& K, const InnerSolution* warm) {
@@ -119,7 +119,7 @@ class SimpleMklFit {
 
   Model Run(const FitOptions& options) {
     Stopwatch clock;
-    const auto active = ActiveKernels(K_);
+    const auto active = ActiveKernels(K_, options);
     if (active.empty())
       throw InputError("learners:AllZeroKernels", "learner simplemkl", "every training kernel is identically zero: nothing to learn from");
     Eigen::VectorXd d = Eigen::VectorXd::Zero(m_);
@@ -291,7 +291,7 @@ class SimpleMkl final : public Learner {
                   : t.task == Task::Multiclass   ? MakeOneVsRestSolver(t, svc)  // one beta for all one-vs-rest SVMs
                                                  : MakeSvrSolver(t.y, c_, epsilon_, svmTol_, 10'000'000);
     FitInfo info;
-    return SimpleMklFit(train, o.cache, *solver, settings_, info).Run(o);
+    return SimpleMklFit(train, o, *solver, settings_, info).Run(o);
   }
   std::string_view Name() const override { return "simplemkl"; }
 

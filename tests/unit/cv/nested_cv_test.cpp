@@ -613,3 +613,126 @@ TEST(SummedFold, PreparingIntoAnotherFoldsKernelsGivesTheSameBlocks) {
 }
 
 }  // namespace
+
+// Issue 17: learners of kernel weights read each fold's training kernels in place (cv::FoldColumns), not
+// from a copy of every kernel.
+namespace {
+
+TEST(FoldColumns, AreThePreparedCopiesColumnsBitForBit) {
+  // Every preprocessing: each column's upper part is PrepareFold's training copy's, the test blocks are its test
+  // blocks (equal source weighting scales both).
+  const SummedFixture f = MakeSummedFixture();
+  const Eigen::VectorXi tr = Eigen::Map<const Eigen::VectorXi>(f.train.data(), static_cast<Eigen::Index>(f.train.size()));
+  const Eigen::VectorXi te = Eigen::Map<const Eigen::VectorXi>(f.test.data(), static_cast<Eigen::Index>(f.test.size()));
+  for (const bool centre : {false, true})
+    for (const bool normalise : {false, true})
+      for (const bool grouped : {false, true}) {
+        cv::Preprocessing pre;
+        pre.centre = centre;
+        pre.normalise = normalise;
+        if (grouped) pre.kernelGroups = {0, 1, 1};
+        const cv::FoldKernels copies = cv::PrepareFold(f.kernels, f.train, f.test, pre);
+        const cv::FoldColumns columns(f.kernels, tr, te, pre);
+        ASSERT_EQ(columns.Count(), 3);
+        ASSERT_EQ(columns.Size(), tr.size());
+        Eigen::VectorXd column(tr.size());
+        for (Eigen::Index k = 0; k < 3; ++k)
+          for (Eigen::Index j = 0; j < tr.size(); ++j) {
+            columns.UpperColumn(k, j, column.data());
+            EXPECT_EQ(column.head(j + 1), copies.train[static_cast<std::size_t>(k)].col(j).head(j + 1)) << k << ", " << j;
+          }
+        learners::KernelList test(1, Eigen::MatrixXd::Constant(2, 2, 7.0));  // stale storage of another shape: rewritten
+        columns.WriteTestBlocks(test);
+        ASSERT_EQ(test.size(), 3u);
+        for (std::size_t k = 0; k < 3; ++k) EXPECT_EQ(test[k], copies.test[k]);
+      }
+}
+
+TEST(FoldColumns, RefuseCovariates) {
+  // Residualising mixes rows: such folds are not columns of the study's kernels (nested CV copies them).
+  const SummedFixture f = MakeSummedFixture();
+  cv::Preprocessing pre;
+  const Eigen::MatrixXd design = Eigen::MatrixXd::Random(47, 2);
+  pre.covariates = std::make_shared<const kernels::Covariates>(kernels::Covariates{design, {}});
+  const Eigen::VectorXi tr = Eigen::Map<const Eigen::VectorXi>(f.train.data(), static_cast<Eigen::Index>(f.train.size()));
+  const Eigen::VectorXi te = Eigen::Map<const Eigen::VectorXi>(f.test.data(), static_cast<Eigen::Index>(f.test.size()));
+  try {
+    cv::FoldColumns columns(f.kernels, tr, te, pre);
+    ADD_FAILURE() << "expected cv:ColumnsWithCovariates";
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.code(), "cv:ColumnsWithCovariates");
+  }
+}
+
+TEST(FoldColumns, NestedCvOnColumnsGivesTheResultsOfTheCopiesBitForBit) {
+  // Every learner of kernel weights, binary (with a grid, probabilities and equal source weighting),
+  // multiclass (shared and per-class weights) and regression (bias correction): the training kernels read in
+  // place are the copies' values, so every fit, inner score and decision is the same bit for bit. With
+  // covariates both runs copy (the option changes nothing), checked too.
+  const auto p = neuromkl::testing::MakeMklProblem(42, 4, {0, 2}, 1.0, 43);
+  learners::Targets multiclass{learners::Task::Multiclass, Eigen::VectorXd(42), 3};
+  learners::Targets regression{learners::Task::Regression, Eigen::VectorXd(42)};
+  for (int i = 0; i < 42; ++i) {
+    multiclass.y[i] = i % 3;
+    regression.y[i] = p.targets.y[i] + 0.1 * (i % 5);
+  }
+  const std::vector<cv::LearnerPlan> classifiers = {{"en", "enmkl_svm", cv::ExpandGrid({}, {{"c", {0.1, 10}}, {"mu", {0.5, 1.0}}})},
+                                                    {"simple", "simplemkl", cv::ExpandGrid({}, {{"c", {1, 10}}})},
+                                                    {"mkelm", "mkelm", cv::ExpandGrid({}, {})},
+                                                    {"bp", "mkl_bp", cv::ExpandGrid({}, {})},
+                                                    {"svm", "svm", cv::ExpandGrid({}, {})}};  // a summed learner beside them
+  const std::vector<cv::LearnerPlan> multi = {classifiers[0], classifiers[2]};
+  const std::vector<cv::LearnerPlan> regressors = {{"enkrr", "enmkl_krr", cv::ExpandGrid({}, {{"lambda", {10, 0.1}}})},
+                                                   {"simple", "simplemkl", cv::ExpandGrid({}, {})}};
+  struct Case {
+    const learners::Targets* targets;
+    const std::vector<cv::LearnerPlan>* plans;
+    cv::Scheme scheme;
+    learners::MulticlassWeights weights;
+    bool covariates;
+  };
+  const Eigen::MatrixXd design = Eigen::MatrixXd::Random(42, 2);
+  for (const Case& c : {Case{&p.targets, &classifiers, cv::Scheme::StratifiedKFold, learners::MulticlassWeights::Shared, false},
+                        Case{&p.targets, &classifiers, cv::Scheme::StratifiedKFold, learners::MulticlassWeights::Shared, true},
+                        Case{&multiclass, &multi, cv::Scheme::StratifiedKFold, learners::MulticlassWeights::Shared, false},
+                        Case{&multiclass, &multi, cv::Scheme::StratifiedKFold, learners::MulticlassWeights::PerClass, false},
+                        Case{&regression, &regressors, cv::Scheme::KFold, learners::MulticlassWeights::Shared, false}}) {
+    const auto& t = *c.targets;
+    const auto outer = cv::MakeFolds({c.scheme, 3, 1}, t.task, t.y, {}, {}, 13, "outer");
+    const cv::InnerSplitter inner = [&](std::size_t f, const std::vector<int>&, const Eigen::VectorXd& y) {
+      return cv::MakeFolds({c.scheme, 3, 1}, t.task, y, {}, {}, 300 + f, "inner");
+    };
+    cv::NestedCvOptions columns, copies;
+    columns.probabilities = copies.probabilities = true;
+    columns.biasCorrection = copies.biasCorrection = true;
+    columns.multiclassWeights = copies.multiclassWeights = c.weights;
+    columns.preprocessing.kernelGroups = copies.preprocessing.kernelGroups = {0, 0, 1, 1};
+    if (c.covariates) columns.preprocessing.covariates = copies.preprocessing.covariates = std::make_shared<const kernels::Covariates>(kernels::Covariates{design, {}});
+    copies.columnsInPlace = false;
+    const auto a = cv::RunNestedCv(p.kernels, t, outer, inner, *c.plans, columns);
+    const auto b = cv::RunNestedCv(p.kernels, t, outer, inner, *c.plans, copies);
+    ASSERT_EQ(a.size(), c.plans->size());
+    for (std::size_t l = 0; l < a.size(); ++l)
+      for (std::size_t f = 0; f < outer.size(); ++f) {
+        const auto& x = a[l].folds[f];
+        const auto& y = b[l].folds[f];
+        ASSERT_TRUE(x.error.empty()) << a[l].label << ": " << x.error;
+        EXPECT_EQ(x.chosen, y.chosen) << a[l].label;
+        EXPECT_EQ(x.model.beta, y.model.beta) << a[l].label;
+        EXPECT_EQ(x.model.betas, y.model.betas) << a[l].label;
+        EXPECT_EQ(x.model.coef, y.model.coef) << a[l].label;
+        EXPECT_EQ(x.model.coefs, y.model.coefs) << a[l].label;
+        EXPECT_EQ(x.decision, y.decision) << a[l].label;
+        EXPECT_EQ(x.scores, y.scores) << a[l].label;
+        EXPECT_EQ(x.probability, y.probability) << a[l].label;
+        EXPECT_EQ(x.corrected, y.corrected) << a[l].label;
+        for (std::size_t g = 0; g < x.innerScores.size(); ++g) {
+          if (!std::isnan(y.innerScores[g])) {
+            EXPECT_EQ(x.innerScores[g], y.innerScores[g]) << a[l].label;
+          }
+        }
+      }
+  }
+}
+
+}  // namespace

@@ -106,6 +106,11 @@ struct NestedCvOptions {
   /// instead of a copy of every kernel. Their fits are identical either way (test decisions agree to
   /// rounding: another order of sums); false only to measure what it saves (bench_nested_cv).
   bool sumKernelsInPlace = true;
+  /// Learners of kernel weights read each fold's training kernels from the study's kernels in place
+  /// (FoldColumns) instead of a copy of every kernel; only the test blocks are copied. Without covariates
+  /// only (residualising mixes rows: those folds are copied). Results are identical bit for bit either
+  /// way; false only to measure what it saves (bench_nested_cv).
+  bool columnsInPlace = true;
   /// Bytes the fold kernels of the folds in flight may take together; 0 = the memory the system reports
   /// available when the run starts. Each fold task copies its training and test kernels (with 116
   /// regions at n = 2,000, 1.9 GB for an inner fold, 3 GB for an outer one); when a thread per fold
@@ -163,6 +168,27 @@ kernels::FoldKernel PrepareFoldKernel(const Eigen::MatrixXd& kernel, const Eigen
 /// callers that weigh or map a fold model use it.
 Eigen::VectorXd FoldScales(const learners::KernelList& kernels, const Eigen::Ref<const Eigen::VectorXi>& train,
                            const Eigen::Ref<const Eigen::VectorXi>& test, const Preprocessing& preprocessing);
+
+/// One fold's prepared training kernels (PrepareFold's training copies) as learners::KernelColumns, read
+/// from the full kernels in place: each column is written from the fold vectors with the arithmetic of
+/// PrepareFold (kernels::PreparedEntry), so the values are the copies' bit for bit and a learner of kernel
+/// weights fits them as it fits the copies (issue 17: no fold copies). Not with covariates (InputError).
+class FoldColumns final : public learners::KernelColumns {
+ public:
+  FoldColumns(const learners::KernelList& kernels, const Eigen::Ref<const Eigen::VectorXi>& train, const Eigen::Ref<const Eigen::VectorXi>& test,
+              const Preprocessing& preprocessing);
+  Eigen::Index Count() const override { return static_cast<Eigen::Index>(kernels_.size()); }
+  Eigen::Index Size() const override { return train_.size(); }
+  void UpperColumn(Eigen::Index k, Eigen::Index j, double* out) const override;
+  /// PrepareFold's test blocks (m x l each) into `test`, reusing its storage where sizes match.
+  void WriteTestBlocks(learners::KernelList& test) const;
+
+ private:
+  const learners::KernelList& kernels_;
+  Eigen::VectorXi train_, test_;
+  std::vector<kernels::FoldVectors> vectors_;
+  Eigen::VectorXd scales_;  ///< FoldScales
+};
 
 /// One fold's prepared training kernels for products K~_r A, read from the full kernels in place: each
 /// kernel's fold vectors (kernels::FoldVectors) are computed once, in parallel, when the view is made. With

@@ -66,6 +66,11 @@ void WritePreparedBlocks(const Eigen::Ref<const Eigen::MatrixXd>& full, const Ei
                          const Eigen::Ref<const Eigen::VectorXi>& testIdx, const FoldVectors& v, double scale, Eigen::MatrixXd& train,
                          Eigen::MatrixXd& testTrain);
 
+/// The test block alone (m x l), as WritePreparedBlocks writes it: for learners that read the training block
+/// in place.
+void WritePreparedTestBlock(const Eigen::Ref<const Eigen::MatrixXd>& full, const Eigen::Ref<const Eigen::VectorXi>& trainIdx,
+                            const Eigen::Ref<const Eigen::VectorXi>& testIdx, const FoldVectors& v, double scale, Eigen::MatrixXd& testTrain);
+
 /// FoldVectors from a fold's blocks already sliced (train l x l, test m x l, the test self-similarities m;
 /// empty = zeros): the same sums in the same order as MakeFoldVectors on the full kernel, so the same vectors.
 FoldVectors BlockFoldVectors(const Eigen::Ref<const Eigen::MatrixXd>& train, const Eigen::Ref<const Eigen::MatrixXd>& testTrain,

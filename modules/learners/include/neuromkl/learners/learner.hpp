@@ -88,7 +88,22 @@ struct Model {
   // preprocessing by weights::SubjectWeights.
 };
 
+/// Training kernels that are read where they are instead of passed as matrices (issue 17: nested CV
+/// prepares a fold's kernels from the study's kernels entry by entry, so a learner of kernel weights
+/// needs no copy of them). The kernels are symmetric; a learner reads their upper triangles only.
+class KernelColumns {
+ public:
+  virtual ~KernelColumns() = default;
+  virtual Eigen::Index Count() const = 0;  ///< kernels
+  virtual Eigen::Index Size() const = 0;   ///< subjects (each kernel is Size() x Size())
+  /// Rows 0..j of column j of kernel k, the values the kernel matrix would hold: j + 1 values into `out`.
+  virtual void UpperColumn(Eigen::Index k, Eigen::Index j, double* out) const = 0;
+};
+
 class KernelStack;
+/// Training subjects from which the learners of kernel weights read their kernels in place (a view
+/// KernelStack); below it they pack the kernels' upper triangles into one store (n(n + 1) / 2 per kernel).
+inline constexpr Eigen::Index kPackedStackBelow = 1024;
 
 /// Work that depends on the training kernels only, done once and reused by every fit on the same
 /// kernels (a grid search, several learners on one fold; issue 17): the kernels' finiteness check,
@@ -111,8 +126,11 @@ class TrainingKernelCache {
   friend void MarkChecked(TrainingKernelCache*);
   friend const KernelStack& SharedStack(TrainingKernelCache*, const KernelList&, std::unique_ptr<KernelStack>&);
   friend const Eigen::MatrixXd& SharedSum(TrainingKernelCache*, const KernelList&, Eigen::MatrixXd&);
+  friend bool CheckedBefore(TrainingKernelCache*, const KernelColumns&);
+  friend const KernelStack& SharedStack(TrainingKernelCache*, const KernelColumns&, std::unique_ptr<KernelStack>&);
   bool Bind(const KernelList& kernels);  ///< true if `kernels` is the list already bound
-  std::vector<std::pair<const double*, Eigen::Index>> key_;
+  bool Bind(const KernelColumns& columns);  ///< the same for columns (recognised by address and shape)
+  std::vector<std::pair<const void*, Eigen::Index>> key_;
   bool checked_ = false;
   std::unique_ptr<KernelStack> stack_;
   Eigen::MatrixXd sum_;  ///< empty until built
@@ -122,9 +140,13 @@ class TrainingKernelCache {
 /// Optional help for a fit. `warmStart`: a model fitted on the same training kernels with
 /// neighbouring parameters (a grid search) to start from; it changes the path, not the optimum.
 /// `cache`: work shared with other fits on the same kernels; it changes neither path nor result.
+/// `columns`: the training kernels as KernelColumns, `train` being empty; only learners whose
+/// LearnerInfo::readsColumns is set accept it (the learners of kernel weights). A fit on columns
+/// equals the fit on the matrices they describe bit for bit.
 struct FitOptions {
   const Model* warmStart = nullptr;
   TrainingKernelCache* cache = nullptr;
+  const KernelColumns* columns = nullptr;
 };
 
 class Learner {
@@ -157,6 +179,7 @@ struct LearnerInfo {
   std::vector<ParamSpec> params;
   bool multiclass;       ///< accepts Task::Multiclass (every classification learner; natively: kelm, mkelm, dkelm)
   bool semiSupervised;   ///< uses subjects without a target (NaN) as unlabelled data
+  bool readsColumns = false;  ///< fits training kernels given as FitOptions::columns
 };
 
 using ParamMap = std::map<std::string, double>;

@@ -1,0 +1,174 @@
+// Issue 17: the learners of kernel weights fit training kernels given as columns (FitOptions::columns,
+// what nested CV hands them instead of fold copies) exactly as they fit the matrices the columns describe.
+#include <atomic>
+#include <cmath>
+#include <limits>
+#include <random>
+#include <string>
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "inner.hpp"
+#include "learner_fixtures.hpp"
+#include "neuromkl/core/errors.hpp"
+#include "neuromkl/learners/learner.hpp"
+
+using namespace neuromkl;
+using ::testing::HasSubstr;
+using neuromkl::testing::MakeMklProblem;
+
+namespace {
+
+/// The upper triangles of matrices, given column by column: what a learner reads of a KernelList.
+class MatrixColumns final : public learners::KernelColumns {
+ public:
+  explicit MatrixColumns(const learners::KernelList& kernels) : kernels_(kernels) {}
+  Eigen::Index Count() const override { return static_cast<Eigen::Index>(kernels_.size()); }
+  Eigen::Index Size() const override { return kernels_.empty() ? 0 : kernels_[0].rows(); }
+  void UpperColumn(Eigen::Index k, Eigen::Index j, double* out) const override {
+    const Eigen::MatrixXd& K = kernels_[static_cast<std::size_t>(k)];
+    for (Eigen::Index i = 0; i <= j; ++i) out[i] = K(i, j);
+    ++reads;
+  }
+  mutable std::atomic<long> reads{0};
+
+ private:
+  const learners::KernelList& kernels_;
+};
+
+// Both modes of the stack: packed (n = 300 < kViewFrom, built from the columns) and read through the
+// columns as needed (n = 1100).
+class ColumnStackModes : public ::testing::TestWithParam<int> {};
+INSTANTIATE_TEST_SUITE_P(PackedAndView, ColumnStackModes, ::testing::Values(300, 1100));
+
+TEST_P(ColumnStackModes, EveryOperationEqualsTheMatrixStackBitForBit) {
+  const int n = GetParam();
+  const auto p = MakeMklProblem(n, 6, {0, 2}, 1.0, 21);
+  const MatrixColumns columns(p.kernels);
+  const learners::KernelStack fromMatrices(p.kernels), fromColumns(columns);
+  EXPECT_EQ(fromColumns.Packed(), fromMatrices.Packed());
+  EXPECT_EQ(fromColumns.Size(), 6);
+  Eigen::VectorXd w(6);
+  w << 0.3, 0.0, 1.7, 0.25, 1e-3, 0.9;  // six kernels: one group of four and a tail of one (kernel 1 unused)
+  EXPECT_EQ(fromColumns.Combine(w), fromMatrices.Combine(w));
+  std::mt19937 rng(5);
+  std::normal_distribution<double> normal;
+  Eigen::MatrixXd A(n, 2);
+  for (Eigen::Index i = 0; i < A.size(); ++i) A.data()[i] = normal(rng);
+  for (Eigen::Index i = 0; i < n; i += 3) A.row(i).setZero();
+  const auto nonzero = learners::KernelStack::NonZeroRows(A);
+  const Eigen::VectorXd a = A.col(0);
+  EXPECT_EQ(fromColumns.Quadratics(a), fromMatrices.Quadratics(a));
+  const std::vector<Eigen::Index> which{0, 3, 5};
+  EXPECT_EQ(fromColumns.Products(which, a), fromMatrices.Products(which, a));
+  for (Eigen::Index k = 0; k < 6; ++k) {
+    EXPECT_EQ(fromColumns.Quadratic(k, A, nonzero), fromMatrices.Quadratic(k, A, nonzero)) << k;
+    EXPECT_EQ(fromColumns.RootSpectralBound(k), fromMatrices.RootSpectralBound(k)) << k;
+  }
+  // And the product is the kernel's (upper triangle mirrored) times the vector, to rounding: n products
+  // of order-1 terms, 1e-12 of the result's scale is ~100x their rounding.
+  const Eigen::MatrixXd K = p.kernels[3].selfadjointView<Eigen::Upper>();
+  const Eigen::VectorXd dense = K * a;
+  EXPECT_LE((fromColumns.Product(3, a) - dense).cwiseAbs().maxCoeff(), 1e-12 * dense.cwiseAbs().maxCoeff());
+}
+
+learners::Model FitOn(const std::string& learner, const learners::ParamMap& params, const learners::KernelList& kernels,
+                      const learners::Targets& t, bool asColumns, learners::MulticlassWeights mode = learners::MulticlassWeights::Shared) {
+  const auto l = learners::MakeLearner(learner, params, mode);
+  if (!asColumns) return l->Fit(kernels, t);
+  const MatrixColumns columns(kernels);
+  learners::TrainingKernelCache cache;  // as nested CV passes them: columns with a cache
+  learners::FitOptions options;
+  options.cache = &cache;
+  options.columns = &columns;
+  return l->Fit({}, t, options);
+}
+
+void ExpectSameModel(const learners::Model& x, const learners::Model& y, const std::string& what) {
+  EXPECT_EQ(x.beta, y.beta) << what;
+  EXPECT_EQ(x.coef, y.coef) << what;
+  EXPECT_EQ(x.bias, y.bias) << what;
+  EXPECT_EQ(x.coefs, y.coefs) << what;
+  EXPECT_EQ(x.biases, y.biases) << what;
+  EXPECT_EQ(x.betas, y.betas) << what;
+  EXPECT_EQ(x.info.iterations, y.info.iterations) << what;
+}
+
+TEST(KernelColumns, EveryLearnerOfKernelWeightsFitsColumnsAsItFitsTheMatrices) {
+  // Same values, same operations in the same order: the same path and model bit for bit.
+  const auto p = MakeMklProblem(60, 5, {1, 3}, 0.8, 23);
+  auto regression = MakeMklProblem(60, 5, {1, 3}, 0.8, 24, learners::Task::Regression);
+  learners::Targets multiclass{learners::Task::Multiclass, Eigen::VectorXd(60), 3};
+  for (int i = 0; i < 60; ++i) multiclass.y[i] = i % 3;
+  int checked = 0;
+  for (const auto& info : learners::LearnerCatalog()) {
+    if (!info.multipleKernels) {
+      EXPECT_FALSE(info.readsColumns) << info.name;
+      continue;
+    }
+    ASSERT_TRUE(info.readsColumns) << info.name;
+    const learners::ParamMap use = info.name == "enmkl_krr" ? learners::ParamMap{{"lambda", 0.1}} : learners::ParamMap{{"c", 10}};
+    if (info.classification) {
+      ExpectSameModel(FitOn(info.name, use, p.kernels, p.targets, true), FitOn(info.name, use, p.kernels, p.targets, false), info.name + " binary");
+      for (const auto mode : {learners::MulticlassWeights::Shared, learners::MulticlassWeights::PerClass})
+        ExpectSameModel(FitOn(info.name, use, p.kernels, multiclass, true, mode), FitOn(info.name, use, p.kernels, multiclass, false, mode),
+                        info.name + " multiclass");
+    }
+    if (info.regression)
+      ExpectSameModel(FitOn(info.name, use, regression.kernels, regression.targets, true),
+                      FitOn(info.name, use, regression.kernels, regression.targets, false), info.name + " regression");
+    ++checked;
+  }
+  EXPECT_EQ(checked, 5);  // enmkl_svm, enmkl_krr, simplemkl, mkelm, mkl_bp
+}
+
+TEST(KernelColumns, EnmklReadsLargeKernelsThroughTheColumnsAsThroughTheMatrices) {
+  // From kViewFrom subjects the stack reads the columns as it goes (no packed store): the same fit.
+  const auto p = MakeMklProblem(static_cast<int>(learners::KernelStack::kViewFrom) + 30, 3, {0}, 0.5, 25);
+  ExpectSameModel(FitOn("enmkl_svm", {{"c", 1}}, p.kernels, p.targets, true), FitOn("enmkl_svm", {{"c", 1}}, p.kernels, p.targets, false),
+                  "enmkl_svm, view stack");
+}
+
+TEST(KernelColumns, BadColumnsGetClearErrors) {
+  auto p = MakeMklProblem(30, 3, {0}, 1.0, 26);
+  const MatrixColumns columns(p.kernels);
+  learners::FitOptions options;
+  options.columns = &columns;
+  const auto expectError = [&](const std::string& learner, const learners::KernelList& train, const learners::Targets& t, const char* code,
+                               const char* message) {
+    try {
+      learners::MakeLearner(learner, {})->Fit(train, t, options);
+      ADD_FAILURE() << learner << ": expected " << code;
+    } catch (const InputError& e) {
+      EXPECT_EQ(e.code(), code) << e.what();
+      EXPECT_THAT(e.what(), HasSubstr(message));
+    }
+  };
+  // A learner of the summed kernel needs matrices.
+  expectError("svm", {}, p.targets, "learners:ColumnsUnsupported", "needs its training kernels as matrices");
+  // Both at once is ambiguous.
+  expectError("enmkl_svm", p.kernels, p.targets, "learners:KernelsTwice", "got 3 matrices and columns");
+  // Targets for another number of subjects.
+  learners::Targets shorter{p.targets.task, p.targets.y.head(20)};
+  expectError("enmkl_svm", {}, shorter, "learners:KernelShape", "training kernels are 30x30, expected 20x20");
+  // A non-finite entry in the upper triangle of kernel 2 is found and named.
+  p.kernels[2](4, 17) = std::numeric_limits<double>::infinity();
+  expectError("simplemkl", {}, p.targets, "learners:NonFiniteKernel", "training kernel 2 has NaN or infinite entries");
+}
+
+TEST(KernelColumns, AFitsCheckAndStackAreSharedThroughTheCache) {
+  // Nested CV fits a grid on one fold's columns: the finiteness check and the stack are made once.
+  const auto p = MakeMklProblem(40, 4, {0}, 1.0, 27);
+  const MatrixColumns columns(p.kernels);
+  learners::TrainingKernelCache cache;
+  learners::FitOptions options;
+  options.cache = &cache;
+  options.columns = &columns;
+  for (const double c : {0.1, 1.0, 10.0}) learners::MakeLearner("enmkl_svm", {{"c", c}})->Fit({}, p.targets, options);
+  EXPECT_EQ(cache.checksRun(), 1);
+  EXPECT_EQ(cache.stacksBuilt(), 1);
+  EXPECT_GT(columns.reads, 0);
+}
+
+}  // namespace
