@@ -78,7 +78,8 @@ static int MemoryMode(int n, double budgetGib, const std::string& way, bool mkl)
     if (way != "both" && way != (inPlace ? inPlaceName : "copies")) continue;
     cv::NestedCvOptions options;
     options.probabilities = !mkl;
-    (mkl ? options.columnsInPlace : options.sumKernelsInPlace) = inPlace;
+    if (mkl) options.columnsInPlace = inPlace ? cv::ColumnsInPlace::Always : cv::ColumnsInPlace::Never;
+    if (!mkl) options.sumKernelsInPlace = inPlace;
     options.memoryBudgetBytes = static_cast<std::uint64_t>(budgetGib * (1ULL << 30));
     const auto t = Clock::now();
     const double cpu0 = CpuSeconds();

@@ -217,16 +217,16 @@ PooledBlock ComputePermutationBlock(const StudyContext& ctx, int first, int coun
   options.memoryBudgetBytes = std::max<std::uint64_t>(1, available / threads);
   // When memory is tight, a thread waiting inside one permutation's nested CV must not start another
   // permutation (a second set of fold kernels beyond that share); otherwise it may, and keeps busy. Fold
-  // tasks copy every kernel for a learner of kernel weights when they cannot read them in place (with
-  // covariates); in place they copy the test blocks and, at small n, pack the training triangles (together
-  // at most half the kernels); learners of the sum prepare one summed kernel.
-  bool copies = false, columns = false;
+  // tasks copy every kernel for a learner of kernel weights, unless the copies do not fit the share and the
+  // learners can read them in place (NestedCvOptions::columnsInPlace): then they copy the test blocks and,
+  // at small n, pack the training triangles (together at most half the kernels). Learners of the sum
+  // prepare one summed kernel.
+  bool copies = false, columnsPossible = options.columnsInPlace != cv::ColumnsInPlace::Never && !options.preprocessing.covariates;
   for (const auto& plan : ctx.plans) {
     const auto* info = learners::FindLearner(plan.name);
     const bool weighted = !info || info->multipleKernels || !options.sumKernelsInPlace;
-    const bool inPlace = info && info->readsColumns && options.columnsInPlace && !options.preprocessing.covariates;
-    copies |= weighted && !inPlace;
-    columns |= weighted && inPlace;
+    copies |= weighted;
+    if (weighted && !(info && info->readsColumns)) columnsPossible = false;
   }
   std::uint64_t kernelBytes = 0, largestKernel = 0;
   for (const auto& K : ctx.kernels) {
@@ -234,7 +234,8 @@ PooledBlock ComputePermutationBlock(const StudyContext& ctx, int first, int coun
     kernelBytes += bytes;
     largestKernel = std::max(largestKernel, bytes);
   }
-  const std::uint64_t foldBytes = copies ? kernelBytes : columns ? kernelBytes / 2 : largestKernel;
+  const bool inPlace = columnsPossible && (options.columnsInPlace == cv::ColumnsInPlace::Always || kernelBytes > options.memoryBudgetBytes);
+  const std::uint64_t foldBytes = copies ? (inPlace ? kernelBytes / 2 : kernelBytes) : largestKernel;
   const bool tight = 2 * foldBytes * threads * threads > available;
   tbb::parallel_for(0, count, [&](int i) {
     const auto permutation = [&] {

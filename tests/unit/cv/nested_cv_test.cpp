@@ -175,8 +175,9 @@ TEST(NestedCv, ActiveThreadsFollowAStudysThreadLimit) {
 }
 
 TEST(NestedCv, FewerFoldsInFlightChangeNothing) {
-  // A budget too small for two folds at once runs them one at a time (issue 17: large n on one machine);
-  // every result must be bit-identical to the run with a fold per thread.
+  // A budget too small for two folds at once runs them one at a time (issue 17: large n on one machine),
+  // and, as not even one fold's copies fit, enmkl_svm reads its training kernels in place (FoldColumns);
+  // every result must be bit-identical to the run with a fold per thread and copies.
   const auto p = neuromkl::testing::MakeMklProblem(36, 3, {0}, 1.0, 29);
   const learners::Targets labelled{learners::Task::Classification, p.targets.y.head(30)};
   const auto outer = cv::MakeFolds({cv::Scheme::StratifiedKFold, 3, 1}, learners::Task::Classification, labelled.y, {}, {}, 9, "outer");
@@ -200,7 +201,8 @@ TEST(NestedCv, FewerFoldsInFlightChangeNothing) {
 
 TEST(NestedCv, AFoldThatCannotFitTheMemoryIsReportedBeforeItRuns) {
   // The system's out-of-memory killer ends a process without a message: the run says first that one
-  // fold's copies exceed the memory available (info/warning once per process, debug afterwards).
+  // fold's kernels exceed the memory available (info/warning once per process, debug afterwards), and that
+  // the learners of kernel weights then read their training kernels in place.
   std::ostringstream captured;
   const auto previous = spdlog::default_logger();
   auto logger = std::make_shared<spdlog::logger>("capture", std::make_shared<spdlog::sinks::ostream_sink_mt>(captured));
@@ -213,7 +215,8 @@ TEST(NestedCv, AFoldThatCannotFitTheMemoryIsReportedBeforeItRuns) {
   const auto result = cv::RunNestedCv(p.kernels, p.targets, outer, Inner(3), Plans(), options);
   spdlog::set_default_logger(previous);
   EXPECT_EQ(result.size(), Plans().size());
-  EXPECT_NE(captured.str().find("one fold's kernel copies need"), std::string::npos) << captured.str();
+  EXPECT_NE(captured.str().find("one fold's kernels need"), std::string::npos) << captured.str();
+  EXPECT_NE(captured.str().find("read the training kernels in place"), std::string::npos) << captured.str();
   EXPECT_NE(captured.str().find("outer folds"), std::string::npos) << captured.str();
 }
 
@@ -708,7 +711,8 @@ TEST(FoldColumns, NestedCvOnColumnsGivesTheResultsOfTheCopiesBitForBit) {
     columns.multiclassWeights = copies.multiclassWeights = c.weights;
     columns.preprocessing.kernelGroups = copies.preprocessing.kernelGroups = {0, 0, 1, 1};
     if (c.covariates) columns.preprocessing.covariates = copies.preprocessing.covariates = std::make_shared<const kernels::Covariates>(kernels::Covariates{design, {}});
-    copies.columnsInPlace = false;
+    columns.columnsInPlace = cv::ColumnsInPlace::Always;
+    copies.columnsInPlace = cv::ColumnsInPlace::Never;
     const auto a = cv::RunNestedCv(p.kernels, t, outer, inner, *c.plans, columns);
     const auto b = cv::RunNestedCv(p.kernels, t, outer, inner, *c.plans, copies);
     ASSERT_EQ(a.size(), c.plans->size());

@@ -82,6 +82,8 @@ struct LearnerOutcome {
   long fits = 0;  ///< learner fits, inner and outer
 };
 
+enum class ColumnsInPlace { Auto, Always, Never };
+
 struct NestedCvOptions {
   Preprocessing preprocessing;
   /// Subjects without a target, as the last rows/columns of the kernels (indices n .. n + u - 1).
@@ -106,11 +108,14 @@ struct NestedCvOptions {
   /// instead of a copy of every kernel. Their fits are identical either way (test decisions agree to
   /// rounding: another order of sums); false only to measure what it saves (bench_nested_cv).
   bool sumKernelsInPlace = true;
-  /// Learners of kernel weights read each fold's training kernels from the study's kernels in place
-  /// (FoldColumns) instead of a copy of every kernel; only the test blocks are copied. Without covariates
-  /// only (residualising mixes rows: those folds are copied). Results are identical bit for bit either
-  /// way; false only to measure what it saves (bench_nested_cv).
-  bool columnsInPlace = true;
+  /// Whether learners of kernel weights read each fold's training kernels from the study's kernels in place
+  /// (FoldColumns: only the test blocks are copied, peak memory ~1.35x the kernels instead of ~2.6x) or get a
+  /// copy of every kernel. In place, every entry is prepared again at each read: a fit takes ~2.5x as long
+  /// (bench_nested_cv memory-mkl). Auto (the default) reads in place only when not even one fold task's
+  /// copies fit the memory budget (memoryBudgetBytes), for the inner and the outer folds separately.
+  /// Never with covariates (residualising mixes rows: those folds are copied). Results are identical bit
+  /// for bit either way.
+  ColumnsInPlace columnsInPlace = ColumnsInPlace::Auto;
   /// Bytes the fold kernels of the folds in flight may take together; 0 = the memory the system reports
   /// available when the run starts. Each fold task copies its training and test kernels (with 116
   /// regions at n = 2,000, 1.9 GB for an inner fold, 3 GB for an outer one); when a thread per fold
