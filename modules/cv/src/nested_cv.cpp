@@ -55,7 +55,7 @@ using FoldNeeds = std::array<bool, 4>;
 constexpr std::size_t ViewIndex(bool semiSupervised, bool summed) { return 2 * static_cast<std::size_t>(semiSupervised) + static_cast<std::size_t>(summed); }
 
 /// Bytes of one fold task's kernels (training l x l and test m x l per kernel copied, once for a summed
-/// kernel; with `columns` the test blocks and, below learners::kPackedStackBelow, the packed stack) plus a
+/// kernel; with `columns` one test block and, below learners::kPackedStackBelow, the packed stack) plus a
 /// fit's own l x l work (the combined kernel of an MKL learner and a spare).
 std::uint64_t FoldTaskBytes(std::size_t kernelCount, std::size_t train, std::size_t test, std::size_t unlabelled, const FoldNeeds& needs,
                             bool columns) {
@@ -67,9 +67,9 @@ std::uint64_t FoldTaskBytes(std::size_t kernelCount, std::size_t train, std::siz
       const std::size_t l = train + (semi ? unlabelled : 0);
       largest = std::max(largest, l);
       const double dl = static_cast<double>(l), perKernel = columns && !summed
-                                                                 ? dl * static_cast<double>(test) +
-                                                                       (static_cast<Eigen::Index>(l) < learners::kPackedStackBelow ? dl * (dl + 1) / 2 : 0.0)
+                                                                 ? (static_cast<Eigen::Index>(l) < learners::kPackedStackBelow ? dl * (dl + 1) / 2 : 0.0)
                                                                  : dl * (dl + static_cast<double>(test));
+      if (columns && !summed) doubles += dl * static_cast<double>(test);  // the one test block a decision prepares at a time
       doubles += (summed ? 1.0 : static_cast<double>(kernelCount)) * perKernel;
     }
   const double l = static_cast<double>(largest);
@@ -100,8 +100,8 @@ void ForEachLimited(std::size_t count, std::size_t limit, const Body& body) {
 /// A fold's kernels (FoldNeeds) and the training targets of the supervised learners and, if any learner
 /// needs them, with the unlabelled subjects appended to the training set (preprocessed with that training set).
 struct FoldViews {
-  std::array<FoldKernels, 4> kernels;  ///< with columns, the copies' views hold their test blocks only
-  std::array<std::unique_ptr<FoldColumns>, 2> columns;  ///< [semi-supervised]: training kernels in place, or null
+  std::array<FoldKernels, 4> kernels;  ///< with columns, the copies' views are empty
+  std::array<std::unique_ptr<FoldColumns>, 2> columns;  ///< [semi-supervised]: training and test kernels in place, or null
   std::array<learners::Targets, 2> y;  ///< [semi-supervised]
 };
 /// Fills `v` (a previous task's views: the copies' storage is reused where sizes match).
@@ -116,7 +116,7 @@ void PrepareViews(const learners::KernelList& kernels, const learners::Targets& 
       v.columns[semi] = std::make_unique<FoldColumns>(kernels, Eigen::Map<const Eigen::VectorXi>(rows.data(), static_cast<Eigen::Index>(rows.size())),
                                                       Eigen::Map<const Eigen::VectorXi>(test.data(), static_cast<Eigen::Index>(test.size())), pre);
       fk.train.clear();
-      v.columns[semi]->WriteTestBlocks(fk.test);
+      fk.test.clear();
     } else if (needs[ViewIndex(semi, false)]) {
       PrepareFoldInto(kernels, rows, test, pre, v.kernels[ViewIndex(semi, false)]);
     }
@@ -153,7 +153,7 @@ class SpareViews {
 /// Inner criterion: balanced accuracy (higher is better; macro for multiclass) or MSE (lower is
 /// better) unless the study names another (higher is better).
 double InnerScore(const learners::Targets& targets, const std::string& criterion, const Eigen::VectorXd& y, const learners::Model& model,
-                  const learners::KernelList& test) {
+                  const learners::TestBlocks& test) {
   if (targets.task == learners::Task::Multiclass)
     return metrics::AsMap(metrics::MultiClassify(y, model.Scores(test), targets.classes)).at(criterion.empty() ? "balanced_accuracy" : criterion);
   const Eigen::VectorXd f = model.Decision(test);
@@ -269,6 +269,14 @@ void FoldColumns::WriteTestBlocks(learners::KernelList& test) const {
   tbb::parallel_for(std::size_t{0}, kernels_.size(), [&](std::size_t k) {
     kernels::WritePreparedTestBlock(kernels_[k], train_, test_, vectors_[k], scales_[static_cast<Eigen::Index>(k)], test[k]);
   });
+}
+
+learners::TestBlocks FoldColumns::Test(Eigen::MatrixXd& buffer) const {
+  return {Count(), test_.size(), [this, &buffer](Eigen::Index k) -> const Eigen::MatrixXd& {
+            const auto j = static_cast<std::size_t>(k);
+            kernels::WritePreparedTestBlock(kernels_[j], train_, test_, vectors_[j], scales_[k], buffer);
+            return buffer;
+          }};
 }
 
 FoldKernels PrepareFold(const learners::KernelList& kernels, const std::vector<int>& train, const std::vector<int>& test,
@@ -636,10 +644,13 @@ std::vector<LearnerOutcome> RunNestedCv(const learners::KernelList& kernels, con
     const Eigen::VectorXd yTest = Subset(targets.y, te);
     // Every fit on this fold's kernels (all grid points of all learners) shares their check and packed stack.
     std::array<learners::TrainingKernelCache, 4> caches;  // one per view: a cache is bound to one kernel list
+    Eigen::MatrixXd testBuffer;  // with columns: the test block a decision reads, one kernel at a time
     for (std::size_t l = 0; l < L; ++l) {
       const auto& grid = plans[l].grid;
       if (grid.size() < 2 && !calibrate) continue;
       const FoldKernels& fk = views.kernels[viewOf[l]];
+      const FoldColumns* inPlace = summed[l] ? nullptr : views.columns[semi[l]].get();
+      const learners::TestBlocks test = inPlace ? inPlace->Test(testBuffer) : learners::HeldBlocks(fk.test);
       learners::Targets weighted;
       const learners::Targets& yTrain = Weighted(plans[l], views.y[semi[l]], weighted);
       std::vector<learners::Model> fitted(grid.size());
@@ -647,13 +658,13 @@ std::vector<LearnerOutcome> RunNestedCv(const learners::KernelList& kernels, con
       for (std::size_t g = 0; g < grid.size(); ++g) {
         learners::FitOptions fitOptions;
         if (options.shareFoldWork) fitOptions.cache = &caches[viewOf[l]];
-        if (!summed[l]) fitOptions.columns = views.columns[semi[l]].get();
+        fitOptions.columns = inPlace;
         if (const auto w = NearestFitted(grid, ok, g)) fitOptions.warmStart = &fitted[*w];
         try {
           fitted[g] = learnerObjects[firstObject[l] + g]->Fit(fk.train, yTrain, fitOptions);
           ok[g] = true;
-          scores[f][l][g][i] = InnerScore(targets, options.criterion, yTest, fitted[g], fk.test);
-          if (calibrate) oof[f][l][g][i] = fitted[g].Decision(fk.test);
+          scores[f][l][g][i] = InnerScore(targets, options.criterion, yTest, fitted[g], test);
+          if (calibrate) oof[f][l][g][i] = fitted[g].Decision(test);
         } catch (const Error&) {
           // e.g. a single class in a small inner training set: this point scores NaN (never chosen)
         }
@@ -684,8 +695,11 @@ std::vector<LearnerOutcome> RunNestedCv(const learners::KernelList& kernels, con
     PrepareViews(kernels, targets, outer[f].train, outer[f].test, options.preprocessing, unlabelled, needs, columns, *spare);
     const FoldViews& views = *spare;
     std::array<learners::TrainingKernelCache, 4> caches;  // one per view: a cache is bound to one kernel list
+    Eigen::MatrixXd testBuffer;  // with columns: the test block a decision reads, one kernel at a time
     for (std::size_t l = 0; l < L; ++l) {
       const FoldKernels& fk = views.kernels[viewOf[l]];
+      const FoldColumns* inPlace = summed[l] ? nullptr : views.columns[semi[l]].get();
+      const learners::TestBlocks test = inPlace ? inPlace->Test(testBuffer) : learners::HeldBlocks(fk.test);
       learners::Targets weighted;
       const learners::Targets& yTrain = Weighted(plans[l], views.y[semi[l]], weighted);
       OuterFoldResult& r = out[l].folds[f];
@@ -711,12 +725,12 @@ std::vector<LearnerOutcome> RunNestedCv(const learners::KernelList& kernels, con
       try {
         r.model = learnerObjects[firstObject[l] + r.chosen]->Fit(
             fk.train, yTrain,
-            learners::FitOptions{nullptr, options.shareFoldWork ? &caches[viewOf[l]] : nullptr, summed[l] ? nullptr : views.columns[semi[l]].get()});
+            learners::FitOptions{nullptr, options.shareFoldWork ? &caches[viewOf[l]] : nullptr, inPlace});
         if (targets.task == learners::Task::Multiclass) {
-          r.scores = r.model.Scores(fk.test);
+          r.scores = r.model.Scores(test);
           r.decision = metrics::PredictedClasses(r.scores);  // NaN where a score is not finite
         } else {
-          r.decision = r.model.Decision(fk.test);
+          r.decision = r.model.Decision(test);
         }
         // A fit on the summed kernel reports the model over the study's kernels (weights, maps, export).
         if (summed[l]) r.model = ExpandSummedModel(std::move(r.model), static_cast<Eigen::Index>(kernels.size()));

@@ -48,28 +48,65 @@ Eigen::Index CheckTestKernels(const KernelList& testVsTrain, const Eigen::Vector
 }
 }  // namespace
 
+TestBlocks HeldBlocks(const KernelList& testVsTrain) {
+  return {static_cast<Eigen::Index>(testVsTrain.size()), testVsTrain.empty() ? 0 : testVsTrain[0].rows(),
+          [&testVsTrain](Eigen::Index j) -> const Eigen::MatrixXd& { return testVsTrain[static_cast<std::size_t>(j)]; }};
+}
+
+namespace {
+/// Block j of `test`, its shape checked against the model's training subjects.
+const Eigen::MatrixXd& CheckedBlock(const TestBlocks& test, Eigen::Index j, Eigen::Index cols) {
+  const Eigen::MatrixXd& Kt = test.block(j);
+  if (Kt.rows() != test.rows || Kt.cols() != cols)
+    throw InputError("learners:TestShape", "decision",
+                     fmt::format("test kernel {} is {}x{}, expected {}x{} (= test subjects x training subjects)", j, Kt.rows(), Kt.cols(), test.rows, cols));
+  return Kt;
+}
+
+void CheckBlockCount(const TestBlocks& test, const Eigen::VectorXd& beta) {
+  if (test.count != beta.size())
+    throw InputError("learners:KernelCount", "decision", fmt::format("got {} test kernels, the model was trained on {}", test.count, beta.size()));
+}
+}  // namespace
+
 Eigen::VectorXd Model::Decision(const KernelList& testVsTrain) const {
   if (Multiclass())
     throw InputError("learners:MulticlassModel", "decision", "a multiclass model has one score per class: use Scores, not Decision");
-  const Eigen::Index m = CheckTestKernels(testVsTrain, beta, coef.size());
-  Eigen::VectorXd f = Eigen::VectorXd::Constant(m, bias);
-  for (std::size_t j = 0; j < testVsTrain.size(); ++j)
-    if (beta[static_cast<Eigen::Index>(j)] != 0.0) f.noalias() += beta[static_cast<Eigen::Index>(j)] * (testVsTrain[j] * coef);
-  return f;
+  CheckTestKernels(testVsTrain, beta, coef.size());
+  return Decision(HeldBlocks(testVsTrain));
 }
 
 Eigen::MatrixXd Model::Scores(const KernelList& testVsTrain) const {
   if (!Multiclass()) return Decision(testVsTrain);
-  const Eigen::Index m = CheckTestKernels(testVsTrain, beta, coefs.rows());
-  Eigen::MatrixXd S = biases.transpose().replicate(m, 1);
-  if (betas.cols() > 0) {  // per-class kernel weights
-    for (Eigen::Index c = 0; c < coefs.cols(); ++c)
-      for (std::size_t j = 0; j < testVsTrain.size(); ++j)
-        if (const double b = betas(static_cast<Eigen::Index>(j), c); b != 0.0) S.col(c).noalias() += b * (testVsTrain[j] * coefs.col(c));
+  CheckTestKernels(testVsTrain, beta, coefs.rows());
+  return Scores(HeldBlocks(testVsTrain));
+}
+
+Eigen::VectorXd Model::Decision(const TestBlocks& test) const {
+  if (Multiclass())
+    throw InputError("learners:MulticlassModel", "decision", "a multiclass model has one score per class: use Scores, not Decision");
+  CheckBlockCount(test, beta);
+  Eigen::VectorXd f = Eigen::VectorXd::Constant(test.rows, bias);
+  for (Eigen::Index j = 0; j < test.count; ++j)
+    if (beta[j] != 0.0) f.noalias() += beta[j] * (CheckedBlock(test, j, coef.size()) * coef);
+  return f;
+}
+
+Eigen::MatrixXd Model::Scores(const TestBlocks& test) const {
+  if (!Multiclass()) return Decision(test);
+  CheckBlockCount(test, beta);
+  Eigen::MatrixXd S = biases.transpose().replicate(test.rows, 1);
+  if (betas.cols() > 0) {  // per-class kernel weights; each class's column adds its kernels in kernel order
+    for (Eigen::Index j = 0; j < test.count; ++j) {
+      if ((betas.row(j).array() == 0.0).all()) continue;
+      const Eigen::MatrixXd& Kt = CheckedBlock(test, j, coefs.rows());
+      for (Eigen::Index c = 0; c < coefs.cols(); ++c)
+        if (const double b = betas(j, c); b != 0.0) S.col(c).noalias() += b * (Kt * coefs.col(c));
+    }
     return S;
   }
-  for (std::size_t j = 0; j < testVsTrain.size(); ++j)
-    if (beta[static_cast<Eigen::Index>(j)] != 0.0) S.noalias() += beta[static_cast<Eigen::Index>(j)] * (testVsTrain[j] * coefs);
+  for (Eigen::Index j = 0; j < test.count; ++j)
+    if (beta[j] != 0.0) S.noalias() += beta[j] * (CheckedBlock(test, j, coefs.rows()) * coefs);
   return S;
 }
 

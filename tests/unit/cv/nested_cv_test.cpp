@@ -648,6 +648,11 @@ TEST(FoldColumns, AreThePreparedCopiesColumnsBitForBit) {
         columns.WriteTestBlocks(test);
         ASSERT_EQ(test.size(), 3u);
         for (std::size_t k = 0; k < 3; ++k) EXPECT_EQ(test[k], copies.test[k]);
+        Eigen::MatrixXd buffer;
+        const learners::TestBlocks oneAtATime = columns.Test(buffer);
+        ASSERT_EQ(oneAtATime.count, 3);
+        ASSERT_EQ(oneAtATime.rows, te.size());
+        for (Eigen::Index k = 2; k >= 0; --k) EXPECT_EQ(oneAtATime.block(k), copies.test[static_cast<std::size_t>(k)]);
       }
 }
 

@@ -171,4 +171,44 @@ TEST(KernelColumns, AFitsCheckAndStackAreSharedThroughTheCache) {
   EXPECT_GT(columns.reads, 0);
 }
 
+TEST(TestBlocks, DecisionsFromBlocksHandedOverOneAtATimeEqualTheHeldBlocks) {
+  // Binary, multiclass with shared and with per-class weights: the same sums in the same order. Only the
+  // blocks of kernels with a weight are asked for; shapes and counts are checked as for a list.
+  const auto p = MakeMklProblem(50, 4, {1}, 3.0, 28);
+  learners::KernelList train, test;
+  for (const auto& K : p.kernels) {
+    train.push_back(K.topLeftCorner(40, 40));
+    test.push_back(K.bottomLeftCorner(10, 40));
+  }
+  const learners::Targets binary{learners::Task::Classification, p.targets.y.head(40)};
+  learners::Targets multiclass{learners::Task::Multiclass, Eigen::VectorXd(40), 3};
+  for (int i = 0; i < 40; ++i) multiclass.y[i] = i % 3;
+  std::vector<Eigen::Index> asked;
+  Eigen::MatrixXd buffer;
+  const learners::TestBlocks oneAtATime{4, 10, [&](Eigen::Index j) -> const Eigen::MatrixXd& {
+                                          asked.push_back(j);
+                                          buffer = test[static_cast<std::size_t>(j)];
+                                          return buffer;
+                                        }};
+  const auto model = learners::MakeLearner("enmkl_svm", {{"c", 1}, {"mu", 1}})->Fit(train, binary);
+  ASSERT_LT((model.beta.array() > 0).count(), 4);  // mu = 1 is sparse here: some blocks are never needed
+  EXPECT_EQ(model.Decision(oneAtATime), model.Decision(test));
+  EXPECT_EQ(static_cast<Eigen::Index>(asked.size()), (model.beta.array() != 0).count());
+  for (const auto mode : {learners::MulticlassWeights::Shared, learners::MulticlassWeights::PerClass}) {
+    const auto m = learners::MakeLearner("enmkl_svm", {{"c", 10}}, mode)->Fit(train, multiclass);
+    EXPECT_EQ(m.Scores(oneAtATime), m.Scores(test));
+  }
+  const learners::TestBlocks tooFew{3, 10, oneAtATime.block};
+  EXPECT_THROW(model.Decision(tooFew), InputError);
+  const Eigen::MatrixXd wrong = Eigen::MatrixXd::Zero(10, 39);
+  const learners::TestBlocks misshapen{4, 10, [&](Eigen::Index) -> const Eigen::MatrixXd& { return wrong; }};
+  try {
+    model.Decision(misshapen);
+    ADD_FAILURE() << "expected learners:TestShape";
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.code(), "learners:TestShape");
+    EXPECT_THAT(e.what(), HasSubstr("is 10x39, expected 10x40"));
+  }
+}
+
 }  // namespace

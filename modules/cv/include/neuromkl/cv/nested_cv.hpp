@@ -187,6 +187,9 @@ class FoldColumns final : public learners::KernelColumns {
   void UpperColumn(Eigen::Index k, Eigen::Index j, double* out) const override;
   /// PrepareFold's test blocks (m x l each) into `test`, reusing its storage where sizes match.
   void WriteTestBlocks(learners::KernelList& test) const;
+  /// The same blocks one at a time, each written into `buffer` when a model asks for it (a model's
+  /// decisions from them equal those from WriteTestBlocks' copies bit for bit). `buffer` must outlive the result.
+  learners::TestBlocks Test(Eigen::MatrixXd& buffer) const;
 
  private:
   const learners::KernelList& kernels_;

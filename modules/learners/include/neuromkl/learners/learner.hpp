@@ -3,6 +3,7 @@
 // and targets and returns a Model whose decision function is
 //     f(x) = sum_j beta_j sum_i coef_i K_j(x, x_i) + bias.
 // Learners hold validated parameters only, and Fit is const: learners are thread-safe.
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -67,6 +68,17 @@ struct FitInfo {
 
 using KernelList = std::vector<Eigen::MatrixXd>;
 
+/// Test-vs-train blocks handed over one at a time instead of held together (nested CV prepares a fold's
+/// blocks from the study's kernels when a model needs them: issue 17). `block(j)` gives block j (rows x
+/// training subjects); the reference stays valid until the next call. Only the blocks a model uses are asked for.
+struct TestBlocks {
+  Eigen::Index count = 0;  ///< kernels
+  Eigen::Index rows = 0;   ///< test subjects
+  std::function<const Eigen::MatrixXd&(Eigen::Index)> block;
+};
+/// Blocks that are held in a list (`testVsTrain` must outlive the result).
+TestBlocks HeldBlocks(const KernelList& testVsTrain);
+
 struct Model {
   Eigen::VectorXd beta;   ///< kernel weights, one per kernel, sum 1 (single-kernel learners: uniform sum, 1 each)
   Eigen::VectorXd coef;   ///< coefficients of the decision function (SVM: y_i alpha_i; KRR: alpha_i)
@@ -83,6 +95,9 @@ struct Model {
   Eigen::VectorXd Decision(const KernelList& testVsTrain) const;
   /// Class scores (m x classes) of a multiclass model; the prediction is the arg max of a row.
   Eigen::MatrixXd Scores(const KernelList& testVsTrain) const;
+  /// The same from blocks handed over one at a time, bit for bit.
+  Eigen::VectorXd Decision(const TestBlocks& test) const;
+  Eigen::MatrixXd Scores(const TestBlocks& test) const;
   bool Multiclass() const { return coefs.cols() > 0; }
   // Primal weights of linear kernels (voxel maps) are recovered from beta and coef with the fold's
   // preprocessing by weights::SubjectWeights.
