@@ -109,10 +109,11 @@ struct NestedCvOptions {
   /// rounding: another order of sums); false only to measure what it saves (bench_nested_cv).
   bool sumKernelsInPlace = true;
   /// Whether learners of kernel weights read each fold's training kernels from the study's kernels in place
-  /// (FoldColumns: only the test blocks are copied, peak memory ~1.35x the kernels instead of ~2.6x) or get a
-  /// copy of every kernel. In place, every entry is prepared again at each read: a fit takes ~2.5x as long
-  /// (bench_nested_cv memory-mkl). Auto (the default) reads in place only when not even one fold task's
-  /// copies fit the memory budget (memoryBudgetBytes), for the inner and the outer folds separately.
+  /// (FoldColumns; test blocks are prepared one kernel at a time for decisions: peak memory ~1.03x the kernels
+  /// instead of ~2.6x) or get a copy of every kernel. In place, every entry is prepared again at each read: a
+  /// fit takes ~2.3x as long (bench_nested_cv memory-mkl). Auto (the default) reads in place only when not
+  /// even one fold task's copies fit the memory budget (memoryBudgetBytes), for the inner and the outer folds
+  /// separately.
   /// Never with covariates (residualising mixes rows: those folds are copied). Results are identical bit
   /// for bit either way.
   ColumnsInPlace columnsInPlace = ColumnsInPlace::Auto;
