@@ -256,19 +256,13 @@ void FoldColumns::UpperColumn(Eigen::Index k, Eigen::Index j, double* out) const
   const double* col = kernels_[static_cast<std::size_t>(k)].col(train_[j]).data();
   const double cb = v.colMean[j], ib = v.invTrain[j], grand = v.grand;
   // The gather first, then the arithmetic over contiguous arrays (vectorised): the learners read every
-  // active kernel's columns at every iteration, and one fused scalar loop cost 2.3x the copies' fit.
+  // active kernel's columns at every iteration, and one fused scalar loop took 166 s where this takes 127 s
+  // (bench_nested_cv memory-mkl 1400; copies 49.8 s).
   const int* rows = train_.data();
   for (Eigen::Index a = 0; a <= j; ++a) out[a] = col[rows[a]];
   const double* colMean = v.colMean.data();
   const double* invTrain = v.invTrain.data();
   for (Eigen::Index a = 0; a <= j; ++a) out[a] = kernels::PreparedEntry(out[a], cb, colMean[a], grand, invTrain[a], ib, scale);
-}
-
-void FoldColumns::WriteTestBlocks(learners::KernelList& test) const {
-  test.resize(kernels_.size());
-  tbb::parallel_for(std::size_t{0}, kernels_.size(), [&](std::size_t k) {
-    kernels::WritePreparedTestBlock(kernels_[k], train_, test_, vectors_[k], scales_[static_cast<Eigen::Index>(k)], test[k]);
-  });
 }
 
 learners::TestBlocks FoldColumns::Test(Eigen::MatrixXd& buffer) const {

@@ -186,10 +186,9 @@ class FoldColumns final : public learners::KernelColumns {
   Eigen::Index Count() const override { return static_cast<Eigen::Index>(kernels_.size()); }
   Eigen::Index Size() const override { return train_.size(); }
   void UpperColumn(Eigen::Index k, Eigen::Index j, double* out) const override;
-  /// PrepareFold's test blocks (m x l each) into `test`, reusing its storage where sizes match.
-  void WriteTestBlocks(learners::KernelList& test) const;
-  /// The same blocks one at a time, each written into `buffer` when a model asks for it (a model's
-  /// decisions from them equal those from WriteTestBlocks' copies bit for bit). `buffer` must outlive the result.
+  /// PrepareFold's test blocks (m x l each) one at a time, each written into `buffer` when a model asks for it
+  /// (a model's decisions from them equal those from PrepareFold's copies bit for bit). `buffer` must outlive
+  /// the result.
   learners::TestBlocks Test(Eigen::MatrixXd& buffer) const;
 
  private:
