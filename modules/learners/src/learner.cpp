@@ -117,18 +117,14 @@ bool TrainingKernelCache::Bind(const KernelList& kernels) {
   std::vector<std::pair<const void*, Eigen::Index>> key;
   key.reserve(kernels.size());
   for (const auto& K : kernels) key.emplace_back(K.data(), K.rows() * (K.cols() + 1));  // rows and cols both enter the size
-  if (key == key_) return true;
-  key_ = std::move(key);
-  checked_ = false;
-  stack_.reset();
-  sum_.resize(0, 0);
-  return false;
+  return BindKey(std::move(key));
 }
 
-bool TrainingKernelCache::Bind(const KernelColumns& columns) {
-  const std::vector<std::pair<const void*, Eigen::Index>> key{{&columns, columns.Size()}, {nullptr, columns.Count()}};
+bool TrainingKernelCache::Bind(const KernelColumns& columns) { return BindKey({{&columns, columns.Size()}, {nullptr, columns.Count()}}); }
+
+bool TrainingKernelCache::BindKey(std::vector<std::pair<const void*, Eigen::Index>> key) {
   if (key == key_) return true;
-  key_ = key;
+  key_ = std::move(key);
   checked_ = false;
   stack_.reset();
   sum_.resize(0, 0);
@@ -141,15 +137,7 @@ bool CheckedBefore(TrainingKernelCache* cache, const KernelColumns& columns) {
 }
 
 const KernelStack& SharedStack(TrainingKernelCache* cache, const KernelColumns& columns, std::unique_ptr<KernelStack>& local) {
-  if (!cache) {
-    local = std::make_unique<KernelStack>(columns);
-    return *local;
-  }
-  if (!cache->Bind(columns) || !cache->stack_) {
-    cache->stack_ = std::make_unique<KernelStack>(columns);
-    ++cache->stacksBuilt_;
-  }
-  return *cache->stack_;
+  return cache ? cache->Stack(columns) : *(local = std::make_unique<KernelStack>(columns));
 }
 
 const KernelStack& SharedStack(const KernelList& train, const FitOptions& options, std::unique_ptr<KernelStack>& local) {
@@ -194,15 +182,16 @@ void MarkChecked(TrainingKernelCache* cache) {
 }
 
 const KernelStack& SharedStack(TrainingKernelCache* cache, const KernelList& kernels, std::unique_ptr<KernelStack>& local) {
-  if (!cache) {
-    local = std::make_unique<KernelStack>(kernels);
-    return *local;
+  return cache ? cache->Stack(kernels) : *(local = std::make_unique<KernelStack>(kernels));
+}
+
+template <typename Kernels>
+const KernelStack& TrainingKernelCache::Stack(const Kernels& kernels) {
+  if (!Bind(kernels) || !stack_) {
+    stack_ = std::make_unique<KernelStack>(kernels);
+    ++stacksBuilt_;
   }
-  if (!cache->Bind(kernels) || !cache->stack_) {
-    cache->stack_ = std::make_unique<KernelStack>(kernels);
-    ++cache->stacksBuilt_;
-  }
-  return *cache->stack_;
+  return *stack_;
 }
 
 const Eigen::MatrixXd& SharedSum(TrainingKernelCache* cache, const KernelList& kernels, Eigen::MatrixXd& local) {

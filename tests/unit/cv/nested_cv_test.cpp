@@ -352,7 +352,23 @@ namespace {
 struct SummedFixture {
   std::vector<Eigen::MatrixXd> kernels;
   std::vector<int> train, test;
+  Eigen::VectorXi tr, te;  ///< the same as index vectors
 };
+
+/// Centring, normalising and equal source weighting (groups {0, 1, 1}) each on and off.
+std::vector<cv::Preprocessing> EveryPreprocessing() {
+  std::vector<cv::Preprocessing> out;
+  for (const bool centre : {true, false})
+    for (const bool normalise : {true, false})
+      for (const bool groups : {false, true}) {
+        cv::Preprocessing pre;
+        pre.centre = centre;
+        pre.normalise = normalise;
+        if (groups) pre.kernelGroups = {0, 1, 1};
+        out.push_back(pre);
+      }
+  return out;
+}
 
 /// Three linear kernels of different scales over 47 subjects; test subject 2 equals the training mean
 /// in kernel 0's features, so its centred self-similarity is 0 (a zero row after normalising).
@@ -370,6 +386,8 @@ SummedFixture MakeSummedFixture() {
     }
     f.kernels.push_back(X * X.transpose());
   }
+  f.tr = Eigen::Map<const Eigen::VectorXi>(f.train.data(), static_cast<Eigen::Index>(f.train.size()));
+  f.te = Eigen::Map<const Eigen::VectorXi>(f.test.data(), static_cast<Eigen::Index>(f.test.size()));
   return f;
 }
 
@@ -396,39 +414,35 @@ TEST(SummedFold, EqualsTheSumOfPreparedKernelsForEveryPreprocessing) {
   // (kernels::PreparedEntry), added in kernel order as CombineKernels adds: equal bit for bit. Both agree
   // with the step-by-step preparation (SliceFold, CentreFold, NormaliseFold) to a few ulps.
   const auto f = MakeSummedFixture();
-  const Eigen::VectorXi tr = Eigen::Map<const Eigen::VectorXi>(f.train.data(), static_cast<Eigen::Index>(f.train.size()));
-  const Eigen::VectorXi te = Eigen::Map<const Eigen::VectorXi>(f.test.data(), static_cast<Eigen::Index>(f.test.size()));
-  for (const bool centre : {true, false})
-    for (const bool normalise : {true, false})
-      for (const bool groups : {false, true}) {
-        cv::Preprocessing pre;
-        pre.centre = centre;
-        pre.normalise = normalise;
-        if (groups) pre.kernelGroups = {0, 1, 1};
-        const std::string what = "centre " + std::to_string(centre) + " normalise " + std::to_string(normalise) + " groups " + std::to_string(groups);
-        const auto expected = SumOfPrepared(f, pre);
-        const auto got = cv::PrepareSummedFold(f.kernels, f.train, f.test, pre);
-        ASSERT_EQ(got.train.size(), 1u);
-        ASSERT_EQ(got.test.size(), 1u);
-        EXPECT_EQ(got.train[0], expected.train[0]) << what;
-        EXPECT_EQ(got.test[0], expected.test[0]) << what;
-        // Against the step-by-step preparation of each kernel (means summed in another order: raw entries
-        // up to ~1e3 without normalising, 1e-13 of the largest is a few hundred ulps).
-        const auto fold = cv::PrepareFold(f.kernels, f.train, f.test, pre);
-        const Eigen::VectorXd g = cv::FoldScales(f.kernels, tr, te, pre);
-        for (std::size_t j = 0; j < f.kernels.size(); ++j) {
-          kernels::FoldKernel fk = kernels::SliceFold(f.kernels[j], tr, te);
-          if (centre) kernels::CentreFold(fk);
-          if (normalise) kernels::NormaliseFold(fk);
-          const double scale = fk.train.cwiseAbs().maxCoeff() * g[static_cast<Eigen::Index>(j)];
-          EXPECT_LE((fold.train[j] - g[static_cast<Eigen::Index>(j)] * fk.train).cwiseAbs().maxCoeff(), 1e-13 * scale) << what;
-          EXPECT_LE((fold.test[j] - g[static_cast<Eigen::Index>(j)] * fk.testTrain).cwiseAbs().maxCoeff(), 1e-13 * scale) << what;
-        }
-        if (normalise && centre) {  // the test subject at the training mean of kernel 0 has a zero row there
-          EXPECT_EQ(fold.test[0].row(0).cwiseAbs().maxCoeff(), 0.0);
-          EXPECT_TRUE(got.test[0].allFinite());
-        }
-      }
+  const Eigen::VectorXi& tr = f.tr;
+  const Eigen::VectorXi& te = f.te;
+  for (const cv::Preprocessing& pre : EveryPreprocessing()) {
+    const bool centre = pre.centre, normalise = pre.normalise;
+    const std::string what = "centre " + std::to_string(centre) + " normalise " + std::to_string(normalise) + " groups " +
+                             std::to_string(!pre.kernelGroups.empty());
+    const auto expected = SumOfPrepared(f, pre);
+    const auto got = cv::PrepareSummedFold(f.kernels, f.train, f.test, pre);
+    ASSERT_EQ(got.train.size(), 1u);
+    ASSERT_EQ(got.test.size(), 1u);
+    EXPECT_EQ(got.train[0], expected.train[0]) << what;
+    EXPECT_EQ(got.test[0], expected.test[0]) << what;
+    // Against the step-by-step preparation of each kernel (means summed in another order: raw entries
+    // up to ~1e3 without normalising, 1e-13 of the largest is a few hundred ulps).
+    const auto fold = cv::PrepareFold(f.kernels, f.train, f.test, pre);
+    const Eigen::VectorXd g = cv::FoldScales(f.kernels, tr, te, pre);
+    for (std::size_t j = 0; j < f.kernels.size(); ++j) {
+      kernels::FoldKernel fk = kernels::SliceFold(f.kernels[j], tr, te);
+      if (centre) kernels::CentreFold(fk);
+      if (normalise) kernels::NormaliseFold(fk);
+      const double scale = fk.train.cwiseAbs().maxCoeff() * g[static_cast<Eigen::Index>(j)];
+      EXPECT_LE((fold.train[j] - g[static_cast<Eigen::Index>(j)] * fk.train).cwiseAbs().maxCoeff(), 1e-13 * scale) << what;
+      EXPECT_LE((fold.test[j] - g[static_cast<Eigen::Index>(j)] * fk.testTrain).cwiseAbs().maxCoeff(), 1e-13 * scale) << what;
+    }
+    if (normalise && centre) {  // the test subject at the training mean of kernel 0 has a zero row there
+      EXPECT_EQ(fold.test[0].row(0).cwiseAbs().maxCoeff(), 0.0);
+      EXPECT_TRUE(got.test[0].allFinite());
+    }
+  }
 }
 
 TEST(SummedFold, NoKernelsGiveNoKernelNotAZeroKernel) {
@@ -569,8 +583,8 @@ TEST(SummedFold, ALearnersResultsDoNotDependOnTheOtherLearnersOfTheStudy) {
 TEST(SummedFold, AFoldKernelViewGivesTheProductsAndScalesOfThePreparedKernels) {
   // The weights stage's products K~_r A, from the kernels in place (no covariates) or from each fold copy.
   const auto f = MakeSummedFixture();
-  const Eigen::VectorXi tr = Eigen::Map<const Eigen::VectorXi>(f.train.data(), static_cast<Eigen::Index>(f.train.size()));
-  const Eigen::VectorXi te = Eigen::Map<const Eigen::VectorXi>(f.test.data(), static_cast<Eigen::Index>(f.test.size()));
+  const Eigen::VectorXi& tr = f.tr;
+  const Eigen::VectorXi& te = f.te;
   const Eigen::MatrixXd A = Eigen::MatrixXd::Random(tr.size(), 3);
   const int n = static_cast<int>(f.kernels[0].rows());
   Eigen::MatrixXd design(n, 2);
@@ -625,31 +639,25 @@ TEST(FoldColumns, AreThePreparedCopiesColumnsBitForBit) {
   // Every preprocessing: each column's upper part is PrepareFold's training copy's, the test blocks are its test
   // blocks (equal source weighting scales both).
   const SummedFixture f = MakeSummedFixture();
-  const Eigen::VectorXi tr = Eigen::Map<const Eigen::VectorXi>(f.train.data(), static_cast<Eigen::Index>(f.train.size()));
-  const Eigen::VectorXi te = Eigen::Map<const Eigen::VectorXi>(f.test.data(), static_cast<Eigen::Index>(f.test.size()));
-  for (const bool centre : {false, true})
-    for (const bool normalise : {false, true})
-      for (const bool grouped : {false, true}) {
-        cv::Preprocessing pre;
-        pre.centre = centre;
-        pre.normalise = normalise;
-        if (grouped) pre.kernelGroups = {0, 1, 1};
-        const cv::FoldKernels copies = cv::PrepareFold(f.kernels, f.train, f.test, pre);
-        const cv::FoldColumns columns(f.kernels, tr, te, pre);
-        ASSERT_EQ(columns.Count(), 3);
-        ASSERT_EQ(columns.Size(), tr.size());
-        Eigen::VectorXd column(tr.size());
-        for (Eigen::Index k = 0; k < 3; ++k)
-          for (Eigen::Index j = 0; j < tr.size(); ++j) {
-            columns.UpperColumn(k, j, column.data());
-            EXPECT_EQ(column.head(j + 1), copies.train[static_cast<std::size_t>(k)].col(j).head(j + 1)) << k << ", " << j;
-          }
-        Eigen::MatrixXd buffer = Eigen::MatrixXd::Constant(2, 2, 7.0);  // stale storage of another shape: rewritten
-        const learners::TestBlocks oneAtATime = columns.Test(buffer);
-        ASSERT_EQ(oneAtATime.count, 3);
-        ASSERT_EQ(oneAtATime.rows, te.size());
-        for (Eigen::Index k = 2; k >= 0; --k) EXPECT_EQ(oneAtATime.block(k), copies.test[static_cast<std::size_t>(k)]);
+  const Eigen::VectorXi& tr = f.tr;
+  const Eigen::VectorXi& te = f.te;
+  for (const cv::Preprocessing& pre : EveryPreprocessing()) {
+    const cv::FoldKernels copies = cv::PrepareFold(f.kernels, f.train, f.test, pre);
+    const cv::FoldColumns columns(f.kernels, tr, te, pre);
+    ASSERT_EQ(columns.Count(), 3);
+    ASSERT_EQ(columns.Size(), tr.size());
+    Eigen::VectorXd column(tr.size());
+    for (Eigen::Index k = 0; k < 3; ++k)
+      for (Eigen::Index j = 0; j < tr.size(); ++j) {
+        columns.UpperColumn(k, j, column.data());
+        EXPECT_EQ(column.head(j + 1), copies.train[static_cast<std::size_t>(k)].col(j).head(j + 1)) << k << ", " << j;
       }
+    Eigen::MatrixXd buffer = Eigen::MatrixXd::Constant(2, 2, 7.0);  // stale storage of another shape: rewritten
+    const learners::TestBlocks oneAtATime = columns.Test(buffer);
+    ASSERT_EQ(oneAtATime.count, 3);
+    ASSERT_EQ(oneAtATime.rows, te.size());
+    for (Eigen::Index k = 2; k >= 0; --k) EXPECT_EQ(oneAtATime.block(k), copies.test[static_cast<std::size_t>(k)]);
+  }
 }
 
 TEST(FoldColumns, RefuseCovariates) {
@@ -658,10 +666,8 @@ TEST(FoldColumns, RefuseCovariates) {
   cv::Preprocessing pre;
   const Eigen::MatrixXd design = Eigen::MatrixXd::Random(47, 2);
   pre.covariates = std::make_shared<const kernels::Covariates>(kernels::Covariates{design, {}});
-  const Eigen::VectorXi tr = Eigen::Map<const Eigen::VectorXi>(f.train.data(), static_cast<Eigen::Index>(f.train.size()));
-  const Eigen::VectorXi te = Eigen::Map<const Eigen::VectorXi>(f.test.data(), static_cast<Eigen::Index>(f.test.size()));
   try {
-    cv::FoldColumns columns(f.kernels, tr, te, pre);
+    cv::FoldColumns columns(f.kernels, f.tr, f.te, pre);
     ADD_FAILURE() << "expected cv:ColumnsWithCovariates";
   } catch (const InputError& e) {
     EXPECT_EQ(e.code(), "cv:ColumnsWithCovariates");

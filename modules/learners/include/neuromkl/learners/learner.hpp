@@ -145,6 +145,10 @@ class TrainingKernelCache {
   friend const KernelStack& SharedStack(TrainingKernelCache*, const KernelColumns&, std::unique_ptr<KernelStack>&);
   bool Bind(const KernelList& kernels);  ///< true if `kernels` is the list already bound
   bool Bind(const KernelColumns& columns);  ///< the same for columns (recognised by address and shape)
+  bool BindKey(std::vector<std::pair<const void*, Eigen::Index>> key);  ///< Bind for a key: drops the work of another
+  /// The stack of `kernels` (a KernelList or KernelColumns), built on first use.
+  template <typename Kernels>
+  const KernelStack& Stack(const Kernels& kernels);
   std::vector<std::pair<const void*, Eigen::Index>> key_;
   bool checked_ = false;
   std::unique_ptr<KernelStack> stack_;
