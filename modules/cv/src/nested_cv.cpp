@@ -250,19 +250,9 @@ FoldColumns::FoldColumns(const learners::KernelList& kernels, const Eigen::Ref<c
 }
 
 void FoldColumns::UpperColumn(Eigen::Index k, Eigen::Index j, double* out) const {
-  // Entry (a, j) as WritePreparedBlocks writes it into PrepareFold's copy.
-  const kernels::FoldVectors& v = vectors_[static_cast<std::size_t>(k)];
-  const double scale = scales_[k];
-  const double* col = kernels_[static_cast<std::size_t>(k)].col(train_[j]).data();
-  const double cb = v.colMean[j], ib = v.invTrain[j], grand = v.grand;
-  // The gather first, then the arithmetic over contiguous arrays (vectorised): the learners read every
-  // active kernel's columns at every iteration, and one fused scalar loop took 166 s where this takes 127 s
-  // (bench_nested_cv memory-mkl 1400; copies 49.8 s).
-  const int* rows = train_.data();
-  for (Eigen::Index a = 0; a <= j; ++a) out[a] = col[rows[a]];
-  const double* colMean = v.colMean.data();
-  const double* invTrain = v.invTrain.data();
-  for (Eigen::Index a = 0; a <= j; ++a) out[a] = kernels::PreparedEntry(out[a], cb, colMean[a], grand, invTrain[a], ib, scale);
+  // Rows 0..j of the column WritePreparedBlocks writes into PrepareFold's copy.
+  const auto r = static_cast<std::size_t>(k);
+  kernels::PreparedTrainingColumn(kernels_[r].col(train_[j]).data(), train_, vectors_[r], j, j + 1, scales_[k], out);
 }
 
 learners::TestBlocks FoldColumns::Test(Eigen::MatrixXd& buffer) const {

@@ -173,15 +173,30 @@ void WritePreparedBlocks(const Eigen::Ref<const Eigen::MatrixXd>& full, const Ei
     testTrain.resize(m, l);
     AdviseHugePages(testTrain.data(), static_cast<std::size_t>(m * l) * sizeof(double));
   }
-  const double grand = v.grand;
   for (Eigen::Index b = 0; b < l; ++b) {
     const double* col = full.col(tr[b]).data();
-    const double cb = v.colMean[b], ib = v.invTrain[b];
-    double* outTrain = train.col(b).data();
-    double* outTest = testTrain.col(b).data();
-    for (Eigen::Index a = 0; a < l; ++a) outTrain[a] = PreparedEntry(col[tr[a]], cb, v.colMean[a], grand, v.invTrain[a], ib, scale);
-    for (Eigen::Index i = 0; i < m; ++i) outTest[i] = PreparedEntry(col[te[i]], cb, v.testMean[i], grand, v.invTest[i], ib, scale);
+    PreparedTrainingColumn(col, tr, v, b, l, scale, train.col(b).data());
+    PreparedTestColumn(col, te, v, b, scale, testTrain.col(b).data());
   }
+}
+
+void PreparedTrainingColumn(const double* fullColumn, const Eigen::Ref<const Eigen::VectorXi>& tr, const FoldVectors& v, Eigen::Index b,
+                            Eigen::Index rows, double scale, double* out) {
+  // The gather first, then the arithmetic over contiguous arrays (vectorised): the learners of kernel weights
+  // read their fold's columns this way at every iteration (cv::FoldColumns), and one fused scalar loop took
+  // 166 s where this takes 127 s (bench_nested_cv memory-mkl 1400; copies 49.8 s).
+  const int* idx = tr.data();
+  for (Eigen::Index a = 0; a < rows; ++a) out[a] = fullColumn[idx[a]];
+  const double cb = v.colMean[b], ib = v.invTrain[b], grand = v.grand;
+  const double* colMean = v.colMean.data();
+  const double* invTrain = v.invTrain.data();
+  for (Eigen::Index a = 0; a < rows; ++a) out[a] = PreparedEntry(out[a], cb, colMean[a], grand, invTrain[a], ib, scale);
+}
+
+void PreparedTestColumn(const double* fullColumn, const Eigen::Ref<const Eigen::VectorXi>& te, const FoldVectors& v, Eigen::Index b, double scale,
+                        double* out) {
+  const double cb = v.colMean[b], ib = v.invTrain[b];
+  for (Eigen::Index i = 0; i < te.size(); ++i) out[i] = PreparedEntry(fullColumn[te[i]], cb, v.testMean[i], v.grand, v.invTest[i], ib, scale);
 }
 
 void WritePreparedTestBlock(const Eigen::Ref<const Eigen::MatrixXd>& full, const Eigen::Ref<const Eigen::VectorXi>& tr,
@@ -191,12 +206,7 @@ void WritePreparedTestBlock(const Eigen::Ref<const Eigen::MatrixXd>& full, const
     testTrain.resize(m, l);
     AdviseHugePages(testTrain.data(), static_cast<std::size_t>(m * l) * sizeof(double));
   }
-  for (Eigen::Index b = 0; b < l; ++b) {
-    const double* col = full.col(tr[b]).data();
-    const double cb = v.colMean[b], ib = v.invTrain[b];
-    double* outTest = testTrain.col(b).data();
-    for (Eigen::Index i = 0; i < m; ++i) outTest[i] = PreparedEntry(col[te[i]], cb, v.testMean[i], v.grand, v.invTest[i], ib, scale);
-  }
+  for (Eigen::Index b = 0; b < l; ++b) PreparedTestColumn(full.col(tr[b]).data(), te, v, b, scale, testTrain.col(b).data());
 }
 
 FoldKernel PreparedBlocks(const Eigen::Ref<const Eigen::MatrixXd>& full, const Eigen::Ref<const Eigen::VectorXi>& tr,

@@ -66,6 +66,14 @@ void WritePreparedBlocks(const Eigen::Ref<const Eigen::MatrixXd>& full, const Ei
                          const Eigen::Ref<const Eigen::VectorXi>& testIdx, const FoldVectors& v, double scale, Eigen::MatrixXd& train,
                          Eigen::MatrixXd& testTrain);
 
+/// Column b of the prepared training block, rows 0..rows-1 (`fullColumn`: the full kernel's column trainIdx[b]),
+/// and column b of the prepared test block: the columns WritePreparedBlocks writes, one code for every path
+/// that prepares fold columns from the full kernel.
+void PreparedTrainingColumn(const double* fullColumn, const Eigen::Ref<const Eigen::VectorXi>& trainIdx, const FoldVectors& v, Eigen::Index b,
+                            Eigen::Index rows, double scale, double* out);
+void PreparedTestColumn(const double* fullColumn, const Eigen::Ref<const Eigen::VectorXi>& testIdx, const FoldVectors& v, Eigen::Index b, double scale,
+                        double* out);
+
 /// The test block alone (m x l), as WritePreparedBlocks writes it: for learners that read the training block
 /// in place.
 void WritePreparedTestBlock(const Eigen::Ref<const Eigen::MatrixXd>& full, const Eigen::Ref<const Eigen::VectorXi>& trainIdx,
