@@ -3,7 +3,8 @@
 //   ENMKL-SVM over the 7 x 10 (C x mu) grid of seed 004, SVM and SimpleMKL over C (7 values),
 // on 1 and 2 threads (wall time and learner fits), then a permutation test.
 // Usage: bench_nested_cv [permutations (default 100)] [permutation learner: svm|enmkl_svm|simplemkl (default svm)]
-//                        [subjects (default 200)] [table: 1 = run the learner table first (default), 0 = permutations only]
+//                        [subjects (default 200)] [table: 1 = run the learner table first (default), 0 = permutations only,
+//                        or a learner label (enmkl_svm, svm, simplemkl) = that learner's rows only]
 // Issue 17's permutation target: `bench_nested_cv 6 enmkl_svm 192 0` times 6 permutations (each a whole
 // nested CV over the default 7 x 10 grid) and extrapolates to 99; permutations are independent, so the
 // time is linear in their number.
@@ -113,7 +114,9 @@ int main(int argc, char** argv) {
   const int permutations = argc > 1 ? std::stoi(argv[1]) : 100;
   const std::string permLearner = argc > 2 ? argv[2] : "svm";
   const int n = argc > 3 ? std::stoi(argv[3]) : 200, m = 116;
-  const bool table = argc > 4 ? std::stoi(argv[4]) != 0 : true;
+  // 4th argument: 1 (default) the whole table, 0 none, or one learner's label (its rows only).
+  const std::string tableArg = argc > 4 ? argv[4] : "1";
+  const bool table = tableArg != "0";
   std::mt19937 rng(7);
   std::normal_distribution<double> normal;
   std::uniform_int_distribution<int> size(20, 400);
@@ -140,6 +143,7 @@ int main(int argc, char** argv) {
   for (int threads : table ? std::vector<int>{1, 2} : std::vector<int>{}) {
     tbb::global_control limit(tbb::global_control::max_allowed_parallelism, static_cast<std::size_t>(threads));
     for (const auto& plan : plans) {
+      if (tableArg != "1" && tableArg != plan.label) continue;
       // Side by side in one run (issue 17): every fit doing its own kernel check / stack / sum, then
       // shared per fold (learners::TrainingKernelCache); 1 thread only for the unshared peer.
       for (bool share : threads == 1 ? std::vector<bool>{false, true} : std::vector<bool>{true}) {

@@ -24,9 +24,8 @@ constexpr double kMaxExponent = 16.0;       ///< largest exponent of the multipl
 constexpr double kRatioTolerance = 1e-3;  ///< |F(beta)_j / beta_j - 1| that counts as settled
 constexpr double kVanishingWeight = 1e-3;  ///< normalised weight below which a decaying weight may be set to 0
 constexpr int kStableSupport = 3;           ///< steps with an unchanged support before Newton's method is tried
-constexpr double kNewtonStart = 1e-2;  
+constexpr double kNewtonStart = 1e-2;       ///< ... and a step (max |delta beta|, normalised) below this
 constexpr double kNewtonStartL1 = 1e-2;     ///< (multiplicative phase) largest weight growth ratio - 1 at which Newton is tried
-     ///< ... and a step (max |delta beta|, normalised) below this
 constexpr int kNewtonSteps = 12;           ///< Newton steps on one support before giving up
 constexpr double kLooseFactor = 1e-2;       ///< inner tolerance of a water-filling step: this x the previous step ...
 constexpr double kLoosest = 1e-3;           ///< ... at most this (and never below the learner's svm_tolerance)
@@ -35,7 +34,9 @@ constexpr double kDropWeight = 1e-4;        ///< normalised weight below which a
 constexpr int kNewtonRounds = 4;            ///< support changes handled inside one Newton attempt
 constexpr double kEnteringWeight = 1e-3;    ///< (mu = 1) normalised weight a kernel violating the optimality check enters with
 constexpr double kNewtonTrust = 0.1;        ///< largest Newton step (normalised) taken: a larger one means the start was too far
-constexpr int kNewtonRetry = 3;           ///< iterations to wait after a failed Newton attempt
+constexpr int kNewtonRetry = 3;             ///< iterations to wait after a failed Newton attempt
+constexpr double kLeavingWeight = 1e-4;     ///< normalised weight from which a Newton step does not drop a kernel at once ...
+constexpr double kKeptFraction = 0.1;       ///< ... but is shortened to leave it this fraction of its weight
 
 struct EnmklSettings {
   double mu;
@@ -189,19 +190,25 @@ class EnmklMap {
       const double sum = b.sum();
       const double step = delta.cwiseAbs().maxCoeff() / sum;
       info_.gap = step;
-      lastStep = step;
       if (step > kNewtonTrust) return Newton::Failed;  // not yet where Newton's model of the map holds
+      // A kernel whose weight is not negligible is not dropped by one step: the step is shortened so that it keeps
+      // a fraction of its weight. Newton's model is local, and a kernel that has just entered can be sent below 0 by
+      // an overshooting first step, then enter again at the next full check, and so on (seen on interpolating SVMs).
+      double fraction = 1.0;
+      for (Eigen::Index i = 0; i < a; ++i)
+        if (!(b[i] + delta[i] > 0) && b[i] > kLeavingWeight * sum) fraction = std::min(fraction, (1.0 - kKeptFraction) * b[i] / -delta[i]);
       Eigen::VectorXd moved = beta;
       bool leaves = false;
       for (Eigen::Index i = 0; i < a; ++i) {
         const auto j = A[static_cast<std::size_t>(i)];
-        moved[j] = b[i] + delta[i];
+        moved[j] = b[i] + fraction * delta[i];
         if (!(moved[j] > 0)) {
           moved[j] = 0;  // this kernel leaves the support
           leaves = true;
         }
       }
-      if (step < tolerance && !leaves) {
+      lastStep = fraction * step;
+      if (step < tolerance && fraction == 1.0 && !leaves) {
         // The full optimality check over every kernel, at the solution of this iterate.
         const Eigen::VectorXd all = screen_.All();
         if (mu_ < 1.0) {
