@@ -50,7 +50,7 @@ TEST(Trust, SingleKernelRegionTablesRankTheSignalRegionsFirstWhateverTheirSize) 
 
 TEST(Trust, CappedFitsAndGridEdgesAreReportedOnTheConsoleInTheReportAndInResults) {
   TempDir dir;
-  const auto study = SizeCohort(dir, R"([{"name": "simplemkl", "params": {"c": 1, "max_iterations": 2}},
+  const auto study = SizeCohort(dir, R"([{"name": "simplemkl", "params": {"c": 1, "max_iterations": 2, "gap_tolerance": 1e-12}},
                                          {"name": "krr", "grid": {"lambda": [0.001, 0.01, 0.1]}}])");
   const auto r = RunCli("run " + study + " --out " + (dir / "out"));
   ASSERT_EQ(r.exitCode, 0) << r.output;
@@ -70,7 +70,7 @@ TEST(Trust, CappedFitsAndGridEdgesAreReportedOnTheConsoleInTheReportAndInResults
 
 TEST(Trust, BatchSummaryNamesFitsThatDidNotConverge) {
   TempDir dir;
-  const auto study = SizeCohort(dir, R"([{"name": "simplemkl", "params": {"c": 1, "max_iterations": 2}}])");
+  const auto study = SizeCohort(dir, R"([{"name": "simplemkl", "params": {"c": 1, "max_iterations": 2, "gap_tolerance": 1e-12}}])");
   WriteFile(dir / "cohort/batch.json", R"({"name": "b", "studies": [{"file": "study.json", "name": "capped"}]})");
   const auto r = RunCli("batch " + (dir / "cohort/batch.json") + " -q");
   ASSERT_EQ(r.exitCode, 0) << r.output;

@@ -53,7 +53,7 @@ std::vector<LearnerInfo> MakeCatalog() {
        {C(), {"gap_tolerance", 1e-4, 0, 1, true, true, false, "stop when the relative duality gap is below this"},
         {"max_iterations", 250, 1, 1e9, false, false, true, "cap on reduced-gradient steps"},
         {"epsilon", 0.01, 0, kInf, false, true, false, "epsilon-insensitive zone of the SVR (regression only)"},
-        {"line_search_tolerance", 0.01, 0, 1, true, true, false, "golden-section interval relative to the largest step"},
+        {"line_search_tolerance", 0.01, 0, 1, true, true, false, "line-search bracket (parabolic interpolation) relative to the largest step"},
         SvmTol(1e-8)}, true, false},
       {"kelm", "kernel extreme learning machine, alpha = (K + I/C)^-1 T, on the unweighted sum of the kernels; multiclass by one-hot outputs",
        true, true, false, {CElm(), Bias(1)}, true, false},

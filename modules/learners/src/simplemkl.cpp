@@ -1,6 +1,7 @@
 // SimpleMKL (Rakotomamonjy, Bach, Canu & Grandvalet, JMLR 2008): l1-MKL by reduced-gradient
 // descent on the simplex, with the "descend until the objective stops decreasing" step, a
-// golden-section line search, warm-started SVM solves and the relative duality-gap stop.
+// line search (parabolic interpolation in place of the paper's golden section), warm-started SVM solves,
+// Newton steps on the support and the relative duality-gap stop.
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -17,13 +18,12 @@ namespace neuromkl::learners {
 namespace {
 
 constexpr double kFinestLineSearch = 1e-10;
-constexpr double kNewtonGap = 1e-3;  ///< duality gap below which Newton steps on the support are tried
 constexpr int kNewtonRetry = 3;      ///< reduced-gradient steps after a rejected Newton step
 
 struct SimpleMklSettings {
   double gapTolerance;
   int maxIterations;
-  double lineSearchTolerance;  ///< golden-section interval, relative to the largest feasible step
+  double lineSearchTolerance;  ///< line-search bracket, relative to the largest feasible step
 };
 
 class SimpleMklFit {
@@ -148,9 +148,11 @@ class SimpleMklFit {
         break;
       }
       if (it >= s_.maxIterations) break;
-      // Near the optimum, with no kernel outside the support wanting in, try a Newton step on the
-      // support; it is taken only if it lowers J (the duality gap stays the only stopping rule).
-      if (!noCurvature_ && it >= newtonAfter && info_.gap < kNewtonGap) {
+      // With no kernel outside the support wanting in, try a Newton step on the support, then half of it;
+      // a step is taken only if it lowers J (the duality gap stays the only stopping rule). Tried from the
+      // first iteration, not only near the optimum: a taken step saves reduced-gradient iterations of ~10
+      // solves each, a rejected one costs two solves and is not tried again for kNewtonRetry iterations.
+      if (!noCurvature_ && it >= newtonAfter) {
         double qTop = 0, qOut = 0;
         for (auto j : active) (d[j] > 0 ? qTop : qOut) = std::max(d[j] > 0 ? qTop : qOut, q[j]);
         Eigen::VectorXd dN;
@@ -159,6 +161,13 @@ class SimpleMklFit {
           if (sN.dual < sol.dual) {
             d = dN;
             sol = sN;
+            continue;
+          }
+          const Eigen::VectorXd dHalf = 0.5 * (d + dN);  // half the step (on the simplex: both ends are)
+          InnerSolution sHalf = Evaluate(dHalf, &sol);
+          if (sHalf.dual < sol.dual) {
+            d = dHalf;
+            sol = sHalf;
             continue;
           }
         }
@@ -198,49 +207,57 @@ class SimpleMklFit {
         }
         break;
       }
-      // Golden-section search for the step on [0, stepMax] along D from dCur.
+      // Line search for the step on [0, stepMax] along D from dCur, where J is convex and J(stepMax) >= J(0):
+      // successive parabolic interpolation in a bracket (a < x < b, J(x) below J(a) and J(b)), with a golden-section
+      // point where the parabola is unusable, until the bracket or the parabola's predicted move is below the
+      // tolerance (golden section alone needs ~10 solves per search at the default 1e-2).
       if (std::isfinite(stepMax) && stepMax > 0 && dEnd.size() == m_) {
         const double ratio = (std::sqrt(5.0) - 1.0) / 2.0;
-        double lo = 0, hi = stepMax;
-        auto point = [&](double g) {
-          Eigen::VectorXd x = (dCur + g * D).cwiseMax(0.0);
-          return Eigen::VectorXd(x / x.sum());
-        };
+        const double tol = lineTolerance * stepMax;
         // Inside (0, stepMax) the points dCur + g D stay >= 0 with sum 1 (sum D = 0), so their
         // combined kernels are K(dCur) + g K(D): two combinations per line search, not one per point.
         const Eigen::MatrixXd Kcur = stack_.Combine(dCur), Kdir = stack_.Combine(D);
-        auto at = [&](double g) { return Eigen::MatrixXd(Kcur + g * Kdir); };
-        double x1 = hi - ratio * (hi - lo), x2 = lo + ratio * (hi - lo);
-        InnerSolution s1 = Evaluate(at(x1), &solCur), s2 = Evaluate(at(x2), &solCur);
         InnerSolution best = solCur;
-        Eigen::VectorXd bestD = dCur;
-        auto consider = [&](const InnerSolution& s, double g) {
-          if (s.dual < best.dual) {
-            best = s;
-            bestD = point(g);
+        double bestStep = 0;
+        const auto J = [&](double g) {
+          InnerSolution s = Evaluate(Eigen::MatrixXd(Kcur + g * Kdir), &best);
+          const double value = s.dual;
+          if (value < best.dual) {
+            best = std::move(s);
+            bestStep = g;
           }
+          return value;
         };
-        consider(s1, x1);
-        consider(s2, x2);
-        while (hi - lo > lineTolerance * stepMax) {
-          if (s1.dual < s2.dual) {
-            hi = x2;
-            x2 = x1;
-            s2 = s1;
-            x1 = hi - ratio * (hi - lo);
-            s1 = Evaluate(at(x1), &best);
-            consider(s1, x1);
+        double a = 0, b = stepMax, Ja = solCur.dual, Jb = solEnd.dual;
+        double x = a + (1.0 - ratio) * (b - a), Jx = J(x);
+        while (!(Jx < Ja) && b - a > tol) {  // no decrease yet: the minimum is closer to dCur
+          b = x;
+          Jb = Jx;
+          x = a + (1.0 - ratio) * (b - a);
+          Jx = J(x);
+        }
+        while (Jx < Ja && b - a > tol) {
+          const double p = (x - a) * (Jx - Jb), r = (x - b) * (Jx - Ja);
+          const double den = p - r;
+          double u = den != 0 ? x - 0.5 * ((x - a) * p - (x - b) * r) / den : std::numeric_limits<double>::quiet_NaN();
+          if (!(u > a + 0.5 * tol && u < b - 0.5 * tol)) u = x - a > b - x ? x - (1.0 - ratio) * (x - a) : x + (1.0 - ratio) * (b - x);
+          if (std::abs(u - x) < 0.5 * tol) break;  // the parabola puts the minimum within the tolerance of x
+          const double Ju = J(u);
+          if (Ju < Jx) {
+            (u < x ? b : a) = x;
+            (u < x ? Jb : Ja) = Jx;
+            x = u;
+            Jx = Ju;
           } else {
-            lo = x1;
-            x1 = x2;
-            s1 = s2;
-            x2 = lo + ratio * (hi - lo);
-            s2 = Evaluate(at(x2), &best);
-            consider(s2, x2);
+            (u < x ? a : b) = u;
+            (u < x ? Ja : Jb) = Ju;
           }
         }
-        dCur = bestD;
-        solCur = best;
+        if (bestStep > 0) {
+          const Eigen::VectorXd moved = (dCur + bestStep * D).cwiseMax(0.0);
+          dCur = moved / moved.sum();
+          solCur = std::move(best);
+        }
       }
       if ((dCur - d).cwiseAbs().maxCoeff() == 0) {
         // No step improved J at this line-search resolution although the gap is still open: the
