@@ -35,7 +35,7 @@ constexpr int kNewtonRounds = 4;            ///< support changes handled inside 
 constexpr double kEnteringWeight = 1e-3;    ///< (mu = 1) normalised weight a kernel violating the optimality check enters with
 constexpr double kNewtonTrust = 0.1;        ///< largest Newton step (normalised) taken: a larger one means the start was too far
 constexpr int kNewtonRetry = 3;             ///< iterations to wait after a failed Newton attempt
-constexpr double kLeavingWeight = 1e-4;     ///< normalised weight from which a Newton step does not drop a kernel at once ...
+constexpr double kLeavingWeight = 1e-3;     ///< normalised weight from which a Newton step does not drop a kernel at once ...
 constexpr double kKeptFraction = 0.1;       ///< ... but is shortened to leave it this fraction of its weight
 
 struct EnmklSettings {
