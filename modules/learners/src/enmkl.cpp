@@ -35,7 +35,7 @@ constexpr int kNewtonRounds = 4;            ///< support changes handled inside 
 constexpr double kEnteringWeight = 1e-3;    ///< (mu = 1) normalised weight a kernel violating the optimality check enters with
 constexpr double kNewtonTrust = 0.1;        ///< largest Newton step (normalised) taken: a larger one means the start was too far
 constexpr int kNewtonRetry = 3;             ///< iterations to wait after a failed Newton attempt
-constexpr double kLeavingWeight = 1e-3;     ///< normalised weight from which a Newton step does not drop a kernel at once ...
+constexpr double kLeavingWeight = 1e-3;     ///< normalised weight from which a Newton step does not drop a kernel the check brought in ...
 constexpr double kKeptFraction = 0.1;       ///< ... but is shortened to leave it this fraction of its weight
 
 struct EnmklSettings {
@@ -90,7 +90,8 @@ std::vector<Eigen::Index> Support(const Eigen::VectorXd& beta) {
 class EnmklMap {
  public:
   EnmklMap(const KernelList& train, const FitOptions& options, const InnerSolver& solver, double mu, FitInfo& info)
-      : stack_(SharedStack(train, options, ownStack_)), screen_(stack_), solver_(solver), mu_(mu), info_(info) {}
+      : stack_(SharedStack(train, options, ownStack_)), screen_(stack_), broughtIn_(static_cast<std::size_t>(stack_.Size()), 0), solver_(solver), mu_(mu),
+        info_(info) {}
   /// Solves on sum_j beta_j K_j (`sol` is the warm start in and the solution out) and forms c_j =
   /// sqrt(a'K_j a) on the support of beta; `objective` receives the primal objective of seed 004's
   /// Definition 4 at the w this solution gives for `beta`:
@@ -191,12 +192,13 @@ class EnmklMap {
       const double step = delta.cwiseAbs().maxCoeff() / sum;
       info_.gap = step;
       if (step > kNewtonTrust) return Newton::Failed;  // not yet where Newton's model of the map holds
-      // A kernel whose weight is not negligible is not dropped by one step: the step is shortened so that it keeps
-      // a fraction of its weight. Newton's model is local, and a kernel that has just entered can be sent below 0 by
-      // an overshooting first step, then enter again at the next full check, and so on (seen on interpolating SVMs).
+      // A kernel the full check brought in is not dropped by one step while its weight is not negligible: the step
+      // is shortened so that it keeps a fraction of its weight. Newton's model is local, and such a kernel can be
+      // sent below 0 by an overshooting first step, then enter again at the next check, and so on (seen on
+      // interpolating SVMs). Other kernels leave at once, as they do where Newton's model holds.
       double fraction = 1.0;
       for (Eigen::Index i = 0; i < a; ++i)
-        if (!(b[i] + delta[i] > 0) && b[i] > kLeavingWeight * sum) fraction = std::min(fraction, (1.0 - kKeptFraction) * b[i] / -delta[i]);
+        if (!(b[i] + delta[i] > 0) && broughtIn_[static_cast<std::size_t>(A[static_cast<std::size_t>(i)])] && b[i] > kLeavingWeight * sum) fraction = std::min(fraction, (1.0 - kKeptFraction) * b[i] / -delta[i]);
       Eigen::VectorXd moved = beta;
       bool leaves = false;
       for (Eigen::Index i = 0; i < a; ++i) {
@@ -214,6 +216,8 @@ class EnmklMap {
         if (mu_ < 1.0) {
           const Eigen::VectorXd target = WaterFill(all, mu_);
           if (Support(target) != A) {
+            for (Eigen::Index j = 0; j < m; ++j)
+              if (target[j] > 0 && !(beta[j] > 0)) broughtIn_[static_cast<std::size_t>(j)] = 1;
             beta = target;  // the next attempt starts from the water-filled weights on the new support
             return Newton::SupportChanged;
           }
@@ -223,6 +227,7 @@ class EnmklMap {
           for (Eigen::Index j = 0; j < m; ++j)
             if (!(beta[j] > 0) && all[j] > level) {
               beta[j] = kEnteringWeight * sum;  // a violating kernel enters with a small weight
+              broughtIn_[static_cast<std::size_t>(j)] = 1;
               optimal = false;
             }
           if (!optimal) return Newton::SupportChanged;
@@ -245,6 +250,7 @@ class EnmklMap {
   ScreenedNorms screen_;
   Eigen::MatrixXd K_;
   bool noCurvature_ = false;
+  std::vector<char> broughtIn_;  ///< kernels a full optimality check brought into the support (this fit)
   const InnerSolver& solver_;
   double mu_;
   FitInfo& info_;
