@@ -197,8 +197,10 @@ class EnmklMap {
       // sent below 0 by an overshooting first step, then enter again at the next check, and so on (seen on
       // interpolating SVMs). Other kernels leave at once, as they do where Newton's model holds.
       double fraction = 1.0;
-      for (Eigen::Index i = 0; i < a; ++i)
-        if (!(b[i] + delta[i] > 0) && broughtIn_[static_cast<std::size_t>(A[static_cast<std::size_t>(i)])] && b[i] > kLeavingWeight * sum) fraction = std::min(fraction, (1.0 - kKeptFraction) * b[i] / -delta[i]);
+      for (Eigen::Index i = 0; i < a; ++i) {
+        const bool broughtIn = broughtIn_[static_cast<std::size_t>(A[static_cast<std::size_t>(i)])] != 0;
+        if (broughtIn && !(b[i] + delta[i] > 0) && b[i] > kLeavingWeight * sum) fraction = std::min(fraction, (1.0 - kKeptFraction) * b[i] / -delta[i]);
+      }
       Eigen::VectorXd moved = beta;
       bool leaves = false;
       for (Eigen::Index i = 0; i < a; ++i) {
