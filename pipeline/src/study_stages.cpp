@@ -59,6 +59,15 @@ std::optional<std::string> FitStatusWarning(const cv::LearnerOutcome& o) {
                      counts.count("max_iterations_reached") ? ": raise max_iterations or loosen the tolerance" : "");
 }
 
+/// A warning when inner-CV fits did not converge: the parameter search then compared some grid points at models
+/// short of their optimum (the outer folds' own models are reported by FitStatusWarning).
+std::optional<std::string> InnerFitStatusWarning(const cv::LearnerOutcome& o) {
+  if (o.innerNotConverged == 0) return std::nullopt;
+  return fmt::format("learner {}: {} of {} inner-CV fits did not converge (capped or stalled); the parameter search compared some grid points "
+                     "at models short of their optimum: raise max_iterations or loosen the tolerance",
+                     o.label, o.innerNotConverged, o.innerFits);
+}
+
 /// Warnings for searched parameters chosen at the same end of their grid in most outer folds: the
 /// best value may lie beyond the grid. Grids of fewer than 3 values have no interior, so no warning.
 std::vector<std::string> GridEdgeWarnings(const cv::LearnerOutcome& o, const std::vector<std::string>& searched) {
@@ -390,6 +399,7 @@ CrossValidationResult RunCrossValidation(const StudyContext& ctx) {
                                             "subjects of the successful folds only",
                                             outcomes[l].label, failed, outcomes[l].folds.size(), lr.summary.pooled.at("scored_subjects")));
     if (auto w = FitStatusWarning(outcomes[l])) result.warnings.push_back(*w);
+    if (auto w = InnerFitStatusWarning(outcomes[l])) result.warnings.push_back(*w);
     for (auto& w : GridEdgeWarnings(outcomes[l], lr.searched)) result.warnings.push_back(std::move(w));
     lr.outcome = std::move(outcomes[l]);
     result.learners.push_back(std::move(lr));

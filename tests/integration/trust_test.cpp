@@ -55,6 +55,8 @@ TEST(Trust, CappedFitsAndGridEdgesAreReportedOnTheConsoleInTheReportAndInResults
   const auto r = RunCli("run " + study + " --out " + (dir / "out"));
   ASSERT_EQ(r.exitCode, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("learner simplemkl: 5 of 5 outer folds did not converge (5 max_iterations_reached)"));
+  // Its inner-CV fits (for the Platt scaling of a binary target) are capped too, and said so.
+  EXPECT_THAT(r.output, HasSubstr("inner-CV fits did not converge (capped or stalled)"));
   // The effect is strong: every grid point scores perfectly and ties go to the most regularised point.
   EXPECT_THAT(r.output, HasSubstr("learner krr: lambda was chosen at the largest value of its grid (0.1) in 5 of 5 outer folds"));
   const std::string report = ReadFile(dir / "out/report.html");

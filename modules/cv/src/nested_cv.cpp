@@ -557,12 +557,17 @@ std::vector<LearnerOutcome> RunNestedCv(const learners::KernelList& kernels, con
   std::vector<std::vector<std::vector<std::vector<double>>>> scores(F);
   // oof[f][l][g][i]: decision values of inner fold i's test subjects (calibration only; empty = fit failed)
   std::vector<std::vector<std::vector<std::vector<Eigen::VectorXd>>>> oof(F);
+  // fitStatus[f][l][g][i]: kNotFitted, or whether the fit converged (counted in LearnerOutcome)
+  constexpr signed char kNotFitted = -1, kConverged = 0, kNotConverged = 1;
+  std::vector<std::vector<std::vector<std::vector<signed char>>>> fitStatus(F);
   std::vector<std::pair<std::size_t, std::size_t>> tasks;
   for (std::size_t f = 0; f < F; ++f) {
     scores[f].resize(L);
+    fitStatus[f].resize(L);
     if (calibrate) oof[f].resize(L);
     for (std::size_t l = 0; l < L; ++l) {
       scores[f][l].assign(plans[l].grid.size(), std::vector<double>(innerFolds[f].size(), kNaN));
+      fitStatus[f][l].assign(plans[l].grid.size(), std::vector<signed char>(innerFolds[f].size(), kNotFitted));
       if (calibrate) oof[f][l].assign(plans[l].grid.size(), std::vector<Eigen::VectorXd>(innerFolds[f].size()));
     }
     for (std::size_t i = 0; i < innerFolds[f].size(); ++i) tasks.emplace_back(f, i);
@@ -647,6 +652,7 @@ std::vector<LearnerOutcome> RunNestedCv(const learners::KernelList& kernels, con
         try {
           fitted[g] = learnerObjects[firstObject[l] + g]->Fit(fk.train, yTrain, fitOptions);
           ok[g] = true;
+          fitStatus[f][l][g][i] = fitted[g].info.status == learners::FitStatus::Converged ? kConverged : kNotConverged;
           scores[f][l][g][i] = InnerScore(targets, options.criterion, yTest, fitted[g], test);
           if (calibrate) oof[f][l][g][i] = fitted[g].Decision(test);
         } catch (const Error&) {
@@ -757,6 +763,12 @@ std::vector<LearnerOutcome> RunNestedCv(const learners::KernelList& kernels, con
     if (plans[l].grid.size() > 1 || calibrate)
       for (std::size_t f = 0; f < F; ++f) fits += static_cast<long>(innerFolds[f].size() * plans[l].grid.size());
     out[l].fits = fits;
+    for (std::size_t f = 0; f < F; ++f)
+      for (const auto& point : fitStatus[f][l])
+        for (const signed char status : point) {
+          out[l].innerFits += status != kNotFitted;
+          out[l].innerNotConverged += status == kNotConverged;
+        }
   }
   return out;
 }

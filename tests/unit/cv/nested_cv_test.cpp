@@ -114,6 +114,24 @@ TEST(NestedCv, TiesGoToTheMostRegularisedPoint) {
   EXPECT_EQ(res[0].fits, 3 + 3 * 3 * 3);
 }
 
+// Inner-CV fits are counted with their convergence (issue 17: 9 of the benchmark's 1,755 inner ENMKL fits had run
+// to their iteration cap unseen, as only the outer folds' status was reported). 3 outer x 3 inner folds x 2 grid
+// points = 18 inner fits per learner: all capped for SimpleMKL held to 1 iteration at gap 1e-12 (three kernels
+// carry the signal, so the optimum is not a vertex that one step could reach), none for the SVM.
+TEST(NestedCv, InnerFitsThatDidNotConvergeAreCounted) {
+  auto p = neuromkl::testing::MakeMklProblem(36, 4, {0, 1, 2}, 0.5, 5);
+  const auto outer = cv::MakeFolds({cv::Scheme::StratifiedKFold, 3, 1}, learners::Task::Classification, p.targets.y, {}, {}, 9, "outer");
+  const std::vector<cv::LearnerPlan> plans = {
+      {"capped", "simplemkl", cv::ExpandGrid({{"max_iterations", 1}, {"gap_tolerance", 1e-12}}, {{"c", {1, 10}}})},
+      {"svm", "svm", cv::ExpandGrid({}, {{"c", {1, 0.01}}})}};
+  const auto res = cv::RunNestedCv(p.kernels, p.targets, outer, Inner(3), plans, {});
+  ASSERT_EQ(res.size(), 2u);
+  EXPECT_EQ(res[0].innerFits, 18);
+  EXPECT_EQ(res[0].innerNotConverged, 18);
+  EXPECT_EQ(res[1].innerFits, 18);
+  EXPECT_EQ(res[1].innerNotConverged, 0);
+}
+
 TEST(NestedCv, SignalIsFoundAndNoSignalIsChance) {
   for (double shift : {1.5, 0.0}) {
     auto p = neuromkl::testing::MakeMklProblem(60, 4, {1}, shift, 9);

@@ -80,6 +80,8 @@ struct LearnerOutcome {
   std::vector<learners::ParamMap> grid;
   std::vector<OuterFoldResult> folds;
   long fits = 0;  ///< learner fits, inner and outer
+  long innerFits = 0;          ///< inner-CV fits that returned a model
+  long innerNotConverged = 0;  ///< ... of which did not converge (capped or stalled): grid points compared short of their optimum
 };
 
 enum class ColumnsInPlace { Auto, Always, Never };
