@@ -68,6 +68,10 @@ TEST(Trust, CappedFitsAndGridEdgesAreReportedOnTheConsoleInTheReportAndInResults
   for (const auto& w : results["warnings"]) warned |= w.get<std::string>().find("did not converge") != std::string::npos;
   EXPECT_TRUE(warned);
   for (const auto& f : results["learners"][0]["folds"]) EXPECT_EQ(f["status"], "max_iterations_reached");
+  // Inner fits on 4/5 of a training set: most are capped too (14 of 15 here; a vertex optimum can be reached in 2 steps).
+  EXPECT_GT(results["learners"][0]["inner_fits_not_converged"].get<long>(), 0);
+  EXPECT_LE(results["learners"][0]["inner_fits_not_converged"].get<long>(), results["learners"][0]["inner_fits"].get<long>());
+  EXPECT_EQ(results["learners"][1]["inner_fits_not_converged"], 0);  // krr solves exactly
 }
 
 TEST(Trust, BatchSummaryNamesFitsThatDidNotConverge) {
