@@ -117,6 +117,8 @@ int main(int argc, char** argv) {
   // 4th argument: 1 (default) the whole table, 0 none, or one learner's label (its rows only).
   const std::string tableArg = argc > 4 ? argv[4] : "1";
   const bool table = tableArg != "0";
+  // 5th argument: one thread count only (for profiling one row); default both 1 and 2.
+  const int onlyThreads = argc > 5 ? std::stoi(argv[5]) : 0;
   std::mt19937 rng(7);
   std::normal_distribution<double> normal;
   std::uniform_int_distribution<int> size(20, 400);
@@ -140,13 +142,13 @@ int main(int argc, char** argv) {
                                               {"simplemkl", "simplemkl", cv::ExpandGrid({}, {{"c", C}})}};
   std::printf("n = %d, %d kernels, 5 x 5 nested CV (CPU = process CPU seconds, robust to a loaded machine)\n%-10s %8s %-13s %8s %10s %10s %8s\n", n, m,
               "learner", "threads", "fold work", "fits", "wall s", "CPU s", "BA");
-  for (int threads : table ? std::vector<int>{1, 2} : std::vector<int>{}) {
+  for (int threads : !table ? std::vector<int>{} : onlyThreads > 0 ? std::vector<int>{onlyThreads} : std::vector<int>{1, 2}) {
     tbb::global_control limit(tbb::global_control::max_allowed_parallelism, static_cast<std::size_t>(threads));
     for (const auto& plan : plans) {
       if (tableArg != "1" && tableArg != plan.label) continue;
       // Side by side in one run (issue 17): every fit doing its own kernel check / stack / sum, then
       // shared per fold (learners::TrainingKernelCache); 1 thread only for the unshared peer.
-      for (bool share : threads == 1 ? std::vector<bool>{false, true} : std::vector<bool>{true}) {
+      for (bool share : threads == 1 && onlyThreads == 0 ? std::vector<bool>{false, true} : std::vector<bool>{true}) {
         cv::NestedCvOptions options;
         options.shareFoldWork = share;
         const auto t = Clock::now();

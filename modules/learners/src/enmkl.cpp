@@ -97,13 +97,18 @@ class EnmklMap {
   /// Definition 4 at the w this solution gives for `beta`:
   /// mu/2 (sum_j ||w_j||)^2 + (1 - mu)/2 sum_j ||w_j||^2 + loss, ||w_j|| = beta_j sqrt(a'K_j a).
   /// Returns false when the solution uses no kernel at all (e.g. constant targets).
-  bool Solve(const Eigen::VectorXd& beta, InnerSolution& sol, bool warm, double& objective, double looseTolerance = 0) {
+  /// With `products` (a Newton step, which needs the columns K_j a of the support), the support's
+  /// quadratics are read off those columns (ScreenedNorms::EvaluateWithProducts) where the solution
+  /// allows it; `products` is left empty where it does not.
+  bool Solve(const Eigen::VectorXd& beta, InnerSolution& sol, bool warm, double& objective, double looseTolerance = 0,
+             Eigen::MatrixXd* products = nullptr) {
     stack_.Combine(beta, K_);  // reuses K_'s storage (no n x n allocation per iteration)
     sol = solver_.SolveLoosely(K_, warm ? &sol : nullptr, looseTolerance);
     ++info_.innerSolves;
     info_.innerIterations += sol.iterations;
     screen_.Begin(sol);  // one-vs-rest (shared weights): quadratics summed over the classes
-    screen_.Evaluate(Support(beta));
+    if (products) products->resize(0, 0);
+    if (!products || !screen_.EvaluateWithProducts(Support(beta), *products)) screen_.Evaluate(Support(beta));
     double total = 0, squares = 0;
     for (Eigen::Index j = 0; j < beta.size(); ++j) {
       if (!(beta[j] > 0)) continue;
@@ -165,7 +170,8 @@ class EnmklMap {
       ++info_.iterations;
       // Newton's next step is ~ the last one squared: the inner solve needs only that precision (a
       // hundredth of it); the certifying steps are solved to the learner's full tolerance.
-      if (!Solve(beta, sol, haveSol, objective, std::min(kLoosest, kLooseFactor * lastStep * lastStep))) return Newton::Failed;
+      Eigen::MatrixXd products;  // K_j a for j in the support, when Solve could form them
+      if (!Solve(beta, sol, haveSol, objective, std::min(kLoosest, kLooseFactor * lastStep * lastStep), &products)) return Newton::Failed;
       haveSol = true;
       const auto A = Support(beta);
       const auto a = static_cast<Eigen::Index>(A.size());
@@ -176,7 +182,9 @@ class EnmklMap {
       }
       if (!(c.minCoeff() > 0)) return Newton::Failed;
       Eigen::MatrixXd H;
-      const auto gradients = [&](const Eigen::VectorXd& coef) { return stack_.Products(A, coef); };
+      const auto gradients = [&](const Eigen::VectorXd& coef) {
+        return products.cols() == a && coef == sol.coef ? products : stack_.Products(A, coef);
+      };
       if (!solver_.Curvature(K_, sol, gradients, H)) {
         noCurvature_ = true;
         return Newton::Failed;
@@ -186,7 +194,7 @@ class EnmklMap {
       const Eigen::MatrixXd Dc = -(c.cwiseInverse().asDiagonal() * H);  // d c_j / d beta_k
       Eigen::MatrixXd J = (1.0 - mu_) * (Eigen::MatrixXd(c.asDiagonal()) + b.asDiagonal() * Dc) - Dc;
       J.rowwise() += mu_ * (c + Dc.transpose() * b).transpose();
-      const Eigen::VectorXd delta = J.completeOrthogonalDecomposition().solve(-R);
+      const Eigen::VectorXd delta = SolveNewtonSystem(J, -R);
       if (!delta.allFinite()) return Newton::Failed;
       const double sum = b.sum();
       const double step = delta.cwiseAbs().maxCoeff() / sum;

@@ -145,6 +145,11 @@ class ScreenedNorms {
   /// Computes the exact values of the kernels in `which` that are not yet known (side by side on a
   /// view stack, where each reads a whole kernel). Same values as Exact.
   void Evaluate(const std::vector<Eigen::Index>& which);
+  /// Evaluate for a solution with one coefficient vector a (not one-vs-rest), through the columns
+  /// K_j a (j in `which`, in that order) written to `products`: a'K_j a is read off them, so a caller
+  /// that needs those columns anyway (Newton's curvature) pays one pass over the kernels, not two.
+  /// Returns false, computing nothing, for a one-vs-rest solution.
+  bool EvaluateWithProducts(const std::vector<Eigen::Index>& which, Eigen::MatrixXd& products);
   /// All kernels exactly (the full optimality check).
   Eigen::VectorXd All();
   long exactEvaluations = 0;  ///< kernel quadratics computed (for the benchmarks)
@@ -176,6 +181,10 @@ Eigen::Index KernelCount(const KernelList& train, const FitOptions& options);
 std::vector<Eigen::Index> ActiveKernels(const KernelList& train, const FitOptions& options);
 /// sum_j K_j: the cache's (built on first use) or, without a cache, computed into `local`.
 const Eigen::MatrixXd& SharedSum(TrainingKernelCache* cache, const KernelList& kernels, Eigen::MatrixXd& local);
+
+/// The step of a Newton method on kernel weights: J delta = rhs by LU, or the minimum-norm solution
+/// when J is singular or nearly so (estimated reciprocal condition below 1e-12).
+Eigen::VectorXd SolveNewtonSystem(const Eigen::MatrixXd& J, const Eigen::VectorXd& rhs);
 
 /// sum_j w_j K_j
 Eigen::MatrixXd CombineKernels(const KernelList& kernels, const Eigen::VectorXd& weights);

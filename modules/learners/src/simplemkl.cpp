@@ -91,7 +91,7 @@ class SimpleMklFit {
     const Eigen::MatrixXd Dc = -(c.cwiseInverse().asDiagonal() * H);  // d c_j / d d_k
     Eigen::MatrixXd J = -Dc;
     J.rowwise() += (c + Dc.transpose() * b).transpose();
-    const Eigen::VectorXd delta = J.completeOrthogonalDecomposition().solve(-R);
+    const Eigen::VectorXd delta = SolveNewtonSystem(J, -R);
     if (!delta.allFinite()) return false;
     out = Eigen::VectorXd::Zero(m_);
     for (Eigen::Index i = 0; i < a; ++i) out[A[static_cast<std::size_t>(i)]] = std::max(0.0, b[i] + delta[i]);
