@@ -128,6 +128,7 @@ bool TrainingKernelCache::BindKey(std::vector<std::pair<const void*, Eigen::Inde
   checked_ = false;
   stack_.reset();
   sum_.resize(0, 0);
+  activeKnown_ = false;
   return false;
 }
 
@@ -149,6 +150,16 @@ Eigen::Index KernelCount(const KernelList& train, const FitOptions& options) {
 }
 
 std::vector<Eigen::Index> ActiveKernels(const KernelList& train, const FitOptions& options) {
+  // Shared along a grid: the scan reads a strided diagonal of every kernel (~2 % of an ENMKL nested CV).
+  if (TrainingKernelCache* cache = options.cache) {
+    if (!(options.columns ? cache->Bind(*options.columns) : cache->Bind(train)) || !cache->activeKnown_) {
+      FitOptions uncached = options;
+      uncached.cache = nullptr;
+      cache->active_ = ActiveKernels(train, uncached);
+      cache->activeKnown_ = true;
+    }
+    return cache->active_;
+  }
   if (!options.columns) return ActiveKernels(train);
   // As ActiveKernels: a non-zero diagonal entry settles it, else the whole upper triangle is scanned.
   const KernelColumns& c = *options.columns;

@@ -94,6 +94,22 @@ TEST(TrainingKernelCache, AnotherKernelListRebindsTheCache) {
   EXPECT_NE(fa.beta, fb.beta);
 }
 
+// The kernels that are not identically zero are found once per kernel list: a list bound after one
+// with a zero kernel must not inherit its active set (here the zero kernel is the signal kernel of the
+// next list, so an inherited set would change the fit).
+TEST(TrainingKernelCache, TheActiveKernelsFollowTheBoundList) {
+  auto withZero = MakeMklProblem(40, 5, {3}, 0.8, 23);
+  withZero.kernels[1].setZero();
+  const auto signalInOne = MakeMklProblem(40, 5, {1}, 0.8, 24);
+  TrainingKernelCache cache;
+  const auto learner = MakeLearner("enmkl_svm", {{"mu", 0.5}});
+  const auto first = learner->Fit(withZero.kernels, withZero.targets, FitOptions{nullptr, &cache});
+  EXPECT_EQ(first.beta[1], 0.0);
+  const auto second = learner->Fit(signalInOne.kernels, signalInOne.targets, FitOptions{nullptr, &cache});
+  EXPECT_GT(second.beta[1], 0.0);
+  EXPECT_EQ(second.beta, learner->Fit(signalInOne.kernels, signalInOne.targets).beta);
+}
+
 TEST(TrainingKernelCache, BadInputIsRefusedOnEveryFit) {
   auto p = MakeMklProblem(30, 4, {1}, 0.8, 31);
   p.kernels[2](3, 5) = std::numeric_limits<double>::quiet_NaN();

@@ -126,6 +126,8 @@ inline constexpr Eigen::Index kPackedStackBelow = 1024;
 /// bound to one kernel list at a time, recognised by its kernels' addresses and shapes (another list
 /// rebinds it); the caller must not change the kernels' values while passing the same cache. Not
 /// thread-safe: one cache per thread (nested CV keeps one per fold task).
+struct FitOptions;
+
 class TrainingKernelCache {
  public:
   TrainingKernelCache();
@@ -142,6 +144,7 @@ class TrainingKernelCache {
   friend const KernelStack& SharedStack(TrainingKernelCache*, const KernelList&, std::unique_ptr<KernelStack>&);
   friend const Eigen::MatrixXd& SharedSum(TrainingKernelCache*, const KernelList&, Eigen::MatrixXd&);
   friend bool CheckedBefore(TrainingKernelCache*, const KernelColumns&);
+  friend std::vector<Eigen::Index> ActiveKernels(const KernelList&, const FitOptions&);
   friend const KernelStack& SharedStack(TrainingKernelCache*, const KernelColumns&, std::unique_ptr<KernelStack>&);
   bool Bind(const KernelList& kernels);  ///< true if `kernels` is the list already bound
   bool Bind(const KernelColumns& columns);  ///< the same for columns (recognised by address and shape)
@@ -153,6 +156,8 @@ class TrainingKernelCache {
   bool checked_ = false;
   std::unique_ptr<KernelStack> stack_;
   Eigen::MatrixXd sum_;  ///< empty until built
+  std::vector<Eigen::Index> active_;  ///< the kernels that are not identically zero, once activeKnown_
+  bool activeKnown_ = false;
   long checksRun_ = 0, stacksBuilt_ = 0, sumsBuilt_ = 0;
 };
 
