@@ -116,18 +116,18 @@ class KernelColumns {
 };
 
 class KernelStack;
+struct FitOptions;
 /// Training subjects from which the learners of kernel weights read their kernels in place (a view
 /// KernelStack); below it they pack the kernels' upper triangles into one store (n(n + 1) / 2 per kernel).
 inline constexpr Eigen::Index kPackedStackBelow = 1024;
 
 /// Work that depends on the training kernels only, done once and reused by every fit on the same
-/// kernels (a grid search, several learners on one fold; issue 17): the kernels' finiteness check,
-/// the kernel stack of the multiple-kernel learners and the summed kernel of the others. A cache is
-/// bound to one kernel list at a time, recognised by its kernels' addresses and shapes (another list
-/// rebinds it); the caller must not change the kernels' values while passing the same cache. Not
-/// thread-safe: one cache per thread (nested CV keeps one per fold task).
-struct FitOptions;
-
+/// kernels (a grid search, several learners on one fold; issue 17): the kernels' finiteness check, the
+/// list of kernels that are not identically zero, the kernel stack of the multiple-kernel learners and
+/// the summed kernel of the others. A cache is bound to one kernel list at a time, recognised by its
+/// kernels' addresses and shapes (another list rebinds it); the caller must not change the kernels'
+/// values while passing the same cache. Not thread-safe: one cache per thread (nested CV keeps one per
+/// fold task).
 class TrainingKernelCache {
  public:
   TrainingKernelCache();
