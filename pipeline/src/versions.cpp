@@ -19,6 +19,8 @@ std::map<std::string, std::string> Versions() {
           {"eigen", fmt::format("{}.{}.{}", EIGEN_WORLD_VERSION, EIGEN_MAJOR_VERSION, EIGEN_MINOR_VERSION)},
           {"tbb", TBB_runtime_version()},
           {"openblas", blas},
+          // The instruction set neuromkl was compiled for (NEUROMKL_ARCH): results differ between sets at rounding level.
+          {"arch", NEUROMKL_ARCH_NAME},
           {"spdlog", fmt::format("{}.{}.{}", SPDLOG_VER_MAJOR, SPDLOG_VER_MINOR, SPDLOG_VER_PATCH)},
           {"fmt", fmt::format("{}.{}.{}", FMT_VERSION / 10000, FMT_VERSION / 100 % 100, FMT_VERSION % 100)}};
 }

@@ -35,7 +35,7 @@ std::string WagerStudy(const TempDir& dir) {
 TEST(Cli, VersionNamesTheLibraries) {
   const auto r = RunCli("--version");
   EXPECT_EQ(r.exitCode, 0);
-  for (const char* lib : {"neuromkl 0.", "itk 5.2", "eigen 3.4", "tbb 2021", "openblas OpenBLAS"}) EXPECT_THAT(r.output, HasSubstr(lib));
+  for (const char* lib : {"neuromkl 0.", "itk 5.2", "eigen 3.4", "tbb 2021", "openblas OpenBLAS", "arch "}) EXPECT_THAT(r.output, HasSubstr(lib));
 }
 
 TEST(Cli, HelpForEverySubcommand) {
