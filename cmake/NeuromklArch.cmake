@@ -1,15 +1,15 @@
 # The instruction set neuromkl is compiled for (NEUROMKL_ARCH; issue 17). The learners' fits are bound by
 # floating-point arithmetic in cache-resident loops (SMO, kernel combination and quadratics, Eigen's products and
 # factorisations): compiled for x86-64-v3 (AVX2 and FMA, processors since 2013-2015), the ENMKL nested-CV benchmark
-# runs about 1.3x faster than for baseline x86-64 (docs/learners.md, "What the compiler's instruction set gives").
+# runs about 1.3x faster than for baseline x86-64 (docs/learners.md, "The instruction set").
 #   auto     (default) x86-64-v3 when the compiler accepts it and this machine runs code built for it, else the
 #            compiler's default. A binary built so runs only on processors with x86-64-v3.
 #   default  the compiler's default (baseline x86-64 on Debian): a binary to copy to other machines, e.g. a cluster
 #            whose nodes are older than the machine that builds.
 #   VALUE    -march=VALUE (e.g. x86-64-v3, native, znver3).
 # Results differ between instruction sets at the level of rounding (Eigen's kernels use FMA, which rounds a product
-# and a sum once, and sum in another order); within one build they do not depend on the number of threads. NEUROMKL_ARCH_NAME is what was chosen: `neuromkl
-# --version` prints it and results.json records it.
+# and a sum once, and sum in another order); within one build they do not depend on the number of threads.
+# NEUROMKL_ARCH_NAME is what was chosen: `neuromkl --version` prints it and results.json records it.
 set(NEUROMKL_ARCH "auto" CACHE STRING "Instruction set: auto (x86-64-v3 when this machine runs it), default (the compiler's), or a -march value")
 
 set(NEUROMKL_ARCH_NAME "default")
@@ -37,4 +37,8 @@ endif()
 # and not another, and paths that must agree bit for bit (a fold's summed kernel and the sum of its prepared copies,
 # kernels read in place or copied) would not. Eigen's explicit FMA in its own kernels stays.
 add_compile_options(-ffp-contract=off)
-message(STATUS "neuromkl: instruction set ${NEUROMKL_ARCH_NAME} (NEUROMKL_ARCH=${NEUROMKL_ARCH}; -DNEUROMKL_ARCH=default for a binary that runs on any x86-64)")
+if(NEUROMKL_ARCH_NAME STREQUAL "default")
+  message(STATUS "neuromkl: instruction set: the compiler's default (NEUROMKL_ARCH=${NEUROMKL_ARCH})")
+else()
+  message(STATUS "neuromkl: instruction set ${NEUROMKL_ARCH_NAME} (NEUROMKL_ARCH=${NEUROMKL_ARCH}; -DNEUROMKL_ARCH=default for a binary that runs on any x86-64)")
+endif()
