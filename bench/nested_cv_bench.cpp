@@ -36,6 +36,7 @@
 #include <tbb/task_arena.h>
 
 #include "neuromkl/cv/nested_cv.hpp"
+#include "learner_fixtures.hpp"
 #include "neuromkl/learners/learner.hpp"
 
 using namespace neuromkl;
@@ -106,34 +107,22 @@ static int MemoryMode(int n, double budgetGib, const std::string& way, bool mkl)
   return 0;
 }
 
-/// Convergence sweep (issue 17): single ENMKL fits on small problems (60 subjects, 12 cosine-normalised linear
-/// kernels of 6 features, 3 of them shifted by 0.8 along the labels: as tests/unit/learners' MakeMklProblem) over seeds
-/// x mu {0.3, 0.5, 0.7, 0.9} x C (or lambda) {0.1, 1, 10, 100}. Prints every fit that did not converge and the totals:
-/// a fit that cycles to its iteration cap is a defect (it costs time and returns weights short of the optimum), and
-/// which fits cycle moves with the last bits of the quadratics, so a change of arithmetic is checked here.
+/// Convergence sweep (issue 17): single ENMKL fits on the learner tests' problems, MakeMklProblem(60, 12, {0, 3, 7}, 0.8,
+/// seed) (cosine-normalised linear kernels of 6 features, 3 of them shifted along the labels), over seeds x mu {0.3, 0.5,
+/// 0.7, 0.9} x C (or lambda) {0.1, 1, 10, 100}. Prints every fit that did not converge and the totals: a fit that cycles
+/// to its iteration cap is a defect (it costs time and returns weights short of the optimum), and which fits cycle
+/// moves with the last bits of the quadratics, so a change of arithmetic is checked here.
 static int SweepMode(int seeds, const std::string& learner) {
   const bool krr = learner == "enmkl_krr";
   long iterations = 0;
   int fits = 0, notConverged = 0, worst = 0;
   const auto t = Clock::now();
   for (int seed = 1; seed <= seeds; ++seed) {
-    std::mt19937 rng(static_cast<unsigned>(seed));
-    std::normal_distribution<double> normal;
-    learners::Targets targets{krr ? learners::Task::Regression : learners::Task::Classification, Eigen::VectorXd(60)};
-    for (int i = 0; i < 60; ++i) targets.y[i] = krr ? normal(rng) : (i % 2 ? 1.0 : -1.0);
-    learners::KernelList kernels;
-    for (int j = 0; j < 12; ++j) {
-      Eigen::MatrixXd X(60, 6);
-      for (Eigen::Index k = 0; k < X.size(); ++k) X.data()[k] = normal(rng);
-      if (j == 0 || j == 3 || j == 7) X.col(0) += 0.8 * targets.y;
-      X = X.rowwise() - X.colwise().mean();
-      const Eigen::MatrixXd K = X * X.transpose();
-      const Eigen::VectorXd d = K.diagonal().cwiseSqrt().cwiseInverse();
-      kernels.push_back(d.asDiagonal() * K * d.asDiagonal());
-    }
+    const auto p = testing::MakeMklProblem(60, 12, {0, 3, 7}, 0.8, static_cast<unsigned>(seed),
+                                           krr ? learners::Task::Regression : learners::Task::Classification);
     for (const double mu : {0.3, 0.5, 0.7, 0.9})
       for (const double C : {0.1, 1.0, 10.0, 100.0}) {
-        const auto model = learners::MakeLearner(learner, {{krr ? "lambda" : "c", C}, {"mu", mu}})->Fit(kernels, targets);
+        const auto model = learners::MakeLearner(learner, {{krr ? "lambda" : "c", C}, {"mu", mu}})->Fit(p.kernels, p.targets);
         ++fits;
         iterations += model.info.iterations;
         worst = std::max(worst, model.info.iterations);

@@ -227,17 +227,15 @@ class EnmklMap {
           const Eigen::VectorXd target = WaterFill(all, mu_);
           if (Support(target) != A) {
             Rejected(A);
+            // The next attempt starts from the water-filled weights on the new support; once the fit cycles, from the
+            // weights Newton found on A with the entering kernels at a small weight (as at mu = 1): the water-filled
+            // weights also drop kernels of A and start Newton where its model of the map does not hold.
             for (Eigen::Index j = 0; j < m; ++j)
-              if (target[j] > 0 && !(beta[j] > 0)) broughtIn_[static_cast<std::size_t>(j)] = 1;
-            if (cycling_) {
-              // The next attempt keeps the weights Newton found on A and lets the entering kernels in at a small
-              // weight (as at mu = 1): the water-filled weights also drop kernels of A and start Newton where its
-              // model of the map does not hold.
-              for (Eigen::Index j = 0; j < m; ++j)
-                if (target[j] > 0 && !(beta[j] > 0)) beta[j] = kEnteringWeight * sum;
-            } else {
-              beta = target;  // the next attempt starts from the water-filled weights on the new support
-            }
+              if (target[j] > 0 && !(beta[j] > 0)) {
+                broughtIn_[static_cast<std::size_t>(j)] = 1;
+                if (cycling_) beta[j] = kEnteringWeight * sum;
+              }
+            if (!cycling_) beta = target;
             return Newton::SupportChanged;
           }
         } else {
@@ -272,7 +270,7 @@ class EnmklMap {
   /// Records a support on which Newton converged and the full check failed (mu < 1). The same support rejected
   /// twice means the fit cycles between supports: the check brings a kernel in at its water-filled weight, Newton's
   /// first steps from there overshoot and drop another kernel that the optimum keeps at a small weight, Newton
-  /// converges without it, and the check sends it back (docs/learners.md, "A cycle between two supports").
+  /// converges without it, and the check sends it back (docs/learners.md, "No cycle between two supports").
   void Rejected(const std::vector<Eigen::Index>& support) {
     if (std::find(rejected_.begin(), rejected_.end(), support) != rejected_.end()) cycling_ = true;
     else rejected_.push_back(support);
