@@ -20,6 +20,10 @@
 // `bench_nested_cv memory-mkl n [budget GiB] [threads] [both|columns|copies]` does the same for a learner of
 // kernel weights (ENMKL-SVM, C = 1, mu = 0.5, no inner CV: the 5 outer refits): its training kernels read in
 // place (FoldColumns, test blocks copied), then a copy of every kernel per fold.
+// `bench_nested_cv memory-mkl n [budget GiB] [threads] compact` runs the same on the compact store (float32,
+// kernels::CompactKernels: the float64 kernels are never all held, each is made and rounded in turn), the
+// n = 5,000 case of issue 17; `... float32-float64` runs the store, then the float64 kernels read in place,
+// side by side (peak RSS, time, largest decision difference).
 #include <chrono>
 #include <ctime>
 #include <cstring>
@@ -36,6 +40,7 @@
 #include <tbb/task_arena.h>
 
 #include "neuromkl/cv/nested_cv.hpp"
+#include "neuromkl/kernels/compact_kernels.hpp"
 #include "learner_fixtures.hpp"
 #include "neuromkl/learners/learner.hpp"
 
@@ -60,14 +65,18 @@ static int MemoryMode(int n, double budgetGib, const std::string& way, bool mkl)
   std::normal_distribution<double> normal;
   learners::Targets targets{learners::Task::Classification, Eigen::VectorXd(n)};
   for (int i = 0; i < n; ++i) targets.y[i] = i % 2 ? 1.0 : -1.0;
+  const bool compact = way == "compact" || way == "float32-float64", float64 = way != "compact";
   learners::KernelList kernels;
+  kernels::CompactKernelList store;
   for (int j = 0; j < 116; ++j) {
     Eigen::MatrixXd X(n, 20);
     for (Eigen::Index k = 0; k < X.size(); ++k) X.data()[k] = normal(rng);
     if (j < 6) X.leftCols(5).colwise() += 0.4 * targets.y;
-    kernels.push_back(X * X.transpose());
+    Eigen::MatrixXd K = X * X.transpose();
+    if (compact) store.push_back(kernels::CompactKernel(K, true));
+    if (float64) kernels.push_back(std::move(K));
   }
-  const double kernelGib = 116.0 * n * n * 8 / (1ULL << 30);
+  const double kernelGib = 116.0 * n * n * 8 / (1ULL << 30), storeGib = static_cast<double>(kernels::CompactBytes(116, n)) / (1ULL << 30);
   const double before = PeakRssGib();
   const auto outer = cv::MakeFolds({cv::Scheme::StratifiedKFold, 5, 1}, targets.task, targets.y, {}, {}, 1, "outer");
   const cv::InnerSplitter inner = [](std::size_t f, const std::vector<int>&, const Eigen::VectorXd& y) {
@@ -77,9 +86,21 @@ static int MemoryMode(int n, double budgetGib, const std::string& way, bool mkl)
   for (const char* name : mkl ? std::vector<const char*>{"enmkl_svm"} : std::vector<const char*>{"svm", "kelm"})
     plans.push_back({name, name, cv::ExpandGrid(mkl ? learners::ParamMap{{"c", 1}, {"mu", 0.5}} : learners::ParamMap{{"c", 1}}, {})});
   const char* inPlaceName = mkl ? "columns" : "summed";
+  struct Run {
+    bool store, inPlace;
+  };
+  std::vector<Run> runs;
+  if (compact) {
+    runs.push_back({true, true});
+    if (float64) runs.push_back({false, true});
+  } else {
+    for (const bool inPlace : {true, false})
+      if (way == "both" || way == (inPlace ? inPlaceName : "copies")) runs.push_back({false, inPlace});
+  }
   std::vector<cv::LearnerOutcome> previous;
-  for (const bool inPlace : {true, false}) {
-    if (way != "both" && way != (inPlace ? inPlaceName : "copies")) continue;
+  double largest = 0;
+  for (const Run& run : runs) {
+    const bool inPlace = run.inPlace;
     cv::NestedCvOptions options;
     options.probabilities = !mkl;
     if (mkl) options.columnsInPlace = inPlace ? cv::ColumnsInPlace::Always : cv::ColumnsInPlace::Never;
@@ -87,20 +108,23 @@ static int MemoryMode(int n, double budgetGib, const std::string& way, bool mkl)
     options.memoryBudgetBytes = static_cast<std::uint64_t>(budgetGib * (1ULL << 30));
     const auto t = Clock::now();
     const double cpu0 = CpuSeconds();
-    auto res = cv::RunNestedCv(kernels, targets, outer, inner, plans, options);
+    auto res = run.store ? cv::RunNestedCv(store, targets, outer, inner, plans, options) : cv::RunNestedCv(kernels, targets, outer, inner, plans, options);
     const double wall = Since(t), cpu = CpuSeconds() - cpu0;
-    std::printf("n = %d x 116 kernels = %.2f GiB; %s; budget %s; %d threads: nested CV %.1f s (CPU %.1f s), peak RSS %.2f GiB = %.2fx the "
+    const double stackGib = run.store ? storeGib : kernelGib;
+    std::printf("n = %d x 116 kernels = %.2f GiB (%s); %s; budget %s; %d threads: nested CV %.1f s (CPU %.1f s), peak RSS %.2f GiB = %.2fx the "
                 "kernels (%.2f GiB before the CV); BA %s %.3f\n",
-                n, kernelGib, inPlace ? (mkl ? "training kernels read in place" : "summed kernel in place") : "copies of every kernel",
+                n, stackGib, run.store ? "float32 store" : "float64", inPlace ? (mkl ? "training kernels read in place" : "summed kernel in place") : "copies of every kernel",
                 budgetGib > 0 ? (std::to_string(budgetGib) + " GiB").c_str() : "available memory",
                 static_cast<int>(tbb::global_control::active_value(tbb::global_control::max_allowed_parallelism)), wall, cpu, PeakRssGib(),
-                PeakRssGib() / kernelGib, before, plans[0].label.c_str(), cv::Summarise(res[0], targets).pooled.at("balanced_accuracy"));
+                PeakRssGib() / stackGib, before, plans[0].label.c_str(), cv::Summarise(res[0], targets).pooled.at("balanced_accuracy"));
+    for (std::size_t l = 0; l < res.size(); ++l)
+      for (const auto& fold : res[l].folds) largest = std::max(largest, fold.decision.cwiseAbs().maxCoeff());
     if (!previous.empty()) {
       double diff = 0;
       for (std::size_t l = 0; l < res.size(); ++l)
         for (std::size_t f = 0; f < res[l].folds.size(); ++f)
           diff = std::max(diff, (res[l].folds[f].decision - previous[l].folds[f].decision).cwiseAbs().maxCoeff());
-      std::printf("largest decision difference between the two: %.2e\n", diff);
+      std::printf("largest decision difference between the two: %.2e (relative to the largest decision: %.2e)\n", diff, diff / largest);
     }
     previous = std::move(res);
   }

@@ -105,7 +105,8 @@ struct FoldViews {
   std::array<learners::Targets, 2> y;  ///< [semi-supervised]
 };
 /// Fills `v` (a previous task's views: the copies' storage is reused where sizes match).
-void PrepareViews(const learners::KernelList& kernels, const learners::Targets& targets, const std::vector<int>& train, const std::vector<int>& test,
+template <typename KernelVec>
+void PrepareViews(const KernelVec& kernels, const learners::Targets& targets, const std::vector<int>& train, const std::vector<int>& test,
                   const Preprocessing& pre, const std::vector<int>& unlabelled, const FoldNeeds& needs, bool columns, FoldViews& v) {
   for (const bool semi : {false, true}) {
     const std::vector<int> rows = semi ? WithUnlabelled(train, unlabelled) : train;
@@ -213,7 +214,8 @@ std::vector<learners::ParamMap> ExpandGrid(const learners::ParamMap& fixed, cons
 
 namespace {
 /// Every kernel's fold vectors (kernels::MakeFoldVectors), several kernels at once.
-std::vector<kernels::FoldVectors> AllFoldVectors(const learners::KernelList& kernels, const Eigen::Ref<const Eigen::VectorXi>& tr,
+template <typename KernelVec>
+std::vector<kernels::FoldVectors> AllFoldVectors(const KernelVec& kernels, const Eigen::Ref<const Eigen::VectorXi>& tr,
                                                  const Eigen::Ref<const Eigen::VectorXi>& te, const Preprocessing& pre) {
   std::vector<kernels::FoldVectors> vectors(kernels.size());
   tbb::parallel_for(std::size_t{0}, kernels.size(), [&](std::size_t j) { vectors[j] = kernels::MakeFoldVectors(kernels[j], tr, te, pre.centre, pre.normalise); });
@@ -229,7 +231,8 @@ Eigen::VectorXd VectorScales(const std::vector<kernels::FoldVectors>& vectors, c
 
 /// One kernel's fold blocks with covariates (residualising mixes rows, so not from vectors): sliced,
 /// residualised with the fold's residualiser, centred, normalised.
-kernels::FoldKernel PrepareResidualised(const Eigen::MatrixXd& kernel, const Eigen::Ref<const Eigen::VectorXi>& tr,
+template <typename Kernel>
+kernels::FoldKernel PrepareResidualised(const Kernel& kernel, const Eigen::Ref<const Eigen::VectorXi>& tr,
                                         const Eigen::Ref<const Eigen::VectorXi>& te, const kernels::FoldResidualiser& residualiser,
                                         const Preprocessing& pre) {
   kernels::FoldKernel fk = kernels::SliceFold(kernel, tr, te);
@@ -242,23 +245,41 @@ kernels::FoldKernel PrepareResidualised(const Eigen::MatrixXd& kernel, const Eig
 
 FoldColumns::FoldColumns(const learners::KernelList& kernels, const Eigen::Ref<const Eigen::VectorXi>& train, const Eigen::Ref<const Eigen::VectorXi>& test,
                          const Preprocessing& pre)
-    : kernels_(kernels), train_(train), test_(test) {
+    : kernels_(&kernels), train_(train), test_(test) {
+  Init(pre);
+}
+
+FoldColumns::FoldColumns(const kernels::CompactKernelList& kernels, const Eigen::Ref<const Eigen::VectorXi>& train,
+                         const Eigen::Ref<const Eigen::VectorXi>& test, const Preprocessing& pre)
+    : compact_(&kernels), train_(train), test_(test) {
+  Init(pre);
+}
+
+void FoldColumns::Init(const Preprocessing& pre) {
   if (pre.covariates)
     throw InputError("cv:ColumnsWithCovariates", "fold columns", "fold kernels with covariates are not columns of the study's kernels (residualising mixes rows)");
-  vectors_ = AllFoldVectors(kernels, train_, test_, pre);
+  vectors_ = kernels_ ? AllFoldVectors(*kernels_, train_, test_, pre) : AllFoldVectors(*compact_, train_, test_, pre);
   scales_ = VectorScales(vectors_, pre.kernelGroups);
 }
+
+Eigen::Index FoldColumns::Count() const { return static_cast<Eigen::Index>(kernels_ ? kernels_->size() : compact_->size()); }
 
 void FoldColumns::UpperColumn(Eigen::Index k, Eigen::Index j, double* out) const {
   // Rows 0..j of the column WritePreparedBlocks writes into PrepareFold's copy.
   const auto r = static_cast<std::size_t>(k);
-  kernels::PreparedTrainingColumn(kernels_[r].col(train_[j]).data(), train_, vectors_[r], j, j + 1, scales_[k], out);
+  if (kernels_)
+    kernels::PreparedTrainingColumn((*kernels_)[r].col(train_[j]).data(), train_, vectors_[r], j, j + 1, scales_[k], out);
+  else
+    kernels::PreparedTrainingColumn((*compact_)[r].col(train_[j]).data(), train_, vectors_[r], j, j + 1, scales_[k], out);
 }
 
 learners::TestBlocks FoldColumns::Test(Eigen::MatrixXd& buffer) const {
   return {Count(), test_.size(), [this, &buffer](Eigen::Index k) -> const Eigen::MatrixXd& {
             const auto j = static_cast<std::size_t>(k);
-            kernels::WritePreparedTestBlock(kernels_[j], train_, test_, vectors_[j], scales_[k], buffer);
+            if (kernels_)
+              kernels::WritePreparedTestBlock((*kernels_)[j], train_, test_, vectors_[j], scales_[k], buffer);
+            else
+              kernels::WritePreparedTestBlock((*compact_)[j], train_, test_, vectors_[j], scales_[k], buffer);
             return buffer;
           }};
 }
@@ -270,8 +291,10 @@ FoldKernels PrepareFold(const learners::KernelList& kernels, const std::vector<i
   return out;
 }
 
-void PrepareFoldInto(const learners::KernelList& kernels, const std::vector<int>& train, const std::vector<int>& test, const Preprocessing& pre,
-                     FoldKernels& out) {
+namespace {
+template <typename KernelVec>
+void PrepareFoldIntoOf(const KernelVec& kernels, const std::vector<int>& train, const std::vector<int>& test, const Preprocessing& pre,
+                       FoldKernels& out) {
   const Eigen::VectorXi tr = Eigen::Map<const Eigen::VectorXi>(train.data(), static_cast<Eigen::Index>(train.size()));
   const Eigen::VectorXi te = Eigen::Map<const Eigen::VectorXi>(test.data(), static_cast<Eigen::Index>(test.size()));
   out.train.resize(kernels.size());
@@ -304,12 +327,23 @@ void PrepareFoldInto(const learners::KernelList& kernels, const std::vector<int>
     }
   }
 }
+}  // namespace
+
+void PrepareFoldInto(const learners::KernelList& kernels, const std::vector<int>& train, const std::vector<int>& test, const Preprocessing& pre,
+                     FoldKernels& out) {
+  PrepareFoldIntoOf(kernels, train, test, pre, out);
+}
+void PrepareFoldInto(const kernels::CompactKernelList& kernels, const std::vector<int>& train, const std::vector<int>& test, const Preprocessing& pre,
+                     FoldKernels& out) {
+  PrepareFoldIntoOf(kernels, train, test, pre, out);
+}
 
 namespace {
 /// With covariates the preprocessing is not a matter of vectors (residualising mixes rows): each kernel
 /// is prepared as PrepareFold prepares it, a few at a time, and added in kernel order, so the sum is
 /// PrepareFold's (then CombineKernels') exactly while only a window of prepared kernels is held.
-FoldKernels SumPreparedKernels(const learners::KernelList& kernels, const Eigen::VectorXi& tr, const Eigen::VectorXi& te, const Preprocessing& pre) {
+template <typename KernelVec>
+FoldKernels SumPreparedKernels(const KernelVec& kernels, const Eigen::VectorXi& tr, const Eigen::VectorXi& te, const Preprocessing& pre) {
   const kernels::FoldResidualiser residualiser = kernels::MakeFoldResidualiser(*pre.covariates, tr, te);
   const auto prepare = [&](std::size_t j) { return PrepareResidualised(kernels[j], tr, te, residualiser, pre); };
   constexpr std::size_t kWindow = 4;  // fixed, so results do not depend on the thread count
@@ -340,10 +374,9 @@ FoldKernels SumPreparedKernels(const learners::KernelList& kernels, const Eigen:
   }
   return out;
 }
-}  // namespace
 
-FoldKernels PrepareSummedFold(const learners::KernelList& kernels, const std::vector<int>& train, const std::vector<int>& test,
-                              const Preprocessing& pre) {
+template <typename KernelVec>
+FoldKernels PrepareSummedFoldOf(const KernelVec& kernels, const std::vector<int>& train, const std::vector<int>& test, const Preprocessing& pre) {
   const Eigen::VectorXi tr = Eigen::Map<const Eigen::VectorXi>(train.data(), static_cast<Eigen::Index>(train.size()));
   const Eigen::VectorXi te = Eigen::Map<const Eigen::VectorXi>(test.data(), static_cast<Eigen::Index>(test.size()));
   if (kernels.empty()) return {};  // no kernel is not a zero kernel: the learner reports it
@@ -370,18 +403,28 @@ FoldKernels PrepareSummedFold(const learners::KernelList& kernels, const std::ve
       for (std::size_t j = 0; j < R; ++j) {
         const kernels::FoldVectors& v = vectors[j];
         const double g = scales[static_cast<Eigen::Index>(j)];
-        const double* col = kernels[j].col(tr[b]).data();
+        const auto* col = kernels[j].col(tr[b]).data();
         const double cb = v.colMean[b], ib = v.invTrain[b], grand = v.grand;
         const double* c = v.colMean.data();
         const double* inv = v.invTrain.data();
-        for (Eigen::Index a = 0; a < l; ++a) outTrain[a] += kernels::PreparedEntry(col[tr[a]], cb, c[a], grand, inv[a], ib, g);
+        for (Eigen::Index a = 0; a < l; ++a) outTrain[a] += kernels::PreparedEntry(static_cast<double>(col[tr[a]]), cb, c[a], grand, inv[a], ib, g);
         const double* r = v.testMean.data();
         const double* invTest = v.invTest.data();
-        for (Eigen::Index i = 0; i < m; ++i) outTest[i] += kernels::PreparedEntry(col[te[i]], cb, r[i], grand, invTest[i], ib, g);
+        for (Eigen::Index i = 0; i < m; ++i) outTest[i] += kernels::PreparedEntry(static_cast<double>(col[te[i]]), cb, r[i], grand, invTest[i], ib, g);
       }
     }
   });
   return out;
+}
+}  // namespace
+
+FoldKernels PrepareSummedFold(const learners::KernelList& kernels, const std::vector<int>& train, const std::vector<int>& test,
+                              const Preprocessing& pre) {
+  return PrepareSummedFoldOf(kernels, train, test, pre);
+}
+FoldKernels PrepareSummedFold(const kernels::CompactKernelList& kernels, const std::vector<int>& train, const std::vector<int>& test,
+                              const Preprocessing& pre) {
+  return PrepareSummedFoldOf(kernels, train, test, pre);
 }
 
 learners::Model ExpandSummedModel(learners::Model model, Eigen::Index kernels) {
@@ -509,8 +552,10 @@ std::uint64_t AvailableMemoryBytes() {
   return available;
 }
 
-std::vector<LearnerOutcome> RunNestedCv(const learners::KernelList& kernels, const learners::Targets& targets, const std::vector<Fold>& outer,
-                                        const InnerSplitter& inner, const std::vector<LearnerPlan>& plans, const NestedCvOptions& options) {
+namespace {
+template <typename KernelVec>
+std::vector<LearnerOutcome> RunNestedCvOn(const KernelVec& kernels, const learners::Targets& targets, const std::vector<Fold>& outer,
+                                          const InnerSplitter& inner, const std::vector<LearnerPlan>& plans, const NestedCvOptions& options) {
   const std::size_t F = outer.size(), L = plans.size();
   std::vector<std::unique_ptr<learners::Learner>> learnerObjects;  // one per (plan, grid point), shared read-only
   std::vector<std::size_t> firstObject(L);
@@ -771,6 +816,16 @@ std::vector<LearnerOutcome> RunNestedCv(const learners::KernelList& kernels, con
         }
   }
   return out;
+}
+}  // namespace
+
+std::vector<LearnerOutcome> RunNestedCv(const learners::KernelList& kernels, const learners::Targets& targets, const std::vector<Fold>& outer,
+                                        const InnerSplitter& inner, const std::vector<LearnerPlan>& plans, const NestedCvOptions& options) {
+  return RunNestedCvOn(kernels, targets, outer, inner, plans, options);
+}
+std::vector<LearnerOutcome> RunNestedCv(const kernels::CompactKernelList& kernels, const learners::Targets& targets, const std::vector<Fold>& outer,
+                                        const InnerSplitter& inner, const std::vector<LearnerPlan>& plans, const NestedCvOptions& options) {
+  return RunNestedCvOn(kernels, targets, outer, inner, plans, options);
 }
 
 bool FoldFailed(const OuterFoldResult& fold) { return !fold.error.empty() || !fold.decision.allFinite(); }

@@ -10,10 +10,15 @@ namespace neuromkl::kernels {
 
 namespace {
 constexpr double kZeroNormRelative = 1e-12;
+/// A full kernel of either precision (the compact store holds float32; see compact_kernels.hpp).
+template <typename Scalar>
+using Matrix = Eigen::Matrix<Scalar, Eigen::Dynamic, Eigen::Dynamic>;
 }
 
-FoldKernel SliceFold(const Eigen::Ref<const Eigen::MatrixXd>& full, const Eigen::Ref<const Eigen::VectorXi>& trainIdx,
-                     const Eigen::Ref<const Eigen::VectorXi>& testIdx) {
+namespace {
+template <typename Scalar>
+FoldKernel SliceFoldOf(const Eigen::Ref<const Matrix<Scalar>>& full, const Eigen::Ref<const Eigen::VectorXi>& trainIdx,
+                       const Eigen::Ref<const Eigen::VectorXi>& testIdx) {
   FoldKernel k;
   const Eigen::Index l = trainIdx.size(), m = testIdx.size();
   k.train.resize(l, l);
@@ -28,6 +33,16 @@ FoldKernel SliceFold(const Eigen::Ref<const Eigen::MatrixXd>& full, const Eigen:
   }
   for (Eigen::Index i = 0; i < m; ++i) k.testDiag[i] = full(testIdx[i], testIdx[i]);
   return k;
+}
+}  // namespace
+
+FoldKernel SliceFold(const Eigen::Ref<const Eigen::MatrixXd>& full, const Eigen::Ref<const Eigen::VectorXi>& trainIdx,
+                     const Eigen::Ref<const Eigen::VectorXi>& testIdx) {
+  return SliceFoldOf<double>(full, trainIdx, testIdx);
+}
+FoldKernel SliceFold(const Eigen::Ref<const Eigen::MatrixXf>& full, const Eigen::Ref<const Eigen::VectorXi>& trainIdx,
+                     const Eigen::Ref<const Eigen::VectorXi>& testIdx) {
+  return SliceFoldOf<float>(full, trainIdx, testIdx);
 }
 
 void CentreFold(FoldKernel& k) {
@@ -71,17 +86,18 @@ void NormaliseFold(FoldKernel& k) {
 }
 
 namespace {
-/// Sum of values[idx[k]] over k, in four interleaved partial sums (a fixed order: deterministic).
-double GatherSum(const double* values, const int* idx, Eigen::Index count) {
+/// Sum of values[idx[k]] over k (in double), in four interleaved partial sums (a fixed order: deterministic).
+template <typename Scalar>
+double GatherSum(const Scalar* values, const int* idx, Eigen::Index count) {
   double s0 = 0, s1 = 0, s2 = 0, s3 = 0;
   Eigen::Index k = 0;
   for (; k + 4 <= count; k += 4) {
-    s0 += values[idx[k]];
-    s1 += values[idx[k + 1]];
-    s2 += values[idx[k + 2]];
-    s3 += values[idx[k + 3]];
+    s0 += static_cast<double>(values[idx[k]]);
+    s1 += static_cast<double>(values[idx[k + 1]]);
+    s2 += static_cast<double>(values[idx[k + 2]]);
+    s3 += static_cast<double>(values[idx[k + 3]]);
   }
-  for (; k < count; ++k) s0 += values[idx[k]];
+  for (; k < count; ++k) s0 += static_cast<double>(values[idx[k]]);
   return (s0 + s1) + (s2 + s3);
 }
 }  // namespace
@@ -109,8 +125,8 @@ FoldVectors VectorsFromColumns(Eigen::Index l, Eigen::Index m, const TrainColumn
     // at the test rows, one term of every test row's mean.
     for (Eigen::Index b = 0; b < l; ++b) {
       v.colMean[b] = GatherSum(trainColumn(b), trainRows, l) / static_cast<double>(l);
-      const double* test = testColumn(b);
-      for (Eigen::Index i = 0; i < m; ++i) v.testMean[i] += test[testRows[i]];
+      const auto* test = testColumn(b);
+      for (Eigen::Index i = 0; i < m; ++i) v.testMean[i] += static_cast<double>(test[testRows[i]]);
     }
     v.testMean /= static_cast<double>(l);
     v.grand = v.colMean.mean();
@@ -130,14 +146,26 @@ FoldVectors VectorsFromColumns(Eigen::Index l, Eigen::Index m, const TrainColumn
 }
 }  // namespace
 
-FoldVectors MakeFoldVectors(const Eigen::Ref<const Eigen::MatrixXd>& full, const Eigen::Ref<const Eigen::VectorXi>& tr,
-                            const Eigen::Ref<const Eigen::VectorXi>& te, bool centre, bool normalise) {
+namespace {
+template <typename Scalar>
+FoldVectors MakeFoldVectorsOf(const Eigen::Ref<const Matrix<Scalar>>& full, const Eigen::Ref<const Eigen::VectorXi>& tr,
+                              const Eigen::Ref<const Eigen::VectorXi>& te, bool centre, bool normalise) {
   const Eigen::Index l = tr.size(), m = te.size();
   Eigen::VectorXd trainDiag(l), testDiag(m);
-  for (Eigen::Index a = 0; a < l; ++a) trainDiag[a] = full(tr[a], tr[a]);
-  for (Eigen::Index i = 0; i < m; ++i) testDiag[i] = full(te[i], te[i]);
+  for (Eigen::Index a = 0; a < l; ++a) trainDiag[a] = static_cast<double>(full(tr[a], tr[a]));
+  for (Eigen::Index i = 0; i < m; ++i) testDiag[i] = static_cast<double>(full(te[i], te[i]));
   const auto column = [&](Eigen::Index b) { return full.col(tr[b]).data(); };
   return VectorsFromColumns(l, m, column, tr.data(), column, te.data(), trainDiag, testDiag, centre, normalise);
+}
+}  // namespace
+
+FoldVectors MakeFoldVectors(const Eigen::Ref<const Eigen::MatrixXd>& full, const Eigen::Ref<const Eigen::VectorXi>& tr,
+                            const Eigen::Ref<const Eigen::VectorXi>& te, bool centre, bool normalise) {
+  return MakeFoldVectorsOf<double>(full, tr, te, centre, normalise);
+}
+FoldVectors MakeFoldVectors(const Eigen::Ref<const Eigen::MatrixXf>& full, const Eigen::Ref<const Eigen::VectorXi>& tr,
+                            const Eigen::Ref<const Eigen::VectorXi>& te, bool centre, bool normalise) {
+  return MakeFoldVectorsOf<float>(full, tr, te, centre, normalise);
 }
 
 FoldVectors BlockFoldVectors(const Eigen::Ref<const Eigen::MatrixXd>& train, const Eigen::Ref<const Eigen::MatrixXd>& testTrain,
@@ -161,9 +189,33 @@ void PrepareBlocksInPlace(Eigen::MatrixXd& train, Eigen::MatrixXd& testTrain, co
   }
 }
 
-void WritePreparedBlocks(const Eigen::Ref<const Eigen::MatrixXd>& full, const Eigen::Ref<const Eigen::VectorXi>& tr,
-                         const Eigen::Ref<const Eigen::VectorXi>& te, const FoldVectors& v, double scale, Eigen::MatrixXd& train,
-                         Eigen::MatrixXd& testTrain) {
+namespace {
+template <typename Scalar>
+void PreparedTrainingColumnOf(const Scalar* fullColumn, const Eigen::Ref<const Eigen::VectorXi>& tr, const FoldVectors& v, Eigen::Index b,
+                              Eigen::Index rows, double scale, double* out) {
+  // The gather first, then the arithmetic over contiguous arrays (vectorised): the learners of kernel weights
+  // read their fold's columns this way at every iteration (cv::FoldColumns), and one fused scalar loop took
+  // 166 s where this takes 127 s (bench_nested_cv memory-mkl 1400; copies 49.8 s).
+  const int* idx = tr.data();
+  for (Eigen::Index a = 0; a < rows; ++a) out[a] = static_cast<double>(fullColumn[idx[a]]);
+  const double cb = v.colMean[b], ib = v.invTrain[b], grand = v.grand;
+  const double* colMean = v.colMean.data();
+  const double* invTrain = v.invTrain.data();
+  for (Eigen::Index a = 0; a < rows; ++a) out[a] = PreparedEntry(out[a], cb, colMean[a], grand, invTrain[a], ib, scale);
+}
+
+template <typename Scalar>
+void PreparedTestColumnOf(const Scalar* fullColumn, const Eigen::Ref<const Eigen::VectorXi>& te, const FoldVectors& v, Eigen::Index b, double scale,
+                          double* out) {
+  const double cb = v.colMean[b], ib = v.invTrain[b];
+  for (Eigen::Index i = 0; i < te.size(); ++i)
+    out[i] = PreparedEntry(static_cast<double>(fullColumn[te[i]]), cb, v.testMean[i], v.grand, v.invTest[i], ib, scale);
+}
+
+template <typename Scalar>
+void WritePreparedBlocksOf(const Eigen::Ref<const Matrix<Scalar>>& full, const Eigen::Ref<const Eigen::VectorXi>& tr,
+                           const Eigen::Ref<const Eigen::VectorXi>& te, const FoldVectors& v, double scale, Eigen::MatrixXd& train,
+                           Eigen::MatrixXd& testTrain) {
   const Eigen::Index l = tr.size(), m = te.size();
   if (train.rows() != l || train.cols() != l) {
     train.resize(l, l);
@@ -174,70 +226,111 @@ void WritePreparedBlocks(const Eigen::Ref<const Eigen::MatrixXd>& full, const Ei
     AdviseHugePages(testTrain.data(), static_cast<std::size_t>(m * l) * sizeof(double));
   }
   for (Eigen::Index b = 0; b < l; ++b) {
-    const double* col = full.col(tr[b]).data();
-    PreparedTrainingColumn(col, tr, v, b, l, scale, train.col(b).data());
-    PreparedTestColumn(col, te, v, b, scale, testTrain.col(b).data());
+    const Scalar* col = full.col(tr[b]).data();
+    PreparedTrainingColumnOf(col, tr, v, b, l, scale, train.col(b).data());
+    PreparedTestColumnOf(col, te, v, b, scale, testTrain.col(b).data());
   }
 }
 
-void PreparedTrainingColumn(const double* fullColumn, const Eigen::Ref<const Eigen::VectorXi>& tr, const FoldVectors& v, Eigen::Index b,
-                            Eigen::Index rows, double scale, double* out) {
-  // The gather first, then the arithmetic over contiguous arrays (vectorised): the learners of kernel weights
-  // read their fold's columns this way at every iteration (cv::FoldColumns), and one fused scalar loop took
-  // 166 s where this takes 127 s (bench_nested_cv memory-mkl 1400; copies 49.8 s).
-  const int* idx = tr.data();
-  for (Eigen::Index a = 0; a < rows; ++a) out[a] = fullColumn[idx[a]];
-  const double cb = v.colMean[b], ib = v.invTrain[b], grand = v.grand;
-  const double* colMean = v.colMean.data();
-  const double* invTrain = v.invTrain.data();
-  for (Eigen::Index a = 0; a < rows; ++a) out[a] = PreparedEntry(out[a], cb, colMean[a], grand, invTrain[a], ib, scale);
-}
-
-void PreparedTestColumn(const double* fullColumn, const Eigen::Ref<const Eigen::VectorXi>& te, const FoldVectors& v, Eigen::Index b, double scale,
-                        double* out) {
-  const double cb = v.colMean[b], ib = v.invTrain[b];
-  for (Eigen::Index i = 0; i < te.size(); ++i) out[i] = PreparedEntry(fullColumn[te[i]], cb, v.testMean[i], v.grand, v.invTest[i], ib, scale);
-}
-
-void WritePreparedTestBlock(const Eigen::Ref<const Eigen::MatrixXd>& full, const Eigen::Ref<const Eigen::VectorXi>& tr,
-                            const Eigen::Ref<const Eigen::VectorXi>& te, const FoldVectors& v, double scale, Eigen::MatrixXd& testTrain) {
+template <typename Scalar>
+void WritePreparedTestBlockOf(const Eigen::Ref<const Matrix<Scalar>>& full, const Eigen::Ref<const Eigen::VectorXi>& tr,
+                              const Eigen::Ref<const Eigen::VectorXi>& te, const FoldVectors& v, double scale, Eigen::MatrixXd& testTrain) {
   const Eigen::Index l = tr.size(), m = te.size();
   if (testTrain.rows() != m || testTrain.cols() != l) {
     testTrain.resize(m, l);
     AdviseHugePages(testTrain.data(), static_cast<std::size_t>(m * l) * sizeof(double));
   }
-  for (Eigen::Index b = 0; b < l; ++b) PreparedTestColumn(full.col(tr[b]).data(), te, v, b, scale, testTrain.col(b).data());
+  for (Eigen::Index b = 0; b < l; ++b) PreparedTestColumnOf(full.col(tr[b]).data(), te, v, b, scale, testTrain.col(b).data());
 }
 
-FoldKernel PreparedBlocks(const Eigen::Ref<const Eigen::MatrixXd>& full, const Eigen::Ref<const Eigen::VectorXi>& tr,
-                          const Eigen::Ref<const Eigen::VectorXi>& te, const FoldVectors& v, bool normalise, double scale) {
+template <typename Scalar>
+FoldKernel PreparedBlocksOf(const Eigen::Ref<const Matrix<Scalar>>& full, const Eigen::Ref<const Eigen::VectorXi>& tr,
+                            const Eigen::Ref<const Eigen::VectorXi>& te, const FoldVectors& v, bool normalise, double scale) {
   FoldKernel k;
-  WritePreparedBlocks(full, tr, te, v, scale, k.train, k.testTrain);
+  WritePreparedBlocksOf<Scalar>(full, tr, te, v, scale, k.train, k.testTrain);
   const Eigen::Index m = te.size();
   k.testDiag.resize(m);
   for (Eigen::Index i = 0; i < m; ++i) k.testDiag[i] = (normalise ? (v.invTest[i] > 0 ? 1.0 : 0.0) : v.testDiag[i]) * scale;
   return k;
 }
 
-Eigen::MatrixXd PreparedProducts(const Eigen::Ref<const Eigen::MatrixXd>& full, const Eigen::Ref<const Eigen::VectorXi>& tr, const FoldVectors& v,
-                                 const Eigen::Ref<const Eigen::MatrixXd>& A) {
+template <typename Scalar>
+Eigen::MatrixXd PreparedProductsOf(const Eigen::Ref<const Matrix<Scalar>>& full, const Eigen::Ref<const Eigen::VectorXi>& tr, const FoldVectors& v,
+                                   const Eigen::Ref<const Eigen::MatrixXd>& A) {
   const Eigen::Index l = tr.size(), k = A.cols();
   const Eigen::MatrixXd U = v.invTrain.asDiagonal() * A;
   Eigen::MatrixXd KU = Eigen::MatrixXd::Zero(l, k);
   // K[tr, tr] U column by column of K: each column is read once, at the training rows.
   for (Eigen::Index b = 0; b < l; ++b) {
-    const double* col = full.col(tr[b]).data();
+    const Scalar* col = full.col(tr[b]).data();
     for (Eigen::Index c = 0; c < k; ++c) {
       const double u = U(b, c);
       if (u == 0.0) continue;
       double* out = KU.col(c).data();
-      for (Eigen::Index a = 0; a < l; ++a) out[a] += col[tr[a]] * u;
+      for (Eigen::Index a = 0; a < l; ++a) out[a] += static_cast<double>(col[tr[a]]) * u;
     }
   }
   const Eigen::RowVectorXd s = U.colwise().sum(), t = v.colMean.transpose() * U;
   for (Eigen::Index c = 0; c < k; ++c)
     for (Eigen::Index a = 0; a < l; ++a) KU(a, c) = v.invTrain[a] * (((KU(a, c) - v.colMean[a] * s[c]) - t[c]) + v.grand * s[c]);
   return KU;
+}
+}  // namespace
+
+void WritePreparedBlocks(const Eigen::Ref<const Eigen::MatrixXd>& full, const Eigen::Ref<const Eigen::VectorXi>& tr,
+                         const Eigen::Ref<const Eigen::VectorXi>& te, const FoldVectors& v, double scale, Eigen::MatrixXd& train,
+                         Eigen::MatrixXd& testTrain) {
+  WritePreparedBlocksOf<double>(full, tr, te, v, scale, train, testTrain);
+}
+void WritePreparedBlocks(const Eigen::Ref<const Eigen::MatrixXf>& full, const Eigen::Ref<const Eigen::VectorXi>& tr,
+                         const Eigen::Ref<const Eigen::VectorXi>& te, const FoldVectors& v, double scale, Eigen::MatrixXd& train,
+                         Eigen::MatrixXd& testTrain) {
+  WritePreparedBlocksOf<float>(full, tr, te, v, scale, train, testTrain);
+}
+
+void PreparedTrainingColumn(const double* fullColumn, const Eigen::Ref<const Eigen::VectorXi>& tr, const FoldVectors& v, Eigen::Index b,
+                            Eigen::Index rows, double scale, double* out) {
+  PreparedTrainingColumnOf(fullColumn, tr, v, b, rows, scale, out);
+}
+void PreparedTrainingColumn(const float* fullColumn, const Eigen::Ref<const Eigen::VectorXi>& tr, const FoldVectors& v, Eigen::Index b,
+                            Eigen::Index rows, double scale, double* out) {
+  PreparedTrainingColumnOf(fullColumn, tr, v, b, rows, scale, out);
+}
+
+void PreparedTestColumn(const double* fullColumn, const Eigen::Ref<const Eigen::VectorXi>& te, const FoldVectors& v, Eigen::Index b, double scale,
+                        double* out) {
+  PreparedTestColumnOf(fullColumn, te, v, b, scale, out);
+}
+void PreparedTestColumn(const float* fullColumn, const Eigen::Ref<const Eigen::VectorXi>& te, const FoldVectors& v, Eigen::Index b, double scale,
+                        double* out) {
+  PreparedTestColumnOf(fullColumn, te, v, b, scale, out);
+}
+
+void WritePreparedTestBlock(const Eigen::Ref<const Eigen::MatrixXd>& full, const Eigen::Ref<const Eigen::VectorXi>& tr,
+                            const Eigen::Ref<const Eigen::VectorXi>& te, const FoldVectors& v, double scale, Eigen::MatrixXd& testTrain) {
+  WritePreparedTestBlockOf<double>(full, tr, te, v, scale, testTrain);
+}
+void WritePreparedTestBlock(const Eigen::Ref<const Eigen::MatrixXf>& full, const Eigen::Ref<const Eigen::VectorXi>& tr,
+                            const Eigen::Ref<const Eigen::VectorXi>& te, const FoldVectors& v, double scale, Eigen::MatrixXd& testTrain) {
+  WritePreparedTestBlockOf<float>(full, tr, te, v, scale, testTrain);
+}
+
+FoldKernel PreparedBlocks(const Eigen::Ref<const Eigen::MatrixXd>& full, const Eigen::Ref<const Eigen::VectorXi>& tr,
+                          const Eigen::Ref<const Eigen::VectorXi>& te, const FoldVectors& v, bool normalise, double scale) {
+  return PreparedBlocksOf<double>(full, tr, te, v, normalise, scale);
+}
+FoldKernel PreparedBlocks(const Eigen::Ref<const Eigen::MatrixXf>& full, const Eigen::Ref<const Eigen::VectorXi>& tr,
+                          const Eigen::Ref<const Eigen::VectorXi>& te, const FoldVectors& v, bool normalise, double scale) {
+  return PreparedBlocksOf<float>(full, tr, te, v, normalise, scale);
+}
+
+Eigen::MatrixXd PreparedProducts(const Eigen::Ref<const Eigen::MatrixXd>& full, const Eigen::Ref<const Eigen::VectorXi>& tr, const FoldVectors& v,
+                                 const Eigen::Ref<const Eigen::MatrixXd>& A) {
+  return PreparedProductsOf<double>(full, tr, v, A);
+}
+Eigen::MatrixXd PreparedProducts(const Eigen::Ref<const Eigen::MatrixXf>& full, const Eigen::Ref<const Eigen::VectorXi>& tr, const FoldVectors& v,
+                                 const Eigen::Ref<const Eigen::MatrixXd>& A) {
+  return PreparedProductsOf<float>(full, tr, v, A);
 }
 
 }  // namespace neuromkl::kernels

@@ -466,7 +466,7 @@ TEST(SummedFold, EqualsTheSumOfPreparedKernelsForEveryPreprocessing) {
 TEST(SummedFold, NoKernelsGiveNoKernelNotAZeroKernel) {
   // A learner given no kernel says so (learners:NoKernel); a summed kernel of zeros would fit silently.
   const auto f = MakeSummedFixture();
-  const auto none = cv::PrepareSummedFold({}, f.train, f.test, cv::Preprocessing{});
+  const auto none = cv::PrepareSummedFold(learners::KernelList{}, f.train, f.test, cv::Preprocessing{});
   EXPECT_TRUE(none.train.empty());
   EXPECT_TRUE(none.test.empty());
   const learners::Targets y{learners::Task::Classification, Eigen::VectorXd::Ones(static_cast<Eigen::Index>(f.train.size()))};

@@ -175,7 +175,7 @@ TEST(BiasCorrection, NestedCvRemovesTheGapSlopeOnTestFolds) {
   const auto outer = cv::MakeFolds({cv::Scheme::KFold, 5, 1}, learners::Task::Regression, age, {}, {}, 2, "outer");
   cv::NestedCvOptions options;
   options.biasCorrection = true;
-  const auto res = cv::RunNestedCv({X * X.transpose()}, t, outer, Inner(5, learners::Task::Regression),
+  const auto res = cv::RunNestedCv(learners::KernelList{X * X.transpose()}, t, outer, Inner(5, learners::Task::Regression),
                                    {{"krr", "krr", cv::ExpandGrid({}, {{"lambda", {1, 10, 100}}})}}, options);
   Eigen::VectorXd y(n), pred(n), corr(n);
   for (const auto& f : res[0].folds) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "neuromkl/cv/splits.hpp"
+#include "neuromkl/kernels/compact_kernels.hpp"
 #include "neuromkl/kernels/covariates.hpp"
 #include "neuromkl/kernels/preprocess.hpp"
 #include "neuromkl/learners/learner.hpp"
@@ -142,6 +143,12 @@ std::uint64_t AvailableMemoryBytes();
 /// cannot be used (e.g. an inner split impossible on a small training set).
 std::vector<LearnerOutcome> RunNestedCv(const learners::KernelList& kernels, const learners::Targets& targets, const std::vector<Fold>& outer,
                                         const InnerSplitter& inner, const std::vector<LearnerPlan>& plans, const NestedCvOptions& options);
+/// The same on the compact store (float32 kernels, kernels::CompactKernelList; issue 17): every fold kernel is
+/// prepared from the float32 entries widened to double, so the results are those of RunNestedCv on the store's
+/// values as float64 kernels, bit for bit. Peak memory is the store plus a fold's work when the learners of kernel
+/// weights read their kernels in place (columnsInPlace, chosen by the memory budget as for float64 kernels).
+std::vector<LearnerOutcome> RunNestedCv(const kernels::CompactKernelList& kernels, const learners::Targets& targets, const std::vector<Fold>& outer,
+                                        const InnerSplitter& inner, const std::vector<LearnerPlan>& plans, const NestedCvOptions& options);
 
 /// Every kernel restricted to a fold and preprocessed with the fold's training statistics.
 struct FoldKernels {
@@ -154,6 +161,8 @@ FoldKernels PrepareFold(const learners::KernelList& kernels, const std::vector<i
 /// finished fold task's kernels to the next task: the same values without faulting in fresh memory).
 void PrepareFoldInto(const learners::KernelList& kernels, const std::vector<int>& train, const std::vector<int>& test,
                      const Preprocessing& preprocessing, FoldKernels& out);
+void PrepareFoldInto(const kernels::CompactKernelList& kernels, const std::vector<int>& train, const std::vector<int>& test,
+                     const Preprocessing& preprocessing, FoldKernels& out);
 /// The sum over kernels of PrepareFold's blocks (one l x l training and one m x l test kernel), for
 /// the learners that fit the unweighted sum (svm, krr, kelm, bsadmm_kelm, dkelm). Without covariates it
 /// reads the full kernels in place: per kernel the fold's centring and normalisation are vectors (training
@@ -163,6 +172,8 @@ void PrepareFoldInto(const learners::KernelList& kernels, const std::vector<int>
 /// with covariates the kernels are prepared one at a time and added, with the same result. Results do not
 /// depend on the number of threads.
 FoldKernels PrepareSummedFold(const learners::KernelList& kernels, const std::vector<int>& train, const std::vector<int>& test,
+                              const Preprocessing& preprocessing);
+FoldKernels PrepareSummedFold(const kernels::CompactKernelList& kernels, const std::vector<int>& train, const std::vector<int>& test,
                               const Preprocessing& preprocessing);
 /// A model fitted on PrepareSummedFold's one kernel as the same model over `kernels` kernels (beta_j = 1 / kernels
 /// and coefficients times kernels, the form the summed-kernel learners report): same decision function.
@@ -185,7 +196,10 @@ class FoldColumns final : public learners::KernelColumns {
  public:
   FoldColumns(const learners::KernelList& kernels, const Eigen::Ref<const Eigen::VectorXi>& train, const Eigen::Ref<const Eigen::VectorXi>& test,
               const Preprocessing& preprocessing);
-  Eigen::Index Count() const override { return static_cast<Eigen::Index>(kernels_.size()); }
+  /// The same over the compact store: the columns of its float32 values widened to double.
+  FoldColumns(const kernels::CompactKernelList& kernels, const Eigen::Ref<const Eigen::VectorXi>& train, const Eigen::Ref<const Eigen::VectorXi>& test,
+              const Preprocessing& preprocessing);
+  Eigen::Index Count() const override;
   Eigen::Index Size() const override { return train_.size(); }
   void UpperColumn(Eigen::Index k, Eigen::Index j, double* out) const override;
   /// PrepareFold's test blocks (m x l each) one at a time, each written into `buffer` when a model asks for it
@@ -194,7 +208,9 @@ class FoldColumns final : public learners::KernelColumns {
   learners::TestBlocks Test(Eigen::MatrixXd& buffer) const;
 
  private:
-  const learners::KernelList& kernels_;
+  void Init(const Preprocessing& preprocessing);
+  const learners::KernelList* kernels_ = nullptr;          ///< the study's kernels, or
+  const kernels::CompactKernelList* compact_ = nullptr;  ///< the compact store
   Eigen::VectorXi train_, test_;
   std::vector<kernels::FoldVectors> vectors_;
   Eigen::VectorXd scales_;  ///< FoldScales

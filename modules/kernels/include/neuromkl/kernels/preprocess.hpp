@@ -1,6 +1,9 @@
 #pragma once
 // Per-fold kernel preprocessing with training statistics only (ALGORITHMS.md section 2):
 // centre (= inner products of training-mean-centred vectors), then normalise (cosine).
+// Every function that reads a full kernel takes it in float64 or float32 (the compact store,
+// compact_kernels.hpp): a float32 entry is widened to double when read, and all arithmetic is in double,
+// so a float32 kernel gives what its values widened to a float64 kernel give, bit for bit.
 #include <Eigen/Core>
 
 namespace neuromkl::kernels {
@@ -14,6 +17,8 @@ struct FoldKernel {
 
 /// Slices a full n x n kernel into a FoldKernel (sklearn's K[np.ix_(test, train)]).
 FoldKernel SliceFold(const Eigen::Ref<const Eigen::MatrixXd>& full, const Eigen::Ref<const Eigen::VectorXi>& trainIdx,
+                     const Eigen::Ref<const Eigen::VectorXi>& testIdx);
+FoldKernel SliceFold(const Eigen::Ref<const Eigen::MatrixXf>& full, const Eigen::Ref<const Eigen::VectorXi>& trainIdx,
                      const Eigen::Ref<const Eigen::VectorXi>& testIdx);
 
 /// Centres with the training mean: C = HKH for the training block; test rows and test diagonal
@@ -47,6 +52,8 @@ struct FoldVectors {
 };
 FoldVectors MakeFoldVectors(const Eigen::Ref<const Eigen::MatrixXd>& full, const Eigen::Ref<const Eigen::VectorXi>& trainIdx,
                             const Eigen::Ref<const Eigen::VectorXi>& testIdx, bool centre, bool normalise);
+FoldVectors MakeFoldVectors(const Eigen::Ref<const Eigen::MatrixXf>& full, const Eigen::Ref<const Eigen::VectorXi>& trainIdx,
+                            const Eigen::Ref<const Eigen::VectorXi>& testIdx, bool centre, bool normalise);
 
 /// One prepared entry from FoldVectors, times `scale` (equal source weighting): the arithmetic every in-place
 /// path shares, so that a fold's summed kernel is the sum of its prepared copies bit for bit.
@@ -60,9 +67,14 @@ inline double PreparedEntry(double k, double colMeanB, double meanA, double gran
 /// (1, or 0 for a zero-norm sample, when normalised), times `scale`.
 FoldKernel PreparedBlocks(const Eigen::Ref<const Eigen::MatrixXd>& full, const Eigen::Ref<const Eigen::VectorXi>& trainIdx,
                           const Eigen::Ref<const Eigen::VectorXi>& testIdx, const FoldVectors& v, bool normalise, double scale = 1.0);
+FoldKernel PreparedBlocks(const Eigen::Ref<const Eigen::MatrixXf>& full, const Eigen::Ref<const Eigen::VectorXi>& trainIdx,
+                          const Eigen::Ref<const Eigen::VectorXi>& testIdx, const FoldVectors& v, bool normalise, double scale = 1.0);
 /// The training and test blocks of PreparedBlocks written into `train` and `testTrain`, whose storage is
 /// reused when it already has the size (fold tasks of one size in a row: no fresh pages to fault in).
 void WritePreparedBlocks(const Eigen::Ref<const Eigen::MatrixXd>& full, const Eigen::Ref<const Eigen::VectorXi>& trainIdx,
+                         const Eigen::Ref<const Eigen::VectorXi>& testIdx, const FoldVectors& v, double scale, Eigen::MatrixXd& train,
+                         Eigen::MatrixXd& testTrain);
+void WritePreparedBlocks(const Eigen::Ref<const Eigen::MatrixXf>& full, const Eigen::Ref<const Eigen::VectorXi>& trainIdx,
                          const Eigen::Ref<const Eigen::VectorXi>& testIdx, const FoldVectors& v, double scale, Eigen::MatrixXd& train,
                          Eigen::MatrixXd& testTrain);
 
@@ -71,12 +83,18 @@ void WritePreparedBlocks(const Eigen::Ref<const Eigen::MatrixXd>& full, const Ei
 /// that prepares fold columns from the full kernel.
 void PreparedTrainingColumn(const double* fullColumn, const Eigen::Ref<const Eigen::VectorXi>& trainIdx, const FoldVectors& v, Eigen::Index b,
                             Eigen::Index rows, double scale, double* out);
+void PreparedTrainingColumn(const float* fullColumn, const Eigen::Ref<const Eigen::VectorXi>& trainIdx, const FoldVectors& v, Eigen::Index b,
+                            Eigen::Index rows, double scale, double* out);
 void PreparedTestColumn(const double* fullColumn, const Eigen::Ref<const Eigen::VectorXi>& testIdx, const FoldVectors& v, Eigen::Index b, double scale,
+                        double* out);
+void PreparedTestColumn(const float* fullColumn, const Eigen::Ref<const Eigen::VectorXi>& testIdx, const FoldVectors& v, Eigen::Index b, double scale,
                         double* out);
 
 /// The test block alone (m x l), as WritePreparedBlocks writes it: for learners that read the training block
 /// in place.
 void WritePreparedTestBlock(const Eigen::Ref<const Eigen::MatrixXd>& full, const Eigen::Ref<const Eigen::VectorXi>& trainIdx,
+                            const Eigen::Ref<const Eigen::VectorXi>& testIdx, const FoldVectors& v, double scale, Eigen::MatrixXd& testTrain);
+void WritePreparedTestBlock(const Eigen::Ref<const Eigen::MatrixXf>& full, const Eigen::Ref<const Eigen::VectorXi>& trainIdx,
                             const Eigen::Ref<const Eigen::VectorXi>& testIdx, const FoldVectors& v, double scale, Eigen::MatrixXd& testTrain);
 
 /// FoldVectors from a fold's blocks already sliced (train l x l, test m x l, the test self-similarities m;
@@ -90,6 +108,8 @@ void PrepareBlocksInPlace(Eigen::MatrixXd& train, Eigen::MatrixXd& testTrain, co
 /// P A for the prepared training block P of `v` (l x l, never formed) and A (l x k), reading the full
 /// kernel in place: P A = invTrain o (K U - colMean (1'U) - 1 (colMean'U) + grand 1 (1'U)), U = invTrain o A.
 Eigen::MatrixXd PreparedProducts(const Eigen::Ref<const Eigen::MatrixXd>& full, const Eigen::Ref<const Eigen::VectorXi>& trainIdx, const FoldVectors& v,
+                                 const Eigen::Ref<const Eigen::MatrixXd>& A);
+Eigen::MatrixXd PreparedProducts(const Eigen::Ref<const Eigen::MatrixXf>& full, const Eigen::Ref<const Eigen::VectorXi>& trainIdx, const FoldVectors& v,
                                  const Eigen::Ref<const Eigen::MatrixXd>& A);
 
 }  // namespace neuromkl::kernels

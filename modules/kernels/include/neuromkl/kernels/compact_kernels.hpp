@@ -1,0 +1,33 @@
+#pragma once
+// The compact kernel store (issue 17; docs/batch.md, "The compact kernel store"): a study's kernels in
+// float32, half the memory of float64, so that nested CV at n = 5,000 x 116 regions fits a 24 GiB machine.
+// Each kernel stays a full n x n matrix: its columns are contiguous, as the in-place fold paths read them
+// (FoldVectors, fold columns, the summed fold kernel). Everything computed from the store is computed in
+// double (preprocess.hpp): the store changes the kernel values (rounding), never the arithmetic.
+#include <cstdint>
+#include <vector>
+
+#include <Eigen/Core>
+
+namespace neuromkl::kernels {
+
+using CompactKernelList = std::vector<Eigen::MatrixXf>;
+
+/// `kernel` (symmetric n x n) as the compact store holds it. With `centre`, first centred with the mean over
+/// all its n subjects, K'_ab = ((K_ab - r_a) - r_b) + g (r: row means, g: their mean), then rounded to float32.
+/// Fold centring with training statistics gives the same fold kernels from K' as from K in exact arithmetic
+/// (the r and g terms cancel, entry by entry, for any training and test rows; residualising on covariates
+/// with an intercept cancels them too), so nothing of a test subject enters a fold. What it changes is
+/// rounding: a raw kernel of images with a large common mean (grey matter, PET) has entries far larger than
+/// its centred ones, and rounding them to float32 would lose the digits that centring keeps (docs/batch.md).
+/// Without `centre` (a study that does not centre: normalising alone is not shift-invariant) the raw
+/// values are rounded. The result is exactly symmetric.
+Eigen::MatrixXf CompactKernel(const Eigen::Ref<const Eigen::MatrixXd>& kernel, bool centre);
+
+/// CompactKernel of every kernel, several at once (each result in its own slot: thread-count independent).
+CompactKernelList CompactKernels(const std::vector<Eigen::MatrixXd>& kernels, bool centre);
+
+/// The store's bytes: kernels x n x n float32 values.
+std::uint64_t CompactBytes(std::size_t kernels, std::size_t subjects);
+
+}  // namespace neuromkl::kernels

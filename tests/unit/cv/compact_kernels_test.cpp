@@ -1,0 +1,183 @@
+// The compact kernel store (issue 17): float32 kernels read in double, centred before rounding.
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "neuromkl/cv/nested_cv.hpp"
+#include "neuromkl/kernels/compact_kernels.hpp"
+#include "neuromkl/kernels/preprocess.hpp"
+
+using namespace neuromkl;
+
+namespace {
+
+/// Raw linear kernels of image-like features: a large common mean (10, as grey matter or PET intensities
+/// are far from 0) plus unit noise; the first `signal` kernels carry a shift along the labels +-1.
+struct RawProblem {
+  learners::KernelList kernels;
+  learners::Targets targets;
+};
+RawProblem MakeRawProblem(int n, int m, int features, int signal, unsigned seed, learners::Task task = learners::Task::Classification) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<double> normal;
+  RawProblem p;
+  p.targets = {task, Eigen::VectorXd(n)};
+  for (int i = 0; i < n; ++i) p.targets.y[i] = task == learners::Task::Classification ? (i % 2 ? 1.0 : -1.0) : normal(rng);
+  for (int j = 0; j < m; ++j) {
+    Eigen::MatrixXd X(n, features);
+    for (Eigen::Index k = 0; k < X.size(); ++k) X.data()[k] = 10.0 + normal(rng);
+    if (j < signal) X.leftCols(3).colwise() += 0.6 * p.targets.y;
+    p.kernels.push_back(X * X.transpose());
+  }
+  return p;
+}
+
+Eigen::VectorXi Indices(int from, int to, int step) {
+  std::vector<int> v;
+  for (int i = from; i < to; i += step) v.push_back(i);
+  return Eigen::Map<const Eigen::VectorXi>(v.data(), static_cast<Eigen::Index>(v.size()));
+}
+
+TEST(CompactKernels, AreExactlySymmetricAndCentredWhenAsked) {
+  const RawProblem p = MakeRawProblem(31, 1, 7, 0, 5);
+  const Eigen::MatrixXf raw = kernels::CompactKernel(p.kernels[0], false);
+  const Eigen::MatrixXf centred = kernels::CompactKernel(p.kernels[0], true);
+  EXPECT_EQ(raw, Eigen::MatrixXf(raw.transpose()));
+  EXPECT_EQ(centred, Eigen::MatrixXf(centred.transpose()));
+  // Raw: the float64 values rounded once (relative error <= 2^-24).
+  EXPECT_LE(((raw.cast<double>() - p.kernels[0]).array() / p.kernels[0].array()).abs().maxCoeff(), std::ldexp(1.0, -24));
+  // Centred: H K H with H = I - 11'/n; the rows of H K H sum to 0 (to the rounding of entries of size ~|K|).
+  const Eigen::Index n = p.kernels[0].rows();
+  const Eigen::MatrixXd H = Eigen::MatrixXd::Identity(n, n) - Eigen::MatrixXd::Constant(n, n, 1.0 / static_cast<double>(n));
+  const Eigen::MatrixXd expected = H * p.kernels[0] * H;
+  EXPECT_LE((centred.cast<double>() - expected).cwiseAbs().maxCoeff(), 1e-6 * expected.cwiseAbs().maxCoeff());
+  EXPECT_EQ(kernels::CompactBytes(116, 5000), 116ULL * 5000 * 5000 * 4);
+}
+
+TEST(CompactKernels, FoldPreparationOfFloat32IsThatOfTheWidenedKernelBitForBit) {
+  // Every in-place reader widens each float32 entry and computes in double: the float32 kernel and its values
+  // as a float64 kernel give the same fold vectors, blocks, columns and products, bit for bit.
+  const RawProblem p = MakeRawProblem(29, 1, 5, 0, 7);
+  const Eigen::MatrixXf K = kernels::CompactKernel(p.kernels[0], true);
+  const Eigen::MatrixXd wide = K.cast<double>();
+  const Eigen::VectorXi tr = Indices(0, 29, 2), te = Indices(1, 29, 2);
+  for (const bool centre : {true, false})
+    for (const bool normalise : {true, false}) {
+      const kernels::FoldVectors a = kernels::MakeFoldVectors(K, tr, te, centre, normalise);
+      const kernels::FoldVectors b = kernels::MakeFoldVectors(wide, tr, te, centre, normalise);
+      EXPECT_EQ(a.colMean, b.colMean);
+      EXPECT_EQ(a.testMean, b.testMean);
+      EXPECT_EQ(a.invTrain, b.invTrain);
+      EXPECT_EQ(a.invTest, b.invTest);
+      const kernels::FoldKernel x = kernels::PreparedBlocks(K, tr, te, a, normalise, 0.5);
+      const kernels::FoldKernel y = kernels::PreparedBlocks(wide, tr, te, b, normalise, 0.5);
+      EXPECT_EQ(x.train, y.train);
+      EXPECT_EQ(x.testTrain, y.testTrain);
+      EXPECT_EQ(x.testDiag, y.testDiag);
+      const Eigen::MatrixXd A = Eigen::MatrixXd::Random(tr.size(), 2);
+      EXPECT_EQ(kernels::PreparedProducts(K, tr, a, A), kernels::PreparedProducts(wide, tr, b, A));
+      const kernels::FoldKernel sx = kernels::SliceFold(K, tr, te), sy = kernels::SliceFold(wide, tr, te);
+      EXPECT_EQ(sx.train, sy.train);
+      EXPECT_EQ(sx.testTrain, sy.testTrain);
+    }
+}
+
+TEST(CompactKernels, CentringBeforeRoundingKeepsTheDigitsOfTheFoldKernels) {
+  // Features with mean 10 and unit spread: raw entries are ~100x the centred ones. The fold kernel (centred
+  // and normalised with training statistics, entries in [-1, 1]) from the centred float32 store is within a
+  // few float32 roundings (2^-24 = 6e-8) of the float64 one: bound 1e-6. From the raw entries rounded to float32
+  // the error is the rounding of entries ~100x larger: more than 10x worse (measured ~50x).
+  const RawProblem p = MakeRawProblem(60, 1, 50, 0, 9);
+  const Eigen::VectorXi tr = Indices(0, 60, 3), te = Indices(1, 60, 3);
+  const kernels::FoldKernel reference = kernels::PreparedBlocks(p.kernels[0], tr, te, kernels::MakeFoldVectors(p.kernels[0], tr, te, true, true), true);
+  const auto error = [&](const Eigen::MatrixXf& K) {
+    const kernels::FoldKernel fk = kernels::PreparedBlocks(K, tr, te, kernels::MakeFoldVectors(K, tr, te, true, true), true);
+    return std::max((fk.train - reference.train).cwiseAbs().maxCoeff(), (fk.testTrain - reference.testTrain).cwiseAbs().maxCoeff());
+  };
+  const double centred = error(kernels::CompactKernel(p.kernels[0], true)), raw = error(kernels::CompactKernel(p.kernels[0], false));
+  EXPECT_LT(centred, 1e-6);
+  EXPECT_GT(raw, 10.0 * centred);
+  std::printf("fold kernel error from float32: centred store %.2e, raw store %.2e\n", centred, raw);
+}
+
+std::vector<cv::Fold> Outer(const learners::Targets& t) { return cv::MakeFolds({cv::Scheme::StratifiedKFold, 3, 1}, t.task, t.y, {}, {}, 21, "outer"); }
+cv::InnerSplitter Inner(learners::Task task) {
+  return [task](std::size_t f, const std::vector<int>&, const Eigen::VectorXd& y) {
+    return cv::MakeFolds({cv::Scheme::StratifiedKFold, 3, 1}, task, y, {}, {}, 400 + f, "inner");
+  };
+}
+
+TEST(CompactKernels, NestedCvOnTheStoreIsTheRunOnItsWidenedValuesBitForBit) {
+  // Learners of kernel weights (in place and from copies), a summed learner, a grid, probabilities and equal
+  // source weighting; then covariates (every fold copied and residualised from the float32 entries).
+  const RawProblem p = MakeRawProblem(45, 6, 8, 2, 11);
+  const kernels::CompactKernelList store = kernels::CompactKernels(p.kernels, true);
+  learners::KernelList wide;
+  for (const auto& K : store) wide.push_back(K.cast<double>());
+  const std::vector<cv::LearnerPlan> plans = {{"en", "enmkl_svm", cv::ExpandGrid({}, {{"c", {0.1, 10}}, {"mu", {0.5, 1.0}}})},
+                                              {"simple", "simplemkl", cv::ExpandGrid({{"c", 1}}, {})},
+                                              {"svm", "svm", cv::ExpandGrid({}, {{"c", {0.1, 1}}})}};
+  const auto outer = Outer(p.targets);
+  const Eigen::MatrixXd design = Eigen::MatrixXd::Random(45, 2);
+  for (const int way : {0, 1, 2}) {  // columns in place, copies, covariates
+    cv::NestedCvOptions options;
+    options.probabilities = true;
+    options.preprocessing.kernelGroups = {0, 0, 0, 1, 1, 1};
+    options.columnsInPlace = way == 0 ? cv::ColumnsInPlace::Always : cv::ColumnsInPlace::Never;
+    if (way == 2) {
+      Eigen::MatrixXd withIntercept(45, 3);
+      withIntercept << Eigen::VectorXd::Ones(45), design;
+      options.preprocessing.covariates = std::make_shared<const kernels::Covariates>(kernels::Covariates{withIntercept, {}});
+    }
+    const auto a = cv::RunNestedCv(store, p.targets, outer, Inner(p.targets.task), plans, options);
+    const auto b = cv::RunNestedCv(wide, p.targets, outer, Inner(p.targets.task), plans, options);
+    for (std::size_t l = 0; l < plans.size(); ++l)
+      for (std::size_t f = 0; f < outer.size(); ++f) {
+        const auto& x = a[l].folds[f];
+        const auto& y = b[l].folds[f];
+        ASSERT_TRUE(x.error.empty()) << x.error;
+        EXPECT_EQ(x.chosen, y.chosen) << plans[l].label << " way " << way;
+        EXPECT_EQ(x.model.beta, y.model.beta) << plans[l].label << " way " << way;
+        EXPECT_EQ(x.decision, y.decision) << plans[l].label << " way " << way;
+        EXPECT_EQ(x.probability, y.probability) << plans[l].label << " way " << way;
+      }
+  }
+}
+
+TEST(CompactKernels, NestedCvDecisionsAreWithin1e5OfFloat64) {
+  // Issue 17's precision bound for the store: every out-of-fold decision within 1e-5 of the float64 run's,
+  // relative to the largest decision, for the learners of kernel weights and of the summed kernel, binary and
+  // regression, fixed parameters (so both runs fit the same parameters). Kernels: raw, image-like (mean 10).
+  for (const auto task : {learners::Task::Classification, learners::Task::Regression}) {
+    const RawProblem p = MakeRawProblem(90, 12, 30, 3, 17, task);
+    const kernels::CompactKernelList store = kernels::CompactKernels(p.kernels, true);
+    const bool binary = task == learners::Task::Classification;
+    const std::vector<cv::LearnerPlan> plans =
+        binary ? std::vector<cv::LearnerPlan>{{"en", "enmkl_svm", cv::ExpandGrid({{"c", 1}, {"mu", 0.5}}, {})},
+                                              {"simple", "simplemkl", cv::ExpandGrid({{"c", 1}}, {})},
+                                              {"svm", "svm", cv::ExpandGrid({{"c", 1}}, {})}}
+               : std::vector<cv::LearnerPlan>{{"en", "enmkl_krr", cv::ExpandGrid({{"lambda", 1}, {"mu", 0.5}}, {})},
+                                              {"krr", "krr", cv::ExpandGrid({{"lambda", 1}}, {})}};
+    const auto outer = binary ? Outer(p.targets) : cv::MakeFolds({cv::Scheme::KFold, 3, 1}, task, p.targets.y, {}, {}, 21, "outer");
+    for (const auto columns : {cv::ColumnsInPlace::Always, cv::ColumnsInPlace::Never}) {
+      cv::NestedCvOptions options;
+      options.columnsInPlace = columns;
+      const auto a = cv::RunNestedCv(store, p.targets, outer, Inner(task), plans, options);
+      const auto b = cv::RunNestedCv(p.kernels, p.targets, outer, Inner(task), plans, options);
+      for (std::size_t l = 0; l < plans.size(); ++l) {
+        double largest = 0, diff = 0;
+        for (std::size_t f = 0; f < outer.size(); ++f) {
+          ASSERT_TRUE(a[l].folds[f].error.empty() && b[l].folds[f].error.empty());
+          largest = std::max(largest, b[l].folds[f].decision.cwiseAbs().maxCoeff());
+          diff = std::max(diff, (a[l].folds[f].decision - b[l].folds[f].decision).cwiseAbs().maxCoeff());
+        }
+        std::printf("%s: largest decision difference float32 - float64 %.2e (relative %.2e)\n", plans[l].label.c_str(), diff, diff / largest);
+        EXPECT_LE(diff, 1e-5 * largest) << plans[l].label;
+      }
+    }
+  }
+}
+
+}  // namespace
