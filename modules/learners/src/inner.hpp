@@ -121,6 +121,7 @@ class KernelStack {
   const double* UpperColumn(Eigen::Index k, Eigen::Index j, double* scratch) const;
   const KernelList* kernels_ = nullptr;      ///< the matrices, or
   const KernelColumns* columns_ = nullptr;   ///< their columns
+  const std::vector<Eigen::MatrixXf>* float32_ = nullptr;  ///< Float32Columns' kernels, read in place (view stacks only)
   Eigen::Index count_ = 0;
   Eigen::Index n_ = 0;
   Eigen::MatrixXd packed_;  ///< n(n+1)/2 x m below kViewFrom subjects, else empty

@@ -351,20 +351,41 @@ namespace {
 /// out[i] += sum_k w[k] sources[k][i], added one source after the other (the order and rounding of
 /// one `out += w_k K_k` per kernel, bit for bit) but four sources per pass over `out`: a quarter of
 /// the loads and stores of the accumulator.
-void AccumulateScaled(double* out, Eigen::Index length, const std::vector<const double*>& sources, const std::vector<double>& w) {
+/// Float32 sources are widened as they are read: the sum of their values as doubles, bit for bit.
+template <typename Scalar>
+void AccumulateScaled(double* out, Eigen::Index length, const std::vector<const Scalar*>& sources, const std::vector<double>& w) {
   std::size_t k = 0;
   for (; k + 4 <= sources.size(); k += 4) {
-    const double *s0 = sources[k], *s1 = sources[k + 1], *s2 = sources[k + 2], *s3 = sources[k + 3];
+    const Scalar *s0 = sources[k], *s1 = sources[k + 1], *s2 = sources[k + 2], *s3 = sources[k + 3];
     const double w0 = w[k], w1 = w[k + 1], w2 = w[k + 2], w3 = w[k + 3];
-    for (Eigen::Index i = 0; i < length; ++i) out[i] = (((out[i] + w0 * s0[i]) + w1 * s1[i]) + w2 * s2[i]) + w3 * s3[i];
+    for (Eigen::Index i = 0; i < length; ++i)
+      out[i] = (((out[i] + w0 * static_cast<double>(s0[i])) + w1 * static_cast<double>(s1[i])) + w2 * static_cast<double>(s2[i])) +
+               w3 * static_cast<double>(s3[i]);
   }
   for (; k < sources.size(); ++k) {
-    const double* s0 = sources[k];
+    const Scalar* s0 = sources[k];
     const double w0 = w[k];
-    for (Eigen::Index i = 0; i < length; ++i) out[i] += w0 * s0[i];
+    for (Eigen::Index i = 0; i < length; ++i) out[i] += w0 * static_cast<double>(s0[i]);
   }
 }
+
+/// sum_{i<j} column[i] a[i] in eight partial sums (a fixed order), float32 columns widened as they are read:
+/// the quadratics of a view stack, whatever precision holds the kernel.
+template <typename Scalar>
+double UpperDot(const Scalar* column, const double* a, Eigen::Index j) {
+  double d[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  Eigen::Index i = 0;
+  for (; i + 8 <= j; i += 8)
+    for (int r = 0; r < 8; ++r) d[r] += static_cast<double>(column[i + r]) * a[i + r];
+  for (; i < j; ++i) d[0] += static_cast<double>(column[i]) * a[i];
+  return ((d[0] + d[1]) + (d[2] + d[3])) + ((d[4] + d[5]) + (d[6] + d[7]));
+}
 }  // namespace
+
+void Float32Columns::UpperColumn(Eigen::Index k, Eigen::Index j, double* out) const {
+  const float* column = kernels_[static_cast<std::size_t>(k)].col(j).data();
+  for (Eigen::Index i = 0; i <= j; ++i) out[i] = static_cast<double>(column[i]);
+}
 
 KernelStack::KernelStack(const KernelList& kernels)
     : kernels_(&kernels),
@@ -385,7 +406,11 @@ KernelStack::KernelStack(const KernelColumns& columns)
       count_(columns.Count()),
       n_(columns.Size()),
       rootBounds_(Eigen::VectorXd::Constant(columns.Count(), std::numeric_limits<double>::quiet_NaN())) {
-  if (n_ >= kViewFrom) return;
+  if (n_ >= kViewFrom) {
+    // Float32 kernels are read in place by the combination and the quadratics (half the bytes per pass).
+    if (const auto* f = dynamic_cast<const Float32Columns*>(&columns)) float32_ = &f->Kernels();
+    return;
+  }
   packed_.resize(n_ * (n_ + 1) / 2, Size());
   // Kernels are independent (each writes its own column of the store).
   tbb::parallel_for(Eigen::Index{0}, Size(), [&](Eigen::Index k) {
@@ -443,6 +468,23 @@ void KernelStack::Combine(const Eigen::VectorXd& weights, Eigen::MatrixXd& K) co
     // kernels given as columns are written to a scratch column each, four at a time.
     constexpr std::size_t kGroup = 4;
     tbb::parallel_for(std::size_t{0}, starts.size() - 1, [&](std::size_t b) {
+      if (float32_) {
+        std::vector<const float*> sources;
+        std::vector<double> w;
+        for (Eigen::Index j = starts[b]; j < starts[b + 1]; ++j) {
+          K.col(j).head(j + 1).setZero();
+          for (std::size_t u0 = 0; u0 < used.size(); u0 += kGroup) {
+            sources.clear();
+            w.clear();
+            for (std::size_t u = u0; u < std::min(u0 + kGroup, used.size()); ++u) {
+              sources.push_back((*float32_)[static_cast<std::size_t>(used[u])].col(j).data());
+              w.push_back(weights[used[u]]);
+            }
+            AccumulateScaled(K.col(j).data(), j + 1, sources, w);
+          }
+        }
+        return;
+      }
       std::vector<const double*> sources;
       std::vector<double> w;
       std::vector<double> scratch(columns_ ? kGroup * static_cast<std::size_t>(n_) : 0);
@@ -487,17 +529,25 @@ double KernelStack::Quadratic(Eigen::Index k, const Eigen::MatrixXd& A, const st
   // a'K a = sum_j a_j (2 sum_{i<j} K_ij a_i + K_jj a_j): column j of the triangle is read only when
   // some a_j != 0.
   if (Packed()) return PackedQuadratic(k, PackedOuter(A));
-  std::vector<double> scratch(columns_ ? static_cast<std::size_t>(n_) : 0);
-  double q = 0;
-  for (const Eigen::Index j : nonzero) {
-    const double* column = UpperColumn(k, j, scratch.data());
-    const Eigen::Map<const Eigen::VectorXd> upper(column, j);
-    for (Eigen::Index c = 0; c < A.cols(); ++c) {
-      const double aj = A(j, c);
-      if (aj != 0.0) q += aj * (2.0 * upper.dot(A.col(c).head(j)) + column[j] * aj);
+  // Float32 kernels are read in place (half the bytes; the quadratics are a third of a large refit's passes),
+  // the others through UpperColumn; one dot product for both, so both give the same values.
+  const auto quadratic = [&](const auto& columnOf) {
+    double q = 0;
+    for (const Eigen::Index j : nonzero) {
+      const auto* column = columnOf(j);
+      for (Eigen::Index c = 0; c < A.cols(); ++c) {
+        const double aj = A(j, c);
+        if (aj != 0.0) q += aj * (2.0 * UpperDot(column, A.col(c).data(), j) + static_cast<double>(column[j]) * aj);
+      }
     }
+    return std::max(0.0, q);  // PSD kernels: clip rounding below 0
+  };
+  if (float32_) {
+    const Eigen::MatrixXf& K = (*float32_)[static_cast<std::size_t>(k)];
+    return quadratic([&](Eigen::Index j) { return K.col(j).data(); });
   }
-  return std::max(0.0, q);  // PSD kernels: clip rounding below 0
+  std::vector<double> scratch(columns_ ? static_cast<std::size_t>(n_) : 0);
+  return quadratic([&](Eigen::Index j) { return UpperColumn(k, j, scratch.data()); });
 }
 
 Eigen::VectorXd KernelStack::PackedOuter(const Eigen::MatrixXd& A) const {
@@ -529,8 +579,8 @@ Eigen::VectorXd KernelStack::Quadratics(const Eigen::VectorXd& a) const {
 
 Eigen::VectorXd KernelStack::Product(Eigen::Index k, const Eigen::VectorXd& v) const {
   // From the upper triangle column by column (whatever holds the kernel: one arithmetic for all).
-  std::vector<double> scratch(columns_ && !Packed() ? static_cast<std::size_t>(n_) : 0);
   Eigen::VectorXd y = Eigen::VectorXd::Zero(n_);
+  std::vector<double> scratch(columns_ && !Packed() ? static_cast<std::size_t>(n_) : 0);
   for (Eigen::Index j = 0; j < n_; ++j) {
     const double* column = UpperColumn(k, j, scratch.data());
     const Eigen::Map<const Eigen::VectorXd> upper(column, j);

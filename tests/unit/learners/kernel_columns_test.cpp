@@ -212,3 +212,67 @@ TEST(TestBlocks, DecisionsFromBlocksHandedOverOneAtATimeEqualTheHeldBlocks) {
 }
 
 }  // namespace
+
+// Float32 training kernels (learners::Float32Columns, the compact store's precision): below kViewFrom the
+// stack packs their values widened to double; from it the stack reads the float32 columns in place for the
+// combination and the quadratics, widening each value as it is read, in the sums and order of the float64
+// path. Either way every operation is the widened kernels' bit for bit.
+namespace {
+std::vector<Eigen::MatrixXf> Rounded(const learners::KernelList& kernels) {
+  std::vector<Eigen::MatrixXf> out;
+  for (const auto& K : kernels) out.push_back(K.cast<float>());
+  return out;
+}
+learners::KernelList Widened(const std::vector<Eigen::MatrixXf>& kernels) {
+  learners::KernelList out;
+  for (const auto& K : kernels) out.push_back(K.cast<double>());
+  return out;
+}
+}  // namespace
+
+TEST_P(ColumnStackModes, Float32ColumnsGiveTheWidenedKernelsStack) {
+  const int n = GetParam();
+  const auto store = Rounded(MakeMklProblem(n, 6, {0, 2}, 1.0, 31).kernels);
+  const learners::KernelList wide = Widened(store);
+  const learners::Float32Columns columns(store);
+  const learners::KernelStack fromFloat(columns), fromWide(wide);
+  EXPECT_EQ(fromFloat.Packed(), n < learners::KernelStack::kViewFrom);
+  Eigen::VectorXd w(6);
+  w << 0.3, 0.0, 1.7, 0.25, 1e-3, 0.9;
+  EXPECT_EQ(fromFloat.Combine(w), fromWide.Combine(w));
+  std::mt19937 rng(7);
+  std::normal_distribution<double> normal;
+  Eigen::MatrixXd A(n, 2);
+  for (Eigen::Index i = 0; i < A.size(); ++i) A.data()[i] = normal(rng);
+  for (Eigen::Index i = 0; i < n; i += 3) A.row(i).setZero();
+  const auto nonzero = learners::KernelStack::NonZeroRows(A);
+  const Eigen::VectorXd a = A.col(0);
+  const std::vector<Eigen::Index> which{0, 3, 5};
+  EXPECT_EQ(fromFloat.Quadratics(a), fromWide.Quadratics(a));
+  EXPECT_EQ(fromFloat.Products(which, a), fromWide.Products(which, a));
+  for (Eigen::Index k = 0; k < 6; ++k) {
+    EXPECT_EQ(fromFloat.Quadratic(k, A, nonzero), fromWide.Quadratic(k, A, nonzero)) << k;
+    EXPECT_EQ(fromFloat.RootSpectralBound(k), fromWide.RootSpectralBound(k)) << k;
+  }
+}
+
+TEST(Float32Columns, LearnersFitThemAsTheWidenedKernels) {
+  // Packed (n = 60): every learner of kernel weights; then a view stack: the same model bit for bit.
+  const auto p = MakeMklProblem(60, 5, {1, 3}, 0.8, 33);
+  const auto store = Rounded(p.kernels);
+  const learners::KernelList wide = Widened(store);
+  const learners::Float32Columns columns(store);
+  learners::FitOptions options;
+  options.columns = &columns;
+  for (const char* name : {"enmkl_svm", "simplemkl", "mkelm", "mkl_bp"}) {
+    const auto l = learners::MakeLearner(name, {{"c", 10}});
+    ExpectSameModel(l->Fit({}, p.targets, options), l->Fit(wide, p.targets), name);
+  }
+  const auto q = MakeMklProblem(static_cast<int>(learners::KernelStack::kViewFrom) + 30, 4, {0, 2}, 0.5, 35);
+  const auto big = Rounded(q.kernels);
+  const learners::Float32Columns bigColumns(big);
+  learners::FitOptions bigOptions;
+  bigOptions.columns = &bigColumns;
+  const auto l = learners::MakeLearner("enmkl_svm", {{"c", 1}, {"mu", 0.5}});
+  ExpectSameModel(l->Fit({}, q.targets, bigOptions), l->Fit(Widened(big), q.targets), "enmkl_svm, view stack");
+}
