@@ -1,10 +1,15 @@
 #include "neuromkl/kernels/compact_kernels.hpp"
 
-#include <tbb/parallel_for.h>
+#include <cmath>
+#include <limits>
+#include <sstream>
+#include <string>
+
+#include "neuromkl/core/errors.hpp"
 
 namespace neuromkl::kernels {
 
-Eigen::MatrixXf CompactKernel(const Eigen::Ref<const Eigen::MatrixXd>& kernel, bool centre) {
+Eigen::MatrixXf CompactKernel(const Eigen::Ref<const Eigen::MatrixXd>& kernel, bool centre, const std::string& where) {
   const Eigen::Index n = kernel.rows();
   Eigen::VectorXd rowMean = Eigen::VectorXd::Zero(n);
   double grand = 0;
@@ -18,7 +23,14 @@ Eigen::MatrixXf CompactKernel(const Eigen::Ref<const Eigen::MatrixXd>& kernel, b
   // the test blocks read any).
   for (Eigen::Index b = 0; b < n; ++b)
     for (Eigen::Index a = 0; a <= b; ++a) {
-      const float v = static_cast<float>(((kernel(a, b) - rowMean[a]) - rowMean[b]) + grand);
+      const double exact = ((kernel(a, b) - rowMean[a]) - rowMean[b]) + grand;
+      const float v = static_cast<float>(exact);
+      if (!std::isfinite(v)) {
+        std::ostringstream what;
+        what << "entry (" << a << ", " << b << ") is " << exact << (std::isfinite(exact) ? ", beyond float32's range (" : " (float32's range: ")
+             << std::numeric_limits<float>::max() << "); keep this study's kernels in float64";
+        throw InputError("kernels:Float32Range", where, what.str());
+      }
       out(a, b) = v;
       out(b, a) = v;
     }
@@ -27,7 +39,8 @@ Eigen::MatrixXf CompactKernel(const Eigen::Ref<const Eigen::MatrixXd>& kernel, b
 
 CompactKernelList CompactKernels(const std::vector<Eigen::MatrixXd>& kernels, bool centre) {
   CompactKernelList out(kernels.size());
-  tbb::parallel_for(std::size_t{0}, kernels.size(), [&](std::size_t j) { out[j] = CompactKernel(kernels[j], centre); });
+  // Kernels in order (each itself is one pass): the first bad kernel is the one reported, whatever the threads.
+  for (std::size_t j = 0; j < kernels.size(); ++j) out[j] = CompactKernel(kernels[j], centre, "kernel " + std::to_string(j));
   return out;
 }
 

@@ -468,8 +468,10 @@ void KernelStack::Combine(const Eigen::VectorXd& weights, Eigen::MatrixXd& K) co
     // kernels given as columns are written to a scratch column each, four at a time.
     constexpr std::size_t kGroup = 4;
     tbb::parallel_for(std::size_t{0}, starts.size() - 1, [&](std::size_t b) {
-      if (float32_) {
-        std::vector<const float*> sources;
+      // columnOf(kernel, column, slot): float32 kernels in place (widened by AccumulateScaled), the others
+      // through UpperColumn (slot: the group's scratch column, used by kernels given as columns).
+      const auto sumBlock = [&](const auto& columnOf) {
+        std::vector<decltype(columnOf(Eigen::Index{0}, Eigen::Index{0}, std::size_t{0}))> sources;
         std::vector<double> w;
         for (Eigen::Index j = starts[b]; j < starts[b + 1]; ++j) {
           K.col(j).head(j + 1).setZero();
@@ -477,29 +479,19 @@ void KernelStack::Combine(const Eigen::VectorXd& weights, Eigen::MatrixXd& K) co
             sources.clear();
             w.clear();
             for (std::size_t u = u0; u < std::min(u0 + kGroup, used.size()); ++u) {
-              sources.push_back((*float32_)[static_cast<std::size_t>(used[u])].col(j).data());
+              sources.push_back(columnOf(used[u], j, u - u0));
               w.push_back(weights[used[u]]);
             }
             AccumulateScaled(K.col(j).data(), j + 1, sources, w);
           }
         }
+      };
+      if (float32_) {
+        sumBlock([&](Eigen::Index k, Eigen::Index j, std::size_t) { return (*float32_)[static_cast<std::size_t>(k)].col(j).data(); });
         return;
       }
-      std::vector<const double*> sources;
-      std::vector<double> w;
       std::vector<double> scratch(columns_ ? kGroup * static_cast<std::size_t>(n_) : 0);
-      for (Eigen::Index j = starts[b]; j < starts[b + 1]; ++j) {
-        K.col(j).head(j + 1).setZero();
-        for (std::size_t u0 = 0; u0 < used.size(); u0 += kGroup) {
-          sources.clear();
-          w.clear();
-          for (std::size_t u = u0; u < std::min(u0 + kGroup, used.size()); ++u) {
-            sources.push_back(UpperColumn(used[u], j, scratch.data() + (u - u0) * static_cast<std::size_t>(n_)));
-            w.push_back(weights[used[u]]);
-          }
-          AccumulateScaled(K.col(j).data(), j + 1, sources, w);
-        }
-      }
+      sumBlock([&](Eigen::Index k, Eigen::Index j, std::size_t slot) { return UpperColumn(k, j, scratch.data() + slot * static_cast<std::size_t>(n_)); });
     });
   }
   constexpr Eigen::Index kBlock = 64;

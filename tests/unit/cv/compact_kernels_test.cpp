@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include "neuromkl/core/errors.hpp"
 #include "neuromkl/cv/nested_cv.hpp"
 #include "neuromkl/kernels/compact_kernels.hpp"
 #include "neuromkl/kernels/preprocess.hpp"
@@ -54,6 +55,24 @@ TEST(CompactKernels, AreExactlySymmetricAndCentredWhenAsked) {
   const Eigen::MatrixXd expected = H * p.kernels[0] * H;
   EXPECT_LE((centred.cast<double>() - expected).cwiseAbs().maxCoeff(), 1e-6 * expected.cwiseAbs().maxCoeff());
   EXPECT_EQ(kernels::CompactBytes(116, 5000), 116ULL * 5000 * 5000 * 4);
+}
+
+TEST(CompactKernels, AValueBeyondFloat32IsAClearError) {
+  // A raw kernel of huge intensities: 1e40 has no float32 value. The error names the kernel and entry; with
+  // centring the offending entry is the centred one (still beyond range here: the entries differ by ~1e40).
+  learners::KernelList kernels = {Eigen::MatrixXd::Identity(3, 3), Eigen::MatrixXd::Identity(3, 3)};
+  kernels[1](2, 2) = 1e40;
+  for (const bool centre : {false, true}) {
+    try {
+      kernels::CompactKernels(kernels, centre);
+      ADD_FAILURE() << "expected kernels:Float32Range";
+    } catch (const InputError& e) {
+      EXPECT_EQ(e.code(), "kernels:Float32Range");
+      EXPECT_EQ(e.where(), "kernel 1");
+      EXPECT_NE(std::string(e.what()).find("beyond float32's range"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("keep this study's kernels in float64"), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST(CompactKernels, FoldPreparationOfFloat32IsThatOfTheWidenedKernelBitForBit) {

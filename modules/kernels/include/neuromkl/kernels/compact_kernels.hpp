@@ -5,6 +5,7 @@
 // (FoldVectors, fold columns, the summed fold kernel). Everything computed from the store is computed in
 // double (preprocess.hpp): the store changes the kernel values (rounding), never the arithmetic.
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include <Eigen/Core>
@@ -21,10 +22,11 @@ using CompactKernelList = std::vector<Eigen::MatrixXf>;
 /// rounding: a raw kernel of images with a large common mean (grey matter, PET) has entries far larger than
 /// its centred ones, and rounding them to float32 would lose the digits that centring keeps (docs/batch.md).
 /// Without `centre` (a study that does not centre: normalising alone is not shift-invariant) the raw
-/// values are rounded. The result is exactly symmetric.
-Eigen::MatrixXf CompactKernel(const Eigen::Ref<const Eigen::MatrixXd>& kernel, bool centre);
+/// values are rounded. The result is exactly symmetric. InputError kernels:Float32Range (at `where`) naming the
+/// entry when a value is not finite in float32 (beyond 3.4e38, or NaN / infinite already).
+Eigen::MatrixXf CompactKernel(const Eigen::Ref<const Eigen::MatrixXd>& kernel, bool centre, const std::string& where = "kernel");
 
-/// CompactKernel of every kernel, several at once (each result in its own slot: thread-count independent).
+/// CompactKernel of every kernel, in order (errors name "kernel j").
 CompactKernelList CompactKernels(const std::vector<Eigen::MatrixXd>& kernels, bool centre);
 
 /// The store's bytes: kernels x n x n float32 values.
