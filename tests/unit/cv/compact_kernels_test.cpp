@@ -1,5 +1,6 @@
 // The compact kernel store (issue 17): float32 kernels read in double, centred before rounding.
 #include <cmath>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -60,8 +61,10 @@ TEST(CompactKernels, AreExactlySymmetricAndCentredWhenAsked) {
 TEST(CompactKernels, AValueBeyondFloat32IsAClearError) {
   // A raw kernel of huge intensities: 1e40 has no float32 value. The error names the kernel and entry; with
   // centring the offending entry is the centred one (still beyond range here: the entries differ by ~1e40).
-  learners::KernelList kernels = {Eigen::MatrixXd::Identity(3, 3), Eigen::MatrixXd::Identity(3, 3)};
+  // Two bad kernels, rounded on several threads: the first in order is named.
+  learners::KernelList kernels(4, Eigen::MatrixXd::Identity(3, 3));
   kernels[1](2, 2) = 1e40;
+  kernels[3](0, 0) = std::numeric_limits<double>::infinity();
   for (const bool centre : {false, true}) {
     try {
       kernels::CompactKernels(kernels, centre);

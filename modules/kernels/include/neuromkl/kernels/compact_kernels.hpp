@@ -26,7 +26,7 @@ using CompactKernelList = std::vector<Eigen::MatrixXf>;
 /// entry when a value is not finite in float32 (beyond 3.4e38, or NaN / infinite already).
 Eigen::MatrixXf CompactKernel(const Eigen::Ref<const Eigen::MatrixXd>& kernel, bool centre, const std::string& where = "kernel");
 
-/// CompactKernel of every kernel, in order (errors name "kernel j").
+/// CompactKernel of every kernel, several at once; an error names the first bad kernel in order ("kernel j").
 CompactKernelList CompactKernels(const std::vector<Eigen::MatrixXd>& kernels, bool centre);
 
 /// The store's bytes: kernels x n x n float32 values.
