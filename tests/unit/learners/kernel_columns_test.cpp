@@ -42,30 +42,37 @@ class MatrixColumns final : public learners::KernelColumns {
 class ColumnStackModes : public ::testing::TestWithParam<int> {};
 INSTANTIATE_TEST_SUITE_P(PackedAndView, ColumnStackModes, ::testing::Values(300, 1100));
 
-TEST_P(ColumnStackModes, EveryOperationEqualsTheMatrixStackBitForBit) {
-  const int n = GetParam();
-  const auto p = MakeMklProblem(n, 6, {0, 2}, 1.0, 21);
-  const MatrixColumns columns(p.kernels);
-  const learners::KernelStack fromMatrices(p.kernels), fromColumns(columns);
-  EXPECT_EQ(fromColumns.Packed(), fromMatrices.Packed());
-  EXPECT_EQ(fromColumns.Size(), 6);
+/// Every operation of two stacks of six kernels over n subjects, bit for bit, at coefficients drawn with
+/// `seed` (two columns, every third row zero); returns the first column (a vector of coefficients).
+Eigen::VectorXd ExpectSameOperations(const learners::KernelStack& x, const learners::KernelStack& y, Eigen::Index n, unsigned seed) {
+  EXPECT_EQ(x.Packed(), y.Packed());
+  EXPECT_EQ(x.Size(), 6);
   Eigen::VectorXd w(6);
   w << 0.3, 0.0, 1.7, 0.25, 1e-3, 0.9;  // six kernels: one group of four and a tail of one (kernel 1 unused)
-  EXPECT_EQ(fromColumns.Combine(w), fromMatrices.Combine(w));
-  std::mt19937 rng(5);
+  EXPECT_EQ(x.Combine(w), y.Combine(w));
+  std::mt19937 rng(seed);
   std::normal_distribution<double> normal;
   Eigen::MatrixXd A(n, 2);
   for (Eigen::Index i = 0; i < A.size(); ++i) A.data()[i] = normal(rng);
   for (Eigen::Index i = 0; i < n; i += 3) A.row(i).setZero();
   const auto nonzero = learners::KernelStack::NonZeroRows(A);
   const Eigen::VectorXd a = A.col(0);
-  EXPECT_EQ(fromColumns.Quadratics(a), fromMatrices.Quadratics(a));
+  EXPECT_EQ(x.Quadratics(a), y.Quadratics(a));
   const std::vector<Eigen::Index> which{0, 3, 5};
-  EXPECT_EQ(fromColumns.Products(which, a), fromMatrices.Products(which, a));
+  EXPECT_EQ(x.Products(which, a), y.Products(which, a));
   for (Eigen::Index k = 0; k < 6; ++k) {
-    EXPECT_EQ(fromColumns.Quadratic(k, A, nonzero), fromMatrices.Quadratic(k, A, nonzero)) << k;
-    EXPECT_EQ(fromColumns.RootSpectralBound(k), fromMatrices.RootSpectralBound(k)) << k;
+    EXPECT_EQ(x.Quadratic(k, A, nonzero), y.Quadratic(k, A, nonzero)) << k;
+    EXPECT_EQ(x.RootSpectralBound(k), y.RootSpectralBound(k)) << k;
   }
+  return a;
+}
+
+TEST_P(ColumnStackModes, EveryOperationEqualsTheMatrixStackBitForBit) {
+  const int n = GetParam();
+  const auto p = MakeMklProblem(n, 6, {0, 2}, 1.0, 21);
+  const MatrixColumns columns(p.kernels);
+  const learners::KernelStack fromMatrices(p.kernels), fromColumns(columns);
+  const Eigen::VectorXd a = ExpectSameOperations(fromColumns, fromMatrices, n, 5);
   // And the product is the kernel's (upper triangle mirrored) times the vector, to rounding: n products
   // of order-1 terms, 1e-12 of the result's scale is ~100x their rounding.
   const Eigen::MatrixXd K = p.kernels[3].selfadjointView<Eigen::Upper>();
@@ -237,23 +244,7 @@ TEST_P(ColumnStackModes, Float32ColumnsGiveTheWidenedKernelsStack) {
   const learners::Float32Columns columns(store);
   const learners::KernelStack fromFloat(columns), fromWide(wide);
   EXPECT_EQ(fromFloat.Packed(), n < learners::KernelStack::kViewFrom);
-  Eigen::VectorXd w(6);
-  w << 0.3, 0.0, 1.7, 0.25, 1e-3, 0.9;
-  EXPECT_EQ(fromFloat.Combine(w), fromWide.Combine(w));
-  std::mt19937 rng(7);
-  std::normal_distribution<double> normal;
-  Eigen::MatrixXd A(n, 2);
-  for (Eigen::Index i = 0; i < A.size(); ++i) A.data()[i] = normal(rng);
-  for (Eigen::Index i = 0; i < n; i += 3) A.row(i).setZero();
-  const auto nonzero = learners::KernelStack::NonZeroRows(A);
-  const Eigen::VectorXd a = A.col(0);
-  const std::vector<Eigen::Index> which{0, 3, 5};
-  EXPECT_EQ(fromFloat.Quadratics(a), fromWide.Quadratics(a));
-  EXPECT_EQ(fromFloat.Products(which, a), fromWide.Products(which, a));
-  for (Eigen::Index k = 0; k < 6; ++k) {
-    EXPECT_EQ(fromFloat.Quadratic(k, A, nonzero), fromWide.Quadratic(k, A, nonzero)) << k;
-    EXPECT_EQ(fromFloat.RootSpectralBound(k), fromWide.RootSpectralBound(k)) << k;
-  }
+  ExpectSameOperations(fromFloat, fromWide, n, 7);
 }
 
 TEST(Float32Columns, LearnersFitThemAsTheWidenedKernels) {
