@@ -68,12 +68,13 @@ static int MemoryMode(int n, double budgetGib, const std::string& way, bool mkl)
   const bool compact = way == "compact" || way == "float32-float64", float64 = way != "compact";
   learners::KernelList kernels;
   kernels::CompactKernelList store;
+  store.centred = true;
   for (int j = 0; j < 116; ++j) {
     Eigen::MatrixXd X(n, 20);
     for (Eigen::Index k = 0; k < X.size(); ++k) X.data()[k] = normal(rng);
     if (j < 6) X.leftCols(5).colwise() += 0.4 * targets.y;
     Eigen::MatrixXd K = X * X.transpose();
-    if (compact) store.push_back(kernels::CompactKernel(K, true));
+    if (compact) kernels::AppendCompactKernel(store, K);
     if (float64) kernels.push_back(std::move(K));
   }
   const double kernelGib = 116.0 * n * n * 8 / (1ULL << 30), storeGib = static_cast<double>(kernels::CompactBytes(116, n)) / (1ULL << 30);

@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <type_traits>
 
 #include <spdlog/spdlog.h>
 #include <tbb/blocked_range.h>
@@ -241,6 +242,34 @@ kernels::FoldKernel PrepareResidualised(const Kernel& kernel, const Eigen::Ref<c
   if (pre.normalise) kernels::NormaliseFold(fk);
   return fk;
 }
+
+/// A store centred with the whole cohort's mean gives the fold kernels of the raw kernels only if the fold
+/// preprocessing undoes a shift of the features: fold centring, or residualising on covariates (checked per
+/// fold by CheckShiftCancels). InputError otherwise: the folds would see every subject's mean.
+void CheckStoreFits(const kernels::CompactKernelList& store, const Preprocessing& pre) {
+  if (store.centred && !pre.centre && !pre.covariates)
+    throw InputError("cv:CentredStoreUncentredFolds", "compact store",
+                     "the store's kernels were centred with the whole cohort's mean (CompactKernel with centre), which only fold "
+                     "centring undoes, but this run does not centre its folds: make the store without centring");
+}
+
+/// Residualising removes a shift of the features only when every row keeps the intercept (a_i 1 = 1 for
+/// a_i = c_i P): not when the fit rows' design is rank-deficient with a column aliased to the intercept (e.g. a
+/// category's reference level absent from them). Only a centred store needs it.
+template <typename KernelVec>
+void CheckShiftCancels(const KernelVec& kernels, const kernels::FoldResidualiser& residualiser) {
+  if constexpr (std::is_same_v<KernelVec, kernels::CompactKernelList>) {
+    if (!kernels.centred) return;
+    constexpr double kTolerance = 1e-8;  // the pseudo-inverse's rank threshold is 1e-10 relative
+    for (const Eigen::MatrixXd* A : {&residualiser.trainA, &residualiser.testA})
+      for (Eigen::Index i = 0; i < A->rows(); ++i)
+        if (std::abs(A->row(i).sum() - 1.0) > kTolerance)
+          throw InputError("cv:CentredStoreCovariates", "compact store",
+                           "in a fold, the covariates' fit does not keep the intercept for every subject (a category's reference level "
+                           "absent from the fit rows?), so the store's whole-cohort centring does not cancel: make the store without "
+                           "centring, or use float64 kernels");
+  }
+}
 }  // namespace
 
 FoldColumns::FoldColumns(const learners::KernelList& kernels, const Eigen::Ref<const Eigen::VectorXi>& train, const Eigen::Ref<const Eigen::VectorXi>& test,
@@ -252,6 +281,7 @@ FoldColumns::FoldColumns(const learners::KernelList& kernels, const Eigen::Ref<c
 FoldColumns::FoldColumns(const kernels::CompactKernelList& kernels, const Eigen::Ref<const Eigen::VectorXi>& train,
                          const Eigen::Ref<const Eigen::VectorXi>& test, const Preprocessing& pre)
     : compact_(&kernels), train_(train), test_(test) {
+  CheckStoreFits(kernels, pre);
   Init(pre);
 }
 
@@ -312,6 +342,7 @@ void PrepareFoldIntoOf(const KernelVec& kernels, const std::vector<int>& train, 
   }
   // Covariates: residualising mixes rows, so each kernel is sliced, residualised, centred and normalised.
   const kernels::FoldResidualiser residualiser = kernels::MakeFoldResidualiser(*pre.covariates, tr, te);
+  CheckShiftCancels(kernels, residualiser);
   tbb::parallel_for(std::size_t{0}, kernels.size(), [&](std::size_t j) {
     kernels::FoldKernel fk = PrepareResidualised(kernels[j], tr, te, residualiser, pre);
     out.train[j] = std::move(fk.train);
@@ -335,6 +366,7 @@ void PrepareFoldInto(const learners::KernelList& kernels, const std::vector<int>
 }
 void PrepareFoldInto(const kernels::CompactKernelList& kernels, const std::vector<int>& train, const std::vector<int>& test, const Preprocessing& pre,
                      FoldKernels& out) {
+  CheckStoreFits(kernels, pre);
   PrepareFoldIntoOf(kernels, train, test, pre, out);
 }
 
@@ -345,6 +377,7 @@ namespace {
 template <typename KernelVec>
 FoldKernels SumPreparedKernels(const KernelVec& kernels, const Eigen::VectorXi& tr, const Eigen::VectorXi& te, const Preprocessing& pre) {
   const kernels::FoldResidualiser residualiser = kernels::MakeFoldResidualiser(*pre.covariates, tr, te);
+  CheckShiftCancels(kernels, residualiser);
   const auto prepare = [&](std::size_t j) { return PrepareResidualised(kernels[j], tr, te, residualiser, pre); };
   constexpr std::size_t kWindow = 4;  // fixed, so results do not depend on the thread count
   const std::size_t R = kernels.size();
@@ -424,6 +457,7 @@ FoldKernels PrepareSummedFold(const learners::KernelList& kernels, const std::ve
 }
 FoldKernels PrepareSummedFold(const kernels::CompactKernelList& kernels, const std::vector<int>& train, const std::vector<int>& test,
                               const Preprocessing& pre) {
+  CheckStoreFits(kernels, pre);
   return PrepareSummedFoldOf(kernels, train, test, pre);
 }
 
@@ -825,6 +859,7 @@ std::vector<LearnerOutcome> RunNestedCv(const learners::KernelList& kernels, con
 }
 std::vector<LearnerOutcome> RunNestedCv(const kernels::CompactKernelList& kernels, const learners::Targets& targets, const std::vector<Fold>& outer,
                                         const InnerSplitter& inner, const std::vector<LearnerPlan>& plans, const NestedCvOptions& options) {
+  CheckStoreFits(kernels, options.preprocessing);
   return RunNestedCvOn(kernels, targets, outer, inner, plans, options);
 }
 

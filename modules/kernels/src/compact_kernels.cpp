@@ -15,6 +15,8 @@ namespace neuromkl::kernels {
 
 Eigen::MatrixXf CompactKernel(const Eigen::Ref<const Eigen::MatrixXd>& kernel, bool centre, const std::string& where) {
   const Eigen::Index n = kernel.rows();
+  if (kernel.cols() != n)
+    throw InputError("kernels:NotSquare", where, "the kernel is " + std::to_string(n) + "x" + std::to_string(kernel.cols()) + ", expected a square matrix");
   Eigen::VectorXd rowMean = Eigen::VectorXd::Zero(n);
   double grand = 0;
   if (centre && n > 0) {
@@ -31,8 +33,11 @@ Eigen::MatrixXf CompactKernel(const Eigen::Ref<const Eigen::MatrixXd>& kernel, b
       const float v = static_cast<float>(exact);
       if (!std::isfinite(v)) {
         std::ostringstream what;
-        what << "entry (" << a << ", " << b << ") is " << exact << (std::isfinite(exact) ? ", beyond float32's range (" : " (float32's range: ")
-             << std::numeric_limits<float>::max() << "); keep this study's kernels in float64";
+        what << "entry (" << a << ", " << b << ") is " << exact;
+        if (std::isfinite(exact))
+          what << ", beyond float32's range (" << std::numeric_limits<float>::max() << "): keep this study's kernels in float64";
+        else
+          what << ", not a finite number";
         throw InputError("kernels:Float32Range", where, what.str());
       }
       out(a, b) = v;
@@ -48,11 +53,13 @@ Eigen::MatrixXf CompactKernel(const Eigen::Ref<const Eigen::MatrixXd>& kernel, b
 }
 
 CompactKernelList CompactKernels(const std::vector<Eigen::MatrixXd>& kernels, bool centre) {
-  CompactKernelList out(kernels.size());
+  CompactKernelList out;
+  out.kernels.resize(kernels.size());
+  out.centred = centre;
   std::vector<std::exception_ptr> errors(kernels.size());
   tbb::parallel_for(std::size_t{0}, kernels.size(), [&](std::size_t j) {
     try {
-      out[j] = CompactKernel(kernels[j], centre, "kernel " + std::to_string(j));
+      out.kernels[j] = CompactKernel(kernels[j], centre, "kernel " + std::to_string(j));
     } catch (...) {
       errors[j] = std::current_exception();
     }
@@ -61,6 +68,10 @@ CompactKernelList CompactKernels(const std::vector<Eigen::MatrixXd>& kernels, bo
   for (const auto& e : errors)
     if (e) std::rethrow_exception(e);
   return out;
+}
+
+void AppendCompactKernel(CompactKernelList& store, const Eigen::Ref<const Eigen::MatrixXd>& kernel) {
+  store.kernels.push_back(CompactKernel(kernel, store.centred, "kernel " + std::to_string(store.kernels.size())));
 }
 
 std::uint64_t CompactBytes(std::size_t kernels, std::size_t subjects) {

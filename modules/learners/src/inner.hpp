@@ -78,14 +78,16 @@ Eigen::VectorXd OneVsRestLabels(const Eigen::VectorXd& y, int c);
 /// Below kViewFrom subjects the triangles are packed into one store (small enough to stay in cache
 /// across iterations: 18.5 MB at n = 200, m = 116). From kViewFrom subjects it is a view: it reads the
 /// caller's kernels in place (column j's upper part, rows 0..j, is contiguous in a column-major matrix)
-/// and copies nothing (a packed copy at n = 2000 is 1.9 GB and costs seconds per fit). `kernels` must
-/// outlive it. Only the upper triangle is read (the kernels are symmetric).
+/// and copies nothing (a packed copy at n = 2000 is 1.9 GB and costs seconds per fit); kernels given as
+/// columns are read one column at a time through a scratch column (Float32Columns: in place where it
+/// matters). `kernels` must outlive it. Only the upper triangle is read (the kernels are symmetric).
 class KernelStack {
  public:
   explicit KernelStack(const KernelList& kernels);
   /// The same stack over kernels given as columns (FitOptions::columns): packed from them below kViewFrom
-  /// subjects, else read through them as needed. Every operation gives the values of the stack of the
-  /// matrices they describe, bit for bit. `columns` must outlive it.
+  /// subjects, else read through them as needed (Float32Columns: the combination and the quadratics read
+  /// their float32 kernels in place). Every operation gives the values of the stack of the matrices they
+  /// describe, bit for bit. `columns` must outlive it.
   explicit KernelStack(const KernelColumns& columns);
   /// sum_j w_j K_j over the kernels with w_j != 0 only (the active set): its cost is proportional
   /// to the number of non-zero weights.
@@ -109,6 +111,8 @@ class KernelStack {
   /// first use (only kernels that leave the active set need it).
   double RootSpectralBound(Eigen::Index j) const;
   Eigen::Index Size() const { return count_; }
+  /// Whether the combination and the quadratics read Float32Columns' kernels in place (view stacks only).
+  bool ReadsFloat32() const { return float32_ != nullptr; }
   static constexpr Eigen::Index kViewFrom = kPackedStackBelow;
   bool Packed() const { return packed_.size() > 0; }
   /// The packed outer product of A's columns (summed), for Quadratic on a packed stack.

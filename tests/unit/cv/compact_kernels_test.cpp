@@ -72,6 +72,7 @@ TEST(CompactKernels, AValueBeyondFloat32IsAClearError) {
     } catch (const InputError& e) {
       EXPECT_EQ(e.code(), "kernels:Float32Range");
       EXPECT_EQ(e.where(), "kernel 1");
+      EXPECT_NE(std::string(e.what()).find(centre ? "entry (0, 0)" : "entry (2, 2)"), std::string::npos) << e.what();
       EXPECT_NE(std::string(e.what()).find("beyond float32's range"), std::string::npos) << e.what();
       EXPECT_NE(std::string(e.what()).find("keep this study's kernels in float64"), std::string::npos) << e.what();
     }
@@ -110,7 +111,7 @@ TEST(CompactKernels, CentringBeforeRoundingKeepsTheDigitsOfTheFoldKernels) {
   // Features with mean 10 and unit spread: raw entries are ~100x the centred ones. The fold kernel (centred
   // and normalised with training statistics, entries in [-1, 1]) from the centred float32 store is within a
   // few float32 roundings (2^-24 = 6e-8) of the float64 one: bound 1e-6. From the raw entries rounded to float32
-  // the error is the rounding of entries ~100x larger: more than 10x worse (measured ~50x).
+  // the error is the rounding of entries ~100x larger: more than 10x worse (measured ~490x).
   const RawProblem p = MakeRawProblem(60, 1, 50, 0, 9);
   const Eigen::VectorXi tr = Indices(0, 60, 3), te = Indices(1, 60, 3);
   const kernels::FoldKernel reference = kernels::PreparedBlocks(p.kernels[0], tr, te, kernels::MakeFoldVectors(p.kernels[0], tr, te, true, true), true);
@@ -137,7 +138,11 @@ TEST(CompactKernels, NestedCvOnTheStoreIsTheRunOnItsWidenedValuesBitForBit) {
   const RawProblem p = MakeRawProblem(45, 6, 8, 2, 11);
   const kernels::CompactKernelList store = kernels::CompactKernels(p.kernels, true);
   learners::KernelList wide;
-  for (const auto& K : store) wide.push_back(K.cast<double>());
+  ASSERT_TRUE(store.centred);
+  for (std::size_t j = 0; j < store.size(); ++j) {
+    EXPECT_EQ(store[j], kernels::CompactKernel(p.kernels[j], true));  // the store is the centred rounding of each kernel
+    wide.push_back(store[j].cast<double>());
+  }
   const std::vector<cv::LearnerPlan> plans = {{"en", "enmkl_svm", cv::ExpandGrid({}, {{"c", {0.1, 10}}, {"mu", {0.5, 1.0}}})},
                                               {"simple", "simplemkl", cv::ExpandGrid({{"c", 1}}, {})},
                                               {"svm", "svm", cv::ExpandGrid({}, {{"c", {0.1, 1}}})}};
@@ -168,10 +173,11 @@ TEST(CompactKernels, NestedCvOnTheStoreIsTheRunOnItsWidenedValuesBitForBit) {
   }
 }
 
-TEST(CompactKernels, NestedCvDecisionsAreWithin1e5OfFloat64) {
-  // Issue 17's precision bound for the store: every out-of-fold decision within 1e-5 of the float64 run's,
-  // relative to the largest decision, for the learners of kernel weights and of the summed kernel, binary and
-  // regression, fixed parameters (so both runs fit the same parameters). Kernels: raw, image-like (mean 10).
+TEST(CompactKernels, NestedCvDecisionsAreWithin1e6OfFloat64) {
+  // Issue 17 asks for decisions within 1e-5 (relative to the largest) of float64; the bound here is 1e-6, ~30x
+  // the measured 3.3e-8, so a store that kept less of the kernels (e.g. raw values rounded: fold-kernel errors
+  // ~500x larger, see above) would not pass unnoticed. Learners of kernel weights and of the summed kernel,
+  // binary and regression, fixed parameters (both runs fit the same ones). Kernels: raw, image-like (mean 10).
   for (const auto task : {learners::Task::Classification, learners::Task::Regression}) {
     const RawProblem p = MakeRawProblem(90, 12, 30, 3, 17, task);
     const kernels::CompactKernelList store = kernels::CompactKernels(p.kernels, true);
@@ -196,10 +202,70 @@ TEST(CompactKernels, NestedCvDecisionsAreWithin1e5OfFloat64) {
           diff = std::max(diff, (a[l].folds[f].decision - b[l].folds[f].decision).cwiseAbs().maxCoeff());
         }
         std::printf("%s: largest decision difference float32 - float64 %.2e (relative %.2e)\n", plans[l].label.c_str(), diff, diff / largest);
-        EXPECT_LE(diff, 1e-5 * largest) << plans[l].label;
+        EXPECT_LE(diff, 1e-6 * largest) << plans[l].label;
       }
     }
   }
+}
+
+TEST(CompactKernels, ACentredStoreNeedsFoldsThatUndoTheShift) {
+  // A store centred with the whole cohort's mean is exact only under fold centring or covariates that keep the
+  // intercept in every row. Without either, every entry point refuses it; made without centring, it runs.
+  const RawProblem p = MakeRawProblem(30, 2, 5, 1, 19);
+  const kernels::CompactKernelList centred = kernels::CompactKernels(p.kernels, true), raw = kernels::CompactKernels(p.kernels, false);
+  cv::Preprocessing normaliseOnly;
+  normaliseOnly.centre = false;
+  const auto outer = Outer(p.targets);
+  const std::vector<cv::LearnerPlan> plans = {{"svm", "svm", cv::ExpandGrid({{"c", 1}}, {})}};
+  cv::NestedCvOptions options;
+  options.preprocessing = normaliseOnly;
+  const auto expectRefused = [](const auto& call) {
+    try {
+      call();
+      ADD_FAILURE() << "expected cv:CentredStoreUncentredFolds";
+    } catch (const InputError& e) {
+      EXPECT_EQ(e.code(), "cv:CentredStoreUncentredFolds");
+      EXPECT_NE(std::string(e.what()).find("make the store without centring"), std::string::npos) << e.what();
+    }
+  };
+  expectRefused([&] { cv::RunNestedCv(centred, p.targets, outer, Inner(p.targets.task), plans, options); });
+  expectRefused([&] { cv::PrepareSummedFold(centred, outer[0].train, outer[0].test, normaliseOnly); });
+  cv::FoldKernels copies;
+  expectRefused([&] { cv::PrepareFoldInto(centred, outer[0].train, outer[0].test, normaliseOnly, copies); });
+  const auto res = cv::RunNestedCv(raw, p.targets, outer, Inner(p.targets.task), plans, options);
+  EXPECT_TRUE(res[0].folds[0].error.empty());
+}
+
+TEST(CompactKernels, CovariatesOnACentredStoreMatchFloat64OrAreRefused) {
+  // Intercept and a two-level category (dummy = 1 for level B). Fit rows with both levels: residualising keeps
+  // the intercept in every row, the store's centring cancels, and the fold kernels equal those of the raw
+  // float64 kernels to float32 rounding (1e-6 of entries in [-1, 1]). Training rows of level B only: the dummy
+  // equals the intercept on them, the pseudo-inverse splits the intercept between the two, a level-A test row
+  // keeps half of it, and the centring would not cancel: refused.
+  const RawProblem p = MakeRawProblem(24, 2, 6, 0, 23);
+  const kernels::CompactKernelList store = kernels::CompactKernels(p.kernels, true);
+  Eigen::MatrixXd design(24, 2);
+  for (int i = 0; i < 24; ++i) design.row(i) << 1.0, i % 3 == 0 ? 0.0 : 1.0;  // level A: every third subject
+  cv::Preprocessing pre;
+  pre.covariates = std::make_shared<const kernels::Covariates>(kernels::Covariates{design, {}});
+  std::vector<int> train, test;
+  for (int i = 0; i < 24; ++i) (i % 4 == 0 ? test : train).push_back(i);
+  cv::FoldKernels fromStore, fromFloat64;
+  cv::PrepareFoldInto(store, train, test, pre, fromStore);
+  cv::PrepareFoldInto(p.kernels, train, test, pre, fromFloat64);
+  for (std::size_t j = 0; j < 2; ++j) {
+    EXPECT_LE((fromStore.train[j] - fromFloat64.train[j]).cwiseAbs().maxCoeff(), 1e-6) << j;
+    EXPECT_LE((fromStore.test[j] - fromFloat64.test[j]).cwiseAbs().maxCoeff(), 1e-6) << j;
+  }
+  std::vector<int> levelB, levelA;
+  for (int i = 0; i < 24; ++i) (i % 3 == 0 ? levelA : levelB).push_back(i);
+  try {
+    cv::PrepareFoldInto(store, levelB, levelA, pre, fromStore);
+    ADD_FAILURE() << "expected cv:CentredStoreCovariates";
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.code(), "cv:CentredStoreCovariates");
+  }
+  EXPECT_NO_THROW(cv::PrepareFoldInto(kernels::CompactKernels(p.kernels, false), levelB, levelA, pre, fromStore));
 }
 
 }  // namespace

@@ -244,11 +244,13 @@ TEST_P(ColumnStackModes, Float32ColumnsGiveTheWidenedKernelsStack) {
   const learners::Float32Columns columns(store);
   const learners::KernelStack fromFloat(columns), fromWide(wide);
   EXPECT_EQ(fromFloat.Packed(), n < learners::KernelStack::kViewFrom);
+  EXPECT_EQ(fromFloat.ReadsFloat32(), !fromFloat.Packed());  // the in-place float32 path is the one tested
   ExpectSameOperations(fromFloat, fromWide, n, 7);
 }
 
 TEST(Float32Columns, LearnersFitThemAsTheWidenedKernels) {
-  // Packed (n = 60): every learner of kernel weights; then a view stack: the same model bit for bit.
+  // Packed (n = 60): every learner of kernel weights (ENMKL-KRR on a regression target); then ENMKL-SVM on a
+  // view stack: the same model bit for bit.
   const auto p = MakeMklProblem(60, 5, {1, 3}, 0.8, 33);
   const auto store = Rounded(p.kernels);
   const learners::KernelList wide = Widened(store);
@@ -259,6 +261,13 @@ TEST(Float32Columns, LearnersFitThemAsTheWidenedKernels) {
     const auto l = learners::MakeLearner(name, {{"c", 10}});
     ExpectSameModel(l->Fit({}, p.targets, options), l->Fit(wide, p.targets), name);
   }
+  const auto r = MakeMklProblem(60, 5, {1, 3}, 0.8, 34, learners::Task::Regression);
+  const auto rStore = Rounded(r.kernels);
+  const learners::Float32Columns rColumns(rStore);
+  learners::FitOptions rOptions;
+  rOptions.columns = &rColumns;
+  const auto krr = learners::MakeLearner("enmkl_krr", {{"lambda", 0.1}});
+  ExpectSameModel(krr->Fit({}, r.targets, rOptions), krr->Fit(Widened(rStore), r.targets), "enmkl_krr");
   const auto q = MakeMklProblem(static_cast<int>(learners::KernelStack::kViewFrom) + 30, 4, {0, 2}, 0.5, 35);
   const auto big = Rounded(q.kernels);
   const learners::Float32Columns bigColumns(big);

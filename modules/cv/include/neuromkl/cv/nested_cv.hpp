@@ -147,6 +147,10 @@ std::vector<LearnerOutcome> RunNestedCv(const learners::KernelList& kernels, con
 /// prepared from the float32 entries widened to double, so the results are those of RunNestedCv on the store's
 /// values as float64 kernels, bit for bit. Peak memory is the store plus a fold's work when the learners of kernel
 /// weights read their kernels in place (columnsInPlace, chosen by the memory budget as for float64 kernels).
+/// A centred store (kernels::CompactKernel) is refused for folds that are neither centred nor residualised
+/// (InputError cv:CentredStoreUncentredFolds) and for a fold whose covariate fit does not keep the intercept
+/// for every subject (cv:CentredStoreCovariates): its whole-cohort centring would not cancel there. The
+/// compact overloads of PrepareFoldInto, PrepareSummedFold and FoldColumns check the same.
 std::vector<LearnerOutcome> RunNestedCv(const kernels::CompactKernelList& kernels, const learners::Targets& targets, const std::vector<Fold>& outer,
                                         const InnerSplitter& inner, const std::vector<LearnerPlan>& plans, const NestedCvOptions& options);
 

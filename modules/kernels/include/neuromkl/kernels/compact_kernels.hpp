@@ -12,22 +12,36 @@
 
 namespace neuromkl::kernels {
 
-using CompactKernelList = std::vector<Eigen::MatrixXf>;
+/// The store: the kernels, and whether they were centred with the whole cohort's mean (CompactKernel(K, true)).
+/// A centred store is only exact under fold centring or shift-invariant covariates (see CompactKernel), so
+/// nested CV checks the flag against its preprocessing. The vector-like members let the fold paths take it as
+/// they take a list of float64 kernels.
+struct CompactKernelList {
+  std::vector<Eigen::MatrixXf> kernels;
+  bool centred = false;
+  std::size_t size() const { return kernels.size(); }
+  bool empty() const { return kernels.empty(); }
+  const Eigen::MatrixXf& operator[](std::size_t j) const { return kernels[j]; }
+};
 
-/// `kernel` (symmetric n x n) as the compact store holds it. With `centre`, first centred with the mean over
-/// all its n subjects, K'_ab = ((K_ab - r_a) - r_b) + g (r: row means, g: their mean), then rounded to float32.
-/// Fold centring with training statistics gives the same fold kernels from K' as from K in exact arithmetic
-/// (the r and g terms cancel, entry by entry, for any training and test rows; residualising on covariates
-/// with an intercept cancels them too), so nothing of a test subject enters a fold. What it changes is
-/// rounding: a raw kernel of images with a large common mean (grey matter, PET) has entries far larger than
-/// its centred ones, and rounding them to float32 would lose the digits that centring keeps (docs/batch.md).
-/// Without `centre` (a study that does not centre: normalising alone is not shift-invariant) the raw
-/// values are rounded. The result is exactly symmetric. InputError kernels:Float32Range (at `where`) naming the
-/// entry when a value is not finite in float32 (beyond 3.4e38, or NaN / infinite already).
+/// `kernel` (symmetric n x n; its upper triangle is read) as the compact store holds it. With `centre`, first
+/// centred with the mean over all its n subjects, K'_ab = ((K_ab - r_a) - r_b) + g (r: row means, g: their
+/// mean), then rounded to float32. Fold centring with training statistics gives the same fold kernels from K'
+/// as from K in exact arithmetic (the r and g terms cancel, entry by entry, for any training and test rows;
+/// residualising on covariates cancels them when every row keeps the intercept, which nested CV checks per
+/// fold), so nothing of a test subject enters a fold. What it changes is rounding: a raw kernel of images with
+/// a large common mean (grey matter, PET) has entries far larger than its centred ones, and rounding them to
+/// float32 would lose the digits that centring keeps (docs/batch.md). Without `centre` (for a study that does
+/// not centre: normalising alone is not shift-invariant) the raw values are rounded. The result is exactly
+/// symmetric. InputError at `where`: kernels:NotSquare; kernels:Float32Range naming the entry when a value is
+/// not finite in float32 (beyond 3.4e38, or NaN / infinite already).
 Eigen::MatrixXf CompactKernel(const Eigen::Ref<const Eigen::MatrixXd>& kernel, bool centre, const std::string& where = "kernel");
 
 /// CompactKernel of every kernel, several at once; an error names the first bad kernel in order ("kernel j").
 CompactKernelList CompactKernels(const std::vector<Eigen::MatrixXd>& kernels, bool centre);
+/// One more kernel for `store`, made with the store's centring (callers that form kernels one at a time and
+/// never hold them all in float64).
+void AppendCompactKernel(CompactKernelList& store, const Eigen::Ref<const Eigen::MatrixXd>& kernel);
 
 /// The store's bytes: kernels x n x n float32 values.
 std::uint64_t CompactBytes(std::size_t kernels, std::size_t subjects);

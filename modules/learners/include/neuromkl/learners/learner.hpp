@@ -123,6 +123,7 @@ class KernelColumns {
 class Float32Columns final : public KernelColumns {
  public:
   explicit Float32Columns(const std::vector<Eigen::MatrixXf>& kernels) : kernels_(kernels) {}
+  explicit Float32Columns(std::vector<Eigen::MatrixXf>&&) = delete;  // it keeps a reference
   Eigen::Index Count() const override { return static_cast<Eigen::Index>(kernels_.size()); }
   Eigen::Index Size() const override { return kernels_.empty() ? 0 : kernels_[0].rows(); }
   void UpperColumn(Eigen::Index k, Eigen::Index j, double* out) const override;
