@@ -10,7 +10,6 @@
 #include <memory>
 #include <mutex>
 #include <optional>
-#include <type_traits>
 
 #include <spdlog/spdlog.h>
 #include <tbb/blocked_range.h>
@@ -255,20 +254,18 @@ void CheckStoreFits(const kernels::CompactKernelList& store, const Preprocessing
 
 /// Residualising removes a shift of the features only when every row keeps the intercept (a_i 1 = 1 for
 /// a_i = c_i P): not when the fit rows' design is rank-deficient with a column aliased to the intercept (e.g. a
-/// category's reference level absent from them). Only a centred store needs it.
-template <typename KernelVec>
-void CheckShiftCancels(const KernelVec& kernels, const kernels::FoldResidualiser& residualiser) {
-  if constexpr (std::is_same_v<KernelVec, kernels::CompactKernelList>) {
-    if (!kernels.centred) return;
-    constexpr double kTolerance = 1e-8;  // the pseudo-inverse's rank threshold is 1e-10 relative
-    for (const Eigen::MatrixXd* A : {&residualiser.trainA, &residualiser.testA})
-      for (Eigen::Index i = 0; i < A->rows(); ++i)
-        if (std::abs(A->row(i).sum() - 1.0) > kTolerance)
-          throw InputError("cv:CentredStoreCovariates", "compact store",
-                           "in a fold, the covariates' fit does not keep the intercept for every subject (a category's reference level "
-                           "absent from the fit rows?), so the store's whole-cohort centring does not cancel: make the store without "
-                           "centring, or use float64 kernels");
-  }
+/// category's reference level absent from them). Only a centred store needs it; float64 kernels never do.
+void CheckShiftCancels(const learners::KernelList&, const kernels::FoldResidualiser&) {}
+void CheckShiftCancels(const kernels::CompactKernelList& store, const kernels::FoldResidualiser& residualiser) {
+  if (!store.centred) return;
+  constexpr double kTolerance = 1e-8;  // the pseudo-inverse's rank threshold is 1e-10 relative
+  for (const Eigen::MatrixXd* A : {&residualiser.trainA, &residualiser.testA})
+    for (Eigen::Index i = 0; i < A->rows(); ++i)
+      if (std::abs(A->row(i).sum() - 1.0) > kTolerance)
+        throw InputError("cv:CentredStoreCovariates", "compact store",
+                         "in a fold, the covariates' fit does not keep the intercept for every subject (a category's reference level "
+                         "absent from the fit rows?), so the store's whole-cohort centring does not cancel: make the store without "
+                         "centring, or use float64 kernels");
 }
 }  // namespace
 
@@ -285,31 +282,34 @@ FoldColumns::FoldColumns(const kernels::CompactKernelList& kernels, const Eigen:
   Init(pre);
 }
 
+template <typename F>
+decltype(auto) FoldColumns::WithKernels(const F& f) const {
+  return kernels_ ? f(*kernels_) : f(*compact_);
+}
+
 void FoldColumns::Init(const Preprocessing& pre) {
   if (pre.covariates)
     throw InputError("cv:ColumnsWithCovariates", "fold columns", "fold kernels with covariates are not columns of the study's kernels (residualising mixes rows)");
-  vectors_ = kernels_ ? AllFoldVectors(*kernels_, train_, test_, pre) : AllFoldVectors(*compact_, train_, test_, pre);
+  vectors_ = WithKernels([&](const auto& kernels) { return AllFoldVectors(kernels, train_, test_, pre); });
   scales_ = VectorScales(vectors_, pre.kernelGroups);
 }
 
-Eigen::Index FoldColumns::Count() const { return static_cast<Eigen::Index>(kernels_ ? kernels_->size() : compact_->size()); }
+Eigen::Index FoldColumns::Count() const {
+  return WithKernels([](const auto& kernels) { return static_cast<Eigen::Index>(kernels.size()); });
+}
 
 void FoldColumns::UpperColumn(Eigen::Index k, Eigen::Index j, double* out) const {
   // Rows 0..j of the column WritePreparedBlocks writes into PrepareFold's copy.
   const auto r = static_cast<std::size_t>(k);
-  if (kernels_)
-    kernels::PreparedTrainingColumn((*kernels_)[r].col(train_[j]).data(), train_, vectors_[r], j, j + 1, scales_[k], out);
-  else
-    kernels::PreparedTrainingColumn((*compact_)[r].col(train_[j]).data(), train_, vectors_[r], j, j + 1, scales_[k], out);
+  WithKernels([&](const auto& kernels) {
+    kernels::PreparedTrainingColumn(kernels[r].col(train_[j]).data(), train_, vectors_[r], j, j + 1, scales_[k], out);
+  });
 }
 
 learners::TestBlocks FoldColumns::Test(Eigen::MatrixXd& buffer) const {
   return {Count(), test_.size(), [this, &buffer](Eigen::Index k) -> const Eigen::MatrixXd& {
             const auto j = static_cast<std::size_t>(k);
-            if (kernels_)
-              kernels::WritePreparedTestBlock((*kernels_)[j], train_, test_, vectors_[j], scales_[k], buffer);
-            else
-              kernels::WritePreparedTestBlock((*compact_)[j], train_, test_, vectors_[j], scales_[k], buffer);
+            WithKernels([&](const auto& kernels) { kernels::WritePreparedTestBlock(kernels[j], train_, test_, vectors_[j], scales_[k], buffer); });
             return buffer;
           }};
 }

@@ -571,8 +571,8 @@ Eigen::VectorXd KernelStack::Quadratics(const Eigen::VectorXd& a) const {
 
 Eigen::VectorXd KernelStack::Product(Eigen::Index k, const Eigen::VectorXd& v) const {
   // From the upper triangle column by column (whatever holds the kernel: one arithmetic for all).
-  Eigen::VectorXd y = Eigen::VectorXd::Zero(n_);
   std::vector<double> scratch(columns_ && !Packed() ? static_cast<std::size_t>(n_) : 0);
+  Eigen::VectorXd y = Eigen::VectorXd::Zero(n_);
   for (Eigen::Index j = 0; j < n_; ++j) {
     const double* column = UpperColumn(k, j, scratch.data());
     const Eigen::Map<const Eigen::VectorXd> upper(column, j);

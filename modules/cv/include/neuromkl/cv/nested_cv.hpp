@@ -213,6 +213,9 @@ class FoldColumns final : public learners::KernelColumns {
 
  private:
   void Init(const Preprocessing& preprocessing);
+  /// f(the study's kernels), float64 or the compact store, whichever this view reads.
+  template <typename F>
+  decltype(auto) WithKernels(const F& f) const;
   const learners::KernelList* kernels_ = nullptr;          ///< the study's kernels, or
   const kernels::CompactKernelList* compact_ = nullptr;  ///< the compact store
   Eigen::VectorXi train_, test_;
