@@ -23,7 +23,9 @@
 // `bench_nested_cv memory-mkl n [budget GiB] [threads] compact` runs the same on the compact store (float32,
 // kernels::CompactKernels: the float64 kernels are never all held, each is made and rounded in turn), the
 // n = 5,000 case of issue 17; `... float32-float64` runs the store, then the float64 kernels read in place,
-// side by side (peak RSS, time, largest decision difference).
+// side by side (peak RSS, time, largest decision difference); `... store-copies` runs the store with copies of the
+// training kernels, float32 (NestedCvOptions::float32FoldCopies, the default) then float64, side by side (peak RSS is
+// the process's: the smaller run goes first).
 #include <chrono>
 #include <ctime>
 #include <cstring>
@@ -65,7 +67,8 @@ static int MemoryMode(int n, double budgetGib, const std::string& way, bool mkl)
   std::normal_distribution<double> normal;
   learners::Targets targets{learners::Task::Classification, Eigen::VectorXd(n)};
   for (int i = 0; i < n; ++i) targets.y[i] = i % 2 ? 1.0 : -1.0;
-  const bool compact = way == "compact" || way == "float32-float64", float64 = way != "compact";
+  const bool compact = way == "compact" || way == "float32-float64" || way == "store-copies";
+  const bool float64 = way != "compact" && way != "store-copies";
   learners::KernelList kernels;
   kernels::CompactKernelList store;
   store.centred = true;
@@ -88,10 +91,13 @@ static int MemoryMode(int n, double budgetGib, const std::string& way, bool mkl)
     plans.push_back({name, name, cv::ExpandGrid(mkl ? learners::ParamMap{{"c", 1}, {"mu", 0.5}} : learners::ParamMap{{"c", 1}}, {})});
   const char* inPlaceName = mkl ? "columns" : "summed";
   struct Run {
-    bool store, inPlace;
+    bool store, inPlace, float32Copies = true;
   };
   std::vector<Run> runs;
-  if (compact) {
+  if (way == "store-copies") {
+    runs.push_back({true, false, true});
+    runs.push_back({true, false, false});
+  } else if (compact) {
     runs.push_back({true, true});
     if (float64) runs.push_back({false, true});
   } else {
@@ -106,6 +112,7 @@ static int MemoryMode(int n, double budgetGib, const std::string& way, bool mkl)
     options.probabilities = !mkl;
     if (mkl) options.columnsInPlace = inPlace ? cv::ColumnsInPlace::Always : cv::ColumnsInPlace::Never;
     if (!mkl) options.sumKernelsInPlace = inPlace;
+    options.float32FoldCopies = run.float32Copies;
     options.memoryBudgetBytes = static_cast<std::uint64_t>(budgetGib * (1ULL << 30));
     const auto t = Clock::now();
     const double cpu0 = CpuSeconds();
@@ -114,7 +121,9 @@ static int MemoryMode(int n, double budgetGib, const std::string& way, bool mkl)
     const double stackGib = run.store ? storeGib : kernelGib;
     std::printf("n = %d x 116 kernels = %.2f GiB (%s); %s; budget %s; %d threads: nested CV %.1f s (CPU %.1f s), peak RSS %.2f GiB = %.2fx the "
                 "kernels (%.2f GiB before the CV); BA %s %.3f\n",
-                n, stackGib, run.store ? "float32 store" : "float64", inPlace ? (mkl ? "training kernels read in place" : "summed kernel in place") : "copies of every kernel",
+                n, stackGib, run.store ? "float32 store" : "float64",
+                inPlace ? (mkl ? "training kernels read in place" : "summed kernel in place")
+                        : (run.store && mkl && run.float32Copies ? "float32 copies of every kernel" : "copies of every kernel"),
                 budgetGib > 0 ? (std::to_string(budgetGib) + " GiB").c_str() : "available memory",
                 static_cast<int>(tbb::global_control::active_value(tbb::global_control::max_allowed_parallelism)), wall, cpu, PeakRssGib(),
                 PeakRssGib() / stackGib, before, plans[0].label.c_str(), cv::Summarise(res[0], targets).pooled.at("balanced_accuracy"));

@@ -132,7 +132,9 @@ Eigen::MatrixXd ModelBeta(const learners::Model& model, Eigen::Index K) {
 std::vector<cv::OuterFoldResult> FitFinalModels(const StudyContext& ctx) {
   cv::Fold all;
   for (int i = 0; i < ctx.n; ++i) all.train.push_back(i);
-  auto outcomes = cv::RunNestedCv(ctx.kernels, ctx.TargetsOf(ctx.cohort.y), {all}, ctx.FinalInner(), ctx.plans, ctx.nestedOptions);
+  auto outcomes = ctx.WithKernels([&](const auto& kernels) {
+    return cv::RunNestedCv(kernels, ctx.TargetsOf(ctx.cohort.y), {all}, ctx.FinalInner(), ctx.plans, ctx.nestedOptions);
+  });
   std::vector<cv::OuterFoldResult> out;
   for (auto& o : outcomes) {
     out.push_back(std::move(o.folds.at(0)));
@@ -145,7 +147,7 @@ exporting::ExportedModel DescribeModel(const StudyContext& ctx, const exporting:
                                        const cv::OuterFoldResult& fold, bool final) {
   const auto& study = ctx.study;
   const auto& model = fold.model;
-  const auto K = static_cast<Eigen::Index>(ctx.kernels.size());
+  const auto K = static_cast<Eigen::Index>(ctx.KernelCount());
   const std::vector<int> rows = TrainingRows(fold);
   const auto l = static_cast<Eigen::Index>(rows.size());
   exporting::ExportedModel m;
@@ -226,7 +228,8 @@ exporting::ExportedModel DescribeModel(const StudyContext& ctx, const exporting:
   m.beta = ModelBeta(model, K);
   if (!ctx.nestedOptions.preprocessing.kernelGroups.empty()) {
     // Equal source weighting: the learner saw kernel k scaled by the fold's source scale g_k; the model keeps beta_k g_k.
-    const Eigen::VectorXd g = cv::FoldScales(ctx.kernels, Indices(rows), Eigen::VectorXi(0), ctx.nestedOptions.preprocessing);
+    const Eigen::VectorXd g =
+        ctx.WithKernels([&](const auto& kernels) { return cv::FoldScales(kernels, Indices(rows), Eigen::VectorXi(0), ctx.nestedOptions.preprocessing); });
     m.beta = g.asDiagonal() * m.beta;
     m.info["source_weighting"] = "equal: kernel weights are beta times the training set's source scale g";
   }
@@ -241,16 +244,16 @@ exporting::ExportedModel DescribeModel(const StudyContext& ctx, const exporting:
   m.floors = Eigen::VectorXd::Zero(K);
   if (m.normalise)
     tbb::parallel_for(Eigen::Index{0}, K, [&](Eigen::Index k) {
-      const Eigen::MatrixXd& kernel = ctx.kernels[static_cast<std::size_t>(k)];
-      Eigen::VectorXd diag;  // centred training self-similarities (without covariates: from the kernel in place)
-      if (residualiser) {
+      // Centred training self-similarities (without covariates: from the kernel in place); a centred
+      // compact store gives the same under fold centring.
+      const Eigen::VectorXd diag = ctx.WithKernels([&](const auto& kernels) -> Eigen::VectorXd {
+        const auto& kernel = kernels[static_cast<std::size_t>(k)];
+        if (!residualiser) return kernels::MakeFoldVectors(kernel, tr, none, m.centre, false).trainDiag;
         kernels::FoldKernel fk = kernels::SliceFold(kernel, tr, none);
         kernels::ResidualiseFold(fk, *residualiser);
         if (m.centre) kernels::CentreFold(fk);
-        diag = fk.train.diagonal();
-      } else {
-        diag = kernels::MakeFoldVectors(kernel, tr, none, m.centre, false).trainDiag;
-      }
+        return fk.train.diagonal();
+      });
       m.floors[k] = l > 0 ? kZeroNormRelative * std::max(0.0, diag.maxCoeff()) : 0.0;
     });
   if (covariates) {
@@ -372,8 +375,10 @@ void ExportModels(const StudyContext& ctx, exporting::RunRecord& record, const s
       const Eigen::MatrixXd beta = e.model.beta;
       for (Eigen::Index c = 0; c < beta.cols(); ++c) {
         const Eigen::VectorXd coef = e.model.coef.col(c);
-        D.push_back(weights::SubjectWeights(ctx.kernels, {rows, {}, coef, beta.col(c)}, study.kernels.centre, study.kernels.normalise, covariates)
-                        .middleCols(static_cast<Eigen::Index>(view.first), static_cast<Eigen::Index>(view.count)));
+        const weights::FoldModel fold{rows, {}, coef, beta.col(c)};
+        D.push_back(ctx.WithKernels([&](const auto& kernels) {
+                      return weights::SubjectWeights(kernels, fold, study.kernels.centre, study.kernels.normalise, covariates);
+                    }).middleCols(static_cast<Eigen::Index>(view.first), static_cast<Eigen::Index>(view.count)));
       }
       // Kernel rows -> cohort rows (the image list covers every subject of the table: the NaN rule saw them all),
       // intensity-scaled kernels are kernels of x_i / s_i.

@@ -179,13 +179,31 @@ void AttachKernels(StudyContext& ctx, const std::string& scratchDir) {
   ctx.kernelRows = KernelRows(ctx.study, ctx.cohort);
   ctx.unlabelledCount = static_cast<int>(ctx.kernelRows.size()) - ctx.n;
   ctx.kernels.clear();
+  ctx.compact = {};
   bool identity = ctx.kernelRows.size() == ctx.cohort.ids.size();
   for (std::size_t i = 0; identity && i < ctx.kernelRows.size(); ++i) identity = ctx.kernelRows[i] == static_cast<int>(i);
-  if (identity) {  // every subject, in table order: the learners use the kernels themselves (no second copy)
+  const Eigen::VectorXi rows = Eigen::Map<const Eigen::VectorXi>(ctx.kernelRows.data(), static_cast<Eigen::Index>(ctx.kernelRows.size()));
+  ctx.subjectsWithSignal.clear();
+  for (const auto& K : ctx.ks.set.kernels)
+    ctx.subjectsWithSignal.push_back(static_cast<int>((K.diagonal()(rows).array() > 0).count()));
+  if (ctx.study.kernels.precision == config::KernelPrecision::Float32) {
+    // The compact store, one kernel at a time, each float64 kernel freed once rounded: from here on the
+    // study holds half the memory. Centred with the cohort mean when the folds centre (the precision
+    // argument of kernels::CompactKernel); raw otherwise, which fold normalisation alone needs.
+    ctx.compact.centred = ctx.study.kernels.centre;
+    ctx.compact.kernels.reserve(ctx.ks.set.kernels.size());
+    for (std::size_t r = 0; r < ctx.ks.set.kernels.size(); ++r) {
+      auto& K = ctx.ks.set.kernels[r];
+      const std::string where = ctx.study.path + ": kernel \"" + ctx.ks.set.info[r].name + "\"";
+      ctx.compact.kernels.push_back(identity ? kernels::CompactKernel(K, ctx.compact.centred, where)
+                                             : kernels::CompactKernel(Eigen::MatrixXd(K(rows, rows)), ctx.compact.centred, where));
+      K = Eigen::MatrixXd();
+    }
+    ctx.ks.set.kernels.clear();
+  } else if (identity) {  // every subject, in table order: the learners use the kernels themselves (no second copy)
     ctx.kernels = std::move(ctx.ks.set.kernels);
     ctx.kernelsMoved = true;
   } else {
-    const Eigen::VectorXi rows = Eigen::Map<const Eigen::VectorXi>(ctx.kernelRows.data(), static_cast<Eigen::Index>(ctx.kernelRows.size()));
     for (const auto& K : ctx.ks.set.kernels) ctx.kernels.push_back(K(rows, rows));
   }
   ctx.nestedOptions = cv::NestedCvOptions{};
@@ -229,8 +247,10 @@ PooledBlock ComputePermutationBlock(const StudyContext& ctx, int first, int coun
     if (weighted && !(info && info->readsColumns)) columnsPossible = false;
   }
   std::uint64_t kernelBytes = 0, largestKernel = 0;
-  for (const auto& K : ctx.kernels) {
-    const auto bytes = static_cast<std::uint64_t>(K.size()) * sizeof(double);
+  // Fold copies are float64 whatever the precision of the study's kernels.
+  for (std::size_t j = 0; j < ctx.KernelCount(); ++j) {
+    const std::size_t rowsOf = ctx.compact.empty() ? static_cast<std::size_t>(ctx.kernels[j].rows()) : static_cast<std::size_t>(ctx.compact[j].rows());
+    const auto bytes = static_cast<std::uint64_t>(rowsOf * rowsOf) * sizeof(double);
     kernelBytes += bytes;
     largestKernel = std::max(largestKernel, bytes);
   }
@@ -243,7 +263,7 @@ PooledBlock ComputePermutationBlock(const StudyContext& ctx, int first, int coun
       const auto perm = cv::PermuteWithinGroups(n, ctx.cohort.groups, cv::DeriveSeed(ctx.PermutationSeed(), static_cast<std::uint64_t>(p)));
       learners::Targets permuted = ctx.TargetsOf(Eigen::VectorXd(n));
       for (int k = 0; k < n; ++k) permuted.y[k] = ctx.cohort.y[perm[static_cast<std::size_t>(k)]];
-      const auto res = cv::RunNestedCv(ctx.kernels, permuted, ctx.outer, inner, ctx.plans, options);
+      const auto res = ctx.WithKernels([&](const auto& kernels) { return cv::RunNestedCv(kernels, permuted, ctx.outer, inner, ctx.plans, options); });
       for (const auto& o : res) out[static_cast<std::size_t>(i)].push_back(cv::Summarise(o, permuted).pooled);
       if (progress) progress->Advance();
     };

@@ -153,9 +153,9 @@ FoldPattern FoldActivationPattern(const StudyContext& ctx, const cv::OuterFoldRe
   const Eigen::VectorXi tr = Indices(train), te = Indices(fold.test);
   // Each kernel's part K~_r coef from the full kernel in place (no fold copies), several kernels at once,
   // summed in kernel order (results do not depend on the thread count).
-  const cv::FoldKernelView view(ctx.kernels, tr, te, pre);
+  const cv::FoldKernelView view = ctx.WithKernels([&](const auto& kernels) { return cv::FoldKernelView(kernels, tr, te, pre); });
   const Eigen::VectorXd scales = view.Scales();
-  const auto R = ctx.kernels.size();
+  const auto R = ctx.KernelCount();
   std::vector<Eigen::VectorXd> parts(R);
   tbb::parallel_for(std::size_t{0}, R, [&](std::size_t r) {
     const auto j = static_cast<Eigen::Index>(r);
@@ -191,6 +191,9 @@ exporting::WeightMaps ComputeWeightMaps(const StudyContext& ctx, const std::vect
   maps.mean.resize(learners.size());
   maps.classMean.resize(learners.size());
   std::vector<Eigen::MatrixXd> subjectWeights, patternWeights;  // patternWeights: one per entry of subjectWeights, or none
+  const auto subjectWeightsOf = [&](const weights::FoldModel& model, bool centre, bool normalise, const kernels::Covariates* cov) {
+    return ctx.WithKernels([&](const auto& kernels) { return weights::SubjectWeights(kernels, model, centre, normalise, cov); });
+  };
   std::vector<std::size_t> learnerOf;  // learner of each map
   std::vector<Eigen::Index> classOf;     // multiclass: class of each map
   for (std::size_t l = 0; l < learners.size(); ++l)
@@ -199,22 +202,22 @@ exporting::WeightMaps ComputeWeightMaps(const StudyContext& ctx, const std::vect
       std::vector<int> train = fold.train;
       train.insert(train.end(), fold.unlabelled.begin(), fold.unlabelled.end());
       // Equal source weighting: the learner saw kernel r scaled by g_r, so its weight in the map is beta_r g_r.
-      const Eigen::VectorXd scales = cv::FoldScales(ctx.kernels, Indices(train), Indices(fold.test), ctx.nestedOptions.preprocessing);
+      const Eigen::VectorXd scales = ctx.WithKernels([&](const auto& kernels) { return cv::FoldScales(kernels, Indices(train), Indices(fold.test), ctx.nestedOptions.preprocessing); });
       if (fold.model.Multiclass()) {  // one map per class: its coefficients and (per-class) kernel weights
         for (Eigen::Index c = 0; c < fold.model.coefs.cols(); ++c) {
           const Eigen::VectorXd beta = fold.model.betas.cols() > c ? Eigen::VectorXd(fold.model.betas.col(c)) : fold.model.beta;
-          subjectWeights.push_back(weights::SubjectWeights(ctx.kernels, {train, fold.test, fold.model.coefs.col(c), beta.cwiseProduct(scales)},
+          subjectWeights.push_back(subjectWeightsOf({train, fold.test, fold.model.coefs.col(c), beta.cwiseProduct(scales)},
                                                            study.kernels.centre, study.kernels.normalise, covariates));
           learnerOf.push_back(l);
           classOf.push_back(c);
         }
         continue;
       }
-      subjectWeights.push_back(weights::SubjectWeights(ctx.kernels, {train, fold.test, fold.model.coef, fold.model.beta.cwiseProduct(scales)},
+      subjectWeights.push_back(subjectWeightsOf({train, fold.test, fold.model.coef, fold.model.beta.cwiseProduct(scales)},
                                                        study.kernels.centre, study.kernels.normalise, covariates));
       if (l < patterns.size()) {
         const std::size_t k = static_cast<std::size_t>(std::count(learnerOf.begin(), learnerOf.end(), l));  // this learner's successful fold k
-        patternWeights.push_back(weights::SubjectWeights(ctx.kernels, {train, fold.test, patterns[l].at(k).c, Eigen::VectorXd::Ones(scales.size())},
+        patternWeights.push_back(subjectWeightsOf({train, fold.test, patterns[l].at(k).c, Eigen::VectorXd::Ones(scales.size())},
                                                          study.kernels.centre, study.kernels.normalise, covariates));
       }
       learnerOf.push_back(l);
@@ -370,19 +373,12 @@ void NameClasses(cv::Summary& s, const std::vector<std::string>& names) {
   rename(s.foldSd);
 }
 
-/// Per kernel: subjects whose data are not all zero there (K_ii > 0), e.g. lesioned in that region.
-std::vector<int> SubjectsWithSignal(const learners::KernelList& kernels) {
-  std::vector<int> out;
-  for (const auto& K : kernels) out.push_back(static_cast<int>((K.diagonal().array() > 0).count()));
-  return out;
-}
-
 }  // namespace
 
 CrossValidationResult RunCrossValidation(const StudyContext& ctx) {
   const learners::Targets targets = ctx.TargetsOf(ctx.cohort.y);
   CrossValidationResult result;
-  auto outcomes = cv::RunNestedCv(ctx.kernels, targets, ctx.outer, ctx.Inner(), ctx.plans, ctx.nestedOptions);
+  auto outcomes = ctx.WithKernels([&](const auto& kernels) { return cv::RunNestedCv(kernels, targets, ctx.outer, ctx.Inner(), ctx.plans, ctx.nestedOptions); });
   for (std::size_t l = 0; l < outcomes.size(); ++l) {
     exporting::LearnerRecord lr;
     lr.summary = cv::Summarise(outcomes[l], targets);
@@ -492,7 +488,7 @@ RegionWeightsResult RunRegionWeights(const StudyContext& ctx, const std::vector<
         if (!preprocessing.kernelGroups.empty()) {
           std::vector<int> train = fold.train;
           train.insert(train.end(), fold.unlabelled.begin(), fold.unlabelled.end());
-          scales = cv::FoldScales(ctx.kernels, Indices(train), Indices(fold.test), preprocessing);
+          scales = ctx.WithKernels([&](const auto& kernels) { return cv::FoldScales(kernels, Indices(train), Indices(fold.test), preprocessing); });
         }
         const auto share = [&](const Eigen::VectorXd& beta) -> Eigen::VectorXd {
           if (scales.size() == 0) return beta;
@@ -511,8 +507,8 @@ RegionWeightsResult RunRegionWeights(const StudyContext& ctx, const std::vector<
         train.insert(train.end(), fold.unlabelled.begin(), fold.unlabelled.end());
         const Eigen::VectorXi tr = Eigen::Map<const Eigen::VectorXi>(train.data(), static_cast<Eigen::Index>(train.size()));
         const Eigen::VectorXi te = Eigen::Map<const Eigen::VectorXi>(fold.test.data(), static_cast<Eigen::Index>(fold.test.size()));
-        const auto R = static_cast<Eigen::Index>(ctx.kernels.size());
-        const cv::FoldKernelView view(ctx.kernels, tr, te, preprocessing);
+        const auto R = static_cast<Eigen::Index>(ctx.KernelCount());
+        const cv::FoldKernelView view = ctx.WithKernels([&](const auto& kernels) { return cv::FoldKernelView(kernels, tr, te, preprocessing); });
         const Eigen::VectorXd scales = view.Scales();
         Eigen::MatrixXd norms(R, classes);
         tbb::parallel_for(Eigen::Index{0}, R, [&](Eigen::Index r) {
@@ -525,15 +521,15 @@ RegionWeightsResult RunRegionWeights(const StudyContext& ctx, const std::vector<
       }
       // The region's share of the model, ||w_r||, from the fold's kernels as the learner saw them: the
       // quadratics coef' K~_r coef its activation pattern computed, else read from the kernels in place.
-      Eigen::VectorXd norms(static_cast<Eigen::Index>(ctx.kernels.size()));
+      Eigen::VectorXd norms(static_cast<Eigen::Index>(ctx.KernelCount()));
       if (l < patterns.size() && k < patterns[l].size()) {
         for (Eigen::Index j = 0; j < norms.size(); ++j) norms[j] = weights::ModelNorm(patterns[l][k].modelQuadratics[j], fold.model.beta[j]);
       } else {
         std::vector<int> train = fold.train;
         train.insert(train.end(), fold.unlabelled.begin(), fold.unlabelled.end());
-        const cv::FoldKernelView view(ctx.kernels, Indices(train), Indices(fold.test), preprocessing);
+        const cv::FoldKernelView view = ctx.WithKernels([&](const auto& kernels) { return cv::FoldKernelView(kernels, Indices(train), Indices(fold.test), preprocessing); });
         const Eigen::VectorXd scales = view.Scales();
-        tbb::parallel_for(std::size_t{0}, ctx.kernels.size(), [&](std::size_t r) {
+        tbb::parallel_for(std::size_t{0}, ctx.KernelCount(), [&](std::size_t r) {
           const auto j = static_cast<Eigen::Index>(r);
           norms[j] = weights::ModelNorm(fold.model.coef.dot(view.Products(r, fold.model.coef, scales[j]).col(0)), fold.model.beta[j]);
         });
@@ -621,7 +617,11 @@ exporting::RunRecord DescribeRun(const StudyContext& ctx, CrossValidationResult 
                                                                                                             : study.kernels.intensity.referenceImage);
     for (auto r : ctx.kernelRows) record.intensityScale.push_back(ks.set.intensityScale[static_cast<std::size_t>(r)]);
   }
-  record.subjectsWithSignal = SubjectsWithSignal(ctx.kernels);
+  record.subjectsWithSignal = ctx.subjectsWithSignal;
+  if (!ctx.compact.empty()) {
+    record.compactBytes = kernels::CompactBytes(ctx.compact.size(), static_cast<std::size_t>(ctx.compact[0].rows()));
+    record.compactCentred = ctx.compact.centred;
+  }
   if (const auto total = ks.set.nonZeroInsideAtlas + ks.set.nonZeroOutsideAtlas; ks.set.nonZeroInsideAtlas >= 0 && total > 0)
     record.outsideAtlasShare = static_cast<double>(ks.set.nonZeroOutsideAtlas) / static_cast<double>(total);
   record.minSubjectsWithSignal = study.output.minSubjectsWithSignal;

@@ -509,8 +509,8 @@ StudyConfig ParseStudyConfig(const std::string& text, const std::string& baseDir
 
   if (r.Has("kernels")) {
     ObjectReader k(r.At("kernels"), "/kernels", src,
-                   {"source", "centre", "normalise", "nan_policy", "memory_budget_mb", "cache", "intensity", "precomputed", "tabular", "sources",
-                    "source_weighting", "missing_source"});
+                   {"source", "centre", "normalise", "nan_policy", "memory_budget_mb", "cache", "precision", "intensity", "precomputed", "tabular",
+                    "sources", "source_weighting", "missing_source"});
     const std::string source = k.Choice("source", "images", {"images", "precomputed", "tabular"});
     c.kernels.source = source == "images" ? KernelSource::Images : source == "precomputed" ? KernelSource::Precomputed : KernelSource::Tabular;
     c.kernels.centre = k.Bool("centre", c.kernels.centre);
@@ -518,6 +518,7 @@ StudyConfig ParseStudyConfig(const std::string& text, const std::string& baseDir
     c.kernels.nanPolicy = k.Choice("nan_policy", "drop_voxel", {"drop_voxel", "zero"}) == "zero" ? kernels::NanPolicy::Zero : kernels::NanPolicy::DropVoxel;
     c.kernels.memoryBudgetMb = k.Number("memory_budget_mb", 0, 0, 1e9);
     c.kernels.cache = k.Bool("cache", c.kernels.cache);
+    c.kernels.precision = k.Choice("precision", "float64", {"float64", "float32"}) == "float32" ? KernelPrecision::Float32 : KernelPrecision::Float64;
     if (k.Has("intensity")) c.kernels.intensity = ParseIntensity(k.At("intensity"), "/kernels/intensity", src, baseDir);
     if (k.Has("precomputed")) c.kernels.precomputed = ParsePrecomputed(k.At("precomputed"), "/kernels/precomputed", src, baseDir);
     if (k.Has("tabular")) c.kernels.tabular = ParseTabular(k.At("tabular"), "/kernels/tabular", src, baseDir);
@@ -649,7 +650,12 @@ StudyConfig ParseStudyConfig(const std::string& text, const std::string& baseDir
     c.output.weightMapUnitNorm = o.Bool("weight_maps_unit_norm", c.output.weightMapUnitNorm);
     c.output.minSubjectsWithSignal = static_cast<int>(o.Integer("min_subjects_with_signal", c.output.minSubjectsWithSignal, 0, 1000000000));
     c.output.model = o.Bool("model", c.output.model);
+    if (o.Has("save_kernels") && c.output.saveKernels && c.kernels.precision == KernelPrecision::Float32)
+      o.FailAt("/output/save_kernels", "the saved kernels are the raw float64 kernels, but /kernels/precision \"float32\" keeps only the compact "
+                                       "store after the kernel stage: save them from a float64 run (the kernel cache makes it cheap), or drop save_kernels");
   }
+  // A float32 study does not hold the raw kernels that output.save_kernels writes: off unless asked (an error above).
+  if (c.kernels.precision == KernelPrecision::Float32) c.output.saveKernels = false;
   return c;
 }
 
@@ -711,6 +717,8 @@ std::string ResolvedConfigJson(const StudyConfig& c, bool forHash) {
             {"memory_budget_mb", c.kernels.memoryBudgetMb},
             {"cache", c.kernels.cache},
             {"intensity", intensityJson(c.kernels.intensity)}};
+  // In the hashed form only when float32: the keys hashed from float64 studies stay as they were.
+  if (!forHash || c.kernels.precision == KernelPrecision::Float32) k["precision"] = c.kernels.precision == KernelPrecision::Float32 ? "float32" : "float64";
   if (!c.kernels.precomputed.empty()) {
     k["precomputed"] = Json::array();
     for (const auto& p : c.kernels.precomputed) k["precomputed"].push_back({{"name", p.name}, {"file", p.file}});

@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <type_traits>
 
 #include <spdlog/spdlog.h>
 #include <tbb/blocked_range.h>
@@ -55,10 +56,11 @@ using FoldNeeds = std::array<bool, 4>;
 constexpr std::size_t ViewIndex(bool semiSupervised, bool summed) { return 2 * static_cast<std::size_t>(semiSupervised) + static_cast<std::size_t>(summed); }
 
 /// Bytes of one fold task's kernels (training l x l and test m x l per kernel copied, once for a summed
-/// kernel; with `columns` one test block and, below learners::kPackedStackBelow, the packed stack) plus a
-/// fit's own l x l work (the combined kernel of an MKL learner and a spare).
+/// kernel; with `columns` one test block and, below learners::kPackedStackBelow, the packed stack; with
+/// `float32Copies` float32 training copies, float64 test blocks and below kPackedStackBelow the packed stack)
+/// plus a fit's own l x l work (the combined kernel of an MKL learner and a spare).
 std::uint64_t FoldTaskBytes(std::size_t kernelCount, std::size_t train, std::size_t test, std::size_t unlabelled, const FoldNeeds& needs,
-                            bool columns) {
+                            bool columns, bool float32Copies) {
   double doubles = 0;
   std::size_t largest = 0;
   for (const bool semi : {false, true})
@@ -66,9 +68,11 @@ std::uint64_t FoldTaskBytes(std::size_t kernelCount, std::size_t train, std::siz
       if (!needs[ViewIndex(semi, summed)]) continue;
       const std::size_t l = train + (semi ? unlabelled : 0);
       largest = std::max(largest, l);
-      const double dl = static_cast<double>(l), perKernel = columns && !summed
-                                                                 ? (static_cast<Eigen::Index>(l) < learners::kPackedStackBelow ? dl * (dl + 1) / 2 : 0.0)
-                                                                 : dl * (dl + static_cast<double>(test));
+      const double dl = static_cast<double>(l);
+      const double packed = static_cast<Eigen::Index>(l) < learners::kPackedStackBelow ? dl * (dl + 1) / 2 : 0.0;
+      const double perKernel = columns && !summed          ? packed
+                               : float32Copies && !summed ? dl * dl / 2 + dl * static_cast<double>(test) + packed
+                                                          : dl * (dl + static_cast<double>(test));
       if (columns && !summed) doubles += dl * static_cast<double>(test);  // the one test block a decision prepares at a time
       doubles += (summed ? 1.0 : static_cast<double>(kernelCount)) * perKernel;
     }
@@ -102,17 +106,36 @@ void ForEachLimited(std::size_t count, std::size_t limit, const Body& body) {
 struct FoldViews {
   std::array<FoldKernels, 4> kernels;  ///< with columns, the copies' views are empty
   std::array<std::unique_ptr<FoldColumns>, 2> columns;  ///< [semi-supervised]: training and test kernels in place, or null
+  /// [semi-supervised]: NestedCvOptions::float32FoldCopies, the float32 training copies (test blocks in `kernels`), or empty
+  std::array<std::vector<Eigen::MatrixXf>, 2> train32;
+  std::array<std::unique_ptr<learners::Float32Columns>, 2> columns32;
   std::array<learners::Targets, 2> y;  ///< [semi-supervised]
+  /// The training kernels of the learners of kernel weights as columns (in place or float32 copies), or null: copies in `kernels`.
+  const learners::KernelColumns* TrainingColumns(bool semi) const {
+    return columns[semi] ? static_cast<const learners::KernelColumns*>(columns[semi].get()) : columns32[semi].get();
+  }
 };
+
+/// NestedCvOptions::float32FoldCopies: the fold's training kernels rounded to float32 (defined below).
+template <typename KernelVec>
+void PrepareFloat32FoldInto(const KernelVec& kernels, const std::vector<int>& train, const std::vector<int>& test, const Preprocessing& pre,
+                            std::vector<Eigen::MatrixXf>& train32, learners::KernelList& testBlocks);
 /// Fills `v` (a previous task's views: the copies' storage is reused where sizes match).
 template <typename KernelVec>
 void PrepareViews(const KernelVec& kernels, const learners::Targets& targets, const std::vector<int>& train, const std::vector<int>& test,
-                  const Preprocessing& pre, const std::vector<int>& unlabelled, const FoldNeeds& needs, bool columns, FoldViews& v) {
+                  const Preprocessing& pre, const std::vector<int>& unlabelled, const FoldNeeds& needs, bool columns, bool float32Copies,
+                  FoldViews& v) {
   for (const bool semi : {false, true}) {
     const std::vector<int> rows = semi ? WithUnlabelled(train, unlabelled) : train;
     if (needs[ViewIndex(semi, true)]) v.kernels[ViewIndex(semi, true)] = PrepareSummedFold(kernels, rows, test, pre);
     v.columns[semi].reset();
-    if (needs[ViewIndex(semi, false)] && columns) {
+    v.columns32[semi].reset();
+    if (needs[ViewIndex(semi, false)] && !columns && float32Copies) {
+      FoldKernels& fk = v.kernels[ViewIndex(semi, false)];
+      fk.train.clear();
+      PrepareFloat32FoldInto(kernels, rows, test, pre, v.train32[semi], fk.test);
+      v.columns32[semi] = std::make_unique<learners::Float32Columns>(v.train32[semi]);
+    } else if (needs[ViewIndex(semi, false)] && columns) {
       FoldKernels& fk = v.kernels[ViewIndex(semi, false)];
       v.columns[semi] = std::make_unique<FoldColumns>(kernels, Eigen::Map<const Eigen::VectorXi>(rows.data(), static_cast<Eigen::Index>(rows.size())),
                                                       Eigen::Map<const Eigen::VectorXi>(test.data(), static_cast<Eigen::Index>(test.size())), pre);
@@ -267,6 +290,47 @@ void CheckShiftCancels(const kernels::CompactKernelList& store, const kernels::F
                          "absent from the fit rows?), so the store's whole-cohort centring does not cancel: make the store without "
                          "centring, or use float64 kernels");
 }
+/// The fold's training kernels prepared as PrepareFoldInto prepares them (fold vectors, or with covariates one
+/// kernel at a time; scaled by the fold's source scales), each rounded to float32 into `train32` once prepared
+/// in double; the test blocks (double) into `test`. Only one prepared kernel per thread is held in double.
+template <typename KernelVec>
+void PrepareFloat32FoldInto(const KernelVec& kernels, const std::vector<int>& train, const std::vector<int>& test, const Preprocessing& pre,
+                            std::vector<Eigen::MatrixXf>& train32, learners::KernelList& testBlocks) {
+  const Eigen::VectorXi tr = Eigen::Map<const Eigen::VectorXi>(train.data(), static_cast<Eigen::Index>(train.size()));
+  const Eigen::VectorXi te = Eigen::Map<const Eigen::VectorXi>(test.data(), static_cast<Eigen::Index>(test.size()));
+  train32.resize(kernels.size());
+  testBlocks.resize(kernels.size());
+  if (!pre.covariates) {
+    const std::vector<kernels::FoldVectors> vectors = AllFoldVectors(kernels, tr, te, pre);
+    const Eigen::VectorXd g = VectorScales(vectors, pre.kernelGroups);
+    tbb::parallel_for(std::size_t{0}, kernels.size(), [&](std::size_t j) {
+      thread_local Eigen::MatrixXd prepared;
+      kernels::WritePreparedBlocks(kernels[j], tr, te, vectors[j], g[static_cast<Eigen::Index>(j)], prepared, testBlocks[j]);
+      train32[j] = prepared.cast<float>();
+    });
+    return;
+  }
+  const kernels::FoldResidualiser residualiser = kernels::MakeFoldResidualiser(*pre.covariates, tr, te);
+  CheckShiftCancels(kernels, residualiser);
+  const auto prepare = [&](std::size_t j) { return PrepareResidualised(kernels[j], tr, te, residualiser, pre); };
+  Eigen::VectorXd g = Eigen::VectorXd::Ones(static_cast<Eigen::Index>(kernels.size()));
+  if (!pre.kernelGroups.empty()) {  // the scales need every kernel's trace first: one more pass
+    std::vector<double> traces(kernels.size());
+    tbb::parallel_for(std::size_t{0}, kernels.size(), [&](std::size_t j) { traces[j] = prepare(j).train.trace(); });
+    g = GroupScales(traces, pre.kernelGroups);
+  }
+  tbb::parallel_for(std::size_t{0}, kernels.size(), [&](std::size_t j) {
+    kernels::FoldKernel fk = prepare(j);
+    const double gj = g[static_cast<Eigen::Index>(j)];
+    if (gj != 1.0) {  // as PrepareFoldInto: scaled in double, before the rounding
+      fk.train *= gj;
+      fk.testTrain *= gj;
+    }
+    train32[j] = fk.train.cast<float>();
+    testBlocks[j] = std::move(fk.testTrain);
+  });
+}
+
 }  // namespace
 
 FoldColumns::FoldColumns(const learners::KernelList& kernels, const Eigen::Ref<const Eigen::VectorXi>& train, const Eigen::Ref<const Eigen::VectorXi>& test,
@@ -492,8 +556,10 @@ Eigen::VectorXd GroupScales(const std::vector<double>& traces, const std::vector
   return g;
 }
 
-kernels::FoldKernel PrepareFoldKernel(const Eigen::MatrixXd& kernel, const Eigen::Ref<const Eigen::VectorXi>& train,
-                                      const Eigen::Ref<const Eigen::VectorXi>& test, const Preprocessing& pre, double scale) {
+namespace {
+template <typename Kernel>
+kernels::FoldKernel PrepareFoldKernelOf(const Kernel& kernel, const Eigen::Ref<const Eigen::VectorXi>& train, const Eigen::Ref<const Eigen::VectorXi>& test,
+                                        const Preprocessing& pre, double scale) {
   if (!pre.covariates)
     return kernels::PreparedBlocks(kernel, train, test, kernels::MakeFoldVectors(kernel, train, test, pre.centre, pre.normalise), pre.normalise, scale);
   kernels::FoldKernel fk = PrepareResidualised(kernel, train, test, kernels::MakeFoldResidualiser(*pre.covariates, train, test), pre);
@@ -505,32 +571,69 @@ kernels::FoldKernel PrepareFoldKernel(const Eigen::MatrixXd& kernel, const Eigen
   return fk;
 }
 
-Eigen::VectorXd FoldScales(const learners::KernelList& kernels, const Eigen::Ref<const Eigen::VectorXi>& train,
-                           const Eigen::Ref<const Eigen::VectorXi>& test, const Preprocessing& pre) {
+template <typename KernelVec>
+Eigen::VectorXd FoldScalesOf(const KernelVec& kernels, const Eigen::Ref<const Eigen::VectorXi>& train, const Eigen::Ref<const Eigen::VectorXi>& test,
+                             const Preprocessing& pre) {
   if (pre.kernelGroups.empty()) return Eigen::VectorXd::Ones(static_cast<Eigen::Index>(kernels.size()));
   std::vector<double> traces(kernels.size());
   tbb::parallel_for(std::size_t{0}, kernels.size(), [&](std::size_t j) {
-    traces[j] = pre.covariates ? PrepareFoldKernel(kernels[j], train, test, pre).train.trace()
+    traces[j] = pre.covariates ? PrepareFoldKernelOf(kernels[j], train, test, pre, 1.0).train.trace()
                                : kernels::MakeFoldVectors(kernels[j], train, test, pre.centre, pre.normalise).Trace();
   });
   return GroupScales(traces, pre.kernelGroups);
 }
+}  // namespace
+
+kernels::FoldKernel PrepareFoldKernel(const Eigen::MatrixXd& kernel, const Eigen::Ref<const Eigen::VectorXi>& train,
+                                      const Eigen::Ref<const Eigen::VectorXi>& test, const Preprocessing& pre, double scale) {
+  return PrepareFoldKernelOf(kernel, train, test, pre, scale);
+}
+
+Eigen::VectorXd FoldScales(const learners::KernelList& kernels, const Eigen::Ref<const Eigen::VectorXi>& train,
+                           const Eigen::Ref<const Eigen::VectorXi>& test, const Preprocessing& pre) {
+  return FoldScalesOf(kernels, train, test, pre);
+}
+
+Eigen::VectorXd FoldScales(const kernels::CompactKernelList& kernels, const Eigen::Ref<const Eigen::VectorXi>& train,
+                           const Eigen::Ref<const Eigen::VectorXi>& test, const Preprocessing& pre) {
+  CheckStoreFits(kernels, pre);
+  return FoldScalesOf(kernels, train, test, pre);
+}
 
 FoldKernelView::FoldKernelView(const learners::KernelList& kernels, const Eigen::Ref<const Eigen::VectorXi>& train,
                                const Eigen::Ref<const Eigen::VectorXi>& test, const Preprocessing& preprocessing)
-    : kernels_(kernels), train_(train), test_(test), preprocessing_(preprocessing) {
-  if (!preprocessing_.covariates) vectors_ = AllFoldVectors(kernels_, train_, test_, preprocessing_);
+    : kernels_(&kernels), train_(train), test_(test), preprocessing_(preprocessing) {
+  Init();
+}
+
+FoldKernelView::FoldKernelView(const kernels::CompactKernelList& kernels, const Eigen::Ref<const Eigen::VectorXi>& train,
+                               const Eigen::Ref<const Eigen::VectorXi>& test, const Preprocessing& preprocessing)
+    : compact_(&kernels), train_(train), test_(test), preprocessing_(preprocessing) {
+  CheckStoreFits(kernels, preprocessing_);
+  Init();
+}
+
+template <typename F>
+decltype(auto) FoldKernelView::WithKernels(const F& f) const {
+  return kernels_ ? f(*kernels_) : f(*compact_);
+}
+
+void FoldKernelView::Init() {
+  if (!preprocessing_.covariates) vectors_ = WithKernels([&](const auto& kernels) { return AllFoldVectors(kernels, train_, test_, preprocessing_); });
 }
 
 Eigen::MatrixXd FoldKernelView::Products(std::size_t r, const Eigen::Ref<const Eigen::MatrixXd>& A, double scale) const {
-  if (vectors_.empty()) return PrepareFoldKernel(kernels_[r], train_, test_, preprocessing_, scale).train * A;
-  Eigen::MatrixXd P = kernels::PreparedProducts(kernels_[r], train_, vectors_[r], A);
-  if (scale != 1.0) P *= scale;
-  return P;
+  return WithKernels([&](const auto& kernels) -> Eigen::MatrixXd {
+    if (vectors_.empty()) return PrepareFoldKernelOf(kernels[r], train_, test_, preprocessing_, scale).train * A;
+    Eigen::MatrixXd P = kernels::PreparedProducts(kernels[r], train_, vectors_[r], A);
+    if (scale != 1.0) P *= scale;
+    return P;
+  });
 }
 
 Eigen::VectorXd FoldKernelView::Scales() const {
-  if (vectors_.empty() || preprocessing_.kernelGroups.empty()) return FoldScales(kernels_, train_, test_, preprocessing_);
+  if (vectors_.empty() || preprocessing_.kernelGroups.empty())
+    return WithKernels([&](const auto& kernels) { return FoldScalesOf(kernels, train_, test_, preprocessing_); });
   return VectorScales(vectors_, preprocessing_.kernelGroups);
 }
 
@@ -679,6 +782,10 @@ std::vector<LearnerOutcome> RunNestedCvOn(const KernelVec& kernels, const learne
   bool columnsPossible = options.columnsInPlace != ColumnsInPlace::Never && !options.preprocessing.covariates;
   for (std::size_t l = 0; l < L; ++l)
     if (const auto* info = learners::FindLearner(plans[l].name); !summed[l] && !(info && info->readsColumns)) columnsPossible = false;
+  // Float32 training copies (compact store only): every learner of kernel weights must read columns.
+  bool float32Copies = std::is_same_v<KernelVec, kernels::CompactKernelList> && options.float32FoldCopies;
+  for (std::size_t l = 0; l < L; ++l)
+    if (const auto* info = learners::FindLearner(plans[l].name); !summed[l] && !(info && info->readsColumns)) float32Copies = false;
   const auto readColumns = [&](const auto& bytesOf, const char* what) {
     if (!columnsPossible) return false;
     if (options.columnsInPlace == ColumnsInPlace::Always) return true;
@@ -695,7 +802,7 @@ std::vector<LearnerOutcome> RunNestedCvOn(const KernelVec& kernels, const learne
     std::uint64_t bytes = 0;
     for (const auto& [f, i] : tasks)
       bytes = std::max(bytes, FoldTaskBytes(kernels.size(), innerFolds[f][i].train.size(), innerFolds[f][i].test.size(), unlabelled.size(), needs,
-                                            withColumns));
+                                            withColumns, float32Copies));
     return bytes;
   };
   bool columns = readColumns(innerBytesOf, "inner folds");
@@ -707,7 +814,7 @@ std::vector<LearnerOutcome> RunNestedCvOn(const KernelVec& kernels, const learne
     for (int k : fold.train) tr.push_back(outer[f].train[static_cast<std::size_t>(k)]);
     for (int k : fold.test) te.push_back(outer[f].train[static_cast<std::size_t>(k)]);
     std::unique_ptr<FoldViews> spare = spares.Take();
-    PrepareViews(kernels, targets, tr, te, options.preprocessing, unlabelled, needs, columns, *spare);
+    PrepareViews(kernels, targets, tr, te, options.preprocessing, unlabelled, needs, columns, float32Copies, *spare);
     const FoldViews& views = *spare;
     const Eigen::VectorXd yTest = Subset(targets.y, te);
     // Every fit on this fold's kernels (all grid points of all learners) shares their check and packed stack.
@@ -718,6 +825,7 @@ std::vector<LearnerOutcome> RunNestedCvOn(const KernelVec& kernels, const learne
       if (grid.size() < 2 && !calibrate) continue;
       const FoldKernels& fk = views.kernels[viewOf[l]];
       const FoldColumns* inPlace = summed[l] ? nullptr : views.columns[semi[l]].get();
+      const learners::KernelColumns* trainColumns = summed[l] ? nullptr : views.TrainingColumns(semi[l]);
       const learners::TestBlocks test = inPlace ? inPlace->Test(testBuffer) : learners::HeldBlocks(fk.test);
       learners::Targets weighted;
       const learners::Targets& yTrain = Weighted(plans[l], views.y[semi[l]], weighted);
@@ -726,7 +834,7 @@ std::vector<LearnerOutcome> RunNestedCvOn(const KernelVec& kernels, const learne
       for (std::size_t g = 0; g < grid.size(); ++g) {
         learners::FitOptions fitOptions;
         if (options.shareFoldWork) fitOptions.cache = &caches[viewOf[l]];
-        fitOptions.columns = inPlace;
+        fitOptions.columns = trainColumns;
         if (const auto w = NearestFitted(grid, ok, g)) fitOptions.warmStart = &fitted[*w];
         try {
           fitted[g] = learnerObjects[firstObject[l] + g]->Fit(fk.train, yTrain, fitOptions);
@@ -754,20 +862,21 @@ std::vector<LearnerOutcome> RunNestedCvOn(const KernelVec& kernels, const learne
   const auto outerBytesOf = [&](bool withColumns) {
     std::uint64_t bytes = 0;
     for (const auto& fold : outer)
-      bytes = std::max(bytes, FoldTaskBytes(kernels.size(), fold.train.size(), fold.test.size(), unlabelled.size(), needs, withColumns));
+      bytes = std::max(bytes, FoldTaskBytes(kernels.size(), fold.train.size(), fold.test.size(), unlabelled.size(), needs, withColumns, float32Copies));
     return bytes;
   };
   columns = readColumns(outerBytesOf, "outer folds");
   const std::uint64_t outerBytes = outerBytesOf(columns);
   ForEachLimited(F, limitFor(outerBytes, F, "outer folds"), [&](std::size_t f) {
     std::unique_ptr<FoldViews> spare = spares.Take();
-    PrepareViews(kernels, targets, outer[f].train, outer[f].test, options.preprocessing, unlabelled, needs, columns, *spare);
+    PrepareViews(kernels, targets, outer[f].train, outer[f].test, options.preprocessing, unlabelled, needs, columns, float32Copies, *spare);
     const FoldViews& views = *spare;
     std::array<learners::TrainingKernelCache, 4> caches;  // one per view: a cache is bound to one kernel list
     Eigen::MatrixXd testBuffer;  // with columns: the test block a decision reads, one kernel at a time
     for (std::size_t l = 0; l < L; ++l) {
       const FoldKernels& fk = views.kernels[viewOf[l]];
       const FoldColumns* inPlace = summed[l] ? nullptr : views.columns[semi[l]].get();
+      const learners::KernelColumns* trainColumns = summed[l] ? nullptr : views.TrainingColumns(semi[l]);
       const learners::TestBlocks test = inPlace ? inPlace->Test(testBuffer) : learners::HeldBlocks(fk.test);
       learners::Targets weighted;
       const learners::Targets& yTrain = Weighted(plans[l], views.y[semi[l]], weighted);
@@ -794,7 +903,7 @@ std::vector<LearnerOutcome> RunNestedCvOn(const KernelVec& kernels, const learne
       try {
         r.model = learnerObjects[firstObject[l] + r.chosen]->Fit(
             fk.train, yTrain,
-            learners::FitOptions{nullptr, options.shareFoldWork ? &caches[viewOf[l]] : nullptr, inPlace});
+            learners::FitOptions{nullptr, options.shareFoldWork ? &caches[viewOf[l]] : nullptr, trainColumns});
         if (targets.task == learners::Task::Multiclass) {
           r.scores = r.model.Scores(test);
           r.decision = metrics::PredictedClasses(r.scores);  // NaN where a score is not finite

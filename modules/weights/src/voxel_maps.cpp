@@ -12,8 +12,9 @@
 
 namespace neuromkl::weights {
 
-Eigen::MatrixXd SubjectWeights(const std::vector<Eigen::MatrixXd>& kernels, const FoldModel& model, bool centre, bool normalise,
-                               const kernels::Covariates* covariates) {
+namespace {
+template <typename KernelVec>
+Eigen::MatrixXd SubjectWeightsOf(const KernelVec& kernels, const FoldModel& model, bool centre, bool normalise, const kernels::Covariates* covariates) {
   const Eigen::Index n = kernels.empty() ? 0 : kernels[0].rows();
   const auto l = static_cast<Eigen::Index>(model.train.size());
   Eigen::MatrixXd D = Eigen::MatrixXd::Zero(n, static_cast<Eigen::Index>(kernels.size()));
@@ -42,6 +43,17 @@ Eigen::MatrixXd SubjectWeights(const std::vector<Eigen::MatrixXd>& kernels, cons
     for (Eigen::Index i = 0; i < l; ++i) D(model.train[static_cast<std::size_t>(i)], static_cast<Eigen::Index>(r)) = d[i];
   }
   return D;
+}
+}  // namespace
+
+Eigen::MatrixXd SubjectWeights(const std::vector<Eigen::MatrixXd>& kernels, const FoldModel& model, bool centre, bool normalise,
+                               const kernels::Covariates* covariates) {
+  return SubjectWeightsOf(kernels, model, centre, normalise, covariates);
+}
+
+Eigen::MatrixXd SubjectWeights(const kernels::CompactKernelList& kernels, const FoldModel& model, bool centre, bool normalise,
+                               const kernels::Covariates* covariates) {
+  return SubjectWeightsOf(kernels, model, centre, normalise, covariates);
 }
 
 std::vector<std::vector<float>> VoxelMaps(const std::vector<std::string>& imagePaths, const atlas::RegionIndex& regions,

@@ -153,6 +153,7 @@ TEST(CompactKernels, NestedCvOnTheStoreIsTheRunOnItsWidenedValuesBitForBit) {
     options.probabilities = true;
     options.preprocessing.kernelGroups = {0, 0, 0, 1, 1, 1};
     options.columnsInPlace = way == 0 ? cv::ColumnsInPlace::Always : cv::ColumnsInPlace::Never;
+    options.float32FoldCopies = false;  // float64 copies: the float32 ones round once more (next tests)
     if (way == 2) {
       Eigen::MatrixXd withIntercept(45, 3);
       withIntercept << Eigen::VectorXd::Ones(45), design;
@@ -189,9 +190,12 @@ TEST(CompactKernels, NestedCvDecisionsAreWithin1e6OfFloat64) {
                : std::vector<cv::LearnerPlan>{{"en", "enmkl_krr", cv::ExpandGrid({{"lambda", 1}, {"mu", 0.5}}, {})},
                                               {"krr", "krr", cv::ExpandGrid({{"lambda", 1}}, {})}};
     const auto outer = binary ? Outer(p.targets) : cv::MakeFolds({cv::Scheme::KFold, 3, 1}, task, p.targets.y, {}, {}, 21, "outer");
-    for (const auto columns : {cv::ColumnsInPlace::Always, cv::ColumnsInPlace::Never}) {
+    // Training kernels read in place, copied in float64, copied in float32 (NestedCvOptions::float32FoldCopies:
+    // a second rounding, of the prepared values).
+    for (const int way : {0, 1, 2}) {
       cv::NestedCvOptions options;
-      options.columnsInPlace = columns;
+      options.columnsInPlace = way == 0 ? cv::ColumnsInPlace::Always : cv::ColumnsInPlace::Never;
+      options.float32FoldCopies = way == 2;
       const auto a = cv::RunNestedCv(store, p.targets, outer, Inner(task), plans, options);
       const auto b = cv::RunNestedCv(p.kernels, p.targets, outer, Inner(task), plans, options);
       for (std::size_t l = 0; l < plans.size(); ++l) {
@@ -201,10 +205,52 @@ TEST(CompactKernels, NestedCvDecisionsAreWithin1e6OfFloat64) {
           largest = std::max(largest, b[l].folds[f].decision.cwiseAbs().maxCoeff());
           diff = std::max(diff, (a[l].folds[f].decision - b[l].folds[f].decision).cwiseAbs().maxCoeff());
         }
-        std::printf("%s: largest decision difference float32 - float64 %.2e (relative %.2e)\n", plans[l].label.c_str(), diff, diff / largest);
+        std::printf("%s, %s: largest decision difference float32 - float64 %.2e (relative %.2e)\n", plans[l].label.c_str(),
+                    way == 0 ? "in place" : way == 1 ? "float64 copies" : "float32 copies", diff, diff / largest);
         EXPECT_LE(diff, 1e-6 * largest) << plans[l].label;
       }
     }
+  }
+}
+
+TEST(CompactKernels, Float32FoldCopiesAreRoundedCopiesOfTheFloat64Ones) {
+  // The float32 copies are the float64 copies rounded once more, for every preparation (fold vectors,
+  // source scales, covariates), so an MKL fit on them moves by float32 rounding: decisions and weights
+  // within 1e-6 (relative to the largest decision; weights sum to 1), and not equal (the path was taken).
+  // Learners of the summed kernel never use them (their runs are equal bit for bit).
+  const RawProblem p = MakeRawProblem(60, 6, 20, 2, 23);
+  const kernels::CompactKernelList store = kernels::CompactKernels(p.kernels, true);
+  const std::vector<cv::LearnerPlan> plans = {{"en", "enmkl_svm", cv::ExpandGrid({}, {{"c", {0.1, 10}}, {"mu", {0.5}}})},
+                                              {"svm", "svm", cv::ExpandGrid({{"c", 1}}, {})}};
+  const auto outer = Outer(p.targets);
+  Eigen::MatrixXd design(60, 2);
+  design << Eigen::VectorXd::Ones(60), Eigen::VectorXd::LinSpaced(60, -1, 1);
+  for (const bool covariates : {false, true}) {
+    cv::NestedCvOptions options;
+    options.columnsInPlace = cv::ColumnsInPlace::Never;
+    options.preprocessing.kernelGroups = {0, 0, 0, 1, 1, 1};
+    if (covariates) options.preprocessing.covariates = std::make_shared<const kernels::Covariates>(kernels::Covariates{design, {}});
+    options.float32FoldCopies = false;
+    const auto a = cv::RunNestedCv(store, p.targets, outer, Inner(p.targets.task), plans, options);
+    options.float32FoldCopies = true;
+    const auto b = cv::RunNestedCv(store, p.targets, outer, Inner(p.targets.task), plans, options);
+    double largest = 0, diff = 0, betaDiff = 0;
+    bool anyDifferent = false;
+    for (std::size_t f = 0; f < outer.size(); ++f) {
+      const auto& x = a[0].folds[f];
+      const auto& y = b[0].folds[f];
+      ASSERT_TRUE(x.error.empty() && y.error.empty());
+      EXPECT_EQ(x.chosen, y.chosen) << "covariates " << covariates;
+      largest = std::max(largest, x.decision.cwiseAbs().maxCoeff());
+      diff = std::max(diff, (x.decision - y.decision).cwiseAbs().maxCoeff());
+      betaDiff = std::max(betaDiff, (x.model.beta - y.model.beta).cwiseAbs().maxCoeff());
+      anyDifferent |= x.decision != y.decision;
+      EXPECT_EQ(a[1].folds[f].decision, b[1].folds[f].decision) << "the summed kernel's learner, covariates " << covariates;
+    }
+    std::printf("covariates %d: float32 copies against float64 copies: decisions %.2e relative, weights %.2e\n", covariates, diff / largest, betaDiff);
+    EXPECT_LE(diff, 1e-6 * largest) << "covariates " << covariates;
+    EXPECT_LE(betaDiff, 1e-6) << "covariates " << covariates;
+    EXPECT_TRUE(anyDifferent) << "covariates " << covariates << ": the float32 copies were not used";
   }
 }
 

@@ -10,6 +10,7 @@
 
 #include "neuromkl/config/study_config.hpp"
 #include "neuromkl/cv/nested_cv.hpp"
+#include "neuromkl/kernels/compact_kernels.hpp"
 #include "neuromkl/pipeline/cohort.hpp"
 #include "neuromkl/pipeline/covariates.hpp"
 #include "neuromkl/pipeline/kernel_stage.hpp"
@@ -47,8 +48,12 @@ struct StudyContext {
   KernelStageResult ks;
   std::vector<int> kernelRows;       ///< cohort rows of the kernels' rows: labelled, then unlabelled
   int unlabelledCount = 0;
-  learners::KernelList kernels;      ///< kernels over kernelRows
+  learners::KernelList kernels;      ///< kernels over kernelRows (empty with /kernels/precision "float32")
+  /// /kernels/precision "float32": the kernels over kernelRows as the compact store, in place of `kernels`.
+  kernels::CompactKernelList compact;
   bool kernelsMoved = false;         ///< kernelRows is every subject in order: ks.set.kernels were moved here
+  /// Per kernel: subjects whose data are not all zero there (raw K_ii > 0), counted before any rounding.
+  std::vector<int> subjectsWithSignal;
   cv::NestedCvOptions nestedOptions;
 
   /// The inner-CV splitter; it refers to this context, which must outlive it.
@@ -62,6 +67,13 @@ struct StudyContext {
   std::vector<std::string> LearnerLabels() const;
   /// The study's task and class count with targets y (the cohort's, or permuted ones).
   learners::Targets TargetsOf(const Eigen::VectorXd& y) const;
+  std::size_t KernelCount() const { return compact.empty() ? kernels.size() : compact.size(); }
+  /// f(the kernels the learners see): the float64 kernels or the compact store. The cv and weights
+  /// functions take either, so one generic lambda serves both precisions.
+  template <typename F>
+  decltype(auto) WithKernels(F&& f) const {
+    return compact.empty() ? f(kernels) : f(compact);
+  }
 };
 
 /// Stage 1: reads the subjects table and plans the outer folds (cheap; config and input errors surface here).

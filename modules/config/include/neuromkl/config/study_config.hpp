@@ -147,6 +147,12 @@ enum class MissingSource {
   Drop,   ///< such subjects are left out of the study and listed in the warnings
 };
 
+/// How the study holds its kernels after the kernel stage (issue 17; docs/batch.md, "The compact kernel store").
+enum class KernelPrecision {
+  Float64,  ///< full double kernels
+  Float32,  ///< the compact store: float32, half the memory; fold arithmetic stays double
+};
+
 struct KernelSpec {
   KernelSource source = KernelSource::Images;
   bool centre = true;                ///< per fold, training statistics only
@@ -154,6 +160,7 @@ struct KernelSpec {
   kernels::NanPolicy nanPolicy = kernels::NanPolicy::DropVoxel;
   double memoryBudgetMb = 0;         ///< 0 = 25 % of physical memory
   bool cache = true;
+  KernelPrecision precision = KernelPrecision::Float64;
   IntensitySpec intensity;
   std::vector<PrecomputedKernelSpec> precomputed;
   TabularSpec tabular;

@@ -120,6 +120,13 @@ struct NestedCvOptions {
   /// Never with covariates (residualising mixes rows: those folds are copied). Results are identical bit
   /// for bit either way.
   ColumnsInPlace columnsInPlace = ColumnsInPlace::Auto;
+  /// On the compact store (RunNestedCv on kernels::CompactKernelList) where the learners of kernel weights get
+  /// copies: the copies of the training kernels are float32 (learners::Float32Columns) instead of float64. Half
+  /// the bytes for the copies, and fits from learners::kPackedStackBelow subjects read them in place at half the memory
+  /// traffic; the price is a second rounding (of the prepared values), so results are within float32 rounding
+  /// of the float64 copies (decisions ~1e-7 relative), no longer equal bit for bit. Test blocks stay float64.
+  /// Used only when every learner of kernel weights reads columns. Ignored for float64 kernels.
+  bool float32FoldCopies = true;
   /// Bytes the fold kernels of the folds in flight may take together; 0 = the memory the system reports
   /// available when the run starts. Each fold task copies its training and test kernels (with 116
   /// regions at n = 2,000, 1.9 GB for an inner fold, 3 GB for an outer one); when a thread per fold
@@ -145,7 +152,8 @@ std::vector<LearnerOutcome> RunNestedCv(const learners::KernelList& kernels, con
                                         const InnerSplitter& inner, const std::vector<LearnerPlan>& plans, const NestedCvOptions& options);
 /// The same on the compact store (float32 kernels, kernels::CompactKernelList; issue 17): every fold kernel is
 /// prepared from the float32 entries widened to double, so the results are those of RunNestedCv on the store's
-/// values as float64 kernels, bit for bit. Peak memory is the store plus a fold's work when the learners of kernel
+/// values as float64 kernels, bit for bit, except where NestedCvOptions::float32FoldCopies rounds the training
+/// copies of the learners of kernel weights once more (the default). Peak memory is the store plus a fold's work when the learners of kernel
 /// weights read their kernels in place (columnsInPlace, chosen by the memory budget as for float64 kernels).
 /// A centred store (kernels::CompactKernel) is refused for folds that are neither centred nor residualised
 /// (InputError cv:CentredStoreUncentredFolds) and for a fold whose covariate fit does not keep the intercept
@@ -191,6 +199,9 @@ kernels::FoldKernel PrepareFoldKernel(const Eigen::MatrixXd& kernel, const Eigen
 /// callers that weigh or map a fold model use it.
 Eigen::VectorXd FoldScales(const learners::KernelList& kernels, const Eigen::Ref<const Eigen::VectorXi>& train,
                            const Eigen::Ref<const Eigen::VectorXi>& test, const Preprocessing& preprocessing);
+/// The same over the compact store (its float32 values widened to double).
+Eigen::VectorXd FoldScales(const kernels::CompactKernelList& kernels, const Eigen::Ref<const Eigen::VectorXi>& train,
+                           const Eigen::Ref<const Eigen::VectorXi>& test, const Preprocessing& preprocessing);
 
 /// One fold's prepared training kernels (PrepareFold's training copies) as learners::KernelColumns, read
 /// from the full kernels in place: each column is written from the fold vectors with the arithmetic of
@@ -231,13 +242,21 @@ class FoldKernelView {
  public:
   FoldKernelView(const learners::KernelList& kernels, const Eigen::Ref<const Eigen::VectorXi>& train, const Eigen::Ref<const Eigen::VectorXi>& test,
                  const Preprocessing& preprocessing);
+  /// The same over the compact store (its float32 values widened to double).
+  FoldKernelView(const kernels::CompactKernelList& kernels, const Eigen::Ref<const Eigen::VectorXi>& train, const Eigen::Ref<const Eigen::VectorXi>& test,
+                 const Preprocessing& preprocessing);
   /// scale x K~_r A (A: l x k), K~_r as PrepareFoldKernel prepares it (equal up to rounding).
   Eigen::MatrixXd Products(std::size_t r, const Eigen::Ref<const Eigen::MatrixXd>& A, double scale = 1.0) const;
   /// FoldScales of this fold.
   Eigen::VectorXd Scales() const;
 
  private:
-  const learners::KernelList& kernels_;
+  void Init();
+  /// f(the study's kernels), float64 or the compact store, whichever this view reads.
+  template <typename F>
+  decltype(auto) WithKernels(const F& f) const;
+  const learners::KernelList* kernels_ = nullptr;          ///< the study's kernels, or
+  const kernels::CompactKernelList* compact_ = nullptr;  ///< the compact store
   Eigen::VectorXi train_, test_;
   Preprocessing preprocessing_;
   std::vector<kernels::FoldVectors> vectors_;  ///< empty with covariates

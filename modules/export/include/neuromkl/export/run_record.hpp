@@ -1,6 +1,7 @@
 #pragma once
 // Everything a study run reports, as plain structs: the writers of this module turn it into the
 // output folder (results.json, documented in configs/results.schema.json, and the tables).
+#include <cstdint>
 #include <map>
 #include <string>
 #include <vector>
@@ -77,6 +78,9 @@ struct RunRecord {
   std::vector<kernels::KernelInfo> kernels;
   std::vector<kernels::ExcludedKernel> excludedKernels;
   std::string kernelSource, kernelCache;
+  /// kernels.precision "float32": the compact store's bytes and whether it was centred (0: float64, nothing recorded)
+  std::uint64_t compactBytes = 0;
+  bool compactCentred = false;
   int kernelRanks = 1;                  ///< MPI ranks of the kernel stage (1: one process; > 1 recorded in results.json)
   double kernelRankBudgetMb = 0;        ///< kernelRanks > 1: the per-rank budget for subject data (kernels.memory_budget_mb or 25 % of RAM)
   std::string intensityScaling;              ///< empty: none; "global_mean" or "reference_region: names"

@@ -8,6 +8,7 @@
 #include <Eigen/Core>
 
 #include "neuromkl/atlas/atlas.hpp"
+#include "neuromkl/kernels/compact_kernels.hpp"
 #include "neuromkl/kernels/covariates.hpp"
 #include "neuromkl/kernels/kernel_set.hpp"
 #include "neuromkl/kernels/region_kernels.hpp"
@@ -46,6 +47,11 @@ struct FoldModel {
 /// scales come from the residualised kernels, and the weights are rewritten for the raw images
 /// (map = sum_i d_i x~_i = sum_i d'_i x_i, d'_Q = d_Q - P' C_T' d_T), so the maps stay exact.
 Eigen::MatrixXd SubjectWeights(const std::vector<Eigen::MatrixXd>& kernels, const FoldModel& model, bool centre, bool normalise,
+                               const kernels::Covariates* covariates = nullptr);
+/// The same from the compact store (its float32 values widened to double). A centred store gives the
+/// weights of the raw kernels under fold centring (the scales s_ir are shift-invariant); nested CV has
+/// already refused the preprocessing under which it would not.
+Eigen::MatrixXd SubjectWeights(const kernels::CompactKernelList& kernels, const FoldModel& model, bool centre, bool normalise,
                                const kernels::Covariates* covariates = nullptr);
 
 /// Voxel maps on the image grid, one per (model) entry of `subjectWeights`, computed in one pass

@@ -1,0 +1,155 @@
+// kernels.precision "float32" end to end (issue 17): a study run on the compact store gives the float64
+// run's decisions, region tables, weight maps and exported models up to float32 rounding of the kernels,
+// says so in results.json, and refuses what it cannot do (save the raw kernels).
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <map>
+
+#include <gmock/gmock.h>
+
+#include <nlohmann/json.hpp>
+
+#include "neuromkl/io/nifti.hpp"
+#include "testing.hpp"
+
+using neuromkl::testing::ReadFile;
+using neuromkl::testing::ReadTsv;
+using neuromkl::testing::RunCli;
+using neuromkl::testing::TempDir;
+using neuromkl::testing::WriteFile;
+using ::testing::HasSubstr;
+
+namespace {
+
+/// Column `name` of a TSV as numbers, in row order.
+std::vector<double> Column(const std::string& tsv, const std::string& name) {
+  const auto rows = ReadTsv(tsv);
+  const auto col = static_cast<std::size_t>(std::find(rows.at(0).begin(), rows.at(0).end(), name) - rows[0].begin());
+  EXPECT_LT(col, rows[0].size()) << "no column " << name << " in " << tsv;
+  std::vector<double> out;
+  for (std::size_t r = 1; r < rows.size() && col < rows[0].size(); ++r) out.push_back(std::stod(rows[r].at(col)));
+  return out;
+}
+
+/// max |a - b| / max |a| (a: the float64 reference).
+double RelativeDifference(const std::vector<double>& a, const std::vector<double>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double diff = 0, scale = 0;
+  for (std::size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+    diff = std::max(diff, std::abs(a[i] - b[i]));
+    scale = std::max(scale, std::abs(a[i]));
+  }
+  return scale > 0 ? diff / scale : diff;
+}
+
+class PrecisionCli : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir();
+    const auto r = RunCli("simulate --out " + Path("cohort") + " --subjects 60 --downsample 3 --seed 7 --signal Hippocampus_L,Precuneus_R "
+                          "--age-regions Frontal_Sup_L --age-target-correlation 0.7 --age-effect 1.5 -q");
+    ASSERT_EQ(r.exitCode, 0) << r.output;
+  }
+  static void TearDownTestSuite() {
+    delete dir_;
+    dir_ = nullptr;
+  }
+  static std::string Path(const std::string& name) { return *dir_ / name; }
+  /// A study of both kernel precisions' kind: `kernels` and `extra` are JSON members; returns its path.
+  static std::string Study(const std::string& name, const std::string& kernels, const std::string& extra) {
+    const std::string path = Path(name + ".json");
+    WriteFile(path, R"({"name": ")" + name + R"(", "subjects": {"table": "cohort/participants.tsv"},
+      "target": {"column": "group", "task": "classification", "positive_class": "patient"}, "atlas": "aal",
+      "kernels": {)" + kernels + R"(}, "learners": [{"name": "enmkl_svm", "params": {"c": 1.0, "mu": 0.5}}, {"name": "svm", "grid": {"c": [0.1, 1, 10]}}],
+      "output": {"model": true}, "seed": 7)" + extra + "}");
+    return path;
+  }
+  static std::string Results(const std::string& name) { return Path("results/" + name); }
+  static TempDir* dir_;
+};
+TempDir* PrecisionCli::dir_ = nullptr;
+
+// Tolerances: the store's entries carry float32 rounding (~6e-8 relative of the centred kernel); every fold
+// computation is in double, so decisions move by about that (measured 6.6e-8 of the largest decision here,
+// 2e-8 to 3e-8 in the library tests). 1e-6 is ~15x the measured and 10x under the issue's 1e-5: a store that
+// kept fewer digits (e.g. rounded the raw, uncentred kernels of data with a large mean) would fail it.
+constexpr double kDecisionTolerance = 1e-6;
+
+TEST_F(PrecisionCli, Float32StudyGivesTheFloat64ResultsAndSaysSo) {
+  for (const std::string& covariates : {std::string(), std::string(R"(, "covariates": ["age"])")}) {
+    SCOPED_TRACE(covariates.empty() ? "without covariates" : "with covariates");
+    const std::string tag = covariates.empty() ? "plain" : "cov";
+    auto r = RunCli("run " + Study(tag + "64", "", covariates) + " -q");
+    ASSERT_EQ(r.exitCode, 0) << r.output;
+    r = RunCli("run " + Study(tag + "32", R"("precision": "float32")", covariates) + " -q");
+    ASSERT_EQ(r.exitCode, 0) << r.output;
+    const std::string a = Results(tag + "64"), b = Results(tag + "32");
+    // Out-of-fold decisions of both learners (MKL in place or from copies, the summed kernel for the SVM).
+    EXPECT_LT(RelativeDifference(Column(a + "/predictions.tsv", "decision"), Column(b + "/predictions.tsv", "decision")), kDecisionTolerance);
+    // Region shares (percent of the model; ratios of fold quadratics): the same regions in the same order.
+    const auto rowsA = ReadTsv(a + "/regions_enmkl_svm.tsv"), rowsB = ReadTsv(b + "/regions_enmkl_svm.tsv");
+    ASSERT_EQ(rowsA.size(), rowsB.size());
+    for (std::size_t i = 1; i < rowsA.size(); ++i) EXPECT_EQ(rowsA[i][1], rowsB[i][1]) << "rank " << i;
+    EXPECT_LT(RelativeDifference(Column(a + "/regions_enmkl_svm.tsv", "mean_percent"), Column(b + "/regions_enmkl_svm.tsv", "mean_percent")),
+              kDecisionTolerance);
+    // The mean weight map, voxel by voxel (written as float32: its own rounding is 6e-8 relative).
+    const std::string map = "/weights/sub-group_space-MNIColin27_desc-EnmklSvmMean_weights.nii.gz";
+    const auto mapA = neuromkl::io::ReadVolume(a + map), mapB = neuromkl::io::ReadVolume(b + map);
+    EXPECT_LT(RelativeDifference(std::vector<double>(mapA.data.begin(), mapA.data.end()), std::vector<double>(mapB.data.begin(), mapB.data.end())),
+              kDecisionTolerance);
+    // The exported final models predict the cohort alike.
+    for (const auto& [results, out] : {std::pair{a, Path(tag + "pred64")}, std::pair{b, Path(tag + "pred32")}}) {
+      r = RunCli("predict " + results + "/model " + Path("cohort/participants.tsv") + " --out " + out + " -q");
+      ASSERT_EQ(r.exitCode, 0) << r.output;
+    }
+    EXPECT_LT(RelativeDifference(Column(Path(tag + "pred64/predictions.tsv"), "decision"), Column(Path(tag + "pred32/predictions.tsv"), "decision")),
+              kDecisionTolerance);
+    // results.json: the store is recorded (absent for float64); the raw kernels are not saved.
+    const auto j64 = nlohmann::json::parse(ReadFile(a + "/results.json")), j32 = nlohmann::json::parse(ReadFile(b + "/results.json"));
+    EXPECT_FALSE(j64["kernels"].contains("precision"));
+    ASSERT_TRUE(j32["kernels"].contains("precision"));
+    EXPECT_EQ(j32["kernels"]["precision"]["values"], "float32");
+    EXPECT_EQ(j32["kernels"]["precision"]["centred_with_cohort_mean"], true);
+    EXPECT_GT(j32["kernels"]["precision"]["store_mib"].get<double>(), 0.0);
+    EXPECT_EQ(j32["kernels"]["regions"], j64["kernels"]["regions"]);  // subjects_with_signal counted before rounding
+    EXPECT_TRUE(std::filesystem::exists(a + "/kernels"));
+    EXPECT_FALSE(std::filesystem::exists(b + "/kernels"));
+    // The resolved study keeps the choice and runs again as it is.
+    EXPECT_THAT(ReadFile(b + "/study.resolved.json"), HasSubstr(R"("precision": "float32")"));
+    r = RunCli("validate " + b + "/study.resolved.json");
+    EXPECT_EQ(r.exitCode, 0) << r.output;
+  }
+}
+
+// A study that does not centre its folds gets a raw (uncentred) store: its folds must not see the
+// cohort's mean. The simulated images have a mean well above their spread, so rounding the raw kernels
+// keeps fewer digits than the centred store (measured 6.4e-6 of the largest decision, against 6.6e-8
+// centred): the bound is the issue's 1e-5, which docs/batch.md states for such studies.
+TEST_F(PrecisionCli, UncentredStudiesGetARawStore) {
+  auto r = RunCli("run " + Study("raw64", R"("centre": false)", "") + " -q");
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  r = RunCli("run " + Study("raw32", R"("centre": false, "precision": "float32")", "") + " -q");
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  EXPECT_LT(RelativeDifference(Column(Results("raw64") + "/predictions.tsv", "decision"), Column(Results("raw32") + "/predictions.tsv", "decision")),
+            1e-5);
+  const auto j = nlohmann::json::parse(ReadFile(Results("raw32") + "/results.json"));
+  EXPECT_EQ(j["kernels"]["precision"]["centred_with_cohort_mean"], false);
+}
+
+TEST_F(PrecisionCli, BadPrecisionSettingsAreErrorsAtTheirPointers) {
+  auto r = RunCli("validate " + Study("half", R"("precision": "float16")", ""));
+  EXPECT_EQ(r.exitCode, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("/kernels/precision"));
+  EXPECT_THAT(r.output, HasSubstr("float16"));
+  const std::string path = Path("save.json");
+  WriteFile(path, R"({"name": "save", "subjects": {"table": "cohort/participants.tsv"},
+    "target": {"column": "group", "task": "classification", "positive_class": "patient"}, "atlas": "aal",
+    "kernels": {"precision": "float32"}, "learners": [{"name": "svm"}], "output": {"save_kernels": true}})");
+  r = RunCli("run " + path + " -q");
+  EXPECT_EQ(r.exitCode, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("/output/save_kernels"));
+  EXPECT_FALSE(std::filesystem::exists(Results("save")));
+}
+
+}  // namespace
