@@ -196,6 +196,12 @@ std::string ValidateStudy(const config::StudyConfig& study, bool deep) {
   }
   DescribeKernels(study, cohort, deep, line);
   line(fmt::format("  per-fold preprocessing: centre {}, normalise {}", study.kernels.centre ? "on" : "off", study.kernels.normalise ? "on" : "off"));
+  if (study.kernels.precision == config::KernelPrecision::Float32) {
+    const double side = static_cast<double>(cohort.y.size());  // labelled subjects (semi-supervised studies add their unlabelled ones)
+    line(fmt::format("  precision: float32 after the kernel stage (compact store{}): {:.1f} MiB per kernel instead of {:.1f}; raw kernels not saved",
+                     study.kernels.centre ? ", centred with the cohort mean before rounding" : ", raw values", side * side * 4 / 1048576.0,
+                     side * side * 8 / 1048576.0));
+  }
   line(fmt::format("CV plan: outer {}, inner {}, seed {}", DescribeScheme(study.cv.outer), DescribeScheme(study.cv.inner), study.cv.seed));
   bool anySearch = false;
   for (const auto& p : ctx.plans) anySearch |= p.grid.size() > 1;

@@ -119,6 +119,7 @@ TEST_F(PrecisionCli, Float32StudyGivesTheFloat64ResultsAndSaysSo) {
     EXPECT_THAT(ReadFile(b + "/study.resolved.json"), HasSubstr(R"("precision": "float32")"));
     r = RunCli("validate " + b + "/study.resolved.json");
     EXPECT_EQ(r.exitCode, 0) << r.output;
+    EXPECT_THAT(r.output, HasSubstr("precision: float32 after the kernel stage (compact store, centred with the cohort mean before rounding)"));
   }
 }
 
