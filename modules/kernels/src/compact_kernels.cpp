@@ -10,6 +10,7 @@
 #include <tbb/parallel_for.h>
 
 #include "neuromkl/core/errors.hpp"
+#include "neuromkl/kernels/covariates.hpp"
 
 namespace neuromkl::kernels {
 
@@ -76,6 +77,25 @@ void AppendCompactKernel(CompactKernelList& store, const Eigen::Ref<const Eigen:
 
 std::uint64_t CompactBytes(std::size_t kernels, std::size_t subjects) {
   return static_cast<std::uint64_t>(kernels) * subjects * subjects * sizeof(float);
+}
+
+void CheckCentredStoreFolds(const CompactKernelList& store, bool centre, bool residualised) {
+  if (store.centred && !centre && !residualised)
+    throw InputError("cv:CentredStoreUncentredFolds", "compact store",
+                     "the store's kernels were centred with the whole cohort's mean (CompactKernel with centre), which only fold "
+                     "centring undoes, but this run does not centre its folds: make the store without centring");
+}
+
+void CheckCentredStoreResidualiser(const CompactKernelList& store, const FoldResidualiser& residualiser) {
+  if (!store.centred) return;
+  constexpr double kTolerance = 1e-8;  // the pseudo-inverse's rank threshold is 1e-10 relative
+  for (const Eigen::MatrixXd* A : {&residualiser.trainA, &residualiser.testA})
+    for (Eigen::Index i = 0; i < A->rows(); ++i)
+      if (std::abs(A->row(i).sum() - 1.0) > kTolerance)
+        throw InputError("cv:CentredStoreCovariates", "compact store",
+                         "in a fold, the covariates' fit does not keep the intercept for every subject (a category's reference level "
+                         "absent from the fit rows?), so the store's whole-cohort centring does not cancel: make the store without "
+                         "centring, or use float64 kernels");
 }
 
 }  // namespace neuromkl::kernels

@@ -53,6 +53,12 @@ Eigen::MatrixXd SubjectWeights(const std::vector<Eigen::MatrixXd>& kernels, cons
 
 Eigen::MatrixXd SubjectWeights(const kernels::CompactKernelList& kernels, const FoldModel& model, bool centre, bool normalise,
                                const kernels::Covariates* covariates) {
+  kernels::CheckCentredStoreFolds(kernels, centre, covariates != nullptr);
+  if (covariates && kernels.centred) {
+    const Eigen::VectorXi tr = Eigen::Map<const Eigen::VectorXi>(model.train.data(), static_cast<Eigen::Index>(model.train.size()));
+    const Eigen::VectorXi te = Eigen::Map<const Eigen::VectorXi>(model.test.data(), static_cast<Eigen::Index>(model.test.size()));
+    kernels::CheckCentredStoreResidualiser(kernels, kernels::MakeFoldResidualiser(*covariates, tr, te));
+  }
   return SubjectWeightsOf(kernels, model, centre, normalise, covariates);
 }
 

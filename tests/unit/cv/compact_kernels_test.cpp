@@ -10,6 +10,7 @@
 #include "neuromkl/cv/nested_cv.hpp"
 #include "neuromkl/kernels/compact_kernels.hpp"
 #include "neuromkl/kernels/preprocess.hpp"
+#include "neuromkl/weights/weights.hpp"
 
 using namespace neuromkl;
 
@@ -252,6 +253,61 @@ TEST(CompactKernels, Float32FoldCopiesAreRoundedCopiesOfTheFloat64Ones) {
     EXPECT_LE(betaDiff, 1e-6) << "covariates " << covariates;
     EXPECT_TRUE(anyDifferent) << "covariates " << covariates << ": the float32 copies were not used";
   }
+}
+
+TEST(CompactKernels, FoldReadersOfTheStoreAreThoseOfItsWidenedValuesAndCheckTheCentring) {
+  // The weights stage and model export read the store through FoldScales, FoldKernelView and SubjectWeights:
+  // the same arithmetic on widened values as on float64 kernels, so equal bit for bit; with source scales, with
+  // and without covariates. Each refuses a centred store where its centring would not cancel.
+  const RawProblem p = MakeRawProblem(30, 4, 6, 1, 29);
+  const kernels::CompactKernelList store = kernels::CompactKernels(p.kernels, true);
+  learners::KernelList wide;
+  for (const auto& K : store.kernels) wide.push_back(K.cast<double>());
+  std::vector<int> train, test;
+  for (int i = 0; i < 30; ++i) (i % 5 == 0 ? test : train).push_back(i);
+  const Eigen::VectorXi tr = Eigen::Map<const Eigen::VectorXi>(train.data(), static_cast<Eigen::Index>(train.size()));
+  const Eigen::VectorXi te = Eigen::Map<const Eigen::VectorXi>(test.data(), static_cast<Eigen::Index>(test.size()));
+  Eigen::MatrixXd design(30, 2);
+  design << Eigen::VectorXd::Ones(30), Eigen::VectorXd::LinSpaced(30, -1, 1);
+  const Eigen::MatrixXd A = Eigen::MatrixXd::Random(tr.size(), 2);
+  const weights::FoldModel model{train, test, A.col(0), Eigen::Vector4d(0.1, 0.2, 0.3, 0.4)};
+  for (const bool covariates : {false, true}) {
+    cv::Preprocessing pre;
+    pre.kernelGroups = {0, 0, 1, 1};
+    if (covariates) pre.covariates = std::make_shared<const kernels::Covariates>(kernels::Covariates{design, {}});
+    EXPECT_EQ(cv::FoldScales(store, tr, te, pre), cv::FoldScales(wide, tr, te, pre)) << covariates;
+    const cv::FoldKernelView a(store, tr, te, pre), b(wide, tr, te, pre);
+    EXPECT_EQ(a.Scales(), b.Scales()) << covariates;
+    for (std::size_t r = 0; r < 4; ++r) EXPECT_EQ(a.Products(r, A, 0.5), b.Products(r, A, 0.5)) << covariates << " kernel " << r;
+    EXPECT_EQ(weights::SubjectWeights(store, model, true, true, pre.covariates.get()), weights::SubjectWeights(wide, model, true, true, pre.covariates.get()))
+        << covariates;
+  }
+  const auto expectRefused = [](const std::string& code, const auto& run) {
+    try {
+      run();
+      ADD_FAILURE() << "expected " << code;
+    } catch (const InputError& e) {
+      EXPECT_EQ(e.code(), code);
+    }
+  };
+  cv::Preprocessing normaliseOnly;
+  normaliseOnly.centre = false;
+  normaliseOnly.kernelGroups = {0, 0, 1, 1};
+  expectRefused("cv:CentredStoreUncentredFolds", [&] { cv::FoldScales(store, tr, te, normaliseOnly); });
+  expectRefused("cv:CentredStoreUncentredFolds", [&] { cv::FoldKernelView(store, tr, te, normaliseOnly); });
+  expectRefused("cv:CentredStoreUncentredFolds", [&] { weights::SubjectWeights(store, model, false, true); });
+  // Covariates whose fit drops the intercept for some rows: a dummy equal to the intercept on the training rows.
+  Eigen::MatrixXd aliased(30, 2);
+  for (int i = 0; i < 30; ++i) aliased.row(i) << 1.0, i % 5 == 0 ? 0.0 : 1.0;  // the test rows are the other level
+  cv::Preprocessing withAliased;
+  withAliased.covariates = std::make_shared<const kernels::Covariates>(kernels::Covariates{aliased, {}});
+  expectRefused("cv:CentredStoreCovariates", [&] { cv::FoldScales(store, tr, te, withAliased); });
+  expectRefused("cv:CentredStoreCovariates", [&] { cv::FoldKernelView(store, tr, te, withAliased); });
+  expectRefused("cv:CentredStoreCovariates", [&] { weights::SubjectWeights(store, model, true, true, withAliased.covariates.get()); });
+  // A raw store has nothing to cancel: every reader accepts it.
+  const kernels::CompactKernelList raw = kernels::CompactKernels(p.kernels, false);
+  EXPECT_NO_THROW(cv::FoldKernelView(raw, tr, te, withAliased));
+  EXPECT_NO_THROW(weights::SubjectWeights(raw, model, false, true));
 }
 
 TEST(CompactKernels, ACentredStoreNeedsFoldsThatUndoTheShift) {

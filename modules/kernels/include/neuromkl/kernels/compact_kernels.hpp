@@ -12,6 +12,8 @@
 
 namespace neuromkl::kernels {
 
+struct FoldResidualiser;
+
 /// The store: the kernels, and whether they were centred with the whole cohort's mean (CompactKernel(K, true)).
 /// A centred store is only exact under fold centring or shift-invariant covariates (see CompactKernel), so
 /// nested CV checks the flag against its preprocessing. The vector-like members let the fold paths take it as
@@ -42,6 +44,17 @@ CompactKernelList CompactKernels(const std::vector<Eigen::MatrixXd>& kernels, bo
 /// One more kernel for `store`, made with the store's centring (callers that form kernels one at a time and
 /// never hold them all in float64).
 void AppendCompactKernel(CompactKernelList& store, const Eigen::Ref<const Eigen::MatrixXd>& kernel);
+
+/// A centred store gives the raw kernels' fold kernels only where the fold preprocessing undoes a shift of the
+/// features: fold centring, or residualising on covariates. InputError cv:CentredStoreUncentredFolds for a centred
+/// store whose folds are neither centred nor residualised (they would see every subject's mean). Every reader of
+/// a store (nested CV, fold scales and views, subject weights) checks it.
+void CheckCentredStoreFolds(const CompactKernelList& store, bool centre, bool residualised);
+/// Residualising removes a shift of the features only when every row keeps the intercept (a_i 1 = 1 for
+/// a_i = c_i P): not when the fit rows' design is rank-deficient with a column aliased to the intercept (e.g. a
+/// category's reference level absent from them). InputError cv:CentredStoreCovariates for a centred store
+/// otherwise. Nothing to check for a store made without centring.
+void CheckCentredStoreResidualiser(const CompactKernelList& store, const FoldResidualiser& residualiser);
 
 /// The store's bytes: kernels x n x n float32 values.
 std::uint64_t CompactBytes(std::size_t kernels, std::size_t subjects);

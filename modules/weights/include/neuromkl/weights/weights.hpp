@@ -49,8 +49,8 @@ struct FoldModel {
 Eigen::MatrixXd SubjectWeights(const std::vector<Eigen::MatrixXd>& kernels, const FoldModel& model, bool centre, bool normalise,
                                const kernels::Covariates* covariates = nullptr);
 /// The same from the compact store (its float32 values widened to double). A centred store gives the
-/// weights of the raw kernels under fold centring (the scales s_ir are shift-invariant); nested CV has
-/// already refused the preprocessing under which it would not.
+/// weights of the raw kernels under fold centring or residualising (the scales s_ir are shift-invariant
+/// there); elsewhere InputError (kernels::CheckCentredStoreFolds, CheckCentredStoreResidualiser).
 Eigen::MatrixXd SubjectWeights(const kernels::CompactKernelList& kernels, const FoldModel& model, bool centre, bool normalise,
                                const kernels::Covariates* covariates = nullptr);
 
