@@ -264,7 +264,9 @@ PooledBlock ComputePermutationBlock(const StudyContext& ctx, int first, int coun
     kernelBytes += bytes;
     largestKernel = std::max(largestKernel, bytes);
   }
-  const bool inPlace = columnsPossible && (options.columnsInPlace == cv::ColumnsInPlace::Always || kernelBytes > options.memoryBudgetBytes);
+  // (Below kPackedStackBelow training subjects nested CV reads them in place too: counted where every subject is.)
+  const bool inPlace = columnsPossible && (options.columnsInPlace == cv::ColumnsInPlace::Always || kernelBytes > options.memoryBudgetBytes ||
+                                           static_cast<Eigen::Index>(ctx.kernelRows.size()) < learners::kPackedStackBelow);
   const std::uint64_t foldBytes = copies ? (inPlace ? kernelBytes / 2 : kernelBytes) : largestKernel;
   const bool tight = 2 * foldBytes * threads * threads > available;
   tbb::parallel_for(0, count, [&](int i) {

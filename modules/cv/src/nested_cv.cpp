@@ -73,7 +73,8 @@ std::uint64_t FoldTaskBytes(std::size_t kernelCount, std::size_t train, std::siz
       const double perKernel = columns && !summed          ? packed
                                : float32Copies && !summed ? dl * dl / 2 + dl * static_cast<double>(test) + packed
                                                           : dl * (dl + static_cast<double>(test));
-      if (columns && !summed) doubles += dl * static_cast<double>(test);  // the one test block a decision prepares at a time
+      // In place: the one test block a decision prepares at a time, or below kPackedStackBelow all of them (held).
+      if (columns && !summed) doubles += (packed > 0 ? static_cast<double>(kernelCount) : 1.0) * dl * static_cast<double>(test);
       doubles += (summed ? 1.0 : static_cast<double>(kernelCount)) * perKernel;
     }
   const double l = static_cast<double>(largest);
@@ -141,6 +142,9 @@ void PrepareViews(const KernelVec& kernels, const learners::Targets& targets, co
                                                       Eigen::Map<const Eigen::VectorXi>(test.data(), static_cast<Eigen::Index>(test.size())), pre);
       fk.train.clear();
       fk.test.clear();
+      // Below kPackedStackBelow the test blocks are small beside the packed stack: held, so the many decisions
+      // of a grid search do not prepare them again each time.
+      if (static_cast<Eigen::Index>(rows.size()) < learners::kPackedStackBelow) v.columns[semi]->WriteTestBlocks(fk.test);
     } else if (needs[ViewIndex(semi, false)]) {
       PrepareFoldInto(kernels, rows, test, pre, v.kernels[ViewIndex(semi, false)]);
     }
@@ -371,6 +375,15 @@ void FoldColumns::UpperColumn(Eigen::Index k, Eigen::Index j, double* out) const
   const auto r = static_cast<std::size_t>(k);
   WithKernels([&](const auto& kernels) {
     kernels::PreparedTrainingColumn(kernels[r].col(train_[j]).data(), train_, vectors_[r], j, j + 1, scales_[k], out);
+  });
+}
+
+void FoldColumns::WriteTestBlocks(learners::KernelList& out) const {
+  out.resize(vectors_.size());
+  tbb::parallel_for(std::size_t{0}, vectors_.size(), [&](std::size_t j) {
+    WithKernels([&](const auto& kernels) {
+      kernels::WritePreparedTestBlock(kernels[j], train_, test_, vectors_[j], scales_[static_cast<Eigen::Index>(j)], out[j]);
+    });
   });
 }
 
@@ -790,11 +803,13 @@ std::vector<LearnerOutcome> RunNestedCvOn(const KernelVec& kernels, const learne
   bool float32Copies = std::is_same_v<KernelVec, kernels::CompactKernelList> && options.float32FoldCopies;
   for (std::size_t l = 0; l < L; ++l)
     if (const auto* info = learners::FindLearner(plans[l].name); !summed[l] && !(info && info->readsColumns)) float32Copies = false;
-  const auto readColumns = [&](const auto& bytesOf, const char* what) {
+  const auto readColumns = [&](const auto& bytesOf, std::size_t largestTrain, const char* what) {
     if (!columnsPossible) return false;
     if (options.columnsInPlace == ColumnsInPlace::Always) return true;
     const std::uint64_t copies = bytesOf(false);
-    if (copies <= budget) return false;
+    // Below kPackedStackBelow every fit packs its fold's kernels anyway: packed from the study's kernels in
+    // place, the training copies are not needed at all.
+    if (copies <= budget) return static_cast<Eigen::Index>(largestTrain + unlabelled.size()) < learners::kPackedStackBelow;
     static std::atomic<bool> told{false};  // once per process at info level (permutation tests run many)
     spdlog::log(told.exchange(true) ? spdlog::level::debug : spdlog::level::info,
                 "nested CV, {}: one fold's kernel copies would need {:.1f} MiB but {:.1f} MiB are available: the learners of kernel "
@@ -809,7 +824,9 @@ std::vector<LearnerOutcome> RunNestedCvOn(const KernelVec& kernels, const learne
                                             withColumns, float32Copies));
     return bytes;
   };
-  bool columns = readColumns(innerBytesOf, "inner folds");
+  std::size_t largestInner = 0;
+  for (const auto& [f, i] : tasks) largestInner = std::max(largestInner, innerFolds[f][i].train.size());
+  bool columns = readColumns(innerBytesOf, largestInner, "inner folds");
   const std::uint64_t innerBytes = innerBytesOf(columns);
   ForEachLimited(tasks.size(), limitFor(innerBytes, tasks.size(), "inner folds"), [&](std::size_t t) {
     const auto [f, i] = tasks[t];
@@ -830,7 +847,7 @@ std::vector<LearnerOutcome> RunNestedCvOn(const KernelVec& kernels, const learne
       const FoldKernels& fk = views.kernels[viewOf[l]];
       const FoldColumns* inPlace = summed[l] ? nullptr : views.columns[semi[l]].get();
       const learners::KernelColumns* trainColumns = summed[l] ? nullptr : views.TrainingColumns(semi[l]);
-      const learners::TestBlocks test = inPlace ? inPlace->Test(testBuffer) : learners::HeldBlocks(fk.test);
+      const learners::TestBlocks test = inPlace && fk.test.empty() ? inPlace->Test(testBuffer) : learners::HeldBlocks(fk.test);
       learners::Targets weighted;
       const learners::Targets& yTrain = Weighted(plans[l], views.y[semi[l]], weighted);
       std::vector<learners::Model> fitted(grid.size());
@@ -869,7 +886,9 @@ std::vector<LearnerOutcome> RunNestedCvOn(const KernelVec& kernels, const learne
       bytes = std::max(bytes, FoldTaskBytes(kernels.size(), fold.train.size(), fold.test.size(), unlabelled.size(), needs, withColumns, float32Copies));
     return bytes;
   };
-  columns = readColumns(outerBytesOf, "outer folds");
+  std::size_t largestOuter = 0;
+  for (const auto& fold : outer) largestOuter = std::max(largestOuter, fold.train.size());
+  columns = readColumns(outerBytesOf, largestOuter, "outer folds");
   const std::uint64_t outerBytes = outerBytesOf(columns);
   ForEachLimited(F, limitFor(outerBytes, F, "outer folds"), [&](std::size_t f) {
     std::unique_ptr<FoldViews> spare = spares.Take();
@@ -881,7 +900,7 @@ std::vector<LearnerOutcome> RunNestedCvOn(const KernelVec& kernels, const learne
       const FoldKernels& fk = views.kernels[viewOf[l]];
       const FoldColumns* inPlace = summed[l] ? nullptr : views.columns[semi[l]].get();
       const learners::KernelColumns* trainColumns = summed[l] ? nullptr : views.TrainingColumns(semi[l]);
-      const learners::TestBlocks test = inPlace ? inPlace->Test(testBuffer) : learners::HeldBlocks(fk.test);
+      const learners::TestBlocks test = inPlace && fk.test.empty() ? inPlace->Test(testBuffer) : learners::HeldBlocks(fk.test);
       learners::Targets weighted;
       const learners::Targets& yTrain = Weighted(plans[l], views.y[semi[l]], weighted);
       OuterFoldResult& r = out[l].folds[f];

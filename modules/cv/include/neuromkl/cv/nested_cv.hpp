@@ -114,11 +114,12 @@ struct NestedCvOptions {
   /// Whether learners of kernel weights read each fold's training kernels from the study's kernels in place
   /// (FoldColumns; test blocks are prepared one kernel at a time for decisions: peak memory ~1.03x the kernels
   /// instead of ~2.6x) or get a copy of every kernel. In place, every entry is prepared again at each read: a
-  /// fit takes ~2.3x as long (bench_nested_cv memory-mkl) from learners::kPackedStackBelow training subjects;
-  /// below it every fit packs the fold's kernels anyway, so in place costs little or nothing there (n = 1,200,
-  /// fixed parameters: 10.4 s at 2.10 GiB in place, 14.4 s at 4.09 GiB with copies; but n = 200 with a 7 x 10
-  /// grid: ~25 % slower in place). Auto (the default) reads in place only when not even one fold task's copies
-  /// fit the memory budget (memoryBudgetBytes), for the inner and the outer folds separately.
+  /// fit takes ~2.3x as long (bench_nested_cv memory-mkl) from learners::kPackedStackBelow training subjects.
+  /// Below it every fit packs the fold's kernels into one store anyway, so in place the copies are simply not
+  /// made: the training kernels are packed from the study's kernels and the test blocks (m x l each, small there)
+  /// are prepared once per fold task. Auto (the default) reads in place when every training set is below
+  /// kPackedStackBelow, or when not even one fold task's copies fit the memory budget (memoryBudgetBytes), for
+  /// the inner and the outer folds separately.
   /// Never with covariates (residualising mixes rows: those folds are copied). Results are identical bit
   /// for bit either way.
   ColumnsInPlace columnsInPlace = ColumnsInPlace::Auto;
@@ -223,6 +224,9 @@ class FoldColumns final : public learners::KernelColumns {
   /// (a model's decisions from them equal those from PrepareFold's copies bit for bit). `buffer` must outlive
   /// the result.
   learners::TestBlocks Test(Eigen::MatrixXd& buffer) const;
+  /// Every test block at once into `out` (the blocks Test writes, bit for bit), for folds that decide often
+  /// (a grid search) and whose blocks are small enough to hold.
+  void WriteTestBlocks(learners::KernelList& out) const;
 
  private:
   void Init(const Preprocessing& preprocessing);
