@@ -103,8 +103,12 @@ void RunPermutationUnit(const config::BatchConfig& batch, std::size_t index, int
   const config::StudyConfig study = EffectiveStudy(batch, index, options);
   const ThreadLimit limit(study.threads);
   if (!ctx || ctx->study.name != study.name) {
-    ctx = std::make_unique<StudyContext>(LoadStudyInputs(study));
-    AttachKernels(*ctx, ScratchDir(batch));
+    // Kept for the study's next block only once complete: a context whose kernel step failed (its kernels
+    // partly rounded into the store and freed) must not be reused.
+    ctx.reset();
+    auto fresh = std::make_unique<StudyContext>(LoadStudyInputs(study));
+    AttachKernels(*fresh, ScratchDir(batch));
+    ctx = std::move(fresh);
   }
   LoadOrComputePermutationBlock(*ctx, batch.CheckpointDir(study.name), block);
 }

@@ -195,7 +195,7 @@ void AttachKernels(StudyContext& ctx, const std::string& scratchDir) {
     const std::size_t R = ctx.ks.set.kernels.size();
     ctx.compact.kernels.resize(R);
     std::vector<std::exception_ptr> failed(R);
-    tbb::parallel_for(std::size_t{0}, R, [&](std::size_t r) {
+    const auto round = [&](std::size_t r) {
       auto& K = ctx.ks.set.kernels[r];
       try {
         const std::string where = ctx.study.path + ": kernel \"" + ctx.ks.set.info[r].name + "\"";
@@ -205,9 +205,19 @@ void AttachKernels(StudyContext& ctx, const std::string& scratchDir) {
         failed[r] = std::current_exception();
       }
       K = Eigen::MatrixXd();
-    });
+    };
+    // Several kernels at once when each is rounded where it is; a subset of rows needs a double copy per
+    // kernel first, so one at a time (no thread-count multiple of n x n doubles on top of the stack).
+    if (identity) {
+      tbb::parallel_for(std::size_t{0}, R, round);
+    } else {
+      for (std::size_t r = 0; r < R; ++r) round(r);
+    }
     for (const auto& e : failed)  // the first bad kernel in order, whatever the thread count
-      if (e) std::rethrow_exception(e);
+      if (e) {
+        ctx.compact = {};  // no half-made store: the caller must not use this context
+        std::rethrow_exception(e);
+      }
     ctx.ks.set.kernels.clear();
   } else if (identity) {  // every subject, in table order: the learners use the kernels themselves (no second copy)
     ctx.kernels = std::move(ctx.ks.set.kernels);
@@ -264,9 +274,11 @@ PooledBlock ComputePermutationBlock(const StudyContext& ctx, int first, int coun
     kernelBytes += bytes;
     largestKernel = std::max(largestKernel, bytes);
   }
-  // (Below kPackedStackBelow training subjects nested CV reads them in place too: counted where every subject is.)
+  // (Below kPackedStackBelow training subjects nested CV reads them in place too.)
+  std::size_t largestTrain = 0;
+  for (const auto& fold : ctx.outer) largestTrain = std::max(largestTrain, fold.train.size() + static_cast<std::size_t>(ctx.unlabelledCount));
   const bool inPlace = columnsPossible && (options.columnsInPlace == cv::ColumnsInPlace::Always || kernelBytes > options.memoryBudgetBytes ||
-                                           static_cast<Eigen::Index>(ctx.kernelRows.size()) < learners::kPackedStackBelow);
+                                           static_cast<Eigen::Index>(largestTrain) < learners::kPackedStackBelow);
   const std::uint64_t foldBytes = copies ? (inPlace ? kernelBytes / 2 : kernelBytes) : largestKernel;
   const bool tight = 2 * foldBytes * threads * threads > available;
   tbb::parallel_for(0, count, [&](int i) {

@@ -56,7 +56,7 @@ using FoldNeeds = std::array<bool, 4>;
 constexpr std::size_t ViewIndex(bool semiSupervised, bool summed) { return 2 * static_cast<std::size_t>(semiSupervised) + static_cast<std::size_t>(summed); }
 
 /// Bytes of one fold task's kernels (training l x l and test m x l per kernel copied, once for a summed
-/// kernel; with `columns` one test block and, below learners::kPackedStackBelow, the packed stack; with
+/// kernel; with `columns` one test block, or below learners::kPackedStackBelow every test block and the packed stack; with
 /// `float32Copies` float32 training copies, float64 test blocks and below kPackedStackBelow the packed stack)
 /// plus a fit's own l x l work (the combined kernel of an MKL learner and a spare).
 std::uint64_t FoldTaskBytes(std::size_t kernelCount, std::size_t train, std::size_t test, std::size_t unlabelled, const FoldNeeds& needs,
@@ -105,7 +105,7 @@ void ForEachLimited(std::size_t count, std::size_t limit, const Body& body) {
 /// A fold's kernels (FoldNeeds) and the training targets of the supervised learners and, if any learner
 /// needs them, with the unlabelled subjects appended to the training set (preprocessed with that training set).
 struct FoldViews {
-  std::array<FoldKernels, 4> kernels;  ///< with columns, the copies' views are empty
+  std::array<FoldKernels, 4> kernels;  ///< with columns: no training copies; the test blocks held below kPackedStackBelow, else none
   std::array<std::unique_ptr<FoldColumns>, 2> columns;  ///< [semi-supervised]: training and test kernels in place, or null
   /// [semi-supervised]: NestedCvOptions::float32FoldCopies, the float32 training copies (test blocks in `kernels`), or empty
   std::array<std::vector<Eigen::MatrixXf>, 2> train32;
@@ -809,11 +809,12 @@ std::vector<LearnerOutcome> RunNestedCvOn(const KernelVec& kernels, const learne
     const std::uint64_t copies = bytesOf(false);
     // Below kPackedStackBelow every fit packs its fold's kernels anyway: packed from the study's kernels in
     // place, the training copies are not needed at all.
-    if (copies <= budget) return static_cast<Eigen::Index>(largestTrain + unlabelled.size()) < learners::kPackedStackBelow;
+    const std::size_t withUnlabelled = largestTrain + (needs[ViewIndex(true, false)] ? unlabelled.size() : 0);
+    if (copies <= budget) return static_cast<Eigen::Index>(withUnlabelled) < learners::kPackedStackBelow;
     static std::atomic<bool> told{false};  // once per process at info level (permutation tests run many)
     spdlog::log(told.exchange(true) ? spdlog::level::debug : spdlog::level::info,
                 "nested CV, {}: one fold's kernel copies would need {:.1f} MiB but {:.1f} MiB are available: the learners of kernel "
-                "weights read the training kernels in place (same results, each fit slower)",
+                "weights read the training kernels in place (same results; from 1,024 training subjects each fit is slower)",
                 what, static_cast<double>(copies) / (1ULL << 20), static_cast<double>(budget) / (1ULL << 20));
     return true;
   };

@@ -66,12 +66,11 @@ std::string RunRecordJson(const RunRecord& r) {
     j["kernels"]["precision"] = {{"values", "float32"},
                                  {"store_mib", static_cast<double>(r.compactBytes) / 1048576.0},
                                  {"centred_with_cohort_mean", r.compactCentred},
-                                 {"float32_fold_copies", true},
                                  {"note", std::string(r.compactCentred ? "each kernel was centred with the whole cohort's mean, then rounded to float32 (fold "
                                                                          "centring with training statistics cancels that mean exactly)"
                                                                        : "each kernel was rounded to float32") +
-                                              "; every fold computation is in double, except that the MKL learners' fold copies of training kernels "
-                                              "(when copied rather than read in place) are rounded to float32 once prepared"}};
+                                              "; every fold computation is in double, except that where the MKL learners copy their training kernels (from "
+                                              "1,024 training subjects, when the copies fit the memory) the copies are rounded to float32 once prepared"}};
   if (r.kernelRanks > 1)  // absent for a single process, so its results.json is unchanged
     j["kernels"]["distributed"] = {{"ranks", r.kernelRanks}, {"rank_memory_budget_mb", r.kernelRankBudgetMb},
                                    {"note", "each rank decoded its own block of subjects; kernel blocks by a ring exchange, gathered on rank 0"}};

@@ -204,6 +204,7 @@ TEST(NestedCv, FewerFoldsInFlightChangeNothing) {
   cv::NestedCvOptions wide, narrow;
   wide.unlabelled = narrow.unlabelled = 6;
   wide.probabilities = narrow.probabilities = true;
+  wide.columnsInPlace = cv::ColumnsInPlace::Never;  // copies (at this size Auto reads in place too)
   narrow.memoryBudgetBytes = 1;
   const auto a = cv::RunNestedCv(p.kernels, labelled, outer, Inner(3), plans, wide);
   const auto b = cv::RunNestedCv(p.kernels, labelled, outer, Inner(3), plans, narrow);
@@ -675,6 +676,9 @@ TEST(FoldColumns, AreThePreparedCopiesColumnsBitForBit) {
     ASSERT_EQ(oneAtATime.count, 3);
     ASSERT_EQ(oneAtATime.rows, te.size());
     for (Eigen::Index k = 2; k >= 0; --k) EXPECT_EQ(oneAtATime.block(k), copies.test[static_cast<std::size_t>(k)]);
+    learners::KernelList held(1, Eigen::MatrixXd::Constant(2, 2, 7.0));  // all at once (nested CV below kPackedStackBelow)
+    columns.WriteTestBlocks(held);
+    EXPECT_EQ(held, copies.test);
   }
 }
 
