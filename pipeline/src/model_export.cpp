@@ -228,8 +228,7 @@ exporting::ExportedModel DescribeModel(const StudyContext& ctx, const exporting:
   m.beta = ModelBeta(model, K);
   if (!ctx.nestedOptions.preprocessing.kernelGroups.empty()) {
     // Equal source weighting: the learner saw kernel k scaled by the fold's source scale g_k; the model keeps beta_k g_k.
-    const Eigen::VectorXd g =
-        ctx.WithKernels([&](const auto& kernels) { return cv::FoldScales(kernels, Indices(rows), Eigen::VectorXi(0), ctx.nestedOptions.preprocessing); });
+    const Eigen::VectorXd g = ctx.FoldScales(Indices(rows), Eigen::VectorXi(0));
     m.beta = g.asDiagonal() * m.beta;
     m.info["source_weighting"] = "equal: kernel weights are beta times the training set's source scale g";
   }
@@ -375,10 +374,7 @@ void ExportModels(const StudyContext& ctx, exporting::RunRecord& record, const s
       const Eigen::MatrixXd beta = e.model.beta;
       for (Eigen::Index c = 0; c < beta.cols(); ++c) {
         const Eigen::VectorXd coef = e.model.coef.col(c);
-        const weights::FoldModel fold{rows, {}, coef, beta.col(c)};
-        D.push_back(ctx.WithKernels([&](const auto& kernels) {
-                      return weights::SubjectWeights(kernels, fold, study.kernels.centre, study.kernels.normalise, covariates);
-                    }).middleCols(static_cast<Eigen::Index>(view.first), static_cast<Eigen::Index>(view.count)));
+        D.push_back(ctx.SubjectWeights({rows, {}, coef, beta.col(c)}).middleCols(static_cast<Eigen::Index>(view.first), static_cast<Eigen::Index>(view.count)));
       }
       // Kernel rows -> cohort rows (the image list covers every subject of the table: the NaN rule saw them all),
       // intensity-scaled kernels are kernels of x_i / s_i.

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <exception>
 
 #include <fmt/format.h>
 #include <tbb/global_control.h>
@@ -81,6 +80,19 @@ std::vector<std::string> StudyContext::LearnerLabels() const {
   std::vector<std::string> labels;
   for (const auto& p : plans) labels.push_back(p.label);
   return labels;
+}
+
+cv::FoldKernelView StudyContext::FoldView(const Eigen::Ref<const Eigen::VectorXi>& train, const Eigen::Ref<const Eigen::VectorXi>& test) const {
+  return WithKernels([&](const auto& k) { return cv::FoldKernelView(k, train, test, nestedOptions.preprocessing); });
+}
+
+Eigen::VectorXd StudyContext::FoldScales(const Eigen::Ref<const Eigen::VectorXi>& train, const Eigen::Ref<const Eigen::VectorXi>& test) const {
+  return WithKernels([&](const auto& k) { return cv::FoldScales(k, train, test, nestedOptions.preprocessing); });
+}
+
+Eigen::MatrixXd StudyContext::SubjectWeights(const weights::FoldModel& model) const {
+  const cv::Preprocessing& pre = nestedOptions.preprocessing;
+  return WithKernels([&](const auto& k) { return weights::SubjectWeights(k, model, pre.centre, pre.normalise, pre.covariates.get()); });
 }
 
 learners::Targets StudyContext::TargetsOf(const Eigen::VectorXd& y) const {
@@ -191,33 +203,12 @@ void AttachKernels(StudyContext& ctx, const std::string& scratchDir) {
     // The compact store, several kernels at once, each float64 kernel freed once rounded: from here on the
     // study holds half the memory. Centred with the cohort mean when the folds centre (the precision
     // argument of kernels::CompactKernel); raw otherwise, which fold normalisation alone needs.
-    ctx.compact.centred = ctx.study.kernels.centre;
-    const std::size_t R = ctx.ks.set.kernels.size();
-    ctx.compact.kernels.resize(R);
-    std::vector<std::exception_ptr> failed(R);
-    const auto round = [&](std::size_t r) {
-      auto& K = ctx.ks.set.kernels[r];
-      try {
-        const std::string where = ctx.study.path + ": kernel \"" + ctx.ks.set.info[r].name + "\"";
-        ctx.compact.kernels[r] = identity ? kernels::CompactKernel(K, ctx.compact.centred, where)
-                                          : kernels::CompactKernel(Eigen::MatrixXd(K(rows, rows)), ctx.compact.centred, where);
-      } catch (...) {
-        failed[r] = std::current_exception();
-      }
-      K = Eigen::MatrixXd();
-    };
-    // Several kernels at once when each is rounded where it is; a subset of rows needs a double copy per
-    // kernel first, so one at a time (no thread-count multiple of n x n doubles on top of the stack).
-    if (identity) {
-      tbb::parallel_for(std::size_t{0}, R, round);
-    } else {
-      for (std::size_t r = 0; r < R; ++r) round(r);
-    }
-    for (const auto& e : failed)  // the first bad kernel in order, whatever the thread count
-      if (e) {
-        ctx.compact = {};  // no half-made store: the caller must not use this context
-        std::rethrow_exception(e);
-      }
+    // A subset of rows (semi-supervised order) first, one kernel at a time: one extra n x n double at most.
+    if (!identity)
+      for (auto& K : ctx.ks.set.kernels) K = Eigen::MatrixXd(K(rows, rows));
+    std::vector<std::string> names;
+    for (const auto& info : ctx.ks.set.info) names.push_back(ctx.study.path + ": kernel \"" + info.name + "\"");
+    ctx.compact = kernels::CompactKernelsReleasing(ctx.ks.set.kernels, ctx.study.kernels.centre, names);
     ctx.ks.set.kernels.clear();
   } else if (identity) {  // every subject, in table order: the learners use the kernels themselves (no second copy)
     ctx.kernels = std::move(ctx.ks.set.kernels);

@@ -147,13 +147,12 @@ struct FoldPattern {
   Eigen::VectorXd modelQuadratics;
 };
 FoldPattern FoldActivationPattern(const StudyContext& ctx, const cv::OuterFoldResult& fold) {
-  const cv::Preprocessing& pre = ctx.nestedOptions.preprocessing;
   std::vector<int> train = fold.train;
   train.insert(train.end(), fold.unlabelled.begin(), fold.unlabelled.end());
   const Eigen::VectorXi tr = Indices(train), te = Indices(fold.test);
   // Each kernel's part K~_r coef from the full kernel in place (no fold copies), several kernels at once,
   // summed in kernel order (results do not depend on the thread count).
-  const cv::FoldKernelView view = ctx.WithKernels([&](const auto& kernels) { return cv::FoldKernelView(kernels, tr, te, pre); });
+  const cv::FoldKernelView view = ctx.FoldView(tr, te);
   const Eigen::VectorXd scales = view.Scales();
   const auto R = ctx.KernelCount();
   std::vector<Eigen::VectorXd> parts(R);
@@ -185,15 +184,11 @@ exporting::WeightMaps ComputeWeightMaps(const StudyContext& ctx, const std::vect
                                         const std::vector<std::vector<FoldPattern>>& patterns) {
   const auto& study = ctx.study;
   const auto& ks = ctx.ks;
-  const kernels::Covariates* covariates = ctx.nestedOptions.preprocessing.covariates.get();
   exporting::WeightMaps maps;
   maps.folds.resize(learners.size());
   maps.mean.resize(learners.size());
   maps.classMean.resize(learners.size());
   std::vector<Eigen::MatrixXd> subjectWeights, patternWeights;  // patternWeights: one per entry of subjectWeights, or none
-  const auto subjectWeightsOf = [&](const weights::FoldModel& model, bool centre, bool normalise, const kernels::Covariates* cov) {
-    return ctx.WithKernels([&](const auto& kernels) { return weights::SubjectWeights(kernels, model, centre, normalise, cov); });
-  };
   std::vector<std::size_t> learnerOf;  // learner of each map
   std::vector<Eigen::Index> classOf;     // multiclass: class of each map
   for (std::size_t l = 0; l < learners.size(); ++l)
@@ -202,23 +197,20 @@ exporting::WeightMaps ComputeWeightMaps(const StudyContext& ctx, const std::vect
       std::vector<int> train = fold.train;
       train.insert(train.end(), fold.unlabelled.begin(), fold.unlabelled.end());
       // Equal source weighting: the learner saw kernel r scaled by g_r, so its weight in the map is beta_r g_r.
-      const Eigen::VectorXd scales = ctx.WithKernels([&](const auto& kernels) { return cv::FoldScales(kernels, Indices(train), Indices(fold.test), ctx.nestedOptions.preprocessing); });
+      const Eigen::VectorXd scales = ctx.FoldScales(Indices(train), Indices(fold.test));
       if (fold.model.Multiclass()) {  // one map per class: its coefficients and (per-class) kernel weights
         for (Eigen::Index c = 0; c < fold.model.coefs.cols(); ++c) {
           const Eigen::VectorXd beta = fold.model.betas.cols() > c ? Eigen::VectorXd(fold.model.betas.col(c)) : fold.model.beta;
-          subjectWeights.push_back(subjectWeightsOf({train, fold.test, fold.model.coefs.col(c), beta.cwiseProduct(scales)},
-                                                           study.kernels.centre, study.kernels.normalise, covariates));
+          subjectWeights.push_back(ctx.SubjectWeights({train, fold.test, fold.model.coefs.col(c), beta.cwiseProduct(scales)}));
           learnerOf.push_back(l);
           classOf.push_back(c);
         }
         continue;
       }
-      subjectWeights.push_back(subjectWeightsOf({train, fold.test, fold.model.coef, fold.model.beta.cwiseProduct(scales)},
-                                                       study.kernels.centre, study.kernels.normalise, covariates));
+      subjectWeights.push_back(ctx.SubjectWeights({train, fold.test, fold.model.coef, fold.model.beta.cwiseProduct(scales)}));
       if (l < patterns.size()) {
         const std::size_t k = static_cast<std::size_t>(std::count(learnerOf.begin(), learnerOf.end(), l));  // this learner's successful fold k
-        patternWeights.push_back(subjectWeightsOf({train, fold.test, patterns[l].at(k).c, Eigen::VectorXd::Ones(scales.size())},
-                                                         study.kernels.centre, study.kernels.normalise, covariates));
+        patternWeights.push_back(ctx.SubjectWeights({train, fold.test, patterns[l].at(k).c, Eigen::VectorXd::Ones(scales.size())}));
       }
       learnerOf.push_back(l);
     }
@@ -488,7 +480,7 @@ RegionWeightsResult RunRegionWeights(const StudyContext& ctx, const std::vector<
         if (!preprocessing.kernelGroups.empty()) {
           std::vector<int> train = fold.train;
           train.insert(train.end(), fold.unlabelled.begin(), fold.unlabelled.end());
-          scales = ctx.WithKernels([&](const auto& kernels) { return cv::FoldScales(kernels, Indices(train), Indices(fold.test), preprocessing); });
+          scales = ctx.FoldScales(Indices(train), Indices(fold.test));
         }
         const auto share = [&](const Eigen::VectorXd& beta) -> Eigen::VectorXd {
           if (scales.size() == 0) return beta;
@@ -508,7 +500,7 @@ RegionWeightsResult RunRegionWeights(const StudyContext& ctx, const std::vector<
         const Eigen::VectorXi tr = Eigen::Map<const Eigen::VectorXi>(train.data(), static_cast<Eigen::Index>(train.size()));
         const Eigen::VectorXi te = Eigen::Map<const Eigen::VectorXi>(fold.test.data(), static_cast<Eigen::Index>(fold.test.size()));
         const auto R = static_cast<Eigen::Index>(ctx.KernelCount());
-        const cv::FoldKernelView view = ctx.WithKernels([&](const auto& kernels) { return cv::FoldKernelView(kernels, tr, te, preprocessing); });
+        const cv::FoldKernelView view = ctx.FoldView(tr, te);
         const Eigen::VectorXd scales = view.Scales();
         Eigen::MatrixXd norms(R, classes);
         tbb::parallel_for(Eigen::Index{0}, R, [&](Eigen::Index r) {
@@ -527,7 +519,7 @@ RegionWeightsResult RunRegionWeights(const StudyContext& ctx, const std::vector<
       } else {
         std::vector<int> train = fold.train;
         train.insert(train.end(), fold.unlabelled.begin(), fold.unlabelled.end());
-        const cv::FoldKernelView view = ctx.WithKernels([&](const auto& kernels) { return cv::FoldKernelView(kernels, Indices(train), Indices(fold.test), preprocessing); });
+        const cv::FoldKernelView view = ctx.FoldView(Indices(train), Indices(fold.test));
         const Eigen::VectorXd scales = view.Scales();
         tbb::parallel_for(std::size_t{0}, ctx.KernelCount(), [&](std::size_t r) {
           const auto j = static_cast<Eigen::Index>(r);

@@ -269,6 +269,17 @@ kernels::FoldKernel PrepareResidualised(const Kernel& kernel, const Eigen::Ref<c
   return fk;
 }
 
+/// The fold's source scales (GroupScales) for kernels prepared one at a time with covariates: every prepared
+/// kernel's trace first, one more pass over the kernels (ones without groups, and no pass).
+template <typename KernelVec>
+Eigen::VectorXd ResidualisedScales(const KernelVec& kernels, const Eigen::Ref<const Eigen::VectorXi>& tr, const Eigen::Ref<const Eigen::VectorXi>& te,
+                                   const kernels::FoldResidualiser& residualiser, const Preprocessing& pre) {
+  if (pre.kernelGroups.empty()) return Eigen::VectorXd::Ones(static_cast<Eigen::Index>(kernels.size()));
+  std::vector<double> traces(kernels.size());
+  tbb::parallel_for(std::size_t{0}, kernels.size(), [&](std::size_t j) { traces[j] = PrepareResidualised(kernels[j], tr, te, residualiser, pre).train.trace(); });
+  return GroupScales(traces, pre.kernelGroups);
+}
+
 /// kernels::CheckCentredStoreFolds for a run's preprocessing.
 void CheckStoreFits(const kernels::CompactKernelList& store, const Preprocessing& pre) {
   kernels::CheckCentredStoreFolds(store, pre.centre, pre.covariates != nullptr);
@@ -320,15 +331,9 @@ void PrepareFloat32FoldInto(const KernelVec& kernels, const std::vector<int>& tr
   }
   const kernels::FoldResidualiser residualiser = kernels::MakeFoldResidualiser(*pre.covariates, tr, te);
   CheckShiftCancels(kernels, residualiser);
-  const auto prepare = [&](std::size_t j) { return PrepareResidualised(kernels[j], tr, te, residualiser, pre); };
-  Eigen::VectorXd g = Eigen::VectorXd::Ones(static_cast<Eigen::Index>(kernels.size()));
-  if (!pre.kernelGroups.empty()) {  // the scales need every kernel's trace first: one more pass
-    std::vector<double> traces(kernels.size());
-    tbb::parallel_for(std::size_t{0}, kernels.size(), [&](std::size_t j) { traces[j] = prepare(j).train.trace(); });
-    g = GroupScales(traces, pre.kernelGroups);
-  }
+  const Eigen::VectorXd g = ResidualisedScales(kernels, tr, te, residualiser, pre);
   tbb::parallel_for(std::size_t{0}, kernels.size(), [&](std::size_t j) {
-    kernels::FoldKernel fk = prepare(j);
+    kernels::FoldKernel fk = PrepareResidualised(kernels[j], tr, te, residualiser, pre);
     const double gj = g[static_cast<Eigen::Index>(j)];
     if (gj != 1.0) {  // as PrepareFoldInto: scaled in double, before the rounding
       fk.train *= gj;
@@ -462,12 +467,7 @@ FoldKernels SumPreparedKernels(const KernelVec& kernels, const Eigen::VectorXi& 
   const auto prepare = [&](std::size_t j) { return PrepareResidualised(kernels[j], tr, te, residualiser, pre); };
   constexpr std::size_t kWindow = 4;  // fixed, so results do not depend on the thread count
   const std::size_t R = kernels.size();
-  Eigen::VectorXd scales = Eigen::VectorXd::Ones(static_cast<Eigen::Index>(R));
-  if (!pre.kernelGroups.empty()) {  // the scales need every kernel's trace first: one more pass
-    std::vector<double> traces(R);
-    tbb::parallel_for(std::size_t{0}, R, [&](std::size_t j) { traces[j] = prepare(j).train.trace(); });
-    scales = GroupScales(traces, pre.kernelGroups);
-  }
+  const Eigen::VectorXd scales = ResidualisedScales(kernels, tr, te, residualiser, pre);
   FoldKernels out;
   out.train.assign(1, Eigen::MatrixXd::Zero(tr.size(), tr.size()));
   out.test.assign(1, Eigen::MatrixXd::Zero(te.size(), tr.size()));
@@ -592,11 +592,10 @@ template <typename KernelVec>
 Eigen::VectorXd FoldScalesOf(const KernelVec& kernels, const Eigen::Ref<const Eigen::VectorXi>& train, const Eigen::Ref<const Eigen::VectorXi>& test,
                              const Preprocessing& pre) {
   if (pre.kernelGroups.empty()) return Eigen::VectorXd::Ones(static_cast<Eigen::Index>(kernels.size()));
+  if (pre.covariates) return ResidualisedScales(kernels, train, test, kernels::MakeFoldResidualiser(*pre.covariates, train, test), pre);
   std::vector<double> traces(kernels.size());
-  tbb::parallel_for(std::size_t{0}, kernels.size(), [&](std::size_t j) {
-    traces[j] = pre.covariates ? PrepareFoldKernelOf(kernels[j], train, test, pre, 1.0).train.trace()
-                               : kernels::MakeFoldVectors(kernels[j], train, test, pre.centre, pre.normalise).Trace();
-  });
+  tbb::parallel_for(std::size_t{0}, kernels.size(),
+                    [&](std::size_t j) { traces[j] = kernels::MakeFoldVectors(kernels[j], train, test, pre.centre, pre.normalise).Trace(); });
   return GroupScales(traces, pre.kernelGroups);
 }
 }  // namespace
@@ -796,13 +795,12 @@ std::vector<LearnerOutcome> RunNestedCvOn(const KernelVec& kernels, const learne
   // Learners of kernel weights can read the training kernels in place where the preprocessing is vectors,
   // unless a learner that needs the matrices shares their view (sumKernelsInPlace off). Results are the same
   // bit for bit; see NestedCvOptions::columnsInPlace for when they do.
-  bool columnsPossible = options.columnsInPlace != ColumnsInPlace::Never && !options.preprocessing.covariates;
+  bool weightedReadColumns = true;  // every learner of kernel weights takes its training kernels as columns
   for (std::size_t l = 0; l < L; ++l)
-    if (const auto* info = learners::FindLearner(plans[l].name); !summed[l] && !(info && info->readsColumns)) columnsPossible = false;
-  // Float32 training copies (compact store only): every learner of kernel weights must read columns.
-  bool float32Copies = std::is_same_v<KernelVec, kernels::CompactKernelList> && options.float32FoldCopies;
-  for (std::size_t l = 0; l < L; ++l)
-    if (const auto* info = learners::FindLearner(plans[l].name); !summed[l] && !(info && info->readsColumns)) float32Copies = false;
+    if (const auto* info = learners::FindLearner(plans[l].name); !summed[l] && !(info && info->readsColumns)) weightedReadColumns = false;
+  const bool columnsPossible = weightedReadColumns && options.columnsInPlace != ColumnsInPlace::Never && !options.preprocessing.covariates;
+  // Float32 training copies: compact store only.
+  const bool float32Copies = weightedReadColumns && std::is_same_v<KernelVec, kernels::CompactKernelList> && options.float32FoldCopies;
   const auto readColumns = [&](const auto& bytesOf, std::size_t largestTrain, const char* what) {
     if (!columnsPossible) return false;
     if (options.columnsInPlace == ColumnsInPlace::Always) return true;

@@ -53,22 +53,38 @@ Eigen::MatrixXf CompactKernel(const Eigen::Ref<const Eigen::MatrixXd>& kernel, b
   return out;
 }
 
-CompactKernelList CompactKernels(const std::vector<Eigen::MatrixXd>& kernels, bool centre) {
+namespace {
+/// A store of `count` kernels, round(j) making kernel j, several at once; the first bad kernel in order is the
+/// one reported, whatever the threads.
+template <typename Round>
+CompactKernelList CompactEach(std::size_t count, bool centre, const Round& round) {
   CompactKernelList out;
-  out.kernels.resize(kernels.size());
+  out.kernels.resize(count);
   out.centred = centre;
-  std::vector<std::exception_ptr> errors(kernels.size());
-  tbb::parallel_for(std::size_t{0}, kernels.size(), [&](std::size_t j) {
+  std::vector<std::exception_ptr> errors(count);
+  tbb::parallel_for(std::size_t{0}, count, [&](std::size_t j) {
     try {
-      out.kernels[j] = CompactKernel(kernels[j], centre, "kernel " + std::to_string(j));
+      out.kernels[j] = round(j);
     } catch (...) {
       errors[j] = std::current_exception();
     }
   });
-  // The first bad kernel in order is the one reported, whatever the threads.
   for (const auto& e : errors)
     if (e) std::rethrow_exception(e);
   return out;
+}
+}  // namespace
+
+CompactKernelList CompactKernels(const std::vector<Eigen::MatrixXd>& kernels, bool centre) {
+  return CompactEach(kernels.size(), centre, [&](std::size_t j) { return CompactKernel(kernels[j], centre, "kernel " + std::to_string(j)); });
+}
+
+CompactKernelList CompactKernelsReleasing(std::vector<Eigen::MatrixXd>& kernels, bool centre, const std::vector<std::string>& names) {
+  return CompactEach(kernels.size(), centre, [&](std::size_t j) {
+    Eigen::MatrixXf rounded = CompactKernel(kernels[j], centre, names.at(j));
+    kernels[j] = Eigen::MatrixXd();
+    return rounded;
+  });
 }
 
 void AppendCompactKernel(CompactKernelList& store, const Eigen::Ref<const Eigen::MatrixXd>& kernel) {

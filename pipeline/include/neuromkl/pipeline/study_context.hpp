@@ -14,6 +14,7 @@
 #include "neuromkl/pipeline/cohort.hpp"
 #include "neuromkl/pipeline/covariates.hpp"
 #include "neuromkl/pipeline/kernel_stage.hpp"
+#include "neuromkl/weights/weights.hpp"
 
 namespace neuromkl {
 class Progress;
@@ -74,6 +75,11 @@ struct StudyContext {
   decltype(auto) WithKernels(F&& f) const {
     return compact.empty() ? f(kernels) : f(compact);
   }
+  /// cv::FoldKernelView, cv::FoldScales and weights::SubjectWeights over the kernels the learners see, with the
+  /// study's fold preprocessing (nestedOptions.preprocessing).
+  cv::FoldKernelView FoldView(const Eigen::Ref<const Eigen::VectorXi>& train, const Eigen::Ref<const Eigen::VectorXi>& test) const;
+  Eigen::VectorXd FoldScales(const Eigen::Ref<const Eigen::VectorXi>& train, const Eigen::Ref<const Eigen::VectorXi>& test) const;
+  Eigen::MatrixXd SubjectWeights(const weights::FoldModel& model) const;
 };
 
 /// Stage 1: reads the subjects table and plans the outer folds (cheap; config and input errors surface here).

@@ -41,6 +41,9 @@ Eigen::MatrixXf CompactKernel(const Eigen::Ref<const Eigen::MatrixXd>& kernel, b
 
 /// CompactKernel of every kernel, several at once; an error names the first bad kernel in order ("kernel j").
 CompactKernelList CompactKernels(const std::vector<Eigen::MatrixXd>& kernels, bool centre);
+/// The same for kernels the caller gives up: each float64 kernel is freed once rounded, so the float64 kernels
+/// and the store are never both held whole. `names[j]` (one per kernel) says where kernel j is in an error.
+CompactKernelList CompactKernelsReleasing(std::vector<Eigen::MatrixXd>& kernels, bool centre, const std::vector<std::string>& names);
 /// One more kernel for `store`, made with the store's centring (callers that form kernels one at a time and
 /// never hold them all in float64).
 void AppendCompactKernel(CompactKernelList& store, const Eigen::Ref<const Eigen::MatrixXd>& kernel);
