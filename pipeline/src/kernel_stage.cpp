@@ -217,6 +217,8 @@ std::string KernelCacheKey(const config::StudyConfig& study, const Cohort& cohor
     case KernelSource::Sources:
       break;  // handled above
   }
+  // A float32 study caches its compact store: another entry than the float64 kernels' (whose key is unchanged).
+  if (study.kernels.precision == config::KernelPrecision::Float32) h.Update(std::string_view(study.kernels.centre ? "float32-centred" : "float32-raw"));
   return h.Hex();
 }
 
@@ -457,7 +459,13 @@ KernelStageResult RunSourcesStage(const config::StudyConfig& study, const Cohort
       auto info = sub.set.info[k];
       info.name = source.name + ":" + info.name;
       res.set.info.push_back(std::move(info));
-      res.set.kernels.push_back(std::move(sub.set.kernels[k]));
+      if (sub.set.Compact()) {  // float32 studies: every source's store is made with the study's centring
+        res.set.compact.centred = sub.set.compact.centred;
+        res.set.compact.kernels.push_back(std::move(sub.set.compact.kernels[k]));
+        res.set.rawDiagonals.push_back(std::move(sub.set.rawDiagonals[k]));
+      } else {
+        res.set.kernels.push_back(std::move(sub.set.kernels[k]));
+      }
     }
     for (auto e : sub.set.excluded) {
       e.info.name = source.name + ":" + e.info.name;
@@ -484,7 +492,7 @@ KernelStageResult RunSourcesStage(const config::StudyConfig& study, const Cohort
     spdlog::warn("{}", note);
     res.warnings.insert(res.warnings.begin(), note);
   }
-  if (res.set.kernels.empty()) throw InputError("kernels:NoneLeft", study.path, "no usable kernel is left in any source");
+  if (res.set.Size() == 0) throw InputError("kernels:NoneLeft", study.path, "no usable kernel is left in any source");
   return res;
 }
 }  // namespace
@@ -497,6 +505,9 @@ kernels::RegionKernelOptions RegionKernelOptionsOf(const config::StudyConfig& st
   options.scratchDir = scratchDir;
   options.intensity = study.kernels.intensity.scaling;
   options.referenceVoxels = ReferenceVoxels(study, index);
+  options.compact = study.kernels.precision == config::KernelPrecision::Float32;
+  options.compactCentre = study.kernels.centre;
+  options.compactWhere = study.path;
   return options;
 }
 
@@ -512,22 +523,35 @@ KernelStageResult RunKernelStage(const config::StudyConfig& study, const Cohort&
     }
     res.regions = StudyRegions(study, cohort, res.warnings);
   }
+  const bool float32 = study.kernels.precision == config::KernelPrecision::Float32;
   if (study.kernels.cache) {
     res.cachePath = study.output.cacheDir + "/" + res.key;
-    std::error_code ec;
-    if (fs::exists(res.cachePath + "/index.json", ec)) {
+    // A hit on this study's own entry; for a float32 study, else on the float64 kernels' entry (a run of the same
+    // study in float64 made it), rounded here: the same store as computing them again would give.
+    std::vector<std::pair<std::string, std::string>> entries = {{res.cachePath, res.key}};
+    if (float32) {
+      config::StudyConfig wide = study;
+      wide.kernels.precision = config::KernelPrecision::Float64;
+      const std::string key = KernelCacheKey(wide, cohort);
+      entries.emplace_back(study.output.cacheDir + "/" + key, key);
+    }
+    for (const auto& [path, expectedKey] : entries) {
+      std::error_code ec;
+      if (!fs::exists(path + "/index.json", ec)) continue;
       try {
         std::string key;
-        res.set = exporting::LoadKernelStore(res.cachePath, &key);
-        if (key == res.key && res.set.subjects == cohort.ids) {
-          res.cacheHit = true;
-          spdlog::info("kernels: cache hit ({}), {} kernels, no image read", res.cachePath, res.set.Size());
-          AddExclusionWarnings(res);  // the notes of the run that computed them, kept on every hit
-          return res;
-        }
+        kernels::KernelSet set = exporting::LoadKernelStore(path, &key);
+        if (key != expectedKey || set.subjects != cohort.ids) continue;
+        if (float32) kernels::CompactKernelSet(set, study.kernels.centre, study.path);
+        if (set.Compact() != float32) continue;  // (a float32 entry always holds its store)
+        res.set = std::move(set);
+        res.cacheHit = true;
+        spdlog::info("kernels: cache hit ({}), {} kernels, no image read", path, res.set.Size());
+        AddExclusionWarnings(res);  // the notes of the run that computed them, kept on every hit
+        return res;
       } catch (const Error& e) {
         // A damaged entry (checksum mismatch, truncated file) is a miss: recomputed, never used.
-        spdlog::warn("kernels: ignoring an unreadable cache entry {} (recomputing): {}", res.cachePath, e.what());
+        spdlog::warn("kernels: ignoring an unreadable cache entry {} (recomputing): {}", path, e.what());
         res.warnings.push_back(std::string("kernel cache entry ignored and recomputed: ") + e.what());
       }
     }
@@ -563,8 +587,10 @@ KernelStageResult RunKernelStage(const config::StudyConfig& study, const Cohort&
       break;  // RunSourcesStage
   }
   if (study.kernels.source != KernelSource::Images) kernels::ExcludeZeroKernels(res.set);
+  // Kernels that were not rounded as they were formed (other sources, out of core, gathered from MPI ranks).
+  if (float32) kernels::CompactKernelSet(res.set, study.kernels.centre, study.path);
   AddExclusionWarnings(res);
-  if (res.set.kernels.empty())
+  if (res.set.Size() == 0)
     throw InputError("kernels:NoneLeft", study.path, "no usable kernel is left (every region was excluded; see the warnings above)");
   if (study.kernels.cache) {
     // Land the cache entry atomically: a crash leaves a stray temporary folder, never a half entry.

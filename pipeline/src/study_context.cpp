@@ -197,24 +197,24 @@ void AttachKernels(StudyContext& ctx, const std::string& scratchDir) {
   for (std::size_t i = 0; identity && i < ctx.kernelRows.size(); ++i) identity = ctx.kernelRows[i] == static_cast<int>(i);
   const Eigen::VectorXi rows = Eigen::Map<const Eigen::VectorXi>(ctx.kernelRows.data(), static_cast<Eigen::Index>(ctx.kernelRows.size()));
   ctx.subjectsWithSignal.clear();
-  for (const auto& K : ctx.ks.set.kernels)
-    ctx.subjectsWithSignal.push_back(static_cast<int>((K.diagonal()(rows).array() > 0).count()));
-  if (ctx.study.kernels.precision == config::KernelPrecision::Float32) {
-    // The compact store, several kernels at once, each float64 kernel freed once rounded: from here on the
-    // study holds half the memory. Centred with the cohort mean when the folds centre (the precision
-    // argument of kernels::CompactKernel); raw otherwise, which fold normalisation alone needs.
-    // A subset of rows (semi-supervised order) first, one kernel at a time: one extra n x n double at most.
+  if (ctx.ks.set.Compact()) {
+    // A float32 study: the kernel stage rounded each kernel into the compact store as it was formed (centred with
+    // the mean over every cohort subject when the folds centre: the precision argument of kernels::CompactKernel,
+    // exact for any subset of rows), so the study never held all its float64 kernels. A subset of rows
+    // (semi-supervised order) is taken from the store, one kernel at a time.
+    for (const auto& d : ctx.ks.set.rawDiagonals) ctx.subjectsWithSignal.push_back(static_cast<int>((d(rows).array() > 0).count()));
+    ctx.compact = std::move(ctx.ks.set.compact);
+    ctx.ks.set.compact = {};
     if (!identity)
-      for (auto& K : ctx.ks.set.kernels) K = Eigen::MatrixXd(K(rows, rows));
-    std::vector<std::string> names;
-    for (const auto& info : ctx.ks.set.info) names.push_back(ctx.study.path + ": kernel \"" + info.name + "\"");
-    ctx.compact = kernels::CompactKernelsReleasing(ctx.ks.set.kernels, ctx.study.kernels.centre, names);
-    ctx.ks.set.kernels.clear();
-  } else if (identity) {  // every subject, in table order: the learners use the kernels themselves (no second copy)
-    ctx.kernels = std::move(ctx.ks.set.kernels);
-    ctx.kernelsMoved = true;
+      for (auto& K : ctx.compact.kernels) K = Eigen::MatrixXf(K(rows, rows));
   } else {
-    for (const auto& K : ctx.ks.set.kernels) ctx.kernels.push_back(K(rows, rows));
+    for (const auto& K : ctx.ks.set.kernels) ctx.subjectsWithSignal.push_back(static_cast<int>((K.diagonal()(rows).array() > 0).count()));
+    if (identity) {  // every subject, in table order: the learners use the kernels themselves (no second copy)
+      ctx.kernels = std::move(ctx.ks.set.kernels);
+      ctx.kernelsMoved = true;
+    } else {
+      for (const auto& K : ctx.ks.set.kernels) ctx.kernels.push_back(K(rows, rows));
+    }
   }
   ctx.nestedOptions = cv::NestedCvOptions{};
   ctx.nestedOptions.preprocessing = {ctx.study.kernels.centre, ctx.study.kernels.normalise, nullptr, {}};

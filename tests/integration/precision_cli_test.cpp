@@ -145,6 +145,60 @@ TEST_F(PrecisionCli, UncentredStudiesGetARawStore) {
   EXPECT_EQ(j["kernels"]["precision"]["centred_with_cohort_mean"], false);
 }
 
+// The kernel stage of a float32 study rounds each region's kernel as it is formed (the float64 kernels are never
+// all held) and caches the store itself: float32 files, another entry than the float64 kernels'. Its results are
+// those of rounding the float64 kernels afterwards bit for bit (the same CompactKernel of the same kernel), whether
+// computed in memory, served from its own entry, or rounded from a float64 entry.
+TEST_F(PrecisionCli, Float32KernelsAreRoundedAsFormedAndCachedAsTheStore) {
+  const std::string cache = R"(, "output": {"model": true, "cache_dir": "cache32"})";
+  const auto study = [&](const std::string& name, const std::string& kernels) {
+    // Study() writes its own "output"; this one adds a cache folder of its own.
+    std::string text = ReadFile(Study(name, kernels, ""));
+    const auto at = text.find(R"("output": {"model": true})");
+    text.replace(at, std::string(R"("output": {"model": true})").size(), cache.substr(2));
+    WriteFile(Path(name + ".json"), text);
+    return Path(name + ".json");
+  };
+  auto r = RunCli("run " + study("formed32", R"("precision": "float32")"));
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  EXPECT_THAT(r.output, ::testing::Not(HasSubstr("cache hit")));
+  // One entry, holding float32 kernels and the float64 diagonals.
+  std::vector<std::filesystem::path> entries;
+  for (const auto& e : std::filesystem::directory_iterator(Path("cache32"))) entries.push_back(e.path());
+  ASSERT_EQ(entries.size(), 1u);
+  const auto index = nlohmann::json::parse(ReadFile(entries[0] / "index.json"));
+  EXPECT_EQ(index["dtype"], "float32");
+  EXPECT_EQ(index["centred"], true);
+  ASSERT_FALSE(index["kernels"].empty());
+  EXPECT_THAT(ReadFile(entries[0] / index["kernels"][0]["file"].get<std::string>()).substr(0, 128), HasSubstr("'descr': '<f4'"));
+  EXPECT_TRUE(std::filesystem::exists(entries[0] / "raw_diagonals.npy"));
+  // Served from that entry.
+  r = RunCli("run " + study("hit32", R"("precision": "float32")"));
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("cache hit"));
+  // A float64 run of the same study writes its own entry, which a float32 run with no entry of its own rounds.
+  r = RunCli("run " + study("wide64", ""));
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  std::filesystem::remove_all(entries[0]);
+  r = RunCli("run " + study("fromwide32", R"("precision": "float32")"));
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("cache hit"));
+  const std::string predictions = ReadFile(Results("formed32") + "/predictions.tsv");
+  EXPECT_EQ(ReadFile(Results("hit32") + "/predictions.tsv"), predictions);
+  EXPECT_EQ(ReadFile(Results("fromwide32") + "/predictions.tsv"), predictions);
+  EXPECT_EQ(ReadFile(Results("hit32") + "/regions_enmkl_svm.tsv"), ReadFile(Results("formed32") + "/regions_enmkl_svm.tsv"));
+  const auto formed = nlohmann::json::parse(ReadFile(Results("formed32") + "/results.json"));
+  const auto wide = nlohmann::json::parse(ReadFile(Results("wide64") + "/results.json"));
+  EXPECT_EQ(formed["kernels"]["regions"], wide["kernels"]["regions"]);  // subjects_with_signal from the float64 diagonals
+  // Out of core (a budget under the subject data) the stage forms float64 kernels from subject blocks and rounds
+  // them at its end: its float32 sums differ from the in-memory ones' at float32 rounding, as in float64 studies.
+  r = RunCli("run " + study("blocks32", R"("precision": "float32", "cache": false, "memory_budget_mb": 0.2)"));
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("subject blocks"));
+  EXPECT_LT(RelativeDifference(Column(Results("formed32") + "/predictions.tsv", "decision"), Column(Results("blocks32") + "/predictions.tsv", "decision")),
+            kDecisionTolerance);
+}
+
 TEST_F(PrecisionCli, BadPrecisionSettingsAreErrorsAtTheirPointers) {
   auto r = RunCli("validate " + Study("half", R"("precision": "float16")", ""));
   EXPECT_EQ(r.exitCode, 2) << r.output;

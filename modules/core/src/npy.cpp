@@ -32,6 +32,25 @@ void WriteNpy(const std::string& path, const Eigen::Ref<const Eigen::MatrixXd>& 
   if (!out) throw IoError("npy:WriteFailed", path, "writing failed (disk full?)");
 }
 
+void WriteNpy(const std::string& path, const Eigen::Ref<const Eigen::MatrixXf>& matrix) {
+  // Written in its own (column-major) order: 'fortran_order': True, no transposed copy of a large kernel.
+  std::string header = "{'descr': '<f4', 'fortran_order': True, 'shape': (" + std::to_string(matrix.rows()) + ", " +
+                       std::to_string(matrix.cols()) + "), }";
+  const std::size_t total = 10 + header.size() + 1;
+  header.append((64 - total % 64) % 64, ' ');
+  header += '\n';
+  std::ofstream out(path, std::ios::binary);
+  if (!out) throw IoError("npy:Unwritable", path, "cannot open the file for writing");
+  out.write("\x93NUMPY\x01\x00", 8);
+  const std::uint16_t len = static_cast<std::uint16_t>(header.size());
+  out.write(reinterpret_cast<const char*>(&len), 2);
+  out.write(header.data(), static_cast<std::streamsize>(header.size()));
+  for (Eigen::Index j = 0; j < matrix.cols(); ++j)  // a Ref may have an outer stride
+    out.write(reinterpret_cast<const char*>(matrix.col(j).data()), static_cast<std::streamsize>(matrix.rows() * static_cast<Eigen::Index>(sizeof(float))));
+  out.close();
+  if (!out) throw IoError("npy:WriteFailed", path, "writing failed (disk full?)");
+}
+
 namespace {
 template <typename T>
 void ConvertInto(const std::vector<char>& raw, std::vector<double>& out) {
@@ -43,10 +62,15 @@ void ConvertInto(const std::vector<char>& raw, std::vector<double>& out) {
     out[i] = static_cast<double>(v);
   }
 }
-}  // namespace
+/// The header of an open .npy file, every size checked against the file's length; `in` is left at the data.
+struct NpyArray {
+  char kind;
+  int width;
+  bool fortran;
+  long long rows, cols;
+};
 
-Eigen::MatrixXd ReadNpy(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
+NpyArray OpenNpy(std::ifstream& in, const std::string& path) {
   if (!in) throw InputError("npy:Unreadable", path, "cannot open the .npy file for reading");
   // Every size in the header is checked against the file's length before anything is allocated.
   in.seekg(0, std::ios::end);
@@ -109,7 +133,13 @@ Eigen::MatrixXd ReadNpy(const std::string& path) {
                      "the .npy header announces " + std::to_string(rows64) + " x " + std::to_string(cols64) + " values of " +
                          std::to_string(width) + " bytes (" + FormatDouble(needD) + " bytes) but the file holds only " +
                          std::to_string(dataBytes) + " data bytes: the file is truncated or the header is wrong");
-  const auto rows = static_cast<long long>(rows64), cols = static_cast<long long>(cols64);
+  return {kind, width, fortran, static_cast<long long>(rows64), static_cast<long long>(cols64)};
+}
+}  // namespace
+
+Eigen::MatrixXd ReadNpy(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  const auto [kind, width, fortran, rows, cols] = OpenNpy(in, path);
   std::vector<char> raw(static_cast<std::size_t>(rows * cols * width));
   in.read(raw.data(), static_cast<std::streamsize>(raw.size()));
   if (in.gcount() != static_cast<std::streamsize>(raw.size()))
@@ -124,6 +154,19 @@ Eigen::MatrixXd ReadNpy(const std::string& path) {
   for (long long r = 0; r < rows; ++r)
     for (long long c = 0; c < cols; ++c)
       out(r, c) = fortran ? values[static_cast<std::size_t>(c * rows + r)] : values[static_cast<std::size_t>(r * cols + c)];
+  return out;
+}
+
+Eigen::MatrixXf ReadNpyFloat32(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  const auto [kind, width, fortran, rows, cols] = OpenNpy(in, path);
+  if (kind != 'f' || width != 4)
+    throw InputError("npy:UnsupportedType", path, "expected dtype float32, found " + std::string(1, kind) + std::to_string(8 * width));
+  Eigen::MatrixXf out(fortran ? rows : cols, fortran ? cols : rows);  // C order is the transpose of column-major
+  in.read(reinterpret_cast<char*>(out.data()), static_cast<std::streamsize>(out.size() * static_cast<Eigen::Index>(sizeof(float))));
+  if (in.gcount() != static_cast<std::streamsize>(out.size() * static_cast<Eigen::Index>(sizeof(float))))
+    throw InputError("npy:Truncated", path, "file is truncated: expected " + std::to_string(out.size() * 4) + " data bytes");
+  if (!fortran) out.transposeInPlace();
   return out;
 }
 

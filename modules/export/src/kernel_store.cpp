@@ -44,9 +44,24 @@ void SaveKernelStore(const std::string& dir, const kernels::KernelSet& set, cons
   Json index = {{"format", "neuromkl-kernels"}, {"version", 1}, {"key", key}, {"description", description},
                 {"subjects", set.subjects}, {"kernels", Json::array()}, {"excluded", Json::array()},
                 {"note", "each file is a float64 n x n raw Gram matrix (not centred or normalised), rows and columns in 'subjects' order"}};
-  for (std::size_t r = 0; r < set.kernels.size(); ++r) {
+  if (set.Compact()) {
+    // A float32 study's store (kernels.precision "float32"): the rounded kernels as they are held, and the
+    // float64 diagonals that say which subjects have signal.
+    index["dtype"] = "float32";
+    index["centred"] = set.compact.centred;
+    index["note"] = set.compact.centred ? "each file is a float32 n x n Gram matrix centred with the mean over all 'subjects' (rows and columns "
+                                          "in that order); raw_diagonals.npy holds each kernel's float64 diagonal before centring, one row per kernel"
+                                        : "each file is a float32 n x n raw Gram matrix (not centred or normalised), rows and columns in "
+                                          "'subjects' order; raw_diagonals.npy holds each kernel's float64 diagonal, one row per kernel";
+    Eigen::MatrixXd diagonals(static_cast<Eigen::Index>(set.Size()), static_cast<Eigen::Index>(set.subjects.size()));
+    for (std::size_t r = 0; r < set.Size(); ++r) diagonals.row(static_cast<Eigen::Index>(r)) = set.rawDiagonals[r].transpose();
+    WriteNpy(dir + "/raw_diagonals.npy", diagonals);
+    index["raw_diagonals_xxh3"] = HashFile(dir + "/raw_diagonals.npy").Hex();
+  }
+  for (std::size_t r = 0; r < set.Size(); ++r) {
     const std::string file = fmt::format("k{:03d}_{}.npy", r, SafeName(set.info[r].name));
-    WriteNpy(dir + "/" + file, set.kernels[r]);
+    if (set.Compact()) WriteNpy(dir + "/" + file, set.compact.kernels[r]);
+    else WriteNpy(dir + "/" + file, set.kernels[r]);
     Json e = InfoJson(set.info[r]);
     e["file"] = file;
     // Checksum of the file as written: a later read that finds other bytes (bit rot, a partial copy,
@@ -78,19 +93,42 @@ kernels::KernelSet LoadKernelStore(const std::string& dir, std::string* key) {
     throw InputError("store:Corrupt", path, std::string("the kernel index is not valid JSON: ") + e.what());
   }
   kernels::KernelSet set;
+  const auto checked = [&](const std::string& file, const std::string& expected) {
+    const std::string found = HashFile(file).Hex();
+    if (found != expected)
+      throw InputError("store:Checksum", file, "the kernel file's content does not match its checksum in the index (expected xxh3 " +
+                                                   expected + ", found " + found + "): the file was changed or damaged");
+    return file;
+  };
   try {
     set.subjects = index.at("subjects").get<std::vector<std::string>>();
+    const std::string dtype = index.value("dtype", "float64");
+    if (dtype != "float64" && dtype != "float32") throw InputError("store:Corrupt", path, "unknown dtype \"" + dtype + "\" (expected float64 or float32)");
+    const bool compact = dtype == "float32";
+    if (compact) {
+      set.compact.centred = index.at("centred").get<bool>();
+      const Eigen::MatrixXd diagonals = ReadNpy(checked(dir + "/raw_diagonals.npy", index.at("raw_diagonals_xxh3").get<std::string>()));
+      if (diagonals.rows() != static_cast<Eigen::Index>(index.at("kernels").size()) || diagonals.cols() != static_cast<Eigen::Index>(set.subjects.size()))
+        throw InputError("store:Corrupt", dir + "/raw_diagonals.npy",
+                         fmt::format("expected {} x {} diagonals (kernels x subjects), found {} x {}", index.at("kernels").size(), set.subjects.size(),
+                                     diagonals.rows(), diagonals.cols()));
+      for (Eigen::Index r = 0; r < diagonals.rows(); ++r) set.rawDiagonals.push_back(diagonals.row(r).transpose());
+    }
     for (const auto& e : index.at("kernels")) {
       set.info.push_back(InfoFrom(e));
       const std::string file = dir + "/" + e.at("file").get<std::string>();
       if (!e.contains("xxh3"))
         throw InputError("store:NoChecksum", path, "the kernel index has no checksum for " + file + " (written by an older version?)");
-      const std::string expected = e.at("xxh3").get<std::string>();
-      const std::string found = HashFile(file).Hex();
-      if (found != expected)
-        throw InputError("store:Checksum", file, "the kernel file's content does not match its checksum in the index (expected xxh3 " +
-                                                     expected + ", found " + found + "): the file was changed or damaged");
-      set.kernels.push_back(ReadNpy(file));
+      checked(file, e.at("xxh3").get<std::string>());
+      if (!compact) {
+        set.kernels.push_back(ReadNpy(file));
+        continue;
+      }
+      set.compact.kernels.push_back(ReadNpyFloat32(file));
+      const auto n = static_cast<Eigen::Index>(set.subjects.size());
+      if (set.compact.kernels.back().rows() != n || set.compact.kernels.back().cols() != n)
+        throw InputError("store:Corrupt", file, fmt::format("expected a {0} x {0} kernel (= subjects), found {1} x {2}", n,
+                                                            set.compact.kernels.back().rows(), set.compact.kernels.back().cols()));
     }
     for (const auto& e : index.at("excluded")) set.excluded.push_back({InfoFrom(e), e.value("reason", "")});
     if (index.contains("non_zero_values")) {

@@ -11,6 +11,7 @@
 
 #include "neuromkl/core/errors.hpp"
 #include "neuromkl/kernels/covariates.hpp"
+#include "neuromkl/kernels/kernel_set.hpp"
 
 namespace neuromkl::kernels {
 
@@ -85,6 +86,23 @@ CompactKernelList CompactKernelsReleasing(std::vector<Eigen::MatrixXd>& kernels,
     kernels[j] = Eigen::MatrixXd();
     return rounded;
   });
+}
+
+void CompactKernelSet(KernelSet& set, bool centre, const std::string& where) {
+  if (set.Compact() || set.kernels.empty()) return;
+  set.rawDiagonals.clear();
+  for (const auto& K : set.kernels) set.rawDiagonals.push_back(K.diagonal());
+  std::vector<std::string> names;
+  for (std::size_t j = 0; j < set.kernels.size(); ++j)
+    names.push_back(where + ": kernel \"" + (j < set.info.size() ? set.info[j].name : std::to_string(j)) + "\"");
+  // As the stage does (RegionKernelOptions::compact): a zero kernel stays unrounded (empty) for ExcludeZeroKernels.
+  set.compact = CompactEach(set.kernels.size(), centre, [&](std::size_t j) {
+    Eigen::MatrixXf rounded;
+    if (set.kernels[j].cwiseAbs().maxCoeff() != 0.0) rounded = CompactKernel(set.kernels[j], centre, names[j]);
+    set.kernels[j] = Eigen::MatrixXd();
+    return rounded;
+  });
+  set.kernels.clear();
 }
 
 void AppendCompactKernel(CompactKernelList& store, const Eigen::Ref<const Eigen::MatrixXd>& kernel) {

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
+#include <exception>
 #include <filesystem>
 #include <mutex>
 
@@ -16,6 +17,7 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 #include <tbb/global_control.h>
+#include <tbb/enumerable_thread_specific.h>
 #include <tbb/parallel_for.h>
 
 #include "neuromkl/core/errors.hpp"
@@ -290,14 +292,25 @@ std::vector<Eigen::MatrixXd> RegionProducts(const float* x, std::int64_t n, std:
   return kernels;
 }
 
+void EraseKernel(KernelSet& set, std::size_t r) {
+  const auto at = static_cast<std::ptrdiff_t>(r);
+  if (set.Compact()) {
+    set.compact.kernels.erase(set.compact.kernels.begin() + at);
+    set.rawDiagonals.erase(set.rawDiagonals.begin() + at);
+  } else {
+    set.kernels.erase(set.kernels.begin() + at);
+  }
+  set.info.erase(set.info.begin() + at);
+}
+
 std::vector<std::string> ExcludeZeroKernels(KernelSet& set) {
   std::vector<std::string> names;
-  for (std::size_t r = set.kernels.size(); r-- > 0;) {
-    if (set.kernels[r].cwiseAbs().maxCoeff() == 0.0) {
+  const bool compact = set.Compact();
+  for (std::size_t r = set.Size(); r-- > 0;) {
+    if (compact ? set.compact.kernels[r].size() == 0 : set.kernels[r].cwiseAbs().maxCoeff() == 0.0) {
       names.insert(names.begin(), set.info[r].name);
       set.excluded.push_back({set.info[r], "zero kernel (every subject's values are 0 in this region)"});
-      set.kernels.erase(set.kernels.begin() + static_cast<std::ptrdiff_t>(r));
-      set.info.erase(set.info.begin() + static_cast<std::ptrdiff_t>(r));
+      EraseKernel(set, r);
     }
   }
   return names;
@@ -432,7 +445,18 @@ KernelSet ComputeRegionKernels(const std::vector<std::string>& subjectIds, const
   }
   // ---- pass 2: products, every region of every subject-block pair ----
   const auto t1 = Clock::now();
-  set.kernels.resize(R);
+  // In memory a float32 study's kernels are rounded as they are formed (RegionKernelOptions::compact): each
+  // thread forms one float64 kernel at a time in its own matrix, reused from region to region.
+  const bool compactEach = options.compact && blocks == 1;
+  tbb::enumerable_thread_specific<Eigen::MatrixXd> formed;
+  std::vector<std::exception_ptr> roundingErrors(compactEach ? R : 0);
+  if (compactEach) {
+    set.compact.kernels.resize(R);
+    set.compact.centred = options.compactCentre;
+    set.rawDiagonals.resize(R);
+  } else {
+    set.kernels.resize(R);
+  }
   if (blocks > 1)
     for (auto& K : set.kernels) K.setZero(n, n);
   {
@@ -460,6 +484,20 @@ KernelSet ComputeRegionKernels(const std::vector<std::string>& subjectIds, const
         }
         tbb::parallel_for(std::size_t{0}, R, [&](std::size_t r) {
           thread_local std::vector<float> bufA, bufB, prod;
+          if (compactEach) {
+            Eigen::MatrixXd& K = formed.local();
+            AccumulateRegion(xa, na, xb, nb, V, reference.data(), layout.offset[r], layout.offset[r + 1], true, K, bufA, bufB, prod);
+            set.rawDiagonals[r] = K.diagonal();
+            // A zero kernel is left unrounded (empty): ExcludeZeroKernels recognises it so (centred, it would
+            // be zero in any case, but so would a constant non-zero kernel).
+            if (K.cwiseAbs().maxCoeff() == 0.0) return;
+            try {
+              set.compact.kernels[r] = CompactKernel(K, options.compactCentre, options.compactWhere + ": kernel \"" + set.info[r].name + "\"");
+            } catch (...) {
+              roundingErrors[r] = std::current_exception();
+            }
+            return;
+          }
           if (blocks == 1) {  // everything in memory: straight into the kernel
             AccumulateRegion(xa, na, xb, nb, V, reference.data(), layout.offset[r], layout.offset[r + 1], true, set.kernels[r], bufA, bufB, prod);
             return;
@@ -473,6 +511,10 @@ KernelSet ComputeRegionKernels(const std::vector<std::string>& subjectIds, const
       }
     }
   }
+  formed.clear();
+  for (const auto& e : roundingErrors)  // the first bad kernel in region order, whatever the threads
+    if (e) std::rethrow_exception(e);
+  if (options.compact && !compactEach) CompactKernelSet(set, options.compactCentre, options.compactWhere);
   rep.productSeconds = Since(t1);
   spdlog::debug("kernels: products {:.3f} s", rep.productSeconds);
   const auto tTail = Clock::now();
@@ -570,8 +612,7 @@ void ExcludeEmptyRegions(KernelSet& set, RegionKernelReport& rep) {
   for (std::size_t r = set.info.size(); r-- > 0;) {
     if (set.info[r].features == 0) {
       set.excluded.push_back({set.info[r], "no voxel left: every voxel is non-finite in at least one subject"});
-      set.kernels.erase(set.kernels.begin() + static_cast<std::ptrdiff_t>(r));
-      set.info.erase(set.info.begin() + static_cast<std::ptrdiff_t>(r));
+      EraseKernel(set, r);
     }
   }
   for (const auto& name : ExcludeZeroKernels(set)) rep.warnings.push_back("region " + name + " excluded: its kernel is all zeros");

@@ -1,3 +1,4 @@
+#include <cstring>
 #include <gmock/gmock.h>
 
 #include "neuromkl/core/errors.hpp"
@@ -19,6 +20,31 @@ TEST(Npy, RoundTripIsExactAndRowMajor) {
   double second;
   std::memcpy(&second, bytes.data() + bytes.size() - 6 * 8 + 8, 8);
   EXPECT_EQ(second, 2.0);
+}
+
+// The compact kernel store's files (float32, column-major as Eigen holds them): exact both ways, read by the
+// float64 reader too (numpy's layout), and a float64 file is refused by the float32 reader.
+TEST(Npy, Float32RoundTripIsExactInEitherOrder) {
+  neuromkl::testing::TempDir tmp;
+  Eigen::MatrixXf m(2, 3);
+  m << 1.5f, 2, 3, 4, 5, 6.25f;
+  WriteNpy(tmp / "f.npy", m);
+  EXPECT_EQ(ReadNpyFloat32(tmp / "f.npy"), m);
+  EXPECT_EQ(ReadNpy(tmp / "f.npy"), m.cast<double>());
+  EXPECT_THAT(neuromkl::testing::ReadFile(tmp / "f.npy").substr(0, 64), ::testing::HasSubstr("'fortran_order': True"));
+  // A C-order float32 file (as numpy.save writes by default), by hand: rows 1 2 3 / 4 5 6.25.
+  std::string header = "{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }";
+  header.append((64 - (10 + header.size() + 1) % 64) % 64, ' ');
+  header += '\n';
+  std::string bytes = std::string("\x93NUMPY\x01\x00", 8) + static_cast<char>(header.size()) + '\0' + header;
+  for (float v : {1.5f, 2.0f, 3.0f, 4.0f, 5.0f, 6.25f}) bytes.append(reinterpret_cast<const char*>(&v), 4);
+  neuromkl::testing::WriteFile(tmp / "c.npy", bytes);
+  EXPECT_EQ(ReadNpyFloat32(tmp / "c.npy"), m);
+  WriteNpy(tmp / "d.npy", Eigen::MatrixXd(m.cast<double>()));
+  EXPECT_THAT([&] { ReadNpyFloat32(tmp / "d.npy"); }, ::testing::ThrowsMessage<InputError>(::testing::HasSubstr("expected dtype float32, found f64")));
+  // Truncated data are refused before anything is read into the matrix.
+  neuromkl::testing::WriteFile(tmp / "t.npy", bytes.substr(0, bytes.size() - 4));
+  EXPECT_THAT([&] { ReadNpyFloat32(tmp / "t.npy"); }, ::testing::ThrowsMessage<InputError>(::testing::HasSubstr("truncated")));
 }
 
 TEST(Npy, NotNpyIsAnError) {

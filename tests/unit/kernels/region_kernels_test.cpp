@@ -322,6 +322,80 @@ TEST(RegionKernels, RegionsWithNothingLeftAreExcludedAndNamed) {
   EXPECT_EQ(report.warnings.size(), 2u);
 }
 
+// Float32 studies (issue 17): in memory each region's kernel is rounded as it is formed. The store is that of
+// rounding the float64 kernels afterwards bit for bit (the same CompactKernel of the same kernel), with their
+// diagonals kept, the same regions excluded (a zero kernel, a region with no voxel left), and the same store
+// whatever the thread count. Out of core the stage rounds its float64 kernels at the end: the same store as
+// rounding that run's kernels.
+TEST(RegionKernels, Float32StoreIsTheRoundedFloat64KernelsAndExcludesTheSameRegions) {
+  SmallCohort c(6, false);
+  for (std::size_t v = 0; v < c.atlas.labels.size(); ++v)
+    if (c.atlas.labels[v] == 4) c.volumes[2].data[v] = std::nanf("");  // D: no voxel left
+  for (std::size_t s = 0; s < c.volumes.size(); ++s) {
+    for (std::size_t v = 0; v < c.atlas.labels.size(); ++v)
+      if (c.atlas.labels[v] == 3) c.volumes[s].data[v] = 0.0f;  // C: zero kernel
+    for (auto& x : c.volumes[s].data) x += 100.0f;                // a common mean: centring matters
+    for (std::size_t v = 0; v < c.atlas.labels.size(); ++v)
+      if (c.atlas.labels[v] == 3) c.volumes[s].data[v] = 0.0f;
+    io::WriteVolume(c.paths[s], c.volumes[s]);
+  }
+  const auto index = c.Index();
+  for (const bool centre : {true, false}) {
+    SCOPED_TRACE(centre ? "centred" : "raw");
+    auto wide = kernels::ComputeRegionKernels(c.ids, c.paths, index, {});
+    kernels::RegionKernelOptions o;
+    o.compact = true;
+    o.compactCentre = centre;
+    o.threads = 1;
+    const auto store = kernels::ComputeRegionKernels(c.ids, c.paths, index, o);
+    o.threads = 2;
+    const auto twoThreads = kernels::ComputeRegionKernels(c.ids, c.paths, index, o);
+    ASSERT_TRUE(store.Compact());
+    EXPECT_TRUE(store.kernels.empty());
+    EXPECT_EQ(store.compact.centred, centre);
+    ASSERT_EQ(store.Size(), 2u);
+    ASSERT_EQ(wide.Size(), 2u);
+    ASSERT_EQ(store.excluded.size(), 2u);
+    for (std::size_t e = 0; e < 2; ++e) {
+      EXPECT_EQ(store.excluded[e].info.name, wide.excluded[e].info.name);
+      EXPECT_EQ(store.excluded[e].reason, wide.excluded[e].reason);
+    }
+    for (std::size_t r = 0; r < 2; ++r) {
+      EXPECT_EQ(store.info[r].name, wide.info[r].name);
+      EXPECT_EQ(store.rawDiagonals[r], Eigen::VectorXd(wide.kernels[r].diagonal()));
+      EXPECT_EQ(store.compact.kernels[r], twoThreads.compact.kernels[r]);
+    }
+    kernels::CompactKernelSet(wide, centre, "test");
+    ASSERT_TRUE(wide.Compact());
+    for (std::size_t r = 0; r < 2; ++r) EXPECT_EQ(store.compact.kernels[r], wide.compact.kernels[r]) << store.info[r].name;  // bitwise
+    // Out of core: 6 blocks of one subject, rounded at the end.
+    kernels::RegionKernelOptions blocks = o;
+    blocks.memoryBudgetBytes = static_cast<std::uint64_t>(index.TotalVoxels()) * 4 * 2;
+    kernels::RegionKernelReport report;
+    const auto blocked = kernels::ComputeRegionKernels(c.ids, c.paths, index, blocks, &report);
+    EXPECT_EQ(report.subjectBlocks, 6u);
+    blocks.compact = false;
+    auto blockedWide = kernels::ComputeRegionKernels(c.ids, c.paths, index, blocks);
+    kernels::CompactKernelSet(blockedWide, centre, "test");
+    ASSERT_EQ(blocked.Size(), 2u);
+    for (std::size_t r = 0; r < 2; ++r) EXPECT_EQ(blocked.compact.kernels[r], blockedWide.compact.kernels[r]);
+  }
+}
+
+TEST(RegionKernels, Float32RangeErrorNamesTheRegionAfterTheStudy) {
+  SmallCohort c(3, false);
+  for (std::size_t s = 0; s < c.volumes.size(); ++s) {
+    for (std::size_t v = 0; v < c.atlas.labels.size(); ++v)
+      if (c.atlas.labels[v] == 2) c.volumes[s].data[v] = 1e30f;  // B: products ~1e60 (finite in double, not in float32)
+    io::WriteVolume(c.paths[s], c.volumes[s]);
+  }
+  kernels::RegionKernelOptions o;
+  o.compact = true;
+  o.compactWhere = "study.json";
+  EXPECT_THAT([&] { kernels::ComputeRegionKernels(c.ids, c.paths, c.Index(), o); },
+              ::testing::ThrowsMessage<InputError>(::testing::AllOf(HasSubstr("study.json: kernel \"B\""), HasSubstr("float32"))));
+}
+
 TEST(RegionKernels, SubjectOnAnotherGridIsNamed) {
   SmallCohort c(3, false);
   io::Volume other = c.volumes[1];

@@ -5,6 +5,8 @@
 
 #include <Eigen/Core>
 
+#include "neuromkl/kernels/compact_kernels.hpp"
+
 namespace neuromkl::kernels {
 
 /// What one kernel (region, feature group or precomputed source) is made of.
@@ -26,18 +28,32 @@ struct ExcludedKernel {
 struct KernelSet {
   std::vector<std::string> subjects;      ///< row/column order of every kernel
   std::vector<KernelInfo> info;           ///< one per kernel
-  std::vector<Eigen::MatrixXd> kernels;   ///< one per kernel
+  std::vector<Eigen::MatrixXd> kernels;   ///< one per kernel (empty when the set holds its kernels compact)
+  /// Float32 studies (issue 17): the kernels as the compact store instead, each rounded as soon as it was formed
+  /// (so the float64 kernels are never all held), and each kernel's float64 diagonal before rounding (which
+  /// subjects have signal: a centred store's diagonal no longer says). Empty for a float64 set.
+  CompactKernelList compact;
+  std::vector<Eigen::VectorXd> rawDiagonals;
   std::vector<ExcludedKernel> excluded;   ///< regions left out, with the reason
   std::vector<double> intensityScale;     ///< per subject: what its image was divided by (empty: no scaling)
   /// Image kernels: finite non-zero voxel values inside / outside the atlas regions, summed over
   /// subjects (-1: not images). A large outside share means the atlas misses part of the data.
   std::int64_t nonZeroInsideAtlas = -1, nonZeroOutsideAtlas = -1;
-  std::size_t Size() const { return kernels.size(); }
+  std::size_t Size() const { return compact.empty() ? kernels.size() : compact.size(); }
+  bool Compact() const { return !compact.empty(); }
 };
 
 /// Moves kernels whose matrix is entirely zero into `excluded` (they cannot be normalised,
-/// and MKL would give them 0/0 weights). Returns the names excluded.
+/// and MKL would give them 0/0 weights). Returns the names excluded. In a compact set a zero kernel is one the
+/// stage did not round (an empty matrix: its float64 kernel was zero; a centred store cannot tell).
 std::vector<std::string> ExcludeZeroKernels(KernelSet& set);
+/// Rounds the set's float64 kernels into its compact store (kernels::CompactKernelsReleasing: each float64 kernel
+/// freed once rounded), keeping their diagonals; `where` prefixes the kernel's name in an error. No-op for a set
+/// that is compact already.
+void CompactKernelSet(KernelSet& set, bool centre, const std::string& where);
+/// Removes kernel r (its matrix, compact or not, its diagonal and its info).
+void EraseKernel(KernelSet& set, std::size_t r);
+
 /// InputError naming the kernel and entry if the kernel is not finite, not square n x n, or not symmetric.
 void CheckKernel(const Eigen::MatrixXd& K, const std::string& name, Eigen::Index n, const std::string& where);
 /// CheckKernel for every kernel of the set (n = its subjects).
