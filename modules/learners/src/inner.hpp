@@ -32,6 +32,8 @@ class InnerSolver {
   /// The same with a stopping tolerance of at least `tolerance` (an iterative solver may stop earlier;
   /// a direct one ignores it): the early outer iterations of MKL do not need a tight inner solve.
   virtual InnerSolution SolveLoosely(const Eigen::MatrixXd& K, const InnerSolution* warm, double /*tolerance*/) const { return Solve(K, warm); }
+  /// Whether every solve is exact whatever the tolerance asked (a direct solver: SolveLoosely is Solve).
+  virtual bool Exact() const { return false; }
   /// The data term of the primal objective for training decision values f (hinge x C, epsilon-
   /// insensitive x C, or squared / (2 lambda)): with the block penalty it gives ENMKL's objective.
   virtual double Loss(const Eigen::VectorXd& f) const = 0;

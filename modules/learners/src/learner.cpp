@@ -857,6 +857,7 @@ class KrrSolver final : public InnerSolver {
   KrrSolver(const Eigen::VectorXd& y, double lambda, const Eigen::VectorXd& weights)
       : mean_(EffectiveWeights(weights).size() > 0 ? weights.dot(y) / weights.sum() : y.mean()), yc_(y.array() - mean_), lambda_(lambda),
         weights_(EffectiveWeights(weights)) {}
+  bool Exact() const override { return true; }
   InnerSolution Solve(const Eigen::MatrixXd& K, const InnerSolution*) const override {
     Eigen::MatrixXd A = K;
     // Weighted ridge (class weights): min sum_i w_i (y_i - f_i)^2 / (2 lambda) + 1/2 ||f||^2 gives

@@ -49,6 +49,9 @@ class OneVsRestSolver final : public InnerSolver {
     }
   }
   InnerSolution Solve(const Eigen::MatrixXd& K, const InnerSolution* warm) const override { return SolveLoosely(K, warm, 0.0); }
+  bool Exact() const override {
+    return std::all_of(solvers_.begin(), solvers_.end(), [](const auto& s) { return !s || s->Exact(); });
+  }
   InnerSolution SolveLoosely(const Eigen::MatrixXd& K, const InnerSolution* warm, double tolerance) const override {
     const auto T = static_cast<Eigen::Index>(solvers_.size());
     InnerSolution s;

@@ -180,10 +180,10 @@ TEST(EnmklActiveSet, NewtonDoesNotCycleOnAKernelThatEntersAndLeaves) {
 // 0.8, seed), mu {0.3, 0.5, 0.7, 0.9}, C {0.1, 1, 10, 100}) found these fits running to the 500-iteration cap: 7 in the
 // default build, 6 with -march=x86-64-v3 (its rounding moves which fits cycle; seed 1, mu 0.7, C 10 is one of them). In
 // each, Newton converged on a support, the check brought a kernel in at its water-filled weight, Newton's steps from
-// there dropped another kernel that the optimum keeps at a small weight, and the two supports alternated. Once a
-// support is rejected twice, kernels enter at a small weight from the weights Newton found: all 3,200 fits converge
-// (at most 123 iterations). The bound of 150 iterations leaves that margin; 2e-6 on the fixed point as above. (Every
-// rejected support is now restarted that way, from the first rejection: WideSupportsAreReachedByNewtonsRestarts.)
+// there dropped another kernel that the optimum keeps at a small weight, and the two supports alternated. Kernels now
+// enter at a small weight beside the weights Newton found, from the first rejection of a support (first only once a
+// support had been rejected twice; see WideSupportsAreReachedByNewtonsRestarts): all 3,200 fits converge (at most 123
+// iterations then, 109 now). The bound of 150 iterations leaves that margin; 2e-6 on the fixed point as above.
 TEST(EnmklActiveSet, NoCycleBetweenTwoSupports) {
   struct Case {
     unsigned seed;
@@ -199,8 +199,8 @@ TEST(EnmklActiveSet, NoCycleBetweenTwoSupports) {
   }
 }
 
-/// Region-like kernels (as bench_learners' refits): n subjects, m kernels of 20..400 features each (rows centred and
-/// of unit norm), the first six with a class difference in five features. Dozens of kernels are selected at mu 0.5.
+/// Region-like kernels (as bench_learners' refits): n subjects, m kernels of 20..400 features each (features centred,
+/// each subject's row of unit norm), the first six with a class difference in five features. Dozens of kernels are selected at mu 0.5.
 neuromkl::testing::MklProblem RegionLikeProblem(int n, int m, unsigned seed) {
   std::mt19937 rng(seed);
   std::normal_distribution<double> normal;
@@ -225,7 +225,7 @@ neuromkl::testing::MklProblem RegionLikeProblem(int n, int m, unsigned seed) {
 // iterations on them). Newton is tried as soon as a damped step is below 1e-2; where the full check then brings kernels
 // in, they enter at a small weight beside the weights Newton found, and Newton goes on from there. The fits must be the
 // full-set fixed point (2e-6 as above) and take fewer iterations in all than the old rule's 88 on these three fits
-// (now 64 on x86-64-v3: the bound 76 is halfway, room for another instruction set's rounding).
+// (x86-64-v3 build): now 69 there and on a baseline x86-64 build; the bound 80 leaves room for other rounding.
 TEST(EnmklActiveSet, WideSupportsAreReachedByNewtonsRestarts) {
   const auto p = RegionLikeProblem(300, 116, 300);
   int total = 0;
@@ -236,15 +236,16 @@ TEST(EnmklActiveSet, WideSupportsAreReachedByNewtonsRestarts) {
     EXPECT_LT(FullSetViolation(p.kernels, m, mu), 2e-6) << "mu " << mu << ": " << m.beta.transpose();
     total += m.info.iterations;
   }
-  EXPECT_LE(total, 76);
+  EXPECT_LE(total, 80);
   RecordProperty("iterations", std::to_string(total));
 }
 
 // Only a step computed at a fully solved inner problem certifies (issue 17). Newton's first step from water-filled
 // weights solves the SVM loosely (1e-3); warm-started, SMO may stop at once on the previous iterate's solution, at whose
 // quadratics the water-filled weights are an exact fixed point, so the step is ~1e-16 and certified weights up to 3e-3
-// from the fixed point (these three fits of the sweep below, C = 0.1, in an x86-64-v3 build: 6.4e-4, 2.9e-3, 1.8e-4;
-// the 7,000-fit sweep had 8 such fits). Each must now be the full-set fixed point (2e-6 as above).
+// from the fixed point. These five fits (C = 0.1) did so in an x86-64-v3 build, the first three after the restart
+// change (6.4e-4, 2.9e-3, 1.8e-4), the last two before it (1.3e-4, 1.4e-4); which fits do moves with the rounding, so
+// on another build this test may pass without the fix. Each must be the full-set fixed point (2e-6 as above).
 TEST(EnmklActiveSet, OnlyAFullySolvedStepCertifies) {
   struct Case {
     unsigned seed;
@@ -263,14 +264,17 @@ TEST(EnmklActiveSet, OnlyAFullySolvedStepCertifies) {
 // step was ~1e-17 with R at 6e-2 of S, and three kernels of unequal c_j were returned as converged, up to 0.11 from
 // l1-MKL's optimality conditions (c_j equal on the support, none larger outside; 73 of the 7,000-fit sweep's fits, with
 // the loose certificates above, and 6 of 48 fits on region-like kernels). Newton now fails there and the damped
-// multiplicative steps go on; the returned weights must satisfy the conditions (2e-6 relative, as above) and have a
-// primal objective no larger than the old answer's.
+// multiplicative steps go on; the returned weights must satisfy the conditions (2e-6 relative, as above), and seed 29's
+// primal objective must be below the old answer's 4.4003 (now 4.3921).
 TEST(EnmklActiveSet, NoCertificateFromASingularNewtonSystem) {
   for (unsigned seed : {0u, 11u, 29u, 34u, 36u}) {
     const auto p = MakeMklProblem(60, 12, {0, 3, 7}, 0.8, seed);
     const auto m = MakeLearner("enmkl_svm", {{"c", 0.1}, {"mu", 1.0}})->Fit(p.kernels, p.targets);
     ASSERT_EQ(m.info.status, learners::FitStatus::Converged) << "seed " << seed;
     EXPECT_LT(FullSetViolation(p.kernels, m, 1.0), 2e-6) << "seed " << seed << ": " << m.beta.transpose();
+    if (seed == 29) {
+      EXPECT_LT(m.info.objective, 4.4003);
+    }
   }
   const auto regions = RegionLikeProblem(200, 116, 1200);
   const auto m = MakeLearner("enmkl_svm", {{"c", 0.1}, {"mu", 1.0}})->Fit(regions.kernels, regions.targets);
