@@ -208,6 +208,7 @@ class EnmklMap {
       const double step = delta.cwiseAbs().maxCoeff() / sum;
       info_.gap = step;
       if (step > kNewtonTrust) return Newton::Failed;  // not yet where Newton's model of the map holds
+      if (step < tolerance && leftover > tolerance * S) return Newton::Failed;  // stuck: such steps leave R where it is
       // A kernel the full check brought in is not dropped by one step while its weight is not negligible: the step
       // is shortened so that it keeps a fraction of its weight. Newton's model is local, and such a kernel can be
       // sent below 0 by an overshooting first step, then enter again at the next check, and so on (seen on
