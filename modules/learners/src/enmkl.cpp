@@ -200,15 +200,15 @@ class EnmklMap {
       if (!delta.allFinite()) return Newton::Failed;
       // A singular J whose range misses R (mu = 1 with no free support vector: the SVM's solution does not move with
       // the weights, H = 0, and J = 1 c' has rank 1) gives a least-squares step that can be ~1e-17 with R at 6e-2 of S:
-      // no distance to a fixed point, which that support does not have. Such a step never certifies, and one that
-      // removes less than half of R fails, handing over to the damped steps.
+      // no distance to a fixed point, which that support does not have. A step that leaves more than tolerance S of R
+      // fails, handing over to the damped steps, when it removes less than half of R or is too small to move R at all;
+      // so a step below `tolerance` that gets past here left no residual.
       const double leftover = (J * delta + R).cwiseAbs().maxCoeff();
-      if (leftover > 0.5 * R.cwiseAbs().maxCoeff() && leftover > tolerance * S) return Newton::Failed;
       const double sum = b.sum();
       const double step = delta.cwiseAbs().maxCoeff() / sum;
       info_.gap = step;
+      if (leftover > tolerance * S && (leftover > 0.5 * R.cwiseAbs().maxCoeff() || step < tolerance)) return Newton::Failed;
       if (step > kNewtonTrust) return Newton::Failed;  // not yet where Newton's model of the map holds
-      if (step < tolerance && leftover > tolerance * S) return Newton::Failed;  // stuck: such steps leave R where it is
       // A kernel the full check brought in is not dropped by one step while its weight is not negligible: the step
       // is shortened so that it keeps a fraction of its weight. Newton's model is local, and such a kernel can be
       // sent below 0 by an overshooting first step, then enter again at the next check, and so on (seen on
@@ -234,7 +234,7 @@ class EnmklMap {
       // weights is solved to 1e-3, and a warm-started SMO may stop at once on the previous iterate's solution, at whose
       // quadratics those weights are an exact fixed point: a step of ~1e-16 that says nothing (seen: weights up to 3e-3
       // from the fixed point, reported converged). The next step is then solved fully.
-      if (step < tolerance && fraction == 1.0 && !leaves && (loose <= kLooseFactor * tolerance || solver_.Exact()) && leftover <= tolerance * S) {
+      if (step < tolerance && fraction == 1.0 && !leaves && (loose <= kLooseFactor * tolerance || solver_.Exact())) {
         // The full optimality check over every kernel, at the solution of this iterate.
         const Eigen::VectorXd all = screen_.All();
         if (mu_ < 1.0) {
