@@ -21,6 +21,7 @@
 
 #include <tbb/task_arena.h>
 
+#include "learner_fixtures.hpp"
 #include "neuromkl/learners/learner.hpp"
 #include "smo.hpp"  // the solver itself, for the shrinking on/off comparison
 #ifdef NEUROMKL_HAVE_LIBSVM
@@ -31,30 +32,9 @@ using namespace neuromkl;
 
 namespace {
 
-struct Problem {
-  learners::KernelList kernels;  ///< centred, cosine-normalised
-  learners::Targets targets;
-};
-
-/// n subjects, m regions of 20..400 voxels; `signal` regions carry a class shift.
-Problem MakeProblem(int n, int m, int signalRegions, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<double> normal;
-  std::uniform_int_distribution<int> size(20, 400);
-  Problem p;
-  p.targets.task = learners::Task::Classification;
-  p.targets.y.resize(n);
-  for (int i = 0; i < n; ++i) p.targets.y[i] = i % 2 == 0 ? 1.0 : -1.0;  // first label +1 (LIBSVM's sign convention)
-  for (int j = 0; j < m; ++j) {
-    Eigen::MatrixXd X(n, size(rng));
-    for (Eigen::Index k = 0; k < X.size(); ++k) X.data()[k] = normal(rng);
-    if (j < signalRegions) X.leftCols(5).colwise() += 0.4 * p.targets.y;
-    X = X.rowwise() - X.colwise().mean();
-    X.rowwise().normalize();
-    p.kernels.push_back(X * X.transpose());
-  }
-  return p;
-}
+/// n subjects, m regions of 20..400 voxels, the first few with a class shift (the learner tests' generator).
+using Problem = neuromkl::testing::MklProblem;
+using neuromkl::testing::RegionLikeProblem;
 
 Eigen::MatrixXd Sum(const learners::KernelList& ks) {
   Eigen::MatrixXd K = ks[0];
@@ -96,7 +76,7 @@ struct LibsvmData {
 const Problem& Shared(int n) {
   static std::map<int, Problem> cache;
   auto it = cache.find(n);
-  if (it == cache.end()) it = cache.emplace(n, MakeProblem(n, 1, 1, 42 + static_cast<unsigned>(n))).first;
+  if (it == cache.end()) it = cache.emplace(n, RegionLikeProblem(n, 1, 1, 42 + static_cast<unsigned>(n))).first;
   return it->second;
 }
 
@@ -162,7 +142,7 @@ void CheckAgreementWithLibsvm() {
 #endif
 
 const Problem& Regions() {
-  static const Problem p = MakeProblem(200, 116, 6, 7);
+  static const Problem p = RegionLikeProblem(200, 116, 6, 7);
   return p;
 }
 
@@ -272,7 +252,7 @@ BENCHMARK(BM_SimpleMklGap_200x116)->Arg(2)->Arg(4)->Arg(7)->Unit(benchmark::kMil
 // and with seeded permutations of them (near-null targets), over part of the default grid
 // (c in {0.01, 1, 100} x mu in {0.1, 0.5, 1}); per-fit CPU time and iterations of each.
 void BM_EnmklPermutedLabels_192x116(benchmark::State& state) {
-  static const Problem real = MakeProblem(192, 116, 6, 192);
+  static const Problem real = RegionLikeProblem(192, 116, 6, 192);
   const bool permuted = state.range(0) != 0;
   std::vector<learners::Targets> targets;
   if (!permuted) targets.push_back(real.targets);
@@ -322,7 +302,7 @@ learners::Model TimedFit(benchmark::State& state, const Fit& fit, double& cpuSec
 }
 
 void BM_EnmklSvmRefit_2000x116(benchmark::State& state) {
-  const Problem p = MakeProblem(2000, 116, 6, 2000);
+  const Problem p = RegionLikeProblem(2000, 116, 6, 2000);
   const auto l = learners::MakeLearner("enmkl_svm", {{"c", 1}, {"mu", 0.5}});
   double seconds = 0, wall = 0;
   const learners::Model m = TimedFit(state, [&] { return l->Fit(p.kernels, p.targets); }, seconds, wall);
@@ -341,7 +321,7 @@ BENCHMARK(BM_EnmklSvmRefit_2000x116)->Unit(benchmark::kMillisecond)->Iterations(
 // read widened to double), after the float64 refit in the same run: time, and the weights' and decisions'
 // largest differences from the float64 fit.
 void BM_EnmklSvmRefitFloat32_2000x116(benchmark::State& state) {
-  const Problem p = MakeProblem(2000, 116, 6, 2000);
+  const Problem p = RegionLikeProblem(2000, 116, 6, 2000);
   std::vector<Eigen::MatrixXf> store;
   for (const auto& K : p.kernels) store.push_back(K.cast<float>());
   const learners::Float32Columns columns(store);

@@ -36,6 +36,28 @@ inline MklProblem MakeMklProblem(int n, int m, const std::vector<int>& signal, d
   return p;
 }
 
+/// Region-like kernels (bench_learners' problems): n subjects (labels +1, -1, +1, ...: LIBSVM's sign convention takes
+/// the first), m kernels of 20..400 features each (features centred, each subject's row of unit norm), the first
+/// `signalKernels` with a class difference of 0.4 in five features. Dozens of kernels are selected at mu 0.5.
+inline MklProblem RegionLikeProblem(int n, int m, int signalKernels, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<double> normal;
+  std::uniform_int_distribution<int> features(20, 400);
+  MklProblem p;
+  p.targets.task = learners::Task::Classification;
+  p.targets.y.resize(n);
+  for (int i = 0; i < n; ++i) p.targets.y[i] = i % 2 == 0 ? 1.0 : -1.0;
+  for (int j = 0; j < m; ++j) {
+    Eigen::MatrixXd X(n, features(rng));
+    for (Eigen::Index k = 0; k < X.size(); ++k) X.data()[k] = normal(rng);
+    if (j < signalKernels) X.leftCols(5).colwise() += 0.4 * p.targets.y;
+    X = X.rowwise() - X.colwise().mean();
+    X.rowwise().normalize();
+    p.kernels.push_back(X * X.transpose());
+  }
+  return p;
+}
+
 /// Symmetric permutation of every kernel and of the targets.
 inline MklProblem Permute(const MklProblem& p, const Eigen::VectorXi& perm) {
   MklProblem q = p;

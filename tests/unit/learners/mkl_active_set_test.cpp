@@ -199,26 +199,6 @@ TEST(EnmklActiveSet, NoCycleBetweenTwoSupports) {
   }
 }
 
-/// Region-like kernels (as bench_learners' refits): n subjects, m kernels of 20..400 features each (features centred,
-/// each subject's row of unit norm), the first six with a class difference in five features. Dozens of kernels are selected at mu 0.5.
-neuromkl::testing::MklProblem RegionLikeProblem(int n, int m, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<double> normal;
-  std::uniform_int_distribution<int> features(20, 400);
-  neuromkl::testing::MklProblem p;
-  p.targets = {learners::Task::Classification, Eigen::VectorXd(n)};
-  for (int i = 0; i < n; ++i) p.targets.y[i] = i % 2 == 0 ? 1.0 : -1.0;
-  for (int j = 0; j < m; ++j) {
-    Eigen::MatrixXd X(n, features(rng));
-    for (Eigen::Index k = 0; k < X.size(); ++k) X.data()[k] = normal(rng);
-    if (j < 6) X.leftCols(5).colwise() += 0.4 * p.targets.y;
-    X = X.rowwise() - X.colwise().mean();
-    X.rowwise().normalize();
-    p.kernels.push_back(X * X.transpose());
-  }
-  return p;
-}
-
 // Wide supports (issue 17): on region-like kernels the optimum keeps dozens of kernels, and the damped water-filling
 // steps reach such a support only slowly (the water-filled support of each step differs from the last one's, so a rule
 // that waited for the same support over a few steps before trying Newton spent 38 of a 2,000-subject refit's 44
@@ -227,7 +207,7 @@ neuromkl::testing::MklProblem RegionLikeProblem(int n, int m, unsigned seed) {
 // full-set fixed point (2e-6 as above) and take fewer iterations in all than the old rule's 88 on these three fits
 // (x86-64-v3 build): now 69 there and on a baseline x86-64 build; the bound 80 leaves room for other rounding.
 TEST(EnmklActiveSet, WideSupportsAreReachedByNewtonsRestarts) {
-  const auto p = RegionLikeProblem(300, 116, 300);
+  const auto p = neuromkl::testing::RegionLikeProblem(300, 116, 6, 300);
   int total = 0;
   for (double mu : {0.3, 0.5, 0.8}) {
     const auto m = MakeLearner("enmkl_svm", {{"c", 1.0}, {"mu", mu}})->Fit(p.kernels, p.targets);
@@ -276,7 +256,7 @@ TEST(EnmklActiveSet, NoCertificateFromASingularNewtonSystem) {
       EXPECT_LT(m.info.objective, 4.4003);
     }
   }
-  const auto regions = RegionLikeProblem(200, 116, 1200);
+  const auto regions = neuromkl::testing::RegionLikeProblem(200, 116, 6, 1200);
   const auto m = MakeLearner("enmkl_svm", {{"c", 0.1}, {"mu", 1.0}})->Fit(regions.kernels, regions.targets);
   ASSERT_EQ(m.info.status, learners::FitStatus::Converged);
   EXPECT_LT(FullSetViolation(regions.kernels, m, 1.0), 2e-6) << m.beta.transpose();
