@@ -226,9 +226,10 @@ int main(int argc, char** argv) {
         const double s = Since(t), cpu = CpuSeconds() - cpu0;
         // Inner fits that did not converge (capped or stalled) are counted: a fit cycling to its cap costs time
         // and compares a grid point short of its optimum, so a faster row with more of them is no gain.
-        std::printf("%-10s %8d %-13s %8ld %10.2f %10.2f %8.3f   (inner fits not converged: %ld)\n", plan.label.c_str(), threads,
-                    share ? "shared" : "per fit", res[0].fits, s, cpu, cv::Summarise(res[0], targets).pooled.at("balanced_accuracy"),
-                    res[0].innerNotConverged);
+        std::printf("%-10s %8d %-13s %8ld %10.2f %10.2f %8.3f   (inner fits not converged: %ld; inner iterations %ld, SMO iterations %ld)\n",
+                    plan.label.c_str(), threads, share ? "shared" : "per fit", res[0].fits, s, cpu,
+                    cv::Summarise(res[0], targets).pooled.at("balanced_accuracy"), res[0].innerNotConverged, res[0].innerIterations,
+                    res[0].innerSolverIterations);
         if (plan.label == "enmkl_svm" && threads == 2)
           std::printf("           issue 17 target: ENMKL-SVM nested CV (7 x 10 grid) <= 4 s on 2 threads: %s (%.2f s)\n", s <= 4 ? "met" : "NOT met", s);
       }

@@ -758,6 +758,8 @@ std::vector<LearnerOutcome> RunNestedCvOn(const KernelVec& kernels, const learne
   // fitStatus[f][l][g][i]: kNotFitted, or whether the fit converged (counted in LearnerOutcome)
   constexpr signed char kNotFitted = -1, kConverged = 0, kNotConverged = 1;
   std::vector<std::vector<std::vector<std::vector<signed char>>>> fitStatus(F);
+  // Iterations of the inner fits, per learner (integer sums: the same whatever order the fold tasks run in).
+  std::vector<std::atomic<long>> iterationSums(L), solverIterationSums(L);
   std::vector<std::pair<std::size_t, std::size_t>> tasks;
   for (std::size_t f = 0; f < F; ++f) {
     scores[f].resize(L);
@@ -860,6 +862,8 @@ std::vector<LearnerOutcome> RunNestedCvOn(const KernelVec& kernels, const learne
           fitted[g] = learnerObjects[firstObject[l] + g]->Fit(fk.train, yTrain, fitOptions);
           ok[g] = true;
           fitStatus[f][l][g][i] = fitted[g].info.status == learners::FitStatus::Converged ? kConverged : kNotConverged;
+          iterationSums[l] += fitted[g].info.iterations;
+          solverIterationSums[l] += fitted[g].info.innerIterations;
           scores[f][l][g][i] = InnerScore(targets, options.criterion, yTest, fitted[g], test);
           if (calibrate) oof[f][l][g][i] = fitted[g].Decision(test);
         } catch (const Error&) {
@@ -973,6 +977,8 @@ std::vector<LearnerOutcome> RunNestedCvOn(const KernelVec& kernels, const learne
     if (plans[l].grid.size() > 1 || calibrate)
       for (std::size_t f = 0; f < F; ++f) fits += static_cast<long>(innerFolds[f].size() * plans[l].grid.size());
     out[l].fits = fits;
+    out[l].innerIterations = iterationSums[l];
+    out[l].innerSolverIterations = solverIterationSums[l];
     for (std::size_t f = 0; f < F; ++f)
       for (const auto& point : fitStatus[f][l])
         for (const signed char status : point) {

@@ -83,6 +83,8 @@ struct LearnerOutcome {
   long fits = 0;  ///< learner fits, inner and outer
   long innerFits = 0;          ///< inner-CV fits that returned a model
   long innerNotConverged = 0;  ///< ... of which did not converge (capped or stalled): grid points compared short of their optimum
+  long innerIterations = 0;    ///< learners::FitInfo::iterations summed over the inner fits (deterministic: benchmarks compare it)
+  long innerSolverIterations = 0;  ///< learners::FitInfo::innerIterations (SMO iterations of the MKL learners) summed the same way
 };
 
 enum class ColumnsInPlace { Auto, Always, Never };
