@@ -251,8 +251,7 @@ class EnmklMap {
             bool enters = false;
             for (Eigen::Index j = 0; j < m; ++j)
               if (target[j] > 0 && !(beta[j] > 0)) {
-                broughtIn_[static_cast<std::size_t>(j)] = 1;
-                beta[j] = kEnteringWeight * sum;
+                Enter(beta, j, sum);
                 enters = true;
               }
             if (!enters) beta = target;  // only kernels at the threshold leave (rounding): the water-filled weights drop them
@@ -263,8 +262,7 @@ class EnmklMap {
           bool optimal = true;
           for (Eigen::Index j = 0; j < m; ++j)
             if (!(beta[j] > 0) && all[j] > level) {
-              beta[j] = kEnteringWeight * sum;  // a violating kernel enters with a small weight
-              broughtIn_[static_cast<std::size_t>(j)] = 1;
+              Enter(beta, j, sum);  // a violating kernel enters with a small weight
               optimal = false;
             }
           if (!optimal) return Newton::SupportChanged;
@@ -281,10 +279,7 @@ class EnmklMap {
       if (k >= 1 && lastStep < kEarlyEntry) {
         const auto entering = Entering(beta, S, sum, tolerance);
         if (!entering.empty()) {
-          for (const auto j : entering) {
-            moved[j] = kEnteringWeight * sum;
-            broughtIn_[static_cast<std::size_t>(j)] = 1;
-          }
+          for (const auto j : entering) Enter(moved, j, sum);
           beta = moved;
           return Newton::SupportChanged;
         }
@@ -292,6 +287,11 @@ class EnmklMap {
       beta = moved;
     }
     return Newton::Failed;
+  }
+  /// Kernel j enters `beta` (of sum `sum`) at the entering weight, marked as brought in by a check (the leaving guard).
+  void Enter(Eigen::VectorXd& beta, Eigen::Index j, double sum) {
+    beta[j] = kEnteringWeight * sum;
+    broughtIn_[static_cast<std::size_t>(j)] = 1;
   }
   /// Kernels outside the support of `beta` that the certifying check would bring in at the current solution
   /// (S = sum_A beta_j c_j, sum = sum beta; the same conditions, slack included), found through the screening
