@@ -277,7 +277,16 @@ void BM_EnmklPermutedLabels_192x116(benchmark::State& state) {
           ++fits;
         }
   }
-  state.counters["ms_per_fit"] = 1e3 * seconds / static_cast<double>(fits);
+  // Issue 17's figure: a permuted fit no slower than a real one (the real labels run first, Arg(0)).
+  static double realPerFit = 0;
+  const double perFit = seconds / static_cast<double>(fits);
+  if (!permuted) realPerFit = perFit;
+  if (permuted && realPerFit > 0) {
+    state.counters["x_real_labels"] = perFit / realPerFit;
+    std::printf("ENMKL-SVM 192 x 116, per fit: permuted labels %.1f ms, real labels %.1f ms: %.2fx (issue 17 target <= 1: %s)\n", 1e3 * perFit,
+                1e3 * realPerFit, perFit / realPerFit, perFit <= realPerFit ? "met" : "NOT met");
+  }
+  state.counters["ms_per_fit"] = 1e3 * perFit;
   state.counters["iterations_per_fit"] = static_cast<double>(iterations) / static_cast<double>(fits);
   state.counters["svm_solves_per_fit"] = static_cast<double>(solves) / static_cast<double>(fits);
   state.counters["smo_iterations_per_fit"] = static_cast<double>(smoIterations) / static_cast<double>(fits);

@@ -21,6 +21,7 @@ namespace {
 constexpr double kMinDamping = 1.0 / 256;   ///< smallest water-filling step
 constexpr int kWaterFillIterations = 100;   ///< then the multiplicative update takes over
 constexpr double kMaxExponent = 16.0;       ///< largest exponent of the multiplicative step (mu = 1, or the fallback)
+constexpr double kGrowthRise = 1.1;         ///< rise of the largest weight growth ratio over a step that counts as an overshoot
 constexpr double kRatioTolerance = 1e-3;  ///< |F(beta)_j / beta_j - 1| that counts as settled
 constexpr double kVanishingWeight = 1e-3;  ///< normalised weight below which a decaying weight may be set to 0
 constexpr double kNewtonStart = 1e-2;       ///< (water-filling phase) step (max |delta beta|, normalised) below which Newton is tried
@@ -169,6 +170,7 @@ class EnmklMap {
                         int steps) {
     const Eigen::Index m = beta.size();
     double lastStep = 1.0;
+    bool jumped = false;  // to the frozen optimum (mu = 1, below)
     for (int k = 0; k < steps; ++k) {
       if (info_.iterations >= maxIterations) return Newton::Failed;
       ++info_.iterations;
@@ -186,6 +188,33 @@ class EnmklMap {
         b[i] = beta[A[static_cast<std::size_t>(i)]];
       }
       if (!(c.minCoeff() > 0)) return Newton::Failed;
+      if (mu_ == 1.0 && solver_.Frozen(sol)) {
+        // No free variable: the solution does not move with the weights (H = 0, and J = 1 c' is singular). For it, the
+        // l1-MKL optimum is all weight on the largest c_j over every kernel, which is where the multiplicative steps
+        // go, one factor c_j / max c at a time (issue 17: 30-130 iterations at small C, more on permuted targets).
+        // Newton goes on from there: at the next solve the support is one kernel, or the solution has free variables.
+        Eigen::Index top = 0;
+        double largest = c.maxCoeff(&top);
+        top = A[static_cast<std::size_t>(top)];
+        for (Eigen::Index j = 0; j < m; ++j)
+          if (!(beta[j] > 0) && screen_.Bound(j) > largest && screen_.Exact(j) > largest) {
+            top = j;
+            largest = screen_.Exact(j);
+          }
+        if (a > 1 || top != A[0]) {
+          // A solution at another vertex after the jump (other variables at their bounds) has other c_j: the frozen
+          // optimum does not hold there, and jumping on could cycle between vertices.
+          if (jumped) return Newton::Failed;
+          jumped = true;
+          const double sum = b.sum();
+          Eigen::VectorXd moved = Eigen::VectorXd::Zero(m);
+          moved[top] = sum;
+          lastStep = (moved - beta).cwiseAbs().maxCoeff() / sum;
+          info_.gap = lastStep;
+          beta = moved;
+          continue;
+        }
+      }
       Eigen::MatrixXd H;
       const auto gradients = [&](const Eigen::VectorXd& coef) {
         return products.cols() == a && coef == sol.coef ? products : stack_.Products(A, coef);
@@ -445,7 +474,7 @@ Model FitEnmkl(const KernelList& train, const InnerSolver& solver, const EnmklSe
     // Seed 004's multiplicative update (the only option for mu = 1, where the frozen problem is
     // degenerate: all weight on the largest c_j), raised to an adaptive power eta: beta_j <- beta_j
     // (F(beta)_j / beta_j)^eta, eta = 1 being the published step; same fixed points, faster
-    // contraction; eta grows while steps shrink and falls back towards 1 when a step grows.
+    // contraction; eta grows while the steps go on in one direction and falls back towards 1 when one overshoots.
     // Weights that are clearly vanishing (ratio F(beta)_j / beta_j < 1 - 1e-3 and below 1e-3) mark the
     // support of the limit; once no weight grows by more than 1 % in a step (10 % warm-started), Newton's method on it finds the
     // fixed point and the full check certifies it (as in phase 1). Without a Newton step (a solver
@@ -453,7 +482,8 @@ Model FitEnmkl(const KernelList& train, const InnerSolver& solver, const EnmklSe
     // the others moved less than `tolerance`, and the primal objective changed by less than
     // `objective_tolerance`; the vanishing weights are then set to exactly 0.
     Eigen::VectorXd vanishing = Eigen::VectorXd::Zero(m);
-    double eta = 1.0, prevChange = std::numeric_limits<double>::infinity();
+    double eta = 1.0, prevGrowth = std::numeric_limits<double>::infinity();
+    Eigen::VectorXd prevDirection;  // log(F(beta)_j / beta_j) of the last step (empty: none yet)
     bool first = true;
     double prevStep = 1.0;
     while (info.iterations < s.maxIterations) {
@@ -483,7 +513,9 @@ Model FitEnmkl(const KernelList& train, const InnerSolver& solver, const EnmklSe
         if (vanishing[j] > 0) kept[j] = 0.0;
       const bool small = growth <= kRatioTolerance && change < s.betaTolerance && objChange < s.objectiveTolerance;
       prevStep = std::max(change, growth);
-      if (small || (newtonAvailable && info.iterations >= newtonAfter && growth <= newtonStartL1)) {
+      // A solution with no free variable is also handed to Newton at once (mu = 1): its frozen optimum is known (SolveOnSupport).
+      const bool frozen = s.mu == 1.0 && solver.Frozen(sol);
+      if (small || (newtonAvailable && info.iterations >= newtonAfter && (growth <= newtonStartL1 || frozen))) {
         Eigen::VectorXd b = kept / kept.sum() * next.sum();
         const auto r = polish(b);
         if (r == EnmklMap::Newton::Converged) {
@@ -502,13 +534,24 @@ Model FitEnmkl(const KernelList& train, const InnerSolver& solver, const EnmklSe
           beta = b;
           for (auto j : active) beta[j] += share;
           first = true;
-          prevChange = std::numeric_limits<double>::infinity();
+          prevGrowth = std::numeric_limits<double>::infinity();
+          prevDirection.resize(0);
           eta = 1.0;
           continue;
         }
       }
-      eta = change > prevChange ? std::max(1.0, eta * 0.5) : std::min(kMaxExponent, eta * 1.25);
-      prevChange = change;
+      // eta halves when the last step overshot: it turned back (its log-ratios at an obtuse angle to the previous
+      // step's) or the largest growth rose by more than kGrowthRise; else it grows. The step's size alone is no sign of
+      // overshoot: on a large support the steps grow for tens of iterations while the weights concentrate (issue 17: with
+      // "halve when the step grew", mu = 1 fits at n = 192, m = 116 took 27-48 iterations, now 17-25).
+      Eigen::VectorXd direction = Eigen::VectorXd::Zero(m);
+      for (Eigen::Index j = 0; j < m; ++j)
+        if (from[j] > 0 && to[j] > 0) direction[j] = std::log(to[j] / from[j]);
+      const bool turnedBack = prevDirection.size() == m && direction.dot(prevDirection) < 0;
+      const bool overshot = turnedBack || growth > kGrowthRise * prevGrowth;
+      eta = overshot ? std::max(1.0, eta * 0.5) : std::min(kMaxExponent, eta * 1.25);
+      prevDirection = direction;
+      prevGrowth = growth;
       Eigen::VectorXd stepped = Eigen::VectorXd::Zero(m);
       for (Eigen::Index j = 0; j < m; ++j)
         if (from[j] > 0 && to[j] > 0) stepped[j] = from[j] * std::pow(to[j] / from[j], eta);

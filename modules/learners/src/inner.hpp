@@ -53,6 +53,9 @@ class InnerSolver {
                          const std::function<Eigen::MatrixXd(const Eigen::VectorXd&)>& /*gradients*/, Eigen::MatrixXd& /*H*/) const {
     return false;
   }
+  /// Whether the solution has no free variable (every SVM variable at a bound of its box): with the active
+  /// constraints held it does not move with the kernel weights, so Curvature would give H = 0.
+  virtual bool Frozen(const InnerSolution& /*sol*/) const { return false; }
 };
 
 /// Class weights as a solver uses them: empty when none or all exactly 1, so that unit weights give the

@@ -792,13 +792,18 @@ class SvcSolver final : public InnerSolver {
   }
   bool Curvature(const Eigen::MatrixXd& K, const InnerSolution& sol, const std::function<Eigen::MatrixXd(const Eigen::VectorXd&)>& gradients,
                  Eigen::MatrixXd& H) const override {
-    std::vector<Eigen::Index> free;  // 0 < alpha_i < C w_i (w_i = 1 without class weights)
-    for (Eigen::Index i = 0; i < sol.alpha.size(); ++i)
-      if (sol.alpha[i] > 0 && sol.alpha[i] < C_ * (weights_.size() > 0 ? weights_[i] : 1.0)) free.push_back(i);
-    return FreeSetCurvature(K, sol.coef, free, gradients, H);
+    return FreeSetCurvature(K, sol.coef, FreeSet(sol), gradients, H);
   }
+  bool Frozen(const InnerSolution& sol) const override { return FreeSet(sol).empty(); }
 
  private:
+  /// 0 < alpha_i < C w_i (w_i = 1 without class weights).
+  std::vector<Eigen::Index> FreeSet(const InnerSolution& sol) const {
+    std::vector<Eigen::Index> free;
+    for (Eigen::Index i = 0; i < sol.alpha.size(); ++i)
+      if (sol.alpha[i] > 0 && sol.alpha[i] < C_ * (weights_.size() > 0 ? weights_[i] : 1.0)) free.push_back(i);
+    return free;
+  }
   Eigen::VectorXd y_;
   double C_, tol_;
   long maxIter_;
@@ -838,14 +843,19 @@ class SvrSolver final : public InnerSolver {
   }
   bool Curvature(const Eigen::MatrixXd& K, const InnerSolution& sol, const std::function<Eigen::MatrixXd(const Eigen::VectorXd&)>& gradients,
                  Eigen::MatrixXd& H) const override {
-    const Eigen::Index n = K.rows();
+    return FreeSetCurvature(K, sol.coef, FreeSet(sol), gradients, H);
+  }
+  bool Frozen(const InnerSolution& sol) const override { return FreeSet(sol).empty(); }
+
+ private:
+  /// Subjects with either variable strictly inside (0, C).
+  std::vector<Eigen::Index> FreeSet(const InnerSolution& sol) const {
+    const Eigen::Index n = sol.alpha.size() / 2;
     std::vector<Eigen::Index> free;
     for (Eigen::Index i = 0; i < n; ++i)
       if ((sol.alpha[i] > 0 && sol.alpha[i] < C_) || (sol.alpha[i + n] > 0 && sol.alpha[i + n] < C_)) free.push_back(i);
-    return FreeSetCurvature(K, sol.coef, free, gradients, H);
+    return free;
   }
-
- private:
   double mean_, epsilon_;
   Eigen::VectorXd y2_, p_;
   double C_, tol_;

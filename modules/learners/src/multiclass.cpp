@@ -95,6 +95,15 @@ class OneVsRestSolver final : public InnerSolver {
     }
     return !first;
   }
+  bool Frozen(const InnerSolution& sol) const override {
+    for (std::size_t c = 0; c < solvers_.size(); ++c) {
+      if (!solvers_[c]) continue;
+      InnerSolution one;
+      one.alpha = sol.alpha.segment(static_cast<Eigen::Index>(c) * n_, n_);
+      if (!solvers_[c]->Frozen(one)) return false;
+    }
+    return true;
+  }
   double SolutionLoss(const Eigen::MatrixXd& K, const InnerSolution& sol) const override {
     double loss = 0;
     for (std::size_t c = 0; c < solvers_.size(); ++c) {
