@@ -215,11 +215,11 @@ class EnmklMap {
           continue;
         }
       }
-      Eigen::MatrixXd H;
+      Eigen::MatrixXd H, dcoef;
       const auto gradients = [&](const Eigen::VectorXd& coef) {
         return products.cols() == a && coef == sol.coef ? products : stack_.Products(A, coef);
       };
-      if (!solver_.Curvature(K_, sol, gradients, H)) {
+      if (!solver_.Curvature(K_, sol, gradients, H, &dcoef)) {
         noCurvature_ = true;
         return Newton::Failed;
       }
@@ -261,6 +261,14 @@ class EnmklMap {
         }
       }
       lastStep = fraction * step;
+      // The next solve starts from the solution moved along d coef / d beta by this step (first order: off by about
+      // the step squared), not from this one.
+      const auto predictNextSolution = [&] {
+        if (dcoef.cols() != a) return;
+        Eigen::VectorXd change(a);
+        for (Eigen::Index i = 0; i < a; ++i) change[i] = moved[A[static_cast<std::size_t>(i)]] - b[i];
+        solver_.Shift(sol, dcoef * change);
+      };
       // Only a step computed at an inner solve asked for at most a hundredth of `tolerance` (the previous step was below
       // sqrt(tolerance); svm_tolerance is the floor), or at an exact one, certifies. A first step from water-filled
       // weights is solved to 1e-3, and a warm-started SMO may stop at once on the previous iterate's solution, at whose
@@ -309,10 +317,12 @@ class EnmklMap {
         const auto entering = Entering(beta, S, sum, tolerance);
         if (!entering.empty()) {
           for (const auto j : entering) Enter(moved, j, sum);
+          predictNextSolution();
           beta = moved;
           return Newton::SupportChanged;
         }
       }
+      predictNextSolution();
       beta = moved;
     }
     return Newton::Failed;

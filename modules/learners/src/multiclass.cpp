@@ -78,8 +78,10 @@ class OneVsRestSolver final : public InnerSolver {
   double Loss(const Eigen::VectorXd&) const override {
     throw InputError("learners:OneVsRestLoss", "one-vs-rest", "internal: the one-vs-rest loss needs the solution (SolutionLoss)");
   }
+  // (No dcoef: the classes' coefficient columns would each need their own.)
   bool Curvature(const Eigen::MatrixXd& K, const InnerSolution& sol, const std::function<Eigen::MatrixXd(const Eigen::VectorXd&)>& gradients,
-                 Eigen::MatrixXd& H) const override {
+                 Eigen::MatrixXd& H, Eigen::MatrixXd* dcoef) const override {
+    if (dcoef) dcoef->resize(0, 0);
     bool first = true;
     for (std::size_t c = 0; c < solvers_.size(); ++c) {
       if (!solvers_[c]) continue;

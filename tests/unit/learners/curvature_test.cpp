@@ -52,9 +52,14 @@ TEST(SvmCurvature, IsTheDerivativeOfTheKernelQuadratics) {
   const auto free = FreeSet(sol.alpha, C);
   ASSERT_GE(free.size(), 5u);  // an informative case: several free vectors ...
   ASSERT_LT(free.size(), 60u);  // ... and some at a bound
-  Eigen::MatrixXd H;
+  Eigen::MatrixXd H, H2, dcoef;
   ASSERT_TRUE(solver->Curvature(stack.Combine(beta), sol, [&](const Eigen::VectorXd& coef) { return stack.Products(all, coef); }, H));
   EXPECT_LE((H - H.transpose()).cwiseAbs().maxCoeff(), 1e-12 * H.cwiseAbs().maxCoeff());
+  // Asking for d coef / d beta as well changes nothing in H.
+  ASSERT_TRUE(solver->Curvature(stack.Combine(beta), sol, [&](const Eigen::VectorXd& coef) { return stack.Products(all, coef); }, H2, &dcoef));
+  EXPECT_EQ(H2, H);
+  ASSERT_EQ(dcoef.rows(), 60);
+  ASSERT_EQ(dcoef.cols(), 4);
   const double h = 1e-5;
   for (Eigen::Index k = 0; k < 4; ++k) {
     Eigen::VectorXd up = beta, down = beta;
@@ -65,6 +70,9 @@ TEST(SvmCurvature, IsTheDerivativeOfTheKernelQuadratics) {
     ASSERT_EQ(FreeSet(solDown.alpha, C), free) << k;
     const Eigen::VectorXd derivative = (stack.Quadratics(solUp.coef) - stack.Quadratics(solDown.coef)) / (2 * h);
     for (Eigen::Index j = 0; j < 4; ++j) EXPECT_NEAR(derivative[j], -2.0 * H(j, k), 1e-5 * H.cwiseAbs().maxCoeff()) << j << ", " << k;
+    // d coef / d beta_k, the same way (coefficients at a bound do not move: 0 there).
+    const Eigen::VectorXd moved = (solUp.coef - solDown.coef) / (2 * h);
+    EXPECT_LE((moved - dcoef.col(k)).cwiseAbs().maxCoeff(), 1e-5 * dcoef.cwiseAbs().maxCoeff()) << k;
   }
 }
 
@@ -105,6 +113,56 @@ TEST(SvmCurvature, EqualsTheBorderedSystemWhetherKffIsPositiveDefiniteOrSingular
     ASSERT_TRUE(solver->Curvature(K, sol, [&](const Eigen::VectorXd&) { return G; }, H)) << rank;
     const Eigen::MatrixXd reference = BorderedReference(K, free, G);
     EXPECT_LE((H - reference).cwiseAbs().maxCoeff(), 1e-9 * reference.cwiseAbs().maxCoeff()) << "rank " << rank;
+  }
+}
+
+// Shift, the warm start of ENMKL's next Newton solve: the solution moved by y dcoef where that stays in the box, else
+// the projection onto the box and sum_i y_i alpha_i = 0 (each moving variable alpha_i + y_i (dcoef_i + lambda), clipped,
+// with one lambda); variables with dcoef_i = 0 (at a bound) stay. Tolerances: 1e-14 on alphas of order C = 2 (one addition
+// each), 1e-12 on the equality (a sum of 40 terms after a bisection to ~1e-30 of C).
+TEST(SvcShift, MovesWithinTheBoxAndKeepsTheEqualityConstraint) {
+  const Eigen::Index n = 40;
+  const double C = 2.0;
+  Eigen::VectorXd y(n);
+  for (Eigen::Index i = 0; i < n; ++i) y[i] = i % 2 ? 1.0 : -1.0;
+  std::vector<Eigen::Index> free;
+  for (Eigen::Index i = 1; i < n; i += 3) free.push_back(i);
+  const auto solver = learners::MakeSvcSolver(y, C, 1e-6, 1000);
+  const auto sol = FabricatedSolution(y, free, C, 4);
+  std::mt19937 rng(2);
+  std::normal_distribution<double> normal;
+  Eigen::VectorXd dcoef = Eigen::VectorXd::Zero(n);
+  for (const auto i : free) dcoef[i] = normal(rng);
+  double mean = 0;
+  for (const auto i : free) mean += dcoef[i];
+  mean /= static_cast<double>(free.size());
+  for (const auto i : free) dcoef[i] -= mean;  // 1'dcoef = 0, as d coef / d beta from the bordered system
+  const double equality = y.dot(sol.alpha);
+  for (const double scale : {1e-3, 10.0}) {  // within the box, then far out of it
+    auto shifted = sol;
+    ASSERT_TRUE(solver->Shift(shifted, scale * dcoef));
+    EXPECT_TRUE((shifted.alpha.array() >= 0).all() && (shifted.alpha.array() <= C).all()) << scale;
+    EXPECT_NEAR(y.dot(shifted.alpha), equality, 1e-12) << scale;
+    EXPECT_EQ(shifted.coef, y.cwiseProduct(shifted.alpha));
+    for (Eigen::Index i = 0; i < n; ++i) {
+      if (dcoef[i] == 0.0) {
+        EXPECT_EQ(shifted.alpha[i], sol.alpha[i]) << i;
+      }
+    }
+    if (scale < 1) {
+      EXPECT_LE((shifted.alpha - (sol.alpha + y.cwiseProduct(scale * dcoef))).cwiseAbs().maxCoeff(), 1e-14);
+    } else {
+      // Some variables clipped, and the unclipped ones all moved by y_i (scale dcoef_i + lambda) for one lambda.
+      int clipped = 0;
+      std::vector<double> lambdas;
+      for (const auto i : free) {
+        if (shifted.alpha[i] == 0.0 || shifted.alpha[i] == C) ++clipped;
+        else lambdas.push_back(y[i] * (shifted.alpha[i] - sol.alpha[i]) - scale * dcoef[i]);
+      }
+      EXPECT_GT(clipped, 0);
+      ASSERT_FALSE(lambdas.empty());
+      for (const double l : lambdas) EXPECT_NEAR(l, lambdas.front(), 1e-12);
+    }
   }
 }
 
