@@ -49,16 +49,16 @@ class InnerSolver {
   /// on the free variables). `gradients(coef)` returns the columns K_k coef of the kernels of
   /// interest; H receives G'PG (summed over the classes of a one-vs-rest solution), so that
   /// d (coef'K_j coef) / d beta_k = -2 H_jk. Returns false when the solver has no such operator.
-  /// With `dcoef`, a solver that can also gives the columns d coef / d beta_k = -P (K_k coef) (n x kernels; left
-  /// empty by the others), for Shift.
+  /// With `dcoef`, the SVM solvers also return the columns d coef / d beta_k = -P (K_k coef) (n x kernels), for
+  /// Shift; the others leave it empty.
   virtual bool Curvature(const Eigen::MatrixXd& /*K*/, const InnerSolution& /*sol*/,
                          const std::function<Eigen::MatrixXd(const Eigen::VectorXd&)>& /*gradients*/, Eigen::MatrixXd& /*H*/,
                          Eigen::MatrixXd* /*dcoef*/ = nullptr) const {
     return false;
   }
   /// Moves the solution's variables by the coefficient change `dcoef` (a first-order prediction of the solution at
-  /// new weights, from Curvature's d coef / d beta), shortened where needed to stay feasible: the warm start of the
-  /// next solve. Returns false (and leaves `sol` alone) for a solver without warm starts or such a map.
+  /// new weights, from Curvature's d coef / d beta), projected back onto the feasible set where it leaves it: the warm
+  /// start of the next solve. Returns false (and leaves `sol` alone) for a solver without warm starts or such a map.
   virtual bool Shift(InnerSolution& /*sol*/, const Eigen::VectorXd& /*dcoef*/) const { return false; }
   /// Whether the solution has no free variable (every SVM variable at a bound of its box): with the active
   /// constraints held it does not move with the kernel weights, so Curvature would give H = 0.
