@@ -1,5 +1,8 @@
 #include "neuromkl/core/errors.hpp"
 
+#include <algorithm>
+#include <vector>
+
 namespace neuromkl {
 
 namespace {
@@ -26,6 +29,49 @@ int Error::ExitCode() const {
       return kExitFailure;
   }
   return kExitFailure;
+}
+
+std::string SerialiseError(std::exception_ptr failure) {
+  std::string out;
+  try {
+    std::rethrow_exception(failure);
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    const std::string message = e.where().empty() ? what : what.substr(std::min(what.size(), e.where().size() + 2));
+    out = std::to_string(static_cast<int>(e.kind()));
+    out += '\0' + e.code() + '\0' + e.where() + '\0' + message;
+  } catch (const std::exception& e) {
+    out = "-1";
+    out += std::string(1, '\0') + "" + '\0' + "" + '\0' + e.what();
+  } catch (...) {
+    out = "-1";
+    out += std::string(1, '\0') + "" + '\0' + "" + '\0' + "unknown failure";
+  }
+  return out;
+}
+
+void ThrowSerialisedError(const std::string& text, const std::string& origin) {
+  std::vector<std::string> parts(4);
+  std::size_t k = 0;
+  for (char c : text) {
+    if (c == '\0' && k < 3) ++k;
+    else parts[k] += c;
+  }
+  int kind = -1;
+  try {
+    kind = std::stoi(parts[0]);
+  } catch (const std::exception&) {
+    kind = -1;
+  }
+  switch (kind) {
+    case static_cast<int>(ErrorKind::Config): throw ConfigError(parts[1], parts[2], parts[3]);
+    case static_cast<int>(ErrorKind::InvalidParameter): throw InvalidParameter(parts[1], parts[2], parts[3]);
+    case static_cast<int>(ErrorKind::Input): throw InputError(parts[1], parts[2], parts[3]);
+    case static_cast<int>(ErrorKind::Geometry): throw GeometryMismatch(parts[1], parts[2], parts[3]);
+    case static_cast<int>(ErrorKind::Numerical): throw NumericalError(parts[1], parts[2], parts[3]);
+    case static_cast<int>(ErrorKind::Io): throw IoError(parts[1], parts[2], parts[3]);
+    default: throw std::runtime_error(origin + ": " + parts[3]);
+  }
 }
 
 }  // namespace neuromkl

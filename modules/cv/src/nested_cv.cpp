@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <numeric>
 #include <optional>
 #include <type_traits>
 
@@ -24,9 +25,13 @@
 #include "neuromkl/kernels/huge_pages.hpp"
 #include "neuromkl/kernels/preprocess.hpp"
 #include "neuromkl/kernels/region_kernels.hpp"
+#include "neuromkl/cv/kernel_owners.hpp"
 #include "neuromkl/metrics/metrics.hpp"
+#include "fold_preparation.hpp"
 
 namespace neuromkl::cv {
+
+using namespace detail;  // the fold preparation shared with kernel_owners.cpp
 
 namespace {
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
@@ -111,9 +116,23 @@ struct FoldViews {
   std::array<std::vector<Eigen::MatrixXf>, 2> train32;
   std::array<std::unique_ptr<learners::Float32Columns>, 2> columns32;
   std::array<learners::Targets, 2> y;  ///< [semi-supervised]
-  /// The training kernels of the learners of kernel weights as columns (in place or float32 copies), or null: copies in `kernels`.
+  /// [semi-supervised]: kernels held by their owners (kernel_owners.hpp): the fold opened on them, and its training
+  /// kernels as distributed columns for the learners of kernel weights (or null)
+  std::array<std::shared_ptr<OwnedFold>, 2> owned;
+  std::array<std::unique_ptr<OwnedFoldColumns>, 2> ownedColumns;
+  /// The training kernels of the learners of kernel weights as columns (in place, float32 copies or held by their
+  /// owners), or null: copies in `kernels`.
   const learners::KernelColumns* TrainingColumns(bool semi) const {
-    return columns[semi] ? static_cast<const learners::KernelColumns*>(columns[semi].get()) : columns32[semi].get();
+    if (columns[semi]) return columns[semi].get();
+    if (ownedColumns[semi]) return ownedColumns[semi].get();
+    return columns32[semi].get();
+  }
+  /// The test blocks of a learner of kernel weights: held in `fk`, else prepared (in place) or fetched (from their
+  /// owners) one at a time into `buffer`.
+  learners::TestBlocks Test(bool semi, const FoldKernels& fk, Eigen::MatrixXd& buffer) const {
+    if (fk.test.empty() && columns[semi]) return columns[semi]->Test(buffer);
+    if (fk.test.empty() && ownedColumns[semi]) return ownedColumns[semi]->Test(buffer);
+    return learners::HeldBlocks(fk.test);
   }
 };
 
@@ -150,6 +169,55 @@ void PrepareViews(const KernelVec& kernels, const learners::Targets& targets, co
     }
     if (needs[ViewIndex(semi, false)] || needs[ViewIndex(semi, true)]) v.y[semi] = {targets.task, Subset(targets.y, rows), targets.classes};
   }
+}
+
+/// The views of a fold of kernels held by their owners: the fold is opened on the owners once for both the summed
+/// kernel (their partial sums added) and the distributed columns of the learners of kernel weights; below
+/// kPackedStackBelow the test blocks are fetched once and held (a grid search decides often), else one at a time.
+void PrepareViews(const KernelOwners& owners, const learners::Targets& targets, const std::vector<int>& train, const std::vector<int>& test,
+                  const Preprocessing&, const std::vector<int>& unlabelled, const FoldNeeds& needs, bool, bool, FoldViews& v) {
+  for (const bool semi : {false, true}) {
+    v.ownedColumns[semi].reset();
+    v.owned[semi].reset();  // closes the previous task's fold on the owners
+    v.columns[semi].reset();
+    v.columns32[semi].reset();
+    const bool weighted = needs[ViewIndex(semi, false)], summed = needs[ViewIndex(semi, true)];
+    if (!weighted && !summed) continue;
+    const std::vector<int> rows = semi ? WithUnlabelled(train, unlabelled) : train;
+    v.owned[semi] = owners.OpenFold(rows, test);
+    if (summed) v.kernels[ViewIndex(semi, true)] = v.owned[semi]->Summed();
+    if (weighted) {
+      FoldKernels& fk = v.kernels[ViewIndex(semi, false)];
+      fk.train.clear();
+      fk.test.clear();
+      v.ownedColumns[semi] = std::make_unique<OwnedFoldColumns>(v.owned[semi]);
+      if (static_cast<Eigen::Index>(rows.size()) < learners::kPackedStackBelow) {
+        std::vector<Eigen::Index> every(owners.size());
+        std::iota(every.begin(), every.end(), Eigen::Index{0});
+        fk.test = v.owned[semi]->TestBlocks(every);
+      }
+    }
+    v.y[semi] = {targets.task, Subset(targets.y, rows), targets.classes};
+  }
+}
+
+/// Owner 0's bytes of one fold task on kernels held by their owners: the summed kernel (l x l and m x l), the test
+/// blocks held below kPackedStackBelow (else one), and a fit's own l x l work (the combined kernel and a spare).
+std::uint64_t OwnedFoldTaskBytes(std::size_t kernelCount, std::size_t train, std::size_t test, std::size_t unlabelled, const FoldNeeds& needs) {
+  double doubles = 0;
+  std::size_t largest = 0;
+  for (const bool semi : {false, true})
+    for (const bool summed : {false, true}) {
+      if (!needs[ViewIndex(semi, summed)]) continue;
+      const std::size_t l = train + (semi ? unlabelled : 0);
+      largest = std::max(largest, l);
+      const double dl = static_cast<double>(l), dm = static_cast<double>(test);
+      if (summed) doubles += dl * (dl + dm);
+      else doubles += (static_cast<Eigen::Index>(l) < learners::kPackedStackBelow ? static_cast<double>(kernelCount) : 1.0) * dl * dm;
+    }
+  const double l = static_cast<double>(largest);
+  doubles += 3.0 * l * l;  // the combined kernel, a spare and the owners' reply being added
+  return static_cast<std::uint64_t>(8.0 * doubles);
 }
 
 /// The views of finished fold tasks, handed to the next task. There are never more than the fold tasks
@@ -240,64 +308,6 @@ std::vector<learners::ParamMap> ExpandGrid(const learners::ParamMap& fixed, cons
 }
 
 namespace {
-/// Every kernel's fold vectors (kernels::MakeFoldVectors), several kernels at once.
-template <typename KernelVec>
-std::vector<kernels::FoldVectors> AllFoldVectors(const KernelVec& kernels, const Eigen::Ref<const Eigen::VectorXi>& tr,
-                                                 const Eigen::Ref<const Eigen::VectorXi>& te, const Preprocessing& pre) {
-  std::vector<kernels::FoldVectors> vectors(kernels.size());
-  tbb::parallel_for(std::size_t{0}, kernels.size(), [&](std::size_t j) { vectors[j] = kernels::MakeFoldVectors(kernels[j], tr, te, pre.centre, pre.normalise); });
-  return vectors;
-}
-
-/// GroupScales from the traces of the prepared training blocks the vectors describe (ones without groups).
-Eigen::VectorXd VectorScales(const std::vector<kernels::FoldVectors>& vectors, const std::vector<int>& groups) {
-  std::vector<double> traces;
-  for (const auto& v : vectors) traces.push_back(v.Trace());
-  return GroupScales(traces, groups);
-}
-
-/// One kernel's fold blocks with covariates (residualising mixes rows, so not from vectors): sliced,
-/// residualised with the fold's residualiser, centred, normalised.
-template <typename Kernel>
-kernels::FoldKernel PrepareResidualised(const Kernel& kernel, const Eigen::Ref<const Eigen::VectorXi>& tr,
-                                        const Eigen::Ref<const Eigen::VectorXi>& te, const kernels::FoldResidualiser& residualiser,
-                                        const Preprocessing& pre) {
-  kernels::FoldKernel fk = kernels::SliceFold(kernel, tr, te);
-  kernels::ResidualiseFold(fk, residualiser);
-  if (pre.centre) kernels::CentreFold(fk);
-  if (pre.normalise) kernels::NormaliseFold(fk);
-  return fk;
-}
-
-/// The fold's source scales (GroupScales) for kernels prepared one at a time with covariates: every prepared
-/// kernel's trace first, one more pass over the kernels (ones without groups, and no pass).
-template <typename KernelVec>
-Eigen::VectorXd ResidualisedScales(const KernelVec& kernels, const Eigen::Ref<const Eigen::VectorXi>& tr, const Eigen::Ref<const Eigen::VectorXi>& te,
-                                   const kernels::FoldResidualiser& residualiser, const Preprocessing& pre) {
-  if (pre.kernelGroups.empty()) return Eigen::VectorXd::Ones(static_cast<Eigen::Index>(kernels.size()));
-  std::vector<double> traces(kernels.size());
-  tbb::parallel_for(std::size_t{0}, kernels.size(), [&](std::size_t j) { traces[j] = PrepareResidualised(kernels[j], tr, te, residualiser, pre).train.trace(); });
-  return GroupScales(traces, pre.kernelGroups);
-}
-
-/// kernels::CheckCentredStoreFolds for a run's preprocessing.
-void CheckStoreFits(const kernels::CompactKernelList& store, const Preprocessing& pre) {
-  kernels::CheckCentredStoreFolds(store, pre.centre, pre.covariates != nullptr);
-}
-
-/// kernels::CheckCentredStoreResidualiser for a fold's residualiser (float64 kernels: nothing to check).
-void CheckShiftCancels(const learners::KernelList&, const kernels::FoldResidualiser&) {}
-void CheckShiftCancels(const kernels::CompactKernelList& store, const kernels::FoldResidualiser& residualiser) {
-  kernels::CheckCentredStoreResidualiser(store, residualiser);
-}
-
-/// Both checks for one fold of a store (the readers that prepare a fold's kernels one at a time).
-void CheckStoreFold(const kernels::CompactKernelList& store, const Eigen::Ref<const Eigen::VectorXi>& train, const Eigen::Ref<const Eigen::VectorXi>& test,
-                    const Preprocessing& pre) {
-  CheckStoreFits(store, pre);
-  if (pre.covariates) CheckShiftCancels(store, kernels::MakeFoldResidualiser(*pre.covariates, train, test));
-}
-
 /// The fold's training kernels prepared as PrepareFoldInto prepares them (fold vectors, or with covariates one
 /// kernel at a time; scaled by the fold's source scales), each rounded to float32 into `train32` once prepared
 /// in double; the test blocks (double) into `test`. Only one prepared column per thread (with covariates, one
@@ -358,6 +368,14 @@ FoldColumns::FoldColumns(const kernels::CompactKernelList& kernels, const Eigen:
   CheckStoreFits(kernels, pre);
   Init(pre);
 }
+
+FoldColumns::FoldColumns(const learners::KernelList& kernels, const Eigen::Ref<const Eigen::VectorXi>& train, const Eigen::Ref<const Eigen::VectorXi>& test,
+                         std::vector<kernels::FoldVectors> vectors, Eigen::VectorXd scales)
+    : kernels_(&kernels), train_(train), test_(test), vectors_(std::move(vectors)), scales_(std::move(scales)) {}
+
+FoldColumns::FoldColumns(const kernels::CompactKernelList& kernels, const Eigen::Ref<const Eigen::VectorXi>& train,
+                         const Eigen::Ref<const Eigen::VectorXi>& test, std::vector<kernels::FoldVectors> vectors, Eigen::VectorXd scales)
+    : compact_(&kernels), train_(train), test_(test), vectors_(std::move(vectors)), scales_(std::move(scales)) {}
 
 template <typename F>
 decltype(auto) FoldColumns::WithKernels(const F& f) const {
@@ -574,20 +592,6 @@ Eigen::VectorXd GroupScales(const std::vector<double>& traces, const std::vector
 }
 
 namespace {
-template <typename Kernel>
-kernels::FoldKernel PrepareFoldKernelOf(const Kernel& kernel, const Eigen::Ref<const Eigen::VectorXi>& train, const Eigen::Ref<const Eigen::VectorXi>& test,
-                                        const Preprocessing& pre, double scale) {
-  if (!pre.covariates)
-    return kernels::PreparedBlocks(kernel, train, test, kernels::MakeFoldVectors(kernel, train, test, pre.centre, pre.normalise), pre.normalise, scale);
-  kernels::FoldKernel fk = PrepareResidualised(kernel, train, test, kernels::MakeFoldResidualiser(*pre.covariates, train, test), pre);
-  if (scale != 1.0) {
-    fk.train *= scale;
-    fk.testTrain *= scale;
-    fk.testDiag *= scale;
-  }
-  return fk;
-}
-
 template <typename KernelVec>
 Eigen::VectorXd FoldScalesOf(const KernelVec& kernels, const Eigen::Ref<const Eigen::VectorXi>& train, const Eigen::Ref<const Eigen::VectorXi>& test,
                              const Preprocessing& pre) {
@@ -599,6 +603,25 @@ Eigen::VectorXd FoldScalesOf(const KernelVec& kernels, const Eigen::Ref<const Ei
   return GroupScales(traces, pre.kernelGroups);
 }
 }  // namespace
+
+namespace {
+template <typename Kernel>
+Eigen::VectorXd CentredTrainingDiagonalOf(const Kernel& kernel, const Eigen::Ref<const Eigen::VectorXi>& train, const Preprocessing& pre) {
+  const Eigen::VectorXi none(0);
+  if (!pre.covariates) return kernels::MakeFoldVectors(kernel, train, none, pre.centre, false).trainDiag;
+  kernels::FoldKernel fk = kernels::SliceFold(kernel, train, none);
+  kernels::ResidualiseFold(fk, kernels::MakeFoldResidualiser(*pre.covariates, train, none));
+  if (pre.centre) kernels::CentreFold(fk);
+  return fk.train.diagonal();
+}
+}  // namespace
+
+Eigen::VectorXd CentredTrainingDiagonal(const Eigen::MatrixXd& kernel, const Eigen::Ref<const Eigen::VectorXi>& train, const Preprocessing& pre) {
+  return CentredTrainingDiagonalOf(kernel, train, pre);
+}
+Eigen::VectorXd CentredTrainingDiagonal(const Eigen::MatrixXf& kernel, const Eigen::Ref<const Eigen::VectorXi>& train, const Preprocessing& pre) {
+  return CentredTrainingDiagonalOf(kernel, train, pre);
+}
 
 kernels::FoldKernel PrepareFoldKernel(const Eigen::MatrixXd& kernel, const Eigen::Ref<const Eigen::VectorXi>& train,
                                       const Eigen::Ref<const Eigen::VectorXi>& test, const Preprocessing& pre, double scale) {
@@ -638,7 +661,14 @@ void FoldKernelView::Init() {
   if (!preprocessing_.covariates) vectors_ = WithKernels([&](const auto& kernels) { return AllFoldVectors(kernels, train_, test_, preprocessing_); });
 }
 
+FoldKernelView::FoldKernelView(const KernelOwners& kernels, const Eigen::Ref<const Eigen::VectorXi>& train, const Eigen::Ref<const Eigen::VectorXi>& test,
+                               const Preprocessing& preprocessing)
+    : train_(train), test_(test), preprocessing_(preprocessing) {
+  owned_ = kernels.OpenFold(std::vector<int>(train.data(), train.data() + train.size()), std::vector<int>(test.data(), test.data() + test.size()));
+}
+
 Eigen::MatrixXd FoldKernelView::Products(std::size_t r, const Eigen::Ref<const Eigen::MatrixXd>& A, double scale) const {
+  if (owned_) return owned_->ViewProducts(r, A, scale);
   return WithKernels([&](const auto& kernels) -> Eigen::MatrixXd {
     if (vectors_.empty()) return PrepareFoldKernelOf(kernels[r], train_, test_, preprocessing_, scale).train * A;
     Eigen::MatrixXd P = kernels::PreparedProducts(kernels[r], train_, vectors_[r], A);
@@ -648,6 +678,7 @@ Eigen::MatrixXd FoldKernelView::Products(std::size_t r, const Eigen::Ref<const E
 }
 
 Eigen::VectorXd FoldKernelView::Scales() const {
+  if (owned_) return owned_->Scales();
   if (vectors_.empty() || preprocessing_.kernelGroups.empty())
     return WithKernels([&](const auto& kernels) { return FoldScalesOf(kernels, train_, test_, preprocessing_); });
   return VectorScales(vectors_, preprocessing_.kernelGroups);
@@ -800,10 +831,16 @@ std::vector<LearnerOutcome> RunNestedCvOn(const KernelVec& kernels, const learne
   bool weightedReadColumns = true;  // every learner of kernel weights takes its training kernels as columns
   for (std::size_t l = 0; l < L; ++l)
     if (const auto* info = learners::FindLearner(plans[l].name); !summed[l] && !(info && info->readsColumns)) weightedReadColumns = false;
+  constexpr bool owned = std::is_same_v<KernelVec, KernelOwners>;  // kernels held by their owners: always "columns"
+  if (owned && !weightedReadColumns)
+    throw InputError("cv:OwnedKernelsNeedColumns", "nested CV",
+                     "kernels held by several owners are fitted as distributed columns or as the fold's summed kernel; a learner that needs "
+                     "every fold kernel as a matrix cannot be fitted on them");
   const bool columnsPossible = weightedReadColumns && options.columnsInPlace != ColumnsInPlace::Never && !options.preprocessing.covariates;
   // Float32 training copies: compact store only.
   const bool float32Copies = weightedReadColumns && std::is_same_v<KernelVec, kernels::CompactKernelList> && options.float32FoldCopies;
   const auto readColumns = [&](const auto& bytesOf, std::size_t largestTrain, const char* what) {
+    if (owned) return true;
     if (!columnsPossible) return false;
     if (options.columnsInPlace == ColumnsInPlace::Always) return true;
     const std::uint64_t copies = bytesOf(false);
@@ -821,8 +858,9 @@ std::vector<LearnerOutcome> RunNestedCvOn(const KernelVec& kernels, const learne
   const auto innerBytesOf = [&](bool withColumns) {
     std::uint64_t bytes = 0;
     for (const auto& [f, i] : tasks)
-      bytes = std::max(bytes, FoldTaskBytes(kernels.size(), innerFolds[f][i].train.size(), innerFolds[f][i].test.size(), unlabelled.size(), needs,
-                                            withColumns, float32Copies));
+      bytes = std::max(bytes, owned ? OwnedFoldTaskBytes(kernels.size(), innerFolds[f][i].train.size(), innerFolds[f][i].test.size(), unlabelled.size(), needs)
+                                    : FoldTaskBytes(kernels.size(), innerFolds[f][i].train.size(), innerFolds[f][i].test.size(), unlabelled.size(), needs,
+                                                    withColumns, float32Copies));
     return bytes;
   };
   std::size_t largestInner = 0;
@@ -846,9 +884,8 @@ std::vector<LearnerOutcome> RunNestedCvOn(const KernelVec& kernels, const learne
       const auto& grid = plans[l].grid;
       if (grid.size() < 2 && !calibrate) continue;
       const FoldKernels& fk = views.kernels[viewOf[l]];
-      const FoldColumns* inPlace = summed[l] ? nullptr : views.columns[semi[l]].get();
       const learners::KernelColumns* trainColumns = summed[l] ? nullptr : views.TrainingColumns(semi[l]);
-      const learners::TestBlocks test = inPlace && fk.test.empty() ? inPlace->Test(testBuffer) : learners::HeldBlocks(fk.test);
+      const learners::TestBlocks test = summed[l] ? learners::HeldBlocks(fk.test) : views.Test(semi[l], fk, testBuffer);
       learners::Targets weighted;
       const learners::Targets& yTrain = Weighted(plans[l], views.y[semi[l]], weighted);
       std::vector<learners::Model> fitted(grid.size());
@@ -886,7 +923,8 @@ std::vector<LearnerOutcome> RunNestedCvOn(const KernelVec& kernels, const learne
   const auto outerBytesOf = [&](bool withColumns) {
     std::uint64_t bytes = 0;
     for (const auto& fold : outer)
-      bytes = std::max(bytes, FoldTaskBytes(kernels.size(), fold.train.size(), fold.test.size(), unlabelled.size(), needs, withColumns, float32Copies));
+      bytes = std::max(bytes, owned ? OwnedFoldTaskBytes(kernels.size(), fold.train.size(), fold.test.size(), unlabelled.size(), needs)
+                                    : FoldTaskBytes(kernels.size(), fold.train.size(), fold.test.size(), unlabelled.size(), needs, withColumns, float32Copies));
     return bytes;
   };
   std::size_t largestOuter = 0;
@@ -901,9 +939,8 @@ std::vector<LearnerOutcome> RunNestedCvOn(const KernelVec& kernels, const learne
     Eigen::MatrixXd testBuffer;  // with columns: the test block a decision reads, one kernel at a time
     for (std::size_t l = 0; l < L; ++l) {
       const FoldKernels& fk = views.kernels[viewOf[l]];
-      const FoldColumns* inPlace = summed[l] ? nullptr : views.columns[semi[l]].get();
       const learners::KernelColumns* trainColumns = summed[l] ? nullptr : views.TrainingColumns(semi[l]);
-      const learners::TestBlocks test = inPlace && fk.test.empty() ? inPlace->Test(testBuffer) : learners::HeldBlocks(fk.test);
+      const learners::TestBlocks test = summed[l] ? learners::HeldBlocks(fk.test) : views.Test(semi[l], fk, testBuffer);
       learners::Targets weighted;
       const learners::Targets& yTrain = Weighted(plans[l], views.y[semi[l]], weighted);
       OuterFoldResult& r = out[l].folds[f];
@@ -997,6 +1034,14 @@ std::vector<LearnerOutcome> RunNestedCv(const learners::KernelList& kernels, con
 std::vector<LearnerOutcome> RunNestedCv(const kernels::CompactKernelList& kernels, const learners::Targets& targets, const std::vector<Fold>& outer,
                                         const InnerSplitter& inner, const std::vector<LearnerPlan>& plans, const NestedCvOptions& options) {
   CheckStoreFits(kernels, options.preprocessing);
+  return RunNestedCvOn(kernels, targets, outer, inner, plans, options);
+}
+std::vector<LearnerOutcome> RunNestedCv(const KernelOwners& kernels, const learners::Targets& targets, const std::vector<Fold>& outer,
+                                        const InnerSplitter& inner, const std::vector<LearnerPlan>& plans, const NestedCvOptions& options) {
+  const Preprocessing& held = kernels.preprocessing();
+  if (held.centre != options.preprocessing.centre || held.normalise != options.preprocessing.normalise ||
+      held.kernelGroups != options.preprocessing.kernelGroups || held.covariates != options.preprocessing.covariates)
+    throw std::logic_error("RunNestedCv: the owners prepare their folds with another preprocessing (KernelOwners::SetPreprocessing)");
   return RunNestedCvOn(kernels, targets, outer, inner, plans, options);
 }
 

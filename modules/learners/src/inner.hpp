@@ -125,6 +125,10 @@ class KernelStack {
   Eigen::Index Size() const { return count_; }
   /// Whether the combination and the quadratics read Float32Columns' kernels in place (view stacks only).
   bool ReadsFloat32() const { return float32_ != nullptr; }
+  /// Whether the kernels are DistributedColumns: every operation is a request to their owners (never packed).
+  bool Distributed() const { return distributed_ != nullptr; }
+  /// Quadratic of each kernel in `which`, as one request to the owners (distributed stacks only).
+  Eigen::VectorXd DistributedQuadratics(const std::vector<Eigen::Index>& which, const Eigen::MatrixXd& A) const;
   static constexpr Eigen::Index kViewFrom = kPackedStackBelow;
   bool Packed() const { return packed_.size() > 0; }
   /// The packed outer product of A's columns (summed), for Quadratic on a packed stack.
@@ -138,6 +142,7 @@ class KernelStack {
   const KernelList* kernels_ = nullptr;      ///< the matrices, or
   const KernelColumns* columns_ = nullptr;   ///< their columns
   const std::vector<Eigen::MatrixXf>* float32_ = nullptr;  ///< Float32Columns' kernels, read in place (view stacks only)
+  const DistributedColumns* distributed_ = nullptr;        ///< kernels held by their owners (distributed stacks)
   Eigen::Index count_ = 0;
   Eigen::Index n_ = 0;
   Eigen::MatrixXd packed_;  ///< n(n+1)/2 x m below kViewFrom subjects, else empty

@@ -3,6 +3,7 @@
 #include <limits>
 #include <map>
 #include <numeric>
+#include <stdexcept>
 #include <vector>
 
 #include <fmt/format.h>
@@ -161,8 +162,12 @@ std::vector<Eigen::Index> ActiveKernels(const KernelList& train, const FitOption
     return cache->active_;
   }
   if (!options.columns) return ActiveKernels(train);
+  if (const auto* d = dynamic_cast<const DistributedColumns*>(options.columns)) return d->NonZero();
+  return NonZeroKernels(*options.columns);
+}
+
+std::vector<Eigen::Index> NonZeroKernels(const KernelColumns& c) {
   // As ActiveKernels: a non-zero diagonal entry settles it, else the whole upper triangle is scanned.
-  const KernelColumns& c = *options.columns;
   const Eigen::Index n = c.Size();
   std::vector<Eigen::Index> active;
   std::vector<double> column(static_cast<std::size_t>(n));
@@ -243,20 +248,16 @@ void ValidateFitInput(std::string_view learner, const KernelList& train, const T
     throw InputError("learners:KernelShape", where,
                      fmt::format("training kernels are {0}x{0}, expected {1}x{1} (= number of targets)", options.columns->Size(), n));
   if (options.columns && !CheckedBefore(options.cache, *options.columns)) {
-    // Each kernel's upper triangle (the part a learner reads), kernels side by side; the first bad kernel is reported.
-    const KernelColumns& c = *options.columns;
-    std::vector<char> finite(static_cast<std::size_t>(c.Count()), 1);
-    tbb::parallel_for(Eigen::Index{0}, c.Count(), [&](Eigen::Index k) {
-      Eigen::VectorXd column(n);
-      double probe = 0;
-      for (Eigen::Index j = 0; j < n; ++j) {
-        c.UpperColumn(k, j, column.data());
-        probe += (column.head(j + 1).array() * 0.0).sum();
-      }
-      finite[static_cast<std::size_t>(k)] = !std::isnan(probe);
-    });
-    for (std::size_t k = 0; k < finite.size(); ++k)
-      if (!finite[k]) throw InputError("learners:NonFiniteKernel", where, fmt::format("training kernel {} has NaN or infinite entries", k));
+    // Each kernel's upper triangle (the part a learner reads); the first bad kernel is reported.
+    Eigen::Index bad = -1;
+    if (const auto* d = dynamic_cast<const DistributedColumns*>(options.columns)) {
+      bad = d->FirstNonFinite();  // checked by the owners
+    } else {
+      const std::vector<char> finite = FiniteKernels(*options.columns);
+      for (std::size_t k = 0; k < finite.size() && bad < 0; ++k)
+        if (!finite[k]) bad = static_cast<Eigen::Index>(k);
+    }
+    if (bad >= 0) throw InputError("learners:NonFiniteKernel", where, fmt::format("training kernel {} has NaN or infinite entries", bad));
     MarkChecked(options.cache);
   }
   for (std::size_t j = 0; j < train.size(); ++j) {
@@ -318,6 +319,24 @@ void ValidateFitInput(std::string_view learner, const KernelList& train, const T
     for (int c : count) present += c > 0;
     if (present < 2) throw InputError("learners:SingleClass", where, "multiclass training needs at least two classes present, found one");
   }
+}
+
+std::vector<Eigen::Index> NonZeroKernels(const KernelList& kernels) { return ActiveKernels(kernels); }
+
+std::vector<char> FiniteKernels(const KernelColumns& c) {
+  // Kernels side by side, each column's upper part x 0 summed: NaN exactly when an entry is not finite.
+  const Eigen::Index n = c.Size();
+  std::vector<char> finite(static_cast<std::size_t>(c.Count()), 1);
+  tbb::parallel_for(Eigen::Index{0}, c.Count(), [&](Eigen::Index k) {
+    Eigen::VectorXd column(n);
+    double probe = 0;
+    for (Eigen::Index j = 0; j < n; ++j) {
+      c.UpperColumn(k, j, column.data());
+      probe += (column.head(j + 1).array() * 0.0).sum();
+    }
+    finite[static_cast<std::size_t>(k)] = !std::isnan(probe);
+  });
+  return finite;
 }
 
 Eigen::VectorXd ClassSampleWeights(const ClassWeights& weights, const Targets& targets) {
@@ -382,6 +401,42 @@ double UpperDot(const Scalar* column, const double* a, Eigen::Index j) {
 }
 }  // namespace
 
+void DistributedColumns::UpperColumn(Eigen::Index, Eigen::Index, double*) const {
+  throw std::logic_error("DistributedColumns: the kernels are held by their owners and are not read entry by entry");
+}
+
+OwnedStack::OwnedStack(const KernelColumns& columns) : stack_(std::make_unique<KernelStack>(columns)) {}
+OwnedStack::OwnedStack(const KernelList& kernels) : stack_(std::make_unique<KernelStack>(kernels)) {}
+OwnedStack::~OwnedStack() = default;
+
+void OwnedStack::Combine(const Eigen::VectorXd& weights, Eigen::MatrixXd& out) const { stack_->Combine(weights, out); }
+
+Eigen::VectorXd OwnedStack::Quadratics(const std::vector<Eigen::Index>& which, const Eigen::MatrixXd& A, bool perKernel) const {
+  Eigen::VectorXd q(static_cast<Eigen::Index>(which.size()));
+  if (!perKernel) {
+    // KernelStack::Quadratics(a): on a packed stack one product over all of them, so the owner's values are those of
+    // its own stack's product (the one-process values bit for bit with one owner).
+    if (A.cols() != 1) throw std::logic_error("OwnedStack::Quadratics: one vector per request outside the per-kernel path");
+    const Eigen::VectorXd all = stack_->Quadratics(Eigen::VectorXd(A.col(0)));
+    for (std::size_t i = 0; i < which.size(); ++i) q[static_cast<Eigen::Index>(i)] = all[which[i]];
+    return q;
+  }
+  // As ScreenedNorms evaluates them: on a packed stack with the packed outer product, else column by column of the
+  // rows where A is non-zero, kernels side by side.
+  if (stack_->Packed()) {
+    const Eigen::VectorXd outer = stack_->PackedOuter(A);
+    for (std::size_t i = 0; i < which.size(); ++i) q[static_cast<Eigen::Index>(i)] = stack_->PackedQuadratic(which[i], outer);
+    return q;
+  }
+  const auto nonzero = KernelStack::NonZeroRows(A);
+  tbb::parallel_for(std::size_t{0}, which.size(), [&](std::size_t i) { q[static_cast<Eigen::Index>(i)] = stack_->Quadratic(which[i], A, nonzero); });
+  return q;
+}
+
+Eigen::MatrixXd OwnedStack::Products(const std::vector<Eigen::Index>& which, const Eigen::VectorXd& v) const { return stack_->Products(which, v); }
+
+double OwnedStack::RootSpectralBound(Eigen::Index k) const { return stack_->RootSpectralBound(k); }
+
 void Float32Columns::UpperColumn(Eigen::Index k, Eigen::Index j, double* out) const {
   const float* column = kernels_[static_cast<std::size_t>(k)].col(j).data();
   for (Eigen::Index i = 0; i <= j; ++i) out[i] = static_cast<double>(column[i]);
@@ -406,6 +461,7 @@ KernelStack::KernelStack(const KernelColumns& columns)
       count_(columns.Count()),
       n_(columns.Size()),
       rootBounds_(Eigen::VectorXd::Constant(columns.Count(), std::numeric_limits<double>::quiet_NaN())) {
+  if ((distributed_ = dynamic_cast<const DistributedColumns*>(&columns))) return;  // every operation a request to the owners
   if (n_ >= kViewFrom) {
     // Float32 kernels are read in place by the combination and the quadratics (half the bytes per pass).
     if (const auto* f = dynamic_cast<const Float32Columns*>(&columns)) float32_ = &f->Kernels();
@@ -420,6 +476,7 @@ KernelStack::KernelStack(const KernelColumns& columns)
 }
 
 const double* KernelStack::UpperColumn(Eigen::Index k, Eigen::Index j, double* scratch) const {
+  if (distributed_) throw std::logic_error("KernelStack: a distributed stack is not read entry by entry");
   if (Packed()) return packed_.col(k).data() + j * (j + 1) / 2;
   if (kernels_) return (*kernels_)[static_cast<std::size_t>(k)].col(j).data();
   columns_->UpperColumn(k, j, scratch);
@@ -436,6 +493,10 @@ void KernelStack::Combine(const Eigen::VectorXd& weights, Eigen::MatrixXd& K) co
   // Only the kernels of non-zero weight are read (active-set MKL, issue 17), and of each only the
   // upper triangle. A block of columns of K small enough to stay in cache is summed over the kernels
   // (in their order) and the lower triangle is then filled from the upper one block by block.
+  if (distributed_) {
+    distributed_->Combine(weights, K);
+    return;
+  }
   std::vector<Eigen::Index> used;
   for (Eigen::Index k = 0; k < Size(); ++k)
     if (weights[k] != 0.0) used.push_back(k);
@@ -520,6 +581,7 @@ std::vector<Eigen::Index> KernelStack::NonZeroRows(const Eigen::MatrixXd& A) {
 double KernelStack::Quadratic(Eigen::Index k, const Eigen::MatrixXd& A, const std::vector<Eigen::Index>& nonzero) const {
   // a'K a = sum_j a_j (2 sum_{i<j} K_ij a_i + K_jj a_j): column j of the triangle is read only when
   // some a_j != 0.
+  if (distributed_) return distributed_->Quadratics({k}, A, true)[0];
   if (Packed()) return PackedQuadratic(k, PackedOuter(A));
   // Float32 kernels are read in place (half the bytes; the quadratics are a third of a large refit's passes),
   // the others through UpperColumn; one dot product for both, so both give the same values.
@@ -560,8 +622,17 @@ double KernelStack::PackedQuadratic(Eigen::Index k, const Eigen::VectorXd& packe
   return std::max(0.0, packed_.col(k).dot(packedOuter));  // PSD kernels: clip rounding below 0
 }
 
+Eigen::VectorXd KernelStack::DistributedQuadratics(const std::vector<Eigen::Index>& which, const Eigen::MatrixXd& A) const {
+  return distributed_->Quadratics(which, A, true);
+}
+
 Eigen::VectorXd KernelStack::Quadratics(const Eigen::VectorXd& a) const {
   const Eigen::MatrixXd A = a;
+  if (distributed_) {
+    std::vector<Eigen::Index> every(static_cast<std::size_t>(Size()));
+    std::iota(every.begin(), every.end(), Eigen::Index{0});
+    return distributed_->Quadratics(every, A, false);
+  }
   if (Packed()) return (packed_.transpose() * PackedOuter(A)).cwiseMax(0.0);
   const auto nonzero = NonZeroRows(A);
   Eigen::VectorXd q(Size());
@@ -570,6 +641,7 @@ Eigen::VectorXd KernelStack::Quadratics(const Eigen::VectorXd& a) const {
 }
 
 Eigen::VectorXd KernelStack::Product(Eigen::Index k, const Eigen::VectorXd& v) const {
+  if (distributed_) return distributed_->Products({k}, v).col(0);
   // From the upper triangle column by column (whatever holds the kernel: one arithmetic for all).
   std::vector<double> scratch(columns_ && !Packed() ? static_cast<std::size_t>(n_) : 0);
   Eigen::VectorXd y = Eigen::VectorXd::Zero(n_);
@@ -583,6 +655,7 @@ Eigen::VectorXd KernelStack::Product(Eigen::Index k, const Eigen::VectorXd& v) c
 }
 
 Eigen::MatrixXd KernelStack::Products(const std::vector<Eigen::Index>& which, const Eigen::VectorXd& v) const {
+  if (distributed_) return distributed_->Products(which, v);
   Eigen::MatrixXd G(n_, static_cast<Eigen::Index>(which.size()));
   const auto one = [&](std::size_t i) { G.col(static_cast<Eigen::Index>(i)) = Product(which[i], v); };
   if (Packed()) {
@@ -594,6 +667,7 @@ Eigen::MatrixXd KernelStack::Products(const std::vector<Eigen::Index>& which, co
 }
 
 double KernelStack::RootSpectralBound(Eigen::Index k) const {
+  if (std::isnan(rootBounds_[k]) && distributed_) rootBounds_[k] = distributed_->RootSpectralBounds({k})[0];
   if (std::isnan(rootBounds_[k])) {
     std::vector<double> scratch(columns_ && !Packed() ? static_cast<std::size_t>(n_) : 0);
     double frob = 0;  // ||K||_F^2 from the upper triangle
@@ -648,6 +722,12 @@ void ScreenedNorms::Evaluate(const std::vector<Eigen::Index>& which) {
   std::vector<Eigen::Index> missing;
   for (const auto j : which)
     if (!Known(j)) missing.push_back(j);
+  if (stack_.Distributed()) {  // one request to the owners for all of them, each computed as Exact would
+    if (missing.empty()) return;
+    const Eigen::VectorXd q = stack_.DistributedQuadratics(missing, current_);
+    for (std::size_t i = 0; i < missing.size(); ++i) Record(missing[i], std::sqrt(q[static_cast<Eigen::Index>(i)]));
+    return;
+  }
   if (missing.size() < 2) return;
   // The view's quadratics read whole kernels: they are computed side by side, each exactly as
   // Exact would (same summation), then recorded in order.

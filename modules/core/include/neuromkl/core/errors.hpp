@@ -1,6 +1,7 @@
 #pragma once
 // The error hierarchy. Every message says what was expected, what was found and where
 // (file, subject id, JSON pointer). Solver non-convergence is NOT an error: it is a FitStatus.
+#include <exception>
 #include <stdexcept>
 #include <string>
 
@@ -40,5 +41,12 @@ NEUROMKL_ERROR_CLASS(GeometryMismatch, Geometry)
 NEUROMKL_ERROR_CLASS(NumericalError, Numerical)
 NEUROMKL_ERROR_CLASS(IoError, Io)
 #undef NEUROMKL_ERROR_CLASS
+
+/// A failure as text for another process ("kind \0 code \0 where \0 message"; kind -1 for a failure that is not an
+/// Error), and back: ThrowSerialisedError throws the same error class with the same code, place and message, so a
+/// failure on an MPI rank reaches the user as the one-process run reports it. A failure that is not an Error comes
+/// back as std::runtime_error prefixed with `origin` (e.g. "rank 2").
+std::string SerialiseError(std::exception_ptr failure);
+[[noreturn]] void ThrowSerialisedError(const std::string& text, const std::string& origin);
 
 }  // namespace neuromkl

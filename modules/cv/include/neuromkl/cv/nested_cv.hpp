@@ -21,6 +21,9 @@
 
 namespace neuromkl::cv {
 
+class KernelOwners;  // kernel_owners.hpp: kernels held by several owners (MPI ranks)
+class OwnedFold;
+
 struct Preprocessing {
   bool centre = true;
   bool normalise = true;
@@ -208,6 +211,11 @@ Eigen::VectorXd FoldScales(const learners::KernelList& kernels, const Eigen::Ref
 Eigen::VectorXd FoldScales(const kernels::CompactKernelList& kernels, const Eigen::Ref<const Eigen::VectorXi>& train,
                            const Eigen::Ref<const Eigen::VectorXi>& test, const Preprocessing& preprocessing);
 
+/// One kernel's centred training self-similarities over rows `train` (residualised first with covariates), as the
+/// folds prepare them before normalising: the exported model's zero-norm floors come from their largest.
+Eigen::VectorXd CentredTrainingDiagonal(const Eigen::MatrixXd& kernel, const Eigen::Ref<const Eigen::VectorXi>& train, const Preprocessing& preprocessing);
+Eigen::VectorXd CentredTrainingDiagonal(const Eigen::MatrixXf& kernel, const Eigen::Ref<const Eigen::VectorXi>& train, const Preprocessing& preprocessing);
+
 /// One fold's prepared training kernels (PrepareFold's training copies) as learners::KernelColumns, read
 /// from the full kernels in place: each column is written from the fold vectors with the arithmetic of
 /// PrepareFold (kernels::PreparedEntry), so the values are the copies' bit for bit and a learner of kernel
@@ -219,6 +227,12 @@ class FoldColumns final : public learners::KernelColumns {
   /// The same over the compact store: the columns of its float32 values widened to double.
   FoldColumns(const kernels::CompactKernelList& kernels, const Eigen::Ref<const Eigen::VectorXi>& train, const Eigen::Ref<const Eigen::VectorXi>& test,
               const Preprocessing& preprocessing);
+  /// For the owner of a share of a study's kernels (kernel_owners.hpp): its kernels' fold vectors, already computed,
+  /// and their scales, which come from the traces of every kernel of the study (GroupScales over all of them).
+  FoldColumns(const learners::KernelList& kernels, const Eigen::Ref<const Eigen::VectorXi>& train, const Eigen::Ref<const Eigen::VectorXi>& test,
+              std::vector<kernels::FoldVectors> vectors, Eigen::VectorXd scales);
+  FoldColumns(const kernels::CompactKernelList& kernels, const Eigen::Ref<const Eigen::VectorXi>& train, const Eigen::Ref<const Eigen::VectorXi>& test,
+              std::vector<kernels::FoldVectors> vectors, Eigen::VectorXd scales);
   Eigen::Index Count() const override;
   Eigen::Index Size() const override { return train_.size(); }
   void UpperColumn(Eigen::Index k, Eigen::Index j, double* out) const override;
@@ -253,6 +267,10 @@ class FoldKernelView {
   /// The same over the compact store (its float32 values widened to double).
   FoldKernelView(const kernels::CompactKernelList& kernels, const Eigen::Ref<const Eigen::VectorXi>& train, const Eigen::Ref<const Eigen::VectorXi>& test,
                  const Preprocessing& preprocessing);
+  /// The same over kernels held by their owners (the fold opened on them; `preprocessing` must be theirs): each
+  /// product computed by the kernel's owner.
+  FoldKernelView(const KernelOwners& kernels, const Eigen::Ref<const Eigen::VectorXi>& train, const Eigen::Ref<const Eigen::VectorXi>& test,
+                 const Preprocessing& preprocessing);
   /// scale x K~_r A (A: l x k), K~_r as PrepareFoldKernel prepares it (equal up to rounding).
   Eigen::MatrixXd Products(std::size_t r, const Eigen::Ref<const Eigen::MatrixXd>& A, double scale = 1.0) const;
   /// FoldScales of this fold.
@@ -264,7 +282,8 @@ class FoldKernelView {
   template <typename F>
   decltype(auto) WithKernels(const F& f) const;
   const learners::KernelList* kernels_ = nullptr;          ///< the study's kernels, or
-  const kernels::CompactKernelList* compact_ = nullptr;  ///< the compact store
+  const kernels::CompactKernelList* compact_ = nullptr;  ///< the compact store, or
+  std::shared_ptr<const OwnedFold> owned_;               ///< the fold opened on the kernels' owners
   Eigen::VectorXi train_, test_;
   Preprocessing preprocessing_;
   std::vector<kernels::FoldVectors> vectors_;  ///< empty with covariates

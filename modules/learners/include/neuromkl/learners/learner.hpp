@@ -133,7 +133,61 @@ class Float32Columns final : public KernelColumns {
   const std::vector<Eigen::MatrixXf>& kernels_;
 };
 
+/// Training kernels held by several owners (the MPI ranks of a study whose kernels do not fit one rank: issue 17,
+/// docs/batch.md, "Kernels that do not fit one rank"), given as FitOptions::columns to a learner of kernel weights.
+/// Its stack operations run where the kernels are and only their results travel: a combined kernel per solve, a few
+/// quadratics, product columns. Every owner computes with OwnedStack, the arithmetic of the stack of a fit on all the
+/// kernels in one process, so quadratics, products and bounds are those values bit for bit; the combination is the
+/// sum of the owners' partial sums, added in owner order (equal to the one-process sum with one owner, within its
+/// rounding with several). UpperColumn is not available (std::logic_error): a learner never reads these entry by entry.
+class DistributedColumns : public KernelColumns {
+ public:
+  void UpperColumn(Eigen::Index k, Eigen::Index j, double* out) const final;
+  /// sum_j w_j K_j (n x n, symmetric): only the kernels with w_j != 0 are read.
+  virtual void Combine(const Eigen::VectorXd& weights, Eigen::MatrixXd& out) const = 0;
+  /// a'K_j a summed over the columns of A (clipped at 0) for each j in `which`: `perKernel` as a one-process fit
+  /// evaluates a kernel at a time (KernelStack::Quadratic, the screened norms), else as it evaluates all of them for
+  /// one vector (KernelStack::Quadratics, one product on a packed stack).
+  virtual Eigen::VectorXd Quadratics(const std::vector<Eigen::Index>& which, const Eigen::MatrixXd& A, bool perKernel) const = 0;
+  /// The columns K_j v for j in `which`.
+  virtual Eigen::MatrixXd Products(const std::vector<Eigen::Index>& which, const Eigen::VectorXd& v) const = 0;
+  /// KernelStack::RootSpectralBound of each kernel in `which`.
+  virtual Eigen::VectorXd RootSpectralBounds(const std::vector<Eigen::Index>& which) const = 0;
+  /// The first kernel with a NaN or infinite entry in its upper triangle, or -1 (ValidateFitInput's check).
+  virtual Eigen::Index FirstNonFinite() const = 0;
+  /// The kernels that are not identically zero (ActiveKernels).
+  virtual std::vector<Eigen::Index> NonZero() const = 0;
+};
+
+/// ValidateFitInput's check of kernels given as columns: per kernel, whether its upper triangle is finite.
+std::vector<char> FiniteKernels(const KernelColumns& columns);
+/// ActiveKernels of kernels given as columns, or as matrices: those that are not identically zero.
+std::vector<Eigen::Index> NonZeroKernels(const KernelColumns& columns);
+std::vector<Eigen::Index> NonZeroKernels(const KernelList& kernels);
+
 class KernelStack;
+/// One owner's share of DistributedColumns: the stack of its kernels (given as columns, e.g. a fold of its share
+/// of the study's kernels), answering the owner's part of each operation with the arithmetic of the stack of a
+/// one-process fit (packed below kPackedStackBelow subjects, read in place from it). `columns` must outlive it.
+class OwnedStack {
+ public:
+  explicit OwnedStack(const KernelColumns& columns);
+  /// The same over matrices (`kernels` must outlive it), read in place from kPackedStackBelow subjects.
+  explicit OwnedStack(const KernelList& kernels);
+  ~OwnedStack();
+  OwnedStack(const OwnedStack&) = delete;
+  OwnedStack& operator=(const OwnedStack&) = delete;
+  /// sum_j w_j K_j over these kernels (n x n, symmetric); the caller adds the owners' sums.
+  void Combine(const Eigen::VectorXd& weights, Eigen::MatrixXd& out) const;
+  /// DistributedColumns::Quadratics for these kernels.
+  Eigen::VectorXd Quadratics(const std::vector<Eigen::Index>& which, const Eigen::MatrixXd& A, bool perKernel) const;
+  Eigen::MatrixXd Products(const std::vector<Eigen::Index>& which, const Eigen::VectorXd& v) const;
+  double RootSpectralBound(Eigen::Index k) const;
+
+ private:
+  std::unique_ptr<KernelStack> stack_;
+};
+
 struct FitOptions;
 /// Training subjects from which the learners of kernel weights read their kernels in place (a view
 /// KernelStack); below it they pack the kernels' upper triangles into one store (n(n + 1) / 2 per kernel).

@@ -1,0 +1,271 @@
+// Kernels held by several owners (issue 17): every computation that reads a kernel runs on its owner and owner 0
+// gets results only. With one owner every result is the one-process run's bit for bit (the same arithmetic, no sum
+// across owners); with several, per-kernel results (fold scales, products, subject weights) stay bit for bit and the
+// fits, whose combined kernels are sums of the owners' partial sums, agree to their rounding.
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "../learners/learner_fixtures.hpp"
+#include "neuromkl/core/errors.hpp"
+#include "neuromkl/cv/kernel_owners.hpp"
+#include "neuromkl/cv/nested_cv.hpp"
+#include "neuromkl/kernels/compact_kernels.hpp"
+#include "neuromkl/weights/weights.hpp"
+
+using namespace neuromkl;
+
+namespace {
+
+/// Raw (uncentred, unnormalised) linear kernels of features with a common mean, as image kernels are; the first
+/// `signal` carry the targets' sign in three features. n labelled subjects, then `unlabelled` more rows.
+learners::KernelList RawKernels(const Eigen::VectorXd& y, int unlabelled, int m, int signal, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<double> normal;
+  const auto n = y.size() + unlabelled;
+  learners::KernelList kernels;
+  for (int j = 0; j < m; ++j) {
+    Eigen::MatrixXd X(n, 5 + 3 * (j % 4));
+    for (Eigen::Index k = 0; k < X.size(); ++k) X.data()[k] = 3.0 + normal(rng);
+    if (j < signal) X.topLeftCorner(y.size(), 3).colwise() += 0.7 * y.array().sign().matrix();
+    kernels.push_back(X * X.transpose());
+  }
+  return kernels;
+}
+
+learners::Targets Labels(int n, learners::Task task, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<double> normal;
+  learners::Targets t{task, Eigen::VectorXd(n)};
+  if (task == learners::Task::Multiclass) t.classes = 3;
+  for (int i = 0; i < n; ++i)
+    t.y[i] = task == learners::Task::Classification ? (i % 2 ? 1.0 : -1.0) : task == learners::Task::Multiclass ? static_cast<double>(i % 3) : normal(rng);
+  return t;
+}
+
+cv::InnerSplitter Inner(learners::Task task) {
+  return [task](std::size_t f, const std::vector<int>&, const Eigen::VectorXd& y) {
+    return cv::MakeFolds({task == learners::Task::Regression ? cv::Scheme::KFold : cv::Scheme::StratifiedKFold, 3, 1}, task, y, {}, {}, 400 + f, "inner");
+  };
+}
+
+std::vector<cv::Fold> Outer(const learners::Targets& t) {
+  return cv::MakeFolds({t.task == learners::Task::Regression ? cv::Scheme::KFold : cv::Scheme::StratifiedKFold, 3, 1}, t.task, t.y, {}, {}, 21, "outer");
+}
+
+/// A design with an intercept and two random columns (rows: every kernel row).
+std::shared_ptr<const kernels::Covariates> Confounds(Eigen::Index rows, unsigned seed) {
+  std::srand(seed);
+  Eigen::MatrixXd design(rows, 3);
+  design << Eigen::VectorXd::Ones(rows), Eigen::MatrixXd::Random(rows, 2);
+  return std::make_shared<const kernels::Covariates>(kernels::Covariates{design, {}});
+}
+
+struct Case {
+  learners::Task task;
+  std::vector<cv::LearnerPlan> plans;
+  int unlabelled = 0;
+};
+
+std::vector<Case> Cases() {
+  using learners::Task;
+  return {
+      {Task::Classification,
+       {{"en", "enmkl_svm", cv::ExpandGrid({}, {{"c", {0.1, 10}}, {"mu", {0.5, 1.0}}})},
+        {"simple", "simplemkl", cv::ExpandGrid({{"c", 1}}, {})},
+        {"mkelm", "mkelm", cv::ExpandGrid({{"c", 1}}, {})},
+        {"mklbp", "mkl_bp", cv::ExpandGrid({}, {})},
+        {"svm", "svm", cv::ExpandGrid({}, {{"c", {0.1, 1}}})},
+        {"dkelm", "dkelm", cv::ExpandGrid({}, {})}},
+       6},
+      {Task::Regression, {{"enkrr", "enmkl_krr", cv::ExpandGrid({{"mu", 0.5}}, {{"lambda", {0.1, 10}}})}, {"mkelm", "mkelm", cv::ExpandGrid({{"c", 1}}, {})}, {"krr", "krr", cv::ExpandGrid({}, {})}}},
+      {Task::Multiclass, {{"en", "enmkl_svm", cv::ExpandGrid({{"c", 1}, {"mu", 0.5}}, {})}, {"kelm", "kelm", cv::ExpandGrid({{"c", 1}}, {})}}},
+  };
+}
+
+/// Runs `c` on the kernels in one process and on `owners` owners (the same kernels: float64 or the store).
+template <typename Kernels>
+void Compare(const Kernels& kernels, const Case& c, int owners, const cv::Preprocessing& pre, bool exact, const std::string& what) {
+  const int n = static_cast<int>(kernels[0].rows()) - c.unlabelled;
+  const learners::Targets targets = Labels(n, c.task, 3);
+  const auto outer = Outer(targets);
+  cv::NestedCvOptions options;
+  options.preprocessing = pre;
+  options.unlabelled = c.unlabelled;
+  options.probabilities = c.task == learners::Task::Classification;
+  options.biasCorrection = c.task == learners::Task::Regression;
+  options.float32FoldCopies = false;  // the owners prepare in double, as the one-process run then does
+  const auto single = cv::RunNestedCv(kernels, targets, outer, Inner(c.task), c.plans, options);
+  cv::LocalKernelOwners held(kernels, owners);
+  held.SetPreprocessing(pre);
+  const auto owned = cv::RunNestedCv(held, targets, outer, Inner(c.task), c.plans, options);
+  EXPECT_EQ(held.OpenFolds(), 0) << what;  // every fold closed on the owners
+  ASSERT_EQ(single.size(), owned.size());
+  for (std::size_t l = 0; l < single.size(); ++l)
+    for (std::size_t f = 0; f < outer.size(); ++f) {
+      const auto& x = single[l].folds[f];
+      const auto& y = owned[l].folds[f];
+      const std::string where = what + ", " + c.plans[l].label + ", fold " + std::to_string(f);
+      ASSERT_TRUE(x.error.empty()) << where << ": " << x.error;
+      ASSERT_TRUE(y.error.empty()) << where << ": " << y.error;
+      EXPECT_EQ(x.chosen, y.chosen) << where;
+      if (exact) {
+        EXPECT_EQ(x.innerScores, y.innerScores) << where;
+        EXPECT_EQ(x.model.beta, y.model.beta) << where;
+        EXPECT_EQ(x.decision, y.decision) << where;
+        EXPECT_EQ(x.scores, y.scores) << where;
+        EXPECT_EQ(x.probability, y.probability) << where;
+        EXPECT_EQ(single[l].innerIterations, owned[l].innerIterations) << where;
+        continue;
+      }
+      // Several owners: the combined and summed kernels are sums of partial sums (rounding ~1e-16 relative), which
+      // can turn a near-tie in SMO's working-set choice, so a solve stops elsewhere within its tolerance of the
+      // same optimum. ENMKL's weights move less than its stopping rule's 1e-6, decisions less than 1e-5 of the
+      // fold's largest; plain SVM stops at a KKT violation of 1e-3 (LIBSVM's default), so its decisions may move
+      // by about that (1.4e-4 of the largest seen): 2e-3.
+      ASSERT_EQ(x.model.beta.size(), y.model.beta.size()) << where;
+      EXPECT_LE((x.model.beta - y.model.beta).cwiseAbs().maxCoeff(), 1e-5) << where;
+      const double scale = std::max(1.0, x.decision.cwiseAbs().maxCoeff()) * (c.plans[l].name == "svm" ? 200.0 : 1.0);
+      if (c.task == learners::Task::Multiclass) {
+        EXPECT_LE((x.scores - y.scores).cwiseAbs().maxCoeff(), 1e-5 * std::max(1.0, x.scores.cwiseAbs().maxCoeff())) << where;
+        EXPECT_EQ(x.decision, y.decision) << where;  // predicted classes
+      } else {
+        EXPECT_LE((x.decision - y.decision).cwiseAbs().maxCoeff(), 1e-5 * scale) << where;
+      }
+    }
+}
+
+TEST(OwnedKernels, OneOwnerIsTheOneProcessRunBitForBit) {
+  for (const auto& c : Cases()) {
+    const learners::Targets t = Labels(36, c.task, 3);
+    const learners::KernelList kernels = RawKernels(t.y, c.unlabelled, 7, 2, 5);
+    cv::Preprocessing pre;
+    pre.kernelGroups = {0, 0, 0, 1, 1, 1, 1};
+    Compare(kernels, c, 1, pre, true, "float64");
+    pre.covariates = Confounds(kernels[0].rows(), 9);
+    Compare(kernels, c, 1, pre, true, "float64 with covariates");
+    pre.covariates.reset();
+    Compare(kernels::CompactKernels(kernels, true), c, 1, pre, true, "compact store");
+  }
+}
+
+TEST(OwnedKernels, SeveralOwnersAgreeWithTheOneProcessRun) {
+  // 3 owners of 7 kernels (2 or 3 each) and 9 (two own none); with and without covariates and source scales.
+  for (const auto& c : Cases()) {
+    const learners::Targets t = Labels(36, c.task, 3);
+    const learners::KernelList kernels = RawKernels(t.y, c.unlabelled, 7, 2, 5);
+    for (const int owners : {3, 9}) {
+      cv::Preprocessing pre;
+      Compare(kernels, c, owners, pre, false, std::to_string(owners) + " owners");
+      pre.kernelGroups = {0, 1, 0, 1, 0, 1, 1};
+      pre.covariates = Confounds(kernels[0].rows(), 9);
+      Compare(kernels, c, owners, pre, false, std::to_string(owners) + " owners, covariates and groups");
+    }
+  }
+}
+
+TEST(OwnedKernels, PerKernelResultsAreBitForBitForAnyNumberOfOwners) {
+  const learners::Targets t = Labels(40, learners::Task::Classification, 3);
+  const learners::KernelList kernels = RawKernels(t.y, 0, 5, 2, 7);
+  std::vector<int> train, test;
+  for (int i = 0; i < 40; ++i) (i % 4 == 1 ? test : train).push_back(i);
+  const Eigen::VectorXi tr = Eigen::Map<const Eigen::VectorXi>(train.data(), static_cast<Eigen::Index>(train.size()));
+  const Eigen::VectorXi te = Eigen::Map<const Eigen::VectorXi>(test.data(), static_cast<Eigen::Index>(test.size()));
+  const Eigen::MatrixXd A = Eigen::MatrixXd::Random(tr.size(), 2);
+  const Eigen::VectorXd coef = A.col(0), beta = (Eigen::VectorXd(5) << 0.5, 0, 0.25, 0.25, 0).finished();
+  for (const bool covariates : {false, true}) {
+    cv::Preprocessing pre;
+    pre.kernelGroups = {0, 0, 1, 1, 1};
+    if (covariates) pre.covariates = Confounds(40, 4);
+    const cv::FoldKernelView view(kernels, tr, te, pre);
+    const Eigen::VectorXd scales = cv::FoldScales(kernels, tr, te, pre);
+    const Eigen::MatrixXd D = weights::SubjectWeights(kernels, {train, test, coef, beta}, pre.centre, pre.normalise, pre.covariates.get());
+    for (const int owners : {1, 2, 3, 6}) {
+      cv::LocalKernelOwners held(kernels, owners);
+      held.SetPreprocessing(pre);
+      const std::string what = std::to_string(owners) + " owners" + (covariates ? ", covariates" : "");
+      EXPECT_EQ(cv::FoldScales(held, tr, te, pre), scales) << what;
+      {
+        const cv::FoldKernelView owned(held, tr, te, pre);
+        EXPECT_EQ(owned.Scales(), scales) << what;
+        for (std::size_t r = 0; r < kernels.size(); ++r)
+          EXPECT_EQ(owned.Products(r, A, scales[static_cast<Eigen::Index>(r)]), view.Products(r, A, scales[static_cast<Eigen::Index>(r)])) << what;
+      }
+      EXPECT_EQ(held.SubjectWeights({train, test, coef, beta}), D) << what;
+      const Eigen::VectorXd largest = held.LargestTrainingSelfSimilarity(train);
+      for (std::size_t r = 0; r < kernels.size(); ++r)
+        EXPECT_EQ(largest[static_cast<Eigen::Index>(r)], cv::CentredTrainingDiagonal(kernels[r], tr, pre).maxCoeff()) << what;
+      // Test blocks and the stack's per-kernel operations, against the one-process fold columns.
+      if (!covariates) {
+        const auto fold = held.OpenFold(train, test);
+        const cv::FoldColumns columns(kernels, tr, te, pre);
+        learners::KernelList blocks;
+        columns.WriteTestBlocks(blocks);
+        EXPECT_EQ(fold->TestBlocks({4, 0, 2}), (learners::KernelList{blocks[4], blocks[0], blocks[2]})) << what;
+        const learners::OwnedStack stack(columns);
+        EXPECT_EQ(fold->Products({3, 1}, coef), stack.Products({3, 1}, coef)) << what;
+        EXPECT_EQ(fold->Quadratics({2, 4, 0}, A, true), stack.Quadratics({2, 4, 0}, A, true)) << what;
+        EXPECT_EQ(fold->RootSpectralBounds({1})[0], stack.RootSpectralBound(1)) << what;
+        EXPECT_EQ(fold->NonZero(), (std::vector<Eigen::Index>{0, 1, 2, 3, 4})) << what;
+        EXPECT_EQ(fold->FirstNonFinite(), -1) << what;
+      }
+      EXPECT_EQ(held.OpenFolds(), 0) << what;
+    }
+  }
+}
+
+TEST(OwnedKernels, AnOwnersFailureIsTheOneProcessError) {
+  // A covariate design whose fit rows miss a fold's training set: covariates:NoFitRows from every owner, reported once
+  // as the one-process run reports it; the fold opened on the other owners is closed.
+  const learners::Targets t = Labels(30, learners::Task::Classification, 3);
+  const learners::KernelList kernels = RawKernels(t.y, 0, 4, 2, 7);
+  cv::Preprocessing pre;
+  Eigen::MatrixXd design = Eigen::MatrixXd::Ones(30, 1);
+  std::vector<char> fitRows(30, 0);
+  fitRows[0] = 1;  // only subject 0 may fit the coefficients
+  pre.covariates = std::make_shared<const kernels::Covariates>(kernels::Covariates{design, fitRows});
+  std::vector<int> train, test;
+  for (int i = 1; i < 30; ++i) (i % 3 == 0 ? test : train).push_back(i);
+  const Eigen::VectorXi tr = Eigen::Map<const Eigen::VectorXi>(train.data(), static_cast<Eigen::Index>(train.size()));
+  const Eigen::VectorXi te = Eigen::Map<const Eigen::VectorXi>(test.data(), static_cast<Eigen::Index>(test.size()));
+  std::string expected;
+  try {
+    cv::PrepareFold(kernels, train, test, pre);
+    FAIL() << "expected covariates:NoFitRows";
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.code(), "covariates:NoFitRows");
+    expected = e.what();
+  }
+  cv::LocalKernelOwners held(kernels, 3);
+  held.SetPreprocessing(pre);
+  try {
+    held.OpenFold(train, test);
+    FAIL() << "expected covariates:NoFitRows";
+  } catch (const InputError& e) {  // the same class, code and message
+    EXPECT_EQ(e.code(), "covariates:NoFitRows");
+    EXPECT_EQ(std::string(e.what()), expected);
+  }
+  EXPECT_EQ(held.OpenFolds(), 0);
+  // A kernel with a NaN: the learner refuses the fold as in one process (training kernel 2 named).
+  learners::KernelList bad = kernels;
+  bad[2](4, 7) = bad[2](7, 4) = std::nan("");
+  cv::LocalKernelOwners badHeld(bad, 2);
+  badHeld.SetPreprocessing({});
+  const std::vector<cv::LearnerPlan> plans = {{"en", "enmkl_svm", cv::ExpandGrid({{"c", 1}, {"mu", 0.5}}, {})}};
+  const auto outer = Outer(t);
+  const auto single = cv::RunNestedCv(bad, t, outer, Inner(t.task), plans, cv::NestedCvOptions{});
+  const auto owned = cv::RunNestedCv(badHeld, t, outer, Inner(t.task), plans, cv::NestedCvOptions{});
+  int refused = 0;  // folds with the NaN among their training subjects (the others predict NaN for a test subject)
+  for (std::size_t f = 0; f < outer.size(); ++f) {
+    refused += single[0].folds[f].error.find("training kernel 2 has NaN or infinite entries") != std::string::npos;
+    EXPECT_FALSE(single[0].folds[f].error.empty());
+    EXPECT_EQ(owned[0].folds[f].error, single[0].folds[f].error);
+  }
+  EXPECT_GT(refused, 0);
+  EXPECT_EQ(badHeld.OpenFolds(), 0);
+}
+
+}  // namespace
