@@ -53,6 +53,7 @@ void ParseShard(const std::string& text, int& shard, int& shards) {
 
 #ifndef NEUROMKL_HAVE_MPI
 bool MpiActive() { return false; }
+bool MpiThreadsSerialized() { return false; }
 int MpiRank() { return 0; }
 #endif
 

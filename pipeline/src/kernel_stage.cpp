@@ -13,6 +13,7 @@
 
 #include "neuromkl/export/kernel_store.hpp"
 #include "neuromkl/core/errors.hpp"
+#include "neuromkl/cv/kernel_owners.hpp"
 #include "neuromkl/core/hash.hpp"
 #include "neuromkl/core/npy.hpp"
 #include "neuromkl/core/strings.hpp"
@@ -497,6 +498,19 @@ KernelStageResult RunSourcesStage(const config::StudyConfig& study, const Cohort
 }
 }  // namespace
 
+void SaveStageKernels(const std::string& dir, const KernelStageResult& res, const std::string& description) {
+  if (!res.owners) {
+    exporting::SaveKernelStore(dir, res.set, res.key, description);
+    return;
+  }
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw IoError("store:Mkdir", dir, "cannot create the kernel folder: " + ec.message());
+  std::vector<std::string> files;
+  for (std::size_t r = 0; r < res.set.Size(); ++r) files.push_back(exporting::KernelStoreFile(r, res.set.info[r].name));
+  exporting::SaveKernelStoreIndex(dir, res.set, res.key, description, res.owners->SaveKernels(dir, files));
+}
+
 kernels::RegionKernelOptions RegionKernelOptionsOf(const config::StudyConfig& study, const atlas::RegionIndex& index, const std::string& scratchDir) {
   kernels::RegionKernelOptions options;
   options.nanPolicy = study.kernels.nanPolicy;
@@ -524,7 +538,14 @@ KernelStageResult RunKernelStage(const config::StudyConfig& study, const Cohort&
     res.regions = StudyRegions(study, cohort, res.warnings);
   }
   const bool float32 = study.kernels.precision == config::KernelPrecision::Float32;
-  if (study.kernels.cache) {
+  // Under mpirun, kernels over the per-rank budget stay on the ranks that form them (an images study's own stage).
+  const bool owned = study.kernels.source == KernelSource::Images && sourceIndex < 0 &&
+                     OwnKernels(cohort.images.size(), *res.regions, RegionKernelOptionsOf(study, *res.regions, scratchDir));
+  if (study.kernels.cache && owned) {
+    res.cachePath = study.output.cacheDir + "/" + res.key;
+    spdlog::info("kernels: the kernel cache is not read for kernels held by several ranks (a cache entry is read whole by one process); "
+                 "they are computed and stored");
+  } else if (study.kernels.cache) {
     res.cachePath = study.output.cacheDir + "/" + res.key;
     // A hit on this study's own entry; for a float32 study, else on the float64 kernels' entry (a run of the same
     // study in float64 made it), rounded here: the same store as computing them again would give.
@@ -560,7 +581,9 @@ KernelStageResult RunKernelStage(const config::StudyConfig& study, const Cohort&
     case KernelSource::Images: {
       const atlas::RegionIndex& index = *res.regions;
       const kernels::RegionKernelOptions options = RegionKernelOptionsOf(study, index, scratchDir);
-      if (DistributeKernels(cohort.images.size(), index, options))  // under mpirun, when the data exceed one rank's budget
+      if (owned)  // under mpirun, when the kernels exceed one rank's budget
+        res.set = DistributedRegionKernels(sourceIndex, cohort.ids, cohort.images, index, options, &res.report, &res.owners);
+      else if (DistributeKernels(cohort.images.size(), index, options))  // under mpirun, when the data exceed one rank's budget
         res.set = DistributedRegionKernels(sourceIndex, cohort.ids, cohort.images, index, options, &res.report);
       else
         res.set = kernels::ComputeRegionKernels(cohort.ids, cohort.images, index, options, &res.report);
@@ -596,7 +619,7 @@ KernelStageResult RunKernelStage(const config::StudyConfig& study, const Cohort&
     // Land the cache entry atomically: a crash leaves a stray temporary folder, never a half entry.
     const std::string tmp = res.cachePath + ".tmp-" + std::to_string(getpid());
     try {
-      exporting::SaveKernelStore(tmp, res.set, res.key, "kernel cache entry");
+      SaveStageKernels(tmp, res, "kernel cache entry");
       std::error_code ec;
       fs::remove_all(res.cachePath, ec);
       fs::rename(tmp, res.cachePath, ec);

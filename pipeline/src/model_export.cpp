@@ -237,24 +237,13 @@ exporting::ExportedModel DescribeModel(const StudyContext& ctx, const exporting:
   for (int r : rows) m.trainingIds.push_back(ctx.cohort.ids[static_cast<std::size_t>(ctx.kernelRows[static_cast<std::size_t>(r)])]);
   // The zero-norm floor of each kernel: 1e-12 of its largest centred training self-similarity.
   const kernels::Covariates* covariates = ctx.nestedOptions.preprocessing.covariates.get();
-  const Eigen::VectorXi tr = Indices(rows), none(0);
-  std::optional<kernels::FoldResidualiser> residualiser;
-  if (covariates) residualiser = kernels::MakeFoldResidualiser(*covariates, tr, none);
   m.floors = Eigen::VectorXd::Zero(K);
-  if (m.normalise)
-    tbb::parallel_for(Eigen::Index{0}, K, [&](Eigen::Index k) {
-      // Centred training self-similarities (without covariates: from the kernel in place); a centred
-      // compact store gives the same under fold centring.
-      const Eigen::VectorXd diag = ctx.WithKernels([&](const auto& kernels) -> Eigen::VectorXd {
-        const auto& kernel = kernels[static_cast<std::size_t>(k)];
-        if (!residualiser) return kernels::MakeFoldVectors(kernel, tr, none, m.centre, false).trainDiag;
-        kernels::FoldKernel fk = kernels::SliceFold(kernel, tr, none);
-        kernels::ResidualiseFold(fk, *residualiser);
-        if (m.centre) kernels::CentreFold(fk);
-        return fk.train.diagonal();
-      });
-      m.floors[k] = l > 0 ? kZeroNormRelative * std::max(0.0, diag.maxCoeff()) : 0.0;
-    });
+  if (m.normalise) {
+    // Centred training self-similarities (after the covariates, as the folds prepare them), each kernel's where it is
+    // held; a centred compact store gives the same under fold centring.
+    const Eigen::VectorXd largest = ctx.LargestTrainingSelfSimilarity(rows);
+    for (Eigen::Index k = 0; k < K; ++k) m.floors[k] = l > 0 ? kZeroNormRelative * std::max(0.0, largest[k]) : 0.0;
+  }
   if (covariates) {
     const auto& spec = study.covariates;
     m.covariateNumeric = spec.columns;

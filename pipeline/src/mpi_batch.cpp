@@ -40,6 +40,7 @@ MpiSession::~MpiSession() = default;
 namespace {
 bool gInitialised = false;
 int gRank = 0, gSize = 1;
+int gThreadLevel = 0;
 constexpr int kTagRequest = 1, kTagAssign = 2;
 
 bool LaunchedByMpirun() { return std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") || std::getenv("PMIX_RANK"); }
@@ -70,7 +71,10 @@ int RunUnit(const config::BatchConfig& batch, const Unit& u, const BatchOptions&
 MpiSession::MpiSession(int& argc, char**& argv) {
   if (!LaunchedByMpirun()) return;
   int provided = 0;
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+  // Serialized: a run whose kernels stay on their owners sends its kernel requests from the fold tasks' threads, one
+  // at a time (cv::KernelOwners holds a lock); a batch calls MPI from rank 0's main thread only.
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
+  gThreadLevel = provided;
   gInitialised = true;
   MPI_Comm_rank(MPI_COMM_WORLD, &gRank);
   MPI_Comm_size(MPI_COMM_WORLD, &gSize);
@@ -82,6 +86,7 @@ MpiSession::~MpiSession() {
 }
 
 bool MpiActive() { return gInitialised && gSize > 1; }
+bool MpiThreadsSerialized() { return gInitialised && gThreadLevel >= MPI_THREAD_SERIALIZED; }
 int MpiRank() { return gRank; }
 
 BatchOutcome RunBatchMpi(const config::BatchConfig& batch, const BatchOptions& options, const std::vector<std::size_t>& todo) {

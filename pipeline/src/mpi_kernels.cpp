@@ -29,6 +29,8 @@
 
 #include "neuromkl/core/errors.hpp"
 #include "neuromkl/core/hash.hpp"
+#include "neuromkl/cv/kernel_owners.hpp"
+#include "neuromkl/kernels/compact_kernels.hpp"
 #include "neuromkl/pipeline/batch_run.hpp"
 #include "neuromkl/pipeline/kernel_stage.hpp"
 #include "neuromkl/pipeline/study_context.hpp"
@@ -41,8 +43,9 @@ KernelRanks::KernelRanks() = default;
 KernelRanks::~KernelRanks() = default;
 int ServeRunKernels(const std::string&, int) { return 0; }
 bool DistributeKernels(std::size_t, const atlas::RegionIndex&, const kernels::RegionKernelOptions&) { return false; }
+bool OwnKernels(std::size_t, const atlas::RegionIndex&, const kernels::RegionKernelOptions&) { return false; }
 kernels::KernelSet DistributedRegionKernels(int, const std::vector<std::string>&, const std::vector<std::string>&, const atlas::RegionIndex&,
-                                            const kernels::RegionKernelOptions&, kernels::RegionKernelReport*) {
+                                            const kernels::RegionKernelOptions&, kernels::RegionKernelReport*, std::shared_ptr<cv::KernelOwners>*) {
   throw std::logic_error("DistributedRegionKernels: built without MPI");
 }
 #else
@@ -52,8 +55,11 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
-constexpr int kTagFailure = 31, kTagBlock = 32, kTagRing = 33;
-constexpr int kStop = 0, kKernels = 1;
+constexpr int kTagFailure = 31, kTagBlock = 32, kTagRing = 33, kTagReply = 34, kTagOwned = 35;
+/// Rank 0's instructions: stop; a kernel stage gathered on rank 0; a kernel stage whose kernels stay on their owners
+/// (every P-th kernel on each rank), after which the ranks answer kernel requests until rank 0 releases them.
+constexpr int kStop = 0, kKernels = 1, kOwnKernels = 2;
+constexpr std::int64_t kRelease = -1;  ///< the request that ends the kernel requests of a study
 bool gServing = false;  // rank 0: a KernelRanks is alive (a run, not a batch unit)
 bool gStopped = false;
 
@@ -63,54 +69,151 @@ int Size() {
   return size;
 }
 
-/// Waits for a request without spinning a core: ranks that wait for rank 0 (which may run a whole
-/// study meanwhile) sleep between tests.
-void WaitIdle(MPI_Request& request) {
+/// Waits for a request. It spins for about a millisecond first (while a study's fits run, a kernel request is
+/// answered within microseconds), then sleeps with a pause that grows to 5 ms, so that a rank waiting long (for
+/// rank 0 running a study) uses no core.
+void Await(MPI_Request& request) {
+  const auto start = Clock::now();
+  auto pause = std::chrono::microseconds(20);
   for (int done = 0;;) {
     MPI_Test(&request, &done, MPI_STATUS_IGNORE);
     if (done) return;
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    if (Clock::now() - start < std::chrono::milliseconds(1)) {
+      std::this_thread::yield();
+      continue;
+    }
+    std::this_thread::sleep_for(pause);
+    pause = std::min(2 * pause, std::chrono::microseconds(5000));
   }
 }
 
-/// Rank 0's instruction to the others: {kStop} or {kKernels, source index}.
+/// Rank 0's instruction to the others: {kStop}, or {kKernels or kOwnKernels, source index}.
 void Instruct(int kind, int sourceIndex) {
   int message[2] = {kind, sourceIndex};
   MPI_Request request;
   MPI_Ibcast(message, 2, MPI_INT, 0, MPI_COMM_WORLD, &request);
-  WaitIdle(request);
+  Await(request);
 }
 
-/// "kind \0 code \0 where \0 message" of a failure; kind -1: not a neuromkl::Error.
-std::string Serialise(std::exception_ptr failure) {
-  std::string out;
-  try {
-    std::rethrow_exception(failure);
-  } catch (const Error& e) {
-    const std::string what = e.what();
-    const std::string message = e.where().empty() ? what : what.substr(std::min(what.size(), e.where().size() + 2));
-    out = std::to_string(static_cast<int>(e.kind()));
-    out += '\0' + e.code() + '\0' + e.where() + '\0' + message;
-  } catch (const std::exception& e) {
-    out = "-1";
-    out += std::string(1, '\0') + "" + '\0' + "" + '\0' + e.what();
-  } catch (...) {
-    out = "-1";
-    out += std::string(1, '\0') + "" + '\0' + "" + '\0' + "unknown failure";
+// Messages of any size, in pieces MPI's int counts can hold.
+constexpr std::int64_t kPiece = std::int64_t{1} << 30;  // bytes
+
+void BcastBytes(void* data, std::int64_t bytes) {
+  auto* p = static_cast<char*>(data);
+  for (std::int64_t at = 0; at < bytes; at += kPiece) {
+    MPI_Request request;
+    MPI_Ibcast(p + at, static_cast<int>(std::min(kPiece, bytes - at)), MPI_BYTE, 0, MPI_COMM_WORLD, &request);
+    Await(request);
   }
-  return out;
 }
 
-[[noreturn]] void ThrowSerialised(const std::string& text, int rank) {
-  std::vector<std::string> parts(4);
-  std::size_t k = 0;
-  for (char c : text) {
-    if (c == '\0' && k < 3) ++k;
-    else parts[k] += c;
+void SendBytes(const void* data, std::int64_t bytes, int to, int tag) {
+  const auto* p = static_cast<const char*>(data);
+  for (std::int64_t at = 0; at < bytes; at += kPiece) {
+    MPI_Request request;
+    MPI_Isend(p + at, static_cast<int>(std::min(kPiece, bytes - at)), MPI_BYTE, to, tag, MPI_COMM_WORLD, &request);
+    Await(request);
   }
-  const int kind = std::stoi(parts[0]);
-  if (kind < 0) throw std::runtime_error(fmt::format("rank {}: {}", rank, parts[3]));
-  throw Error(static_cast<ErrorKind>(kind), parts[1], parts[2], parts[3]);
+}
+
+void RecvBytes(void* data, std::int64_t bytes, int from, int tag) {
+  auto* p = static_cast<char*>(data);
+  for (std::int64_t at = 0; at < bytes; at += kPiece) {
+    MPI_Request request;
+    MPI_Irecv(p + at, static_cast<int>(std::min(kPiece, bytes - at)), MPI_BYTE, from, tag, MPI_COMM_WORLD, &request);
+    Await(request);
+  }
+}
+
+template <typename T>
+std::int64_t Bytes(const std::vector<T>& v) {
+  return static_cast<std::int64_t>(v.size() * sizeof(T));
+}
+
+// ---- kernel requests (kernels held by their owners: cv/kernel_owners.hpp) ----
+
+/// Rank 0: a request to every rank. {op, fold, ints, reals, text bytes}, then the three payloads.
+void SendRequest(const cv::OwnerRequest& request) {
+  std::int64_t header[5] = {request.op, request.fold, static_cast<std::int64_t>(request.ints.size()), static_cast<std::int64_t>(request.reals.size()),
+                            static_cast<std::int64_t>(request.text.size())};
+  BcastBytes(header, sizeof header);
+  BcastBytes(const_cast<std::int64_t*>(request.ints.data()), Bytes(request.ints));
+  BcastBytes(const_cast<double*>(request.reals.data()), Bytes(request.reals));
+  BcastBytes(const_cast<char*>(request.text.data()), static_cast<std::int64_t>(request.text.size()));
+}
+
+/// The other ranks: the next request, false when rank 0 released the kernels.
+bool ReceiveRequest(cv::OwnerRequest& request) {
+  std::int64_t header[5] = {};
+  BcastBytes(header, sizeof header);
+  if (header[0] == kRelease) return false;
+  request.op = static_cast<int>(header[0]);
+  request.fold = header[1];
+  request.ints.resize(static_cast<std::size_t>(header[2]));
+  request.reals.resize(static_cast<std::size_t>(header[3]));
+  request.text.resize(static_cast<std::size_t>(header[4]));
+  BcastBytes(request.ints.data(), Bytes(request.ints));
+  BcastBytes(request.reals.data(), Bytes(request.reals));
+  BcastBytes(request.text.data(), static_cast<std::int64_t>(request.text.size()));
+  return true;
+}
+
+void SendReply(const cv::OwnerReply& reply) {
+  std::int64_t header[3] = {static_cast<std::int64_t>(reply.values.size()), static_cast<std::int64_t>(reply.text.size()),
+                            static_cast<std::int64_t>(reply.error.size())};
+  SendBytes(header, sizeof header, 0, kTagReply);
+  SendBytes(reply.values.data(), Bytes(reply.values), 0, kTagReply);
+  SendBytes(reply.text.data(), static_cast<std::int64_t>(reply.text.size()), 0, kTagReply);
+  SendBytes(reply.error.data(), static_cast<std::int64_t>(reply.error.size()), 0, kTagReply);
+}
+
+cv::OwnerReply ReceiveReply(int from) {
+  std::int64_t header[3] = {};
+  RecvBytes(header, sizeof header, from, kTagReply);
+  cv::OwnerReply reply;
+  reply.values.resize(static_cast<std::size_t>(header[0]));
+  reply.text.resize(static_cast<std::size_t>(header[1]));
+  reply.error.resize(static_cast<std::size_t>(header[2]));
+  RecvBytes(reply.values.data(), Bytes(reply.values), from, kTagReply);
+  RecvBytes(reply.text.data(), static_cast<std::int64_t>(reply.text.size()), from, kTagReply);
+  RecvBytes(reply.error.data(), static_cast<std::int64_t>(reply.error.size()), from, kTagReply);
+  return reply;
+}
+
+/// Rank 0's side of kernels held by every rank: a request goes to all, rank 0 answers its own share while the others
+/// answer theirs, then their replies are received in rank order. Released (the other ranks go back to waiting for
+/// instructions) when the last user of the kernels lets go.
+class MpiKernelOwners final : public cv::KernelOwners {
+ public:
+  MpiKernelOwners(std::unique_ptr<cv::KernelShard> local, std::size_t count, Eigen::Index subjects, bool compact, bool centred)
+      : KernelOwners(Size(), count, subjects, compact, centred), local_(std::move(local)) {}
+  ~MpiKernelOwners() override {
+    // No request is in flight: every fold handle (which refers to this object) is gone.
+    std::int64_t header[5] = {kRelease, 0, 0, 0, 0};
+    BcastBytes(header, sizeof header);
+    spdlog::debug("kernels: released the kernels held by {} ranks after {} requests", Owners(), requests());
+  }
+
+ protected:
+  void Exchange(const cv::OwnerRequest& request, const std::function<void(int, cv::OwnerReply&)>& consume) const override {
+    SendRequest(request);
+    cv::OwnerReply mine = local_->Execute(request);
+    consume(0, mine);
+    for (int p = 1; p < Owners(); ++p) {
+      cv::OwnerReply theirs = ReceiveReply(p);
+      consume(p, theirs);
+    }
+  }
+
+ private:
+  std::unique_ptr<cv::KernelShard> local_;
+};
+
+/// The other ranks: answer kernel requests with this rank's share until rank 0 releases the kernels.
+void ServeKernelRequests(cv::KernelShard& shard) {
+  long served = 0;
+  for (cv::OwnerRequest request; ReceiveRequest(request); ++served) SendReply(shard.Execute(request));
+  spdlog::debug("kernels: {} kernel requests answered", served);
 }
 
 /// Every rank says whether its share of a step failed. Rank 0 throws the failure of the lowest
@@ -129,7 +232,7 @@ bool AnyFailure(std::exception_ptr mine) {
   const int culprit = static_cast<int>(first - all.begin());
   if (rank == 0 && culprit == 0) std::rethrow_exception(mine);
   if (rank == culprit) {
-    const std::string text = Serialise(mine);
+    const std::string text = SerialiseError(mine);
     MPI_Send(text.data(), static_cast<int>(text.size()), MPI_CHAR, 0, kTagFailure, MPI_COMM_WORLD);
   }
   if (rank == 0) {
@@ -140,7 +243,7 @@ bool AnyFailure(std::exception_ptr mine) {
     std::string text(static_cast<std::size_t>(count), '\0');
     MPI_Recv(text.data(), count, MPI_CHAR, culprit, kTagFailure, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
     spdlog::debug("kernels: rank {} failed", culprit);
-    ThrowSerialised(text, culprit);
+    ThrowSerialisedError(text, fmt::format("rank {}", culprit));
   }
   return true;
 }
@@ -200,11 +303,122 @@ std::vector<int> PartnersOf(int p, int P) {
   return q;
 }
 
+/// The kernels that stay on their owners (`own`): every kernel's diagonal is agreed (each rank has its rows' in its
+/// block (p, p)), rank 0 decides which regions stay with the one-process stage's rules and broadcasts them, and kept
+/// kernel k is assembled on rank k mod P from every rank's blocks (rounded into the compact store there for a float32
+/// study). Rank 0 gets the set's metadata (names, exclusions, diagonals) in `out`; every rank gets its share in `shard`.
+bool KeepKernelsOnOwners(const StageInputs& in, std::int64_t n, std::int64_t count, const std::vector<int>& partners,
+                         std::vector<std::vector<Eigen::MatrixXd>>& blocks, kernels::KernelSet& set, kernels::RegionKernelReport* report,
+                         std::unique_ptr<cv::KernelShard>& shard) {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  const int P = Size();
+  const std::size_t R = blocks.empty() ? 0 : blocks[0].size();
+  // 1. Every kernel's diagonal on every rank: rank p's rows, region by region.
+  std::vector<double> mine(R * static_cast<std::size_t>(count));
+  for (std::size_t r = 0; r < R; ++r)
+    for (std::int64_t i = 0; i < count; ++i) mine[r * static_cast<std::size_t>(count) + static_cast<std::size_t>(i)] = blocks[0][r](i, i);
+  std::vector<int> counts(static_cast<std::size_t>(P)), displs(static_cast<std::size_t>(P));
+  for (int p = 0; p < P; ++p) {
+    counts[static_cast<std::size_t>(p)] = static_cast<int>(static_cast<std::int64_t>(R) * (BlockStart(n, p + 1, P) - BlockStart(n, p, P)));
+    displs[static_cast<std::size_t>(p)] = static_cast<int>(static_cast<std::int64_t>(R) * BlockStart(n, p, P));
+  }
+  std::vector<double> gathered(R * static_cast<std::size_t>(n));
+  MPI_Allgatherv(mine.data(), static_cast<int>(mine.size()), MPI_DOUBLE, gathered.data(), counts.data(), displs.data(), MPI_DOUBLE, MPI_COMM_WORLD);
+  std::vector<std::string> names;  // every region's, as every rank's header lists them
+  for (const auto& info : set.info) names.push_back(info.name);
+  std::vector<Eigen::VectorXd> diagonals(R, Eigen::VectorXd(n));
+  for (int p = 0; p < P; ++p) {
+    const std::int64_t first = BlockStart(n, p, P), rows = BlockStart(n, p + 1, P) - first;
+    for (std::size_t r = 0; r < R; ++r)
+      for (std::int64_t i = 0; i < rows; ++i)
+        diagonals[r][first + i] = gathered[static_cast<std::size_t>(displs[static_cast<std::size_t>(p)]) + r * static_cast<std::size_t>(rows) + static_cast<std::size_t>(i)];
+  }
+  gathered = {};
+  // 2. Which regions stay: as ExcludeEmptyRegions decides (no voxel left, or a zero kernel: a Gram matrix is zero
+  // exactly when its diagonal is). Rank 0 runs that function on a stand-in set whose 1 x 1 "kernels" are zero exactly
+  // when the kernels are, so its exclusions, warnings and their order are the one-process stage's.
+  std::vector<std::int64_t> kept;
+  std::int64_t keptCount = 0;
+  std::exception_ptr disagreement;
+  if (rank == 0) {
+    kernels::KernelSet standIn;
+    standIn.subjects = set.subjects;
+    standIn.info = set.info;
+    standIn.excluded = set.excluded;
+    for (std::size_t r = 0; r < R; ++r) {
+      standIn.kernels.push_back(Eigen::MatrixXd::Constant(1, 1, diagonals[r].cwiseAbs().sum()));
+      if (set.info[r].features > 0 && diagonals[r].cwiseAbs().sum() > 0) kept.push_back(static_cast<std::int64_t>(r));
+    }
+    kernels::ExcludeEmptyRegions(standIn, *report);
+    if (standIn.info.size() != kept.size())
+      disagreement = std::make_exception_ptr(std::logic_error("kernels: the exclusions of the kernels kept on their owners disagree"));
+    set.info = std::move(standIn.info);
+    set.excluded = std::move(standIn.excluded);
+    keptCount = static_cast<std::int64_t>(kept.size());
+  }
+  MPI_Bcast(&keptCount, 1, MPI_INT64_T, 0, MPI_COMM_WORLD);
+  kept.resize(static_cast<std::size_t>(keptCount));
+  MPI_Bcast(kept.data(), static_cast<int>(keptCount), MPI_INT64_T, 0, MPI_COMM_WORLD);
+  if (AnyFailure(disagreement)) return false;
+  // 3. Kernel k to rank k mod P, assembled from every rank's blocks; each block is freed once sent.
+  learners::KernelList own;
+  kernels::CompactKernelList ownCompact;
+  ownCompact.centred = in.options.compact && in.options.compactCentre;
+  std::exception_ptr failure;
+  for (std::int64_t k = 0; k < keptCount; ++k) {
+    const auto r = static_cast<std::size_t>(kept[static_cast<std::size_t>(k)]);
+    const int owner = static_cast<int>(k % P);
+    if (rank == owner) {
+      Eigen::MatrixXd K(n, n);
+      const auto place = [&](int p, int q, const Eigen::MatrixXd& block) {
+        const auto ap = BlockStart(n, p, P), aq = BlockStart(n, q, P);
+        K.block(ap, aq, block.rows(), block.cols()) = block;
+        if (p != q) K.block(aq, ap, block.cols(), block.rows()) = block.transpose();
+      };
+      for (std::size_t b = 0; b < partners.size(); ++b) place(rank, partners[b], blocks[b][r]);
+      Eigen::MatrixXd incoming;
+      for (int p = 0; p < P; ++p) {
+        if (p == rank) continue;
+        for (int q : PartnersOf(p, P)) {
+          incoming.resize(BlockStart(n, p + 1, P) - BlockStart(n, p, P), BlockStart(n, q + 1, P) - BlockStart(n, q, P));
+          RecvBytes(incoming.data(), static_cast<std::int64_t>(incoming.size()) * 8, p, kTagOwned);
+          place(p, q, incoming);
+        }
+      }
+      if (!in.options.compact) {
+        own.push_back(std::move(K));
+      } else if (!failure) {  // rounded as the one-process stage rounds each kernel as it is formed
+        try {
+          ownCompact.kernels.push_back(kernels::CompactKernel(K, in.options.compactCentre, in.options.compactWhere + ": kernel \"" + names[r] + "\""));
+        } catch (...) {
+          failure = std::current_exception();
+        }
+      }
+    } else {
+      for (std::size_t b = 0; b < partners.size(); ++b) SendBytes(blocks[b][r].data(), static_cast<std::int64_t>(blocks[b][r].size()) * 8, owner, kTagOwned);
+    }
+    for (auto& b : blocks) b[r] = Eigen::MatrixXd();
+  }
+  if (AnyFailure(failure)) return false;
+  if (in.options.compact) shard = std::make_unique<cv::KernelShard>(rank, P, std::move(ownCompact));
+  else shard = std::make_unique<cv::KernelShard>(rank, P, std::move(own));
+  if (rank == 0) {
+    for (const auto r : kept) set.rawDiagonals.push_back(std::move(diagonals[static_cast<std::size_t>(r)]));
+    set.distributed = true;
+    set.ownedCompact = in.options.compact;
+    set.compact.centred = ownCompact.centred;
+  }
+  return true;
+}
+
 /// Every rank's part of one distributed kernel stage. Rank 0 passes its inputs and gets the kernel
 /// set; the other ranks pass nullptr (they rebuild the inputs from `study`) and get nothing.
+/// With `own` the kernels stay on their owners (KeepKernelsOnOwners): each rank gets its share in `shard`.
 /// Returns false on the other ranks when some rank failed (rank 0 throws instead).
 bool RunStage(const StageInputs* given, const config::StudyConfig* study, int sourceIndex, std::exception_ptr studyFailure, kernels::KernelSet* out,
-              kernels::RegionKernelReport* report, const StageInputs* prepared = nullptr, std::exception_ptr preparedFailure = nullptr) {
+              kernels::RegionKernelReport* report, const StageInputs* prepared = nullptr, std::exception_ptr preparedFailure = nullptr, bool own = false,
+              std::unique_ptr<cv::KernelShard>* shard = nullptr) {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   const int P = Size();
@@ -287,7 +501,8 @@ bool RunStage(const StageInputs* given, const config::StudyConfig* study, int so
   }
   rows.data = {};
 
-  // 5. Rank 0 gathers the blocks (region by region), the intensity scales and the counts.
+  // 5. Rank 0 gathers the intensity scales and the counts, and the blocks (region by region) unless the kernels
+  // stay on their owners.
   std::vector<double> scales(in.options.intensity == kernels::IntensityScaling::None ? 0 : static_cast<std::size_t>(n));
   if (!scales.empty()) {
     std::vector<int> counts(static_cast<std::size_t>(P)), displs(static_cast<std::size_t>(P));
@@ -296,6 +511,26 @@ bool RunStage(const StageInputs* given, const config::StudyConfig* study, int so
       counts[static_cast<std::size_t>(p)] = static_cast<int>(BlockStart(n, p + 1, P) - BlockStart(n, p, P));
     }
     MPI_Gatherv(rows.intensityScale.data(), static_cast<int>(count), MPI_DOUBLE, scales.data(), counts.data(), displs.data(), MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  }
+  if (own) {
+    kernels::RegionKernelReport unused;
+    kernels::RegionKernelReport& rep = report ? *report : unused;
+    rep = kernels::RegionKernelReport{};
+    const bool ok = KeepKernelsOnOwners(in, n, count, partners, blocks, set, &rep, *shard);  // rank 0 throws a failure instead
+    if (rank != 0) return ok;
+    set.intensityScale = std::move(scales);
+    set.nonZeroInsideAtlas = nonZero[0];
+    set.nonZeroOutsideAtlas = nonZero[1];
+    rep.readSeconds = readSeconds;
+    rep.productSeconds = Since(t1);
+    rep.subjectBlocks = static_cast<std::size_t>(P);
+    rep.dataBytes = static_cast<std::uint64_t>(n * V) * sizeof(float);
+    rep.peakDataBytes = static_cast<std::uint64_t>(2 * maxRows * V) * sizeof(float);
+    rep.droppedVoxels = static_cast<std::int64_t>(std::count_if(rows.nonFiniteCount.begin(), rows.nonFiniteCount.end(), [](std::int32_t c) { return c > 0; }));
+    rep.ranks = P;
+    rep.totalSeconds = Since(start);
+    *out = std::move(set);
+    return true;
   }
   if (rank != 0) {
     for (const auto& b : blocks)
@@ -380,14 +615,19 @@ int ServeRunKernels(const std::string& studyPath, int threads) {
     int message[2] = {kStop, 0};
     MPI_Request request;
     MPI_Ibcast(message, 2, MPI_INT, 0, MPI_COMM_WORLD, &request);
-    WaitIdle(request);
+    Await(request);
     if (message[0] == kStop) return kExitOk;
+    std::unique_ptr<cv::KernelShard> shard;
+    bool ok = false;
     try {
       const bool usePrepared = prepared && message[1] < 0;
-      RunStage(nullptr, study ? &*study : nullptr, message[1], studyFailure, nullptr, nullptr, usePrepared ? &*prepared : nullptr, preparedFailure);
+      ok = RunStage(nullptr, study ? &*study : nullptr, message[1], studyFailure, nullptr, nullptr, usePrepared ? &*prepared : nullptr, preparedFailure,
+                    message[0] == kOwnKernels, &shard);
     } catch (const std::exception& e) {  // not expected: the stage reports failures through rank 0
       spdlog::error("kernels: {}", e.what());
     }
+    // The study's kernels stay here: this rank answers rank 0's requests on its share until the study lets go of them.
+    if (ok && shard) ServeKernelRequests(*shard);
   }
 }
 
@@ -403,9 +643,27 @@ bool DistributeKernels(std::size_t subjects, const atlas::RegionIndex& regions, 
   return true;
 }
 
+bool OwnKernels(std::size_t subjects, const atlas::RegionIndex& regions, const kernels::RegionKernelOptions& options) {
+  if (!gServing || gStopped) return false;
+  const auto kernelsBytes =
+      static_cast<std::uint64_t>(regions.regions.size()) * subjects * subjects * (options.compact ? sizeof(float) : sizeof(double));
+  if (kernelsBytes <= Budget(options)) return false;
+  if (subjects < static_cast<std::size_t>(Size())) return false;  // DistributeKernels says so
+  if (!MpiThreadsSerialized()) {
+    spdlog::warn("kernels: the study's kernels ({:.1f} MiB) exceed the per-rank budget, but this MPI library does not allow calls from several "
+                 "threads (MPI_THREAD_SERIALIZED): they are gathered on rank 0",
+                 static_cast<double>(kernelsBytes) / 1048576.0);
+    return false;
+  }
+  spdlog::info("kernels: the study's {} kernels ({:.1f} MiB) exceed the per-rank budget of {:.1f} MiB (kernels.memory_budget_mb): each of the {} "
+               "ranks keeps its share (kernel k on rank k mod {}) and computes with it; rank 0 runs the study and receives results only",
+               regions.regions.size(), static_cast<double>(kernelsBytes) / 1048576.0, static_cast<double>(Budget(options)) / 1048576.0, Size(), Size());
+  return true;
+}
+
 kernels::KernelSet DistributedRegionKernels(int sourceIndex, const std::vector<std::string>& subjectIds, const std::vector<std::string>& imagePaths,
                                             const atlas::RegionIndex& regions, const kernels::RegionKernelOptions& options,
-                                            kernels::RegionKernelReport* report) {
+                                            kernels::RegionKernelReport* report, std::shared_ptr<cv::KernelOwners>* owners) {
   const int P = Size();
   const auto n = static_cast<std::uint64_t>(imagePaths.size());
   if (n == 0) throw InputError("input:EmptyCohort", "kernels", "no subject to read: the cohort is empty");
@@ -418,14 +676,18 @@ kernels::KernelSet DistributedRegionKernels(int sourceIndex, const std::vector<s
   if (perRank > budget)
     spdlog::warn("kernels: each rank holds two subject blocks ({:.1f} MiB), more than the budget of {:.1f} MiB; run with more ranks to stay within it",
                  static_cast<double>(perRank) / 1048576.0, static_cast<double>(budget) / 1048576.0);
-  Instruct(kKernels, sourceIndex);
+  Instruct(owners ? kOwnKernels : kKernels, sourceIndex);
   StageInputs in{subjectIds, imagePaths, regions, options};
   kernels::RegionKernelReport local;
   kernels::RegionKernelReport& rep = report ? *report : local;
   kernels::KernelSet set;
-  RunStage(&in, nullptr, sourceIndex, nullptr, &set, &rep);
+  std::unique_ptr<cv::KernelShard> shard;
+  RunStage(&in, nullptr, sourceIndex, nullptr, &set, &rep, nullptr, nullptr, owners != nullptr, &shard);
   rep.rankBudgetBytes = budget;
-  spdlog::info("kernels: distributed kernel stage on {} ranks: reading {:.2f} s, products and gathering {:.2f} s", P, rep.readSeconds, rep.productSeconds);
+  if (owners)
+    *owners = std::make_shared<MpiKernelOwners>(std::move(shard), set.Size(), static_cast<Eigen::Index>(n), set.ownedCompact, set.compact.centred);
+  spdlog::info("kernels: distributed kernel stage on {} ranks: reading {:.2f} s, products and {} {:.2f} s", P, rep.readSeconds,
+               owners ? "handing each kernel to its owner" : "gathering", rep.productSeconds);
   return set;
 }
 

@@ -92,7 +92,21 @@ Eigen::VectorXd StudyContext::FoldScales(const Eigen::Ref<const Eigen::VectorXi>
 
 Eigen::MatrixXd StudyContext::SubjectWeights(const weights::FoldModel& model) const {
   const cv::Preprocessing& pre = nestedOptions.preprocessing;
-  return WithKernels([&](const auto& k) { return weights::SubjectWeights(k, model, pre.centre, pre.normalise, pre.covariates.get()); });
+  if (ks.owners) return ks.owners->SubjectWeights(model);
+  return compact.empty() ? weights::SubjectWeights(kernels, model, pre.centre, pre.normalise, pre.covariates.get())
+                         : weights::SubjectWeights(compact, model, pre.centre, pre.normalise, pre.covariates.get());
+}
+
+Eigen::VectorXd StudyContext::LargestTrainingSelfSimilarity(const std::vector<int>& train) const {
+  if (ks.owners) return ks.owners->LargestTrainingSelfSimilarity(train);
+  const Eigen::VectorXi tr = Eigen::Map<const Eigen::VectorXi>(train.data(), static_cast<Eigen::Index>(train.size()));
+  Eigen::VectorXd out(static_cast<Eigen::Index>(KernelCount()));
+  tbb::parallel_for(std::size_t{0}, KernelCount(), [&](std::size_t k) {
+    const Eigen::VectorXd diag = compact.empty() ? cv::CentredTrainingDiagonal(kernels[k], tr, nestedOptions.preprocessing)
+                                                 : cv::CentredTrainingDiagonal(compact[k], tr, nestedOptions.preprocessing);
+    out[static_cast<Eigen::Index>(k)] = diag.size() > 0 ? diag.maxCoeff() : 0.0;
+  });
+  return out;
 }
 
 learners::Targets StudyContext::TargetsOf(const Eigen::VectorXd& y) const {
@@ -197,7 +211,11 @@ void AttachKernels(StudyContext& ctx, const std::string& scratchDir) {
   for (std::size_t i = 0; identity && i < ctx.kernelRows.size(); ++i) identity = ctx.kernelRows[i] == static_cast<int>(i);
   const Eigen::VectorXi rows = Eigen::Map<const Eigen::VectorXi>(ctx.kernelRows.data(), static_cast<Eigen::Index>(ctx.kernelRows.size()));
   ctx.subjectsWithSignal.clear();
-  if (ctx.ks.set.Compact()) {
+  if (ctx.ks.owners) {
+    // Kernels that do not fit one rank (under mpirun): the ranks hold them; they keep the rows the learners see.
+    for (const auto& d : ctx.ks.set.rawDiagonals) ctx.subjectsWithSignal.push_back(static_cast<int>((d(rows).array() > 0).count()));
+    if (!identity) ctx.ks.owners->SelectRows(ctx.kernelRows);
+  } else if (ctx.ks.set.Compact()) {
     // A float32 study: the kernel stage rounded each kernel into the compact store as it was formed (centred with
     // the mean over every cohort subject when the folds centre: the precision argument of kernels::CompactKernel,
     // exact for any subset of rows), so the study never held all its float64 kernels. A subset of rows
@@ -225,6 +243,7 @@ void AttachKernels(StudyContext& ctx, const std::string& scratchDir) {
     for (std::size_t s = 0; s < ctx.ks.sourceKernelCounts.size(); ++s)
       ctx.nestedOptions.preprocessing.kernelGroups.insert(ctx.nestedOptions.preprocessing.kernelGroups.end(), ctx.ks.sourceKernelCounts[s], static_cast<int>(s));
   if (ctx.covariates) ctx.nestedOptions.preprocessing.covariates = std::shared_ptr<const kernels::Covariates>(ctx.covariates, &ctx.covariates->covariates);
+  if (ctx.ks.owners) ctx.ks.owners->SetPreprocessing(ctx.nestedOptions.preprocessing);
   // Probabilities for every binary study; bias correction when the study asks for it.
   ctx.nestedOptions.probabilities = ctx.study.target.task == learners::Task::Classification;
   ctx.nestedOptions.biasCorrection = ctx.study.target.biasCorrection;
@@ -260,7 +279,9 @@ PooledBlock ComputePermutationBlock(const StudyContext& ctx, int first, int coun
   // Fold copies counted as float64 (on the store the MKL learners' training copies may be float32: an
   // overestimate, which at worst isolates permutations that need not be).
   for (std::size_t j = 0; j < ctx.KernelCount(); ++j) {
-    const std::size_t rowsOf = ctx.compact.empty() ? static_cast<std::size_t>(ctx.kernels[j].rows()) : static_cast<std::size_t>(ctx.compact[j].rows());
+    const std::size_t rowsOf = ctx.ks.owners         ? static_cast<std::size_t>(ctx.ks.owners->Subjects())
+                               : ctx.compact.empty() ? static_cast<std::size_t>(ctx.kernels[j].rows())
+                                                     : static_cast<std::size_t>(ctx.compact[j].rows());
     const auto bytes = static_cast<std::uint64_t>(rowsOf * rowsOf) * sizeof(double);
     kernelBytes += bytes;
     largestKernel = std::max(largestKernel, bytes);

@@ -614,6 +614,13 @@ exporting::RunRecord DescribeRun(const StudyContext& ctx, CrossValidationResult 
     record.compactBytes = kernels::CompactBytes(ctx.compact.size(), static_cast<std::size_t>(ctx.compact[0].rows()));
     record.compactCentred = ctx.compact.centred;
   }
+  if (ks.owners) {
+    record.kernelsHeldByRanks = true;
+    if (ks.owners->Compact()) {
+      record.compactBytes = kernels::CompactBytes(ks.owners->size(), static_cast<std::size_t>(ks.owners->Subjects()));
+      record.compactCentred = ks.owners->Centred();
+    }
+  }
   if (const auto total = ks.set.nonZeroInsideAtlas + ks.set.nonZeroOutsideAtlas; ks.set.nonZeroInsideAtlas >= 0 && total > 0)
     record.outsideAtlasShare = static_cast<double>(ks.set.nonZeroOutsideAtlas) / static_cast<double>(total);
   record.minSubjectsWithSignal = study.output.minSubjectsWithSignal;
@@ -680,7 +687,7 @@ void WriteStudyOutputs(StudyContext& ctx, exporting::RunRecord& record, const Re
   WriteTextFile(request.dir + "/study.resolved.json", config::ResolvedConfigJson(study) + "\n");
   if (study.output.saveKernels) {
     if (ctx.kernelsMoved) std::swap(ctx.ks.set.kernels, ctx.kernels);  // lend the kernels back for writing
-    exporting::SaveKernelStore(request.dir + "/kernels", ctx.ks.set, ctx.ks.key, "raw region kernels of study " + study.name);
+    SaveStageKernels(request.dir + "/kernels", ctx.ks, "raw region kernels of study " + study.name);  // held by MPI ranks: each writes its own
     if (ctx.kernelsMoved) std::swap(ctx.ks.set.kernels, ctx.kernels);
   }
   const io::Geometry* grid = ctx.ks.regions ? &ctx.ks.regions->grid : nullptr;

@@ -17,6 +17,8 @@
 
 #include "fold_preparation.hpp"
 #include "neuromkl/core/errors.hpp"
+#include "neuromkl/core/hash.hpp"
+#include "neuromkl/core/npy.hpp"
 #include "neuromkl/kernels/covariates.hpp"
 #include "neuromkl/weights/weights.hpp"
 
@@ -27,8 +29,7 @@ using namespace detail;
 namespace {
 
 enum Op : int {
-  kSelectRows = 1,
-  kPreprocessing,
+  kPreprocessing = 1,
   kOpenFold,
   kSetScales,
   kCloseFold,
@@ -42,7 +43,33 @@ enum Op : int {
   kViewProducts,
   kSubjectWeights,
   kLargestSelfSimilarity,
+  kSaveKernels,
 };
+
+OwnerRequest Ask(int op, std::int64_t fold = 0, std::vector<std::int64_t> ints = {}, std::vector<double> reals = {}, std::string text = {}) {
+  OwnerRequest r;
+  r.op = op;
+  r.fold = fold;
+  r.ints = std::move(ints);
+  r.reals = std::move(reals);
+  r.text = std::move(text);
+  return r;
+}
+
+std::vector<std::string> Lines(const std::string& text) {
+  std::vector<std::string> lines;
+  std::string line;
+  for (const char c : text) {
+    if (c == '\n') {
+      lines.push_back(std::move(line));
+      line.clear();
+    } else {
+      line += c;
+    }
+  }
+  if (!line.empty()) lines.push_back(std::move(line));
+  return lines;
+}
 
 Eigen::VectorXi Indices(const std::int64_t* data, std::size_t count) {
   Eigen::VectorXi v(static_cast<Eigen::Index>(count));
@@ -168,14 +195,6 @@ OwnerReply KernelShard::Run(const OwnerRequest& request) {
   };
 
   switch (request.op) {
-    case kSelectRows: {
-      folds_.clear();
-      std::size_t at = 0;
-      const Eigen::VectorXi rows = ReadIndices(ints, at);
-      for (auto& K : kernels_) K = Eigen::MatrixXd(K(rows, rows));
-      for (auto& K : compact_.kernels) K = Eigen::MatrixXf(K(rows, rows));
-      break;
-    }
     case kPreprocessing: {
       // ints: centre, normalise, groups (count, values), covariate design rows, columns, fit rows (count, values);
       // reals: the design, column-major.
@@ -411,6 +430,19 @@ OwnerReply KernelShard::Run(const OwnerRequest& request) {
       });
       break;
     }
+    case kSaveKernels: {  // text: the folder, then one file name per kernel (every kernel's). Reply text: checksums, one per line.
+      const std::vector<std::string> lines = Lines(request.text);
+      if (lines.empty()) throw std::logic_error("owner request: no folder to save the kernels in");
+      std::vector<std::string> hashes(local);
+      tbb::parallel_for(std::size_t{0}, local, [&](std::size_t k) {
+        const std::string path = lines[0] + "/" + lines.at(1 + static_cast<std::size_t>(global(k)));
+        if (compact_.empty()) WriteNpy(path, kernels_[k]);
+        else WriteNpy(path, compact_.kernels[k]);
+        hashes[k] = HashFile(path).Hex();
+      });
+      for (const auto& h : hashes) reply.text += h + "\n";
+      break;
+    }
     default:
       throw std::logic_error(fmt::format("owner {}: unknown request {}", owner_, request.op));
   }
@@ -420,7 +452,7 @@ OwnerReply KernelShard::Run(const OwnerRequest& request) {
 // ---------------- owner 0's side ----------------
 
 KernelOwners::KernelOwners(int owners, std::size_t kernelCount, Eigen::Index subjects, bool compact, bool centred)
-    : owners_(owners), count_(kernelCount), subjects_(subjects), compact_(compact), centred_(centred) {
+    : owners_(owners), count_(kernelCount), subjects_(subjects), heldRows_(subjects), compact_(compact), centred_(centred) {
   if (owners < 1) throw std::logic_error("KernelOwners: at least one owner");
 }
 
@@ -472,39 +504,58 @@ std::vector<std::vector<double>> KernelOwners::PerKernel(const OwnerRequest& req
 }
 
 void KernelOwners::SelectRows(const std::vector<int>& rows) {
-  OwnerRequest request{kSelectRows, 0, {}, {}};
-  Append(request.ints, rows);
-  Request(request, [](int, OwnerReply&) {});
+  for (const int r : rows)
+    if (r < 0 || r >= heldRows_) throw std::logic_error(fmt::format("KernelOwners::SelectRows: row {} of {}", r, heldRows_));
+  rows_ = rows;
   subjects_ = static_cast<Eigen::Index>(rows.size());
+}
+
+std::vector<int> KernelOwners::Rows(const std::vector<int>& subjects) const {
+  if (rows_.empty()) return subjects;
+  std::vector<int> out;
+  out.reserve(subjects.size());
+  for (const int i : subjects) out.push_back(rows_.at(static_cast<std::size_t>(i)));
+  return out;
 }
 
 void KernelOwners::SetPreprocessing(const Preprocessing& preprocessing) {
   if (!preprocessing.kernelGroups.empty() && preprocessing.kernelGroups.size() != count_)
     throw InputError("cv:KernelGroups", "kernel groups", fmt::format("{} kernel groups for {} kernels", preprocessing.kernelGroups.size(), count_));
-  OwnerRequest request{kPreprocessing, 0, {preprocessing.centre ? 1 : 0, preprocessing.normalise ? 1 : 0}, {}};
+  OwnerRequest request = Ask(kPreprocessing, 0, {preprocessing.centre ? 1 : 0, preprocessing.normalise ? 1 : 0}, {});
   Append(request.ints, preprocessing.kernelGroups);
+  // The design's rows are subjects; the owners index it by their rows (rows no subject maps to are never read).
   const kernels::Covariates* c = preprocessing.covariates.get();
-  request.ints.push_back(c ? c->design.rows() : 0);
-  request.ints.push_back(c ? c->design.cols() : 0);
+  if (c && c->design.rows() != subjects_)
+    throw std::logic_error(fmt::format("KernelOwners::SetPreprocessing: {} design rows for {} subjects", c->design.rows(), subjects_));
+  Eigen::MatrixXd design;
   std::vector<int> fit;
-  if (c)
-    for (const char f : c->fitRow) fit.push_back(f);
+  if (c) {
+    design = Eigen::MatrixXd::Zero(heldRows_, c->design.cols());
+    if (!c->fitRow.empty()) fit.assign(static_cast<std::size_t>(heldRows_), 0);
+    for (Eigen::Index i = 0; i < subjects_; ++i) {
+      const Eigen::Index row = rows_.empty() ? i : rows_[static_cast<std::size_t>(i)];
+      design.row(row) = c->design.row(i);
+      if (!c->fitRow.empty()) fit[static_cast<std::size_t>(row)] = c->fitRow[static_cast<std::size_t>(i)];
+    }
+  }
+  request.ints.push_back(design.rows());
+  request.ints.push_back(design.cols());
   Append(request.ints, fit);
-  if (c) request.reals.assign(c->design.data(), c->design.data() + c->design.size());
+  request.reals.assign(design.data(), design.data() + design.size());
   Request(request, [](int, OwnerReply&) {});
   preprocessing_ = preprocessing;
 }
 
 std::shared_ptr<OwnedFold> KernelOwners::OpenFold(const std::vector<int>& train, const std::vector<int>& test) const {
   const std::int64_t id = nextFold_++;
-  OwnerRequest request{kOpenFold, id, {}, {}};
-  Append(request.ints, train);
-  Append(request.ints, test);
+  OwnerRequest request = Ask(kOpenFold, id, {}, {});
+  Append(request.ints, Rows(train));
+  Append(request.ints, Rows(test));
   const bool groups = !preprocessing_.kernelGroups.empty();
   std::vector<double> traces(count_, 0.0);
   const auto close = [&] {
     try {
-      Request({kCloseFold, id, {}, {}}, [](int, OwnerReply&) {});
+      Request(Ask(kCloseFold, id, {}, {}), [](int, OwnerReply&) {});
     } catch (...) {  // the open's failure is the one reported
     }
   };
@@ -516,7 +567,7 @@ std::shared_ptr<OwnedFold> KernelOwners::OpenFold(const std::vector<int>& train,
     });
     if (groups) {
       scales = GroupScales(traces, preprocessing_.kernelGroups);
-      Request({kSetScales, id, {}, std::vector<double>(scales.data(), scales.data() + scales.size())}, [](int, OwnerReply&) {});
+      Request(Ask(kSetScales, id, {}, std::vector<double>(scales.data(), scales.data() + scales.size())), [](int, OwnerReply&) {});
     }
   } catch (...) {
     close();
@@ -526,23 +577,25 @@ std::shared_ptr<OwnedFold> KernelOwners::OpenFold(const std::vector<int>& train,
 }
 
 Eigen::MatrixXd KernelOwners::SubjectWeights(const weights::FoldModel& model) const {
-  OwnerRequest request{kSubjectWeights, 0, {}, {}};
-  Append(request.ints, model.train);
-  Append(request.ints, model.test);
+  OwnerRequest request = Ask(kSubjectWeights, 0, {}, {});
+  Append(request.ints, Rows(model.train));
+  Append(request.ints, Rows(model.test));
   request.reals.assign(model.coef.data(), model.coef.data() + model.coef.size());
   request.reals.insert(request.reals.end(), model.beta.data(), model.beta.data() + model.beta.size());
   Eigen::MatrixXd D(subjects_, static_cast<Eigen::Index>(count_));
   Request(request, [&](int owner, OwnerReply& reply) {
-    const auto columns = static_cast<Eigen::Index>(reply.values.size()) / std::max<Eigen::Index>(1, subjects_);
-    const Eigen::Map<const Eigen::MatrixXd> part(reply.values.data(), subjects_, columns);
-    for (Eigen::Index k = 0; k < columns; ++k) D.col(owner + k * owners_) = part.col(k);
+    // Columns over the owners' rows; subject i is row rows_[i].
+    const auto columns = static_cast<Eigen::Index>(reply.values.size()) / std::max<Eigen::Index>(1, heldRows_);
+    const Eigen::Map<const Eigen::MatrixXd> part(reply.values.data(), heldRows_, columns);
+    for (Eigen::Index k = 0; k < columns; ++k)
+      for (Eigen::Index i = 0; i < subjects_; ++i) D(i, owner + k * owners_) = part(rows_.empty() ? i : rows_[static_cast<std::size_t>(i)], k);
   });
   return D;
 }
 
 Eigen::VectorXd KernelOwners::LargestTrainingSelfSimilarity(const std::vector<int>& train) const {
-  OwnerRequest request{kLargestSelfSimilarity, 0, {}, {}};
-  Append(request.ints, train);
+  OwnerRequest request = Ask(kLargestSelfSimilarity, 0, {}, {});
+  Append(request.ints, Rows(train));
   Eigen::VectorXd out(static_cast<Eigen::Index>(count_));
   Request(request, [&](int owner, OwnerReply& reply) {
     for (std::size_t k = 0; k < reply.values.size(); ++k) out[static_cast<Eigen::Index>(static_cast<std::size_t>(owner) + k * static_cast<std::size_t>(owners_))] = reply.values[k];
@@ -550,12 +603,24 @@ Eigen::VectorXd KernelOwners::LargestTrainingSelfSimilarity(const std::vector<in
   return out;
 }
 
+std::vector<std::string> KernelOwners::SaveKernels(const std::string& folder, const std::vector<std::string>& files) const {
+  if (files.size() != count_) throw std::logic_error("KernelOwners::SaveKernels: one file name per kernel");
+  OwnerRequest request = Ask(kSaveKernels, 0, {}, {}, folder + "\n");
+  for (const auto& f : files) request.text += f + "\n";
+  std::vector<std::string> hashes(count_);
+  Request(request, [&](int owner, OwnerReply& reply) {
+    const std::vector<std::string> mine = Lines(reply.text);
+    for (std::size_t k = 0; k < mine.size(); ++k) hashes.at(static_cast<std::size_t>(owner) + k * static_cast<std::size_t>(owners_)) = mine[k];
+  });
+  return hashes;
+}
+
 OwnedFold::OwnedFold(const KernelOwners& owners, std::int64_t id, Eigen::Index train, Eigen::Index test, Eigen::VectorXd scales)
     : owners_(owners), id_(id), train_(train), test_(test), scales_(std::move(scales)) {}
 
 OwnedFold::~OwnedFold() {
   try {
-    owners_.Request({kCloseFold, id_, {}, {}}, [](int, OwnerReply&) {});
+    owners_.Request(Ask(kCloseFold, id_, {}, {}), [](int, OwnerReply&) {});
   } catch (...) {  // a destructor does not throw; the owners' failure, if any, was reported by the request that met it
   }
 }
@@ -563,7 +628,7 @@ OwnedFold::~OwnedFold() {
 void OwnedFold::Combine(const Eigen::VectorXd& weights, Eigen::MatrixXd& out) const {
   if (weights.size() != static_cast<Eigen::Index>(KernelCount())) throw std::logic_error("OwnedFold::Combine: one weight per kernel");
   std::vector<double> sum;
-  owners_.Request({kCombine, id_, {}, std::vector<double>(weights.data(), weights.data() + weights.size())}, [&](int, OwnerReply& reply) {
+  owners_.Request(Ask(kCombine, id_, {}, std::vector<double>(weights.data(), weights.data() + weights.size())), [&](int, OwnerReply& reply) {
     if (reply.values.empty()) return;  // no kernel of this owner has a weight
     if (sum.empty()) {
       sum = std::move(reply.values);
@@ -580,7 +645,7 @@ void OwnedFold::Combine(const Eigen::VectorXd& weights, Eigen::MatrixXd& out) co
 }
 
 Eigen::VectorXd OwnedFold::Quadratics(const std::vector<Eigen::Index>& which, const Eigen::MatrixXd& A, bool perKernel) const {
-  OwnerRequest request{kQuadratics, id_, {perKernel ? 1 : 0, A.cols()}, std::vector<double>(A.data(), A.data() + A.size())};
+  OwnerRequest request = Ask(kQuadratics, id_, {perKernel ? 1 : 0, A.cols()}, std::vector<double>(A.data(), A.data() + A.size()));
   request.ints.insert(request.ints.end(), which.begin(), which.end());
   const auto values = owners_.PerKernel(request, which, 1);
   Eigen::VectorXd q(static_cast<Eigen::Index>(which.size()));
@@ -589,7 +654,7 @@ Eigen::VectorXd OwnedFold::Quadratics(const std::vector<Eigen::Index>& which, co
 }
 
 Eigen::MatrixXd OwnedFold::Products(const std::vector<Eigen::Index>& which, const Eigen::VectorXd& v) const {
-  OwnerRequest request{kProducts, id_, {which.begin(), which.end()}, std::vector<double>(v.data(), v.data() + v.size())};
+  OwnerRequest request = Ask(kProducts, id_, {which.begin(), which.end()}, std::vector<double>(v.data(), v.data() + v.size()));
   const auto values = owners_.PerKernel(request, which, static_cast<std::size_t>(train_));
   Eigen::MatrixXd G(train_, static_cast<Eigen::Index>(which.size()));
   for (std::size_t i = 0; i < which.size(); ++i) G.col(static_cast<Eigen::Index>(i)) = Eigen::Map<const Eigen::VectorXd>(values[i].data(), train_);
@@ -597,7 +662,7 @@ Eigen::MatrixXd OwnedFold::Products(const std::vector<Eigen::Index>& which, cons
 }
 
 Eigen::VectorXd OwnedFold::RootSpectralBounds(const std::vector<Eigen::Index>& which) const {
-  const auto values = owners_.PerKernel({kRootBounds, id_, {which.begin(), which.end()}, {}}, which, 1);
+  const auto values = owners_.PerKernel(Ask(kRootBounds, id_, {which.begin(), which.end()}, {}), which, 1);
   Eigen::VectorXd b(static_cast<Eigen::Index>(which.size()));
   for (std::size_t i = 0; i < which.size(); ++i) b[static_cast<Eigen::Index>(i)] = values[i][0];
   return b;
@@ -607,7 +672,7 @@ void OwnedFold::Facts() const {
   if (factsKnown_) return;
   std::vector<Eigen::Index> every(KernelCount());
   for (std::size_t j = 0; j < every.size(); ++j) every[j] = static_cast<Eigen::Index>(j);
-  const auto values = owners_.PerKernel({kFacts, id_, {}, {}}, every, 2);
+  const auto values = owners_.PerKernel(Ask(kFacts, id_, {}, {}), every, 2);
   firstNonFinite_ = -1;
   nonZero_.clear();
   for (std::size_t j = 0; j < values.size(); ++j) {
@@ -628,7 +693,7 @@ std::vector<Eigen::Index> OwnedFold::NonZero() const {
 }
 
 learners::KernelList OwnedFold::TestBlocks(const std::vector<Eigen::Index>& which) const {
-  const auto values = owners_.PerKernel({kTestBlocks, id_, {which.begin(), which.end()}, {}}, which, static_cast<std::size_t>(test_ * train_));
+  const auto values = owners_.PerKernel(Ask(kTestBlocks, id_, {which.begin(), which.end()}, {}), which, static_cast<std::size_t>(test_ * train_));
   learners::KernelList blocks(which.size());
   for (std::size_t i = 0; i < which.size(); ++i) blocks[i] = Eigen::Map<const Eigen::MatrixXd>(values[i].data(), test_, train_);
   return blocks;
@@ -636,7 +701,7 @@ learners::KernelList OwnedFold::TestBlocks(const std::vector<Eigen::Index>& whic
 
 FoldKernels OwnedFold::Summed() const {
   std::vector<double> sum;
-  owners_.Request({kSummed, id_, {}, {}}, [&](int, OwnerReply& reply) {
+  owners_.Request(Ask(kSummed, id_, {}, {}), [&](int, OwnerReply& reply) {
     if (reply.values.empty()) return;  // an owner without kernels
     if (sum.empty()) {
       sum = std::move(reply.values);
@@ -653,7 +718,7 @@ FoldKernels OwnedFold::Summed() const {
 }
 
 Eigen::MatrixXd OwnedFold::ViewProducts(std::size_t r, const Eigen::Ref<const Eigen::MatrixXd>& A, double scale) const {
-  OwnerRequest request{kViewProducts, id_, {static_cast<std::int64_t>(r), A.cols()}, {scale}};
+  OwnerRequest request = Ask(kViewProducts, id_, {static_cast<std::int64_t>(r), A.cols()}, {scale});
   for (Eigen::Index c = 0; c < A.cols(); ++c) request.reals.insert(request.reals.end(), A.col(c).data(), A.col(c).data() + A.rows());
   const auto values = owners_.PerKernel(request, {static_cast<Eigen::Index>(r)}, static_cast<std::size_t>(train_ * A.cols()));
   return Eigen::Map<const Eigen::MatrixXd>(values[0].data(), train_, A.cols());

@@ -3,6 +3,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <stdexcept>
 
 #include <fmt/format.h>
 
@@ -37,10 +38,30 @@ std::string SafeName(const std::string& s) {
 }
 }  // namespace
 
+std::string KernelStoreFile(std::size_t r, const std::string& name) { return fmt::format("k{:03d}_{}.npy", r, SafeName(name)); }
+
 void SaveKernelStore(const std::string& dir, const kernels::KernelSet& set, const std::string& key, const std::string& description) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) throw IoError("store:Mkdir", dir, "cannot create the kernel folder: " + ec.message());
+  std::vector<std::string> hashes;
+  for (std::size_t r = 0; r < set.Size(); ++r) {
+    const std::string file = dir + "/" + KernelStoreFile(r, set.info[r].name);
+    if (set.Compact()) WriteNpy(file, set.compact.kernels[r]);
+    else WriteNpy(file, set.kernels[r]);
+    // Checksum of the file as written: a later read that finds other bytes (bit rot, a partial copy,
+    // an edit) is refused, never served as kernels.
+    hashes.push_back(HashFile(file).Hex());
+  }
+  SaveKernelStoreIndex(dir, set, key, description, hashes);
+}
+
+void SaveKernelStoreIndex(const std::string& dir, const kernels::KernelSet& set, const std::string& key, const std::string& description,
+                          const std::vector<std::string>& hashes) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw IoError("store:Mkdir", dir, "cannot create the kernel folder: " + ec.message());
+  if (hashes.size() != set.Size()) throw std::logic_error("SaveKernelStoreIndex: one checksum per kernel");
   Json index = {{"format", "neuromkl-kernels"}, {"version", 1}, {"key", key}, {"description", description},
                 {"subjects", set.subjects}, {"kernels", Json::array()}, {"excluded", Json::array()},
                 {"note", "each file is a float64 n x n raw Gram matrix (not centred or normalised), rows and columns in 'subjects' order"}};
@@ -59,14 +80,9 @@ void SaveKernelStore(const std::string& dir, const kernels::KernelSet& set, cons
     index["raw_diagonals_xxh3"] = HashFile(dir + "/raw_diagonals.npy").Hex();
   }
   for (std::size_t r = 0; r < set.Size(); ++r) {
-    const std::string file = fmt::format("k{:03d}_{}.npy", r, SafeName(set.info[r].name));
-    if (set.Compact()) WriteNpy(dir + "/" + file, set.compact.kernels[r]);
-    else WriteNpy(dir + "/" + file, set.kernels[r]);
     Json e = InfoJson(set.info[r]);
-    e["file"] = file;
-    // Checksum of the file as written: a later read that finds other bytes (bit rot, a partial copy,
-    // an edit) is refused, never served as kernels.
-    e["xxh3"] = HashFile(dir + "/" + file).Hex();
+    e["file"] = KernelStoreFile(r, set.info[r].name);
+    e["xxh3"] = hashes[r];
     index["kernels"].push_back(e);
   }
   if (!set.intensityScale.empty()) index["intensity_scale"] = set.intensityScale;  // per subject: what its image was divided by

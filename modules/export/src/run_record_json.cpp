@@ -72,8 +72,14 @@ std::string RunRecordJson(const RunRecord& r) {
                                               "; every fold computation is in double, except that where the MKL learners copy their training kernels (from "
                                               "1,024 training subjects, when the copies fit the memory) the copies are rounded to float32 once prepared"}};
   if (r.kernelRanks > 1)  // absent for a single process, so its results.json is unchanged
-    j["kernels"]["distributed"] = {{"ranks", r.kernelRanks}, {"rank_memory_budget_mb", r.kernelRankBudgetMb},
-                                   {"note", "each rank decoded its own block of subjects; kernel blocks by a ring exchange, gathered on rank 0"}};
+    j["kernels"]["distributed"] = {
+        {"ranks", r.kernelRanks},
+        {"rank_memory_budget_mb", r.kernelRankBudgetMb},
+        {"kernels_held_by_ranks", r.kernelsHeldByRanks},
+        {"note", r.kernelsHeldByRanks ? "each rank decoded its own block of subjects; kernel blocks by a ring exchange; kernel k stayed on rank k mod "
+                                        "ranks, which ran every computation that reads it (fold preparation, combination, quadratics, products, test "
+                                        "blocks, maps); rank 0 ran the study on the results"
+                                      : "each rank decoded its own block of subjects; kernel blocks by a ring exchange, gathered on rank 0"}};
   if (r.outsideAtlasShare >= 0) j["kernels"]["non_zero_outside_atlas_share"] = r.outsideAtlasShare;
   if (!r.intensityScaling.empty())
     j["kernels"]["intensity"] = {{"scaling", r.intensityScaling}, {"scale", r.intensityScale},

@@ -217,6 +217,45 @@ TEST(OwnedKernels, PerKernelResultsAreBitForBitForAnyNumberOfOwners) {
   }
 }
 
+TEST(OwnedKernels, SelectedRowsAreTheKernelsOfThoseRows) {
+  // The owners keep their kernels whole; SelectRows makes subject i their row rows[i] (a study's labelled subjects,
+  // then its unlabelled ones). One owner: the one-process run on K(rows, rows) bit for bit, covariates included.
+  const learners::Targets all = Labels(44, learners::Task::Classification, 3);
+  const learners::KernelList full = RawKernels(all.y, 0, 5, 2, 13);
+  std::vector<int> rows;
+  for (int i = 43; i >= 0; i -= (i % 5 == 0 ? 2 : 1)) rows.push_back(i);  // reversed, some rows left out
+  const Eigen::VectorXi r = Eigen::Map<const Eigen::VectorXi>(rows.data(), static_cast<Eigen::Index>(rows.size()));
+  learners::KernelList selected;
+  for (const auto& K : full) selected.push_back(K(r, r));
+  const auto n = static_cast<int>(rows.size());
+  const learners::Targets targets = Labels(n, learners::Task::Classification, 3);
+  cv::Preprocessing pre;
+  pre.covariates = Confounds(n, 5);
+  cv::NestedCvOptions options;
+  options.preprocessing = pre;
+  const std::vector<cv::LearnerPlan> plans = {{"en", "enmkl_svm", cv::ExpandGrid({{"mu", 0.5}}, {{"c", {0.1, 10}}})}, {"svm", "svm", cv::ExpandGrid({{"c", 1}}, {})}};
+  const auto outer = Outer(targets);
+  const auto single = cv::RunNestedCv(selected, targets, outer, Inner(targets.task), plans, options);
+  for (const int owners : {1, 2}) {
+    cv::LocalKernelOwners held(full, owners);
+    held.SelectRows(rows);
+    held.SetPreprocessing(pre);
+    EXPECT_EQ(held.Subjects(), n);
+    const auto owned = cv::RunNestedCv(held, targets, outer, Inner(targets.task), plans, options);
+    for (std::size_t l = 0; l < plans.size(); ++l)
+      for (std::size_t f = 0; f < outer.size(); ++f) {
+        ASSERT_TRUE(owned[l].folds[f].error.empty()) << owned[l].folds[f].error;
+        if (owners == 1) {
+          EXPECT_EQ(owned[l].folds[f].decision, single[l].folds[f].decision) << plans[l].label << " fold " << f;
+        }
+        EXPECT_LE((owned[l].folds[f].decision - single[l].folds[f].decision).cwiseAbs().maxCoeff(), 1e-3) << plans[l].label << " fold " << f;
+      }
+    const auto& fold = single[0].folds[0];
+    const weights::FoldModel model{fold.train, fold.test, fold.model.coef, fold.model.beta};
+    EXPECT_EQ(held.SubjectWeights(model), weights::SubjectWeights(selected, model, pre.centre, pre.normalise, pre.covariates.get())) << owners;
+  }
+}
+
 TEST(OwnedKernels, AnOwnersFailureIsTheOneProcessError) {
   // A covariate design whose fit rows miss a fold's training set: covariates:NoFitRows from every owner, reported once
   // as the one-process run reports it; the fold opened on the other owners is closed.

@@ -60,5 +60,7 @@ std::string ValidateBatch(const config::BatchConfig& batch, int& problems, bool 
 bool MpiActive();
 /// Rank of this process (0 without MPI).
 int MpiRank();
+/// Whether MPI was initialised with calls allowed from any thread, one at a time (MPI_THREAD_SERIALIZED).
+bool MpiThreadsSerialized();
 
 }  // namespace neuromkl::pipeline

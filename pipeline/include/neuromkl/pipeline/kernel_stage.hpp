@@ -3,6 +3,7 @@
 // feature groups -> a KernelSet over every subject of the table, cached by content hash.
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -12,10 +13,16 @@
 #include "neuromkl/kernels/region_kernels.hpp"
 #include "neuromkl/pipeline/cohort.hpp"
 
+namespace neuromkl::cv {
+class KernelOwners;
+}
+
 namespace neuromkl::pipeline {
 
 struct KernelStageResult {
   kernels::KernelSet set;
+  /// Kernels that do not fit one rank under mpirun (set.distributed): the ranks hold them, this is rank 0's handle.
+  std::shared_ptr<cv::KernelOwners> owners;
   kernels::RegionKernelReport report;
   std::string key;        ///< content hash of everything the kernels depend on
   bool cacheHit = false;
@@ -82,6 +89,8 @@ std::vector<TabularGroupFeatures> TabularFeatures(const config::StudyConfig& stu
 kernels::RegionKernelOptions RegionKernelOptionsOf(const config::StudyConfig& study, const atlas::RegionIndex& index, const std::string& scratchDir);
 /// `sourceIndex`: the study is source `sourceIndex` of kernels.sources (-1: the study itself); under
 /// mpirun the other ranks rebuild the same source from it (mpi_kernels.hpp).
+/// Writes the kernel store of `res` into `dir`: from the kernels in memory, or each by the rank that holds it.
+void SaveStageKernels(const std::string& dir, const KernelStageResult& res, const std::string& description);
 KernelStageResult RunKernelStage(const config::StudyConfig& study, const Cohort& cohort, const std::string& scratchDir, int sourceIndex = -1);
 
 }  // namespace neuromkl::pipeline

@@ -6,11 +6,16 @@
 // gathers the kernels and runs the rest of the study alone. Without MPI (or with one rank) nothing
 // here is active.
 #include <cstddef>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "neuromkl/atlas/atlas.hpp"
 #include "neuromkl/kernels/region_kernels.hpp"
+
+namespace neuromkl::cv {
+class KernelOwners;
+}
 
 namespace neuromkl::pipeline {
 
@@ -33,12 +38,19 @@ int ServeRunKernels(const std::string& studyPath, int threads);
 /// with several ranks, at least one subject per rank, and subject data over the per-rank budget.
 bool DistributeKernels(std::size_t subjects, const atlas::RegionIndex& regions, const kernels::RegionKernelOptions& options);
 
+/// Whether the kernels of `subjects` subjects stay on their owners (docs/batch.md, "Kernels that do not fit one
+/// rank"): rank 0 of a run under mpirun with several ranks, at least one subject per rank, kernels (regions x n x n
+/// in the study's precision) over the per-rank budget, and an MPI library that allows calls from several threads.
+bool OwnKernels(std::size_t subjects, const atlas::RegionIndex& regions, const kernels::RegionKernelOptions& options);
+
 /// Rank 0: ComputeRegionKernels with every rank reading its own block of subjects and the kernel
 /// blocks formed by a ring exchange. `sourceIndex` names the study's source (-1: the study itself),
 /// from which the other ranks rebuild the same inputs. Errors of any rank are thrown here, as the
-/// single-process stage would throw them.
+/// single-process stage would throw them. With `owners`, the kernels stay on their owners (kernel k on
+/// rank k mod P; the set returned lists them: kernels::KernelSet::distributed) and `owners` receives rank 0's
+/// handle to them: the other ranks answer its requests until the last copy of it goes.
 kernels::KernelSet DistributedRegionKernels(int sourceIndex, const std::vector<std::string>& subjectIds, const std::vector<std::string>& imagePaths,
                                             const atlas::RegionIndex& regions, const kernels::RegionKernelOptions& options,
-                                            kernels::RegionKernelReport* report);
+                                            kernels::RegionKernelReport* report, std::shared_ptr<cv::KernelOwners>* owners = nullptr);
 
 }  // namespace neuromkl::pipeline

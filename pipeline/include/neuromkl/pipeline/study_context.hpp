@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "neuromkl/config/study_config.hpp"
+#include "neuromkl/cv/kernel_owners.hpp"
 #include "neuromkl/cv/nested_cv.hpp"
 #include "neuromkl/kernels/compact_kernels.hpp"
 #include "neuromkl/pipeline/cohort.hpp"
@@ -68,13 +69,16 @@ struct StudyContext {
   std::vector<std::string> LearnerLabels() const;
   /// The study's task and class count with targets y (the cohort's, or permuted ones).
   learners::Targets TargetsOf(const Eigen::VectorXd& y) const;
-  std::size_t KernelCount() const { return compact.empty() ? kernels.size() : compact.size(); }
-  /// f(the kernels the learners see): the float64 kernels or the compact store. The cv and weights
-  /// functions take either, so one generic lambda serves both precisions.
+  std::size_t KernelCount() const { return ks.owners ? ks.owners->size() : compact.empty() ? kernels.size() : compact.size(); }
+  /// f(the kernels the learners see): the float64 kernels, the compact store, or the kernels held by MPI ranks
+  /// (ks.owners). The cv functions take each, so one generic lambda serves all three.
   template <typename F>
   decltype(auto) WithKernels(F&& f) const {
+    if (ks.owners) return f(*ks.owners);
     return compact.empty() ? f(kernels) : f(compact);
   }
+  /// Per kernel, its largest centred training self-similarity over rows `train` (the exported model's floors).
+  Eigen::VectorXd LargestTrainingSelfSimilarity(const std::vector<int>& train) const;
   /// cv::FoldKernelView, cv::FoldScales and weights::SubjectWeights over the kernels the learners see, with the
   /// study's fold preprocessing (nestedOptions.preprocessing).
   cv::FoldKernelView FoldView(const Eigen::Ref<const Eigen::VectorXi>& train, const Eigen::Ref<const Eigen::VectorXi>& test) const;

@@ -37,10 +37,12 @@ struct OwnerRequest {
   std::int64_t fold = 0;
   std::vector<std::int64_t> ints;
   std::vector<double> reals;
+  std::string text;  ///< paths and names, '\n'-separated
 };
 /// An owner's reply: its part of the result, or the failure (SerialiseError) that stopped it.
 struct OwnerReply {
   std::vector<double> values;
+  std::string text;
   std::string error;
 };
 
@@ -91,7 +93,8 @@ class KernelOwners {
   bool Compact() const { return compact_; }
   bool Centred() const { return centred_; }
 
-  /// Keeps rows and columns `rows` of every kernel, in that order (the kernels the learners see).
+  /// From now on, subject i of every request is the kernels' row rows[i] (the kernels the learners see: a subset or
+  /// another order of the rows the owners hold, which they keep whole).
   void SelectRows(const std::vector<int>& rows);
   /// The fold preprocessing of every later fold (nested CV's, the weights stage's and the export's).
   void SetPreprocessing(const Preprocessing& preprocessing);
@@ -105,6 +108,9 @@ class KernelOwners {
   /// Per kernel, the largest centred training self-similarity over rows `train` (after the covariates, as the folds
   /// prepare them): the zero-norm floor of the exported model.
   Eigen::VectorXd LargestTrainingSelfSimilarity(const std::vector<int>& train) const;
+  /// Writes every kernel (raw, as held: float64, or the compact store's float32) to `folder`/`files[j]` as .npy, each
+  /// by its owner (a folder every owner sees), and returns the files' xxh3 checksums (hex), one per kernel.
+  std::vector<std::string> SaveKernels(const std::string& folder, const std::vector<std::string>& files) const;
   /// Requests sent so far (for the benchmarks: each is a round trip to every owner).
   long requests() const { return requests_; }
 
@@ -119,9 +125,13 @@ class KernelOwners {
   void Request(const OwnerRequest& request, const std::function<void(int, OwnerReply&)>& consume) const;
   /// The owners' values of their kernels in `which` (in that order), placed at their position in `which`.
   std::vector<std::vector<double>> PerKernel(const OwnerRequest& request, const std::vector<Eigen::Index>& which, std::size_t valuesPerKernel) const;
+  /// Subjects as the owners' rows (SelectRows).
+  std::vector<int> Rows(const std::vector<int>& subjects) const;
   int owners_;
   std::size_t count_;
   Eigen::Index subjects_;
+  Eigen::Index heldRows_;   ///< rows of the kernels the owners hold
+  std::vector<int> rows_;  ///< SelectRows (empty: every row, in order)
   bool compact_, centred_;
   Preprocessing preprocessing_;
   mutable std::mutex lock_;

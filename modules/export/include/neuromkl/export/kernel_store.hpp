@@ -2,6 +2,7 @@
 // On-disk kernel store: one float64 .npy per kernel plus index.json (names, labels, voxel counts,
 // excluded regions, subject order, cache key). Python: json.load(index) + numpy.load(file).
 #include <string>
+#include <vector>
 
 #include "neuromkl/kernels/kernel_set.hpp"
 
@@ -9,6 +10,13 @@ namespace neuromkl::exporting {
 
 /// Writes the store into `dir` (created). IoError on failure.
 void SaveKernelStore(const std::string& dir, const kernels::KernelSet& set, const std::string& key, const std::string& description);
+/// The name of kernel r's file in a store.
+std::string KernelStoreFile(std::size_t r, const std::string& name);
+/// The store's index (and a compact set's raw diagonals) for kernel files already in `dir` under KernelStoreFile's
+/// names, with their xxh3 checksums `hashes` (hex): the store of a set whose kernels were written where they are held
+/// (kernels::KernelSet::distributed, by the MPI ranks). IoError on failure.
+void SaveKernelStoreIndex(const std::string& dir, const kernels::KernelSet& set, const std::string& key, const std::string& description,
+                          const std::vector<std::string>& hashes);
 /// Reads a store. InputError naming the file when something is missing or inconsistent.
 kernels::KernelSet LoadKernelStore(const std::string& dir, std::string* key = nullptr);
 

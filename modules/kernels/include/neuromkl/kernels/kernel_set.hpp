@@ -39,8 +39,14 @@ struct KernelSet {
   /// Image kernels: finite non-zero voxel values inside / outside the atlas regions, summed over
   /// subjects (-1: not images). A large outside share means the atlas misses part of the data.
   std::int64_t nonZeroInsideAtlas = -1, nonZeroOutsideAtlas = -1;
-  std::size_t Size() const { return compact.empty() ? kernels.size() : compact.size(); }
-  bool Compact() const { return !compact.empty(); }
+  /// The kernels are held by MPI ranks (issue 17: a study whose kernels do not fit one rank; pipeline's
+  /// KernelStageResult::owners): `kernels` and `compact.kernels` are empty, `info` lists them, `rawDiagonals` holds each
+  /// one's float64 diagonal, `ownedCompact` says whether the ranks hold them as the compact store (centred as
+  /// `compact.centred` says).
+  bool distributed = false;
+  bool ownedCompact = false;
+  std::size_t Size() const { return distributed ? info.size() : compact.empty() ? kernels.size() : compact.size(); }
+  bool Compact() const { return distributed ? ownedCompact : !compact.empty(); }
 };
 
 /// Moves kernels whose matrix is entirely zero into `excluded` (they cannot be normalised,
