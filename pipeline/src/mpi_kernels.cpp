@@ -191,7 +191,9 @@ class MpiKernelOwners final : public cv::KernelOwners {
     // No request is in flight: every fold handle (which refers to this object) is gone.
     std::int64_t header[5] = {kRelease, 0, 0, 0, 0};
     BcastBytes(header, sizeof header);
-    spdlog::debug("kernels: released the kernels held by {} ranks after {} requests", Owners(), requests());
+    spdlog::info("kernels: {} requests to the {} ranks holding the kernels took {:.2f} s (rank 0's share of the work included)", requests(), Owners(),
+                 requestSeconds());
+    for (const auto& [kind, v] : requestsByKind()) spdlog::debug("kernels: {} {} requests, {:.3f} s", v.first, kind, v.second);
   }
 
  protected:

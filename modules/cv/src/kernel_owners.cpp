@@ -4,6 +4,7 @@
 #include "neuromkl/cv/kernel_owners.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <limits>
 #include <optional>
@@ -44,6 +45,7 @@ enum Op : int {
   kSubjectWeights,
   kLargestSelfSimilarity,
   kSaveKernels,
+  kTestProducts,
 };
 
 OwnerRequest Ask(int op, std::int64_t fold = 0, std::vector<std::int64_t> ints = {}, std::vector<double> reals = {}, std::string text = {}) {
@@ -122,6 +124,9 @@ struct KernelShard::Fold {
   learners::KernelList copies, testCopies;  ///< with covariates: prepared and scaled copies (as nested CV copies them)
   std::unique_ptr<learners::OwnedStack> stack;
   Eigen::MatrixXd combined;  ///< the partial combination (reused)
+  /// Below learners::kPackedStackBelow training subjects, the prepared test blocks once made (a grid search decides
+  /// often on one fold; nested CV holds them so in one process too). Empty: not made yet.
+  learners::KernelList tests;
 };
 
 KernelShard::KernelShard(int owner, int owners, learners::KernelList kernels) : owner_(owner), owners_(owners), kernels_(std::move(kernels)) {}
@@ -253,22 +258,13 @@ OwnerReply KernelShard::Run(const OwnerRequest& request) {
       folds_.erase(request.fold);
       break;
     case kFacts: {  // reply: per kernel, finite (0 / 1) and not identically zero (0 / 1)
+      // The answers of ValidateFitInput's check and ActiveKernels, from one pass over each prepared kernel.
       Fold& f = FoldOf(request.fold);
-      stackOf(f);
-      std::vector<char> finite(local, 1);
-      std::vector<Eigen::Index> nonzero;
-      if (f.columns) {
-        finite = learners::FiniteKernels(*f.columns);
-        nonzero = learners::NonZeroKernels(*f.columns);
-      } else {
-        for (std::size_t k = 0; k < local; ++k) finite[k] = !std::isnan((f.copies[k].array() * 0.0).sum());
-        nonzero = learners::NonZeroKernels(f.copies);
-      }
-      std::vector<char> isNonZero(local, 0);
-      for (const auto k : nonzero) isNonZero[static_cast<std::size_t>(k)] = 1;
+      std::vector<char> finite, nonzero;
+      stackOf(f).Facts(finite, nonzero);
       for (std::size_t k = 0; k < local; ++k) {
         out.push_back(finite[k]);
-        out.push_back(isNonZero[k]);
+        out.push_back(nonzero[k]);
       }
       break;
     }
@@ -313,26 +309,36 @@ OwnerReply KernelShard::Run(const OwnerRequest& request) {
       for (const auto k : localIndex) out.push_back(stackOf(f).RootSpectralBound(k));
       break;
     }
-    case kTestBlocks: {  // ints: which. Reply: the prepared test blocks (test x train) of this owner's kernels of `which`.
+    case kTestBlocks:  // ints: which. Reply: the prepared test blocks (test x train) of this owner's kernels of `which`.
+    case kTestProducts: {  // ints: form, columns of C, which; reals: C. Reply: learners::TestProduct of each such block.
       Fold& f = FoldOf(request.fold);
+      const bool products = request.op == kTestProducts;
       std::vector<Eigen::Index> localIndex;
-      mine(whichFrom(0), localIndex);
+      mine(whichFrom(products ? 2 : 0), localIndex);
       if (localIndex.empty()) break;
-      const auto block = static_cast<std::size_t>(f.test.size() * f.train.size());
-      out.resize(block * localIndex.size());
+      const Eigen::Index cols = products ? static_cast<Eigen::Index>(ints.at(1)) : 0;
+      const Eigen::MatrixXd C = products ? Eigen::MatrixXd(Eigen::Map<const Eigen::MatrixXd>(reals.data(), f.train.size(), cols)) : Eigen::MatrixXd();
+      const auto size = static_cast<std::size_t>(f.test.size() * (products ? cols : f.train.size()));
+      out.resize(size * localIndex.size());
       if (f.residualiser) stackOf(f);  // the copies hold the test blocks
+      const bool hold = !f.residualiser && f.train.size() < learners::kPackedStackBelow;
+      if (hold && f.tests.empty()) f.tests.resize(local);
       tbb::parallel_for(std::size_t{0}, localIndex.size(), [&](std::size_t i) {
         const auto k = static_cast<std::size_t>(localIndex[i]);
-        Eigen::Map<Eigen::MatrixXd> target(out.data() + i * block, f.test.size(), f.train.size());
-        if (f.residualiser) {
-          target = f.testCopies[k];
-          return;
-        }
         Eigen::MatrixXd written;
-        WithKernels([&](const auto& kernels) {
-          kernels::WritePreparedTestBlock(kernels[k], f.train, f.test, f.vectors[k], f.scales[static_cast<Eigen::Index>(k)], written);
-        });
-        target = written;
+        const Eigen::MatrixXd* block = &written;
+        if (f.residualiser) {
+          block = &f.testCopies[k];
+        } else {
+          Eigen::MatrixXd& target = hold ? f.tests[k] : written;
+          if (target.size() == 0)
+            WithKernels([&](const auto& kernels) {
+              kernels::WritePreparedTestBlock(kernels[k], f.train, f.test, f.vectors[k], f.scales[static_cast<Eigen::Index>(k)], target);
+            });
+          block = &target;
+        }
+        const Eigen::MatrixXd value = products ? learners::TestProduct(*block, C, static_cast<int>(ints.at(0))) : *block;
+        std::copy(value.data(), value.data() + value.size(), out.data() + i * size);
       });
       break;
     }
@@ -464,6 +470,7 @@ void KernelOwners::Request(const OwnerRequest& request, const std::function<void
   {
     const std::lock_guard<std::mutex> hold(lock_);
     ++requests_;
+    const auto start = std::chrono::steady_clock::now();
     // Isolated: while this thread waits inside the request (an owner's parallel loop, a transport), it never picks up
     // another task of its arena that would send a request itself and wait for the lock it holds.
     tbb::this_task_arena::isolate([&] {
@@ -482,6 +489,11 @@ void KernelOwners::Request(const OwnerRequest& request, const std::function<void
         }
       });
     });
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    requestSeconds_ += seconds;
+    auto& kind = byKind_[request.op];
+    ++kind.first;
+    kind.second += seconds;
   }
   if (failedOwner >= 0) ThrowSerialisedError(failure, fmt::format("kernel owner {}", failedOwner));
 }
@@ -500,6 +512,16 @@ std::vector<std::vector<double>> KernelOwners::PerKernel(const OwnerRequest& req
       out[mine[i]].assign(reply.values.begin() + static_cast<std::ptrdiff_t>(i * valuesPerKernel),
                           reply.values.begin() + static_cast<std::ptrdiff_t>((i + 1) * valuesPerKernel));
   });
+  return out;
+}
+
+std::map<std::string, std::pair<long, double>> KernelOwners::requestsByKind() const {
+  static const char* const names[] = {"",           "preprocessing", "open_fold", "set_scales",  "close_fold",     "facts",
+                                      "combine",    "quadratics",    "products",  "root_bounds", "test_blocks",    "summed",
+                                      "view_products", "subject_weights", "largest_self_similarity", "save_kernels", "test_products"};
+  std::map<std::string, std::pair<long, double>> out;
+  const std::lock_guard<std::mutex> hold(lock_);
+  for (const auto& [op, v] : byKind_) out[op > 0 && op < static_cast<int>(std::size(names)) ? names[op] : std::to_string(op)] = v;
   return out;
 }
 
@@ -724,11 +746,22 @@ Eigen::MatrixXd OwnedFold::ViewProducts(std::size_t r, const Eigen::Ref<const Ei
   return Eigen::Map<const Eigen::MatrixXd>(values[0].data(), train_, A.cols());
 }
 
+std::vector<Eigen::MatrixXd> OwnedFold::TestProducts(const std::vector<Eigen::Index>& which, const Eigen::MatrixXd& C, int form) const {
+  OwnerRequest request = Ask(kTestProducts, id_, {form, C.cols()}, std::vector<double>(C.data(), C.data() + C.size()));
+  request.ints.insert(request.ints.end(), which.begin(), which.end());
+  const auto values = owners_.PerKernel(request, which, static_cast<std::size_t>(test_ * C.cols()));
+  std::vector<Eigen::MatrixXd> P;
+  for (const auto& v : values) P.emplace_back(Eigen::Map<const Eigen::MatrixXd>(v.data(), test_, C.cols()));
+  return P;
+}
+
 learners::TestBlocks OwnedFoldColumns::Test(Eigen::MatrixXd& buffer) const {
-  return {Count(), fold_->TestSize(), [this, &buffer](Eigen::Index k) -> const Eigen::MatrixXd& {
+  return {Count(), fold_->TestSize(),
+          [this, &buffer](Eigen::Index k) -> const Eigen::MatrixXd& {
             buffer = std::move(fold_->TestBlocks({k})[0]);
             return buffer;
-          }};
+          },
+          [this](const std::vector<Eigen::Index>& which, const Eigen::MatrixXd& C, int form) { return fold_->TestProducts(which, C, form); }};
 }
 
 // ---------------- owners in this process ----------------

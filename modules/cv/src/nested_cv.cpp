@@ -172,8 +172,8 @@ void PrepareViews(const KernelVec& kernels, const learners::Targets& targets, co
 }
 
 /// The views of a fold of kernels held by their owners: the fold is opened on the owners once for both the summed
-/// kernel (their partial sums added) and the distributed columns of the learners of kernel weights; below
-/// kPackedStackBelow the test blocks are fetched once and held (a grid search decides often), else one at a time.
+/// kernel (their partial sums added) and the distributed columns of the learners of kernel weights, whose decisions
+/// ask the owners for the products of the test blocks with the model's coefficients.
 void PrepareViews(const KernelOwners& owners, const learners::Targets& targets, const std::vector<int>& train, const std::vector<int>& test,
                   const Preprocessing&, const std::vector<int>& unlabelled, const FoldNeeds& needs, bool, bool, FoldViews& v) {
   for (const bool semi : {false, true}) {
@@ -190,20 +190,15 @@ void PrepareViews(const KernelOwners& owners, const learners::Targets& targets, 
       FoldKernels& fk = v.kernels[ViewIndex(semi, false)];
       fk.train.clear();
       fk.test.clear();
-      v.ownedColumns[semi] = std::make_unique<OwnedFoldColumns>(v.owned[semi]);
-      if (static_cast<Eigen::Index>(rows.size()) < learners::kPackedStackBelow) {
-        std::vector<Eigen::Index> every(owners.size());
-        std::iota(every.begin(), every.end(), Eigen::Index{0});
-        fk.test = v.owned[semi]->TestBlocks(every);
-      }
+      v.ownedColumns[semi] = std::make_unique<OwnedFoldColumns>(v.owned[semi]);  // decisions: products from the owners
     }
     v.y[semi] = {targets.task, Subset(targets.y, rows), targets.classes};
   }
 }
 
-/// Owner 0's bytes of one fold task on kernels held by their owners: the summed kernel (l x l and m x l), the test
-/// blocks held below kPackedStackBelow (else one), and a fit's own l x l work (the combined kernel and a spare).
-std::uint64_t OwnedFoldTaskBytes(std::size_t kernelCount, std::size_t train, std::size_t test, std::size_t unlabelled, const FoldNeeds& needs) {
+/// Owner 0's bytes of one fold task on kernels held by their owners: the summed kernel (l x l and m x l) and a fit's
+/// own l x l work (the combined kernel and a spare); the test blocks stay with the owners.
+std::uint64_t OwnedFoldTaskBytes(std::size_t train, std::size_t test, std::size_t unlabelled, const FoldNeeds& needs) {
   double doubles = 0;
   std::size_t largest = 0;
   for (const bool semi : {false, true})
@@ -213,7 +208,6 @@ std::uint64_t OwnedFoldTaskBytes(std::size_t kernelCount, std::size_t train, std
       largest = std::max(largest, l);
       const double dl = static_cast<double>(l), dm = static_cast<double>(test);
       if (summed) doubles += dl * (dl + dm);
-      else doubles += (static_cast<Eigen::Index>(l) < learners::kPackedStackBelow ? static_cast<double>(kernelCount) : 1.0) * dl * dm;
     }
   const double l = static_cast<double>(largest);
   doubles += 3.0 * l * l;  // the combined kernel, a spare and the owners' reply being added
@@ -411,11 +405,13 @@ void FoldColumns::WriteTestBlocks(learners::KernelList& out) const {
 }
 
 learners::TestBlocks FoldColumns::Test(Eigen::MatrixXd& buffer) const {
-  return {Count(), test_.size(), [this, &buffer](Eigen::Index k) -> const Eigen::MatrixXd& {
+  return {Count(), test_.size(),
+          [this, &buffer](Eigen::Index k) -> const Eigen::MatrixXd& {
             const auto j = static_cast<std::size_t>(k);
             WithKernels([&](const auto& kernels) { kernels::WritePreparedTestBlock(kernels[j], train_, test_, vectors_[j], scales_[k], buffer); });
             return buffer;
-          }};
+          },
+          {}};
 }
 
 FoldKernels PrepareFold(const learners::KernelList& kernels, const std::vector<int>& train, const std::vector<int>& test,
@@ -858,7 +854,7 @@ std::vector<LearnerOutcome> RunNestedCvOn(const KernelVec& kernels, const learne
   const auto innerBytesOf = [&](bool withColumns) {
     std::uint64_t bytes = 0;
     for (const auto& [f, i] : tasks)
-      bytes = std::max(bytes, owned ? OwnedFoldTaskBytes(kernels.size(), innerFolds[f][i].train.size(), innerFolds[f][i].test.size(), unlabelled.size(), needs)
+      bytes = std::max(bytes, owned ? OwnedFoldTaskBytes(innerFolds[f][i].train.size(), innerFolds[f][i].test.size(), unlabelled.size(), needs)
                                     : FoldTaskBytes(kernels.size(), innerFolds[f][i].train.size(), innerFolds[f][i].test.size(), unlabelled.size(), needs,
                                                     withColumns, float32Copies));
     return bytes;
@@ -923,7 +919,7 @@ std::vector<LearnerOutcome> RunNestedCvOn(const KernelVec& kernels, const learne
   const auto outerBytesOf = [&](bool withColumns) {
     std::uint64_t bytes = 0;
     for (const auto& fold : outer)
-      bytes = std::max(bytes, owned ? OwnedFoldTaskBytes(kernels.size(), fold.train.size(), fold.test.size(), unlabelled.size(), needs)
+      bytes = std::max(bytes, owned ? OwnedFoldTaskBytes(fold.train.size(), fold.test.size(), unlabelled.size(), needs)
                                     : FoldTaskBytes(kernels.size(), fold.train.size(), fold.test.size(), unlabelled.size(), needs, withColumns, float32Copies));
     return bytes;
   };

@@ -122,6 +122,8 @@ class KernelStack {
   /// screening bound sqrt(a'K_j a) <= sqrt(b'K_j b) + sqrt(lambda_max(K_j)) ||a - b||; computed on
   /// first use (only kernels that leave the active set need it).
   double RootSpectralBound(Eigen::Index j) const;
+  /// Whether kernel k's upper triangle is finite, and whether it has a non-zero entry (one pass over it).
+  void Scan(Eigen::Index k, bool& finite, bool& nonzero) const;
   Eigen::Index Size() const { return count_; }
   /// Whether the combination and the quadratics read Float32Columns' kernels in place (view stacks only).
   bool ReadsFloat32() const { return float32_ != nullptr; }

@@ -51,7 +51,8 @@ Eigen::Index CheckTestKernels(const KernelList& testVsTrain, const Eigen::Vector
 
 TestBlocks HeldBlocks(const KernelList& testVsTrain) {
   return {static_cast<Eigen::Index>(testVsTrain.size()), testVsTrain.empty() ? 0 : testVsTrain[0].rows(),
-          [&testVsTrain](Eigen::Index j) -> const Eigen::MatrixXd& { return testVsTrain[static_cast<std::size_t>(j)]; }};
+          [&testVsTrain](Eigen::Index j) -> const Eigen::MatrixXd& { return testVsTrain[static_cast<std::size_t>(j)]; },
+          {}};
 }
 
 namespace {
@@ -83,13 +84,44 @@ Eigen::MatrixXd Model::Scores(const KernelList& testVsTrain) const {
   return Scores(HeldBlocks(testVsTrain));
 }
 
+Eigen::MatrixXd TestProduct(const Eigen::MatrixXd& block, const Eigen::MatrixXd& C, int form) {
+  if (form == kProductVector) return Eigen::MatrixXd(block * Eigen::VectorXd(C.col(0)));
+  if (form == kProductMatrix) return block * C;
+  Eigen::MatrixXd P(block.rows(), C.cols());
+  for (Eigen::Index c = 0; c < C.cols(); ++c) P.col(c) = block * Eigen::VectorXd(C.col(c));
+  return P;
+}
+
+namespace {
+/// TestProduct of every block in `which` (the kernels a decision uses): computed here from the blocks, or where
+/// they are held (TestBlocks::products). Either way each product is formed whole before it is weighted and added, so
+/// a decision's value does not depend on where its blocks are.
+std::vector<Eigen::MatrixXd> BlockProducts(const TestBlocks& test, const std::vector<Eigen::Index>& which, const Eigen::MatrixXd& C, int form) {
+  if (test.products) {
+    std::vector<Eigen::MatrixXd> P = test.products(which, C, form);
+    for (std::size_t i = 0; i < P.size(); ++i)
+      if (P[i].rows() != test.rows || P[i].cols() != C.cols())
+        throw InputError("learners:TestShape", "decision",
+                         fmt::format("test kernel {} gave {}x{} products, expected {}x{}", which[i], P[i].rows(), P[i].cols(), test.rows, C.cols()));
+    return P;
+  }
+  std::vector<Eigen::MatrixXd> P;
+  for (const Eigen::Index j : which) P.push_back(TestProduct(CheckedBlock(test, j, C.rows()), C, form));
+  return P;
+}
+}  // namespace
+
 Eigen::VectorXd Model::Decision(const TestBlocks& test) const {
   if (Multiclass())
     throw InputError("learners:MulticlassModel", "decision", "a multiclass model has one score per class: use Scores, not Decision");
   CheckBlockCount(test, beta);
   Eigen::VectorXd f = Eigen::VectorXd::Constant(test.rows, bias);
+  std::vector<Eigen::Index> used;
   for (Eigen::Index j = 0; j < test.count; ++j)
-    if (beta[j] != 0.0) f.noalias() += beta[j] * (CheckedBlock(test, j, coef.size()) * coef);
+    if (beta[j] != 0.0) used.push_back(j);
+  if (used.empty()) return f;
+  const auto P = BlockProducts(test, used, Eigen::MatrixXd(coef), kProductVector);
+  for (std::size_t i = 0; i < used.size(); ++i) f.noalias() += beta[used[i]] * P[i].col(0);  // in kernel order
   return f;
 }
 
@@ -97,17 +129,22 @@ Eigen::MatrixXd Model::Scores(const TestBlocks& test) const {
   if (!Multiclass()) return Decision(test);
   CheckBlockCount(test, beta);
   Eigen::MatrixXd S = biases.transpose().replicate(test.rows, 1);
+  std::vector<Eigen::Index> used;
   if (betas.cols() > 0) {  // per-class kernel weights; each class's column adds its kernels in kernel order
-    for (Eigen::Index j = 0; j < test.count; ++j) {
-      if ((betas.row(j).array() == 0.0).all()) continue;
-      const Eigen::MatrixXd& Kt = CheckedBlock(test, j, coefs.rows());
+    for (Eigen::Index j = 0; j < test.count; ++j)
+      if (!(betas.row(j).array() == 0.0).all()) used.push_back(j);
+    if (used.empty()) return S;
+    const auto P = BlockProducts(test, used, coefs, kProductColumns);
+    for (std::size_t i = 0; i < used.size(); ++i)
       for (Eigen::Index c = 0; c < coefs.cols(); ++c)
-        if (const double b = betas(j, c); b != 0.0) S.col(c).noalias() += b * (Kt * coefs.col(c));
-    }
+        if (const double b = betas(used[i], c); b != 0.0) S.col(c).noalias() += b * P[i].col(c);
     return S;
   }
   for (Eigen::Index j = 0; j < test.count; ++j)
-    if (beta[j] != 0.0) S.noalias() += beta[j] * (CheckedBlock(test, j, coefs.rows()) * coefs);
+    if (beta[j] != 0.0) used.push_back(j);
+  if (used.empty()) return S;
+  const auto P = BlockProducts(test, used, coefs, kProductMatrix);
+  for (std::size_t i = 0; i < used.size(); ++i) S.noalias() += beta[used[i]] * P[i];
   return S;
 }
 
@@ -436,6 +473,31 @@ Eigen::VectorXd OwnedStack::Quadratics(const std::vector<Eigen::Index>& which, c
 Eigen::MatrixXd OwnedStack::Products(const std::vector<Eigen::Index>& which, const Eigen::VectorXd& v) const { return stack_->Products(which, v); }
 
 double OwnedStack::RootSpectralBound(Eigen::Index k) const { return stack_->RootSpectralBound(k); }
+
+void OwnedStack::Facts(std::vector<char>& finite, std::vector<char>& nonzero) const {
+  const auto m = static_cast<std::size_t>(stack_->Size());
+  finite.assign(m, 1);
+  nonzero.assign(m, 0);
+  tbb::parallel_for(std::size_t{0}, m, [&](std::size_t k) {
+    bool f = true, z = false;
+    stack_->Scan(static_cast<Eigen::Index>(k), f, z);
+    finite[k] = f;
+    nonzero[k] = z;
+  });
+}
+
+void KernelStack::Scan(Eigen::Index k, bool& finite, bool& nonzero) const {
+  std::vector<double> scratch(columns_ && !Packed() ? static_cast<std::size_t>(n_) : 0);
+  double probe = 0;  // x * 0 is 0 for a finite x, NaN otherwise
+  bool any = false;
+  for (Eigen::Index j = 0; j < n_; ++j) {
+    const Eigen::Map<const Eigen::VectorXd> column(UpperColumn(k, j, scratch.data()), j + 1);
+    probe += (column.array() * 0.0).sum();
+    any = any || (column.array() != 0.0).any();
+  }
+  finite = !std::isnan(probe);
+  nonzero = any;
+}
 
 void Float32Columns::UpperColumn(Eigen::Index k, Eigen::Index j, double* out) const {
   const float* column = kernels_[static_cast<std::size_t>(k)].col(j).data();

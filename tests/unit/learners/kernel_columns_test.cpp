@@ -192,23 +192,38 @@ TEST(TestBlocks, DecisionsFromBlocksHandedOverOneAtATimeEqualTheHeldBlocks) {
   for (int i = 0; i < 40; ++i) multiclass.y[i] = i % 3;
   std::vector<Eigen::Index> asked;
   Eigen::MatrixXd buffer;
-  const learners::TestBlocks oneAtATime{4, 10, [&](Eigen::Index j) -> const Eigen::MatrixXd& {
+  const learners::TestBlocks oneAtATime{4, 10,
+                                        [&](Eigen::Index j) -> const Eigen::MatrixXd& {
                                           asked.push_back(j);
                                           buffer = test[static_cast<std::size_t>(j)];
                                           return buffer;
-                                        }};
+                                        },
+                                        {}};
+  // Blocks held elsewhere (kernels held by several owners): only their products with the coefficients come back,
+  // computed with TestProduct in the form the decision asks for; the decisions are those of the held blocks bit for bit.
+  std::vector<int> forms;
+  const learners::TestBlocks productsOnly{4, 10, [&](Eigen::Index) -> const Eigen::MatrixXd& { throw std::logic_error("no block here"); },
+                                          [&](const std::vector<Eigen::Index>& which, const Eigen::MatrixXd& C, int form) {
+                                            forms.push_back(form);
+                                            std::vector<Eigen::MatrixXd> P;
+                                            for (const auto j : which) P.push_back(learners::TestProduct(test[static_cast<std::size_t>(j)], C, form));
+                                            return P;
+                                          }};
   const auto model = learners::MakeLearner("enmkl_svm", {{"c", 1}, {"mu", 1}})->Fit(train, binary);
   ASSERT_LT((model.beta.array() > 0).count(), 4);  // mu = 1 is sparse here: some blocks are never needed
   EXPECT_EQ(model.Decision(oneAtATime), model.Decision(test));
   EXPECT_EQ(static_cast<Eigen::Index>(asked.size()), (model.beta.array() != 0).count());
+  EXPECT_EQ(model.Decision(productsOnly), model.Decision(test));
   for (const auto mode : {learners::MulticlassWeights::Shared, learners::MulticlassWeights::PerClass}) {
     const auto m = learners::MakeLearner("enmkl_svm", {{"c", 10}}, mode)->Fit(train, multiclass);
     EXPECT_EQ(m.Scores(oneAtATime), m.Scores(test));
+    EXPECT_EQ(m.Scores(productsOnly), m.Scores(test));
   }
-  const learners::TestBlocks tooFew{3, 10, oneAtATime.block};
+  EXPECT_EQ(forms, (std::vector<int>{learners::kProductVector, learners::kProductMatrix, learners::kProductColumns}));
+  const learners::TestBlocks tooFew{3, 10, oneAtATime.block, {}};
   EXPECT_THROW(model.Decision(tooFew), InputError);
   const Eigen::MatrixXd wrong = Eigen::MatrixXd::Zero(10, 39);
-  const learners::TestBlocks misshapen{4, 10, [&](Eigen::Index) -> const Eigen::MatrixXd& { return wrong; }};
+  const learners::TestBlocks misshapen{4, 10, [&](Eigen::Index) -> const Eigen::MatrixXd& { return wrong; }, {}};
   try {
     model.Decision(misshapen);
     ADD_FAILURE() << "expected learners:TestShape";

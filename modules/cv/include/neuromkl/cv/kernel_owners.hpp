@@ -111,8 +111,11 @@ class KernelOwners {
   /// Writes every kernel (raw, as held: float64, or the compact store's float32) to `folder`/`files[j]` as .npy, each
   /// by its owner (a folder every owner sees), and returns the files' xxh3 checksums (hex), one per kernel.
   std::vector<std::string> SaveKernels(const std::string& folder, const std::vector<std::string>& files) const;
-  /// Requests sent so far (for the benchmarks: each is a round trip to every owner).
+  /// Requests sent so far (each a round trip to every owner) and the wall time they took, owner 0's share included.
   long requests() const { return requests_; }
+  double requestSeconds() const { return requestSeconds_; }
+  /// The same per kind of request (its name: "combine", "quadratics", ...): count and seconds.
+  std::map<std::string, std::pair<long, double>> requestsByKind() const;
 
  protected:
   /// Sends `request` to every owner and hands each owner's reply to `consume`, in owner order (0, 1, ...), one at a
@@ -137,6 +140,8 @@ class KernelOwners {
   mutable std::mutex lock_;
   mutable std::atomic<std::int64_t> nextFold_{1};
   mutable long requests_ = 0;
+  mutable double requestSeconds_ = 0;
+  mutable std::map<int, std::pair<long, double>> byKind_;
 };
 
 /// A fold opened on the owners (KernelOwners::OpenFold): the operations on its prepared kernels.
@@ -160,6 +165,9 @@ class OwnedFold {
   std::vector<Eigen::Index> NonZero() const;
   /// The prepared test blocks (test x train) of the kernels in `which`, in that order.
   learners::KernelList TestBlocks(const std::vector<Eigen::Index>& which) const;
+  /// learners::TestProduct of those blocks with C (train x columns), each computed by the kernel's owner: only the
+  /// products travel. Below learners::kPackedStackBelow training subjects the owners keep the blocks once made.
+  std::vector<Eigen::MatrixXd> TestProducts(const std::vector<Eigen::Index>& which, const Eigen::MatrixXd& C, int form) const;
   /// PrepareSummedFold of the fold: the sum of the prepared training and test blocks.
   FoldKernels Summed() const;
   /// FoldKernelView::Products: scale x K~_r A, K~_r as PrepareFoldKernel prepares it.
@@ -192,7 +200,8 @@ class OwnedFoldColumns final : public learners::DistributedColumns {
   Eigen::VectorXd RootSpectralBounds(const std::vector<Eigen::Index>& which) const override { return fold_->RootSpectralBounds(which); }
   Eigen::Index FirstNonFinite() const override { return fold_->FirstNonFinite(); }
   std::vector<Eigen::Index> NonZero() const override { return fold_->NonZero(); }
-  /// The test blocks one at a time, each fetched from its owner into `buffer` when a decision asks for it.
+  /// The test blocks for decisions: their products with a model's coefficients computed by their owners
+  /// (TestBlocks::products); a block itself is fetched into `buffer` only when asked for.
   learners::TestBlocks Test(Eigen::MatrixXd& buffer) const;
   const OwnedFold& Fold() const { return *fold_; }
 

@@ -75,7 +75,16 @@ struct TestBlocks {
   Eigen::Index count = 0;  ///< kernels
   Eigen::Index rows = 0;   ///< test subjects
   std::function<const Eigen::MatrixXd&(Eigen::Index)> block;
+  /// Optional, for blocks held elsewhere (kernels held by several owners): the products block(j) x C for each j in
+  /// `which`, computed where the blocks are, so that only the products travel. `form`: how a decision multiplies
+  /// (TestProduct), so the values are those of the blocks' own product bit for bit.
+  std::function<std::vector<Eigen::MatrixXd>(const std::vector<Eigen::Index>& which, const Eigen::MatrixXd& C, int form)> products;
 };
+/// How a decision multiplies a test block by coefficients: a vector (one column), a matrix (every class at once), or
+/// column by column (per-class kernel weights).
+enum TestProductForm : int { kProductVector = 0, kProductMatrix = 1, kProductColumns = 2 };
+/// block x C in `form` (m x C.cols()): the one arithmetic of every decision, wherever the block is held.
+Eigen::MatrixXd TestProduct(const Eigen::MatrixXd& block, const Eigen::MatrixXd& C, int form);
 /// Blocks that are held in a list (`testVsTrain` must outlive the result).
 TestBlocks HeldBlocks(const KernelList& testVsTrain);
 
@@ -183,6 +192,9 @@ class OwnedStack {
   Eigen::VectorXd Quadratics(const std::vector<Eigen::Index>& which, const Eigen::MatrixXd& A, bool perKernel) const;
   Eigen::MatrixXd Products(const std::vector<Eigen::Index>& which, const Eigen::VectorXd& v) const;
   double RootSpectralBound(Eigen::Index k) const;
+  /// Per kernel, FiniteKernels' and NonZeroKernels' answers, from one pass over each kernel's upper triangle (on a
+  /// packed stack, over the packed store).
+  void Facts(std::vector<char>& finite, std::vector<char>& nonzero) const;
 
  private:
   std::unique_ptr<KernelStack> stack_;
