@@ -541,11 +541,7 @@ KernelStageResult RunKernelStage(const config::StudyConfig& study, const Cohort&
   // Under mpirun, kernels over the per-rank budget stay on the ranks that form them (an images study's own stage).
   const bool owned = study.kernels.source == KernelSource::Images && sourceIndex < 0 &&
                      OwnKernels(cohort.images.size(), *res.regions, RegionKernelOptionsOf(study, *res.regions, scratchDir));
-  if (study.kernels.cache && owned) {
-    res.cachePath = study.output.cacheDir + "/" + res.key;
-    spdlog::info("kernels: the kernel cache is not read for kernels held by several ranks (a cache entry is read whole by one process); "
-                 "they are computed and stored");
-  } else if (study.kernels.cache) {
+  if (study.kernels.cache) {
     res.cachePath = study.output.cacheDir + "/" + res.key;
     // A hit on this study's own entry; for a float32 study, else on the float64 kernels' entry (a run of the same
     // study in float64 made it), rounded here: the same store as computing them again would give.
@@ -561,6 +557,16 @@ KernelStageResult RunKernelStage(const config::StudyConfig& study, const Cohort&
       if (!fs::exists(path + "/index.json", ec)) continue;
       try {
         std::string key;
+        if (owned) {  // kernels held by several ranks: each loads its own kernels from the entry
+          exporting::KernelStoreIndex index = exporting::ReadKernelStoreIndex(path, &key);
+          if (key != expectedKey || index.set.subjects != cohort.ids) continue;
+          if (index.float32 && !float32) continue;
+          res.set = OwnedKernelsFromStore(index, float32 && !index.float32, study.kernels.centre, study.path, &res.owners);
+          res.cacheHit = true;
+          spdlog::info("kernels: cache hit ({}), {} kernels, each loaded by the rank that holds it; no image read", path, res.set.Size());
+          AddExclusionWarnings(res);
+          return res;
+        }
         kernels::KernelSet set = exporting::LoadKernelStore(path, &key);
         if (key != expectedKey || set.subjects != cohort.ids) continue;
         if (float32) kernels::CompactKernelSet(set, study.kernels.centre, study.path);

@@ -48,6 +48,9 @@ kernels::KernelSet DistributedRegionKernels(int, const std::vector<std::string>&
                                             const kernels::RegionKernelOptions&, kernels::RegionKernelReport*, std::shared_ptr<cv::KernelOwners>*) {
   throw std::logic_error("DistributedRegionKernels: built without MPI");
 }
+kernels::KernelSet OwnedKernelsFromStore(const exporting::KernelStoreIndex&, bool, bool, const std::string&, std::shared_ptr<cv::KernelOwners>*) {
+  throw std::logic_error("OwnedKernelsFromStore: built without MPI");
+}
 #else
 
 namespace {
@@ -58,7 +61,7 @@ double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::
 constexpr int kTagFailure = 31, kTagBlock = 32, kTagRing = 33, kTagReply = 34, kTagOwned = 35;
 /// Rank 0's instructions: stop; a kernel stage gathered on rank 0; a kernel stage whose kernels stay on their owners
 /// (every P-th kernel on each rank), after which the ranks answer kernel requests until rank 0 releases them.
-constexpr int kStop = 0, kKernels = 1, kOwnKernels = 2;
+constexpr int kStop = 0, kKernels = 1, kOwnKernels = 2, kLoadOwnKernels = 3;
 constexpr std::int64_t kRelease = -1;  ///< the request that ends the kernel requests of a study
 bool gServing = false;  // rank 0: a KernelRanks is alive (a run, not a batch unit)
 bool gStopped = false;
@@ -414,6 +417,78 @@ bool KeepKernelsOnOwners(const StageInputs& in, std::int64_t n, std::int64_t cou
   return true;
 }
 
+/// Every rank's part of loading a kernel store into the ranks that hold its kernels (OwnedKernelsFromStore). The
+/// description is text from rank 0 (every rank sees the store's folder): "float32 files, round, centre" flags, the
+/// subjects, `where`, then one "file \t checksum \t name" line per kernel. Rank 0 gets each kernel's float64 diagonal
+/// in `diagonals` for float64 files (a float32 store's are in its index). False on the other ranks when some rank
+/// failed (rank 0 throws).
+bool LoadOwnedKernels(std::string description, std::unique_ptr<cv::KernelShard>& shard, std::vector<Eigen::VectorXd>* diagonals) {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  const int P = Size();
+  std::int64_t bytes = static_cast<std::int64_t>(description.size());
+  BcastBytes(&bytes, sizeof bytes);
+  description.resize(static_cast<std::size_t>(bytes));
+  BcastBytes(description.data(), bytes);
+  std::vector<std::vector<std::string>> lines;
+  {
+    std::string line;
+    std::vector<std::string> fields(1);
+    for (const char c : description) {
+      if (c == '\n') {
+        lines.push_back(std::move(fields));
+        fields.assign(1, "");
+      } else if (c == '\t') {
+        fields.emplace_back();
+      } else {
+        fields.back() += c;
+      }
+    }
+  }
+  const bool float32Files = lines.at(0).at(0) == "1", round = lines.at(0).at(1) == "1", centre = lines.at(0).at(2) == "1";
+  const auto n = static_cast<Eigen::Index>(std::stoll(lines.at(1).at(0)));
+  const std::string& where = lines.at(2).at(0);
+  const std::size_t R = lines.size() - 3;
+  learners::KernelList own;
+  kernels::CompactKernelList ownCompact;
+  ownCompact.centred = float32Files ? centre : round && centre;
+  std::vector<Eigen::VectorXd> mine;
+  std::exception_ptr failure;
+  for (std::size_t k = static_cast<std::size_t>(rank); k < R && !failure; k += static_cast<std::size_t>(P)) {
+    const auto& e = lines[3 + k];
+    try {
+      if (float32Files) {
+        ownCompact.kernels.push_back(exporting::ReadStoreKernelFloat32(e.at(0), e.at(1), n));
+        continue;
+      }
+      Eigen::MatrixXd K = exporting::ReadStoreKernel(e.at(0), e.at(1));
+      if (K.rows() != n || K.cols() != n)
+        throw InputError("store:Corrupt", e.at(0), fmt::format("expected a {0} x {0} kernel (= subjects), found {1} x {2}", n, K.rows(), K.cols()));
+      mine.push_back(K.diagonal());
+      if (round) ownCompact.kernels.push_back(kernels::CompactKernel(K, centre, where + ": kernel \"" + e.at(2) + "\""));
+      else own.push_back(std::move(K));
+    } catch (...) {
+      failure = std::current_exception();
+    }
+  }
+  if (AnyFailure(failure)) return false;
+  if (float32Files || round) shard = std::make_unique<cv::KernelShard>(rank, P, std::move(ownCompact));
+  else shard = std::make_unique<cv::KernelShard>(rank, P, std::move(own));
+  if (!float32Files) {  // each kernel's diagonal to rank 0, in kernel order
+    for (std::size_t k = 0; k < R; ++k) {
+      const int owner = static_cast<int>(k % static_cast<std::size_t>(P));
+      Eigen::VectorXd& d = mine[k / static_cast<std::size_t>(P)];
+      if (rank == 0 && owner == 0) diagonals->push_back(d);
+      else if (rank == owner) SendBytes(d.data(), n * 8, 0, kTagOwned);
+      else if (rank == 0) {
+        diagonals->emplace_back(n);
+        RecvBytes(diagonals->back().data(), n * 8, owner, kTagOwned);
+      }
+    }
+  }
+  return true;
+}
+
 /// Every rank's part of one distributed kernel stage. Rank 0 passes its inputs and gets the kernel
 /// set; the other ranks pass nullptr (they rebuild the inputs from `study`) and get nothing.
 /// With `own` the kernels stay on their owners (KeepKernelsOnOwners): each rank gets its share in `shard`.
@@ -621,6 +696,15 @@ int ServeRunKernels(const std::string& studyPath, int threads) {
     if (message[0] == kStop) return kExitOk;
     std::unique_ptr<cv::KernelShard> shard;
     bool ok = false;
+    if (message[0] == kLoadOwnKernels) {
+      try {
+        ok = LoadOwnedKernels("", shard, nullptr);
+      } catch (const std::exception& e) {  // not expected: failures are reported through rank 0
+        spdlog::error("kernels: {}", e.what());
+      }
+      if (ok && shard) ServeKernelRequests(*shard);
+      continue;
+    }
     try {
       const bool usePrepared = prepared && message[1] < 0;
       ok = RunStage(nullptr, study ? &*study : nullptr, message[1], studyFailure, nullptr, nullptr, usePrepared ? &*prepared : nullptr, preparedFailure,
@@ -643,6 +727,24 @@ bool DistributeKernels(std::size_t subjects, const atlas::RegionIndex& regions, 
     return false;
   }
   return true;
+}
+
+kernels::KernelSet OwnedKernelsFromStore(const exporting::KernelStoreIndex& index, bool round, bool centre, const std::string& where,
+                                         std::shared_ptr<cv::KernelOwners>* owners) {
+  const auto n = static_cast<Eigen::Index>(index.set.subjects.size());
+  std::string description = fmt::format("{}\t{}\t{}\n{}\n{}\n", index.float32 ? 1 : 0, round ? 1 : 0, (index.float32 ? index.set.compact.centred : centre) ? 1 : 0, n, where);
+  for (std::size_t k = 0; k < index.files.size(); ++k) description += index.files[k] + "\t" + index.hashes[k] + "\t" + index.set.info[k].name + "\n";
+  Instruct(kLoadOwnKernels, 0);
+  std::unique_ptr<cv::KernelShard> shard;
+  std::vector<Eigen::VectorXd> diagonals;
+  LoadOwnedKernels(description, shard, &diagonals);
+  kernels::KernelSet set = index.set;
+  if (!index.float32) set.rawDiagonals = std::move(diagonals);
+  set.distributed = true;
+  set.ownedCompact = index.float32 || round;
+  set.compact.centred = index.float32 ? index.set.compact.centred : round && centre;
+  *owners = std::make_shared<MpiKernelOwners>(std::move(shard), set.Size(), n, set.ownedCompact, set.compact.centred);
+  return set;
 }
 
 bool OwnKernels(std::size_t subjects, const atlas::RegionIndex& regions, const kernels::RegionKernelOptions& options) {

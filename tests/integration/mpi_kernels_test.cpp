@@ -233,6 +233,27 @@ TEST(MpiKernels, KernelsOverTheBudgetStayOnTheirRanks) {
   ASSERT_EQ(again.exitCode, 0) << again.output;
   EXPECT_THAT(again.output, HasSubstr("kernels: cache hit"));
   ExpectSameResults(dir / "single", dir / "again");
+  // The ranks read a cache entry each loading its own kernels: the one the single-process run wrote (float64 files).
+  json["output"]["cache_dir"] = dir / "cache_single";
+  WriteFile(study, json.dump(2));
+  const auto hit = RunMpi(3, "run " + study + " --out " + dir / "mpi_hit");
+  ASSERT_EQ(hit.exitCode, 0) << hit.output;
+  EXPECT_THAT(hit.output, HasSubstr("each loaded by the rank that holds it"));
+  ExpectSameResults(dir / "single", dir / "mpi_hit");
+  // A damaged file (truncated; read by rank 1 of 3): a miss, recomputed, with a warning; the results do not change.
+  const fs::path entry = fs::directory_iterator(dir / "cache_single")->path();
+  std::vector<fs::path> files;
+  for (const auto& f : fs::directory_iterator(entry))
+    if (f.path().extension() == ".npy") files.push_back(f.path());
+  std::sort(files.begin(), files.end());
+  ASSERT_GT(files.size(), 2u);
+  std::filesystem::resize_file(files[1], fs::file_size(files[1]) / 2);
+  const auto damaged = RunMpi(3, "run " + study + " --out " + dir / "mpi_damaged");
+  ASSERT_EQ(damaged.exitCode, 0) << damaged.output;
+  EXPECT_THAT(damaged.output, HasSubstr("ignoring an unreadable cache entry"));
+  EXPECT_THAT(damaged.output, HasSubstr(files[1].string() + ": the kernel file's content does not match its checksum"));
+  EXPECT_THAT(ReadFile(dir / "mpi_damaged/results.json"), HasSubstr("kernel cache entry ignored and recomputed"));  // results.json says so
+  ExpectSameTable(dir / "single/predictions.tsv", dir / "mpi_damaged/predictions.tsv", "predictions.tsv");
   // The exported final models predict the cohort as the single-process ones do.
   for (const std::string run : {"single", "mpi"}) {
     const auto p = RunCli("predict " + dir / (run + "/model/EnmklSvm") + " " + dir / "cohort/participants.tsv --out " + dir / ("pred_" + run) + " -q");
@@ -274,6 +295,13 @@ TEST(MpiKernels, TwoRanksHoldingTheCompactStoreGiveTheSingleProcessResultsOfAFlo
     EXPECT_TRUE(MatrixNear(y, x, 1e-5 * x.cwiseAbs().maxCoeff())) << a.info[r].name;
   }
   ExpectSameResults(dir / "single", dir / "mpi");
+  // The ranks load the single-process run's float32 entry, each its own kernels: the single-process results.
+  json["output"]["cache_dir"] = dir / "cache_single";
+  WriteFile(study, json.dump(2));
+  const auto hit = RunMpi(2, "run " + study + " --out " + dir / "mpi_hit");
+  ASSERT_EQ(hit.exitCode, 0) << hit.output;
+  EXPECT_THAT(hit.output, HasSubstr("each loaded by the rank that holds it"));
+  ExpectSameResults(dir / "single", dir / "mpi_hit");
 }
 
 TEST(MpiKernels, BadImageOnAnotherRankEndsTheJobWithItsError) {

@@ -98,7 +98,18 @@ void SaveKernelStoreIndex(const std::string& dir, const kernels::KernelSet& set,
   if (!out) throw IoError("store:Write", dir + "/index.json", "cannot write the kernel index (disk full?)");
 }
 
-kernels::KernelSet LoadKernelStore(const std::string& dir, std::string* key) {
+namespace {
+/// `file`, once its bytes are checked against the index's checksum (InputError store:Checksum otherwise).
+const std::string& Checked(const std::string& file, const std::string& expected) {
+  const std::string found = HashFile(file).Hex();
+  if (found != expected)
+    throw InputError("store:Checksum", file, "the kernel file's content does not match its checksum in the index (expected xxh3 " + expected +
+                                                 ", found " + found + "): the file was changed or damaged");
+  return file;
+}
+}  // namespace
+
+KernelStoreIndex ReadKernelStoreIndex(const std::string& dir, std::string* key) {
   const std::string path = dir + "/index.json";
   std::ifstream in(path);
   if (!in) throw InputError("store:Missing", path, "no kernel index here");
@@ -108,22 +119,16 @@ kernels::KernelSet LoadKernelStore(const std::string& dir, std::string* key) {
   } catch (const Json::exception& e) {
     throw InputError("store:Corrupt", path, std::string("the kernel index is not valid JSON: ") + e.what());
   }
-  kernels::KernelSet set;
-  const auto checked = [&](const std::string& file, const std::string& expected) {
-    const std::string found = HashFile(file).Hex();
-    if (found != expected)
-      throw InputError("store:Checksum", file, "the kernel file's content does not match its checksum in the index (expected xxh3 " +
-                                                   expected + ", found " + found + "): the file was changed or damaged");
-    return file;
-  };
+  KernelStoreIndex out;
+  kernels::KernelSet& set = out.set;
   try {
     set.subjects = index.at("subjects").get<std::vector<std::string>>();
     const std::string dtype = index.value("dtype", "float64");
     if (dtype != "float64" && dtype != "float32") throw InputError("store:Corrupt", path, "unknown dtype \"" + dtype + "\" (expected float64 or float32)");
-    const bool compact = dtype == "float32";
-    if (compact) {
+    out.float32 = dtype == "float32";
+    if (out.float32) {
       set.compact.centred = index.at("centred").get<bool>();
-      const Eigen::MatrixXd diagonals = ReadNpy(checked(dir + "/raw_diagonals.npy", index.at("raw_diagonals_xxh3").get<std::string>()));
+      const Eigen::MatrixXd diagonals = ReadNpy(Checked(dir + "/raw_diagonals.npy", index.at("raw_diagonals_xxh3").get<std::string>()));
       if (diagonals.rows() != static_cast<Eigen::Index>(index.at("kernels").size()) || diagonals.cols() != static_cast<Eigen::Index>(set.subjects.size()))
         throw InputError("store:Corrupt", dir + "/raw_diagonals.npy",
                          fmt::format("expected {} x {} diagonals (kernels x subjects), found {} x {}", index.at("kernels").size(), set.subjects.size(),
@@ -132,19 +137,10 @@ kernels::KernelSet LoadKernelStore(const std::string& dir, std::string* key) {
     }
     for (const auto& e : index.at("kernels")) {
       set.info.push_back(InfoFrom(e));
-      const std::string file = dir + "/" + e.at("file").get<std::string>();
+      out.files.push_back(dir + "/" + e.at("file").get<std::string>());
       if (!e.contains("xxh3"))
-        throw InputError("store:NoChecksum", path, "the kernel index has no checksum for " + file + " (written by an older version?)");
-      checked(file, e.at("xxh3").get<std::string>());
-      if (!compact) {
-        set.kernels.push_back(ReadNpy(file));
-        continue;
-      }
-      set.compact.kernels.push_back(ReadNpyFloat32(file));
-      const auto n = static_cast<Eigen::Index>(set.subjects.size());
-      if (set.compact.kernels.back().rows() != n || set.compact.kernels.back().cols() != n)
-        throw InputError("store:Corrupt", file, fmt::format("expected a {0} x {0} kernel (= subjects), found {1} x {2}", n,
-                                                            set.compact.kernels.back().rows(), set.compact.kernels.back().cols()));
+        throw InputError("store:NoChecksum", path, "the kernel index has no checksum for " + out.files.back() + " (written by an older version?)");
+      out.hashes.push_back(e.at("xxh3").get<std::string>());
     }
     for (const auto& e : index.at("excluded")) set.excluded.push_back({InfoFrom(e), e.value("reason", "")});
     if (index.contains("non_zero_values")) {
@@ -158,6 +154,26 @@ kernels::KernelSet LoadKernelStore(const std::string& dir, std::string* key) {
     if (key) *key = index.value("key", "");
   } catch (const Json::exception& e) {
     throw InputError("store:Corrupt", path, std::string("the kernel index lacks a field: ") + e.what());
+  }
+  return out;
+}
+
+Eigen::MatrixXf ReadStoreKernelFloat32(const std::string& file, const std::string& hash, Eigen::Index n) {
+  Eigen::MatrixXf K = ReadNpyFloat32(Checked(file, hash));
+  if (K.rows() != n || K.cols() != n)
+    throw InputError("store:Corrupt", file, fmt::format("expected a {0} x {0} kernel (= subjects), found {1} x {2}", n, K.rows(), K.cols()));
+  return K;
+}
+
+Eigen::MatrixXd ReadStoreKernel(const std::string& file, const std::string& hash) { return ReadNpy(Checked(file, hash)); }
+
+kernels::KernelSet LoadKernelStore(const std::string& dir, std::string* key) {
+  KernelStoreIndex index = ReadKernelStoreIndex(dir, key);
+  kernels::KernelSet set = std::move(index.set);
+  const auto n = static_cast<Eigen::Index>(set.subjects.size());
+  for (std::size_t r = 0; r < index.files.size(); ++r) {
+    if (index.float32) set.compact.kernels.push_back(ReadStoreKernelFloat32(index.files[r], index.hashes[r], n));
+    else set.kernels.push_back(ReadStoreKernel(index.files[r], index.hashes[r]));
   }
   return set;
 }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "neuromkl/atlas/atlas.hpp"
+#include "neuromkl/export/kernel_store.hpp"
 #include "neuromkl/kernels/region_kernels.hpp"
 
 namespace neuromkl::cv {
@@ -52,5 +53,13 @@ bool OwnKernels(std::size_t subjects, const atlas::RegionIndex& regions, const k
 kernels::KernelSet DistributedRegionKernels(int sourceIndex, const std::vector<std::string>& subjectIds, const std::vector<std::string>& imagePaths,
                                             const atlas::RegionIndex& regions, const kernels::RegionKernelOptions& options,
                                             kernels::RegionKernelReport* report, std::shared_ptr<cv::KernelOwners>* owners = nullptr);
+
+/// Rank 0: the kernels of a kernel store (a cache entry) loaded by the ranks that hold them (kernel k by rank k mod P,
+/// each file checked against its checksum), rounded there into the compact store when `round` (centred when
+/// `centre`; `where` names the study in an error). Returns the set's metadata (KernelSet::distributed) and puts rank
+/// 0's handle to the kernels in `owners`. A failure on any rank (a damaged file) is thrown here; the ranks then hold
+/// nothing.
+kernels::KernelSet OwnedKernelsFromStore(const exporting::KernelStoreIndex& index, bool round, bool centre, const std::string& where,
+                                         std::shared_ptr<cv::KernelOwners>* owners);
 
 }  // namespace neuromkl::pipeline

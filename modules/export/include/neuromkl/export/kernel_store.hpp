@@ -20,4 +20,19 @@ void SaveKernelStoreIndex(const std::string& dir, const kernels::KernelSet& set,
 /// Reads a store. InputError naming the file when something is missing or inconsistent.
 kernels::KernelSet LoadKernelStore(const std::string& dir, std::string* key = nullptr);
 
+/// A store's index without its kernels: the set's metadata (names, exclusions, subjects, intensity scales, a compact
+/// store's raw diagonals and centring; `set.kernels` and `set.compact.kernels` empty), each kernel's file (a path in
+/// the store) and checksum, and whether the files hold float32 values. For readers that load each kernel where it
+/// is held (the MPI ranks of a study whose kernels do not fit one). Same errors as LoadKernelStore for the index.
+struct KernelStoreIndex {
+  kernels::KernelSet set;
+  std::vector<std::string> files, hashes;
+  bool float32 = false;
+};
+KernelStoreIndex ReadKernelStoreIndex(const std::string& dir, std::string* key = nullptr);
+/// One kernel file of a store, checked against its checksum (InputError store:Checksum): float64, or float32 and
+/// n x n (store:Corrupt otherwise).
+Eigen::MatrixXd ReadStoreKernel(const std::string& file, const std::string& hash);
+Eigen::MatrixXf ReadStoreKernelFloat32(const std::string& file, const std::string& hash, Eigen::Index n);
+
 }  // namespace neuromkl::exporting
