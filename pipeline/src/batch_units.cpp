@@ -2,6 +2,7 @@
 // single-process runner and by MPI ranks alike; each calls the study's own stages.
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 
 #include <spdlog/spdlog.h>
@@ -10,6 +11,7 @@
 #include "neuromkl/core/errors.hpp"
 #include "neuromkl/core/files.hpp"
 #include "neuromkl/export/batch_outputs.hpp"
+#include "neuromkl/pipeline/mpi_kernels.hpp"
 #include "neuromkl/pipeline/study_run.hpp"
 #include "neuromkl/pipeline/study_stages.hpp"
 
@@ -113,14 +115,24 @@ void RunPermutationUnit(const config::BatchConfig& batch, std::size_t index, int
   LoadOrComputePermutationBlock(*ctx, batch.CheckpointDir(study.name), block);
 }
 
-std::vector<std::vector<Unit>> PlanUnits(const config::BatchConfig& batch, const BatchOptions& options, const std::vector<std::size_t>& todo) {
+std::vector<std::vector<Unit>> PlanUnits(const config::BatchConfig& batch, const BatchOptions& options, const std::vector<std::size_t>& todo,
+                                         std::vector<std::size_t>* held) {
   std::vector<std::vector<Unit>> phases(3);
   std::set<std::string> kernelKeys;
+  std::map<std::string, bool> exceeds;  // per kernel input: whether its kernels exceed one rank's budget
   for (std::size_t i : todo) {
     const config::StudyConfig study = EffectiveStudy(batch, i, options);
     try {
       const Cohort cohort = LoadStudyCohort(study);
-      if (kernelKeys.insert(KernelCacheKey(study, cohort)).second) phases[0].push_back({UnitKind::Kernels, static_cast<int>(i), 0});
+      const std::string key = KernelCacheKey(study, cohort);
+      if (held) {
+        if (!exceeds.count(key)) exceeds[key] = KernelsExceedRankBudget(study, cohort);
+        if (exceeds[key]) {
+          held->push_back(i);
+          continue;
+        }
+      }
+      if (kernelKeys.insert(key).second) phases[0].push_back({UnitKind::Kernels, static_cast<int>(i), 0});
     } catch (const Error&) {
       // the study unit will fail with this error and record it
     }

@@ -9,7 +9,9 @@
 
 namespace neuromkl::pipeline {
 
-enum class UnitKind : int { Kernels = 0, PermutationBlock = 1, Study = 2 };
+/// Held: under mpirun, a study whose kernels exceed one rank's budget, run by rank 0 with every other rank holding
+/// a share of its kernels (the other ranks' unit is to serve it).
+enum class UnitKind : int { Kernels = 0, PermutationBlock = 1, Study = 2, Held = 3 };
 
 struct Unit {
   UnitKind kind = UnitKind::Study;
@@ -25,8 +27,11 @@ std::vector<std::size_t> ShardStudies(const config::BatchConfig& batch, const Ba
 
 /// Phases of units for the studies that still need running: (1) one kernel computation per
 /// distinct kernel input, (2) every missing permutation block, (3) the studies. Units of a phase
-/// are independent; a phase starts when the previous one is done.
-std::vector<std::vector<Unit>> PlanUnits(const config::BatchConfig& batch, const BatchOptions& options, const std::vector<std::size_t>& todo);
+/// are independent; a phase starts when the previous one is done. With `held` (under mpirun), the studies whose
+/// kernels exceed one rank's budget (KernelsExceedRankBudget) get no units: they are listed there, to run one after
+/// the other on every rank at once (their kernels held by the ranks).
+std::vector<std::vector<Unit>> PlanUnits(const config::BatchConfig& batch, const BatchOptions& options, const std::vector<std::size_t>& todo,
+                                         std::vector<std::size_t>* held = nullptr);
 
 /// Runs one study into its folder (stamp, shared cache, checkpoint); never throws.
 StudyOutcome RunStudyUnit(const config::BatchConfig& batch, std::size_t index, const BatchOptions& options);

@@ -12,6 +12,7 @@
 
 #include "batch_units.hpp"
 #include "neuromkl/pipeline/batch_run.hpp"
+#include "neuromkl/pipeline/mpi_kernels.hpp"
 
 #ifdef NEUROMKL_HAVE_MPI
 // The C API only: OpenMPI would otherwise pull in its deprecated C++ bindings.
@@ -58,6 +59,8 @@ int RunUnit(const config::BatchConfig& batch, const Unit& u, const BatchOptions&
         return 0;
       case UnitKind::Study:
         return RunStudyUnit(batch, index, options).exitCode;
+      case UnitKind::Held:  // rank 0 runs the study; this rank holds a share of its kernels and answers its requests
+        return ServeStudyKernels(EffectiveStudy(batch, index, options));
     }
   } catch (const std::exception& e) {
     // A failed kernel or permutation unit fails again, and is recorded, in its study unit.
@@ -106,8 +109,11 @@ BatchOutcome RunBatchMpi(const config::BatchConfig& batch, const BatchOptions& o
     return out;
   }
 
-  const auto phases = PlanUnits(batch, options, todo);
-  spdlog::info("batch: {} ranks; {} kernel computations, {} permutation blocks, {} studies", gSize, phases[0].size(), phases[1].size(), phases[2].size());
+  std::vector<std::size_t> held;
+  const auto phases = PlanUnits(batch, options, todo, &held);
+  spdlog::info("batch: {} ranks; {} kernel computations, {} permutation blocks, {} studies{}", gSize, phases[0].size(), phases[1].size(), phases[2].size(),
+               held.empty() ? std::string() : fmt::format(", then {} studies whose kernels exceed one rank's budget (held by every rank)", held.size()));
+  std::deque<std::size_t> heldQueue(held.begin(), held.end());
   std::size_t phase = 0;
   std::deque<Unit> queue(phases[0].begin(), phases[0].end());
   int outstanding = 0, stopped = 0;
@@ -144,7 +150,23 @@ BatchOutcome RunBatchMpi(const config::BatchConfig& batch, const BatchOptions& o
     while (queue.empty() && outstanding == 0 && phase < phases.size()) {  // a phase starts when the previous one is done
       if (++phase < phases.size()) queue.assign(phases[phase].begin(), phases[phase].end());
     }
-    const bool allDone = phase >= phases.size();
+    const bool unitsDone = phase >= phases.size();
+    // Then the studies whose kernels no rank can hold alone, one at a time, once every rank waits for work: the other
+    // ranks hold a share of its kernels while rank 0 runs it (MPI from its fold tasks' threads, one call at a time).
+    if (unitsDone && !heldQueue.empty() && !local.joinable() && static_cast<int>(waiting.size()) == workers) {
+      const std::size_t i = heldQueue.front();
+      heldQueue.pop_front();
+      for (const int rank : waiting) {
+        const int a[3] = {static_cast<int>(UnitKind::Held), static_cast<int>(i), 0};
+        MPI_Send(a, 3, MPI_INT, rank, kTagAssign, MPI_COMM_WORLD);
+        ++outstanding;
+      }
+      waiting.clear();
+      const KernelRanks ranks;  // the study's kernel stages may use every rank; stops them when it ends
+      studyStatus[static_cast<int>(i)] = RunStudyUnit(batch, i, options).exitCode;
+      continue;
+    }
+    const bool allDone = unitsDone && heldQueue.empty();
     while (!waiting.empty() && (!queue.empty() || allDone)) {
       const int rank = waiting.back();
       waiting.pop_back();

@@ -42,6 +42,8 @@ namespace neuromkl::pipeline {
 KernelRanks::KernelRanks() = default;
 KernelRanks::~KernelRanks() = default;
 int ServeRunKernels(const std::string&, int) { return 0; }
+int ServeStudyKernels(const config::StudyConfig&) { return 0; }
+bool KernelsExceedRankBudget(const config::StudyConfig&, const Cohort&) { return false; }
 bool DistributeKernels(std::size_t, const atlas::RegionIndex&, const kernels::RegionKernelOptions&) { return false; }
 bool OwnKernels(std::size_t, const atlas::RegionIndex&, const kernels::RegionKernelOptions&) { return false; }
 kernels::KernelSet DistributedRegionKernels(int, const std::vector<std::string>&, const std::vector<std::string>&, const atlas::RegionIndex&,
@@ -658,7 +660,10 @@ std::uint64_t Budget(const kernels::RegionKernelOptions& options) {
 
 }  // namespace
 
-KernelRanks::KernelRanks() { gServing = MpiActive() && MpiRank() == 0; }
+KernelRanks::KernelRanks() {
+  gServing = MpiActive() && MpiRank() == 0;
+  gStopped = false;
+}
 
 KernelRanks::~KernelRanks() {
   if (gServing && !gStopped) Instruct(kStop, 0);
@@ -666,15 +671,10 @@ KernelRanks::~KernelRanks() {
   gStopped = true;
 }
 
-int ServeRunKernels(const std::string& studyPath, int threads) {
-  std::optional<config::StudyConfig> study;
-  std::exception_ptr studyFailure;
-  try {
-    study = config::LoadStudyConfig(studyPath);
-    if (threads >= 0) study->threads = threads;
-  } catch (...) {
-    studyFailure = std::current_exception();  // reported by rank 0, which fails on the same file
-  }
+namespace {
+/// The other ranks' side of one study: take part in its kernel stages and answer requests on the kernels they hold,
+/// until rank 0 says stop. `study` is null when it could not be read here (`studyFailure`).
+int ServeStudy(const std::optional<config::StudyConfig>& study, std::exception_ptr studyFailure) {
   const ThreadLimit limit(study ? study->threads : 0);
   // An images study: its inputs are rebuilt while rank 0 prepares the same (cohort, hashes), not
   // after it asks for the stage (kernels.sources: each source's when it is asked for).
@@ -715,6 +715,31 @@ int ServeRunKernels(const std::string& studyPath, int threads) {
     // The study's kernels stay here: this rank answers rank 0's requests on its share until the study lets go of them.
     if (ok && shard) ServeKernelRequests(*shard);
   }
+}
+}  // namespace
+
+int ServeRunKernels(const std::string& studyPath, int threads) {
+  std::optional<config::StudyConfig> study;
+  std::exception_ptr studyFailure;
+  try {
+    study = config::LoadStudyConfig(studyPath);
+    if (threads >= 0) study->threads = threads;
+  } catch (...) {
+    studyFailure = std::current_exception();  // reported by rank 0, which fails on the same file
+  }
+  return ServeStudy(study, studyFailure);
+}
+
+int ServeStudyKernels(const config::StudyConfig& study) { return ServeStudy(study, nullptr); }
+
+bool KernelsExceedRankBudget(const config::StudyConfig& study, const Cohort& cohort) {
+  if (study.kernels.source != config::KernelSource::Images) return false;
+  std::vector<std::string> warnings;
+  const atlas::RegionIndex regions = StudyRegions(study, cohort, warnings);
+  const auto n = static_cast<std::uint64_t>(cohort.images.size());
+  const std::uint64_t bytes = static_cast<std::uint64_t>(regions.regions.size()) * n * n *
+                              (study.kernels.precision == config::KernelPrecision::Float32 ? sizeof(float) : sizeof(double));
+  return bytes > Budget(RegionKernelOptionsOf(study, regions, ""));
 }
 
 bool DistributeKernels(std::size_t subjects, const atlas::RegionIndex& regions, const kernels::RegionKernelOptions& options) {

@@ -600,7 +600,7 @@ exporting::RunRecord DescribeRun(const StudyContext& ctx, CrossValidationResult 
   record.excludedKernels = ks.set.excluded;
   record.kernelSource = config::ToString(study.kernels.source);
   record.kernelCache = ks.cacheHit ? "hit" : (study.kernels.cache ? "computed and stored" : "computed (cache off)");
-  record.kernelRanks = ks.cacheHit ? 1 : ks.report.ranks;
+  record.kernelRanks = ks.owners ? ks.owners->Owners() : ks.cacheHit ? 1 : ks.report.ranks;
   record.kernelRankBudgetMb = study.kernels.memoryBudgetMb > 0 ? study.kernels.memoryBudgetMb : static_cast<double>(ks.report.rankBudgetBytes) / 1048576.0;
   if (!ks.set.intensityScale.empty()) {
     record.intensityScaling = study.kernels.intensity.scaling == kernels::IntensityScaling::GlobalMean

@@ -94,7 +94,9 @@ void ExpectCloseJson(const nlohmann::json& x, const nlohmann::json& y, const std
     ASSERT_EQ(x.size(), y.size()) << where;
     for (std::size_t i = 0; i < x.size(); ++i) ExpectCloseJson(x[i], y[i], where + "/" + std::to_string(i));
   } else if (x.is_number() && y.is_number()) {
-    EXPECT_TRUE(Close(x.get<double>(), y.get<double>())) << where << ": " << x << " vs " << y;
+    // Platt's A and B stop where the gradient is below 1e-5 (LIBSVM's rule), so a B near 0 is only that accurate.
+    const bool platt = where.find("/calibration/") != std::string::npos;
+    EXPECT_TRUE(Close(x.get<double>(), y.get<double>()) || (platt && std::abs(x.get<double>() - y.get<double>()) <= 1e-5)) << where << ": " << x << " vs " << y;
   } else {
     EXPECT_EQ(x, y) << where;
   }
@@ -302,6 +304,41 @@ TEST(MpiKernels, TwoRanksHoldingTheCompactStoreGiveTheSingleProcessResultsOfAFlo
   ASSERT_EQ(hit.exitCode, 0) << hit.output;
   EXPECT_THAT(hit.output, HasSubstr("each loaded by the rank that holds it"));
   ExpectSameResults(dir / "single", dir / "mpi_hit");
+}
+
+// A batch under mpirun: the studies whose kernels exceed the per-rank budget get no units; once the other studies'
+// units are done, rank 0 runs each of them with every rank holding a share of its kernels. Two cohorts: one over the
+// budget (two studies: the second reads the first's cache entry, each rank its own kernels), one within it (its
+// units as before). Every study's results equal the single-process batch's.
+TEST(MpiKernels, ABatchRunsStudiesOverTheBudgetOnEveryRank) {
+  const TempDir dir;
+  for (const auto& [name, subjects] : {std::pair<std::string, int>{"big", 36}, {"small", 12}})
+    ASSERT_EQ(RunCli("simulate --out " + dir / name + " --subjects " + std::to_string(subjects) + " --downsample 3 --seed 4 -q").exitCode, 0);
+  // 36 subjects: 116 x 36^2 doubles = 1.1 MiB over the 0.5 MiB budget; 12 subjects: 0.13 MiB within it.
+  WriteFile(dir / "batch.json", R"({"name": "b", "overrides": {"cv": {"outer": {"k": 3}, "inner": {"k": 3}}, "kernels": {"memory_budget_mb": 0.5},
+    "permutations": {"count": 10}},
+    "matrix": {"base": {"name": "x", "subjects": {"table": "x.tsv"}, "target": {"column": "group", "task": "classification", "positive_class": "patient"},
+                        "learners": [{"name": "svm"}]},
+      "cohorts": [{"name": "big", "subjects": {"table": ")" + dir / "big/participants.tsv" + R"("}},
+                  {"name": "small", "subjects": {"table": ")" + dir / "small/participants.tsv" + R"("}}],
+      "learners": [{"name": "enmkl_krr", "params": {"lambda": 1, "mu": 0.5}}, {"name": "kelm", "params": {"c": 1}}]}})");
+  const auto single = RunCli("batch " + dir / "batch.json");
+  ASSERT_EQ(single.exitCode, 0) << single.output;
+  fs::rename(dir / "results", dir / "reference");
+  fs::remove_all(dir / ".neuromkl_cache");
+  const auto mpi = RunMpi(3, "batch " + dir / "batch.json");
+  ASSERT_EQ(mpi.exitCode, 0) << mpi.output;
+  EXPECT_THAT(mpi.output, HasSubstr("1 kernel computations, 2 permutation blocks, 2 studies, then 2 studies whose kernels exceed one rank's budget"));
+  EXPECT_THAT(mpi.output, HasSubstr("each loaded by the rank that holds it"));  // the second big study reads the first's entry
+  std::size_t studies = 0;
+  for (const auto& e : fs::directory_iterator(dir / "reference/b/studies")) {
+    ++studies;
+    const std::string name = e.path().filename().string();
+    const auto record = nlohmann::json::parse(ReadFile(dir / ("results/b/studies/" + name + "/results.json")));
+    EXPECT_EQ(record["kernels"].contains("distributed"), name.find("big") != std::string::npos) << name;
+    ExpectSameResults(e.path().string(), dir / ("results/b/studies/" + name));
+  }
+  EXPECT_EQ(studies, 4u);
 }
 
 TEST(MpiKernels, BadImageOnAnotherRankEndsTheJobWithItsError) {

@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "neuromkl/atlas/atlas.hpp"
+#include "neuromkl/config/study_config.hpp"
+#include "neuromkl/pipeline/cohort.hpp"
 #include "neuromkl/export/kernel_store.hpp"
 #include "neuromkl/kernels/region_kernels.hpp"
 
@@ -34,6 +36,12 @@ class KernelRanks {
 /// study read from `studyPath`, `threads` as --threads) until rank 0 is done; returns the exit code
 /// (0: a failure of this rank's share is reported, and exits non-zero, through rank 0).
 int ServeRunKernels(const std::string& studyPath, int threads);
+/// The same for a study given as its config (a batch's study, which every rank has).
+int ServeStudyKernels(const config::StudyConfig& study);
+
+/// Whether a study's kernels (regions x subjects^2 in its precision; images studies) exceed the per-rank budget
+/// (kernels.memory_budget_mb, else a quarter of the memory): under mpirun they are then held by every rank.
+bool KernelsExceedRankBudget(const config::StudyConfig& study, const Cohort& cohort);
 
 /// Whether the image kernels of `subjects` subjects go to every rank: rank 0 of a run under mpirun
 /// with several ranks, at least one subject per rank, and subject data over the per-rank budget.
