@@ -291,7 +291,8 @@ PooledBlock ComputePermutationBlock(const StudyContext& ctx, int first, int coun
   for (const auto& fold : ctx.outer) largestTrain = std::max(largestTrain, fold.train.size() + static_cast<std::size_t>(ctx.unlabelledCount));
   const bool inPlace = columnsPossible && (options.columnsInPlace == cv::ColumnsInPlace::Always || kernelBytes > options.memoryBudgetBytes ||
                                            static_cast<Eigen::Index>(largestTrain) < learners::kPackedStackBelow);
-  const std::uint64_t foldBytes = copies ? (inPlace ? kernelBytes / 2 : kernelBytes) : largestKernel;
+  // Kernels held by MPI ranks: a fold task here holds a fit's n x n work and a summed kernel, never kernel copies.
+  const std::uint64_t foldBytes = ctx.ks.owners ? 3 * largestKernel : copies ? (inPlace ? kernelBytes / 2 : kernelBytes) : largestKernel;
   const bool tight = 2 * foldBytes * threads * threads > available;
   tbb::parallel_for(0, count, [&](int i) {
     const auto permutation = [&] {
