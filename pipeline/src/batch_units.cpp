@@ -126,8 +126,9 @@ std::vector<std::vector<Unit>> PlanUnits(const config::BatchConfig& batch, const
       const Cohort cohort = LoadStudyCohort(study);
       const std::string key = KernelCacheKey(study, cohort);
       if (held) {
-        if (!exceeds.count(key)) exceeds[key] = KernelsExceedRankBudget(study, cohort);
-        if (exceeds[key]) {
+        const std::string budgetKey = key + "|" + std::to_string(study.kernels.memoryBudgetMb);  // the budget is not in the cache key
+        if (!exceeds.count(budgetKey)) exceeds[budgetKey] = KernelsExceedRankBudget(study, cohort);
+        if (exceeds[budgetKey]) {
           held->push_back(i);
           continue;
         }

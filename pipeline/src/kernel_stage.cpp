@@ -563,6 +563,7 @@ KernelStageResult RunKernelStage(const config::StudyConfig& study, const Cohort&
           if (index.float32 && !float32) continue;
           res.set = OwnedKernelsFromStore(index, float32 && !index.float32, study.kernels.centre, study.path, &res.owners);
           res.cacheHit = true;
+          res.report.rankBudgetBytes = RankMemoryBudget(RegionKernelOptionsOf(study, *res.regions, scratchDir));
           spdlog::info("kernels: cache hit ({}), {} kernels, each loaded by the rank that holds it; no image read", path, res.set.Size());
           AddExclusionWarnings(res);
           return res;
@@ -578,6 +579,7 @@ KernelStageResult RunKernelStage(const config::StudyConfig& study, const Cohort&
         return res;
       } catch (const Error& e) {
         // A damaged entry (checksum mismatch, truncated file) is a miss: recomputed, never used.
+        res.owners.reset();  // (never set when the entry failed: its ranks hold nothing)
         spdlog::warn("kernels: ignoring an unreadable cache entry {} (recomputing): {}", path, e.what());
         res.warnings.push_back(std::string("kernel cache entry ignored and recomputed: ") + e.what());
       }

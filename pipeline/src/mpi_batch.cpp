@@ -60,6 +60,7 @@ int RunUnit(const config::BatchConfig& batch, const Unit& u, const BatchOptions&
       case UnitKind::Study:
         return RunStudyUnit(batch, index, options).exitCode;
       case UnitKind::Held:  // rank 0 runs the study; this rank holds a share of its kernels and answers its requests
+        ctx.reset();        // another study's kernels, kept for its permutation blocks: not beside this one's share
         return ServeStudyKernels(EffectiveStudy(batch, index, options));
     }
   } catch (const std::exception& e) {
@@ -162,6 +163,7 @@ BatchOutcome RunBatchMpi(const config::BatchConfig& batch, const BatchOptions& o
         ++outstanding;
       }
       waiting.clear();
+      localCtx.reset();         // another study's kernels, kept for its permutation blocks
       const KernelRanks ranks;  // the study's kernel stages may use every rank; stops them when it ends
       studyStatus[static_cast<int>(i)] = RunStudyUnit(batch, i, options).exitCode;
       continue;

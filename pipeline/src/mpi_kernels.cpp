@@ -44,6 +44,7 @@ KernelRanks::~KernelRanks() = default;
 int ServeRunKernels(const std::string&, int) { return 0; }
 int ServeStudyKernels(const config::StudyConfig&) { return 0; }
 bool KernelsExceedRankBudget(const config::StudyConfig&, const Cohort&) { return false; }
+std::uint64_t RankMemoryBudget(const kernels::RegionKernelOptions& options) { return options.memoryBudgetBytes; }
 bool DistributeKernels(std::size_t, const atlas::RegionIndex&, const kernels::RegionKernelOptions&) { return false; }
 bool OwnKernels(std::size_t, const atlas::RegionIndex&, const kernels::RegionKernelOptions&) { return false; }
 kernels::KernelSet DistributedRegionKernels(int, const std::vector<std::string>&, const std::vector<std::string>&, const atlas::RegionIndex&,
@@ -74,21 +75,21 @@ int Size() {
   return size;
 }
 
-/// Waits for a request. It spins for about a millisecond first (while a study's fits run, a kernel request is
-/// answered within microseconds), then sleeps with a pause that grows to 5 ms, so that a rank waiting long (for
-/// rank 0 running a study) uses no core.
+/// Waits for a request. It spins (yielding the core) for 2 ms first: while a study's fits run, the next kernel
+/// request or reply usually comes within that. Then it sleeps with a pause that grows to 1 ms, so that a rank
+/// waiting long (for rank 0 running a study) uses next to no core and answers within a millisecond.
 void Await(MPI_Request& request) {
   const auto start = Clock::now();
   auto pause = std::chrono::microseconds(20);
   for (int done = 0;;) {
     MPI_Test(&request, &done, MPI_STATUS_IGNORE);
     if (done) return;
-    if (Clock::now() - start < std::chrono::milliseconds(1)) {
+    if (Clock::now() - start < std::chrono::milliseconds(2)) {
       std::this_thread::yield();
       continue;
     }
     std::this_thread::sleep_for(pause);
-    pause = std::min(2 * pause, std::chrono::microseconds(5000));
+    pause = std::min(2 * pause, std::chrono::microseconds(1000));
   }
 }
 
@@ -101,7 +102,7 @@ void Instruct(int kind, int sourceIndex) {
 }
 
 // Messages of any size, in pieces MPI's int counts can hold.
-constexpr std::int64_t kPiece = std::int64_t{1} << 30;  // bytes
+constexpr std::int64_t kPiece = std::int64_t{1} << 26;  // bytes (64 MiB: also the scratch of a request that cannot be held)
 
 void BcastBytes(void* data, std::int64_t bytes) {
   auto* p = static_cast<char*>(data);
@@ -147,16 +148,27 @@ void SendRequest(const cv::OwnerRequest& request) {
   BcastBytes(const_cast<char*>(request.text.data()), static_cast<std::int64_t>(request.text.size()));
 }
 
-/// The other ranks: the next request, false when rank 0 released the kernels.
-bool ReceiveRequest(cv::OwnerRequest& request) {
+/// The other ranks: the next request, false when rank 0 released the kernels. A request this rank cannot hold (no
+/// memory for its payload) is still received, piece by piece into a scratch buffer, so that every rank stays in step;
+/// `failure` then says why, and the caller replies with it.
+bool ReceiveRequest(cv::OwnerRequest& request, std::exception_ptr& failure) {
   std::int64_t header[5] = {};
   BcastBytes(header, sizeof header);
   if (header[0] == kRelease) return false;
   request.op = static_cast<int>(header[0]);
   request.fold = header[1];
-  request.ints.resize(static_cast<std::size_t>(header[2]));
-  request.reals.resize(static_cast<std::size_t>(header[3]));
-  request.text.resize(static_cast<std::size_t>(header[4]));
+  failure = nullptr;
+  try {
+    request.ints.resize(static_cast<std::size_t>(header[2]));
+    request.reals.resize(static_cast<std::size_t>(header[3]));
+    request.text.resize(static_cast<std::size_t>(header[4]));
+  } catch (...) {
+    failure = std::current_exception();
+    std::vector<char> scratch(static_cast<std::size_t>(kPiece));
+    for (const std::int64_t bytes : {header[2] * 8, header[3] * 8, header[4]})
+      for (std::int64_t at = 0; at < bytes; at += kPiece) BcastBytes(scratch.data(), std::min(kPiece, bytes - at));
+    return true;
+  }
   BcastBytes(request.ints.data(), Bytes(request.ints));
   BcastBytes(request.reals.data(), Bytes(request.reals));
   BcastBytes(request.text.data(), static_cast<std::int64_t>(request.text.size()));
@@ -216,11 +228,34 @@ class MpiKernelOwners final : public cv::KernelOwners {
   std::unique_ptr<cv::KernelShard> local_;
 };
 
-/// The other ranks: answer kernel requests with this rank's share until rank 0 releases the kernels.
+/// The other ranks: answer kernel requests with this rank's share until rank 0 releases the kernels. Every request is
+/// answered, a failure with its error (KernelShard::Execute never throws).
 void ServeKernelRequests(cv::KernelShard& shard) {
   long served = 0;
-  for (cv::OwnerRequest request; ReceiveRequest(request); ++served) SendReply(shard.Execute(request));
+  cv::OwnerRequest request;
+  for (std::exception_ptr failure; ReceiveRequest(request, failure); ++served) {
+    if (!failure) {
+      SendReply(shard.Execute(request));
+      continue;
+    }
+    cv::OwnerReply refused;
+    refused.error = SerialiseError(failure);
+    SendReply(refused);
+  }
   spdlog::debug("kernels: {} kernel requests answered", served);
+}
+
+/// Rank 0's handle to the kernels the ranks hold once they serve requests. If it cannot be made, the ranks are
+/// released before the failure goes on, so that they wait for instructions again.
+std::shared_ptr<cv::KernelOwners> MakeOwners(std::unique_ptr<cv::KernelShard> local, std::size_t count, Eigen::Index subjects, bool compact,
+                                             bool centred) {
+  try {
+    return std::make_shared<MpiKernelOwners>(std::move(local), count, subjects, compact, centred);
+  } catch (...) {
+    std::int64_t header[5] = {kRelease, 0, 0, 0, 0};
+    BcastBytes(header, sizeof header);
+    throw;
+  }
 }
 
 /// Every rank says whether its share of a step failed. Rank 0 throws the failure of the lowest
@@ -373,18 +408,28 @@ bool KeepKernelsOnOwners(const StageInputs& in, std::int64_t n, std::int64_t cou
   kernels::CompactKernelList ownCompact;
   ownCompact.centred = in.options.compact && in.options.compactCentre;
   std::exception_ptr failure;
+  // A failure on the owner (memory for the kernel, the float32 range) is kept for the agreement below while the owner
+  // goes on receiving every block (into `incoming`), so the messages of every rank stay in step.
+  Eigen::MatrixXd incoming;
   for (std::int64_t k = 0; k < keptCount; ++k) {
     const auto r = static_cast<std::size_t>(kept[static_cast<std::size_t>(k)]);
     const int owner = static_cast<int>(k % P);
     if (rank == owner) {
-      Eigen::MatrixXd K(n, n);
+      Eigen::MatrixXd K;
+      if (!failure) {
+        try {
+          K.resize(n, n);
+        } catch (...) {
+          failure = std::current_exception();
+        }
+      }
       const auto place = [&](int p, int q, const Eigen::MatrixXd& block) {
+        if (failure) return;
         const auto ap = BlockStart(n, p, P), aq = BlockStart(n, q, P);
         K.block(ap, aq, block.rows(), block.cols()) = block;
         if (p != q) K.block(aq, ap, block.cols(), block.rows()) = block.transpose();
       };
       for (std::size_t b = 0; b < partners.size(); ++b) place(rank, partners[b], blocks[b][r]);
-      Eigen::MatrixXd incoming;
       for (int p = 0; p < P; ++p) {
         if (p == rank) continue;
         for (int q : PartnersOf(p, P)) {
@@ -393,11 +438,11 @@ bool KeepKernelsOnOwners(const StageInputs& in, std::int64_t n, std::int64_t cou
           place(p, q, incoming);
         }
       }
-      if (!in.options.compact) {
-        own.push_back(std::move(K));
-      } else if (!failure) {  // rounded as the one-process stage rounds each kernel as it is formed
+      if (!failure) {
         try {
-          ownCompact.kernels.push_back(kernels::CompactKernel(K, in.options.compactCentre, in.options.compactWhere + ": kernel \"" + names[r] + "\""));
+          if (!in.options.compact) own.push_back(std::move(K));
+          else  // rounded as the one-process stage rounds each kernel as it is formed
+            ownCompact.kernels.push_back(kernels::CompactKernel(K, in.options.compactCentre, in.options.compactWhere + ": kernel \"" + names[r] + "\""));
         } catch (...) {
           failure = std::current_exception();
         }
@@ -479,9 +524,8 @@ bool LoadOwnedKernels(std::string description, std::unique_ptr<cv::KernelShard>&
   if (!float32Files) {  // each kernel's diagonal to rank 0, in kernel order
     for (std::size_t k = 0; k < R; ++k) {
       const int owner = static_cast<int>(k % static_cast<std::size_t>(P));
-      Eigen::VectorXd& d = mine[k / static_cast<std::size_t>(P)];
-      if (rank == 0 && owner == 0) diagonals->push_back(d);
-      else if (rank == owner) SendBytes(d.data(), n * 8, 0, kTagOwned);
+      if (rank == 0 && owner == 0) diagonals->push_back(mine[k / static_cast<std::size_t>(P)]);
+      else if (rank == owner) SendBytes(mine[k / static_cast<std::size_t>(P)].data(), n * 8, 0, kTagOwned);
       else if (rank == 0) {
         diagonals->emplace_back(n);
         RecvBytes(diagonals->back().data(), n * 8, owner, kTagOwned);
@@ -658,6 +702,26 @@ std::uint64_t Budget(const kernels::RegionKernelOptions& options) {
   return options.memoryBudgetBytes ? options.memoryBudgetBytes : kernels::PhysicalMemoryBytes() / 4;
 }
 
+/// Whether kernels of `bytes` over `subjects` subjects are held by the ranks of this job: over the per-rank budget,
+/// at least one subject per rank, and MPI calls allowed from the fold tasks' threads. `why`: the reason they are
+/// not, when they exceed the budget.
+bool HeldByRanks(std::uint64_t bytes, std::size_t subjects, std::uint64_t budget, std::string* why = nullptr) {
+  if (Size() < 2 || bytes <= budget) return false;
+  if (subjects < static_cast<std::size_t>(Size())) {
+    if (why) *why = fmt::format("fewer subjects ({}) than ranks ({})", subjects, Size());
+    return false;
+  }
+  if (!MpiThreadsSerialized()) {
+    if (why) *why = "this MPI library does not allow calls from several threads (MPI_THREAD_SERIALIZED)";
+    return false;
+  }
+  return true;
+}
+
+std::uint64_t KernelBytes(std::size_t regions, std::size_t subjects, bool compact) {
+  return static_cast<std::uint64_t>(regions) * subjects * subjects * (compact ? sizeof(float) : sizeof(double));
+}
+
 }  // namespace
 
 KernelRanks::KernelRanks() {
@@ -736,11 +800,11 @@ bool KernelsExceedRankBudget(const config::StudyConfig& study, const Cohort& coh
   if (study.kernels.source != config::KernelSource::Images) return false;
   std::vector<std::string> warnings;
   const atlas::RegionIndex regions = StudyRegions(study, cohort, warnings);
-  const auto n = static_cast<std::uint64_t>(cohort.images.size());
-  const std::uint64_t bytes = static_cast<std::uint64_t>(regions.regions.size()) * n * n *
-                              (study.kernels.precision == config::KernelPrecision::Float32 ? sizeof(float) : sizeof(double));
-  return bytes > Budget(RegionKernelOptionsOf(study, regions, ""));
+  const kernels::RegionKernelOptions options = RegionKernelOptionsOf(study, regions, "");
+  return HeldByRanks(KernelBytes(regions.regions.size(), cohort.images.size(), options.compact), cohort.images.size(), Budget(options));
 }
+
+std::uint64_t RankMemoryBudget(const kernels::RegionKernelOptions& options) { return Budget(options); }
 
 bool DistributeKernels(std::size_t subjects, const atlas::RegionIndex& regions, const kernels::RegionKernelOptions& options) {
   if (!gServing || gStopped) return false;
@@ -768,20 +832,18 @@ kernels::KernelSet OwnedKernelsFromStore(const exporting::KernelStoreIndex& inde
   set.distributed = true;
   set.ownedCompact = index.float32 || round;
   set.compact.centred = index.float32 ? index.set.compact.centred : round && centre;
-  *owners = std::make_shared<MpiKernelOwners>(std::move(shard), set.Size(), n, set.ownedCompact, set.compact.centred);
+  *owners = MakeOwners(std::move(shard), set.Size(), n, set.ownedCompact, set.compact.centred);
   return set;
 }
 
 bool OwnKernels(std::size_t subjects, const atlas::RegionIndex& regions, const kernels::RegionKernelOptions& options) {
   if (!gServing || gStopped) return false;
-  const auto kernelsBytes =
-      static_cast<std::uint64_t>(regions.regions.size()) * subjects * subjects * (options.compact ? sizeof(float) : sizeof(double));
-  if (kernelsBytes <= Budget(options)) return false;
-  if (subjects < static_cast<std::size_t>(Size())) return false;  // DistributeKernels says so
-  if (!MpiThreadsSerialized()) {
-    spdlog::warn("kernels: the study's kernels ({:.1f} MiB) exceed the per-rank budget, but this MPI library does not allow calls from several "
-                 "threads (MPI_THREAD_SERIALIZED): they are gathered on rank 0",
-                 static_cast<double>(kernelsBytes) / 1048576.0);
+  const std::uint64_t kernelsBytes = KernelBytes(regions.regions.size(), subjects, options.compact);
+  std::string why;
+  if (!HeldByRanks(kernelsBytes, subjects, Budget(options), &why)) {
+    if (!why.empty())
+      spdlog::warn("kernels: the study's kernels ({:.1f} MiB) exceed the per-rank budget, but {}: rank 0 holds them alone",
+                   static_cast<double>(kernelsBytes) / 1048576.0, why);
     return false;
   }
   spdlog::info("kernels: the study's {} kernels ({:.1f} MiB) exceed the per-rank budget of {:.1f} MiB (kernels.memory_budget_mb): each of the {} "
@@ -814,7 +876,7 @@ kernels::KernelSet DistributedRegionKernels(int sourceIndex, const std::vector<s
   RunStage(&in, nullptr, sourceIndex, nullptr, &set, &rep, nullptr, nullptr, owners != nullptr, &shard);
   rep.rankBudgetBytes = budget;
   if (owners)
-    *owners = std::make_shared<MpiKernelOwners>(std::move(shard), set.Size(), static_cast<Eigen::Index>(n), set.ownedCompact, set.compact.centred);
+    *owners = MakeOwners(std::move(shard), set.Size(), static_cast<Eigen::Index>(n), set.ownedCompact, set.compact.centred);
   spdlog::info("kernels: distributed kernel stage on {} ranks: reading {:.2f} s, products and {} {:.2f} s", P, rep.readSeconds,
                owners ? "handing each kernel to its owner" : "gathering", rep.productSeconds);
   return set;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <ctime>
 #include <filesystem>
 #include <optional>
@@ -156,10 +157,12 @@ FoldPattern FoldActivationPattern(const StudyContext& ctx, const cv::OuterFoldRe
   const Eigen::VectorXd scales = view.Scales();
   const auto R = ctx.KernelCount();
   std::vector<Eigen::VectorXd> parts(R);
-  tbb::parallel_for(std::size_t{0}, R, [&](std::size_t r) {
-    const auto j = static_cast<Eigen::Index>(r);
-    if (fold.model.beta[j] != 0.0) parts[r] = view.Products(r, fold.model.coef, scales[j]);
-  });
+  std::vector<std::size_t> used, every(R);
+  for (std::size_t r = 0; r < R; ++r)
+    if (fold.model.beta[static_cast<Eigen::Index>(r)] != 0.0) used.push_back(r);
+  std::iota(every.begin(), every.end(), std::size_t{0});
+  const auto products = view.Products(used, fold.model.coef, scales);
+  for (std::size_t i = 0; i < used.size(); ++i) parts[used[i]] = products[i].col(0);
   Eigen::VectorXd f = Eigen::VectorXd::Zero(tr.size());
   FoldPattern p;
   p.modelQuadratics = Eigen::VectorXd::Zero(static_cast<Eigen::Index>(R));
@@ -172,9 +175,8 @@ FoldPattern FoldActivationPattern(const StudyContext& ctx, const cv::OuterFoldRe
   const double ss = centred.squaredNorm();
   p.c = ss > 0 ? Eigen::VectorXd(centred / ss) : Eigen::VectorXd::Zero(f.size());  // a constant decision has no pattern
   p.norms.resize(static_cast<Eigen::Index>(R));
-  tbb::parallel_for(std::size_t{0}, R, [&](std::size_t r) {
-    p.norms[static_cast<Eigen::Index>(r)] = std::sqrt(std::max(0.0, p.c.dot(view.Products(r, p.c).col(0))));
-  });
+  const auto patternParts = view.Products(every, p.c);
+  for (std::size_t r = 0; r < R; ++r) p.norms[static_cast<Eigen::Index>(r)] = std::sqrt(std::max(0.0, p.c.dot(patternParts[r].col(0))));
   return p;
 }
 
@@ -503,10 +505,12 @@ RegionWeightsResult RunRegionWeights(const StudyContext& ctx, const std::vector<
         const cv::FoldKernelView view = ctx.FoldView(tr, te);
         const Eigen::VectorXd scales = view.Scales();
         Eigen::MatrixXd norms(R, classes);
-        tbb::parallel_for(Eigen::Index{0}, R, [&](Eigen::Index r) {
-          const Eigen::MatrixXd KC = view.Products(static_cast<std::size_t>(r), fold.model.coefs, scales[r]);
-          for (Eigen::Index c = 0; c < classes; ++c) norms(r, c) = weights::ModelNorm(fold.model.coefs.col(c).dot(KC.col(c)), fold.model.beta[r]);
-        });
+        std::vector<std::size_t> every(static_cast<std::size_t>(R));
+        std::iota(every.begin(), every.end(), std::size_t{0});
+        const auto KC = view.Products(every, fold.model.coefs, scales);
+        for (Eigen::Index r = 0; r < R; ++r)
+          for (Eigen::Index c = 0; c < classes; ++c)
+            norms(r, c) = weights::ModelNorm(fold.model.coefs.col(c).dot(KC[static_cast<std::size_t>(r)].col(c)), fold.model.beta[r]);
         foldWeights.push_back(norms.rowwise().norm());
         for (Eigen::Index c = 0; c < static_cast<Eigen::Index>(classWeights.size()); ++c) classWeights[static_cast<std::size_t>(c)].push_back(norms.col(c));
         continue;
@@ -520,11 +524,13 @@ RegionWeightsResult RunRegionWeights(const StudyContext& ctx, const std::vector<
         std::vector<int> train = fold.train;
         train.insert(train.end(), fold.unlabelled.begin(), fold.unlabelled.end());
         const cv::FoldKernelView view = ctx.FoldView(Indices(train), Indices(fold.test));
-        const Eigen::VectorXd scales = view.Scales();
-        tbb::parallel_for(std::size_t{0}, ctx.KernelCount(), [&](std::size_t r) {
+        std::vector<std::size_t> every(ctx.KernelCount());
+        std::iota(every.begin(), every.end(), std::size_t{0});
+        const auto parts = view.Products(every, fold.model.coef, view.Scales());
+        for (std::size_t r = 0; r < every.size(); ++r) {
           const auto j = static_cast<Eigen::Index>(r);
-          norms[j] = weights::ModelNorm(fold.model.coef.dot(view.Products(r, fold.model.coef, scales[j]).col(0)), fold.model.beta[j]);
-        });
+          norms[j] = weights::ModelNorm(fold.model.coef.dot(parts[r].col(0)), fold.model.beta[j]);
+        }
       }
       foldWeights.push_back(std::move(norms));
     }

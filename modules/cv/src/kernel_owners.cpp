@@ -391,21 +391,29 @@ OwnerReply KernelShard::Run(const OwnerRequest& request) {
       });
       break;
     }
-    case kViewProducts: {  // ints: kernel, columns of A; reals: scale, A. Reply (the kernel's owner): scale x K~ A.
+    case kViewProducts: {  // ints: columns of A, which; reals: a scale per kernel of `which`, A. Reply: scale x K~ A of this owner's.
       Fold& f = FoldOf(request.fold);
-      const auto r = static_cast<Eigen::Index>(ints.at(0));
-      if (r % owners_ != owner_) break;
-      const auto k = static_cast<std::size_t>(r / owners_);
-      const auto cols = static_cast<Eigen::Index>(ints.at(1));
-      const double scale = reals.at(0);
-      const Eigen::Map<const Eigen::MatrixXd> A(reals.data() + 1, f.train.size(), cols);
-      const Eigen::MatrixXd P = WithKernels([&](const auto& kernels) -> Eigen::MatrixXd {
-        if (f.residualiser) return PrepareFoldKernelOf(kernels[k], f.train, f.test, preprocessing_, scale).train * A;
-        Eigen::MatrixXd product = kernels::PreparedProducts(kernels[k], f.train, f.vectors[k], A);
-        if (scale != 1.0) product *= scale;
-        return product;
+      const auto cols = static_cast<Eigen::Index>(ints.at(0));
+      const std::vector<Eigen::Index> which = whichFrom(1);
+      std::vector<std::size_t> positions;  // in `which`, of this owner's kernels
+      for (std::size_t i = 0; i < which.size(); ++i)
+        if (which[i] % owners_ == owner_) positions.push_back(i);
+      if (positions.empty()) break;
+      const Eigen::Map<const Eigen::MatrixXd> A(reals.data() + which.size(), f.train.size(), cols);
+      const auto size = static_cast<std::size_t>(f.train.size() * cols);
+      out.resize(size * positions.size());
+      // As FoldKernelView::Products, kernels side by side.
+      tbb::parallel_for(std::size_t{0}, positions.size(), [&](std::size_t i) {
+        const auto k = static_cast<std::size_t>(which[positions[i]] / owners_);
+        const double scale = reals[positions[i]];
+        const Eigen::MatrixXd P = WithKernels([&](const auto& kernels) -> Eigen::MatrixXd {
+          if (f.residualiser) return PrepareFoldKernelOf(kernels[k], f.train, f.test, preprocessing_, scale).train * A;
+          Eigen::MatrixXd product = kernels::PreparedProducts(kernels[k], f.train, f.vectors[k], A);
+          if (scale != 1.0) product *= scale;
+          return product;
+        });
+        std::copy(P.data(), P.data() + P.size(), out.data() + i * size);
       });
-      out.assign(P.data(), P.data() + P.size());
       break;
     }
     case kSubjectWeights: {  // ints: train, test; reals: coef (train), beta (every kernel). Reply: D's columns of this owner's kernels.
@@ -739,11 +747,15 @@ FoldKernels OwnedFold::Summed() const {
   return out;
 }
 
-Eigen::MatrixXd OwnedFold::ViewProducts(std::size_t r, const Eigen::Ref<const Eigen::MatrixXd>& A, double scale) const {
-  OwnerRequest request = Ask(kViewProducts, id_, {static_cast<std::int64_t>(r), A.cols()}, {scale});
+std::vector<Eigen::MatrixXd> OwnedFold::ViewProducts(const std::vector<Eigen::Index>& which, const Eigen::Ref<const Eigen::MatrixXd>& A,
+                                                     const std::vector<double>& scales) const {
+  OwnerRequest request = Ask(kViewProducts, id_, {A.cols()}, scales);
+  request.ints.insert(request.ints.end(), which.begin(), which.end());
   for (Eigen::Index c = 0; c < A.cols(); ++c) request.reals.insert(request.reals.end(), A.col(c).data(), A.col(c).data() + A.rows());
-  const auto values = owners_.PerKernel(request, {static_cast<Eigen::Index>(r)}, static_cast<std::size_t>(train_ * A.cols()));
-  return Eigen::Map<const Eigen::MatrixXd>(values[0].data(), train_, A.cols());
+  const auto values = owners_.PerKernel(request, which, static_cast<std::size_t>(train_ * A.cols()));
+  std::vector<Eigen::MatrixXd> P;
+  for (const auto& v : values) P.emplace_back(Eigen::Map<const Eigen::MatrixXd>(v.data(), train_, A.cols()));
+  return P;
 }
 
 std::vector<Eigen::MatrixXd> OwnedFold::TestProducts(const std::vector<Eigen::Index>& which, const Eigen::MatrixXd& C, int form) const {

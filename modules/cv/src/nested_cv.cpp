@@ -196,10 +196,12 @@ void PrepareViews(const KernelOwners& owners, const learners::Targets& targets, 
   }
 }
 
-/// Owner 0's bytes of one fold task on kernels held by their owners: the summed kernel (l x l and m x l) and a fit's
-/// own l x l work (the combined kernel and a spare); the test blocks stay with the owners.
-std::uint64_t OwnedFoldTaskBytes(std::size_t train, std::size_t test, std::size_t unlabelled, const FoldNeeds& needs) {
-  double doubles = 0;
+/// The bytes of one fold task on kernels held by their owners, on the rank that needs the most: owner 0 holds the
+/// summed kernel (l x l and m x l) and a fit's own l x l work (the combined kernel, a spare and an owner's reply being
+/// added); an owner of `share` kernels holds its partial sums (l x l), and per kernel the packed training triangle
+/// and the test block below kPackedStackBelow, or with covariates the prepared copies (l x l and m x l).
+std::uint64_t OwnedFoldTaskBytes(std::size_t share, bool covariates, std::size_t train, std::size_t test, std::size_t unlabelled, const FoldNeeds& needs) {
+  double first = 0, owner = 0;
   std::size_t largest = 0;
   for (const bool semi : {false, true})
     for (const bool summed : {false, true}) {
@@ -207,11 +209,17 @@ std::uint64_t OwnedFoldTaskBytes(std::size_t train, std::size_t test, std::size_
       const std::size_t l = train + (semi ? unlabelled : 0);
       largest = std::max(largest, l);
       const double dl = static_cast<double>(l), dm = static_cast<double>(test);
-      if (summed) doubles += dl * (dl + dm);
+      if (summed) {
+        first += dl * (dl + dm);
+        owner += dl * (dl + dm);
+        continue;
+      }
+      const double perKernel = covariates ? dl * (dl + dm) : static_cast<Eigen::Index>(l) < learners::kPackedStackBelow ? dl * (dl + 1) / 2 + dl * dm : dl * dm;
+      owner += static_cast<double>(share) * perKernel + dl * dl;
     }
   const double l = static_cast<double>(largest);
-  doubles += 3.0 * l * l;  // the combined kernel, a spare and the owners' reply being added
-  return static_cast<std::uint64_t>(8.0 * doubles);
+  first += 3.0 * l * l;
+  return static_cast<std::uint64_t>(8.0 * std::max(first, owner));
 }
 
 /// The views of finished fold tasks, handed to the next task. There are never more than the fold tasks
@@ -664,13 +672,30 @@ FoldKernelView::FoldKernelView(const KernelOwners& kernels, const Eigen::Ref<con
 }
 
 Eigen::MatrixXd FoldKernelView::Products(std::size_t r, const Eigen::Ref<const Eigen::MatrixXd>& A, double scale) const {
-  if (owned_) return owned_->ViewProducts(r, A, scale);
+  if (owned_) return owned_->ViewProducts({static_cast<Eigen::Index>(r)}, A, {scale})[0];
   return WithKernels([&](const auto& kernels) -> Eigen::MatrixXd {
     if (vectors_.empty()) return PrepareFoldKernelOf(kernels[r], train_, test_, preprocessing_, scale).train * A;
     Eigen::MatrixXd P = kernels::PreparedProducts(kernels[r], train_, vectors_[r], A);
     if (scale != 1.0) P *= scale;
     return P;
   });
+}
+
+std::vector<Eigen::MatrixXd> FoldKernelView::Products(const std::vector<std::size_t>& which, const Eigen::Ref<const Eigen::MatrixXd>& A,
+                                                      const Eigen::VectorXd& scales) const {
+  const auto scaleOf = [&](std::size_t r) { return scales.size() > 0 ? scales[static_cast<Eigen::Index>(r)] : 1.0; };
+  if (owned_) {
+    std::vector<Eigen::Index> kernels;
+    std::vector<double> s;
+    for (const std::size_t r : which) {
+      kernels.push_back(static_cast<Eigen::Index>(r));
+      s.push_back(scaleOf(r));
+    }
+    return owned_->ViewProducts(kernels, A, s);
+  }
+  std::vector<Eigen::MatrixXd> out(which.size());
+  tbb::parallel_for(std::size_t{0}, which.size(), [&](std::size_t i) { out[i] = Products(which[i], A, scaleOf(which[i])); });
+  return out;
 }
 
 Eigen::VectorXd FoldKernelView::Scales() const {
@@ -833,6 +858,9 @@ std::vector<LearnerOutcome> RunNestedCvOn(const KernelVec& kernels, const learne
                      "kernels held by several owners are fitted as distributed columns or as the fold's summed kernel; a learner that needs "
                      "every fold kernel as a matrix cannot be fitted on them");
   const bool columnsPossible = weightedReadColumns && options.columnsInPlace != ColumnsInPlace::Never && !options.preprocessing.covariates;
+  const bool covariates = options.preprocessing.covariates != nullptr;
+  std::size_t share = kernels.size();  // the most kernels one owner holds
+  if constexpr (owned) share = (kernels.size() + static_cast<std::size_t>(kernels.Owners()) - 1) / static_cast<std::size_t>(kernels.Owners());
   // Float32 training copies: compact store only.
   const bool float32Copies = weightedReadColumns && std::is_same_v<KernelVec, kernels::CompactKernelList> && options.float32FoldCopies;
   const auto readColumns = [&](const auto& bytesOf, std::size_t largestTrain, const char* what) {
@@ -854,7 +882,7 @@ std::vector<LearnerOutcome> RunNestedCvOn(const KernelVec& kernels, const learne
   const auto innerBytesOf = [&](bool withColumns) {
     std::uint64_t bytes = 0;
     for (const auto& [f, i] : tasks)
-      bytes = std::max(bytes, owned ? OwnedFoldTaskBytes(innerFolds[f][i].train.size(), innerFolds[f][i].test.size(), unlabelled.size(), needs)
+      bytes = std::max(bytes, owned ? OwnedFoldTaskBytes(share, covariates, innerFolds[f][i].train.size(), innerFolds[f][i].test.size(), unlabelled.size(), needs)
                                     : FoldTaskBytes(kernels.size(), innerFolds[f][i].train.size(), innerFolds[f][i].test.size(), unlabelled.size(), needs,
                                                     withColumns, float32Copies));
     return bytes;
@@ -919,7 +947,7 @@ std::vector<LearnerOutcome> RunNestedCvOn(const KernelVec& kernels, const learne
   const auto outerBytesOf = [&](bool withColumns) {
     std::uint64_t bytes = 0;
     for (const auto& fold : outer)
-      bytes = std::max(bytes, owned ? OwnedFoldTaskBytes(fold.train.size(), fold.test.size(), unlabelled.size(), needs)
+      bytes = std::max(bytes, owned ? OwnedFoldTaskBytes(share, covariates, fold.train.size(), fold.test.size(), unlabelled.size(), needs)
                                     : FoldTaskBytes(kernels.size(), fold.train.size(), fold.test.size(), unlabelled.size(), needs, withColumns, float32Copies));
     return bytes;
   };

@@ -69,8 +69,10 @@ std::string RunRecordJson(const RunRecord& r) {
                                  {"note", std::string(r.compactCentred ? "each kernel was centred with the whole cohort's mean, then rounded to float32 (fold "
                                                                          "centring with training statistics cancels that mean exactly)"
                                                                        : "each kernel was rounded to float32") +
-                                              "; every fold computation is in double, except that where the MKL learners copy their training kernels (from "
-                                              "1,024 training subjects, when the copies fit the memory) the copies are rounded to float32 once prepared"}};
+                                              (r.kernelsHeldByRanks
+                                                   ? "; every fold computation is in double (kernels held by the ranks: no float32 copies of prepared fold kernels)"
+                                                   : "; every fold computation is in double, except that where the MKL learners copy their training kernels (from "
+                                                     "1,024 training subjects, when the copies fit the memory) the copies are rounded to float32 once prepared")}};
   if (r.kernelRanks > 1)  // absent for a single process, so its results.json is unchanged
     j["kernels"]["distributed"] = {
         {"ranks", r.kernelRanks},

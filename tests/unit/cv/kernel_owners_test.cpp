@@ -4,7 +4,9 @@
 // fits, whose combined kernels are sums of the owners' partial sums, agree to their rounding.
 #include <algorithm>
 #include <cmath>
+#include <new>
 #include <random>
+#include <stdexcept>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -254,6 +256,94 @@ TEST(OwnedKernels, SelectedRowsAreTheKernelsOfThoseRows) {
     const weights::FoldModel model{fold.train, fold.test, fold.model.coef, fold.model.beta};
     EXPECT_EQ(held.SubjectWeights(model), weights::SubjectWeights(selected, model, pre.centre, pre.normalise, pre.covariates.get())) << owners;
   }
+}
+
+TEST(OwnedKernels, FromKPackedStackBelowTrainingSubjectsTheOwnersReadTheirFoldKernelsInPlace) {
+  // 1,300 subjects in 5 outer folds: training sets of 1,040, so every owner's stack reads its fold kernels in place
+  // (no packed store), the screened norms ask for quadratics as one request, and the test blocks are not held.
+  const learners::Targets targets = Labels(1300, learners::Task::Classification, 3);
+  const learners::KernelList kernels = RawKernels(targets.y, 0, 3, 1, 17);
+  const std::vector<cv::LearnerPlan> plans = {{"en", "enmkl_svm", cv::ExpandGrid({{"c", 1}, {"mu", 0.5}}, {})}, {"svm", "svm", cv::ExpandGrid({{"c", 1}}, {})}};
+  const auto outer = cv::MakeFolds({cv::Scheme::StratifiedKFold, 5, 1}, targets.task, targets.y, {}, {}, 21, "outer");
+  ASSERT_GE(static_cast<Eigen::Index>(outer[0].train.size()), learners::kPackedStackBelow);
+  cv::NestedCvOptions options;
+  options.preprocessing.kernelGroups = {0, 1, 1};
+  const auto single = cv::RunNestedCv(kernels, targets, outer, Inner(targets.task), plans, options);
+  for (const int owners : {1, 2}) {
+    cv::LocalKernelOwners held(kernels, owners);
+    held.SetPreprocessing(options.preprocessing);
+    const auto owned = cv::RunNestedCv(held, targets, outer, Inner(targets.task), plans, options);
+    for (std::size_t l = 0; l < plans.size(); ++l)
+      for (std::size_t f = 0; f < outer.size(); ++f) {
+        const auto& x = single[l].folds[f];
+        const auto& y = owned[l].folds[f];
+        ASSERT_TRUE(y.error.empty()) << y.error;
+        if (owners == 1) {
+          EXPECT_EQ(x.model.beta, y.model.beta) << plans[l].label << " fold " << f;
+          EXPECT_EQ(x.decision, y.decision) << plans[l].label << " fold " << f;
+        } else {  // as in SeveralOwnersAgreeWithTheOneProcessRun
+          EXPECT_LE((x.model.beta - y.model.beta).cwiseAbs().maxCoeff(), 1e-5) << plans[l].label << " fold " << f;
+          EXPECT_LE((x.decision - y.decision).cwiseAbs().maxCoeff(), (plans[l].name == "svm" ? 2e-3 : 1e-5) * std::max(1.0, x.decision.cwiseAbs().maxCoeff()))
+              << plans[l].label << " fold " << f;
+        }
+      }
+    EXPECT_EQ(held.OpenFolds(), 0);
+  }
+}
+
+/// In-process owners of which owner 1 fails the first request about a fold that reaches it (as a rank whose memory
+/// runs out would): the rest of the protocol must go on as if that owner's reply were any failure.
+class FailingOwners final : public cv::KernelOwners {
+ public:
+  FailingOwners(const learners::KernelList& kernels, int owners)
+      : KernelOwners(owners, kernels.size(), kernels[0].rows(), false, false) {
+    for (int p = 0; p < owners; ++p) {
+      learners::KernelList share;
+      for (std::size_t j = static_cast<std::size_t>(p); j < kernels.size(); j += static_cast<std::size_t>(owners)) share.push_back(kernels[j]);
+      shards_.push_back(std::make_unique<cv::KernelShard>(p, owners, std::move(share)));
+    }
+  }
+  int OpenFolds() const {
+    int open = 0;
+    for (const auto& s : shards_) open += s->OpenFolds();
+    return open;
+  }
+
+ protected:
+  void Exchange(const cv::OwnerRequest& request, const std::function<void(int, cv::OwnerReply&)>& consume) const override {
+    for (std::size_t p = 0; p < shards_.size(); ++p) {
+      cv::OwnerReply reply;
+      if (p == 1 && request.fold != 0 && !failed_) {
+        failed_ = true;
+        reply.error = SerialiseError(std::make_exception_ptr(std::bad_alloc()));
+      } else {
+        reply = shards_[p]->Execute(request);
+      }
+      consume(static_cast<int>(p), reply);
+    }
+  }
+
+ private:
+  std::vector<std::unique_ptr<cv::KernelShard>> shards_;
+  mutable bool failed_ = false;
+};
+
+TEST(OwnedKernels, AFoldOneOwnerCouldNotOpenIsClosedOnTheOthers) {
+  const learners::Targets t = Labels(30, learners::Task::Classification, 3);
+  const learners::KernelList kernels = RawKernels(t.y, 0, 4, 2, 7);
+  FailingOwners held(kernels, 3);
+  held.SetPreprocessing({});
+  std::vector<int> train, test;
+  for (int i = 0; i < 30; ++i) (i % 3 == 0 ? test : train).push_back(i);
+  try {
+    held.OpenFold(train, test);
+    FAIL() << "expected owner 1's failure";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("kernel owner 1"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(held.OpenFolds(), 0);  // owners 0 and 2 had opened it
+  EXPECT_EQ(held.OpenFold(train, test)->TrainSize(), 20);  // the next request goes through
+  EXPECT_EQ(held.OpenFolds(), 0);
 }
 
 TEST(OwnedKernels, AnOwnersFailureIsTheOneProcessError) {

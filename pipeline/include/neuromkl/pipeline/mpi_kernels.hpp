@@ -39,9 +39,12 @@ int ServeRunKernels(const std::string& studyPath, int threads);
 /// The same for a study given as its config (a batch's study, which every rank has).
 int ServeStudyKernels(const config::StudyConfig& study);
 
-/// Whether a study's kernels (regions x subjects^2 in its precision; images studies) exceed the per-rank budget
-/// (kernels.memory_budget_mb, else a quarter of the memory): under mpirun they are then held by every rank.
+/// Whether a study's kernels would be held by the ranks of this mpirun job (OwnKernels' rule, for a batch's plan):
+/// an images study whose kernels (regions x subjects^2 in its precision) exceed the per-rank budget
+/// (kernels.memory_budget_mb, else a quarter of the memory), with at least one subject per rank.
 bool KernelsExceedRankBudget(const config::StudyConfig& study, const Cohort& cohort);
+/// The per-rank memory budget of a study's kernel stage: kernels.memory_budget_mb, else a quarter of the memory.
+std::uint64_t RankMemoryBudget(const kernels::RegionKernelOptions& options);
 
 /// Whether the image kernels of `subjects` subjects go to every rank: rank 0 of a run under mpirun
 /// with several ranks, at least one subject per rank, and subject data over the per-rank budget.

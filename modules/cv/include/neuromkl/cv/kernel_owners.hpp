@@ -170,8 +170,10 @@ class OwnedFold {
   std::vector<Eigen::MatrixXd> TestProducts(const std::vector<Eigen::Index>& which, const Eigen::MatrixXd& C, int form) const;
   /// PrepareSummedFold of the fold: the sum of the prepared training and test blocks.
   FoldKernels Summed() const;
-  /// FoldKernelView::Products: scale x K~_r A, K~_r as PrepareFoldKernel prepares it.
-  Eigen::MatrixXd ViewProducts(std::size_t r, const Eigen::Ref<const Eigen::MatrixXd>& A, double scale) const;
+  /// FoldKernelView::Products of each kernel r in `which` (with scales[i] for which[i]): scale x K~_r A, K~_r as
+  /// PrepareFoldKernel prepares it; one request, each owner computing its kernels side by side.
+  std::vector<Eigen::MatrixXd> ViewProducts(const std::vector<Eigen::Index>& which, const Eigen::Ref<const Eigen::MatrixXd>& A,
+                                            const std::vector<double>& scales) const;
 
  private:
   /// The owners' facts of the prepared training kernels (finiteness, zero kernels), asked for once.

@@ -273,6 +273,10 @@ class FoldKernelView {
                  const Preprocessing& preprocessing);
   /// scale x K~_r A (A: l x k), K~_r as PrepareFoldKernel prepares it (equal up to rounding).
   Eigen::MatrixXd Products(std::size_t r, const Eigen::Ref<const Eigen::MatrixXd>& A, double scale = 1.0) const;
+  /// Products(r, A, scales[r]) for every r in `which` (`scales`: one per kernel; empty = 1), several kernels at once
+  /// (kernels held by their owners: one request, each owner computing its own).
+  std::vector<Eigen::MatrixXd> Products(const std::vector<std::size_t>& which, const Eigen::Ref<const Eigen::MatrixXd>& A,
+                                        const Eigen::VectorXd& scales = {}) const;
   /// FoldScales of this fold.
   Eigen::VectorXd Scales() const;
 
