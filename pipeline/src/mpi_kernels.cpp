@@ -635,12 +635,8 @@ bool RunStage(const StageInputs* given, const config::StudyConfig* study, int so
     }
     MPI_Gatherv(rows.intensityScale.data(), static_cast<int>(count), MPI_DOUBLE, scales.data(), counts.data(), displs.data(), MPI_DOUBLE, 0, MPI_COMM_WORLD);
   }
-  if (own) {
-    kernels::RegionKernelReport unused;
-    kernels::RegionKernelReport& rep = report ? *report : unused;
-    rep = kernels::RegionKernelReport{};
-    const bool ok = KeepKernelsOnOwners(in, n, count, partners, blocks, set, &rep, *shard);  // rank 0 throws a failure instead
-    if (rank != 0) return ok;
+  // Rank 0's set and report, once the kernels are where they stay (the exclusions are in the report already).
+  const auto finish = [&](kernels::RegionKernelReport& rep) {
     set.intensityScale = std::move(scales);
     set.nonZeroInsideAtlas = nonZero[0];
     set.nonZeroOutsideAtlas = nonZero[1];
@@ -653,6 +649,14 @@ bool RunStage(const StageInputs* given, const config::StudyConfig* study, int so
     rep.ranks = P;
     rep.totalSeconds = Since(start);
     *out = std::move(set);
+  };
+  if (own) {
+    kernels::RegionKernelReport unused;
+    kernels::RegionKernelReport& rep = report ? *report : unused;
+    rep = kernels::RegionKernelReport{};
+    const bool ok = KeepKernelsOnOwners(in, n, count, partners, blocks, set, &rep, *shard);  // rank 0 throws a failure instead
+    if (rank != 0) return ok;
+    finish(rep);
     return true;
   }
   if (rank != 0) {
@@ -679,22 +683,10 @@ bool RunStage(const StageInputs* given, const config::StudyConfig* study, int so
         place(p, q, r, incoming);
       }
     }
-  set.intensityScale = std::move(scales);
-  set.nonZeroInsideAtlas = nonZero[0];
-  set.nonZeroOutsideAtlas = nonZero[1];
-
   kernels::RegionKernelReport& rep = *report;
   rep = kernels::RegionKernelReport{};
-  rep.readSeconds = readSeconds;
-  rep.productSeconds = Since(t1);
-  rep.subjectBlocks = static_cast<std::size_t>(P);
-  rep.dataBytes = static_cast<std::uint64_t>(n * V) * sizeof(float);
-  rep.peakDataBytes = static_cast<std::uint64_t>(2 * maxRows * V) * sizeof(float);
-  rep.droppedVoxels = static_cast<std::int64_t>(std::count_if(rows.nonFiniteCount.begin(), rows.nonFiniteCount.end(), [](std::int32_t c) { return c > 0; }));
-  rep.ranks = P;
   kernels::ExcludeEmptyRegions(set, rep);
-  rep.totalSeconds = Since(start);
-  *out = std::move(set);
+  finish(rep);
   return true;
 }
 
