@@ -494,6 +494,7 @@ KernelStageResult RunSourcesStage(const config::StudyConfig& study, const Cohort
     res.warnings.insert(res.warnings.begin(), note);
   }
   if (res.set.Size() == 0) throw InputError("kernels:NoneLeft", study.path, "no usable kernel is left in any source");
+  WarnKernelsNotHeld(res.set.Size(), cohort.ids.size(), res.set.Compact(), study.kernels.memoryBudgetMb, "several sources'");
   return res;
 }
 }  // namespace
@@ -617,7 +618,10 @@ KernelStageResult RunKernelStage(const config::StudyConfig& study, const Cohort&
     case KernelSource::Sources:
       break;  // RunSourcesStage
   }
-  if (study.kernels.source != KernelSource::Images) kernels::ExcludeZeroKernels(res.set);
+  if (study.kernels.source != KernelSource::Images) {
+    kernels::ExcludeZeroKernels(res.set);
+    if (sourceIndex < 0) WarnKernelsNotHeld(res.set.Size(), cohort.ids.size(), float32, study.kernels.memoryBudgetMb, config::ToString(study.kernels.source));
+  }
   // Kernels that were not rounded as they were formed (other sources, out of core, gathered from MPI ranks).
   if (float32) kernels::CompactKernelSet(res.set, study.kernels.centre, study.path);
   AddExclusionWarnings(res);

@@ -45,6 +45,7 @@ int ServeRunKernels(const std::string&, int) { return 0; }
 int ServeStudyKernels(const config::StudyConfig&) { return 0; }
 bool KernelsExceedRankBudget(const config::StudyConfig&, const Cohort&) { return false; }
 std::uint64_t RankMemoryBudget(const kernels::RegionKernelOptions& options) { return options.memoryBudgetBytes; }
+void WarnKernelsNotHeld(std::size_t, std::size_t, bool, double, const std::string&) {}
 bool DistributeKernels(std::size_t, const atlas::RegionIndex&, const kernels::RegionKernelOptions&) { return false; }
 bool OwnKernels(std::size_t, const atlas::RegionIndex&, const kernels::RegionKernelOptions&) { return false; }
 kernels::KernelSet DistributedRegionKernels(int, const std::vector<std::string>&, const std::vector<std::string>&, const atlas::RegionIndex&,
@@ -797,6 +798,17 @@ bool KernelsExceedRankBudget(const config::StudyConfig& study, const Cohort& coh
 }
 
 std::uint64_t RankMemoryBudget(const kernels::RegionKernelOptions& options) { return Budget(options); }
+
+void WarnKernelsNotHeld(std::size_t kernelCount, std::size_t subjects, bool compact, double budgetMb, const std::string& what) {
+  if (!gServing || gStopped || Size() < 2) return;
+  kernels::RegionKernelOptions options;
+  options.memoryBudgetBytes = static_cast<std::uint64_t>(budgetMb * 1048576.0);
+  const std::uint64_t bytes = KernelBytes(kernelCount, subjects, compact);
+  if (bytes <= Budget(options)) return;
+  spdlog::warn("kernels: the study's {} kernels ({:.1f} MiB) exceed the per-rank budget of {:.1f} MiB, but {} kernels are not held by the ranks "
+               "(only an images study's own): rank 0 holds them all",
+               kernelCount, static_cast<double>(bytes) / 1048576.0, static_cast<double>(Budget(options)) / 1048576.0, what);
+}
 
 bool DistributeKernels(std::size_t subjects, const atlas::RegionIndex& regions, const kernels::RegionKernelOptions& options) {
   if (!gServing || gStopped) return false;

@@ -45,6 +45,9 @@ int ServeStudyKernels(const config::StudyConfig& study);
 bool KernelsExceedRankBudget(const config::StudyConfig& study, const Cohort& cohort);
 /// The per-rank memory budget of a study's kernel stage: kernels.memory_budget_mb, else a quarter of the memory.
 std::uint64_t RankMemoryBudget(const kernels::RegionKernelOptions& options);
+/// Rank 0 of a run under mpirun: warns when kernels that are not held by the ranks (`what`: precomputed, tabular,
+/// connectivity or several sources) exceed the per-rank budget, since rank 0 then holds them all.
+void WarnKernelsNotHeld(std::size_t kernelCount, std::size_t subjects, bool compact, double budgetMb, const std::string& what);
 
 /// Whether the image kernels of `subjects` subjects go to every rank: rank 0 of a run under mpirun
 /// with several ranks, at least one subject per rank, and subject data over the per-rank budget.
