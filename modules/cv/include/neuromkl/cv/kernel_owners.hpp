@@ -96,7 +96,8 @@ class KernelOwners {
   /// From now on, subject i of every request is the kernels' row rows[i] (the kernels the learners see: a subset or
   /// another order of the rows the owners hold, which they keep whole).
   void SelectRows(const std::vector<int>& rows);
-  /// The fold preprocessing of every later fold (nested CV's, the weights stage's and the export's).
+  /// The fold preprocessing of every later fold (nested CV's, the weights stage's and the export's). Its covariate
+  /// design has a row per subject: set it after SelectRows.
   void SetPreprocessing(const Preprocessing& preprocessing);
   const Preprocessing& preprocessing() const { return preprocessing_; }
 
@@ -144,7 +145,8 @@ class KernelOwners {
   mutable std::map<int, std::pair<long, double>> byKind_;
 };
 
-/// A fold opened on the owners (KernelOwners::OpenFold): the operations on its prepared kernels.
+/// A fold opened on the owners (KernelOwners::OpenFold): the operations on its prepared kernels. The owners must outlive
+/// it (it refers to them and closes the fold on them when it goes).
 class OwnedFold {
  public:
   OwnedFold(const KernelOwners& owners, std::int64_t id, Eigen::Index train, Eigen::Index test, Eigen::VectorXd scales);
