@@ -187,6 +187,13 @@ Eigen::Index KernelCount(const KernelList& train, const FitOptions& options) {
   return options.columns ? options.columns->Count() : static_cast<Eigen::Index>(train.size());
 }
 
+namespace {
+/// ValidateFitInput's check of kernels given as columns: per kernel, whether its upper triangle is finite.
+std::vector<char> FiniteKernels(const KernelColumns& columns);
+/// ActiveKernels of kernels given as columns: those that are not identically zero.
+std::vector<Eigen::Index> NonZeroKernels(const KernelColumns& columns);
+}  // namespace
+
 std::vector<Eigen::Index> ActiveKernels(const KernelList& train, const FitOptions& options) {
   // Shared along a grid: the scan reads a strided diagonal of every kernel (~2 % of an ENMKL nested CV).
   if (TrainingKernelCache* cache = options.cache) {
@@ -203,6 +210,7 @@ std::vector<Eigen::Index> ActiveKernels(const KernelList& train, const FitOption
   return NonZeroKernels(*options.columns);
 }
 
+namespace {
 std::vector<Eigen::Index> NonZeroKernels(const KernelColumns& c) {
   // As ActiveKernels: a non-zero diagonal entry settles it, else the whole upper triangle is scanned.
   const Eigen::Index n = c.Size();
@@ -222,6 +230,7 @@ std::vector<Eigen::Index> NonZeroKernels(const KernelColumns& c) {
   }
   return active;
 }
+}  // namespace
 
 bool CheckedBefore(TrainingKernelCache* cache, const KernelList& kernels) {
   if (!cache) return false;
@@ -358,8 +367,7 @@ void ValidateFitInput(std::string_view learner, const KernelList& train, const T
   }
 }
 
-std::vector<Eigen::Index> NonZeroKernels(const KernelList& kernels) { return ActiveKernels(kernels); }
-
+namespace {
 std::vector<char> FiniteKernels(const KernelColumns& c) {
   // Kernels side by side, each column's upper part x 0 summed: NaN exactly when an entry is not finite.
   const Eigen::Index n = c.Size();
@@ -375,6 +383,7 @@ std::vector<char> FiniteKernels(const KernelColumns& c) {
   });
   return finite;
 }
+}  // namespace
 
 Eigen::VectorXd ClassSampleWeights(const ClassWeights& weights, const Targets& targets) {
   if (!weights.Active()) return {};

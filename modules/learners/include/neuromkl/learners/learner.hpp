@@ -168,12 +168,6 @@ class DistributedColumns : public KernelColumns {
   virtual std::vector<Eigen::Index> NonZero() const = 0;
 };
 
-/// ValidateFitInput's check of kernels given as columns: per kernel, whether its upper triangle is finite.
-std::vector<char> FiniteKernels(const KernelColumns& columns);
-/// ActiveKernels of kernels given as columns, or as matrices: those that are not identically zero.
-std::vector<Eigen::Index> NonZeroKernels(const KernelColumns& columns);
-std::vector<Eigen::Index> NonZeroKernels(const KernelList& kernels);
-
 class KernelStack;
 /// One owner's share of DistributedColumns: the stack of its kernels (given as columns, e.g. a fold of its share
 /// of the study's kernels), answering the owner's part of each operation with the arithmetic of the stack of a
@@ -192,8 +186,8 @@ class OwnedStack {
   Eigen::VectorXd Quadratics(const std::vector<Eigen::Index>& which, const Eigen::MatrixXd& A, bool perKernel) const;
   Eigen::MatrixXd Products(const std::vector<Eigen::Index>& which, const Eigen::VectorXd& v) const;
   double RootSpectralBound(Eigen::Index k) const;
-  /// Per kernel, FiniteKernels' and NonZeroKernels' answers, from one pass over each kernel's upper triangle (on a
-  /// packed stack, over the packed store).
+  /// Per kernel, whether its upper triangle is finite (ValidateFitInput's check) and whether it is not identically
+  /// zero (ActiveKernels), from one pass over each kernel's upper triangle (on a packed stack, over the packed store).
   void Facts(std::vector<char>& finite, std::vector<char>& nonzero) const;
 
  private:
