@@ -102,9 +102,8 @@ Eigen::VectorXd StudyContext::LargestTrainingSelfSimilarity(const std::vector<in
   const Eigen::VectorXi tr = Eigen::Map<const Eigen::VectorXi>(train.data(), static_cast<Eigen::Index>(train.size()));
   Eigen::VectorXd out(static_cast<Eigen::Index>(KernelCount()));
   tbb::parallel_for(std::size_t{0}, KernelCount(), [&](std::size_t k) {
-    const Eigen::VectorXd diag = compact.empty() ? cv::CentredTrainingDiagonal(kernels[k], tr, nestedOptions.preprocessing)
-                                                 : cv::CentredTrainingDiagonal(compact[k], tr, nestedOptions.preprocessing);
-    out[static_cast<Eigen::Index>(k)] = diag.size() > 0 ? diag.maxCoeff() : 0.0;
+    out[static_cast<Eigen::Index>(k)] = compact.empty() ? cv::LargestCentredSelfSimilarity(kernels[k], tr, nestedOptions.preprocessing)
+                                                        : cv::LargestCentredSelfSimilarity(compact[k], tr, nestedOptions.preprocessing);
   });
   return out;
 }

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <numeric>
 #include <optional>
 #include <stdexcept>
 #include <utility>
@@ -438,8 +439,7 @@ OwnerReply KernelShard::Run(const OwnerRequest& request) {
       out.resize(local);
       WithKernels([&](const auto& kernels) {
         tbb::parallel_for(std::size_t{0}, local, [&](std::size_t k) {
-          const Eigen::VectorXd diag = CentredTrainingDiagonal(kernels[k], train, preprocessing_);
-          out[k] = diag.size() > 0 ? diag.maxCoeff() : 0.0;
+          out[k] = LargestCentredSelfSimilarity(kernels[k], train, preprocessing_);
         });
       });
       break;
@@ -504,6 +504,26 @@ void KernelOwners::Request(const OwnerRequest& request, const std::function<void
     kind.second += seconds;
   }
   if (failedOwner >= 0) ThrowSerialisedError(failure, fmt::format("kernel owner {}", failedOwner));
+}
+
+std::vector<Eigen::Index> KernelOwners::Every() const {
+  std::vector<Eigen::Index> every(count_);
+  std::iota(every.begin(), every.end(), Eigen::Index{0});
+  return every;
+}
+
+std::vector<double> KernelOwners::SumOfReplies(const OwnerRequest& request) const {
+  std::vector<double> sum;
+  Request(request, [&](int, OwnerReply& reply) {
+    if (reply.values.empty()) return;  // nothing of this owner's is in the sum
+    if (sum.empty()) {
+      sum = std::move(reply.values);
+      return;
+    }
+    if (reply.values.size() != sum.size()) throw std::logic_error("KernelOwners: owners disagree on the size of a sum");
+    for (std::size_t i = 0; i < sum.size(); ++i) sum[i] += reply.values[i];
+  });
+  return sum;
 }
 
 std::vector<std::vector<double>> KernelOwners::PerKernel(const OwnerRequest& request, const std::vector<Eigen::Index>& which,
@@ -626,10 +646,9 @@ Eigen::MatrixXd KernelOwners::SubjectWeights(const weights::FoldModel& model) co
 Eigen::VectorXd KernelOwners::LargestTrainingSelfSimilarity(const std::vector<int>& train) const {
   OwnerRequest request = Ask(kLargestSelfSimilarity, 0, {}, {});
   Append(request.ints, Rows(train));
+  const auto values = PerKernel(request, Every(), 1);
   Eigen::VectorXd out(static_cast<Eigen::Index>(count_));
-  Request(request, [&](int owner, OwnerReply& reply) {
-    for (std::size_t k = 0; k < reply.values.size(); ++k) out[static_cast<Eigen::Index>(static_cast<std::size_t>(owner) + k * static_cast<std::size_t>(owners_))] = reply.values[k];
-  });
+  for (std::size_t j = 0; j < count_; ++j) out[static_cast<Eigen::Index>(j)] = values[j][0];
   return out;
 }
 
@@ -657,16 +676,7 @@ OwnedFold::~OwnedFold() {
 
 void OwnedFold::Combine(const Eigen::VectorXd& weights, Eigen::MatrixXd& out) const {
   if (weights.size() != static_cast<Eigen::Index>(KernelCount())) throw std::logic_error("OwnedFold::Combine: one weight per kernel");
-  std::vector<double> sum;
-  owners_.Request(Ask(kCombine, id_, {}, std::vector<double>(weights.data(), weights.data() + weights.size())), [&](int, OwnerReply& reply) {
-    if (reply.values.empty()) return;  // no kernel of this owner has a weight
-    if (sum.empty()) {
-      sum = std::move(reply.values);
-      return;
-    }
-    if (reply.values.size() != sum.size()) throw std::logic_error("OwnedFold::Combine: owners disagree on the fold's size");
-    for (std::size_t i = 0; i < sum.size(); ++i) sum[i] += reply.values[i];
-  });
+  const std::vector<double> sum = owners_.SumOfReplies(Ask(kCombine, id_, {}, std::vector<double>(weights.data(), weights.data() + weights.size())));
   if (sum.empty()) {
     out = Eigen::MatrixXd::Zero(train_, train_);
     return;
@@ -700,9 +710,7 @@ Eigen::VectorXd OwnedFold::RootSpectralBounds(const std::vector<Eigen::Index>& w
 
 void OwnedFold::Facts() const {
   if (factsKnown_) return;
-  std::vector<Eigen::Index> every(KernelCount());
-  for (std::size_t j = 0; j < every.size(); ++j) every[j] = static_cast<Eigen::Index>(j);
-  const auto values = owners_.PerKernel(Ask(kFacts, id_, {}, {}), every, 2);
+  const auto values = owners_.PerKernel(Ask(kFacts, id_, {}, {}), owners_.Every(), 2);
   firstNonFinite_ = -1;
   nonZero_.clear();
   for (std::size_t j = 0; j < values.size(); ++j) {
@@ -730,16 +738,7 @@ learners::KernelList OwnedFold::TestBlocks(const std::vector<Eigen::Index>& whic
 }
 
 FoldKernels OwnedFold::Summed() const {
-  std::vector<double> sum;
-  owners_.Request(Ask(kSummed, id_, {}, {}), [&](int, OwnerReply& reply) {
-    if (reply.values.empty()) return;  // an owner without kernels
-    if (sum.empty()) {
-      sum = std::move(reply.values);
-      return;
-    }
-    if (reply.values.size() != sum.size()) throw std::logic_error("OwnedFold::Summed: owners disagree on the fold's size");
-    for (std::size_t i = 0; i < sum.size(); ++i) sum[i] += reply.values[i];
-  });
+  std::vector<double> sum = owners_.SumOfReplies(Ask(kSummed, id_, {}, {}));
   FoldKernels out;
   sum.resize(static_cast<std::size_t>(train_ * train_ + test_ * train_), 0.0);
   out.train.emplace_back(Eigen::Map<const Eigen::MatrixXd>(sum.data(), train_, train_));

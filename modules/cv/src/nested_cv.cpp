@@ -610,21 +610,22 @@ Eigen::VectorXd FoldScalesOf(const KernelVec& kernels, const Eigen::Ref<const Ei
 
 namespace {
 template <typename Kernel>
-Eigen::VectorXd CentredTrainingDiagonalOf(const Kernel& kernel, const Eigen::Ref<const Eigen::VectorXi>& train, const Preprocessing& pre) {
+double LargestCentredSelfSimilarityOf(const Kernel& kernel, const Eigen::Ref<const Eigen::VectorXi>& train, const Preprocessing& pre) {
+  if (train.size() == 0) return 0.0;
   const Eigen::VectorXi none(0);
-  if (!pre.covariates) return kernels::MakeFoldVectors(kernel, train, none, pre.centre, false).trainDiag;
+  if (!pre.covariates) return kernels::MakeFoldVectors(kernel, train, none, pre.centre, false).trainDiag.maxCoeff();
   kernels::FoldKernel fk = kernels::SliceFold(kernel, train, none);
   kernels::ResidualiseFold(fk, kernels::MakeFoldResidualiser(*pre.covariates, train, none));
   if (pre.centre) kernels::CentreFold(fk);
-  return fk.train.diagonal();
+  return fk.train.diagonal().maxCoeff();
 }
 }  // namespace
 
-Eigen::VectorXd CentredTrainingDiagonal(const Eigen::MatrixXd& kernel, const Eigen::Ref<const Eigen::VectorXi>& train, const Preprocessing& pre) {
-  return CentredTrainingDiagonalOf(kernel, train, pre);
+double LargestCentredSelfSimilarity(const Eigen::MatrixXd& kernel, const Eigen::Ref<const Eigen::VectorXi>& train, const Preprocessing& pre) {
+  return LargestCentredSelfSimilarityOf(kernel, train, pre);
 }
-Eigen::VectorXd CentredTrainingDiagonal(const Eigen::MatrixXf& kernel, const Eigen::Ref<const Eigen::VectorXi>& train, const Preprocessing& pre) {
-  return CentredTrainingDiagonalOf(kernel, train, pre);
+double LargestCentredSelfSimilarity(const Eigen::MatrixXf& kernel, const Eigen::Ref<const Eigen::VectorXi>& train, const Preprocessing& pre) {
+  return LargestCentredSelfSimilarityOf(kernel, train, pre);
 }
 
 kernels::FoldKernel PrepareFoldKernel(const Eigen::MatrixXd& kernel, const Eigen::Ref<const Eigen::VectorXi>& train,

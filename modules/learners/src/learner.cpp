@@ -187,13 +187,6 @@ Eigen::Index KernelCount(const KernelList& train, const FitOptions& options) {
   return options.columns ? options.columns->Count() : static_cast<Eigen::Index>(train.size());
 }
 
-namespace {
-/// ValidateFitInput's check of kernels given as columns: per kernel, whether its upper triangle is finite.
-std::vector<char> FiniteKernels(const KernelColumns& columns);
-/// ActiveKernels of kernels given as columns: those that are not identically zero.
-std::vector<Eigen::Index> NonZeroKernels(const KernelColumns& columns);
-}  // namespace
-
 std::vector<Eigen::Index> ActiveKernels(const KernelList& train, const FitOptions& options) {
   // Shared along a grid: the scan reads a strided diagonal of every kernel (~2 % of an ENMKL nested CV).
   if (TrainingKernelCache* cache = options.cache) {
@@ -207,12 +200,8 @@ std::vector<Eigen::Index> ActiveKernels(const KernelList& train, const FitOption
   }
   if (!options.columns) return ActiveKernels(train);
   if (const auto* d = dynamic_cast<const DistributedColumns*>(options.columns)) return d->NonZero();
-  return NonZeroKernels(*options.columns);
-}
-
-namespace {
-std::vector<Eigen::Index> NonZeroKernels(const KernelColumns& c) {
   // As ActiveKernels: a non-zero diagonal entry settles it, else the whole upper triangle is scanned.
+  const KernelColumns& c = *options.columns;
   const Eigen::Index n = c.Size();
   std::vector<Eigen::Index> active;
   std::vector<double> column(static_cast<std::size_t>(n));
@@ -230,7 +219,6 @@ std::vector<Eigen::Index> NonZeroKernels(const KernelColumns& c) {
   }
   return active;
 }
-}  // namespace
 
 bool CheckedBefore(TrainingKernelCache* cache, const KernelList& kernels) {
   if (!cache) return false;
@@ -298,8 +286,18 @@ void ValidateFitInput(std::string_view learner, const KernelList& train, const T
     Eigen::Index bad = -1;
     if (const auto* d = dynamic_cast<const DistributedColumns*>(options.columns)) {
       bad = d->FirstNonFinite();  // checked by the owners
-    } else {
-      const std::vector<char> finite = FiniteKernels(*options.columns);
+    } else {  // kernels side by side
+      const KernelColumns& c = *options.columns;
+      std::vector<char> finite(static_cast<std::size_t>(c.Count()), 1);
+      tbb::parallel_for(Eigen::Index{0}, c.Count(), [&](Eigen::Index k) {
+        Eigen::VectorXd column(n);
+        double probe = 0;
+        for (Eigen::Index j = 0; j < n; ++j) {
+          c.UpperColumn(k, j, column.data());
+          probe += (column.head(j + 1).array() * 0.0).sum();
+        }
+        finite[static_cast<std::size_t>(k)] = !std::isnan(probe);
+      });
       for (std::size_t k = 0; k < finite.size() && bad < 0; ++k)
         if (!finite[k]) bad = static_cast<Eigen::Index>(k);
     }
@@ -367,23 +365,6 @@ void ValidateFitInput(std::string_view learner, const KernelList& train, const T
   }
 }
 
-namespace {
-std::vector<char> FiniteKernels(const KernelColumns& c) {
-  // Kernels side by side, each column's upper part x 0 summed: NaN exactly when an entry is not finite.
-  const Eigen::Index n = c.Size();
-  std::vector<char> finite(static_cast<std::size_t>(c.Count()), 1);
-  tbb::parallel_for(Eigen::Index{0}, c.Count(), [&](Eigen::Index k) {
-    Eigen::VectorXd column(n);
-    double probe = 0;
-    for (Eigen::Index j = 0; j < n; ++j) {
-      c.UpperColumn(k, j, column.data());
-      probe += (column.head(j + 1).array() * 0.0).sum();
-    }
-    finite[static_cast<std::size_t>(k)] = !std::isnan(probe);
-  });
-  return finite;
-}
-}  // namespace
 
 Eigen::VectorXd ClassSampleWeights(const ClassWeights& weights, const Targets& targets) {
   if (!weights.Active()) return {};

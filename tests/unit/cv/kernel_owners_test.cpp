@@ -199,7 +199,7 @@ TEST(OwnedKernels, PerKernelResultsAreBitForBitForAnyNumberOfOwners) {
       EXPECT_EQ(held.SubjectWeights({train, test, coef, beta}), D) << what;
       const Eigen::VectorXd largest = held.LargestTrainingSelfSimilarity(train);
       for (std::size_t r = 0; r < kernels.size(); ++r)
-        EXPECT_EQ(largest[static_cast<Eigen::Index>(r)], cv::CentredTrainingDiagonal(kernels[r], tr, pre).maxCoeff()) << what;
+        EXPECT_EQ(largest[static_cast<Eigen::Index>(r)], cv::LargestCentredSelfSimilarity(kernels[r], tr, pre)) << what;
       // Test blocks and the stack's per-kernel operations, against the one-process fold columns.
       if (!covariates) {
         const auto fold = held.OpenFold(train, test);

@@ -129,6 +129,10 @@ class KernelOwners {
   void Request(const OwnerRequest& request, const std::function<void(int, OwnerReply&)>& consume) const;
   /// The owners' values of their kernels in `which` (in that order), placed at their position in `which`.
   std::vector<std::vector<double>> PerKernel(const OwnerRequest& request, const std::vector<Eigen::Index>& which, std::size_t valuesPerKernel) const;
+  /// The sum of the owners' values, added in owner order (owners that reply nothing are left out; empty: none replied).
+  std::vector<double> SumOfReplies(const OwnerRequest& request) const;
+  /// Every kernel's index, in order (PerKernel over all of them).
+  std::vector<Eigen::Index> Every() const;
   /// Subjects as the owners' rows (SelectRows).
   std::vector<int> Rows(const std::vector<int>& subjects) const;
   int owners_;

@@ -211,10 +211,10 @@ Eigen::VectorXd FoldScales(const learners::KernelList& kernels, const Eigen::Ref
 Eigen::VectorXd FoldScales(const kernels::CompactKernelList& kernels, const Eigen::Ref<const Eigen::VectorXi>& train,
                            const Eigen::Ref<const Eigen::VectorXi>& test, const Preprocessing& preprocessing);
 
-/// One kernel's centred training self-similarities over rows `train` (residualised first with covariates), as the
-/// folds prepare them before normalising: the exported model's zero-norm floors come from their largest.
-Eigen::VectorXd CentredTrainingDiagonal(const Eigen::MatrixXd& kernel, const Eigen::Ref<const Eigen::VectorXi>& train, const Preprocessing& preprocessing);
-Eigen::VectorXd CentredTrainingDiagonal(const Eigen::MatrixXf& kernel, const Eigen::Ref<const Eigen::VectorXi>& train, const Preprocessing& preprocessing);
+/// The largest of one kernel's centred training self-similarities over rows `train` (residualised first with
+/// covariates), as the folds prepare them before normalising (0 without rows): the exported model's zero-norm floor.
+double LargestCentredSelfSimilarity(const Eigen::MatrixXd& kernel, const Eigen::Ref<const Eigen::VectorXi>& train, const Preprocessing& preprocessing);
+double LargestCentredSelfSimilarity(const Eigen::MatrixXf& kernel, const Eigen::Ref<const Eigen::VectorXi>& train, const Preprocessing& preprocessing);
 
 /// One fold's prepared training kernels (PrepareFold's training copies) as learners::KernelColumns, read
 /// from the full kernels in place: each column is written from the fold vectors with the arithmetic of
