@@ -139,4 +139,97 @@ TEST(Smo, PerVariableBoundsEqualDuplicatedSubjects) {
   EXPECT_NEAR(weighted.objective, doubled.objective, 1e-8 * std::abs(doubled.objective));
 }
 
+
+/// Fan, Chen & Lin's WSS 2 and LIBSVM's pair update as plain loops (no shrinking, every gradient updated
+/// each iteration), for C-SVC from alpha = 0: the definition the solver's faster loops must follow
+/// exactly, ties included (the later variable wins them, as `>=` / `<=` in one pass do).
+Eigen::VectorXd PlainSmo(const Eigen::MatrixXd& K, const Eigen::VectorXd& y, double C, double tol, long& iterations) {
+  const Eigen::Index l = y.size();
+  const double inf = std::numeric_limits<double>::infinity();
+  Eigen::VectorXd a = Eigen::VectorXd::Zero(l), G = Eigen::VectorXd::Constant(l, -1.0);
+  iterations = 0;
+  while (true) {
+    double gMax = -inf, gMax2 = -inf, best = inf;
+    Eigen::Index i = -1, j = -1;
+    for (Eigen::Index t = 0; t < l; ++t) {
+      const bool up = y[t] > 0 ? a[t] < C : a[t] > 0;
+      if (up && -y[t] * G[t] >= gMax) { gMax = -y[t] * G[t]; i = t; }
+    }
+    for (Eigen::Index t = 0; i >= 0 && t < l; ++t) {
+      const bool low = y[t] > 0 ? a[t] > 0 : a[t] < C;
+      if (!low) continue;
+      const double g = y[t] * G[t];
+      if (g >= gMax2) gMax2 = g;
+      const double gradDiff = gMax + g;
+      if (gradDiff > 0) {
+        const double quad = K(i, i) + K(t, t) - 2.0 * K(t, i);  // column i, as the solver reads it
+        const double objDiff = -(gradDiff * gradDiff) / (quad > 0 ? quad : 1e-12);
+        if (objDiff <= best) { best = objDiff; j = t; }
+      }
+    }
+    if (i < 0 || j < 0 || gMax + gMax2 < tol) return a;
+    ++iterations;
+    const double oldI = a[i], oldJ = a[j], Qij = y[i] * y[j] * K(j, i);
+    if (y[i] != y[j]) {
+      double quad = K(i, i) + K(j, j) + 2.0 * Qij;
+      if (quad <= 0) quad = 1e-12;
+      const double delta = (-G[i] - G[j]) / quad, diff = a[i] - a[j];
+      a[i] += delta;
+      a[j] += delta;
+      if (diff > 0) {
+        if (a[j] < 0) { a[j] = 0; a[i] = diff; }
+      } else if (a[i] < 0) {
+        a[i] = 0; a[j] = -diff;
+      }
+      if (diff > 0) {
+        if (a[i] > C) { a[i] = C; a[j] = C - diff; }
+      } else if (a[j] > C) {
+        a[j] = C; a[i] = C + diff;
+      }
+    } else {
+      double quad = K(i, i) + K(j, j) - 2.0 * Qij;
+      if (quad <= 0) quad = 1e-12;
+      const double delta = (G[i] - G[j]) / quad, sum = a[i] + a[j];
+      a[i] -= delta;
+      a[j] += delta;
+      if (sum > C) {
+        if (a[i] > C) { a[i] = C; a[j] = sum - C; }
+      } else if (a[j] < 0) {
+        a[j] = 0; a[i] = sum;
+      }
+      if (sum > C) {
+        if (a[j] > C) { a[j] = C; a[i] = sum - C; }
+      } else if (a[i] < 0) {
+        a[i] = 0; a[j] = sum;
+      }
+    }
+    const double ci = y[i] * (a[i] - oldI), cj = y[j] * (a[j] - oldJ);
+    for (Eigen::Index t = 0; t < l; ++t) G[t] += y[t] * (ci * K(t, i) + cj * K(t, j));
+  }
+}
+
+TEST(Smo, SelectsThePairsOfThePlainDefinitionBitForBit) {
+  // Duplicated subjects make exact ties in the selection (equal gradients and curvatures from the first
+  // iteration on); the solver without shrinking must walk the plain loops' path to the same bits.
+  const auto c = Overlapping(60, 21);
+  const Eigen::Index n = 120;
+  Eigen::MatrixXd K(n, n);
+  Eigen::VectorXd y(n);
+  for (Eigen::Index a = 0; a < n; ++a) {
+    y[a] = c.y[a % 60];
+    for (Eigen::Index b = 0; b < n; ++b) K(a, b) = c.K(a % 60, b % 60);
+  }
+  for (const double C : {0.5, 10.0}) {
+    long iterations = 0;
+    const Eigen::VectorXd expected = PlainSmo(K, y, C, 1e-8, iterations);
+    const SmoResult r = SolveSmo(K, y, Eigen::VectorXd::Constant(n, -1.0), C, nullptr, 1e-8, 10'000'000, false);
+    ASSERT_TRUE(r.converged);
+    EXPECT_EQ(r.iterations, iterations) << "C = " << C;
+    EXPECT_EQ(r.alpha, expected) << "C = " << C;  // exact: the same operations in the same order
+    EXPECT_GT(iterations, 50);
+    EXPECT_GT((r.alpha.array() >= C).count(), 0);  // some variables at each bound: both sets are exercised
+    EXPECT_GT((r.alpha.array() <= 0).count(), 0);
+  }
+}
+
 }  // namespace
