@@ -42,13 +42,6 @@ constexpr double kLeavingWeight = 5e-4;     ///< normalised weight from which a 
                                             ///< (half the entering weight, so a kernel that just entered is guarded) ...
 constexpr double kKeptFraction = 0.1;       ///< ... but is shortened to leave it this fraction of its weight
 
-struct EnmklSettings {
-  double mu;
-  int maxIterations;
-  double betaTolerance;       ///< on max |delta beta| of sum-normalised weights
-  double objectiveTolerance;  ///< on the relative change of the primal objective (seed 004, Definition 4)
-};
-
 /// The exact minimiser of the weight step with the inner solution frozen (mu < 1): with
 /// c_j = sqrt(a'K_j a), the fixed-point equations beta_j (mu S + (1 - mu) c_j beta_j) = c_j beta_j,
 /// S = sum_k c_k beta_k, have the water-filling solution beta_j = (c_j - mu S) / ((1 - mu) c_j) on
@@ -364,6 +357,8 @@ class EnmklMap {
   FitInfo& info_;
 };
 
+}  // namespace
+
 Model FitEnmkl(const KernelList& train, const InnerSolver& solver, const EnmklSettings& s, const FitOptions& options) {
   Stopwatch clock;
   const Eigen::Index m = KernelCount(train, options);
@@ -595,6 +590,8 @@ Model FitEnmkl(const KernelList& train, const InnerSolver& solver, const EnmklSe
   info.seconds = clock.Seconds();
   return model;
 }
+
+namespace {
 
 EnmklSettings Settings(const ParamMap& p) {
   return {p.at("mu"), static_cast<int>(p.at("max_iterations")), p.at("tolerance"), p.at("objective_tolerance")};

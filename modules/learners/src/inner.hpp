@@ -75,7 +75,8 @@ std::unique_ptr<InnerSolver> MakeSvcSolver(const Eigen::VectorXd& y, double C, d
 std::unique_ptr<InnerSolver> MakeSvrSolver(const Eigen::VectorXd& z, double C, double epsilon, double tolerance, long maxIterations);
 /// Kernel ridge regression with a bias: coef = (K + lambda I)^-1 (y - mean y), bias = mean y; with
 /// `weights` (class weights per subject) coef = (K + lambda W^-1)^-1 (y - m_w), bias = m_w the weighted mean.
-std::unique_ptr<InnerSolver> MakeKrrSolver(const Eigen::VectorXd& y, double lambda, const Eigen::VectorXd& weights = {});
+/// Without `bias`: coef = (K + lambda W^-1)^-1 y and bias 0 (kernel ELM's form without an offset, `bias` 0).
+std::unique_ptr<InnerSolver> MakeKrrSolver(const Eigen::VectorXd& y, double lambda, const Eigen::VectorXd& weights = {}, bool bias = true);
 /// Multiclass targets (labels 0..T-1) as T one-vs-rest binary problems (+1 = the class, -1 = the rest)
 /// on the same kernel: `binary` makes each class's solver from its +-1 labels. The solution has one
 /// column of `coefs` per class; a class absent from the training set gets coefficients 0 and bias -1
@@ -84,6 +85,18 @@ std::unique_ptr<InnerSolver> MakeKrrSolver(const Eigen::VectorXd& y, double lamb
 std::unique_ptr<InnerSolver> MakeOneVsRestSolver(const Targets& targets, const std::function<std::unique_ptr<InnerSolver>(const Eigen::VectorXd&)>& binary);
 /// +-1 labels of class c against the rest (NaN stays NaN).
 Eigen::VectorXd OneVsRestLabels(const Eigen::VectorXd& y, int c);
+
+/// Elastic-net MKL's settings (seed 004; enmkl.cpp, docs/learners.md "ENMKL").
+struct EnmklSettings {
+  double mu;
+  int maxIterations;
+  double betaTolerance;       ///< distance of the sum-normalised weights from the fixed point (Newton's step)
+  double objectiveTolerance;  ///< on the relative change of the primal objective (only for a solver without Curvature)
+};
+/// Elastic-net MKL on any inner solver: water-filling (mu < 1) or exponentiated steps (mu = 1) on an active set,
+/// Newton's method on the support, certified over every kernel. ENMKL-SVM and ENMKL-KRR fit with it, and MK-ELM's
+/// sparse form (norm 1), which is l1-MKL with the kernel ELM (ridge) inner problem.
+Model FitEnmkl(const KernelList& train, const InnerSolver& solver, const EnmklSettings& s, const FitOptions& options);
 
 /// The two operations every MKL iteration needs, over the kernels' upper triangles (half the memory
 /// traffic of the full kernels): sum_j w_j K_j (Combine) and q_j = a' K_j a (Quadratic, Quadratics).

@@ -1043,8 +1043,8 @@ class SvrSolver final : public InnerSolver {
 
 class KrrSolver final : public InnerSolver {
  public:
-  KrrSolver(const Eigen::VectorXd& y, double lambda, const Eigen::VectorXd& weights)
-      : mean_(EffectiveWeights(weights).size() > 0 ? weights.dot(y) / weights.sum() : y.mean()), yc_(y.array() - mean_), lambda_(lambda),
+  KrrSolver(const Eigen::VectorXd& y, double lambda, const Eigen::VectorXd& weights, bool bias)
+      : mean_(!bias ? 0.0 : EffectiveWeights(weights).size() > 0 ? weights.dot(y) / weights.sum() : y.mean()), yc_(y.array() - mean_), lambda_(lambda),
         weights_(EffectiveWeights(weights)) {}
   bool Exact() const override { return true; }
   InnerSolution Solve(const Eigen::MatrixXd& K, const InnerSolution*) const override {
@@ -1101,8 +1101,8 @@ std::unique_ptr<InnerSolver> MakeSvcSolver(const Eigen::VectorXd& y, double C, d
 std::unique_ptr<InnerSolver> MakeSvrSolver(const Eigen::VectorXd& z, double C, double epsilon, double tolerance, long maxIterations) {
   return std::make_unique<SvrSolver>(z, C, epsilon, tolerance, maxIterations);
 }
-std::unique_ptr<InnerSolver> MakeKrrSolver(const Eigen::VectorXd& y, double lambda, const Eigen::VectorXd& weights) {
-  return std::make_unique<KrrSolver>(y, lambda, weights);
+std::unique_ptr<InnerSolver> MakeKrrSolver(const Eigen::VectorXd& y, double lambda, const Eigen::VectorXd& weights, bool bias) {
+  return std::make_unique<KrrSolver>(y, lambda, weights, bias);
 }
 
 }  // namespace neuromkl::learners
