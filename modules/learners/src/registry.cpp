@@ -66,7 +66,7 @@ std::vector<LearnerInfo> MakeCatalog() {
       {"mkl_bp", "MKL with an L1 + Lp kernel-weight constraint (MKL-BP, seed 002; p = 2 is GMKL), C-SVC", true, false, true,
        {C(), {"p", 2, 1, kInf, true, true, false, "the Lp part of the constraint v sum u + (1 - v) sum u^p <= 1 (p = 2: GMKL)"},
         {"v", 0.5, 0, 1, false, false, false, "the L1 share v of the constraint: 1 = l1-MKL (sparse), 0 = lp-MKL"},
-        {"gap_tolerance", 1e-3, 0, 1, true, true, false, "stop when the Frank-Wolfe duality gap relative to the objective is below this"},
+        {"gap_tolerance", 1e-8, 0, 1, true, true, false, "stop when the Frank-Wolfe duality gap relative to the objective is below this (v < 1)"},
         {"max_iterations", 500, 1, 1e9, false, false, true, "cap on kernel-weight steps"}, SvmTol(1e-6)},
        true, false},
       {"bsadmm_kelm", "hinge-loss kernel ELM QP solved by two-operator ADMM (BSADMM-KELM, seed 003), on the unweighted sum of the kernels", true,
