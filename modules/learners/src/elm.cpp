@@ -114,11 +114,9 @@ class Mkelm final : public Learner {
       : c_(p.at("c")), norm_(p.at("norm")), tol_(p.at("tolerance")), maxIter_(static_cast<int>(p.at("max_iterations"))), bias_(p.at("bias") != 0) {}
 
   Model Fit(const KernelList& train, const Targets& t, const FitOptions& options) const override {
-    ValidateFitInput(Name(), train, t, options);
+    ValidateFitInputExceptValues(Name(), train, t, options);
     Stopwatch clock;
     const Eigen::Index m = KernelCount(train, options);
-    const auto active = ActiveKernels(train, options);
-    if (active.empty()) throw InputError("learners:AllZeroKernels", "learner mkelm", "every training kernel is identically zero: nothing to learn from");
     if (norm_ == 1.0) {
       // Sparse MK-ELM is l1-MKL with the kernel ELM inner problem: alpha = (K_gamma + (C W)^-1)^-1 (T - offset) is kernel
       // ridge regression with lambda = 1/C (the offset its bias), and seed 000's step gamma_p = ||beta_p|| / sum ||beta_q||
@@ -127,13 +125,15 @@ class Mkelm final : public Learner {
       // "MK-ELM"); ENMKL's exponentiated steps on an active set and Newton's method certified over every kernel reach it.
       const auto ridge = [&](const Eigen::VectorXd& y) { return MakeKrrSolver(y, 1.0 / c_, t.sampleWeights, bias_); };
       const auto solver = t.task == Task::Multiclass ? MakeOneVsRestSolver(t, ridge) : ridge(t.y);
-      Model model = FitEnmkl(train, *solver, {1.0, maxIter_, tol_, tol_}, options);
+      Model model = FitEnmkl(Name(), train, *solver, {1.0, maxIter_, tol_, tol_}, options);
       model.info.seconds = clock.Seconds();
       return model;
     }
-    const ElmOutputs out = MakeElmOutputs(t, bias_);
     std::unique_ptr<KernelStack> ownStack;
-    const KernelStack& stack = SharedStack(train, options, ownStack);
+    const KernelStack& stack = CheckedStack(Name(), train, options, ownStack);  // first: it checks the kernels' values
+    const auto active = ActiveKernels(train, options);
+    if (active.empty()) throw InputError("learners:AllZeroKernels", "learner mkelm", "every training kernel is identically zero: nothing to learn from");
+    const ElmOutputs out = MakeElmOutputs(t, bias_);
     Eigen::VectorXd gamma = Eigen::VectorXd::Zero(m);
     for (auto j : active) gamma[j] = 1.0;
     if (const Model* w = options.warmStart; w && w->beta.size() == m && w->beta.sum() > 0) {

@@ -86,8 +86,8 @@ std::vector<Eigen::Index> Support(const Eigen::VectorXd& beta) {
 /// formed; the others are screened (ScreenedNorms) and evaluated only where they might enter.
 class EnmklMap {
  public:
-  EnmklMap(const KernelList& train, const FitOptions& options, const InnerSolver& solver, double mu, FitInfo& info)
-      : stack_(SharedStack(train, options, ownStack_)), screen_(stack_), broughtIn_(static_cast<std::size_t>(stack_.Size()), 0), solver_(solver), mu_(mu),
+  EnmklMap(std::string_view learner, const KernelList& train, const FitOptions& options, const InnerSolver& solver, double mu, FitInfo& info)
+      : stack_(CheckedStack(learner, train, options, ownStack_)), screen_(stack_), broughtIn_(static_cast<std::size_t>(stack_.Size()), 0), solver_(solver), mu_(mu),
         info_(info) {}
   /// Solves on sum_j beta_j K_j (`sol` is the warm start in and the solution out) and forms c_j =
   /// sqrt(a'K_j a) on the support of beta; `objective` receives the primal objective of seed 004's
@@ -359,13 +359,15 @@ class EnmklMap {
 
 }  // namespace
 
-Model FitEnmkl(const KernelList& train, const InnerSolver& solver, const EnmklSettings& s, const FitOptions& options) {
+Model FitEnmkl(std::string_view learner, const KernelList& train, const InnerSolver& solver, const EnmklSettings& s, const FitOptions& options) {
   Stopwatch clock;
   const Eigen::Index m = KernelCount(train, options);
-  const auto active = ActiveKernels(train, options);
   Model model;
+  FitInfo& info = model.info;
+  EnmklMap F(learner, train, options, solver, s.mu, info);  // first: its stack checks the kernels' values
+  const auto active = ActiveKernels(train, options);
   if (active.empty())
-    throw InputError("learners:AllZeroKernels", "learner enmkl", "every training kernel is identically zero: nothing to learn from");
+    throw InputError("learners:AllZeroKernels", "learner " + std::string(learner), "every training kernel is identically zero: nothing to learn from");
   Eigen::VectorXd beta = Eigen::VectorXd::Zero(m);
   for (auto j : active) beta[j] = 1.0 / static_cast<double>(active.size());
   InnerSolution sol;
@@ -385,9 +387,7 @@ Model FitEnmkl(const KernelList& train, const InnerSolver& solver, const EnmklSe
     }
   }
   const double newtonStart = warmed ? kNewtonStartWarm : kNewtonStart, newtonStartL1 = warmed ? kNewtonStartWarm : kNewtonStartL1;
-  FitInfo& info = model.info;
   info.status = FitStatus::MaxIterReached;
-  EnmklMap F(train, options, solver, s.mu, info);
   double prevObjective = 0, objective = 0;
   bool done = false;
   bool newtonAvailable = true;
@@ -602,12 +602,12 @@ class EnmklSvm final : public Learner {
   explicit EnmklSvm(const ParamMap& p)
       : c_(p.at("c")), svmTol_(p.at("svm_tolerance")), settings_(Settings(p)) {}
   Model Fit(const KernelList& train, const Targets& t, const FitOptions& o) const override {
-    ValidateFitInput(Name(), train, t, o);
+    ValidateFitInputExceptValues(Name(), train, t, o);
     if (t.task == Task::Regression)
       throw InputError("learners:TaskUnsupported", "learner enmkl_svm", "enmkl_svm is a classifier; for regression use enmkl_krr");
     auto svc = [&](const Eigen::VectorXd& y) { return MakeSvcSolver(y, c_, svmTol_, 10'000'000, t.sampleWeights); };
     // Multiclass: one beta for all one-vs-rest SVMs (docs/learners.md, "Multiclass").
-    return FitEnmkl(train, *(t.task == Task::Multiclass ? MakeOneVsRestSolver(t, svc) : svc(t.y)), settings_, o);
+    return FitEnmkl(Name(), train, *(t.task == Task::Multiclass ? MakeOneVsRestSolver(t, svc) : svc(t.y)), settings_, o);
   }
   std::string_view Name() const override { return "enmkl_svm"; }
 
@@ -620,9 +620,9 @@ class EnmklKrr final : public Learner {
  public:
   explicit EnmklKrr(const ParamMap& p) : lambda_(p.at("lambda")), settings_(Settings(p)) {}
   Model Fit(const KernelList& train, const Targets& t, const FitOptions& o) const override {
-    ValidateFitInput(Name(), train, t, o);
+    ValidateFitInputExceptValues(Name(), train, t, o);
     auto krr = [&](const Eigen::VectorXd& y) { return MakeKrrSolver(y, lambda_, t.sampleWeights); };
-    return FitEnmkl(train, *(t.task == Task::Multiclass ? MakeOneVsRestSolver(t, krr) : krr(t.y)), settings_, o);
+    return FitEnmkl(Name(), train, *(t.task == Task::Multiclass ? MakeOneVsRestSolver(t, krr) : krr(t.y)), settings_, o);
   }
   std::string_view Name() const override { return "enmkl_krr"; }
 

@@ -179,10 +179,6 @@ const KernelStack& SharedStack(TrainingKernelCache* cache, const KernelColumns& 
   return cache ? cache->Stack(columns) : *(local = std::make_unique<KernelStack>(columns));
 }
 
-const KernelStack& SharedStack(const KernelList& train, const FitOptions& options, std::unique_ptr<KernelStack>& local) {
-  return options.columns ? SharedStack(options.cache, *options.columns, local) : SharedStack(options.cache, train, local);
-}
-
 Eigen::Index KernelCount(const KernelList& train, const FitOptions& options) {
   return options.columns ? options.columns->Count() : static_cast<Eigen::Index>(train.size());
 }
@@ -261,7 +257,36 @@ void ValidateFitInput(std::string_view learner, const KernelList& train, const T
   ValidateFitInput(learner, train, targets, FitOptions{}, allowUnlabelled);
 }
 
+namespace {
+void ValidateFit(std::string_view learner, const KernelList& train, const Targets& targets, const FitOptions& options, bool allowUnlabelled,
+                 bool matrixValues);
+std::string NonFiniteKernelMessage(std::size_t kernel) { return fmt::format("training kernel {} has NaN or infinite entries", kernel); }
+}  // namespace
+
 void ValidateFitInput(std::string_view learner, const KernelList& train, const Targets& targets, const FitOptions& options, bool allowUnlabelled) {
+  ValidateFit(learner, train, targets, options, allowUnlabelled, true);
+}
+
+void ValidateFitInputExceptValues(std::string_view learner, const KernelList& train, const Targets& targets, const FitOptions& options,
+                                  bool allowUnlabelled) {
+  ValidateFit(learner, train, targets, options, allowUnlabelled, false);
+}
+
+const KernelStack& CheckedStack(std::string_view learner, const KernelList& train, const FitOptions& options, std::unique_ptr<KernelStack>& local) {
+  if (options.columns) return SharedStack(options.cache, *options.columns, local);  // checked by ValidateFitInput
+  const bool checked = CheckedBefore(options.cache, train);
+  const KernelStack& stack = SharedStack(options.cache, train, local);
+  if (!checked) {
+    if (const Eigen::Index bad = stack.FirstNonFinite(); bad >= 0)
+      throw InputError("learners:NonFiniteKernel", "learner " + std::string(learner), NonFiniteKernelMessage(static_cast<std::size_t>(bad)));
+    MarkChecked(options.cache);
+  }
+  return stack;
+}
+
+namespace {
+void ValidateFit(std::string_view learner, const KernelList& train, const Targets& targets, const FitOptions& options, bool allowUnlabelled,
+                 bool matrixValues) {
   const std::string where = "learner " + std::string(learner);
   const Eigen::Index n = targets.y.size();
   const LearnerInfo* known = FindLearner(learner);
@@ -310,12 +335,11 @@ void ValidateFitInput(std::string_view learner, const KernelList& train, const T
       throw InputError("learners:KernelShape", where,
                        fmt::format("training kernel {} is {}x{}, expected {}x{} (= number of targets)", j, K.rows(), K.cols(), n, n));
   }
-  if (!options.columns && !CheckedBefore(options.cache, train)) {
+  if (matrixValues && !options.columns && !CheckedBefore(options.cache, train)) {
     // x * 0 is 0 for a finite x and NaN otherwise, so the (vectorised) sum is NaN exactly when an
     // entry is not finite: one pass at memory speed (allFinite compares entry by entry).
     for (std::size_t j = 0; j < train.size(); ++j)
-      if (std::isnan((train[j].array() * 0.0).sum()))
-        throw InputError("learners:NonFiniteKernel", where, fmt::format("training kernel {} has NaN or infinite entries", j));
+      if (std::isnan((train[j].array() * 0.0).sum())) throw InputError("learners:NonFiniteKernel", where, NonFiniteKernelMessage(j));
     MarkChecked(options.cache);
   }
   Eigen::Index labelled = 0;
@@ -364,6 +388,7 @@ void ValidateFitInput(std::string_view learner, const KernelList& train, const T
     if (present < 2) throw InputError("learners:SingleClass", where, "multiclass training needs at least two classes present, found one");
   }
 }
+}  // namespace
 
 
 Eigen::VectorXd ClassSampleWeights(const ClassWeights& weights, const Targets& targets) {
@@ -494,6 +519,12 @@ void Float32Columns::UpperColumn(Eigen::Index k, Eigen::Index j, double* out) co
   for (Eigen::Index i = 0; i <= j; ++i) out[i] = static_cast<double>(column[i]);
 }
 
+namespace {
+/// sqrt of ||K||_F from the sum of K's squares: ||K||_F >= lambda_max for a symmetric K; the factor covers the rounding
+/// of the sums (KernelStack::RootSpectralBound).
+double RootOfFrobenius(double squares) { return std::sqrt(std::sqrt(squares) * (1.0 + 1e-10)); }
+}  // namespace
+
 KernelStack::KernelStack(const KernelList& kernels)
     : kernels_(&kernels),
       count_(static_cast<Eigen::Index>(kernels.size())),
@@ -501,11 +532,32 @@ KernelStack::KernelStack(const KernelList& kernels)
       rootBounds_(Eigen::VectorXd::Constant(static_cast<Eigen::Index>(kernels.size()), std::numeric_limits<double>::quiet_NaN())) {
   if (n_ >= kViewFrom) return;
   packed_.resize(n_ * (n_ + 1) / 2, Size());
+  finite_.assign(static_cast<std::size_t>(Size()), 1);
+  // One pass over each matrix, column by column while it is in cache: the upper part is packed, the whole column is
+  // checked for NaN and infinities (x * 0 is NaN exactly for those), and the upper part's squares give the spectral
+  // bound (RootSpectralBound's sums, in its order).
   for (Eigen::Index k = 0; k < Size(); ++k) {
     double* out = packed_.col(k).data();
     const Eigen::MatrixXd& K = kernels[static_cast<std::size_t>(k)];
-    for (Eigen::Index j = 0; j < n_; ++j) out = std::copy(K.data() + j * n_, K.data() + j * n_ + j + 1, out);
+    double probe = 0, frob = 0;
+    for (Eigen::Index j = 0; j < n_; ++j) {
+      const double* column = K.data() + j * n_;
+      out = std::copy(column, column + j + 1, out);
+      probe += (K.col(j).array() * 0.0).sum();
+      frob += 2.0 * Eigen::Map<const Eigen::VectorXd>(column, j).squaredNorm() + column[j] * column[j];
+    }
+    finite_[static_cast<std::size_t>(k)] = !std::isnan(probe);
+    rootBounds_[k] = RootOfFrobenius(frob);
   }
+}
+
+Eigen::Index KernelStack::FirstNonFinite() const {
+  if (!kernels_) throw std::logic_error("KernelStack::FirstNonFinite: a stack of matrices only");
+  for (Eigen::Index k = 0; k < Size(); ++k) {
+    const bool finite = Packed() ? finite_[static_cast<std::size_t>(k)] != 0 : !std::isnan(((*kernels_)[static_cast<std::size_t>(k)].array() * 0.0).sum());
+    if (!finite) return k;
+  }
+  return -1;
 }
 
 KernelStack::KernelStack(const KernelColumns& columns)
@@ -727,8 +779,7 @@ double KernelStack::RootSpectralBound(Eigen::Index k) const {
       const double* column = UpperColumn(k, j, scratch.data());
       frob += 2.0 * Eigen::Map<const Eigen::VectorXd>(column, j).squaredNorm() + column[j] * column[j];
     }
-    // ||K||_F >= lambda_max for a symmetric K; the factor covers the rounding of the sums.
-    rootBounds_[k] = std::sqrt(std::sqrt(frob) * (1.0 + 1e-10));
+    rootBounds_[k] = RootOfFrobenius(frob);
   }
   return rootBounds_[k];
 }

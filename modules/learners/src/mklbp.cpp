@@ -34,15 +34,11 @@ class MklBp final : public Learner {
         svmTol_(p.at("svm_tolerance")) {}
 
   Model Fit(const KernelList& train, const Targets& t, const FitOptions& options) const override {
-    ValidateFitInput(Name(), train, t, options);
+    ValidateFitInputExceptValues(Name(), train, t, options);
     if (t.task == Task::Regression)
       throw InputError("learners:TaskUnsupported", "learner mkl_bp", "mkl_bp is a classifier (seed 002); for regression use mkelm, enmkl_krr or simplemkl");
     Stopwatch clock;
     const Eigen::Index m = KernelCount(train, options);
-    const auto active = ActiveKernels(train, options);
-    if (active.empty()) throw InputError("learners:AllZeroKernels", "learner mkl_bp", "every training kernel is identically zero: nothing to learn from");
-    std::vector<bool> isActive(static_cast<std::size_t>(m), false);
-    for (auto j : active) isActive[static_cast<std::size_t>(j)] = true;
     auto svc = [&](const Eigen::VectorXd& y) { return MakeSvcSolver(y, c_, svmTol_, 10'000'000, t.sampleWeights); };
     // Multiclass: one u for all one-vs-rest SVMs; J and s are sums over the classes.
     const auto solver = t.task == Task::Multiclass ? MakeOneVsRestSolver(t, svc) : svc(t.y);
@@ -51,13 +47,17 @@ class MklBp final : public Learner {
       // stalled at gaps of 2e-3 with 59 kernels where the optimum has 10, Newton's steps on its dense support being
       // rejected). ENMKL's fit at mu = 1 has the same optimum and certifies it (Newton's step below 100 x svm_tolerance,
       // the precision the inner solves allow, checked over every kernel).
-      Model model = FitEnmkl(train, *solver, {1.0, maxIter_, 100.0 * svmTol_, 100.0 * svmTol_}, options);
+      Model model = FitEnmkl(Name(), train, *solver, {1.0, maxIter_, 100.0 * svmTol_, 100.0 * svmTol_}, options);
       model.info.seconds = clock.Seconds();
       return model;
     }
     const Eigen::Index stateSize = t.task == Task::Multiclass ? t.y.size() * t.classes : t.y.size();
     std::unique_ptr<KernelStack> ownStack;
-    const KernelStack& stack = SharedStack(train, options, ownStack);
+    const KernelStack& stack = CheckedStack(Name(), train, options, ownStack);  // first: it checks the kernels' values
+    const auto active = ActiveKernels(train, options);
+    if (active.empty()) throw InputError("learners:AllZeroKernels", "learner mkl_bp", "every training kernel is identically zero: nothing to learn from");
+    std::vector<bool> isActive(static_cast<std::size_t>(m), false);
+    for (auto j : active) isActive[static_cast<std::size_t>(j)] = true;
 
     // Start: the seed's uniform point on the constraint surface, or the neighbour's weights.
     Eigen::VectorXd u = Eigen::VectorXd::Zero(m);

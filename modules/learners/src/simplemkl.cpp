@@ -28,8 +28,9 @@ struct SimpleMklSettings {
 
 class SimpleMklFit {
  public:
-  SimpleMklFit(const KernelList& train, const FitOptions& options, const InnerSolver& solver, const SimpleMklSettings& s, FitInfo& info)
-      : K_(train), stack_(SharedStack(train, options, ownStack_)), screen_(stack_), solver_(solver), s_(s), info_(info), m_(KernelCount(train, options)) {}
+  SimpleMklFit(std::string_view learner, const KernelList& train, const FitOptions& options, const InnerSolver& solver, const SimpleMklSettings& s,
+               FitInfo& info)
+      : K_(train), stack_(CheckedStack(learner, train, options, ownStack_)), screen_(stack_), solver_(solver), s_(s), info_(info), m_(KernelCount(train, options)) {}
 
   InnerSolution Evaluate(const Eigen::VectorXd& d, const InnerSolution* warm) { return Evaluate(stack_.Combine(d), warm); }
   InnerSolution Evaluate(const Eigen::MatrixXd& K, const InnerSolution* warm) {
@@ -302,13 +303,13 @@ class SimpleMkl final : public Learner {
         svmTol_(p.at("svm_tolerance")),
         settings_{p.at("gap_tolerance"), static_cast<int>(p.at("max_iterations")), p.at("line_search_tolerance")} {}
   Model Fit(const KernelList& train, const Targets& t, const FitOptions& o) const override {
-    ValidateFitInput(Name(), train, t, o);
+    ValidateFitInputExceptValues(Name(), train, t, o);
     auto svc = [&](const Eigen::VectorXd& y) { return MakeSvcSolver(y, c_, svmTol_, 10'000'000, t.sampleWeights); };
     auto solver = t.task == Task::Classification ? svc(t.y)
                   : t.task == Task::Multiclass   ? MakeOneVsRestSolver(t, svc)  // one beta for all one-vs-rest SVMs
                                                  : MakeSvrSolver(t.y, c_, epsilon_, svmTol_, 10'000'000);
     FitInfo info;
-    return SimpleMklFit(train, o, *solver, settings_, info).Run(o);
+    return SimpleMklFit(Name(), train, o, *solver, settings_, info).Run(o);
   }
   std::string_view Name() const override { return "simplemkl"; }
 

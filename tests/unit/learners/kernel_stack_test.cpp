@@ -90,6 +90,43 @@ TEST(ValidateFitInput, FindsEveryKindOfNonFiniteEntry) {
 }
 
 
+// The learners of kernel weights check the matrices' values through their stack: a packed stack finds them in the pass
+// that packs the matrices (issue 17), a view reads them. Every kind of non-finite entry, in the lower triangle the
+// stack never reads, gives ValidateFitInput's error, with and without a cache (which then records no check); the bound
+// computed in the same pass is RootSpectralBound's value bit for bit.
+TEST_P(KernelStackModes, CheckedStackFindsWhatValidateFitInputFinds) {
+  const int n = GetParam();
+  const auto p = MakeMklProblem(n, 3, {0}, 1.0, 15);
+  constexpr double inf = std::numeric_limits<double>::infinity();
+  for (const double bad : {std::nan(""), inf, -inf}) {
+    auto k = p.kernels;
+    k[2](n - 1, 0) = bad;  // lower triangle, last row
+    for (const bool cached : {false, true}) {
+      learners::TrainingKernelCache cache;
+      learners::FitOptions options;
+      options.cache = cached ? &cache : nullptr;
+      std::unique_ptr<learners::KernelStack> local;
+      EXPECT_THAT([&] { learners::CheckedStack("enmkl_svm", k, options, local); },
+                  ::testing::ThrowsMessage<InputError>(HasSubstr("training kernel 2 has NaN or infinite entries")));
+      EXPECT_EQ(cache.checksRun(), 0);
+      // Twice: a cached stack keeps what its pass found.
+      if (cached) {
+        EXPECT_THROW(learners::CheckedStack("enmkl_svm", k, options, local), InputError);
+      }
+    }
+  }
+  learners::TrainingKernelCache cache;
+  learners::FitOptions options;
+  options.cache = &cache;
+  std::unique_ptr<learners::KernelStack> local;
+  const learners::KernelStack& stack = learners::CheckedStack("enmkl_svm", p.kernels, options, local);
+  EXPECT_EQ(cache.checksRun(), 1);
+  learners::CheckedStack("enmkl_svm", p.kernels, options, local);
+  EXPECT_EQ(cache.checksRun(), 1);  // checked once per kernel list
+  const learners::KernelStack fresh(p.kernels);
+  for (Eigen::Index k = 0; k < 3; ++k) EXPECT_EQ(stack.RootSpectralBound(k), fresh.RootSpectralBound(k));
+}
+
 // A view stack computes its products and quadratics on several threads (issue 17); each value is
 // computed exactly as the one-at-a-time call would, so they agree bit for bit.
 TEST_P(KernelStackModes, BatchedProductsAndQuadraticsEqualTheOneAtATimeValues) {
