@@ -380,7 +380,7 @@ class MKLBPClassifier(_Classifier):
     __doc__ = "MKL with an L1 + Lp kernel-weight constraint, C-SVC (learner mkl_bp; p = 2 is GMKL)." + _DOC_COMMON
     _learner = "mkl_bp"
 
-    def __init__(self, C=1.0, p=2.0, v=0.5, gap_tolerance=1e-8, max_iterations=500, svm_tolerance=1e-6,
+    def __init__(self, C=1.0, p=2.0, v=0.5, gap_tolerance=1e-7, max_iterations=500, svm_tolerance=1e-8,
                  kernel="linear", groups=None, centre=True, normalise=False):
         self.C = C
         self.p = p
