@@ -41,6 +41,8 @@ constexpr int kNewtonRetry = 3;             ///< iterations to wait after a fail
 constexpr double kLeavingWeight = 5e-4;     ///< normalised weight from which a Newton step does not drop a kernel the check brought in
                                             ///< (half the entering weight, so a kernel that just entered is guarded) ...
 constexpr double kKeptFraction = 0.1;       ///< ... but is shortened to leave it this fraction of its weight
+constexpr int kHandOver = 150;              ///< (mu = 1) iterations after which a fit that has not converged goes on as SimpleMKL ...
+constexpr double kHandOverGap = 1e-4;       ///< ... to this relative duality gap (SimpleMKL's default)
 
 /// The exact minimiser of the weight step with the inner solution frozen (mu < 1): with
 /// c_j = sqrt(a'K_j a), the fixed-point equations beta_j (mu S + (1 - mu) c_j beta_j) = c_j beta_j,
@@ -492,6 +494,20 @@ Model FitEnmkl(std::string_view learner, const KernelList& train, const InnerSol
     bool first = true;
     double prevStep = 1.0;
     while (info.iterations < s.maxIterations) {
+      if (s.mu == 1.0 && info.iterations >= kHandOver && haveSol) {
+        // l1-MKL whose multiplicative steps and Newton attempts have not settled (issue 17: at small C on a real cohort of
+        // ~19 subjects, 15 of 175 warm-started fits ran to the 500-iteration cap). There the SVM's solution changes its
+        // active set within the iterates' range: c_j jumps with the weights and the steps oscillate around a kink that
+        // Newton's equations (equal c_j on the support) cannot express. SimpleMKL's descent on J, certified by the duality
+        // gap, has the same optimum and does not need c to be smooth: it goes on from here.
+        const double total = beta.sum();
+        Model handed = FitSimpleMklFrom(learner, train, solver, kHandOverGap, s.maxIterations - info.iterations, beta / total, sol.alpha, options);
+        handed.info.iterations += info.iterations;
+        handed.info.innerSolves += info.innerSolves;
+        handed.info.innerIterations += info.innerIterations;
+        handed.info.seconds = clock.Seconds();
+        return handed;
+      }
       ++info.iterations;
       if (!F.Solve(beta, sol, haveSol, objective, std::min(kLoosest, kLooseFactor * prevStep))) {
         info.status = FitStatus::Converged;

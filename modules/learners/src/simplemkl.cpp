@@ -118,7 +118,9 @@ class SimpleMklFit {
     return D;
   }
 
-  Model Run(const FitOptions& options) {
+  /// `start` (weights of sum 1 over non-zero kernels, and the inner solver's variables there): an iterate of another
+  /// l1-MKL fit to go on from, taken as is (FitSimpleMklFrom).
+  Model Run(const FitOptions& options, const Eigen::VectorXd* start = nullptr, const Eigen::VectorXd* startState = nullptr) {
     Stopwatch clock;
     const auto active = ActiveKernels(K_, options);
     if (active.empty())
@@ -127,7 +129,10 @@ class SimpleMklFit {
     for (auto j : active) d[j] = 1.0 / static_cast<double>(active.size());
     InnerSolution warm;
     const Model* w = options.warmStart;
-    if (w && w->beta.size() == m_ && w->beta.sum() > 0) {
+    if (start) {
+      d = *start / start->sum();
+      if (startState) warm.alpha = *startState;
+    } else if (w && w->beta.size() == m_ && w->beta.sum() > 0) {
       const Eigen::VectorXd uniform = d;
       for (auto j : active) d[j] = 0.9 * w->beta[j] / w->beta.sum() + 0.1 * uniform[j];
       d /= d.sum();
@@ -319,6 +324,13 @@ class SimpleMkl final : public Learner {
 };
 
 }  // namespace
+
+Model FitSimpleMklFrom(std::string_view learner, const KernelList& train, const InnerSolver& solver, double gapTolerance, int maxIterations,
+                       const Eigen::VectorXd& start, const Eigen::VectorXd& startState, const FitOptions& options) {
+  FitInfo info;
+  const SimpleMklSettings settings{gapTolerance, maxIterations, 0.01};  // the learner's default line search
+  return SimpleMklFit(learner, train, options, solver, settings, info).Run(options, &start, startState.size() > 0 ? &startState : nullptr);
+}
 
 std::unique_ptr<Learner> MakeSimpleMkl(const ParamMap& p) { return std::make_unique<SimpleMkl>(p); }
 
