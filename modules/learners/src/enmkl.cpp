@@ -501,7 +501,7 @@ Model FitEnmkl(std::string_view learner, const KernelList& train, const InnerSol
         // Newton's equations (equal c_j on the support) cannot express. SimpleMKL's descent on J, certified by the duality
         // gap, has the same optimum and does not need c to be smooth: it goes on from here.
         const double total = beta.sum();
-        Model handed = FitSimpleMklFrom(learner, train, solver, kHandOverGap, s.maxIterations - info.iterations, beta / total, sol.alpha, options);
+        Model handed = FitSimpleMklFrom(train, F.Stack(), solver, kHandOverGap, s.maxIterations - info.iterations, beta / total, sol.alpha, options);
         handed.info.iterations += info.iterations;
         handed.info.innerSolves += info.innerSolves;
         handed.info.innerIterations += info.innerIterations;

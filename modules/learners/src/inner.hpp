@@ -98,9 +98,11 @@ struct EnmklSettings {
 /// sparse form (norm 1), which is l1-MKL with the kernel ELM (ridge) inner problem, and MKL-BP at v = 1. The training
 /// kernels' values are checked here (CheckedStack: call ValidateFitInputExceptValues first); `learner` names errors.
 Model FitEnmkl(std::string_view learner, const KernelList& train, const InnerSolver& solver, const EnmklSettings& s, const FitOptions& options);
+class KernelStack;
 /// SimpleMKL's fit (reduced gradient, line search on J, Newton steps; certified by the relative duality gap) on any
-/// inner solver, from the weights `start` (sum 1) and the inner solver's variables there (empty: a cold solve).
-Model FitSimpleMklFrom(std::string_view learner, const KernelList& train, const InnerSolver& solver, double gapTolerance, int maxIterations,
+/// inner solver and the caller's (checked) stack of the training kernels, from the weights `start` (sum 1) and the inner
+/// solver's variables there (empty: a cold solve).
+Model FitSimpleMklFrom(const KernelList& train, const KernelStack& stack, const InnerSolver& solver, double gapTolerance, int maxIterations,
                        const Eigen::VectorXd& start, const Eigen::VectorXd& startState, const FitOptions& options);
 
 /// The two operations every MKL iteration needs, over the kernels' upper triangles (half the memory

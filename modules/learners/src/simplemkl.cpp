@@ -31,6 +31,10 @@ class SimpleMklFit {
   SimpleMklFit(std::string_view learner, const KernelList& train, const FitOptions& options, const InnerSolver& solver, const SimpleMklSettings& s,
                FitInfo& info)
       : K_(train), stack_(CheckedStack(learner, train, options, ownStack_)), screen_(stack_), solver_(solver), s_(s), info_(info), m_(KernelCount(train, options)) {}
+  /// The same on the stack of these kernels that the caller holds (ENMKL's hand-over: no second copy, no second check).
+  SimpleMklFit(const KernelList& train, const KernelStack& stack, const FitOptions& options, const InnerSolver& solver, const SimpleMklSettings& s,
+               FitInfo& info)
+      : K_(train), stack_(stack), screen_(stack_), solver_(solver), s_(s), info_(info), m_(KernelCount(train, options)) {}
 
   InnerSolution Evaluate(const Eigen::VectorXd& d, const InnerSolution* warm) { return Evaluate(stack_.Combine(d), warm); }
   InnerSolution Evaluate(const Eigen::MatrixXd& K, const InnerSolution* warm) {
@@ -325,11 +329,11 @@ class SimpleMkl final : public Learner {
 
 }  // namespace
 
-Model FitSimpleMklFrom(std::string_view learner, const KernelList& train, const InnerSolver& solver, double gapTolerance, int maxIterations,
+Model FitSimpleMklFrom(const KernelList& train, const KernelStack& stack, const InnerSolver& solver, double gapTolerance, int maxIterations,
                        const Eigen::VectorXd& start, const Eigen::VectorXd& startState, const FitOptions& options) {
   FitInfo info;
   const SimpleMklSettings settings{gapTolerance, maxIterations, 0.01};  // the learner's default line search
-  return SimpleMklFit(learner, train, options, solver, settings, info).Run(options, &start, startState.size() > 0 ? &startState : nullptr);
+  return SimpleMklFit(train, stack, options, solver, settings, info).Run(options, &start, startState.size() > 0 ? &startState : nullptr);
 }
 
 std::unique_ptr<Learner> MakeSimpleMkl(const ParamMap& p) { return std::make_unique<SimpleMkl>(p); }
