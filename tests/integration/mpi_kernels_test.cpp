@@ -163,6 +163,18 @@ void ExpectSameResults(const std::string& a, const std::string& b) {
   EXPECT_GT(files, 20u);  // predictions, region tables, voxel maps, kernels, results.json...
 }
 
+/// The study (`json`, written to `study`) run on `ranks` ranks from the cache entry in `cache`, each rank loading its own
+/// kernels from it, into `out`: the results of the single-process run in `single`.
+void ExpectRanksReadTheEntry(nlohmann::json& json, const std::string& study, const std::string& cache, int ranks, const std::string& out,
+                             const std::string& single) {
+  json["output"]["cache_dir"] = cache;
+  WriteFile(study, json.dump(2));
+  const auto hit = RunMpi(ranks, "run " + study + " --out " + out);
+  ASSERT_EQ(hit.exitCode, 0) << hit.output;
+  EXPECT_THAT(hit.output, HasSubstr("each loaded by the rank that holds it"));
+  ExpectSameResults(single, out);
+}
+
 TEST(MpiKernels, ThreeRanksGiveTheSingleProcessResults) {
   // 3.2 MiB of subject data over a budget of 2 MiB, 1.1 MiB of kernels within it: gathered on rank 0.
   const TempDir dir;
@@ -238,12 +250,7 @@ TEST(MpiKernels, KernelsOverTheBudgetStayOnTheirRanks) {
   EXPECT_THAT(again.output, HasSubstr("kernels: cache hit"));
   ExpectSameResults(dir / "single", dir / "again");
   // The ranks read a cache entry each loading its own kernels: the one the single-process run wrote (float64 files).
-  json["output"]["cache_dir"] = dir / "cache_single";
-  WriteFile(study, json.dump(2));
-  const auto hit = RunMpi(3, "run " + study + " --out " + dir / "mpi_hit");
-  ASSERT_EQ(hit.exitCode, 0) << hit.output;
-  EXPECT_THAT(hit.output, HasSubstr("each loaded by the rank that holds it"));
-  ExpectSameResults(dir / "single", dir / "mpi_hit");
+  ExpectRanksReadTheEntry(json, study, dir / "cache_single", 3, dir / "mpi_hit", dir / "single");
   // A damaged file (truncated; read by rank 1 of 3): a miss, recomputed, with a warning; the results do not change.
   const fs::path entry = fs::directory_iterator(dir / "cache_single")->path();
   std::vector<fs::path> files;
@@ -300,12 +307,7 @@ TEST(MpiKernels, TwoRanksHoldingTheCompactStoreGiveTheSingleProcessResultsOfAFlo
   }
   ExpectSameResults(dir / "single", dir / "mpi");
   // The ranks load the single-process run's float32 entry, each its own kernels: the single-process results.
-  json["output"]["cache_dir"] = dir / "cache_single";
-  WriteFile(study, json.dump(2));
-  const auto hit = RunMpi(2, "run " + study + " --out " + dir / "mpi_hit");
-  ASSERT_EQ(hit.exitCode, 0) << hit.output;
-  EXPECT_THAT(hit.output, HasSubstr("each loaded by the rank that holds it"));
-  ExpectSameResults(dir / "single", dir / "mpi_hit");
+  ExpectRanksReadTheEntry(json, study, dir / "cache_single", 2, dir / "mpi_hit", dir / "single");
 }
 
 // A batch under mpirun: the studies whose kernels exceed the per-rank budget get no units; once the other studies'
