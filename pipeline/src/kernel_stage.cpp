@@ -494,7 +494,6 @@ KernelStageResult RunSourcesStage(const config::StudyConfig& study, const Cohort
     res.warnings.insert(res.warnings.begin(), note);
   }
   if (res.set.Size() == 0) throw InputError("kernels:NoneLeft", study.path, "no usable kernel is left in any source");
-  WarnKernelsNotHeld(res.set.Size(), cohort.ids.size(), res.set.Compact(), study.kernels.memoryBudgetMb, "several sources'");
   return res;
 }
 }  // namespace
@@ -526,8 +525,9 @@ kernels::RegionKernelOptions RegionKernelOptionsOf(const config::StudyConfig& st
   return options;
 }
 
-KernelStageResult RunKernelStage(const config::StudyConfig& study, const Cohort& cohort, const std::string& scratchDir, int sourceIndex) {
-  if (study.kernels.source == KernelSource::Sources) return RunSourcesStage(study, cohort, scratchDir);
+namespace {
+/// The kernel stage of one source (RunKernelStage without the hand-out to MPI ranks).
+KernelStageResult FormKernels(const config::StudyConfig& study, const Cohort& cohort, const std::string& scratchDir, int sourceIndex) {
   KernelStageResult res;
   res.key = KernelCacheKey(study, cohort);
   // The region index is cheap (the atlas and one header) and the weight maps need it, cache or not.
@@ -618,10 +618,7 @@ KernelStageResult RunKernelStage(const config::StudyConfig& study, const Cohort&
     case KernelSource::Sources:
       break;  // RunSourcesStage
   }
-  if (study.kernels.source != KernelSource::Images) {
-    kernels::ExcludeZeroKernels(res.set);
-    if (sourceIndex < 0) WarnKernelsNotHeld(res.set.Size(), cohort.ids.size(), float32, study.kernels.memoryBudgetMb, config::ToString(study.kernels.source));
-  }
+  if (study.kernels.source != KernelSource::Images) kernels::ExcludeZeroKernels(res.set);
   // Kernels that were not rounded as they were formed (other sources, out of core, gathered from MPI ranks).
   if (float32) kernels::CompactKernelSet(res.set, study.kernels.centre, study.path);
   AddExclusionWarnings(res);
@@ -641,6 +638,22 @@ KernelStageResult RunKernelStage(const config::StudyConfig& study, const Cohort&
       fs::remove_all(tmp, ec);
       spdlog::warn("kernels: cache entry not written (the results are not affected; the next run recomputes): {}", e.what());
       res.warnings.push_back(std::string("kernel cache not written: ") + e.what());
+    }
+  }
+  return res;
+}
+}  // namespace
+
+KernelStageResult RunKernelStage(const config::StudyConfig& study, const Cohort& cohort, const std::string& scratchDir, int sourceIndex) {
+  KernelStageResult res = study.kernels.source == KernelSource::Sources ? RunSourcesStage(study, cohort, scratchDir) : FormKernels(study, cohort, scratchDir, sourceIndex);
+  // Under mpirun, kernels over the per-rank budget that rank 0 formed or read (every kind of study but an images study,
+  // whose own stage keeps them on their owners as it forms them) go to the ranks now, each to its owner; the cache
+  // entries were written before, from rank 0.
+  if (sourceIndex < 0 && study.kernels.source != KernelSource::Images && !res.owners) {
+    const std::string what = study.kernels.source == KernelSource::Sources ? "several sources" : config::ToString(study.kernels.source);
+    if (HandKernelsToRanks(res.set, study.kernels.memoryBudgetMb, what, &res.owners, &res.report.rankBudgetBytes)) {
+      res.report.ranks = res.owners->Owners();
+      res.handedOut = true;
     }
   }
   return res;

@@ -32,6 +32,7 @@
 #include "neuromkl/cv/kernel_owners.hpp"
 #include "neuromkl/kernels/compact_kernels.hpp"
 #include "neuromkl/pipeline/batch_run.hpp"
+#include "neuromkl/pipeline/connectivity.hpp"
 #include "neuromkl/pipeline/kernel_stage.hpp"
 #include "neuromkl/pipeline/study_context.hpp"
 #endif
@@ -45,7 +46,7 @@ int ServeRunKernels(const std::string&, int) { return 0; }
 int ServeStudyKernels(const config::StudyConfig&) { return 0; }
 bool KernelsExceedRankBudget(const config::StudyConfig&, const Cohort&) { return false; }
 std::uint64_t RankMemoryBudget(const kernels::RegionKernelOptions& options) { return options.memoryBudgetBytes; }
-void WarnKernelsNotHeld(std::size_t, std::size_t, bool, double, const std::string&) {}
+bool HandKernelsToRanks(kernels::KernelSet&, double, const std::string&, std::shared_ptr<cv::KernelOwners>*, std::uint64_t*) { return false; }
 bool DistributeKernels(std::size_t, const atlas::RegionIndex&, const kernels::RegionKernelOptions&) { return false; }
 bool OwnKernels(std::size_t, const atlas::RegionIndex&, const kernels::RegionKernelOptions&) { return false; }
 kernels::KernelSet DistributedRegionKernels(int, const std::vector<std::string>&, const std::vector<std::string>&, const atlas::RegionIndex&,
@@ -64,8 +65,9 @@ double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::
 
 constexpr int kTagFailure = 31, kTagBlock = 32, kTagRing = 33, kTagReply = 34, kTagOwned = 35;
 /// Rank 0's instructions: stop; a kernel stage gathered on rank 0; a kernel stage whose kernels stay on their owners
-/// (every P-th kernel on each rank), after which the ranks answer kernel requests until rank 0 releases them.
-constexpr int kStop = 0, kKernels = 1, kOwnKernels = 2, kLoadOwnKernels = 3;
+/// (every P-th kernel on each rank), after which the ranks answer kernel requests until rank 0 releases them; kernels
+/// loaded from a store by their owners; kernels rank 0 formed, handed to their owners (HandKernelsToRanks).
+constexpr int kStop = 0, kKernels = 1, kOwnKernels = 2, kLoadOwnKernels = 3, kHandedKernels = 4;
 constexpr std::int64_t kRelease = -1;  ///< the request that ends the kernel requests of a study
 bool gServing = false;  // rank 0: a KernelRanks is alive (a run, not a batch unit)
 bool gStopped = false;
@@ -729,6 +731,49 @@ KernelRanks::~KernelRanks() {
 }
 
 namespace {
+/// The other ranks' side of HandKernelsToRanks: receive this rank's share (kernel k for k mod P = rank). A share this
+/// rank cannot hold is still received (into a scratch kernel) so that the messages stay in step; the failure is then
+/// agreed on. False when some rank failed.
+bool ReceiveHandedKernels(std::unique_ptr<cv::KernelShard>& shard) {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  const int P = Size();
+  std::int64_t header[4] = {};
+  BcastBytes(header, sizeof header);
+  const auto R = static_cast<std::size_t>(header[0]);
+  const auto n = static_cast<Eigen::Index>(header[1]);
+  const bool compact = header[2] != 0;
+  learners::KernelList own;
+  kernels::CompactKernelList ownCompact;
+  ownCompact.centred = header[3] != 0;
+  std::exception_ptr failure;
+  Eigen::MatrixXd scratch;
+  Eigen::MatrixXf scratchCompact;
+  for (std::size_t k = static_cast<std::size_t>(rank); k < R; k += static_cast<std::size_t>(P)) {
+    if (!failure) {
+      try {
+        if (compact) ownCompact.kernels.emplace_back(n, n);
+        else own.emplace_back(n, n);
+      } catch (...) {
+        failure = std::current_exception();
+      }
+    }
+    if (compact) {
+      if (failure) scratchCompact.resize(n, n);
+      float* into = failure ? scratchCompact.data() : ownCompact.kernels.back().data();
+      RecvBytes(into, static_cast<std::int64_t>(n) * n * 4, 0, kTagOwned);
+    } else {
+      if (failure) scratch.resize(n, n);
+      double* into = failure ? scratch.data() : own.back().data();
+      RecvBytes(into, static_cast<std::int64_t>(n) * n * 8, 0, kTagOwned);
+    }
+  }
+  if (AnyFailure(failure)) return false;
+  if (compact) shard = std::make_unique<cv::KernelShard>(rank, P, std::move(ownCompact));
+  else shard = std::make_unique<cv::KernelShard>(rank, P, std::move(own));
+  return true;
+}
+
 /// The other ranks' side of one study: take part in its kernel stages and answer requests on the kernels they hold,
 /// until rank 0 says stop. `study` is null when it could not be read here (`studyFailure`).
 int ServeStudy(const std::optional<config::StudyConfig>& study, std::exception_ptr studyFailure) {
@@ -753,6 +798,15 @@ int ServeStudy(const std::optional<config::StudyConfig>& study, std::exception_p
     if (message[0] == kStop) return kExitOk;
     std::unique_ptr<cv::KernelShard> shard;
     bool ok = false;
+    if (message[0] == kHandedKernels) {
+      try {
+        ok = ReceiveHandedKernels(shard);
+      } catch (const std::exception& e) {  // not expected: failures are reported through rank 0
+        spdlog::error("kernels: {}", e.what());
+      }
+      if (ok && shard) ServeKernelRequests(*shard);
+      continue;
+    }
     if (message[0] == kLoadOwnKernels) {
       try {
         ok = LoadOwnedKernels("", shard, nullptr);
@@ -789,25 +843,109 @@ int ServeRunKernels(const std::string& studyPath, int threads) {
 
 int ServeStudyKernels(const config::StudyConfig& study) { return ServeStudy(study, nullptr); }
 
+namespace {
+/// The number of kernels a study's kernel stage forms, before exclusions (an empty region, a zero kernel), from its
+/// inputs' headers and tables: the atlas's regions on the image grid, the precomputed files, the tabular groups, the
+/// connectivity plan (which reads the matrices: they are small), summed over kernels.sources.
+std::size_t PlannedKernelCount(const config::StudyConfig& study, const Cohort& cohort) {
+  switch (study.kernels.source) {
+    case config::KernelSource::Images: {
+      std::vector<std::string> warnings;
+      return StudyRegions(study, cohort, warnings).regions.size();
+    }
+    case config::KernelSource::Precomputed:
+      return study.kernels.precomputed.size();
+    case config::KernelSource::Tabular:
+      return TabularFeatures(study, cohort).size();
+    case config::KernelSource::Connectivity: {
+      const auto& spec = study.kernels.connectivity;
+      return PlanConnectivityKernels(ReadConnectivity(study, spec, cohort), spec.kernels).names.size();
+    }
+    case config::KernelSource::Sources: {
+      std::size_t count = 0;
+      for (const auto& source : study.kernels.sources) {
+        const config::StudyConfig d = SourceStudy(study, source);
+        count += PlannedKernelCount(d, SourceCohort(d, source, cohort));
+      }
+      return count;
+    }
+  }
+  return 0;
+}
+}  // namespace
+
 bool KernelsExceedRankBudget(const config::StudyConfig& study, const Cohort& cohort) {
-  if (study.kernels.source != config::KernelSource::Images) return false;
-  std::vector<std::string> warnings;
-  const atlas::RegionIndex regions = StudyRegions(study, cohort, warnings);
-  const kernels::RegionKernelOptions options = RegionKernelOptionsOf(study, regions, "");
-  return HeldByRanks(KernelBytes(regions.regions.size(), cohort.images.size(), options.compact), cohort.images.size(), Budget(options));
+  kernels::RegionKernelOptions options;
+  options.memoryBudgetBytes = static_cast<std::uint64_t>(study.kernels.memoryBudgetMb * 1048576.0);
+  const std::size_t subjects = cohort.ids.size();
+  const bool compact = study.kernels.precision == config::KernelPrecision::Float32;
+  return HeldByRanks(KernelBytes(PlannedKernelCount(study, cohort), subjects, compact), subjects, Budget(options));
 }
 
 std::uint64_t RankMemoryBudget(const kernels::RegionKernelOptions& options) { return Budget(options); }
 
-void WarnKernelsNotHeld(std::size_t kernelCount, std::size_t subjects, bool compact, double budgetMb, const std::string& what) {
-  if (!gServing || gStopped || Size() < 2) return;
+bool HandKernelsToRanks(kernels::KernelSet& set, double budgetMb, const std::string& what, std::shared_ptr<cv::KernelOwners>* owners,
+                        std::uint64_t* budgetBytes) {
+  if (!gServing || gStopped || set.distributed || set.Size() == 0) return false;
   kernels::RegionKernelOptions options;
   options.memoryBudgetBytes = static_cast<std::uint64_t>(budgetMb * 1048576.0);
-  const std::uint64_t bytes = KernelBytes(kernelCount, subjects, compact);
-  if (bytes <= Budget(options)) return;
-  spdlog::warn("kernels: the study's {} kernels ({:.1f} MiB) exceed the per-rank budget of {:.1f} MiB, but {} kernels are not held by the ranks "
-               "(only an images study's own): rank 0 holds them all",
-               kernelCount, static_cast<double>(bytes) / 1048576.0, static_cast<double>(Budget(options)) / 1048576.0, what);
+  const std::uint64_t budget = Budget(options);
+  const std::size_t R = set.Size(), subjects = set.subjects.size();
+  const bool compact = set.Compact();
+  const std::uint64_t bytes = KernelBytes(R, subjects, compact);
+  std::string why;
+  if (!HeldByRanks(bytes, subjects, budget, &why)) {
+    if (!why.empty())
+      spdlog::warn("kernels: the study's kernels ({}, {:.1f} MiB) exceed the per-rank budget, but {}: rank 0 holds them alone", what,
+                   static_cast<double>(bytes) / 1048576.0, why);
+    return false;
+  }
+  const int P = Size();
+  spdlog::info("kernels: the study's {} kernels ({}, {:.1f} MiB) exceed the per-rank budget of {:.1f} MiB (kernels.memory_budget_mb): rank 0 hands "
+               "each of the {} ranks its share (kernel k on rank k mod {}), which it computes with; rank 0 runs the study and receives results only",
+               R, what, static_cast<double>(bytes) / 1048576.0, static_cast<double>(budget) / 1048576.0, P, P);
+  Instruct(kHandedKernels, 0);
+  const auto n = static_cast<Eigen::Index>(subjects);
+  std::int64_t header[4] = {static_cast<std::int64_t>(R), n, compact ? 1 : 0, set.compact.centred ? 1 : 0};
+  BcastBytes(header, sizeof header);
+  // Rank 0 keeps every kernel until the ranks agree that they hold theirs: a rank that cannot take its share fails the
+  // study with its error, and nothing rank 0 formed is lost before that.
+  learners::KernelList own;
+  kernels::CompactKernelList ownCompact;
+  ownCompact.centred = set.compact.centred;
+  for (std::size_t k = 0; k < R; ++k) {
+    const int owner = static_cast<int>(k % static_cast<std::size_t>(P));
+    if (owner != 0) {
+      if (compact) SendBytes(set.compact.kernels[k].data(), static_cast<std::int64_t>(set.compact.kernels[k].size()) * 4, owner, kTagOwned);
+      else SendBytes(set.kernels[k].data(), static_cast<std::int64_t>(set.kernels[k].size()) * 8, owner, kTagOwned);
+    }
+  }
+  AnyFailure(nullptr);  // throws the first failing rank's error
+  std::vector<Eigen::VectorXd> diagonals;
+  for (std::size_t k = 0; k < R; ++k) {
+    const bool mine = k % static_cast<std::size_t>(P) == 0;
+    if (compact) {
+      if (mine) ownCompact.kernels.push_back(std::move(set.compact.kernels[k]));
+      set.compact.kernels[k] = Eigen::MatrixXf();
+    } else {
+      diagonals.push_back(set.kernels[k].diagonal());
+      if (mine) own.push_back(std::move(set.kernels[k]));
+      set.kernels[k] = Eigen::MatrixXd();
+    }
+  }
+  std::unique_ptr<cv::KernelShard> shard = compact ? std::make_unique<cv::KernelShard>(0, P, std::move(ownCompact))
+                                                   : std::make_unique<cv::KernelShard>(0, P, std::move(own));
+  // The set lists the kernels the ranks hold (kernels::KernelSet::distributed); a float32 set keeps its diagonals.
+  const bool centred = set.compact.centred;
+  set.kernels.clear();
+  set.compact = {};
+  set.compact.centred = centred;
+  if (!compact) set.rawDiagonals = std::move(diagonals);
+  set.distributed = true;
+  set.ownedCompact = compact;
+  *owners = MakeOwners(std::move(shard), R, n, compact, centred);
+  if (budgetBytes) *budgetBytes = budget;
+  return true;
 }
 
 bool DistributeKernels(std::size_t subjects, const atlas::RegionIndex& regions, const kernels::RegionKernelOptions& options) {

@@ -3,8 +3,9 @@
 // not fit one rank"): when the subjects x voxels data exceed the per-rank budget
 // (kernels.memory_budget_mb), every rank decodes only its own block of subjects, the region kernel
 // blocks K_r(p, q) = X_p,r X_q,r' are formed by a ring exchange of the data blocks, and rank 0
-// gathers the kernels and runs the rest of the study alone. Without MPI (or with one rank) nothing
-// here is active.
+// gathers the kernels and runs the rest of the study alone, unless they exceed the budget too: then
+// every rank keeps its share of them (an images study's own stage forms them there; kernels of
+// other sources rank 0 forms are handed out). Without MPI (or with one rank) nothing here is active.
 #include <cstddef>
 #include <memory>
 #include <string>
@@ -39,15 +40,21 @@ int ServeRunKernels(const std::string& studyPath, int threads);
 /// The same for a study given as its config (a batch's study, which every rank has).
 int ServeStudyKernels(const config::StudyConfig& study);
 
-/// Whether a study's kernels would be held by the ranks of this mpirun job (OwnKernels' rule, for a batch's plan):
-/// an images study whose kernels (regions x subjects^2 in its precision) exceed the per-rank budget
-/// (kernels.memory_budget_mb, else a quarter of the memory), with at least one subject per rank.
+/// Whether a study's kernels would be held by the ranks of this mpirun job (OwnKernels' rule, for a batch's plan): its
+/// kernels (of any source: kernels x subjects^2 in its precision, counted before exclusions) exceed the per-rank
+/// budget (kernels.memory_budget_mb, else a quarter of the memory), with at least one subject per rank.
 bool KernelsExceedRankBudget(const config::StudyConfig& study, const Cohort& cohort);
 /// The per-rank memory budget of a study's kernel stage: kernels.memory_budget_mb, else a quarter of the memory.
 std::uint64_t RankMemoryBudget(const kernels::RegionKernelOptions& options);
-/// Rank 0 of a run under mpirun: warns when kernels that are not held by the ranks (`what`: precomputed, tabular,
-/// connectivity or several sources) exceed the per-rank budget, since rank 0 then holds them all.
-void WarnKernelsNotHeld(std::size_t kernelCount, std::size_t subjects, bool compact, double budgetMb, const std::string& what);
+/// Rank 0 of a run under mpirun with several ranks: kernels rank 0 formed or read itself (`what`: precomputed, tabular,
+/// connectivity or several sources' kernels) that exceed the per-rank budget (`budgetMb`, 0: a quarter of the memory)
+/// are handed to the ranks, kernel k to rank k mod P, as OwnKernels' rule decides for an images study's own stage.
+/// Then `set` lists them (kernels::KernelSet::distributed, float64 diagonals in rawDiagonals), `owners` receives rank
+/// 0's handle, `budgetBytes` the budget, and true is returned. Rank 0 keeps every kernel until each rank holds its
+/// share: a rank's failure (memory) is thrown here. False (nothing changed) otherwise, with a warning when the kernels
+/// exceed the budget but cannot be held by the ranks.
+bool HandKernelsToRanks(kernels::KernelSet& set, double budgetMb, const std::string& what, std::shared_ptr<cv::KernelOwners>* owners,
+                        std::uint64_t* budgetBytes);
 
 /// Whether the image kernels of `subjects` subjects go to every rank: rank 0 of a run under mpirun
 /// with several ranks, at least one subject per rank, and subject data over the per-rank budget.
