@@ -5,8 +5,10 @@
 # the wall time of the kernel stage and of the nested CV, each process's peak resident memory (GNU time), the
 # requests rank 0 sent to the ranks and their time, and the largest difference of the predictions from the
 # one-process run's. The one-process run uses the same budget (its kernel stage then reads out of core).
+# Design "sources": a study of three sources (the images, a tabular clinical score, 20-node connectivity), whose
+# kernels rank 0 forms and hands out to the ranks (docs/batch.md).
 # Usage: bash bench/mpi_learners.sh [build dir (default build)] [subjects (default 600)] [downsample (default 3)]
-#        [budget MiB (default 64)] [learner (default enmkl_svm)]
+#        [budget MiB (default 64)] [learner (default enmkl_svm)] [design: images (default) or sources]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${1:-$root/build}
@@ -14,12 +16,15 @@ subjects=${2:-600}
 downsample=${3:-3}
 budget=${4:-64}
 learner=${5:-enmkl_svm}
+design=${6:-images}
 neuromkl=$build/pipeline/neuromkl
 work=$(mktemp -d /tmp/neuromkl_mpi_learners.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 mpi=(mpirun --oversubscribe --allow-run-as-root)
-"$neuromkl" simulate --out "$work/cohort" --subjects "$subjects" --downsample "$downsample" --seed 5 -q > /dev/null
-python3 - "$work/cohort/study.json" "$budget" "$learner" <<'PY'
+extra=()
+[ "$design" = sources ] && extra=(--clinical-effect 0.8 --connectivity 20 --connectivity-signal node03)
+"$neuromkl" simulate --out "$work/cohort" --subjects "$subjects" --downsample "$downsample" --seed 5 -q "${extra[@]}" > /dev/null
+python3 - "$work/cohort/study.json" "$budget" "$learner" "$design" <<'PY'
 import json, sys
 p = sys.argv[1]
 s = json.load(open(p))
@@ -27,11 +32,18 @@ params = {"enmkl_svm": {"c": 1, "mu": 0.5}, "enmkl_krr": {"lambda": 1, "mu": 0.5
 s["learners"] = [{"name": sys.argv[3], "params": params}]
 s["cv"] = {"outer": {"k": 5}, "inner": {"k": 3}}
 s["kernels"] = {"cache": False, "memory_budget_mb": float(sys.argv[2])}
+if sys.argv[4] == "sources":
+    s["kernels"]["sources"] = [{"name": "gm", "kind": "images"},
+                               {"name": "clin", "kind": "tabular", "tabular": {"table": s["subjects"]["table"], "groups": {"clinical": ["clinical"]}}},
+                               {"name": "fc", "kind": "connectivity", "connectivity": {"column": "connectome", "kernels": "node",
+                                                                                        "nodes": p.replace("study.json", "nodes.tsv")}}]
 s["output"] = {"weight_maps": False, "model": False, "save_kernels": False}
 json.dump(s, open(p, "w"))
 PY
-kernels_mib=$(python3 -c "print(f'{116 * $subjects * $subjects * 8 / 2**20:.0f}')")
-echo "$learner, $subjects simulated subjects (downsample $downsample), 116 region kernels = $kernels_mib MiB in float64;" \
+count=116
+[ "$design" = sources ] && count=137
+kernels_mib=$(python3 -c "print(f'{$count * $subjects * $subjects * 8 / 2**20:.0f}')")
+echo "$learner, $subjects simulated subjects (downsample $downsample), $count kernels ($design) = $kernels_mib MiB in float64;" \
   "per-rank budget $budget MiB; outer 5 folds, fixed parameters; $(nproc) cores"
 run() {  # label, name, threads per process, command...
   local label=$1 name=$2 threads=$3; shift 3
