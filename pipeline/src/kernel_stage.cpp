@@ -436,19 +436,30 @@ std::vector<std::int64_t> ReferenceVoxels(const config::StudyConfig& study, cons
 }
 
 namespace {
+KernelStageResult FormKernels(const config::StudyConfig& study, const Cohort& cohort, const std::string& scratchDir, int sourceIndex, bool held);
+
 /// kernels.sources: every source through the ordinary kernel stage (so each is cached under its own key,
 /// and adding a source computes only that one), then one kernel set with names "source:kernel".
+/// Under mpirun, when the study's kernels exceed the per-rank budget, every source's kernels stay on the ranks
+/// (HeldSources): rank 0 holds the kernels of one source at most.
 KernelStageResult RunSourcesStage(const config::StudyConfig& study, const Cohort& cohort, const std::string& scratchDir) {
   KernelStageResult res;
   res.set.subjects = cohort.ids;
   bool allHits = true;
   Hasher h;
   h.Update(std::string_view("neuromkl-kernel-sources-v1"));
+  std::unique_ptr<HeldSources> held = HeldSources::Begin(study, cohort);
+  bool heldCompact = false, heldCentred = false;
   for (std::size_t i = 0; i < study.kernels.sources.size(); ++i) {
     const auto& source = study.kernels.sources[i];
     const auto d = SourceStudy(study, source);
     const Cohort sc = SourceCohort(d, source, cohort);
-    KernelStageResult sub = RunKernelStage(d, sc, scratchDir, static_cast<int>(i));
+    KernelStageResult sub = FormKernels(d, sc, scratchDir, static_cast<int>(i), held != nullptr);
+    if (held) {
+      held->Add(sub.set, sub.owners);
+      heldCompact = sub.set.Compact();
+      heldCentred = sub.set.compact.centred;
+    }
     h.Update(source.name).Update(sub.key);
     if (sub.set.subjects != cohort.ids)
       throw InputError("sources:Subjects", source.name, "the source's kernels do not cover the subjects of the table in its order");
@@ -460,7 +471,9 @@ KernelStageResult RunSourcesStage(const config::StudyConfig& study, const Cohort
       auto info = sub.set.info[k];
       info.name = source.name + ":" + info.name;
       res.set.info.push_back(std::move(info));
-      if (sub.set.Compact()) {  // float32 studies: every source's store is made with the study's centring
+      if (sub.set.distributed) {  // held by the ranks: the set lists them, with their float64 diagonals
+        res.set.rawDiagonals.push_back(std::move(sub.set.rawDiagonals[k]));
+      } else if (sub.set.Compact()) {  // float32 studies: every source's store is made with the study's centring
         res.set.compact.centred = sub.set.compact.centred;
         res.set.compact.kernels.push_back(std::move(sub.set.compact.kernels[k]));
         res.set.rawDiagonals.push_back(std::move(sub.set.rawDiagonals[k]));
@@ -493,7 +506,19 @@ KernelStageResult RunSourcesStage(const config::StudyConfig& study, const Cohort
     spdlog::warn("{}", note);
     res.warnings.insert(res.warnings.begin(), note);
   }
+  if (held) {  // the set lists the kernels the ranks hold
+    res.set.distributed = true;
+    res.set.ownedCompact = heldCompact;
+    res.set.compact.centred = heldCentred;
+  }
   if (res.set.Size() == 0) throw InputError("kernels:NoneLeft", study.path, "no usable kernel is left in any source");
+  if (held) {
+    res.owners = held->Finish(static_cast<Eigen::Index>(cohort.ids.size()), heldCompact, heldCentred);
+    res.heldNote = "every source's kernels stayed on the ranks as they were formed or read (kernel k of a source on rank k mod ranks; the kernels "
+                   "rank 0 formed itself were handed to their rank)";
+    res.report.ranks = res.owners->Owners();
+    res.report.rankBudgetBytes = held->BudgetBytes();
+  }
   return res;
 }
 }  // namespace
@@ -526,8 +551,9 @@ kernels::RegionKernelOptions RegionKernelOptionsOf(const config::StudyConfig& st
 }
 
 namespace {
-/// The kernel stage of one source (RunKernelStage without the hand-out to MPI ranks).
-KernelStageResult FormKernels(const config::StudyConfig& study, const Cohort& cohort, const std::string& scratchDir, int sourceIndex) {
+/// The kernel stage of one source (RunKernelStage without the hand-out to MPI ranks). `held`: a source of a study whose
+/// kernels the ranks hold (HeldSources): an image source's kernels stay on their ranks as they are formed or read.
+KernelStageResult FormKernels(const config::StudyConfig& study, const Cohort& cohort, const std::string& scratchDir, int sourceIndex, bool held) {
   KernelStageResult res;
   res.key = KernelCacheKey(study, cohort);
   // The region index is cheap (the atlas and one header) and the weight maps need it, cache or not.
@@ -540,8 +566,8 @@ KernelStageResult FormKernels(const config::StudyConfig& study, const Cohort& co
   }
   const bool float32 = study.kernels.precision == config::KernelPrecision::Float32;
   // Under mpirun, kernels over the per-rank budget stay on the ranks that form them (an images study's own stage).
-  const bool owned = study.kernels.source == KernelSource::Images && sourceIndex < 0 &&
-                     OwnKernels(cohort.images.size(), *res.regions, RegionKernelOptionsOf(study, *res.regions, scratchDir));
+  const bool owned = study.kernels.source == KernelSource::Images &&
+                     (held || (sourceIndex < 0 && OwnKernels(cohort.images.size(), *res.regions, RegionKernelOptionsOf(study, *res.regions, scratchDir))));
   if (study.kernels.cache) {
     res.cachePath = study.output.cacheDir + "/" + res.key;
     // A hit on this study's own entry; for a float32 study, else on the float64 kernels' entry (a run of the same
@@ -645,15 +671,15 @@ KernelStageResult FormKernels(const config::StudyConfig& study, const Cohort& co
 }  // namespace
 
 KernelStageResult RunKernelStage(const config::StudyConfig& study, const Cohort& cohort, const std::string& scratchDir, int sourceIndex) {
-  KernelStageResult res = study.kernels.source == KernelSource::Sources ? RunSourcesStage(study, cohort, scratchDir) : FormKernels(study, cohort, scratchDir, sourceIndex);
-  // Under mpirun, kernels over the per-rank budget that rank 0 formed or read (every kind of study but an images study,
-  // whose own stage keeps them on their owners as it forms them) go to the ranks now, each to its owner; the cache
-  // entries were written before, from rank 0.
+  if (study.kernels.source == KernelSource::Sources) return RunSourcesStage(study, cohort, scratchDir);
+  KernelStageResult res = FormKernels(study, cohort, scratchDir, sourceIndex, false);
+  // Under mpirun, kernels over the per-rank budget that rank 0 formed or read (precomputed, tabular, connectivity: an
+  // images study's own stage keeps them on their owners as it forms them) go to the ranks now, each to its owner; the
+  // cache entry was written before, from rank 0.
   if (sourceIndex < 0 && study.kernels.source != KernelSource::Images && !res.owners) {
-    const std::string what = study.kernels.source == KernelSource::Sources ? "several sources" : config::ToString(study.kernels.source);
-    if (HandKernelsToRanks(res.set, study.kernels.memoryBudgetMb, what, &res.owners, &res.report.rankBudgetBytes)) {
+    if (HandKernelsToRanks(res.set, study.kernels.memoryBudgetMb, config::ToString(study.kernels.source), &res.owners, &res.report.rankBudgetBytes)) {
       res.report.ranks = res.owners->Owners();
-      res.handedOut = true;
+      res.heldNote = "rank 0 formed the kernels (or read them from the kernel cache) and handed kernel k to rank k mod ranks";
     }
   }
   return res;

@@ -47,6 +47,11 @@ int ServeStudyKernels(const config::StudyConfig&) { return 0; }
 bool KernelsExceedRankBudget(const config::StudyConfig&, const Cohort&) { return false; }
 std::uint64_t RankMemoryBudget(const kernels::RegionKernelOptions& options) { return options.memoryBudgetBytes; }
 bool HandKernelsToRanks(kernels::KernelSet&, double, const std::string&, std::shared_ptr<cv::KernelOwners>*, std::uint64_t*) { return false; }
+struct HeldSources::Collected {};
+std::unique_ptr<HeldSources> HeldSources::Begin(const config::StudyConfig&, const Cohort&) { return nullptr; }
+HeldSources::~HeldSources() = default;
+void HeldSources::Add(kernels::KernelSet&, std::shared_ptr<cv::KernelOwners>&) { throw std::logic_error("HeldSources: built without MPI"); }
+std::shared_ptr<cv::KernelOwners> HeldSources::Finish(Eigen::Index, bool, bool) { throw std::logic_error("HeldSources: built without MPI"); }
 bool DistributeKernels(std::size_t, const atlas::RegionIndex&, const kernels::RegionKernelOptions&) { return false; }
 bool OwnKernels(std::size_t, const atlas::RegionIndex&, const kernels::RegionKernelOptions&) { return false; }
 kernels::KernelSet DistributedRegionKernels(int, const std::vector<std::string>&, const std::vector<std::string>&, const atlas::RegionIndex&,
@@ -67,7 +72,10 @@ constexpr int kTagFailure = 31, kTagBlock = 32, kTagRing = 33, kTagReply = 34, k
 /// Rank 0's instructions: stop; a kernel stage gathered on rank 0; a kernel stage whose kernels stay on their owners
 /// (every P-th kernel on each rank), after which the ranks answer kernel requests until rank 0 releases them; kernels
 /// loaded from a store by their owners; kernels rank 0 formed, handed to their owners (HandKernelsToRanks).
-constexpr int kStop = 0, kKernels = 1, kOwnKernels = 2, kLoadOwnKernels = 3, kHandedKernels = 4;
+/// A study of several sources held by the ranks: begin collecting each source's share, finish (serve them as one set),
+/// abandon (drop them: rank 0 failed on the way).
+constexpr int kStop = 0, kKernels = 1, kOwnKernels = 2, kLoadOwnKernels = 3, kHandedKernels = 4, kBeginHeldSources = 5, kFinishHeldSources = 6,
+              kAbandonHeldSources = 7;
 constexpr std::int64_t kRelease = -1;  ///< the request that ends the kernel requests of a study
 bool gServing = false;  // rank 0: a KernelRanks is alive (a run, not a batch unit)
 bool gStopped = false;
@@ -205,14 +213,21 @@ cv::OwnerReply ReceiveReply(int from) {
 /// instructions) when the last user of the kernels lets go.
 class MpiKernelOwners final : public cv::KernelOwners {
  public:
-  MpiKernelOwners(std::unique_ptr<cv::KernelShard> local, std::size_t count, Eigen::Index subjects, bool compact, bool centred)
-      : KernelOwners(Size(), count, subjects, compact, centred), local_(std::move(local)) {}
+  MpiKernelOwners(std::unique_ptr<cv::KernelShard> local, std::size_t count, Eigen::Index subjects, bool compact, bool centred,
+                  std::vector<int> ownerOf)
+      : KernelOwners(Size(), count, subjects, compact, centred, std::move(ownerOf)), local_(std::move(local)) {}
+  /// Rank 0's share, taken before the owners are released (HeldSources); no request may follow.
+  std::unique_ptr<cv::KernelShard> TakeLocal() {
+    taken_ = true;
+    return std::move(local_);
+  }
   ~MpiKernelOwners() override {
     // No request is in flight: every fold handle (which refers to this object) is gone.
     std::int64_t header[5] = {kRelease, 0, 0, 0, 0};
     BcastBytes(header, sizeof header);
-    spdlog::info("kernels: {} requests to the {} ranks holding the kernels took {:.2f} s (rank 0's share of the work included)", requests(), Owners(),
-                 requestSeconds());
+    // (A source's kernels, kept by the ranks for the study: the study's handle reports its own requests.)
+    spdlog::log(taken_ ? spdlog::level::debug : spdlog::level::info, "kernels: {} requests to the {} ranks holding the kernels took {:.2f} s (rank 0's share of the work included)",
+                requests(), Owners(), requestSeconds());
     for (const auto& [kind, v] : requestsByKind()) spdlog::debug("kernels: {} {} requests, {:.3f} s", v.first, kind, v.second);
   }
 
@@ -229,6 +244,7 @@ class MpiKernelOwners final : public cv::KernelOwners {
 
  private:
   std::unique_ptr<cv::KernelShard> local_;
+  bool taken_ = false;
 };
 
 /// The other ranks: answer kernel requests with this rank's share until rank 0 releases the kernels. Every request is
@@ -251,9 +267,9 @@ void ServeKernelRequests(cv::KernelShard& shard) {
 /// Rank 0's handle to the kernels the ranks hold once they serve requests. If it cannot be made, the ranks are
 /// released before the failure goes on, so that they wait for instructions again.
 std::shared_ptr<cv::KernelOwners> MakeOwners(std::unique_ptr<cv::KernelShard> local, std::size_t count, Eigen::Index subjects, bool compact,
-                                             bool centred) {
+                                             bool centred, std::vector<int> ownerOf = {}) {
   try {
-    return std::make_shared<MpiKernelOwners>(std::move(local), count, subjects, compact, centred);
+    return std::make_shared<MpiKernelOwners>(std::move(local), count, subjects, compact, centred, std::move(ownerOf));
   } catch (...) {
     std::int64_t header[5] = {kRelease, 0, 0, 0, 0};
     BcastBytes(header, sizeof header);
@@ -730,6 +746,49 @@ KernelRanks::~KernelRanks() {
   gStopped = true;
 }
 
+/// Each rank's share of a study of several sources, collected source by source (rank 0's and the others').
+struct HeldSources::Collected {
+  learners::KernelList own;
+  kernels::CompactKernelList ownCompact;
+};
+
+namespace {
+/// The global indices of rank `rank`'s kernels when the sources' kernels (`counts` per source, in order) are dealt
+/// source by source from rank 0 (cv::BlockOwners).
+std::vector<Eigen::Index> HeldGlobals(const std::vector<std::int64_t>& counts, int rank, int P) {
+  std::vector<Eigen::Index> globals;
+  std::int64_t start = 0;
+  for (const std::int64_t c : counts) {
+    for (std::int64_t k = rank; k < c; k += P) globals.push_back(start + k);
+    start += c;
+  }
+  return globals;
+}
+
+/// The other ranks' side of HeldSources::Finish: the sources' counts and flags from rank 0, then this rank's collected
+/// share as one shard. False when some rank failed.
+bool FinishCollected(HeldSources::Collected& collected, std::unique_ptr<cv::KernelShard>& shard) {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  const int P = Size();
+  std::int64_t header[3] = {};  // sources, compact, centred
+  BcastBytes(header, sizeof header);
+  std::vector<std::int64_t> counts(static_cast<std::size_t>(header[0]));
+  BcastBytes(counts.data(), Bytes(counts));
+  std::vector<Eigen::Index> globals = HeldGlobals(counts, rank, P);
+  const bool compact = header[1] != 0;
+  std::exception_ptr failure;
+  const std::size_t held = compact ? collected.ownCompact.size() : collected.own.size();
+  if (held != globals.size())
+    failure = std::make_exception_ptr(std::logic_error(fmt::format("rank {} holds {} kernels of the sources, expected {}", rank, held, globals.size())));
+  if (AnyFailure(failure)) return false;
+  collected.ownCompact.centred = header[2] != 0;
+  if (compact) shard = std::make_unique<cv::KernelShard>(rank, P, std::move(collected.ownCompact), std::move(globals));
+  else shard = std::make_unique<cv::KernelShard>(rank, P, std::move(collected.own), std::move(globals));
+  return true;
+}
+}  // namespace
+
 namespace {
 /// The other ranks' side of HandKernelsToRanks: receive this rank's share (kernel k for k mod P = rank). A share this
 /// rank cannot hold is still received (into a scratch kernel) so that the messages stay in step; the failure is then
@@ -790,6 +849,7 @@ int ServeStudy(const std::optional<config::StudyConfig>& study, std::exception_p
       prepared.emplace();
     }
   }
+  std::unique_ptr<HeldSources::Collected> collected;
   for (;;) {
     int message[2] = {kStop, 0};
     MPI_Request request;
@@ -798,6 +858,29 @@ int ServeStudy(const std::optional<config::StudyConfig>& study, std::exception_p
     if (message[0] == kStop) return kExitOk;
     std::unique_ptr<cv::KernelShard> shard;
     bool ok = false;
+    // A study of several sources held by the ranks: each source's share, once rank 0 released the source's kernels, is
+    // kept in `collected` until rank 0 finishes (the study's kernels as one set) or abandons it.
+    const auto keep = [&] {
+      if (collected && ok && shard) shard->TakeKernels(collected->own, collected->ownCompact);
+    };
+    if (message[0] == kBeginHeldSources) {
+      collected = std::make_unique<HeldSources::Collected>();
+      continue;
+    }
+    if (message[0] == kAbandonHeldSources) {
+      collected.reset();
+      continue;
+    }
+    if (message[0] == kFinishHeldSources) {
+      try {
+        ok = collected && FinishCollected(*collected, shard);
+      } catch (const std::exception& e) {  // not expected: failures are reported through rank 0
+        spdlog::error("kernels: {}", e.what());
+      }
+      collected.reset();
+      if (ok && shard) ServeKernelRequests(*shard);
+      continue;
+    }
     if (message[0] == kHandedKernels) {
       try {
         ok = ReceiveHandedKernels(shard);
@@ -805,6 +888,7 @@ int ServeStudy(const std::optional<config::StudyConfig>& study, std::exception_p
         spdlog::error("kernels: {}", e.what());
       }
       if (ok && shard) ServeKernelRequests(*shard);
+      keep();
       continue;
     }
     if (message[0] == kLoadOwnKernels) {
@@ -814,6 +898,7 @@ int ServeStudy(const std::optional<config::StudyConfig>& study, std::exception_p
         spdlog::error("kernels: {}", e.what());
       }
       if (ok && shard) ServeKernelRequests(*shard);
+      keep();
       continue;
     }
     try {
@@ -825,6 +910,7 @@ int ServeStudy(const std::optional<config::StudyConfig>& study, std::exception_p
     }
     // The study's kernels stay here: this rank answers rank 0's requests on its share until the study lets go of them.
     if (ok && shard) ServeKernelRequests(*shard);
+    keep();
   }
 }
 }  // namespace
@@ -884,32 +970,18 @@ bool KernelsExceedRankBudget(const config::StudyConfig& study, const Cohort& coh
 
 std::uint64_t RankMemoryBudget(const kernels::RegionKernelOptions& options) { return Budget(options); }
 
-bool HandKernelsToRanks(kernels::KernelSet& set, double budgetMb, const std::string& what, std::shared_ptr<cv::KernelOwners>* owners,
-                        std::uint64_t* budgetBytes) {
-  if (!gServing || gStopped || set.distributed || set.Size() == 0) return false;
-  kernels::RegionKernelOptions options;
-  options.memoryBudgetBytes = static_cast<std::uint64_t>(budgetMb * 1048576.0);
-  const std::uint64_t budget = Budget(options);
-  const std::size_t R = set.Size(), subjects = set.subjects.size();
-  const bool compact = set.Compact();
-  const std::uint64_t bytes = KernelBytes(R, subjects, compact);
-  std::string why;
-  if (!HeldByRanks(bytes, subjects, budget, &why)) {
-    if (!why.empty())
-      spdlog::warn("kernels: the study's kernels ({}, {:.1f} MiB) exceed the per-rank budget, but {}: rank 0 holds them alone", what,
-                   static_cast<double>(bytes) / 1048576.0, why);
-    return false;
-  }
+namespace {
+/// Rank 0: kernel k of `set` (rank 0's, in memory) to rank k mod P, which takes it (kHandedKernels); `set` then lists
+/// them (KernelSet::distributed) and `owners` receives rank 0's handle. Rank 0 keeps every kernel until each rank holds
+/// its share: a rank's failure (memory) is thrown here, and nothing rank 0 formed is lost before that.
+void HandOutKernels(kernels::KernelSet& set, std::shared_ptr<cv::KernelOwners>* owners) {
   const int P = Size();
-  spdlog::info("kernels: the study's {} kernels ({}, {:.1f} MiB) exceed the per-rank budget of {:.1f} MiB (kernels.memory_budget_mb): rank 0 hands "
-               "each of the {} ranks its share (kernel k on rank k mod {}), which it computes with; rank 0 runs the study and receives results only",
-               R, what, static_cast<double>(bytes) / 1048576.0, static_cast<double>(budget) / 1048576.0, P, P);
+  const std::size_t R = set.Size();
+  const bool compact = set.Compact();
+  const auto n = static_cast<Eigen::Index>(set.subjects.size());
   Instruct(kHandedKernels, 0);
-  const auto n = static_cast<Eigen::Index>(subjects);
   std::int64_t header[4] = {static_cast<std::int64_t>(R), n, compact ? 1 : 0, set.compact.centred ? 1 : 0};
   BcastBytes(header, sizeof header);
-  // Rank 0 keeps every kernel until the ranks agree that they hold theirs: a rank that cannot take its share fails the
-  // study with its error, and nothing rank 0 formed is lost before that.
   learners::KernelList own;
   kernels::CompactKernelList ownCompact;
   ownCompact.centred = set.compact.centred;
@@ -944,8 +1016,97 @@ bool HandKernelsToRanks(kernels::KernelSet& set, double budgetMb, const std::str
   set.distributed = true;
   set.ownedCompact = compact;
   *owners = MakeOwners(std::move(shard), R, n, compact, centred);
+}
+}  // namespace
+
+bool HandKernelsToRanks(kernels::KernelSet& set, double budgetMb, const std::string& what, std::shared_ptr<cv::KernelOwners>* owners,
+                        std::uint64_t* budgetBytes) {
+  if (!gServing || gStopped || set.distributed || set.Size() == 0) return false;
+  kernels::RegionKernelOptions options;
+  options.memoryBudgetBytes = static_cast<std::uint64_t>(budgetMb * 1048576.0);
+  const std::uint64_t budget = Budget(options);
+  const std::size_t R = set.Size(), subjects = set.subjects.size();
+  const std::uint64_t bytes = KernelBytes(R, subjects, set.Compact());
+  std::string why;
+  if (!HeldByRanks(bytes, subjects, budget, &why)) {
+    if (!why.empty())
+      spdlog::warn("kernels: the study's kernels ({}, {:.1f} MiB) exceed the per-rank budget, but {}: rank 0 holds them alone", what,
+                   static_cast<double>(bytes) / 1048576.0, why);
+    return false;
+  }
+  const int P = Size();
+  spdlog::info("kernels: the study's {} kernels ({}, {:.1f} MiB) exceed the per-rank budget of {:.1f} MiB (kernels.memory_budget_mb): rank 0 hands "
+               "each of the {} ranks its share (kernel k on rank k mod {}), which it computes with; rank 0 runs the study and receives results only",
+               R, what, static_cast<double>(bytes) / 1048576.0, static_cast<double>(budget) / 1048576.0, P, P);
+  HandOutKernels(set, owners);
   if (budgetBytes) *budgetBytes = budget;
   return true;
+}
+
+std::unique_ptr<HeldSources> HeldSources::Begin(const config::StudyConfig& study, const Cohort& cohort) {
+  if (!gServing || gStopped || study.kernels.source != config::KernelSource::Sources) return nullptr;
+  kernels::RegionKernelOptions options;
+  options.memoryBudgetBytes = static_cast<std::uint64_t>(study.kernels.memoryBudgetMb * 1048576.0);
+  const std::uint64_t budget = Budget(options);
+  const std::size_t count = PlannedKernelCount(study, cohort), subjects = cohort.ids.size();
+  const std::uint64_t bytes = KernelBytes(count, subjects, study.kernels.precision == config::KernelPrecision::Float32);
+  std::string why;
+  if (!HeldByRanks(bytes, subjects, budget, &why)) {
+    if (!why.empty())
+      spdlog::warn("kernels: the study's kernels (several sources, {:.1f} MiB) exceed the per-rank budget, but {}: rank 0 holds them alone",
+                   static_cast<double>(bytes) / 1048576.0, why);
+    return nullptr;
+  }
+  const int P = Size();
+  spdlog::info("kernels: the study's {} kernels (several sources, {:.1f} MiB, counted before they are formed) exceed the per-rank budget of {:.1f} MiB "
+               "(kernels.memory_budget_mb): every source's kernels stay on the {} ranks as they are formed or read (kernel k of a source on rank k mod "
+               "{}), each rank computes with its share; rank 0 runs the study and receives results only",
+               count, static_cast<double>(bytes) / 1048576.0, static_cast<double>(budget) / 1048576.0, P, P);
+  Instruct(kBeginHeldSources, 0);
+  std::unique_ptr<HeldSources> held(new HeldSources);
+  held->collected_ = std::make_unique<Collected>();
+  held->budgetBytes_ = budget;
+  return held;
+}
+
+HeldSources::~HeldSources() {
+  if (!finished_) Instruct(kAbandonHeldSources, 0);
+}
+
+void HeldSources::Add(kernels::KernelSet& set, std::shared_ptr<cv::KernelOwners>& owners) {
+  if (!owners) HandOutKernels(set, &owners);  // a source rank 0 formed (or read) itself
+  auto* mpi = dynamic_cast<MpiKernelOwners*>(owners.get());
+  if (!mpi || owners.use_count() != 1) throw std::logic_error("HeldSources::Add: the source's kernels must be held by the ranks, and by this handle only");
+  const std::size_t count = owners->size();
+  std::unique_ptr<cv::KernelShard> local = mpi->TakeLocal();
+  owners.reset();  // released: every rank keeps its share of this source for the study
+  local->TakeKernels(collected_->own, collected_->ownCompact);
+  counts_.push_back(static_cast<std::int64_t>(count));
+}
+
+std::shared_ptr<cv::KernelOwners> HeldSources::Finish(Eigen::Index subjects, bool compact, bool centred) {
+  finished_ = true;
+  const int P = Size();
+  Instruct(kFinishHeldSources, 0);
+  std::int64_t header[3] = {static_cast<std::int64_t>(counts_.size()), compact ? 1 : 0, centred ? 1 : 0};
+  BcastBytes(header, sizeof header);
+  BcastBytes(counts_.data(), Bytes(counts_));
+  std::vector<Eigen::Index> globals = HeldGlobals(counts_, 0, P);
+  const std::size_t held = compact ? collected_->ownCompact.size() : collected_->own.size();
+  std::exception_ptr failure;
+  if (held != globals.size())
+    failure = std::make_exception_ptr(std::logic_error(fmt::format("rank 0 holds {} kernels of the sources, expected {}", held, globals.size())));
+  AnyFailure(failure);  // throws the first failing rank's error
+  std::vector<std::size_t> starts;
+  std::size_t total = 0;
+  for (const std::int64_t c : counts_) {
+    starts.push_back(total);
+    total += static_cast<std::size_t>(c);
+  }
+  collected_->ownCompact.centred = centred;
+  std::unique_ptr<cv::KernelShard> shard = compact ? std::make_unique<cv::KernelShard>(0, P, std::move(collected_->ownCompact), std::move(globals))
+                                                   : std::make_unique<cv::KernelShard>(0, P, std::move(collected_->own), std::move(globals));
+  return MakeOwners(std::move(shard), total, subjects, compact, centred, cv::BlockOwners(total, P, starts));
 }
 
 bool DistributeKernels(std::size_t subjects, const atlas::RegionIndex& regions, const kernels::RegionKernelOptions& options) {

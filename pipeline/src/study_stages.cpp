@@ -622,7 +622,7 @@ exporting::RunRecord DescribeRun(const StudyContext& ctx, CrossValidationResult 
   }
   if (ks.owners) {
     record.kernelsHeldByRanks = true;
-    record.kernelsHandedOut = ks.handedOut;
+    record.kernelsHeldNote = ks.heldNote;
     if (ks.owners->Compact()) {
       record.compactBytes = kernels::CompactBytes(ks.owners->size(), static_cast<std::size_t>(ks.owners->Subjects()));
       record.compactCentred = ks.owners->Centred();

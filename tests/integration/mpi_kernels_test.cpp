@@ -312,18 +312,18 @@ TEST(MpiKernels, TwoRanksHoldingTheCompactStoreGiveTheSingleProcessResultsOfAFlo
   ExpectRanksReadTheEntry(json, study, dir / "cache_single", 2, dir / "mpi_hit", dir / "single");
 }
 
-// Kernels that rank 0 forms itself (here a study of several sources: an image source, whose data the ranks read, a
-// tabular and a connectivity source) and that exceed the per-rank budget are handed to the ranks, kernel k to rank
-// k mod P, and the study runs on them as on an images study's held kernels: every result file equals the
-// single-process run's, also when every source's kernels come from the cache, and for a float32 study (the compact
-// store handed out).
-TEST(MpiKernels, KernelsOfSeveralSourcesOverTheBudgetAreHandedToTheRanks) {
-  const TempDir dir;
-  ASSERT_EQ(RunCli("simulate --out " + dir / "cohort" + " --subjects " + std::to_string(kSubjects) +
+// A study of several sources whose kernels exceed the per-rank budget: every source's kernels stay on the ranks as they
+// are formed (the image source's by its distributed stage, the tabular and connectivity kernels handed out by rank 0,
+// which forms them), kernel k of a source on rank k mod P, and the study runs on them as on an images study's held
+// kernels: every result file equals the single-process run's, also when every source's kernels come from the cache
+// (each rank loading its own image kernels), for a float32 study (the compact store), and in a batch.
+/// A simulated cohort with a clinical score and 12-node connectomes, and a study of three sources (116 region + 1
+/// tabular + 12 node kernels of 36 subjects: 1.3 MiB in float64, 0.6 MiB in float32, over its 0.2 MiB budget).
+nlohmann::json MixedStudy(const TempDir& dir) {
+  EXPECT_EQ(RunCli("simulate --out " + dir / "cohort" + " --subjects " + std::to_string(kSubjects) +
                    " --downsample 3 --seed 11 --clinical-effect 0.8 --connectivity 12 --connectivity-signal node03 -q")
                 .exitCode,
             0);
-  // 116 region + 1 tabular + 12 node kernels of 36 subjects: 1.3 MiB in float64, 0.6 MiB in float32, over 0.2 MiB.
   auto json = nlohmann::json::parse(R"({"name": "mixed", "target": {"column": "group", "task": "classification", "positive_class": "patient"},
     "atlas": "aal", "kernels": {"memory_budget_mb": 0.2, "cache": true, "sources": [
       {"name": "gm", "kind": "images"},
@@ -334,6 +334,12 @@ TEST(MpiKernels, KernelsOfSeveralSourcesOverTheBudgetAreHandedToTheRanks) {
   json["subjects"]["table"] = dir / "cohort/participants.tsv";
   json["kernels"]["sources"][1]["tabular"]["table"] = dir / "cohort/participants.tsv";
   json["kernels"]["sources"][2]["connectivity"]["nodes"] = dir / "cohort/nodes.tsv";
+  return json;
+}
+
+TEST(MpiKernels, KernelsOfSeveralSourcesOverTheBudgetStayOnTheRanksSourceBySource) {
+  const TempDir dir;
+  auto json = MixedStudy(dir);
   const std::string study = dir / "mixed.json";
   for (const std::string precision : {"float64", "float32"}) {
     SCOPED_TRACE(precision);
@@ -350,19 +356,20 @@ TEST(MpiKernels, KernelsOfSeveralSourcesOverTheBudgetAreHandedToTheRanks) {
     ASSERT_EQ(mpi.exitCode, 0) << mpi.output;
     const std::string r = std::to_string(ranks);
     EXPECT_THAT(mpi.output, HasSubstr("the study's 129 kernels (several sources, " + std::string(precision == "float64" ? "1.3" : "0.6") +
-                                      " MiB) exceed the per-rank budget of 0.2 MiB (kernels.memory_budget_mb): rank 0 hands each of the " + r +
-                                      " ranks its share (kernel k on rank k mod " + r + ")"));
+                                      " MiB, counted before they are formed) exceed the per-rank budget of 0.2 MiB (kernels.memory_budget_mb): every "
+                                      "source's kernels stay on the " + r + " ranks as they are formed or read (kernel k of a source on rank k mod " + r + ")"));
+    EXPECT_THAT(mpi.output, HasSubstr("products and handing each kernel to its owner"));  // the image source's stage
     EXPECT_THAT(mpi.output, HasSubstr("requests to the " + r + " ranks holding the kernels"));
     const auto record = nlohmann::json::parse(ReadFile(run + "_mpi/results.json"));
     EXPECT_EQ(record["kernels"]["distributed"]["kernels_held_by_ranks"], true);
     EXPECT_EQ(record["kernels"]["distributed"]["ranks"], ranks);
-    EXPECT_THAT(record["kernels"]["distributed"]["note"].get<std::string>(), HasSubstr("rank 0 formed the kernels (or read them from the kernel cache) and handed"));
+    EXPECT_THAT(record["kernels"]["distributed"]["note"].get<std::string>(), HasSubstr("every source's kernels stayed on the ranks"));
     ExpectSameResults(run + "_single", run + "_mpi");
     // Every source's kernels from the cache the ranks' run wrote (rank 0 wrote it before handing them out).
     const auto hit = RunMpi(ranks, "run " + study + " --out " + run + "_mpi_hit");
     ASSERT_EQ(hit.exitCode, 0) << hit.output;
-    EXPECT_THAT(hit.output, HasSubstr("kernels: cache hit"));
-    EXPECT_THAT(hit.output, HasSubstr("rank 0 hands each of the " + r + " ranks its share"));
+    EXPECT_THAT(hit.output, HasSubstr("each loaded by the rank that holds it"));  // the image source's entry
+    EXPECT_THAT(hit.output, HasSubstr("every source's kernels stay on the " + r + " ranks"));
     ExpectSameResults(run + "_single", run + "_mpi_hit");
   }
   // In a batch the study is planned as held by every rank (its kernels counted from its sources before they are formed).
@@ -377,7 +384,7 @@ TEST(MpiKernels, KernelsOfSeveralSourcesOverTheBudgetAreHandedToTheRanks) {
   const auto mpi = RunMpi(3, "batch " + dir / "batch.json");
   ASSERT_EQ(mpi.exitCode, 0) << mpi.output;
   EXPECT_THAT(mpi.output, HasSubstr("then 1 studies whose kernels exceed one rank's budget"));
-  EXPECT_THAT(mpi.output, HasSubstr("rank 0 hands each of the 3 ranks its share"));
+  EXPECT_THAT(mpi.output, HasSubstr("every source's kernels stay on the 3 ranks"));
   ExpectSameResults(dir / "reference/b/studies/enmkl_svm", dir / "results/b/studies/enmkl_svm");
 }
 
@@ -414,6 +421,35 @@ TEST(MpiKernels, ABatchRunsStudiesOverTheBudgetOnEveryRank) {
     ExpectSameResults(e.path().string(), dir / ("results/b/studies/" + name));
   }
   EXPECT_EQ(studies, 4u);
+}
+
+// A source that fails after another source's kernels went to the ranks (a truncated image read by rank 2 of 3): the
+// ranks drop what they hold, and the job ends with the single-process run's error and exit code, leaving no output.
+TEST(MpiKernels, AFailingSourceOfAHeldStudyEndsTheJobWithItsError) {
+  const TempDir dir;
+  auto json = MixedStudy(dir);
+  std::swap(json["kernels"]["sources"][0], json["kernels"]["sources"][1]);  // the tabular source first, then the images
+  json["output"]["cache_dir"] = dir / "cache";
+  const std::string study = dir / "mixed.json";
+  WriteFile(study, json.dump(2));
+  const auto table = ReadTsv(dir / "cohort/participants.tsv");
+  std::size_t imageColumn = 0;
+  while (imageColumn < table[0].size() && table[0][imageColumn] != "image") ++imageColumn;
+  ASSERT_LT(imageColumn, table[0].size());
+  const std::string bad = dir / ("cohort/" + table.back()[imageColumn]);
+  const std::string bytes = ReadFile(bad);
+  std::ofstream(bad, std::ios::binary | std::ios::trunc).write(bytes.data(), static_cast<std::streamsize>(bytes.size() / 2));
+  const auto single = RunCli("run " + study + " --out " + dir / "single");
+  ASSERT_NE(single.exitCode, 0);
+  const auto mpi = RunMpi(3, "run " + study + " --out " + dir / "mpi");
+  EXPECT_EQ(mpi.exitCode, single.exitCode) << mpi.output;
+  EXPECT_THAT(mpi.output, HasSubstr("every source's kernels stay on the 3 ranks"));
+  const std::size_t at = single.output.find("error ");
+  ASSERT_NE(at, std::string::npos) << single.output;
+  const std::string message = single.output.substr(at, single.output.find('\n', at) - at);
+  EXPECT_THAT(message, HasSubstr(bad));
+  EXPECT_THAT(mpi.output, HasSubstr("[rank 0] " + message));
+  EXPECT_FALSE(fs::exists(dir / "mpi"));
 }
 
 TEST(MpiKernels, BadImageOnAnotherRankEndsTheJobWithItsError) {

@@ -130,11 +130,50 @@ struct KernelShard::Fold {
   learners::KernelList tests;
 };
 
-KernelShard::KernelShard(int owner, int owners, learners::KernelList kernels) : owner_(owner), owners_(owners), kernels_(std::move(kernels)) {}
-KernelShard::KernelShard(int owner, int owners, kernels::CompactKernelList kernels) : owner_(owner), owners_(owners), compact_(std::move(kernels)) {}
+std::vector<int> BlockOwners(std::size_t kernelCount, int owners, const std::vector<std::size_t>& blockStarts) {
+  std::vector<int> ownerOf(kernelCount);
+  std::size_t start = 0, next = 1;
+  for (std::size_t j = 0; j < kernelCount; ++j) {
+    while (next < blockStarts.size() && blockStarts[next] <= j) start = blockStarts[next++];
+    ownerOf[j] = static_cast<int>((j - start) % static_cast<std::size_t>(owners));
+  }
+  return ownerOf;
+}
+
+namespace {
+std::vector<Eigen::Index> DefaultGlobals(int owner, int owners, std::size_t count, std::vector<Eigen::Index> globals) {
+  if (!globals.empty()) {
+    if (globals.size() != count || !std::is_sorted(globals.begin(), globals.end()))
+      throw std::logic_error(fmt::format("KernelShard: {} increasing global indices for {} kernels expected", count, count));
+    return globals;
+  }
+  for (std::size_t k = 0; k < count; ++k) globals.push_back(static_cast<Eigen::Index>(static_cast<std::size_t>(owner) + k * static_cast<std::size_t>(owners)));
+  return globals;
+}
+}  // namespace
+
+KernelShard::KernelShard(int owner, int owners, learners::KernelList kernels, std::vector<Eigen::Index> globals)
+    : owner_(owner), owners_(owners), kernels_(std::move(kernels)), globals_(DefaultGlobals(owner, owners, kernels_.size(), std::move(globals))) {}
+KernelShard::KernelShard(int owner, int owners, kernels::CompactKernelList kernels, std::vector<Eigen::Index> globals)
+    : owner_(owner), owners_(owners), compact_(std::move(kernels)), globals_(DefaultGlobals(owner, owners, compact_.size(), std::move(globals))) {}
 KernelShard::~KernelShard() = default;
 
+Eigen::Index KernelShard::LocalOf(Eigen::Index j) const {
+  const auto it = std::lower_bound(globals_.begin(), globals_.end(), j);
+  return it != globals_.end() && *it == j ? static_cast<Eigen::Index>(it - globals_.begin()) : -1;
+}
+
 std::size_t KernelShard::KernelCount() const { return compact_.empty() ? kernels_.size() : compact_.size(); }
+
+void KernelShard::TakeKernels(learners::KernelList& kernels, kernels::CompactKernelList& compact) {
+  if (!folds_.empty()) throw std::logic_error(fmt::format("owner {}: kernels taken with {} folds open", owner_, folds_.size()));
+  for (auto& K : kernels_) kernels.push_back(std::move(K));
+  for (auto& K : compact_.kernels) compact.kernels.push_back(std::move(K));
+  if (!compact_.empty()) compact.centred = compact_.centred;
+  kernels_.clear();
+  compact_ = {};
+  globals_.clear();
+}
 
 template <typename F>
 decltype(auto) KernelShard::WithKernels(const F& f) const {
@@ -163,12 +202,12 @@ OwnerReply KernelShard::Run(const OwnerRequest& request) {
   const auto& ints = request.ints;
   const auto& reals = request.reals;
   const std::size_t local = KernelCount();
-  const auto global = [&](std::size_t k) { return static_cast<Eigen::Index>(static_cast<std::size_t>(owner_) + k * static_cast<std::size_t>(owners_)); };
+  const auto global = [&](std::size_t k) { return globals_.at(k); };
   // The positions in `which` (global kernel indices) of this owner's kernels, and their local indices.
   const auto mine = [&](const std::vector<Eigen::Index>& which, std::vector<Eigen::Index>& localIndex) {
     localIndex.clear();
     for (const Eigen::Index j : which)
-      if (j % owners_ == owner_) localIndex.push_back(j / owners_);
+      if (const Eigen::Index k = LocalOf(j); k >= 0) localIndex.push_back(k);
   };
   const auto whichFrom = [&](std::size_t at) {
     std::vector<Eigen::Index> which;
@@ -398,14 +437,14 @@ OwnerReply KernelShard::Run(const OwnerRequest& request) {
       const std::vector<Eigen::Index> which = whichFrom(1);
       std::vector<std::size_t> positions;  // in `which`, of this owner's kernels
       for (std::size_t i = 0; i < which.size(); ++i)
-        if (which[i] % owners_ == owner_) positions.push_back(i);
+        if (LocalOf(which[i]) >= 0) positions.push_back(i);
       if (positions.empty()) break;
       const Eigen::Map<const Eigen::MatrixXd> A(reals.data() + which.size(), f.train.size(), cols);
       const auto size = static_cast<std::size_t>(f.train.size() * cols);
       out.resize(size * positions.size());
       // As FoldKernelView::Products, kernels side by side.
       tbb::parallel_for(std::size_t{0}, positions.size(), [&](std::size_t i) {
-        const auto k = static_cast<std::size_t>(which[positions[i]] / owners_);
+        const auto k = static_cast<std::size_t>(LocalOf(which[positions[i]]));
         const double scale = reals[positions[i]];
         const Eigen::MatrixXd P = WithKernels([&](const auto& kernels) -> Eigen::MatrixXd {
           if (f.residualiser) return PrepareFoldKernelOf(kernels[k], f.train, f.test, preprocessing_, scale).train * A;
@@ -465,9 +504,21 @@ OwnerReply KernelShard::Run(const OwnerRequest& request) {
 
 // ---------------- owner 0's side ----------------
 
-KernelOwners::KernelOwners(int owners, std::size_t kernelCount, Eigen::Index subjects, bool compact, bool centred)
-    : owners_(owners), count_(kernelCount), subjects_(subjects), heldRows_(subjects), compact_(compact), centred_(centred) {
+KernelOwners::KernelOwners(int owners, std::size_t kernelCount, Eigen::Index subjects, bool compact, bool centred, std::vector<int> ownerOf)
+    : owners_(owners),
+      count_(kernelCount),
+      ownerOf_(ownerOf.empty() ? BlockOwners(kernelCount, std::max(owners, 1), {}) : std::move(ownerOf)),
+      held_(static_cast<std::size_t>(std::max(owners, 1))),
+      subjects_(subjects),
+      heldRows_(subjects),
+      compact_(compact),
+      centred_(centred) {
   if (owners < 1) throw std::logic_error("KernelOwners: at least one owner");
+  if (ownerOf_.size() != count_) throw std::logic_error("KernelOwners: one owner per kernel");
+  for (std::size_t j = 0; j < count_; ++j) {
+    if (ownerOf_[j] < 0 || ownerOf_[j] >= owners) throw std::logic_error(fmt::format("KernelOwners: kernel {} on owner {} of {}", j, ownerOf_[j], owners));
+    held_[static_cast<std::size_t>(ownerOf_[j])].push_back(j);
+  }
 }
 
 KernelOwners::~KernelOwners() = default;
@@ -613,7 +664,7 @@ std::shared_ptr<OwnedFold> KernelOwners::OpenFold(const std::vector<int>& train,
   try {
     Request(request, [&](int owner, OwnerReply& reply) {
       if (!groups) return;
-      for (std::size_t k = 0; k < reply.values.size(); ++k) traces.at(static_cast<std::size_t>(owner) + k * static_cast<std::size_t>(owners_)) = reply.values[k];
+      for (std::size_t k = 0; k < reply.values.size(); ++k) traces.at(held_.at(static_cast<std::size_t>(owner)).at(k)) = reply.values[k];
     });
     if (groups) {
       scales = GroupScales(traces, preprocessing_.kernelGroups);
@@ -638,7 +689,8 @@ Eigen::MatrixXd KernelOwners::SubjectWeights(const weights::FoldModel& model) co
     const auto columns = static_cast<Eigen::Index>(reply.values.size()) / std::max<Eigen::Index>(1, heldRows_);
     const Eigen::Map<const Eigen::MatrixXd> part(reply.values.data(), heldRows_, columns);
     for (Eigen::Index k = 0; k < columns; ++k)
-      for (Eigen::Index i = 0; i < subjects_; ++i) D(i, owner + k * owners_) = part(rows_.empty() ? i : rows_[static_cast<std::size_t>(i)], k);
+      for (Eigen::Index i = 0; i < subjects_; ++i)
+        D(i, static_cast<Eigen::Index>(held_.at(static_cast<std::size_t>(owner)).at(static_cast<std::size_t>(k)))) = part(rows_.empty() ? i : rows_[static_cast<std::size_t>(i)], k);
   });
   return D;
 }
@@ -659,7 +711,7 @@ std::vector<std::string> KernelOwners::SaveKernels(const std::string& folder, co
   std::vector<std::string> hashes(count_);
   Request(request, [&](int owner, OwnerReply& reply) {
     const std::vector<std::string> mine = Lines(reply.text);
-    for (std::size_t k = 0; k < mine.size(); ++k) hashes.at(static_cast<std::size_t>(owner) + k * static_cast<std::size_t>(owners_)) = mine[k];
+    for (std::size_t k = 0; k < mine.size(); ++k) hashes.at(held_.at(static_cast<std::size_t>(owner)).at(k)) = mine[k];
   });
   return hashes;
 }
@@ -779,26 +831,32 @@ learners::TestBlocks OwnedFoldColumns::Test(Eigen::MatrixXd& buffer) const {
 
 namespace {
 template <typename List>
-std::vector<std::unique_ptr<KernelShard>> MakeShards(const List& kernels, int owners) {
+std::vector<std::unique_ptr<KernelShard>> MakeShards(const List& kernels, int owners, const std::vector<std::size_t>& blockStarts) {
+  const std::vector<int> ownerOf = BlockOwners(kernels.size(), owners, blockStarts);
   std::vector<std::unique_ptr<KernelShard>> shards;
   for (int p = 0; p < owners; ++p) {
     List share;
-    for (std::size_t j = static_cast<std::size_t>(p); j < kernels.size(); j += static_cast<std::size_t>(owners)) {
+    std::vector<Eigen::Index> globals;
+    for (std::size_t j = 0; j < kernels.size(); ++j) {
+      if (ownerOf[j] != p) continue;
+      globals.push_back(static_cast<Eigen::Index>(j));
       if constexpr (std::is_same_v<List, kernels::CompactKernelList>) share.kernels.push_back(kernels.kernels[j]);
       else share.push_back(kernels[j]);
     }
     if constexpr (std::is_same_v<List, kernels::CompactKernelList>) share.centred = kernels.centred;
-    shards.push_back(std::make_unique<KernelShard>(p, owners, std::move(share)));
+    shards.push_back(std::make_unique<KernelShard>(p, owners, std::move(share), std::move(globals)));
   }
   return shards;
 }
 }  // namespace
 
-LocalKernelOwners::LocalKernelOwners(const learners::KernelList& kernels, int owners)
-    : KernelOwners(owners, kernels.size(), kernels.empty() ? 0 : kernels[0].rows(), false, false), shards_(MakeShards(kernels, owners)) {}
+LocalKernelOwners::LocalKernelOwners(const learners::KernelList& kernels, int owners, const std::vector<std::size_t>& blockStarts)
+    : KernelOwners(owners, kernels.size(), kernels.empty() ? 0 : kernels[0].rows(), false, false, BlockOwners(kernels.size(), owners, blockStarts)),
+      shards_(MakeShards(kernels, owners, blockStarts)) {}
 
-LocalKernelOwners::LocalKernelOwners(const kernels::CompactKernelList& kernels, int owners)
-    : KernelOwners(owners, kernels.size(), kernels.empty() ? 0 : kernels[0].rows(), true, kernels.centred), shards_(MakeShards(kernels, owners)) {}
+LocalKernelOwners::LocalKernelOwners(const kernels::CompactKernelList& kernels, int owners, const std::vector<std::size_t>& blockStarts)
+    : KernelOwners(owners, kernels.size(), kernels.empty() ? 0 : kernels[0].rows(), true, kernels.centred, BlockOwners(kernels.size(), owners, blockStarts)),
+      shards_(MakeShards(kernels, owners, blockStarts)) {}
 
 LocalKernelOwners::~LocalKernelOwners() = default;
 

@@ -78,8 +78,7 @@ std::string RunRecordJson(const RunRecord& r) {
         {"ranks", r.kernelRanks},
         {"rank_memory_budget_mb", r.kernelRankBudgetMb},
         {"kernels_held_by_ranks", r.kernelsHeldByRanks},
-        {"note", r.kernelsHeldByRanks ? std::string(r.kernelsHandedOut ? "rank 0 formed the kernels (or read them from the kernel cache) and handed kernel k "
-                                                                         "to rank k mod ranks"
+        {"note", r.kernelsHeldByRanks ? std::string(!r.kernelsHeldNote.empty() ? r.kernelsHeldNote
                                                     : r.kernelCache == "hit" ? "kernel k was loaded from the kernel cache by rank k mod ranks"
                                                                              : "each rank decoded its own block of subjects; kernel blocks by a ring exchange; "
                                                                                "kernel k stayed on rank k mod ranks") +

@@ -89,8 +89,10 @@ std::vector<Case> Cases() {
 }
 
 /// Runs `c` on the kernels in one process and on `owners` owners (the same kernels: float64 or the store).
+/// `blockStarts`: the kernels dealt to the owners block by block (BlockOwners; empty: kernel j on owner j mod owners).
 template <typename Kernels>
-void Compare(const Kernels& kernels, const Case& c, int owners, const cv::Preprocessing& pre, bool exact, const std::string& what) {
+void Compare(const Kernels& kernels, const Case& c, int owners, const cv::Preprocessing& pre, bool exact, const std::string& what,
+             const std::vector<std::size_t>& blockStarts = {}) {
   const int n = static_cast<int>(kernels[0].rows()) - c.unlabelled;
   const learners::Targets targets = Labels(n, c.task, 3);
   const auto outer = Outer(targets);
@@ -101,7 +103,7 @@ void Compare(const Kernels& kernels, const Case& c, int owners, const cv::Prepro
   options.biasCorrection = c.task == learners::Task::Regression;
   options.float32FoldCopies = false;  // the owners prepare in double, as the one-process run then does
   const auto single = cv::RunNestedCv(kernels, targets, outer, Inner(c.task), c.plans, options);
-  cv::LocalKernelOwners held(kernels, owners);
+  cv::LocalKernelOwners held(kernels, owners, blockStarts);
   held.SetPreprocessing(pre);
   const auto owned = cv::RunNestedCv(held, targets, outer, Inner(c.task), c.plans, options);
   EXPECT_EQ(held.OpenFolds(), 0) << what;  // every fold closed on the owners
@@ -167,6 +169,46 @@ TEST(OwnedKernels, SeveralOwnersAgreeWithTheOneProcessRun) {
       Compare(kernels, c, owners, pre, false, std::to_string(owners) + " owners, covariates and groups");
     }
   }
+}
+
+// A study of several sources deals each source's kernels to the owners from owner 0 (kernel j of a source starting at s
+// on owner (j - s) mod P): the same results as kernel j on owner j mod P, whatever the blocks.
+TEST(OwnedKernels, KernelsDealtSourceBySourceAgreeWithTheOneProcessRun) {
+  EXPECT_EQ(cv::BlockOwners(7, 3, {0, 3, 5}), (std::vector<int>{0, 1, 2, 0, 1, 0, 1}));
+  EXPECT_EQ(cv::BlockOwners(5, 2, {}), (std::vector<int>{0, 1, 0, 1, 0}));
+  EXPECT_EQ(cv::BlockOwners(4, 3, {0, 1, 2, 3}), (std::vector<int>{0, 0, 0, 0}));  // one kernel per source: all on owner 0
+  const learners::Targets t = Labels(36, learners::Task::Classification, 3);
+  const learners::KernelList kernels = RawKernels(t.y, 6, 7, 2, 5);
+  const auto cases = Cases();
+  const Case& c = cases[0];  // classification, 6 unlabelled rows
+  for (const int owners : {1, 2, 3}) {
+    cv::Preprocessing pre;
+    pre.kernelGroups = {0, 0, 0, 1, 1, 2, 2};
+    Compare(kernels, c, owners, pre, owners == 1, std::to_string(owners) + " owners, three sources", {0, 3, 5});
+    pre.covariates = Confounds(kernels[0].rows(), 9);
+    Compare(kernels, c, owners, pre, owners == 1, std::to_string(owners) + " owners, three sources, covariates", {0, 3, 5});
+    pre.covariates.reset();
+    Compare(kernels::CompactKernels(kernels, true), c, owners, pre, owners == 1, std::to_string(owners) + " owners, three sources, compact store", {0, 3, 5});
+  }
+  // Per-kernel results are the one-process values bit for bit (the owner of each kernel computes them).
+  std::vector<int> train, test;
+  for (int i = 0; i < 42; ++i) (i % 4 == 1 ? test : train).push_back(i);
+  const Eigen::VectorXi tr = Eigen::Map<const Eigen::VectorXi>(train.data(), static_cast<Eigen::Index>(train.size()));
+  const Eigen::VectorXi te = Eigen::Map<const Eigen::VectorXi>(test.data(), static_cast<Eigen::Index>(test.size()));
+  cv::Preprocessing pre;
+  pre.kernelGroups = {0, 0, 0, 1, 1, 2, 2};
+  const Eigen::VectorXd scales = cv::FoldScales(kernels, tr, te, pre);
+  const Eigen::VectorXd coef = Eigen::VectorXd::Random(tr.size()), beta = (Eigen::VectorXd(7) << 0.2, 0, 0.2, 0.1, 0.1, 0.4, 0).finished();
+  const Eigen::MatrixXd D = weights::SubjectWeights(kernels, {train, test, coef, beta}, pre.centre, pre.normalise, nullptr);
+  cv::LocalKernelOwners held(kernels, 3, {0, 3, 5});
+  held.SetPreprocessing(pre);
+  EXPECT_EQ(cv::FoldScales(held, tr, te, pre), scales);
+  EXPECT_EQ(held.SubjectWeights({train, test, coef, beta}), D);
+  const auto fold = held.OpenFold(train, test);
+  const cv::FoldColumns columns(kernels, tr, te, pre);
+  learners::KernelList blocks;
+  columns.WriteTestBlocks(blocks);
+  EXPECT_EQ(fold->TestBlocks({6, 3, 0, 5}), (learners::KernelList{blocks[6], blocks[3], blocks[0], blocks[5]}));
 }
 
 TEST(OwnedKernels, PerKernelResultsAreBitForBitForAnyNumberOfOwners) {

@@ -23,7 +23,7 @@ struct KernelStageResult {
   kernels::KernelSet set;
   /// Kernels that do not fit one rank under mpirun (set.distributed): the ranks hold them, this is rank 0's handle.
   std::shared_ptr<cv::KernelOwners> owners;
-  bool handedOut = false;  ///< ... which rank 0 formed (or read) and handed to them (HandKernelsToRanks)
+  std::string heldNote;  ///< ... how they came to the ranks when rank 0 handed them out (results.json)
   kernels::RegionKernelReport report;
   std::string key;        ///< content hash of everything the kernels depend on
   bool cacheHit = false;

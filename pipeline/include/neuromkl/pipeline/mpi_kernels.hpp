@@ -7,6 +7,7 @@
 // every rank keeps its share of them (an images study's own stage forms them there; kernels of
 // other sources rank 0 forms are handed out). Without MPI (or with one rank) nothing here is active.
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -55,6 +56,36 @@ std::uint64_t RankMemoryBudget(const kernels::RegionKernelOptions& options);
 /// exceed the budget but cannot be held by the ranks.
 bool HandKernelsToRanks(kernels::KernelSet& set, double budgetMb, const std::string& what, std::shared_ptr<cv::KernelOwners>* owners,
                         std::uint64_t* budgetBytes);
+
+/// Rank 0 of a run under mpirun: a study of several sources (kernels.sources) whose kernels, counted before they are
+/// formed (as a batch counts them), exceed the per-rank budget keeps every source's kernels on the ranks as they are
+/// formed or read: an image source's own stage leaves kernel k on rank k mod P, the kernels of other sources rank 0
+/// forms are handed out, each source's share stays on its rank when the source's handle goes (Add), and Finish makes
+/// the study's handle over all of them (source by source: kernel k of a source on rank k mod P, cv::BlockOwners).
+/// Rank 0 never holds more than one source's kernels. Gone before Finish (a failure): the ranks drop what they hold.
+class HeldSources {
+ public:
+  /// Null when the study's kernels are not to be held by the ranks (one process, within the budget, a source that is
+  /// not several, or the ranks cannot hold them: then with a warning).
+  static std::unique_ptr<HeldSources> Begin(const config::StudyConfig& study, const Cohort& cohort);
+  ~HeldSources();
+  HeldSources(const HeldSources&) = delete;
+  HeldSources& operator=(const HeldSources&) = delete;
+  /// One source's kernels: held by the ranks (`owners`, the source stage's handle, the only one), or in `set` on rank
+  /// 0 (`owners` null: handed out first). `owners` is released; `set` lists the kernels (KernelSet::distributed).
+  void Add(kernels::KernelSet& set, std::shared_ptr<cv::KernelOwners>& owners);
+  /// The handle to every source's kernels (`subjects` rows, float32 store when `compact`, centred as `centred`).
+  std::shared_ptr<cv::KernelOwners> Finish(Eigen::Index subjects, bool compact, bool centred);
+  std::uint64_t BudgetBytes() const { return budgetBytes_; }
+  struct Collected;  ///< a rank's share, collected source by source
+
+ private:
+  HeldSources() = default;
+  std::unique_ptr<Collected> collected_;
+  std::vector<std::int64_t> counts_;  ///< kernels per source, in order
+  std::uint64_t budgetBytes_ = 0;
+  bool finished_ = false;
+};
 
 /// Whether the image kernels of `subjects` subjects go to every rank: rank 0 of a run under mpirun
 /// with several ranks, at least one subject per rank, and subject data over the per-rank budget.

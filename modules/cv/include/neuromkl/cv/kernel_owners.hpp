@@ -46,12 +46,18 @@ struct OwnerReply {
   std::string error;
 };
 
-/// The kernels of owner `owner` of `owners` (its share: global kernel owner + k * owners is its k-th) and the state of
-/// the folds it was asked to open: what an owner executes. Not thread-safe: one request at a time.
+/// Kernel j's owner when the kernels form consecutive blocks (a study of several sources: one block per source, starting
+/// at the kernel indices `blockStarts`, the first 0), each dealt to the owners in turn from owner 0: (j - the start of its
+/// block) mod owners. With one block (or none given), j mod owners.
+std::vector<int> BlockOwners(std::size_t kernelCount, int owners, const std::vector<std::size_t>& blockStarts);
+
+/// The kernels of owner `owner` of `owners` and the state of the folds it was asked to open: what an owner executes.
+/// Its k-th kernel is global kernel `globals[k]` (increasing); without `globals`, owner + k * owners (one block).
+/// Not thread-safe: one request at a time.
 class KernelShard {
  public:
-  KernelShard(int owner, int owners, learners::KernelList kernels);
-  KernelShard(int owner, int owners, kernels::CompactKernelList kernels);
+  KernelShard(int owner, int owners, learners::KernelList kernels, std::vector<Eigen::Index> globals = {});
+  KernelShard(int owner, int owners, kernels::CompactKernelList kernels, std::vector<Eigen::Index> globals = {});
   ~KernelShard();
   KernelShard(const KernelShard&) = delete;
   KernelShard& operator=(const KernelShard&) = delete;
@@ -59,16 +65,22 @@ class KernelShard {
   OwnerReply Execute(const OwnerRequest& request);
   std::size_t KernelCount() const;  ///< this owner's kernels
   int OpenFolds() const { return static_cast<int>(folds_.size()); }
+  /// Moves this owner's kernels (float64, or the compact store's) into the lists' ends, with no fold open; the shard
+  /// is empty afterwards (a study of several sources collects each source's share into one shard).
+  void TakeKernels(learners::KernelList& kernels, kernels::CompactKernelList& compact);
 
  private:
   struct Fold;
   OwnerReply Run(const OwnerRequest& request);
   Fold& FoldOf(std::int64_t id);
+  /// This owner's index of global kernel j, or -1 when another owner holds it.
+  Eigen::Index LocalOf(Eigen::Index j) const;
   template <typename F>
   decltype(auto) WithKernels(const F& f) const;
   int owner_, owners_;
   learners::KernelList kernels_;
   kernels::CompactKernelList compact_;
+  std::vector<Eigen::Index> globals_;  ///< the global index of each of this owner's kernels
   Preprocessing preprocessing_;
   std::map<std::int64_t, std::unique_ptr<Fold>> folds_;
 };
@@ -80,7 +92,8 @@ class OwnedFold;
 /// are sent one at a time, as MPI_THREAD_SERIALIZED allows.
 class KernelOwners {
  public:
-  KernelOwners(int owners, std::size_t kernelCount, Eigen::Index subjects, bool compact, bool centred);
+  /// `ownerOf`: each kernel's owner (BlockOwners); empty: kernel j on owner j mod owners.
+  KernelOwners(int owners, std::size_t kernelCount, Eigen::Index subjects, bool compact, bool centred, std::vector<int> ownerOf = {});
   virtual ~KernelOwners();
   KernelOwners(const KernelOwners&) = delete;
   KernelOwners& operator=(const KernelOwners&) = delete;
@@ -88,7 +101,7 @@ class KernelOwners {
   std::size_t size() const { return count_; }  ///< kernels (the name the kernel lists use)
   Eigen::Index Subjects() const { return subjects_; }
   int Owners() const { return owners_; }
-  int OwnerOf(std::size_t kernel) const { return static_cast<int>(kernel % static_cast<std::size_t>(owners_)); }
+  int OwnerOf(std::size_t kernel) const { return ownerOf_[kernel]; }
   /// Whether the owners hold the compact store (float32), and whether it was centred with the cohort's mean.
   bool Compact() const { return compact_; }
   bool Centred() const { return centred_; }
@@ -137,6 +150,8 @@ class KernelOwners {
   std::vector<int> Rows(const std::vector<int>& subjects) const;
   int owners_;
   std::size_t count_;
+  std::vector<int> ownerOf_;                   ///< each kernel's owner
+  std::vector<std::vector<std::size_t>> held_;  ///< each owner's kernels (global indices, increasing): its k-th is held_[owner][k]
   Eigen::Index subjects_;
   Eigen::Index heldRows_;   ///< rows of the kernels the owners hold
   std::vector<int> rows_;  ///< SelectRows (empty: every row, in order)
@@ -217,12 +232,13 @@ class OwnedFoldColumns final : public learners::DistributedColumns {
   std::shared_ptr<const OwnedFold> fold_;
 };
 
-/// Owners in this process: `owners` shards of `kernels` (kernel j to shard j mod owners), each request executed by
-/// every shard in turn. What the MPI ranks do, without MPI: the tests compare runs on it with one-process runs.
+/// Owners in this process: `owners` shards of `kernels` (kernel j to shard j mod owners, or as BlockOwners deals the
+/// blocks starting at `blockStarts`), each request executed by every shard in turn. What the MPI ranks do, without MPI:
+/// the tests compare runs on it with one-process runs.
 class LocalKernelOwners final : public KernelOwners {
  public:
-  LocalKernelOwners(const learners::KernelList& kernels, int owners);
-  LocalKernelOwners(const kernels::CompactKernelList& kernels, int owners);
+  LocalKernelOwners(const learners::KernelList& kernels, int owners, const std::vector<std::size_t>& blockStarts = {});
+  LocalKernelOwners(const kernels::CompactKernelList& kernels, int owners, const std::vector<std::size_t>& blockStarts = {});
   ~LocalKernelOwners() override;
   int OpenFolds() const;  ///< folds open on the shards (every handle gone: 0)
 

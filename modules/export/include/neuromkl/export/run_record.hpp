@@ -84,7 +84,7 @@ struct RunRecord {
   int kernelRanks = 1;                  ///< MPI ranks of the kernel stage (1: one process; > 1 recorded in results.json)
   double kernelRankBudgetMb = 0;        ///< kernelRanks > 1: the per-rank budget for subject data (kernels.memory_budget_mb or 25 % of RAM)
   bool kernelsHeldByRanks = false;      ///< kernelRanks > 1: the kernels stayed on the ranks (each holds every kernelRanks-th)
-  bool kernelsHandedOut = false;        ///< ... rank 0 formed (or read) them and handed each to its rank
+  std::string kernelsHeldNote;          ///< ... how they came to the ranks, when not by the images stage or the cache
   std::string intensityScaling;              ///< empty: none; "global_mean" or "reference_region: names"
   std::vector<double> intensityScale;        ///< per labelled (then unlabelled) subject: the image's divisor
   std::vector<int> subjectsWithSignal;       ///< per kernel: used subjects with non-zero data there
