@@ -1030,12 +1030,12 @@ bool HandKernelsToRanks(kernels::KernelSet& set, double budgetMb, const std::str
   std::string why;
   if (!HeldByRanks(bytes, subjects, budget, &why)) {
     if (!why.empty())
-      spdlog::warn("kernels: the study's kernels ({}, {:.1f} MiB) exceed the per-rank budget, but {}: rank 0 holds them alone", what,
+      spdlog::warn("kernels: the study's kernels ({}, {:.3g} MiB) exceed the per-rank budget, but {}: rank 0 holds them alone", what,
                    static_cast<double>(bytes) / 1048576.0, why);
     return false;
   }
   const int P = Size();
-  spdlog::info("kernels: the study's {} kernels ({}, {:.1f} MiB) exceed the per-rank budget of {:.1f} MiB (kernels.memory_budget_mb): rank 0 hands "
+  spdlog::info("kernels: the study's {} kernels ({}, {:.3g} MiB) exceed the per-rank budget of {:.3g} MiB (kernels.memory_budget_mb): rank 0 hands "
                "each of the {} ranks its share (kernel k on rank k mod {}), which it computes with; rank 0 runs the study and receives results only",
                R, what, static_cast<double>(bytes) / 1048576.0, static_cast<double>(budget) / 1048576.0, P, P);
   HandOutKernels(set, owners);
@@ -1053,12 +1053,12 @@ std::unique_ptr<HeldSources> HeldSources::Begin(const config::StudyConfig& study
   std::string why;
   if (!HeldByRanks(bytes, subjects, budget, &why)) {
     if (!why.empty())
-      spdlog::warn("kernels: the study's kernels (several sources, {:.1f} MiB) exceed the per-rank budget, but {}: rank 0 holds them alone",
+      spdlog::warn("kernels: the study's kernels (several sources, {:.3g} MiB) exceed the per-rank budget, but {}: rank 0 holds them alone",
                    static_cast<double>(bytes) / 1048576.0, why);
     return nullptr;
   }
   const int P = Size();
-  spdlog::info("kernels: the study's {} kernels (several sources, {:.1f} MiB, counted before they are formed) exceed the per-rank budget of {:.1f} MiB "
+  spdlog::info("kernels: the study's {} kernels (several sources, {:.3g} MiB, counted before they are formed) exceed the per-rank budget of {:.3g} MiB "
                "(kernels.memory_budget_mb): every source's kernels stay on the {} ranks as they are formed or read (kernel k of a source on rank k mod "
                "{}), each rank computes with its share; rank 0 runs the study and receives results only",
                count, static_cast<double>(bytes) / 1048576.0, static_cast<double>(budget) / 1048576.0, P, P);

@@ -355,7 +355,7 @@ TEST(MpiKernels, KernelsOfSeveralSourcesOverTheBudgetStayOnTheRanksSourceBySourc
     const auto mpi = RunMpi(ranks, "run " + study + " --out " + run + "_mpi");
     ASSERT_EQ(mpi.exitCode, 0) << mpi.output;
     const std::string r = std::to_string(ranks);
-    EXPECT_THAT(mpi.output, HasSubstr("the study's 129 kernels (several sources, " + std::string(precision == "float64" ? "1.3" : "0.6") +
+    EXPECT_THAT(mpi.output, HasSubstr("the study's 129 kernels (several sources, " + std::string(precision == "float64" ? "1.28" : "0.638") +
                                       " MiB, counted before they are formed) exceed the per-rank budget of 0.2 MiB (kernels.memory_budget_mb): every "
                                       "source's kernels stay on the " + r + " ranks as they are formed or read (kernel k of a source on rank k mod " + r + ")"));
     EXPECT_THAT(mpi.output, HasSubstr("products and handing each kernel to its owner"));  // the image source's stage
@@ -421,6 +421,43 @@ TEST(MpiKernels, ABatchRunsStudiesOverTheBudgetOnEveryRank) {
     ExpectSameResults(e.path().string(), dir / ("results/b/studies/" + name));
   }
   EXPECT_EQ(studies, 4u);
+}
+
+// A study of one kind rank 0 forms itself (precomputed: 5 kernels of 36 subjects, 0.049 MiB over a 0.03 MiB budget)
+// hands its kernels out once formed, kernel k to rank k mod P: the single-process results, also from its cache entry.
+TEST(MpiKernels, KernelsRankZeroFormsAreHandedToTheRanks) {
+  const TempDir dir;
+  auto json = MixedStudy(dir);
+  const auto table = ReadTsv(dir / "cohort/participants.tsv");
+  std::srand(5);
+  json["kernels"] = {{"memory_budget_mb", 0.03}, {"cache", true}, {"source", "precomputed"}, {"precomputed", nlohmann::json::array()}};
+  for (int k = 0; k < 5; ++k) {  // linear kernels of random features, the first two shifted by the group
+    Eigen::MatrixXd X = Eigen::MatrixXd::Random(kSubjects, 4 + k);
+    for (int i = 0; k < 2 && i < kSubjects; ++i) X(i, 0) += table[static_cast<std::size_t>(i) + 1][2] == "patient" ? 1.0 : -1.0;
+    std::string name = "k";
+    name += std::to_string(k);
+    const std::string file = dir / (name + ".npy");
+    neuromkl::WriteNpy(file, Eigen::MatrixXd(X * X.transpose()));
+    json["kernels"]["precomputed"].push_back({{"name", name}, {"file", file}});
+  }
+  json["output"]["cache_dir"] = dir / "cache";
+  const std::string study = dir / "fc.json";
+  WriteFile(study, json.dump(2));
+  const auto single = RunCli("run " + study + " --out " + dir / "single");
+  ASSERT_EQ(single.exitCode, 0) << single.output;
+  for (const std::string run : {"mpi", "mpi_hit"}) {
+    const auto mpi = RunMpi(3, "run " + study + " --out " + dir / run);
+    ASSERT_EQ(mpi.exitCode, 0) << mpi.output;
+    EXPECT_THAT(mpi.output, HasSubstr("the study's 5 kernels (precomputed, 0.0494 MiB) exceed the per-rank budget of 0.03 MiB (kernels.memory_budget_mb): "
+                                      "rank 0 hands each of the 3 ranks its share (kernel k on rank k mod 3)"));
+    if (run == "mpi_hit") {
+      EXPECT_THAT(mpi.output, HasSubstr("kernels: cache hit"));
+    }
+    const auto record = nlohmann::json::parse(ReadFile(dir / (run + "/results.json")));
+    EXPECT_EQ(record["kernels"]["distributed"]["kernels_held_by_ranks"], true);
+    EXPECT_THAT(record["kernels"]["distributed"]["note"].get<std::string>(), HasSubstr("rank 0 formed the kernels (or read them from the kernel cache)"));
+    ExpectSameResults(dir / "single", dir / run);
+  }
 }
 
 // A source that fails after another source's kernels went to the ranks (a truncated image read by rank 2 of 3): the
