@@ -64,9 +64,20 @@ std::optional<std::string> FitStatusWarning(const cv::LearnerOutcome& o) {
 /// short of their optimum (the outer folds' own models are reported by FitStatusWarning).
 std::optional<std::string> InnerFitStatusWarning(const cv::LearnerOutcome& o) {
   if (o.innerNotConverged == 0) return std::nullopt;
-  return fmt::format("learner {}: {} of {} inner-CV fits did not converge (capped or stalled); the parameter search compared some grid points "
-                     "at models short of their optimum: raise max_iterations or loosen the tolerance",
-                     o.label, o.innerNotConverged, o.innerFits);
+  // Capped fits need more iterations; stalled ones (no descent at the inner solver's accuracy) a looser tolerance.
+  const long stalled = o.innerNotConverged - o.innerCapped;
+  std::vector<std::string> parts, advice;
+  if (o.innerCapped > 0) {
+    parts.push_back(fmt::format("{} capped at max_iterations", o.innerCapped));
+    advice.push_back("raise max_iterations");
+  }
+  if (stalled > 0) {
+    parts.push_back(fmt::format("{} stalled", stalled));
+    advice.push_back("loosen the tolerance");
+  }
+  return fmt::format("learner {}: {} of {} inner-CV fits did not converge ({}); the parameter search compared some grid points at models short of "
+                     "their optimum: {}",
+                     o.label, o.innerNotConverged, o.innerFits, Join(parts, ", "), Join(advice, " or "));
 }
 
 /// Warnings for searched parameters chosen at the same end of their grid in most outer folds: the

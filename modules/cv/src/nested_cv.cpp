@@ -808,8 +808,8 @@ std::vector<LearnerOutcome> RunNestedCvOn(const KernelVec& kernels, const learne
   std::vector<std::vector<std::vector<std::vector<double>>>> scores(F);
   // oof[f][l][g][i]: decision values of inner fold i's test subjects (calibration only; empty = fit failed)
   std::vector<std::vector<std::vector<std::vector<Eigen::VectorXd>>>> oof(F);
-  // fitStatus[f][l][g][i]: kNotFitted, or whether the fit converged (counted in LearnerOutcome)
-  constexpr signed char kNotFitted = -1, kConverged = 0, kNotConverged = 1;
+  // fitStatus[f][l][g][i]: kNotFitted, or how the fit ended (counted in LearnerOutcome)
+  constexpr signed char kNotFitted = -1, kConverged = 0, kCapped = 1, kStalled = 2;
   std::vector<std::vector<std::vector<std::vector<signed char>>>> fitStatus(F);
   // Iterations of the inner fits, per learner (integer sums: the same whatever order the fold tasks run in).
   std::vector<std::atomic<long>> iterationSums(L), solverIterationSums(L);
@@ -923,7 +923,8 @@ std::vector<LearnerOutcome> RunNestedCvOn(const KernelVec& kernels, const learne
         try {
           fitted[g] = learnerObjects[firstObject[l] + g]->Fit(fk.train, yTrain, fitOptions);
           ok[g] = true;
-          fitStatus[f][l][g][i] = fitted[g].info.status == learners::FitStatus::Converged ? kConverged : kNotConverged;
+          const learners::FitStatus status = fitted[g].info.status;
+          fitStatus[f][l][g][i] = status == learners::FitStatus::Converged ? kConverged : status == learners::FitStatus::MaxIterReached ? kCapped : kStalled;
           iterationSums[l] += fitted[g].info.iterations;
           solverIterationSums[l] += fitted[g].info.innerIterations;
           scores[f][l][g][i] = InnerScore(targets, options.criterion, yTest, fitted[g], test);
@@ -1045,7 +1046,8 @@ std::vector<LearnerOutcome> RunNestedCvOn(const KernelVec& kernels, const learne
       for (const auto& point : fitStatus[f][l])
         for (const signed char status : point) {
           out[l].innerFits += status != kNotFitted;
-          out[l].innerNotConverged += status == kNotConverged;
+          out[l].innerNotConverged += status == kCapped || status == kStalled;
+          out[l].innerCapped += status == kCapped;
         }
   }
   return out;

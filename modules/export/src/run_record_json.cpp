@@ -132,6 +132,7 @@ std::string RunRecordJson(const RunRecord& r) {
   for (const auto& lr : r.learners) {
     const auto& o = lr.outcome;
     Json e = {{"label", o.label}, {"name", o.name}, {"fits", o.fits}, {"inner_fits", o.innerFits}, {"inner_fits_not_converged", o.innerNotConverged},
+              {"inner_fits_capped", o.innerCapped},
               {"grid", Json::array()}};
     for (const auto& p : o.grid) e["grid"].push_back(p);
     e["metrics"] = {{"pooled", Map(lr.summary.pooled)}, {"fold_mean", Map(lr.summary.foldMean)}, {"fold_sd", Map(lr.summary.foldSd)}};

@@ -128,8 +128,10 @@ TEST(NestedCv, InnerFitsThatDidNotConvergeAreCounted) {
   ASSERT_EQ(res.size(), 2u);
   EXPECT_EQ(res[0].innerFits, 18);
   EXPECT_EQ(res[0].innerNotConverged, 18);
+  EXPECT_EQ(res[0].innerCapped, 18);  // capped, not stalled
   EXPECT_EQ(res[1].innerFits, 18);
   EXPECT_EQ(res[1].innerNotConverged, 0);
+  EXPECT_EQ(res[1].innerCapped, 0);
 }
 
 TEST(NestedCv, SignalIsFoundAndNoSignalIsChance) {

@@ -86,6 +86,7 @@ struct LearnerOutcome {
   long fits = 0;  ///< learner fits, inner and outer
   long innerFits = 0;          ///< inner-CV fits that returned a model
   long innerNotConverged = 0;  ///< ... of which did not converge (capped or stalled): grid points compared short of their optimum
+  long innerCapped = 0;        ///< ... of those, the fits that ran to their iteration cap (the others stalled)
   long innerIterations = 0;    ///< learners::FitInfo::iterations summed over the inner fits (deterministic: benchmarks compare it)
   long innerSolverIterations = 0;  ///< learners::FitInfo::innerIterations (SMO iterations of the MKL learners) summed the same way
 };
