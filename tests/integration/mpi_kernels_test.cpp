@@ -460,6 +460,27 @@ TEST(MpiKernels, KernelsRankZeroFormsAreHandedToTheRanks) {
   }
 }
 
+/// The last subject's image (read by rank 2 of 3), truncated mid-stream (the header still reads); returns its path.
+std::string TruncateLastImage(const TempDir& dir) {
+  const auto table = ReadTsv(dir / "cohort/participants.tsv");
+  std::size_t imageColumn = 0;
+  while (imageColumn < table[0].size() && table[0][imageColumn] != "image") ++imageColumn;
+  EXPECT_LT(imageColumn, table[0].size());
+  const std::string bad = dir / ("cohort/" + table.back().at(imageColumn));
+  const std::string bytes = ReadFile(bad);
+  std::ofstream(bad, std::ios::binary | std::ios::trunc).write(bytes.data(), static_cast<std::streamsize>(bytes.size() / 2));
+  return bad;
+}
+
+/// The error of the single-process run (file, what is wrong, code) is the one rank 0 prints under mpirun.
+void ExpectTheSingleProcessError(const CliResult& single, const CliResult& mpi, const std::string& bad) {
+  const std::size_t at = single.output.find("error ");
+  ASSERT_NE(at, std::string::npos) << single.output;
+  const std::string message = single.output.substr(at, single.output.find('\n', at) - at);
+  EXPECT_THAT(message, HasSubstr(bad));
+  EXPECT_THAT(mpi.output, HasSubstr("[rank 0] " + message));
+}
+
 // A source that fails after another source's kernels went to the ranks (a truncated image read by rank 2 of 3): the
 // ranks drop what they hold, and the job ends with the single-process run's error and exit code, leaving no output.
 TEST(MpiKernels, AFailingSourceOfAHeldStudyEndsTheJobWithItsError) {
@@ -469,49 +490,27 @@ TEST(MpiKernels, AFailingSourceOfAHeldStudyEndsTheJobWithItsError) {
   json["output"]["cache_dir"] = dir / "cache";
   const std::string study = dir / "mixed.json";
   WriteFile(study, json.dump(2));
-  const auto table = ReadTsv(dir / "cohort/participants.tsv");
-  std::size_t imageColumn = 0;
-  while (imageColumn < table[0].size() && table[0][imageColumn] != "image") ++imageColumn;
-  ASSERT_LT(imageColumn, table[0].size());
-  const std::string bad = dir / ("cohort/" + table.back()[imageColumn]);
-  const std::string bytes = ReadFile(bad);
-  std::ofstream(bad, std::ios::binary | std::ios::trunc).write(bytes.data(), static_cast<std::streamsize>(bytes.size() / 2));
+  const std::string bad = TruncateLastImage(dir);
   const auto single = RunCli("run " + study + " --out " + dir / "single");
   ASSERT_NE(single.exitCode, 0);
   const auto mpi = RunMpi(3, "run " + study + " --out " + dir / "mpi");
   EXPECT_EQ(mpi.exitCode, single.exitCode) << mpi.output;
   EXPECT_THAT(mpi.output, HasSubstr("every source's kernels stay on the 3 ranks"));
-  const std::size_t at = single.output.find("error ");
-  ASSERT_NE(at, std::string::npos) << single.output;
-  const std::string message = single.output.substr(at, single.output.find('\n', at) - at);
-  EXPECT_THAT(message, HasSubstr(bad));
-  EXPECT_THAT(mpi.output, HasSubstr("[rank 0] " + message));
+  ExpectTheSingleProcessError(single, mpi, bad);
   EXPECT_FALSE(fs::exists(dir / "mpi"));
 }
 
 TEST(MpiKernels, BadImageOnAnotherRankEndsTheJobWithItsError) {
   const TempDir dir;
   const std::string study = WriteStudy(dir, dir / "cache");
-  // The last subject belongs to rank 2 of 3: truncate its image mid-stream (the header still reads).
-  const auto table = ReadTsv(dir / "cohort/participants.tsv");
-  std::size_t imageColumn = 0;
-  while (imageColumn < table[0].size() && table[0][imageColumn] != "image") ++imageColumn;
-  ASSERT_LT(imageColumn, table[0].size());
-  const std::string bad = dir / ("cohort/" + table.back()[imageColumn]);
-  const std::string bytes = ReadFile(bad);
-  std::ofstream(bad, std::ios::binary | std::ios::trunc).write(bytes.data(), static_cast<std::streamsize>(bytes.size() / 2));
+  const std::string bad = TruncateLastImage(dir);
 
   const auto single = RunCli("run " + study + " --out " + dir / "single");
   ASSERT_NE(single.exitCode, 0);
   const auto mpi = RunMpi(3, "run " + study + " --out " + dir / "mpi");
   EXPECT_EQ(mpi.exitCode, single.exitCode) << mpi.output;
   EXPECT_THAT(mpi.output, HasSubstr("distributed over 3 ranks"));
-  // The error of the single-process run (file, what is wrong, code), printed by rank 0.
-  const std::size_t at = single.output.find("error ");
-  ASSERT_NE(at, std::string::npos) << single.output;
-  const std::string message = single.output.substr(at, single.output.find('\n', at) - at);
-  EXPECT_THAT(message, HasSubstr(bad));
-  EXPECT_THAT(mpi.output, HasSubstr("[rank 0] " + message));
+  ExpectTheSingleProcessError(single, mpi, bad);
   EXPECT_FALSE(fs::exists(dir / "mpi"));  // no partial output
   EXPECT_FALSE(fs::exists(dir / "single"));
   EXPECT_TRUE(!fs::exists(dir / "cache") || fs::is_empty(dir / "cache"));
