@@ -317,6 +317,15 @@ TEST(MpiKernels, TwoRanksHoldingTheCompactStoreGiveTheSingleProcessResultsOfAFlo
 // which forms them), kernel k of a source on rank k mod P, and the study runs on them as on an images study's held
 // kernels: every result file equals the single-process run's, also when every source's kernels come from the cache
 // (each rank loading its own image kernels), for a float32 study (the compact store), and in a batch.
+/// `dir`/batch.json run in one process (results moved to `dir`/reference), then, from an empty cache, on 3 ranks.
+CliResult RunBatchTwice(const TempDir& dir) {
+  const auto single = RunCli("batch " + dir / "batch.json");
+  EXPECT_EQ(single.exitCode, 0) << single.output;
+  fs::rename(dir / "results", dir / "reference");
+  fs::remove_all(dir / ".neuromkl_cache");
+  return RunMpi(3, "batch " + dir / "batch.json");
+}
+
 /// A simulated cohort with a clinical score and 12-node connectomes, and a study of three sources (116 region + 1
 /// tabular + 12 node kernels of 36 subjects: 1.3 MiB in float64, 0.6 MiB in float32, over its 0.2 MiB budget).
 nlohmann::json MixedStudy(const TempDir& dir) {
@@ -377,11 +386,7 @@ TEST(MpiKernels, KernelsOfSeveralSourcesOverTheBudgetStayOnTheRanksSourceBySourc
   json["output"] = nlohmann::json::object();
   WriteFile(study, json.dump(2));
   WriteFile(dir / "batch.json", R"({"name": "b", "matrix": {"base": ")" + study + R"(", "learners": [{"name": "enmkl_svm", "params": {"c": 1, "mu": 0.5}}]}})");
-  const auto single = RunCli("batch " + dir / "batch.json");
-  ASSERT_EQ(single.exitCode, 0) << single.output;
-  fs::rename(dir / "results", dir / "reference");
-  fs::remove_all(dir / ".neuromkl_cache");
-  const auto mpi = RunMpi(3, "batch " + dir / "batch.json");
+  const auto mpi = RunBatchTwice(dir);
   ASSERT_EQ(mpi.exitCode, 0) << mpi.output;
   EXPECT_THAT(mpi.output, HasSubstr("then 1 studies whose kernels exceed one rank's budget"));
   EXPECT_THAT(mpi.output, HasSubstr("every source's kernels stay on the 3 ranks"));
@@ -404,11 +409,7 @@ TEST(MpiKernels, ABatchRunsStudiesOverTheBudgetOnEveryRank) {
       "cohorts": [{"name": "big", "subjects": {"table": ")" + dir / "big/participants.tsv" + R"("}},
                   {"name": "small", "subjects": {"table": ")" + dir / "small/participants.tsv" + R"("}}],
       "learners": [{"name": "enmkl_krr", "params": {"lambda": 1, "mu": 0.5}}, {"name": "kelm", "params": {"c": 1}}]}})");
-  const auto single = RunCli("batch " + dir / "batch.json");
-  ASSERT_EQ(single.exitCode, 0) << single.output;
-  fs::rename(dir / "results", dir / "reference");
-  fs::remove_all(dir / ".neuromkl_cache");
-  const auto mpi = RunMpi(3, "batch " + dir / "batch.json");
+  const auto mpi = RunBatchTwice(dir);
   ASSERT_EQ(mpi.exitCode, 0) << mpi.output;
   EXPECT_THAT(mpi.output, HasSubstr("1 kernel computations, 2 permutation blocks, 2 studies, then 2 studies whose kernels exceed one rank's budget"));
   EXPECT_THAT(mpi.output, HasSubstr("each loaded by the rank that holds it"));  // the second big study reads the first's entry
