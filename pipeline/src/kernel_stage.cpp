@@ -523,6 +523,57 @@ KernelStageResult RunSourcesStage(const config::StudyConfig& study, const Cohort
 }
 }  // namespace
 
+std::size_t PlannedKernelCount(const config::StudyConfig& study, const Cohort& cohort) {
+  switch (study.kernels.source) {
+    case KernelSource::Images: {
+      std::vector<std::string> warnings;
+      return StudyRegions(study, cohort, warnings).regions.size();
+    }
+    case KernelSource::Precomputed:
+      return study.kernels.precomputed.size();
+    case KernelSource::Tabular:
+      return TabularFeatures(study, cohort).size();
+    case KernelSource::Connectivity: {
+      const auto& spec = study.kernels.connectivity;
+      return PlanConnectivityKernels(ReadConnectivity(study, spec, cohort), spec.kernels).names.size();
+    }
+    case KernelSource::Sources: {
+      std::size_t count = 0;
+      for (const auto& source : study.kernels.sources) {
+        const config::StudyConfig d = SourceStudy(study, source);
+        count += PlannedKernelCount(d, SourceCohort(d, source, cohort));
+      }
+      return count;
+    }
+  }
+  return 0;
+}
+
+std::uint64_t CheckKernelsFitMemory(const config::StudyConfig& study, const Cohort& cohort, int ranks) {
+  const std::size_t count = PlannedKernelCount(study, cohort);
+  const auto n = static_cast<std::uint64_t>(cohort.ids.size());
+  const bool float32 = study.kernels.precision == config::KernelPrecision::Float32;
+  const std::uint64_t bytes = count * n * n * (float32 ? 4 : 8);
+  const std::uint64_t memory = kernels::PhysicalMemoryBytes();
+  const std::uint64_t share = bytes / static_cast<std::uint64_t>(std::max(ranks, 1));
+  // The kernels are held in memory (the subject data may go out of core, the kernels never do): a share over the
+  // machine's memory cannot run, and would fail only after the images were read.
+  if (memory == 0 || share <= memory) return bytes;
+  const auto gib = [](std::uint64_t b) { return static_cast<double>(b) / 1073741824.0; };
+  std::vector<std::string> fits;
+  if (!float32 && bytes / 2 / static_cast<std::uint64_t>(std::max(ranks, 1)) <= memory)
+    fits.push_back(fmt::format("\"precision\": \"float32\" in /kernels ({:.1f} GiB)", gib(bytes / 2)));
+  const std::uint64_t perRank = float32 ? bytes : bytes / 2;
+  fits.push_back(fmt::format("mpirun over at least {} machines of this memory with kernels.memory_budget_mb below it, so that each rank holds a share{} "
+                             "(docs/batch.md)",
+                             (perRank + memory - 1) / memory + 1, float32 ? "" : " (with float32)"));
+  throw InputError("kernels:TooLarge", study.path,
+                   fmt::format("the study's kernels need {:.1f} GiB of memory ({} kernels x {} subjects^2 x {} bytes{}), more than this machine's "
+                               "{:.1f} GiB: nothing was computed. What would fit: {}",
+                               gib(share), count, n, float32 ? 4 : 8, ranks > 1 ? fmt::format(", a share of {} ranks", ranks) : "", gib(memory),
+                               Join(fits, "; or ")));
+}
+
 void SaveStageKernels(const std::string& dir, const KernelStageResult& res, const std::string& description) {
   if (!res.owners) {
     exporting::SaveKernelStore(dir, res.set, res.key, description);
@@ -671,6 +722,7 @@ KernelStageResult FormKernels(const config::StudyConfig& study, const Cohort& co
 }  // namespace
 
 KernelStageResult RunKernelStage(const config::StudyConfig& study, const Cohort& cohort, const std::string& scratchDir, int sourceIndex) {
+  if (sourceIndex < 0) CheckKernelsFitMemory(study, cohort, KernelHoldingRanks(study, cohort));  // before any image is read
   if (study.kernels.source == KernelSource::Sources) return RunSourcesStage(study, cohort, scratchDir);
   KernelStageResult res = FormKernels(study, cohort, scratchDir, sourceIndex, false);
   // Under mpirun, kernels over the per-rank budget that rank 0 formed or read (precomputed, tabular, connectivity: an

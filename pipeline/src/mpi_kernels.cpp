@@ -32,7 +32,6 @@
 #include "neuromkl/cv/kernel_owners.hpp"
 #include "neuromkl/kernels/compact_kernels.hpp"
 #include "neuromkl/pipeline/batch_run.hpp"
-#include "neuromkl/pipeline/connectivity.hpp"
 #include "neuromkl/pipeline/kernel_stage.hpp"
 #include "neuromkl/pipeline/study_context.hpp"
 #endif
@@ -45,6 +44,7 @@ KernelRanks::~KernelRanks() = default;
 int ServeRunKernels(const std::string&, int) { return 0; }
 int ServeStudyKernels(const config::StudyConfig&) { return 0; }
 bool KernelsExceedRankBudget(const config::StudyConfig&, const Cohort&) { return false; }
+int KernelHoldingRanks(const config::StudyConfig&, const Cohort&) { return 1; }
 std::uint64_t RankMemoryBudget(const kernels::RegionKernelOptions& options) { return options.memoryBudgetBytes; }
 bool HandKernelsToRanks(kernels::KernelSet&, double, const std::string&, std::shared_ptr<cv::KernelOwners>*, std::uint64_t*) { return false; }
 struct HeldSources::Collected {};
@@ -929,36 +929,10 @@ int ServeRunKernels(const std::string& studyPath, int threads) {
 
 int ServeStudyKernels(const config::StudyConfig& study) { return ServeStudy(study, nullptr); }
 
-namespace {
-/// The number of kernels a study's kernel stage forms, before exclusions (an empty region, a zero kernel), from its
-/// inputs' headers and tables: the atlas's regions on the image grid, the precomputed files, the tabular groups, the
-/// connectivity plan (which reads the matrices: they are small), summed over kernels.sources.
-std::size_t PlannedKernelCount(const config::StudyConfig& study, const Cohort& cohort) {
-  switch (study.kernels.source) {
-    case config::KernelSource::Images: {
-      std::vector<std::string> warnings;
-      return StudyRegions(study, cohort, warnings).regions.size();
-    }
-    case config::KernelSource::Precomputed:
-      return study.kernels.precomputed.size();
-    case config::KernelSource::Tabular:
-      return TabularFeatures(study, cohort).size();
-    case config::KernelSource::Connectivity: {
-      const auto& spec = study.kernels.connectivity;
-      return PlanConnectivityKernels(ReadConnectivity(study, spec, cohort), spec.kernels).names.size();
-    }
-    case config::KernelSource::Sources: {
-      std::size_t count = 0;
-      for (const auto& source : study.kernels.sources) {
-        const config::StudyConfig d = SourceStudy(study, source);
-        count += PlannedKernelCount(d, SourceCohort(d, source, cohort));
-      }
-      return count;
-    }
-  }
-  return 0;
+
+int KernelHoldingRanks(const config::StudyConfig& study, const Cohort& cohort) {
+  return gServing && !gStopped && KernelsExceedRankBudget(study, cohort) ? Size() : 1;
 }
-}  // namespace
 
 bool KernelsExceedRankBudget(const config::StudyConfig& study, const Cohort& cohort) {
   kernels::RegionKernelOptions options;

@@ -6,6 +6,7 @@
 #include <fstream>
 #include <functional>
 
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 
 #include <nlohmann/json.hpp>
@@ -13,6 +14,7 @@
 #include "neuromkl/core/errors.hpp"
 #include "neuromkl/core/strings.hpp"
 #include "neuromkl/io/nifti.hpp"
+#include "neuromkl/kernels/region_kernels.hpp"
 #include "neuromkl/pipeline/batch_run.hpp"
 #include "testing.hpp"
 
@@ -556,4 +558,40 @@ TEST_F(Hardening, UpperCaseExtensionReadsTheSameImage) {
   const auto a = neuromkl::io::ReadVolume(original), b = neuromkl::io::ReadVolume(Cohort() + "/UPPER.NII.GZ");
   EXPECT_EQ(a.data, b.data);
   EXPECT_TRUE(a.geometry.DifferenceFrom(b.geometry).empty());
+}
+
+// Issue 17: the kernels are held in memory (the subject data may go out of core, the kernels never do). A study whose
+// kernels exceed this machine's memory (116 region kernels of as many subjects as make 1.5x its memory in float64: the
+// rows of a table all naming one image) is refused by validate and by run before any image is read, with what would
+// fit (float32 halves it) and exit code 2; run writes nothing.
+TEST_F(Hardening, KernelsThatCannotFitThisMachineAreRefusedBeforeTheKernelStage) {
+  const auto memory = static_cast<double>(neuromkl::kernels::PhysicalMemoryBytes());
+  ASSERT_GT(memory, 0.0);
+  const auto n = static_cast<long>(std::ceil(std::sqrt(1.5 * memory / (116.0 * 8.0))));
+  const auto rows = ReadTsv(Cohort() + "/participants.tsv");
+  std::string table = "subject\timage\tgroup\n";
+  for (long i = 0; i < n; ++i) table += fmt::format("s{:06d}\t{}\t{}\n", i, rows[1][1], i % 2 ? "patient" : "control");
+  WriteFile(Cohort() + "/large.tsv", table);
+  const std::string study = Cohort() + "/large.json";
+  WriteFile(study, R"({"name": "large", "subjects": {"table": "large.tsv"}, "target": {"column": "group", "task": "classification",
+    "positive_class": "patient"}, "atlas": "aal", "learners": [{"name": "svm"}], "output": {"dir": "large_out"}})");
+  const double gib = 116.0 * static_cast<double>(n) * static_cast<double>(n) * 8.0 / 1073741824.0;
+  const std::string expected = fmt::format("the study's kernels need {:.1f} GiB of memory (116 kernels x {} subjects^2 x 8 bytes), more than this "
+                                           "machine's {:.1f} GiB: nothing was computed. What would fit: \"precision\": \"float32\" in /kernels ({:.1f} GiB)",
+                                           gib, n, memory / 1073741824.0, gib / 2);
+  for (const std::string command : {"validate", "run"}) {
+    const auto r = RunCli(command + " " + study);
+    EXPECT_EQ(r.exitCode, 2) << command << ": " << r.output;
+    EXPECT_THAT(r.output, HasSubstr("[kernels:TooLarge]")) << command;
+    EXPECT_THAT(r.output, HasSubstr(expected)) << command;
+    EXPECT_THAT(r.output, HasSubstr("or mpirun over at least")) << command;
+  }
+  EXPECT_FALSE(fs::exists(Cohort() + "/large_out"));
+  // In float32 the same kernels fit: validate says how much of the memory they take.
+  WriteFile(study, R"({"name": "large", "subjects": {"table": "large.tsv"}, "target": {"column": "group", "task": "classification",
+    "positive_class": "patient"}, "atlas": "aal", "kernels": {"precision": "float32"}, "learners": [{"name": "svm"}], "output": {"dir": "large_out"}})");
+  const auto r = RunCli("validate " + study);
+  EXPECT_EQ(r.exitCode, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr(fmt::format("memory: the kernels take {:.1f} MiB (116 kernels x {} subjects^2 x 4 bytes), {:.1f} % of this machine's",
+                                              gib * 512.0, n, 100.0 * gib / 2 * 1073741824.0 / memory)));  // about 75 %
 }

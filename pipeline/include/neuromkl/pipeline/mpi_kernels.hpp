@@ -45,6 +45,8 @@ int ServeStudyKernels(const config::StudyConfig& study);
 /// kernels (of any source: kernels x subjects^2 in its precision, counted before exclusions) exceed the per-rank
 /// budget (kernels.memory_budget_mb, else a quarter of the memory), with at least one subject per rank.
 bool KernelsExceedRankBudget(const config::StudyConfig& study, const Cohort& cohort);
+/// Rank 0 of a run under mpirun: the number of ranks that will hold the study's kernels (KernelsExceedRankBudget), else 1.
+int KernelHoldingRanks(const config::StudyConfig& study, const Cohort& cohort);
 /// The per-rank memory budget of a study's kernel stage: kernels.memory_budget_mb, else a quarter of the memory.
 std::uint64_t RankMemoryBudget(const kernels::RegionKernelOptions& options);
 /// Rank 0 of a run under mpirun with several ranks: kernels rank 0 formed or read itself (`what`: precomputed, tabular,
