@@ -144,7 +144,7 @@ namespace {
 std::vector<Eigen::Index> DefaultGlobals(int owner, int owners, std::size_t count, std::vector<Eigen::Index> globals) {
   if (!globals.empty()) {
     if (globals.size() != count || !std::is_sorted(globals.begin(), globals.end()))
-      throw std::logic_error(fmt::format("KernelShard: {} increasing global indices for {} kernels expected", count, count));
+      throw std::logic_error(fmt::format("KernelShard: expected {} increasing global indices (one per kernel), got {}", count, globals.size()));
     return globals;
   }
   for (std::size_t k = 0; k < count; ++k) globals.push_back(static_cast<Eigen::Index>(static_cast<std::size_t>(owner) + k * static_cast<std::size_t>(owners)));
