@@ -725,7 +725,7 @@ KernelStageResult RunKernelStage(const config::StudyConfig& study, const Cohort&
   if (sourceIndex < 0) CheckKernelsFitMemory(study, cohort, KernelHoldingRanks(study, cohort));  // before any image is read
   if (study.kernels.source == KernelSource::Sources) return RunSourcesStage(study, cohort, scratchDir);
   KernelStageResult res = FormKernels(study, cohort, scratchDir, sourceIndex, false);
-  // Under mpirun, kernels over the per-rank budget that rank 0 formed or read (precomputed, tabular, connectivity: an
+  // Under mpirun, kernels over the per-rank budget that rank 0 formed or read (precomputed, tabular: an
   // images study's own stage keeps them on their owners as it forms them) go to the ranks now, each to its owner; the
   // cache entry was written before, from rank 0.
   if (sourceIndex < 0 && study.kernels.source != KernelSource::Images && !res.owners) {
