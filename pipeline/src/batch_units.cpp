@@ -127,7 +127,7 @@ std::vector<std::vector<Unit>> PlanUnits(const config::BatchConfig& batch, const
       const std::string key = KernelCacheKey(study, cohort);
       if (held) {
         const std::string budgetKey = key + "|" + std::to_string(study.kernels.memoryBudgetMb);  // the budget is not in the cache key
-        if (!exceeds.count(budgetKey)) exceeds[budgetKey] = KernelsExceedRankBudget(study, cohort);
+        if (!exceeds.count(budgetKey)) exceeds[budgetKey] = KernelsExceedRankBudget(study, cohort, PlannedKernelCount(study, cohort));
         if (exceeds[budgetKey]) {
           held->push_back(i);
           continue;

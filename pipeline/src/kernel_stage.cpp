@@ -440,15 +440,15 @@ KernelStageResult FormKernels(const config::StudyConfig& study, const Cohort& co
 
 /// kernels.sources: every source through the ordinary kernel stage (so each is cached under its own key,
 /// and adding a source computes only that one), then one kernel set with names "source:kernel".
-/// Under mpirun, when the study's kernels exceed the per-rank budget, every source's kernels stay on the ranks
-/// (HeldSources): rank 0 holds the kernels of one source at most.
-KernelStageResult RunSourcesStage(const config::StudyConfig& study, const Cohort& cohort, const std::string& scratchDir) {
+/// Under mpirun, when the study's kernels (`planned`: PlannedKernelCount) exceed the per-rank budget, every source's
+/// kernels stay on the ranks (HeldSources): rank 0 holds the kernels of one source at most.
+KernelStageResult RunSourcesStage(const config::StudyConfig& study, const Cohort& cohort, const std::string& scratchDir, std::size_t planned) {
   KernelStageResult res;
   res.set.subjects = cohort.ids;
   bool allHits = true;
   Hasher h;
   h.Update(std::string_view("neuromkl-kernel-sources-v1"));
-  std::unique_ptr<HeldSources> held = HeldSources::Begin(study, cohort);
+  std::unique_ptr<HeldSources> held = HeldSources::Begin(study, cohort, planned);
   bool heldCompact = false, heldCentred = false;
   for (std::size_t i = 0; i < study.kernels.sources.size(); ++i) {
     const auto& source = study.kernels.sources[i];
@@ -549,9 +549,9 @@ std::size_t PlannedKernelCount(const config::StudyConfig& study, const Cohort& c
   return 0;
 }
 
-std::uint64_t CheckKernelsFitMemory(const config::StudyConfig& study, const Cohort& cohort, int ranks) {
-  const std::size_t count = PlannedKernelCount(study, cohort);
-  const auto n = static_cast<std::uint64_t>(cohort.ids.size());
+std::uint64_t CheckKernelsFitMemory(const config::StudyConfig& study, std::size_t subjects, std::size_t kernelCount, int ranks) {
+  const std::size_t count = kernelCount;
+  const auto n = static_cast<std::uint64_t>(subjects);
   const bool float32 = study.kernels.precision == config::KernelPrecision::Float32;
   const std::uint64_t bytes = count * n * n * (float32 ? 4 : 8);
   const std::uint64_t memory = kernels::PhysicalMemoryBytes();
@@ -722,8 +722,10 @@ KernelStageResult FormKernels(const config::StudyConfig& study, const Cohort& co
 }  // namespace
 
 KernelStageResult RunKernelStage(const config::StudyConfig& study, const Cohort& cohort, const std::string& scratchDir, int sourceIndex) {
-  if (sourceIndex < 0) CheckKernelsFitMemory(study, cohort, KernelHoldingRanks(study, cohort));  // before any image is read
-  if (study.kernels.source == KernelSource::Sources) return RunSourcesStage(study, cohort, scratchDir);
+  // The study's kernels counted once (before any image is read) for the memory check and the ranks' plan.
+  const std::size_t planned = sourceIndex < 0 ? PlannedKernelCount(study, cohort) : 0;
+  if (sourceIndex < 0) CheckKernelsFitMemory(study, cohort.ids.size(), planned, KernelHoldingRanks(study, cohort, planned));
+  if (study.kernels.source == KernelSource::Sources) return RunSourcesStage(study, cohort, scratchDir, planned);
   KernelStageResult res = FormKernels(study, cohort, scratchDir, sourceIndex, false);
   // Under mpirun, kernels over the per-rank budget that rank 0 formed or read (precomputed, tabular: an
   // images study's own stage keeps them on their owners as it forms them) go to the ranks now, each to its owner; the

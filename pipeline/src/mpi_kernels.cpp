@@ -43,12 +43,12 @@ KernelRanks::KernelRanks() = default;
 KernelRanks::~KernelRanks() = default;
 int ServeRunKernels(const std::string&, int) { return 0; }
 int ServeStudyKernels(const config::StudyConfig&) { return 0; }
-bool KernelsExceedRankBudget(const config::StudyConfig&, const Cohort&) { return false; }
-int KernelHoldingRanks(const config::StudyConfig&, const Cohort&) { return 1; }
+bool KernelsExceedRankBudget(const config::StudyConfig&, const Cohort&, std::size_t) { return false; }
+int KernelHoldingRanks(const config::StudyConfig&, const Cohort&, std::size_t) { return 1; }
 std::uint64_t RankMemoryBudget(const kernels::RegionKernelOptions& options) { return options.memoryBudgetBytes; }
 bool HandKernelsToRanks(kernels::KernelSet&, double, const std::string&, std::shared_ptr<cv::KernelOwners>*, std::uint64_t*) { return false; }
 struct HeldSources::Collected {};
-std::unique_ptr<HeldSources> HeldSources::Begin(const config::StudyConfig&, const Cohort&) { return nullptr; }
+std::unique_ptr<HeldSources> HeldSources::Begin(const config::StudyConfig&, const Cohort&, std::size_t) { return nullptr; }
 HeldSources::~HeldSources() = default;
 void HeldSources::Add(kernels::KernelSet&, std::shared_ptr<cv::KernelOwners>&) { throw std::logic_error("HeldSources: built without MPI"); }
 std::shared_ptr<cv::KernelOwners> HeldSources::Finish(Eigen::Index, bool, bool) { throw std::logic_error("HeldSources: built without MPI"); }
@@ -729,6 +729,24 @@ bool HeldByRanks(std::uint64_t bytes, std::size_t subjects, std::uint64_t budget
   return true;
 }
 
+/// HeldByRanks, with a warning when the kernels exceed the budget but the ranks cannot hold them (`what`, if not empty,
+/// says which kernels: "tabular", "several sources").
+bool HeldByRanksOrWarn(std::uint64_t bytes, std::size_t subjects, std::uint64_t budget, const std::string& what) {
+  std::string why;
+  if (HeldByRanks(bytes, subjects, budget, &why)) return true;
+  if (!why.empty())
+    spdlog::warn("kernels: the study's kernels ({}{:.3g} MiB) exceed the per-rank budget, but {}: rank 0 holds them alone", what.empty() ? "" : what + ", ",
+                 static_cast<double>(bytes) / 1048576.0, why);
+  return false;
+}
+
+/// Budget of a study's kernels.memory_budget_mb (0: a quarter of the memory).
+std::uint64_t BudgetOfMb(double budgetMb) {
+  kernels::RegionKernelOptions options;
+  options.memoryBudgetBytes = static_cast<std::uint64_t>(budgetMb * 1048576.0);
+  return Budget(options);
+}
+
 std::uint64_t KernelBytes(std::size_t regions, std::size_t subjects, bool compact) {
   return static_cast<std::uint64_t>(regions) * subjects * subjects * (compact ? sizeof(float) : sizeof(double));
 }
@@ -765,31 +783,32 @@ std::vector<Eigen::Index> HeldGlobals(const std::vector<std::int64_t>& counts, i
   return globals;
 }
 
-/// The other ranks' side of HeldSources::Finish: the sources' counts and flags from rank 0, then this rank's collected
-/// share as one shard. False when some rank failed.
-bool FinishCollected(HeldSources::Collected& collected, std::unique_ptr<cv::KernelShard>& shard) {
+/// Every rank's part of HeldSources::Finish: the kernels per source (`counts`) and the store's flags, given on rank 0 and
+/// received by the others, then this rank's collected share as one shard. False on the other ranks when some rank
+/// failed (rank 0 throws instead).
+bool FinishCollected(HeldSources::Collected& collected, std::vector<std::int64_t>& counts, bool& compact, bool& centred,
+                     std::unique_ptr<cv::KernelShard>& shard) {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   const int P = Size();
-  std::int64_t header[3] = {};  // sources, compact, centred
+  std::int64_t header[3] = {static_cast<std::int64_t>(counts.size()), compact ? 1 : 0, centred ? 1 : 0};  // rank 0's
   BcastBytes(header, sizeof header);
-  std::vector<std::int64_t> counts(static_cast<std::size_t>(header[0]));
+  counts.resize(static_cast<std::size_t>(header[0]));
   BcastBytes(counts.data(), Bytes(counts));
+  compact = header[1] != 0;
+  centred = header[2] != 0;
   std::vector<Eigen::Index> globals = HeldGlobals(counts, rank, P);
-  const bool compact = header[1] != 0;
   std::exception_ptr failure;
   const std::size_t held = compact ? collected.ownCompact.size() : collected.own.size();
   if (held != globals.size())
     failure = std::make_exception_ptr(std::logic_error(fmt::format("rank {} holds {} kernels of the sources, expected {}", rank, held, globals.size())));
   if (AnyFailure(failure)) return false;
-  collected.ownCompact.centred = header[2] != 0;
+  collected.ownCompact.centred = centred;
   if (compact) shard = std::make_unique<cv::KernelShard>(rank, P, std::move(collected.ownCompact), std::move(globals));
   else shard = std::make_unique<cv::KernelShard>(rank, P, std::move(collected.own), std::move(globals));
   return true;
 }
-}  // namespace
 
-namespace {
 /// The other ranks' side of HandKernelsToRanks: receive this rank's share (kernel k for k mod P = rank). A share this
 /// rank cannot hold is still received (into a scratch kernel) so that the messages stay in step; the failure is then
 /// agreed on. False when some rank failed.
@@ -856,13 +875,6 @@ int ServeStudy(const std::optional<config::StudyConfig>& study, std::exception_p
     MPI_Ibcast(message, 2, MPI_INT, 0, MPI_COMM_WORLD, &request);
     Await(request);
     if (message[0] == kStop) return kExitOk;
-    std::unique_ptr<cv::KernelShard> shard;
-    bool ok = false;
-    // A study of several sources held by the ranks: each source's share, once rank 0 released the source's kernels, is
-    // kept in `collected` until rank 0 finishes (the study's kernels as one set) or abandons it.
-    const auto keep = [&] {
-      if (collected && ok && shard) shard->TakeKernels(collected->own, collected->ownCompact);
-    };
     if (message[0] == kBeginHeldSources) {
       collected = std::make_unique<HeldSources::Collected>();
       continue;
@@ -871,46 +883,32 @@ int ServeStudy(const std::optional<config::StudyConfig>& study, std::exception_p
       collected.reset();
       continue;
     }
-    if (message[0] == kFinishHeldSources) {
-      try {
-        ok = collected && FinishCollected(*collected, shard);
-      } catch (const std::exception& e) {  // not expected: failures are reported through rank 0
-        spdlog::error("kernels: {}", e.what());
-      }
-      collected.reset();
-      if (ok && shard) ServeKernelRequests(*shard);
-      continue;
-    }
-    if (message[0] == kHandedKernels) {
-      try {
-        ok = ReceiveHandedKernels(shard);
-      } catch (const std::exception& e) {  // not expected: failures are reported through rank 0
-        spdlog::error("kernels: {}", e.what());
-      }
-      if (ok && shard) ServeKernelRequests(*shard);
-      keep();
-      continue;
-    }
-    if (message[0] == kLoadOwnKernels) {
-      try {
-        ok = LoadOwnedKernels("", shard, nullptr);
-      } catch (const std::exception& e) {  // not expected: failures are reported through rank 0
-        spdlog::error("kernels: {}", e.what());
-      }
-      if (ok && shard) ServeKernelRequests(*shard);
-      keep();
-      continue;
-    }
+    std::unique_ptr<cv::KernelShard> shard;
+    bool ok = false;
+    const bool finish = message[0] == kFinishHeldSources;
     try {
-      const bool usePrepared = prepared && message[1] < 0;
-      ok = RunStage(nullptr, study ? &*study : nullptr, message[1], studyFailure, nullptr, nullptr, usePrepared ? &*prepared : nullptr, preparedFailure,
-                    message[0] == kOwnKernels, &shard);
-    } catch (const std::exception& e) {  // not expected: the stage reports failures through rank 0
+      if (finish) {
+        std::vector<std::int64_t> counts;
+        bool compact = false, centred = false;
+        ok = collected && FinishCollected(*collected, counts, compact, centred, shard);
+      } else if (message[0] == kHandedKernels) {
+        ok = ReceiveHandedKernels(shard);
+      } else if (message[0] == kLoadOwnKernels) {
+        ok = LoadOwnedKernels("", shard, nullptr);
+      } else {
+        const bool usePrepared = prepared && message[1] < 0;
+        ok = RunStage(nullptr, study ? &*study : nullptr, message[1], studyFailure, nullptr, nullptr, usePrepared ? &*prepared : nullptr, preparedFailure,
+                      message[0] == kOwnKernels, &shard);
+      }
+    } catch (const std::exception& e) {  // not expected: failures are reported through rank 0
       spdlog::error("kernels: {}", e.what());
     }
-    // The study's kernels stay here: this rank answers rank 0's requests on its share until the study lets go of them.
+    // The kernels stay here: this rank answers rank 0's requests on its share until rank 0 lets go of them. In a study
+    // of several sources held by the ranks, each source's share is then kept in `collected` until rank 0 finishes (the
+    // study's kernels as one set, served here) or abandons it.
     if (ok && shard) ServeKernelRequests(*shard);
-    keep();
+    if (finish) collected.reset();
+    else if (collected && ok && shard) shard->TakeKernels(collected->own, collected->ownCompact);
   }
 }
 }  // namespace
@@ -930,16 +928,14 @@ int ServeRunKernels(const std::string& studyPath, int threads) {
 int ServeStudyKernels(const config::StudyConfig& study) { return ServeStudy(study, nullptr); }
 
 
-int KernelHoldingRanks(const config::StudyConfig& study, const Cohort& cohort) {
-  return gServing && !gStopped && KernelsExceedRankBudget(study, cohort) ? Size() : 1;
+int KernelHoldingRanks(const config::StudyConfig& study, const Cohort& cohort, std::size_t kernelCount) {
+  return gServing && !gStopped && KernelsExceedRankBudget(study, cohort, kernelCount) ? Size() : 1;
 }
 
-bool KernelsExceedRankBudget(const config::StudyConfig& study, const Cohort& cohort) {
-  kernels::RegionKernelOptions options;
-  options.memoryBudgetBytes = static_cast<std::uint64_t>(study.kernels.memoryBudgetMb * 1048576.0);
+bool KernelsExceedRankBudget(const config::StudyConfig& study, const Cohort& cohort, std::size_t kernelCount) {
   const std::size_t subjects = cohort.ids.size();
   const bool compact = study.kernels.precision == config::KernelPrecision::Float32;
-  return HeldByRanks(KernelBytes(PlannedKernelCount(study, cohort), subjects, compact), subjects, Budget(options));
+  return HeldByRanks(KernelBytes(kernelCount, subjects, compact), subjects, BudgetOfMb(study.kernels.memoryBudgetMb));
 }
 
 std::uint64_t RankMemoryBudget(const kernels::RegionKernelOptions& options) { return Budget(options); }
@@ -996,18 +992,10 @@ void HandOutKernels(kernels::KernelSet& set, std::shared_ptr<cv::KernelOwners>* 
 bool HandKernelsToRanks(kernels::KernelSet& set, double budgetMb, const std::string& what, std::shared_ptr<cv::KernelOwners>* owners,
                         std::uint64_t* budgetBytes) {
   if (!gServing || gStopped || set.distributed || set.Size() == 0) return false;
-  kernels::RegionKernelOptions options;
-  options.memoryBudgetBytes = static_cast<std::uint64_t>(budgetMb * 1048576.0);
-  const std::uint64_t budget = Budget(options);
+  const std::uint64_t budget = BudgetOfMb(budgetMb);
   const std::size_t R = set.Size(), subjects = set.subjects.size();
   const std::uint64_t bytes = KernelBytes(R, subjects, set.Compact());
-  std::string why;
-  if (!HeldByRanks(bytes, subjects, budget, &why)) {
-    if (!why.empty())
-      spdlog::warn("kernels: the study's kernels ({}, {:.3g} MiB) exceed the per-rank budget, but {}: rank 0 holds them alone", what,
-                   static_cast<double>(bytes) / 1048576.0, why);
-    return false;
-  }
+  if (!HeldByRanksOrWarn(bytes, subjects, budget, what)) return false;
   const int P = Size();
   spdlog::info("kernels: the study's {} kernels ({}, {:.3g} MiB) exceed the per-rank budget of {:.3g} MiB (kernels.memory_budget_mb): rank 0 hands "
                "each of the {} ranks its share (kernel k on rank k mod {}), which it computes with; rank 0 runs the study and receives results only",
@@ -1017,20 +1005,12 @@ bool HandKernelsToRanks(kernels::KernelSet& set, double budgetMb, const std::str
   return true;
 }
 
-std::unique_ptr<HeldSources> HeldSources::Begin(const config::StudyConfig& study, const Cohort& cohort) {
+std::unique_ptr<HeldSources> HeldSources::Begin(const config::StudyConfig& study, const Cohort& cohort, std::size_t kernelCount) {
   if (!gServing || gStopped || study.kernels.source != config::KernelSource::Sources) return nullptr;
-  kernels::RegionKernelOptions options;
-  options.memoryBudgetBytes = static_cast<std::uint64_t>(study.kernels.memoryBudgetMb * 1048576.0);
-  const std::uint64_t budget = Budget(options);
-  const std::size_t count = PlannedKernelCount(study, cohort), subjects = cohort.ids.size();
+  const std::uint64_t budget = BudgetOfMb(study.kernels.memoryBudgetMb);
+  const std::size_t count = kernelCount, subjects = cohort.ids.size();
   const std::uint64_t bytes = KernelBytes(count, subjects, study.kernels.precision == config::KernelPrecision::Float32);
-  std::string why;
-  if (!HeldByRanks(bytes, subjects, budget, &why)) {
-    if (!why.empty())
-      spdlog::warn("kernels: the study's kernels (several sources, {:.3g} MiB) exceed the per-rank budget, but {}: rank 0 holds them alone",
-                   static_cast<double>(bytes) / 1048576.0, why);
-    return nullptr;
-  }
+  if (!HeldByRanksOrWarn(bytes, subjects, budget, "several sources")) return nullptr;
   const int P = Size();
   spdlog::info("kernels: the study's {} kernels (several sources, {:.3g} MiB, counted before they are formed) exceed the per-rank budget of {:.3g} MiB "
                "(kernels.memory_budget_mb): every source's kernels stay on the {} ranks as they are formed or read (kernel k of a source on rank k mod "
@@ -1060,27 +1040,16 @@ void HeldSources::Add(kernels::KernelSet& set, std::shared_ptr<cv::KernelOwners>
 
 std::shared_ptr<cv::KernelOwners> HeldSources::Finish(Eigen::Index subjects, bool compact, bool centred) {
   finished_ = true;
-  const int P = Size();
   Instruct(kFinishHeldSources, 0);
-  std::int64_t header[3] = {static_cast<std::int64_t>(counts_.size()), compact ? 1 : 0, centred ? 1 : 0};
-  BcastBytes(header, sizeof header);
-  BcastBytes(counts_.data(), Bytes(counts_));
-  std::vector<Eigen::Index> globals = HeldGlobals(counts_, 0, P);
-  const std::size_t held = compact ? collected_->ownCompact.size() : collected_->own.size();
-  std::exception_ptr failure;
-  if (held != globals.size())
-    failure = std::make_exception_ptr(std::logic_error(fmt::format("rank 0 holds {} kernels of the sources, expected {}", held, globals.size())));
-  AnyFailure(failure);  // throws the first failing rank's error
+  std::unique_ptr<cv::KernelShard> shard;
+  FinishCollected(*collected_, counts_, compact, centred, shard);  // throws the first failing rank's error
   std::vector<std::size_t> starts;
   std::size_t total = 0;
   for (const std::int64_t c : counts_) {
     starts.push_back(total);
     total += static_cast<std::size_t>(c);
   }
-  collected_->ownCompact.centred = centred;
-  std::unique_ptr<cv::KernelShard> shard = compact ? std::make_unique<cv::KernelShard>(0, P, std::move(collected_->ownCompact), std::move(globals))
-                                                   : std::make_unique<cv::KernelShard>(0, P, std::move(collected_->own), std::move(globals));
-  return MakeOwners(std::move(shard), total, subjects, compact, centred, cv::BlockOwners(total, P, starts));
+  return MakeOwners(std::move(shard), total, subjects, compact, centred, cv::BlockOwners(total, Size(), starts));
 }
 
 bool DistributeKernels(std::size_t subjects, const atlas::RegionIndex& regions, const kernels::RegionKernelOptions& options) {
@@ -1116,13 +1085,7 @@ kernels::KernelSet OwnedKernelsFromStore(const exporting::KernelStoreIndex& inde
 bool OwnKernels(std::size_t subjects, const atlas::RegionIndex& regions, const kernels::RegionKernelOptions& options) {
   if (!gServing || gStopped) return false;
   const std::uint64_t kernelsBytes = KernelBytes(regions.regions.size(), subjects, options.compact);
-  std::string why;
-  if (!HeldByRanks(kernelsBytes, subjects, Budget(options), &why)) {
-    if (!why.empty())
-      spdlog::warn("kernels: the study's kernels ({:.1f} MiB) exceed the per-rank budget, but {}: rank 0 holds them alone",
-                   static_cast<double>(kernelsBytes) / 1048576.0, why);
-    return false;
-  }
+  if (!HeldByRanksOrWarn(kernelsBytes, subjects, Budget(options), "")) return false;
   spdlog::info("kernels: the study's {} kernels ({:.1f} MiB) exceed the per-rank budget of {:.1f} MiB (kernels.memory_budget_mb): each of the {} "
                "ranks keeps its share (kernel k on rank k mod {}) and computes with it; rank 0 runs the study and receives results only",
                regions.regions.size(), static_cast<double>(kernelsBytes) / 1048576.0, static_cast<double>(Budget(options)) / 1048576.0, Size(), Size());

@@ -197,13 +197,13 @@ std::string ValidateStudy(const config::StudyConfig& study, bool deep) {
   }
   DescribeKernels(study, cohort, deep, line);
   {
-    const std::uint64_t bytes = CheckKernelsFitMemory(study, cohort);  // kernels:TooLarge when they cannot fit this machine
+    const std::size_t count = PlannedKernelCount(study, cohort);
+    const std::uint64_t bytes = CheckKernelsFitMemory(study, cohort.ids.size(), count);  // kernels:TooLarge when they cannot fit this machine
     const double memory = static_cast<double>(kernels::PhysicalMemoryBytes());
     const bool float32 = study.kernels.precision == config::KernelPrecision::Float32;
-    const auto n = static_cast<std::uint64_t>(cohort.ids.size());
     line(fmt::format("  memory: the kernels take {:.1f} MiB ({} kernels x {} subjects^2 x {} bytes), {:.1f} % of this machine's {:.1f} GiB; learners of "
                      "kernel weights add fold copies (up to ~1.7x more, docs/batch.md \"Measured\")",
-                     static_cast<double>(bytes) / 1048576.0, n > 0 ? bytes / (n * n * (float32 ? 4 : 8)) : 0, n, float32 ? 4 : 8,
+                     static_cast<double>(bytes) / 1048576.0, count, cohort.ids.size(), float32 ? 4 : 8,
                      100.0 * static_cast<double>(bytes) / memory, memory / 1073741824.0));
   }
   line(fmt::format("  per-fold preprocessing: centre {}, normalise {}", study.kernels.centre ? "on" : "off", study.kernels.normalise ? "on" : "off"));

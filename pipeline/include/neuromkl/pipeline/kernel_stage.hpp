@@ -94,11 +94,11 @@ kernels::RegionKernelOptions RegionKernelOptionsOf(const config::StudyConfig& st
 /// its inputs' headers and tables: the atlas's regions on the image grid, the precomputed files, the tabular groups,
 /// the connectivity plan (which reads the matrices: they are small), summed over kernels.sources.
 std::size_t PlannedKernelCount(const config::StudyConfig& study, const Cohort& cohort);
-/// The memory the study's kernels take (PlannedKernelCount x subjects^2 x 8 bytes, 4 with "precision": "float32"),
-/// checked by `run` before its kernel stage and by `validate`: `ranks` share them (under mpirun, when they hold them),
-/// and a share larger than this machine's memory is InputError kernels:TooLarge, which says what would fit (float32,
-/// ranks under mpirun). Returns the bytes.
-std::uint64_t CheckKernelsFitMemory(const config::StudyConfig& study, const Cohort& cohort, int ranks = 1);
+/// The memory the study's kernels take (`kernelCount`, PlannedKernelCount, x subjects^2 x 8 bytes, 4 with "precision":
+/// "float32"), checked by `run` before its kernel stage and by `validate`: `ranks` share them (under mpirun, when they
+/// hold them), and a share larger than this machine's memory is InputError kernels:TooLarge, which says what would fit
+/// (float32, ranks under mpirun). Returns the bytes.
+std::uint64_t CheckKernelsFitMemory(const config::StudyConfig& study, std::size_t subjects, std::size_t kernelCount, int ranks = 1);
 /// Writes the kernel store of `res` into `dir`: from the kernels in memory, or each by the rank that holds it.
 void SaveStageKernels(const std::string& dir, const KernelStageResult& res, const std::string& description);
 KernelStageResult RunKernelStage(const config::StudyConfig& study, const Cohort& cohort, const std::string& scratchDir, int sourceIndex = -1);

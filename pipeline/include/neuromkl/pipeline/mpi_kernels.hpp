@@ -44,9 +44,10 @@ int ServeStudyKernels(const config::StudyConfig& study);
 /// Whether a study's kernels would be held by the ranks of this mpirun job (OwnKernels' rule, for a batch's plan): its
 /// kernels (of any source: kernels x subjects^2 in its precision, counted before exclusions) exceed the per-rank
 /// budget (kernels.memory_budget_mb, else a quarter of the memory), with at least one subject per rank.
-bool KernelsExceedRankBudget(const config::StudyConfig& study, const Cohort& cohort);
+/// `kernelCount`: PlannedKernelCount(study, cohort).
+bool KernelsExceedRankBudget(const config::StudyConfig& study, const Cohort& cohort, std::size_t kernelCount);
 /// Rank 0 of a run under mpirun: the number of ranks that will hold the study's kernels (KernelsExceedRankBudget), else 1.
-int KernelHoldingRanks(const config::StudyConfig& study, const Cohort& cohort);
+int KernelHoldingRanks(const config::StudyConfig& study, const Cohort& cohort, std::size_t kernelCount);
 /// The per-rank memory budget of a study's kernel stage: kernels.memory_budget_mb, else a quarter of the memory.
 std::uint64_t RankMemoryBudget(const kernels::RegionKernelOptions& options);
 /// Rank 0 of a run under mpirun with several ranks: kernels rank 0 formed or read itself (`what`: precomputed, tabular,
@@ -69,7 +70,8 @@ class HeldSources {
  public:
   /// Null when the study's kernels are not to be held by the ranks (one process, within the budget, a source that is
   /// not several, or the ranks cannot hold them: then with a warning).
-  static std::unique_ptr<HeldSources> Begin(const config::StudyConfig& study, const Cohort& cohort);
+  /// `kernelCount`: PlannedKernelCount(study, cohort).
+  static std::unique_ptr<HeldSources> Begin(const config::StudyConfig& study, const Cohort& cohort, std::size_t kernelCount);
   ~HeldSources();
   HeldSources(const HeldSources&) = delete;
   HeldSources& operator=(const HeldSources&) = delete;
