@@ -16,7 +16,7 @@
 using neuromkl::testing::ReadFile;
 using neuromkl::testing::ReadTsv;
 using neuromkl::testing::RunCli;
-using neuromkl::testing::SharedData;
+using neuromkl::testing::SourcePath;
 using neuromkl::testing::TempDir;
 using neuromkl::testing::WriteFile;
 using ::testing::HasSubstr;
@@ -26,7 +26,7 @@ namespace {
 
 std::string WagerStudy(const TempDir& dir) {
   const std::string path = dir / "wager.json";
-  WriteFile(path, R"({"name": "wager", "subjects": {"table": ")" + SharedData("wager2008_emoreg/participants.tsv") +
+  WriteFile(path, R"({"name": "wager", "subjects": {"table": ")" + SourcePath("examples/wager2008_emoreg/participants.tsv") +
                       R"("}, "target": {"column": "Y_Reappraisal_Success", "task": "regression"}, "atlas": "aal",
                          "learners": [{"name": "enmkl_krr", "grid": {"lambda": [0.1, 1, 10], "mu": [0.1, 0.5, 1]}}, {"name": "krr"}]})");
   return path;

@@ -11,7 +11,7 @@ using namespace neuromkl;
 TEST(KernelStage, WagerCohortYields116RegionKernelsWithANanReport) {
   neuromkl::testing::TempDir tmp;
   const auto study = config::ParseStudyConfig(
-      R"({"name": "w", "subjects": {"table": ")" + neuromkl::testing::SharedData("wager2008_emoreg/participants.tsv") +
+      R"({"name": "w", "subjects": {"table": ")" + neuromkl::testing::SourcePath("examples/wager2008_emoreg/participants.tsv") +
           R"("}, "target": {"column": "Y_Reappraisal_Success", "task": "regression"}, "atlas": "aal", "learners": [{"name": "krr"}],
              "output": {"cache_dir": "cache"}})",
       tmp.Path(), "study.json");

@@ -152,11 +152,14 @@ void ExpectSameResults(const std::string& a, const std::string& b) {
       EXPECT_TRUE(x.geometry.DifferenceFrom(y.geometry).empty()) << rel;
       // A voxel is a sum over subjects that can cancel to ~1e-6 of the map's largest value, where 1e-4 of
       // itself is below the kernels' float32 rounding (2e-7 of their largest entry): voxels are compared
-      // with 1e-4 relative or 1e-7 of the map's largest magnitude, whichever is larger.
+      // with 1e-4 relative or 1e-6 of the map's largest magnitude, whichever is larger. The error of a
+      // voxel is bounded by the coefficients' error times the magnitude of the terms it sums, not by its
+      // own value: on a machine whose OpenBLAS runs AVX-512 kernels (another summation order), a SimpleMKL
+      // fold map at gap 1e-7 was seen 2.3e-7 of its largest apart in a voxel cancelling to 4e-4 of it.
       float largest = 0;
       for (float v : x.data) largest = std::max(largest, std::abs(v));
       for (std::size_t k = 0; k < x.data.size(); ++k)
-        ASSERT_TRUE(Close(x.data[k], y.data[k]) || std::abs(x.data[k] - y.data[k]) <= 1e-7 * largest)
+        ASSERT_TRUE(Close(x.data[k], y.data[k]) || std::abs(x.data[k] - y.data[k]) <= 1e-6 * largest)
             << rel << " voxel " << k << ": " << x.data[k] << " vs " << y.data[k] << " (largest " << largest << ")";
     } else {
       EXPECT_TRUE(ReadFile(e.path().string()) == ReadFile(other)) << rel << " differs";

@@ -13,6 +13,8 @@ namespace neuromkl::testing {
 namespace fs = std::filesystem;
 
 std::string SharedData(const std::string& relative) { return std::string(NEUROMKL_SHARED_DATA) + "/" + relative; }
+std::string TestData(const std::string& relative) { return std::string(NEUROMKL_SOURCE_DIR) + "/tests/data/" + relative; }
+bool SharedDataPresent(const std::string& relative) { return fs::exists(SharedData(relative)); }
 std::string SourcePath(const std::string& relative) { return std::string(NEUROMKL_SOURCE_DIR) + "/" + relative; }
 
 TempDir::TempDir() {

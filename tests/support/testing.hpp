@@ -8,7 +8,12 @@
 
 namespace neuromkl::testing {
 
-std::string SharedData(const std::string& relative);  ///< ../shared/data/<relative>
+/// ../shared/data/<relative>: the optional real cohorts beside the project (a user's clone has none). A test that
+/// reads them starts with NEUROMKL_SKIP_WITHOUT_SHARED_DATA(relative), which skips it with a message when absent.
+std::string SharedData(const std::string& relative);
+/// <repo>/tests/data/<relative>: files only the tests read, shipped with their provenance.
+std::string TestData(const std::string& relative);
+bool SharedDataPresent(const std::string& relative);
 std::string SourcePath(const std::string& relative);  ///< <repo>/<relative>
 
 /// A fresh temporary folder, removed at destruction.
@@ -41,3 +46,11 @@ std::string ReadFile(const std::string& path);
 ::testing::AssertionResult MatrixNear(const Eigen::MatrixXd& a, const Eigen::MatrixXd& b, double atol, double rtol = 0);
 
 }  // namespace neuromkl::testing
+
+/// Skips the current test, saying what is missing, when ../shared/data/<relative> does not exist.
+#define NEUROMKL_SKIP_WITHOUT_SHARED_DATA(relative)                                                              \
+  do {                                                                                                           \
+    if (!::neuromkl::testing::SharedDataPresent(relative))                                                        \
+      GTEST_SKIP() << "optional real data absent: " << ::neuromkl::testing::SharedData(relative)                 \
+                   << " (../shared/data beside the clone; the default suite does not need it)";                  \
+  } while (false)

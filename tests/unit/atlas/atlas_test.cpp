@@ -9,17 +9,18 @@
 #include "testing.hpp"
 
 using namespace neuromkl;
-using neuromkl::testing::SharedData;
+using neuromkl::testing::SourcePath;
+using neuromkl::testing::TestData;
 using ::testing::HasSubstr;
 
 namespace {
 
 const atlas::Atlas& Aal2mm() {
-  static const atlas::Atlas a = atlas::LoadAtlas(SharedData("atlases/aal_spm_2mm/ROI_MNI_V4.nii"), SharedData("atlases/aal_spm_2mm/ROI_MNI_V4.txt"));
+  static const atlas::Atlas a = atlas::LoadAtlas(SourcePath("atlases/aal/ROI_MNI_V4.nii.gz"), TestData("atlases/aal_spm_2mm/ROI_MNI_V4.txt"));
   return a;
 }
 const atlas::Atlas& Aal1mm() {
-  static const atlas::Atlas a = atlas::LoadAtlas(SharedData("atlases/aal_mricron_1mm/aal.nii.gz"), SharedData("atlases/aal_mricron_1mm/aal.nii.txt"));
+  static const atlas::Atlas a = atlas::LoadAtlas(TestData("atlases/aal_mricron_1mm/aal.nii.gz"), TestData("atlases/aal_mricron_1mm/aal.nii.txt"));
   return a;
 }
 
@@ -83,7 +84,7 @@ TEST(Atlas, WorldSpaceResamplingReproducesTheOtherAalCopy) {
 }
 
 TEST(Atlas, RegionIndexOnTheWagerGrid) {
-  const io::Geometry grid = io::ReadGeometry(SharedData("wager2008_emoreg/nifti/sub-01_con_00810001.nii.gz"));
+  const io::Geometry grid = io::ReadGeometry(SourcePath("examples/wager2008_emoreg/nifti/sub-01_con_00810001.nii.gz"));
   const atlas::RegionIndex index = atlas::BuildRegionIndex(Aal2mm(), grid, nullptr);
   EXPECT_TRUE(index.resampled);
   EXPECT_EQ(index.regions.size() + index.emptyRegions.size(), 116u);
@@ -125,14 +126,14 @@ TEST(Atlas, NoWorldOverlapIsAnError) {
 TEST(Atlas, TableThatDoesNotMatchTheImageIsAnError) {
   neuromkl::testing::TempDir tmp;
   neuromkl::testing::WriteFile(tmp / "other.tsv", "label\tname\n70001\tA\n70002\tB\n");
-  EXPECT_THAT([&] { atlas::LoadAtlas(SharedData("atlases/aal_spm_2mm/ROI_MNI_V4.nii"), tmp / "other.tsv"); },
+  EXPECT_THAT([&] { atlas::LoadAtlas(SourcePath("atlases/aal/ROI_MNI_V4.nii.gz"), tmp / "other.tsv"); },
               ::testing::ThrowsMessage<InputError>(HasSubstr("no label of the table occurs in the atlas image")));
 }
 
 TEST(Atlas, PartlyMatchingTableIsReported) {
   neuromkl::testing::TempDir tmp;
   neuromkl::testing::WriteFile(tmp / "partial.tsv", "label\tname\n2001\tPrecentral_L\n2002\tPrecentral_R\n99\tNowhere\n");
-  const atlas::Atlas a = atlas::LoadAtlas(SharedData("atlases/aal_spm_2mm/ROI_MNI_V4.nii"), tmp / "partial.tsv");
+  const atlas::Atlas a = atlas::LoadAtlas(SourcePath("atlases/aal/ROI_MNI_V4.nii.gz"), tmp / "partial.tsv");
   EXPECT_EQ(a.regions.size(), 116u);  // 2 named + 114 unnamed, named label_<value>
   ASSERT_EQ(a.warnings.size(), 2u);
   EXPECT_THAT(a.warnings[0], HasSubstr("Nowhere (99)"));

@@ -9,7 +9,7 @@
 #include "testing.hpp"
 
 using namespace neuromkl;
-using neuromkl::testing::SharedData;
+using neuromkl::testing::SourcePath;
 using ::testing::HasSubstr;
 
 namespace {
@@ -67,7 +67,7 @@ TEST(Nifti, VolumeCacheDecodesAnUnchangedFileOnceAndAChangedOneAgain) {
 
 TEST(Nifti, AalGeometryMatchesTheProvenanceAffine) {
   // PROVENANCE.md: x = -2i + 90, y = 2j - 126, z = 2k - 72 (RAS).
-  const io::Geometry g = io::ReadGeometry(SharedData("atlases/aal_spm_2mm/ROI_MNI_V4.nii"));
+  const io::Geometry g = io::ReadGeometry(SourcePath("atlases/aal/ROI_MNI_V4.nii.gz"));
   EXPECT_EQ(g.dims, (std::array<std::int64_t, 3>{91, 109, 91}));
   const auto a = g.RasAffine();
   EXPECT_NEAR(a[0], -2, 1e-6);
@@ -79,7 +79,7 @@ TEST(Nifti, AalGeometryMatchesTheProvenanceAffine) {
 }
 
 TEST(Nifti, WagerGeometryMatchesTheProvenanceAffine) {
-  const io::Geometry g = io::ReadGeometry(SharedData("wager2008_emoreg/nifti/sub-01_con_00810001.nii.gz"));
+  const io::Geometry g = io::ReadGeometry(SourcePath("examples/wager2008_emoreg/nifti/sub-01_con_00810001.nii.gz"));
   EXPECT_EQ(g.dims, (std::array<std::int64_t, 3>{47, 56, 31}));
   const auto a = g.RasAffine();
   EXPECT_NEAR(a[0], 3.4375, 1e-6);
@@ -90,7 +90,7 @@ TEST(Nifti, WagerGeometryMatchesTheProvenanceAffine) {
 
 TEST(Nifti, WagerNansSurviveReading) {
   // sub-20 holds 4,916 NaN voxels (counted independently from the raw file).
-  const io::Volume v = io::ReadVolume(SharedData("wager2008_emoreg/nifti/sub-20_con_00810020.nii.gz"));
+  const io::Volume v = io::ReadVolume(SourcePath("examples/wager2008_emoreg/nifti/sub-20_con_00810020.nii.gz"));
   long nans = 0;
   for (float x : v.data) nans += std::isnan(x);
   EXPECT_EQ(nans, 4916);
@@ -111,7 +111,7 @@ TEST(Nifti, NonNiftiFileIsAClearError) {
 
 TEST(Nifti, TruncatedGzipIsAClearError) {
   neuromkl::testing::TempDir tmp;
-  const std::string whole = neuromkl::testing::ReadFile(SharedData("wager2008_emoreg/nifti/sub-01_con_00810001.nii.gz"));
+  const std::string whole = neuromkl::testing::ReadFile(SourcePath("examples/wager2008_emoreg/nifti/sub-01_con_00810001.nii.gz"));
   neuromkl::testing::WriteFile(tmp / "cut.nii.gz", whole.substr(0, whole.size() / 2));
   EXPECT_THAT([&] { io::ReadVolume(tmp / "cut.nii.gz"); },
               ::testing::ThrowsMessage<InputError>(::testing::AllOf(HasSubstr("cut.nii.gz"), HasSubstr("corrupt or truncated"))));
@@ -137,7 +137,7 @@ TEST(Nifti, FourDImageIsRejectedNotSilentlyCut) {
 
 TEST(Nifti, CountsDecodes) {
   const std::size_t before = io::VolumeReadCount();
-  io::ReadVolume(SharedData("wager2008_emoreg/nifti/sub-01_con_00810001.nii.gz"));
+  io::ReadVolume(SourcePath("examples/wager2008_emoreg/nifti/sub-01_con_00810001.nii.gz"));
   EXPECT_EQ(io::VolumeReadCount(), before + 1);
 }
 
