@@ -68,7 +68,7 @@ BatchOutcome RunBatch(const config::BatchConfig& batch, const BatchOptions& opti
   // The studies of a cohort run one after the other (matrix order: cohorts outermost), so with
   // decoded images kept in memory a cohort's images are decoded once for the kernels and every
   // study's voxel weight maps (up to a quarter of the memory; beyond that they are decoded again).
-  const auto memory = static_cast<double>(kernels::PhysicalMemoryBytes());
+  const auto memory = static_cast<double>(PhysicalMemoryBytes());
   io::VolumeCacheScope imageCache(static_cast<std::size_t>(0.25 * memory));
   BatchOutcome out;
   std::vector<std::size_t> todo;

@@ -13,7 +13,7 @@
 
 #include "neuromkl/export/kernel_store.hpp"
 #include "neuromkl/core/errors.hpp"
-#include "neuromkl/cv/kernel_owners.hpp"
+#include "neuromkl/gram/owners.hpp"
 #include "neuromkl/core/hash.hpp"
 #include "neuromkl/core/npy.hpp"
 #include "neuromkl/core/strings.hpp"
@@ -554,7 +554,7 @@ std::uint64_t CheckKernelsFitMemory(const config::StudyConfig& study, std::size_
   const auto n = static_cast<std::uint64_t>(subjects);
   const bool float32 = study.kernels.precision == config::KernelPrecision::Float32;
   const std::uint64_t bytes = count * n * n * (float32 ? 4 : 8);
-  const std::uint64_t memory = kernels::PhysicalMemoryBytes();
+  const std::uint64_t memory = PhysicalMemoryBytes();
   const std::uint64_t share = bytes / static_cast<std::uint64_t>(std::max(ranks, 1));
   // The kernels are held in memory (the subject data may go out of core, the kernels never do): a share over the
   // machine's memory cannot run, and would fail only after the images were read.
@@ -574,9 +574,9 @@ std::uint64_t CheckKernelsFitMemory(const config::StudyConfig& study, std::size_
                                Join(fits, "; or ")));
 }
 
-void SaveStageKernels(const std::string& dir, const KernelStageResult& res, const std::string& description) {
+void SaveStageKernels(const std::string& dir, const KernelStageResult& res, const std::string& description, const std::vector<Eigen::MatrixXd>* moved) {
   if (!res.owners) {
-    exporting::SaveKernelStore(dir, res.set, res.key, description);
+    exporting::SaveKernelStore(dir, res.set, res.key, description, moved);
     return;
   }
   std::error_code ec;

@@ -14,8 +14,8 @@
 #include "neuromkl/core/hash.hpp"
 #include "neuromkl/core/strings.hpp"
 #include "neuromkl/export/derivative.hpp"
-#include "neuromkl/kernels/covariates.hpp"
-#include "neuromkl/kernels/preprocess.hpp"
+#include "neuromkl/gram/residualise.hpp"
+#include "neuromkl/gram/preprocess.hpp"
 #include "neuromkl/pipeline/kernel_stage.hpp"
 #include "neuromkl/weights/weights.hpp"
 
@@ -25,7 +25,7 @@ namespace {
 
 using config::KernelSource;
 
-constexpr double kZeroNormRelative = 1e-12;  // as kernels::InverseNorms
+constexpr double kZeroNormRelative = 1e-12;  // as gram::InverseNorms
 
 Eigen::VectorXi Indices(const std::vector<int>& v) { return Eigen::Map<const Eigen::VectorXi>(v.data(), static_cast<Eigen::Index>(v.size())); }
 
@@ -132,9 +132,7 @@ Eigen::MatrixXd ModelBeta(const learners::Model& model, Eigen::Index K) {
 std::vector<cv::OuterFoldResult> FitFinalModels(const StudyContext& ctx) {
   cv::Fold all;
   for (int i = 0; i < ctx.n; ++i) all.train.push_back(i);
-  auto outcomes = ctx.WithKernels([&](const auto& kernels) {
-    return cv::RunNestedCv(kernels, ctx.TargetsOf(ctx.cohort.y), {all}, ctx.FinalInner(), ctx.plans, ctx.nestedOptions);
-  });
+  auto outcomes = cv::RunNestedCv(*ctx.kernels, ctx.TargetsOf(ctx.cohort.y), {all}, ctx.FinalInner(), ctx.plans, ctx.nestedOptions);
   std::vector<cv::OuterFoldResult> out;
   for (auto& o : outcomes) {
     out.push_back(std::move(o.folds.at(0)));
@@ -228,7 +226,7 @@ exporting::ExportedModel DescribeModel(const StudyContext& ctx, const exporting:
   m.beta = ModelBeta(model, K);
   if (!ctx.nestedOptions.preprocessing.kernelGroups.empty()) {
     // Equal source weighting: the learner saw kernel k scaled by the fold's source scale g_k; the model keeps beta_k g_k.
-    const Eigen::VectorXd g = ctx.FoldScales(Indices(rows), Eigen::VectorXi(0));
+    const Eigen::VectorXd g = ctx.FoldScales(rows, {});
     m.beta = g.asDiagonal() * m.beta;
     m.info["source_weighting"] = "equal: kernel weights are beta times the training set's source scale g";
   }
@@ -236,7 +234,7 @@ exporting::ExportedModel DescribeModel(const StudyContext& ctx, const exporting:
   m.coef = model.Multiclass() ? model.coefs : Eigen::MatrixXd(model.coef);
   for (int r : rows) m.trainingIds.push_back(ctx.cohort.ids[static_cast<std::size_t>(ctx.kernelRows[static_cast<std::size_t>(r)])]);
   // The zero-norm floor of each kernel: 1e-12 of its largest centred training self-similarity.
-  const kernels::Covariates* covariates = ctx.nestedOptions.preprocessing.covariates.get();
+  const gram::Covariates* covariates = ctx.nestedOptions.preprocessing.covariates.get();
   m.floors = Eigen::VectorXd::Zero(K);
   if (m.normalise) {
     // Centred training self-similarities (after the covariates, as the folds prepare them), each kernel's where it is
@@ -298,7 +296,7 @@ exporting::ExportedModel DescribeModel(const StudyContext& ctx, const exporting:
 void ExportModels(const StudyContext& ctx, exporting::RunRecord& record, const std::vector<cv::OuterFoldResult>& finals, const std::string& dir) {
   const auto& study = ctx.study;
   const auto& ks = ctx.ks;
-  const kernels::Covariates* covariates = ctx.nestedOptions.preprocessing.covariates.get();
+  const gram::Covariates* covariates = ctx.nestedOptions.preprocessing.covariates.get();
   std::vector<std::string> labels;
   for (const auto& lr : record.learners) labels.push_back(lr.outcome.label);
   const auto folders = exporting::BidsLearnerLabels(labels);
@@ -351,7 +349,7 @@ void ExportModels(const StudyContext& ctx, exporting::RunRecord& record, const s
         for (int r : rows) S(r, 0) = 1.0 / l;
       if (covariates) {
         const Eigen::VectorXi none(0);
-        const auto res = kernels::MakeFoldResidualiser(*covariates, Indices(rows), none);
+        const auto res = gram::MakeFoldResidualiser(*covariates, Indices(rows), none);
         const Eigen::RowVectorXd abar = res.trainA.colwise().mean();
         for (std::size_t k = 0; k < res.fitPositions.size(); ++k) {
           const int r = rows[static_cast<std::size_t>(res.fitPositions[k])];

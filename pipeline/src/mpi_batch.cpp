@@ -76,7 +76,7 @@ MpiSession::MpiSession(int& argc, char**& argv) {
   if (!LaunchedByMpirun()) return;
   int provided = 0;
   // Serialized: a run whose kernels stay on their owners sends its kernel requests from the fold tasks' threads, one
-  // at a time (cv::KernelOwners holds a lock); a batch calls MPI from rank 0's main thread only.
+  // at a time (gram::KernelOwners holds a lock); a batch calls MPI from rank 0's main thread only.
   MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
   gThreadLevel = provided;
   gInitialised = true;

@@ -29,8 +29,8 @@
 
 #include "neuromkl/core/errors.hpp"
 #include "neuromkl/core/hash.hpp"
-#include "neuromkl/cv/kernel_owners.hpp"
-#include "neuromkl/kernels/compact_kernels.hpp"
+#include "neuromkl/gram/owners.hpp"
+#include "neuromkl/gram/compact.hpp"
 #include "neuromkl/pipeline/batch_run.hpp"
 #include "neuromkl/pipeline/kernel_stage.hpp"
 #include "neuromkl/pipeline/study_context.hpp"
@@ -46,19 +46,19 @@ int ServeStudyKernels(const config::StudyConfig&) { return 0; }
 bool KernelsExceedRankBudget(const config::StudyConfig&, const Cohort&, std::size_t) { return false; }
 int KernelHoldingRanks(const config::StudyConfig&, const Cohort&, std::size_t) { return 1; }
 std::uint64_t RankMemoryBudget(const kernels::RegionKernelOptions& options) { return options.memoryBudgetBytes; }
-bool HandKernelsToRanks(kernels::KernelSet&, double, const std::string&, std::shared_ptr<cv::KernelOwners>*, std::uint64_t*) { return false; }
+bool HandKernelsToRanks(kernels::KernelSet&, double, const std::string&, std::shared_ptr<gram::KernelOwners>*, std::uint64_t*) { return false; }
 struct HeldSources::Collected {};
 std::unique_ptr<HeldSources> HeldSources::Begin(const config::StudyConfig&, const Cohort&, std::size_t) { return nullptr; }
 HeldSources::~HeldSources() = default;
-void HeldSources::Add(kernels::KernelSet&, std::shared_ptr<cv::KernelOwners>&) { throw std::logic_error("HeldSources: built without MPI"); }
-std::shared_ptr<cv::KernelOwners> HeldSources::Finish(Eigen::Index, bool, bool) { throw std::logic_error("HeldSources: built without MPI"); }
+void HeldSources::Add(kernels::KernelSet&, std::shared_ptr<gram::KernelOwners>&) { throw std::logic_error("HeldSources: built without MPI"); }
+std::shared_ptr<gram::KernelOwners> HeldSources::Finish(Eigen::Index, bool, bool) { throw std::logic_error("HeldSources: built without MPI"); }
 bool DistributeKernels(std::size_t, const atlas::RegionIndex&, const kernels::RegionKernelOptions&) { return false; }
 bool OwnKernels(std::size_t, const atlas::RegionIndex&, const kernels::RegionKernelOptions&) { return false; }
 kernels::KernelSet DistributedRegionKernels(int, const std::vector<std::string>&, const std::vector<std::string>&, const atlas::RegionIndex&,
-                                            const kernels::RegionKernelOptions&, kernels::RegionKernelReport*, std::shared_ptr<cv::KernelOwners>*) {
+                                            const kernels::RegionKernelOptions&, kernels::RegionKernelReport*, std::shared_ptr<gram::KernelOwners>*) {
   throw std::logic_error("DistributedRegionKernels: built without MPI");
 }
-kernels::KernelSet OwnedKernelsFromStore(const exporting::KernelStoreIndex&, bool, bool, const std::string&, std::shared_ptr<cv::KernelOwners>*) {
+kernels::KernelSet OwnedKernelsFromStore(const exporting::KernelStoreIndex&, bool, bool, const std::string&, std::shared_ptr<gram::KernelOwners>*) {
   throw std::logic_error("OwnedKernelsFromStore: built without MPI");
 }
 #else
@@ -150,7 +150,7 @@ std::int64_t Bytes(const std::vector<T>& v) {
 // ---- kernel requests (kernels held by their owners: cv/kernel_owners.hpp) ----
 
 /// Rank 0: a request to every rank. {op, fold, ints, reals, text bytes}, then the three payloads.
-void SendRequest(const cv::OwnerRequest& request) {
+void SendRequest(const gram::OwnerRequest& request) {
   std::int64_t header[5] = {request.op, request.fold, static_cast<std::int64_t>(request.ints.size()), static_cast<std::int64_t>(request.reals.size()),
                             static_cast<std::int64_t>(request.text.size())};
   BcastBytes(header, sizeof header);
@@ -162,7 +162,7 @@ void SendRequest(const cv::OwnerRequest& request) {
 /// The other ranks: the next request, false when rank 0 released the kernels. A request this rank cannot hold (no
 /// memory for its payload) is still received, piece by piece into a scratch buffer, so that every rank stays in step;
 /// `failure` then says why, and the caller replies with it.
-bool ReceiveRequest(cv::OwnerRequest& request, std::exception_ptr& failure) {
+bool ReceiveRequest(gram::OwnerRequest& request, std::exception_ptr& failure) {
   std::int64_t header[5] = {};
   BcastBytes(header, sizeof header);
   if (header[0] == kRelease) return false;
@@ -186,7 +186,7 @@ bool ReceiveRequest(cv::OwnerRequest& request, std::exception_ptr& failure) {
   return true;
 }
 
-void SendReply(const cv::OwnerReply& reply) {
+void SendReply(const gram::OwnerReply& reply) {
   std::int64_t header[3] = {static_cast<std::int64_t>(reply.values.size()), static_cast<std::int64_t>(reply.text.size()),
                             static_cast<std::int64_t>(reply.error.size())};
   SendBytes(header, sizeof header, 0, kTagReply);
@@ -195,10 +195,10 @@ void SendReply(const cv::OwnerReply& reply) {
   SendBytes(reply.error.data(), static_cast<std::int64_t>(reply.error.size()), 0, kTagReply);
 }
 
-cv::OwnerReply ReceiveReply(int from) {
+gram::OwnerReply ReceiveReply(int from) {
   std::int64_t header[3] = {};
   RecvBytes(header, sizeof header, from, kTagReply);
-  cv::OwnerReply reply;
+  gram::OwnerReply reply;
   reply.values.resize(static_cast<std::size_t>(header[0]));
   reply.text.resize(static_cast<std::size_t>(header[1]));
   reply.error.resize(static_cast<std::size_t>(header[2]));
@@ -211,13 +211,13 @@ cv::OwnerReply ReceiveReply(int from) {
 /// Rank 0's side of kernels held by every rank: a request goes to all, rank 0 answers its own share while the others
 /// answer theirs, then their replies are received in rank order. Released (the other ranks go back to waiting for
 /// instructions) when the last user of the kernels lets go.
-class MpiKernelOwners final : public cv::KernelOwners {
+class MpiKernelOwners final : public gram::KernelOwners {
  public:
-  MpiKernelOwners(std::unique_ptr<cv::KernelShard> local, std::size_t count, Eigen::Index subjects, bool compact, bool centred,
+  MpiKernelOwners(std::unique_ptr<gram::KernelShard> local, std::size_t count, Eigen::Index subjects, bool compact, bool centred,
                   std::vector<int> ownerOf)
       : KernelOwners(Size(), count, subjects, compact, centred, std::move(ownerOf)), local_(std::move(local)) {}
   /// Rank 0's share, taken before the owners are released (HeldSources); no request may follow.
-  std::unique_ptr<cv::KernelShard> TakeLocal() {
+  std::unique_ptr<gram::KernelShard> TakeLocal() {
     taken_ = true;
     return std::move(local_);
   }
@@ -232,32 +232,32 @@ class MpiKernelOwners final : public cv::KernelOwners {
   }
 
  protected:
-  void Exchange(const cv::OwnerRequest& request, const std::function<void(int, cv::OwnerReply&)>& consume) const override {
+  void Exchange(const gram::OwnerRequest& request, const std::function<void(int, gram::OwnerReply&)>& consume) const override {
     SendRequest(request);
-    cv::OwnerReply mine = local_->Execute(request);
+    gram::OwnerReply mine = local_->Execute(request);
     consume(0, mine);
     for (int p = 1; p < Owners(); ++p) {
-      cv::OwnerReply theirs = ReceiveReply(p);
+      gram::OwnerReply theirs = ReceiveReply(p);
       consume(p, theirs);
     }
   }
 
  private:
-  std::unique_ptr<cv::KernelShard> local_;
+  std::unique_ptr<gram::KernelShard> local_;
   bool taken_ = false;
 };
 
 /// The other ranks: answer kernel requests with this rank's share until rank 0 releases the kernels. Every request is
 /// answered, a failure with its error (KernelShard::Execute never throws).
-void ServeKernelRequests(cv::KernelShard& shard) {
+void ServeKernelRequests(gram::KernelShard& shard) {
   long served = 0;
-  cv::OwnerRequest request;
+  gram::OwnerRequest request;
   for (std::exception_ptr failure; ReceiveRequest(request, failure); ++served) {
     if (!failure) {
       SendReply(shard.Execute(request));
       continue;
     }
-    cv::OwnerReply refused;
+    gram::OwnerReply refused;
     refused.error = SerialiseError(failure);
     SendReply(refused);
   }
@@ -266,7 +266,7 @@ void ServeKernelRequests(cv::KernelShard& shard) {
 
 /// Rank 0's handle to the kernels the ranks hold once they serve requests. If it cannot be made, the ranks are
 /// released before the failure goes on, so that they wait for instructions again.
-std::shared_ptr<cv::KernelOwners> MakeOwners(std::unique_ptr<cv::KernelShard> local, std::size_t count, Eigen::Index subjects, bool compact,
+std::shared_ptr<gram::KernelOwners> MakeOwners(std::unique_ptr<gram::KernelShard> local, std::size_t count, Eigen::Index subjects, bool compact,
                                              bool centred, std::vector<int> ownerOf = {}) {
   try {
     return std::make_shared<MpiKernelOwners>(std::move(local), count, subjects, compact, centred, std::move(ownerOf));
@@ -370,7 +370,7 @@ std::vector<int> PartnersOf(int p, int P) {
 /// study). Rank 0 gets the set's metadata (names, exclusions, diagonals) in `out`; every rank gets its share in `shard`.
 bool KeepKernelsOnOwners(const StageInputs& in, std::int64_t n, std::int64_t count, const std::vector<int>& partners,
                          std::vector<std::vector<Eigen::MatrixXd>>& blocks, kernels::KernelSet& set, kernels::RegionKernelReport* report,
-                         std::unique_ptr<cv::KernelShard>& shard) {
+                         std::unique_ptr<gram::KernelShard>& shard) {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   const int P = Size();
@@ -424,7 +424,7 @@ bool KeepKernelsOnOwners(const StageInputs& in, std::int64_t n, std::int64_t cou
   if (AnyFailure(disagreement)) return false;
   // 3. Kernel k to rank k mod P, assembled from every rank's blocks; each block is freed once sent.
   learners::KernelList own;
-  kernels::CompactKernelList ownCompact;
+  gram::CompactKernelList ownCompact;
   ownCompact.centred = in.options.compact && in.options.compactCentre;
   std::exception_ptr failure;
   // A failure on the owner (memory for the kernel, the float32 range) is kept for the agreement below while the owner
@@ -461,7 +461,7 @@ bool KeepKernelsOnOwners(const StageInputs& in, std::int64_t n, std::int64_t cou
         try {
           if (!in.options.compact) own.push_back(std::move(K));
           else  // rounded as the one-process stage rounds each kernel as it is formed
-            ownCompact.kernels.push_back(kernels::CompactKernel(K, in.options.compactCentre, in.options.compactWhere + ": kernel \"" + names[r] + "\""));
+            ownCompact.kernels.push_back(gram::CompactKernel(K, in.options.compactCentre, in.options.compactWhere + ": kernel \"" + names[r] + "\""));
         } catch (...) {
           failure = std::current_exception();
         }
@@ -472,8 +472,8 @@ bool KeepKernelsOnOwners(const StageInputs& in, std::int64_t n, std::int64_t cou
     for (auto& b : blocks) b[r] = Eigen::MatrixXd();
   }
   if (AnyFailure(failure)) return false;
-  if (in.options.compact) shard = std::make_unique<cv::KernelShard>(rank, P, std::move(ownCompact));
-  else shard = std::make_unique<cv::KernelShard>(rank, P, std::move(own));
+  if (in.options.compact) shard = std::make_unique<gram::KernelShard>(rank, P, std::move(ownCompact));
+  else shard = std::make_unique<gram::KernelShard>(rank, P, std::move(own));
   if (rank == 0) {
     for (const auto r : kept) set.rawDiagonals.push_back(std::move(diagonals[static_cast<std::size_t>(r)]));
     set.distributed = true;
@@ -488,7 +488,7 @@ bool KeepKernelsOnOwners(const StageInputs& in, std::int64_t n, std::int64_t cou
 /// subjects, `where`, then one "file \t checksum \t name" line per kernel. Rank 0 gets each kernel's float64 diagonal
 /// in `diagonals` for float64 files (a float32 store's are in its index). False on the other ranks when some rank
 /// failed (rank 0 throws).
-bool LoadOwnedKernels(std::string description, std::unique_ptr<cv::KernelShard>& shard, std::vector<Eigen::VectorXd>* diagonals) {
+bool LoadOwnedKernels(std::string description, std::unique_ptr<gram::KernelShard>& shard, std::vector<Eigen::VectorXd>* diagonals) {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   const int P = Size();
@@ -516,7 +516,7 @@ bool LoadOwnedKernels(std::string description, std::unique_ptr<cv::KernelShard>&
   const std::string& where = lines.at(2).at(0);
   const std::size_t R = lines.size() - 3;
   learners::KernelList own;
-  kernels::CompactKernelList ownCompact;
+  gram::CompactKernelList ownCompact;
   ownCompact.centred = float32Files ? centre : round && centre;
   std::vector<Eigen::VectorXd> mine;
   std::exception_ptr failure;
@@ -531,15 +531,15 @@ bool LoadOwnedKernels(std::string description, std::unique_ptr<cv::KernelShard>&
       if (K.rows() != n || K.cols() != n)
         throw InputError("store:Corrupt", e.at(0), fmt::format("expected a {0} x {0} kernel (= subjects), found {1} x {2}", n, K.rows(), K.cols()));
       mine.push_back(K.diagonal());
-      if (round) ownCompact.kernels.push_back(kernels::CompactKernel(K, centre, where + ": kernel \"" + e.at(2) + "\""));
+      if (round) ownCompact.kernels.push_back(gram::CompactKernel(K, centre, where + ": kernel \"" + e.at(2) + "\""));
       else own.push_back(std::move(K));
     } catch (...) {
       failure = std::current_exception();
     }
   }
   if (AnyFailure(failure)) return false;
-  if (float32Files || round) shard = std::make_unique<cv::KernelShard>(rank, P, std::move(ownCompact));
-  else shard = std::make_unique<cv::KernelShard>(rank, P, std::move(own));
+  if (float32Files || round) shard = std::make_unique<gram::KernelShard>(rank, P, std::move(ownCompact));
+  else shard = std::make_unique<gram::KernelShard>(rank, P, std::move(own));
   if (!float32Files) {  // each kernel's diagonal to rank 0, in kernel order
     for (std::size_t k = 0; k < R; ++k) {
       const int owner = static_cast<int>(k % static_cast<std::size_t>(P));
@@ -560,7 +560,7 @@ bool LoadOwnedKernels(std::string description, std::unique_ptr<cv::KernelShard>&
 /// Returns false on the other ranks when some rank failed (rank 0 throws instead).
 bool RunStage(const StageInputs* given, const config::StudyConfig* study, int sourceIndex, std::exception_ptr studyFailure, kernels::KernelSet* out,
               kernels::RegionKernelReport* report, const StageInputs* prepared = nullptr, std::exception_ptr preparedFailure = nullptr, bool own = false,
-              std::unique_ptr<cv::KernelShard>* shard = nullptr) {
+              std::unique_ptr<gram::KernelShard>* shard = nullptr) {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   const int P = Size();
@@ -710,7 +710,7 @@ bool RunStage(const StageInputs* given, const config::StudyConfig* study, int so
 }
 
 std::uint64_t Budget(const kernels::RegionKernelOptions& options) {
-  return options.memoryBudgetBytes ? options.memoryBudgetBytes : kernels::PhysicalMemoryBytes() / 4;
+  return options.memoryBudgetBytes ? options.memoryBudgetBytes : PhysicalMemoryBytes() / 4;
 }
 
 /// Whether kernels of `bytes` over `subjects` subjects are held by the ranks of this job: over the per-rank budget,
@@ -767,12 +767,12 @@ KernelRanks::~KernelRanks() {
 /// Each rank's share of a study of several sources, collected source by source (rank 0's and the others').
 struct HeldSources::Collected {
   learners::KernelList own;
-  kernels::CompactKernelList ownCompact;
+  gram::CompactKernelList ownCompact;
 };
 
 namespace {
 /// The global indices of rank `rank`'s kernels when the sources' kernels (`counts` per source, in order) are dealt
-/// source by source from rank 0 (cv::BlockOwners).
+/// source by source from rank 0 (gram::BlockOwners).
 std::vector<Eigen::Index> HeldGlobals(const std::vector<std::int64_t>& counts, int rank, int P) {
   std::vector<Eigen::Index> globals;
   std::int64_t start = 0;
@@ -787,7 +787,7 @@ std::vector<Eigen::Index> HeldGlobals(const std::vector<std::int64_t>& counts, i
 /// received by the others, then this rank's collected share as one shard. False on the other ranks when some rank
 /// failed (rank 0 throws instead).
 bool FinishCollected(HeldSources::Collected& collected, std::vector<std::int64_t>& counts, bool& compact, bool& centred,
-                     std::unique_ptr<cv::KernelShard>& shard) {
+                     std::unique_ptr<gram::KernelShard>& shard) {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   const int P = Size();
@@ -804,15 +804,15 @@ bool FinishCollected(HeldSources::Collected& collected, std::vector<std::int64_t
     failure = std::make_exception_ptr(std::logic_error(fmt::format("rank {} holds {} kernels of the sources, expected {}", rank, held, globals.size())));
   if (AnyFailure(failure)) return false;
   collected.ownCompact.centred = centred;
-  if (compact) shard = std::make_unique<cv::KernelShard>(rank, P, std::move(collected.ownCompact), std::move(globals));
-  else shard = std::make_unique<cv::KernelShard>(rank, P, std::move(collected.own), std::move(globals));
+  if (compact) shard = std::make_unique<gram::KernelShard>(rank, P, std::move(collected.ownCompact), std::move(globals));
+  else shard = std::make_unique<gram::KernelShard>(rank, P, std::move(collected.own), std::move(globals));
   return true;
 }
 
 /// The other ranks' side of HandKernelsToRanks: receive this rank's share (kernel k for k mod P = rank). A share this
 /// rank cannot hold is still received (into a scratch kernel) so that the messages stay in step; the failure is then
 /// agreed on. False when some rank failed.
-bool ReceiveHandedKernels(std::unique_ptr<cv::KernelShard>& shard) {
+bool ReceiveHandedKernels(std::unique_ptr<gram::KernelShard>& shard) {
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   const int P = Size();
@@ -822,7 +822,7 @@ bool ReceiveHandedKernels(std::unique_ptr<cv::KernelShard>& shard) {
   const auto n = static_cast<Eigen::Index>(header[1]);
   const bool compact = header[2] != 0;
   learners::KernelList own;
-  kernels::CompactKernelList ownCompact;
+  gram::CompactKernelList ownCompact;
   ownCompact.centred = header[3] != 0;
   std::exception_ptr failure;
   Eigen::MatrixXd scratch;
@@ -847,8 +847,8 @@ bool ReceiveHandedKernels(std::unique_ptr<cv::KernelShard>& shard) {
     }
   }
   if (AnyFailure(failure)) return false;
-  if (compact) shard = std::make_unique<cv::KernelShard>(rank, P, std::move(ownCompact));
-  else shard = std::make_unique<cv::KernelShard>(rank, P, std::move(own));
+  if (compact) shard = std::make_unique<gram::KernelShard>(rank, P, std::move(ownCompact));
+  else shard = std::make_unique<gram::KernelShard>(rank, P, std::move(own));
   return true;
 }
 
@@ -883,7 +883,7 @@ int ServeStudy(const std::optional<config::StudyConfig>& study, std::exception_p
       collected.reset();
       continue;
     }
-    std::unique_ptr<cv::KernelShard> shard;
+    std::unique_ptr<gram::KernelShard> shard;
     bool ok = false;
     const bool finish = message[0] == kFinishHeldSources;
     try {
@@ -944,7 +944,7 @@ namespace {
 /// Rank 0: kernel k of `set` (rank 0's, in memory) to rank k mod P, which takes it (kHandedKernels); `set` then lists
 /// them (KernelSet::distributed) and `owners` receives rank 0's handle. Rank 0 keeps every kernel until each rank holds
 /// its share: a rank's failure (memory) is thrown here, and nothing rank 0 formed is lost before that.
-void HandOutKernels(kernels::KernelSet& set, std::shared_ptr<cv::KernelOwners>* owners) {
+void HandOutKernels(kernels::KernelSet& set, std::shared_ptr<gram::KernelOwners>* owners) {
   const int P = Size();
   const std::size_t R = set.Size();
   const bool compact = set.Compact();
@@ -953,7 +953,7 @@ void HandOutKernels(kernels::KernelSet& set, std::shared_ptr<cv::KernelOwners>* 
   std::int64_t header[4] = {static_cast<std::int64_t>(R), n, compact ? 1 : 0, set.compact.centred ? 1 : 0};
   BcastBytes(header, sizeof header);
   learners::KernelList own;
-  kernels::CompactKernelList ownCompact;
+  gram::CompactKernelList ownCompact;
   ownCompact.centred = set.compact.centred;
   for (std::size_t k = 0; k < R; ++k) {
     const int owner = static_cast<int>(k % static_cast<std::size_t>(P));
@@ -975,8 +975,8 @@ void HandOutKernels(kernels::KernelSet& set, std::shared_ptr<cv::KernelOwners>* 
       set.kernels[k] = Eigen::MatrixXd();
     }
   }
-  std::unique_ptr<cv::KernelShard> shard = compact ? std::make_unique<cv::KernelShard>(0, P, std::move(ownCompact))
-                                                   : std::make_unique<cv::KernelShard>(0, P, std::move(own));
+  std::unique_ptr<gram::KernelShard> shard = compact ? std::make_unique<gram::KernelShard>(0, P, std::move(ownCompact))
+                                                   : std::make_unique<gram::KernelShard>(0, P, std::move(own));
   // The set lists the kernels the ranks hold (kernels::KernelSet::distributed); a float32 set keeps its diagonals.
   const bool centred = set.compact.centred;
   set.kernels.clear();
@@ -989,7 +989,7 @@ void HandOutKernels(kernels::KernelSet& set, std::shared_ptr<cv::KernelOwners>* 
 }
 }  // namespace
 
-bool HandKernelsToRanks(kernels::KernelSet& set, double budgetMb, const std::string& what, std::shared_ptr<cv::KernelOwners>* owners,
+bool HandKernelsToRanks(kernels::KernelSet& set, double budgetMb, const std::string& what, std::shared_ptr<gram::KernelOwners>* owners,
                         std::uint64_t* budgetBytes) {
   if (!gServing || gStopped || set.distributed || set.Size() == 0) return false;
   const std::uint64_t budget = BudgetOfMb(budgetMb);
@@ -1027,21 +1027,21 @@ HeldSources::~HeldSources() {
   if (!finished_) Instruct(kAbandonHeldSources, 0);
 }
 
-void HeldSources::Add(kernels::KernelSet& set, std::shared_ptr<cv::KernelOwners>& owners) {
+void HeldSources::Add(kernels::KernelSet& set, std::shared_ptr<gram::KernelOwners>& owners) {
   if (!owners) HandOutKernels(set, &owners);  // a source rank 0 formed (or read) itself
   auto* mpi = dynamic_cast<MpiKernelOwners*>(owners.get());
   if (!mpi || owners.use_count() != 1) throw std::logic_error("HeldSources::Add: the source's kernels must be held by the ranks, and by this handle only");
-  const std::size_t count = owners->size();
-  std::unique_ptr<cv::KernelShard> local = mpi->TakeLocal();
+  const std::size_t count = owners->Count();
+  std::unique_ptr<gram::KernelShard> local = mpi->TakeLocal();
   owners.reset();  // released: every rank keeps its share of this source for the study
   local->TakeKernels(collected_->own, collected_->ownCompact);
   counts_.push_back(static_cast<std::int64_t>(count));
 }
 
-std::shared_ptr<cv::KernelOwners> HeldSources::Finish(Eigen::Index subjects, bool compact, bool centred) {
+std::shared_ptr<gram::KernelOwners> HeldSources::Finish(Eigen::Index subjects, bool compact, bool centred) {
   finished_ = true;
   Instruct(kFinishHeldSources, 0);
-  std::unique_ptr<cv::KernelShard> shard;
+  std::unique_ptr<gram::KernelShard> shard;
   FinishCollected(*collected_, counts_, compact, centred, shard);  // throws the first failing rank's error
   std::vector<std::size_t> starts;
   std::size_t total = 0;
@@ -1049,7 +1049,7 @@ std::shared_ptr<cv::KernelOwners> HeldSources::Finish(Eigen::Index subjects, boo
     starts.push_back(total);
     total += static_cast<std::size_t>(c);
   }
-  return MakeOwners(std::move(shard), total, subjects, compact, centred, cv::BlockOwners(total, Size(), starts));
+  return MakeOwners(std::move(shard), total, subjects, compact, centred, gram::BlockOwners(total, Size(), starts));
 }
 
 bool DistributeKernels(std::size_t subjects, const atlas::RegionIndex& regions, const kernels::RegionKernelOptions& options) {
@@ -1065,12 +1065,12 @@ bool DistributeKernels(std::size_t subjects, const atlas::RegionIndex& regions, 
 }
 
 kernels::KernelSet OwnedKernelsFromStore(const exporting::KernelStoreIndex& index, bool round, bool centre, const std::string& where,
-                                         std::shared_ptr<cv::KernelOwners>* owners) {
+                                         std::shared_ptr<gram::KernelOwners>* owners) {
   const auto n = static_cast<Eigen::Index>(index.set.subjects.size());
   std::string description = fmt::format("{}\t{}\t{}\n{}\n{}\n", index.float32 ? 1 : 0, round ? 1 : 0, (index.float32 ? index.set.compact.centred : centre) ? 1 : 0, n, where);
   for (std::size_t k = 0; k < index.files.size(); ++k) description += index.files[k] + "\t" + index.hashes[k] + "\t" + index.set.info[k].name + "\n";
   Instruct(kLoadOwnKernels, 0);
-  std::unique_ptr<cv::KernelShard> shard;
+  std::unique_ptr<gram::KernelShard> shard;
   std::vector<Eigen::VectorXd> diagonals;
   LoadOwnedKernels(description, shard, &diagonals);
   kernels::KernelSet set = index.set;
@@ -1094,7 +1094,7 @@ bool OwnKernels(std::size_t subjects, const atlas::RegionIndex& regions, const k
 
 kernels::KernelSet DistributedRegionKernels(int sourceIndex, const std::vector<std::string>& subjectIds, const std::vector<std::string>& imagePaths,
                                             const atlas::RegionIndex& regions, const kernels::RegionKernelOptions& options,
-                                            kernels::RegionKernelReport* report, std::shared_ptr<cv::KernelOwners>* owners) {
+                                            kernels::RegionKernelReport* report, std::shared_ptr<gram::KernelOwners>* owners) {
   const int P = Size();
   const auto n = static_cast<std::uint64_t>(imagePaths.size());
   if (n == 0) throw InputError("input:EmptyCohort", "kernels", "no subject to read: the cohort is empty");
@@ -1112,7 +1112,7 @@ kernels::KernelSet DistributedRegionKernels(int sourceIndex, const std::vector<s
   kernels::RegionKernelReport local;
   kernels::RegionKernelReport& rep = report ? *report : local;
   kernels::KernelSet set;
-  std::unique_ptr<cv::KernelShard> shard;
+  std::unique_ptr<gram::KernelShard> shard;
   RunStage(&in, nullptr, sourceIndex, nullptr, &set, &rep, nullptr, nullptr, owners != nullptr, &shard);
   rep.rankBudgetBytes = budget;
   if (owners)

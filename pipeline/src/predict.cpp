@@ -17,8 +17,8 @@
 #include "neuromkl/core/table.hpp"
 #include "neuromkl/cv/nested_cv.hpp"
 #include "neuromkl/io/nifti.hpp"
-#include "neuromkl/kernels/covariates.hpp"
-#include "neuromkl/kernels/preprocess.hpp"
+#include "neuromkl/gram/residualise.hpp"
+#include "neuromkl/gram/preprocess.hpp"
 #include "neuromkl/metrics/metrics.hpp"
 #include "neuromkl/pipeline/cohort.hpp"
 #include "neuromkl/pipeline/output_dir.hpp"
@@ -121,16 +121,16 @@ Eigen::MatrixXd NewDesign(const exporting::ExportedModel& m, const NewSubjects& 
 /// Kernel-space sources (tabular): raw rows against the training rows, preprocessed as in the folds.
 void AddTabularScores(const exporting::ExportedModel& m, const NewSubjects& s, const Eigen::MatrixXd& newDesign, Eigen::MatrixXd& scores) {
   const auto n = static_cast<Eigen::Index>(s.ids.size()), l = static_cast<Eigen::Index>(m.trainingIds.size());
-  std::optional<kernels::FoldResidualiser> residualiser;
+  std::optional<gram::FoldResidualiser> residualiser;
   if (m.design.cols() > 0) {
-    kernels::Covariates cov;
+    gram::Covariates cov;
     cov.design.resize(l + n, m.design.cols());
     cov.design << m.design, newDesign;
     cov.fitRow = m.fitRows;
     cov.fitRow.resize(static_cast<std::size_t>(l + n), 0);
     const Eigen::VectorXi tr = Eigen::VectorXi::LinSpaced(l, 0, static_cast<int>(l) - 1);
     const Eigen::VectorXi te = Eigen::VectorXi::LinSpaced(n, static_cast<int>(l), static_cast<int>(l + n) - 1);
-    residualiser = kernels::MakeFoldResidualiser(cov, tr, te, "model training rows");
+    residualiser = gram::MakeFoldResidualiser(cov, tr, te, "model training rows");
   }
   for (const auto& src : m.tabularSources) {
     Eigen::MatrixXd Z(n, static_cast<Eigen::Index>(src.columns.size()));
@@ -146,7 +146,7 @@ void AddTabularScores(const exporting::ExportedModel& m, const NewSubjects& s, c
       std::vector<Eigen::Index> idx;
       for (const auto& col : k.columns) idx.push_back(static_cast<Eigen::Index>(std::find(src.columns.begin(), src.columns.end(), col) - src.columns.begin()));
       const Eigen::MatrixXd Xt = src.rows(Eigen::all, idx), Xn = Z(Eigen::all, idx);
-      kernels::FoldKernel fk;
+      gram::FoldKernel fk;
       const Eigen::MatrixXd Gtt = Xt * Xt.transpose(), Gnt = Xn * Xt.transpose();
       const Eigen::VectorXd dt = Gtt.diagonal(), dn = Xn.rowwise().squaredNorm();
       if (k.function == "linear") {
@@ -164,9 +164,9 @@ void AddTabularScores(const exporting::ExportedModel& m, const NewSubjects& s, c
         fk.testTrain = gauss(Gnt, dn, dt);
         fk.testDiag = Eigen::VectorXd::Ones(n);
       }
-      if (residualiser) kernels::ResidualiseFold(fk, *residualiser);
-      if (m.centre) kernels::CentreFold(fk);
-      if (m.normalise) kernels::NormaliseFold(fk);
+      if (residualiser) gram::ResidualiseFold(fk, *residualiser);
+      if (m.centre) gram::CentreFold(fk);
+      if (m.normalise) gram::NormaliseFold(fk);
       for (Eigen::Index c = 0; c < scores.cols(); ++c)
         if (const double b = m.beta(static_cast<Eigen::Index>(k.kernel), c); b != 0.0) scores.col(c) += b * (fk.testTrain * m.coef.col(c));
     }

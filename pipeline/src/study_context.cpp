@@ -14,6 +14,9 @@
 #include "neuromkl/core/hash.hpp"
 #include "neuromkl/core/progress.hpp"
 #include "neuromkl/core/strings.hpp"
+#include "neuromkl/core/system.hpp"
+#include "neuromkl/gram/memory.hpp"
+#include "neuromkl/gram/owners.hpp"
 
 namespace neuromkl::pipeline {
 
@@ -82,30 +85,18 @@ std::vector<std::string> StudyContext::LearnerLabels() const {
   return labels;
 }
 
-cv::FoldKernelView StudyContext::FoldView(const Eigen::Ref<const Eigen::VectorXi>& train, const Eigen::Ref<const Eigen::VectorXi>& test) const {
-  return WithKernels([&](const auto& k) { return cv::FoldKernelView(k, train, test, nestedOptions.preprocessing); });
+std::unique_ptr<gram::PreparedFold> StudyContext::OpenFold(const std::vector<int>& train, const std::vector<int>& test) const {
+  return kernels->OpenFold(train, test, nestedOptions.preprocessing);
 }
 
-Eigen::VectorXd StudyContext::FoldScales(const Eigen::Ref<const Eigen::VectorXi>& train, const Eigen::Ref<const Eigen::VectorXi>& test) const {
-  return WithKernels([&](const auto& k) { return cv::FoldScales(k, train, test, nestedOptions.preprocessing); });
+Eigen::VectorXd StudyContext::FoldScales(const std::vector<int>& train, const std::vector<int>& test) const {
+  return gram::FoldScales(*kernels, train, test, nestedOptions.preprocessing);
 }
 
-Eigen::MatrixXd StudyContext::SubjectWeights(const weights::FoldModel& model) const {
-  const cv::Preprocessing& pre = nestedOptions.preprocessing;
-  if (ks.owners) return ks.owners->SubjectWeights(model);
-  return compact.empty() ? weights::SubjectWeights(kernels, model, pre.centre, pre.normalise, pre.covariates.get())
-                         : weights::SubjectWeights(compact, model, pre.centre, pre.normalise, pre.covariates.get());
-}
+Eigen::MatrixXd StudyContext::SubjectWeights(const gram::FoldModel& model) const { return kernels->SubjectWeights(model, nestedOptions.preprocessing); }
 
 Eigen::VectorXd StudyContext::LargestTrainingSelfSimilarity(const std::vector<int>& train) const {
-  if (ks.owners) return ks.owners->LargestTrainingSelfSimilarity(train);
-  const Eigen::VectorXi tr = Eigen::Map<const Eigen::VectorXi>(train.data(), static_cast<Eigen::Index>(train.size()));
-  Eigen::VectorXd out(static_cast<Eigen::Index>(KernelCount()));
-  tbb::parallel_for(std::size_t{0}, KernelCount(), [&](std::size_t k) {
-    out[static_cast<Eigen::Index>(k)] = compact.empty() ? cv::LargestCentredSelfSimilarity(kernels[k], tr, nestedOptions.preprocessing)
-                                                        : cv::LargestCentredSelfSimilarity(compact[k], tr, nestedOptions.preprocessing);
-  });
-  return out;
+  return kernels->LargestCentredSelfSimilarities(train, nestedOptions.preprocessing);
 }
 
 learners::Targets StudyContext::TargetsOf(const Eigen::VectorXd& y) const {
@@ -204,8 +195,8 @@ void AttachKernels(StudyContext& ctx, const std::string& scratchDir) {
   ctx.ks = RunKernelStage(ctx.study, ctx.cohort, scratchDir);
   ctx.kernelRows = KernelRows(ctx.study, ctx.cohort);
   ctx.unlabelledCount = static_cast<int>(ctx.kernelRows.size()) - ctx.n;
-  ctx.kernels.clear();
-  ctx.compact = {};
+  ctx.kernels.reset();
+  ctx.movedKernels = nullptr;
   bool identity = ctx.kernelRows.size() == ctx.cohort.ids.size();
   for (std::size_t i = 0; identity && i < ctx.kernelRows.size(); ++i) identity = ctx.kernelRows[i] == static_cast<int>(i);
   const Eigen::VectorXi rows = Eigen::Map<const Eigen::VectorXi>(ctx.kernelRows.data(), static_cast<Eigen::Index>(ctx.kernelRows.size()));
@@ -214,24 +205,29 @@ void AttachKernels(StudyContext& ctx, const std::string& scratchDir) {
     // Kernels that do not fit one rank (under mpirun): the ranks hold them; they keep the rows the learners see.
     for (const auto& d : ctx.ks.set.rawDiagonals) ctx.subjectsWithSignal.push_back(static_cast<int>((d(rows).array() > 0).count()));
     if (!identity) ctx.ks.owners->SelectRows(ctx.kernelRows);
+    ctx.kernels = ctx.ks.owners;
   } else if (ctx.ks.set.Compact()) {
     // A float32 study: the kernel stage rounded each kernel into the compact store as it was formed (centred with
-    // the mean over every cohort subject when the folds centre: the precision argument of kernels::CompactKernel,
+    // the mean over every cohort subject when the folds centre: the precision argument of gram::CompactKernel,
     // exact for any subset of rows), so the study never held all its float64 kernels. A subset of rows
     // (semi-supervised order) is taken from the store, one kernel at a time.
     for (const auto& d : ctx.ks.set.rawDiagonals) ctx.subjectsWithSignal.push_back(static_cast<int>((d(rows).array() > 0).count()));
-    ctx.compact = std::move(ctx.ks.set.compact);
+    gram::CompactKernelList compact = std::move(ctx.ks.set.compact);
     ctx.ks.set.compact = {};
     if (!identity)
-      for (auto& K : ctx.compact.kernels) K = Eigen::MatrixXf(K(rows, rows));
+      for (auto& K : compact.kernels) K = Eigen::MatrixXf(K(rows, rows));
+    ctx.kernels = std::make_shared<const gram::MemoryKernels>(std::move(compact));
   } else {
     for (const auto& K : ctx.ks.set.kernels) ctx.subjectsWithSignal.push_back(static_cast<int>((K.diagonal()(rows).array() > 0).count()));
+    learners::KernelList kernels;
     if (identity) {  // every subject, in table order: the learners use the kernels themselves (no second copy)
-      ctx.kernels = std::move(ctx.ks.set.kernels);
-      ctx.kernelsMoved = true;
+      kernels = std::move(ctx.ks.set.kernels);
     } else {
-      for (const auto& K : ctx.ks.set.kernels) ctx.kernels.push_back(K(rows, rows));
+      for (const auto& K : ctx.ks.set.kernels) kernels.push_back(K(rows, rows));
     }
+    auto memory = std::make_shared<const gram::MemoryKernels>(std::move(kernels));
+    if (identity) ctx.movedKernels = memory->Float64();
+    ctx.kernels = std::move(memory);
   }
   ctx.nestedOptions = cv::NestedCvOptions{};
   ctx.nestedOptions.preprocessing = {ctx.study.kernels.centre, ctx.study.kernels.normalise, nullptr, {}};
@@ -241,7 +237,7 @@ void AttachKernels(StudyContext& ctx, const std::string& scratchDir) {
   if (ctx.study.kernels.sourceWeighting == config::SourceWeighting::Equal)
     for (std::size_t s = 0; s < ctx.ks.sourceKernelCounts.size(); ++s)
       ctx.nestedOptions.preprocessing.kernelGroups.insert(ctx.nestedOptions.preprocessing.kernelGroups.end(), ctx.ks.sourceKernelCounts[s], static_cast<int>(s));
-  if (ctx.covariates) ctx.nestedOptions.preprocessing.covariates = std::shared_ptr<const kernels::Covariates>(ctx.covariates, &ctx.covariates->covariates);
+  if (ctx.covariates) ctx.nestedOptions.preprocessing.covariates = std::shared_ptr<const gram::Covariates>(ctx.covariates, &ctx.covariates->covariates);
   if (ctx.ks.owners) ctx.ks.owners->SetPreprocessing(ctx.nestedOptions.preprocessing);
   // Probabilities for every binary study; bias correction when the study asks for it.
   ctx.nestedOptions.probabilities = ctx.study.target.task == learners::Task::Classification;
@@ -259,7 +255,7 @@ PooledBlock ComputePermutationBlock(const StudyContext& ctx, int first, int coun
   options.biasCorrection = false;
   // Up to one permutation per thread runs at once: each gets its share of the memory for its fold kernels.
   const auto threads = static_cast<std::uint64_t>(cv::ActiveThreads());
-  const std::uint64_t available = ctx.nestedOptions.memoryBudgetBytes > 0 ? ctx.nestedOptions.memoryBudgetBytes : cv::AvailableMemoryBytes();
+  const std::uint64_t available = ctx.nestedOptions.memoryBudgetBytes > 0 ? ctx.nestedOptions.memoryBudgetBytes : AvailableMemoryBytes();
   options.memoryBudgetBytes = std::max<std::uint64_t>(1, available / threads);
   // When memory is tight, a thread waiting inside one permutation's nested CV must not start another
   // permutation (a second set of fold kernels beyond that share); otherwise it may, and keeps busy. Fold
@@ -272,15 +268,13 @@ PooledBlock ComputePermutationBlock(const StudyContext& ctx, int first, int coun
     const auto* info = learners::FindLearner(plan.name);
     const bool weighted = !info || info->multipleKernels || !options.sumKernelsInPlace;
     copies |= weighted;
-    if (weighted && !(info && info->readsColumns)) columnsPossible = false;
+    if (weighted && !(info && info->kernelsInPlace)) columnsPossible = false;
   }
   std::uint64_t kernelBytes = 0, largestKernel = 0;
   // Fold copies counted as float64 (on the store the MKL learners' training copies may be float32: an
   // overestimate, which at worst isolates permutations that need not be).
   for (std::size_t j = 0; j < ctx.KernelCount(); ++j) {
-    const std::size_t rowsOf = ctx.ks.owners         ? static_cast<std::size_t>(ctx.ks.owners->Subjects())
-                               : ctx.compact.empty() ? static_cast<std::size_t>(ctx.kernels[j].rows())
-                                                     : static_cast<std::size_t>(ctx.compact[j].rows());
+    const auto rowsOf = static_cast<std::size_t>(ctx.kernels->Subjects());
     const auto bytes = static_cast<std::uint64_t>(rowsOf * rowsOf) * sizeof(double);
     kernelBytes += bytes;
     largestKernel = std::max(largestKernel, bytes);
@@ -289,9 +283,9 @@ PooledBlock ComputePermutationBlock(const StudyContext& ctx, int first, int coun
   std::size_t largestTrain = 0;
   for (const auto& fold : ctx.outer) largestTrain = std::max(largestTrain, fold.train.size() + static_cast<std::size_t>(ctx.unlabelledCount));
   const bool inPlace = columnsPossible && (options.columnsInPlace == cv::ColumnsInPlace::Always || kernelBytes > options.memoryBudgetBytes ||
-                                           static_cast<Eigen::Index>(largestTrain) < learners::kPackedStackBelow);
+                                           static_cast<Eigen::Index>(largestTrain) < gram::kPackedStackBelow);
   // Kernels held by MPI ranks: a fold task here holds a fit's n x n work and a summed kernel, never kernel copies.
-  const std::uint64_t foldBytes = ctx.ks.owners ? 3 * largestKernel : copies ? (inPlace ? kernelBytes / 2 : kernelBytes) : largestKernel;
+  const std::uint64_t foldBytes = ctx.kernels->HeldByOwners() ? 3 * largestKernel : copies ? (inPlace ? kernelBytes / 2 : kernelBytes) : largestKernel;
   const bool tight = 2 * foldBytes * threads * threads > available;
   tbb::parallel_for(0, count, [&](int i) {
     const auto permutation = [&] {
@@ -299,7 +293,7 @@ PooledBlock ComputePermutationBlock(const StudyContext& ctx, int first, int coun
       const auto perm = cv::PermuteWithinGroups(n, ctx.cohort.groups, cv::DeriveSeed(ctx.PermutationSeed(), static_cast<std::uint64_t>(p)));
       learners::Targets permuted = ctx.TargetsOf(Eigen::VectorXd(n));
       for (int k = 0; k < n; ++k) permuted.y[k] = ctx.cohort.y[perm[static_cast<std::size_t>(k)]];
-      const auto res = ctx.WithKernels([&](const auto& kernels) { return cv::RunNestedCv(kernels, permuted, ctx.outer, inner, ctx.plans, options); });
+      const auto res = cv::RunNestedCv(*ctx.kernels, permuted, ctx.outer, inner, ctx.plans, options);
       for (const auto& o : res) out[static_cast<std::size_t>(i)].push_back(cv::Summarise(o, permuted).pooled);
       if (progress) progress->Advance();
     };

@@ -22,6 +22,7 @@
 #include "neuromkl/core/strings.hpp"
 #include "neuromkl/export/checkpoint.hpp"
 #include "neuromkl/export/kernel_store.hpp"
+#include "neuromkl/gram/owners.hpp"
 #include "neuromkl/pipeline/connectivity.hpp"
 #include "neuromkl/pipeline/study_run.hpp"
 #include "neuromkl/weights/weights.hpp"
@@ -161,20 +162,19 @@ struct FoldPattern {
 FoldPattern FoldActivationPattern(const StudyContext& ctx, const cv::OuterFoldResult& fold) {
   std::vector<int> train = fold.train;
   train.insert(train.end(), fold.unlabelled.begin(), fold.unlabelled.end());
-  const Eigen::VectorXi tr = Indices(train), te = Indices(fold.test);
   // Each kernel's part K~_r coef from the full kernel in place (no fold copies), several kernels at once,
   // summed in kernel order (results do not depend on the thread count).
-  const cv::FoldKernelView view = ctx.FoldView(tr, te);
-  const Eigen::VectorXd scales = view.Scales();
+  const auto view = ctx.OpenFold(train, fold.test);
+  const Eigen::VectorXd scales = view->Scales();
   const auto R = ctx.KernelCount();
   std::vector<Eigen::VectorXd> parts(R);
   std::vector<std::size_t> used, every(R);
   for (std::size_t r = 0; r < R; ++r)
     if (fold.model.beta[static_cast<Eigen::Index>(r)] != 0.0) used.push_back(r);
   std::iota(every.begin(), every.end(), std::size_t{0});
-  const auto products = view.Products(used, fold.model.coef, scales);
+  const auto products = view->Products(used, fold.model.coef, scales);
   for (std::size_t i = 0; i < used.size(); ++i) parts[used[i]] = products[i].col(0);
-  Eigen::VectorXd f = Eigen::VectorXd::Zero(tr.size());
+  Eigen::VectorXd f = Eigen::VectorXd::Zero(static_cast<Eigen::Index>(train.size()));
   FoldPattern p;
   p.modelQuadratics = Eigen::VectorXd::Zero(static_cast<Eigen::Index>(R));
   for (std::size_t r = 0; r < R; ++r)
@@ -186,7 +186,7 @@ FoldPattern FoldActivationPattern(const StudyContext& ctx, const cv::OuterFoldRe
   const double ss = centred.squaredNorm();
   p.c = ss > 0 ? Eigen::VectorXd(centred / ss) : Eigen::VectorXd::Zero(f.size());  // a constant decision has no pattern
   p.norms.resize(static_cast<Eigen::Index>(R));
-  const auto patternParts = view.Products(every, p.c);
+  const auto patternParts = view->Products(every, p.c, Eigen::VectorXd());
   for (std::size_t r = 0; r < R; ++r) p.norms[static_cast<Eigen::Index>(r)] = std::sqrt(std::max(0.0, p.c.dot(patternParts[r].col(0))));
   return p;
 }
@@ -210,7 +210,7 @@ exporting::WeightMaps ComputeWeightMaps(const StudyContext& ctx, const std::vect
       std::vector<int> train = fold.train;
       train.insert(train.end(), fold.unlabelled.begin(), fold.unlabelled.end());
       // Equal source weighting: the learner saw kernel r scaled by g_r, so its weight in the map is beta_r g_r.
-      const Eigen::VectorXd scales = ctx.FoldScales(Indices(train), Indices(fold.test));
+      const Eigen::VectorXd scales = ctx.FoldScales(train, fold.test);
       if (fold.model.Multiclass()) {  // one map per class: its coefficients and (per-class) kernel weights
         for (Eigen::Index c = 0; c < fold.model.coefs.cols(); ++c) {
           const Eigen::VectorXd beta = fold.model.betas.cols() > c ? Eigen::VectorXd(fold.model.betas.col(c)) : fold.model.beta;
@@ -383,7 +383,7 @@ void NameClasses(cv::Summary& s, const std::vector<std::string>& names) {
 CrossValidationResult RunCrossValidation(const StudyContext& ctx) {
   const learners::Targets targets = ctx.TargetsOf(ctx.cohort.y);
   CrossValidationResult result;
-  auto outcomes = ctx.WithKernels([&](const auto& kernels) { return cv::RunNestedCv(kernels, targets, ctx.outer, ctx.Inner(), ctx.plans, ctx.nestedOptions); });
+  auto outcomes = cv::RunNestedCv(*ctx.kernels, targets, ctx.outer, ctx.Inner(), ctx.plans, ctx.nestedOptions);
   for (std::size_t l = 0; l < outcomes.size(); ++l) {
     exporting::LearnerRecord lr;
     lr.summary = cv::Summarise(outcomes[l], targets);
@@ -476,7 +476,7 @@ RegionWeightsResult RunRegionWeights(const StudyContext& ctx, const std::vector<
     if (multiclass && anyConnectivity)
       result.warnings.push_back("multiclass study with a connectivity source: edge weights are not written for multiclass models yet (region tables rank every kernel)");
   }
-  const cv::Preprocessing& preprocessing = ctx.nestedOptions.preprocessing;  // covariates included
+  const gram::Preprocessing& preprocessing = ctx.nestedOptions.preprocessing;  // covariates included
   for (std::size_t l = 0; l < learners.size(); ++l) {
     const auto& lr = learners[l];
     const bool mkl = learners::FindLearner(lr.outcome.name)->multipleKernels;
@@ -493,7 +493,7 @@ RegionWeightsResult RunRegionWeights(const StudyContext& ctx, const std::vector<
         if (!preprocessing.kernelGroups.empty()) {
           std::vector<int> train = fold.train;
           train.insert(train.end(), fold.unlabelled.begin(), fold.unlabelled.end());
-          scales = ctx.FoldScales(Indices(train), Indices(fold.test));
+          scales = ctx.FoldScales(train, fold.test);
         }
         const auto share = [&](const Eigen::VectorXd& beta) -> Eigen::VectorXd {
           if (scales.size() == 0) return beta;
@@ -510,15 +510,13 @@ RegionWeightsResult RunRegionWeights(const StudyContext& ctx, const std::vector<
         // ||w_r|| = sqrt(sum_c ||w_rc||^2) (the block the shared-weight MKL learners weigh, docs/learners.md).
         std::vector<int> train = fold.train;
         train.insert(train.end(), fold.unlabelled.begin(), fold.unlabelled.end());
-        const Eigen::VectorXi tr = Eigen::Map<const Eigen::VectorXi>(train.data(), static_cast<Eigen::Index>(train.size()));
-        const Eigen::VectorXi te = Eigen::Map<const Eigen::VectorXi>(fold.test.data(), static_cast<Eigen::Index>(fold.test.size()));
         const auto R = static_cast<Eigen::Index>(ctx.KernelCount());
-        const cv::FoldKernelView view = ctx.FoldView(tr, te);
-        const Eigen::VectorXd scales = view.Scales();
+        const auto view = ctx.OpenFold(train, fold.test);
+        const Eigen::VectorXd scales = view->Scales();
         Eigen::MatrixXd norms(R, classes);
         std::vector<std::size_t> every(static_cast<std::size_t>(R));
         std::iota(every.begin(), every.end(), std::size_t{0});
-        const auto KC = view.Products(every, fold.model.coefs, scales);
+        const auto KC = view->Products(every, fold.model.coefs, scales);
         for (Eigen::Index r = 0; r < R; ++r)
           for (Eigen::Index c = 0; c < classes; ++c)
             norms(r, c) = weights::ModelNorm(fold.model.coefs.col(c).dot(KC[static_cast<std::size_t>(r)].col(c)), fold.model.beta[r]);
@@ -534,10 +532,10 @@ RegionWeightsResult RunRegionWeights(const StudyContext& ctx, const std::vector<
       } else {
         std::vector<int> train = fold.train;
         train.insert(train.end(), fold.unlabelled.begin(), fold.unlabelled.end());
-        const cv::FoldKernelView view = ctx.FoldView(Indices(train), Indices(fold.test));
+        const auto view = ctx.OpenFold(train, fold.test);
         std::vector<std::size_t> every(ctx.KernelCount());
         std::iota(every.begin(), every.end(), std::size_t{0});
-        const auto parts = view.Products(every, fold.model.coef, view.Scales());
+        const auto parts = view->Products(every, fold.model.coef, view->Scales());
         for (std::size_t r = 0; r < every.size(); ++r) {
           const auto j = static_cast<Eigen::Index>(r);
           norms[j] = weights::ModelNorm(fold.model.coef.dot(parts[r].col(0)), fold.model.beta[j]);
@@ -627,17 +625,13 @@ exporting::RunRecord DescribeRun(const StudyContext& ctx, CrossValidationResult 
     for (auto r : ctx.kernelRows) record.intensityScale.push_back(ks.set.intensityScale[static_cast<std::size_t>(r)]);
   }
   record.subjectsWithSignal = ctx.subjectsWithSignal;
-  if (!ctx.compact.empty()) {
-    record.compactBytes = kernels::CompactBytes(ctx.compact.size(), static_cast<std::size_t>(ctx.compact[0].rows()));
-    record.compactCentred = ctx.compact.centred;
+  if (ctx.kernels->Compact()) {
+    record.compactBytes = gram::CompactBytes(ctx.kernels->Count(), static_cast<std::size_t>(ctx.kernels->Subjects()));
+    record.compactCentred = ctx.kernels->Centred();
   }
   if (ks.owners) {
     record.kernelsHeldByRanks = true;
     record.kernelsHeldNote = ks.heldNote;
-    if (ks.owners->Compact()) {
-      record.compactBytes = kernels::CompactBytes(ks.owners->size(), static_cast<std::size_t>(ks.owners->Subjects()));
-      record.compactCentred = ks.owners->Centred();
-    }
   }
   if (const auto total = ks.set.nonZeroInsideAtlas + ks.set.nonZeroOutsideAtlas; ks.set.nonZeroInsideAtlas >= 0 && total > 0)
     record.outsideAtlasShare = static_cast<double>(ks.set.nonZeroOutsideAtlas) / static_cast<double>(total);
@@ -653,7 +647,7 @@ exporting::RunRecord DescribeRun(const StudyContext& ctx, CrossValidationResult 
     record.covariateColumns = ctx.covariates->columns;
     record.covariateFitOn = ctx.covariates->fitOn;
     // Labelled subjects are the design's first n rows.
-    record.covariateTargetR2 = kernels::CovariateR2(ctx.covariates->covariates.design.topRows(ctx.n), cohort.y);
+    record.covariateTargetR2 = gram::CovariateR2(ctx.covariates->covariates.design.topRows(ctx.n), cohort.y);
   }
   record.centre = study.kernels.centre;
   record.normalise = study.kernels.normalise;
@@ -704,9 +698,8 @@ void WriteStudyOutputs(StudyContext& ctx, exporting::RunRecord& record, const Re
   const auto& study = ctx.study;
   WriteTextFile(request.dir + "/study.resolved.json", config::ResolvedConfigJson(study) + "\n");
   if (study.output.saveKernels) {
-    if (ctx.kernelsMoved) std::swap(ctx.ks.set.kernels, ctx.kernels);  // lend the kernels back for writing
-    SaveStageKernels(request.dir + "/kernels", ctx.ks, "raw region kernels of study " + study.name);  // held by MPI ranks: each writes its own
-    if (ctx.kernelsMoved) std::swap(ctx.ks.set.kernels, ctx.kernels);
+    // Held by MPI ranks: each writes its own; moved into the study's kernels: written from there.
+    SaveStageKernels(request.dir + "/kernels", ctx.ks, "raw region kernels of study " + study.name, ctx.movedKernels);
   }
   const io::Geometry* grid = ctx.ks.regions ? &ctx.ks.regions->grid : nullptr;
   exporting::WriteStudyTables(request.dir, record, weights.maps, grid);

@@ -199,7 +199,7 @@ std::string ValidateStudy(const config::StudyConfig& study, bool deep) {
   {
     const std::size_t count = PlannedKernelCount(study, cohort);
     const std::uint64_t bytes = CheckKernelsFitMemory(study, cohort.ids.size(), count);  // kernels:TooLarge when they cannot fit this machine
-    const double memory = static_cast<double>(kernels::PhysicalMemoryBytes());
+    const double memory = static_cast<double>(PhysicalMemoryBytes());
     const bool float32 = study.kernels.precision == config::KernelPrecision::Float32;
     line(fmt::format("  memory: the kernels take {:.1f} MiB ({} kernels x {} subjects^2 x {} bytes), {:.1f} % of this machine's {:.1f} GiB; learners of "
                      "kernel weights add fold copies (up to ~1.7x more, docs/batch.md \"Measured\")",

@@ -40,15 +40,17 @@ std::string SafeName(const std::string& s) {
 
 std::string KernelStoreFile(std::size_t r, const std::string& name) { return fmt::format("k{:03d}_{}.npy", r, SafeName(name)); }
 
-void SaveKernelStore(const std::string& dir, const kernels::KernelSet& set, const std::string& key, const std::string& description) {
+void SaveKernelStore(const std::string& dir, const kernels::KernelSet& set, const std::string& key, const std::string& description,
+                     const std::vector<Eigen::MatrixXd>* moved) {
+  const std::vector<Eigen::MatrixXd>& float64 = moved ? *moved : set.kernels;
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) throw IoError("store:Mkdir", dir, "cannot create the kernel folder: " + ec.message());
   std::vector<std::string> hashes;
-  for (std::size_t r = 0; r < set.Size(); ++r) {
+  for (std::size_t r = 0; r < set.info.size(); ++r) {
     const std::string file = dir + "/" + KernelStoreFile(r, set.info[r].name);
     if (set.Compact()) WriteNpy(file, set.compact.kernels[r]);
-    else WriteNpy(file, set.kernels[r]);
+    else WriteNpy(file, float64[r]);
     // Checksum of the file as written: a later read that finds other bytes (bit rot, a partial copy,
     // an edit) is refused, never served as kernels.
     hashes.push_back(HashFile(file).Hex());
@@ -61,7 +63,7 @@ void SaveKernelStoreIndex(const std::string& dir, const kernels::KernelSet& set,
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) throw IoError("store:Mkdir", dir, "cannot create the kernel folder: " + ec.message());
-  if (hashes.size() != set.Size()) throw std::logic_error("SaveKernelStoreIndex: one checksum per kernel");
+  if (hashes.size() != set.info.size()) throw std::logic_error("SaveKernelStoreIndex: one checksum per kernel");
   Json index = {{"format", "neuromkl-kernels"}, {"version", 1}, {"key", key}, {"description", description},
                 {"subjects", set.subjects}, {"kernels", Json::array()}, {"excluded", Json::array()},
                 {"note", "each file is a float64 n x n raw Gram matrix (not centred or normalised), rows and columns in 'subjects' order"}};
@@ -79,7 +81,7 @@ void SaveKernelStoreIndex(const std::string& dir, const kernels::KernelSet& set,
     WriteNpy(dir + "/raw_diagonals.npy", diagonals);
     index["raw_diagonals_xxh3"] = HashFile(dir + "/raw_diagonals.npy").Hex();
   }
-  for (std::size_t r = 0; r < set.Size(); ++r) {
+  for (std::size_t r = 0; r < set.info.size(); ++r) {
     Json e = InfoJson(set.info[r]);
     e["file"] = KernelStoreFile(r, set.info[r].name);
     e["xxh3"] = hashes[r];

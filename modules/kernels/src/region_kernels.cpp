@@ -24,7 +24,7 @@
 #include "neuromkl/core/progress.hpp"
 #include "neuromkl/io/nifti.hpp"
 #include "neuromkl/kernels/blas.hpp"
-#include "neuromkl/kernels/huge_pages.hpp"
+#include "neuromkl/core/system.hpp"
 
 namespace neuromkl::kernels {
 
@@ -276,11 +276,6 @@ void AccumulateRegion(const float* xa, std::int64_t na, const float* xb, std::in
 
 }  // namespace
 
-std::uint64_t PhysicalMemoryBytes() {
-  const long pages = sysconf(_SC_PHYS_PAGES), size = sysconf(_SC_PAGE_SIZE);
-  return pages > 0 && size > 0 ? static_cast<std::uint64_t>(pages) * static_cast<std::uint64_t>(size) : (8ULL << 30);
-}
-
 std::vector<Eigen::MatrixXd> RegionProducts(const float* x, std::int64_t n, std::int64_t ldx, const std::vector<std::int64_t>& offsets) {
   UseSingleThreadedBlas();
   const std::size_t R = offsets.empty() ? 0 : offsets.size() - 1;
@@ -492,7 +487,7 @@ KernelSet ComputeRegionKernels(const std::vector<std::string>& subjectIds, const
             // be zero in any case, but so would a constant non-zero kernel).
             if (K.cwiseAbs().maxCoeff() == 0.0) return;
             try {
-              set.compact.kernels[r] = CompactKernel(K, options.compactCentre, options.compactWhere + ": kernel \"" + set.info[r].name + "\"");
+              set.compact.kernels[r] = gram::CompactKernel(K, options.compactCentre, options.compactWhere + ": kernel \"" + set.info[r].name + "\"");
             } catch (...) {
               roundingErrors[r] = std::current_exception();
             }

@@ -129,8 +129,8 @@ class Mkelm final : public Learner {
       model.info.seconds = clock.Seconds();
       return model;
     }
-    std::unique_ptr<KernelStack> ownStack;
-    const KernelStack& stack = CheckedStack(Name(), train, options, ownStack);  // first: it checks the kernels' values
+    std::unique_ptr<gram::KernelStack> ownStack;
+    const gram::KernelStack& stack = CheckedStack(Name(), train, options, ownStack);  // first: it checks the kernels' values
     const auto active = ActiveKernels(train, options);
     if (active.empty()) throw InputError("learners:AllZeroKernels", "learner mkelm", "every training kernel is identically zero: nothing to learn from");
     const ElmOutputs out = MakeElmOutputs(t, bias_);

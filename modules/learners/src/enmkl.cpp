@@ -343,13 +343,13 @@ class EnmklMap {
       if (!(beta[j] > 0) && screen_.Bound(j) > level && screen_.Exact(j) > level) entering.push_back(j);
     return entering;
   }
-  const KernelStack& Stack() const { return stack_; }
+  const gram::KernelStack& Stack() const { return stack_; }
   ScreenedNorms& Norms() { return screen_; }
   bool NoCurvature() const { return noCurvature_; }
 
  private:
-  std::unique_ptr<KernelStack> ownStack_;  ///< without a cache: this fit's own stack
-  const KernelStack& stack_;
+  std::unique_ptr<gram::KernelStack> ownStack_;  ///< without a cache: this fit's own stack
+  const gram::KernelStack& stack_;
   ScreenedNorms screen_;
   Eigen::MatrixXd K_;
   bool noCurvature_ = false;

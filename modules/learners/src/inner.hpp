@@ -98,91 +98,20 @@ struct EnmklSettings {
 /// sparse form (norm 1), which is l1-MKL with the kernel ELM (ridge) inner problem, and MKL-BP at v = 1. The training
 /// kernels' values are checked here (CheckedStack: call ValidateFitInputExceptValues first); `learner` names errors.
 Model FitEnmkl(std::string_view learner, const KernelList& train, const InnerSolver& solver, const EnmklSettings& s, const FitOptions& options);
-class KernelStack;
 /// SimpleMKL's fit (reduced gradient, line search on J, Newton steps; certified by the relative duality gap) on any
 /// inner solver and the caller's (checked) stack of the training kernels, from the weights `start` (sum 1) and the inner
 /// solver's variables there (empty: a cold solve).
-Model FitSimpleMklFrom(const KernelList& train, const KernelStack& stack, const InnerSolver& solver, double gapTolerance, int maxIterations,
+Model FitSimpleMklFrom(const KernelList& train, const gram::KernelStack& stack, const InnerSolver& solver, double gapTolerance, int maxIterations,
                        const Eigen::VectorXd& start, const Eigen::VectorXd& startState, const FitOptions& options);
 
-/// The two operations every MKL iteration needs, over the kernels' upper triangles (half the memory
-/// traffic of the full kernels): sum_j w_j K_j (Combine) and q_j = a' K_j a (Quadratic, Quadratics).
-/// Below kViewFrom subjects the triangles are packed into one store (small enough to stay in cache
-/// across iterations: 18.5 MB at n = 200, m = 116). From kViewFrom subjects it is a view: it reads the
-/// caller's kernels in place (column j's upper part, rows 0..j, is contiguous in a column-major matrix)
-/// and copies nothing (a packed copy at n = 2000 is 1.9 GB and costs seconds per fit); kernels given as
-/// columns are read one column at a time through a scratch column (Float32Columns: in place where it
-/// matters). `kernels` must outlive it. Only the upper triangle is read (the kernels are symmetric).
-class KernelStack {
- public:
-  explicit KernelStack(const KernelList& kernels);
-  /// The same stack over kernels given as columns (FitOptions::columns): packed from them below kViewFrom
-  /// subjects, else read through them as needed (Float32Columns: the combination and the quadratics read
-  /// their float32 kernels in place). Every operation gives the values of the stack of the matrices they
-  /// describe, bit for bit. `columns` must outlive it.
-  explicit KernelStack(const KernelColumns& columns);
-  /// sum_j w_j K_j over the kernels with w_j != 0 only (the active set): its cost is proportional
-  /// to the number of non-zero weights.
-  Eigen::MatrixXd Combine(const Eigen::VectorXd& weights) const;
-  /// The same into `out`, reusing its storage when it is already n x n (no allocation per iteration).
-  void Combine(const Eigen::VectorXd& weights, Eigen::MatrixXd& out) const;
-  Eigen::VectorXd Quadratics(const Eigen::VectorXd& a) const;
-  /// q_j = a'K_j a of a solution; summed over the classes of a one-vs-rest solution (shared weights).
-  Eigen::VectorXd Quadratics(const InnerSolution& sol) const;
-  /// a'K_j a summed over the columns of A (one-vs-rest classes), from the upper triangle; `nonzero`
-  /// lists the rows where some column of A is non-zero (NonZeroRows): only those columns of the
-  /// triangle are read (an SVM's non-support vectors cost nothing).
-  double Quadratic(Eigen::Index j, const Eigen::MatrixXd& A, const std::vector<Eigen::Index>& nonzero) const;
-  static std::vector<Eigen::Index> NonZeroRows(const Eigen::MatrixXd& A);
-  /// K_j v.
-  Eigen::VectorXd Product(Eigen::Index j, const Eigen::VectorXd& v) const;
-  /// The columns K_j v for j in `which` (a view stack computes them on several threads).
-  Eigen::MatrixXd Products(const std::vector<Eigen::Index>& which, const Eigen::VectorXd& v) const;
-  /// sqrt of an upper bound on the largest eigenvalue of kernel j (its Frobenius norm), for the
-  /// screening bound sqrt(a'K_j a) <= sqrt(b'K_j b) + sqrt(lambda_max(K_j)) ||a - b||; computed on
-  /// first use (only kernels that leave the active set need it).
-  double RootSpectralBound(Eigen::Index j) const;
-  /// Whether kernel k's upper triangle is finite, and whether it has a non-zero entry (one pass over it).
-  void Scan(Eigen::Index k, bool& finite, bool& nonzero) const;
-  /// A stack of matrices: the first kernel with a NaN or infinite entry anywhere in its matrix, or -1 (ValidateFitInput's
-  /// check). A packed stack found them while packing (the same pass also gives RootSpectralBound), a view reads them now.
-  Eigen::Index FirstNonFinite() const;
-  Eigen::Index Size() const { return count_; }
-  /// Whether the combination and the quadratics read Float32Columns' kernels in place (view stacks only).
-  bool ReadsFloat32() const { return float32_ != nullptr; }
-  /// Whether the kernels are DistributedColumns: every operation is a request to their owners (never packed).
-  bool Distributed() const { return distributed_ != nullptr; }
-  /// Quadratic of each kernel in `which`, as one request to the owners (distributed stacks only).
-  Eigen::VectorXd DistributedQuadratics(const std::vector<Eigen::Index>& which, const Eigen::MatrixXd& A) const;
-  static constexpr Eigen::Index kViewFrom = kPackedStackBelow;
-  bool Packed() const { return packed_.size() > 0; }
-  /// The packed outer product of A's columns (summed), for Quadratic on a packed stack.
-  Eigen::VectorXd PackedOuter(const Eigen::MatrixXd& A) const;
-  double PackedQuadratic(Eigen::Index j, const Eigen::VectorXd& packedOuter) const;
-
- private:
-  /// Rows 0..j of column j of kernel k: in place in the matrices or the packed store, or (columns) written
-  /// to `scratch` (n values).
-  const double* UpperColumn(Eigen::Index k, Eigen::Index j, double* scratch) const;
-  const KernelList* kernels_ = nullptr;      ///< the matrices, or
-  const KernelColumns* columns_ = nullptr;   ///< their columns
-  const std::vector<Eigen::MatrixXf>* float32_ = nullptr;  ///< Float32Columns' kernels, read in place (view stacks only)
-  const DistributedColumns* distributed_ = nullptr;        ///< kernels held by their owners (distributed stacks)
-  Eigen::Index count_ = 0;
-  Eigen::Index n_ = 0;
-  Eigen::MatrixXd packed_;  ///< n(n+1)/2 x m below kViewFrom subjects, else empty
-  mutable Eigen::VectorXd rootBounds_;  ///< NaN until computed
-  std::vector<char> finite_;  ///< packed from matrices: whether each matrix is finite (empty otherwise)
-};
-
-/// Active-set quadratics (issue 17): c_j = sqrt(q_j) exactly for the kernels the caller asks for
+/// Active-set quadratics: c_j = sqrt(q_j) exactly for the kernels the caller asks for
 /// (those in use), and for the others only when a safe upper bound says they might matter.
 /// Every bound comes from the last exact evaluation of that kernel at coefficients b:
 /// sqrt(a'K_j a) <= sqrt(b'K_j b) + sqrt(lambda_max(K_j)) ||a - b||_F (triangle inequality for the
 /// seminorm ||K_j^{1/2} .||; a and b stack the classes' coefficient columns).
 class ScreenedNorms {
  public:
-  explicit ScreenedNorms(const KernelStack& stack);
+  explicit ScreenedNorms(const gram::KernelStack& stack);
   /// Starts a new solution: afterwards Exact(j) and Bound(j) refer to it.
   void Begin(const InnerSolution& sol);
   /// sqrt(a'K_j a) at the current solution (computed once, then remembered as the bound's anchor).
@@ -190,8 +119,8 @@ class ScreenedNorms {
   /// A value >= sqrt(a'K_j a) at the current solution (exact if already computed).
   double Bound(Eigen::Index j) const;
   bool Known(Eigen::Index j) const { return known_[static_cast<std::size_t>(j)] != 0; }
-  /// Computes the exact values of the kernels in `which` that are not yet known (side by side on a
-  /// view stack, where each reads a whole kernel). Same values as Exact.
+  /// Computes the exact values of the kernels in `which` that are not yet known (side by side, or in one
+  /// request, where the stack's quadratic form gains by it). Same values as Exact.
   void Evaluate(const std::vector<Eigen::Index>& which);
   /// Evaluate for a solution with one coefficient vector a (not one-vs-rest), through the columns
   /// K_j a (j in `which`, in that order) written to `products`: a'K_j a is read off them, so a caller
@@ -204,10 +133,9 @@ class ScreenedNorms {
 
  private:
   void Record(Eigen::Index j, double value);  ///< an exact value at the current solution, and the bound's new anchor
-  const KernelStack& stack_;
+  const gram::KernelStack& stack_;
   Eigen::MatrixXd current_;       ///< the current coefficients (classes as columns)
-  std::vector<Eigen::Index> nonzero_;  ///< rows of current_ with a non-zero entry
-  Eigen::VectorXd outer_;         ///< packed outer product of current_ (packed stack only; lazy)
+  std::unique_ptr<gram::QuadraticForm> form_;  ///< the stack's quadratics of current_
   Eigen::VectorXd value_;         ///< exact values at the current solution where known_
   std::vector<char> known_;
   Eigen::VectorXd anchorValue_;   ///< last exact value of each kernel ...
@@ -217,20 +145,23 @@ class ScreenedNorms {
 /// Training-kernel cache (learner.hpp): whether `kernels` were checked before through `cache` (false
 /// without a cache; binds the cache to `kernels`), and recording a successful check.
 bool CheckedBefore(TrainingKernelCache* cache, const KernelList& kernels);
-bool CheckedBefore(TrainingKernelCache* cache, const KernelColumns& columns);
+bool CheckedBefore(TrainingKernelCache* cache, const gram::TrainingKernels& kernels);
 void MarkChecked(TrainingKernelCache* cache);
 /// The packed stack of `kernels`: the cache's (built on first use) or, without a cache, one built into `local`.
-const KernelStack& SharedStack(TrainingKernelCache* cache, const KernelList& kernels, std::unique_ptr<KernelStack>& local);
+const gram::KernelStack& SharedStack(TrainingKernelCache* cache, const KernelList& kernels, std::unique_ptr<gram::KernelStack>& local);
 /// For the learners of kernel weights, which read their kernels through a stack: ValidateFitInput without its pass
-/// over the matrices' values, which CheckedStack makes while packing them (issue 17: the two passes over every matrix
-/// were 15 % of a cold ENMKL-SVM fit at n = 200, m = 116).
+/// over the matrices' values, which CheckedStack makes while packing them (two passes over every matrix were 15 % of
+/// a cold ENMKL-SVM fit at n = 200 with 116 kernels).
 void ValidateFitInputExceptValues(std::string_view learner, const KernelList& train, const Targets& targets, const FitOptions& options,
                                   bool allowUnlabelled = false);
-/// SharedStack of the training kernels (matrices or columns) with ValidateFitInput's check of the matrices' values
-/// (unless the cache made it before): the same InputError for the first kernel with a NaN or infinite entry.
-const KernelStack& CheckedStack(std::string_view learner, const KernelList& train, const FitOptions& options, std::unique_ptr<KernelStack>& local);
-const KernelStack& SharedStack(TrainingKernelCache* cache, const KernelColumns& columns, std::unique_ptr<KernelStack>& local);
-/// The training kernels of a fit of a learner of kernel weights: `train`, or options.columns when given.
+/// SharedStack of the training kernels (matrices, or options.kernels) with ValidateFitInput's check of the matrices'
+/// values (unless the cache made it before): the same InputError for the first kernel with a NaN or infinite entry.
+const gram::KernelStack& CheckedStack(std::string_view learner, const KernelList& train, const FitOptions& options,
+                                      std::unique_ptr<gram::KernelStack>& local);
+const gram::KernelStack& SharedStack(TrainingKernelCache* cache, const gram::TrainingKernels& kernels, std::unique_ptr<gram::KernelStack>& local);
+/// q_j = a'K_j a of a solution; summed over the classes of a one-vs-rest solution (shared weights).
+Eigen::VectorXd Quadratics(const gram::KernelStack& stack, const InnerSolution& sol);
+/// The training kernels of a fit of a learner of kernel weights: `train`, or options.kernels when given.
 /// Their number, and ActiveKernels of them (CheckedStack gives their stack).
 Eigen::Index KernelCount(const KernelList& train, const FitOptions& options);
 std::vector<Eigen::Index> ActiveKernels(const KernelList& train, const FitOptions& options);

@@ -52,8 +52,8 @@ class MklBp final : public Learner {
       return model;
     }
     const Eigen::Index stateSize = t.task == Task::Multiclass ? t.y.size() * t.classes : t.y.size();
-    std::unique_ptr<KernelStack> ownStack;
-    const KernelStack& stack = CheckedStack(Name(), train, options, ownStack);  // first: it checks the kernels' values
+    std::unique_ptr<gram::KernelStack> ownStack;
+    const gram::KernelStack& stack = CheckedStack(Name(), train, options, ownStack);  // first: it checks the kernels' values
     const auto active = ActiveKernels(train, options);
     if (active.empty()) throw InputError("learners:AllZeroKernels", "learner mkl_bp", "every training kernel is identically zero: nothing to learn from");
     std::vector<bool> isActive(static_cast<std::size_t>(m), false);
@@ -82,7 +82,7 @@ class MklBp final : public Learner {
     bool newtonAvailable = true;
     for (int it = 1; it <= maxIter_; ++it) {
       info.iterations = it;
-      const Eigen::VectorXd s = stack.Quadratics(sol);
+      const Eigen::VectorXd s = Quadratics(stack, sol);
       const Eigen::VectorXd target = Oracle(s, isActive, u);
       const double gap = 0.5 * s.dot(target - u);
       info.gap = gap / std::max(std::abs(sol.dual), 1e-300);
@@ -154,7 +154,7 @@ class MklBp final : public Learner {
   /// the oracle returns u itself and the gap is 0). The inner solver's sensitivity gives ds_j/du_k = -2 H_jk
   /// (InnerSolver::Curvature). `out` is the step's point with the kernels it sends below 0 at 0, scaled onto
   /// g = 1. False when the step is not usable; `available` is cleared when the solver has no sensitivity.
-  bool NewtonPoint(const KernelStack& stack, const InnerSolver& solver, const Eigen::VectorXd& u, const InnerSolution& sol,
+  bool NewtonPoint(const gram::KernelStack& stack, const InnerSolver& solver, const Eigen::VectorXd& u, const InnerSolution& sol,
                    const Eigen::VectorXd& s, Eigen::VectorXd& out, bool& available) const {
     std::vector<Eigen::Index> A;
     for (Eigen::Index j = 0; j < u.size(); ++j)

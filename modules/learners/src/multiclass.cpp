@@ -18,10 +18,10 @@ Eigen::VectorXd OneVsRestLabels(const Eigen::VectorXd& y, int c) {
   return out;
 }
 
-Eigen::VectorXd KernelStack::Quadratics(const InnerSolution& sol) const {
-  if (sol.coefs.cols() == 0) return Quadratics(sol.coef);
-  Eigen::VectorXd q = Quadratics(Eigen::VectorXd(sol.coefs.col(0)));
-  for (Eigen::Index c = 1; c < sol.coefs.cols(); ++c) q += Quadratics(Eigen::VectorXd(sol.coefs.col(c)));
+Eigen::VectorXd Quadratics(const gram::KernelStack& stack, const InnerSolution& sol) {
+  if (sol.coefs.cols() == 0) return stack.Quadratics(sol.coef);
+  Eigen::VectorXd q = stack.Quadratics(Eigen::VectorXd(sol.coefs.col(0)));
+  for (Eigen::Index c = 1; c < sol.coefs.cols(); ++c) q += stack.Quadratics(Eigen::VectorXd(sol.coefs.col(c)));
   return q;
 }
 
@@ -153,7 +153,7 @@ class MulticlassAdapter final : public Learner {
     for (Eigen::Index c = 0; c < T; ++c) {
       const Targets binary{Task::Classification, OneVsRestLabels(t.y, static_cast<int>(c)), 0, t.sampleWeights};  // class weights of the subjects' own classes
       if (!(binary.y.array() == 1.0).any()) continue;  // class absent from the training set: score = -1 for everyone
-      const Model mc = inner_->Fit(train, binary, FitOptions{nullptr, options.cache, options.columns});  // the classes share the kernels' work
+      const Model mc = inner_->Fit(train, binary, FitOptions{nullptr, options.cache, options.kernels});  // the classes share the kernels' work
       model.coefs.col(c) = mc.coef;
       model.biases[c] = mc.bias;
       betas.col(c) = mc.beta;

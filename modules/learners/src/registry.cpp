@@ -90,7 +90,7 @@ std::vector<LearnerInfo> MakeCatalog() {
   };
   // Every learner of kernel weights reads its training kernels through the kernel stack alone, so it
   // can fit kernels given as columns (nested CV's folds, prepared in place).
-  for (auto& l : catalog) l.readsColumns = l.multipleKernels;
+  for (auto& l : catalog) l.kernelsInPlace = l.multipleKernels;
   return catalog;
 }
 }  // namespace

@@ -32,7 +32,7 @@ class SimpleMklFit {
                FitInfo& info)
       : K_(train), stack_(CheckedStack(learner, train, options, ownStack_)), screen_(stack_), solver_(solver), s_(s), info_(info), m_(KernelCount(train, options)) {}
   /// The same on the stack of these kernels that the caller holds (ENMKL's hand-over: no second copy, no second check).
-  SimpleMklFit(const KernelList& train, const KernelStack& stack, const FitOptions& options, const InnerSolver& solver, const SimpleMklSettings& s,
+  SimpleMklFit(const KernelList& train, const gram::KernelStack& stack, const FitOptions& options, const InnerSolver& solver, const SimpleMklSettings& s,
                FitInfo& info)
       : K_(train), stack_(stack), screen_(stack_), solver_(solver), s_(s), info_(info), m_(KernelCount(train, options)) {}
 
@@ -294,8 +294,8 @@ class SimpleMklFit {
 
  private:
   const KernelList& K_;
-  std::unique_ptr<KernelStack> ownStack_;  ///< without a cache: this fit's own stack
-  const KernelStack& stack_;
+  std::unique_ptr<gram::KernelStack> ownStack_;  ///< without a cache: this fit's own stack
+  const gram::KernelStack& stack_;
   ScreenedNorms screen_;
   bool noCurvature_ = false;
   const InnerSolver& solver_;
@@ -329,7 +329,7 @@ class SimpleMkl final : public Learner {
 
 }  // namespace
 
-Model FitSimpleMklFrom(const KernelList& train, const KernelStack& stack, const InnerSolver& solver, double gapTolerance, int maxIterations,
+Model FitSimpleMklFrom(const KernelList& train, const gram::KernelStack& stack, const InnerSolver& solver, double gapTolerance, int maxIterations,
                        const Eigen::VectorXd& start, const Eigen::VectorXd& startState, const FitOptions& options) {
   FitInfo info;
   const SimpleMklSettings settings{gapTolerance, maxIterations, 0.01};  // the learner's default line search

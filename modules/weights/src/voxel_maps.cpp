@@ -1,66 +1,14 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
-#include <optional>
 
 #include <tbb/parallel_for.h>
 
 #include "neuromkl/core/errors.hpp"
 #include "neuromkl/io/nifti.hpp"
-#include "neuromkl/kernels/preprocess.hpp"
 #include "neuromkl/weights/weights.hpp"
 
 namespace neuromkl::weights {
-
-namespace {
-template <typename KernelVec>
-Eigen::MatrixXd SubjectWeightsOf(const KernelVec& kernels, const FoldModel& model, bool centre, bool normalise, const kernels::Covariates* covariates) {
-  const Eigen::Index n = kernels.empty() ? 0 : kernels[0].rows();
-  const auto l = static_cast<Eigen::Index>(model.train.size());
-  Eigen::MatrixXd D = Eigen::MatrixXd::Zero(n, static_cast<Eigen::Index>(kernels.size()));
-  const Eigen::VectorXi tr = Eigen::Map<const Eigen::VectorXi>(model.train.data(), l);
-  const Eigen::VectorXi te = Eigen::Map<const Eigen::VectorXi>(model.test.data(), static_cast<Eigen::Index>(model.test.size()));
-  std::optional<kernels::FoldResidualiser> residualiser;
-  if (covariates) residualiser = kernels::MakeFoldResidualiser(*covariates, tr, te);
-  for (std::size_t r = 0; r < kernels.size(); ++r) {
-    const double beta = model.beta[static_cast<Eigen::Index>(r)];
-    if (beta == 0.0) continue;
-    // The same fold statistics the learner saw: centred self-similarities -> the scales s_ir (without
-    // covariates from the full kernel in place, with them from the residualised fold copy).
-    Eigen::VectorXd s = Eigen::VectorXd::Ones(l), unused;
-    if (residualiser) {
-      kernels::FoldKernel fk = kernels::SliceFold(kernels[r], tr, te);
-      kernels::ResidualiseFold(fk, *residualiser);
-      if (centre) kernels::CentreFold(fk);
-      if (normalise) kernels::InverseNorms(fk.train.diagonal(), fk.testDiag, s, unused);
-    } else if (normalise) {
-      s = kernels::MakeFoldVectors(kernels[r], tr, te, centre, normalise).invTrain;
-    }
-    const Eigen::VectorXd a = model.coef.cwiseProduct(s);
-    const double meanTerm = centre ? a.sum() / static_cast<double>(l) : 0.0;
-    Eigen::VectorXd d = beta * (a.array() - meanTerm).matrix();
-    if (residualiser) kernels::ResidualiseSubjectWeights(d, *residualiser);
-    for (Eigen::Index i = 0; i < l; ++i) D(model.train[static_cast<std::size_t>(i)], static_cast<Eigen::Index>(r)) = d[i];
-  }
-  return D;
-}
-}  // namespace
-
-Eigen::MatrixXd SubjectWeights(const std::vector<Eigen::MatrixXd>& kernels, const FoldModel& model, bool centre, bool normalise,
-                               const kernels::Covariates* covariates) {
-  return SubjectWeightsOf(kernels, model, centre, normalise, covariates);
-}
-
-Eigen::MatrixXd SubjectWeights(const kernels::CompactKernelList& kernels, const FoldModel& model, bool centre, bool normalise,
-                               const kernels::Covariates* covariates) {
-  kernels::CheckCentredStoreFolds(kernels, centre, covariates != nullptr);
-  if (covariates && kernels.centred) {
-    const Eigen::VectorXi tr = Eigen::Map<const Eigen::VectorXi>(model.train.data(), static_cast<Eigen::Index>(model.train.size()));
-    const Eigen::VectorXi te = Eigen::Map<const Eigen::VectorXi>(model.test.data(), static_cast<Eigen::Index>(model.test.size()));
-    kernels::CheckCentredStoreResidualiser(kernels, kernels::MakeFoldResidualiser(*covariates, tr, te));
-  }
-  return SubjectWeightsOf(kernels, model, centre, normalise, covariates);
-}
 
 std::vector<std::vector<float>> VoxelMaps(const std::vector<std::string>& imagePaths, const atlas::RegionIndex& regions,
                                           const std::vector<kernels::KernelInfo>& kernels, const std::vector<Eigen::MatrixXd>& subjectWeights,

@@ -4,13 +4,13 @@
 #include <vector>
 
 #include "neuromkl/config/study_config.hpp"
-#include "neuromkl/kernels/covariates.hpp"
+#include "neuromkl/gram/residualise.hpp"
 #include "neuromkl/pipeline/cohort.hpp"
 
 namespace neuromkl::pipeline {
 
 struct CovariateDesign {
-  kernels::Covariates covariates;   ///< design (intercept first) and fit rows, one row per entry of `rows`
+  gram::Covariates covariates;   ///< design (intercept first) and fit rows, one row per entry of `rows`
   std::vector<std::string> columns; ///< names of the design columns after the intercept ("sex=M" for a dummy)
   std::string fitOn;                ///< "all" or "column = value"
 };

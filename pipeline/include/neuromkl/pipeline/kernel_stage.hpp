@@ -13,7 +13,7 @@
 #include "neuromkl/kernels/region_kernels.hpp"
 #include "neuromkl/pipeline/cohort.hpp"
 
-namespace neuromkl::cv {
+namespace neuromkl::gram {
 class KernelOwners;
 }
 
@@ -22,7 +22,7 @@ namespace neuromkl::pipeline {
 struct KernelStageResult {
   kernels::KernelSet set;
   /// Kernels that do not fit one rank under mpirun (set.distributed): the ranks hold them, this is rank 0's handle.
-  std::shared_ptr<cv::KernelOwners> owners;
+  std::shared_ptr<gram::KernelOwners> owners;
   std::string heldNote;  ///< ... how they came to the ranks when rank 0 handed them out (results.json)
   kernels::RegionKernelReport report;
   std::string key;        ///< content hash of everything the kernels depend on
@@ -100,7 +100,8 @@ std::size_t PlannedKernelCount(const config::StudyConfig& study, const Cohort& c
 /// (float32, ranks under mpirun). Returns the bytes.
 std::uint64_t CheckKernelsFitMemory(const config::StudyConfig& study, std::size_t subjects, std::size_t kernelCount, int ranks = 1);
 /// Writes the kernel store of `res` into `dir`: from the kernels in memory, or each by the rank that holds it.
-void SaveStageKernels(const std::string& dir, const KernelStageResult& res, const std::string& description);
+/// `moved`: the set's float64 kernels when they were moved out of it (into the study's kernels), else null.
+void SaveStageKernels(const std::string& dir, const KernelStageResult& res, const std::string& description, const std::vector<Eigen::MatrixXd>* moved = nullptr);
 KernelStageResult RunKernelStage(const config::StudyConfig& study, const Cohort& cohort, const std::string& scratchDir, int sourceIndex = -1);
 
 }  // namespace neuromkl::pipeline

@@ -9,9 +9,8 @@
 #include <vector>
 
 #include "neuromkl/config/study_config.hpp"
-#include "neuromkl/cv/kernel_owners.hpp"
 #include "neuromkl/cv/nested_cv.hpp"
-#include "neuromkl/kernels/compact_kernels.hpp"
+#include "neuromkl/gram/store.hpp"
 #include "neuromkl/pipeline/cohort.hpp"
 #include "neuromkl/pipeline/covariates.hpp"
 #include "neuromkl/pipeline/kernel_stage.hpp"
@@ -50,10 +49,12 @@ struct StudyContext {
   KernelStageResult ks;
   std::vector<int> kernelRows;       ///< cohort rows of the kernels' rows: labelled, then unlabelled
   int unlabelledCount = 0;
-  learners::KernelList kernels;      ///< kernels over kernelRows (empty with /kernels/precision "float32")
-  /// /kernels/precision "float32": the kernels over kernelRows as the compact store, in place of `kernels`.
-  kernels::CompactKernelList compact;
-  bool kernelsMoved = false;         ///< kernelRows is every subject in order: ks.set.kernels were moved here
+  /// The kernels the learners see, over kernelRows: in this process (float64, or with /kernels/precision "float32"
+  /// the compact store), or held by the MPI ranks (ks.owners). Every stage reads them through this one interface.
+  std::shared_ptr<const gram::KernelStore> kernels;
+  /// kernelRows is every subject in order: the stage's float64 kernels (ks.set.kernels) were moved into `kernels`,
+  /// and `movedKernels` refers to them there (to write them with the results).
+  const learners::KernelList* movedKernels = nullptr;
   /// Per kernel: subjects whose data are not all zero there (raw K_ii > 0), counted before any rounding.
   std::vector<int> subjectsWithSignal;
   cv::NestedCvOptions nestedOptions;
@@ -69,21 +70,14 @@ struct StudyContext {
   std::vector<std::string> LearnerLabels() const;
   /// The study's task and class count with targets y (the cohort's, or permuted ones).
   learners::Targets TargetsOf(const Eigen::VectorXd& y) const;
-  std::size_t KernelCount() const { return ks.owners ? ks.owners->size() : compact.empty() ? kernels.size() : compact.size(); }
-  /// f(the kernels the learners see): the float64 kernels, the compact store, or the kernels held by MPI ranks
-  /// (ks.owners). The cv functions take each, so one generic lambda serves all three.
-  template <typename F>
-  decltype(auto) WithKernels(F&& f) const {
-    if (ks.owners) return f(*ks.owners);
-    return compact.empty() ? f(kernels) : f(compact);
-  }
-  /// Per kernel, its largest centred training self-similarity over rows `train` (the exported model's floors).
+  std::size_t KernelCount() const { return kernels ? kernels->Count() : 0; }
+  /// The kernels' operations with the study's fold preprocessing (nestedOptions.preprocessing): a fold, its source
+  /// scales, subject weights of a fold model, and per kernel the largest centred training self-similarity over rows
+  /// `train` (the exported model's floors).
+  std::unique_ptr<gram::PreparedFold> OpenFold(const std::vector<int>& train, const std::vector<int>& test) const;
+  Eigen::VectorXd FoldScales(const std::vector<int>& train, const std::vector<int>& test) const;
+  Eigen::MatrixXd SubjectWeights(const gram::FoldModel& model) const;
   Eigen::VectorXd LargestTrainingSelfSimilarity(const std::vector<int>& train) const;
-  /// cv::FoldKernelView, cv::FoldScales and weights::SubjectWeights over the kernels the learners see, with the
-  /// study's fold preprocessing (nestedOptions.preprocessing).
-  cv::FoldKernelView FoldView(const Eigen::Ref<const Eigen::VectorXi>& train, const Eigen::Ref<const Eigen::VectorXi>& test) const;
-  Eigen::VectorXd FoldScales(const Eigen::Ref<const Eigen::VectorXi>& train, const Eigen::Ref<const Eigen::VectorXi>& test) const;
-  Eigen::MatrixXd SubjectWeights(const weights::FoldModel& model) const;
 };
 
 /// Stage 1: reads the subjects table and plans the outer folds (cheap; config and input errors surface here).

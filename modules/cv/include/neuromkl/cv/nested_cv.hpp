@@ -2,9 +2,10 @@
 
 // Nested cross-validation: per outer fold, an inner CV on the outer training subjects picks each
 // learner's hyper-parameters, then the learner is refitted on the whole outer training set and
-// predicts the outer test subjects. Kernels are centred and normalised in every fold (outer and
-// inner) with that fold's training subjects only. Parallel over folds and grid points; every
-// result lands in its own slot, so results are identical for any thread count.
+// predicts the outer test subjects. Kernels are prepared in every fold (outer and inner) with that
+// fold's training subjects only (gram::KernelStore, wherever the kernels are held). Parallel over
+// folds and grid points; every result lands in its own slot, so results are identical for any
+// thread count.
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -13,32 +14,11 @@
 #include <vector>
 
 #include "neuromkl/cv/splits.hpp"
-#include "neuromkl/kernels/compact_kernels.hpp"
-#include "neuromkl/kernels/covariates.hpp"
-#include "neuromkl/kernels/preprocess.hpp"
+#include "neuromkl/gram/store.hpp"
 #include "neuromkl/learners/learner.hpp"
 #include "neuromkl/metrics/calibration.hpp"
 
 namespace neuromkl::cv {
-
-class KernelOwners;  // kernel_owners.hpp: kernels held by several owners (MPI ranks)
-class OwnedFold;
-
-struct Preprocessing {
-  bool centre = true;
-  bool normalise = true;
-  /// Confounds removed inside every fold before centring (rows = the kernels' rows); null = none.
-  std::shared_ptr<const kernels::Covariates> covariates;
-  /// Equal source weighting (kernels.source_weighting "equal"): the group (source) of each kernel. After
-  /// centring and normalisation, group s's kernels are scaled by g_s = mean_t(T_t) / T_s, where T_s is the
-  /// sum of the group's training traces in the fold: every group then has the same total trace, and the
-  /// total over groups is unchanged. Empty = no scaling.
-  std::vector<int> kernelGroups;
-};
-
-/// The per-kernel scales g (see Preprocessing::kernelGroups) from each kernel's training trace in a fold.
-/// All ones without groups; a group whose trace is 0 keeps scale 1 (its kernels are all zero).
-Eigen::VectorXd GroupScales(const std::vector<double>& traces, const std::vector<int>& groups);
 
 /// Expands fixed parameters and a grid into complete parameter sets. Grid values are ordered from
 /// the most regularised model to the least (c ascending, lambda descending, mu descending: mu = 1 is
@@ -94,7 +74,7 @@ struct LearnerOutcome {
 enum class ColumnsInPlace { Auto, Always, Never };
 
 struct NestedCvOptions {
-  Preprocessing preprocessing;
+  gram::Preprocessing preprocessing;
   /// Subjects without a target, as the last rows/columns of the kernels (indices n .. n + u - 1).
   /// Semi-supervised learners get them appended to every training set (outer and inner) with NaN
   /// targets; they are never test subjects, and the other learners never see them.
@@ -113,14 +93,14 @@ struct NestedCvOptions {
   /// Fits on one fold's kernels share their check, packed stack and sum (learners::TrainingKernelCache).
   /// Results are identical either way; false only to measure what the sharing saves (bench_nested_cv).
   bool shareFoldWork = true;
-  /// Learners of the summed kernel (no kernel weights) get the fold's summed kernel (PrepareSummedFold)
+  /// Learners of the summed kernel (no kernel weights) get the fold's summed kernel (gram::PreparedFold::Summed)
   /// instead of a copy of every kernel. Their fits are identical either way (test decisions agree to
   /// rounding: another order of sums); false only to measure what it saves (bench_nested_cv).
   bool sumKernelsInPlace = true;
   /// Whether learners of kernel weights read each fold's training kernels from the study's kernels in place
-  /// (FoldColumns; test blocks are prepared one kernel at a time for decisions: peak memory ~1.03x the kernels
-  /// instead of ~2.6x) or get a copy of every kernel. In place, every entry is prepared again at each read: a
-  /// fit takes ~2.3x as long (bench_nested_cv memory-mkl) from learners::kPackedStackBelow training subjects.
+  /// (gram::TrainingForm::InPlace; test blocks are prepared one kernel at a time for decisions: peak memory ~1.03x
+  /// the kernels instead of ~2.6x) or get a copy of every kernel. In place, every entry is prepared again at each
+  /// read: a fit takes ~2.3x as long (bench_nested_cv memory-mkl) from gram::kPackedStackBelow training subjects.
   /// Below it every fit packs the fold's kernels into one store anyway, so in place the copies are simply not
   /// made: the training kernels are packed from the study's kernels and the test blocks (m x l each, small there)
   /// are prepared once per fold task. Auto (the default) reads in place when every training set is below
@@ -129,10 +109,10 @@ struct NestedCvOptions {
   /// Never with covariates (residualising mixes rows: those folds are copied). Results are identical bit
   /// for bit either way.
   ColumnsInPlace columnsInPlace = ColumnsInPlace::Auto;
-  /// On the compact store (RunNestedCv on kernels::CompactKernelList) where the learners of kernel weights get
-  /// copies (columnsInPlace: unless they are read in place): the copies of the training kernels are float32 (learners::Float32Columns) instead of float64. Half
-  /// the bytes for the copies, and fits from learners::kPackedStackBelow subjects read them in place at half the memory
-  /// traffic; the price is a second rounding (of the prepared values), so results are within float32 rounding
+  /// On a compact store held in this process (gram::MemoryKernels over gram::CompactKernelList) where the learners
+  /// of kernel weights get copies (columnsInPlace: unless they are read in place): the copies of the training kernels
+  /// are float32 (gram::TrainingForm::Float32Copies) instead of float64. Half the bytes for the copies, and fits from
+  /// gram::kPackedStackBelow subjects read them in place at half the memory traffic; the price is a second rounding (of the prepared values), so results are within float32 rounding
   /// of the float64 copies (decisions ~1e-7 relative), no longer equal bit for bit. Test blocks stay float64.
   /// Used only when every learner of kernel weights reads columns. Ignored for float64 kernels.
   bool float32FoldCopies = true;
@@ -151,148 +131,19 @@ std::size_t FoldsInFlight(std::uint64_t bytesPerTask, std::uint64_t budgetBytes,
 /// tbb::global_control limit (a study's `threads`). Nested CV and permutation tests size their memory shares by it.
 std::size_t ActiveThreads();
 
-/// Memory the system reports available now (Linux: MemAvailable, or half the physical memory if unknown),
-/// capped by the process's cgroup limit minus its usage (e.g. a cluster job's memory request).
-std::uint64_t AvailableMemoryBytes();
-
-/// `kernels`: raw (n + unlabelled) x (n + unlabelled) kernels; `targets`: n values. InputError for folds that
-/// cannot be used (e.g. an inner split impossible on a small training set).
+/// `kernels`: raw (n + unlabelled) x (n + unlabelled) kernels, wherever they are held; `targets`: n values. InputError for
+/// folds that cannot be used (e.g. an inner split impossible on a small training set), and for a preprocessing the
+/// kernels cannot be prepared with (gram::KernelStore::CheckPreprocessing).
+std::vector<LearnerOutcome> RunNestedCv(const gram::KernelStore& kernels, const learners::Targets& targets, const std::vector<Fold>& outer,
+                                        const InnerSplitter& inner, const std::vector<LearnerPlan>& plans, const NestedCvOptions& options);
+/// The same on float64 kernels held by the caller (gram::MemoryKernels over them).
 std::vector<LearnerOutcome> RunNestedCv(const learners::KernelList& kernels, const learners::Targets& targets, const std::vector<Fold>& outer,
                                         const InnerSplitter& inner, const std::vector<LearnerPlan>& plans, const NestedCvOptions& options);
-/// The same on the compact store (float32 kernels, kernels::CompactKernelList; issue 17): every fold kernel is
-/// prepared from the float32 entries widened to double, so the results are those of RunNestedCv on the store's
-/// values as float64 kernels, bit for bit, except where NestedCvOptions::float32FoldCopies rounds the training
-/// copies of the learners of kernel weights once more (the default). Peak memory is the store plus a fold's work when the learners of kernel
-/// weights read their kernels in place (columnsInPlace, chosen by the memory budget as for float64 kernels).
-/// A centred store (kernels::CompactKernel) is refused for folds that are neither centred nor residualised
-/// (InputError cv:CentredStoreUncentredFolds) and for a fold whose covariate fit does not keep the intercept
-/// for every subject (cv:CentredStoreCovariates): its whole-cohort centring would not cancel there. The
-/// compact overloads of PrepareFoldInto, PrepareSummedFold and FoldColumns check the same.
-std::vector<LearnerOutcome> RunNestedCv(const kernels::CompactKernelList& kernels, const learners::Targets& targets, const std::vector<Fold>& outer,
-                                        const InnerSplitter& inner, const std::vector<LearnerPlan>& plans, const NestedCvOptions& options);
 
-/// Every kernel restricted to a fold and preprocessed with the fold's training statistics.
-struct FoldKernels {
-  learners::KernelList train;  ///< l x l each
-  learners::KernelList test;   ///< m x l each
-};
-FoldKernels PrepareFold(const learners::KernelList& kernels, const std::vector<int>& train, const std::vector<int>& test,
-                        const Preprocessing& preprocessing);
-/// PrepareFold into `out`, reusing the storage of its matrices where their sizes match (nested CV hands a
-/// finished fold task's kernels to the next task: the same values without faulting in fresh memory).
-void PrepareFoldInto(const learners::KernelList& kernels, const std::vector<int>& train, const std::vector<int>& test,
-                     const Preprocessing& preprocessing, FoldKernels& out);
-void PrepareFoldInto(const kernels::CompactKernelList& kernels, const std::vector<int>& train, const std::vector<int>& test,
-                     const Preprocessing& preprocessing, FoldKernels& out);
-/// The sum over kernels of PrepareFold's blocks (one l x l training and one m x l test kernel), for
-/// the learners that fit the unweighted sum (svm, krr, kelm, bsadmm_kelm, dkelm). Without covariates it
-/// reads the full kernels in place: per kernel the fold's centring and normalisation are vectors (training
-/// column means, test row means, inverse norms) and each entry is prepared as it is added, so no kernel is
-/// copied (issue 17: peak memory close to the kernels themselves). PrepareFold writes its copies from the
-/// same vectors with the same arithmetic per entry, so this is their sum (in kernel order) bit for bit;
-/// with covariates the kernels are prepared one at a time and added, with the same result. Results do not
-/// depend on the number of threads.
-FoldKernels PrepareSummedFold(const learners::KernelList& kernels, const std::vector<int>& train, const std::vector<int>& test,
-                              const Preprocessing& preprocessing);
-FoldKernels PrepareSummedFold(const kernels::CompactKernelList& kernels, const std::vector<int>& train, const std::vector<int>& test,
-                              const Preprocessing& preprocessing);
-/// A model fitted on PrepareSummedFold's one kernel as the same model over `kernels` kernels (beta_j = 1 / kernels
-/// and coefficients times kernels, the form the summed-kernel learners report): same decision function.
+/// A model fitted on a fold's summed kernel (gram::PreparedFold::Summed) as the same model over `kernels` kernels
+/// (beta_j = 1 / kernels and coefficients times kernels, the form the summed-kernel learners report): same decision
+/// function.
 learners::Model ExpandSummedModel(learners::Model model, Eigen::Index kernels);
-/// One kernel of PrepareFold (callers that need one kernel at a time need not copy them all), times
-/// `scale` (its FoldScales entry with equal source weighting).
-kernels::FoldKernel PrepareFoldKernel(const Eigen::MatrixXd& kernel, const Eigen::Ref<const Eigen::VectorXi>& train,
-                                      const Eigen::Ref<const Eigen::VectorXi>& test, const Preprocessing& preprocessing, double scale = 1.0);
-/// The scales PrepareFold applies to each kernel in this fold (all ones without kernelGroups), from each
-/// kernel's trace (fold vectors, or with covariates a preparation one kernel at a time, several in parallel):
-/// callers that weigh or map a fold model use it.
-Eigen::VectorXd FoldScales(const learners::KernelList& kernels, const Eigen::Ref<const Eigen::VectorXi>& train,
-                           const Eigen::Ref<const Eigen::VectorXi>& test, const Preprocessing& preprocessing);
-/// The same over the compact store (its float32 values widened to double).
-Eigen::VectorXd FoldScales(const kernels::CompactKernelList& kernels, const Eigen::Ref<const Eigen::VectorXi>& train,
-                           const Eigen::Ref<const Eigen::VectorXi>& test, const Preprocessing& preprocessing);
-
-/// The largest of one kernel's centred training self-similarities over rows `train` (residualised first with
-/// covariates), as the folds prepare them before normalising (0 without rows): the exported model's zero-norm floor.
-double LargestCentredSelfSimilarity(const Eigen::MatrixXd& kernel, const Eigen::Ref<const Eigen::VectorXi>& train, const Preprocessing& preprocessing);
-double LargestCentredSelfSimilarity(const Eigen::MatrixXf& kernel, const Eigen::Ref<const Eigen::VectorXi>& train, const Preprocessing& preprocessing);
-
-/// One fold's prepared training kernels (PrepareFold's training copies) as learners::KernelColumns, read
-/// from the full kernels in place: each column is written from the fold vectors with the arithmetic of
-/// PrepareFold (kernels::PreparedEntry), so the values are the copies' bit for bit and a learner of kernel
-/// weights fits them as it fits the copies (issue 17: no fold copies). Not with covariates (InputError).
-class FoldColumns final : public learners::KernelColumns {
- public:
-  FoldColumns(const learners::KernelList& kernels, const Eigen::Ref<const Eigen::VectorXi>& train, const Eigen::Ref<const Eigen::VectorXi>& test,
-              const Preprocessing& preprocessing);
-  /// The same over the compact store: the columns of its float32 values widened to double.
-  FoldColumns(const kernels::CompactKernelList& kernels, const Eigen::Ref<const Eigen::VectorXi>& train, const Eigen::Ref<const Eigen::VectorXi>& test,
-              const Preprocessing& preprocessing);
-  /// For the owner of a share of a study's kernels (kernel_owners.hpp): its kernels' fold vectors, already computed,
-  /// and their scales, which come from the traces of every kernel of the study (GroupScales over all of them).
-  FoldColumns(const learners::KernelList& kernels, const Eigen::Ref<const Eigen::VectorXi>& train, const Eigen::Ref<const Eigen::VectorXi>& test,
-              std::vector<kernels::FoldVectors> vectors, Eigen::VectorXd scales);
-  FoldColumns(const kernels::CompactKernelList& kernels, const Eigen::Ref<const Eigen::VectorXi>& train, const Eigen::Ref<const Eigen::VectorXi>& test,
-              std::vector<kernels::FoldVectors> vectors, Eigen::VectorXd scales);
-  Eigen::Index Count() const override;
-  Eigen::Index Size() const override { return train_.size(); }
-  void UpperColumn(Eigen::Index k, Eigen::Index j, double* out) const override;
-  /// PrepareFold's test blocks (m x l each) one at a time, each written into `buffer` when a model asks for it
-  /// (a model's decisions from them equal those from PrepareFold's copies bit for bit). `buffer` must outlive
-  /// the result.
-  learners::TestBlocks Test(Eigen::MatrixXd& buffer) const;
-  /// Every test block at once into `out` (the blocks Test writes, bit for bit), for folds that decide often
-  /// (a grid search) and whose blocks are small enough to hold.
-  void WriteTestBlocks(learners::KernelList& out) const;
-
- private:
-  void Init(const Preprocessing& preprocessing);
-  /// f(the study's kernels), float64 or the compact store, whichever this view reads.
-  template <typename F>
-  decltype(auto) WithKernels(const F& f) const;
-  const learners::KernelList* kernels_ = nullptr;          ///< the study's kernels, or
-  const kernels::CompactKernelList* compact_ = nullptr;  ///< the compact store
-  Eigen::VectorXi train_, test_;
-  std::vector<kernels::FoldVectors> vectors_;
-  Eigen::VectorXd scales_;  ///< FoldScales
-};
-
-/// One fold's prepared training kernels for products K~_r A, read from the full kernels in place: each
-/// kernel's fold vectors (kernels::FoldVectors) are computed once, in parallel, when the view is made. With
-/// covariates (not vectors) each product prepares its kernel's fold copy (PrepareFoldKernel). The
-/// weights stage's products (patterns, region shares) go through it: no fold copies at any n.
-class FoldKernelView {
- public:
-  FoldKernelView(const learners::KernelList& kernels, const Eigen::Ref<const Eigen::VectorXi>& train, const Eigen::Ref<const Eigen::VectorXi>& test,
-                 const Preprocessing& preprocessing);
-  /// The same over the compact store (its float32 values widened to double).
-  FoldKernelView(const kernels::CompactKernelList& kernels, const Eigen::Ref<const Eigen::VectorXi>& train, const Eigen::Ref<const Eigen::VectorXi>& test,
-                 const Preprocessing& preprocessing);
-  /// The same over kernels held by their owners (the fold opened on them; `preprocessing` must be theirs): each
-  /// product computed by the kernel's owner.
-  FoldKernelView(const KernelOwners& kernels, const Eigen::Ref<const Eigen::VectorXi>& train, const Eigen::Ref<const Eigen::VectorXi>& test,
-                 const Preprocessing& preprocessing);
-  /// scale x K~_r A (A: l x k), K~_r as PrepareFoldKernel prepares it (equal up to rounding).
-  Eigen::MatrixXd Products(std::size_t r, const Eigen::Ref<const Eigen::MatrixXd>& A, double scale = 1.0) const;
-  /// Products(r, A, scales[r]) for every r in `which` (`scales`: one per kernel; empty = 1), several kernels at once
-  /// (kernels held by their owners: one request, each owner computing its own).
-  std::vector<Eigen::MatrixXd> Products(const std::vector<std::size_t>& which, const Eigen::Ref<const Eigen::MatrixXd>& A,
-                                        const Eigen::VectorXd& scales = {}) const;
-  /// FoldScales of this fold.
-  Eigen::VectorXd Scales() const;
-
- private:
-  void Init();
-  /// f(the study's kernels), float64 or the compact store, whichever this view reads.
-  template <typename F>
-  decltype(auto) WithKernels(const F& f) const;
-  const learners::KernelList* kernels_ = nullptr;          ///< the study's kernels, or
-  const kernels::CompactKernelList* compact_ = nullptr;  ///< the compact store, or
-  std::shared_ptr<const OwnedFold> owned_;               ///< the fold opened on the kernels' owners
-  Eigen::VectorXi train_, test_;
-  Preprocessing preprocessing_;
-  std::vector<kernels::FoldVectors> vectors_;  ///< empty with covariates
-};
 
 /// How an outer fold's refit ended: "failed" (no model) or the learner's status ("converged", ...).
 std::string FoldStatus(const OuterFoldResult& fold);

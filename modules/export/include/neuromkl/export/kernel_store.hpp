@@ -9,7 +9,9 @@
 namespace neuromkl::exporting {
 
 /// Writes the store into `dir` (created). IoError on failure.
-void SaveKernelStore(const std::string& dir, const kernels::KernelSet& set, const std::string& key, const std::string& description);
+/// `moved`: the set's float64 kernels when they were moved out of it (a study's kernels), else null: the set's own.
+void SaveKernelStore(const std::string& dir, const kernels::KernelSet& set, const std::string& key, const std::string& description,
+                     const std::vector<Eigen::MatrixXd>* moved = nullptr);
 /// The name of kernel r's file in a store.
 std::string KernelStoreFile(std::size_t r, const std::string& name);
 /// The store's index (and a compact set's raw diagonals) for kernel files already in `dir` under KernelStoreFile's

@@ -5,7 +5,7 @@
 
 #include <Eigen/Core>
 
-#include "neuromkl/kernels/compact_kernels.hpp"
+#include "neuromkl/gram/compact.hpp"
 
 namespace neuromkl::kernels {
 
@@ -32,7 +32,7 @@ struct KernelSet {
   /// Float32 studies (issue 17): the kernels as the compact store instead, each rounded as soon as it was formed
   /// (so the float64 kernels are never all held), and each kernel's float64 diagonal before rounding (which
   /// subjects have signal: a centred store's diagonal no longer says). Empty for a float64 set.
-  CompactKernelList compact;
+  gram::CompactKernelList compact;
   std::vector<Eigen::VectorXd> rawDiagonals;
   std::vector<ExcludedKernel> excluded;   ///< regions left out, with the reason
   std::vector<double> intensityScale;     ///< per subject: what its image was divided by (empty: no scaling)
@@ -53,7 +53,7 @@ struct KernelSet {
 /// and MKL would give them 0/0 weights). Returns the names excluded. In a compact set a zero kernel is one the
 /// stage did not round (an empty matrix: its float64 kernel was zero; a centred store cannot tell).
 std::vector<std::string> ExcludeZeroKernels(KernelSet& set);
-/// Rounds the set's float64 kernels into its compact store (kernels::CompactKernelsReleasing: each float64 kernel
+/// Rounds the set's float64 kernels into its compact store (gram::CompactKernelsReleasing: each float64 kernel
 /// freed once rounded), keeping their diagonals; `where` prefixes the kernel's name in an error. No-op for a set
 /// that is compact already.
 void CompactKernelSet(KernelSet& set, bool centre, const std::string& where);

@@ -6,6 +6,8 @@
 
 #include <Eigen/Core>
 
+#include "neuromkl/core/system.hpp"
+
 #include "neuromkl/atlas/atlas.hpp"
 #include "neuromkl/kernels/kernel_set.hpp"
 
@@ -29,7 +31,7 @@ struct RegionKernelOptions {
   IntensityScaling intensity = IntensityScaling::None;
   std::vector<std::int64_t> referenceVoxels;  ///< ReferenceRegions: linear voxel indices on the image grid
   /// Float32 studies (issue 17): in memory (one subject block), each region's kernel is rounded into the set's
-  /// compact store (kernels::CompactKernel, centred with the cohort mean when `compactCentre`) as soon as it is
+  /// compact store (gram::CompactKernel, centred with the cohort mean when `compactCentre`) as soon as it is
   /// formed, so at most one float64 kernel per thread is held, never all of them. Out of core the float64
   /// kernels are formed from block pairs and rounded at the end (CompactKernelSet). Errors name the kernel
   /// after `compactWhere`.
@@ -65,9 +67,6 @@ KernelSet ComputeRegionKernels(const std::vector<std::string>& subjectIds, const
 /// n x ldx row-major float32 rows at `x` and subject 0's row as the reference of the differences.
 /// Regions in parallel (TBB), single-threaded BLAS in each: the result does not depend on the thread count.
 std::vector<Eigen::MatrixXd> RegionProducts(const float* x, std::int64_t n, std::int64_t ldx, const std::vector<std::int64_t>& offsets);
-
-/// Total physical memory in bytes (for the default budget).
-std::uint64_t PhysicalMemoryBytes();
 
 // ---- The pieces of ComputeRegionKernels, for a kernel stage whose subjects are spread over
 // processes (pipeline/src/mpi_kernels.cpp): each process reads its own subjects, the non-finite

@@ -13,6 +13,8 @@
 
 #include <Eigen/Core>
 
+#include "neuromkl/gram/stack.hpp"
+
 namespace neuromkl::learners {
 
 /// Multiclass: every classification learner (MakeLearner): native class scores for KELM, MK-ELM and
@@ -66,27 +68,7 @@ struct FitInfo {
   double seconds = 0;
 };
 
-using KernelList = std::vector<Eigen::MatrixXd>;
-
-/// Test-vs-train blocks handed over one at a time instead of held together (nested CV prepares a fold's
-/// blocks from the study's kernels when a model needs them: issue 17). `block(j)` gives block j (rows x
-/// training subjects); the reference stays valid until the next call. Only the blocks a model uses are asked for.
-struct TestBlocks {
-  Eigen::Index count = 0;  ///< kernels
-  Eigen::Index rows = 0;   ///< test subjects
-  std::function<const Eigen::MatrixXd&(Eigen::Index)> block;
-  /// Optional, for blocks held elsewhere (kernels held by several owners): the products block(j) x C for each j in
-  /// `which`, computed where the blocks are, so that only the products travel. `form`: how a decision multiplies
-  /// (TestProduct), so the values are those of the blocks' own product bit for bit.
-  std::function<std::vector<Eigen::MatrixXd>(const std::vector<Eigen::Index>& which, const Eigen::MatrixXd& C, int form)> products;
-};
-/// How a decision multiplies a test block by coefficients: a vector (one column), a matrix (every class at once), or
-/// column by column (per-class kernel weights).
-enum TestProductForm : int { kProductVector = 0, kProductMatrix = 1, kProductColumns = 2 };
-/// block x C in `form` (m x C.cols()): the one arithmetic of every decision, wherever the block is held.
-Eigen::MatrixXd TestProduct(const Eigen::MatrixXd& block, const Eigen::MatrixXd& C, int form);
-/// Blocks that are held in a list (`testVsTrain` must outlive the result).
-TestBlocks HeldBlocks(const KernelList& testVsTrain);
+using KernelList = gram::KernelList;
 
 struct Model {
   Eigen::VectorXd beta;   ///< kernel weights, one per kernel, sum 1 (single-kernel learners: uniform sum, 1 each)
@@ -105,102 +87,17 @@ struct Model {
   /// Class scores (m x classes) of a multiclass model; the prediction is the arg max of a row.
   Eigen::MatrixXd Scores(const KernelList& testVsTrain) const;
   /// The same from blocks handed over one at a time, bit for bit.
-  Eigen::VectorXd Decision(const TestBlocks& test) const;
-  Eigen::MatrixXd Scores(const TestBlocks& test) const;
+  Eigen::VectorXd Decision(const gram::TestBlocks& test) const;
+  Eigen::MatrixXd Scores(const gram::TestBlocks& test) const;
   bool Multiclass() const { return coefs.cols() > 0; }
   // Primal weights of linear kernels (voxel maps) are recovered from beta and coef with the fold's
   // preprocessing by weights::SubjectWeights.
 };
 
-/// Training kernels that are read where they are instead of passed as matrices (issue 17: nested CV
-/// prepares a fold's kernels from the study's kernels entry by entry, so a learner of kernel weights
-/// needs no copy of them). The kernels are symmetric; a learner reads their upper triangles only.
-class KernelColumns {
- public:
-  virtual ~KernelColumns() = default;
-  virtual Eigen::Index Count() const = 0;  ///< kernels
-  virtual Eigen::Index Size() const = 0;   ///< subjects (each kernel is Size() x Size())
-  /// Rows 0..j of column j of kernel k, the values the kernel matrix would hold: j + 1 values into `out`.
-  virtual void UpperColumn(Eigen::Index k, Eigen::Index j, double* out) const = 0;
-};
-
-/// Prepared training kernels held in float32 (the compact store's precision, kernels/compact_kernels.hpp)
-/// as KernelColumns: each value is widened to double as it is read, so a fit on them is the fit on their
-/// values as float64 matrices, bit for bit. From kViewFrom subjects the stack's combination and quadratics
-/// read the float32 columns in place, moving half the bytes (issue 17: the refit at n = 2,000 is bound by
-/// memory traffic). `kernels` must outlive it.
-class Float32Columns final : public KernelColumns {
- public:
-  explicit Float32Columns(const std::vector<Eigen::MatrixXf>& kernels) : kernels_(kernels) {}
-  explicit Float32Columns(std::vector<Eigen::MatrixXf>&&) = delete;  // it keeps a reference
-  Eigen::Index Count() const override { return static_cast<Eigen::Index>(kernels_.size()); }
-  Eigen::Index Size() const override { return kernels_.empty() ? 0 : kernels_[0].rows(); }
-  void UpperColumn(Eigen::Index k, Eigen::Index j, double* out) const override;
-  const std::vector<Eigen::MatrixXf>& Kernels() const { return kernels_; }
-
- private:
-  const std::vector<Eigen::MatrixXf>& kernels_;
-};
-
-/// Training kernels held by several owners (the MPI ranks of a study whose kernels do not fit one rank: issue 17,
-/// docs/batch.md, "Kernels that do not fit one rank"), given as FitOptions::columns to a learner of kernel weights.
-/// Its stack operations run where the kernels are and only their results travel: a combined kernel per solve, a few
-/// quadratics, product columns. Every owner computes with OwnedStack, the arithmetic of the stack of a fit on all the
-/// kernels in one process, so quadratics, products and bounds are those values bit for bit; the combination is the
-/// sum of the owners' partial sums, added in owner order (equal to the one-process sum with one owner, within its
-/// rounding with several). UpperColumn is not available (std::logic_error): a learner never reads these entry by entry.
-class DistributedColumns : public KernelColumns {
- public:
-  void UpperColumn(Eigen::Index k, Eigen::Index j, double* out) const final;
-  /// sum_j w_j K_j (n x n, symmetric): only the kernels with w_j != 0 are read.
-  virtual void Combine(const Eigen::VectorXd& weights, Eigen::MatrixXd& out) const = 0;
-  /// a'K_j a summed over the columns of A (clipped at 0) for each j in `which`: `perKernel` as a one-process fit
-  /// evaluates a kernel at a time (KernelStack::Quadratic, the screened norms), else as it evaluates all of them for
-  /// one vector (KernelStack::Quadratics, one product on a packed stack).
-  virtual Eigen::VectorXd Quadratics(const std::vector<Eigen::Index>& which, const Eigen::MatrixXd& A, bool perKernel) const = 0;
-  /// The columns K_j v for j in `which`.
-  virtual Eigen::MatrixXd Products(const std::vector<Eigen::Index>& which, const Eigen::VectorXd& v) const = 0;
-  /// KernelStack::RootSpectralBound of each kernel in `which`.
-  virtual Eigen::VectorXd RootSpectralBounds(const std::vector<Eigen::Index>& which) const = 0;
-  /// The first kernel with a NaN or infinite entry in its upper triangle, or -1 (ValidateFitInput's check).
-  virtual Eigen::Index FirstNonFinite() const = 0;
-  /// The kernels that are not identically zero (ActiveKernels).
-  virtual std::vector<Eigen::Index> NonZero() const = 0;
-};
-
-class KernelStack;
-/// One owner's share of DistributedColumns: the stack of its kernels (given as columns, e.g. a fold of its share
-/// of the study's kernels), answering the owner's part of each operation with the arithmetic of the stack of a
-/// one-process fit (packed below kPackedStackBelow subjects, read in place from it). `columns` must outlive it.
-class OwnedStack {
- public:
-  explicit OwnedStack(const KernelColumns& columns);
-  /// The same over matrices (`kernels` must outlive it), read in place from kPackedStackBelow subjects.
-  explicit OwnedStack(const KernelList& kernels);
-  ~OwnedStack();
-  OwnedStack(const OwnedStack&) = delete;
-  OwnedStack& operator=(const OwnedStack&) = delete;
-  /// sum_j w_j K_j over these kernels (n x n, symmetric); the caller adds the owners' sums.
-  void Combine(const Eigen::VectorXd& weights, Eigen::MatrixXd& out) const;
-  /// DistributedColumns::Quadratics for these kernels.
-  Eigen::VectorXd Quadratics(const std::vector<Eigen::Index>& which, const Eigen::MatrixXd& A, bool perKernel) const;
-  Eigen::MatrixXd Products(const std::vector<Eigen::Index>& which, const Eigen::VectorXd& v) const;
-  double RootSpectralBound(Eigen::Index k) const;
-  /// Per kernel, whether its upper triangle is finite (ValidateFitInput's check) and whether it is not identically
-  /// zero (ActiveKernels), from one pass over each kernel's upper triangle (on a packed stack, over the packed store).
-  void Facts(std::vector<char>& finite, std::vector<char>& nonzero) const;
-
- private:
-  std::unique_ptr<KernelStack> stack_;
-};
-
 struct FitOptions;
-/// Training subjects from which the learners of kernel weights read their kernels in place (a view
-/// KernelStack); below it they pack the kernels' upper triangles into one store (n(n + 1) / 2 per kernel).
-inline constexpr Eigen::Index kPackedStackBelow = 1024;
 
 /// Work that depends on the training kernels only, done once and reused by every fit on the same
-/// kernels (a grid search, several learners on one fold; issue 17): the kernels' finiteness check, the
+/// kernels (a grid search, several learners on one fold): the kernels' finiteness check, the
 /// list of kernels that are not identically zero, the kernel stack of the multiple-kernel learners and
 /// the summed kernel of the others. A cache is bound to one kernel list at a time, recognised by its
 /// kernels' addresses and shapes (another list rebinds it); the caller must not change the kernels'
@@ -218,21 +115,18 @@ class TrainingKernelCache {
 
  private:
   friend bool CheckedBefore(TrainingKernelCache*, const KernelList&);
+  friend bool CheckedBefore(TrainingKernelCache*, const gram::TrainingKernels&);
   friend void MarkChecked(TrainingKernelCache*);
-  friend const KernelStack& SharedStack(TrainingKernelCache*, const KernelList&, std::unique_ptr<KernelStack>&);
+  friend const gram::KernelStack& SharedStack(TrainingKernelCache*, const KernelList&, std::unique_ptr<gram::KernelStack>&);
+  friend const gram::KernelStack& SharedStack(TrainingKernelCache*, const gram::TrainingKernels&, std::unique_ptr<gram::KernelStack>&);
   friend const Eigen::MatrixXd& SharedSum(TrainingKernelCache*, const KernelList&, Eigen::MatrixXd&);
-  friend bool CheckedBefore(TrainingKernelCache*, const KernelColumns&);
   friend std::vector<Eigen::Index> ActiveKernels(const KernelList&, const FitOptions&);
-  friend const KernelStack& SharedStack(TrainingKernelCache*, const KernelColumns&, std::unique_ptr<KernelStack>&);
   bool Bind(const KernelList& kernels);  ///< true if `kernels` is the list already bound
-  bool Bind(const KernelColumns& columns);  ///< the same for columns (recognised by address and shape)
+  bool Bind(const gram::TrainingKernels& kernels);  ///< the same for kernels given in place (recognised by address and shape)
   bool BindKey(std::vector<std::pair<const void*, Eigen::Index>> key);  ///< Bind for a key: drops the work of another
-  /// The stack of `kernels` (a KernelList or KernelColumns), built on first use.
-  template <typename Kernels>
-  const KernelStack& Stack(const Kernels& kernels);
   std::vector<std::pair<const void*, Eigen::Index>> key_;
   bool checked_ = false;
-  std::unique_ptr<KernelStack> stack_;
+  std::unique_ptr<gram::KernelStack> stack_;
   Eigen::MatrixXd sum_;  ///< empty until built
   std::vector<Eigen::Index> active_;  ///< the kernels that are not identically zero, once activeKnown_
   bool activeKnown_ = false;
@@ -242,13 +136,14 @@ class TrainingKernelCache {
 /// Optional help for a fit. `warmStart`: a model fitted on the same training kernels with
 /// neighbouring parameters (a grid search) to start from; it changes the path, not the optimum.
 /// `cache`: work shared with other fits on the same kernels; it changes neither path nor result.
-/// `columns`: the training kernels as KernelColumns, `train` being empty; only learners whose
-/// LearnerInfo::readsColumns is set accept it (the learners of kernel weights). A fit on columns
-/// equals the fit on the matrices they describe bit for bit.
+/// `kernels`: the training kernels given in place of matrices (gram::TrainingKernels: a fold's kernels
+/// read from the study's kernels, float32 copies, or kernels held by several owners), `train` being
+/// empty; only learners whose LearnerInfo::kernelsInPlace is set accept it (the learners of kernel
+/// weights). A fit on them equals the fit on the matrices they describe bit for bit.
 struct FitOptions {
   const Model* warmStart = nullptr;
   TrainingKernelCache* cache = nullptr;
-  const KernelColumns* columns = nullptr;
+  const gram::TrainingKernels* kernels = nullptr;
 };
 
 class Learner {
@@ -281,7 +176,7 @@ struct LearnerInfo {
   std::vector<ParamSpec> params;
   bool multiclass;       ///< accepts Task::Multiclass (every classification learner; natively: kelm, mkelm, dkelm)
   bool semiSupervised;   ///< uses subjects without a target (NaN) as unlabelled data
-  bool readsColumns = false;  ///< fits training kernels given as FitOptions::columns
+  bool kernelsInPlace = false;  ///< fits training kernels given as FitOptions::kernels
 };
 
 using ParamMap = std::map<std::string, double>;

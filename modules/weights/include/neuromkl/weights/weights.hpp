@@ -8,8 +8,6 @@
 #include <Eigen/Core>
 
 #include "neuromkl/atlas/atlas.hpp"
-#include "neuromkl/kernels/compact_kernels.hpp"
-#include "neuromkl/kernels/covariates.hpp"
 #include "neuromkl/kernels/kernel_set.hpp"
 #include "neuromkl/kernels/region_kernels.hpp"
 
@@ -30,30 +28,6 @@ struct RegionRow {
 /// `foldWeights`: one non-negative vector per outer fold (e.g. MKL betas, or a region summary).
 std::vector<RegionRow> RegionTable(const std::vector<Eigen::VectorXd>& foldWeights);
 
-/// What one fitted fold model contributes to the maps.
-struct FoldModel {
-  std::vector<int> train;   ///< training subjects (indices into the kernels' subjects)
-  std::vector<int> test;    ///< test subjects (their self-similarities enter the normalisation floor)
-  Eigen::VectorXd coef;     ///< decision coefficients, one per training subject
-  Eigen::VectorXd beta;     ///< kernel weights, one per kernel
-};
-
-/// Subject weights D (n x kernels) with map_r = sum_i D(i, r) x_i restricted to region r, for
-/// centred and/or cosine-normalised linear kernels (training statistics of the fold, as the
-/// learner saw them): D(i, r) = beta_r (coef_i s_ir - S_r / l) for training subjects i, where
-/// s_ir = 1 / ||x_i - mu_r|| (1 without normalisation), S_r = sum_i coef_i s_ir, and the mean term
-/// drops without centring. Subjects outside the training set get 0.
-/// With `covariates` the learner saw kernels of residualised images (kernels/covariates.hpp): the
-/// scales come from the residualised kernels, and the weights are rewritten for the raw images
-/// (map = sum_i d_i x~_i = sum_i d'_i x_i, d'_Q = d_Q - P' C_T' d_T), so the maps stay exact.
-Eigen::MatrixXd SubjectWeights(const std::vector<Eigen::MatrixXd>& kernels, const FoldModel& model, bool centre, bool normalise,
-                               const kernels::Covariates* covariates = nullptr);
-/// The same from the compact store (its float32 values widened to double). A centred store gives the
-/// weights of the raw kernels under fold centring or residualising (the scales s_ir are shift-invariant
-/// there); elsewhere InputError (kernels::CheckCentredStoreFolds, CheckCentredStoreResidualiser).
-Eigen::MatrixXd SubjectWeights(const kernels::CompactKernelList& kernels, const FoldModel& model, bool centre, bool normalise,
-                               const kernels::Covariates* covariates = nullptr);
-
 /// Voxel maps on the image grid, one per (model) entry of `subjectWeights`, computed in one pass
 /// over the images (each decoded once). Kernel j's weights go to the voxels of the region with
 /// label kernels[j].label. Voxels outside every kernel's region, and (drop_voxel rule) voxels that
@@ -71,7 +45,7 @@ struct ModelImageLayout {
   std::vector<double> entryWeight;      ///< its probabilistic weight p (1 for label atlases)
 };
 /// One model's linear combinations of the images: `voxelWeights` (n x S) evaluated on every layout
-/// voxel, and per class c the subject weights `kernelWeights[c]` (n x kernels, as SubjectWeights)
+/// voxel, and per class c the subject weights `kernelWeights[c]` (n x kernels, as gram::KernelStore::SubjectWeights)
 /// evaluated on each kernel's own voxels times p (the region's primal weights, even where regions overlap).
 struct ModelImageRequest {
   Eigen::MatrixXd voxelWeights;

@@ -1,8 +1,9 @@
-#include "neuromkl/kernels/compact_kernels.hpp"
+#include "neuromkl/gram/compact.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <exception>
+#include <functional>
 #include <limits>
 #include <sstream>
 #include <string>
@@ -10,10 +11,9 @@
 #include <tbb/parallel_for.h>
 
 #include "neuromkl/core/errors.hpp"
-#include "neuromkl/kernels/covariates.hpp"
-#include "neuromkl/kernels/kernel_set.hpp"
+#include "neuromkl/gram/residualise.hpp"
 
-namespace neuromkl::kernels {
+namespace neuromkl::gram {
 
 Eigen::MatrixXf CompactKernel(const Eigen::Ref<const Eigen::MatrixXd>& kernel, bool centre, const std::string& where) {
   const Eigen::Index n = kernel.rows();
@@ -54,11 +54,7 @@ Eigen::MatrixXf CompactKernel(const Eigen::Ref<const Eigen::MatrixXd>& kernel, b
   return out;
 }
 
-namespace {
-/// A store of `count` kernels, round(j) making kernel j, several at once; the first bad kernel in order is the
-/// one reported, whatever the threads.
-template <typename Round>
-CompactKernelList CompactEach(std::size_t count, bool centre, const Round& round) {
+CompactKernelList CompactEach(std::size_t count, bool centre, const std::function<Eigen::MatrixXf(std::size_t)>& round) {
   CompactKernelList out;
   out.kernels.resize(count);
   out.centred = centre;
@@ -74,7 +70,6 @@ CompactKernelList CompactEach(std::size_t count, bool centre, const Round& round
     if (e) std::rethrow_exception(e);
   return out;
 }
-}  // namespace
 
 CompactKernelList CompactKernels(const std::vector<Eigen::MatrixXd>& kernels, bool centre) {
   return CompactEach(kernels.size(), centre, [&](std::size_t j) { return CompactKernel(kernels[j], centre, "kernel " + std::to_string(j)); });
@@ -86,23 +81,6 @@ CompactKernelList CompactKernelsReleasing(std::vector<Eigen::MatrixXd>& kernels,
     kernels[j] = Eigen::MatrixXd();
     return rounded;
   });
-}
-
-void CompactKernelSet(KernelSet& set, bool centre, const std::string& where) {
-  if (set.Compact() || set.kernels.empty()) return;
-  set.rawDiagonals.clear();
-  for (const auto& K : set.kernels) set.rawDiagonals.push_back(K.diagonal());
-  std::vector<std::string> names;
-  for (std::size_t j = 0; j < set.kernels.size(); ++j)
-    names.push_back(where + ": kernel \"" + (j < set.info.size() ? set.info[j].name : std::to_string(j)) + "\"");
-  // As the stage does (RegionKernelOptions::compact): a zero kernel stays unrounded (empty) for ExcludeZeroKernels.
-  set.compact = CompactEach(set.kernels.size(), centre, [&](std::size_t j) {
-    Eigen::MatrixXf rounded;
-    if (set.kernels[j].cwiseAbs().maxCoeff() != 0.0) rounded = CompactKernel(set.kernels[j], centre, names[j]);
-    set.kernels[j] = Eigen::MatrixXd();
-    return rounded;
-  });
-  set.kernels.clear();
 }
 
 void AppendCompactKernel(CompactKernelList& store, const Eigen::Ref<const Eigen::MatrixXd>& kernel) {
@@ -132,4 +110,4 @@ void CheckCentredStoreResidualiser(const CompactKernelList& store, const FoldRes
                          "centring, or use float64 kernels");
 }
 
-}  // namespace neuromkl::kernels
+}  // namespace neuromkl::gram

@@ -1,10 +1,10 @@
-#include "neuromkl/kernels/covariates.hpp"
+#include "neuromkl/gram/residualise.hpp"
 
 #include <Eigen/QR>
 
 #include "neuromkl/core/errors.hpp"
 
-namespace neuromkl::kernels {
+namespace neuromkl::gram {
 
 namespace {
 /// (A'A)^+ A' = A^+ (the minimum-norm least-squares solution operator), rank-revealing.
@@ -83,4 +83,4 @@ double CovariateR2(const Eigen::MatrixXd& design, const Eigen::VectorXd& y) {
   return 1.0 - (y - fitted).squaredNorm() / ssTot;
 }
 
-}  // namespace neuromkl::kernels
+}  // namespace neuromkl::gram

@@ -1,12 +1,12 @@
-#include "neuromkl/kernels/preprocess.hpp"
+#include "neuromkl/gram/preprocess.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
-#include "neuromkl/kernels/huge_pages.hpp"
+#include "neuromkl/core/system.hpp"
 
-namespace neuromkl::kernels {
+namespace neuromkl::gram {
 
 namespace {
 constexpr double kZeroNormRelative = 1e-12;
@@ -333,4 +333,4 @@ Eigen::MatrixXd PreparedProducts(const Eigen::Ref<const Eigen::MatrixXf>& full, 
   return PreparedProductsOf<float>(full, tr, v, A);
 }
 
-}  // namespace neuromkl::kernels
+}  // namespace neuromkl::gram

@@ -10,9 +10,9 @@
 
 #include <Eigen/Core>
 
-#include "neuromkl/kernels/preprocess.hpp"
+#include "neuromkl/gram/preprocess.hpp"
 
-namespace neuromkl::kernels {
+namespace neuromkl::gram {
 
 /// The covariates of every kernel row: the design matrix and which rows may fit the coefficients.
 struct Covariates {
@@ -46,4 +46,4 @@ void ResidualiseSubjectWeights(Eigen::Ref<Eigen::VectorXd> d, const FoldResidual
 /// R^2 of an ordinary least-squares fit of y on the design (intercept included in the design).
 double CovariateR2(const Eigen::MatrixXd& design, const Eigen::VectorXd& y);
 
-}  // namespace neuromkl::kernels
+}  // namespace neuromkl::gram

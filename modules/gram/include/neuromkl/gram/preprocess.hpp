@@ -6,7 +6,7 @@
 // so a float32 kernel gives what its values widened to a float64 kernel give, bit for bit.
 #include <Eigen/Core>
 
-namespace neuromkl::kernels {
+namespace neuromkl::gram {
 
 /// One kernel restricted to a fold: train x train, test x train, and the test self-similarities.
 struct FoldKernel {
@@ -112,4 +112,4 @@ Eigen::MatrixXd PreparedProducts(const Eigen::Ref<const Eigen::MatrixXd>& full, 
 Eigen::MatrixXd PreparedProducts(const Eigen::Ref<const Eigen::MatrixXf>& full, const Eigen::Ref<const Eigen::VectorXi>& trainIdx, const FoldVectors& v,
                                  const Eigen::Ref<const Eigen::MatrixXd>& A);
 
-}  // namespace neuromkl::kernels
+}  // namespace neuromkl::gram

@@ -5,12 +5,13 @@
 // (FoldVectors, fold columns, the summed fold kernel). Everything computed from the store is computed in
 // double (preprocess.hpp): the store changes the kernel values (rounding), never the arithmetic.
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include <Eigen/Core>
 
-namespace neuromkl::kernels {
+namespace neuromkl::gram {
 
 struct FoldResidualiser;
 
@@ -41,6 +42,9 @@ Eigen::MatrixXf CompactKernel(const Eigen::Ref<const Eigen::MatrixXd>& kernel, b
 
 /// CompactKernel of every kernel, several at once; an error names the first bad kernel in order ("kernel j").
 CompactKernelList CompactKernels(const std::vector<Eigen::MatrixXd>& kernels, bool centre);
+/// A store of `count` kernels made by round(j) (kernel j, rounded as CompactKernel rounds it), several at once; the first
+/// failing kernel in order is the one whose error is thrown, whatever the threads.
+CompactKernelList CompactEach(std::size_t count, bool centre, const std::function<Eigen::MatrixXf(std::size_t)>& round);
 /// The same for kernels the caller gives up: each float64 kernel is freed once rounded, so the float64 kernels
 /// and the store are never both held whole. `names[j]` (one per kernel) says where kernel j is in an error.
 CompactKernelList CompactKernelsReleasing(std::vector<Eigen::MatrixXd>& kernels, bool centre, const std::vector<std::string>& names);
@@ -62,4 +66,4 @@ void CheckCentredStoreResidualiser(const CompactKernelList& store, const FoldRes
 /// The store's bytes: kernels x n x n float32 values.
 std::uint64_t CompactBytes(std::size_t kernels, std::size_t subjects);
 
-}  // namespace neuromkl::kernels
+}  // namespace neuromkl::gram

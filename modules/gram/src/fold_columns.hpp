@@ -1,0 +1,56 @@
+#pragma once
+// One fold's prepared training kernels read from the study's kernels in place (TrainingForm::InPlace): each column is
+// written from the fold vectors with the arithmetic of the copies (PreparedTrainingColumn), so the values are the
+// copies' bit for bit and a learner of kernel weights fits them as it fits the copies, with no fold copies held.
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include <tbb/parallel_for.h>
+
+#include "neuromkl/gram/preprocess.hpp"
+#include "neuromkl/gram/stack.hpp"
+
+namespace neuromkl::gram::detail {
+
+/// Over `kernels` (a KernelList or the compact store, which must outlive it), with the fold's vectors and source scales.
+template <typename KernelVec>
+class FoldColumns final : public KernelColumns {
+ public:
+  FoldColumns(const KernelVec& kernels, Eigen::VectorXi train, Eigen::VectorXi test, std::shared_ptr<const std::vector<FoldVectors>> vectors,
+              Eigen::VectorXd scales)
+      : kernels_(kernels), train_(std::move(train)), test_(std::move(test)), vectors_(std::move(vectors)), scales_(std::move(scales)) {}
+  Eigen::Index Count() const override { return static_cast<Eigen::Index>(kernels_.size()); }
+  Eigen::Index Size() const override { return train_.size(); }
+  void UpperColumn(Eigen::Index k, Eigen::Index j, double* out) const override {
+    // Rows 0..j of the column WritePreparedBlocks writes into the fold's copy.
+    const auto r = static_cast<std::size_t>(k);
+    PreparedTrainingColumn(kernels_[r].col(train_[j]).data(), train_, (*vectors_)[r], j, j + 1, scales_[k], out);
+  }
+  /// Test block k (m x l) as the copies hold it, written into `out`.
+  void WriteTestBlock(std::size_t k, Eigen::MatrixXd& out) const {
+    WritePreparedTestBlock(kernels_[k], train_, test_, (*vectors_)[k], scales_[static_cast<Eigen::Index>(k)], out);
+  }
+  /// Every test block at once, for folds that decide often (a grid search) and whose blocks are small enough to hold.
+  void WriteTestBlocks(KernelList& out) const {
+    out.resize(kernels_.size());
+    tbb::parallel_for(std::size_t{0}, kernels_.size(), [&](std::size_t k) { WriteTestBlock(k, out[k]); });
+  }
+  /// The test blocks one at a time, each written into `buffer` when a model asks for it (`buffer` must outlive it).
+  TestBlocks Test(Eigen::MatrixXd& buffer) const {
+    return {Count(), test_.size(),
+            [this, &buffer](Eigen::Index k) -> const Eigen::MatrixXd& {
+              WriteTestBlock(static_cast<std::size_t>(k), buffer);
+              return buffer;
+            },
+            {}};
+  }
+
+ private:
+  const KernelVec& kernels_;
+  Eigen::VectorXi train_, test_;
+  std::shared_ptr<const std::vector<FoldVectors>> vectors_;
+  Eigen::VectorXd scales_;
+};
+
+}  // namespace neuromkl::gram::detail
