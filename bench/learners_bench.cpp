@@ -333,14 +333,14 @@ void BM_EnmklSvmRefit_2000x116(benchmark::State& state) {
 }
 BENCHMARK(BM_EnmklSvmRefit_2000x116)->Unit(benchmark::kMillisecond)->Iterations(1);
 
-// The same refit on the kernels rounded to float32 (learners::Float32Columns: the compact store's precision,
+// The same refit on the kernels rounded to float32 (gram::Float32Columns: the compact store's precision,
 // read widened to double), after the float64 refit in the same run: time, and the weights' and decisions'
 // largest differences from the float64 fit.
 void BM_EnmklSvmRefitFloat32_2000x116(benchmark::State& state) {
   const Problem p = RegionLikeProblem(2000, 116, 6, 2000);
   std::vector<Eigen::MatrixXf> store;
   for (const auto& K : p.kernels) store.push_back(K.cast<float>());
-  const learners::Float32Columns columns(store);
+  const gram::Float32Columns columns(store);
   const auto l = learners::MakeLearner("enmkl_svm", {{"c", 1}, {"mu", 0.5}});
   double seconds = 0, wall = 0;
   const learners::Model m = TimedFit(state, [&] { return l->Fit({}, p.targets, learners::FitOptions{nullptr, nullptr, &columns}); }, seconds, wall);

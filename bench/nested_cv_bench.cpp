@@ -21,7 +21,7 @@
 // kernel weights (ENMKL-SVM, C = 1, mu = 0.5, no inner CV: the 5 outer refits): its training kernels read in
 // place (FoldColumns, test blocks copied), then a copy of every kernel per fold.
 // `bench_nested_cv memory-mkl n [budget GiB] [threads] compact` runs the same on the compact store (float32,
-// kernels::CompactKernels: the float64 kernels are never all held, each is made and rounded in turn), the
+// gram::CompactKernels: the float64 kernels are never all held, each is made and rounded in turn), the
 // n = 5,000 case of issue 17; `... float32-float64` runs the store, then the float64 kernels read in place,
 // side by side (peak RSS, time, largest decision difference); `... store-copies` runs the store with copies of the
 // training kernels, float32 (NestedCvOptions::float32FoldCopies, the default) then float64, side by side (peak RSS is
@@ -42,7 +42,8 @@
 #include <tbb/task_arena.h>
 
 #include "neuromkl/cv/nested_cv.hpp"
-#include "neuromkl/kernels/compact_kernels.hpp"
+#include "neuromkl/gram/memory.hpp"
+#include "neuromkl/gram/compact.hpp"
 #include "learner_fixtures.hpp"
 #include "neuromkl/learners/learner.hpp"
 
@@ -70,17 +71,17 @@ static int MemoryMode(int n, double budgetGib, const std::string& way, bool mkl)
   const bool compact = way == "compact" || way == "float32-float64" || way == "store-copies";
   const bool float64 = way != "compact" && way != "store-copies";
   learners::KernelList kernels;
-  kernels::CompactKernelList store;
+  gram::CompactKernelList store;
   store.centred = true;
   for (int j = 0; j < 116; ++j) {
     Eigen::MatrixXd X(n, 20);
     for (Eigen::Index k = 0; k < X.size(); ++k) X.data()[k] = normal(rng);
     if (j < 6) X.leftCols(5).colwise() += 0.4 * targets.y;
     Eigen::MatrixXd K = X * X.transpose();
-    if (compact) kernels::AppendCompactKernel(store, K);
+    if (compact) gram::AppendCompactKernel(store, K);
     if (float64) kernels.push_back(std::move(K));
   }
-  const double kernelGib = 116.0 * n * n * 8 / (1ULL << 30), storeGib = static_cast<double>(kernels::CompactBytes(116, n)) / (1ULL << 30);
+  const double kernelGib = 116.0 * n * n * 8 / (1ULL << 30), storeGib = static_cast<double>(gram::CompactBytes(116, n)) / (1ULL << 30);
   const double before = PeakRssGib();
   const auto outer = cv::MakeFolds({cv::Scheme::StratifiedKFold, 5, 1}, targets.task, targets.y, {}, {}, 1, "outer");
   const cv::InnerSplitter inner = [](std::size_t f, const std::vector<int>&, const Eigen::VectorXd& y) {
@@ -116,7 +117,7 @@ static int MemoryMode(int n, double budgetGib, const std::string& way, bool mkl)
     options.memoryBudgetBytes = static_cast<std::uint64_t>(budgetGib * (1ULL << 30));
     const auto t = Clock::now();
     const double cpu0 = CpuSeconds();
-    auto res = run.store ? cv::RunNestedCv(store, targets, outer, inner, plans, options) : cv::RunNestedCv(kernels, targets, outer, inner, plans, options);
+    auto res = run.store ? cv::RunNestedCv(gram::MemoryKernels(store), targets, outer, inner, plans, options) : cv::RunNestedCv(kernels, targets, outer, inner, plans, options);
     const double wall = Since(t), cpu = CpuSeconds() - cpu0;
     const double stackGib = run.store ? storeGib : kernelGib;
     std::printf("n = %d x 116 kernels = %.2f GiB (%s); %s; budget %s; %d threads: nested CV %.1f s (CPU %.1f s), peak RSS %.2f GiB = %.2fx the "

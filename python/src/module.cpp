@@ -17,7 +17,7 @@
 #include "neuromkl/config/study_config.hpp"
 #include "neuromkl/core/errors.hpp"
 #include "neuromkl/core/progress.hpp"
-#include "neuromkl/kernels/preprocess.hpp"
+#include "neuromkl/gram/preprocess.hpp"
 #include "neuromkl/learners/learner.hpp"
 #include "neuromkl/pipeline/study_run.hpp"
 
@@ -70,14 +70,14 @@ neuromkl::learners::Task ParseTask(const std::string& task) {
 }
 
 /// Preprocesses every kernel of a fold with the training statistics only: centring, then cosine
-/// normalisation, from the fold vectors and with the arithmetic of nested CV (kernels::BlockFoldVectors
+/// normalisation, from the fold vectors and with the arithmetic of nested CV (gram::BlockFoldVectors
 /// gives the vectors nested CV computes from the full kernel), so fits match the CLI's to the last bit.
 /// `test` may have no rows (fit time).
 void PrepareFold(KernelList& train, KernelList& test, const Eigen::MatrixXd& testDiag, bool centre, bool normalise) {
   for (std::size_t j = 0; j < train.size(); ++j) {
     const Eigen::VectorXd diag = testDiag.rows() > 0 ? Eigen::VectorXd(testDiag.row(static_cast<Eigen::Index>(j)).transpose()) : Eigen::VectorXd();
-    const auto v = neuromkl::kernels::BlockFoldVectors(train[j], test[j], diag, centre, normalise);
-    neuromkl::kernels::PrepareBlocksInPlace(train[j], test[j], v);
+    const auto v = neuromkl::gram::BlockFoldVectors(train[j], test[j], diag, centre, normalise);
+    neuromkl::gram::PrepareBlocksInPlace(train[j], test[j], v);
   }
 }
 

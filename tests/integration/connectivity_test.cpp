@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "neuromkl/gram/memory.hpp"
 #include "neuromkl/core/errors.hpp"
 #include "neuromkl/core/npy.hpp"
 #include "neuromkl/cv/nested_cv.hpp"
@@ -161,21 +162,20 @@ TEST(ConnectivityKernels, EdgeWeightsReproduceDecisionValuesOfHeldOutSubjects) {
   const auto set = np::ConnectivityKernels(f.study, f.spec, f.cohort);
   std::vector<int> train, test;
   for (int i = 0; i < n; ++i) (i % 4 == 0 ? test : train).push_back(i);
-  neuromkl::cv::Preprocessing pre;
+  neuromkl::gram::Preprocessing pre;
   pre.centre = true;
   pre.normalise = false;  // a held-out subject's own norm would make the decision non-linear in x
   pre.kernelGroups = {0, 0, 0, 1, 1, 1};  // two groups of node kernels, as two sources
-  const auto fold = neuromkl::cv::PrepareFold(set.kernels, train, test, pre);
+  const neuromkl::gram::MemoryKernels kernels(set.kernels);
+  const auto fold = neuromkl::gram::PrepareFold(kernels, train, test, pre);
   neuromkl::learners::Targets y;
   y.y.resize(static_cast<Eigen::Index>(train.size()));
   for (std::size_t i = 0; i < train.size(); ++i) y.y[static_cast<Eigen::Index>(i)] = train[i] % 2 ? 1.0 : -1.0;
   const auto model = neuromkl::learners::MakeLearner("enmkl_svm", {{"c", 1.0}, {"mu", 0.5}})->Fit(fold.train, y);
   const Eigen::VectorXd decision = model.Decision(fold.test);
-  const Eigen::VectorXi tr = Eigen::Map<const Eigen::VectorXi>(train.data(), static_cast<Eigen::Index>(train.size()));
-  const Eigen::VectorXi te = Eigen::Map<const Eigen::VectorXi>(test.data(), static_cast<Eigen::Index>(test.size()));
-  const Eigen::VectorXd scales = neuromkl::cv::FoldScales(set.kernels, tr, te, pre);
+  const Eigen::VectorXd scales = neuromkl::gram::FoldScales(kernels, train, test, pre);
   EXPECT_GT((scales.array() - 1.0).abs().maxCoeff(), 0.0) << "the two groups have different traces: the scales matter";
-  const Eigen::MatrixXd D = neuromkl::weights::SubjectWeights(set.kernels, {train, test, model.coef, model.beta.cwiseProduct(scales)}, true, false);
+  const Eigen::MatrixXd D = kernels.SubjectWeights({train, test, model.coef, model.beta.cwiseProduct(scales)}, pre);
   const Eigen::MatrixXd W = np::WeightEdges(data, plan, D);
   EXPECT_TRUE(W.isApprox(W.transpose(), 0.0));
   for (std::size_t t = 1; t < test.size(); ++t) {

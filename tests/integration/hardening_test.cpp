@@ -565,7 +565,7 @@ TEST_F(Hardening, UpperCaseExtensionReadsTheSameImage) {
 // rows of a table all naming one image) is refused by validate and by run before any image is read, with what would
 // fit (float32 halves it) and exit code 2; run writes nothing.
 TEST_F(Hardening, KernelsThatCannotFitThisMachineAreRefusedBeforeTheKernelStage) {
-  const auto memory = static_cast<double>(neuromkl::kernels::PhysicalMemoryBytes());
+  const auto memory = static_cast<double>(neuromkl::PhysicalMemoryBytes());
   ASSERT_GT(memory, 0.0);
   const auto n = static_cast<long>(std::ceil(std::sqrt(1.5 * memory / (116.0 * 8.0))));
   const auto rows = ReadTsv(Cohort() + "/participants.tsv");

@@ -50,6 +50,11 @@ Eigen::VectorXd FoldScales(const KernelStore& kernels, const std::vector<int>& t
   return kernels.OpenFold(train, test, pre)->Scales();
 }
 
+FoldKernel PrepareFoldKernel(const Eigen::MatrixXd& kernel, const Eigen::Ref<const Eigen::VectorXi>& train, const Eigen::Ref<const Eigen::VectorXi>& test,
+                             const Preprocessing& pre, double scale) {
+  return PrepareFoldKernelOf(kernel, train, test, pre, scale);
+}
+
 // ---------------- the kernels ----------------
 
 MemoryKernels::MemoryKernels(const KernelList& kernels) : float64_(&kernels) {}

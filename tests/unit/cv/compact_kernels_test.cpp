@@ -6,10 +6,13 @@
 
 #include <gtest/gtest.h>
 
+#include "gram_fixtures.hpp"
+#include "neuromkl/gram/memory.hpp"
+
 #include "neuromkl/core/errors.hpp"
 #include "neuromkl/cv/nested_cv.hpp"
-#include "neuromkl/kernels/compact_kernels.hpp"
-#include "neuromkl/kernels/preprocess.hpp"
+#include "neuromkl/gram/compact.hpp"
+#include "neuromkl/gram/preprocess.hpp"
 #include "neuromkl/weights/weights.hpp"
 
 using namespace neuromkl;
@@ -45,8 +48,8 @@ Eigen::VectorXi Indices(int from, int to, int step) {
 
 TEST(CompactKernels, AreExactlySymmetricAndCentredWhenAsked) {
   const RawProblem p = MakeRawProblem(31, 1, 7, 0, 5);
-  const Eigen::MatrixXf raw = kernels::CompactKernel(p.kernels[0], false);
-  const Eigen::MatrixXf centred = kernels::CompactKernel(p.kernels[0], true);
+  const Eigen::MatrixXf raw = gram::CompactKernel(p.kernels[0], false);
+  const Eigen::MatrixXf centred = gram::CompactKernel(p.kernels[0], true);
   EXPECT_EQ(raw, Eigen::MatrixXf(raw.transpose()));
   EXPECT_EQ(centred, Eigen::MatrixXf(centred.transpose()));
   // Raw: the float64 values rounded once (relative error <= 2^-24).
@@ -56,7 +59,7 @@ TEST(CompactKernels, AreExactlySymmetricAndCentredWhenAsked) {
   const Eigen::MatrixXd H = Eigen::MatrixXd::Identity(n, n) - Eigen::MatrixXd::Constant(n, n, 1.0 / static_cast<double>(n));
   const Eigen::MatrixXd expected = H * p.kernels[0] * H;
   EXPECT_LE((centred.cast<double>() - expected).cwiseAbs().maxCoeff(), 1e-6 * expected.cwiseAbs().maxCoeff());
-  EXPECT_EQ(kernels::CompactBytes(116, 5000), 116ULL * 5000 * 5000 * 4);
+  EXPECT_EQ(gram::CompactBytes(116, 5000), 116ULL * 5000 * 5000 * 4);
 }
 
 TEST(CompactKernels, AValueBeyondFloat32IsAClearError) {
@@ -68,7 +71,7 @@ TEST(CompactKernels, AValueBeyondFloat32IsAClearError) {
   kernels[3](0, 0) = std::numeric_limits<double>::infinity();
   for (const bool centre : {false, true}) {
     try {
-      kernels::CompactKernels(kernels, centre);
+      gram::CompactKernels(kernels, centre);
       ADD_FAILURE() << "expected kernels:Float32Range";
     } catch (const InputError& e) {
       EXPECT_EQ(e.code(), "kernels:Float32Range");
@@ -84,25 +87,25 @@ TEST(CompactKernels, FoldPreparationOfFloat32IsThatOfTheWidenedKernelBitForBit) 
   // Every in-place reader widens each float32 entry and computes in double: the float32 kernel and its values
   // as a float64 kernel give the same fold vectors, blocks, columns and products, bit for bit.
   const RawProblem p = MakeRawProblem(29, 1, 5, 0, 7);
-  const Eigen::MatrixXf K = kernels::CompactKernel(p.kernels[0], true);
+  const Eigen::MatrixXf K = gram::CompactKernel(p.kernels[0], true);
   const Eigen::MatrixXd wide = K.cast<double>();
   const Eigen::VectorXi tr = Indices(0, 29, 2), te = Indices(1, 29, 2);
   for (const bool centre : {true, false})
     for (const bool normalise : {true, false}) {
-      const kernels::FoldVectors a = kernels::MakeFoldVectors(K, tr, te, centre, normalise);
-      const kernels::FoldVectors b = kernels::MakeFoldVectors(wide, tr, te, centre, normalise);
+      const gram::FoldVectors a = gram::MakeFoldVectors(K, tr, te, centre, normalise);
+      const gram::FoldVectors b = gram::MakeFoldVectors(wide, tr, te, centre, normalise);
       EXPECT_EQ(a.colMean, b.colMean);
       EXPECT_EQ(a.testMean, b.testMean);
       EXPECT_EQ(a.invTrain, b.invTrain);
       EXPECT_EQ(a.invTest, b.invTest);
-      const kernels::FoldKernel x = kernels::PreparedBlocks(K, tr, te, a, normalise, 0.5);
-      const kernels::FoldKernel y = kernels::PreparedBlocks(wide, tr, te, b, normalise, 0.5);
+      const gram::FoldKernel x = gram::PreparedBlocks(K, tr, te, a, normalise, 0.5);
+      const gram::FoldKernel y = gram::PreparedBlocks(wide, tr, te, b, normalise, 0.5);
       EXPECT_EQ(x.train, y.train);
       EXPECT_EQ(x.testTrain, y.testTrain);
       EXPECT_EQ(x.testDiag, y.testDiag);
       const Eigen::MatrixXd A = Eigen::MatrixXd::Random(tr.size(), 2);
-      EXPECT_EQ(kernels::PreparedProducts(K, tr, a, A), kernels::PreparedProducts(wide, tr, b, A));
-      const kernels::FoldKernel sx = kernels::SliceFold(K, tr, te), sy = kernels::SliceFold(wide, tr, te);
+      EXPECT_EQ(gram::PreparedProducts(K, tr, a, A), gram::PreparedProducts(wide, tr, b, A));
+      const gram::FoldKernel sx = gram::SliceFold(K, tr, te), sy = gram::SliceFold(wide, tr, te);
       EXPECT_EQ(sx.train, sy.train);
       EXPECT_EQ(sx.testTrain, sy.testTrain);
     }
@@ -115,12 +118,12 @@ TEST(CompactKernels, CentringBeforeRoundingKeepsTheDigitsOfTheFoldKernels) {
   // the error is the rounding of entries ~100x larger: more than 10x worse (measured ~490x).
   const RawProblem p = MakeRawProblem(60, 1, 50, 0, 9);
   const Eigen::VectorXi tr = Indices(0, 60, 3), te = Indices(1, 60, 3);
-  const kernels::FoldKernel reference = kernels::PreparedBlocks(p.kernels[0], tr, te, kernels::MakeFoldVectors(p.kernels[0], tr, te, true, true), true);
+  const gram::FoldKernel reference = gram::PreparedBlocks(p.kernels[0], tr, te, gram::MakeFoldVectors(p.kernels[0], tr, te, true, true), true);
   const auto error = [&](const Eigen::MatrixXf& K) {
-    const kernels::FoldKernel fk = kernels::PreparedBlocks(K, tr, te, kernels::MakeFoldVectors(K, tr, te, true, true), true);
+    const gram::FoldKernel fk = gram::PreparedBlocks(K, tr, te, gram::MakeFoldVectors(K, tr, te, true, true), true);
     return std::max((fk.train - reference.train).cwiseAbs().maxCoeff(), (fk.testTrain - reference.testTrain).cwiseAbs().maxCoeff());
   };
-  const double centred = error(kernels::CompactKernel(p.kernels[0], true)), raw = error(kernels::CompactKernel(p.kernels[0], false));
+  const double centred = error(gram::CompactKernel(p.kernels[0], true)), raw = error(gram::CompactKernel(p.kernels[0], false));
   EXPECT_LT(centred, 1e-6);
   EXPECT_GT(raw, 10.0 * centred);
   std::printf("fold kernel error from float32: centred store %.2e, raw store %.2e\n", centred, raw);
@@ -137,11 +140,11 @@ TEST(CompactKernels, NestedCvOnTheStoreIsTheRunOnItsWidenedValuesBitForBit) {
   // Learners of kernel weights (in place and from copies), a summed learner, a grid, probabilities and equal
   // source weighting; then covariates (every fold copied and residualised from the float32 entries).
   const RawProblem p = MakeRawProblem(45, 6, 8, 2, 11);
-  const kernels::CompactKernelList store = kernels::CompactKernels(p.kernels, true);
+  const gram::CompactKernelList store = gram::CompactKernels(p.kernels, true);
   learners::KernelList wide;
   ASSERT_TRUE(store.centred);
   for (std::size_t j = 0; j < store.size(); ++j) {
-    EXPECT_EQ(store[j], kernels::CompactKernel(p.kernels[j], true));  // the store is the centred rounding of each kernel
+    EXPECT_EQ(store[j], gram::CompactKernel(p.kernels[j], true));  // the store is the centred rounding of each kernel
     wide.push_back(store[j].cast<double>());
   }
   const std::vector<cv::LearnerPlan> plans = {{"en", "enmkl_svm", cv::ExpandGrid({}, {{"c", {0.1, 10}}, {"mu", {0.5, 1.0}}})},
@@ -158,9 +161,9 @@ TEST(CompactKernels, NestedCvOnTheStoreIsTheRunOnItsWidenedValuesBitForBit) {
     if (way == 2) {
       Eigen::MatrixXd withIntercept(45, 3);
       withIntercept << Eigen::VectorXd::Ones(45), design;
-      options.preprocessing.covariates = std::make_shared<const kernels::Covariates>(kernels::Covariates{withIntercept, {}});
+      options.preprocessing.covariates = std::make_shared<const gram::Covariates>(gram::Covariates{withIntercept, {}});
     }
-    const auto a = cv::RunNestedCv(store, p.targets, outer, Inner(p.targets.task), plans, options);
+    const auto a = cv::RunNestedCv(gram::MemoryKernels(store), p.targets, outer, Inner(p.targets.task), plans, options);
     const auto b = cv::RunNestedCv(wide, p.targets, outer, Inner(p.targets.task), plans, options);
     for (std::size_t l = 0; l < plans.size(); ++l)
       for (std::size_t f = 0; f < outer.size(); ++f) {
@@ -182,7 +185,7 @@ TEST(CompactKernels, NestedCvDecisionsAreWithin1e6OfFloat64) {
   // binary and regression, fixed parameters (both runs fit the same ones). Kernels: raw, image-like (mean 10).
   for (const auto task : {learners::Task::Classification, learners::Task::Regression}) {
     const RawProblem p = MakeRawProblem(90, 12, 30, 3, 17, task);
-    const kernels::CompactKernelList store = kernels::CompactKernels(p.kernels, true);
+    const gram::CompactKernelList store = gram::CompactKernels(p.kernels, true);
     const bool binary = task == learners::Task::Classification;
     const std::vector<cv::LearnerPlan> plans =
         binary ? std::vector<cv::LearnerPlan>{{"en", "enmkl_svm", cv::ExpandGrid({{"c", 1}, {"mu", 0.5}}, {})},
@@ -197,7 +200,7 @@ TEST(CompactKernels, NestedCvDecisionsAreWithin1e6OfFloat64) {
       cv::NestedCvOptions options;
       options.columnsInPlace = way == 0 ? cv::ColumnsInPlace::Always : cv::ColumnsInPlace::Never;
       options.float32FoldCopies = way == 2;
-      const auto a = cv::RunNestedCv(store, p.targets, outer, Inner(task), plans, options);
+      const auto a = cv::RunNestedCv(gram::MemoryKernels(store), p.targets, outer, Inner(task), plans, options);
       const auto b = cv::RunNestedCv(p.kernels, p.targets, outer, Inner(task), plans, options);
       for (std::size_t l = 0; l < plans.size(); ++l) {
         double largest = 0, diff = 0;
@@ -220,7 +223,7 @@ TEST(CompactKernels, Float32FoldCopiesAreRoundedCopiesOfTheFloat64Ones) {
   // within 1e-6 (relative to the largest decision; weights sum to 1), and not equal (the path was taken).
   // Learners of the summed kernel never use them (their runs are equal bit for bit).
   const RawProblem p = MakeRawProblem(60, 6, 20, 2, 23);
-  const kernels::CompactKernelList store = kernels::CompactKernels(p.kernels, true);
+  const gram::CompactKernelList store = gram::CompactKernels(p.kernels, true);
   const std::vector<cv::LearnerPlan> plans = {{"en", "enmkl_svm", cv::ExpandGrid({}, {{"c", {0.1, 10}}, {"mu", {0.5}}})},
                                               {"svm", "svm", cv::ExpandGrid({{"c", 1}}, {})}};
   const auto outer = Outer(p.targets);
@@ -230,11 +233,11 @@ TEST(CompactKernels, Float32FoldCopiesAreRoundedCopiesOfTheFloat64Ones) {
     cv::NestedCvOptions options;
     options.columnsInPlace = cv::ColumnsInPlace::Never;
     options.preprocessing.kernelGroups = {0, 0, 0, 1, 1, 1};
-    if (covariates) options.preprocessing.covariates = std::make_shared<const kernels::Covariates>(kernels::Covariates{design, {}});
+    if (covariates) options.preprocessing.covariates = std::make_shared<const gram::Covariates>(gram::Covariates{design, {}});
     options.float32FoldCopies = false;
-    const auto a = cv::RunNestedCv(store, p.targets, outer, Inner(p.targets.task), plans, options);
+    const auto a = cv::RunNestedCv(gram::MemoryKernels(store), p.targets, outer, Inner(p.targets.task), plans, options);
     options.float32FoldCopies = true;
-    const auto b = cv::RunNestedCv(store, p.targets, outer, Inner(p.targets.task), plans, options);
+    const auto b = cv::RunNestedCv(gram::MemoryKernels(store), p.targets, outer, Inner(p.targets.task), plans, options);
     double largest = 0, diff = 0, betaDiff = 0;
     bool anyDifferent = false;
     for (std::size_t f = 0; f < outer.size(); ++f) {
@@ -260,7 +263,7 @@ TEST(CompactKernels, FoldReadersOfTheStoreAreThoseOfItsWidenedValuesAndCheckTheC
   // the same arithmetic on widened values as on float64 kernels, so equal bit for bit; with source scales, with
   // and without covariates. Each refuses a centred store where its centring would not cancel.
   const RawProblem p = MakeRawProblem(30, 4, 6, 1, 29);
-  const kernels::CompactKernelList store = kernels::CompactKernels(p.kernels, true);
+  const gram::CompactKernelList store = gram::CompactKernels(p.kernels, true);
   learners::KernelList wide;
   for (const auto& K : store.kernels) wide.push_back(K.cast<double>());
   std::vector<int> train, test;
@@ -270,17 +273,18 @@ TEST(CompactKernels, FoldReadersOfTheStoreAreThoseOfItsWidenedValuesAndCheckTheC
   Eigen::MatrixXd design(30, 2);
   design << Eigen::VectorXd::Ones(30), Eigen::VectorXd::LinSpaced(30, -1, 1);
   const Eigen::MatrixXd A = Eigen::MatrixXd::Random(tr.size(), 2);
-  const weights::FoldModel model{train, test, A.col(0), Eigen::Vector4d(0.1, 0.2, 0.3, 0.4)};
+  const gram::FoldModel model{train, test, A.col(0), Eigen::Vector4d(0.1, 0.2, 0.3, 0.4)};
   for (const bool covariates : {false, true}) {
-    cv::Preprocessing pre;
+    gram::Preprocessing pre;
     pre.kernelGroups = {0, 0, 1, 1};
-    if (covariates) pre.covariates = std::make_shared<const kernels::Covariates>(kernels::Covariates{design, {}});
-    EXPECT_EQ(cv::FoldScales(store, tr, te, pre), cv::FoldScales(wide, tr, te, pre)) << covariates;
-    const cv::FoldKernelView a(store, tr, te, pre), b(wide, tr, te, pre);
-    EXPECT_EQ(a.Scales(), b.Scales()) << covariates;
-    for (std::size_t r = 0; r < 4; ++r) EXPECT_EQ(a.Products(r, A, 0.5), b.Products(r, A, 0.5)) << covariates << " kernel " << r;
-    EXPECT_EQ(weights::SubjectWeights(store, model, true, true, pre.covariates.get()), weights::SubjectWeights(wide, model, true, true, pre.covariates.get()))
-        << covariates;
+    if (covariates) pre.covariates = std::make_shared<const gram::Covariates>(gram::Covariates{design, {}});
+    EXPECT_EQ(neuromkl::testing::FoldScalesAt(gram::MemoryKernels(store), tr, te, pre), neuromkl::testing::FoldScalesAt(gram::MemoryKernels(wide), tr, te, pre)) << covariates;
+    const gram::MemoryKernels storeKernels(store), wideKernels(wide);
+    const auto a = storeKernels.OpenFold(train, test, pre), b = wideKernels.OpenFold(train, test, pre);
+    EXPECT_EQ(a->Scales(), b->Scales()) << covariates;
+    for (std::size_t r = 0; r < 4; ++r)
+      EXPECT_EQ(neuromkl::testing::FoldProducts(*a, r, A, 0.5, 4), neuromkl::testing::FoldProducts(*b, r, A, 0.5, 4)) << covariates << " kernel " << r;
+    EXPECT_EQ(storeKernels.SubjectWeights(model, pre), wideKernels.SubjectWeights(model, pre)) << covariates;
   }
   const auto expectRefused = [](const std::string& code, const auto& run) {
     try {
@@ -290,32 +294,32 @@ TEST(CompactKernels, FoldReadersOfTheStoreAreThoseOfItsWidenedValuesAndCheckTheC
       EXPECT_EQ(e.code(), code);
     }
   };
-  cv::Preprocessing normaliseOnly;
+  gram::Preprocessing normaliseOnly;
   normaliseOnly.centre = false;
   normaliseOnly.kernelGroups = {0, 0, 1, 1};
-  expectRefused("cv:CentredStoreUncentredFolds", [&] { cv::FoldScales(store, tr, te, normaliseOnly); });
-  expectRefused("cv:CentredStoreUncentredFolds", [&] { cv::FoldKernelView(store, tr, te, normaliseOnly); });
-  expectRefused("cv:CentredStoreUncentredFolds", [&] { weights::SubjectWeights(store, model, false, true); });
+  expectRefused("cv:CentredStoreUncentredFolds", [&] { neuromkl::testing::FoldScalesAt(gram::MemoryKernels(store), tr, te, normaliseOnly); });
+  expectRefused("cv:CentredStoreUncentredFolds", [&] { gram::MemoryKernels(store).OpenFold(train, test, normaliseOnly); });
+  expectRefused("cv:CentredStoreUncentredFolds", [&] { gram::MemoryKernels(store).SubjectWeights(model, gram::Preprocessing{false, true, nullptr, {}}); });
   // Covariates whose fit drops the intercept for some rows: a dummy equal to the intercept on the training rows.
   Eigen::MatrixXd aliased(30, 2);
   for (int i = 0; i < 30; ++i) aliased.row(i) << 1.0, i % 5 == 0 ? 0.0 : 1.0;  // the test rows are the other level
-  cv::Preprocessing withAliased;
-  withAliased.covariates = std::make_shared<const kernels::Covariates>(kernels::Covariates{aliased, {}});
-  expectRefused("cv:CentredStoreCovariates", [&] { cv::FoldScales(store, tr, te, withAliased); });
-  expectRefused("cv:CentredStoreCovariates", [&] { cv::FoldKernelView(store, tr, te, withAliased); });
-  expectRefused("cv:CentredStoreCovariates", [&] { weights::SubjectWeights(store, model, true, true, withAliased.covariates.get()); });
+  gram::Preprocessing withAliased;
+  withAliased.covariates = std::make_shared<const gram::Covariates>(gram::Covariates{aliased, {}});
+  expectRefused("cv:CentredStoreCovariates", [&] { neuromkl::testing::FoldScalesAt(gram::MemoryKernels(store), tr, te, withAliased); });
+  expectRefused("cv:CentredStoreCovariates", [&] { gram::MemoryKernels(store).OpenFold(train, test, withAliased); });
+  expectRefused("cv:CentredStoreCovariates", [&] { gram::MemoryKernels(store).SubjectWeights(model, withAliased); });
   // A raw store has nothing to cancel: every reader accepts it.
-  const kernels::CompactKernelList raw = kernels::CompactKernels(p.kernels, false);
-  EXPECT_NO_THROW(cv::FoldKernelView(raw, tr, te, withAliased));
-  EXPECT_NO_THROW(weights::SubjectWeights(raw, model, false, true));
+  const gram::CompactKernelList raw = gram::CompactKernels(p.kernels, false);
+  EXPECT_NO_THROW(gram::MemoryKernels(raw).OpenFold(train, test, withAliased));
+  EXPECT_NO_THROW(gram::MemoryKernels(raw).SubjectWeights(model, gram::Preprocessing{false, true, nullptr, {}}));
 }
 
 TEST(CompactKernels, ACentredStoreNeedsFoldsThatUndoTheShift) {
   // A store centred with the whole cohort's mean is exact only under fold centring or covariates that keep the
   // intercept in every row. Without either, every entry point refuses it; made without centring, it runs.
   const RawProblem p = MakeRawProblem(30, 2, 5, 1, 19);
-  const kernels::CompactKernelList centred = kernels::CompactKernels(p.kernels, true), raw = kernels::CompactKernels(p.kernels, false);
-  cv::Preprocessing normaliseOnly;
+  const gram::CompactKernelList centred = gram::CompactKernels(p.kernels, true), raw = gram::CompactKernels(p.kernels, false);
+  gram::Preprocessing normaliseOnly;
   normaliseOnly.centre = false;
   const auto outer = Outer(p.targets);
   const std::vector<cv::LearnerPlan> plans = {{"svm", "svm", cv::ExpandGrid({{"c", 1}}, {})}};
@@ -330,11 +334,11 @@ TEST(CompactKernels, ACentredStoreNeedsFoldsThatUndoTheShift) {
       EXPECT_NE(std::string(e.what()).find("make the store without centring"), std::string::npos) << e.what();
     }
   };
-  expectRefused([&] { cv::RunNestedCv(centred, p.targets, outer, Inner(p.targets.task), plans, options); });
-  expectRefused([&] { cv::PrepareSummedFold(centred, outer[0].train, outer[0].test, normaliseOnly); });
-  cv::FoldKernels copies;
-  expectRefused([&] { cv::PrepareFoldInto(centred, outer[0].train, outer[0].test, normaliseOnly, copies); });
-  const auto res = cv::RunNestedCv(raw, p.targets, outer, Inner(p.targets.task), plans, options);
+  expectRefused([&] { cv::RunNestedCv(gram::MemoryKernels(centred), p.targets, outer, Inner(p.targets.task), plans, options); });
+  expectRefused([&] { neuromkl::testing::SummedFold(gram::MemoryKernels(centred), outer[0].train, outer[0].test, normaliseOnly); });
+  gram::FoldKernels copies;
+  expectRefused([&] { neuromkl::testing::PrepareFoldInto(gram::MemoryKernels(centred), outer[0].train, outer[0].test, normaliseOnly, copies); });
+  const auto res = cv::RunNestedCv(gram::MemoryKernels(raw), p.targets, outer, Inner(p.targets.task), plans, options);
   EXPECT_TRUE(res[0].folds[0].error.empty());
 }
 
@@ -345,16 +349,16 @@ TEST(CompactKernels, CovariatesOnACentredStoreMatchFloat64OrAreRefused) {
   // equals the intercept on them, the pseudo-inverse splits the intercept between the two, a level-A test row
   // keeps half of it, and the centring would not cancel: refused.
   const RawProblem p = MakeRawProblem(24, 2, 6, 0, 23);
-  const kernels::CompactKernelList store = kernels::CompactKernels(p.kernels, true);
+  const gram::CompactKernelList store = gram::CompactKernels(p.kernels, true);
   Eigen::MatrixXd design(24, 2);
   for (int i = 0; i < 24; ++i) design.row(i) << 1.0, i % 3 == 0 ? 0.0 : 1.0;  // level A: every third subject
-  cv::Preprocessing pre;
-  pre.covariates = std::make_shared<const kernels::Covariates>(kernels::Covariates{design, {}});
+  gram::Preprocessing pre;
+  pre.covariates = std::make_shared<const gram::Covariates>(gram::Covariates{design, {}});
   std::vector<int> train, test;
   for (int i = 0; i < 24; ++i) (i % 4 == 0 ? test : train).push_back(i);
-  cv::FoldKernels fromStore, fromFloat64;
-  cv::PrepareFoldInto(store, train, test, pre, fromStore);
-  cv::PrepareFoldInto(p.kernels, train, test, pre, fromFloat64);
+  gram::FoldKernels fromStore, fromFloat64;
+  neuromkl::testing::PrepareFoldInto(gram::MemoryKernels(store), train, test, pre, fromStore);
+  neuromkl::testing::PrepareFoldInto(gram::MemoryKernels(p.kernels), train, test, pre, fromFloat64);
   for (std::size_t j = 0; j < 2; ++j) {
     EXPECT_LE((fromStore.train[j] - fromFloat64.train[j]).cwiseAbs().maxCoeff(), 1e-6) << j;
     EXPECT_LE((fromStore.test[j] - fromFloat64.test[j]).cwiseAbs().maxCoeff(), 1e-6) << j;
@@ -362,12 +366,12 @@ TEST(CompactKernels, CovariatesOnACentredStoreMatchFloat64OrAreRefused) {
   std::vector<int> levelB, levelA;
   for (int i = 0; i < 24; ++i) (i % 3 == 0 ? levelA : levelB).push_back(i);
   try {
-    cv::PrepareFoldInto(store, levelB, levelA, pre, fromStore);
+    neuromkl::testing::PrepareFoldInto(gram::MemoryKernels(store), levelB, levelA, pre, fromStore);
     ADD_FAILURE() << "expected cv:CentredStoreCovariates";
   } catch (const InputError& e) {
     EXPECT_EQ(e.code(), "cv:CentredStoreCovariates");
   }
-  EXPECT_NO_THROW(cv::PrepareFoldInto(kernels::CompactKernels(p.kernels, false), levelB, levelA, pre, fromStore));
+  EXPECT_NO_THROW(neuromkl::testing::PrepareFoldInto(gram::MemoryKernels(gram::CompactKernels(p.kernels, false)), levelB, levelA, pre, fromStore));
 }
 
 }  // namespace

@@ -11,12 +11,14 @@
 
 #include <gtest/gtest.h>
 
+#include "gram_fixtures.hpp"
+#include "neuromkl/gram/memory.hpp"
+
 #include "../learners/learner_fixtures.hpp"
 #include "neuromkl/core/errors.hpp"
-#include "neuromkl/cv/kernel_owners.hpp"
+#include "neuromkl/gram/owners.hpp"
 #include "neuromkl/cv/nested_cv.hpp"
-#include "neuromkl/kernels/compact_kernels.hpp"
-#include "neuromkl/weights/weights.hpp"
+#include "neuromkl/gram/compact.hpp"
 
 using namespace neuromkl;
 
@@ -59,11 +61,11 @@ std::vector<cv::Fold> Outer(const learners::Targets& t) {
 }
 
 /// A design with an intercept and two random columns (rows: every kernel row).
-std::shared_ptr<const kernels::Covariates> Confounds(Eigen::Index rows, unsigned seed) {
+std::shared_ptr<const gram::Covariates> Confounds(Eigen::Index rows, unsigned seed) {
   std::srand(seed);
   Eigen::MatrixXd design(rows, 3);
   design << Eigen::VectorXd::Ones(rows), Eigen::MatrixXd::Random(rows, 2);
-  return std::make_shared<const kernels::Covariates>(kernels::Covariates{design, {}});
+  return std::make_shared<const gram::Covariates>(gram::Covariates{design, {}});
 }
 
 struct Case {
@@ -91,7 +93,7 @@ std::vector<Case> Cases() {
 /// Runs `c` on the kernels in one process and on `owners` owners (the same kernels: float64 or the store).
 /// `blockStarts`: the kernels dealt to the owners block by block (BlockOwners; empty: kernel j on owner j mod owners).
 template <typename Kernels>
-void Compare(const Kernels& kernels, const Case& c, int owners, const cv::Preprocessing& pre, bool exact, const std::string& what,
+void Compare(const Kernels& kernels, const Case& c, int owners, const gram::Preprocessing& pre, bool exact, const std::string& what,
              const std::vector<std::size_t>& blockStarts = {}) {
   const int n = static_cast<int>(kernels[0].rows()) - c.unlabelled;
   const learners::Targets targets = Labels(n, c.task, 3);
@@ -102,8 +104,8 @@ void Compare(const Kernels& kernels, const Case& c, int owners, const cv::Prepro
   options.probabilities = c.task == learners::Task::Classification;
   options.biasCorrection = c.task == learners::Task::Regression;
   options.float32FoldCopies = false;  // the owners prepare in double, as the one-process run then does
-  const auto single = cv::RunNestedCv(kernels, targets, outer, Inner(c.task), c.plans, options);
-  cv::LocalKernelOwners held(kernels, owners, blockStarts);
+  const auto single = cv::RunNestedCv(gram::MemoryKernels(kernels), targets, outer, Inner(c.task), c.plans, options);
+  gram::LocalKernelOwners held(kernels, owners, blockStarts);
   held.SetPreprocessing(pre);
   const auto owned = cv::RunNestedCv(held, targets, outer, Inner(c.task), c.plans, options);
   EXPECT_EQ(held.OpenFolds(), 0) << what;  // every fold closed on the owners
@@ -146,13 +148,13 @@ TEST(OwnedKernels, OneOwnerIsTheOneProcessRunBitForBit) {
   for (const auto& c : Cases()) {
     const learners::Targets t = Labels(36, c.task, 3);
     const learners::KernelList kernels = RawKernels(t.y, c.unlabelled, 7, 2, 5);
-    cv::Preprocessing pre;
+    gram::Preprocessing pre;
     pre.kernelGroups = {0, 0, 0, 1, 1, 1, 1};
     Compare(kernels, c, 1, pre, true, "float64");
     pre.covariates = Confounds(kernels[0].rows(), 9);
     Compare(kernels, c, 1, pre, true, "float64 with covariates");
     pre.covariates.reset();
-    Compare(kernels::CompactKernels(kernels, true), c, 1, pre, true, "compact store");
+    Compare(gram::CompactKernels(kernels, true), c, 1, pre, true, "compact store");
   }
 }
 
@@ -162,7 +164,7 @@ TEST(OwnedKernels, SeveralOwnersAgreeWithTheOneProcessRun) {
     const learners::Targets t = Labels(36, c.task, 3);
     const learners::KernelList kernels = RawKernels(t.y, c.unlabelled, 7, 2, 5);
     for (const int owners : {3, 9}) {
-      cv::Preprocessing pre;
+      gram::Preprocessing pre;
       Compare(kernels, c, owners, pre, false, std::to_string(owners) + " owners");
       pre.kernelGroups = {0, 1, 0, 1, 0, 1, 1};
       pre.covariates = Confounds(kernels[0].rows(), 9);
@@ -174,91 +176,23 @@ TEST(OwnedKernels, SeveralOwnersAgreeWithTheOneProcessRun) {
 // A study of several sources deals each source's kernels to the owners from owner 0 (kernel j of a source starting at s
 // on owner (j - s) mod P): the same results as kernel j on owner j mod P, whatever the blocks.
 TEST(OwnedKernels, KernelsDealtSourceBySourceAgreeWithTheOneProcessRun) {
-  EXPECT_EQ(cv::BlockOwners(7, 3, {0, 3, 5}), (std::vector<int>{0, 1, 2, 0, 1, 0, 1}));
-  EXPECT_EQ(cv::BlockOwners(5, 2, {}), (std::vector<int>{0, 1, 0, 1, 0}));
-  EXPECT_EQ(cv::BlockOwners(4, 3, {0, 1, 2, 3}), (std::vector<int>{0, 0, 0, 0}));  // one kernel per source: all on owner 0
+  EXPECT_EQ(gram::BlockOwners(7, 3, {0, 3, 5}), (std::vector<int>{0, 1, 2, 0, 1, 0, 1}));
+  EXPECT_EQ(gram::BlockOwners(5, 2, {}), (std::vector<int>{0, 1, 0, 1, 0}));
+  EXPECT_EQ(gram::BlockOwners(4, 3, {0, 1, 2, 3}), (std::vector<int>{0, 0, 0, 0}));  // one kernel per source: all on owner 0
   const learners::Targets t = Labels(36, learners::Task::Classification, 3);
   const learners::KernelList kernels = RawKernels(t.y, 6, 7, 2, 5);
   const auto cases = Cases();
   const Case& c = cases[0];  // classification, 6 unlabelled rows
   for (const int owners : {1, 2, 3}) {
-    cv::Preprocessing pre;
+    gram::Preprocessing pre;
     pre.kernelGroups = {0, 0, 0, 1, 1, 2, 2};
     Compare(kernels, c, owners, pre, owners == 1, std::to_string(owners) + " owners, three sources", {0, 3, 5});
     pre.covariates = Confounds(kernels[0].rows(), 9);
     Compare(kernels, c, owners, pre, owners == 1, std::to_string(owners) + " owners, three sources, covariates", {0, 3, 5});
     pre.covariates.reset();
-    Compare(kernels::CompactKernels(kernels, true), c, owners, pre, owners == 1, std::to_string(owners) + " owners, three sources, compact store", {0, 3, 5});
+    Compare(gram::CompactKernels(kernels, true), c, owners, pre, owners == 1, std::to_string(owners) + " owners, three sources, compact store", {0, 3, 5});
   }
-  // Per-kernel results are the one-process values bit for bit (the owner of each kernel computes them).
-  std::vector<int> train, test;
-  for (int i = 0; i < 42; ++i) (i % 4 == 1 ? test : train).push_back(i);
-  const Eigen::VectorXi tr = Eigen::Map<const Eigen::VectorXi>(train.data(), static_cast<Eigen::Index>(train.size()));
-  const Eigen::VectorXi te = Eigen::Map<const Eigen::VectorXi>(test.data(), static_cast<Eigen::Index>(test.size()));
-  cv::Preprocessing pre;
-  pre.kernelGroups = {0, 0, 0, 1, 1, 2, 2};
-  const Eigen::VectorXd scales = cv::FoldScales(kernels, tr, te, pre);
-  const Eigen::VectorXd coef = Eigen::VectorXd::Random(tr.size()), beta = (Eigen::VectorXd(7) << 0.2, 0, 0.2, 0.1, 0.1, 0.4, 0).finished();
-  const Eigen::MatrixXd D = weights::SubjectWeights(kernels, {train, test, coef, beta}, pre.centre, pre.normalise, nullptr);
-  cv::LocalKernelOwners held(kernels, 3, {0, 3, 5});
-  held.SetPreprocessing(pre);
-  EXPECT_EQ(cv::FoldScales(held, tr, te, pre), scales);
-  EXPECT_EQ(held.SubjectWeights({train, test, coef, beta}), D);
-  const auto fold = held.OpenFold(train, test);
-  const cv::FoldColumns columns(kernels, tr, te, pre);
-  learners::KernelList blocks;
-  columns.WriteTestBlocks(blocks);
-  EXPECT_EQ(fold->TestBlocks({6, 3, 0, 5}), (learners::KernelList{blocks[6], blocks[3], blocks[0], blocks[5]}));
-}
-
-TEST(OwnedKernels, PerKernelResultsAreBitForBitForAnyNumberOfOwners) {
-  const learners::Targets t = Labels(40, learners::Task::Classification, 3);
-  const learners::KernelList kernels = RawKernels(t.y, 0, 5, 2, 7);
-  std::vector<int> train, test;
-  for (int i = 0; i < 40; ++i) (i % 4 == 1 ? test : train).push_back(i);
-  const Eigen::VectorXi tr = Eigen::Map<const Eigen::VectorXi>(train.data(), static_cast<Eigen::Index>(train.size()));
-  const Eigen::VectorXi te = Eigen::Map<const Eigen::VectorXi>(test.data(), static_cast<Eigen::Index>(test.size()));
-  const Eigen::MatrixXd A = Eigen::MatrixXd::Random(tr.size(), 2);
-  const Eigen::VectorXd coef = A.col(0), beta = (Eigen::VectorXd(5) << 0.5, 0, 0.25, 0.25, 0).finished();
-  for (const bool covariates : {false, true}) {
-    cv::Preprocessing pre;
-    pre.kernelGroups = {0, 0, 1, 1, 1};
-    if (covariates) pre.covariates = Confounds(40, 4);
-    const cv::FoldKernelView view(kernels, tr, te, pre);
-    const Eigen::VectorXd scales = cv::FoldScales(kernels, tr, te, pre);
-    const Eigen::MatrixXd D = weights::SubjectWeights(kernels, {train, test, coef, beta}, pre.centre, pre.normalise, pre.covariates.get());
-    for (const int owners : {1, 2, 3, 6}) {
-      cv::LocalKernelOwners held(kernels, owners);
-      held.SetPreprocessing(pre);
-      const std::string what = std::to_string(owners) + " owners" + (covariates ? ", covariates" : "");
-      EXPECT_EQ(cv::FoldScales(held, tr, te, pre), scales) << what;
-      {
-        const cv::FoldKernelView owned(held, tr, te, pre);
-        EXPECT_EQ(owned.Scales(), scales) << what;
-        for (std::size_t r = 0; r < kernels.size(); ++r)
-          EXPECT_EQ(owned.Products(r, A, scales[static_cast<Eigen::Index>(r)]), view.Products(r, A, scales[static_cast<Eigen::Index>(r)])) << what;
-      }
-      EXPECT_EQ(held.SubjectWeights({train, test, coef, beta}), D) << what;
-      const Eigen::VectorXd largest = held.LargestTrainingSelfSimilarity(train);
-      for (std::size_t r = 0; r < kernels.size(); ++r)
-        EXPECT_EQ(largest[static_cast<Eigen::Index>(r)], cv::LargestCentredSelfSimilarity(kernels[r], tr, pre)) << what;
-      // Test blocks and the stack's per-kernel operations, against the one-process fold columns.
-      if (!covariates) {
-        const auto fold = held.OpenFold(train, test);
-        const cv::FoldColumns columns(kernels, tr, te, pre);
-        learners::KernelList blocks;
-        columns.WriteTestBlocks(blocks);
-        EXPECT_EQ(fold->TestBlocks({4, 0, 2}), (learners::KernelList{blocks[4], blocks[0], blocks[2]})) << what;
-        const learners::OwnedStack stack(columns);
-        EXPECT_EQ(fold->Products({3, 1}, coef), stack.Products({3, 1}, coef)) << what;
-        EXPECT_EQ(fold->Quadratics({2, 4, 0}, A, true), stack.Quadratics({2, 4, 0}, A, true)) << what;
-        EXPECT_EQ(fold->RootSpectralBounds({1})[0], stack.RootSpectralBound(1)) << what;
-        EXPECT_EQ(fold->NonZero(), (std::vector<Eigen::Index>{0, 1, 2, 3, 4})) << what;
-        EXPECT_EQ(fold->FirstNonFinite(), -1) << what;
-      }
-      EXPECT_EQ(held.OpenFolds(), 0) << what;
-    }
-  }
+  // Per-kernel results of every operation: gram's store conformance suite (every backend, blocks {0, 3, 5} too).
 }
 
 TEST(OwnedKernels, SelectedRowsAreTheKernelsOfThoseRows) {
@@ -273,7 +207,7 @@ TEST(OwnedKernels, SelectedRowsAreTheKernelsOfThoseRows) {
   for (const auto& K : full) selected.push_back(K(r, r));
   const auto n = static_cast<int>(rows.size());
   const learners::Targets targets = Labels(n, learners::Task::Classification, 3);
-  cv::Preprocessing pre;
+  gram::Preprocessing pre;
   pre.covariates = Confounds(n, 5);
   cv::NestedCvOptions options;
   options.preprocessing = pre;
@@ -281,7 +215,7 @@ TEST(OwnedKernels, SelectedRowsAreTheKernelsOfThoseRows) {
   const auto outer = Outer(targets);
   const auto single = cv::RunNestedCv(selected, targets, outer, Inner(targets.task), plans, options);
   for (const int owners : {1, 2}) {
-    cv::LocalKernelOwners held(full, owners);
+    gram::LocalKernelOwners held(full, owners);
     held.SelectRows(rows);
     held.SetPreprocessing(pre);
     EXPECT_EQ(held.Subjects(), n);
@@ -295,8 +229,8 @@ TEST(OwnedKernels, SelectedRowsAreTheKernelsOfThoseRows) {
         EXPECT_LE((owned[l].folds[f].decision - single[l].folds[f].decision).cwiseAbs().maxCoeff(), 1e-3) << plans[l].label << " fold " << f;
       }
     const auto& fold = single[0].folds[0];
-    const weights::FoldModel model{fold.train, fold.test, fold.model.coef, fold.model.beta};
-    EXPECT_EQ(held.SubjectWeights(model), weights::SubjectWeights(selected, model, pre.centre, pre.normalise, pre.covariates.get())) << owners;
+    const gram::FoldModel model{fold.train, fold.test, fold.model.coef, fold.model.beta};
+    EXPECT_EQ(held.SubjectWeights(model, pre), gram::MemoryKernels(selected).SubjectWeights(model, pre)) << owners;
   }
 }
 
@@ -307,12 +241,12 @@ TEST(OwnedKernels, FromKPackedStackBelowTrainingSubjectsTheOwnersReadTheirFoldKe
   const learners::KernelList kernels = RawKernels(targets.y, 0, 3, 1, 17);
   const std::vector<cv::LearnerPlan> plans = {{"en", "enmkl_svm", cv::ExpandGrid({{"c", 1}, {"mu", 0.5}}, {})}, {"svm", "svm", cv::ExpandGrid({{"c", 1}}, {})}};
   const auto outer = cv::MakeFolds({cv::Scheme::StratifiedKFold, 5, 1}, targets.task, targets.y, {}, {}, 21, "outer");
-  ASSERT_GE(static_cast<Eigen::Index>(outer[0].train.size()), learners::kPackedStackBelow);
+  ASSERT_GE(static_cast<Eigen::Index>(outer[0].train.size()), gram::kPackedStackBelow);
   cv::NestedCvOptions options;
   options.preprocessing.kernelGroups = {0, 1, 1};
-  const auto single = cv::RunNestedCv(kernels, targets, outer, Inner(targets.task), plans, options);
+  const auto single = cv::RunNestedCv(gram::MemoryKernels(kernels), targets, outer, Inner(targets.task), plans, options);
   for (const int owners : {1, 2}) {
-    cv::LocalKernelOwners held(kernels, owners);
+    gram::LocalKernelOwners held(kernels, owners);
     held.SetPreprocessing(options.preprocessing);
     const auto owned = cv::RunNestedCv(held, targets, outer, Inner(targets.task), plans, options);
     for (std::size_t l = 0; l < plans.size(); ++l)
@@ -335,14 +269,14 @@ TEST(OwnedKernels, FromKPackedStackBelowTrainingSubjectsTheOwnersReadTheirFoldKe
 
 /// In-process owners of which owner 1 fails the first request about a fold that reaches it (as a rank whose memory
 /// runs out would): the rest of the protocol must go on as if that owner's reply were any failure.
-class FailingOwners final : public cv::KernelOwners {
+class FailingOwners final : public gram::KernelOwners {
  public:
   FailingOwners(const learners::KernelList& kernels, int owners)
       : KernelOwners(owners, kernels.size(), kernels[0].rows(), false, false) {
     for (int p = 0; p < owners; ++p) {
       learners::KernelList share;
       for (std::size_t j = static_cast<std::size_t>(p); j < kernels.size(); j += static_cast<std::size_t>(owners)) share.push_back(kernels[j]);
-      shards_.push_back(std::make_unique<cv::KernelShard>(p, owners, std::move(share)));
+      shards_.push_back(std::make_unique<gram::KernelShard>(p, owners, std::move(share)));
     }
   }
   int OpenFolds() const {
@@ -352,9 +286,9 @@ class FailingOwners final : public cv::KernelOwners {
   }
 
  protected:
-  void Exchange(const cv::OwnerRequest& request, const std::function<void(int, cv::OwnerReply&)>& consume) const override {
+  void Exchange(const gram::OwnerRequest& request, const std::function<void(int, gram::OwnerReply&)>& consume) const override {
     for (std::size_t p = 0; p < shards_.size(); ++p) {
-      cv::OwnerReply reply;
+      gram::OwnerReply reply;
       if (p == 1 && request.fold != 0 && !failed_) {
         failed_ = true;
         reply.error = SerialiseError(std::make_exception_ptr(std::bad_alloc()));
@@ -366,7 +300,7 @@ class FailingOwners final : public cv::KernelOwners {
   }
 
  private:
-  std::vector<std::unique_ptr<cv::KernelShard>> shards_;
+  std::vector<std::unique_ptr<gram::KernelShard>> shards_;
   mutable bool failed_ = false;
 };
 
@@ -378,13 +312,13 @@ TEST(OwnedKernels, AFoldOneOwnerCouldNotOpenIsClosedOnTheOthers) {
   std::vector<int> train, test;
   for (int i = 0; i < 30; ++i) (i % 3 == 0 ? test : train).push_back(i);
   try {
-    held.OpenFold(train, test);
+    held.OpenFold(train, test, {});
     FAIL() << "expected owner 1's failure";
   } catch (const std::runtime_error& e) {
     EXPECT_NE(std::string(e.what()).find("kernel owner 1"), std::string::npos) << e.what();
   }
   EXPECT_EQ(held.OpenFolds(), 0);  // owners 0 and 2 had opened it
-  EXPECT_EQ(held.OpenFold(train, test)->TrainSize(), 20);  // the next request goes through
+  EXPECT_EQ(held.OpenFold(train, test, {})->Scales().size(), 4);  // the next request goes through
   EXPECT_EQ(held.OpenFolds(), 0);
 }
 
@@ -393,27 +327,27 @@ TEST(OwnedKernels, AnOwnersFailureIsTheOneProcessError) {
   // as the one-process run reports it; the fold opened on the other owners is closed.
   const learners::Targets t = Labels(30, learners::Task::Classification, 3);
   const learners::KernelList kernels = RawKernels(t.y, 0, 4, 2, 7);
-  cv::Preprocessing pre;
+  gram::Preprocessing pre;
   Eigen::MatrixXd design = Eigen::MatrixXd::Ones(30, 1);
   std::vector<char> fitRows(30, 0);
   fitRows[0] = 1;  // only subject 0 may fit the coefficients
-  pre.covariates = std::make_shared<const kernels::Covariates>(kernels::Covariates{design, fitRows});
+  pre.covariates = std::make_shared<const gram::Covariates>(gram::Covariates{design, fitRows});
   std::vector<int> train, test;
   for (int i = 1; i < 30; ++i) (i % 3 == 0 ? test : train).push_back(i);
   const Eigen::VectorXi tr = Eigen::Map<const Eigen::VectorXi>(train.data(), static_cast<Eigen::Index>(train.size()));
   const Eigen::VectorXi te = Eigen::Map<const Eigen::VectorXi>(test.data(), static_cast<Eigen::Index>(test.size()));
   std::string expected;
   try {
-    cv::PrepareFold(kernels, train, test, pre);
+    gram::PrepareFold(gram::MemoryKernels(kernels), train, test, pre);
     FAIL() << "expected covariates:NoFitRows";
   } catch (const InputError& e) {
     EXPECT_EQ(e.code(), "covariates:NoFitRows");
     expected = e.what();
   }
-  cv::LocalKernelOwners held(kernels, 3);
+  gram::LocalKernelOwners held(kernels, 3);
   held.SetPreprocessing(pre);
   try {
-    held.OpenFold(train, test);
+    held.OpenFold(train, test, pre);
     FAIL() << "expected covariates:NoFitRows";
   } catch (const InputError& e) {  // the same class, code and message
     EXPECT_EQ(e.code(), "covariates:NoFitRows");
@@ -423,7 +357,7 @@ TEST(OwnedKernels, AnOwnersFailureIsTheOneProcessError) {
   // A kernel with a NaN: the learner refuses the fold as in one process (training kernel 2 named).
   learners::KernelList bad = kernels;
   bad[2](4, 7) = bad[2](7, 4) = std::nan("");
-  cv::LocalKernelOwners badHeld(bad, 2);
+  gram::LocalKernelOwners badHeld(bad, 2);
   badHeld.SetPreprocessing({});
   const std::vector<cv::LearnerPlan> plans = {{"en", "enmkl_svm", cv::ExpandGrid({{"c", 1}, {"mu", 0.5}}, {})}};
   const auto outer = Outer(t);

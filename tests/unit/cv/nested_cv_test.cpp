@@ -11,7 +11,10 @@
 
 #include "../learners/learner_fixtures.hpp"
 #include "neuromkl/core/errors.hpp"
+#include "neuromkl/core/system.hpp"
 #include "neuromkl/cv/nested_cv.hpp"
+#include "neuromkl/gram/memory.hpp"
+#include "gram_fixtures.hpp"
 
 using namespace neuromkl;
 
@@ -183,7 +186,7 @@ TEST(NestedCv, FoldsInFlightFollowTheMemoryBudget) {
   EXPECT_EQ(cv::FoldsInFlight(100, 50, 2), 1u);  // not even one fits: one still runs
   EXPECT_EQ(cv::FoldsInFlight(0, 0, 4), 4u);
   EXPECT_EQ(cv::FoldsInFlight(100, 1000, 0), 1u);
-  EXPECT_GT(cv::AvailableMemoryBytes(), 0u);
+  EXPECT_GT(AvailableMemoryBytes(), 0u);
 }
 
 TEST(NestedCv, ActiveThreadsFollowAStudysThreadLimit) {
@@ -315,14 +318,14 @@ namespace {
 
 TEST(SourceWeighting, GroupScalesEqualiseGroupTracesAndKeepTheirSum) {
   // Three kernels of trace 1 in group 0 and one in group 1: T = (3, 1), mean 2 -> g = (2/3, 2/3, 2/3, 2).
-  const Eigen::VectorXd g = cv::GroupScales({1, 1, 1, 1}, {0, 0, 0, 1});
+  const Eigen::VectorXd g = gram::GroupScales({1, 1, 1, 1}, {0, 0, 0, 1});
   EXPECT_NEAR(g[0], 2.0 / 3.0, 1e-15);
   EXPECT_NEAR(g[2], 2.0 / 3.0, 1e-15);
   EXPECT_NEAR(g[3], 2.0, 1e-15);
   // Already equal: unchanged. No groups: ones. A group whose kernels are all zero keeps scale 1.
-  EXPECT_TRUE(cv::GroupScales({2, 2, 2, 6}, {0, 0, 0, 1}).isApprox(Eigen::VectorXd::Ones(4), 1e-15));
-  EXPECT_TRUE(cv::GroupScales({5, 7}, {}).isApprox(Eigen::VectorXd::Ones(2), 0.0));
-  const Eigen::VectorXd z = cv::GroupScales({0, 0, 4}, {0, 0, 1});
+  EXPECT_TRUE(gram::GroupScales({2, 2, 2, 6}, {0, 0, 0, 1}).isApprox(Eigen::VectorXd::Ones(4), 1e-15));
+  EXPECT_TRUE(gram::GroupScales({5, 7}, {}).isApprox(Eigen::VectorXd::Ones(2), 0.0));
+  const Eigen::VectorXd z = gram::GroupScales({0, 0, 4}, {0, 0, 1});
   EXPECT_EQ(z[0], 1.0);
   EXPECT_NEAR(z[2], 1.0, 1e-15);  // the only group with a trace is its own mean
 }
@@ -335,22 +338,22 @@ TEST(SourceWeighting, FoldKernelsOfEveryGroupHaveOneTotalTraceFromTrainingSubjec
     Eigen::MatrixXd X = Eigen::MatrixXd::Random(n, 3 + k) * (1.0 + k);
     kernels.push_back(X * X.transpose());
   }
-  cv::Preprocessing pre;
+  gram::Preprocessing pre;
   pre.centre = true;
   pre.normalise = false;
   pre.kernelGroups = {0, 0, 0, 0, 1};
   std::vector<int> train, test;
   for (int i = 0; i < n; ++i) (i % 5 == 0 ? test : train).push_back(i);
-  const auto fold = cv::PrepareFold(kernels, train, test, pre);
+  const auto fold = gram::PrepareFold(gram::MemoryKernels(kernels), train, test, pre);
   double t0 = 0;
   for (int k = 0; k < 4; ++k) t0 += fold.train[static_cast<std::size_t>(k)].trace();
   EXPECT_NEAR(t0, fold.train[4].trace(), 1e-10 * t0);
   // The scales FoldScales reports are those PrepareFold applied (one kernel at a time gives the same blocks).
   const Eigen::VectorXi tr = Eigen::Map<const Eigen::VectorXi>(train.data(), static_cast<Eigen::Index>(train.size()));
   const Eigen::VectorXi te = Eigen::Map<const Eigen::VectorXi>(test.data(), static_cast<Eigen::Index>(test.size()));
-  const Eigen::VectorXd g = cv::FoldScales(kernels, tr, te, pre);
+  const Eigen::VectorXd g = neuromkl::testing::FoldScalesAt(gram::MemoryKernels(kernels), tr, te, pre);
   for (int k = 0; k < 5; ++k) {
-    const auto one = cv::PrepareFoldKernel(kernels[static_cast<std::size_t>(k)], tr, te, pre, g[k]);
+    const auto one = gram::PrepareFoldKernel(kernels[static_cast<std::size_t>(k)], tr, te, pre, g[k]);
     EXPECT_TRUE(one.train.isApprox(fold.train[static_cast<std::size_t>(k)], 1e-14));
     EXPECT_TRUE(one.testTrain.isApprox(fold.test[static_cast<std::size_t>(k)], 1e-14));
   }
@@ -360,14 +363,14 @@ TEST(SourceWeighting, FoldKernelsOfEveryGroupHaveOneTotalTraceFromTrainingSubjec
     K.row(test[1]) *= 3.0;
     K.col(test[1]) *= 3.0;
   }
-  const auto again = cv::PrepareFold(changed, train, test, pre);
+  const auto again = gram::PrepareFold(gram::MemoryKernels(changed), train, test, pre);
   for (int k = 0; k < 5; ++k) EXPECT_EQ(again.train[static_cast<std::size_t>(k)], fold.train[static_cast<std::size_t>(k)]);
 }
 
 }  // namespace
 
-// Issue 17: learners of the summed kernel get it prepared in place (PrepareSummedFold), not from a copy of
-// every kernel.
+// Learners of the summed kernel get it prepared in place (gram::PreparedFold::Summed), not from a copy of every
+// kernel.
 namespace {
 
 struct SummedFixture {
@@ -377,12 +380,12 @@ struct SummedFixture {
 };
 
 /// Centring, normalising and equal source weighting (groups {0, 1, 1}) each on and off.
-std::vector<cv::Preprocessing> EveryPreprocessing() {
-  std::vector<cv::Preprocessing> out;
+std::vector<gram::Preprocessing> EveryPreprocessing() {
+  std::vector<gram::Preprocessing> out;
   for (const bool centre : {true, false})
     for (const bool normalise : {true, false})
       for (const bool groups : {false, true}) {
-        cv::Preprocessing pre;
+        gram::Preprocessing pre;
         pre.centre = centre;
         pre.normalise = normalise;
         if (groups) pre.kernelGroups = {0, 1, 1};
@@ -418,9 +421,9 @@ std::vector<int> WithUnlabelledRows(std::vector<int> train, const std::vector<in
 }
 
 /// PrepareFold's kernels summed as the learners sum them (CombineKernels: 0 + K_0 + K_1 + ...).
-cv::FoldKernels SumOfPrepared(const SummedFixture& f, const cv::Preprocessing& pre) {
-  const auto fold = cv::PrepareFold(f.kernels, f.train, f.test, pre);
-  cv::FoldKernels sum;
+gram::FoldKernels SumOfPrepared(const SummedFixture& f, const gram::Preprocessing& pre) {
+  const auto fold = gram::PrepareFold(gram::MemoryKernels(f.kernels), f.train, f.test, pre);
+  gram::FoldKernels sum;
   sum.train.assign(1, Eigen::MatrixXd::Zero(fold.train[0].rows(), fold.train[0].cols()));
   sum.test.assign(1, Eigen::MatrixXd::Zero(fold.test[0].rows(), fold.test[0].cols()));
   for (std::size_t j = 0; j < fold.train.size(); ++j) {
@@ -432,29 +435,29 @@ cv::FoldKernels SumOfPrepared(const SummedFixture& f, const cv::Preprocessing& p
 
 TEST(SummedFold, EqualsTheSumOfPreparedKernelsForEveryPreprocessing) {
   // Copies and the summed kernel come from the same fold vectors and the same arithmetic per entry
-  // (kernels::PreparedEntry), added in kernel order as CombineKernels adds: equal bit for bit. Both agree
+  // (gram::PreparedEntry), added in kernel order as CombineKernels adds: equal bit for bit. Both agree
   // with the step-by-step preparation (SliceFold, CentreFold, NormaliseFold) to a few ulps.
   const auto f = MakeSummedFixture();
   const Eigen::VectorXi& tr = f.tr;
   const Eigen::VectorXi& te = f.te;
-  for (const cv::Preprocessing& pre : EveryPreprocessing()) {
+  for (const gram::Preprocessing& pre : EveryPreprocessing()) {
     const bool centre = pre.centre, normalise = pre.normalise;
     const std::string what = "centre " + std::to_string(centre) + " normalise " + std::to_string(normalise) + " groups " +
                              std::to_string(!pre.kernelGroups.empty());
     const auto expected = SumOfPrepared(f, pre);
-    const auto got = cv::PrepareSummedFold(f.kernels, f.train, f.test, pre);
+    const auto got = neuromkl::testing::SummedFold(gram::MemoryKernels(f.kernels), f.train, f.test, pre);
     ASSERT_EQ(got.train.size(), 1u);
     ASSERT_EQ(got.test.size(), 1u);
     EXPECT_EQ(got.train[0], expected.train[0]) << what;
     EXPECT_EQ(got.test[0], expected.test[0]) << what;
     // Against the step-by-step preparation of each kernel (means summed in another order: raw entries
     // up to ~1e3 without normalising, 1e-13 of the largest is a few hundred ulps).
-    const auto fold = cv::PrepareFold(f.kernels, f.train, f.test, pre);
-    const Eigen::VectorXd g = cv::FoldScales(f.kernels, tr, te, pre);
+    const auto fold = gram::PrepareFold(gram::MemoryKernels(f.kernels), f.train, f.test, pre);
+    const Eigen::VectorXd g = neuromkl::testing::FoldScalesAt(gram::MemoryKernels(f.kernels), tr, te, pre);
     for (std::size_t j = 0; j < f.kernels.size(); ++j) {
-      kernels::FoldKernel fk = kernels::SliceFold(f.kernels[j], tr, te);
-      if (centre) kernels::CentreFold(fk);
-      if (normalise) kernels::NormaliseFold(fk);
+      gram::FoldKernel fk = gram::SliceFold(f.kernels[j], tr, te);
+      if (centre) gram::CentreFold(fk);
+      if (normalise) gram::NormaliseFold(fk);
       const double scale = fk.train.cwiseAbs().maxCoeff() * g[static_cast<Eigen::Index>(j)];
       EXPECT_LE((fold.train[j] - g[static_cast<Eigen::Index>(j)] * fk.train).cwiseAbs().maxCoeff(), 1e-13 * scale) << what;
       EXPECT_LE((fold.test[j] - g[static_cast<Eigen::Index>(j)] * fk.testTrain).cwiseAbs().maxCoeff(), 1e-13 * scale) << what;
@@ -469,7 +472,7 @@ TEST(SummedFold, EqualsTheSumOfPreparedKernelsForEveryPreprocessing) {
 TEST(SummedFold, NoKernelsGiveNoKernelNotAZeroKernel) {
   // A learner given no kernel says so (learners:NoKernel); a summed kernel of zeros would fit silently.
   const auto f = MakeSummedFixture();
-  const auto none = cv::PrepareSummedFold(learners::KernelList{}, f.train, f.test, cv::Preprocessing{});
+  const auto none = neuromkl::testing::SummedFold(gram::MemoryKernels(learners::KernelList{}), f.train, f.test, gram::Preprocessing{});
   EXPECT_TRUE(none.train.empty());
   EXPECT_TRUE(none.test.empty());
   const learners::Targets y{learners::Task::Classification, Eigen::VectorXd::Ones(static_cast<Eigen::Index>(f.train.size()))};
@@ -484,11 +487,11 @@ TEST(SummedFold, WithCovariatesIsTheSumOfPreparedKernelsExactly) {
   design.col(0).setOnes();
   design.col(1) = Eigen::VectorXd::LinSpaced(n, -1.0, 1.0).array().square();
   for (const bool groups : {false, true}) {
-    cv::Preprocessing pre;
-    pre.covariates = std::make_shared<const kernels::Covariates>(kernels::Covariates{design, {}});
+    gram::Preprocessing pre;
+    pre.covariates = std::make_shared<const gram::Covariates>(gram::Covariates{design, {}});
     if (groups) pre.kernelGroups = {0, 1, 1};
     const auto expected = SumOfPrepared(f, pre);
-    const auto got = cv::PrepareSummedFold(f.kernels, f.train, f.test, pre);
+    const auto got = neuromkl::testing::SummedFold(gram::MemoryKernels(f.kernels), f.train, f.test, pre);
     EXPECT_EQ(got.train[0], expected.train[0]) << groups;
     EXPECT_EQ(got.test[0], expected.test[0]) << groups;
   }
@@ -496,16 +499,16 @@ TEST(SummedFold, WithCovariatesIsTheSumOfPreparedKernelsExactly) {
 
 TEST(SummedFold, IdenticalOnOneAndTwoThreads) {
   const auto f = MakeSummedFixture();
-  cv::Preprocessing pre;
+  gram::Preprocessing pre;
   pre.kernelGroups = {0, 0, 1};
-  cv::FoldKernels one, two;
+  gram::FoldKernels one, two;
   {
     tbb::global_control limit(tbb::global_control::max_allowed_parallelism, 1);
-    one = cv::PrepareSummedFold(f.kernels, f.train, f.test, pre);
+    one = neuromkl::testing::SummedFold(gram::MemoryKernels(f.kernels), f.train, f.test, pre);
   }
   {
     tbb::global_control limit(tbb::global_control::max_allowed_parallelism, 2);
-    two = cv::PrepareSummedFold(f.kernels, f.train, f.test, pre);
+    two = neuromkl::testing::SummedFold(gram::MemoryKernels(f.kernels), f.train, f.test, pre);
   }
   EXPECT_EQ(one.train[0], two.train[0]);
   EXPECT_EQ(one.test[0], two.test[0]);
@@ -570,7 +573,7 @@ TEST(SummedFold, NestedCvOnTheSummedKernelGivesTheResultsOfTheCopies) {
           EXPECT_EQ(x.model.coef, y.model.coef) << a[l].label;
           // The expanded model applied to the study's own fold kernels predicts what the fold reported.
           const auto rows = x.unlabelled.empty() ? x.train : WithUnlabelledRows(x.train, x.unlabelled);
-          const auto fold = cv::PrepareFold(p.kernels, rows, x.test, cv::Preprocessing{});
+          const auto fold = gram::PrepareFold(gram::MemoryKernels(p.kernels), rows, x.test, gram::Preprocessing{});
           EXPECT_LE((x.model.Decision(fold.test) - x.decision).cwiseAbs().maxCoeff(), 1e-12 * scale) << a[l].label;
         }
         // Calibration is fitted on the inner out-of-fold decisions: the same to the decisions' rounding.
@@ -612,16 +615,17 @@ TEST(SummedFold, AFoldKernelViewGivesTheProductsAndScalesOfThePreparedKernels) {
   design.col(0).setOnes();
   design.col(1) = Eigen::VectorXd::LinSpaced(n, 0.0, 1.0);
   for (const bool covariates : {false, true}) {
-    cv::Preprocessing pre;
+    gram::Preprocessing pre;
     pre.kernelGroups = {0, 1, 1};
-    if (covariates) pre.covariates = std::make_shared<const kernels::Covariates>(kernels::Covariates{design, {}});
-    const cv::FoldKernelView view(f.kernels, tr, te, pre);
-    const Eigen::VectorXd scales = cv::FoldScales(f.kernels, tr, te, pre);
-    EXPECT_LE((view.Scales() - scales).cwiseAbs().maxCoeff(), 1e-14) << covariates;
+    if (covariates) pre.covariates = std::make_shared<const gram::Covariates>(gram::Covariates{design, {}});
+    const gram::MemoryKernels kernels(f.kernels);
+    const auto view = kernels.OpenFold(f.train, f.test, pre);
+    const Eigen::VectorXd scales = neuromkl::testing::FoldScalesAt(kernels, tr, te, pre);
+    EXPECT_LE((view->Scales() - scales).cwiseAbs().maxCoeff(), 1e-14) << covariates;
     for (std::size_t r = 0; r < f.kernels.size(); ++r) {
-      const Eigen::MatrixXd expected = cv::PrepareFoldKernel(f.kernels[r], tr, te, pre, 0.7).train * A;
+      const Eigen::MatrixXd expected = gram::PrepareFoldKernel(f.kernels[r], tr, te, pre, 0.7).train * A;
       // Normalised entries are <= 1 and A's are <= 1: sums of 35 terms agree to 1e-13.
-      EXPECT_LE((view.Products(r, A, 0.7) - expected).cwiseAbs().maxCoeff(), 1e-13) << covariates;
+      EXPECT_LE((neuromkl::testing::FoldProducts(*view, r, A, 0.7, f.kernels.size()) - expected).cwiseAbs().maxCoeff(), 1e-13) << covariates;
     }
   }
 }
@@ -630,16 +634,16 @@ TEST(SummedFold, PreparingIntoAnotherFoldsKernelsGivesTheSameBlocks) {
   // Nested CV hands a finished fold task's copies to the next task: whatever they held before (another
   // fold of the same size, or of another size), the blocks are PrepareFold's.
   const auto f = MakeSummedFixture();
-  cv::Preprocessing pre;
+  gram::Preprocessing pre;
   pre.kernelGroups = {0, 1, 1};
   std::vector<int> otherTrain = f.train, otherTest = f.test;
   std::swap(otherTrain[0], otherTest[0]);  // same sizes, other subjects
   std::vector<int> smallerTrain(f.train.begin(), f.train.end() - 5);
-  const auto expected = cv::PrepareFold(f.kernels, f.train, f.test, pre);
+  const auto expected = gram::PrepareFold(gram::MemoryKernels(f.kernels), f.train, f.test, pre);
   for (const auto* before : {&otherTrain, &smallerTrain}) {
-    cv::FoldKernels out = cv::PrepareFold(f.kernels, *before, before == &otherTrain ? otherTest : f.test, pre);
+    gram::FoldKernels out = gram::PrepareFold(gram::MemoryKernels(f.kernels), *before, before == &otherTrain ? otherTest : f.test, pre);
     const double* storage = out.train[0].data();
-    cv::PrepareFoldInto(f.kernels, f.train, f.test, pre, out);
+    neuromkl::testing::PrepareFoldInto(gram::MemoryKernels(f.kernels), f.train, f.test, pre, out);
     if (before == &otherTrain) {
       EXPECT_EQ(out.train[0].data(), storage);  // the same size: its storage is reused
     }
@@ -652,8 +656,8 @@ TEST(SummedFold, PreparingIntoAnotherFoldsKernelsGivesTheSameBlocks) {
 
 }  // namespace
 
-// Issue 17: learners of kernel weights read each fold's training kernels in place (cv::FoldColumns), not
-// from a copy of every kernel.
+// Learners of kernel weights read each fold's training kernels in place (gram::TrainingForm::InPlace), not from a
+// copy of every kernel.
 namespace {
 
 TEST(FoldColumns, AreThePreparedCopiesColumnsBitForBit) {
@@ -662,36 +666,32 @@ TEST(FoldColumns, AreThePreparedCopiesColumnsBitForBit) {
   const SummedFixture f = MakeSummedFixture();
   const Eigen::VectorXi& tr = f.tr;
   const Eigen::VectorXi& te = f.te;
-  for (const cv::Preprocessing& pre : EveryPreprocessing()) {
-    const cv::FoldKernels copies = cv::PrepareFold(f.kernels, f.train, f.test, pre);
-    const cv::FoldColumns columns(f.kernels, tr, te, pre);
-    ASSERT_EQ(columns.Count(), 3);
-    ASSERT_EQ(columns.Size(), tr.size());
-    Eigen::VectorXd column(tr.size());
-    for (Eigen::Index k = 0; k < 3; ++k)
-      for (Eigen::Index j = 0; j < tr.size(); ++j) {
-        columns.UpperColumn(k, j, column.data());
-        EXPECT_EQ(column.head(j + 1), copies.train[static_cast<std::size_t>(k)].col(j).head(j + 1)) << k << ", " << j;
-      }
-    Eigen::MatrixXd buffer = Eigen::MatrixXd::Constant(2, 2, 7.0);  // stale storage of another shape: rewritten
-    const learners::TestBlocks oneAtATime = columns.Test(buffer);
-    ASSERT_EQ(oneAtATime.count, 3);
-    ASSERT_EQ(oneAtATime.rows, te.size());
-    for (Eigen::Index k = 2; k >= 0; --k) EXPECT_EQ(oneAtATime.block(k), copies.test[static_cast<std::size_t>(k)]);
-    learners::KernelList held(1, Eigen::MatrixXd::Constant(2, 2, 7.0));  // all at once (nested CV below kPackedStackBelow)
-    columns.WriteTestBlocks(held);
-    EXPECT_EQ(held, copies.test);
+  for (const gram::Preprocessing& pre : EveryPreprocessing()) {
+    const gram::MemoryKernels kernels(f.kernels);
+    const gram::FoldKernels copies = gram::PrepareFold(kernels, f.train, f.test, pre);
+    const gram::WeightedKernels inPlace = neuromkl::testing::WeightedFold(kernels, f.train, f.test, pre, gram::TrainingForm::InPlace);
+    ASSERT_TRUE(inPlace.train.empty());
+    ASSERT_EQ(inPlace.kernels->Count(), 3);
+    ASSERT_EQ(inPlace.kernels->Size(), tr.size());
+    // A unit weight combines one kernel: its upper triangle as the stack read it, mirrored, bit for bit.
+    const auto stack = inPlace.kernels->Stack();
+    for (Eigen::Index k = 0; k < 3; ++k) {
+      const Eigen::MatrixXd expected = copies.train[static_cast<std::size_t>(k)].selfadjointView<Eigen::Upper>();
+      EXPECT_EQ(stack->Combine(Eigen::VectorXd::Unit(3, k)), expected) << k;
+    }
+    // Below kPackedStackBelow the test blocks are held, the copies' bit for bit.
+    EXPECT_EQ(inPlace.test, copies.test);
   }
 }
 
 TEST(FoldColumns, RefuseCovariates) {
   // Residualising mixes rows: such folds are not columns of the study's kernels (nested CV copies them).
   const SummedFixture f = MakeSummedFixture();
-  cv::Preprocessing pre;
+  gram::Preprocessing pre;
   const Eigen::MatrixXd design = Eigen::MatrixXd::Random(47, 2);
-  pre.covariates = std::make_shared<const kernels::Covariates>(kernels::Covariates{design, {}});
+  pre.covariates = std::make_shared<const gram::Covariates>(gram::Covariates{design, {}});
   try {
-    cv::FoldColumns columns(f.kernels, f.tr, f.te, pre);
+    neuromkl::testing::WeightedFold(gram::MemoryKernels(f.kernels), f.train, f.test, pre, gram::TrainingForm::InPlace);
     ADD_FAILURE() << "expected cv:ColumnsWithCovariates";
   } catch (const InputError& e) {
     EXPECT_EQ(e.code(), "cv:ColumnsWithCovariates");
@@ -741,7 +741,7 @@ TEST(FoldColumns, NestedCvOnColumnsGivesTheResultsOfTheCopiesBitForBit) {
     columns.biasCorrection = copies.biasCorrection = true;
     columns.multiclassWeights = copies.multiclassWeights = c.weights;
     columns.preprocessing.kernelGroups = copies.preprocessing.kernelGroups = {0, 0, 1, 1};
-    if (c.covariates) columns.preprocessing.covariates = copies.preprocessing.covariates = std::make_shared<const kernels::Covariates>(kernels::Covariates{design, {}});
+    if (c.covariates) columns.preprocessing.covariates = copies.preprocessing.covariates = std::make_shared<const gram::Covariates>(gram::Covariates{design, {}});
     columns.columnsInPlace = cv::ColumnsInPlace::Always;
     copies.columnsInPlace = cv::ColumnsInPlace::Never;
     const auto a = cv::RunNestedCv(p.kernels, t, outer, inner, *c.plans, columns);

@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-#include "neuromkl/kernels/preprocess.hpp"
+#include "neuromkl/gram/preprocess.hpp"
 #include "testing.hpp"
 
 using namespace neuromkl;
@@ -30,8 +30,8 @@ Eigen::MatrixXd Rows(const Eigen::MatrixXd& X, const Eigen::VectorXi& idx) {
 
 TEST(Preprocess, CentringEqualsInnerProductsOfTrainingCentredFeatures) {
   Data d;
-  kernels::FoldKernel k = kernels::SliceFold(d.X * d.X.transpose(), d.train, d.test);
-  kernels::CentreFold(k);
+  gram::FoldKernel k = gram::SliceFold(d.X * d.X.transpose(), d.train, d.test);
+  gram::CentreFold(k);
   const Eigen::MatrixXd Xtr = Rows(d.X, d.train), Xte = Rows(d.X, d.test);
   const Eigen::RowVectorXd mu = Xtr.colwise().mean();  // training mean only
   const Eigen::MatrixXd Ctr = Xtr.rowwise() - mu, Cte = Xte.rowwise() - mu;
@@ -42,9 +42,9 @@ TEST(Preprocess, CentringEqualsInnerProductsOfTrainingCentredFeatures) {
 
 TEST(Preprocess, NormalisationIsTheCosineOfCentredFeatures) {
   Data d;
-  kernels::FoldKernel k = kernels::SliceFold(d.X * d.X.transpose(), d.train, d.test);
-  kernels::CentreFold(k);
-  kernels::NormaliseFold(k);
+  gram::FoldKernel k = gram::SliceFold(d.X * d.X.transpose(), d.train, d.test);
+  gram::CentreFold(k);
+  gram::NormaliseFold(k);
   const Eigen::RowVectorXd mu = Rows(d.X, d.train).colwise().mean();
   Eigen::MatrixXd Ctr = Rows(d.X, d.train).rowwise() - mu, Cte = Rows(d.X, d.test).rowwise() - mu;
   Ctr.rowwise().normalize();
@@ -56,13 +56,13 @@ TEST(Preprocess, NormalisationIsTheCosineOfCentredFeatures) {
 
 TEST(Preprocess, TestSubjectsDoNotLeakIntoTrainingStatistics) {
   Data d;
-  kernels::FoldKernel a = kernels::SliceFold(d.X * d.X.transpose(), d.train, d.test);
+  gram::FoldKernel a = gram::SliceFold(d.X * d.X.transpose(), d.train, d.test);
   Eigen::MatrixXd X2 = d.X;
   X2.row(4) *= -7.0;  // change a held-out subject
-  kernels::FoldKernel b = kernels::SliceFold(X2 * X2.transpose(), d.train, d.test);
+  gram::FoldKernel b = gram::SliceFold(X2 * X2.transpose(), d.train, d.test);
   for (auto* k : {&a, &b}) {
-    kernels::CentreFold(*k);
-    kernels::NormaliseFold(*k);
+    gram::CentreFold(*k);
+    gram::NormaliseFold(*k);
   }
   EXPECT_EQ(a.train, b.train);
   EXPECT_EQ(a.testTrain.row(0), b.testTrain.row(0));  // other test subjects untouched
@@ -73,9 +73,9 @@ TEST(Preprocess, ASampleAtTheTrainingMeanGetsZerosNotNan) {
   Data d;
   Eigen::MatrixXd X = d.X;
   X.row(1) = Rows(d.X, d.train).colwise().mean();  // test subject 1 equals the training mean
-  kernels::FoldKernel k = kernels::SliceFold(X * X.transpose(), d.train, d.test);
-  kernels::CentreFold(k);
-  kernels::NormaliseFold(k);
+  gram::FoldKernel k = gram::SliceFold(X * X.transpose(), d.train, d.test);
+  gram::CentreFold(k);
+  gram::NormaliseFold(k);
   EXPECT_TRUE(k.testTrain.allFinite());
   EXPECT_NEAR(k.testTrain.row(0).cwiseAbs().maxCoeff(), 0.0, 1e-6);
 }
@@ -86,11 +86,11 @@ TEST(FoldVectors, DescribeTheCopiesEntriesAndProducts) {
   const Eigen::MatrixXd K = d.X * d.X.transpose();
   for (const bool centre : {true, false})
     for (const bool normalise : {true, false}) {
-      kernels::FoldKernel fk = kernels::SliceFold(K, d.train, d.test);
-      if (centre) kernels::CentreFold(fk);
+      gram::FoldKernel fk = gram::SliceFold(K, d.train, d.test);
+      if (centre) gram::CentreFold(fk);
       const Eigen::VectorXd centredTrainDiag = fk.train.diagonal(), centredTestDiag = fk.testDiag;
-      if (normalise) kernels::NormaliseFold(fk);
-      const kernels::FoldVectors v = kernels::MakeFoldVectors(K, d.train, d.test, centre, normalise);
+      if (normalise) gram::NormaliseFold(fk);
+      const gram::FoldVectors v = gram::MakeFoldVectors(K, d.train, d.test, centre, normalise);
       // Every prepared entry rebuilt from the vectors. Entries are O(10) here (features of mean 2): 1e-13
       // absolute is a few hundred ulps, the means being summed in another order than Eigen's reductions.
       Eigen::MatrixXd train(d.train.size(), d.train.size()), test(d.test.size(), d.train.size());
@@ -108,7 +108,7 @@ TEST(FoldVectors, DescribeTheCopiesEntriesAndProducts) {
       // Products with the prepared block without forming it: two right-hand sides, one with zeros.
       Eigen::MatrixXd A = Eigen::MatrixXd::Random(d.train.size(), 2);
       A(2, 1) = 0.0;
-      EXPECT_TRUE(MatrixNear(kernels::PreparedProducts(K, d.train, v, A), fk.train * A, 1e-12)) << centre << normalise;
+      EXPECT_TRUE(MatrixNear(gram::PreparedProducts(K, d.train, v, A), fk.train * A, 1e-12)) << centre << normalise;
     }
 }
 
@@ -116,7 +116,7 @@ TEST(FoldVectors, ASampleAtTheTrainingMeanGetsAZeroScale) {
   Data d;
   d.X.row(d.test[0]) = Rows(d.X, d.train).colwise().mean();
   const Eigen::MatrixXd K = d.X * d.X.transpose();
-  const kernels::FoldVectors v = kernels::MakeFoldVectors(K, d.train, d.test, true, true);
+  const gram::FoldVectors v = gram::MakeFoldVectors(K, d.train, d.test, true, true);
   EXPECT_EQ(v.invTest[0], 0.0);
   EXPECT_GT(v.invTest[1], 0.0);
   EXPECT_TRUE(v.invTrain.allFinite());
@@ -129,15 +129,15 @@ TEST(FoldVectors, SlicedBlocksGiveTheFullKernelsVectorsAndBlocksBitForBit) {
   const Eigen::MatrixXd K = d.X * d.X.transpose();
   for (const bool centre : {true, false})
     for (const bool normalise : {true, false}) {
-      const kernels::FoldVectors full = kernels::MakeFoldVectors(K, d.train, d.test, centre, normalise);
-      const kernels::FoldKernel expected = kernels::PreparedBlocks(K, d.train, d.test, full, normalise);
-      kernels::FoldKernel sliced = kernels::SliceFold(K, d.train, d.test);
-      const kernels::FoldVectors blocks = kernels::BlockFoldVectors(sliced.train, sliced.testTrain, sliced.testDiag, centre, normalise);
+      const gram::FoldVectors full = gram::MakeFoldVectors(K, d.train, d.test, centre, normalise);
+      const gram::FoldKernel expected = gram::PreparedBlocks(K, d.train, d.test, full, normalise);
+      gram::FoldKernel sliced = gram::SliceFold(K, d.train, d.test);
+      const gram::FoldVectors blocks = gram::BlockFoldVectors(sliced.train, sliced.testTrain, sliced.testDiag, centre, normalise);
       EXPECT_EQ(blocks.colMean, full.colMean);
       EXPECT_EQ(blocks.testMean, full.testMean);
       EXPECT_EQ(blocks.invTrain, full.invTrain);
       EXPECT_EQ(blocks.invTest, full.invTest);
-      kernels::PrepareBlocksInPlace(sliced.train, sliced.testTrain, blocks);
+      gram::PrepareBlocksInPlace(sliced.train, sliced.testTrain, blocks);
       EXPECT_EQ(sliced.train, expected.train) << centre << normalise;
       EXPECT_EQ(sliced.testTrain, expected.testTrain) << centre << normalise;
     }

@@ -45,7 +45,8 @@ TEST(SvmCurvature, IsTheDerivativeOfTheKernelQuadratics) {
   const auto p = MakeMklProblem(60, 4, {0, 2}, 0.7, 5);
   const double C = 1.0;
   const auto solver = learners::MakeSvcSolver(p.targets.y, C, 1e-12, 10'000'000);
-  const learners::KernelStack stack(p.kernels);
+  const auto stackPtr = gram::MakeStack(p.kernels);
+  const gram::KernelStack& stack = *stackPtr;
   const Eigen::VectorXd beta = Eigen::Vector4d(0.4, 0.1, 0.3, 0.2);
   const std::vector<Eigen::Index> all{0, 1, 2, 3};
   const auto sol = solver->Solve(stack.Combine(beta), nullptr);
@@ -171,7 +172,8 @@ TEST(SvcShift, MovesWithinTheBoxAndKeepsTheEqualityConstraint) {
 // terms), and nothing is computed for a one-vs-rest solution (quadratics summed over classes).
 TEST(ScreenedNorms, QuadraticsFromProductsEqualTheExactOnes) {
   const auto p = MakeMklProblem(50, 5, {1}, 1.0, 6);
-  const learners::KernelStack stack(p.kernels);
+  const auto stackPtr = gram::MakeStack(p.kernels);
+  const gram::KernelStack& stack = *stackPtr;
   std::mt19937 rng(1);
   std::normal_distribution<double> normal;
   learners::InnerSolution sol;

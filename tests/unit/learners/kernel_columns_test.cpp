@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include "inner.hpp"
+#include "stacks.hpp"
 #include "learner_fixtures.hpp"
 #include "neuromkl/core/errors.hpp"
 #include "neuromkl/learners/learner.hpp"
@@ -21,7 +22,7 @@ using neuromkl::testing::MakeMklProblem;
 namespace {
 
 /// The upper triangles of matrices, given column by column: what a learner reads of a KernelList.
-class MatrixColumns final : public learners::KernelColumns {
+class MatrixColumns final : public gram::KernelColumns {
  public:
   explicit MatrixColumns(const learners::KernelList& kernels) : kernels_(kernels) {}
   Eigen::Index Count() const override { return static_cast<Eigen::Index>(kernels_.size()); }
@@ -44,8 +45,8 @@ INSTANTIATE_TEST_SUITE_P(PackedAndView, ColumnStackModes, ::testing::Values(300,
 
 /// Every operation of two stacks of six kernels over n subjects, bit for bit, at coefficients drawn with
 /// `seed` (two columns, every third row zero); returns the first column (a vector of coefficients).
-Eigen::VectorXd ExpectSameOperations(const learners::KernelStack& x, const learners::KernelStack& y, Eigen::Index n, unsigned seed) {
-  EXPECT_EQ(x.Packed(), y.Packed());
+Eigen::VectorXd ExpectSameOperations(const gram::KernelStack& x, const gram::KernelStack& y, Eigen::Index n, unsigned seed) {
+  EXPECT_EQ(neuromkl::testing::IsPackedStack(x), neuromkl::testing::IsPackedStack(y));
   EXPECT_EQ(x.Size(), 6);
   Eigen::VectorXd w(6);
   w << 0.3, 0.0, 1.7, 0.25, 1e-3, 0.9;  // six kernels: one group of four and a tail of one (kernel 1 unused)
@@ -55,13 +56,13 @@ Eigen::VectorXd ExpectSameOperations(const learners::KernelStack& x, const learn
   Eigen::MatrixXd A(n, 2);
   for (Eigen::Index i = 0; i < A.size(); ++i) A.data()[i] = normal(rng);
   for (Eigen::Index i = 0; i < n; i += 3) A.row(i).setZero();
-  const auto nonzero = learners::KernelStack::NonZeroRows(A);
+  const auto nonzero = gram::NonZeroRows(A);
   const Eigen::VectorXd a = A.col(0);
   EXPECT_EQ(x.Quadratics(a), y.Quadratics(a));
   const std::vector<Eigen::Index> which{0, 3, 5};
   EXPECT_EQ(x.Products(which, a), y.Products(which, a));
   for (Eigen::Index k = 0; k < 6; ++k) {
-    EXPECT_EQ(x.Quadratic(k, A, nonzero), y.Quadratic(k, A, nonzero)) << k;
+    EXPECT_EQ(x.Form(A)->Value(k), y.Form(A)->Value(k)) << k;
     EXPECT_EQ(x.RootSpectralBound(k), y.RootSpectralBound(k)) << k;
   }
   return a;
@@ -71,13 +72,14 @@ TEST_P(ColumnStackModes, EveryOperationEqualsTheMatrixStackBitForBit) {
   const int n = GetParam();
   const auto p = MakeMklProblem(n, 6, {0, 2}, 1.0, 21);
   const MatrixColumns columns(p.kernels);
-  const learners::KernelStack fromMatrices(p.kernels), fromColumns(columns);
+  const auto fromMatricesStack = gram::MakeStack(p.kernels), fromColumnsStack = columns.Stack();
+  const gram::KernelStack &fromMatrices = *fromMatricesStack, &fromColumns = *fromColumnsStack;
   const Eigen::VectorXd a = ExpectSameOperations(fromColumns, fromMatrices, n, 5);
   // And the product is the kernel's (upper triangle mirrored) times the vector, to rounding: n products
   // of order-1 terms, 1e-12 of the result's scale is ~100x their rounding.
   const Eigen::MatrixXd K = p.kernels[3].selfadjointView<Eigen::Upper>();
   const Eigen::VectorXd dense = K * a;
-  EXPECT_LE((fromColumns.Product(3, a) - dense).cwiseAbs().maxCoeff(), 1e-12 * dense.cwiseAbs().maxCoeff());
+  EXPECT_LE((fromColumns.Products({3}, a).col(0) - dense).cwiseAbs().maxCoeff(), 1e-12 * dense.cwiseAbs().maxCoeff());
 }
 
 learners::Model FitOn(const std::string& learner, const learners::ParamMap& params, const learners::KernelList& kernels,
@@ -88,7 +90,7 @@ learners::Model FitOn(const std::string& learner, const learners::ParamMap& para
   learners::TrainingKernelCache cache;  // as nested CV passes them: columns with a cache
   learners::FitOptions options;
   options.cache = &cache;
-  options.columns = &columns;
+  options.kernels = &columns;
   return l->Fit({}, t, options);
 }
 
@@ -111,10 +113,10 @@ TEST(KernelColumns, EveryLearnerOfKernelWeightsFitsColumnsAsItFitsTheMatrices) {
   int checked = 0;
   for (const auto& info : learners::LearnerCatalog()) {
     if (!info.multipleKernels) {
-      EXPECT_FALSE(info.readsColumns) << info.name;
+      EXPECT_FALSE(info.kernelsInPlace) << info.name;
       continue;
     }
-    ASSERT_TRUE(info.readsColumns) << info.name;
+    ASSERT_TRUE(info.kernelsInPlace) << info.name;
     const learners::ParamMap use = info.name == "enmkl_krr" ? learners::ParamMap{{"lambda", 0.1}} : learners::ParamMap{{"c", 10}};
     if (info.classification) {
       ExpectSameModel(FitOn(info.name, use, p.kernels, p.targets, true), FitOn(info.name, use, p.kernels, p.targets, false), info.name + " binary");
@@ -132,7 +134,7 @@ TEST(KernelColumns, EveryLearnerOfKernelWeightsFitsColumnsAsItFitsTheMatrices) {
 
 TEST(KernelColumns, EnmklReadsLargeKernelsThroughTheColumnsAsThroughTheMatrices) {
   // From kViewFrom subjects the stack reads the columns as it goes (no packed store): the same fit.
-  const auto p = MakeMklProblem(static_cast<int>(learners::KernelStack::kViewFrom) + 30, 3, {0}, 0.5, 25);
+  const auto p = MakeMklProblem(static_cast<int>(gram::kPackedStackBelow) + 30, 3, {0}, 0.5, 25);
   ExpectSameModel(FitOn("enmkl_svm", {{"c", 1}}, p.kernels, p.targets, true), FitOn("enmkl_svm", {{"c", 1}}, p.kernels, p.targets, false),
                   "enmkl_svm, view stack");
 }
@@ -141,7 +143,7 @@ TEST(KernelColumns, BadColumnsGetClearErrors) {
   auto p = MakeMklProblem(30, 3, {0}, 1.0, 26);
   const MatrixColumns columns(p.kernels);
   learners::FitOptions options;
-  options.columns = &columns;
+  options.kernels = &columns;
   const auto expectError = [&](const std::string& learner, const learners::KernelList& train, const learners::Targets& t, const char* code,
                                const char* message) {
     try {
@@ -155,7 +157,7 @@ TEST(KernelColumns, BadColumnsGetClearErrors) {
   // A learner of the summed kernel needs matrices.
   expectError("svm", {}, p.targets, "learners:ColumnsUnsupported", "needs its training kernels as matrices");
   // Both at once is ambiguous.
-  expectError("enmkl_svm", p.kernels, p.targets, "learners:KernelsTwice", "got 3 matrices and columns");
+  expectError("enmkl_svm", p.kernels, p.targets, "learners:KernelsTwice", "got 3 matrices and kernels in place");
   // Targets for another number of subjects.
   learners::Targets shorter{p.targets.task, p.targets.y.head(20)};
   expectError("enmkl_svm", {}, shorter, "learners:KernelShape", "training kernels are 30x30, expected 20x20");
@@ -171,7 +173,7 @@ TEST(KernelColumns, AFitsCheckAndStackAreSharedThroughTheCache) {
   learners::TrainingKernelCache cache;
   learners::FitOptions options;
   options.cache = &cache;
-  options.columns = &columns;
+  options.kernels = &columns;
   for (const double c : {0.1, 1.0, 10.0}) learners::MakeLearner("enmkl_svm", {{"c", c}})->Fit({}, p.targets, options);
   EXPECT_EQ(cache.checksRun(), 1);
   EXPECT_EQ(cache.stacksBuilt(), 1);
@@ -192,7 +194,7 @@ TEST(TestBlocks, DecisionsFromBlocksHandedOverOneAtATimeEqualTheHeldBlocks) {
   for (int i = 0; i < 40; ++i) multiclass.y[i] = i % 3;
   std::vector<Eigen::Index> asked;
   Eigen::MatrixXd buffer;
-  const learners::TestBlocks oneAtATime{4, 10,
+  const gram::TestBlocks oneAtATime{4, 10,
                                         [&](Eigen::Index j) -> const Eigen::MatrixXd& {
                                           asked.push_back(j);
                                           buffer = test[static_cast<std::size_t>(j)];
@@ -202,11 +204,11 @@ TEST(TestBlocks, DecisionsFromBlocksHandedOverOneAtATimeEqualTheHeldBlocks) {
   // Blocks held elsewhere (kernels held by several owners): only their products with the coefficients come back,
   // computed with TestProduct in the form the decision asks for; the decisions are those of the held blocks bit for bit.
   std::vector<int> forms;
-  const learners::TestBlocks productsOnly{4, 10, [&](Eigen::Index) -> const Eigen::MatrixXd& { throw std::logic_error("no block here"); },
+  const gram::TestBlocks productsOnly{4, 10, [&](Eigen::Index) -> const Eigen::MatrixXd& { throw std::logic_error("no block here"); },
                                           [&](const std::vector<Eigen::Index>& which, const Eigen::MatrixXd& C, int form) {
                                             forms.push_back(form);
                                             std::vector<Eigen::MatrixXd> P;
-                                            for (const auto j : which) P.push_back(learners::TestProduct(test[static_cast<std::size_t>(j)], C, form));
+                                            for (const auto j : which) P.push_back(gram::TestProduct(test[static_cast<std::size_t>(j)], C, form));
                                             return P;
                                           }};
   const auto model = learners::MakeLearner("enmkl_svm", {{"c", 1}, {"mu", 1}})->Fit(train, binary);
@@ -219,11 +221,11 @@ TEST(TestBlocks, DecisionsFromBlocksHandedOverOneAtATimeEqualTheHeldBlocks) {
     EXPECT_EQ(m.Scores(oneAtATime), m.Scores(test));
     EXPECT_EQ(m.Scores(productsOnly), m.Scores(test));
   }
-  EXPECT_EQ(forms, (std::vector<int>{learners::kProductVector, learners::kProductMatrix, learners::kProductColumns}));
-  const learners::TestBlocks tooFew{3, 10, oneAtATime.block, {}};
+  EXPECT_EQ(forms, (std::vector<int>{gram::kProductVector, gram::kProductMatrix, gram::kProductColumns}));
+  const gram::TestBlocks tooFew{3, 10, oneAtATime.block, {}};
   EXPECT_THROW(model.Decision(tooFew), InputError);
   const Eigen::MatrixXd wrong = Eigen::MatrixXd::Zero(10, 39);
-  const learners::TestBlocks misshapen{4, 10, [&](Eigen::Index) -> const Eigen::MatrixXd& { return wrong; }, {}};
+  const gram::TestBlocks misshapen{4, 10, [&](Eigen::Index) -> const Eigen::MatrixXd& { return wrong; }, {}};
   try {
     model.Decision(misshapen);
     ADD_FAILURE() << "expected learners:TestShape";
@@ -235,7 +237,7 @@ TEST(TestBlocks, DecisionsFromBlocksHandedOverOneAtATimeEqualTheHeldBlocks) {
 
 }  // namespace
 
-// Float32 training kernels (learners::Float32Columns, the compact store's precision): below kViewFrom the
+// Float32 training kernels (gram::Float32Columns, the compact store's precision): below kPackedStackBelow the
 // stack packs their values widened to double; from it the stack reads the float32 columns in place for the
 // combination and the quadratics, widening each value as it is read, in the sums and order of the float64
 // path. Either way every operation is the widened kernels' bit for bit.
@@ -256,11 +258,17 @@ TEST_P(ColumnStackModes, Float32ColumnsGiveTheWidenedKernelsStack) {
   const int n = GetParam();
   const auto store = Rounded(MakeMklProblem(n, 6, {0, 2}, 1.0, 31).kernels);
   const learners::KernelList wide = Widened(store);
-  const learners::Float32Columns columns(store);
-  const learners::KernelStack fromFloat(columns), fromWide(wide);
-  EXPECT_EQ(fromFloat.Packed(), n < learners::KernelStack::kViewFrom);
-  EXPECT_EQ(fromFloat.ReadsFloat32(), !fromFloat.Packed());  // the in-place float32 path is the one tested
+  const gram::Float32Columns columns(store);
+  const auto fromFloatStack = columns.Stack(), fromWideStack = gram::MakeStack(wide);
+  const gram::KernelStack &fromFloat = *fromFloatStack, &fromWide = *fromWideStack;
+  EXPECT_EQ(neuromkl::testing::IsPackedStack(fromFloat), n < gram::kPackedStackBelow);
   ExpectSameOperations(fromFloat, fromWide, n, 7);
+  if (n < gram::kPackedStackBelow) return;
+  // The view's two ways of reading float32 kernels: in place (the combination and the quadratics read the float32
+  // values, Float32Columns' stack) and through the widened columns; both are the widened kernels' bit for bit.
+  const gram::detail::ViewStack inPlace(columns, &store), throughColumns(columns);
+  ExpectSameOperations(inPlace, fromWide, n, 8);
+  ExpectSameOperations(throughColumns, fromWide, n, 8);
 }
 
 TEST(Float32Columns, LearnersFitThemAsTheWidenedKernels) {
@@ -269,25 +277,25 @@ TEST(Float32Columns, LearnersFitThemAsTheWidenedKernels) {
   const auto p = MakeMklProblem(60, 5, {1, 3}, 0.8, 33);
   const auto store = Rounded(p.kernels);
   const learners::KernelList wide = Widened(store);
-  const learners::Float32Columns columns(store);
+  const gram::Float32Columns columns(store);
   learners::FitOptions options;
-  options.columns = &columns;
+  options.kernels = &columns;
   for (const char* name : {"enmkl_svm", "simplemkl", "mkelm", "mkl_bp"}) {
     const auto l = learners::MakeLearner(name, {{"c", 10}});
     ExpectSameModel(l->Fit({}, p.targets, options), l->Fit(wide, p.targets), name);
   }
   const auto r = MakeMklProblem(60, 5, {1, 3}, 0.8, 34, learners::Task::Regression);
   const auto rStore = Rounded(r.kernels);
-  const learners::Float32Columns rColumns(rStore);
+  const gram::Float32Columns rColumns(rStore);
   learners::FitOptions rOptions;
-  rOptions.columns = &rColumns;
+  rOptions.kernels = &rColumns;
   const auto krr = learners::MakeLearner("enmkl_krr", {{"lambda", 0.1}});
   ExpectSameModel(krr->Fit({}, r.targets, rOptions), krr->Fit(Widened(rStore), r.targets), "enmkl_krr");
-  const auto q = MakeMklProblem(static_cast<int>(learners::KernelStack::kViewFrom) + 30, 4, {0, 2}, 0.5, 35);
+  const auto q = MakeMklProblem(static_cast<int>(gram::kPackedStackBelow) + 30, 4, {0, 2}, 0.5, 35);
   const auto big = Rounded(q.kernels);
-  const learners::Float32Columns bigColumns(big);
+  const gram::Float32Columns bigColumns(big);
   learners::FitOptions bigOptions;
-  bigOptions.columns = &bigColumns;
+  bigOptions.kernels = &bigColumns;
   const auto l = learners::MakeLearner("enmkl_svm", {{"c", 1}, {"mu", 0.5}});
   ExpectSameModel(l->Fit({}, q.targets, bigOptions), l->Fit(Widened(big), q.targets), "enmkl_svm, view stack");
 }

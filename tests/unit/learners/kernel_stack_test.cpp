@@ -34,7 +34,8 @@ TEST_P(KernelStackModes, CombineEqualsTheDenseSumExactly) {
   // The stack reads the upper triangle only; d K d leaves the two triangles a rounding apart, so the
   // kernels are made exactly symmetric for the bit-for-bit comparison.
   for (auto& K : p.kernels) K = Eigen::MatrixXd(K.selfadjointView<Eigen::Upper>());
-  const learners::KernelStack stack(p.kernels);
+  const auto stackPtr = gram::MakeStack(p.kernels);
+  const gram::KernelStack& stack = *stackPtr;
   Eigen::VectorXd w(5);
   w << 0.3, 0.0, 1.7, 0.25, 1e-3;
   // Same additions in the same order per entry (0 + w_0 K_0 + w_2 K_2 + ...): equal bit for bit.
@@ -51,24 +52,25 @@ TEST_P(KernelStackModes, CombineEqualsTheDenseSumExactly) {
 TEST_P(KernelStackModes, QuadraticsProductsAndBoundsMatchDenseAlgebra) {
   const int n = GetParam();
   const auto p = MakeMklProblem(n, 3, {1}, 1.0, 12);
-  const learners::KernelStack stack(p.kernels);
-  EXPECT_EQ(stack.Packed(), n < learners::KernelStack::kViewFrom);
+  const auto stackPtr = gram::MakeStack(p.kernels);
+  const gram::KernelStack& stack = *stackPtr;
+  EXPECT_EQ(neuromkl::testing::IsPackedStack(stack), n < gram::kPackedStackBelow);
   std::mt19937 rng(3);
   std::normal_distribution<double> normal;
   Eigen::MatrixXd A(n, 2);
   for (Eigen::Index i = 0; i < A.size(); ++i) A.data()[i] = normal(rng);
   for (Eigen::Index i = 0; i < n; i += 3) A(i, 0) = 0;  // non-support vectors of class 0 ...
   for (Eigen::Index i = 0; i < n; i += 4) A.row(i).setZero();  // ... and rows zero in both classes
-  const auto nonzero = learners::KernelStack::NonZeroRows(A);
+  const auto nonzero = gram::NonZeroRows(A);
   EXPECT_EQ(static_cast<int>(nonzero.size()), n - (n + 3) / 4);
   for (Eigen::Index k = 0; k < 3; ++k) {
     const Eigen::MatrixXd& K = p.kernels[static_cast<std::size_t>(k)];
     const double dense = A.col(0).dot(K * A.col(0)) + A.col(1).dot(K * A.col(1));
     // Sums of n^2 products of order-1 terms in another order: 1e-12 relative is ~100x the rounding
     // (sqrt(n^2) * 1e-16 with cancellation margin).
-    EXPECT_NEAR(stack.Quadratic(k, A, nonzero), dense, 1e-12 * std::abs(dense));
+    EXPECT_NEAR(stack.Form(A)->Value(k), dense, 1e-12 * std::abs(dense));
     const Eigen::VectorXd v = A.col(1);
-    EXPECT_LE((stack.Product(k, v) - K * v).norm(), 1e-12 * (K * v).norm());
+    EXPECT_LE((stack.Products({k}, v).col(0) - K * v).norm(), 1e-12 * (K * v).norm());
     EXPECT_NEAR(stack.Quadratics(v)[k], v.dot(K * v), 1e-12 * v.dot(K * v));
     // The screening bound needs sqrt(lambda_max) <= RootSpectralBound.
     const double lambdaMax = Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd>(K).eigenvalues().maxCoeff();
@@ -105,7 +107,7 @@ TEST_P(KernelStackModes, CheckedStackFindsWhatValidateFitInputFinds) {
       learners::TrainingKernelCache cache;
       learners::FitOptions options;
       options.cache = cached ? &cache : nullptr;
-      std::unique_ptr<learners::KernelStack> local;
+      std::unique_ptr<gram::KernelStack> local;
       EXPECT_THAT([&] { learners::CheckedStack("enmkl_svm", k, options, local); },
                   ::testing::ThrowsMessage<InputError>(HasSubstr("training kernel 2 has NaN or infinite entries")));
       EXPECT_EQ(cache.checksRun(), 0);
@@ -118,12 +120,13 @@ TEST_P(KernelStackModes, CheckedStackFindsWhatValidateFitInputFinds) {
   learners::TrainingKernelCache cache;
   learners::FitOptions options;
   options.cache = &cache;
-  std::unique_ptr<learners::KernelStack> local;
-  const learners::KernelStack& stack = learners::CheckedStack("enmkl_svm", p.kernels, options, local);
+  std::unique_ptr<gram::KernelStack> local;
+  const gram::KernelStack& stack = learners::CheckedStack("enmkl_svm", p.kernels, options, local);
   EXPECT_EQ(cache.checksRun(), 1);
   learners::CheckedStack("enmkl_svm", p.kernels, options, local);
   EXPECT_EQ(cache.checksRun(), 1);  // checked once per kernel list
-  const learners::KernelStack fresh(p.kernels);
+  const auto freshStack = gram::MakeStack(p.kernels);
+  const gram::KernelStack& fresh = *freshStack;
   for (Eigen::Index k = 0; k < 3; ++k) EXPECT_EQ(stack.RootSpectralBound(k), fresh.RootSpectralBound(k));
 }
 
@@ -132,7 +135,8 @@ TEST_P(KernelStackModes, CheckedStackFindsWhatValidateFitInputFinds) {
 TEST_P(KernelStackModes, BatchedProductsAndQuadraticsEqualTheOneAtATimeValues) {
   const int n = GetParam();
   const auto p = MakeMklProblem(n, 4, {0, 3}, 1.0, 13);
-  const learners::KernelStack stack(p.kernels);
+  const auto stackPtr = gram::MakeStack(p.kernels);
+  const gram::KernelStack& stack = *stackPtr;
   std::mt19937 rng(5);
   std::normal_distribution<double> normal;
   Eigen::VectorXd v(n);
@@ -140,7 +144,7 @@ TEST_P(KernelStackModes, BatchedProductsAndQuadraticsEqualTheOneAtATimeValues) {
   const std::vector<Eigen::Index> which = {3, 0, 2};
   const Eigen::MatrixXd G = stack.Products(which, v);
   ASSERT_EQ(G.cols(), 3);
-  for (std::size_t i = 0; i < which.size(); ++i) EXPECT_EQ(G.col(static_cast<Eigen::Index>(i)), stack.Product(which[i], v));
+  for (std::size_t i = 0; i < which.size(); ++i) EXPECT_EQ(G.col(static_cast<Eigen::Index>(i)), stack.Products({which[i]}, v).col(0));
 
   learners::InnerSolution sol;
   sol.coef = v;
@@ -157,7 +161,7 @@ TEST_P(KernelStackModes, BatchedProductsAndQuadraticsEqualTheOneAtATimeValues) {
 // The refit's cost at large n is in those passes, now shared by threads: the fitted model must not
 // depend on the number of threads (BRIEF: results do not depend on the number of threads).
 TEST(KernelStackThreads, ViewStackFitsAreIdenticalOnOneAndTwoThreads) {
-  const int n = static_cast<int>(learners::KernelStack::kViewFrom) + 40;
+  const int n = static_cast<int>(gram::kPackedStackBelow) + 40;
   const auto p = MakeMklProblem(n, 4, {1, 3}, 2.0, 14);  // well separated: quick solves
   for (const char* name : {"enmkl_svm", "simplemkl"}) {
     const auto learner = learners::MakeLearner(name, {{"c", 1.0}});

@@ -3,6 +3,7 @@
 
 #include <Eigen/Core>
 
+#include "neuromkl/gram/stack.hpp"
 #include "neuromkl/learners/learner.hpp"
 
 namespace neuromkl::testing {
@@ -14,6 +15,10 @@ struct MklProblem {
   std::vector<Eigen::MatrixXd> features;
   learners::Targets targets;
 };
+
+/// Whether a stack packs its kernels (its quadratic form shares nothing between kernels) or reads them in place: the
+/// tests that cover both storage modes check that each mode is the one exercised.
+inline bool IsPackedStack(const gram::KernelStack& stack) { return stack.Form(Eigen::MatrixXd::Zero(stack.Subjects(), 1))->Together() == 0; }
 
 inline MklProblem MakeMklProblem(int n, int m, const std::vector<int>& signal, double shift, unsigned seed,
                                  learners::Task task = learners::Task::Classification, int dims = 6) {

@@ -9,7 +9,8 @@
 #include "neuromkl/core/errors.hpp"
 #include "neuromkl/cv/nested_cv.hpp"
 #include "neuromkl/io/nifti.hpp"
-#include "neuromkl/kernels/covariates.hpp"
+#include "neuromkl/gram/memory.hpp"
+#include "neuromkl/gram/residualise.hpp"
 #include "neuromkl/kernels/region_kernels.hpp"
 #include "neuromkl/weights/weights.hpp"
 #include "testing.hpp"
@@ -69,7 +70,7 @@ TEST(Covariates, KernelSpaceEqualsVoxelwiseResidualisation) {
   const Case c = MakeCase(40, 60, 11);
   const Eigen::MatrixXd K = c.X * c.X.transpose();
   for (bool controlsOnly : {false, true}) {
-    kernels::Covariates cov{c.C, {}};
+    gram::Covariates cov{c.C, {}};
     std::vector<int> fitRows;
     if (controlsOnly) {
       cov.fitRow.assign(40, 0);
@@ -79,29 +80,29 @@ TEST(Covariates, KernelSpaceEqualsVoxelwiseResidualisation) {
       if (cov.fitRow.empty() || cov.fitRow[static_cast<std::size_t>(i)]) fitRows.push_back(i);
     const Eigen::MatrixXd Xr = ResidualiseImages(c.X, c.C, fitRows);
     const Eigen::MatrixXd Kr = Xr * Xr.transpose();
-    kernels::FoldKernel fk = kernels::SliceFold(K, Idx(c.train), Idx(c.test));
-    kernels::ResidualiseFold(fk, kernels::MakeFoldResidualiser(cov, Idx(c.train), Idx(c.test)));
-    const kernels::FoldKernel expected = kernels::SliceFold(Kr, Idx(c.train), Idx(c.test));
+    gram::FoldKernel fk = gram::SliceFold(K, Idx(c.train), Idx(c.test));
+    gram::ResidualiseFold(fk, gram::MakeFoldResidualiser(cov, Idx(c.train), Idx(c.test)));
+    const gram::FoldKernel expected = gram::SliceFold(Kr, Idx(c.train), Idx(c.test));
     const double scale = Kr.cwiseAbs().maxCoeff();
     EXPECT_TRUE(neuromkl::testing::MatrixNear(fk.train, expected.train, 1e-8 * scale)) << controlsOnly;
     EXPECT_TRUE(neuromkl::testing::MatrixNear(fk.testTrain, expected.testTrain, 1e-8 * scale)) << controlsOnly;
     EXPECT_TRUE(neuromkl::testing::MatrixNear(fk.testDiag, expected.testDiag, 1e-8 * scale)) << controlsOnly;
     // The residualisation is not a no-op (the test could fail): the raw kernel differs by far more.
-    EXPECT_GT((kernels::SliceFold(K, Idx(c.train), Idx(c.test)).train - expected.train).cwiseAbs().maxCoeff(), 1e-3 * scale);
+    EXPECT_GT((gram::SliceFold(K, Idx(c.train), Idx(c.test)).train - expected.train).cwiseAbs().maxCoeff(), 1e-3 * scale);
     // Fitted on all training rows with an intercept, residualised training images have zero mean.
     if (!controlsOnly) {
       EXPECT_LT(std::abs(fk.train.sum()), 1e-8 * scale * 40 * 40);
     }
     // The whole per-fold pipeline (residualise, centre, normalise) equals cosine similarities of the
     // residualised images centred with their training mean.
-    cv::Preprocessing pre;
-    pre.covariates = std::make_shared<const kernels::Covariates>(cov);
-    const kernels::FoldKernel full = cv::PrepareFoldKernel(K, Idx(c.train), Idx(c.test), pre);
+    gram::Preprocessing pre;
+    pre.covariates = std::make_shared<const gram::Covariates>(cov);
+    const gram::FoldKernel full = gram::PrepareFoldKernel(K, Idx(c.train), Idx(c.test), pre);
     Eigen::RowVectorXd mu = Eigen::RowVectorXd::Zero(Xr.cols());
     for (int i : c.train) mu += Xr.row(i) / static_cast<double>(c.train.size());
     Eigen::MatrixXd Z = Xr.rowwise() - mu;
     for (Eigen::Index i = 0; i < Z.rows(); ++i) Z.row(i) /= Z.row(i).norm();
-    const kernels::FoldKernel cosine = kernels::SliceFold(Z * Z.transpose(), Idx(c.train), Idx(c.test));
+    const gram::FoldKernel cosine = gram::SliceFold(Z * Z.transpose(), Idx(c.train), Idx(c.test));
     EXPECT_TRUE(neuromkl::testing::MatrixNear(full.train, cosine.train, 1e-8)) << controlsOnly;
     EXPECT_TRUE(neuromkl::testing::MatrixNear(full.testTrain, cosine.testTrain, 1e-8)) << controlsOnly;
   }
@@ -111,12 +112,12 @@ TEST(Covariates, KernelSpaceEqualsVoxelwiseResidualisation) {
 // changes nothing but that subject's own residualised row.
 TEST(Covariates, FitOnUsesOnlyTheFitRows) {
   Case c = MakeCase(30, 40, 12);
-  kernels::Covariates cov{c.C, std::vector<char>(30, 1)};
+  gram::Covariates cov{c.C, std::vector<char>(30, 1)};
   const int patient = c.train[3];
   cov.fitRow[static_cast<std::size_t>(patient)] = 0;
   auto residualised = [&](const Eigen::MatrixXd& X) {
-    kernels::FoldKernel fk = kernels::SliceFold(X * X.transpose(), Idx(c.train), Idx(c.test));
-    kernels::ResidualiseFold(fk, kernels::MakeFoldResidualiser(cov, Idx(c.train), Idx(c.test)));
+    gram::FoldKernel fk = gram::SliceFold(X * X.transpose(), Idx(c.train), Idx(c.test));
+    gram::ResidualiseFold(fk, gram::MakeFoldResidualiser(cov, Idx(c.train), Idx(c.test)));
     return fk;
   };
   const auto before = residualised(c.X);
@@ -138,7 +139,7 @@ TEST(Covariates, FitOnUsesOnlyTheFitRows) {
   EXPECT_GT(diffAll.maxCoeff(), 1e-3);
   // No fit row in a training set: a clear error.
   cov.fitRow.assign(30, 0);
-  EXPECT_THROW(kernels::MakeFoldResidualiser(cov, Idx(c.train), Idx(c.test)), InputError);
+  EXPECT_THROW(gram::MakeFoldResidualiser(cov, Idx(c.train), Idx(c.test)), InputError);
 }
 
 // No leakage: a held-out subject's covariates and image do not touch its fold's model (inner CV
@@ -159,7 +160,7 @@ TEST(Covariates, HeldOutSubjectChangesNothingOfItsFoldsModel) {
     learners::KernelList ks;
     for (int r = 0; r < 3; ++r) ks.push_back(X.middleCols(15 * r, 15) * X.middleCols(15 * r, 15).transpose());
     cv::NestedCvOptions options;
-    options.preprocessing.covariates = std::make_shared<const kernels::Covariates>(kernels::Covariates{C, {}});
+    options.preprocessing.covariates = std::make_shared<const gram::Covariates>(gram::Covariates{C, {}});
     return cv::RunNestedCv(ks, targets, outer, inner, {{"en", "enmkl_svm", cv::ExpandGrid({{"mu", 0.5}}, {{"c", {0.1, 1.0, 10.0}}})}}, options)[0];
   };
   const auto base = run(c.X, c.C);
@@ -223,14 +224,14 @@ TEST(Covariates, VoxelMapReproducesDecisionValuesOfResidualisedImages) {
   const auto outer = cv::MakeFolds({cv::Scheme::StratifiedKFold, 3, 1}, targets.task, y, {}, {}, 1, "outer");
   const cv::InnerSplitter none = [](std::size_t, const std::vector<int>&, const Eigen::VectorXd&) { return std::vector<cv::Fold>{}; };
   for (bool controlsOnly : {false, true}) {
-    kernels::Covariates cov{C, {}};
+    gram::Covariates cov{C, {}};
     if (controlsOnly)
       for (int i = 0; i < n; ++i) cov.fitRow.push_back(i % 4 != 0 ? 1 : 0);  // a subset in which every covariate varies
     cv::NestedCvOptions options;
-    options.preprocessing.covariates = std::make_shared<const kernels::Covariates>(cov);
+    options.preprocessing.covariates = std::make_shared<const gram::Covariates>(cov);
     const auto res = cv::RunNestedCv(set.kernels, targets, outer, none, {{"en", "enmkl_svm", {{{"c", 1.0}, {"mu", 0.5}}}}}, options);
     const auto& fold = res[0].folds[0];
-    const Eigen::MatrixXd D = weights::SubjectWeights(set.kernels, {fold.train, fold.test, fold.model.coef, fold.model.beta}, true, true, &cov);
+    const Eigen::MatrixXd D = gram::MemoryKernels(set.kernels).SubjectWeights({fold.train, fold.test, fold.model.coef, fold.model.beta}, options.preprocessing);
     const auto w = weights::VoxelMaps(paths, index, set.info, {D}, kernels::NanPolicy::DropVoxel)[0];
     std::vector<int> fitRows;
     for (int i : fold.train)
@@ -261,10 +262,10 @@ TEST(Covariates, TargetR2) {
   C << 1, 0, 1, 1, 1, 2, 1, 3, 1, 4, 1, 5;
   Eigen::VectorXd y(6);
   y << 1, 3, 5, 7, 9, 11;  // exactly linear in the covariate
-  EXPECT_NEAR(kernels::CovariateR2(C, y), 1.0, 1e-12);
+  EXPECT_NEAR(gram::CovariateR2(C, y), 1.0, 1e-12);
   y << 1, -1, 1, -1, 1, -1;
   // One covariate: R^2 equals the squared Pearson correlation, computed here from its definition.
-  const double r2 = kernels::CovariateR2(C, y);
+  const double r2 = gram::CovariateR2(C, y);
   const Eigen::VectorXd x = C.col(1);
   const double sxy = ((x.array() - x.mean()) * (y.array() - y.mean())).sum(), sxx = (x.array() - x.mean()).square().sum();
   const double syy = (y.array() - y.mean()).square().sum();

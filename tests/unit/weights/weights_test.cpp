@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "neuromkl/cv/nested_cv.hpp"
+#include "neuromkl/gram/memory.hpp"
 #include "neuromkl/io/nifti.hpp"
 #include "neuromkl/kernels/region_kernels.hpp"
 #include "neuromkl/weights/weights.hpp"
@@ -83,7 +84,7 @@ TEST(Weights, VoxelMapReproducesDecisionValues) {
     for (std::size_t i = 0; i < v.data.size(); ++i) dropped[i] |= !std::isfinite(v.data[i]);
   for (const auto& outcome : res) {
     const auto& fold = outcome.folds[0];
-    const Eigen::MatrixXd D = weights::SubjectWeights(set.kernels, {fold.train, fold.test, fold.model.coef, fold.model.beta}, true, true);
+    const Eigen::MatrixXd D = gram::MemoryKernels(set.kernels).SubjectWeights({fold.train, fold.test, fold.model.coef, fold.model.beta}, gram::Preprocessing{});
     const auto maps = weights::VoxelMaps(paths, index, set.info, {D}, kernels::NanPolicy::DropVoxel);
     const auto& w = maps[0];
     double scale = fold.decision.cwiseAbs().maxCoeff();
@@ -203,8 +204,8 @@ TEST(Weights, ProbabilisticRegionsGiveWeightedKernelsAndExactVoxelMaps) {
     options.preprocessing.normalise = normalise;
     const auto res = cv::RunNestedCv(set.kernels, targets, outer, none, {{"en", "enmkl_krr", {{{"lambda", 1.0}, {"mu", 0.5}}}}}, options);
     const auto& fold = res[0].folds[0];
-    const weights::FoldModel model{fold.train, fold.test, fold.model.coef, fold.model.beta};
-    const Eigen::MatrixXd D = weights::SubjectWeights(set.kernels, model, true, normalise);
+    const gram::FoldModel model{fold.train, fold.test, fold.model.coef, fold.model.beta};
+    const Eigen::MatrixXd D = gram::MemoryKernels(set.kernels).SubjectWeights(model, gram::Preprocessing{true, normalise, nullptr, {}});
     Eigen::MatrixXd DA = D, DB = D;
     DA.col(1).setZero();
     DB.col(0).setZero();

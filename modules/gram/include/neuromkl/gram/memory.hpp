@@ -18,6 +18,11 @@ namespace neuromkl::gram {
 
 class MemoryFold;
 
+/// One float64 kernel prepared for a fold (training rows `train`, test rows `test`) as every fold prepares it, times
+/// `scale`: the reference the folds' other forms equal.
+FoldKernel PrepareFoldKernel(const Eigen::MatrixXd& kernel, const Eigen::Ref<const Eigen::VectorXi>& train, const Eigen::Ref<const Eigen::VectorXi>& test,
+                             const Preprocessing& pre, double scale = 1.0);
+
 class MemoryKernels final : public KernelStore {
  public:
   /// Refers to `kernels` (symmetric n x n each), which must outlive it.
