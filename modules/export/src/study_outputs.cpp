@@ -330,7 +330,7 @@ void WriteStudyTables(const std::string& dir, RunRecord& record, const WeightMap
 }
 
 void WriteStudyRecord(const std::string& dir, const RunRecord& record, const WeightMaps& maps, const atlas::RegionIndex* regions) {
-  WriteTextFile(dir + "/report.html", RenderReport(record, maps.mean, regions, &maps));
+  WriteTextFile(dir + "/report.html", RenderReport(record, PrepareReportData(record), maps.mean, regions, &maps));
   WriteTextFile(dir + "/results.json", RunRecordJson(record));
   WriteTextFile(dir + "/CITATION.md", CitationMarkdown(record));
 }
