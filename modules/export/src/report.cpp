@@ -48,11 +48,42 @@ std::vector<double> Ticks(double lo, double hi, int count) {
 
 std::string TickLabel(double v) { return fmt::format("{:.3g}", v); }
 
+double TextWidth(const std::string& text, double fontSize) {
+  double characters = 0;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == '&')
+      if (const auto end = text.find(';', i); end != std::string::npos && end - i <= 8) i = end;
+    characters += (static_cast<unsigned char>(text[i]) & 0xC0) != 0x80 ? 1 : 0;  // a UTF-8 character counts once
+  }
+  return 0.62 * fontSize * characters;
+}
+
+int WidthFor(const std::vector<std::string>& texts, double fontSize, double start) {
+  double widest = 0;
+  for (const auto& t : texts) widest = std::max(widest, TextWidth(t, fontSize));
+  return static_cast<int>(std::ceil(start + widest + 6));
+}
+
 }  // namespace report
 
 namespace {
 
 using namespace report;
+
+/// What the study's kernels are called: "regions" when every one is an atlas region, else "kernels".
+std::string KernelUnit(const RunRecord& r) {
+  const bool regions = std::all_of(r.kernels.begin(), r.kernels.end(), [&](const kernels::KernelInfo& k) { return KernelKind(r, k.name) == "images"; });
+  return regions ? "regions" : "kernels";
+}
+
+/// What kernels of a source kind are made of, with their sizes: " of 12 to 4000 voxels", " of 1 column";
+/// nothing for precomputed kernels (matrices of unknown features).
+std::string MadeOf(const std::string& kind, const ReportData::FeatureRange& range) {
+  std::string unit = FeatureName(kind);
+  if (unit.empty()) return "";
+  if (range.most == 1) unit.pop_back();  // "1 column", "1 connection"
+  return range.fewest == range.most ? fmt::format(" of {} {}", range.most, unit) : fmt::format(" of {} to {} {}", range.fewest, range.most, unit);
+}
 
 /// Study: what was analysed and how (task, subjects, kernels, sources, covariates, cross-validation, run).
 std::string StudySection(const RunRecord& r, const ReportData& data) {
@@ -63,8 +94,9 @@ std::string StudySection(const RunRecord& r, const ReportData& data) {
                   (classification ? " (positive class <code>" + Escape(r.positiveClass) + "</code>, negative <code>" + Escape(r.negativeClass) + "</code>)" : "") +
                   (multiclass ? " (classes <code>" + Escape(Join(r.classNames, ", ")) + "</code>; kernel weights " + Escape(r.multiclassWeights) + ")" : ""));
   row("subjects", fmt::format("{} used, {} excluded (no target)", r.labelledSubjects.size(), r.excludedSubjects.size()));
-  row("kernels", fmt::format("{} ({}), {} excluded; {}centred, {}normalised per fold on training subjects", r.kernels.size(), Escape(r.kernelSource),
-                             r.excludedKernels.size(), r.centre ? "" : "not ", r.normalise ? "" : "not "));
+  const std::string madeOf = r.sourceNames.empty() ? MadeOf(r.kernelSource, data.features) : "";
+  row("kernels", fmt::format("{} ({}{}), {} excluded; {}centred, {}normalised per fold on training subjects", r.kernels.size(), Escape(r.kernelSource),
+                             madeOf.empty() ? "" : ", each" + madeOf, r.excludedKernels.size(), r.centre ? "" : "not ", r.normalise ? "" : "not "));
   if (!r.atlas.empty()) row("atlas", Escape(r.atlas) + (r.mask.empty() ? "" : ", mask " + Escape(r.mask)));
   if (r.outsideAtlasShare >= 0)
     row("coverage", fmt::format("{:.1f} % of the images' non-zero voxel values lie outside the atlas regions (for lesion or other sparse maps: "
@@ -77,7 +109,8 @@ std::string StudySection(const RunRecord& r, const ReportData& data) {
   if (!r.sourceNames.empty()) {
     std::vector<std::string> parts;
     for (std::size_t s = 0; s < r.sourceNames.size(); ++s) {
-      std::string part = fmt::format("<code>{}</code> ({}, {} kernels", Escape(r.sourceNames[s]), Escape(r.sourceKinds[s]), r.sourceKernelCounts[s]);
+      std::string part = fmt::format("<code>{}</code> ({}, {} kernel{}{}", Escape(r.sourceNames[s]), Escape(r.sourceKinds[s]), r.sourceKernelCounts[s],
+                                     r.sourceKernelCounts[s] == 1 ? "" : "s", MadeOf(r.sourceKinds[s], data.sourceFeatures[s]));
       for (std::size_t l = 0; l < r.learners.size(); ++l)
         part += fmt::format("; {} {:.1f} %", Escape(r.learners[l].outcome.label), data.learners[l].sources[s].meanPercent);
       parts.push_back(part + ")");
@@ -180,7 +213,7 @@ std::string FitsSection(const RunRecord& r) {
                                                              : "MSE";
   std::string h = "<h2>Fits and chosen parameters</h2>\n<p class=\"note\">Parameters chosen by the inner cross-validation on each outer training set "
                   "(score: mean over inner folds of " + criterion + "), and how each outer refit ended.</p>\n";
-  for (const auto& lr : r.learners) h += FitTable(lr);
+  for (const auto& lr : r.learners) h += FitTable(lr, KernelUnit(r));
   return h;
 }
 
@@ -191,13 +224,13 @@ std::string RegionsSection(const RunRecord& r, std::size_t l, const std::vector<
   const auto& lr = r.learners[l];
   std::string h = "<h2>Regions: " + Escape(lr.outcome.label) + "</h2>\n<p class=\"note\">" + Escape(lr.regionSource) + ". Table: <code>regions_" +
                   Escape(lr.outcome.label) + ".tsv</code>" + (lr.meanMap.empty() ? "" : "; map: <code>" + Escape(lr.meanMap) + "</code>") + ".</p>\n";
-  h += "<div class=\"figs\">" + TopRegionsChart(lr.regions, r, 15) + SelectedCountsChart(lr, r.kernels.size()) + "</div>\n";
+  h += "<div class=\"figs\">" + TopRegionsChart(lr.regions, r, 15) + SelectedCountsChart(lr, r.kernels.size(), KernelUnit(r)) + "</div>\n";
   if (regions && l < meanMaps.size() && !meanMaps[l].empty()) h += Montage(meanMaps[l], background, regions->grid);
   if (regions && maps && l < maps->patternMean.size() && !maps->patternMean[l].empty()) {
     h += "<p class=\"note\">Activation pattern (Haufe et al. 2014): how the images covary with the decision value, "
          "<code>" + Escape(lr.patternMean) + "</code>; regions ranked by it in <code>regions_" + Escape(lr.outcome.label) +
          "_pattern.tsv</code>. A region with large weights but no pattern suppresses noise rather than carrying the effect.</p>\n";
-    h += Montage(maps->patternMean[l], background, regions->grid);
+    h += Montage(maps->patternMean[l], background, regions->grid, MapKind::Pattern);
   }
   for (std::size_t c = 0; c < lr.classRegions.size() && c < r.classNames.size(); ++c)
     h += "<h3>" + Escape(lr.outcome.label) + ", class " + Escape(r.classNames[c]) + " vs rest</h3>\n<p class=\"note\">Table: <code>regions_" +
@@ -234,7 +267,7 @@ std::string RenderReport(const RunRecord& r, const ReportData& data, const std::
     for (const auto& w : r.warnings) h += "<li>" + Escape(w) + "</li>";
     h += "</ul>\n";
   }
-  // The script is a check the browser test reads: how many figures rendered (images decoded, SVGs with a size).
+  // The script: checks the browser tests read (figures rendered, texts cut off at a figure's edge).
   h += "<script>" + std::string(resources::ReportJs()) + "</script>\n</body></html>\n";
   return h;
 }

@@ -1,3 +1,4 @@
+#include <algorithm>
 #include <cmath>
 
 #include "neuromkl/export/report.hpp"
@@ -51,10 +52,23 @@ std::vector<ReportData::Gap> Gaps(const LearnerRecord& lr, const RunRecord& r) {
   return gaps;
 }
 
+/// The fewest and most features of kernels [first, end).
+ReportData::FeatureRange Features(const RunRecord& r, std::size_t first, std::size_t end) {
+  ReportData::FeatureRange range;
+  for (std::size_t k = first; k < end && k < r.kernels.size(); ++k) {
+    range.fewest = k == first ? r.kernels[k].features : std::min(range.fewest, r.kernels[k].features);
+    range.most = std::max(range.most, r.kernels[k].features);
+  }
+  return range;
+}
+
 }  // namespace
 
 ReportData PrepareReportData(const RunRecord& r) {
   ReportData data;
+  data.features = Features(r, 0, r.kernels.size());
+  for (std::size_t s = 0, first = 0; s < r.sourceKernelCounts.size(); first += r.sourceKernelCounts[s++])
+    data.sourceFeatures.push_back(Features(r, first, first + r.sourceKernelCounts[s]));
   for (const auto& lr : r.learners)
     for (const auto& f : lr.outcome.folds) data.probabilities |= f.probability.size() > 0;
   double positives = 0;

@@ -20,6 +20,13 @@ const char* Colour(std::size_t i);
 /// A pooled metric of the learner, NaN when it has none.
 double Pooled(const LearnerRecord& lr, const std::string& key);
 
+/// About how wide `text` (escaped HTML: an entity is one character) is drawn at `fontSize` pixels: 0.62 em per
+/// character, above the average of the sans-serif fonts browsers use (DejaVu Sans, Liberation Sans, Helvetica),
+/// so that a figure sized by it leaves room rather than cutting its labels off.
+double TextWidth(const std::string& text, double fontSize);
+/// The width a chart needs for texts starting at x = `start` (legend entries, a title): the widest plus a margin.
+int WidthFor(const std::vector<std::string>& texts, double fontSize, double start);
+
 /// About `count` round tick values (steps of 1, 2 or 5 x 10^k) covering [lo, hi].
 std::vector<double> Ticks(double lo, double hi, int count = 5);
 std::string TickLabel(double v);
@@ -61,11 +68,14 @@ std::string PerClassRoc(const LearnerRecord& lr, const ReportData::Learner& data
 std::string NullHistogram(const LearnerRecord& lr, const std::string& metric);
 
 // Fits, regions and maps (report_regions.cpp).
-std::string FitTable(const LearnerRecord& lr);
+/// `unit`: what a kernel is ("regions", or "kernels" when some are not atlas regions).
+std::string FitTable(const LearnerRecord& lr, const std::string& unit);
 std::string TopRegionsChart(const std::vector<weights::RegionRow>& regions, const RunRecord& r, std::size_t top);
-std::string SelectedCountsChart(const LearnerRecord& lr, std::size_t kernels);
+std::string SelectedCountsChart(const LearnerRecord& lr, std::size_t kernels, const std::string& unit);
+/// What a montage shows: a voxel weight map, or an activation pattern (Haufe et al. 2014).
+enum class MapKind { Weights, Pattern };
 /// Axial slices of a voxel map over `background`, with its colour bar and a caption.
-std::string Montage(const std::vector<float>& map, const std::vector<float>& background, const io::Geometry& g);
+std::string Montage(const std::vector<float>& map, const std::vector<float>& background, const io::Geometry& g, MapKind kind = MapKind::Weights);
 /// The montages' background on the grid of `regions`: the grey-matter template, or the regions themselves.
 std::vector<float> Background(const atlas::RegionIndex& regions);
 /// A connectivity source's `top` strongest connections (largest absolute mean weight) as a table.

@@ -14,15 +14,21 @@ namespace neuromkl::exporting::report {
 
 namespace {
 
-/// The montages' colour scale: blue (negative) through the background to red (positive), to +-vmax.
-std::string ColourBar(double vmax) {
-  const int width = 300, height = 46, left = 20, barW = 260;
+/// The montages' colour scale: blue (negative) through the background to red (positive), to +-vmax, with
+/// what the colours are in two lines under it.
+std::string ColourBar(double vmax, MapKind kind) {
+  const std::string quantity = kind == MapKind::Pattern ? "activation pattern a = Cov(x, f) / Var(f) over training subjects"
+                                                        : "voxel weight w (decision units per unit image intensity)";
+  const std::string saturation = kind == MapKind::Pattern ? "colours saturate at the 99th percentile of |a|" : "colours saturate at the 99th percentile of |w|";
+  // The end ticks are centred on the bar's ends: the bar starts half a label in.
+  const int barW = 260, left = std::max(20, static_cast<int>(std::ceil(TextWidth(TickLabel(-vmax), 9) / 2)) + 4);
+  const int width = std::max({left + barW + left, WidthFor({quantity, saturation}, 9, 0)}), height = 58;
   std::string svg = fmt::format(R"(<svg class="figure" role="img" aria-label="colour bar" width="{}" height="{}" viewBox="0 0 {} {}">)", width, height, width, height);
   svg += R"svg(<defs><linearGradient id="weightScale"><stop offset="0" stop-color="rgb(30,120,255)"/><stop offset="0.5" stop-color="rgb(130,130,130)"/><stop offset="1" stop-color="rgb(255,70,20)"/></linearGradient></defs>)svg";
   svg += fmt::format(R"svg(<rect x="{}" y="4" width="{}" height="12" fill="url(#weightScale)"/>)svg", left, barW);
   svg += XTicks({-vmax, 0.0, vmax}, [&](double v) { return left + barW * (v + vmax) / (2 * vmax); }, 16);
-  svg += fmt::format(R"(<text x="{}" y="{}" font-size="9" text-anchor="middle">voxel weight w (decision units per unit image intensity); saturates at the 99th percentile of |w|</text></svg>)",
-                     width / 2, height - 2);
+  svg += fmt::format(R"(<text x="0" y="{}" font-size="9">{}</text><text x="0" y="{}" font-size="9">{}</text></svg>)", height - 15, quantity, height - 4,
+                     saturation);
   return svg;
 }
 
@@ -33,7 +39,10 @@ std::string TopRegionsChart(const std::vector<weights::RegionRow>& regions, cons
   const std::size_t n = std::min(top, regions.size());
   double maxValue = 1e-12;
   for (std::size_t i = 0; i < n; ++i) maxValue = std::max(maxValue, regions[i].meanPercent + regions[i].sdPercent);
-  const int rowH = 18, left = 170, width = 560, barW = width - left - 60;
+  std::vector<std::string> names;
+  for (std::size_t i = 0; i < n; ++i) names.push_back(Escape(r.kernels[regions[i].kernel].name));
+  // Room on the left for the longest name; the bars keep their length.
+  const int rowH = 18, left = std::max(170, WidthFor(names, 11, 6)), barW = 330, width = left + barW + 60;
   const int height = static_cast<int>(n) * rowH + 58;
   std::string svg = fmt::format(R"(<svg class="figure" role="img" aria-label="top regions" width="{}" height="{}" viewBox="0 0 {} {}">)", width, height, width, height);
   const double axisY = 10 + static_cast<double>(n) * rowH + 2;
@@ -44,9 +53,12 @@ std::string TopRegionsChart(const std::vector<weights::RegionRow>& regions, cons
     const double y = 10 + static_cast<double>(i) * rowH;
     const double w = barW * row.meanPercent / maxValue;
     const double lo = barW * std::max(0.0, row.meanPercent - row.sdPercent) / maxValue, hi = barW * (row.meanPercent + row.sdPercent) / maxValue;
-    svg += fmt::format(R"(<text x="{}" y="{}" font-size="11" text-anchor="end">{}</text>)", left - 6, y + 12, Escape(r.kernels[row.kernel].name));
-    svg += fmt::format(R"(<rect x="{}" y="{}" width="{:.1f}" height="{}" fill="#4c78a8"><title>{}: {:.2f} % (SD {:.2f}), selected in {} folds, expected rank {:.1f}</title></rect>)",
-                       left, y + 2, std::max(w, 0.5), rowH - 5, Escape(r.kernels[row.kernel].name), row.meanPercent, row.sdPercent, row.foldsSelected, row.expectedRank);
+    const auto& kernel = r.kernels[row.kernel];
+    const std::string made = FeatureName(KernelKind(r, kernel.name));  // what the kernel is made of: voxels, connections, columns
+    svg += fmt::format(R"(<text x="{}" y="{}" font-size="11" text-anchor="end">{}</text>)", left - 6, y + 12, names[i]);
+    svg += fmt::format(R"(<rect x="{}" y="{}" width="{:.1f}" height="{}" fill="#4c78a8"><title>{}: {:.2f} % (SD {:.2f}){}, selected in {} folds, expected rank {:.1f}</title></rect>)",
+                       left, y + 2, std::max(w, 0.5), rowH - 5, names[i], row.meanPercent, row.sdPercent,
+                       made.empty() ? "" : fmt::format(", {} {}", kernel.features, made), row.foldsSelected, row.expectedRank);
     svg += fmt::format(R"(<line x1="{:.1f}" x2="{:.1f}" y1="{}" y2="{}" stroke="#222" stroke-width="1.2"/>)", left + lo, left + hi, y + rowH / 2.0, y + rowH / 2.0);
     svg += fmt::format(R"(<text x="{:.1f}" y="{}" font-size="10" fill="#444">{:.1f}</text>)", left + hi + 4, y + 12, row.meanPercent);
   }
@@ -54,31 +66,32 @@ std::string TopRegionsChart(const std::vector<weights::RegionRow>& regions, cons
   return svg;
 }
 
-/// Vertical bars: number of regions with weight > 0 per outer fold.
-std::string SelectedCountsChart(const LearnerRecord& lr, std::size_t kernels) {
+/// Vertical bars: number of regions (kernels) with weight > 0 per outer fold.
+std::string SelectedCountsChart(const LearnerRecord& lr, std::size_t kernels, const std::string& unit) {
   std::vector<std::pair<std::string, int>> counts;
   for (const auto& f : lr.outcome.folds)
     if (f.error.empty())
       counts.emplace_back(f.repeat > 0 ? fmt::format("{}/{}", f.repeat, f.index) : std::to_string(f.index), static_cast<int>((f.model.beta.array() > 0).count()));
-  const int width = 60 + 40 * static_cast<int>(counts.size()), height = 190, base = 160;
+  const std::string caption = unit + " selected (weight &gt; 0) per outer fold";
+  const int width = std::max(60 + 40 * static_cast<int>(counts.size()), WidthFor({caption}, 11, 40)), height = 190, base = 160;
   std::string svg = fmt::format(R"(<svg class="figure" role="img" aria-label="selected regions per fold" width="{}" height="{}" viewBox="0 0 {} {}">)", width, height, width, height);
-  svg += fmt::format(R"(<line x1="40" x2="{}" y1="{}" y2="{}" stroke="#888"/>)", width - 10, base, base);
+  svg += fmt::format(R"(<line x1="40" x2="{}" y1="{}" y2="{}" stroke="#888"/>)", 50 + 40 * static_cast<int>(counts.size()), base, base);
   svg += fmt::format(R"(<line x1="40" x2="40" y1="20" y2="{}" stroke="#888"/>)", base);
   svg += YTicks(Ticks(0, static_cast<double>(std::max<std::size_t>(kernels, 1)), 4),
                 [&](double v) { return base - 140.0 * v / std::max<double>(1.0, static_cast<double>(kernels)); }, 40);
   for (std::size_t i = 0; i < counts.size(); ++i) {
     const double h = 140.0 * counts[i].second / std::max<double>(1.0, static_cast<double>(kernels));
     const double x = 50 + 40.0 * static_cast<double>(i);
-    svg += fmt::format(R"(<rect x="{}" y="{:.1f}" width="26" height="{:.1f}" fill="#72b7b2"><title>fold {}: {} of {} regions</title></rect>)", x, base - h, std::max(h, 0.5), counts[i].first, counts[i].second, kernels);
+    svg += fmt::format(R"(<rect x="{}" y="{:.1f}" width="26" height="{:.1f}" fill="#72b7b2"><title>fold {}: {} of {} {}</title></rect>)", x, base - h, std::max(h, 0.5), counts[i].first, counts[i].second, kernels, unit);
     svg += fmt::format(R"(<text x="{}" y="{:.1f}" font-size="10" text-anchor="middle">{}</text>)", x + 13, base - h - 3, counts[i].second);
     svg += fmt::format(R"(<text x="{}" y="{}" font-size="10" text-anchor="middle">{}</text>)", x + 13, base + 13, counts[i].first);
   }
-  svg += fmt::format(R"(<text x="40" y="{}" font-size="11">regions selected (weight &gt; 0) per outer fold</text></svg>)", height - 4);
+  svg += fmt::format(R"(<text x="40" y="{}" font-size="11">{}</text></svg>)", height - 4, caption);
   return svg;
 }
 
-/// Per outer fold: chosen parameters, inner score, fit status and iterations; the status counts.
-std::string FitTable(const LearnerRecord& lr) {
+/// Per outer fold: chosen parameters, inner score, fit status, iterations and `unit` (regions, kernels) selected; the status counts.
+std::string FitTable(const LearnerRecord& lr, const std::string& unit) {
   const std::map<std::string, int> counts = cv::FoldStatusCounts(lr.outcome);
   std::vector<std::string> parts;
   for (const auto& [status, count] : counts) parts.push_back(fmt::format("{} {}", count, status));
@@ -88,8 +101,8 @@ std::string FitTable(const LearnerRecord& lr) {
     platt |= f.probability.size() > 0;
     bias |= f.corrected.size() > 0;
   }
-  std::string h = fmt::format("<p class=\"note\"><b>{}</b>: outer folds {}{}.</p>\n<table><tr><th>fold</th><th>chosen parameters</th><th>inner score</th><th>status</th><th>iterations</th><th>regions selected</th>{}{}</tr>\n",
-                              Escape(lr.outcome.label), Join(parts, ", "), allConverged ? "" : " &mdash; <b>not every fit converged: read the warnings below</b>",
+  std::string h = fmt::format("<p class=\"note\"><b>{}</b>: outer folds {}{}.</p>\n<table><tr><th>fold</th><th>chosen parameters</th><th>inner score</th><th>status</th><th>iterations</th><th>{} selected</th>{}{}</tr>\n",
+                              Escape(lr.outcome.label), Join(parts, ", "), allConverged ? "" : " &mdash; <b>not every fit converged: read the warnings below</b>", unit,
                               platt ? "<th>Platt A</th><th>Platt B</th>" : "", bias ? "<th>bias slope</th><th>bias offset</th>" : "");
   for (const auto& f : lr.outcome.folds) {
     std::vector<std::string> chosen;
@@ -108,15 +121,16 @@ std::string FitTable(const LearnerRecord& lr) {
 }
 
 /// Axial slices of a voxel map over a grey background, neurological convention (left on the left,
-/// anterior up), red = positive weight, blue = negative.
-std::string Montage(const std::vector<float>& map, const std::vector<float>& background, const io::Geometry& g) {
+/// anterior up), red = positive, blue = negative.
+std::string Montage(const std::vector<float>& map, const std::vector<float>& background, const io::Geometry& g, MapKind kind) {
   const auto W = g.dims[0], H = g.dims[1], Z = g.dims[2];
   const auto affine = g.RasAffine();
   const bool flipX = affine[0] < 0, flipY = affine[5] > 0;  // RAS: x grows to the right, y grows upwards
   std::vector<double> mags;
   for (float v : map)
     if (v != 0.0f && std::isfinite(v)) mags.push_back(std::abs(v));
-  if (mags.empty()) return "<p>(the mean weight map is zero everywhere)</p>";
+  const bool pattern = kind == MapKind::Pattern;
+  if (mags.empty()) return pattern ? "<p>(the mean activation pattern is zero everywhere)</p>" : "<p>(the mean weight map is zero everywhere)</p>";
   std::sort(mags.begin(), mags.end());
   const double vmax = mags[static_cast<std::size_t>(0.99 * static_cast<double>(mags.size() - 1))];
   double bgMax = 1e-12;
@@ -162,11 +176,14 @@ std::string Montage(const std::vector<float>& map, const std::vector<float>& bac
   }
   std::vector<std::string> zs;
   for (double z : zMm) zs.push_back(fmt::format("{:.0f}", z));
-  return fmt::format(R"(<img class="montage" alt="mean weight map, axial slices" width="{}" height="{}" src="data:image/png;base64,{}"><br>)", width, height,
-                     Base64(EncodePng(width, height, rgb))) +
-         ColourBar(vmax) +
-         fmt::format(R"(<p class="note">Axial slices at z = {} mm (MNI), left to right, top to bottom; subject's left on the left, anterior up. Red: positive weight (towards the positive class / higher target), blue: negative; opacity ~ |w| up to its 99th percentile ({:.3g}).</p>)",
-                     Join(zs, ", "), vmax);
+  const char* colours = pattern ? "Red: the image values rise with the decision value (towards the positive class / higher target), blue: they fall; "
+                                  "opacity ~ |a|"
+                                : "Red: positive weight (towards the positive class / higher target), blue: negative; opacity ~ |w|";
+  return fmt::format(R"(<img class="montage" alt="mean {}, axial slices" width="{}" height="{}" src="data:image/png;base64,{}"><br>)",
+                     pattern ? "activation pattern" : "weight map", width, height, Base64(EncodePng(width, height, rgb))) +
+         ColourBar(vmax, kind) +
+         fmt::format(R"(<p class="note">Axial slices at z = {} mm (MNI), left to right, top to bottom; subject's left on the left, anterior up. {} up to its 99th percentile ({:.3g}).</p>)",
+                     Join(zs, ", "), colours, vmax);
 }
 
 std::vector<float> Background(const atlas::RegionIndex& regions) {

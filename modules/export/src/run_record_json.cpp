@@ -21,6 +21,21 @@ bool LowCoverage(const RunRecord& r, std::size_t kernel) {
   return kernel < r.subjectsWithSignal.size() && r.subjectsWithSignal[kernel] < r.minSubjectsWithSignal;
 }
 
+std::string KernelKind(const RunRecord& r, const std::string& kernelName) {
+  if (r.sourceNames.empty()) return r.kernelSource;
+  const std::string source = kernelName.substr(0, kernelName.find(':'));
+  for (std::size_t s = 0; s < r.sourceNames.size() && s < r.sourceKinds.size(); ++s)
+    if (r.sourceNames[s] == source) return r.sourceKinds[s];
+  return r.kernelSource;
+}
+
+std::string FeatureName(const std::string& kind) {
+  if (kind == "images") return "voxels";
+  if (kind == "connectivity") return "connections";
+  if (kind == "tabular") return "columns";
+  return "";
+}
+
 namespace {
 
 /// The kernels: their source, cache use, regions, exclusions, preprocessing, precision and distribution over ranks.

@@ -5,6 +5,7 @@
 // The page draws prepared data: the run's record and what PrepareReportData computes from it with
 // metrics and weights (ROC curves, reliability bins, source shares); its style sheet and script are the
 // resource files modules/export/resources/report.{css,js}, embedded at build time.
+#include <cstdint>
 #include <limits>
 #include <string>
 #include <vector>
@@ -32,12 +33,18 @@ struct ReportData {
     std::vector<weights::SourceShare> sources;             ///< kernels.sources: each source's part of the region table
   };
   std::vector<Learner> learners;
+  /// The fewest and most features (voxels, connections, columns) of a kernel.
+  struct FeatureRange {
+    std::int64_t fewest = 0, most = 0;
+  };
+  FeatureRange features;                     ///< over every kernel of the study
+  std::vector<FeatureRange> sourceFeatures;  ///< kernels.sources: per source
   bool probabilities = false;  ///< some fold has Platt probabilities
   double prevalence = std::numeric_limits<double>::quiet_NaN();  ///< share of positive targets (Brier p (1 - p) to beat)
 };
 
 /// The report's data from the run: pooled predictions, ROC curves (metrics::RocCurve), reliability bins
-/// (metrics::Reliability), bias-correction gaps and source shares (weights::SourceShares).
+/// (metrics::Reliability), bias-correction gaps, source shares (weights::SourceShares) and kernel sizes.
 ReportData PrepareReportData(const RunRecord& record);
 
 /// `data`: PrepareReportData(record); `meanMaps`: one mean voxel map per learner (empty when none);
