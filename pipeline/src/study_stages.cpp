@@ -151,7 +151,7 @@ Eigen::VectorXi Indices(const std::vector<int>& v) { return Eigen::Map<const Eig
 /// training subjects, x~ the kernel features as the learner saw them (centred, normalised; before the
 /// source scale, which is a weight, not data) and f the decision value. For linear kernels a = X~' c with
 /// c = (f - mean f) / sum (f - mean f)^2, so a map is built from c exactly as a weight map is from the
-/// coefficients (weights::SubjectWeights with unit kernel weights), and each kernel's part has norm
+/// coefficients (gram::KernelStore::SubjectWeights with unit kernel weights), and each kernel's part has norm
 /// ||a_r|| = sqrt(c' K~_r c).
 struct FoldPattern {
   Eigen::VectorXd c;      ///< per training subject (the fold's train, then unlabelled, order)

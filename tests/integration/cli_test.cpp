@@ -208,7 +208,10 @@ TEST(CliEvaluation, WagerRegressionReportsRAndR2AndMseWithFoldSpread) {
   ASSERT_EQ(std::system(cmd.c_str()), 0);
   // Two scatter plots and per learner (2) region chart, counts chart, the weight map's and the activation
   // pattern's montages and their colour bars.
-  EXPECT_THAT(ReadFile(dom), HasSubstr("data-figures=\"14\" data-figures-ok=\"14\" data-figures-bad=\"0\""));
+  const std::string html = ReadFile(dom);
+  EXPECT_THAT(html, HasSubstr("data-figures=\"14\" data-figures-ok=\"14\" data-figures-bad=\"0\""));
+  EXPECT_NE(html.find("data-texts-cut=\"0\""), std::string::npos)
+      << "chart texts cut off at their figure's edge: " << html.substr(std::min(html.size(), html.find("data-texts-cut-list")), 300);
 }
 
 }  // namespace

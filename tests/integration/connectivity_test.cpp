@@ -1,5 +1,6 @@
 // Connectivity sources: hand-computed kernels, bad matrices, exact edge weights, a study mixing an
 // image, a tabular and a connectivity source end to end, and subjects a source lacks (error / drop).
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -264,6 +265,60 @@ TEST_F(ConnectivityCli, ImageTabularAndConnectivitySourcesRunEndToEnd) {
   // The resolved study parses again.
   r = RunCli("validate " + (*dir_ / "results/mixed/study.resolved.json"));
   EXPECT_EQ(r.exitCode, 0) << r.output;
+}
+
+/// The region tables say what each kernel is made of: a size column per source kind (voxels of an image region,
+/// connections of a connectivity kernel, columns of a tabular one; n/a in the others), atlas labels for image
+/// regions only, and the source; regions_<learner>.json explains those columns.
+TEST_F(ConnectivityCli, RegionTablesNameWhatEachKernelIsMadeOf) {
+  const std::string study = Study("kinds", "cohort/participants.tsv");
+  const auto r = RunCli("run " + study + " -q");
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  const std::string out = *dir_ / "results/kinds";
+  // Cells of the rows of these kernels, by column name.
+  auto cells = [](const std::vector<std::vector<std::string>>& rows, const std::string& kernel) {
+    std::map<std::string, std::string> byColumn;
+    for (const auto& row : rows)
+      if (std::find(row.begin(), row.end(), kernel) != row.end())
+        for (std::size_t c = 0; c < row.size(); ++c) byColumn[rows[0][c]] = row[c];
+    return byColumn;
+  };
+  const auto ranking = ReadTsv(out + "/regions_enmkl_svm.tsv");
+  EXPECT_EQ(std::vector<std::string>(ranking[0].begin(), ranking[0].begin() + 10),
+            (std::vector<std::string>{"rank", "label", "name", "source", "voxels", "non_finite_voxels", "connections", "columns", "subjects_with_signal",
+                                      "low_coverage"}));
+  const auto node = cells(ranking, "fc:node03"), clinical = cells(ranking, "clin:clinical"), hippocampus = cells(ranking, "gm:Hippocampus_L");
+  // A node kernel holds the node's connections to the 11 other nodes; the clinical group one column.
+  EXPECT_EQ(node.at("connections"), "11");
+  EXPECT_EQ(node.at("source"), "fc");
+  EXPECT_EQ(clinical.at("columns"), "1");
+  for (const auto& kernel : {node, clinical}) {
+    EXPECT_EQ(kernel.at("label"), "n/a");
+    EXPECT_EQ(kernel.at("voxels"), "n/a");
+    EXPECT_EQ(kernel.at("non_finite_voxels"), "n/a");
+  }
+  EXPECT_EQ(node.at("columns"), "n/a");
+  EXPECT_EQ(clinical.at("connections"), "n/a");
+  EXPECT_EQ(hippocampus.at("label"), "4101");  // AAL's Hippocampus_L
+  EXPECT_GT(std::stoi(hippocampus.at("voxels")), 0);
+  EXPECT_EQ(hippocampus.at("connections"), "n/a");
+  EXPECT_EQ(hippocampus.at("columns"), "n/a");
+  // regions.tsv: the same per-kind columns after the image columns.
+  const auto kernels = ReadTsv(out + "/regions.tsv");
+  EXPECT_EQ(kernels[0], (std::vector<std::string>{"label", "name", "source", "status", "voxels_used", "atlas_voxels", "non_finite_voxels", "zeroed_values",
+                                                  "connections", "columns", "subjects_with_signal", "reason"}));
+  EXPECT_EQ(cells(kernels, "fc:node03").at("connections"), "11");
+  EXPECT_EQ(cells(kernels, "fc:node03").at("atlas_voxels"), "n/a");
+  EXPECT_EQ(cells(kernels, "clin:clinical").at("columns"), "1");
+  EXPECT_EQ(cells(kernels, "gm:Hippocampus_L").at("atlas_voxels"), hippocampus.at("voxels"));  // no mask, no NaN voxels: all used
+  const auto notes = nlohmann::json::parse(ReadFile(out + "/regions_enmkl_svm.json"));
+  for (const char* column : {"label", "source", "voxels", "connections", "columns"}) EXPECT_TRUE(notes.contains(column)) << column;
+  // The report names them too: per source, its kernels and what they are made of.
+  const std::string report = ReadFile(out + "/report.html");
+  EXPECT_THAT(report, HasSubstr("<code>fc</code> (connectivity, 12 kernels of 11 connections;"));
+  EXPECT_THAT(report, HasSubstr("<code>clin</code> (tabular, 1 kernel of 1 column;"));
+  EXPECT_THAT(report, ::testing::ContainsRegex("<code>gm</code> \\(images, [0-9]+ kernels of [0-9]+ to [0-9]+ voxels;"));
+  EXPECT_THAT(report, HasSubstr("<th>kernels selected</th>"));
 }
 
 TEST_F(ConnectivityCli, EqualSourceWeightingRunsAndIsRecorded) {

@@ -107,6 +107,13 @@ TEST(Inputs, TabularFeatureGroupsBecomeKernels) {
   ASSERT_EQ(r.exitCode, 0) << r.output;
   const auto rows = ReadFile(c.dir / "results/tab/regions_enmkl_svm.tsv");
   EXPECT_THAT(rows.substr(rows.find('\n') + 1, 20), HasSubstr("signal"));  // ranked first
+  // A tabular kernel is made of table columns, not voxels, and has no atlas label.
+  const auto table = neuromkl::testing::ReadTsv(c.dir / "results/tab/regions_enmkl_svm.tsv");
+  EXPECT_EQ(std::vector<std::string>(table[0].begin(), table[0].begin() + 5), (std::vector<std::string>{"rank", "label", "name", "columns", "subjects_with_signal"}));
+  for (std::size_t i = 1; i < table.size(); ++i) {
+    EXPECT_EQ(table[i][1], "n/a");
+    EXPECT_EQ(table[i][3], table[i][2] == "signal" ? "4" : "6") << table[i][2];
+  }
   // The kernels are the linear kernels of the groups (groups in name order: "noise", then "signal").
   const Eigen::MatrixXd K = neuromkl::ReadNpy(c.dir / "results/tab/kernels/k001_signal.npy");
   EXPECT_TRUE(neuromkl::testing::MatrixNear(K, c.signal * c.signal.transpose(), 1e-9, 1e-12));

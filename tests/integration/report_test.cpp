@@ -38,10 +38,26 @@ class Report : public ::testing::Test {
 };
 TempDir* Report::dir_ = nullptr;
 
+/// The chart texts the page found cut off at their figure's edge (its data-texts-cut-list), for a failure message.
+std::string TextsCut(const std::string& dom) {
+  const auto at = dom.find("data-texts-cut-list=\"");
+  return at == std::string::npos ? "no data-texts-cut-list" : "cut off: " + dom.substr(at, dom.find('"', at + 21) - at + 1);
+}
+
+/// The DOM of `report` after its scripts ran in headless chromium.
+std::string RenderedDom(const std::string& report, const std::string& scratch) {
+  if (std::system("command -v chromium > /dev/null 2>&1") != 0) return "chromium is not installed (scripts/test.sh installs it)";
+  const std::string dom = scratch + "/dom.html";
+  const std::string cmd = neuromkl::testing::HeadlessChromium(scratch + "/chromium") + " --dump-dom file://" + report + " > " + dom + " 2>/dev/null";
+  return std::system(cmd.c_str()) == 0 ? ReadFile(dom) : "chromium failed";
+}
+
 TEST_F(Report, TopRankedRegionsAreThePlantedSignal) {
   const auto rows = neuromkl::testing::ReadTsv(*dir_ / "out/regions_enmkl_svm.tsv");
   ASSERT_GT(rows.size(), 4u);
-  EXPECT_EQ(rows[0][0], "rank");
+  // An images study's table: atlas label and voxels, no columns of other kernel kinds.
+  EXPECT_EQ(std::vector<std::string>(rows[0].begin(), rows[0].begin() + 6),
+            (std::vector<std::string>{"rank", "label", "name", "voxels", "non_finite_voxels", "subjects_with_signal"}));
   std::set<std::string> top = {rows[1][2], rows[2][2], rows[3][2]};
   EXPECT_EQ(top, (std::set<std::string>{"Hippocampus_L", "Precuneus_R", "Frontal_Mid_L"}));
   EXPECT_THAT(ReadFile(*dir_ / "out/regions_enmkl_svm.json"), HasSubstr("rank 1 = largest weight, ties share the average"));
@@ -84,9 +100,49 @@ TEST_F(Report, RendersInChromiumWithEveryFigure) {
   // a confusion matrix, a null distribution, the region chart, the selected-counts chart, the weight map's and the
   // activation pattern's montages and their colour bars.
   EXPECT_THAT(html, HasSubstr("data-figures=\"18\" data-figures-ok=\"18\" data-figures-bad=\"0\""));
+  // No text of a chart (legend, axis title, label) is cut off at its figure's edge.
+  EXPECT_NE(html.find("data-texts-cut=\"0\""), std::string::npos) << TextsCut(html);
   const std::string shot = std::string(NEUROMKL_BINARY_DIR) + "/report_screenshot.png";
   ASSERT_EQ(std::system((chromium + " --window-size=1200,2400 --screenshot=" + shot + " file://" + report + " > /dev/null 2>&1").c_str()), 0);
   EXPECT_GT(fs::file_size(shot), 10000u);
+}
+
+/// Long names everywhere (learner labels, class names, sources, kernels, networks) and every kind of source: each
+/// chart makes room for its texts, and the tables of the report fit the page.
+TEST(ReportLayout, LongNamesFitTheirFiguresInChromium) {
+  TempDir dir;
+  auto r = RunCli("simulate --out " + (dir / "c") + " --subjects 36 --downsample 3 --second-modality --signal-b Hippocampus_L --clinical-effect 0.8 "
+                  "--connectivity 10 --connectivity-signal node03 --seed 4 -q");
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  std::string table = ReadFile(dir / "c/participants.tsv");
+  for (const auto& [from, to] : {std::pair<std::string, std::string>{"\tpatient\t", "\tmild_cognitive_impairment_converter\t"},
+                                 {"\tcontrol\t", "\tcognitively_unimpaired_control\t"}})
+    for (auto at = table.find(from); at != std::string::npos; at = table.find(from, at + to.size())) table.replace(at, from.size(), to);
+  neuromkl::testing::WriteFile(dir / "c/participants.tsv", table);
+  neuromkl::testing::WriteFile(dir / "c/s.json", R"({"name": "long_names", "subjects": {"table": "participants.tsv"},
+    "target": {"column": "group", "task": "classification", "positive_class": "mild_cognitive_impairment_converter"},
+    "kernels": {"sources": [{"name": "grey_matter_density_vbm", "kind": "images"},
+      {"name": "fdg_pet_suvr_cerebellum", "kind": "images", "image_column": "image_b"},
+      {"name": "clinical_scores_baseline", "kind": "tabular", "tabular": {"table": "participants.tsv", "groups": {"clinical_composite_score": ["clinical"]}}},
+      {"name": "resting_state_functional_connectivity", "kind": "connectivity", "connectivity": {"column": "connectome", "kernels": "network", "nodes": "nodes.tsv"}}]},
+    "learners": [{"name": "enmkl_svm", "label": "enmkl_svm_elastic_net_mu_half_c_one", "params": {"c": 1.0, "mu": 0.5}},
+                 {"name": "svm", "label": "linear_svm_on_every_kernel_summed", "params": {"c": 1.0}}],
+    "cv": {"outer": {"k": 3}, "inner": {"k": 3}}, "permutations": {"count": 5}, "seed": 3})");
+  r = RunCli("run " + (dir / "c/s.json") + " --out " + (dir / "out") + " -q");
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  const std::string html = RenderedDom(dir / "out/report.html", dir.Path());
+  // ROC, reliability, per learner (2) a confusion matrix, a null distribution, the region and the counts charts, and per
+  // learner two image sources' montages with their colour bars.
+  EXPECT_THAT(html, HasSubstr("data-figures=\"18\" data-figures-ok=\"18\" data-figures-bad=\"0\""));
+  EXPECT_NE(html.find("data-texts-cut=\"0\""), std::string::npos) << TextsCut(html);
+  const std::string report = ReadFile(dir / "out/report.html");
+  EXPECT_THAT(report, HasSubstr("(tabular, 1 kernel of 1 column;"));
+  EXPECT_THAT(report, ::testing::ContainsRegex("\\(connectivity, 4 kernels of [0-9]+ to [0-9]+ connections;"));
+  // A screenshot beside the other one (report_screenshot.png), to look at.
+  const std::string shot = std::string(NEUROMKL_BINARY_DIR) + "/report_long_names_screenshot.png";
+  const std::string cmd = neuromkl::testing::HeadlessChromium(dir / "chromium") + " --window-size=1200,7000 --screenshot=" + shot + " file://" +
+                          (dir / "out/report.html") + " > /dev/null 2>&1";
+  EXPECT_EQ(std::system(cmd.c_str()), 0);
 }
 
 }  // namespace

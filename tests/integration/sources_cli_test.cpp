@@ -114,7 +114,7 @@ TEST_F(SourcesCli, MixedSourcesRunAndEachSourceIsCachedOnItsOwn) {
   EXPECT_EQ(j["kernels"]["count"], 233);
   const auto [mean, order] = Regions("three");
   EXPECT_TRUE(mean.count("clin:clinical"));
-  EXPECT_THAT(ReadFile(*dir_ / "results/three/report.html"), HasSubstr("<code>clin</code> (tabular, 1 kernels"));
+  EXPECT_THAT(ReadFile(*dir_ / "results/three/report.html"), HasSubstr("<code>clin</code> (tabular, 1 kernel of 1 column"));
   // The resolved study parses again and names the same sources.
   r = RunCli("validate " + (*dir_ / "results/three/study.resolved.json"));
   EXPECT_EQ(r.exitCode, 0) << r.output;

@@ -21,6 +21,163 @@ bool LowCoverage(const RunRecord& r, std::size_t kernel) {
   return kernel < r.subjectsWithSignal.size() && r.subjectsWithSignal[kernel] < r.minSubjectsWithSignal;
 }
 
+std::string KernelKind(const RunRecord& r, const std::string& kernelName) {
+  if (r.sourceNames.empty()) return r.kernelSource;
+  const std::string source = kernelName.substr(0, kernelName.find(':'));
+  for (std::size_t s = 0; s < r.sourceNames.size() && s < r.sourceKinds.size(); ++s)
+    if (r.sourceNames[s] == source) return r.sourceKinds[s];
+  return r.kernelSource;
+}
+
+std::string FeatureName(const std::string& kind) {
+  if (kind == "images") return "voxels";
+  if (kind == "connectivity") return "connections";
+  if (kind == "tabular") return "columns";
+  return "";
+}
+
+namespace {
+
+/// The kernels: their source, cache use, regions, exclusions, preprocessing, precision and distribution over ranks.
+Json KernelsJson(const RunRecord& r) {
+  Json k = {{"source", r.kernelSource}, {"cache", r.kernelCache}, {"count", r.kernels.size()}, {"regions", Json::array()},
+            {"excluded", Json::array()}, {"preprocessing", {{"centre", r.centre}, {"normalise", r.normalise}, {"fitted_on", "training subjects of each fold"}}}};
+  for (std::size_t i = 0; i < r.kernels.size(); ++i) {
+    const auto& info = r.kernels[i];
+    Json e = {{"name", info.name}, {"label", info.label}, {"features", info.features}, {"atlas_voxels", info.atlasVoxels},
+              {"non_finite_voxels", info.nonFiniteVoxels}, {"zeroed_values", info.zeroedValues}, {"low_coverage", LowCoverage(r, i)}};
+    if (i < r.subjectsWithSignal.size()) e["subjects_with_signal"] = r.subjectsWithSignal[i];
+    k["regions"].push_back(e);
+  }
+  k["min_subjects_with_signal"] = r.minSubjectsWithSignal;
+  if (r.compactBytes > 0)  // absent for float64 kernels, so those results.json are unchanged
+    k["precision"] = {{"values", "float32"},
+                      {"store_mib", static_cast<double>(r.compactBytes) / 1048576.0},
+                      {"centred_with_cohort_mean", r.compactCentred},
+                      {"note", std::string(r.compactCentred ? "each kernel was centred with the whole cohort's mean, then rounded to float32 (fold "
+                                                              "centring with training statistics cancels that mean exactly)"
+                                                            : "each kernel was rounded to float32") +
+                                   (r.kernelsHeldByRanks
+                                        ? "; every fold computation is in double (kernels held by the ranks: no float32 copies of prepared fold kernels)"
+                                        : "; every fold computation is in double, except that where the MKL learners copy their training kernels (from "
+                                          "1,024 training subjects, when the copies fit the memory) the copies are rounded to float32 once prepared")}};
+  if (r.kernelRanks > 1)  // absent for a single process, so its results.json is unchanged
+    k["distributed"] = {
+        {"ranks", r.kernelRanks},
+        {"rank_memory_budget_mb", r.kernelRankBudgetMb},
+        {"kernels_held_by_ranks", r.kernelsHeldByRanks},
+        {"note", r.kernelsHeldByRanks ? std::string(!r.kernelsHeldNote.empty() ? r.kernelsHeldNote
+                                                    : r.kernelCache == "hit" ? "kernel k was loaded from the kernel cache by rank k mod ranks"
+                                                                             : "each rank decoded its own block of subjects; kernel blocks by a ring exchange; "
+                                                                               "kernel k stayed on rank k mod ranks") +
+                                            ", which ran every computation that reads it (fold preparation, combination, quadratics, products, test "
+                                            "blocks, maps); rank 0 ran the study on the results"
+                                      : "each rank decoded its own block of subjects; kernel blocks by a ring exchange, gathered on rank 0"}};
+  if (r.outsideAtlasShare >= 0) k["non_zero_outside_atlas_share"] = r.outsideAtlasShare;
+  if (!r.intensityScaling.empty())
+    k["intensity"] = {{"scaling", r.intensityScaling}, {"scale", r.intensityScale},
+                      {"note", "each image was divided by this value (its own mean) before the kernels; subjects in labelled-then-unlabelled order"}};
+  for (const auto& excluded : r.excludedKernels)
+    k["excluded"].push_back({{"name", excluded.info.name}, {"label", excluded.info.label}, {"reason", excluded.reason}});
+  return k;
+}
+
+/// One outer fold of a learner: its subjects, chosen parameters, decision values, fit and calibration.
+Json FoldJson(const RunRecord& r, const cv::LearnerOutcome& o, const cv::OuterFoldResult& f) {
+  Json fj = {{"index", f.index}, {"repeat", f.repeat}, {"n_train", f.train.size()}, {"n_test", f.test.size()},
+             {"chosen_params", o.grid[f.chosen]}, {"test_subjects", Json::array()}, {"decision_values", Vec(f.decision)}};
+  for (int t : f.test) fj["test_subjects"].push_back(r.labelledSubjects[static_cast<std::size_t>(t)]);
+  if (!f.innerScores.empty()) {
+    fj["inner_scores"] = Json::array();
+    for (double v : f.innerScores) fj["inner_scores"].push_back(Num(v));
+  }
+  fj["status"] = cv::FoldStatus(f);
+  if (!f.error.empty()) {
+    fj["error"] = f.error;
+  } else {
+    const auto& m = f.model;
+    fj["fit"] = {{"iterations", m.info.iterations}, {"inner_solves", m.info.innerSolves}, {"inner_iterations", m.info.innerIterations},
+                 {"objective", Num(m.info.objective)}, {"gap", Num(m.info.gap)}, {"seconds", m.info.seconds}};
+    fj["kernel_weights"] = Vec(m.beta);
+    fj["bias"] = Num(m.bias);
+    fj["dual_coefficients"] = Vec(m.coef);
+  }
+  if (f.probability.size() > 0) {  // binary: Platt scaling of this fold (null when it could not be fitted)
+    fj["probabilities"] = Vec(f.probability);
+    fj["platt"] = f.platt.Valid() ? Json{{"a", Num(f.platt.a)}, {"b", Num(f.platt.b)}, {"samples", f.platt.samples},
+                                         {"iterations", f.platt.iterations}, {"converged", f.platt.converged}}
+                                  : Json(nullptr);
+  }
+  if (f.corrected.size() > 0) {  // regression with bias correction
+    fj["corrected_predictions"] = Vec(f.corrected);
+    fj["bias_correction"] = f.bias.Valid() ? Json{{"slope", Num(f.bias.slope)}, {"offset", Num(f.bias.offset)}, {"samples", f.bias.samples}} : Json(nullptr);
+  }
+  return fj;
+}
+
+/// One learner: its grid, metrics, permutations, region table, maps, folds and final model.
+Json LearnerJson(const RunRecord& r, const LearnerRecord& lr) {
+  const auto& o = lr.outcome;
+  Json e = {{"label", o.label}, {"name", o.name}, {"fits", o.fits}, {"inner_fits", o.innerFits}, {"inner_fits_not_converged", o.innerNotConverged},
+            {"inner_fits_capped", o.innerCapped},
+            {"grid", Json::array()}};
+  for (const auto& p : o.grid) e["grid"].push_back(p);
+  e["metrics"] = {{"pooled", Map(lr.summary.pooled)}, {"fold_mean", Map(lr.summary.foldMean)}, {"fold_sd", Map(lr.summary.foldSd)}};
+  if (lr.permutations.count > 0) {
+    Json nulls = Json::object();
+    for (const auto& [k, v] : lr.permutations.null) {
+      nulls[k] = Json::array();
+      for (double x : v) nulls[k].push_back(Num(x));
+    }
+    e["permutations"] = {{"count", lr.permutations.count}, {"seed", lr.permutations.seed},
+                         {"exchangeability", lr.permutations.exchangeability}, {"p_values", Map(lr.permutations.pValues)},
+                         {"null_distribution", nulls},
+                         {"p_value_rule", "(number of permutations scoring at least as well + 1) / (count + 1); a permutation with a failed outer fold counts as scoring at least as well (conservative)"}};
+  }
+  e["regions"] = {{"source", lr.regionSource},
+                  {"ranking", "rank 1 = largest weight in a fold, ties share the average rank; expected_ranking = mean rank over outer folds"},
+                  {"table", Json::array()}};
+  for (const auto& row : lr.regions) {
+    const auto& k = r.kernels[row.kernel];
+    e["regions"]["table"].push_back({{"name", k.name}, {"label", k.label}, {"voxels", k.features}, {"non_finite_voxels", k.nonFiniteVoxels},
+                                     {"mean_percent", Num(row.meanPercent)}, {"sd_percent", Num(row.sdPercent)},
+                                     {"folds_selected", row.foldsSelected}, {"expected_ranking", Num(row.expectedRank)},
+                                     {"fold_percent", row.foldPercent}});
+  }
+  if (!lr.meanMap.empty()) e["weight_maps"] = {{"mean", lr.meanMap}, {"folds", lr.foldMaps}};
+  if (!lr.patternMean.empty()) e["weight_maps"]["pattern"] = {{"mean", lr.patternMean}, {"folds", lr.patternFolds}};
+  if (!lr.sourceMaps.empty()) {
+    Json sources = Json::object();
+    for (const auto& m : lr.sourceMaps) {
+      sources[m.source] = {{"mean", m.mean}, {"folds", m.folds}};
+      if (!m.patternMean.empty()) sources[m.source]["pattern"] = {{"mean", m.patternMean}, {"folds", m.patternFolds}};
+    }
+    e["weight_maps"] = {{"sources", sources}};
+  }
+  if (!lr.patternRegions.empty()) {
+    // Regions by their share of the activation pattern (Haufe et al. 2014): ||a_r|| per fold as a percentage of the fold's sum.
+    e["pattern_regions"] = {{"table", "regions_" + lr.outcome.label + "_pattern.tsv"}, {"top", Json::array()}};
+    for (std::size_t i = 0; i < lr.patternRegions.size() && i < 10; ++i) {
+      const auto& row = lr.patternRegions[i];
+      e["pattern_regions"]["top"].push_back({{"name", r.kernels[row.kernel].name}, {"mean_percent", Num(row.meanPercent)}});
+    }
+  }
+  if (!lr.edgeWeights.empty()) {
+    if (!e.contains("weight_maps")) e["weight_maps"] = Json::object();
+    for (const auto& [source, files] : lr.edgeWeights) e["weight_maps"]["edges"][source] = {{"ranked", files.at(0)}, {"mean_matrix", files.at(1)}};
+  }
+  e["folds"] = Json::array();
+  for (const auto& f : o.folds) e["folds"].push_back(FoldJson(r, o, f));
+  if (!lr.finalModel.folder.empty()) {
+    Json scores = Json::array();
+    for (double v : lr.finalModel.innerScores) scores.push_back(Num(v));
+    e["final_model"] = {{"folder", lr.finalModel.folder}, {"chosen_params", lr.finalModel.params}, {"status", lr.finalModel.status}, {"inner_scores", scores}};
+  }
+  return e;
+}
+
+}  // namespace
+
 std::string RunRecordJson(const RunRecord& r) {
   Json j;
   j["format"] = "neuromkl-results";
@@ -52,65 +209,19 @@ std::string RunRecordJson(const RunRecord& r) {
     j["subjects"]["dropped"] = Json::array();
     for (const auto& [id, why] : r.droppedSubjects) j["subjects"]["dropped"].push_back({{"id", id}, {"reason", why}});
   }
-  j["kernels"] = {{"source", r.kernelSource}, {"cache", r.kernelCache}, {"count", r.kernels.size()}, {"regions", Json::array()},
-                  {"excluded", Json::array()}, {"preprocessing", {{"centre", r.centre}, {"normalise", r.normalise}, {"fitted_on", "training subjects of each fold"}}}};
-  for (std::size_t i = 0; i < r.kernels.size(); ++i) {
-    const auto& k = r.kernels[i];
-    Json e = {{"name", k.name}, {"label", k.label}, {"features", k.features}, {"atlas_voxels", k.atlasVoxels},
-              {"non_finite_voxels", k.nonFiniteVoxels}, {"zeroed_values", k.zeroedValues}, {"low_coverage", LowCoverage(r, i)}};
-    if (i < r.subjectsWithSignal.size()) e["subjects_with_signal"] = r.subjectsWithSignal[i];
-    j["kernels"]["regions"].push_back(e);
-  }
-  j["kernels"]["min_subjects_with_signal"] = r.minSubjectsWithSignal;
-  if (r.compactBytes > 0)  // absent for float64 kernels, so those results.json are unchanged
-    j["kernels"]["precision"] = {{"values", "float32"},
-                                 {"store_mib", static_cast<double>(r.compactBytes) / 1048576.0},
-                                 {"centred_with_cohort_mean", r.compactCentred},
-                                 {"note", std::string(r.compactCentred ? "each kernel was centred with the whole cohort's mean, then rounded to float32 (fold "
-                                                                         "centring with training statistics cancels that mean exactly)"
-                                                                       : "each kernel was rounded to float32") +
-                                              (r.kernelsHeldByRanks
-                                                   ? "; every fold computation is in double (kernels held by the ranks: no float32 copies of prepared fold kernels)"
-                                                   : "; every fold computation is in double, except that where the MKL learners copy their training kernels (from "
-                                                     "1,024 training subjects, when the copies fit the memory) the copies are rounded to float32 once prepared")}};
-  if (r.kernelRanks > 1)  // absent for a single process, so its results.json is unchanged
-    j["kernels"]["distributed"] = {
-        {"ranks", r.kernelRanks},
-        {"rank_memory_budget_mb", r.kernelRankBudgetMb},
-        {"kernels_held_by_ranks", r.kernelsHeldByRanks},
-        {"note", r.kernelsHeldByRanks ? std::string(!r.kernelsHeldNote.empty() ? r.kernelsHeldNote
-                                                    : r.kernelCache == "hit" ? "kernel k was loaded from the kernel cache by rank k mod ranks"
-                                                                             : "each rank decoded its own block of subjects; kernel blocks by a ring exchange; "
-                                                                               "kernel k stayed on rank k mod ranks") +
-                                            ", which ran every computation that reads it (fold preparation, combination, quadratics, products, test "
-                                            "blocks, maps); rank 0 ran the study on the results"
-                                      : "each rank decoded its own block of subjects; kernel blocks by a ring exchange, gathered on rank 0"}};
-  if (r.outsideAtlasShare >= 0) j["kernels"]["non_zero_outside_atlas_share"] = r.outsideAtlasShare;
-  if (!r.intensityScaling.empty())
-    j["kernels"]["intensity"] = {{"scaling", r.intensityScaling}, {"scale", r.intensityScale},
-                                 {"note", "each image was divided by this value (its own mean) before the kernels; subjects in labelled-then-unlabelled order"}};
+  j["kernels"] = KernelsJson(r);
   if (!r.sourceNames.empty()) {
     // Per source: its kernels and, per learner, the source's total weight per outer fold and the mean over folds.
     j["sources"] = Json::array();
     j["kernels"]["source_weighting"] = r.sourceWeighting;
-    std::size_t first = 0;
+    std::vector<std::vector<weights::SourceShare>> shares;
+    for (const auto& lr : r.learners) shares.push_back(weights::SourceShares(lr.regions, r.sourceKernelCounts));
     for (std::size_t s = 0; s < r.sourceNames.size(); ++s) {
-      const std::size_t end = first + r.sourceKernelCounts[s];
       Json e = {{"name", r.sourceNames[s]}, {"kind", r.sourceKinds[s]}, {"kernels", r.sourceKernelCounts[s]}, {"cache", r.sourceCache[s]},
                 {"weight_percent", Json::object()}};
-      for (const auto& lr : r.learners) {
-        std::vector<double> perFold;
-        double mean = 0;
-        for (const auto& row : lr.regions) {
-          if (row.kernel < first || row.kernel >= end) continue;
-          if (perFold.size() < row.foldPercent.size()) perFold.resize(row.foldPercent.size(), 0.0);
-          for (std::size_t f = 0; f < row.foldPercent.size(); ++f) perFold[f] += row.foldPercent[f];
-          mean += row.meanPercent;
-        }
-        e["weight_percent"][lr.outcome.label] = {{"mean", mean}, {"folds", perFold}};
-      }
+      for (std::size_t l = 0; l < r.learners.size(); ++l)
+        e["weight_percent"][r.learners[l].outcome.label] = {{"mean", shares[l][s].meanPercent}, {"folds", shares[l][s].foldPercent}};
       j["sources"].push_back(e);
-      first = end;
     }
   }
   if (!r.covariateColumns.empty())
@@ -120,8 +231,6 @@ std::string RunRecordJson(const RunRecord& r) {
                        {"note", "every kernel residualised on intercept + these columns inside every outer and inner fold, coefficients fitted on "
                                 "the fold's training subjects (fit_on) and applied to its test subjects, before centring and normalisation; "
                                 "target_r2: in-sample R^2 of the target (classification: +-1) on the covariates over the labelled subjects"}};
-  for (const auto& k : r.excludedKernels)
-    j["kernels"]["excluded"].push_back({{"name", k.info.name}, {"label", k.info.label}, {"reason", k.reason}});
   j["cv"] = {{"outer", r.outerScheme}, {"inner", r.innerScheme}, {"seed", r.cvSeed},
              {"inner_criterion", !r.innerCriterion.empty() ? r.innerCriterion + " (mean over inner folds, higher is better)"
                                  : r.task == "classification" ? "balanced_accuracy (mean over inner folds, higher is better)"
@@ -129,95 +238,7 @@ std::string RunRecordJson(const RunRecord& r) {
                                                               : "mse (mean over inner folds, lower is better)"},
              {"tie_rule", "first best grid point, grid ordered from the most regularised (c ascending, lambda and mu descending)"}};
   j["learners"] = Json::array();
-  for (const auto& lr : r.learners) {
-    const auto& o = lr.outcome;
-    Json e = {{"label", o.label}, {"name", o.name}, {"fits", o.fits}, {"inner_fits", o.innerFits}, {"inner_fits_not_converged", o.innerNotConverged},
-              {"inner_fits_capped", o.innerCapped},
-              {"grid", Json::array()}};
-    for (const auto& p : o.grid) e["grid"].push_back(p);
-    e["metrics"] = {{"pooled", Map(lr.summary.pooled)}, {"fold_mean", Map(lr.summary.foldMean)}, {"fold_sd", Map(lr.summary.foldSd)}};
-    if (lr.permutations.count > 0) {
-      Json nulls = Json::object();
-      for (const auto& [k, v] : lr.permutations.null) {
-        nulls[k] = Json::array();
-        for (double x : v) nulls[k].push_back(Num(x));
-      }
-      e["permutations"] = {{"count", lr.permutations.count}, {"seed", lr.permutations.seed},
-                           {"exchangeability", lr.permutations.exchangeability}, {"p_values", Map(lr.permutations.pValues)},
-                           {"null_distribution", nulls},
-                           {"p_value_rule", "(number of permutations scoring at least as well + 1) / (count + 1); a permutation with a failed outer fold counts as scoring at least as well (conservative)"}};
-    }
-    e["regions"] = {{"source", lr.regionSource},
-                    {"ranking", "rank 1 = largest weight in a fold, ties share the average rank; expected_ranking = mean rank over outer folds"},
-                    {"table", Json::array()}};
-    for (const auto& row : lr.regions) {
-      const auto& k = r.kernels[row.kernel];
-      e["regions"]["table"].push_back({{"name", k.name}, {"label", k.label}, {"voxels", k.features}, {"non_finite_voxels", k.nonFiniteVoxels},
-                                       {"mean_percent", Num(row.meanPercent)}, {"sd_percent", Num(row.sdPercent)},
-                                       {"folds_selected", row.foldsSelected}, {"expected_ranking", Num(row.expectedRank)},
-                                       {"fold_percent", row.foldPercent}});
-    }
-    if (!lr.meanMap.empty()) e["weight_maps"] = {{"mean", lr.meanMap}, {"folds", lr.foldMaps}};
-    if (!lr.patternMean.empty()) e["weight_maps"]["pattern"] = {{"mean", lr.patternMean}, {"folds", lr.patternFolds}};
-    if (!lr.sourceMaps.empty()) {
-      Json sources = Json::object();
-      for (const auto& m : lr.sourceMaps) {
-        sources[m.source] = {{"mean", m.mean}, {"folds", m.folds}};
-        if (!m.patternMean.empty()) sources[m.source]["pattern"] = {{"mean", m.patternMean}, {"folds", m.patternFolds}};
-      }
-      e["weight_maps"] = {{"sources", sources}};
-    }
-    if (!lr.patternRegions.empty()) {
-      // Regions by their share of the activation pattern (Haufe et al. 2014): ||a_r|| per fold as a percentage of the fold's sum.
-      e["pattern_regions"] = {{"table", "regions_" + lr.outcome.label + "_pattern.tsv"}, {"top", Json::array()}};
-      for (std::size_t i = 0; i < lr.patternRegions.size() && i < 10; ++i) {
-        const auto& row = lr.patternRegions[i];
-        e["pattern_regions"]["top"].push_back({{"name", r.kernels[row.kernel].name}, {"mean_percent", Num(row.meanPercent)}});
-      }
-    }
-    if (!lr.edgeWeights.empty()) {
-      if (!e.contains("weight_maps")) e["weight_maps"] = Json::object();
-      for (const auto& [source, files] : lr.edgeWeights) e["weight_maps"]["edges"][source] = {{"ranked", files.at(0)}, {"mean_matrix", files.at(1)}};
-    }
-    e["folds"] = Json::array();
-    for (const auto& f : o.folds) {
-      Json fj = {{"index", f.index}, {"repeat", f.repeat}, {"n_train", f.train.size()}, {"n_test", f.test.size()},
-                 {"chosen_params", o.grid[f.chosen]}, {"test_subjects", Json::array()}, {"decision_values", Vec(f.decision)}};
-      for (int t : f.test) fj["test_subjects"].push_back(r.labelledSubjects[static_cast<std::size_t>(t)]);
-      if (!f.innerScores.empty()) {
-        fj["inner_scores"] = Json::array();
-        for (double v : f.innerScores) fj["inner_scores"].push_back(Num(v));
-      }
-      fj["status"] = cv::FoldStatus(f);
-      if (!f.error.empty()) {
-        fj["error"] = f.error;
-      } else {
-        const auto& m = f.model;
-        fj["fit"] = {{"iterations", m.info.iterations}, {"inner_solves", m.info.innerSolves}, {"inner_iterations", m.info.innerIterations},
-                     {"objective", Num(m.info.objective)}, {"gap", Num(m.info.gap)}, {"seconds", m.info.seconds}};
-        fj["kernel_weights"] = Vec(m.beta);
-        fj["bias"] = Num(m.bias);
-        fj["dual_coefficients"] = Vec(m.coef);
-      }
-      if (f.probability.size() > 0) {  // binary: Platt scaling of this fold (null when it could not be fitted)
-        fj["probabilities"] = Vec(f.probability);
-        fj["platt"] = f.platt.Valid() ? Json{{"a", Num(f.platt.a)}, {"b", Num(f.platt.b)}, {"samples", f.platt.samples},
-                                             {"iterations", f.platt.iterations}, {"converged", f.platt.converged}}
-                                      : Json(nullptr);
-      }
-      if (f.corrected.size() > 0) {  // regression with bias correction
-        fj["corrected_predictions"] = Vec(f.corrected);
-        fj["bias_correction"] = f.bias.Valid() ? Json{{"slope", Num(f.bias.slope)}, {"offset", Num(f.bias.offset)}, {"samples", f.bias.samples}} : Json(nullptr);
-      }
-      e["folds"].push_back(fj);
-    }
-    if (!lr.finalModel.folder.empty()) {
-      Json scores = Json::array();
-      for (double v : lr.finalModel.innerScores) scores.push_back(Num(v));
-      e["final_model"] = {{"folder", lr.finalModel.folder}, {"chosen_params", lr.finalModel.params}, {"status", lr.finalModel.status}, {"inner_scores", scores}};
-    }
-    j["learners"].push_back(e);
-  }
+  for (const auto& lr : r.learners) j["learners"].push_back(LearnerJson(r, lr));
   j["threads"] = r.threads;
   j["seconds"] = r.seconds;
   j["warnings"] = r.warnings;

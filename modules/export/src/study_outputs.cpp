@@ -66,11 +66,58 @@ void AddSourceColumn(const RunRecord& r, Rows& rows, std::size_t nameColumn) {
   }
 }
 
+/// Which kinds of kernel the study has (used or excluded): the tables have a size column per kind, named by
+/// what its kernels are made of (FeatureName), and the image columns only with image kernels.
+struct KernelKinds {
+  bool images = false, connectivity = false, tabular = false, precomputed = false;
+};
+KernelKinds KindsOf(const RunRecord& r) {
+  KernelKinds kinds;
+  auto see = [&](const kernels::KernelInfo& k) {
+    const std::string kind = KernelKind(r, k.name);
+    kinds.images |= kind == "images";
+    kinds.connectivity |= kind == "connectivity";
+    kinds.tabular |= kind == "tabular";
+    kinds.precomputed |= kind == "precomputed";
+  };
+  for (const auto& k : r.kernels) see(k);
+  for (const auto& e : r.excludedKernels) see(e.info);
+  return kinds;
+}
+
+/// The header cells of the per-kind columns: `imageColumns` (with image kernels), then "connections", "columns".
+std::vector<std::string> KindHeader(const KernelKinds& kinds, const std::vector<std::string>& imageColumns) {
+  std::vector<std::string> header = kinds.images ? imageColumns : std::vector<std::string>{};
+  if (kinds.connectivity) header.push_back(FeatureName("connectivity"));
+  if (kinds.tabular) header.push_back(FeatureName("tabular"));
+  return header;
+}
+/// A kernel's cells of those columns: `imageValues` for an image kernel, its feature count in its own kind's
+/// column, and no value (n/a) where a column is of another kind.
+std::vector<std::string> KindCells(const KernelKinds& kinds, const std::string& kind, const kernels::KernelInfo& k, const std::vector<std::string>& imageValues) {
+  std::vector<std::string> cells;
+  if (kinds.images) cells = kind == "images" ? imageValues : std::vector<std::string>(imageValues.size());
+  if (kinds.connectivity) cells.push_back(kind == "connectivity" ? std::to_string(k.features) : "");
+  if (kinds.tabular) cells.push_back(kind == "tabular" ? std::to_string(k.features) : "");
+  return cells;
+}
+
+/// An atlas label for image regions; none (n/a) for kernels that are not atlas regions.
+std::string LabelCell(const std::string& kind, const kernels::KernelInfo& k) { return kind == "images" ? std::to_string(k.label) : ""; }
+
 Rows KernelRows(const RunRecord& r) {
-  Rows rows = {{"label", "name", "status", "voxels_used", "atlas_voxels", "non_finite_voxels", "zeroed_values", "subjects_with_signal", "reason"}};
+  const KernelKinds kinds = KindsOf(r);
+  Rows rows = {{"label", "name", "status"}};
+  for (auto& c : KindHeader(kinds, {"voxels_used", "atlas_voxels", "non_finite_voxels", "zeroed_values"})) rows[0].push_back(std::move(c));
+  rows[0].insert(rows[0].end(), {"subjects_with_signal", "reason"});
   auto add = [&](const kernels::KernelInfo& k, const std::string& status, const std::string& withSignal, const std::string& reason) {
-    rows.push_back({std::to_string(k.label), k.name, status, std::to_string(k.features), std::to_string(k.atlasVoxels),
-                    std::to_string(k.nonFiniteVoxels), std::to_string(k.zeroedValues), withSignal, reason});
+    const std::string kind = KernelKind(r, k.name);
+    std::vector<std::string> row = {LabelCell(kind, k), k.name, status};
+    for (auto& c : KindCells(kinds, kind, k, {std::to_string(k.features), std::to_string(k.atlasVoxels), std::to_string(k.nonFiniteVoxels),
+                                                std::to_string(k.zeroedValues)}))
+      row.push_back(std::move(c));
+    row.insert(row.end(), {withSignal, reason});
+    rows.push_back(std::move(row));
   };
   for (std::size_t i = 0; i < r.kernels.size(); ++i) add(r.kernels[i], "used", SubjectsWithSignalCell(r, i), "");
   for (const auto& k : r.excludedKernels) add(k.info, "excluded", "n/a", k.reason);
@@ -151,18 +198,21 @@ Rows FoldRows(const RunRecord& r) {
 }
 
 Rows RegionRankingRows(const RunRecord& r, const LearnerRecord& lr, const std::vector<weights::RegionRow>& regions) {
-  std::vector<std::string> header = {"rank", "label", "name", "voxels", "non_finite_voxels", "subjects_with_signal", "low_coverage",
-                                     "mean_percent", "sd_percent", "folds_selected", "expected_ranking"};
+  const KernelKinds kinds = KindsOf(r);
+  std::vector<std::string> header = {"rank", "label", "name"};
+  for (auto& c : KindHeader(kinds, {"voxels", "non_finite_voxels"})) header.push_back(std::move(c));
+  header.insert(header.end(), {"subjects_with_signal", "low_coverage", "mean_percent", "sd_percent", "folds_selected", "expected_ranking"});
   for (const auto& f : lr.outcome.folds)
     if (f.error.empty()) header.push_back(FoldSuffix(f) + "_percent");
   Rows rows = {header};
   for (std::size_t i = 0; i < regions.size(); ++i) {
     const auto& row = regions[i];
     const auto& k = r.kernels[row.kernel];
-    std::vector<std::string> cells = {std::to_string(i + 1), std::to_string(k.label), k.name, std::to_string(k.features),
-                                      std::to_string(k.nonFiniteVoxels), SubjectsWithSignalCell(r, row.kernel),
-                                      LowCoverage(r, row.kernel) ? "yes" : "no", Cell(row.meanPercent), Cell(row.sdPercent),
-                                      std::to_string(row.foldsSelected), Cell(row.expectedRank)};
+    const std::string kind = KernelKind(r, k.name);
+    std::vector<std::string> cells = {std::to_string(i + 1), LabelCell(kind, k), k.name};
+    for (auto& c : KindCells(kinds, kind, k, {std::to_string(k.features), std::to_string(k.nonFiniteVoxels)})) cells.push_back(std::move(c));
+    cells.insert(cells.end(), {SubjectsWithSignalCell(r, row.kernel), LowCoverage(r, row.kernel) ? "yes" : "no", Cell(row.meanPercent), Cell(row.sdPercent),
+                               std::to_string(row.foldsSelected), Cell(row.expectedRank)});
     for (double p : row.foldPercent) cells.push_back(Cell(p));
     rows.push_back(cells);
   }
@@ -170,14 +220,26 @@ Rows RegionRankingRows(const RunRecord& r, const LearnerRecord& lr, const std::v
   return rows;
 }
 
-std::string RegionRankingNotes(const LearnerRecord& lr) {
-  return fmt::format("{{\n  \"learner\": \"{}\",\n  \"weights\": \"{}\",\n  \"percent\": \"each fold's weights as a percentage of that fold's total\",\n"
+/// What the region table's columns mean. Studies with kernels.sources or kernels that are not image regions also
+/// get what each kernel is made of: its size column per kind, and the label and source columns.
+std::string RegionRankingNotes(const RunRecord& r, const LearnerRecord& lr) {
+  const KernelKinds kinds = KindsOf(r);
+  std::string kernels;
+  if (!r.sourceNames.empty() || kinds.connectivity || kinds.tabular || kinds.precomputed) {
+    kernels += "  \"label\": \"the atlas label of an image region; n/a for kernels that are not atlas regions\",\n";
+    if (r.sourceNames.size() > 1) kernels += "  \"source\": \"the source the kernel comes from (kernels.sources; the prefix of its name)\",\n";
+    if (kinds.images) kernels += "  \"voxels\": \"image regions: the voxels that enter the kernel (after the mask and the NaN rule); n/a for other kernels\",\n";
+    if (kinds.connectivity) kernels += "  \"connections\": \"connectivity kernels: the connections (node pairs) the kernel is built on; n/a for other kernels\",\n";
+    if (kinds.tabular) kernels += "  \"columns\": \"tabular kernels: the table columns the kernel is built on; n/a for other kernels\",\n";
+    if (kinds.precomputed) kernels += "  \"precomputed\": \"precomputed kernels come as matrices: no size column applies to them\",\n";
+  }
+  return fmt::format("{{\n  \"learner\": \"{}\",\n  \"weights\": \"{}\",\n{}  \"percent\": \"each fold's weights as a percentage of that fold's total\",\n"
                      "  \"folds_selected\": \"outer folds in which the weight is > 0\",\n"
                      "  \"expected_ranking\": \"mean over outer folds of the region's rank; rank 1 = largest weight, ties share the average of their ranks\",\n"
                      "  \"subjects_with_signal\": \"used subjects whose data are not all zero in the region (e.g. lesioned there)\",\n"
                      "  \"low_coverage\": \"yes when subjects_with_signal is below output.min_subjects_with_signal: a weight resting on so few subjects is fragile\",\n"
                      "  \"order\": \"rows sorted by mean_percent, descending\"\n}}\n",
-                     lr.outcome.label, lr.regionSource);
+                     lr.outcome.label, lr.regionSource, kernels);
 }
 
 /// Per successful fold weights/sub-group[_space-<space>]_desc-<Learner>[Repeat<r>]Fold<k>_weights.nii.gz and
@@ -310,7 +372,7 @@ void WriteStudyTables(const std::string& dir, RunRecord& record, const WeightMap
     WriteTextFile(dir + "/regions_" + lr.outcome.label + ".tsv", Tsv(RegionRankingRows(record, lr, lr.regions)));
     for (std::size_t c = 0; c < lr.classRegions.size() && c < record.classNames.size(); ++c)
       WriteTextFile(dir + "/regions_" + lr.outcome.label + "_class-" + record.classNames[c] + ".tsv", Tsv(RegionRankingRows(record, lr, lr.classRegions[c])));
-    WriteTextFile(dir + "/regions_" + lr.outcome.label + ".json", RegionRankingNotes(lr));
+    WriteTextFile(dir + "/regions_" + lr.outcome.label + ".json", RegionRankingNotes(record, lr));
     if (!lr.patternRegions.empty())
       WriteTextFile(dir + "/regions_" + lr.outcome.label + "_pattern.tsv", Tsv(RegionRankingRows(record, lr, lr.patternRegions)));
     if (grid && l < maps.folds.size() && !maps.folds[l].empty()) WriteLearnerMaps(dir, record, lr, bidsLabels[l], maps.folds[l], maps.mean[l], *grid);
@@ -330,7 +392,7 @@ void WriteStudyTables(const std::string& dir, RunRecord& record, const WeightMap
 }
 
 void WriteStudyRecord(const std::string& dir, const RunRecord& record, const WeightMaps& maps, const atlas::RegionIndex* regions) {
-  WriteTextFile(dir + "/report.html", RenderReport(record, maps.mean, regions, &maps));
+  WriteTextFile(dir + "/report.html", RenderReport(record, PrepareReportData(record), maps.mean, regions, &maps));
   WriteTextFile(dir + "/results.json", RunRecordJson(record));
   WriteTextFile(dir + "/CITATION.md", CitationMarkdown(record));
 }

@@ -63,6 +63,26 @@ double Auc(const Eigen::Ref<const Eigen::VectorXd>& allLabels, const Eigen::Ref<
   return (rankSum - pos * (pos + 1) / 2) / (pos * neg);
 }
 
+std::vector<RocPoint> RocCurve(const Eigen::Ref<const Eigen::VectorXd>& allLabels, const Eigen::Ref<const Eigen::VectorXd>& allDecision) {
+  const Scored scored = FiniteOnly(allLabels, allDecision);
+  const Eigen::VectorXd& labels = scored.truth;
+  const Eigen::VectorXd& decision = scored.decision;
+  const auto n = static_cast<std::size_t>(labels.size());
+  const double pos = static_cast<double>((labels.array() > 0).count()), neg = static_cast<double>(n) - pos;
+  if (pos == 0 || neg == 0) return {};
+  std::vector<Eigen::Index> order(n);
+  std::iota(order.begin(), order.end(), 0);
+  std::stable_sort(order.begin(), order.end(), [&](Eigen::Index a, Eigen::Index b) { return decision[a] > decision[b]; });
+  std::vector<RocPoint> curve = {{0.0, 0.0}};
+  double tp = 0, fp = 0;
+  for (std::size_t k = 0; k < n; ++k) {
+    (labels[order[k]] > 0 ? tp : fp) += 1;
+    if (k + 1 < n && decision[order[k + 1]] == decision[order[k]]) continue;  // a point only after the last of tied values
+    curve.push_back({fp / neg, tp / pos});
+  }
+  return curve;
+}
+
 Classification Classify(const Eigen::Ref<const Eigen::VectorXd>& allLabels, const Eigen::Ref<const Eigen::VectorXd>& allDecision) {
   const Scored scored = FiniteOnly(allLabels, allDecision);
   const Eigen::VectorXd& labels = scored.truth;

@@ -49,6 +49,24 @@ std::vector<RegionRow> RegionTable(const std::vector<Eigen::VectorXd>& foldWeigh
   return rows;
 }
 
+std::vector<SourceShare> SourceShares(const std::vector<RegionRow>& table, const std::vector<std::size_t>& kernelsPerSource) {
+  std::vector<SourceShare> shares(kernelsPerSource.size());
+  std::size_t first = 0;
+  for (std::size_t s = 0; s < kernelsPerSource.size(); ++s) {
+    const std::size_t end = first + kernelsPerSource[s];
+    // Summed in table order, so the shares are the same numbers whoever asks for them.
+    for (const auto& row : table) {
+      if (row.kernel < first || row.kernel >= end) continue;
+      auto& share = shares[s];
+      if (share.foldPercent.size() < row.foldPercent.size()) share.foldPercent.resize(row.foldPercent.size(), 0.0);
+      for (std::size_t f = 0; f < row.foldPercent.size(); ++f) share.foldPercent[f] += row.foldPercent[f];
+      share.meanPercent += row.meanPercent;
+    }
+    first = end;
+  }
+  return shares;
+}
+
 double ModelNorm(const Eigen::MatrixXd& trainKernel, const Eigen::VectorXd& coef, double beta) { return ModelNorm(coef.dot(trainKernel * coef), beta); }
 
 double ModelNorm(double quadratic, double beta) {

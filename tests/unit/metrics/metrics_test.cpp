@@ -1,4 +1,7 @@
 #include <cmath>
+#include <random>
+#include <utility>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -21,6 +24,53 @@ TEST(Metrics, AucByHandAndWithTies) {
   EXPECT_DOUBLE_EQ(metrics::Auc(V({1, 1, -1, -1}), V({1, 1, 1, 1})), 0.5);  // all tied: 1/2 each
   EXPECT_DOUBLE_EQ(metrics::Auc(V({1, -1, -1}), V({0.2, 0.2, 0.1})), 0.75);  // one tie (1/2) + one win, over 2 pairs
   EXPECT_TRUE(std::isnan(metrics::Auc(V({1, 1}), V({0.3, 0.4}))));
+}
+
+TEST(Metrics, RocCurveByHandWithTies) {
+  using Points = std::vector<std::pair<double, double>>;
+  auto points = [](const std::vector<metrics::RocPoint>& curve) {
+    Points p;
+    for (const auto& q : curve) p.emplace_back(q.falsePositiveRate, q.truePositiveRate);
+    return p;
+  };
+  // Decision values in descending order: 0.9 (+), 0.5 (-), 0.4 (+), 0.1 (-); 2 positives, 2 negatives, so every
+  // subject moves the curve by 1/2 up (positive) or right (negative).
+  EXPECT_EQ(points(metrics::RocCurve(V({1, 1, -1, -1}), V({0.9, 0.4, 0.5, 0.1}))), (Points{{0, 0}, {0, 0.5}, {0.5, 0.5}, {0.5, 1}, {1, 1}}));
+  // A positive and a negative tied at 0.2 move the curve diagonally, from (0, 0) to (1/2, 1) in one step; then 0.1 (-).
+  EXPECT_EQ(points(metrics::RocCurve(V({1, -1, -1}), V({0.2, 0.2, 0.1}))), (Points{{0, 0}, {0.5, 1}, {1, 1}}));
+  // Every value tied: the diagonal.
+  EXPECT_EQ(points(metrics::RocCurve(V({1, 1, -1, -1}), V({1, 1, 1, 1}))), (Points{{0, 0}, {1, 1}}));
+  // A NaN or infinite decision is left out, as in Auc; one class only: no curve.
+  const double nan = std::nan("");
+  EXPECT_EQ(points(metrics::RocCurve(V({1, -1, 1, -1}), V({nan, 0.9, 0.8, INFINITY}))), (Points{{0, 0}, {1, 0}, {1, 1}}));
+  EXPECT_TRUE(metrics::RocCurve(V({1, 1}), V({0.3, 0.4})).empty());
+  EXPECT_TRUE(metrics::RocCurve(V({-1, -1, 1}), V({0.3, 0.4, nan})).empty());
+}
+
+TEST(Metrics, RocCurveEnclosesTheAuc) {
+  // The trapezoids under the curve (ties diagonal) are the Mann-Whitney AUC with ties counted 1/2, for any data:
+  // decision values rounded to one decimal so that ties between the classes occur.
+  std::mt19937 rng(11);
+  std::normal_distribution<double> noise;
+  for (int trial = 0; trial < 20; ++trial) {
+    const Eigen::Index n = 15 + trial;
+    Eigen::VectorXd y(n), f(n);
+    for (Eigen::Index i = 0; i < n; ++i) {
+      y[i] = i % 3 == 0 ? 1 : -1;
+      f[i] = std::round(10 * (noise(rng) + 0.8 * y[i])) / 10;
+    }
+    const auto curve = metrics::RocCurve(y, f);
+    ASSERT_GE(curve.size(), 2u);
+    EXPECT_EQ(curve.back().falsePositiveRate, 1.0);
+    EXPECT_EQ(curve.back().truePositiveRate, 1.0);
+    double area = 0;
+    for (std::size_t k = 1; k < curve.size(); ++k) {
+      EXPECT_GE(curve[k].falsePositiveRate, curve[k - 1].falsePositiveRate);
+      EXPECT_GE(curve[k].truePositiveRate, curve[k - 1].truePositiveRate);
+      area += (curve[k].falsePositiveRate - curve[k - 1].falsePositiveRate) * (curve[k].truePositiveRate + curve[k - 1].truePositiveRate) / 2;
+    }
+    EXPECT_NEAR(area, metrics::Auc(y, f), 1e-12) << "trial " << trial;  // the same fractions summed otherwise: rounding only
+  }
 }
 
 TEST(Metrics, ClassificationByHand) {

@@ -39,6 +39,25 @@ TEST(Weights, RegionTableSortsAndSummarisesFolds) {
   EXPECT_DOUBLE_EQ(rows[2].expectedRank, 2.75);  // tied 2.5, then 3
 }
 
+TEST(Weights, SourceSharesSumTheirKernelsPerFold) {
+  Eigen::VectorXd a(3), b(3);
+  a << 0.2, 0.6, 0.2;  // fold 0: 20, 60, 20 %
+  b << 0.0, 0.5, 0.5;  // fold 1: 0, 50, 50 %
+  const auto rows = weights::RegionTable({a, b});
+  // Source 0 holds kernels 0 and 1, source 1 kernel 2 (sources are consecutive blocks in kernel order).
+  const auto shares = weights::SourceShares(rows, {2, 1});
+  ASSERT_EQ(shares.size(), 2u);
+  EXPECT_EQ(shares[0].foldPercent, (std::vector<double>{80, 50}));
+  EXPECT_DOUBLE_EQ(shares[0].meanPercent, 65.0);  // mean of 20 and 0 plus mean of 60 and 50
+  EXPECT_EQ(shares[1].foldPercent, (std::vector<double>{20, 50}));
+  EXPECT_DOUBLE_EQ(shares[1].meanPercent, 35.0);
+  // A source without kernels in the table has nothing.
+  const auto empty = weights::SourceShares(rows, {3, 0});
+  EXPECT_TRUE(empty[1].foldPercent.empty());
+  EXPECT_EQ(empty[1].meanPercent, 0.0);
+  EXPECT_DOUBLE_EQ(empty[0].meanPercent, 100.0);
+}
+
 /// The voxel map of a linear model reproduces its decision values: for a held-out subject,
 /// sum over regions of <w_r, x~_r> + b equals the learner's decision, with x~ computed here from
 /// the raw images (training-mean centred, divided by the subject's norm over the region).

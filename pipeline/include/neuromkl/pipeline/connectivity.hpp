@@ -45,7 +45,7 @@ ConnectivityKernelPlan PlanConnectivityKernels(const ConnectivityData& data, con
 /// One linear kernel per planned edge set (features = connections).
 kernels::KernelSet ConnectivityKernels(const config::StudyConfig& study, const config::ConnectivitySpec& spec, const Cohort& cohort);
 
-/// Edge weights of linear kernels from subject weights D (subjects x kernels, weights::SubjectWeights):
+/// Edge weights of linear kernels from subject weights D (subjects x kernels, gram::KernelStore::SubjectWeights):
 /// w_e = sum over the kernels k holding edge e of sum_i D(i, k) x_ie. Returned as a symmetric node x node
 /// matrix with a zero diagonal.
 Eigen::MatrixXd WeightEdges(const ConnectivityData& data, const ConnectivityKernelPlan& plan, const Eigen::MatrixXd& subjectWeights);

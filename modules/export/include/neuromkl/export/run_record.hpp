@@ -118,6 +118,13 @@ struct RunRecord {
 /// Whether a kernel rests on fewer subjects with non-zero data than the study's minimum.
 bool LowCoverage(const RunRecord& record, std::size_t kernel);
 
+/// The kind of source a kernel comes from ("images", "tabular", "connectivity" or "precomputed"): with
+/// kernels.sources the kind of the source its name starts with ("pet:Hippocampus_L"), otherwise the study's.
+std::string KernelKind(const RunRecord& record, const std::string& kernelName);
+/// What a kernel of a source kind is made of, as the tables name its size column: "voxels" (images),
+/// "connections" (connectivity), "columns" (tabular); empty for precomputed kernels, which come as matrices.
+std::string FeatureName(const std::string& kind);
+
 std::string RunRecordJson(const RunRecord& record);
 
 }  // namespace neuromkl::exporting

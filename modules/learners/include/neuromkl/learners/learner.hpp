@@ -91,7 +91,7 @@ struct Model {
   Eigen::MatrixXd Scores(const gram::TestBlocks& test) const;
   bool Multiclass() const { return coefs.cols() > 0; }
   // Primal weights of linear kernels (voxel maps) are recovered from beta and coef with the fold's
-  // preprocessing by weights::SubjectWeights.
+  // preprocessing by gram::KernelStore::SubjectWeights.
 };
 
 struct FitOptions;

@@ -3,6 +3,7 @@
 // fold. Names are honest: "r2" is the coefficient of determination, "r_squared" the squared Pearson r.
 #include <map>
 #include <string>
+#include <vector>
 
 #include <Eigen/Core>
 
@@ -56,6 +57,17 @@ Regression Regress(const Eigen::Ref<const Eigen::VectorXd>& targets, const Eigen
 /// Area under the ROC curve = Mann-Whitney U / (n+ n-), ties counted 1/2 (average ranks); pairs with a
 /// non-finite decision are left out.
 double Auc(const Eigen::Ref<const Eigen::VectorXd>& labels, const Eigen::Ref<const Eigen::VectorXd>& decision);
+
+/// One point of a ROC curve: the false and true positive rates when every subject whose decision value is at
+/// least a threshold is called positive.
+struct RocPoint {
+  double falsePositiveRate = 0, truePositiveRate = 0;
+};
+/// The empirical ROC curve (Fawcett 2006, "An introduction to ROC analysis", algorithm 1): labels > 0 positive;
+/// pairs with a non-finite decision are left out, as in Auc. From (0, 0), one point per distinct decision value,
+/// lowering the threshold through the sorted values, to (1, 1); tied values move the curve diagonally, so the
+/// trapezoids under it sum to Auc. Empty when a class is missing.
+std::vector<RocPoint> RocCurve(const Eigen::Ref<const Eigen::VectorXd>& labels, const Eigen::Ref<const Eigen::VectorXd>& decision);
 
 /// Named values for tables and JSON ("balanced_accuracy", "auc", ...; "mse", "r2", ...).
 std::map<std::string, double> AsMap(const Classification& m);

@@ -28,6 +28,15 @@ struct RegionRow {
 /// `foldWeights`: one non-negative vector per outer fold (e.g. MKL betas, or a region summary).
 std::vector<RegionRow> RegionTable(const std::vector<Eigen::VectorXd>& foldWeights);
 
+/// A kernel source's part of a ranked region table (kernels.sources: each source's kernels form one consecutive block).
+struct SourceShare {
+  std::vector<double> foldPercent;  ///< per outer fold, the sum of its kernels' percentages (empty: no row of the source)
+  double meanPercent = 0;           ///< the sum of its kernels' mean percentages (the mean over folds of foldPercent)
+};
+/// One share per source: `kernelsPerSource[s]` kernels, in kernel order (source s holds the kernels after those
+/// of sources 0..s-1). A source with more kernels tends to collect more weight, so compare per kernel as well.
+std::vector<SourceShare> SourceShares(const std::vector<RegionRow>& table, const std::vector<std::size_t>& kernelsPerSource);
+
 /// Voxel maps on the image grid, one per (model) entry of `subjectWeights`, computed in one pass
 /// over the images (each decoded once). Kernel j's weights go to the voxels of the region with
 /// label kernels[j].label. Voxels outside every kernel's region, and (drop_voxel rule) voxels that
