@@ -6,6 +6,8 @@ parameters, its held-out subjects' decision values collected, metrics::FitPlatt 
 the same on their training set with stratified folds from the study's splitter (cv::MakeFolds), so with the
 seed a study derives for an outer fold (cv::DeriveSeed(cv seed, 1000 + fold)) they reproduce that fold's scaling.
 """
+import warnings
+
 import numpy as np
 
 from . import _core
@@ -17,7 +19,16 @@ def _out_of_fold(estimator, K, target, task, classes):
     labelled = np.flatnonzero(~np.isnan(target))
     unlabelled = np.flatnonzero(np.isnan(target))
     y = target[labelled]
-    folds = _core.make_folds("stratified_kfold", int(estimator.probability_cv), task, y, int(estimator.random_state or 0))
+    k = int(estimator.probability_cv)
+    smallest = int(np.unique(y, return_counts=True)[1].min())
+    if smallest < 2:
+        raise ValueError(f"probability=True: a class has {smallest} sample(s); the inner cross-validation of the Platt scaling needs at "
+                         "least 2 per class")
+    if smallest < k:  # a study refuses such a split; an estimator inside scikit-learn's tools uses fewer folds and says so
+        warnings.warn(f"probability_cv={k}: the smallest class has {smallest} samples, so the Platt scaling is fitted on "
+                      f"{smallest} stratified folds", UserWarning, stacklevel=4)
+        k = smallest
+    folds = _core.make_folds("stratified_kfold", k, task, y, int(estimator.random_state or 0))
     oof = np.full((len(labelled), classes) if task == "multiclass" else len(labelled), np.nan)
     params = estimator._learner_params()
     diagonals = np.einsum("kii->ki", K)
@@ -33,19 +44,19 @@ def _out_of_fold(estimator, K, target, task, classes):
                                        np.ascontiguousarray(diagonals[:, te]), bool(estimator.centre), bool(estimator.normalise))
         except _core.NeuromklError:
             pass  # NaN: this fold's values are missing, as in a study
-    return y, oof
+    return y, oof, k
 
 
 def fit_platt_inner_cv(estimator, K, target, task, classes):
     """The calibration_ of a classifier: {"folds": k, "seed": s, "classes": [per class (binary: one entry) {"a",
     "b", "samples", "iterations", "converged"}]} from the inner-CV out-of-fold values."""
-    y, oof = _out_of_fold(estimator, K, target, task, classes)
+    y, oof, folds_used = _out_of_fold(estimator, K, target, task, classes)
     columns = [(oof, y)] if task != "multiclass" else [(oof[:, c], np.where(y == c, 1.0, -1.0)) for c in range(classes)]
     fitted = []
     for decision, labels in columns:
         a, b, samples, iterations, converged = _core.fit_platt(np.ascontiguousarray(decision), np.ascontiguousarray(labels))
         fitted.append({"a": a, "b": b, "samples": samples, "iterations": iterations, "converged": converged})
-    return {"folds": int(estimator.probability_cv), "seed": int(estimator.random_state or 0), "classes": fitted}
+    return {"folds": folds_used, "seed": int(estimator.random_state or 0), "classes": fitted}
 
 
 def probabilities(calibration, decision):
@@ -59,3 +70,12 @@ def probabilities(calibration, decision):
     total = P.sum(axis=1, keepdims=True)
     # scikit-learn's one-vs-rest normalisation; a row whose scaled scores are all 0 gets uniform probabilities
     return np.where(total > 0, P / np.where(total > 0, total, 1.0), 1.0 / P.shape[1])
+
+
+def calibrated_decision(calibration, decision):
+    """Binary: the calibrated log-odds -(A f + B) (> 0 exactly where P(classes_[1]) > 1/2); multiclass: the log of the
+    calibrated probabilities (their arg max is predict_proba's)."""
+    if decision.ndim == 1:
+        c = calibration["classes"][0]
+        return -(c["a"] * decision + c["b"])
+    return np.log(np.maximum(probabilities(calibration, decision), np.finfo(float).tiny))

@@ -215,12 +215,26 @@ class _Classifier(ClassifierMixin, _NeuromklEstimator):
             self.calibration_ = _calibration.fit_platt_inner_cv(self, K, target, task, len(self.classes_))
         return self
 
-    def decision_function(self, X, test_diag=None):
-        """Binary: decision values (> 0 = classes_[1]), shape (n,). Multiclass: class scores, shape (n, n_classes)."""
+    def raw_decision_function(self, X, test_diag=None):
+        """The learner's decision values (binary: > 0 = classes_[1], shape (n,); a study's `decision`) or class
+        scores (multiclass: (n, n_classes)), whatever `probability` says."""
         return self._raw_decision(X, test_diag)
 
-    def predict(self, X, test_diag=None):
+    def decision_function(self, X, test_diag=None):
+        """Binary: decision values (> 0 = classes_[1]), shape (n,). Multiclass: class scores, shape (n, n_classes).
+
+        With probability=True, the calibrated log-odds logit P(classes_[1]) = -(A f + B) (binary) or the log of the
+        calibrated probabilities (multiclass), so that decision_function, predict and predict_proba agree
+        (scikit-learn's contract: Platt's sigmoid moves the binary threshold from f = 0 to f = -B/A). The learner's
+        own values: raw_decision_function.
+        """
         d = self._raw_decision(X, test_diag)
+        return _calibration.calibrated_decision(self.calibration_, d) if self._has_probability() else d
+
+    def predict(self, X, test_diag=None):
+        """The class of the largest score (binary: classes_[1] when the decision value is > 0, a study's rule);
+        with probability=True the class of the largest calibrated probability."""
+        d = self.decision_function(X, test_diag)
         if d.ndim == 2:
             return self.classes_[np.argmax(d, axis=1)]
         return self.classes_[(d > 0).astype(int)]

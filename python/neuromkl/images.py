@@ -91,6 +91,8 @@ class RegionKernels(TransformerMixin, BaseEstimator):
         if isinstance(self.atlas, (list, tuple)):
             return "", [dict(p) for p in self.atlas]
         if self.labels is None:
+            if str(self.atlas).lower().endswith((".nii", ".nii.gz", ".hdr", ".img", ".hdr.gz", ".img.gz")):
+                raise ValueError(f"atlas {self.atlas!r} is an image: give its label table as labels= (or a built-in atlas name such as \"aal\")")
             return str(self.atlas), []
         return "", [{"image": str(self.atlas), "labels": str(self.labels), "probabilistic": bool(self.probabilistic),
                      "threshold": float(self.threshold)}]
@@ -153,7 +155,9 @@ class RegionKernels(TransformerMixin, BaseEstimator):
             else:
                 keep.append(r)
         if not keep:
-            raise _core.InputError("no region has a kernel: " + "; ".join(f"{k}: {v}" for k, v in self.excluded_.items()))
+            err = _core.InputError("no region has a kernel: " + "; ".join(f"{k}: {v}" for k, v in self.excluded_.items()))
+            err.code, err.where = "kernels:NoRegion", "images"
+            raise err
         self.kept_ = np.asarray(keep, dtype=np.intp)
         self.kernel_names_ = [names[r] for r in keep]
         self.kernels_ = np.ascontiguousarray(kernels[self.kept_])
@@ -236,7 +240,7 @@ class RegionKernels(TransformerMixin, BaseEstimator):
             raise ValueError("activation patterns are defined for binary and regression models (one decision value)")
         block = np.ascontiguousarray(self.kernels_[:, train][:, :, train])
         stack = KernelStack(block, np.einsum("kii->ki", block))
-        f = estimator.decision_function(stack) if hasattr(estimator, "decision_function") else estimator.predict(stack)
+        f = estimator.raw_decision_function(stack) if hasattr(estimator, "raw_decision_function") else estimator.predict(stack)
         centred = f - f.mean()
         ss = centred @ centred
         c = centred / ss if ss > 0 else np.zeros(train.size)

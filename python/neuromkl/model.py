@@ -19,6 +19,12 @@ from ._volumes import as_volume, is_path
 __all__ = ["load_model", "ExportedModel"]
 
 
+def _input_error(code, where, message):
+    err = _core.InputError(message)
+    err.code, err.where = code, where
+    return err
+
+
 def _cell(value):
     if isinstance(value, (float, np.floating)):
         return format(float(value), ".17g")  # every digit: strtod reads back the same double
@@ -89,7 +95,8 @@ class ExportedModel:
                     cells[column] = [_cell(v) for v in values]
             missing = [c for c in by_column if c not in columns] + [c for c in self.covariate_columns + self.feature_columns if c not in cells]
             if missing:
-                raise _core.InputError(f"the new subjects lack column(s) the model needs: {', '.join(missing)}")
+                raise _input_error("table:MissingColumn", "python", f"the new subjects lack column(s) the model needs: {', '.join(missing)} "
+                                   f"(found: {', '.join(columns)})")
         elif isinstance(X, Sequence) or isinstance(X, np.ndarray):
             if len(sources) != 1:
                 raise ValueError(f"a list of images needs a model with one image source; this one has {len(sources)}: pass a table "
@@ -123,6 +130,8 @@ class ExportedModel:
         counts = {len(v) for v in list(images.values()) + list(volumes.values()) + list(cells.values())}
         if kernels is not None:
             counts.add(np.shape(kernels)[1])
+        if not counts:
+            raise ValueError("no new subjects: give images, a table or kernel rows")
         if len(counts) != 1:
             raise ValueError(f"the new subjects' inputs disagree on the number of subjects: {sorted(counts)}")
         return counts.pop()
@@ -186,7 +195,7 @@ def load_model(path, learner=None):
     if learner is not None:
         cards = [c for c in cards if learner in (c[0].learner, c[0].learner_name, os.path.basename(c[1]))]
         if not cards:
-            raise _core.InputError(f"{path}: no model of learner {learner!r}")
+            raise _input_error("model:Missing", os.fspath(path), f"no model of learner {learner!r} in {path}")
     if len(cards) > 1:
         raise ValueError(f"{path} holds the models of {len(cards)} learners ({', '.join(c[0].learner for c in cards)}): "
                          "choose one with learner=")

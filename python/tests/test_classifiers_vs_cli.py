@@ -91,9 +91,14 @@ def test_probability_is_declared_only_when_fitted_for_it(rng):
     assert hasattr(calibrated, "predict_proba") and calibrated._get_tags()["neuromkl_probability"] == "platt_inner_cv"
     p = calibrated.predict_proba(X)
     assert p.shape == (40, 2) and np.all((p >= 0) & (p <= 1))
-    # a monotone map of the decision value: the ranking is the decision values' ranking
-    d = calibrated.decision_function(X)
+    # a monotone map of the learner's decision value: the ranking is the decision values' ranking
+    d = calibrated.raw_decision_function(X)
     assert np.all(np.diff(p[np.argsort(d), 1]) >= 0)
+    np.testing.assert_array_equal(d, plain.decision_function(X))  # calibration does not change the fit
+    # decision_function is then the calibrated log-odds: predict, predict_proba and decision_function agree
+    c = calibrated.calibration_["classes"][0]
+    np.testing.assert_allclose(calibrated.decision_function(X), -(c["a"] * d + c["b"]), rtol=0, atol=1e-12)
+    assert list(calibrated.predict(X)) == list(calibrated.classes_[np.argmax(p, axis=1)])
 
 
 def test_multiclass_probabilities_are_normalised_one_vs_rest_platt(rng):
@@ -102,7 +107,7 @@ def test_multiclass_probabilities_are_normalised_one_vs_rest_platt(rng):
     X = centres[labels] + rng.normal(size=(90, 3))
     y = np.array(["a", "b", "c"])[labels]
     est = neuromkl.EnmklSVC(C=1, probability=True, probability_cv=3, random_state=5).fit(X, y)
-    scores = est.decision_function(X)
+    scores = est.raw_decision_function(X)
     p = est.predict_proba(X)
     raw = np.column_stack([neuromkl._core.platt_probabilities(c["a"], c["b"], c["samples"], np.ascontiguousarray(scores[:, k]))
                            for k, c in enumerate(est.calibration_["classes"])])

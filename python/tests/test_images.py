@@ -48,37 +48,65 @@ def _map_gap(made, run, path):
     return np.abs(made.get_fdata() - cli_map).max() / np.abs(cli_map).max()
 
 
-def test_cohort_kernels_and_fold_fits_reproduce_the_cli(wager_run):
-    """The study's way: one transformer over the cohort's images (the kernel stage), each outer fold's estimator
-    fitted on its training rows, its maps from those rows: kernels, weights and maps are the CLI's."""
-    run, results, ids, imgs, y = wager_run
+def _study_way_gaps(run, results, ids, imgs, y, make_estimator):
+    """The study's way: one transformer over the cohort's images (the kernel stage sees every image too: its
+    non-finite rule and kernels use no target), each outer fold's estimator fitted on its training rows, its maps
+    from those rows (train=). Returns the largest differences to the CLI."""
     learner = results["learners"][0]
     rk = neuromkl.RegionKernels(atlas="aal")
-    K = rk.fit_transform(imgs)
+    K = np.asarray(rk.fit_transform(imgs))
     names, _, cli_kernels = neuromkl.load_kernels(run)
     assert rk.kernel_names_ == names
-    np.testing.assert_array_equal(np.asarray(K), cli_kernels)  # the kernel stage's arithmetic, bit for bit
-    diag = np.einsum("kii->ki", cli_kernels)
+    np.testing.assert_array_equal(K, cli_kernels)  # the kernel stage's arithmetic, bit for bit
+    diag = np.einsum("kii->ki", K)
     gaps = {"kernel_weights": 0.0, "decision": 0.0, "weights_map": 0.0, "pattern_map": 0.0, "mean_map": 0.0}
     mean_map = 0.0
     for f, fold in enumerate(learner["folds"]):
         te = [ids.index(s) for s in fold["test_subjects"]]
         tr = [i for i in range(len(ids)) if i not in te]
-        est = neuromkl.EnmklKernelRidge(alpha=1, mu=0.5, **TIGHT, kernel="precomputed", centre=True, normalise=True)
-        est.fit(np.asarray(K)[:, tr][:, :, tr], y[tr])
+        est = make_estimator().fit(K[:, tr][:, :, tr], y[tr])
         gaps["kernel_weights"] = max(gaps["kernel_weights"], np.abs(est.kernel_weights_ - fold["kernel_weights"]).max())
-        decision = est.predict(np.asarray(K)[:, te][:, :, tr], test_diag=diag[:, te])
+        decision = (est.decision_function if hasattr(est, "decision_function") else est.predict)(K[:, te][:, :, tr], test_diag=diag[:, te])
         gaps["decision"] = max(gaps["decision"], np.abs(decision - fold["decision_values"]).max())
         coef = rk.coef_img(est, train=tr)
+        assert np.allclose(coef.affine, imgs[0].affine)
         gaps["weights_map"] = max(gaps["weights_map"], _map_gap(coef, run, learner["weight_maps"]["folds"][f]))
         gaps["pattern_map"] = max(gaps["pattern_map"], _map_gap(rk.pattern_img(est, train=tr), run, learner["weight_maps"]["pattern"]["folds"][f]))
-        assert np.allclose(coef.affine, imgs[0].affine)
         mean_map = mean_map + coef.get_fdata() / len(learner["folds"])
     cli_mean = nibabel.load(run / learner["weight_maps"]["mean"]).get_fdata()
     gaps["mean_map"] = np.abs(mean_map - cli_mean).max() / np.abs(cli_mean).max()
-    print("study's way, largest differences to the CLI:", {k: f"{v:.2e}" for k, v in gaps.items()})
+    return gaps
+
+
+def test_cohort_kernels_and_fold_fits_reproduce_the_cli(wager_run):
+    """Regression (Wager): kernels, ENMKL-KRR weights, decisions and maps are the CLI's."""
+    run, results, ids, imgs, y = wager_run
+    gaps = _study_way_gaps(run, results, ids, imgs, y,
+                           lambda: neuromkl.EnmklKernelRidge(alpha=1, mu=0.5, **TIGHT, kernel="precomputed", centre=True, normalise=True))
+    print("Wager, study's way, largest differences to the CLI:", {k: f"{v:.2e}" for k, v in gaps.items()})
     # 1e-6: the same kernels and C++ fit; what remains is the maps' float32 files (6e-8 of a voxel) and results.json's
     # 17 significant digits
+    for key, gap in gaps.items():
+        assert gap < 1e-6, (key, gap)
+
+
+def test_enmkl_svc_on_a_simulated_classification_cohort_reproduces_the_cli(tmp_path, cli):
+    """Classification: images -> RegionKernels -> EnmklSVC -> coefficient image, the CLI's weights and maps."""
+    subprocess.run([cli, "simulate", "--out", str(tmp_path / "sim"), "--subjects", "30", "--seed", "4", "-q"], check=True)
+    study = json.loads((tmp_path / "sim" / "study.json").read_text())
+    study["learners"] = [{"name": "enmkl_svm", "params": {"c": 1, "mu": 0.5}}]
+    study["permutations"] = {"count": 0}
+    study["cv"] = {"outer": {"scheme": "stratified_kfold", "k": 3}, "inner": {"scheme": "stratified_kfold", "k": 3}}
+    (tmp_path / "sim" / "study.json").write_text(json.dumps(study))
+    subprocess.run([cli, "run", str(tmp_path / "sim" / "study.json"), "-q", "--out", str(tmp_path / "run")], check=True)
+    with open(tmp_path / "run" / "results.json") as f:
+        results = json.load(f)
+    rows = read_tsv(tmp_path / "sim" / "participants.tsv")
+    imgs = [nibabel.load(tmp_path / "sim" / r["image"]) for r in rows]
+    y = np.array([r["group"] for r in rows])  # "patient" (the positive class) sorts after "control": classes_[1]
+    gaps = _study_way_gaps(tmp_path / "run", results, [r["subject"] for r in rows], imgs, y,
+                           lambda: neuromkl.EnmklSVC(C=1, mu=0.5, kernel="precomputed", centre=True, normalise=True))
+    print("simulated classification, study's way, largest differences to the CLI:", {k: f"{v:.2e}" for k, v in gaps.items()})
     for key, gap in gaps.items():
         assert gap < 1e-6, (key, gap)
 
@@ -149,3 +177,38 @@ def test_images_on_another_grid_are_refused(wager_run):
         rk.transform([moved])
     with pytest.raises(ValueError, match="nan_policy"):
         neuromkl.RegionKernels(nan_policy="mean").fit(imgs[:5])
+
+
+def test_multiclass_coefficient_images_are_the_cli_class_maps(tmp_path, cli):
+    """Three classes: coef_img has one volume per class; their mean over the outer folds is the CLI's class mean map."""
+    subprocess.run([cli, "simulate", "--out", str(tmp_path / "sim"), "--subjects", "36", "--classes", "3", "--seed", "6", "-q"], check=True)
+    study = json.loads((tmp_path / "sim" / "study.json").read_text())
+    study["learners"] = [{"name": "enmkl_svm", "params": {"c": 1, "mu": 0.5}}]
+    study["permutations"] = {"count": 0}
+    study["cv"] = {"outer": {"scheme": "stratified_kfold", "k": 3}, "inner": {"scheme": "stratified_kfold", "k": 3}}
+    (tmp_path / "sim" / "study.json").write_text(json.dumps(study))
+    subprocess.run([cli, "run", str(tmp_path / "sim" / "study.json"), "-q", "--out", str(tmp_path / "run")], check=True)
+    with open(tmp_path / "run" / "results.json") as f:
+        results = json.load(f)
+    rows = read_tsv(tmp_path / "sim" / "participants.tsv")
+    ids = [r["subject"] for r in rows]
+    imgs = [nibabel.load(tmp_path / "sim" / r["image"]) for r in rows]
+    y = np.array([r[study["target"]["column"]] for r in rows])
+    rk = neuromkl.RegionKernels()
+    K = np.asarray(rk.fit_transform(imgs))
+    folds = results["learners"][0]["folds"]
+    mean = 0.0
+    for fold in folds:
+        te = [ids.index(s) for s in fold["test_subjects"]]
+        tr = [i for i in range(len(ids)) if i not in te]
+        est = neuromkl.EnmklSVC(C=1, mu=0.5, kernel="precomputed", centre=True, normalise=True).fit(K[:, tr][:, :, tr], y[tr])
+        img = rk.coef_img(est, train=tr)
+        assert img.shape == imgs[0].shape + (3,)
+        mean = mean + img.get_fdata() / len(folds)
+    classes = sorted(set(y))
+    for c, name in enumerate(classes):
+        (path,) = (tmp_path / "run" / "weights").glob(f"*Class{name}Mean_weights.nii.gz")
+        cli_map = nibabel.load(path).get_fdata()
+        gap = np.abs(mean[..., c] - cli_map).max() / np.abs(cli_map).max()
+        print(f"class {name}: largest difference to the CLI's class mean map {gap:.2e}")
+        assert gap < 1e-6, (name, gap)  # float32 sums of the fold maps in another order
