@@ -1,6 +1,7 @@
+#include <dlfcn.h>
+
 #include <algorithm>
 #include <cmath>
-#include <dlfcn.h>
 #include <cstdlib>
 #include <cstdint>
 #include <filesystem>
@@ -25,12 +26,13 @@ bool HoldsAtlases(const fs::path& dir) {
   return !dir.empty() && fs::is_directory(dir / "atlases", ec);
 }
 
-/// The file this code was loaded from: the executable, or the Python extension module (neuromkl._core)
-/// when the atlas library is linked into it. Empty when it cannot be told.
+/// The file this code was loaded from: the Python extension module (neuromkl._core) when the atlas library
+/// is linked into it (dladdr names shared objects by absolute path), else the executable. Empty when it cannot
+/// be told.
 fs::path LoadedFile() {
   Dl_info info{};
   std::error_code ec;
-  if (dladdr(reinterpret_cast<void*>(&HoldsAtlases), &info) != 0 && info.dli_fname && *info.dli_fname) {
+  if (dladdr(reinterpret_cast<void*>(&HoldsAtlases), &info) != 0 && info.dli_fname && fs::path(info.dli_fname).is_absolute()) {
     const fs::path file = fs::canonical(info.dli_fname, ec);
     if (!ec) return file;
   }
