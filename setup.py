@@ -1,7 +1,11 @@
 """Builds neuromkl._core with the project's CMake (see pyproject.toml). Offline: Debian packages only.
 
 Environment: NEUROMKL_PIP_BUILD_DIR reuses a CMake build folder (default: a folder under setuptools'
-build_temp, configured with tests and benchmarks off); NEUROMKL_JOBS sets the parallel build jobs.
+build_temp, configured with tests and benchmarks off); NEUROMKL_JOBS sets the parallel build jobs;
+NEUROMKL_COMPILER_LAUNCHER (e.g. ccache) compiles through a compiler cache, as scripts/build.sh.
+
+The package carries the built-in atlases (neuromkl/data/atlases): the module finds them beside itself
+(atlas::FindDataDir), so an installed package needs no clone.
 """
 import os
 import shutil
@@ -24,6 +28,9 @@ class CMakeBuild(build_ext):
         if not (build / "CMakeCache.txt").exists():
             generator = ["-G", "Ninja"] if shutil.which("ninja") else []
             configure += generator + ["-DCMAKE_BUILD_TYPE=Release", "-DNEUROMKL_BUILD_TESTS=OFF", "-DNEUROMKL_BUILD_BENCH=OFF"]
+            launcher = os.environ.get("NEUROMKL_COMPILER_LAUNCHER")
+            if launcher:
+                configure += [f"-DCMAKE_C_COMPILER_LAUNCHER={launcher}", f"-DCMAKE_CXX_COMPILER_LAUNCHER={launcher}"]
         subprocess.run(configure, check=True)
         jobs = os.environ.get("NEUROMKL_JOBS", str(os.cpu_count() or 1))
         subprocess.run(["cmake", "--build", str(build), "--target", "neuromkl_python", "-j", jobs], check=True)
@@ -32,6 +39,8 @@ class CMakeBuild(build_ext):
             raise RuntimeError(f"the CMake build in {build} produced no python/neuromkl/_core*.so (pybind11-dev and python3-dev installed?)")
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(built[-1], target)
+        # The built-in atlases and the report's template travel with the module (found beside it at run time).
+        shutil.copytree(ROOT / "atlases", target.parent / "data" / "atlases", dirs_exist_ok=True)
 
 
 setup(ext_modules=[Extension("neuromkl._core", sources=[])], cmdclass={"build_ext": CMakeBuild})

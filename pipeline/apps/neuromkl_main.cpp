@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <filesystem>
 #include <iostream>
 #include <optional>
 #include <string>
@@ -13,6 +14,7 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
+#include "neuromkl/atlas/atlas.hpp"
 #include "neuromkl/config/batch_config.hpp"
 #include "neuromkl/config/study_config.hpp"
 #include "neuromkl/core/errors.hpp"
@@ -97,6 +99,10 @@ int main(int argc, char** argv) {
   run->add_option("--out", outDir, "output folder (default: /output/dir of the study)");
   run->add_option("--threads", threads, "worker threads (0 = all cores; default: /threads of the study)")->check(kThreadCount);
   run->add_flag("--force", force, "replace an existing output folder (the old one is kept until the new run succeeded)");
+  std::string cacheDir;
+  run->add_option("--cache-dir", cacheDir,
+                  "kernel cache folder (default: /output/cache_dir of the study, .neuromkl_cache beside it); e.g. for a study in a read-only "
+                  "folder such as an installed example");
 
   auto* batch = app.add_subcommand("batch", "run every study of a batch file; reruns skip completed studies and resume interrupted ones "
                                             "(under mpirun, studies and permutation blocks are spread over the ranks)");
@@ -181,6 +187,9 @@ int main(int argc, char** argv) {
 
   if (version) {
     for (const auto& [name, v] : pipeline::Versions()) std::cout << name << " " << v << "\n";
+    // Where the built-in atlases and templates are read from (an installation's share/neuromkl, or why not).
+    const auto data = atlas::FindDataDir();
+    std::cout << "data " << (data.dir.empty() ? "not found" : data.dir) << " (" << data.how << ")\n";
     return kExitOk;
   }
   try {
@@ -189,7 +198,8 @@ int main(int argc, char** argv) {
       // Under mpirun, ranks > 0 only help with a kernel stage whose data exceed one rank's budget.
       if (pipeline::MpiActive() && pipeline::MpiRank() != 0) return pipeline::ServeRunKernels(runStudy, threads);
       const pipeline::KernelRanks kernelRanks;  // rank 0: tells the other ranks to stop when the run ends, however it ends
-      const config::StudyConfig study = config::LoadStudyConfig(runStudy);
+      config::StudyConfig study = config::LoadStudyConfig(runStudy);
+      if (!cacheDir.empty()) study.output.cacheDir = std::filesystem::absolute(cacheDir).lexically_normal().string();
       pipeline::RunOptions options;
       options.outDir = outDir;
       options.threads = threads;

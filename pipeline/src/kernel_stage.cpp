@@ -33,7 +33,8 @@ atlas::Atlas LoadStudyAtlas(const config::StudyConfig& study) {
     std::error_code ec;
     if (!files || !fs::exists(files->image, ec))
       throw IoError("atlas:BuiltinMissing", files ? files->image : study.atlas.builtin,
-                    "the built-in atlas file is missing; set NEUROMKL_DATA_DIR to the folder that holds atlases/");
+                    "the built-in atlas file is missing (data folder: " + atlas::FindDataDir().how +
+                        "); reinstall neuromkl (its share/neuromkl) or set NEUROMKL_DATA_DIR to the folder that holds atlases/");
     return atlas::LoadAtlas(files->image, files->table);
   }
   return LoadStudyAtlases(study).at(0);

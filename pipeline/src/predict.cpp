@@ -118,20 +118,53 @@ Eigen::MatrixXd NewDesign(const exporting::ExportedModel& m, const NewSubjects& 
   return C;
 }
 
+/// The covariate residualiser of the training rows and the new subjects (kernel-space sources), if the model has covariates.
+std::optional<gram::FoldResidualiser> NewResidualiser(const exporting::ExportedModel& m, const Eigen::MatrixXd& newDesign) {
+  if (m.design.cols() == 0) return std::nullopt;
+  const auto n = newDesign.rows(), l = static_cast<Eigen::Index>(m.trainingIds.size());
+  gram::Covariates cov;
+  cov.design.resize(l + n, m.design.cols());
+  cov.design << m.design, newDesign;
+  cov.fitRow = m.fitRows;
+  cov.fitRow.resize(static_cast<std::size_t>(l + n), 0);
+  const Eigen::VectorXi tr = Eigen::VectorXi::LinSpaced(l, 0, static_cast<int>(l) - 1);
+  const Eigen::VectorXi te = Eigen::VectorXi::LinSpaced(n, static_cast<int>(l), static_cast<int>(l + n) - 1);
+  return gram::MakeFoldResidualiser(cov, tr, te, "model training rows");
+}
+
+/// One kernel-space kernel's part of the scores: its raw training block and new rows, residualised, centred and
+/// normalised with the training rows exactly as in the folds, times beta and the coefficients.
+void AddKernelScores(const exporting::ExportedModel& m, std::size_t kernel, gram::FoldKernel fk, const std::optional<gram::FoldResidualiser>& residualiser,
+                     Eigen::MatrixXd& scores) {
+  if (residualiser) gram::ResidualiseFold(fk, *residualiser);
+  if (m.centre) gram::CentreFold(fk);
+  if (m.normalise) gram::NormaliseFold(fk);
+  for (Eigen::Index c = 0; c < scores.cols(); ++c)
+    if (const double b = m.beta(static_cast<Eigen::Index>(kernel), c); b != 0.0) scores.col(c) += b * (fk.testTrain * m.coef.col(c));
+}
+
+/// Precomputed and connectivity kernels given as rows (NewSubjects::kernels), checked against the model's training set.
+void AddGivenKernelScores(const exporting::ExportedModel& m, const NewSubjects& s, const Eigen::MatrixXd& newDesign, Eigen::MatrixXd& scores) {
+  const auto n = static_cast<Eigen::Index>(s.ids.size()), l = static_cast<Eigen::Index>(m.trainingIds.size());
+  const auto residualiser = NewResidualiser(m, newDesign);
+  for (std::size_t k = 0; k < m.kernelKinds.size(); ++k) {
+    if (m.kernelKinds[k] != "precomputed" && m.kernelKinds[k] != "connectivity") continue;
+    const auto it = s.kernels.find(m.kernelNames[k]);
+    if (it == s.kernels.end()) throw InputError("predict:MissingKernel", s.where, fmt::format("no kernel rows given for kernel {} of the model", m.kernelNames[k]));
+    const auto& fk = it->second;
+    if (fk.train.rows() != l || fk.train.cols() != l || fk.testTrain.rows() != n || fk.testTrain.cols() != l || fk.testDiag.size() != n)
+      throw InputError("predict:KernelShape", s.where,
+                       fmt::format("kernel {}: training block {}x{}, rows {}x{}, self-similarities {}; expected {}x{}, {}x{} and {} "
+                                   "(training subjects in the model's order x new subjects)",
+                                   m.kernelNames[k], fk.train.rows(), fk.train.cols(), fk.testTrain.rows(), fk.testTrain.cols(), fk.testDiag.size(), l, l, n, l, n));
+    AddKernelScores(m, k, fk, residualiser, scores);
+  }
+}
+
 /// Kernel-space sources (tabular): raw rows against the training rows, preprocessed as in the folds.
 void AddTabularScores(const exporting::ExportedModel& m, const NewSubjects& s, const Eigen::MatrixXd& newDesign, Eigen::MatrixXd& scores) {
-  const auto n = static_cast<Eigen::Index>(s.ids.size()), l = static_cast<Eigen::Index>(m.trainingIds.size());
-  std::optional<gram::FoldResidualiser> residualiser;
-  if (m.design.cols() > 0) {
-    gram::Covariates cov;
-    cov.design.resize(l + n, m.design.cols());
-    cov.design << m.design, newDesign;
-    cov.fitRow = m.fitRows;
-    cov.fitRow.resize(static_cast<std::size_t>(l + n), 0);
-    const Eigen::VectorXi tr = Eigen::VectorXi::LinSpaced(l, 0, static_cast<int>(l) - 1);
-    const Eigen::VectorXi te = Eigen::VectorXi::LinSpaced(n, static_cast<int>(l), static_cast<int>(l + n) - 1);
-    residualiser = gram::MakeFoldResidualiser(cov, tr, te, "model training rows");
-  }
+  const auto n = static_cast<Eigen::Index>(s.ids.size());
+  const auto residualiser = NewResidualiser(m, newDesign);
   for (const auto& src : m.tabularSources) {
     Eigen::MatrixXd Z(n, static_cast<Eigen::Index>(src.columns.size()));
     for (std::size_t c = 0; c < src.columns.size(); ++c) {
@@ -164,11 +197,7 @@ void AddTabularScores(const exporting::ExportedModel& m, const NewSubjects& s, c
         fk.testTrain = gauss(Gnt, dn, dt);
         fk.testDiag = Eigen::VectorXd::Ones(n);
       }
-      if (residualiser) gram::ResidualiseFold(fk, *residualiser);
-      if (m.centre) gram::CentreFold(fk);
-      if (m.normalise) gram::NormaliseFold(fk);
-      for (Eigen::Index c = 0; c < scores.cols(); ++c)
-        if (const double b = m.beta(static_cast<Eigen::Index>(k.kernel), c); b != 0.0) scores.col(c) += b * (fk.testTrain * m.coef.col(c));
+      AddKernelScores(m, k.kernel, std::move(fk), residualiser, scores);
     }
   }
 }
@@ -198,7 +227,7 @@ std::vector<Eigen::MatrixXd> ModelScores(const std::vector<exporting::ExportedMo
   const auto n = static_cast<Eigen::Index>(subjects.ids.size());
   std::vector<Eigen::MatrixXd> scores;
   for (const auto& m : models) {
-    if (!m.precomputedSources.empty())
+    if (!m.precomputedSources.empty() && subjects.kernels.empty())
       throw InputError("predict:Precomputed", m.study,
                        fmt::format("model of learner {} has kernel sources that predict cannot compute from a table and images ({}: precomputed "
                                    "or connectivity): they need each new subject's test-vs-training kernel rows, which predict does not read yet",
@@ -216,34 +245,39 @@ std::vector<Eigen::MatrixXd> ModelScores(const std::vector<exporting::ExportedMo
   std::mutex warnMutex;
   for (const auto& name : sourceNames) {
     const auto& paths = subjects.images.at(name);
+    const auto held = subjects.volumes.find(name);
+    const std::vector<io::Volume>* inMemory = held == subjects.volumes.end() ? nullptr : &held->second;
+    if (inMemory && inMemory->size() != paths.size())
+      throw InputError("predict:ImageCount", subjects.where, fmt::format("{} images for {} subjects", inMemory->size(), paths.size()));
     // Headers first, in table order: a wrong grid is reported for the first such subject, before any decoding.
     for (const auto& m : models)
       for (const auto& src : m.imageSources)
         if (src.name == name)
           for (std::size_t i = 0; i < paths.size(); ++i)
-            if (const io::Geometry g = io::ReadGeometry(paths[i]); !g.DifferenceFrom(src.grid).empty())
+            if (const io::Geometry g = inMemory ? (*inMemory)[i].geometry : io::ReadGeometry(paths[i]); !g.DifferenceFrom(src.grid).empty())
               throw GeometryMismatch("predict:GridMismatch", paths[i],
                                      fmt::format("subject {}: the image is not on the model's grid (expected {}, found {}): {}; resample it to the "
                                                  "training images' grid (the same space and affine) first",
                                                  subjects.ids[i], src.grid.Describe(), g.Describe(), g.DifferenceFrom(src.grid)));
     tbb::parallel_for(Eigen::Index{0}, n, [&](Eigen::Index i) {
       const std::string& path = paths[static_cast<std::size_t>(i)];
-      const io::Volume vol = io::ReadVolume(path);
+      const io::Volume vol = inMemory ? io::Volume{} : io::ReadVolume(path);
+      const io::Volume& volume = inMemory ? (*inMemory)[static_cast<std::size_t>(i)] : vol;
       for (std::size_t q = 0; q < models.size(); ++q) {
         const auto& m = models[q];
         for (const auto& src : m.imageSources) {
           if (src.name != name) continue;
-          if (const auto diff = vol.geometry.DifferenceFrom(src.grid); !diff.empty())
+          if (const auto diff = volume.geometry.DifferenceFrom(src.grid); !diff.empty())
             throw GeometryMismatch("predict:GridMismatch", path,
                                    fmt::format("subject {}: the image is not on the model's grid (expected {}, found {}): {}; resample it to the "
                                                "training images' grid (the same space and affine) first",
-                                               subjects.ids[static_cast<std::size_t>(i)], src.grid.Describe(), vol.geometry.Describe(), diff));
+                                               subjects.ids[static_cast<std::size_t>(i)], src.grid.Describe(), volume.geometry.Describe(), diff));
           double scale = 1.0;
           if (src.intensityScaling != "none") {
             double sum = 0;
             std::int64_t count = 0;
             for (auto v : src.scaleVoxels)
-              if (const float x = vol.data[static_cast<std::size_t>(v)]; std::isfinite(x)) sum += x, ++count;
+              if (const float x = volume.data[static_cast<std::size_t>(v)]; std::isfinite(x)) sum += x, ++count;
             scale = count > 0 ? sum / static_cast<double>(count) : 0.0;
             if (!(scale > 0) || !std::isfinite(scale))
               throw InputError("predict:IntensityScale", path, fmt::format("subject {}: intensity scaling needs a positive mean, found {}", subjects.ids[static_cast<std::size_t>(i)], scale));
@@ -253,7 +287,7 @@ std::vector<Eigen::MatrixXd> ModelScores(const std::vector<exporting::ExportedMo
           Eigen::VectorXd xc(U);
           std::int64_t nonFinite = 0;
           for (Eigen::Index u = 0; u < U; ++u) {
-            const float raw = vol.data[static_cast<std::size_t>(src.voxels(u, 0))];
+            const float raw = volume.data[static_cast<std::size_t>(src.voxels(u, 0))];
             if (!std::isfinite(raw) && !zero) {  // no contribution: as if the voxel equalled the training mean
               xc[u] = 0.0;
               ++nonFinite;
@@ -290,8 +324,11 @@ std::vector<Eigen::MatrixXd> ModelScores(const std::vector<exporting::ExportedMo
       }
     });
   }
-  for (std::size_t q = 0; q < models.size(); ++q)
-    if (!models[q].tabularSources.empty()) AddTabularScores(models[q], subjects, designs[q], scores[q]);
+  for (std::size_t q = 0; q < models.size(); ++q) {
+    const Eigen::MatrixXd design = designs[q].rows() > 0 ? designs[q] : Eigen::MatrixXd(n, 0);
+    if (!models[q].tabularSources.empty()) AddTabularScores(models[q], subjects, design, scores[q]);
+    if (!models[q].precomputedSources.empty()) AddGivenKernelScores(models[q], subjects, design, scores[q]);
+  }
   return scores;
 }
 

@@ -19,6 +19,13 @@ statistics only, by the same C++ functions as the study pipeline (``kernels::Cen
 ``kernels::NormaliseFold``). ``normalise`` defaults to False here: a one-column linear kernel
 becomes sign(x_i) sign(x_j) when normalised; turn it on for multi-column groups (regions), as
 studies do.
+
+Every classifier is multiclass as its C++ learner is (``learners::MakeLearner``): native class scores
+(KELM, MK-ELM, DKELM), one kernel weight vector shared by the one-vs-rest problems of the MKL learners
+(``multiclass_weights="shared"``, or one per class with ``"per_class"``), one-vs-rest otherwise. With
+``probability=True`` a classifier fits Platt scaling as a study does: on the out-of-fold decision values
+of an inner cross-validation of the training set (``probability_cv`` stratified folds made by the
+study's splitter with seed ``random_state``), then ``predict_proba`` gives 1 / (1 + exp(A f + B)).
 """
 from __future__ import annotations
 
@@ -26,10 +33,11 @@ import numbers
 
 import numpy as np
 from sklearn.base import BaseEstimator, ClassifierMixin, RegressorMixin
+from sklearn.utils.metaestimators import available_if
 from sklearn.utils.multiclass import check_classification_targets
 from sklearn.utils.validation import check_is_fitted, check_array, column_or_1d, check_consistent_length
 
-from . import _core
+from . import _calibration, _core
 
 __all__ = [
     "EnmklSVC", "EnmklKernelRidge", "EnmklKernelRidgeClassifier", "SimpleMKLClassifier", "SimpleMKLRegressor",
@@ -39,7 +47,9 @@ __all__ = [
 
 # Python parameter name -> catalogue name where they differ (sklearn's C and alpha; "lambda" is a keyword).
 _RENAMED = {"C": "c", "alpha": "lambda", "fit_intercept": "bias"}
-_COMMON = ("kernel", "groups", "centre", "normalise")
+#: Parameters of the estimators that are not the learner's (every other parameter is a catalogue parameter).
+ESTIMATOR_PARAMS = ("kernel", "groups", "centre", "normalise", "multiclass_weights", "probability", "probability_cv", "random_state")
+_COMMON = ESTIMATOR_PARAMS
 
 
 def _group_kernels(A, B, groups):
@@ -110,7 +120,7 @@ class _NeuromklEstimator(BaseEstimator):
         if self.kernel == "precomputed":
             if y is None:
                 raise ValueError(f"This {type(self).__name__} estimator requires y to be passed, but the target y is None.")
-            K = np.ascontiguousarray(X, dtype=np.float64)
+            K = np.ascontiguousarray(np.asarray(X), dtype=np.float64)
             if K.ndim != 3 or K.shape[1] != K.shape[2]:
                 raise ValueError(f"kernel=\"precomputed\" expects a stack of square training kernels (n_kernels x n x n), got shape {K.shape}")
             y = column_or_1d(y, warn=True)
@@ -135,10 +145,15 @@ class _NeuromklEstimator(BaseEstimator):
         self.X_fit_ = X
         return _group_kernels(X, X, self.groups_), y, u
 
+    def _multiclass_weights(self):
+        return getattr(self, "multiclass_weights", "shared")
+
     def _fit_stack(self, K, y_numeric, task, classes=0):
         info = _core.fit(self._learner, self._learner_params(), K, np.ascontiguousarray(y_numeric, dtype=np.float64), task, classes,
-                         bool(self.centre), bool(self.normalise))
+                         bool(self.centre), bool(self.normalise), self._multiclass_weights())
         self.kernel_weights_ = info["beta"]
+        if info["betas"].size:
+            self.class_kernel_weights_ = info["betas"]  # per_class: one column of kernel weights per class
         self.dual_variables_ = info["alpha"]
         if task == "multiclass":
             self.dual_coef_ = info["coefs"]
@@ -150,6 +165,7 @@ class _NeuromklEstimator(BaseEstimator):
         self._coefs = info["coefs"]
         self._bias = float(info["bias"])
         self._biases = info["biases"]
+        self._betas = info["betas"]
         self.n_iter_ = int(info["iterations"])
         self.fit_status_ = info["status"]
         self.objective_ = float(info["objective"])
@@ -160,7 +176,9 @@ class _NeuromklEstimator(BaseEstimator):
     def _raw_decision(self, X, test_diag=None):
         check_is_fitted(self, "kernel_weights_")
         if self.kernel == "precomputed":
-            Kt = np.ascontiguousarray(X, dtype=np.float64)
+            if test_diag is None:
+                test_diag = getattr(X, "test_diag", None)  # a RegionKernels output carries the new samples' self-similarities
+            Kt = np.ascontiguousarray(np.asarray(X), dtype=np.float64)
             train = self._fit_kernels
             if Kt.ndim != 3:
                 raise ValueError(f"kernel=\"precomputed\" expects test-vs-train kernels (n_kernels x n_test x n_train), got shape {Kt.shape}")
@@ -170,7 +188,7 @@ class _NeuromklEstimator(BaseEstimator):
             train = _group_kernels(self.X_fit_, self.X_fit_, self.groups_)
             Kt = _group_kernels(X, self.X_fit_, self.groups_)
             diag = _group_diag(X, self.groups_)
-        return _core.decision(self.kernel_weights_, self._coef, self._bias, self._coefs, self._biases, train, Kt, diag,
+        return _core.decision(self.kernel_weights_, self._coef, self._bias, self._coefs, self._biases, self._betas, train, Kt, diag,
                               bool(self.centre), bool(self.normalise))
 
     def _more_tags(self):
@@ -178,34 +196,72 @@ class _NeuromklEstimator(BaseEstimator):
 
 
 class _Classifier(ClassifierMixin, _NeuromklEstimator):
-    _multiclass = False
-
     def fit(self, X, y, **fit_params):
-        """Fits on features (kernel="linear") or a training kernel stack (kernel="precomputed"); returns self."""
+        """Fits on features (kernel="linear") or a training kernel stack (kernel="precomputed"); returns self.
+
+        Two classes: the +-1 problem (classes_[1] = +1). More: the learner's multiclass fit (class scores).
+        With probability=True, also Platt scaling on inner-CV out-of-fold decision values (calibration_).
+        """
         K, y, u = self._training_kernels(X, y, **fit_params)
         check_classification_targets(y)
         self.classes_, encoded = np.unique(y, return_inverse=True)
         if len(self.classes_) > 2:
-            if not self._multiclass:
-                raise ValueError(f"{type(self).__name__} is a binary classifier; y has {len(self.classes_)} classes. "
-                                 "Wrap it in sklearn.multiclass.OneVsRestClassifier for more classes.")
-            target = np.concatenate([encoded.astype(np.float64), np.full(u, np.nan)])
-            return self._fit_stack(K, target, "multiclass", len(self.classes_))
-        target = np.concatenate([np.where(encoded == 1, 1.0, -1.0), np.full(u, np.nan)])
-        return self._fit_stack(K, target, "classification")
+            task, labels = "multiclass", encoded.astype(np.float64)
+        else:
+            task, labels = "classification", np.where(encoded == 1, 1.0, -1.0)
+        target = np.concatenate([labels, np.full(u, np.nan)])
+        self._fit_stack(K, target, task, len(self.classes_) if task == "multiclass" else 0)
+        if getattr(self, "probability", False):
+            self.calibration_ = _calibration.fit_platt_inner_cv(self, K, target, task, len(self.classes_))
+        return self
 
-    def decision_function(self, X, test_diag=None):
-        """Binary: decision values (> 0 = classes_[1]), shape (n,). Multiclass: class scores, shape (n, n_classes)."""
+    def raw_decision_function(self, X, test_diag=None):
+        """The learner's decision values (binary: > 0 = classes_[1], shape (n,); a study's `decision`) or class
+        scores (multiclass: (n, n_classes)), whatever `probability` says."""
         return self._raw_decision(X, test_diag)
 
-    def predict(self, X, test_diag=None):
+    def decision_function(self, X, test_diag=None):
+        """Binary: decision values (> 0 = classes_[1]), shape (n,). Multiclass: class scores, shape (n, n_classes).
+
+        With probability=True, the calibrated log-odds logit P(classes_[1]) = -(A f + B) (binary) or the log of the
+        calibrated probabilities (multiclass), so that decision_function, predict and predict_proba agree
+        (scikit-learn's contract: Platt's sigmoid moves the binary threshold from f = 0 to f = -B/A). The learner's
+        own values: raw_decision_function.
+        """
         d = self._raw_decision(X, test_diag)
+        return _calibration.calibrated_decision(self.calibration_, d) if self._has_probability() else d
+
+    def predict(self, X, test_diag=None):
+        """The class of the largest score (binary: classes_[1] when the decision value is > 0, a study's rule);
+        with probability=True the class of the largest calibrated probability."""
+        d = self.decision_function(X, test_diag)
         if d.ndim == 2:
             return self.classes_[np.argmax(d, axis=1)]
         return self.classes_[(d > 0).astype(int)]
 
+    def _has_probability(self):
+        return bool(getattr(self, "probability", False))
+
+    @available_if(_has_probability)
+    def predict_proba(self, X, test_diag=None):
+        """Class probabilities (n, n_classes), columns in classes_ order (needs probability=True).
+
+        Binary: P(classes_[1]) = 1 / (1 + exp(A f + B)) with the Platt scaling fitted on the inner-CV
+        out-of-fold decision values (as a study's `probability`). Multiclass: each class's score scaled
+        one-vs-rest the same way, then normalised to sum 1 (scikit-learn's CalibratedClassifierCV rule).
+        """
+        check_is_fitted(self, "calibration_")
+        return _calibration.probabilities(self.calibration_, self._raw_decision(X, test_diag))
+
+    @available_if(_has_probability)
+    def predict_log_proba(self, X, test_diag=None):
+        with np.errstate(divide="ignore"):
+            return np.log(self.predict_proba(X, test_diag))
+
     def _more_tags(self):
-        return {"binary_only": not self._multiclass}
+        # Multiclass everywhere (no binary_only). predict_proba exists only with probability=True: Platt scaling
+        # fitted on inner cross-validation, as the CLI's probabilities.
+        return {"binary_only": False, "neuromkl_probability": "platt_inner_cv" if self._has_probability() else None}
 
 
 class _Regressor(RegressorMixin, _NeuromklEstimator):
@@ -235,87 +291,78 @@ _DOC_COMMON = """
     n_iter_ : int   outer iterations; fit_status_ : "converged", "max_iterations_reached" or "stalled"
     classes_ : ndarray (classifiers); X_fit_, groups_ : training features and column groups (feature form)
 """
+_DOC_CLASSIFIER = """
+    Classifiers also take:
+    multiclass_weights : {"shared", "per_class"}, default="shared"   (MKL learners) one kernel weight vector
+        for all one-vs-rest problems, or one per class (class_kernel_weights_, n_kernels x n_classes)
+    probability : bool, default=False   fit Platt scaling on inner-CV out-of-fold decision values (predict_proba)
+    probability_cv : int, default=5   stratified inner folds of that fit; random_state : int, default=0   their seed
+    calibration_ : dict   the fitted scaling: per class (one entry for binary) A, B and the pairs it was fitted on
+"""
+
+
+def _store(estimator, params):
+    """__init__ stores its arguments unchanged (scikit-learn's contract: no logic, no validation)."""
+    for name, value in params.items():
+        if name not in ("self", "__class__"):
+            setattr(estimator, name, value)
 
 
 class EnmklSVC(_Classifier):
-    __doc__ = "Elastic-net MKL with an SVM (learner enmkl_svm).\n\n    Parameters\n    ----------\n    C, mu, ... : see docs/learners.md" + _DOC_COMMON
+    __doc__ = "Elastic-net MKL with an SVM (learner enmkl_svm).\n\n    Parameters\n    ----------\n    C, mu, ... : see docs/learners.md" + _DOC_COMMON + _DOC_CLASSIFIER
     _learner = "enmkl_svm"
 
     def __init__(self, C=1.0, mu=0.5, max_iterations=500, tolerance=1e-6, objective_tolerance=1e-6, svm_tolerance=1e-8,
-                 kernel="linear", groups=None, centre=True, normalise=False):
-        self.C = C
-        self.mu = mu
-        self.max_iterations = max_iterations
-        self.tolerance = tolerance
-        self.objective_tolerance = objective_tolerance
-        self.svm_tolerance = svm_tolerance
-        self.kernel = kernel
-        self.groups = groups
-        self.centre = centre
-        self.normalise = normalise
+                 kernel="linear", groups=None, centre=True, normalise=False, multiclass_weights="shared", probability=False, probability_cv=5,
+                 random_state=0):
+        _store(self, locals())
 
 
-class _EnmklKrrParams:
+class EnmklKernelRidge(_Regressor):
+    __doc__ = "Elastic-net MKL with kernel ridge regression (learner enmkl_krr); alpha is the ridge lambda." + _DOC_COMMON
     _learner = "enmkl_krr"
 
     def __init__(self, alpha=1.0, mu=0.5, max_iterations=500, tolerance=1e-6, objective_tolerance=1e-6,
                  kernel="linear", groups=None, centre=True, normalise=False):
-        self.alpha = alpha
-        self.mu = mu
-        self.max_iterations = max_iterations
-        self.tolerance = tolerance
-        self.objective_tolerance = objective_tolerance
-        self.kernel = kernel
-        self.groups = groups
-        self.centre = centre
-        self.normalise = normalise
+        _store(self, locals())
 
 
-class EnmklKernelRidge(_EnmklKrrParams, _Regressor):
-    __doc__ = "Elastic-net MKL with kernel ridge regression (learner enmkl_krr); alpha is the ridge lambda." + _DOC_COMMON
+class EnmklKernelRidgeClassifier(_Classifier):
+    __doc__ = "ENMKL-KRR on +-1 targets (learner enmkl_krr, classification)." + _DOC_COMMON + _DOC_CLASSIFIER
+    _learner = "enmkl_krr"
+
+    def __init__(self, alpha=1.0, mu=0.5, max_iterations=500, tolerance=1e-6, objective_tolerance=1e-6,
+                 kernel="linear", groups=None, centre=True, normalise=False, multiclass_weights="shared", probability=False, probability_cv=5,
+                 random_state=0):
+        _store(self, locals())
 
 
-class EnmklKernelRidgeClassifier(_EnmklKrrParams, _Classifier):
-    __doc__ = "ENMKL-KRR on +-1 targets (learner enmkl_krr, classification)." + _DOC_COMMON
+class SimpleMKLClassifier(_Classifier):
+    __doc__ = "SimpleMKL with a C-SVC (learner simplemkl); epsilon is unused for classification." + _DOC_COMMON + _DOC_CLASSIFIER
+    _learner = "simplemkl"
+
+    def __init__(self, C=1.0, gap_tolerance=1e-4, max_iterations=250, epsilon=0.01, line_search_tolerance=0.01, svm_tolerance=1e-8,
+                 kernel="linear", groups=None, centre=True, normalise=False, multiclass_weights="shared", probability=False, probability_cv=5,
+                 random_state=0):
+        _store(self, locals())
 
 
-class _SimpleMklParams:
+class SimpleMKLRegressor(_Regressor):
+    __doc__ = "SimpleMKL with an epsilon-SVR (learner simplemkl)." + _DOC_COMMON
     _learner = "simplemkl"
 
     def __init__(self, C=1.0, gap_tolerance=1e-4, max_iterations=250, epsilon=0.01, line_search_tolerance=0.01, svm_tolerance=1e-8,
                  kernel="linear", groups=None, centre=True, normalise=False):
-        self.C = C
-        self.gap_tolerance = gap_tolerance
-        self.max_iterations = max_iterations
-        self.epsilon = epsilon
-        self.line_search_tolerance = line_search_tolerance
-        self.svm_tolerance = svm_tolerance
-        self.kernel = kernel
-        self.groups = groups
-        self.centre = centre
-        self.normalise = normalise
-
-
-class SimpleMKLClassifier(_SimpleMklParams, _Classifier):
-    __doc__ = "SimpleMKL with a C-SVC (learner simplemkl); epsilon is unused for classification." + _DOC_COMMON
-
-
-class SimpleMKLRegressor(_SimpleMklParams, _Regressor):
-    __doc__ = "SimpleMKL with an epsilon-SVR (learner simplemkl)." + _DOC_COMMON
+        _store(self, locals())
 
 
 class SumKernelSVC(_Classifier):
-    __doc__ = "C-SVC (SMO) on the unweighted sum of the kernels (learner svm)." + _DOC_COMMON
+    __doc__ = "C-SVC (SMO) on the unweighted sum of the kernels (learner svm); multiclass one-vs-rest." + _DOC_COMMON + _DOC_CLASSIFIER
     _learner = "svm"
 
-    def __init__(self, C=1.0, tolerance=1e-3, max_iterations=10_000_000, kernel="linear", groups=None, centre=True, normalise=False):
-        self.C = C
-        self.tolerance = tolerance
-        self.max_iterations = max_iterations
-        self.kernel = kernel
-        self.groups = groups
-        self.centre = centre
-        self.normalise = normalise
+    def __init__(self, C=1.0, tolerance=1e-3, max_iterations=10_000_000, kernel="linear", groups=None, centre=True, normalise=False,
+                 probability=False, probability_cv=5, random_state=0):
+        _store(self, locals())
 
 
 class SumKernelRidge(_Regressor):
@@ -323,125 +370,84 @@ class SumKernelRidge(_Regressor):
     _learner = "krr"
 
     def __init__(self, alpha=1.0, kernel="linear", groups=None, centre=True, normalise=False):
-        self.alpha = alpha
-        self.kernel = kernel
-        self.groups = groups
-        self.centre = centre
-        self.normalise = normalise
+        _store(self, locals())
 
 
-class _KelmParams:
+class KELMClassifier(_Classifier):
+    __doc__ = "Kernel extreme learning machine on the summed kernel (learner kelm); multiclass by one-hot outputs." + _DOC_COMMON + _DOC_CLASSIFIER
     _learner = "kelm"
-    _multiclass = True
+
+    def __init__(self, C=1.0, fit_intercept=True, kernel="linear", groups=None, centre=True, normalise=False, probability=False, probability_cv=5,
+                 random_state=0):
+        _store(self, locals())
+
+
+class KELMRegressor(_Regressor):
+    __doc__ = "Kernel extreme learning machine regression on the summed kernel (learner kelm)." + _DOC_COMMON
+    _learner = "kelm"
 
     def __init__(self, C=1.0, fit_intercept=True, kernel="linear", groups=None, centre=True, normalise=False):
-        self.C = C
-        self.fit_intercept = fit_intercept
-        self.kernel = kernel
-        self.groups = groups
-        self.centre = centre
-        self.normalise = normalise
+        _store(self, locals())
 
 
-class KELMClassifier(_KelmParams, _Classifier):
-    __doc__ = "Kernel extreme learning machine on the summed kernel (learner kelm); multiclass by one-hot outputs." + _DOC_COMMON
-
-
-class KELMRegressor(_KelmParams, _Regressor):
-    __doc__ = "Kernel extreme learning machine regression on the summed kernel (learner kelm)." + _DOC_COMMON
-
-
-class _MkelmParams:
+class MKELMClassifier(_Classifier):
+    __doc__ = "Multiple kernel ELM (learner mkelm): norm 1 = sparse, > 1 = lp kernel weights; multiclass." + _DOC_COMMON + _DOC_CLASSIFIER
     _learner = "mkelm"
-    _multiclass = True
 
-    def __init__(self, C=1.0, norm=1.0, tolerance=1e-4, max_iterations=500, fit_intercept=True,
-                 kernel="linear", groups=None, centre=True, normalise=False):
-        self.C = C
-        self.norm = norm
-        self.tolerance = tolerance
-        self.max_iterations = max_iterations
-        self.fit_intercept = fit_intercept
-        self.kernel = kernel
-        self.groups = groups
-        self.centre = centre
-        self.normalise = normalise
+    def __init__(self, C=1.0, norm=1.0, tolerance=1e-4, max_iterations=500, fit_intercept=True, kernel="linear", groups=None, centre=True,
+                 normalise=False, multiclass_weights="shared", probability=False, probability_cv=5, random_state=0):
+        _store(self, locals())
 
 
-class MKELMClassifier(_MkelmParams, _Classifier):
-    __doc__ = "Multiple kernel ELM (learner mkelm): norm 1 = sparse, > 1 = lp kernel weights; multiclass." + _DOC_COMMON
-
-
-class MKELMRegressor(_MkelmParams, _Regressor):
+class MKELMRegressor(_Regressor):
     __doc__ = "Multiple kernel ELM regression (learner mkelm)." + _DOC_COMMON
+    _learner = "mkelm"
+
+    def __init__(self, C=1.0, norm=1.0, tolerance=1e-4, max_iterations=500, fit_intercept=True, kernel="linear", groups=None, centre=True,
+                 normalise=False):
+        _store(self, locals())
 
 
 class MKLBPClassifier(_Classifier):
-    __doc__ = "MKL with an L1 + Lp kernel-weight constraint, C-SVC (learner mkl_bp; p = 2 is GMKL)." + _DOC_COMMON
+    __doc__ = "MKL with an L1 + Lp kernel-weight constraint, C-SVC (learner mkl_bp; p = 2 is GMKL)." + _DOC_COMMON + _DOC_CLASSIFIER
     _learner = "mkl_bp"
 
-    def __init__(self, C=1.0, p=2.0, v=0.5, gap_tolerance=1e-7, max_iterations=500, svm_tolerance=1e-8,
-                 kernel="linear", groups=None, centre=True, normalise=False):
-        self.C = C
-        self.p = p
-        self.v = v
-        self.gap_tolerance = gap_tolerance
-        self.max_iterations = max_iterations
-        self.svm_tolerance = svm_tolerance
-        self.kernel = kernel
-        self.groups = groups
-        self.centre = centre
-        self.normalise = normalise
+    def __init__(self, C=1.0, p=2.0, v=0.5, gap_tolerance=1e-7, max_iterations=500, svm_tolerance=1e-8, kernel="linear", groups=None,
+                 centre=True, normalise=False, multiclass_weights="shared", probability=False, probability_cv=5, random_state=0):
+        _store(self, locals())
 
 
 class BSADMMKELMClassifier(_Classifier):
-    __doc__ = "Hinge-loss kernel ELM solved by ADMM on the summed kernel (learner bsadmm_kelm)." + _DOC_COMMON
+    __doc__ = "Hinge-loss kernel ELM solved by ADMM on the summed kernel (learner bsadmm_kelm); multiclass one-vs-rest." + _DOC_COMMON + _DOC_CLASSIFIER
     _learner = "bsadmm_kelm"
 
-    def __init__(self, C=1.0, fit_intercept=False, rho=0.1, sigma=1e-6, relaxation=1.6, eps_abs=1e-7, eps_rel=1e-7,
-                 max_iterations=20000, polish=True, kernel="linear", groups=None, centre=True, normalise=False):
-        self.C = C
-        self.fit_intercept = fit_intercept
-        self.rho = rho
-        self.sigma = sigma
-        self.relaxation = relaxation
-        self.eps_abs = eps_abs
-        self.eps_rel = eps_rel
-        self.max_iterations = max_iterations
-        self.polish = polish
-        self.kernel = kernel
-        self.groups = groups
-        self.centre = centre
-        self.normalise = normalise
+    def __init__(self, C=1.0, fit_intercept=False, rho=0.1, sigma=1e-6, relaxation=1.6, eps_abs=1e-7, eps_rel=1e-7, max_iterations=20000,
+                 polish=True, kernel="linear", groups=None, centre=True, normalise=False, probability=False, probability_cv=5, random_state=0):
+        _store(self, locals())
 
 
-class _DkelmParams:
+_DKELM_DOC = ("Semi-supervised deformed-kernel ELM (learner dkelm). fit(X, y, X_unlabelled=...) (feature form) or "
+              "fit(K, y, n_unlabelled=u) (precomputed: the last u rows/columns of K are unlabelled)." + _DOC_COMMON)
+
+
+class DKELMClassifier(_Classifier):
+    __doc__ = _DKELM_DOC + _DOC_CLASSIFIER
     _learner = "dkelm"
-    _multiclass = True
+    _semi_supervised = True
+
+    def __init__(self, C=1.0, fit_intercept=True, deformation=1.0, neighbours=12, heat_weights=False, landmarks=0, seed=0,
+                 kernel="linear", groups=None, centre=True, normalise=False, probability=False, probability_cv=5, random_state=0):
+        _store(self, locals())
+
+
+class DKELMRegressor(_Regressor):
+    __doc__ = _DKELM_DOC
+    _learner = "dkelm"
     _semi_supervised = True
 
     def __init__(self, C=1.0, fit_intercept=True, deformation=1.0, neighbours=12, heat_weights=False, landmarks=0, seed=0,
                  kernel="linear", groups=None, centre=True, normalise=False):
-        self.C = C
-        self.fit_intercept = fit_intercept
-        self.deformation = deformation
-        self.neighbours = neighbours
-        self.heat_weights = heat_weights
-        self.landmarks = landmarks
-        self.seed = seed
-        self.kernel = kernel
-        self.groups = groups
-        self.centre = centre
-        self.normalise = normalise
-
-
-class DKELMClassifier(_DkelmParams, _Classifier):
-    __doc__ = ("Semi-supervised deformed-kernel ELM (learner dkelm). fit(X, y, X_unlabelled=...) (feature form) or "
-               "fit(K, y, n_unlabelled=u) (precomputed: the last u rows/columns of K are unlabelled)." + _DOC_COMMON)
-
-
-class DKELMRegressor(_DkelmParams, _Regressor):
-    __doc__ = DKELMClassifier.__doc__
+        _store(self, locals())
 
     def _more_tags(self):
         # With the paper's default deformation (1) and no unlabelled data, the kNN-graph smoothing of

@@ -1,4 +1,5 @@
-// neuromkl._core: the C++ learners, per-fold kernel preprocessing and study runner for Python.
+// neuromkl._core: the C++ learners, per-fold kernel preprocessing and study runner for Python (images.cpp: the
+// region-kernel transformer's pieces; models.cpp: exported models, Platt scaling, CV splits).
 // Thin on purpose: the scikit-learn estimators (python/neuromkl/estimators.py) hold parameters and
 // fitted arrays; this module converts arrays, releases the GIL around the computation and maps
 // neuromkl::Error subclasses onto Python exceptions with the same messages.
@@ -14,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "bindings.hpp"
+#include "neuromkl/atlas/atlas.hpp"
 #include "neuromkl/config/study_config.hpp"
 #include "neuromkl/core/errors.hpp"
 #include "neuromkl/core/progress.hpp"
@@ -96,8 +99,15 @@ void CheckDiag(const Eigen::MatrixXd& diag, std::size_t kernels, Eigen::Index m,
 }
 
 /// Fits a catalogue learner on a kernel stack; returns the fitted state as plain arrays.
+neuromkl::learners::MulticlassWeights ParseMulticlassWeights(const std::string& weights) {
+  if (weights == "shared") return neuromkl::learners::MulticlassWeights::Shared;
+  if (weights == "per_class") return neuromkl::learners::MulticlassWeights::PerClass;
+  throw neuromkl::InvalidParameter("python:MulticlassWeights", "multiclass_weights",
+                                   "multiclass_weights must be \"shared\" or \"per_class\", got \"" + weights + "\"");
+}
+
 py::dict Fit(const std::string& learner, const std::map<std::string, double>& params, const Stack& trainStack, const Stack& yArray,
-             const std::string& task, int classes, bool centre, bool normalise) {
+             const std::string& task, int classes, bool centre, bool normalise, const std::string& multiclassWeights) {
   if (trainStack.ndim() != 3) ToKernelList(trainStack, "fit");  // throws the shape error
   neuromkl::learners::Targets targets;
   targets.task = ParseTask(task);
@@ -112,7 +122,7 @@ py::dict Fit(const std::string& learner, const std::map<std::string, double>& pa
     py::gil_scoped_release release;
     const auto start = std::chrono::steady_clock::now();
     KernelList train = ToKernelList(trainStack, "fit");
-    const auto learnerObject = neuromkl::learners::MakeLearner(learner, params);
+    const auto learnerObject = neuromkl::learners::MakeLearner(learner, params, ParseMulticlassWeights(multiclassWeights));
     KernelList none;
     for (const auto& K : train) none.emplace_back(0, K.cols());
     PrepareFold(train, none, Eigen::MatrixXd(), centre, normalise);
@@ -126,6 +136,7 @@ py::dict Fit(const std::string& learner, const std::map<std::string, double>& pa
   out["bias"] = model.bias;
   out["coefs"] = model.coefs;
   out["biases"] = model.biases;
+  out["betas"] = model.betas;
   out["status"] = std::string(neuromkl::learners::ToString(model.info.status));
   out["iterations"] = model.info.iterations;
   out["inner_solves"] = model.info.innerSolves;
@@ -140,7 +151,7 @@ py::dict Fit(const std::string& learner, const std::map<std::string, double>& pa
 /// Decision values (binary/regression: m) or class scores (multiclass: m x classes) of a fitted
 /// model for test-vs-train kernels, preprocessed with the training kernels' statistics.
 py::array_t<double> Decision(const Eigen::VectorXd& beta, const Eigen::VectorXd& coef, double bias, const Eigen::MatrixXd& coefs,
-                             const Eigen::VectorXd& biases, const Stack& trainStack, const Stack& testStack, const Stack& testDiag, bool centre,
+                             const Eigen::VectorXd& biases, const Eigen::MatrixXd& betas, const Stack& trainStack, const Stack& testStack, const Stack& testDiag, bool centre,
                              bool normalise) {
   for (const Stack* a : {&trainStack, &testStack})
     if (a->ndim() != 3) ToKernelList(*a, "decision");  // throws the shape error
@@ -157,6 +168,7 @@ py::array_t<double> Decision(const Eigen::VectorXd& beta, const Eigen::VectorXd&
   model.bias = bias;
   model.coefs = coefs;
   model.biases = biases;
+  model.betas = betas;
   Eigen::MatrixXd scores;
   {
     py::gil_scoped_release release;  // the arrays are arguments: alive and unchanged while we read them
@@ -292,10 +304,10 @@ PYBIND11_MODULE(_core, m) {
   });
 
   m.def("fit", &Fit, py::arg("learner"), py::arg("params"), py::arg("kernels"), py::arg("y"), py::arg("task"), py::arg("classes") = 0,
-        py::arg("centre") = true, py::arg("normalise") = true,
+        py::arg("centre") = true, py::arg("normalise") = true, py::arg("multiclass_weights") = "shared",
         "Fits a catalogue learner on n_kernels x n x n training kernels (preprocessed per fold as the pipeline does); "
         "returns beta, coef, alpha, bias, coefs, biases and the fit info.");
-  m.def("decision", &Decision, py::arg("beta"), py::arg("coef"), py::arg("bias"), py::arg("coefs"), py::arg("biases"), py::arg("train_kernels"),
+  m.def("decision", &Decision, py::arg("beta"), py::arg("coef"), py::arg("bias"), py::arg("coefs"), py::arg("biases"), py::arg("betas"), py::arg("train_kernels"),
         py::arg("test_kernels"), py::arg("test_diag"), py::arg("centre"), py::arg("normalise"),
         "Decision values (or multiclass scores) for n_kernels x m x n test-vs-train kernels.");
   m.def("preprocess_fold", &PreprocessFold, py::arg("train_kernels"), py::arg("test_kernels"), py::arg("test_diag"), py::arg("centre") = true,
@@ -304,5 +316,14 @@ PYBIND11_MODULE(_core, m) {
   m.def("run_study", &RunStudy, py::arg("path_or_text"), py::arg("is_text"), py::arg("base_dir"), py::arg("out_dir"), py::arg("threads"),
         py::arg("force"), py::arg("verbose"), "Runs a study through pipeline::RunStudy; returns the output folder and summary.");
   m.def("version", &neuromkl::pipeline::NeuromklVersion);
+  m.def(
+      "data_dir",
+      []() {
+        const auto found = neuromkl::atlas::FindDataDir();
+        return py::make_tuple(found.dir, found.how);
+      },
+      "Where the built-in atlases are read from: (folder, how it was found).");
+  neuromkl::python::BindImages(m);
+  neuromkl::python::BindModels(m);
   m.def("versions", &neuromkl::pipeline::Versions);
 }

@@ -13,12 +13,12 @@ def rng():
     return np.random.default_rng(42)
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def source_dir():
     return SOURCE_DIR
 
 
-@pytest.fixture
+@pytest.fixture(scope="session")
 def cli():
     path = os.environ.get("NEUROMKL_CLI", str(SOURCE_DIR / "build" / "pipeline" / "neuromkl"))
     if not Path(path).is_file():

@@ -1,11 +1,13 @@
-"""scikit-learn's estimator contract (check_estimator) on every estimator, in the feature-group form.
+"""scikit-learn's estimator contract (check_estimator) on every estimator, in the feature-group form, and on
+every classifier with probability=True (predict_proba declared: the probability checks run too).
 
-No check is skipped. One is relaxed through scikit-learn's own tag: DKELMRegressor sets
+Every classifier runs the multiclass checks (none is binary_only). No check is skipped. One is relaxed through scikit-learn's own tag: DKELMRegressor sets
 `poor_score` (check_regressors_train then runs fully but without its R^2 > 0.5 threshold; see
 estimators.DKELMRegressor._more_tags and docs/python.md). test_dkelm_poor_score_is_only_the_default_deformation
 pins down why.
 """
 import numpy as np
+from sklearn.base import is_classifier
 from sklearn.preprocessing import StandardScaler
 from sklearn.utils.estimator_checks import _regression_dataset, parametrize_with_checks
 
@@ -13,12 +15,20 @@ import neuromkl
 
 
 def _instances():
-    return [cls() for cls in neuromkl.ESTIMATORS]
+    plain = [cls() for cls in neuromkl.ESTIMATORS]
+    calibrated = [cls(probability=True) for cls in neuromkl.ESTIMATORS if is_classifier(cls())]
+    return plain + calibrated
 
 
 @parametrize_with_checks(_instances())
 def test_sklearn_contract(estimator, check):
     check(estimator)
+
+
+def test_every_classifier_runs_the_multiclass_and_probability_checks():
+    classifiers = [e for e in _instances() if is_classifier(e)]
+    assert classifiers and not any(e._get_tags()["binary_only"] for e in classifiers)
+    assert sum(hasattr(e, "predict_proba") for e in classifiers) == len(classifiers) // 2
 
 
 def test_only_dkelm_regressor_relaxes_a_check():

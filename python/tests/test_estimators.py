@@ -13,7 +13,7 @@ from sklearn.preprocessing import StandardScaler
 import neuromkl
 from neuromkl import (DKELMClassifier, DKELMRegressor, EnmklKernelRidge, EnmklSVC, KELMClassifier, SimpleMKLClassifier, SumKernelRidge,
                       SumKernelSVC)
-from neuromkl.estimators import _RENAMED
+from neuromkl.estimators import _RENAMED, ESTIMATOR_PARAMS
 
 
 def _signal_data(rng, n=60, p=8, informative=(0, 3), task="classification"):
@@ -32,7 +32,7 @@ def test_python_defaults_equal_the_cpp_catalogue():
         cpp = catalog[cls._learner]
         covered.add(cls._learner)
         sig = inspect.signature(cls.__init__).parameters
-        py = {_RENAMED.get(k, k): float(v.default) for k, v in sig.items() if k not in ("self", "kernel", "groups", "centre", "normalise")}
+        py = {_RENAMED.get(k, k): float(v.default) for k, v in sig.items() if k != "self" and k not in ESTIMATOR_PARAMS}
         assert py == cpp, cls.__name__
     assert covered == set(catalog), "every catalogue learner has an estimator"
 
@@ -91,17 +91,30 @@ def test_decision_function_matches_the_fitted_coefficients(rng):
     np.testing.assert_allclose(clf.decision_function(X), f, atol=1e-9)
 
 
-def test_multiclass_kelm_and_binary_only_learners(rng):
+def test_every_classifier_is_multiclass(rng):
     centres = np.array([[3, 0, 0], [0, 3, 0], [0, 0, 3]])
     labels = rng.integers(0, 3, size=90)
     X = centres[labels] + rng.normal(size=(90, 3))
     y = np.array(["a", "b", "c"])[labels]
-    clf = KELMClassifier(C=10).fit(X, y)
-    assert clf.decision_function(X).shape == (90, 3)
-    assert clf.dual_coef_.shape == (90, 3) and clf.intercept_.shape == (3,)
-    assert clf.score(X, y) > 0.9
-    with pytest.raises(ValueError, match="binary classifier; y has 3 classes"):
-        EnmklSVC().fit(X, y)
+    for cls in neuromkl.ESTIMATORS:
+        if not is_classifier(cls()):
+            continue
+        clf = cls(C=10) if "C" in cls().get_params() else cls()
+        clf.fit(X, y)
+        assert clf.decision_function(X).shape == (90, 3), cls.__name__
+        assert clf.dual_coef_.shape == (90, 3) and clf.intercept_.shape == (3,), cls.__name__
+        assert clf.score(X, y) > 0.9, cls.__name__
+        assert not clf._get_tags()["binary_only"]
+    # MKL learners: one kernel weight vector for all classes, or one per class (their mean is kernel_weights_)
+    shared = EnmklSVC(C=10, groups=[[0], [1], [2]]).fit(X, y)
+    assert not hasattr(shared, "class_kernel_weights_")
+    per_class = EnmklSVC(C=10, groups=[[0], [1], [2]], multiclass_weights="per_class").fit(X, y)
+    assert per_class.class_kernel_weights_.shape == (3, 3)
+    np.testing.assert_allclose(per_class.kernel_weights_, per_class.class_kernel_weights_.mean(axis=1), atol=1e-15)
+    # each class's own column carries its one-vs-rest problem: the class's weights favour it
+    assert list(np.argmax(per_class.class_kernel_weights_, axis=0)) == [0, 1, 2]
+    with pytest.raises(neuromkl.InvalidParameter, match="multiclass_weights"):
+        EnmklSVC(multiclass_weights="each").fit(X, y)
 
 
 def test_dkelm_uses_unlabelled_samples(rng):

@@ -1,3 +1,5 @@
+#include <dlfcn.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -15,9 +17,76 @@
 
 namespace neuromkl::atlas {
 
+namespace {
+
+namespace fs = std::filesystem;
+
+bool HoldsAtlases(const fs::path& dir) {
+  std::error_code ec;
+  return !dir.empty() && fs::is_directory(dir / "atlases", ec);
+}
+
+/// The file this code was loaded from: the Python extension module (neuromkl._core) when the atlas library
+/// is linked into it (dladdr names shared objects by absolute path), else the executable. Empty when it cannot
+/// be told.
+fs::path LoadedFile() {
+  Dl_info info{};
+  std::error_code ec;
+  if (dladdr(reinterpret_cast<void*>(&HoldsAtlases), &info) != 0 && info.dli_fname && fs::path(info.dli_fname).is_absolute()) {
+    const fs::path file = fs::canonical(info.dli_fname, ec);
+    if (!ec) return file;
+  }
+  const fs::path exe = fs::canonical("/proc/self/exe", ec);
+  return ec ? fs::path() : exe;
+}
+
+bool Inside(const fs::path& file, const fs::path& dir) {
+  std::error_code ec;
+  const fs::path base = fs::canonical(dir, ec);
+  if (ec) return false;
+  const auto rel = file.lexically_relative(base);
+  return !rel.empty() && *rel.begin() != "..";
+}
+
+}  // namespace
+
+DataDirLookup FindDataDir() {
+  DataDirLookup lookup;
+  // 1. Relative to the binary: an installed CLI (<prefix>/bin -> <prefix>/share/neuromkl), the Python module
+  // installed beside it (<prefix>/lib/python3/dist-packages/neuromkl) or a pip-installed package (its data/).
+  const fs::path file = LoadedFile();
+  if (!file.empty()) {
+    const fs::path dir = file.parent_path();
+    for (const fs::path& candidate : {dir / NEUROMKL_DATA_FROM_BINDIR, dir / NEUROMKL_DATA_FROM_PYTHONDIR, dir / "data"}) {
+      const fs::path normal = candidate.lexically_normal();
+      lookup.tried.push_back(normal.string());
+      if (HoldsAtlases(normal)) {
+        lookup.dir = normal.string();
+        lookup.how = "beside the binary " + file.string();
+        return lookup;
+      }
+    }
+  }
+  // 2. The environment, for a binary moved away from its data.
+  if (const char* env = std::getenv("NEUROMKL_DATA_DIR"); env && *env) {
+    lookup.dir = env;
+    lookup.how = "NEUROMKL_DATA_DIR";
+    return lookup;
+  }
+  // 3. A binary in its build tree reads the source tree it was built from.
+  if (!file.empty() && Inside(file, NEUROMKL_BUILD_TREE) && HoldsAtlases(NEUROMKL_SOURCE_TREE)) {
+    lookup.dir = NEUROMKL_SOURCE_TREE;
+    lookup.how = "the source tree of the build tree " NEUROMKL_BUILD_TREE;
+    return lookup;
+  }
+  lookup.how = "not found";
+  return lookup;
+}
+
 std::string DataDir() {
-  if (const char* env = std::getenv("NEUROMKL_DATA_DIR"); env && *env) return env;
-  return NEUROMKL_DEFAULT_DATA_DIR;
+  const DataDirLookup found = FindDataDir();
+  // Not found: the installed location, so that a missing file's message names where it was expected.
+  return found.dir.empty() && !found.tried.empty() ? found.tried.front() : found.dir;
 }
 
 std::vector<std::string> BuiltinAtlasNames() { return {"aal"}; }

@@ -50,7 +50,7 @@ std::vector<double> ResidualisedTraces(const KernelVec& kernels, const Eigen::Re
   return traces;
 }
 
-/// kernels::CheckCentredStoreFolds for a run's preprocessing.
+/// gram::CheckCentredStoreFolds for a run's preprocessing.
 inline void CheckStoreFits(const CompactKernelList& store, const Preprocessing& pre) { CheckCentredStoreFolds(store, pre.centre, pre.covariates != nullptr); }
 
 /// CheckCentredStoreResidualiser for a fold's residualiser (float64 kernels: nothing to check).

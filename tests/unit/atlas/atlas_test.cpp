@@ -1,4 +1,6 @@
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
 #include <map>
 
 #include <gmock/gmock.h>
@@ -43,6 +45,22 @@ TEST(Atlas, BuiltinAalShipsWithTheRepository) {
   EXPECT_EQ(a.labelColumn, "code");  // aal116_labels.tsv has index and code; the image holds codes
   EXPECT_EQ(a.labels, Aal2mm().labels);
   EXPECT_FALSE(atlas::BuiltinAtlas("aal3"));
+}
+
+TEST(Atlas, DataOfABuildTreeBinaryComeFromItsSourceTreeUnlessTheEnvironmentSaysOtherwise) {
+  // This test binary lies in the build tree, with no share/neuromkl beside it (an installation's case is the
+  // ctest install_prefix_runs_the_example): the source tree, or NEUROMKL_DATA_DIR when it is set.
+  unsetenv("NEUROMKL_DATA_DIR");
+  const atlas::DataDirLookup inTree = atlas::FindDataDir();
+  EXPECT_EQ(std::filesystem::canonical(inTree.dir), std::filesystem::canonical(SourcePath("")));
+  EXPECT_THAT(inTree.how, HasSubstr("the source tree of the build tree"));
+  ASSERT_EQ(inTree.tried.size(), 3u);  // <bin>/../share/neuromkl, the Python module's and a package's data/: none holds atlases/
+  EXPECT_THAT(inTree.tried[0], HasSubstr("share/neuromkl"));
+  EXPECT_EQ(atlas::BuiltinAtlas("aal")->image, inTree.dir + "/atlases/aal/ROI_MNI_V4.nii.gz");
+  setenv("NEUROMKL_DATA_DIR", "/elsewhere/neuromkl", 1);
+  EXPECT_EQ(atlas::FindDataDir().how, "NEUROMKL_DATA_DIR");
+  EXPECT_EQ(atlas::DataDir(), "/elsewhere/neuromkl");
+  unsetenv("NEUROMKL_DATA_DIR");
 }
 
 /// Name-level agreement between the 1 mm atlas sampled at 2 mm voxel centres and the 2 mm atlas.

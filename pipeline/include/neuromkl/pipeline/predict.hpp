@@ -8,6 +8,8 @@
 #include <Eigen/Core>
 
 #include "neuromkl/export/model.hpp"
+#include "neuromkl/io/volume.hpp"
+#include "neuromkl/gram/preprocess.hpp"
 
 namespace neuromkl::pipeline {
 
@@ -18,6 +20,13 @@ struct NewSubjects {
   std::vector<std::string> ids;
   std::map<std::string, std::vector<std::string>> images;
   std::map<std::string, std::vector<std::string>> cells;  ///< column -> one cell per subject
+  /// Images already in memory (the Python package's nibabel images), per source: used instead of reading
+  /// `images` for that source (whose entries then only name the images in messages).
+  std::map<std::string, std::vector<io::Volume>> volumes;
+  /// Kernel rows of precomputed (and connectivity) kernels, by kernel name (the Python package): each
+  /// kernel's training block (training subjects in the model's order), the new subjects' rows against the
+  /// training subjects and their self-similarities. `predict` from a table has none and refuses such models.
+  std::map<std::string, gram::FoldKernel> kernels;
 };
 
 /// Reads a subjects table (image paths resolved against its folder) or a study file (its table or BIDS

@@ -58,7 +58,19 @@ struct AtlasFiles {
 };
 std::optional<AtlasFiles> BuiltinAtlas(const std::string& name);
 std::vector<std::string> BuiltinAtlasNames();
-/// Folder holding atlases/ (NEUROMKL_DATA_DIR environment variable, else the build-time default).
+/// Where the data folder (the one holding atlases/) was found, and how.
+struct DataDirLookup {
+  std::string dir;                 ///< empty: not found
+  std::string how;                 ///< "beside the binary ...", "NEUROMKL_DATA_DIR", "the source tree of ...", "not found"
+  std::vector<std::string> tried;  ///< the folders beside the binary that were looked at
+};
+/// Finds the data folder: first beside the binary that holds this code (an installed CLI's
+/// <prefix>/share/neuromkl, the installed Python module's, a pip-installed package's data/), then the
+/// NEUROMKL_DATA_DIR environment variable, then, for a binary inside its build tree, the source tree.
+/// Never the source tree for a binary outside its build tree.
+DataDirLookup FindDataDir();
+/// FindDataDir's folder; when none was found, the first folder looked at beside the binary (so that
+/// messages about a missing file name where the installed data were expected).
 std::string DataDir();
 
 /// Reads the label image and its table. Errors: non-integer label values, no labels at all,

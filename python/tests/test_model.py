@@ -1,0 +1,131 @@
+"""neuromkl.load_model: an exported model scores new subjects as `neuromkl predict` does (pipeline::ModelScores),
+from image paths, nibabel images, a subjects table or kernel rows."""
+import json
+import shutil
+import subprocess
+
+import numpy as np
+import pytest
+
+import neuromkl
+from studies import kernels_in_study_order, model_folder, precomputed_study, read_tsv, run_cli
+
+nibabel = pytest.importorskip("nibabel")
+
+
+def _predict(cli, model_dir, table, out):
+    subprocess.run([cli, "predict", str(model_dir), str(table), "--out", str(out), "-q"], check=True)
+    return read_tsv(out / "predictions.tsv")
+
+
+def _column(rows, learner, model, column):
+    return np.array([float(r[column]) for r in rows if r["learner"] == learner and r["model"] == model])
+
+
+@pytest.fixture(scope="module")
+def wager(tmp_path_factory, source_dir, cli):
+    """The shipped Wager cohort (regression, images, AAL), ENMKL-KRR and KRR with fixed parameters, no permutations."""
+    tmp = tmp_path_factory.mktemp("wager_model")
+    cohort = source_dir / "examples" / "wager2008_emoreg"
+    study = json.loads((cohort / "study.json").read_text())
+    study.pop("$schema", None)
+    study["learners"] = [{"name": "enmkl_krr", "params": {"lambda": 1, "mu": 0.5}}, {"name": "krr", "params": {"lambda": 1}}]
+    study["permutations"] = {"count": 0}
+    study["subjects"]["table"] = str(cohort / "participants.tsv")
+    (tmp / "study.json").write_text(json.dumps(study))
+    subprocess.run([cli, "run", str(tmp / "study.json"), "-q", "--out", str(tmp / "run")], check=True)
+    table = read_tsv(cohort / "participants.tsv")
+    paths = [str(cohort / r["image"]) for r in table]
+    return tmp, cohort / "participants.tsv", paths
+
+
+def test_final_and_fold_models_equal_neuromkl_predict_on_images(wager, cli):
+    tmp, table, paths = wager
+    cli_rows = _predict(cli, tmp / "run" / "model", table, tmp / "pred")
+    largest = 0.0
+    for label in ("enmkl_krr", "krr"):
+        model = neuromkl.load_model(tmp / "run" / "model", learner=label)
+        assert model.task == "regression" and model.learner == label and len(model.kernel_names) > 100
+        expected = _column(cli_rows, label, "final", "prediction")
+        from_paths = model.decision_function(paths)
+        from_nibabel = model.decision_function([nibabel.load(p) for p in paths])  # in-memory images
+        from_table = model.predict(table)                                          # the table predict reads
+        for values in (from_paths, from_nibabel, from_table):
+            largest = max(largest, np.abs(values - expected).max())
+            # 1e-9: predict's own arithmetic on the same float32 voxels (observed: 0, bit for bit)
+            np.testing.assert_allclose(values, expected, rtol=0, atol=1e-9, err_msg=label)
+    fold = model_folder(tmp / "run", "enmkl_krr") / "folds" / "2"
+    cli_fold = _predict(cli, fold, table, tmp / "pred_fold")
+    from_fold = neuromkl.load_model(fold).decision_function([nibabel.load(p) for p in paths])
+    np.testing.assert_allclose(from_fold, _column(cli_fold, "enmkl_krr", "fold2", "prediction"), rtol=0, atol=1e-9)
+    print(f"largest |load_model - neuromkl predict| over paths, nibabel images and the table: {largest:.2e}")
+
+
+def test_a_moved_image_is_refused_with_the_grid_named(wager):
+    tmp, _, paths = wager
+    img = nibabel.load(paths[0])
+    affine = img.affine.copy()
+    affine[0, 3] += 5.0  # 5 mm to the side: another grid
+    shifted = nibabel.Nifti1Image(np.asanyarray(img.dataobj), affine)
+    model = neuromkl.load_model(tmp / "run" / "model", learner="krr")
+    with pytest.raises(neuromkl.GeometryMismatch, match="not on the model's grid"):
+        model.decision_function([shifted])
+
+
+def test_binary_probabilities_equal_neuromkl_predict(tmp_path, cli):
+    """A simulated classification cohort: predict_proba is the model's Platt scaling, as predict's probability column."""
+    subprocess.run([cli, "simulate", "--out", str(tmp_path / "sim"), "--subjects", "30", "--seed", "4", "-q"], check=True)
+    study = json.loads((tmp_path / "sim" / "study.json").read_text())
+    study.pop("$schema", None)
+    study["learners"] = [{"name": "enmkl_svm", "params": {"c": 1, "mu": 0.5}}]
+    study["permutations"] = {"count": 0}
+    study["cv"] = {"outer": {"scheme": "stratified_kfold", "k": 3}, "inner": {"scheme": "stratified_kfold", "k": 3}}
+    (tmp_path / "sim" / "study.json").write_text(json.dumps(study))
+    subprocess.run([cli, "run", str(tmp_path / "sim" / "study.json"), "-q", "--out", str(tmp_path / "run")], check=True)
+    table = tmp_path / "sim" / study["subjects"]["table"]
+    rows = _predict(cli, tmp_path / "run" / "model", table, tmp_path / "pred")
+    model = neuromkl.load_model(tmp_path / "run" / "model")
+    assert model.task == "classification" and model.calibration is not None
+    proba = model.predict_proba(table)
+    assert list(model.classes_) == [model.card.negative_class, model.card.positive_class]
+    np.testing.assert_allclose(proba[:, 1], _column(rows, "enmkl_svm", "final", "probability"), rtol=0, atol=1e-12)
+    np.testing.assert_allclose(model.decision_function(table), _column(rows, "enmkl_svm", "final", "decision"), rtol=0, atol=1e-9)
+    assert list(model.predict(table)) == [r["predicted"] for r in rows]
+
+
+def test_precomputed_fold_models_reproduce_the_study_decision_values(tmp_path, rng, cli):
+    """`neuromkl predict` cannot score precomputed kernels from a table; load_model takes the kernel rows and
+    gives each fold model's decision values on its held-out subjects as the nested CV computed them."""
+    study, labels, fold, names = precomputed_study(tmp_path, rng, learners=[{"name": "enmkl_svm", "params": {"c": 1, "mu": 0.5}}])
+    results = run_cli(cli, tmp_path / "study.json", tmp_path / "cli")
+    K, _ = kernels_in_study_order(tmp_path, names, results)
+    ids = [f"s{i:02d}" for i in range(len(labels))]
+    largest = 0.0
+    for f in results["learners"][0]["folds"]:
+        model = neuromkl.load_model(model_folder(tmp_path / "cli", "enmkl_svm") / "folds" / str(f["index"]))
+        tr = [ids.index(s) for s in model.training_ids]
+        te = [ids.index(s) for s in f["test_subjects"]]
+        d = model.decision_function(kernels=K[:, te][:, :, tr], train_kernels=K[:, tr][:, :, tr], test_diag=np.einsum("kii->ki", K)[:, te])
+        largest = max(largest, np.abs(d - f["decision_values"]).max())
+        # 1e-9: the fold preprocessing of predict (CentreFold, NormaliseFold) against nested CV's in-place preparation
+        np.testing.assert_allclose(d, f["decision_values"], rtol=0, atol=1e-9)
+    print(f"largest |load_model - nested CV| on precomputed kernels: {largest:.2e}")
+    with pytest.raises(ValueError, match="train_kernels"):
+        model.decision_function(kernels=K[:, te][:, :, tr])
+
+
+def test_bad_model_folders_are_the_cli_errors(tmp_path, wager):
+    tmp, _, _ = wager
+    with pytest.raises(neuromkl.InputError, match="no model.json"):
+        neuromkl.load_model(tmp_path)
+    with pytest.raises(ValueError, match="holds the models of 2 learners"):
+        neuromkl.load_model(tmp / "run" / "model")
+    damaged = tmp_path / "damaged"
+    shutil.copytree(model_folder(tmp / "run", "krr"), damaged)
+    array = next(damaged.glob("*.npy"))
+    data = bytearray(array.read_bytes())
+    data[-1] ^= 0xFF
+    array.write_bytes(bytes(data))
+    with pytest.raises(neuromkl.InputError) as e:
+        neuromkl.load_model(damaged)
+    assert e.value.code == "model:Corrupt"
