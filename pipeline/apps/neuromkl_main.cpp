@@ -20,9 +20,9 @@
 #include "neuromkl/core/errors.hpp"
 #include "neuromkl/core/progress.hpp"
 #include "neuromkl/core/strings.hpp"
+#include "neuromkl/ranks/ranks.hpp"
 #include "neuromkl/pipeline/batch_run.hpp"
 #include "neuromkl/pipeline/mpi_kernels.hpp"
-#include "neuromkl/pipeline/mpi_session.hpp"
 #include "neuromkl/pipeline/predict.hpp"
 #include "neuromkl/pipeline/study_context.hpp"
 #include "neuromkl/pipeline/study_run.hpp"
@@ -194,9 +194,9 @@ int main(int argc, char** argv) {
   }
   try {
     if (*run) {
-      pipeline::MpiSession mpi(argc, argv);
+      ranks::Session mpi(argc, argv);
       // Under mpirun, ranks > 0 only help with a kernel stage whose data exceed one rank's budget.
-      if (pipeline::MpiActive() && pipeline::MpiRank() != 0) return pipeline::ServeRunKernels(runStudy, threads);
+      if (ranks::Active() && ranks::Rank() != 0) return pipeline::ServeRunKernels(runStudy, threads);
       const pipeline::KernelRanks kernelRanks;  // rank 0: tells the other ranks to stop when the run ends, however it ends
       config::StudyConfig study = config::LoadStudyConfig(runStudy);
       if (!cacheDir.empty()) study.output.cacheDir = std::filesystem::absolute(cacheDir).lexically_normal().string();
@@ -211,7 +211,7 @@ int main(int argc, char** argv) {
       return kExitOk;
     }
     if (*batch) {
-      pipeline::MpiSession mpi(argc, argv);
+      ranks::Session mpi(argc, argv);
       RequireBatchFile(batchFile, "batch");
       const config::BatchConfig b = config::LoadBatchConfig(batchFile);
       pipeline::BatchOptions options;
@@ -219,7 +219,7 @@ int main(int argc, char** argv) {
       options.force = force;
       if (!shard.empty()) pipeline::ParseShard(shard, options.shard, options.shards);
       const auto outcome = pipeline::RunBatch(b, options);
-      if (pipeline::MpiRank() != 0) return kExitOk;
+      if (ranks::Rank() != 0) return kExitOk;
       std::cout << fmt::format("Batch {}: {} completed, {} skipped (already complete), {} failed{}\n", b.name, outcome.completed, outcome.skipped,
                                outcome.failed, options.shards > 1 ? fmt::format(" (shard {}/{})", options.shard, options.shards) : std::string());
       for (const auto& s : outcome.studies)

@@ -1,4 +1,5 @@
 #include "neuromkl/pipeline/batch_run.hpp"
+#include "neuromkl/ranks/ranks.hpp"
 
 #include <filesystem>
 #include <set>
@@ -51,12 +52,6 @@ void ParseShard(const std::string& text, int& shard, int& shards) {
   if (!ok) throw ConfigError("batch:Shard", "--shard", "expected i/N with 0 <= i < N <= 1000000 (e.g. 0/4 for the first of four parts), found \"" + text + "\"");
 }
 
-#ifndef NEUROMKL_HAVE_MPI
-bool MpiActive() { return false; }
-bool MpiThreadsSerialized() { return false; }
-int MpiRank() { return 0; }
-#endif
-
 BatchOutcome RunBatchMpi(const config::BatchConfig& batch, const BatchOptions& options, const std::vector<std::size_t>& todo);
 
 BatchOutcome RunBatch(const config::BatchConfig& batch, const BatchOptions& options) {
@@ -83,7 +78,7 @@ BatchOutcome RunBatch(const config::BatchConfig& batch, const BatchOptions& opti
       todo.push_back(i);
     }
   }
-  if (MpiActive()) {
+  if (ranks::Active()) {
     const BatchOutcome mpi = RunBatchMpi(batch, options, todo);
     for (const auto& s : mpi.studies) out.studies.push_back(s);
   } else {
@@ -96,7 +91,7 @@ BatchOutcome RunBatch(const config::BatchConfig& batch, const BatchOptions& opti
       out.exitCode = std::max(out.exitCode, s.exitCode);
     }
   }
-  if (MpiRank() == 0) {
+  if (ranks::Rank() == 0) {
     fs::remove(batch.outputDir + "/checkpoints", ec);  // only if empty: a failed study keeps its blocks
     fs::remove_all(batch.outputDir + "/scratch", ec);
     if (options.shards == 1) out.summaryPath = MergeBatch(batch).tsv;
@@ -138,9 +133,5 @@ std::string ValidateBatch(const config::BatchConfig& batch, int& problems, bool 
                      tables.size());
   return out;
 }
-
-#ifndef NEUROMKL_HAVE_MPI
-BatchOutcome RunBatchMpi(const config::BatchConfig&, const BatchOptions&, const std::vector<std::size_t>&) { return {}; }
-#endif
 
 }  // namespace neuromkl::pipeline

@@ -14,6 +14,7 @@
 #include "neuromkl/pipeline/mpi_kernels.hpp"
 #include "neuromkl/pipeline/study_run.hpp"
 #include "neuromkl/pipeline/study_stages.hpp"
+#include "neuromkl/ranks/held_kernels.hpp"
 
 namespace neuromkl::pipeline {
 

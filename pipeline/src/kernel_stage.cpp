@@ -21,6 +21,7 @@
 #include "neuromkl/io/nifti.hpp"
 #include "neuromkl/pipeline/connectivity.hpp"
 #include "neuromkl/pipeline/mpi_kernels.hpp"
+#include "neuromkl/ranks/held_kernels.hpp"
 
 namespace neuromkl::pipeline {
 

@@ -18,6 +18,7 @@
 #include "neuromkl/gram/preprocess.hpp"
 #include "neuromkl/pipeline/kernel_stage.hpp"
 #include "neuromkl/weights/weights.hpp"
+#include "neuromkl/ranks/held_kernels.hpp"
 
 namespace neuromkl::pipeline {
 

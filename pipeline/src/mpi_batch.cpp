@@ -6,20 +6,6 @@
 // which must be on a file system all ranks see; the messages carry only unit ids and statuses.
 // Every unit is deterministic and independent of the thread count, so results equal a
 // single-process run.
-#include "neuromkl/pipeline/mpi_session.hpp"
-
-#include <cstdlib>
-
-#include "batch_units.hpp"
-#include "neuromkl/pipeline/batch_run.hpp"
-#include "neuromkl/pipeline/mpi_kernels.hpp"
-
-#ifdef NEUROMKL_HAVE_MPI
-// The C API only: OpenMPI would otherwise pull in its deprecated C++ bindings.
-#define OMPI_SKIP_MPICXX 1
-#define MPICH_SKIP_MPICXX 1
-#include <mpi.h>
-
 #include <atomic>
 #include <chrono>
 #include <deque>
@@ -28,23 +14,17 @@
 
 #include <spdlog/spdlog.h>
 
+#include "batch_units.hpp"
 #include "neuromkl/core/errors.hpp"
-#endif
+#include "neuromkl/pipeline/batch_run.hpp"
+#include "neuromkl/pipeline/mpi_kernels.hpp"
+#include "neuromkl/ranks/ranks.hpp"
 
 namespace neuromkl::pipeline {
 
-#ifndef NEUROMKL_HAVE_MPI
-MpiSession::MpiSession(int&, char**&) {}
-MpiSession::~MpiSession() = default;
-#else
-
 namespace {
-bool gInitialised = false;
-int gRank = 0, gSize = 1;
-int gThreadLevel = 0;
-constexpr int kTagRequest = 1, kTagAssign = 2;
-
-bool LaunchedByMpirun() { return std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMI_SIZE") || std::getenv("PMIX_RANK"); }
+using ranks::kTagAssign;
+using ranks::kTagRequest;
 
 /// Runs one unit; returns 0 or the exit code of a failed study. Never throws.
 int RunUnit(const config::BatchConfig& batch, const Unit& u, const BatchOptions& options, std::unique_ptr<StudyContext>& ctx) {
@@ -72,36 +52,16 @@ int RunUnit(const config::BatchConfig& batch, const Unit& u, const BatchOptions&
 
 }  // namespace
 
-MpiSession::MpiSession(int& argc, char**& argv) {
-  if (!LaunchedByMpirun()) return;
-  int provided = 0;
-  // Serialized: a run whose kernels stay on their owners sends its kernel requests from the fold tasks' threads, one
-  // at a time (gram::KernelOwners holds a lock); a batch calls MPI from rank 0's main thread only.
-  MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
-  gThreadLevel = provided;
-  gInitialised = true;
-  MPI_Comm_rank(MPI_COMM_WORLD, &gRank);
-  MPI_Comm_size(MPI_COMM_WORLD, &gSize);
-  if (gSize > 1) spdlog::set_pattern(fmt::format("[%H:%M:%S] [rank {}] %^%l%$ %v", gRank));
-}
-
-MpiSession::~MpiSession() {
-  if (gInitialised) MPI_Finalize();
-}
-
-bool MpiActive() { return gInitialised && gSize > 1; }
-bool MpiThreadsSerialized() { return gInitialised && gThreadLevel >= MPI_THREAD_SERIALIZED; }
-int MpiRank() { return gRank; }
-
 BatchOutcome RunBatchMpi(const config::BatchConfig& batch, const BatchOptions& options, const std::vector<std::size_t>& todo) {
   BatchOutcome out;
-  if (gRank != 0) {  // worker: ask, run, report, until told to stop
+  const int size = ranks::Size();
+  if (ranks::Rank() != 0) {  // worker: ask, run, report, until told to stop
     int report[4] = {-1, 0, 0, 0};
     std::unique_ptr<StudyContext> ctx;
     for (;;) {
-      MPI_Send(report, 4, MPI_INT, 0, kTagRequest, MPI_COMM_WORLD);
+      ranks::SendInts(report, 4, 0, kTagRequest);
       int a[3];
-      MPI_Recv(a, 3, MPI_INT, 0, kTagAssign, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      ranks::ReceiveInts(a, 3, 0, kTagAssign);
       if (a[0] < 0) break;
       const Unit u{static_cast<UnitKind>(a[0]), a[1], a[2]};
       report[0] = a[0], report[1] = a[1], report[2] = a[2];
@@ -112,13 +72,13 @@ BatchOutcome RunBatchMpi(const config::BatchConfig& batch, const BatchOptions& o
 
   std::vector<std::size_t> held;
   const auto phases = PlanUnits(batch, options, todo, &held);
-  spdlog::info("batch: {} ranks; {} kernel computations, {} permutation blocks, {} studies{}", gSize, phases[0].size(), phases[1].size(), phases[2].size(),
+  spdlog::info("batch: {} ranks; {} kernel computations, {} permutation blocks, {} studies{}", size, phases[0].size(), phases[1].size(), phases[2].size(),
                held.empty() ? std::string() : fmt::format(", then {} studies whose kernels exceed one rank's budget (held by every rank)", held.size()));
   std::deque<std::size_t> heldQueue(held.begin(), held.end());
   std::size_t phase = 0;
   std::deque<Unit> queue(phases[0].begin(), phases[0].end());
   int outstanding = 0, stopped = 0;
-  const int workers = gSize - 1;
+  const int workers = size - 1;
   std::vector<int> waiting;
   std::map<int, int> studyStatus;  // study index -> exit code
   // Rank 0 computes too, on a helper thread that makes no MPI call.
@@ -136,11 +96,11 @@ BatchOutcome RunBatchMpi(const config::BatchConfig& batch, const BatchOptions& o
     queue.pop_front();
     ++outstanding;
     const int a[3] = {static_cast<int>(u.kind), u.study, u.block};
-    MPI_Send(a, 3, MPI_INT, rank, kTagAssign, MPI_COMM_WORLD);
+    ranks::SendInts(a, 3, rank, kTagAssign);
   };
   auto stop = [&](int rank) {
     const int a[3] = {-1, 0, 0};
-    MPI_Send(a, 3, MPI_INT, rank, kTagAssign, MPI_COMM_WORLD);
+    ranks::SendInts(a, 3, rank, kTagAssign);
     ++stopped;
   };
   for (;;) {
@@ -159,7 +119,7 @@ BatchOutcome RunBatchMpi(const config::BatchConfig& batch, const BatchOptions& o
       heldQueue.pop_front();
       for (const int rank : waiting) {
         const int a[3] = {static_cast<int>(UnitKind::Held), static_cast<int>(i), 0};
-        MPI_Send(a, 3, MPI_INT, rank, kTagAssign, MPI_COMM_WORLD);
+        ranks::SendInts(a, 3, rank, kTagAssign);
         ++outstanding;
       }
       waiting.clear();
@@ -186,17 +146,15 @@ BatchOutcome RunBatchMpi(const config::BatchConfig& batch, const BatchOptions& o
       });
     }
     if (allDone && stopped == workers && !local.joinable()) break;
-    int flag = 0;
-    MPI_Status st;
-    MPI_Iprobe(MPI_ANY_SOURCE, kTagRequest, MPI_COMM_WORLD, &flag, &st);
-    if (!flag) {
+    const std::optional<int> source = ranks::Waiting(kTagRequest);
+    if (!source) {
       std::this_thread::sleep_for(std::chrono::milliseconds(2));
       continue;
     }
     int report[4];
-    MPI_Recv(report, 4, MPI_INT, st.MPI_SOURCE, kTagRequest, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    ranks::ReceiveInts(report, 4, *source, kTagRequest);
     if (report[0] >= 0) finished({static_cast<UnitKind>(report[0]), report[1], report[2]}, report[3]);
-    waiting.push_back(st.MPI_SOURCE);  // served above, now or when work appears
+    waiting.push_back(*source);  // served above, now or when work appears
   }
   for (std::size_t i : todo) {
     const auto& s = batch.studies[i];
@@ -205,6 +163,4 @@ BatchOutcome RunBatchMpi(const config::BatchConfig& batch, const BatchOptions& o
   }
   return out;
 }
-#endif
-
 }  // namespace neuromkl::pipeline

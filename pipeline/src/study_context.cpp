@@ -17,6 +17,7 @@
 #include "neuromkl/core/system.hpp"
 #include "neuromkl/gram/memory.hpp"
 #include "neuromkl/gram/owners.hpp"
+#include "neuromkl/ranks/held_kernels.hpp"
 
 namespace neuromkl::pipeline {
 

@@ -26,6 +26,7 @@
 #include "neuromkl/pipeline/connectivity.hpp"
 #include "neuromkl/pipeline/study_run.hpp"
 #include "neuromkl/weights/weights.hpp"
+#include "neuromkl/ranks/held_kernels.hpp"
 
 namespace neuromkl::pipeline {
 
@@ -145,7 +146,6 @@ exporting::PermutationRecord PermutationPValues(const StudyContext& ctx, const e
   return pr;
 }
 
-Eigen::VectorXi Indices(const std::vector<int>& v) { return Eigen::Map<const Eigen::VectorXi>(v.data(), static_cast<Eigen::Index>(v.size())); }
 
 /// The activation pattern of a fold model (Haufe et al. 2014): a = Cov(x~, f) / Var(f) over the fold's
 /// training subjects, x~ the kernel features as the learner saw them (centred, normalised; before the

@@ -334,8 +334,6 @@ TEST(OwnedKernels, AnOwnersFailureIsTheOneProcessError) {
   pre.covariates = std::make_shared<const gram::Covariates>(gram::Covariates{design, fitRows});
   std::vector<int> train, test;
   for (int i = 1; i < 30; ++i) (i % 3 == 0 ? test : train).push_back(i);
-  const Eigen::VectorXi tr = Eigen::Map<const Eigen::VectorXi>(train.data(), static_cast<Eigen::Index>(train.size()));
-  const Eigen::VectorXi te = Eigen::Map<const Eigen::VectorXi>(test.data(), static_cast<Eigen::Index>(test.size()));
   std::string expected;
   try {
     gram::PrepareFold(gram::MemoryKernels(kernels), train, test, pre);

@@ -665,7 +665,6 @@ TEST(FoldColumns, AreThePreparedCopiesColumnsBitForBit) {
   // blocks (equal source weighting scales both).
   const SummedFixture f = MakeSummedFixture();
   const Eigen::VectorXi& tr = f.tr;
-  const Eigen::VectorXi& te = f.te;
   for (const gram::Preprocessing& pre : EveryPreprocessing()) {
     const gram::MemoryKernels kernels(f.kernels);
     const gram::FoldKernels copies = gram::PrepareFold(kernels, f.train, f.test, pre);

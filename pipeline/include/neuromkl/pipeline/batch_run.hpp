@@ -56,11 +56,4 @@ MergeOutcome MergeBatch(const config::BatchConfig& batch);
 /// `neuromkl validate` on a batch: every study's config and inputs; `problems` counts the bad ones.
 std::string ValidateBatch(const config::BatchConfig& batch, int& problems, bool deep = false);
 
-/// True when this binary was built with MPI and runs under mpirun with more than one rank.
-bool MpiActive();
-/// Rank of this process (0 without MPI).
-int MpiRank();
-/// Whether MPI was initialised with calls allowed from any thread, one at a time (MPI_THREAD_SERIALIZED).
-bool MpiThreadsSerialized();
-
 }  // namespace neuromkl::pipeline

@@ -13,8 +13,8 @@
 #include "neuromkl/kernels/region_kernels.hpp"
 #include "neuromkl/pipeline/cohort.hpp"
 
-namespace neuromkl::gram {
-class KernelOwners;
+namespace neuromkl::ranks {
+class RankOwners;
 }
 
 namespace neuromkl::pipeline {
@@ -22,7 +22,7 @@ namespace neuromkl::pipeline {
 struct KernelStageResult {
   kernels::KernelSet set;
   /// Kernels that do not fit one rank under mpirun (set.distributed): the ranks hold them, this is rank 0's handle.
-  std::shared_ptr<gram::KernelOwners> owners;
+  std::shared_ptr<ranks::RankOwners> owners;
   std::string heldNote;  ///< ... how they came to the ranks when rank 0 handed them out (results.json)
   kernels::RegionKernelReport report;
   std::string key;        ///< content hash of everything the kernels depend on

@@ -18,8 +18,8 @@
 #include "neuromkl/export/kernel_store.hpp"
 #include "neuromkl/kernels/region_kernels.hpp"
 
-namespace neuromkl::gram {
-class KernelOwners;
+namespace neuromkl::ranks {
+class RankOwners;
 }
 
 namespace neuromkl::pipeline {
@@ -57,7 +57,7 @@ std::uint64_t RankMemoryBudget(const kernels::RegionKernelOptions& options);
 /// 0's handle, `budgetBytes` the budget, and true is returned. Rank 0 keeps every kernel until each rank holds its
 /// share: a rank's failure (memory) is thrown here. False (nothing changed) otherwise, with a warning when the kernels
 /// exceed the budget but cannot be held by the ranks.
-bool HandKernelsToRanks(kernels::KernelSet& set, double budgetMb, const std::string& what, std::shared_ptr<gram::KernelOwners>* owners,
+bool HandKernelsToRanks(kernels::KernelSet& set, double budgetMb, const std::string& what, std::shared_ptr<ranks::RankOwners>* owners,
                         std::uint64_t* budgetBytes);
 
 /// Rank 0 of a run under mpirun: a study of several sources (kernels.sources) whose kernels, counted before they are
@@ -77,9 +77,9 @@ class HeldSources {
   HeldSources& operator=(const HeldSources&) = delete;
   /// One source's kernels: held by the ranks (`owners`, the source stage's handle, the only one), or in `set` on rank
   /// 0 (`owners` null: handed out first). `owners` is released; `set` lists the kernels (KernelSet::distributed).
-  void Add(kernels::KernelSet& set, std::shared_ptr<gram::KernelOwners>& owners);
+  void Add(kernels::KernelSet& set, std::shared_ptr<ranks::RankOwners>& owners);
   /// The handle to every source's kernels (`subjects` rows, float32 store when `compact`, centred as `centred`).
-  std::shared_ptr<gram::KernelOwners> Finish(Eigen::Index subjects, bool compact, bool centred);
+  std::shared_ptr<ranks::RankOwners> Finish(Eigen::Index subjects, bool compact, bool centred);
   std::uint64_t BudgetBytes() const { return budgetBytes_; }
   struct Collected;  ///< a rank's share, collected source by source
 
@@ -108,7 +108,7 @@ bool OwnKernels(std::size_t subjects, const atlas::RegionIndex& regions, const k
 /// handle to them: the other ranks answer its requests until the last copy of it goes.
 kernels::KernelSet DistributedRegionKernels(int sourceIndex, const std::vector<std::string>& subjectIds, const std::vector<std::string>& imagePaths,
                                             const atlas::RegionIndex& regions, const kernels::RegionKernelOptions& options,
-                                            kernels::RegionKernelReport* report, std::shared_ptr<gram::KernelOwners>* owners = nullptr);
+                                            kernels::RegionKernelReport* report, std::shared_ptr<ranks::RankOwners>* owners = nullptr);
 
 /// Rank 0: the kernels of a kernel store (a cache entry) loaded by the ranks that hold them (kernel k by rank k mod P,
 /// each file checked against its checksum), rounded there into the compact store when `round` (centred when
@@ -116,6 +116,6 @@ kernels::KernelSet DistributedRegionKernels(int sourceIndex, const std::vector<s
 /// 0's handle to the kernels in `owners`. A failure on any rank (a damaged file) is thrown here; the ranks then hold
 /// nothing.
 kernels::KernelSet OwnedKernelsFromStore(const exporting::KernelStoreIndex& index, bool round, bool centre, const std::string& where,
-                                         std::shared_ptr<gram::KernelOwners>* owners);
+                                         std::shared_ptr<ranks::RankOwners>* owners);
 
 }  // namespace neuromkl::pipeline
