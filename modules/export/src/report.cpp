@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 
 #include "neuromkl/core/strings.hpp"
+#include "neuromkl/export/derivative.hpp"
 #include "neuromkl/export/png.hpp"
 #include "neuromkl/export/study_outputs.hpp"
 #include "neuromkl/io/nifti.hpp"
@@ -680,11 +681,12 @@ td,th{border:1px solid #ddd;padding:.25em .6em;text-align:left;font-size:.92em}t
            "_pattern.tsv</code>. A region with large weights but no pattern suppresses noise rather than carrying the effect.</p>\n";
       h += Montage(maps->patternMean[l], background, regions->grid);
     }
+    const std::vector<std::string> classParts = ClassFileParts(r.classNames);
     for (std::size_t c = 0; c < lr.classRegions.size() && c < r.classNames.size(); ++c) {
       LearnerRecord one;
       one.regions = lr.classRegions[c];
       h += "<h3>" + Escape(lr.outcome.label) + ", class " + Escape(r.classNames[c]) + " vs rest</h3>\n<p class=\"note\">Table: <code>regions_" +
-           Escape(lr.outcome.label) + "_class-" + Escape(r.classNames[c]) + ".tsv</code>.</p>\n<div class=\"figs\">" + TopRegionsChart(one, r, 15) + "</div>\n";
+           Escape(lr.outcome.label) + "_class-" + Escape(classParts[c]) + ".tsv</code>.</p>\n<div class=\"figs\">" + TopRegionsChart(one, r, 15) + "</div>\n";
     }
     if (maps)
       for (const auto& src : maps->sources) {
