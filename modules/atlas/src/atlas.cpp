@@ -164,7 +164,8 @@ Atlas LoadProbabilisticAtlas(const std::string& imagePath, const std::string& ta
     const std::int64_t volume = table.volumeIndex.empty() ? static_cast<std::int64_t>(r) : table.volumeIndex[r];
     if (volume < 0 || volume >= image.volumes)
       throw InputError("atlas:TableMismatch", tablePath,
-                       fmt::format("row {} ({}) names volume {}, but the image has volumes 0..{}", r + 1, table.names[r], volume,
+                       fmt::format("line {} ({}) names volume {}, but the image has volumes 0..{}", r < table.lines.size() ? table.lines[r] : r + 1,
+                                   table.names[r], volume,
                                    image.volumes - 1));
     atlas.regionVolume.push_back(volume);
     atlas.regions.push_back({volume + 1, table.names[r]});

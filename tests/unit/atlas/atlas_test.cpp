@@ -239,3 +239,27 @@ TEST(Atlas, LabelsAreTheExactIntegersOfTheFilesType) {
                   HasSubstr("found 1 voxels beyond that range (stored as uint64), the first with label 9223372036854775813"))));
 }
 }  // namespace
+
+namespace {
+// Atlas tables refused without a line number (one bad index cell made the column stop counting as labels: "no
+// integer column"; a header alone read as a data row) say which line and what was found.
+TEST(Atlas, LabelTableErrorsNameTheLine) {
+  neuromkl::testing::TempDir tmp;
+  neuromkl::testing::WriteFile(tmp / "bad_cell.tsv", "index\tname\n1\tA\n\n2x\tB\n3\tC\n");
+  EXPECT_THAT([&] { atlas::ReadLabelTable(tmp / "bad_cell.tsv"); },
+              ::testing::ThrowsMessage<InputError>(::testing::AllOf(
+                  HasSubstr("bad_cell.tsv:4"), HasSubstr("column \"index\" holds \"2x\", expected an integer label code (as in its other rows)"))));
+  neuromkl::testing::WriteFile(tmp / "header_only.tsv", "# made by hand\nindex\tname\n");
+  EXPECT_THAT([&] { atlas::ReadLabelTable(tmp / "header_only.tsv"); },
+              ::testing::ThrowsMessage<InputError>(::testing::AllOf(HasSubstr("header_only.tsv:2"),
+                                                                     HasSubstr("has a header (\"index name\") but no rows"))));
+  neuromkl::testing::WriteFile(tmp / "ragged.tsv", "index\tname\n1\tA\n2\tB\textra\n");
+  EXPECT_THAT([&] { atlas::ReadLabelTable(tmp / "ragged.tsv"); },
+              ::testing::ThrowsMessage<InputError>(::testing::AllOf(HasSubstr("ragged.tsv:3"), HasSubstr("this row has 3 columns, expected 2"))));
+  // Header-less AAL text: a code column with one bad cell among integers.
+  neuromkl::testing::WriteFile(tmp / "aal.txt", "FAG\tPrecentral_L\t2001\nFAD\tPrecentral_R\t2002\nF1G\tFrontal_Sup_L\t2101?\n");
+  EXPECT_THAT([&] { atlas::ReadLabelTable(tmp / "aal.txt"); },
+              ::testing::ThrowsMessage<InputError>(::testing::AllOf(HasSubstr("aal.txt:3"), HasSubstr("column 3 holds \"2101?\""))));
+}
+}  // namespace
+
