@@ -635,19 +635,6 @@ kernels::RegionKernelOptions RegionKernelOptionsOf(const config::StudyConfig& st
 }
 
 namespace {
-/// Cache entries being written by processes of this host that no longer run (kill -9 during the write).
-void RemoveDeadTemporaries(const std::string& cacheDir) {
-  std::error_code ec;
-  for (const auto& e : fs::directory_iterator(cacheDir, ec)) {
-    const std::string name = e.path().filename().string();
-    const auto tmp = name.find(".tmp-");
-    if (tmp != std::string::npos && LeftByDeadProcess(name, name.substr(0, tmp + 5))) {
-      spdlog::info("kernels: removing the unfinished cache entry {} of an interrupted run", e.path().string());
-      fs::remove_all(e.path(), ec);
-    }
-  }
-}
-
 /// The kernel stage of one source (RunKernelStage without the hand-out to MPI ranks). `held`: a source of a study whose
 /// kernels the ranks hold (HeldSources): an image source's kernels stay on their ranks as they are formed or read.
 KernelStageResult FormKernels(const config::StudyConfig& study, const Cohort& cohort, const std::string& scratchDir, int sourceIndex, bool held) {
@@ -666,7 +653,7 @@ KernelStageResult FormKernels(const config::StudyConfig& study, const Cohort& co
   const bool owned = study.kernels.source == KernelSource::Images &&
                      (held || (sourceIndex < 0 && OwnKernels(cohort.images.size(), *res.regions, RegionKernelOptionsOf(study, *res.regions, scratchDir))));
   if (study.kernels.cache) {
-    RemoveDeadTemporaries(study.output.cacheDir);  // entries a killed process was writing
+    RemoveDeadTemporaries(study.output.cacheDir, "kernel cache entry");  // entries a killed process was writing
     res.cachePath = study.output.cacheDir + "/" + res.key;
     // A hit on this study's own entry; for a float32 study, else on the float64 kernels' entry (a run of the same
     // study in float64 made it), rounded here: the same store as computing them again would give.

@@ -80,6 +80,18 @@ bool LeftByDeadProcess(const std::string& name, const std::string& prefix) {
 
 std::string TemporarySuffix() { return HostName() + "-" + std::to_string(getpid()); }
 
+void RemoveDeadTemporaries(const std::string& dir, const std::string& what) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    const auto tmp = name.find(".tmp-");
+    if (tmp != std::string::npos && LeftByDeadProcess(name, name.substr(0, tmp + 5))) {
+      spdlog::info("removing the unfinished {} {} of an interrupted run", what, e.path().string());
+      fs::remove_all(e.path(), ec);
+    }
+  }
+}
+
 void CheckOutputWritable(const std::string& finalDir) {
   std::error_code ec;
   fs::path existing = fs::absolute(fs::path(finalDir), ec).lexically_normal().parent_path();

@@ -33,6 +33,9 @@ void CheckOutputWritable(const std::string& finalDir);
 bool LeftByDeadProcess(const std::string& name, const std::string& prefix);
 /// "<host>-<pid>" of this process.
 std::string TemporarySuffix();
+/// Removes the entries "<name>.tmp-<host>-<pid>" of `dir` that processes of this host that no longer run were writing
+/// (killed mid-write); `what` names them in the log.
+void RemoveDeadTemporaries(const std::string& dir, const std::string& what);
 
 /// The exclusive claim of an output path, held for a run's lifetime (see above); released at destruction.
 class OutputClaim {
