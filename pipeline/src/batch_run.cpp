@@ -13,19 +13,34 @@
 #include "neuromkl/export/batch_outputs.hpp"
 #include "neuromkl/io/nifti.hpp"
 #include "neuromkl/kernels/region_kernels.hpp"
+#include "neuromkl/pipeline/output_dir.hpp"
 #include "neuromkl/pipeline/study_run.hpp"
 
 namespace neuromkl::pipeline {
 
 namespace fs = std::filesystem;
 
-void CheckBatchConfigs(const config::BatchConfig& batch) {
+namespace {
+/// Why `validate` refuses a batch study ("message [code]"), or empty when it accepts it.
+std::string StudyRefusal(const config::BatchStudy& s, bool deep) {
+  if (!s.error.empty()) return s.error + " [" + s.errorCode + "]";
+  try {
+    ValidateStudy(s.config, deep);
+  } catch (const Error& e) {
+    return std::string(e.what()) + " [" + e.code() + "]";
+  }
+  return "";
+}
+}  // namespace
+
+void CheckBatchConfigs(const config::BatchConfig& batch, const std::vector<std::size_t>& studies) {
   std::vector<std::string> bad;
-  for (const auto& s : batch.studies)
-    if (!s.error.empty()) bad.push_back(s.name + ": " + s.error);
+  for (const std::size_t i : studies)
+    if (const std::string why = StudyRefusal(batch.studies[i], false); !why.empty()) bad.push_back(batch.studies[i].name + ": " + why);
   if (!bad.empty())
     throw ConfigError("batch:InvalidStudies", batch.path,
-                      fmt::format("{} of {} studies have an invalid configuration; nothing was run:\n  {}", bad.size(), batch.studies.size(), Join(bad, "\n  ")));
+                      fmt::format("{} of {} studies are invalid (as `neuromkl validate` says); nothing was run:\n  {}", bad.size(), studies.size(),
+                                  Join(bad, "\n  ")));
 }
 
 /// A batch's output folder must be a folder (or not exist yet): checked alike by batch validate and batch run.
@@ -34,6 +49,7 @@ void CheckBatchOutputDir(const config::BatchConfig& batch) {
   if (fs::exists(batch.outputDir, ec) && !fs::is_directory(batch.outputDir, ec))
     throw InputError("batch:OutputNotFolder", batch.outputDir,
                      "the batch output path exists and is not a folder (expected a folder, or a path that does not exist yet)");
+  CheckOutputWritable(batch.outputDir + "/status");  // the studies' folders go inside it
 }
 
 void ParseShard(const std::string& text, int& shard, int& shards) {
@@ -55,8 +71,8 @@ void ParseShard(const std::string& text, int& shard, int& shards) {
 BatchOutcome RunBatchMpi(const config::BatchConfig& batch, const BatchOptions& options, const std::vector<std::size_t>& todo);
 
 BatchOutcome RunBatch(const config::BatchConfig& batch, const BatchOptions& options) {
-  CheckBatchConfigs(batch);
   CheckBatchOutputDir(batch);
+  CheckBatchConfigs(batch, ShardStudies(batch, options));
   std::error_code ec;
   fs::create_directories(batch.outputDir, ec);
   if (ec) throw IoError("batch:Mkdir", batch.outputDir, "cannot create the batch output folder: " + ec.message());
@@ -70,11 +86,13 @@ BatchOutcome RunBatch(const config::BatchConfig& batch, const BatchOptions& opti
   const auto mine = ShardStudies(batch, options);
   for (std::size_t i : mine) {
     const auto& s = batch.studies[i];
-    if (!options.force && StudyComplete(batch, s)) {
+    const std::string outdated = options.force ? "" : StudyOutdated(batch, s);
+    if (!options.force && outdated.empty()) {
       out.studies.push_back({s.name, "skipped", "", 0});
       ++out.skipped;
       spdlog::info("batch: study {} is complete; skipped", s.name);
     } else {
+      if (outdated != "not run yet" && !options.force) spdlog::warn("batch: study {} has results, but {}: it runs again", s.name, outdated);
       todo.push_back(i);
     }
   }
@@ -114,19 +132,22 @@ std::string ValidateBatch(const config::BatchConfig& batch, int& problems, bool 
   for (const auto& s : batch.studies) {
     if (!s.error.empty()) {
       ++problems;
-      out += fmt::format("  [invalid] {} ({}): {}\n", s.name, s.origin, s.error);
+      out += fmt::format("  [invalid] {} ({}): {}\n", s.name, s.origin, StudyRefusal(s, deep));
       continue;
     }
     try {
       const std::string summary = ValidateStudy(s.config, deep);
       tables.insert(s.config.subjects.table);
-      const bool done = StudyComplete(batch, s);
-      out += fmt::format("  [ok] {} ({}){}\n", s.name, s.origin, done ? " - already complete, a rerun skips it" : "");
+      const std::string outdated = StudyOutdated(batch, s);
+      out += fmt::format("  [ok] {} ({}){}\n", s.name, s.origin,
+                         outdated.empty()                ? " - already complete, a rerun skips it"
+                         : outdated == "not run yet"     ? ""
+                                                         : " - has results, but " + outdated + ": a rerun runs it again");
       for (const auto& line : Split(summary, '\n'))
         if (!line.empty()) out += "      " + line + "\n";
     } catch (const Error& e) {
       ++problems;
-      out += fmt::format("  [invalid] {} ({}): {}\n", s.name, s.origin, e.what());
+      out += fmt::format("  [invalid] {} ({}): {} [{}]\n", s.name, s.origin, e.what(), e.code());
     }
   }
   out += fmt::format("{} of {} studies valid; {} subjects tables.\n", batch.studies.size() - static_cast<std::size_t>(problems), batch.studies.size(),

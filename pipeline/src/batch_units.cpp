@@ -10,6 +10,8 @@
 #include "batch_units.hpp"
 #include "neuromkl/core/errors.hpp"
 #include "neuromkl/core/files.hpp"
+#include "neuromkl/core/hash.hpp"
+#include "neuromkl/pipeline/kernel_stage.hpp"
 #include "neuromkl/export/batch_outputs.hpp"
 #include "neuromkl/pipeline/mpi_kernels.hpp"
 #include "neuromkl/pipeline/study_run.hpp"
@@ -48,11 +50,30 @@ std::string StudyFailure(const config::BatchConfig& batch, const std::string& st
   return line;
 }
 
-bool StudyComplete(const config::BatchConfig& batch, const config::BatchStudy& study) {
+std::string StudyInputsKey(const config::StudyConfig& study) {
+  const Cohort cohort = LoadStudyCohort(study);
+  Hasher h;
+  h.Update(std::string_view("neuromkl-batch-inputs-v1")).Update(KernelCacheKey(study, cohort)).Update(HashFile(study.subjects.table));
+  return h.Hex();
+}
+
+std::string StudyOutdated(const config::BatchConfig& batch, const config::BatchStudy& study) {
   const std::string dir = batch.StudyDir(study.name);
   std::error_code ec;
-  return fs::exists(dir + "/results.json", ec) && exporting::ReadStampFingerprint(dir + "/batch_study.json") == config::StudyFingerprint(study);
+  if (!fs::exists(dir + "/results.json", ec)) return "not run yet";
+  const exporting::StudyStamp stamp = exporting::ReadStudyStamp(dir + "/batch_study.json");
+  if (stamp.fingerprint != config::StudyFingerprint(study)) return "its configuration changed";
+  if (stamp.inputsKey.empty()) return "its stamp does not record the input files it ran on";
+  try {
+    if (stamp.inputsKey != StudyInputsKey(study.config))
+      return "an input file changed since it ran (the subjects table, an image, the atlas, a mask or a kernel/feature file)";
+  } catch (const Error& e) {
+    return std::string("its inputs cannot be read now: ") + e.what();
+  }
+  return "";
 }
+
+bool StudyComplete(const config::BatchConfig& batch, const config::BatchStudy& study) { return StudyOutdated(batch, study).empty(); }
 
 config::StudyConfig EffectiveStudy(const config::BatchConfig& batch, std::size_t index, const BatchOptions& options) {
   config::StudyConfig s = batch.studies[index].config;
@@ -69,7 +90,7 @@ StudyOutcome RunStudyUnit(const config::BatchConfig& batch, std::size_t index, c
     ro.threads = options.threads;
     ro.force = true;  // an outdated or forced study is replaced only once the new run succeeded
     ro.checkpointDir = batch.CheckpointDir(s.name);
-    ro.extraFiles["batch_study.json"] = exporting::StudyStampJson(batch, s);
+    ro.extraFiles["batch_study.json"] = exporting::StudyStampJson(batch, s, StudyInputsKey(s.config));
     const RunOutcome r = RunStudy(s.config, ro);
     for (const auto& line : r.summary) spdlog::info("  {}", line);
     std::error_code ec;

@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include "neuromkl/core/errors.hpp"
+#include "neuromkl/core/files.hpp"
 #include "neuromkl/core/strings.hpp"
 #include "neuromkl/core/table.hpp"
 #include "neuromkl/io/nifti.hpp"
@@ -85,7 +86,14 @@ std::map<std::string, std::size_t> RowsById(const DelimitedTable& table, const s
   const bool byRow = idColumn == "#row";
   const std::size_t idCol = byRow ? 0 : table.Require(idColumn, role);
   std::map<std::string, std::size_t> rows;
-  for (std::size_t r = 0; r < table.rows.size(); ++r) rows[byRow ? std::to_string(r + 1) : table.rows[r][idCol]] = r;
+  for (std::size_t r = 0; r < table.rows.size(); ++r) {
+    const std::string id = byRow ? std::to_string(r + 1) : table.rows[r][idCol];
+    // Joined by id: a second row of one id would silently stand for the first (or be ignored).
+    if (const auto [it, fresh] = rows.emplace(id, r); !fresh)
+      throw InputError("table:DuplicateId", table.path + ":" + std::to_string(table.lineNumbers[r]),
+                       fmt::format("id \"{}\" ({}) appears twice (lines {} and {}); ids must be unique", id, role,
+                                   table.lineNumbers[it->second], table.lineNumbers[r]));
+  }
   return rows;
 }
 
@@ -177,6 +185,14 @@ std::vector<std::string> FindBidsImages(const config::BidsSpec& bids, const std:
 }
 
 Cohort LoadCohort(const config::StudyConfig& study, const std::map<std::string, std::string>& drop) {
+  // The default table lives in the BIDS root: a root that is no folder is said as such, not as a missing table.
+  if (const std::string& root = study.subjects.bids.root; !root.empty()) {
+    std::error_code ec;
+    if (!fs::is_directory(root, ec))
+      throw InputError("subjects:BidsMissing", root,
+                       "expected the BIDS dataset's folder (/subjects/bids/root), but " +
+                           (fs::exists(root, ec) ? std::string("it is a file") : WhyNotAFile(root)));
+  }
   DelimitedTable table = ReadDelimitedTable(study.subjects.table);
   const std::string& path = table.path;
   const bool byRow = study.subjects.idColumn == "#row";  // tables without ids: data rows numbered from 1
@@ -212,18 +228,25 @@ Cohort LoadCohort(const config::StudyConfig& study, const std::map<std::string, 
     const std::string where = path + ":" + std::to_string(table.lineNumbers[r]);
     const std::string id = byRow ? std::to_string(c.tableRows[r] + 1) : row[idCol];
     if (id.empty()) throw InputError("subjects:EmptyId", where, "empty subject id in column \"" + study.subjects.idColumn + "\"");
-    if (auto it = seen.find(id); it != seen.end())
+    // In a BIDS dataset "sub-01" and "01" name one participant (and would share its image).
+    const std::string key = bids ? WithoutSubPrefix(id) : id;
+    if (auto it = seen.find(key); it != seen.end()) {
+      const std::string& first = byRow ? std::to_string(c.tableRows[it->second] + 1) : table.rows[it->second][idCol];
       throw InputError("subjects:DuplicateId", where,
-                       fmt::format("subject id \"{}\" appears twice (lines {} and {}); ids must be unique", id,
-                                   table.lineNumbers[it->second], table.lineNumbers[r]));
-    seen[id] = r;
+                       first == id ? fmt::format("subject id \"{}\" appears twice (lines {} and {}); ids must be unique", id,
+                                                 table.lineNumbers[it->second], table.lineNumbers[r])
+                                   : fmt::format("subject ids \"{}\" (line {}) and \"{}\" (line {}) name the same BIDS participant sub-{}; ids must "
+                                                 "be unique",
+                                                 first, table.lineNumbers[it->second], id, table.lineNumbers[r], key));
+    }
+    seen[key] = r;
     c.ids.push_back(id);
     if (needImages && !bids) {
       if (IsMissingCell(row[imageCol]))
         throw InputError("subjects:NoImage", where, "subject " + id + " has no image path in column \"" + study.subjects.imageColumn + "\"");
       const std::string img = ResolveImagePath(path, row[imageCol]);
       std::error_code ec;
-      if (!fs::is_regular_file(img, ec)) missing.push_back(id + ": " + img);
+      if (!fs::is_regular_file(img, ec)) missing.push_back(id + ": " + img + " (" + WhyNotAFile(img) + ")");
       else if (!std::ifstream(img, std::ios::binary)) missing.push_back(id + ": " + img + " (not readable)");
       c.images.push_back(img);
     }
@@ -235,7 +258,7 @@ Cohort LoadCohort(const config::StudyConfig& study, const std::map<std::string, 
   if (!missing.empty()) {
     std::vector<std::string> shown(missing.begin(), missing.begin() + static_cast<std::ptrdiff_t>(std::min<std::size_t>(5, missing.size())));
     throw InputError("subjects:MissingImage", path,
-                     fmt::format("{} of {} image files are missing: {}{}", missing.size(), c.ids.size(), Join(shown, "; "),
+                     fmt::format("{} of {} image files are missing or not files: {}{}", missing.size(), c.ids.size(), Join(shown, "; "),
                                  missing.size() > 5 ? "; ..." : "") +
                          " (relative image paths resolve against the table's folder)");
   }

@@ -58,6 +58,14 @@ CovariateDesign BuildCovariateDesign(const config::StudyConfig& study, const Coh
                         fmt::format("{}: covariate column \"{}\" must be numeric, but {} subjects hold other values ({}); list it under "
                                     "\"categorical\" if it is a category",
                                     spec.ColumnPointer(i), spec.columns[i], bad.size(), Shown(bad, 5)));
+    // In double the fit has room for any units, but the coefficient images of an exported model are float32 and the
+    // fold products pass through the squared inverse scale: beyond 1e+-20 they underflow or overflow silently.
+    const double largest = n > 0 ? v.cwiseAbs().maxCoeff() : 0.0;
+    if (largest > kCovariateMagnitudeLimit || (largest > 0 && largest < 1.0 / kCovariateMagnitudeLimit))
+      throw InputError("covariates:Scale", study.subjects.table,
+                       fmt::format("covariate column \"{}\" ({}) has values of magnitude up to {:.3g}; expected magnitudes between 1e-20 and 1e20: "
+                                   "rescale the column (e.g. to years, or to z-scores)",
+                                   spec.columns[i], spec.ColumnPointer(i), largest));
     cols.push_back(std::move(v));
     out.columns.push_back(spec.columns[i]);
   }

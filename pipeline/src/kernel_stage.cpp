@@ -13,6 +13,7 @@
 
 #include "neuromkl/export/kernel_store.hpp"
 #include "neuromkl/core/errors.hpp"
+#include "neuromkl/core/files.hpp"
 #include "neuromkl/gram/owners.hpp"
 #include "neuromkl/core/hash.hpp"
 #include "neuromkl/core/npy.hpp"
@@ -22,6 +23,7 @@
 #include "neuromkl/pipeline/connectivity.hpp"
 #include "neuromkl/pipeline/mpi_kernels.hpp"
 #include "neuromkl/ranks/held_kernels.hpp"
+#include "neuromkl/pipeline/output_dir.hpp"
 
 namespace neuromkl::pipeline {
 
@@ -53,7 +55,7 @@ std::vector<atlas::Atlas> LoadStudyAtlases(const config::StudyConfig& study) {
 namespace {
 void RequireFile(const std::string& path, const char* code, const std::string& message) {
   std::error_code ec;
-  if (!fs::is_regular_file(path, ec)) throw InputError(code, path, message);
+  if (!fs::is_regular_file(path, ec)) throw InputError(code, path, message + ": " + WhyNotAFile(path));
 }
 }  // namespace
 
@@ -231,6 +233,7 @@ Eigen::MatrixXd ReadMatrixFile(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw InputError("kernels:Unreadable", path, "cannot open the kernel file");
   std::vector<std::vector<double>> rows;
+  std::vector<std::size_t> lines;  // each row's line in the file (blank lines are skipped): messages name the line
   std::string line;
   std::size_t lineNo = 0;
   while (std::getline(in, line)) {
@@ -250,11 +253,13 @@ Eigen::MatrixXd ReadMatrixFile(const std::string& path) {
       p = end;
     }
     rows.push_back(std::move(row));
+    lines.push_back(lineNo);
   }
   Eigen::MatrixXd K(static_cast<Eigen::Index>(rows.size()), rows.empty() ? 0 : static_cast<Eigen::Index>(rows[0].size()));
   for (std::size_t i = 0; i < rows.size(); ++i) {
     if (static_cast<Eigen::Index>(rows[i].size()) != K.cols())
-      throw InputError("kernels:Ragged", path, fmt::format("row {} has {} values, row 1 has {}", i + 1, rows[i].size(), K.cols()));
+      throw InputError("kernels:Ragged", path + ":" + std::to_string(lines[i]),
+                       fmt::format("matrix row {} has {} values, the first row (line {}) has {}", i + 1, rows[i].size(), lines[0], K.cols()));
     for (std::size_t j = 0; j < rows[i].size(); ++j) K(static_cast<Eigen::Index>(i), static_cast<Eigen::Index>(j)) = rows[i][j];
   }
   return K;
@@ -326,14 +331,30 @@ void AddTabularKernels(kernels::KernelSet& set, const std::string& group, const 
   }
 }
 
+}  // namespace
+
 kernels::KernelSet TabularKernels(const config::StudyConfig& study, const Cohort& cohort) {
   kernels::KernelSet set;
   set.subjects = cohort.ids;
   for (const auto& g : TabularFeatures(study, cohort)) AddTabularKernels(set, g.name, g.X, study.kernels.tabular.functions);
+  for (std::size_t k = 0; k < set.kernels.size(); ++k)
+    if (!set.kernels[k].allFinite())
+      throw InputError("kernels:NonFinite", study.kernels.tabular.table,
+                       fmt::format("kernel {} has NaN or infinite values: its function overflows or underflows double precision on these "
+                                   "features (a polynomial degree too high for their scale, or a Gaussian width whose square underflows); "
+                                   "choose other values in /kernels/tabular/functions",
+                                   set.info[k].name));
   return set;
 }
 
-}  // namespace
+void ExcludeZeroKernelsOrRefuse(kernels::KernelSet& set, const std::string& where) {
+  kernels::ExcludeZeroKernels(set);
+  if (set.Size() > 0) return;
+  std::vector<std::string> reasons;
+  for (const auto& e : set.excluded) reasons.push_back(e.info.name + ": " + e.reason);
+  throw InputError("kernels:NoneLeft", where,
+                   fmt::format("no usable kernel is left: every kernel was excluded ({})", Join(reasons, "; ")));
+}
 
 std::vector<TabularGroupFeatures> TabularFeatures(const config::StudyConfig& study, const Cohort& cohort) {
   const auto& spec = study.kernels.tabular;
@@ -388,6 +409,18 @@ atlas::RegionIndex StudyRegions(const config::StudyConfig& study, const Cohort& 
   std::vector<std::string> prefixes;
   for (const auto& atlas : LoadStudyAtlases(study)) {
     for (const auto& w : atlas.warnings) warnings.push_back("atlas: " + w);
+    // Resampling goes through world coordinates: without an orientation in one header, the atlas would land wherever
+    // NIfTI's fallback (voxel 0 at the origin) puts it, and most regions would miss the brain.
+    if (!atlas.geometry.DifferenceFrom(grid).empty() && (!grid.worldKnown || !atlas.geometry.worldKnown)) {
+      const bool images = !grid.worldKnown;
+      throw InputError("input:NoOrientation", images ? "subject " + cohort.ids.at(0) + " (" + cohort.images.at(0) + ")" : atlas.imagePath,
+                       fmt::format("the {} has neither a qform nor an sform (both codes 0), so where it lies in world space is unknown, and the "
+                                   "{} ({}) is on another grid ({}): it cannot be resampled without guessing. Set the {} orientation (the qform/sform "
+                                   "of the template it was normalised to){}",
+                                   images ? "image" : "atlas image", images ? "atlas" : "images", images ? atlas.imagePath : grid.Describe(),
+                                   images ? atlas.geometry.Describe() : "atlas " + atlas.geometry.Describe(), images ? "images'" : "atlas's",
+                                   images ? ", or give an atlas on the images' voxel grid" : ""));
+    }
     parts.push_back(atlas::BuildRegionIndex(atlas, grid, mask.get(), study.mask));
   }
   for (const auto& part : study.atlas.parts) prefixes.push_back(part.prefix);
@@ -622,6 +655,7 @@ KernelStageResult FormKernels(const config::StudyConfig& study, const Cohort& co
   const bool owned = study.kernels.source == KernelSource::Images &&
                      (held || (sourceIndex < 0 && OwnKernels(cohort.images.size(), *res.regions, RegionKernelOptionsOf(study, *res.regions, scratchDir))));
   if (study.kernels.cache) {
+    RemoveDeadTemporaries(study.output.cacheDir, "kernel cache entry");  // entries a killed process was writing
     res.cachePath = study.output.cacheDir + "/" + res.key;
     // A hit on this study's own entry; for a float32 study, else on the float64 kernels' entry (a run of the same
     // study in float64 made it), rounded here: the same store as computing them again would give.
@@ -697,7 +731,7 @@ KernelStageResult FormKernels(const config::StudyConfig& study, const Cohort& co
     case KernelSource::Sources:
       break;  // RunSourcesStage
   }
-  if (study.kernels.source != KernelSource::Images) kernels::ExcludeZeroKernels(res.set);
+  if (study.kernels.source != KernelSource::Images) ExcludeZeroKernelsOrRefuse(res.set, study.path);
   // Kernels that were not rounded as they were formed (other sources, out of core, gathered from MPI ranks).
   if (float32) kernels::CompactKernelSet(res.set, study.kernels.centre, study.path);
   AddExclusionWarnings(res);
@@ -705,7 +739,7 @@ KernelStageResult FormKernels(const config::StudyConfig& study, const Cohort& co
     throw InputError("kernels:NoneLeft", study.path, "no usable kernel is left (every region was excluded; see the warnings above)");
   if (study.kernels.cache) {
     // Land the cache entry atomically: a crash leaves a stray temporary folder, never a half entry.
-    const std::string tmp = res.cachePath + ".tmp-" + std::to_string(getpid());
+    const std::string tmp = res.cachePath + ".tmp-" + TemporarySuffix();
     try {
       SaveStageKernels(tmp, res, "kernel cache entry");
       std::error_code ec;

@@ -16,6 +16,7 @@
 #include "neuromkl/export/derivative.hpp"
 #include "neuromkl/gram/residualise.hpp"
 #include "neuromkl/gram/preprocess.hpp"
+#include "neuromkl/io/nifti.hpp"
 #include "neuromkl/pipeline/kernel_stage.hpp"
 #include "neuromkl/weights/weights.hpp"
 #include "neuromkl/ranks/held_kernels.hpp"
@@ -294,6 +295,13 @@ exporting::ExportedModel DescribeModel(const StudyContext& ctx, const exporting:
   return m;
 }
 
+std::string SubjectImageHash(const std::vector<const std::vector<std::string>*>& imageLists, std::size_t row) {
+  Hasher h;
+  for (const auto* list : imageLists)
+    for (const auto& f : io::ImageFilePaths((*list)[row])) h.Update(HashFile(f));
+  return h.Hex();
+}
+
 void ExportModels(const StudyContext& ctx, exporting::RunRecord& record, const std::vector<cv::OuterFoldResult>& finals, const std::string& dir) {
   const auto& study = ctx.study;
   const auto& ks = ctx.ks;
@@ -316,7 +324,20 @@ void ExportModels(const StudyContext& ctx, exporting::RunRecord& record, const s
     for (const auto& f : record.learners[l].outcome.folds)
       if (f.error.empty()) entries.push_back({l, &f, false, folders[l] + "/folds/" + std::to_string(f.index), {}});
   }
-  for (auto& e : entries) e.model = DescribeModel(ctx, record, record.learners[e.learner], *e.fold, e.final);
+  // Each training subject's image content, so that predict tells a training subject from another cohort's subject of
+  // the same id (sub-0001 of two cohorts).
+  std::vector<std::string> imageHashes(ctx.cohort.ids.size());
+  std::vector<const std::vector<std::string>*> imageLists;
+  if (study.kernels.source == KernelSource::Images) imageLists.push_back(&ctx.cohort.images);
+  for (const auto& s : ks.imageSources) imageLists.push_back(&s.images);
+  if (!imageLists.empty())
+    for (const int r : ctx.kernelRows) imageHashes[static_cast<std::size_t>(r)] = SubjectImageHash(imageLists, static_cast<std::size_t>(r));
+  for (auto& e : entries) {
+    e.model = DescribeModel(ctx, record, record.learners[e.learner], *e.fold, e.final);
+    if (!imageLists.empty())
+      for (const int r : TrainingRows(*e.fold))
+        e.model.trainingImageHashes.push_back(imageHashes[static_cast<std::size_t>(ctx.kernelRows[static_cast<std::size_t>(r)])]);
+  }
 
   // Image arrays: per image source, every model's mean, covariate coefficient images and primal weights in one pass.
   struct ImageSourceView {

@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <cstring>
 
 #include <filesystem>
 #include <fstream>
@@ -28,17 +29,6 @@ std::string HostName() {
   return h;
 }
 
-/// "<final>.<tag>-<host>-<pid>" names a folder of a process on this host that no longer runs.
-bool LeftByDeadProcess(const std::string& name, const std::string& prefix) {
-  if (name.rfind(prefix, 0) != 0) return false;
-  const std::string rest = name.substr(prefix.size());  // "<host>-<pid>"
-  const auto dash = rest.rfind('-');
-  if (dash == std::string::npos || rest.substr(0, dash) != HostName()) return false;
-  char* end = nullptr;
-  const long pid = std::strtol(rest.c_str() + dash + 1, &end, 10);
-  if (*end != '\0' || pid <= 0) return false;
-  return kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH;
-}
 /// The absolute, symlink-resolved form of `p` (as far as it exists).
 fs::path Canonical(const fs::path& p) {
   std::error_code ec;
@@ -71,7 +61,76 @@ void WriteMarker(const std::string& dir) {
   out.flush();
   if (!out) throw IoError("output:Write", path, "cannot write the output marker file");
 }
+void RemoveCreatedParents(const std::vector<std::string>& createdParents) {
+  std::error_code ec;
+  for (const auto& p : createdParents) fs::remove(p, ec);  // refuses a folder that holds anything
+}
 }  // namespace
+
+bool LeftByDeadProcess(const std::string& name, const std::string& prefix) {
+  if (name.rfind(prefix, 0) != 0) return false;
+  const std::string rest = name.substr(prefix.size());  // "<host>-<pid>"
+  const auto dash = rest.rfind('-');
+  if (dash == std::string::npos || rest.substr(0, dash) != HostName()) return false;
+  char* end = nullptr;
+  const long pid = std::strtol(rest.c_str() + dash + 1, &end, 10);
+  if (*end != '\0' || pid <= 0) return false;
+  return kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH;
+}
+
+std::string TemporarySuffix() { return HostName() + "-" + std::to_string(getpid()); }
+
+void RemoveDeadTemporaries(const std::string& dir, const std::string& what) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    const auto tmp = name.find(".tmp-");
+    if (tmp != std::string::npos && LeftByDeadProcess(name, name.substr(0, tmp + 5))) {
+      spdlog::info("removing the unfinished {} {} of an interrupted run", what, e.path().string());
+      fs::remove_all(e.path(), ec);
+    }
+  }
+}
+
+void CheckOutputWritable(const std::string& finalDir) {
+  std::error_code ec;
+  fs::path existing = fs::absolute(fs::path(finalDir), ec).lexically_normal().parent_path();
+  while (!existing.empty() && !fs::exists(existing, ec) && existing != existing.parent_path()) existing = existing.parent_path();
+  if (existing.empty()) existing = ".";
+  if (!fs::is_directory(existing, ec))
+    throw InputError("output:NotWritable", finalDir, "the output folder cannot be created: " + existing.string() + " on its path is a file, not a folder");
+  const fs::path probe = existing / (".neuromkl-probe-" + TemporarySuffix());
+  if (!fs::create_directory(probe, ec) || ec)
+    throw InputError("output:NotWritable", finalDir,
+                     "the output folder cannot be created: no folder can be made in " + existing.string() + " (" +
+                         (ec ? ec.message() : std::string("it exists already")) + "; a read-only or unwritable location): choose another --out or /output/dir");
+  fs::remove(probe, ec);
+}
+
+OutputClaim::OutputClaim(const std::string& finalDir) : path_(finalDir + ".claim") {
+  // The claim is a symbolic link whose target names its owner ("<host>-<pid>"): made atomically (it fails when one
+  // exists), readable without opening it, and it needs no data block, so a full disk still lets a run claim and then
+  // fail (and clean up) where it writes.
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    if (symlink(TemporarySuffix().c_str(), path_.c_str()) == 0) return;
+    if (errno != EEXIST) throw IoError("output:Mkdir", path_, std::string("cannot claim the output folder: ") + std::strerror(errno));
+    std::error_code ec;
+    const std::string owner = fs::read_symlink(path_, ec).string();
+    // A claim of a process of this host that no longer runs (killed): taken over.
+    if (!owner.empty() && LeftByDeadProcess(owner, "") && attempt == 0) {
+      unlink(path_.c_str());
+      continue;
+    }
+    const auto dash = owner.rfind('-');
+    const std::string who = dash == std::string::npos ? "another process" : "process " + owner.substr(dash + 1) + " on " + owner.substr(0, dash);
+    throw InputError("output:Busy", finalDir,
+                     "another neuromkl run (" + who + ") is writing this output folder (it holds " + path_ +
+                         "); wait for it to finish or choose another --out (if no run is writing there, remove " + path_ + ")");
+  }
+  throw InputError("output:Busy", finalDir, "the output folder's claim " + path_ + " keeps changing: another run is starting there");
+}
+
+OutputClaim::~OutputClaim() { unlink(path_.c_str()); }
 
 void CheckReplaceable(const std::string& path, const std::vector<std::string>& inputs) {
   std::error_code ec;
@@ -104,6 +163,7 @@ AtomicOutputDir::AtomicOutputDir(std::string finalDir, bool force, const std::ve
   if (fs::exists(fs::symlink_status(final_, ec)) && !force_)
     throw InputError("output:Exists", final_, "the output folder already exists; rerun with --force to replace it (the old results are kept until the new run succeeds)");
   if (fs::exists(fs::symlink_status(final_, ec))) CheckReplaceable(final_, inputs);
+  CheckOutputWritable(final_);
   const fs::path parent = fs::path(final_).parent_path();
   if (!parent.empty()) {
     for (fs::path p = parent; !p.empty() && !fs::exists(fs::symlink_status(p, ec)); p = p.parent_path()) {
@@ -111,8 +171,26 @@ AtomicOutputDir::AtomicOutputDir(std::string finalDir, bool force, const std::ve
       if (p == p.parent_path()) break;
     }
     fs::create_directories(parent, ec);
-    if (ec) throw IoError("output:Mkdir", parent.string(), "cannot create the output's parent folder: " + ec.message());
+    if (ec) {
+      RemoveCreatedParents(createdParents_);
+      throw IoError("output:Mkdir", parent.string(), "cannot create the output's parent folder: " + ec.message());
+    }
   }
+  // A constructor that throws runs no destructor: what was made so far is removed here.
+  try {
+    claim_ = std::make_unique<OutputClaim>(final_);
+    Prepare(inputs);
+  } catch (...) {
+    if (!temp_.empty()) fs::remove_all(temp_, ec);
+    claim_.reset();
+    RemoveCreatedParents(createdParents_);
+    throw;
+  }
+}
+
+void AtomicOutputDir::Prepare(const std::vector<std::string>& inputs) {
+  std::error_code ec;
+  const fs::path parent = fs::path(final_).parent_path();
   // Leftovers of a run that was killed (kill -9, power loss) on this host: an unfinished temporary
   // folder is removed; previous results moved aside by an interrupted commit are put back.
   const std::string base = fs::path(final_).filename().string();
@@ -129,10 +207,11 @@ AtomicOutputDir::AtomicOutputDir(std::string finalDir, bool force, const std::ve
   if (fs::exists(final_, ec) && !force_)
     throw InputError("output:Exists", final_, "the output folder already exists; rerun with --force to replace it (the old results are kept until the new run succeeds)");
   if (fs::exists(fs::symlink_status(final_, ec))) CheckReplaceable(final_, inputs);  // may have been put back above
-  temp_ = final_ + ".tmp-" + HostName() + "-" + std::to_string(getpid());
-  fs::remove_all(temp_, ec);
-  fs::create_directories(temp_, ec);
-  if (ec) throw IoError("output:Mkdir", temp_, "cannot create the temporary output folder: " + ec.message());
+  const std::string temp = final_ + ".tmp-" + TemporarySuffix();
+  fs::remove_all(temp, ec);
+  fs::create_directories(temp, ec);
+  if (ec) throw IoError("output:Mkdir", temp, "cannot create the temporary output folder: " + ec.message());
+  temp_ = temp;
   WriteMarker(temp_);
 }
 
@@ -140,15 +219,19 @@ AtomicOutputDir::~AtomicOutputDir() {
   if (committed_) return;
   std::error_code ec;
   fs::remove_all(temp_, ec);
+  claim_.reset();
   // A failed run leaves no trace: the parent folders it created are removed again, if still empty
   // (fs::remove refuses a folder that holds anything, e.g. another run's results).
-  for (const auto& p : createdParents_) fs::remove(p, ec);
+  RemoveCreatedParents(createdParents_);
 }
 
 void AtomicOutputDir::Commit() {
   std::error_code ec;
-  const std::string old = final_ + ".old-" + HostName() + "-" + std::to_string(getpid());
-  const bool replacing = fs::exists(final_, ec);
+  const std::string old = final_ + ".old-" + TemporarySuffix();
+  const bool replacing = fs::exists(fs::symlink_status(final_, ec));
+  // Without --force nothing is replaced, even what appeared while this run worked (another program's folder).
+  if (replacing && !force_)
+    throw InputError("output:Exists", final_, "the output folder appeared while this run worked; its results are not replaced without --force");
   if (replacing) {
     fs::rename(final_, old, ec);
     if (ec) throw IoError("output:Rename", final_, "cannot move the previous results aside: " + ec.message());
@@ -159,6 +242,7 @@ void AtomicOutputDir::Commit() {
     throw IoError("output:Rename", temp_, "cannot move the finished results into place: " + ec.message());
   }
   committed_ = true;
+  claim_.reset();
   if (replacing) fs::remove_all(old, ec);
   spdlog::debug("results committed to {}", final_);
 }

@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <mutex>
 #include <optional>
+#include <set>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -21,6 +22,7 @@
 #include "neuromkl/gram/preprocess.hpp"
 #include "neuromkl/metrics/metrics.hpp"
 #include "neuromkl/pipeline/cohort.hpp"
+#include "neuromkl/pipeline/model_export.hpp"
 #include "neuromkl/pipeline/output_dir.hpp"
 
 namespace neuromkl::pipeline {
@@ -57,6 +59,7 @@ NewSubjects FromTable(const std::string& tablePath, std::string idColumn, const 
   }
   const bool byRow = idColumn == "#row";
   const std::size_t idCol = byRow ? 0 : table.Require(idColumn, "subject id column (the model's id column)");
+  RowsById(table, idColumn, "subject id column");  // a subject listed twice would be scored (and counted in the metrics) twice
   for (std::size_t r = 0; r < table.rows.size(); ++r) s.ids.push_back(byRow ? std::to_string(r + 1) : table.rows[r][idCol]);
   if (s.ids.empty()) throw InputError("predict:NoSubjects", tablePath, "the table has no subject row");
   for (const auto& [source, column] : imageColumns) {
@@ -396,12 +399,40 @@ PredictOutcome Predict(const PredictOptions& options) {
     if (anyCorrection) rows.header.push_back("prediction_corrected");
     if (anyCorrection && haveTargets) rows.header.push_back("gap_corrected");
   }
+  // A subject the model was trained on is predicted in-sample (the model was fitted to it): such predictions are marked
+  // and left out of the metrics, which would otherwise overstate what the model does on new subjects.
+  std::vector<std::vector<char>> trained(models.size(), std::vector<char>(n, 0));
+  bool anyTrained = false;
+  // The same id is the same subject only with the same images (sub-0001 of another cohort is not): image models keep
+  // each training subject's image hash.
+  for (std::size_t q = 0; q < models.size(); ++q) {
+    const auto& m = models[q];
+    std::map<std::string, std::string> training;  // id -> image hash ("" without one)
+    for (std::size_t t = 0; t < m.trainingIds.size(); ++t) training[m.trainingIds[t]] = m.trainingImageHashes.empty() ? "" : m.trainingImageHashes[t];
+    std::vector<const std::vector<std::string>*> imageLists;
+    for (const auto& src : m.imageSources) imageLists.push_back(&subjects.images.at(src.name));
+    for (std::size_t i = 0; i < n; ++i) {
+      const auto it = training.find(subjects.ids[i]);
+      const bool same = it != training.end() && (it->second.empty() || it->second == SubjectImageHash(imageLists, i));
+      anyTrained |= (trained[q][i] = static_cast<char>(same)) != 0;
+    }
+  }
+  if (anyTrained) rows.header.push_back("in_training");
   std::map<std::string, std::map<std::string, double>> performance;
   std::vector<std::string> lines;
   for (std::size_t q = 0; q < models.size(); ++q) {
     const auto& m = models[q];
     const Eigen::MatrixXd& S = scores[q];
     const std::string which = m.fold < 0 ? "final" : fmt::format("fold{}", m.fold);
+    std::vector<std::string> seen;
+    for (std::size_t i = 0; i < n; ++i)
+      if (trained[q][i]) seen.push_back(subjects.ids[i]);
+    if (!seen.empty()) {
+      warnings.push_back(fmt::format("model {} ({}): {} of the {} subjects were among its training subjects ({}): their predictions are "
+                                     "in-sample, marked in_training in predictions.tsv and left out of its metrics",
+                                     m.learner, which, seen.size(), n, Shown(seen)));
+      spdlog::warn("{}", warnings.back());
+    }
     for (std::size_t i = 0; i < n; ++i) {
       const auto r = static_cast<Eigen::Index>(i);
       std::vector<std::string> row = {subjects.ids[i], m.learner, which};
@@ -427,12 +458,15 @@ PredictOutcome Predict(const PredictOptions& options) {
           if (haveTargets) row.push_back(corrected && y[i] ? FormatDouble(*corrected - *y[i]) : "n/a");
         }
       }
+      if (anyTrained) row.push_back(trained[q][i] ? "yes" : "no");
       rows.rows.push_back(std::move(row));
     }
-    if (haveTargets) {
-      std::vector<Eigen::Index> have;
-      for (std::size_t i = 0; i < n; ++i)
-        if (y[i]) have.push_back(static_cast<Eigen::Index>(i));
+    std::vector<Eigen::Index> have;
+    for (std::size_t i = 0; i < n; ++i)
+      if (y[i] && !trained[q][i]) have.push_back(static_cast<Eigen::Index>(i));
+    if (haveTargets && have.empty())
+      lines.push_back(fmt::format("{:<12} no metrics: every subject with a target was among the model's training subjects", m.learner));
+    if (haveTargets && !have.empty()) {
       const auto h = static_cast<Eigen::Index>(have.size());
       Eigen::VectorXd yy(h), f(h);
       Eigen::MatrixXd sc(h, task == "multiclass" ? S.cols() : 0);

@@ -170,6 +170,48 @@ learners::ClassWeights ClassWeightsOf(const config::StudyConfig& study, const Co
 }
 }  // namespace
 
+namespace {
+/// covariates.fit_on fits the coefficients on some training subjects (e.g. the controls): every training set of the
+/// nested CV (outer folds, their inner folds, the final model's) must hold one, else that fold fails mid-run. Checked
+/// here, before any heavy work, naming the fold.
+void CheckFitRowsInEveryFold(const StudyContext& ctx) {
+  if (!ctx.covariates || ctx.covariates->covariates.fitRow.empty()) return;
+  const auto& fitRow = ctx.covariates->covariates.fitRow;
+  const auto& spec = ctx.study.covariates;
+  const auto check = [&](const std::vector<int>& train, const std::string& fold) {
+    for (const int i : train)
+      if (fitRow[static_cast<std::size_t>(i)]) return;
+    throw InputError("covariates:NoFitRows", ctx.study.path + " /covariates/fit_on",
+                     fmt::format("no training subject of {} ({} subjects) has \"{}\" in column \"{}\", so the covariate coefficients cannot be "
+                                 "fitted there; use fit_on \"all\", or a split that keeps such subjects in every training set (e.g. stratify "
+                                 "or group by that column)",
+                                 fold, train.size(), spec.fitOnValue, spec.fitOnColumn));
+  };
+  const auto innerFolds = [&](const cv::InnerSplitter& inner, std::size_t outer, const std::vector<int>& train, const std::string& name) {
+    Eigen::VectorXd y(static_cast<Eigen::Index>(train.size()));
+    for (std::size_t i = 0; i < train.size(); ++i) y[static_cast<Eigen::Index>(i)] = ctx.cohort.y[train[i]];
+    const auto folds = inner(outer, train, y);
+    for (std::size_t k = 0; k < folds.size(); ++k) {
+      std::vector<int> innerTrain;
+      for (const int position : folds[k].train) innerTrain.push_back(train[static_cast<std::size_t>(position)]);
+      check(innerTrain, fmt::format("inner fold {} of {}", k + 1, name));
+    }
+  };
+  bool search = false;
+  for (const auto& p : ctx.plans) search |= p.grid.size() > 1;
+  for (std::size_t f = 0; f < ctx.outer.size(); ++f) {
+    const std::string name = fmt::format("outer fold {} (of {})", f + 1, ctx.outer.size());
+    check(ctx.outer[f].train, name);
+    if (search) innerFolds(ctx.Inner(), f, ctx.outer[f].train, name);
+  }
+  if (ctx.study.output.model) {
+    std::vector<int> all(static_cast<std::size_t>(ctx.n));
+    for (int i = 0; i < ctx.n; ++i) all[static_cast<std::size_t>(i)] = i;
+    if (search) innerFolds(ctx.FinalInner(), 0, all, "the final model's inner CV");
+  }
+}
+}  // namespace
+
 StudyContext LoadStudyInputs(const config::StudyConfig& study) {
   StudyContext ctx;
   ctx.study = study;
@@ -181,7 +223,17 @@ StudyContext LoadStudyInputs(const config::StudyConfig& study) {
       if (count < study.cv.outer.k) CheckClassSizes(ctx);  // names the class (before MakeFolds' generic message)
   ctx.outer = cv::MakeFolds(ToSplit(study.cv.outer), study.target.task, ctx.cohort.y, ctx.cohort.groups, ctx.cohort.customFolds, study.cv.seed,
                             study.path + " /cv/outer");
-  if (study.covariates.Active()) ctx.covariates = std::make_shared<const CovariateDesign>(BuildCovariateDesign(study, ctx.cohort, KernelRows(study, ctx.cohort)));
+  if (study.covariates.Active()) {
+    ctx.covariates = std::make_shared<const CovariateDesign>(BuildCovariateDesign(study, ctx.cohort, KernelRows(study, ctx.cohort)));
+    // Covariates are regressed out of the images: when they determine the target, nothing that predicts it is left.
+    const double r2 = gram::CovariateR2(ctx.covariates->covariates.design.topRows(ctx.n), ctx.cohort.y);
+    if (r2 >= kCovariateR2Refused)
+      throw InputError("covariates:ExplainTarget", study.path,
+                       fmt::format("/covariates: the covariates ({}) explain R^2 = {:.3f} of the target \"{}\" over the labelled subjects (at most {} "
+                                   "accepted): regressing them out of the images would remove everything that could predict it. A covariate "
+                                   "copies or recodes the target, or is confounded with it completely: remove it",
+                                   Join(ctx.covariates->columns, ", "), r2, study.target.column, kCovariateR2Refused));
+  }
   for (std::size_t l = 0; l < study.learners.size(); ++l) {
     const auto& spec = study.learners[l];
     learners::ParamMap fixed = spec.params;
@@ -189,6 +241,7 @@ StudyContext LoadStudyInputs(const config::StudyConfig& study) {
     ctx.plans.push_back({spec.label, spec.name, cv::ExpandGrid(fixed, spec.grid), ClassWeightsOf(study, ctx.cohort, l)});
   }
   CheckClassSizes(ctx);
+  CheckFitRowsInEveryFold(ctx);
   return ctx;
 }
 

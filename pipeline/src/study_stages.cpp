@@ -648,6 +648,13 @@ exporting::RunRecord DescribeRun(const StudyContext& ctx, CrossValidationResult 
     record.covariateFitOn = ctx.covariates->fitOn;
     // Labelled subjects are the design's first n rows.
     record.covariateTargetR2 = gram::CovariateR2(ctx.covariates->covariates.design.topRows(ctx.n), cohort.y);
+    if (record.covariateTargetR2 >= kCovariateR2Warning) {
+      record.warnings.push_back(fmt::format("the covariates explain R^2 = {:.3f} of the target (warned from {}): regressing them out of the images "
+                                            "removed most of what could predict it, so low performance may only mean that the covariates carry "
+                                            "the target; check that no covariate recodes it",
+                                            record.covariateTargetR2, kCovariateR2Warning));
+      spdlog::warn("{}", record.warnings.back());
+    }
   }
   record.centre = study.kernels.centre;
   record.normalise = study.kernels.normalise;

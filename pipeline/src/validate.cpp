@@ -7,12 +7,14 @@
 #include <fmt/format.h>
 
 #include "neuromkl/core/errors.hpp"
+#include "neuromkl/core/files.hpp"
 #include "neuromkl/core/strings.hpp"
 #include "neuromkl/io/nifti.hpp"
 #include "neuromkl/kernels/region_kernels.hpp"
 #include "neuromkl/pipeline/cohort.hpp"
 #include "neuromkl/pipeline/connectivity.hpp"
 #include "neuromkl/pipeline/kernel_stage.hpp"
+#include "neuromkl/pipeline/output_dir.hpp"
 #include "neuromkl/pipeline/study_context.hpp"
 #include "neuromkl/pipeline/study_run.hpp"
 
@@ -109,17 +111,29 @@ void DescribeKernels(const config::StudyConfig& study, const Cohort& cohort, boo
       line(fmt::format("Kernels: {} precomputed kernel files", study.kernels.precomputed.size()));
       for (const auto& k : study.kernels.precomputed) {
         std::error_code ec;
-        if (!fs::is_regular_file(k.file, ec)) throw InputError("kernels:Missing", k.file, "precomputed kernel file \"" + k.name + "\" not found");
+        if (!fs::is_regular_file(k.file, ec))
+          throw InputError("kernels:Missing", k.file, "precomputed kernel file \"" + k.name + "\" not found: " + WhyNotAFile(k.file));
         line(fmt::format("  {}: {}", k.name, k.file));
       }
-      // Read and checked as run does (shape n x n, finite, symmetric): the same function.
-      PrecomputedKernels(study, cohort);
-      line(fmt::format("  every kernel read: {0}x{0}, finite and symmetric", cohort.ids.size()));
+      {
+        // Read and checked as run does (shape n x n, finite, symmetric, positive semi-definite; zero kernels excluded): the
+        // same functions.
+        kernels::KernelSet set = PrecomputedKernels(study, cohort);
+        ExcludeZeroKernelsOrRefuse(set, study.path);
+        line(fmt::format("  every kernel read: {0}x{0}, finite, symmetric and positive semi-definite", cohort.ids.size()));
+        for (const auto& e : set.excluded) line(fmt::format("  warning: kernel {} excluded: {}", e.info.name, e.reason));
+      }
       break;
-    case config::KernelSource::Tabular:
+    case config::KernelSource::Tabular: {
       line(fmt::format("Kernels: {} linear kernels on feature groups of {}", study.kernels.tabular.groups.size(), study.kernels.tabular.table));
       for (const auto& [name, cols] : study.kernels.tabular.groups) line(fmt::format("  {}: {} columns", name, cols.size()));
+      // Formed as run forms them (a function that overflows is refused here too); features are small next to images.
+      kernels::KernelSet set = TabularKernels(study, cohort);
+      ExcludeZeroKernelsOrRefuse(set, study.path);
+      line(fmt::format("  every kernel formed: {} kernels, finite", set.Size()));
+      for (const auto& e : set.excluded) line(fmt::format("  warning: kernel {} excluded: {}", e.info.name, e.reason));
       break;
+    }
     case config::KernelSource::Sources:
       line(fmt::format("Kernels: {} sources{}", study.kernels.sources.size(),
                        study.kernels.sourceWeighting == config::SourceWeighting::Equal ? ", each scaled to the same total trace in every fold" : ""));
@@ -237,6 +251,7 @@ std::string ValidateStudy(const config::StudyConfig& study, bool deep) {
   }
   line(fmt::format("Permutations: {}", study.permutations.count));
   std::error_code ec;
+  CheckOutputWritable(study.output.dir);  // as run checks it before it works
   line(fmt::format("Output: {}{}", study.output.dir, fs::exists(study.output.dir, ec) ? " (exists: `run` needs --force to replace it)" : ""));
   line("OK: the study is valid");
   return out;

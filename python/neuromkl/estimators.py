@@ -99,7 +99,13 @@ class _NeuromklEstimator(BaseEstimator):
             raise ValueError(f"groups must be None, \"each\", \"all\" or a list of column-index lists, got {g!r}")
         out = []
         for k, cols in enumerate(g):
-            cols = np.asarray(cols, dtype=np.intp).ravel()
+            raw = np.asarray(cols).ravel()
+            # np.intp would truncate 0.5 to column 0 silently: indices must be whole numbers
+            whole = np.issubdtype(raw.dtype, np.integer) or (np.issubdtype(raw.dtype, np.floating) and np.all(np.isfinite(raw))
+                                                             and np.all(raw == np.floor(raw)))
+            if raw.size and not whole:
+                raise ValueError(f"column group {k} holds {raw.tolist()!r}; expected column indices (whole numbers)")
+            cols = raw.astype(np.intp)
             if cols.size == 0:
                 raise ValueError(f"column group {k} is empty")
             if cols.min() < 0 or cols.max() >= n_features:
@@ -128,7 +134,7 @@ class _NeuromklEstimator(BaseEstimator):
             if len(y) != n_lab:
                 raise ValueError(f"the kernels are {K.shape[1]} x {K.shape[2]} with {int(n_unlabelled)} unlabelled sample(s) but y has "
                                  f"{len(y)} entries")
-            # finiteness and symmetry-free shape checks of the kernels are the C++ learners' (InputError, a ValueError)
+            # finiteness, symmetry and positive semi-definiteness are checked in C++ as the CLI checks them (a ValueError)
             self._fit_kernels = K
             self.n_kernels_ = K.shape[0]
             return K, y, int(n_unlabelled)

@@ -21,6 +21,7 @@
 #include "neuromkl/core/errors.hpp"
 #include "neuromkl/core/progress.hpp"
 #include "neuromkl/gram/preprocess.hpp"
+#include "neuromkl/kernels/kernel_set.hpp"
 #include "neuromkl/learners/learner.hpp"
 #include "neuromkl/pipeline/study_run.hpp"
 
@@ -122,6 +123,8 @@ py::dict Fit(const std::string& learner, const std::map<std::string, double>& pa
     py::gil_scoped_release release;
     const auto start = std::chrono::steady_clock::now();
     KernelList train = ToKernelList(trainStack, "fit");
+    // The checks the CLI makes of precomputed kernels: square, finite, symmetric, positive semi-definite.
+    for (std::size_t j = 0; j < train.size(); ++j) neuromkl::kernels::CheckKernel(train[j], "kernel " + std::to_string(j), train[j].rows(), "fit");
     const auto learnerObject = neuromkl::learners::MakeLearner(learner, params, ParseMulticlassWeights(multiclassWeights));
     KernelList none;
     for (const auto& K : train) none.emplace_back(0, K.cols());

@@ -156,6 +156,23 @@ def test_cpp_errors_become_python_exceptions_with_the_same_message(rng):
         EnmklSVC(kernel="precomputed").fit(np.stack([X @ X.T]), np.ones(60))
 
 
+def test_precomputed_kernels_and_groups_are_checked_as_the_cli_checks_them(rng):
+    """A non-symmetric or indefinite stack (the CLI refuses both) and fractional column indices were accepted."""
+    X, y = _signal_data(rng)
+    K = X @ X.T
+    asymmetric = K.copy()
+    asymmetric[0, 1] += 1.0
+    with pytest.raises(neuromkl.InputError, match=r"kernel 0 is not symmetric") as e:
+        EnmklSVC(kernel="precomputed").fit(np.stack([asymmetric]), y)
+    assert e.value.code == "kernels:NotSymmetric"
+    with pytest.raises(neuromkl.InputError, match=r"kernel 1 is not positive semi-definite: its smallest eigenvalue is -") as e:
+        EnmklSVC(kernel="precomputed").fit(np.stack([K, -K]), y)
+    assert e.value.code == "kernels:NotPsd"
+    with pytest.raises(ValueError, match=r"column group 0 holds \[0.5, 1.0\]; expected column indices \(whole numbers\)"):
+        EnmklSVC(groups=[[0.5, 1]]).fit(X, y)
+    assert EnmklSVC(groups=[[0.0, 1.0]]).fit(X, y).n_kernels_ == 1  # whole numbers stored as floats are indices
+
+
 def test_fit_releases_the_gil(rng):
     """Another Python thread keeps running while a fit runs in C++: its longest pause is far below the
     time the fit spent in C++ (with the GIL held, the pause would be at least that long)."""

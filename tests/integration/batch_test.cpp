@@ -149,7 +149,10 @@ TEST_F(Batch, MatrixExpandsIntoNamedStudiesAndValidateChecksEveryStudy) {
   EXPECT_THAT(bad.output, HasSubstr("[ok] c1_dx_kelm"));
   const auto refused = RunCli("batch " + batch);
   EXPECT_EQ(refused.exitCode, 2);
-  EXPECT_THAT(refused.output, HasSubstr("have an invalid configuration; nothing was run"));
+  // The studies of the missing table are refused too (an input error, not a configuration one): the six validate refuses.
+  EXPECT_THAT(refused.output, HasSubstr("6 of 8 studies are invalid (as `neuromkl validate` says); nothing was run"));
+  EXPECT_THAT(refused.output, HasSubstr("c2_dx_kelm: " + (*dir_ / "c2/missing.tsv") + ": cannot open the table"));
+  EXPECT_THAT(refused.output, HasSubstr("[table:Unreadable]"));
   EXPECT_FALSE(fs::exists(StudiesDir(batch, "v") + "/studies"));
 
   // Duplicate names are refused with both origins.

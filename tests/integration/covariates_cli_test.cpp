@@ -1,6 +1,8 @@
 // Covariates end to end: a simulated cohort whose age drives some regions and is correlated with the
 // target (a confound), and the errors of bad covariate settings at their JSON pointers.
+#include <algorithm>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <sstream>
 
@@ -8,6 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "neuromkl/core/strings.hpp"
 #include "testing.hpp"
 
 using neuromkl::testing::ReadFile;
@@ -133,6 +136,84 @@ TEST_F(CovariatesCli, BadCovariatesAreErrorsAtTheirPointers) {
   r = RunCli("validate " + study(R"(["weight"])"));
   EXPECT_EQ(r.exitCode, 2);
   EXPECT_THAT(r.output, HasSubstr("2 of 60 subjects used have no value in a covariate column: sub-0003 (weight); sub-0009 (weight)"));
+}
+
+/// The cohort's table with extra columns computed from each row (header names, then a function of the row's cells).
+std::string TableWith(const std::string& cohort, const std::string& name, const std::vector<std::string>& columns,
+                      const std::function<std::vector<std::string>(const std::vector<std::string>& header, const std::vector<std::string>& row)>& cells) {
+  const auto rows = ReadTsv(cohort + "/participants.tsv");
+  std::string text;
+  for (std::size_t r = 0; r < rows.size(); ++r) {
+    std::vector<std::string> line = rows[r];
+    const auto extra = r == 0 ? columns : cells(rows[0], rows[r]);
+    line.insert(line.end(), extra.begin(), extra.end());
+    for (std::size_t c = 0; c < line.size(); ++c) text += (c ? "\t" : "") + line[c];
+    text += "\n";
+  }
+  WriteFile(cohort + "/" + name, text);
+  return name;
+}
+std::string Cell(const std::vector<std::string>& header, const std::vector<std::string>& row, const std::string& column) {
+  return row[static_cast<std::size_t>(std::find(header.begin(), header.end(), column) - header.begin())];
+}
+
+// A covariate that recodes the target (0/1 for the two classes) is regressed out of the images and takes with it
+// everything that predicts the target: balanced accuracy fell from 1.0 to chance with only target_r2 = 1 in
+// results.json. validate and run refuse it alike, saying why.
+TEST_F(CovariatesCli, CovariateThatRecodesTheTargetIsRefusedByValidateAndRun) {
+  TableWith(Cohort(), "participants_dx.tsv", {"dx01"}, [](const auto& header, const auto& row) {
+    return std::vector<std::string>{Cell(header, row, "group") == "patient" ? "1" : "0"};
+  });
+  const std::string path = *dir_ / "dx.json";
+  WriteFile(path, R"({"name": "dx", "subjects": {"table": "cohort/participants_dx.tsv"}, "target": {"column": "group", "task": "classification",
+    "positive_class": "patient"}, "atlas": "aal", "learners": [{"name": "svm", "params": {"c": 1}}], "covariates": ["age", "dx01"],
+    "output": {"weight_maps": false}})");
+  for (const std::string command : {"validate ", "run "}) {
+    const auto r = RunCli(command + path);
+    EXPECT_EQ(r.exitCode, 2) << command << r.output;
+    EXPECT_THAT(r.output, HasSubstr("[covariates:ExplainTarget]")) << command;
+    EXPECT_THAT(r.output, HasSubstr("the covariates (age, dx01) explain R^2 = 1.000 of the target \"group\"")) << command;
+  }
+  EXPECT_FALSE(std::filesystem::exists(*dir_ / "results/dx"));
+}
+
+// Covariates in large units (age x 1e12) made the pseudo-inverse's relative rank threshold drop the intercept: the
+// fit silently changed (target_r2 -2.8e26). Now the design is fitted column-scaled and any unit gives the same study;
+// magnitudes beyond 1e20 (x 1e300: the coefficient products underflow) are refused with the reason.
+TEST_F(CovariatesCli, CovariatesGiveTheSameFitInAnyUnitAndAbsurdScalesAreRefused) {
+  const auto scaled = [](double factor) {
+    return [factor](const auto& header, const auto& row) { return std::vector<std::string>{neuromkl::FormatDouble(std::stod(Cell(header, row, "age")) * factor)}; };
+  };
+  TableWith(Cohort(), "participants_units.tsv", {"age_e12", "age_e300"}, [&](const auto& header, const auto& row) {
+    return std::vector<std::string>{scaled(1e12)(header, row)[0], scaled(1e300)(header, row)[0]};
+  });
+  auto study = [&](const std::string& name, const std::string& column) {
+    const std::string path = *dir_ / (name + ".json");
+    WriteFile(path, R"({"name": ")" + name + R"(", "subjects": {"table": "cohort/participants_units.tsv"}, "target": {"column": "group",
+      "task": "classification", "positive_class": "patient"}, "atlas": "aal", "learners": [{"name": "enmkl_svm", "params": {"c": 1, "mu": 0.5}}],
+      "covariates": [")" + column + R"("], "output": {"weight_maps": false, "model": false}, "seed": 7})");
+    return path;
+  };
+  ASSERT_EQ(RunCli("run " + study("units_1", "age") + " -q").exitCode, 0);
+  ASSERT_EQ(RunCli("run " + study("units_e12", "age_e12") + " -q").exitCode, 0);
+  const auto a = nlohmann::json::parse(ReadFile(*dir_ / "results/units_1/results.json"));
+  const auto b = nlohmann::json::parse(ReadFile(*dir_ / "results/units_e12/results.json"));
+  // R^2 is unit-free; the residualised kernels differ by rounding only (products of 1e12 and 1e-12 scale exactly).
+  EXPECT_NEAR(b["covariates"]["target_r2"].get<double>(), a["covariates"]["target_r2"].get<double>(), 1e-9);
+  EXPECT_GT(a["covariates"]["target_r2"].get<double>(), 0.3);
+  const auto& pa = a["learners"][0]["metrics"]["pooled"];
+  const auto& pb = b["learners"][0]["metrics"]["pooled"];
+  EXPECT_EQ(pb["balanced_accuracy"], pa["balanced_accuracy"]);
+  EXPECT_NEAR(pb["auc"].get<double>(), pa["auc"].get<double>(), 1e-6);
+  const auto [weightsA, orderA] = Regions("units_1");
+  const auto [weightsB, orderB] = Regions("units_e12");
+  for (const auto& [region, percent] : weightsA) EXPECT_NEAR(weightsB.at(region), percent, 1e-3) << region;  // percent, solver tolerance
+  for (const std::string command : {"validate ", "run "}) {
+    const auto r = RunCli(command + study("units_e300", "age_e300"));
+    EXPECT_EQ(r.exitCode, 2) << command << r.output;
+    EXPECT_THAT(r.output, HasSubstr("[covariates:Scale]")) << command;
+    EXPECT_THAT(r.output, HasSubstr("covariate column \"age_e300\" (/covariates/0) has values of magnitude up to")) << command;
+  }
 }
 
 }  // namespace

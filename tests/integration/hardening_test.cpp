@@ -396,6 +396,29 @@ TEST_F(Hardening, ValidateAndRunAgreeOnEveryBadInput) {
   const std::string fewer = writeKernel("k_fewer.tsv", n - 1, n - 1, identity);
   const std::string asym = writeKernel("k_asym.tsv", n, n, [](std::size_t i, std::size_t j) { return i == j ? 1.0 : (i == 0 && j == 1 ? 0.5 : 0.0); });
   const std::string nan = writeKernel("k_nan.tsv", n, n, [](std::size_t i, std::size_t j) { return i == 2 && j == 2 ? std::nan("") : (i == j ? 1.0 : 0.0); });
+  // Kernels run could not use while validate said OK: negative definite (it ended weighted 0), all zero (no kernel left).
+  const std::string negative = writeKernel("k_negative.tsv", n, n, [](std::size_t i, std::size_t j) { return i == j ? -1.0 : 0.0; });
+  const std::string zero = writeKernel("k_zero.tsv", n, n, [](std::size_t, std::size_t) { return 0.0; });
+  // Tabular features whose Gaussian kernel overflows (a width whose square underflows: 0/0 on the diagonal).
+  std::string features = "subject\tx1\tx2\n";
+  for (std::size_t i = 1; i < rows.size(); ++i) features += rows[i][0] + "\t" + std::to_string(i) + "\t" + std::to_string(i % 3) + "\n";
+  WriteFile(bad + "/features.tsv", features);
+  const std::string overflow = R"("kernels": {"source": "tabular", "tabular": {"table": "bad_inputs/features.tsv", "id_column": "subject",
+    "groups": {"f": ["x1", "x2"]}, "functions": [{"type": "gaussian", "width": 1e-300}]}})";
+  // A qform whose quaternion is no rotation (b^2 + c^2 + d^2 = 2; quatern_b at byte 256, quatern_c at 260).
+  io::WriteVolume(bad + "/quaternion.nii", io::ReadVolume(Cohort() + "/" + rows[3][1]));
+  std::string quaternion = ReadFile(bad + "/quaternion.nii");
+  const std::int16_t qformOnly[2] = {1, 0};
+  const float bc[2] = {1.0f, 1.0f};
+  quaternion.replace(252, 4, reinterpret_cast<const char*>(qformOnly), 4);
+  quaternion.replace(256, 8, reinterpret_cast<const char*>(bc), 8);
+  WriteFile(bad + "/quaternion.nii", quaternion);
+  // Custom folds whose fold "c" holds every control: with covariates fit on the controls, that fold's training set has none.
+  std::string folds = "subject\timage\tgroup\tfold\tage\n";
+  for (std::size_t i = 1; i < rows.size(); ++i)
+    folds += rows[i][0] + "\t" + rows[i][1] + "\t" + rows[i][2] + "\t" + (rows[i][2] == "control" ? "c" : i % 2 ? "p1" : "p2") + "\t" +
+             std::to_string(50 + 3 * i % 17) + "\n";
+  WriteFile(Cohort() + "/t_fit_on.tsv", folds);
   const std::string aalLabels = neuromkl::testing::SourcePath("atlases/aal/aal116_labels.tsv");
   const std::string good = R"("subjects": {"table": "participants.tsv"})";
   const std::string rest = R"("target": {"column": "group", "task": "classification", "positive_class": "patient"},
@@ -420,6 +443,13 @@ TEST_F(Hardening, ValidateAndRunAgreeOnEveryBadInput) {
       {"kernel_other_subjects", good, fewer, "[kernels:Shape]"},
       {"kernel_asymmetric", good, asym, "[kernels:NotSymmetric]"},
       {"kernel_nan", good, nan, "[kernels:NonFinite]"},
+      {"kernel_negative_definite", good, negative, "[kernels:NotPsd]"},
+      {"kernel_all_zero", good, zero, "[kernels:NoneLeft]"},
+      {"tabular_overflow", good, overflow, "[kernels:NonFinite]"},
+      {"bad_quaternion", withImage("t_quaternion", "bad_inputs/quaternion.nii"), R"("atlas": "aal")", "[io:BadQuaternion]"},
+      {"fit_on_missing_in_a_fold", R"("subjects": {"table": "t_fit_on.tsv", "id_column": "subject"})",
+       R"("atlas": "aal", "cv": {"outer": {"scheme": "custom", "fold_column": "fold"}},
+          "covariates": {"columns": ["age"], "fit_on": {"column": "group", "value": "control"}})", "[covariates:NoFitRows]"},
   };
   for (const auto& c : cases) {
     const std::string study = Cohort() + "/agree_" + c.name + ".json";
@@ -432,6 +462,18 @@ TEST_F(Hardening, ValidateAndRunAgreeOnEveryBadInput) {
     EXPECT_EQ(ErrorCode(validate.output), c.code) << c.name << "\n" << validate.output;
     EXPECT_EQ(ErrorCode(run.output), c.code) << c.name << "\n" << run.output;
     EXPECT_FALSE(fs::exists(out + "/results.json")) << c.name;
+  }
+  // An output folder that cannot be made (here under /proc, where not even root can write): validate said OK and run
+  // failed with exit 1 once the kernels were computed.
+  const std::string readOnly = Cohort() + "/agree_read_only.json";
+  WriteFile(readOnly, R"({"name": "ro", "subjects": {"table": "participants.tsv"}, "atlas": "aal", "target": {"column": "group",
+    "task": "classification", "positive_class": "patient"}, "learners": [{"name": "svm", "params": {"c": 1}}],
+    "output": {"weight_maps": false, "dir": "/proc/neuromkl_read_only/out"}})");
+  for (const std::string command : {"validate ", "run "}) {
+    const auto r = RunCli(command + readOnly);
+    EXPECT_EQ(r.exitCode, 2) << command << r.output;
+    EXPECT_EQ(ErrorCode(r.output), "[output:NotWritable]") << command << r.output;
+    EXPECT_THAT(r.output, HasSubstr("the output folder cannot be created: no folder can be made in /proc")) << command;
   }
   // Below the 1 mm tolerance a qform/sform difference (float rounding, small shears) is accepted.
   const std::string close = Cohort() + "/agree_forms_close.json";

@@ -82,8 +82,8 @@ void ExpectCloseJson(const nlohmann::json& x, const nlohmann::json& y, const std
     for (auto it = x.begin(); it != x.end(); ++it) {
       const std::string& key = it.key();
       // Provenance, not results: dates, timings, cache note, where the kernels were computed,
-      // checksums of the (float-rounded) arrays, the study file's own path.
-      if (key == "date" || key == "seconds" || key == "cache" || key == "distributed" || key == "xxh3") continue;
+      // checksums of the (float-rounded) arrays and of the model card holding them, the study file's own path.
+      if (key == "date" || key == "seconds" || key == "cache" || key == "distributed" || key == "xxh3" || key == "card_xxh3") continue;
       // The float32 store's note says how the fold kernels were prepared (held by the ranks: no float32 copies).
       if (key == "note" && where.size() >= 10 && where.compare(where.size() - 10, 10, "/precision") == 0) continue;
       // A solver's path (iteration counts, the final duality gap below its stopping tolerance)

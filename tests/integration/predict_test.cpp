@@ -7,6 +7,7 @@
 #include <map>
 #include <set>
 
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 
 #include <nlohmann/json.hpp>
@@ -201,6 +202,8 @@ TEST_F(PredictCli, IndependentCohortScoresWithinNestedCvInterval) {
   const auto r = RunCli("predict " + results + "/model " + Cohort("newB") + "/participants.tsv --out " + Path("predB") + " -q");
   ASSERT_EQ(r.exitCode, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("balanced accuracy"));
+  // Its subjects share the training cohort's ids (sub-0001, ...) but not its images: new subjects, scored.
+  EXPECT_THAT(r.output, ::testing::Not(HasSubstr("among its training subjects")));
   const auto summary = nlohmann::json::parse(ReadFile(Path("predB") + "/summary.json"));
   const auto card = nlohmann::json::parse(ReadFile(results + "/model/Svm/model.json"));
   const double accuracy = summary.at("performance").at("svm").at("accuracy");
@@ -275,8 +278,48 @@ TEST_F(PredictCli, BadInputsExitTwoWithClearMessagesAndNoOutput) {
   fs::copy(model, Path("edited"), fs::copy_options::recursive);
   WriteFile(Path("edited") + "/coef.npy", ReadFile(Path("edited") + "/coef.npy") + "x");
   expectBad(Path("edited"), Cohort("cls") + "/participants.tsv", {"model:Corrupt", "coef.npy", "checksum"});
+  // An edited model card: model.json carries the checksum of its own content, as each array has one (a changed bias
+  // shifted every prediction silently).
+  fs::copy(model, Path("edited_card"), fs::copy_options::recursive);
+  auto card = nlohmann::json::parse(ReadFile(model + "/model.json"));
+  ASSERT_TRUE(card.contains("bias")) << card.dump();
+  card["bias"] = card["bias"].is_array() ? card["bias"] : nlohmann::json(card["bias"].get<double>() + 0.5);
+  if (card["bias"].is_array()) card["bias"][0] = card["bias"][0].get<double>() + 0.5;
+  WriteFile(Path("edited_card") + "/model.json", card.dump(2));
+  expectBad(Path("edited_card"), Cohort("cls") + "/participants.tsv", {"model:Corrupt", "model.json", "card_xxh3", "was edited or damaged"});
+  // Re-indenting the card alone changes nothing it says: accepted.
+  fs::copy(model, Path("reindented"), fs::copy_options::recursive);
+  WriteFile(Path("reindented") + "/model.json", nlohmann::json::parse(ReadFile(model + "/model.json")).dump(4));
+  EXPECT_EQ(RunCli("predict " + Path("reindented") + " " + Cohort("cls") + "/participants.tsv --out " + Path("reindented_out") + " -q").exitCode, 0);
+  // A subject listed twice would be scored (and counted in the metrics) twice.
+  const std::string table = ReadFile(Cohort("cls") + "/participants.tsv");
+  const std::string firstRow = table.substr(table.find('\n') + 1, table.find('\n', table.find('\n') + 1) - table.find('\n'));
+  WriteFile(Cohort("cls") + "/twice.tsv", table + firstRow);
+  expectBad(model, Cohort("cls") + "/twice.tsv", {"table:DuplicateId", "twice.tsv", "appears twice (lines 2 and 42)"});
   // No model at all.
   expectBad(Cohort("cls"), Cohort("cls") + "/participants.tsv", {"model:Missing"});
+}
+
+// Predicting the subjects a model was trained on (model.json lists them) gave a near-perfect score beside the expected
+// one, without a word. Such predictions are in-sample: they are marked, and left out of the metrics.
+TEST_F(PredictCli, TrainingSubjectsAreMarkedAndLeftOutOfTheMetrics) {
+  const std::string model = Cls() + "/model/Svm";
+  auto r = RunCli("predict " + model + " " + Cohort("cls") + "/participants.tsv --out " + Path("pred_training"));
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("model svm (final): 40 of the 40 subjects were among its training subjects"));
+  EXPECT_THAT(r.output, HasSubstr("no metrics: every subject with a target was among the model's training subjects"));
+  EXPECT_THAT(r.output, ::testing::Not(HasSubstr("balanced accuracy")));
+  const Rows pred = ReadTsv(Path("pred_training") + "/predictions.tsv");
+  for (std::size_t p = 1; p < pred.size(); ++p) EXPECT_EQ(pred[p][Col(pred, "in_training")], "yes");
+  const auto summary = nlohmann::json::parse(ReadFile(Path("pred_training") + "/summary.json"));
+  EXPECT_FALSE(summary.contains("performance") && summary["performance"].contains("svm")) << summary.dump();
+  // A fold model scores its held-out subjects as new ones: those keep their metrics, its training subjects do not.
+  const auto foldCard = nlohmann::json::parse(ReadFile(model + "/folds/1/model.json"));
+  const auto trainingIds = foldCard.at("training").at("subjects").get<std::vector<std::string>>();
+  r = RunCli("predict " + model + "/folds/1 " + Cohort("cls") + "/participants.tsv --out " + Path("pred_fold"));
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr(fmt::format("{} of the 40 subjects were among its training subjects", trainingIds.size())));
+  EXPECT_THAT(r.output, HasSubstr(fmt::format("on {} subjects", 40 - trainingIds.size())));
 }
 
 // /output/model false: no model/ folder (and the resolved study says so).

@@ -116,40 +116,33 @@ void CheckUniqueCodes(const LabelTable& table, const std::vector<std::int64_t>& 
 }  // namespace
 
 Atlas LoadAtlas(const std::string& imagePath, const std::string& tablePath) {
-  io::Volume image;
+  io::LabelVolume image;
   try {
-    image = io::ReadVolume(imagePath);
+    image = io::ReadLabelVolume(imagePath);
   } catch (const InputError& e) {
     if (e.code() != "io:Not3D") throw;
     throw InputError("atlas:FourD", imagePath,
                      "expected a 3-D label image, found a 4-D image: for a probabilistic atlas (one volume per region) set "
                      "\"probabilistic\": true in /atlas");
   }
+  if (image.nonInteger > 0)
+    throw InputError("atlas:NonIntegerLabels", imagePath,
+                     fmt::format("expected an integer label image, found {} voxels with non-integer or non-finite values (stored as {}; "
+                                 "a probability map? set \"probabilistic\": true in /atlas, or threshold it into labels)",
+                                 image.nonInteger, image.datatype));
+  if (image.outOfRange > 0)
+    throw InputError("atlas:LabelRange", imagePath,
+                     fmt::format("label codes are 32-bit integers (-2147483648 to 2147483647); found {} voxels beyond that range "
+                                 "(stored as {}), the first with label {}: renumber the labels",
+                                 image.outOfRange, image.datatype, image.firstOutOfRange));
   Atlas atlas;
   atlas.imagePath = imagePath;
   atlas.tablePath = tablePath;
   atlas.geometry = image.geometry;
-  atlas.labels.resize(image.data.size());
-  std::int64_t nonInteger = 0;
+  atlas.labels = std::move(image.labels);
   std::set<std::int32_t> present;
-  for (std::size_t i = 0; i < image.data.size(); ++i) {
-    const float v = image.data[i];
-    if (!std::isfinite(v) || v != std::round(v)) {
-      ++nonInteger;
-      atlas.labels[i] = 0;
-      continue;
-    }
-    // Labels are 32-bit codes: a larger value cannot be converted (undefined behaviour), so it is refused.
-    if (!(v > -2147483648.0f && v < 2147483648.0f))
-      throw InputError("atlas:LabelRange", imagePath,
-                       fmt::format("label value {} is beyond the range of an integer label code (|label| < 2^31)", FormatDouble(v)));
-    atlas.labels[i] = static_cast<std::int32_t>(v);
-    if (atlas.labels[i] != 0) present.insert(atlas.labels[i]);
-  }
-  if (nonInteger > 0)
-    throw InputError("atlas:NonIntegerLabels", imagePath,
-                     fmt::format("expected an integer label image, found {} voxels with non-integer or non-finite values "
-                                 "(a probability map? set \"probabilistic\": true in /atlas, or threshold it into labels)", nonInteger));
+  for (const std::int32_t label : atlas.labels)
+    if (label != 0) present.insert(label);
   if (present.empty()) throw InputError("atlas:NoLabels", imagePath, "the atlas image has no non-zero label");
 
   LabelTable table = ReadLabelTable(tablePath);
@@ -157,7 +150,7 @@ Atlas LoadAtlas(const std::string& imagePath, const std::string& tablePath) {
     for (auto code : codes)
       if (code < INT32_MIN || code > INT32_MAX)
         throw InputError("atlas:LabelRange", tablePath,
-                         fmt::format("label code {} in column {} is beyond the range of an integer label code (|label| < 2^31)", code, column));
+                         fmt::format("label code {} in column {} is beyond the 32-bit label codes (-2147483648 to 2147483647)", code, column));
   atlas.tableFormat = table.format;
   // The table column that codes the image: the one matching most image labels.
   std::size_t best = 0, bestHits = 0;
@@ -240,7 +233,8 @@ Atlas LoadProbabilisticAtlas(const std::string& imagePath, const std::string& ta
     const std::int64_t volume = table.volumeIndex.empty() ? static_cast<std::int64_t>(r) : table.volumeIndex[r];
     if (volume < 0 || volume >= image.volumes)
       throw InputError("atlas:TableMismatch", tablePath,
-                       fmt::format("row {} ({}) names volume {}, but the image has volumes 0..{}", r + 1, table.names[r], volume,
+                       fmt::format("line {} ({}) names volume {}, but the image has volumes 0..{}", r < table.lines.size() ? table.lines[r] : r + 1,
+                                   table.names[r], volume,
                                    image.volumes - 1));
     atlas.regionVolume.push_back(volume);
     atlas.regions.push_back({volume + 1, table.names[r]});

@@ -128,6 +128,9 @@ LabelTable ReadLabelTable(const std::string& path) {
   std::int64_t dummy;
   bool firstHasInt = false;
   for (const auto& c : rows[0]) firstHasInt |= ParseInt(c, dummy);
+  if (!firstHasInt && rows.size() == 1)
+    throw InputError("atlas:TableEmpty", path + ":" + std::to_string(lines[0]),
+                     "the atlas label table has a header (\"" + Join(rows[0], " ") + "\") but no rows: expected one row per region below it");
   if (!firstHasInt && rows.size() > 1) {
     header = rows[0];
     rows.erase(rows.begin());
@@ -136,8 +139,26 @@ LabelTable ReadLabelTable(const std::string& path) {
   const std::size_t ncols = rows[0].size();
   for (std::size_t r = 0; r < rows.size(); ++r)
     if (rows[r].size() != ncols)
-      throw InputError("atlas:TableRagged", path, "row " + std::to_string(r + 1) + " has " + std::to_string(rows[r].size()) +
-                                                      " columns, expected " + std::to_string(ncols));
+      throw InputError("atlas:TableRagged", path + ":" + std::to_string(lines[r]),
+                       "this row has " + std::to_string(rows[r].size()) + " columns, expected " + std::to_string(ncols) + " (as the first row, line " +
+                           std::to_string(lines[0]) + ")");
+  // A label column with a cell that is not an integer would otherwise stop counting as a label column, and the table
+  // would fail later with no row named: the header names it ("index", "label", ...), or all its other cells are integers.
+  for (std::size_t c = 0; c < ncols; ++c) {
+    const std::string h = c < header.size() ? ToLower(header[c]) : "";
+    std::size_t ints = 0, firstBad = rows.size();
+    for (std::size_t r = 0; r < rows.size(); ++r) {
+      std::int64_t v;
+      if (ParseInt(rows[r][c], v)) ++ints;
+      else if (firstBad == rows.size()) firstBad = r;
+    }
+    const bool named = h == "index" || h == "label" || h == "value" || h == "code";
+    const bool nearlyAll = ints >= 2 && ints + 1 == rows.size();
+    if (firstBad < rows.size() && (named ? ints > 0 : nearlyAll))
+      throw InputError("atlas:TableBadLabel", path + ":" + std::to_string(lines[firstBad]),
+                       "column " + (h.empty() ? std::to_string(c + 1) : "\"" + header[c] + "\"") + " holds \"" + rows[firstBad][c] +
+                           "\", expected an integer label code (as in its other rows)");
+  }
   LabelTable table;
   table.path = path;
   table.format = "tsv";

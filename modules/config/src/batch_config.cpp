@@ -187,6 +187,7 @@ BatchConfig LoadBatchConfig(const std::string& path) {
       s.config = ParseStudyConfig(s.studyJson, b.baseDir, src + " (study \"" + s.name + "\", " + s.origin + ")");
     } catch (const Error& e) {
       s.error = e.what();
+      s.errorCode = e.code();
     }
     b.studies.push_back(std::move(s));
   };

@@ -83,6 +83,11 @@ LearnerSpec ParseLearner(const Json& j, const std::string& ptr, const std::strin
   for (const auto& l : learners::LearnerCatalog()) names.push_back(l.name);
   spec.name = r.Choice("name", "", names);
   spec.label = r.String("label", spec.name);
+  // The label names output files (regions_<label>.tsv): a '/' or ".." would leave the output folder.
+  if (spec.label.empty() || !std::all_of(spec.label.begin(), spec.label.end(), [](char ch) {
+        return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '-' || ch == '.';
+      }))
+    r.FailAt(ptr + "/label", "a label made of letters, digits, '_', '-' and '.' (it names the files regions_<label>.tsv), found \"" + spec.label + "\"");
   const learners::LearnerInfo& info = *learners::FindLearner(spec.name);
   if ((task == Task::Classification || task == Task::Multiclass) && !info.classification)
     r.FailAt(ptr + "/name", "learner \"" + spec.name + "\" does not do classification");

@@ -6,8 +6,14 @@
 namespace neuromkl {
 
 namespace {
+/// A NUL byte (from a damaged file's cell or name) would end the message where what() is read as a C string, and it
+/// separates the fields of a serialised error: shown as "\0".
+std::string Visible(std::string text) {
+  for (std::size_t at = text.find('\0'); at != std::string::npos; at = text.find('\0', at + 2)) text.replace(at, 1, "\\0");
+  return text;
+}
 std::string Compose(const std::string& where, const std::string& message) {
-  return where.empty() ? message : where + ": " + message;
+  return where.empty() ? Visible(message) : Visible(where) + ": " + Visible(message);
 }
 }  // namespace
 
@@ -15,7 +21,7 @@ Error::Error(ErrorKind kind, std::string code, std::string where, const std::str
     : std::runtime_error(Compose(where, message)),
       kind_(kind),
       code_(std::move(code)),
-      where_(std::move(where)) {}
+      where_(Visible(std::move(where))) {}
 
 int Error::ExitCode() const {
   switch (kind_) {

@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "neuromkl/core/errors.hpp"
+#include "neuromkl/core/files.hpp"
 #include "neuromkl/core/strings.hpp"
 
 namespace neuromkl {
@@ -58,12 +59,20 @@ std::optional<std::size_t> DelimitedTable::Find(const std::string& column) const
 
 std::size_t DelimitedTable::Require(const std::string& column, const std::string& role) const {
   if (auto idx = Find(column)) return *idx;
+  for (const auto& h : header)
+    if (h.size() >= 2 && h.front() == '"' && h.back() == '"' && h.substr(1, h.size() - 2) == column)
+      throw InputError("table:MissingColumn", path,
+                       "no column \"" + column + "\" (" + role + "): the header has it in double quotes (" + h +
+                           "), and in a tab-separated file the quotes are part of the name; remove them (or save the table as .csv)");
   throw InputError("table:MissingColumn", path,
                    "no column \"" + column + "\" (" + role + ") in the header; found columns: " +
                        Join(header, ", ") + DidYouMean(column, header));
 }
 
 DelimitedTable ReadDelimitedTable(const std::string& path) {
+  // A folder opens as a stream on Linux and reads as empty: say what it is instead.
+  if (const std::string why = WhyNotAFile(path); !why.empty() && why != "it does not exist")
+    throw InputError("table:Unreadable", path, "expected a table file, but " + why);
   std::ifstream in(path, std::ios::binary);
   if (!in) throw InputError("table:Unreadable", path, "cannot open the table for reading (missing file or no permission)");
   DelimitedTable table;
@@ -89,6 +98,14 @@ DelimitedTable ReadDelimitedTable(const std::string& path) {
       if (unterminated)
         throw InputError("table:UnterminatedQuote", path + ":" + std::to_string(lineNo),
                          "a double quote opens a cell that is not closed on this line (quoted cells cannot span lines)");
+      // A name given twice makes every lookup by name ambiguous (two feature kernels of one name, a covariate read
+      // from either column): refused, naming both columns.
+      for (std::size_t a = 0; a < table.header.size(); ++a)
+        for (std::size_t b = a + 1; b < table.header.size(); ++b)
+          if (!table.header[a].empty() && table.header[a] == table.header[b])
+            throw InputError("table:DuplicateColumn", path + ":" + std::to_string(lineNo),
+                             "column \"" + table.header[a] + "\" appears twice in the header (columns " + std::to_string(a + 1) + " and " +
+                                 std::to_string(b + 1) + "); each column name must be unique");
       haveHeader = true;
       continue;
     }

@@ -144,19 +144,20 @@ std::string SummaryHtml(const config::BatchConfig& batch, const Rows& rows, cons
 
 }  // namespace
 
-std::string StudyStampJson(const config::BatchConfig& batch, const config::BatchStudy& study) {
-  Json j = {{"batch", batch.name}, {"batch_file", batch.path}, {"study", study.name}, {"origin", study.origin},
-            {"axes", study.axes}, {"fingerprint", config::StudyFingerprint(study)}};
+std::string StudyStampJson(const config::BatchConfig& batch, const config::BatchStudy& study, const std::string& inputsKey) {
+  Json j = {{"batch", batch.name}, {"batch_file", batch.path}, {"study", study.name},   {"origin", study.origin},
+            {"axes", study.axes},  {"fingerprint", config::StudyFingerprint(study)}, {"inputs_key", inputsKey}};
   return j.dump(2) + "\n";
 }
 
-std::string ReadStampFingerprint(const std::string& path) {
+StudyStamp ReadStudyStamp(const std::string& path) {
   const std::optional<std::string> text = TryReadText(path);
-  if (!text) return "";
+  if (!text) return {};
   try {
-    return Json::parse(*text).at("fingerprint").get<std::string>();
+    const Json j = Json::parse(*text);
+    return {j.at("fingerprint").get<std::string>(), j.value("inputs_key", std::string())};
   } catch (const Json::exception&) {
-    return "";
+    return {};
   }
 }
 

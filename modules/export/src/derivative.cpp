@@ -26,29 +26,58 @@ std::string BidsLabel(std::string_view name) {
   return out;
 }
 
-std::vector<std::string> BidsLearnerLabels(const std::vector<std::string>& labels) {
+namespace {
+std::string Lower(std::string t) {
+  for (char& c : t) c = c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c;
+  return t;
+}
+
+/// `base` of each name, made unique ignoring case by appending separator + 2, 3, ...
+std::vector<std::string> UniqueIgnoringCase(const std::vector<std::string>& bases, const std::string& separator) {
   std::vector<std::string> out;
   std::set<std::string> taken;
-  for (std::size_t i = 0; i < labels.size(); ++i) {
-    std::string base = BidsLabel(labels[i]);
-    if (base.empty()) {
-      base = "Learner";
-      base += std::to_string(i + 1);
-    }
-    // Unique ignoring case, so that no two maps share a name on a case-insensitive file system.
-    auto lower = [](std::string t) {
-      for (char& c : t) c = c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c;
-      return t;
-    };
+  for (const auto& base : bases) {
     std::string label = base;
-    for (int n = 2; taken.count(lower(label)); ++n) {
-      label = base;
-      label += std::to_string(n);
-    }
-    taken.insert(lower(label));
+    for (int n = 2; taken.count(Lower(label)); ++n) label = base + separator + std::to_string(n);
+    taken.insert(Lower(label));
     out.push_back(label);
   }
   return out;
+}
+
+std::vector<std::string> BidsLabelsOr(const std::vector<std::string>& names, const std::string& fallback) {
+  std::vector<std::string> bases;
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    std::string base = BidsLabel(names[i]);
+    bases.push_back(base.empty() ? fallback + std::to_string(i + 1) : base);
+  }
+  return UniqueIgnoringCase(bases, "");
+}
+}  // namespace
+
+// Unique ignoring case, so that no two maps share a name on a case-insensitive file system.
+std::vector<std::string> BidsLearnerLabels(const std::vector<std::string>& labels) { return BidsLabelsOr(labels, "Learner"); }
+
+std::vector<std::string> BidsClassLabels(const std::vector<std::string>& classNames) { return BidsLabelsOr(classNames, "Class"); }
+
+std::vector<std::string> ClassFileParts(const std::vector<std::string>& classNames) {
+  std::vector<std::string> bases;
+  for (const auto& name : classNames) {
+    std::string part;
+    for (const char c : name) {
+      if (Alnum(c) || c == '_' || c == '-' || c == '.') {
+        part += c;
+      } else {
+        static const char* hex = "0123456789ABCDEF";
+        const auto byte = static_cast<unsigned char>(c);
+        part += '%';
+        part += hex[byte >> 4];
+        part += hex[byte & 15];
+      }
+    }
+    bases.push_back(part);
+  }
+  return UniqueIgnoringCase(bases, "-");
 }
 
 std::string MapSpace(const RunRecord& r) {

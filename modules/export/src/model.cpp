@@ -19,7 +19,16 @@ namespace fs = std::filesystem;
 namespace {
 
 constexpr const char* kFormat = "neuromkl-model";
-constexpr int kFormatVersion = 1;
+// 2: the card carries the checksum of its own content ("card_xxh3"), as each array file has one.
+constexpr int kFormatVersion = 2;
+constexpr const char* kCardChecksum = "card_xxh3";
+
+/// The checksum of a card's content (without its own checksum entry), over its compact dump: the same for the card as
+/// written and as read back (whatever its indentation), different once any value is edited.
+std::string CardChecksum(Json j) {
+  j.erase(kCardChecksum);
+  return Hasher().Update(std::string_view("neuromkl-model-card-v1")).Update(j.dump()).Hex();
+}
 
 Json GridJson(const io::Geometry& g) {
   return {{"dims", g.dims}, {"spacing", g.spacing}, {"origin_lps", g.origin}, {"direction", g.direction}, {"ras_affine", g.RasAffine()}};
@@ -159,6 +168,8 @@ void WriteModel(const std::string& dir, const ExportedModel& m) {
                             {"name", name},
                             {"note", "prediction needs each new subject's kernel row against the training subjects (training.subjects order) "
                                      "and its self-similarity; neuromkl predict does not read them yet"}});
+  if (!m.trainingImageHashes.empty()) j["training"]["image_xxh3"] = m.trainingImageHashes;
+  j[kCardChecksum] = CardChecksum(j);
   WriteTextFile(dir + "/model.json", j.dump(2) + "\n");
 }
 
@@ -175,8 +186,13 @@ ExportedModel ReadModel(const std::string& dir) {
   ExportedModel m;
   try {
     if (!j.is_object() || j.value("format", std::string()) != kFormat) rd.Corrupt(fmt::format("not a neuromkl model card (\"format\" is not \"{}\")", kFormat));
-    if (j.at("format_version").get<int>() > kFormatVersion)
-      rd.Corrupt(fmt::format("format_version {} is newer than this neuromkl reads ({})", j.at("format_version").get<int>(), kFormatVersion));
+    const int version = j.at("format_version").get<int>();
+    if (version > kFormatVersion) rd.Corrupt(fmt::format("format_version {} is newer than this neuromkl reads ({})", version, kFormatVersion));
+    // Cards of format 1 carry no checksum of their own (their arrays do).
+    if (version >= 2 && (!j.contains(kCardChecksum) || j.at(kCardChecksum) != CardChecksum(j)))
+      rd.Corrupt(fmt::format("the card's content does not match its checksum \"{}\": model.json was edited or damaged after neuromkl wrote "
+                             "it (a changed bias, weight or parameter would change every prediction); export the model again",
+                             kCardChecksum));
     m.study = j.at("study").get<std::string>();
     m.which = j.at("model").get<std::string>();
     const Json& learner = j.at("learner");
@@ -203,6 +219,9 @@ ExportedModel ReadModel(const std::string& dir) {
     }
     m.info = j.value("info", std::map<std::string, std::string>{});
     m.trainingIds = j.at("training").at("subjects").get<std::vector<std::string>>();
+    m.trainingImageHashes = j.at("training").value("image_xxh3", std::vector<std::string>());
+    if (!m.trainingImageHashes.empty() && m.trainingImageHashes.size() != m.trainingIds.size())
+      rd.Corrupt(fmt::format("training.image_xxh3 has {} entries for {} training subjects", m.trainingImageHashes.size(), m.trainingIds.size()));
     for (const auto& [k, v] : j.at("expected_performance").at("pooled").items())
       if (v.is_number()) m.expected[k] = v.get<double>();
     const std::vector<double> bias = j.at("bias").get<std::vector<double>>();

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "neuromkl/core/strings.hpp"
+#include "neuromkl/export/derivative.hpp"
 #include "report_parts.hpp"
 #include "report_resources.hpp"
 
@@ -232,9 +233,10 @@ std::string RegionsSection(const RunRecord& r, std::size_t l, const std::vector<
          "_pattern.tsv</code>. A region with large weights but no pattern suppresses noise rather than carrying the effect.</p>\n";
     h += Montage(maps->patternMean[l], background, regions->grid, MapKind::Pattern);
   }
+  const std::vector<std::string> classParts = ClassFileParts(r.classNames);
   for (std::size_t c = 0; c < lr.classRegions.size() && c < r.classNames.size(); ++c)
     h += "<h3>" + Escape(lr.outcome.label) + ", class " + Escape(r.classNames[c]) + " vs rest</h3>\n<p class=\"note\">Table: <code>regions_" +
-         Escape(lr.outcome.label) + "_class-" + Escape(r.classNames[c]) + ".tsv</code>.</p>\n<div class=\"figs\">" + TopRegionsChart(lr.classRegions[c], r, 15) + "</div>\n";
+         Escape(lr.outcome.label) + "_class-" + Escape(classParts[c]) + ".tsv</code>.</p>\n<div class=\"figs\">" + TopRegionsChart(lr.classRegions[c], r, 15) + "</div>\n";
   if (!maps) return h;
   for (const auto& src : maps->sources) {
     const auto it = std::find_if(lr.sourceMaps.begin(), lr.sourceMaps.end(), [&](const auto& m) { return m.source == src.name; });

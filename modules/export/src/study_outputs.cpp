@@ -294,11 +294,12 @@ void WriteClassMeanMaps(const std::string& dir, const RunRecord& record, const L
                         const std::vector<std::vector<float>>& classMeans, int classFolds, const io::Geometry& grid, const std::string& source = "") {
   std::error_code ec;
   std::filesystem::create_directories(dir + "/weights" + (source.empty() ? "" : "/" + source), ec);
+  const std::vector<std::string> classLabels = BidsClassLabels(record.classNames);
   for (std::size_t c = 0; c < classMeans.size() && c < record.classNames.size(); ++c) {
     io::Volume v;
     v.geometry = grid;
     v.data = classMeans[c];
-    std::string stem = MapStem(MapSpace(record), bidsLabel + "Class" + BidsLearnerLabels({record.classNames[c]}).at(0) + "Mean");
+    std::string stem = MapStem(MapSpace(record), bidsLabel + "Class" + classLabels[c] + "Mean");
     if (!source.empty()) stem.insert(std::string("weights/").size(), source + "/");
     io::WriteVolume(dir + "/" + stem + ".nii.gz", v);
     WriteTextFile(dir + "/" + stem + ".json", WeightMapSidecarJson(record, lr, nullptr, classFolds, record.classNames[c]));
@@ -367,11 +368,12 @@ void WriteStudyTables(const std::string& dir, RunRecord& record, const WeightMap
   std::vector<std::string> labels;
   for (const auto& lr : record.learners) labels.push_back(lr.outcome.label);
   const std::vector<std::string> bidsLabels = BidsLearnerLabels(labels);
+  const std::vector<std::string> classParts = ClassFileParts(record.classNames);
   for (std::size_t l = 0; l < record.learners.size(); ++l) {
     auto& lr = record.learners[l];
     WriteTextFile(dir + "/regions_" + lr.outcome.label + ".tsv", Tsv(RegionRankingRows(record, lr, lr.regions)));
     for (std::size_t c = 0; c < lr.classRegions.size() && c < record.classNames.size(); ++c)
-      WriteTextFile(dir + "/regions_" + lr.outcome.label + "_class-" + record.classNames[c] + ".tsv", Tsv(RegionRankingRows(record, lr, lr.classRegions[c])));
+      WriteTextFile(dir + "/regions_" + lr.outcome.label + "_class-" + classParts[c] + ".tsv", Tsv(RegionRankingRows(record, lr, lr.classRegions[c])));
     WriteTextFile(dir + "/regions_" + lr.outcome.label + ".json", RegionRankingNotes(record, lr));
     if (!lr.patternRegions.empty())
       WriteTextFile(dir + "/regions_" + lr.outcome.label + "_pattern.tsv", Tsv(RegionRankingRows(record, lr, lr.patternRegions)));

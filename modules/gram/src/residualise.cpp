@@ -1,5 +1,7 @@
 #include "neuromkl/gram/residualise.hpp"
 
+#include <cmath>
+
 #include <Eigen/QR>
 
 #include "neuromkl/core/errors.hpp"
@@ -7,11 +9,17 @@
 namespace neuromkl::gram {
 
 namespace {
-/// (A'A)^+ A' = A^+ (the minimum-norm least-squares solution operator), rank-revealing.
+/// (A'A)^+ A' = A^+ (the minimum-norm least-squares solution operator), rank-revealing. The columns are scaled to
+/// a largest magnitude of 1 first and the result scaled back (A^+ = S^-1 (A S^-1)^+ for a full-rank A): the rank
+/// threshold is relative to the largest singular value, so a covariate in large units (an age in 1e12 units) would
+/// otherwise make the intercept look like rounding noise and leave it out of the fit.
 Eigen::MatrixXd PseudoInverse(const Eigen::MatrixXd& A) {
-  Eigen::CompleteOrthogonalDecomposition<Eigen::MatrixXd> cod(A);
+  Eigen::VectorXd scale = A.cwiseAbs().colwise().maxCoeff().transpose();
+  for (Eigen::Index j = 0; j < scale.size(); ++j)
+    if (!(scale[j] > 0) || !std::isfinite(scale[j])) scale[j] = 1.0;
+  Eigen::CompleteOrthogonalDecomposition<Eigen::MatrixXd> cod(A * scale.cwiseInverse().asDiagonal());
   cod.setThreshold(1e-10);
-  return cod.pseudoInverse();
+  return scale.cwiseInverse().asDiagonal() * cod.pseudoInverse();
 }
 }  // namespace
 

@@ -11,8 +11,11 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <type_traits>
+#include <utility>
 
 #include "neuromkl/core/errors.hpp"
+#include "neuromkl/core/files.hpp"
 #include "neuromkl/core/strings.hpp"
 
 namespace neuromkl::io {
@@ -62,6 +65,12 @@ bool IsGzip(const std::string& path) {
   return in.gcount() == 2 && m[0] == 0x1f && m[1] == 0x8b;
 }
 
+}  // namespace
+
+bool IsGzipFile(const std::string& path) { return IsGzip(path); }
+
+namespace {
+
 struct GzFile {
   gzFile f = nullptr;
   explicit GzFile(const std::string& path) : f(gzopen(path.c_str(), "rb")) {}
@@ -110,7 +119,7 @@ ImageFiles ResolveImageFiles(const std::string& path) {
   ImageFiles files;
   if (EndsWith(lower, ".nii") || EndsWith(lower, ".nii.gz")) {
     files.header = files.data = path;
-    if (!IsFile(path)) throw InputError("io:Missing", path, "image file not found (expected a NIfTI .nii or .nii.gz file)");
+    if (!IsFile(path)) throw InputError("io:Missing", path, "expected a NIfTI .nii or .nii.gz image file, but " + WhyNotAFile(path));
     return files;
   }
   // A pair: find the other half, same compression first, then the other one.
@@ -127,8 +136,8 @@ ImageFiles ResolveImageFiles(const std::string& path) {
   const std::vector<std::string> candidates = {stem + MatchCase(otherExt + (gz ? ".gz" : ""), ext),
                                                stem + MatchCase(otherExt + (gz ? "" : ".gz"), ext)};
   if (!IsFile(path))
-    throw InputError("io:Missing", path, std::string("image file not found (expected the ") + (isHeader ? "header" : "data") +
-                                             " half of a .hdr/.img pair)");
+    throw InputError("io:Missing", path, std::string("expected the ") + (isHeader ? "header" : "data") + " half of a .hdr/.img pair, but " +
+                                             WhyNotAFile(path));
   files.pair = true;
   (isHeader ? files.header : files.data) = path;
   for (const auto& c : candidates)
@@ -139,6 +148,22 @@ ImageFiles ResolveImageFiles(const std::string& path) {
   throw InputError("io:MissingPairFile", path,
                    std::string("a .hdr/.img pair needs both files: the ") + (isHeader ? "voxel data file " : "header file ") +
                        candidates[0] + " (or " + candidates[1] + ") was not found");
+}
+
+std::string DatatypeName(int datatype) {
+  switch (datatype) {
+    case 2: return "uint8";
+    case 256: return "int8";
+    case 4: return "int16";
+    case 512: return "uint16";
+    case 8: return "int32";
+    case 768: return "uint32";
+    case 16: return "float32";
+    case 64: return "float64";
+    case 1024: return "int64";
+    case 1280: return "uint64";
+    default: return "datatype " + std::to_string(datatype);
+  }
 }
 
 std::size_t ImageHeader::BytesPerVoxel() const {
@@ -168,6 +193,26 @@ namespace {
 /// against the images. 1 mm tolerates float32 rounding of the quaternion and small shears the qform
 /// cannot express; it is far below a voxel of a typical (1.5-2 mm) morphometry grid shift.
 constexpr double kQformSformToleranceMm = 1.0;
+
+/// The header fields the geometry is made from, when they cannot give one: the voxel sizes (pixdim) of a qform or of
+/// a header without forms, and the qform's quaternion (b, c, d), whose squared norm is at most 1 (a = sqrt(1 - b^2 -
+/// c^2 - d^2)); beyond rounding (1e-4) it is no rotation, and readers would each make a different one of it.
+void CheckOrientationFields(const ImageHeader& h, const std::string& where, const std::string& kind) {
+  if (h.format == ImageFormat::Analyze75 || h.sformCode > 0) return;  // the sform alone places the image
+  for (std::size_t i = 1; i <= 3; ++i)
+    if (!std::isfinite(h.pixdim[i]) || h.pixdim[i] == 0.0)
+      throw InputError("io:BadVoxelSize", where,
+                       kind + " header: pixdim[" + std::to_string(i) + "] (the voxel size along axis " + std::to_string(i) + ") is " +
+                           FormatDouble(h.pixdim[i]) + ", expected a positive size in mm; the " +
+                           (h.qformCode > 0 ? "qform" : "grid") + " is made from it (the header has no sform)");
+  if (h.qformCode <= 0) return;
+  const double norm2 = h.quatern[0] * h.quatern[0] + h.quatern[1] * h.quatern[1] + h.quatern[2] * h.quatern[2];
+  if (!std::isfinite(norm2) || norm2 > 1.0 + 1e-4)
+    throw InputError("io:BadQuaternion", where,
+                     kind + " header: the qform quaternion (b, c, d) = (" + FormatDouble(h.quatern[0]) + ", " + FormatDouble(h.quatern[1]) + ", " +
+                         FormatDouble(h.quatern[2]) + ") has b^2 + c^2 + d^2 = " + FormatDouble(norm2) +
+                         ", expected at most 1 (a rotation); the header is damaged: fix its qform (or set an sform)");
+}
 
 void CheckQformSformAgree(const ImageHeader& h, const std::string& where, const std::string& kind) {
   if (h.format == ImageFormat::Analyze75 || h.qformCode <= 0 || h.sformCode <= 0) return;
@@ -348,6 +393,7 @@ ImageHeader ReadImageHeader(const std::string& path) {
                          std::to_string(h.BytesPerVoxel()) + " bytes from offset " + FormatDouble(h.voxOffset) + " (" +
                          FormatDouble(needD) + " bytes), but the " + (gz ? "compressed " : "") + "data file has only " +
                          FormatDouble(fileBytes) + " bytes: the file is truncated or the header is wrong");
+  CheckOrientationFields(h, hp, kind);
   CheckQformSformAgree(h, hp, kind);
   return h;
 }
@@ -417,6 +463,7 @@ Geometry GeometryFromHeader(const ImageHeader& h) {
       ras[i][i] = 1.0;
       g.spacing[i] = voxel(i);
     }
+    g.worldKnown = false;
   }
   for (std::size_t i = 0; i < 3; ++i) {
     const double flip = i < 2 ? -1.0 : 1.0;  // RAS -> LPS
@@ -427,7 +474,11 @@ Geometry GeometryFromHeader(const ImageHeader& h) {
   return g;
 }
 
-void DecodeVolumes(const ImageHeader& h, std::int64_t first, std::int64_t count, std::vector<float>& out) {
+namespace {
+
+/// The raw bytes of volumes [first, first + count), as stored (one buffer per thread, reused: no fresh
+/// multi-megabyte buffer per image).
+const std::vector<unsigned char>& ReadRawVoxels(const ImageHeader& h, std::int64_t first, std::int64_t count) {
   const std::string& path = h.files.data;
   const auto voxels = static_cast<std::size_t>(h.VoxelsPerVolume() * count);
   const std::size_t width = h.BytesPerVoxel();
@@ -447,14 +498,20 @@ void DecodeVolumes(const ImageHeader& h, std::int64_t first, std::int64_t count,
   const auto offset = static_cast<std::size_t>(h.voxOffset) +
                       static_cast<std::size_t>(first) * static_cast<std::size_t>(h.VoxelsPerVolume()) * width;
   skip(offset, h.files.pair ? "the data file" : "the header extensions");
-  thread_local std::vector<unsigned char> raw;  // reused: no fresh multi-megabyte buffer per image
+  thread_local std::vector<unsigned char> raw;
   raw.resize(voxels * width);
   const std::size_t read = ReadUpTo(f.f, path, raw.data(), raw.size());
   if (read != raw.size())
     throw InputError("io:Truncated", path,
                      "the image data cannot be decoded (corrupt or truncated file?): the voxel data end after " + std::to_string(read) +
                          " of " + std::to_string(raw.size()) + " bytes");
-  out.resize(voxels);
+  return raw;
+}
+
+/// Calls `visit(i, x)` for each stored voxel value x in its own type (byte order fixed).
+template <typename Visit>
+void ForEachStored(const ImageHeader& h, const std::vector<unsigned char>& raw, Visit&& visit) {
+  const std::size_t voxels = raw.size() / std::max<std::size_t>(1, h.BytesPerVoxel());
   auto convert = [&](auto sample) {
     using T = decltype(sample);
     for (std::size_t i = 0; i < voxels; ++i) {
@@ -464,7 +521,7 @@ void DecodeVolumes(const ImageHeader& h, std::int64_t first, std::int64_t count,
         auto* b = reinterpret_cast<unsigned char*>(&x);
         std::reverse(b, b + sizeof(T));
       }
-      out[i] = static_cast<float>(x);
+      visit(i, x);
     }
   };
   switch (h.datatype) {
@@ -480,10 +537,48 @@ void DecodeVolumes(const ImageHeader& h, std::int64_t first, std::int64_t count,
     case 1280: convert(std::uint64_t{}); break;
     default: break;  // rejected by ReadImageHeader
   }
-  // NIfTI: scaling applies when scl_slope is non-zero (and finite); in double, then to float32.
+}
+
+/// NIfTI: scaling applies when scl_slope is non-zero (and finite) and not the identity.
+bool Scaled(const ImageHeader& h) { return std::isfinite(h.slope) && h.slope != 0.0 && (h.slope != 1.0 || h.inter != 0.0); }
+
+}  // namespace
+
+void DecodeVolumes(const ImageHeader& h, std::int64_t first, std::int64_t count, std::vector<float>& out) {
+  const auto& raw = ReadRawVoxels(h, first, count);
+  out.resize(static_cast<std::size_t>(h.VoxelsPerVolume() * count));
+  ForEachStored(h, raw, [&](std::size_t i, auto x) { out[i] = static_cast<float>(x); });
+  // Scaling in double, then to float32.
   const double slope = h.slope, inter = h.inter;
-  if (std::isfinite(slope) && slope != 0.0 && (slope != 1.0 || inter != 0.0))
+  if (Scaled(h))
     for (auto& x : out) x = static_cast<float>(static_cast<double>(x) * slope + inter);
+}
+
+void DecodeLabels(const ImageHeader& h, LabelVolume& out) {
+  const auto& raw = ReadRawVoxels(h, 0, 1);
+  out.labels.assign(static_cast<std::size_t>(h.VoxelsPerVolume()), 0);
+  out.datatype = DatatypeName(h.datatype);
+  out.nonInteger = out.outOfRange = 0;
+  out.firstOutOfRange.clear();
+  constexpr std::int64_t lo = std::numeric_limits<std::int32_t>::min(), hi = std::numeric_limits<std::int32_t>::max();
+  auto beyond = [&](const std::string& text) {
+    if (out.outOfRange++ == 0) out.firstOutOfRange = text;
+  };
+  const bool scaled = Scaled(h);
+  ForEachStored(h, raw, [&](std::size_t i, auto x) {
+    using T = decltype(x);
+    if constexpr (std::is_integral_v<T>) {
+      if (!scaled) {  // exact: compared in the stored type's own range, never through a float
+        if (std::cmp_less(x, lo) || std::cmp_greater(x, hi)) beyond(std::to_string(x));
+        else out.labels[i] = static_cast<std::int32_t>(x);
+        return;
+      }
+    }
+    const double y = scaled ? static_cast<double>(x) * h.slope + h.inter : static_cast<double>(x);
+    if (!std::isfinite(y) || y != std::round(y)) ++out.nonInteger;
+    else if (y < static_cast<double>(lo) || y > static_cast<double>(hi)) beyond(FormatDouble(y));
+    else out.labels[i] = static_cast<std::int32_t>(y);
+  });
 }
 
 }  // namespace neuromkl::io::detail

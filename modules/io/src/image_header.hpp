@@ -51,6 +51,15 @@ Geometry GeometryFromHeader(const ImageHeader& header);
 /// Decodes volumes [first, first + count) as float32 with scaling applied, into `out`.
 void DecodeVolumes(const ImageHeader& header, std::int64_t first, std::int64_t count, std::vector<float>& out);
 
+/// Decodes the first volume as exact integer labels (see LabelVolume).
+void DecodeLabels(const ImageHeader& header, LabelVolume& out);
+
+/// Whether the file starts with the gzip magic (its name does not decide: a gzipped file named .nii is read too).
+bool IsGzipFile(const std::string& path);
+
+/// "uint8", "int16", ..., "float64" for a NIfTI datatype code.
+std::string DatatypeName(int datatype);
+
 /// Snaps near-axis direction cosines (float32 rounding) to 0 / +-1.
 void SnapDirection(Geometry& g);
 

@@ -21,6 +21,7 @@
 #include <itkNiftiImageIOFactory.h>
 
 #include "neuromkl/core/errors.hpp"
+#include "neuromkl/core/files.hpp"
 #include "neuromkl/io/nifti.hpp"
 #include "image_header.hpp"
 
@@ -49,7 +50,7 @@ itk::ImageIOBase::Pointer OpenIo(const std::string& path) {
   InitItk();
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec))
-    throw InputError("io:Missing", path, "image file not found (expected a NIfTI .nii or .nii.gz file)");
+    throw InputError("io:Missing", path, "expected a NIfTI .nii or .nii.gz image file, but " + WhyNotAFile(path));
   {
     std::ifstream probe(path, std::ios::binary);
     if (!probe) throw InputError("io:Missing", path, "image file exists but cannot be opened for reading (permissions?)");
@@ -103,7 +104,8 @@ namespace {
 /// own header reader serves every other format (and is tested to agree with ITK on the same image).
 bool ItkReadsGeometry(const detail::ImageHeader& h) {
   const std::string& p = h.files.header;
-  return h.format == ImageFormat::Nifti1 && HasNiftiExtension(p);
+  // ITK decides compression by the name: a gzipped file named .nii (some tools write them) it calls "not NIfTI".
+  return h.format == ImageFormat::Nifti1 && HasNiftiExtension(p) && !(p.ends_with(".nii") && detail::IsGzipFile(p));
 }
 
 detail::ImageHeader CheckedHeader(const std::string& path, bool allow4D) {
@@ -116,7 +118,10 @@ detail::ImageHeader CheckedHeader(const std::string& path, bool allow4D) {
 }
 
 Geometry HeaderGeometry(const std::string& path, const detail::ImageHeader& h) {
-  return ItkReadsGeometry(h) ? GeometryFromIo(OpenIo(path)) : detail::GeometryFromHeader(h);
+  if (!ItkReadsGeometry(h)) return detail::GeometryFromHeader(h);
+  Geometry g = GeometryFromIo(OpenIo(path));
+  g.worldKnown = h.qformCode > 0 || h.sformCode > 0;
+  return g;
 }
 
 }  // namespace
@@ -210,6 +215,15 @@ void ReadVolume(const std::string& path, Volume& out) {
 Volume ReadVolume(const std::string& path) {
   Volume v;
   ReadVolume(path, v);
+  return v;
+}
+
+LabelVolume ReadLabelVolume(const std::string& path) {
+  const detail::ImageHeader header = CheckedHeader(path, false);
+  LabelVolume v;
+  v.geometry = HeaderGeometry(path, header);
+  detail::DecodeLabels(header, v);
+  ++gReads;
   return v;
 }
 

@@ -1,5 +1,7 @@
 #include "neuromkl/kernels/region_kernels.hpp"
 
+#include <Eigen/Eigenvalues>
+
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
@@ -322,6 +324,20 @@ void CheckKernel(const Eigen::MatrixXd& K, const std::string& name, Eigen::Index
         throw InputError("kernels:NotSymmetric", where,
                          fmt::format("kernel {0} is not symmetric: K({1},{2}) = {3} but K({2},{1}) = {4}", name, i, j, K(i, j), K(j, i)));
     }
+  // A kernel is a Gram matrix (positive semi-definite): the learners' problems are convex only then, and an MKL weight
+  // of an indefinite kernel is meaningless (a negative-definite kernel ends with weight 0, silently). Eigenvalues above
+  // -1e-6 n max|K_ij| are rounding (a text file's digits, a float32 store), below that the kernel is refused.
+  if (n == 0) return;
+  const double largest = K.cwiseAbs().maxCoeff();
+  if (largest == 0.0) return;  // a zero kernel: excluded later, with its own note
+  const Eigen::SelfAdjointEigenSolver<Eigen::MatrixXd> eig(K, Eigen::EigenvaluesOnly);
+  const double smallest = eig.eigenvalues().minCoeff(), tolerance = 1e-6 * static_cast<double>(n) * largest;
+  if (eig.info() != Eigen::Success || smallest < -tolerance)
+    throw InputError("kernels:NotPsd", where,
+                     fmt::format("kernel {} is not positive semi-definite: its smallest eigenvalue is {:.4g} (largest {:.4g}; rounding tolerated down "
+                                 "to {:.3g}); a kernel must be a Gram matrix of similarities (e.g. X X', not distances or correlations "
+                                 "with negative eigenvalues)",
+                                 name, smallest, eig.eigenvalues().maxCoeff(), -tolerance));
 }
 
 void CheckKernelSet(const KernelSet& set, const std::string& where) {

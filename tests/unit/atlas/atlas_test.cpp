@@ -1,5 +1,6 @@
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <map>
 
@@ -8,6 +9,7 @@
 #include "neuromkl/atlas/atlas.hpp"
 #include "neuromkl/core/errors.hpp"
 #include "neuromkl/io/nifti.hpp"
+#include "image_fixtures.hpp"
 #include "testing.hpp"
 
 using namespace neuromkl;
@@ -180,7 +182,7 @@ TEST(Atlas, LabelsBeyondThe32BitRangeAreAnError) {
   io::WriteVolume(tmp / "big.nii", v);
   neuromkl::testing::WriteFile(tmp / "t.tsv", "label\tname\n1\tA\n");
   EXPECT_THAT([&] { atlas::LoadAtlas(tmp / "big.nii", tmp / "t.tsv"); },
-              ::testing::ThrowsMessage<InputError>(::testing::AllOf(HasSubstr("big.nii"), HasSubstr("label value 1e+10 is beyond the range"))));
+              ::testing::ThrowsMessage<InputError>(::testing::AllOf(HasSubstr("big.nii"), HasSubstr("found 1 voxels beyond that range (stored as float32), the first with label 1e+10"))));
   v.data[7] = 2.0f;
   io::WriteVolume(tmp / "ok.nii", v);
   neuromkl::testing::WriteFile(tmp / "huge.tsv", "label\tname\n1\tA\n4294967298\tB\n");
@@ -213,3 +215,69 @@ TEST(Atlas, LabelCodeListedTwiceIsAnErrorNamingBothLines) {
   EXPECT_EQ(atlas::LoadAtlas(tmp / "two.nii", tmp / "ok.tsv").regions.size(), 2u);
 }
 }  // namespace
+
+namespace {
+/// Labels are the file's integers, exactly: not passed through float32, where 16777216 and 16777217 are one
+/// value (two regions merged) and 2147483647 rounds to 2^31 (a valid int32 code refused); a uint64 code
+/// beyond 32 bits is refused with its exact value (through float32 and back it wrapped to another label).
+TEST(Atlas, LabelsAreTheExactIntegersOfTheFilesType) {
+  namespace t = neuromkl::testing;
+  t::TempDir tmp;
+  t::FixtureImage image;
+  image.dims = {2, 2, 2};
+  image.datatype = 8;  // int32
+  image.stored = {0, 16777216, 16777217, 16777217, 2147483647, 2147483600, 0, 16777216};
+  t::WriteFixtureImage(tmp / "int32.nii", t::FixtureFormat::Nifti1, image);
+  t::WriteFile(tmp / "t.tsv", "label\tname\n16777216\tA\n16777217\tB\n2147483647\tC\n2147483600\tD\n");
+  const atlas::Atlas a = atlas::LoadAtlas(tmp / "int32.nii", tmp / "t.tsv");
+  ASSERT_EQ(a.regions.size(), 4u);
+  EXPECT_EQ(a.regions[0].label, 16777216);
+  EXPECT_EQ(a.regions[1].label, 16777217);
+  EXPECT_EQ(a.regions[2].label, 2147483647);
+  EXPECT_EQ(a.regions[3].label, 2147483600);
+  EXPECT_EQ(a.labels, (std::vector<std::int32_t>{0, 16777216, 16777217, 16777217, 2147483647, 2147483600, 0, 16777216}));
+  EXPECT_TRUE(a.warnings.empty());
+  const auto index = atlas::BuildRegionIndex(a, a.geometry, nullptr);
+  ASSERT_EQ(index.regions.size(), 4u);
+  EXPECT_EQ(index.regions[0].voxels, (std::vector<std::int64_t>{1, 7}));
+  EXPECT_EQ(index.regions[1].voxels, (std::vector<std::int64_t>{2, 3}));
+
+  // uint64 2^63 + 5: its low bits would read as label 5.
+  image.datatype = 1280;
+  image.stored = {0, 1, 1, 5, 0, 0, 0, 0};
+  t::WriteFixtureImage(tmp / "uint64.nii", t::FixtureFormat::Nifti1, image);
+  auto bytes = t::ReadBytes(tmp / "uint64.nii");
+  const std::uint64_t huge = (std::uint64_t{1} << 63) + 5;
+  std::memcpy(bytes.data() + 352 + 2 * 8, &huge, 8);
+  t::WriteBytes(tmp / "uint64.nii", bytes);
+  t::WriteFile(tmp / "u.tsv", "label\tname\n1\tA\n5\tB\n");
+  EXPECT_THAT([&] { atlas::LoadAtlas(tmp / "uint64.nii", tmp / "u.tsv"); },
+              ::testing::ThrowsMessage<InputError>(::testing::AllOf(
+                  HasSubstr("uint64.nii"),
+                  HasSubstr("found 1 voxels beyond that range (stored as uint64), the first with label 9223372036854775813"))));
+}
+}  // namespace
+
+namespace {
+// Atlas tables refused without a line number (one bad index cell made the column stop counting as labels: "no
+// integer column"; a header alone read as a data row) say which line and what was found.
+TEST(Atlas, LabelTableErrorsNameTheLine) {
+  neuromkl::testing::TempDir tmp;
+  neuromkl::testing::WriteFile(tmp / "bad_cell.tsv", "index\tname\n1\tA\n\n2x\tB\n3\tC\n");
+  EXPECT_THAT([&] { atlas::ReadLabelTable(tmp / "bad_cell.tsv"); },
+              ::testing::ThrowsMessage<InputError>(::testing::AllOf(
+                  HasSubstr("bad_cell.tsv:4"), HasSubstr("column \"index\" holds \"2x\", expected an integer label code (as in its other rows)"))));
+  neuromkl::testing::WriteFile(tmp / "header_only.tsv", "# made by hand\nindex\tname\n");
+  EXPECT_THAT([&] { atlas::ReadLabelTable(tmp / "header_only.tsv"); },
+              ::testing::ThrowsMessage<InputError>(::testing::AllOf(HasSubstr("header_only.tsv:2"),
+                                                                     HasSubstr("has a header (\"index name\") but no rows"))));
+  neuromkl::testing::WriteFile(tmp / "ragged.tsv", "index\tname\n1\tA\n2\tB\textra\n");
+  EXPECT_THAT([&] { atlas::ReadLabelTable(tmp / "ragged.tsv"); },
+              ::testing::ThrowsMessage<InputError>(::testing::AllOf(HasSubstr("ragged.tsv:3"), HasSubstr("this row has 3 columns, expected 2"))));
+  // Header-less AAL text: a code column with one bad cell among integers.
+  neuromkl::testing::WriteFile(tmp / "aal.txt", "FAG\tPrecentral_L\t2001\nFAD\tPrecentral_R\t2002\nF1G\tFrontal_Sup_L\t2101?\n");
+  EXPECT_THAT([&] { atlas::ReadLabelTable(tmp / "aal.txt"); },
+              ::testing::ThrowsMessage<InputError>(::testing::AllOf(HasSubstr("aal.txt:3"), HasSubstr("column 3 holds \"2101?\""))));
+}
+}  // namespace
+

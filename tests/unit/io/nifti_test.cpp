@@ -98,7 +98,12 @@ TEST(Nifti, WagerNansSurviveReading) {
 
 TEST(Nifti, MissingFileIsAClearError) {
   EXPECT_THAT([] { io::ReadVolume("/nonexistent/sub-01.nii.gz"); },
-              ::testing::ThrowsMessage<InputError>(::testing::AllOf(HasSubstr("/nonexistent/sub-01.nii.gz"), HasSubstr("not found"))));
+              ::testing::ThrowsMessage<InputError>(::testing::AllOf(HasSubstr("/nonexistent/sub-01.nii.gz"),
+                                                                     HasSubstr("expected a NIfTI .nii or .nii.gz image file, but it does not exist"))));
+  // A folder named like an image is said to be one (it was "not found").
+  neuromkl::testing::TempDir tmp;
+  std::filesystem::create_directories(tmp / "folder.nii");
+  EXPECT_THAT([&] { io::ReadVolume(tmp / "folder.nii"); }, ::testing::ThrowsMessage<InputError>(HasSubstr("but it is a directory")));
 }
 
 TEST(Nifti, NonNiftiFileIsAClearError) {

@@ -427,4 +427,33 @@ TEST(RegionKernels, CorruptImageNamesTheFile) {
               ::testing::ThrowsMessage<InputError>(HasSubstr("sub-1.nii.gz")));
 }
 
+// A kernel that is not a Gram matrix was accepted (a negative-definite one ended with MKL weight 0, silently): refused
+// with its smallest eigenvalue; rounding (a text file's digits) is tolerated.
+std::string Format6(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.6g", v);
+  return buf;
+}
+
+TEST(KernelChecks, IndefiniteKernelsAreRefusedWithTheirSmallestEigenvalue) {
+  Eigen::MatrixXd K(3, 3);
+  K << 1, 2, 0, 2, 1, 0, 0, 0, 1;  // eigenvalues -1, 1, 3
+  EXPECT_THAT([&] { kernels::CheckKernel(K, "k", 3, "k.tsv"); },
+              ::testing::ThrowsMessage<InputError>(::testing::AllOf(HasSubstr("k.tsv: kernel k is not positive semi-definite"),
+                                                                     HasSubstr("its smallest eigenvalue is -1 (largest 3"))));
+  EXPECT_THAT([&] { kernels::CheckKernel(-Eigen::MatrixXd::Identity(4, 4), "neg", 4, "neg.npy"); },
+              ::testing::ThrowsMessage<InputError>(HasSubstr("smallest eigenvalue is -1")));
+  // A Gram matrix written with 6 significant digits: eigenvalues of order -1e-7 are rounding, accepted.
+  std::mt19937 rng(3);
+  std::normal_distribution<double> normal;
+  Eigen::MatrixXd X(20, 5);
+  for (Eigen::Index i = 0; i < X.size(); ++i) X.data()[i] = normal(rng);
+  Eigen::MatrixXd G = X * X.transpose();  // rank 5: fifteen zero eigenvalues
+  for (Eigen::Index i = 0; i < G.size(); ++i) G.data()[i] = std::stod(Format6(G.data()[i]));
+  G = 0.5 * (G + G.transpose());
+  EXPECT_NO_THROW(kernels::CheckKernel(G, "rounded", 20, "g.tsv"));
+  EXPECT_NO_THROW(kernels::CheckKernel(Eigen::MatrixXd::Zero(3, 3), "zero", 3, "z.tsv"));  // excluded later, with its own note
+}
+
 }  // namespace
+

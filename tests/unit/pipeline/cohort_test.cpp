@@ -2,6 +2,7 @@
 
 #include "neuromkl/config/study_config.hpp"
 #include "neuromkl/core/errors.hpp"
+#include "neuromkl/core/table.hpp"
 #include "neuromkl/pipeline/cohort.hpp"
 #include "testing.hpp"
 
@@ -56,7 +57,7 @@ void ExpectInputError(const config::StudyConfig& s, const std::vector<std::strin
 TEST(Cohort, BadTablesGiveClearErrors) {
   Fixture f;
   ExpectInputError(f.Study("subject\timage\tdx\ns1\ta.nii\tAD\ns1\tb.nii\tCN\n"), {"participants.tsv:3", "\"s1\" appears twice", "lines 2 and 3"});
-  ExpectInputError(f.Study("subject\timage\tdx\ns1\ta.nii\tAD\ns2\tmissing.nii\tCN\n"), {"1 of 2 image files are missing", "s2:", "missing.nii"});
+  ExpectInputError(f.Study("subject\timage\tdx\ns1\ta.nii\tAD\ns2\tmissing.nii\tCN\n"), {"1 of 2 image files are missing or not files", "s2:", "missing.nii (it does not exist)"});
   ExpectInputError(f.Study("subject\timage\tdiagnosis\ns1\ta.nii\tAD\n"), {"no column \"dx\"", "subject, image, diagnosis"});
   ExpectInputError(f.Study("subject\timage\tdx\ns1\ta.nii\tAD\ns2\tb.nii\tAD\n"), {"found one", "\"AD\": 2"});
   ExpectInputError(f.Study("subject\timage\tdx\ns1\ta.nii\tAD\ns2\tb.nii\tCN\ns3\tc.nii\tMCI\n"), {"found 3 classes", "binary"});
@@ -66,6 +67,27 @@ TEST(Cohort, BadTablesGiveClearErrors) {
   ExpectInputError(f.Study("subject\timage\tdx\ns1\ta.nii\t1.5\ns2\tb.nii\tn/a\n", "regression"), {"at least 2 subjects with a target", "found 1"});
   ExpectInputError(f.Study("subject\timage\tdx\n"), {"no subject rows"});
   ExpectInputError(f.Study("subject\timage\tdx\n\ta.nii\t1\n"), {"empty subject id"});
+}
+
+// In a BIDS dataset "sub-01" and "01" are one participant: they became two subjects sharing one image.
+TEST(Cohort, IdsNamingOneBidsParticipantAreAnError) {
+  neuromkl::testing::TempDir dir;
+  neuromkl::testing::WriteFile(dir / "participants.tsv", "participant_id\tdx\nsub-01\tAD\n02\tCN\n01\tCN\n");
+  const auto study = config::ParseStudyConfig(R"({"name": "t", "subjects": {"bids": {"root": ".", "entities": {"suffix": "T1w"}}},
+    "target": {"column": "dx", "task": "classification"}, "learners": [{"name": "krr"}]})",
+                                              dir.Path(), "study.json");
+  ExpectInputError(study, {"participants.tsv:4", "subject ids \"sub-01\" (line 2) and \"01\" (line 4) name the same BIDS participant sub-01"});
+}
+
+// A table joined by id (a tabular feature table, a connectivity table) used one of two rows of one id, silently.
+TEST(Cohort, RowsByIdRefusesAnIdGivenTwice) {
+  neuromkl::testing::TempDir dir;
+  neuromkl::testing::WriteFile(dir / "features.tsv", "subject\tx\ns1\t1\ns2\t2\n\ns1\t3\n");
+  const DelimitedTable table = ReadDelimitedTable(dir / "features.tsv");
+  EXPECT_THAT([&] { pipeline::RowsById(table, "subject", "/kernels/tabular/id_column"); },
+              ::testing::ThrowsMessage<InputError>(AllOf(HasSubstr("features.tsv:5"),
+                                                         HasSubstr("id \"s1\" (/kernels/tabular/id_column) appears twice (lines 2 and 5)"))));
+  EXPECT_EQ(pipeline::RowsById(table, "#row", "rows").size(), 3u);
 }
 
 }  // namespace

@@ -33,8 +33,9 @@ struct BatchOutcome {
   std::string summaryPath;    ///< the TSV, when this process wrote the summary
 };
 
-/// ConfigError listing every study whose configuration is invalid, before anything runs.
-void CheckBatchConfigs(const config::BatchConfig& batch);
+/// ConfigError batch:InvalidStudies listing every study of `studies` (indices) that `validate` refuses (an invalid
+/// configuration or input, each with its error code), before anything runs.
+void CheckBatchConfigs(const config::BatchConfig& batch, const std::vector<std::size_t>& studies);
 /// InputError batch:OutputNotFolder when the batch output path exists and is not a folder (validate and run).
 void CheckBatchOutputDir(const config::BatchConfig& batch);
 /// Parses "i/N" (0 <= i < N); ConfigError otherwise.
@@ -42,7 +43,13 @@ void ParseShard(const std::string& text, int& shard, int& shards);
 
 BatchOutcome RunBatch(const config::BatchConfig& batch, const BatchOptions& options);
 
-/// True when the study's folder holds results and a stamp with its current fingerprint.
+/// Hash of the input files a study's results depend on: every file its kernels are formed from (images, atlas,
+/// mask, kernel and feature files, as the kernel cache key hashes them) and the subjects table.
+std::string StudyInputsKey(const config::StudyConfig& study);
+/// Why a batch study must run (again): "not run yet", "its configuration changed", "an input file changed since it
+/// ran", ...; empty when its folder holds results stamped with its current configuration and input files.
+std::string StudyOutdated(const config::BatchConfig& batch, const config::BatchStudy& study);
+/// StudyOutdated is empty.
 bool StudyComplete(const config::BatchConfig& batch, const config::BatchStudy& study);
 
 struct MergeOutcome {

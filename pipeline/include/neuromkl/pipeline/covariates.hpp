@@ -15,8 +15,17 @@ struct CovariateDesign {
   std::string fitOn;                ///< "all" or "column = value"
 };
 
+/// Largest magnitude of a numeric covariate (and smallest, as its inverse) that the fit handles without loss.
+inline constexpr double kCovariateMagnitudeLimit = 1e20;
+/// Above this in-sample R^2 of the target on the covariates, the study is refused: regressing such covariates out of
+/// the images removes everything that could predict the target (a copy or recoding of it). Above kCovariateR2Warning
+/// the run warns.
+inline constexpr double kCovariateR2Refused = 0.99;
+inline constexpr double kCovariateR2Warning = 0.5;
+
 /// Builds the design over cohort rows `rows` (the kernels' rows). Errors: InputError
-/// [covariates:Missing] listing every used subject with a missing covariate value; ConfigError at the
+/// [covariates:Missing] listing every used subject with a missing covariate value, [covariates:Scale] for a numeric
+/// column with magnitudes beyond kCovariateMagnitudeLimit (or below its inverse); ConfigError at the
 /// column's JSON pointer for a non-numeric numeric column, a categorical column with one level among
 /// the used subjects, a fit_on value no used subject has.
 CovariateDesign BuildCovariateDesign(const config::StudyConfig& study, const Cohort& cohort, const std::vector<int>& rows);

@@ -60,6 +60,12 @@ Eigen::MatrixXd ReadMatrixFile(const std::string& path);
 /// The precomputed kernels of a study, read and checked (n x n for the cohort's subjects, finite,
 /// symmetric: InputError kernels:*); run and validate both call it.
 kernels::KernelSet PrecomputedKernels(const config::StudyConfig& study, const Cohort& cohort);
+/// The kernels of a tabular study, formed from its feature groups; InputError kernels:NonFinite when a function
+/// overflows (a polynomial degree too high for the features' scale, a Gaussian width whose square underflows).
+kernels::KernelSet TabularKernels(const config::StudyConfig& study, const Cohort& cohort);
+/// What the kernel stage does with the kernels of a non-image source before the learners see them: zero kernels
+/// excluded (noted in the set), and InputError kernels:NoneLeft when none is left. Run and validate both call it.
+void ExcludeZeroKernelsOrRefuse(kernels::KernelSet& set, const std::string& where);
 /// kernels.intensity's reference voxels on the grid of `index` (region names or a label image).
 /// ConfigError at /kernels/intensity/scaling/reference_region for an unknown region; InputError for
 /// a reference image without a non-zero voxel on the grid.

@@ -20,6 +20,9 @@ std::vector<cv::OuterFoldResult> FitFinalModels(const StudyContext& ctx);
 /// Writes <dir>/model/: model.json (the index), and per learner <Learner>/ (the final model) and
 /// <Learner>/folds/<k>/ (outer fold k's model). Image arrays come from one pass over the training images.
 /// Sets each learner's record.finalModel.
+/// XXH3-128 of one subject's image files, over `imageLists` in order (each: one image source's image per row): the
+/// card's training.image_xxh3, and what predict compares a new subject with.
+std::string SubjectImageHash(const std::vector<const std::vector<std::string>*>& imageLists, std::size_t row);
 void ExportModels(const StudyContext& ctx, exporting::RunRecord& record, const std::vector<cv::OuterFoldResult>& finals, const std::string& dir);
 
 /// One exported model from a fitted fold: the card, coefficients, covariates and kernel-space sources (the

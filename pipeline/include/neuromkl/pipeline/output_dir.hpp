@@ -8,6 +8,11 @@
 // holds a neuromkl results.json (results written before the marker existed). It never replaces a
 // regular file, the working directory or one of its parents, or a folder that holds any of the study's
 // inputs: each is an InputError (exit 2) saying what the path is and why it is refused.
+//
+// While a run works, it holds `<output>.claim` (a symbolic link naming its host and process): a second run
+// to the same output folder fails at once (output:Busy) instead of both finishing and one silently losing its
+// results. A claim left by a process of this host that no longer runs (kill -9) is taken over.
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -17,6 +22,32 @@ inline constexpr const char* kOutputMarker = ".neuromkl_output";
 
 /// Throws InputError (exit 2) unless `path` (which exists) may be replaced by a forced run: see above.
 void CheckReplaceable(const std::string& path, const std::vector<std::string>& inputs);
+
+/// InputError output:NotWritable (exit 2) when `finalDir` cannot be created where it is to go: the nearest existing
+/// folder on its path is a file, or no folder can be made in it (tried by making and removing a probe folder, which
+/// also catches read-only file systems, where even root cannot write). `validate` and `run` both call it.
+void CheckOutputWritable(const std::string& finalDir);
+
+/// Is `name` (a file name) "<prefix><host>-<pid>" of a process of this host that no longer runs? Temporary files
+/// and folders carry that suffix (TemporarySuffix) so that a later run can remove what a killed one left.
+bool LeftByDeadProcess(const std::string& name, const std::string& prefix);
+/// "<host>-<pid>" of this process.
+std::string TemporarySuffix();
+/// Removes the entries "<name>.tmp-<host>-<pid>" of `dir` that processes of this host that no longer run were writing
+/// (killed mid-write); `what` names them in the log.
+void RemoveDeadTemporaries(const std::string& dir, const std::string& what);
+
+/// The exclusive claim of an output path, held for a run's lifetime (see above); released at destruction.
+class OutputClaim {
+ public:
+  explicit OutputClaim(const std::string& finalDir);
+  ~OutputClaim();
+  OutputClaim(const OutputClaim&) = delete;
+  OutputClaim& operator=(const OutputClaim&) = delete;
+
+ private:
+  std::string path_;
+};
 
 class AtomicOutputDir {
  public:
@@ -33,7 +64,10 @@ class AtomicOutputDir {
   void Commit();
 
  private:
+  void Prepare(const std::vector<std::string>& inputs);  ///< the constructor's checks and the temporary folder
+
   std::string final_, temp_;
+  std::unique_ptr<OutputClaim> claim_;
   std::vector<std::string> createdParents_;  ///< folders this run created for the output (deepest first): removed again if it fails
   bool force_, committed_ = false;
 };

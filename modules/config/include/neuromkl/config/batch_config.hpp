@@ -18,6 +18,7 @@ struct BatchStudy {
   std::string studyJson;                     ///< the merged study file (absolute paths)
   StudyConfig config;                        ///< parsed, when `error` is empty
   std::string error;                         ///< the study's configuration error, if any (every study is checked)
+  std::string errorCode;                     ///< its error code, e.g. "config:UnknownKey"
 };
 
 struct BatchConfig {

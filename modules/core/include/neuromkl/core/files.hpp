@@ -14,6 +14,11 @@ void WriteFileAtomically(const std::string& path, const std::string& text, const
 /// file is needed). IoError "output:Write" naming the file when the write fails (disk full).
 void WriteTextFile(const std::string& path, const std::string& text);
 
+/// Why `path` is not a regular file: "it does not exist", "it is a directory", "it is a symbolic link loop", "it is a
+/// broken symbolic link (to T)", "it is not a regular file (a device, socket or pipe)"; empty when it is one. For
+/// messages that must say what was found, not just "missing".
+std::string WhyNotAFile(const std::string& path);
+
 /// The bytes of a file, or nullopt when it cannot be opened (optional files: stamps, checkpoints).
 std::optional<std::string> TryReadText(const std::string& path);
 

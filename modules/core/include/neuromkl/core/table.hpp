@@ -22,7 +22,8 @@ struct DelimitedTable {
 
 /// Reads a table. The delimiter is ',' for .csv, otherwise tab; a .tsv/.txt whose header has
 /// no tab but commas is read as CSV. Double-quoted CSV cells are supported.
-/// Errors (InputError): unreadable file, empty file, ragged rows (line number given).
+/// Errors (InputError): unreadable file, empty file, ragged rows (line number given), a column name given twice in
+/// the header [table:DuplicateColumn].
 DelimitedTable ReadDelimitedTable(const std::string& path);
 
 /// True for cells that mean "no value": empty, "n/a", "NA", "nan" (case-insensitive).

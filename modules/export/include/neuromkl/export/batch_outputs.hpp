@@ -9,10 +9,13 @@
 
 namespace neuromkl::exporting {
 
-/// The stamp written into a finished study's folder (batch_study.json).
-std::string StudyStampJson(const config::BatchConfig& batch, const config::BatchStudy& study);
-/// The fingerprint recorded in a stamp file; empty if missing or unreadable.
-std::string ReadStampFingerprint(const std::string& path);
+/// The stamp written into a finished study's folder (batch_study.json): the study's configuration fingerprint and
+/// `inputsKey`, the hash of the input files it ran on (pipeline: StudyInputsKey).
+std::string StudyStampJson(const config::BatchConfig& batch, const config::BatchStudy& study, const std::string& inputsKey);
+struct StudyStamp {
+  std::string fingerprint, inputsKey;  ///< empty when missing or unreadable
+};
+StudyStamp ReadStudyStamp(const std::string& path);
 
 /// What a batch summary needs from one study's results.json.
 struct ResultsSummary {

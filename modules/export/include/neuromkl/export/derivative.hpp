@@ -24,6 +24,15 @@ std::string BidsLabel(std::string_view name);
 /// position) when that is empty, and a number appended (2, 3, ...) to a label already taken by an
 /// earlier learner, ignoring case ("svm" and "SVM" give "Svm" and "SVM2").
 std::vector<std::string> BidsLearnerLabels(const std::vector<std::string>& labels);
+/// The same for class names in map names ("Class<i>" when a name holds no letter or digit): "MCI-a" and
+/// "MCI_a" give "MCIA" and "MCIA2", told apart by each map's sidecar ("Class").
+std::vector<std::string> BidsClassLabels(const std::vector<std::string>& classNames);
+
+/// File-name parts for class names (a column of the subject table, so anything): ASCII letters, digits, '_',
+/// '-' and '.' are kept, every other byte becomes %XX (hex), so "AD/MCI" gives "AD%2FMCI" and "../x" gives
+/// "..%2Fx": never a path, and two names never share a part. A part equal to an earlier one ignoring case (a
+/// case-insensitive file system would merge the files) gets "-2", "-3", ... appended.
+std::vector<std::string> ClassFileParts(const std::vector<std::string>& classNames);
 
 /// The space entity of the maps: the atlas's space (atlas.space) made a BIDS label, else "MNI152" for
 /// the built-in AAL atlas, else empty (no space entity).

@@ -80,6 +80,9 @@ struct ExportedModel {
   Eigen::VectorXd bias;     ///< C
   Eigen::VectorXd floors;   ///< per kernel: 1e-12 x the largest centred training self-similarity (zero-norm rule)
   std::vector<std::string> trainingIds;  ///< the training rows (labelled, then unlabelled for semi-supervised learners)
+  /// Per training row, the XXH3-128 of its image files over the image sources in order (empty without image sources):
+  /// predict tells a training subject from another cohort's subject of the same id by it.
+  std::vector<std::string> trainingImageHashes;
   Eigen::MatrixXd coef;     ///< l x C (needed by kernel-space sources)
   // covariates (empty design: none)
   std::vector<std::string> covariateNumeric;                          ///< numeric columns

@@ -40,6 +40,21 @@ Volume ReadVolume(const std::string& path);
 /// that slow parallel decoding by ~25 %).
 void ReadVolume(const std::string& path, Volume& out);
 
+/// A 3-D image of integer codes (an atlas), decoded from the file's own datatype, never through float32
+/// (whose 24-bit mantissa makes 16777216 and 16777217 one value). Codes are 32-bit: a voxel beyond that
+/// range, or not a finite integer (a float image, or scl_slope/scl_inter), is counted, left 0, and the
+/// caller refuses the image with the reason.
+struct LabelVolume {
+  Geometry geometry;
+  std::vector<std::int32_t> labels;  ///< VoxelCount() codes, x fastest
+  std::string datatype;              ///< the file's voxel type: "uint8", ..., "uint64", "float32", "float64"
+  std::int64_t nonInteger = 0;       ///< voxels whose value is not a finite integer
+  std::int64_t outOfRange = 0;       ///< integer voxels outside [-2^31, 2^31 - 1]
+  std::string firstOutOfRange;       ///< the first of them, exact, in decimal
+};
+/// Reads a 3-D label image. Same errors as ReadVolume.
+LabelVolume ReadLabelVolume(const std::string& path);
+
 /// A 4-D image (e.g. a probabilistic atlas: one volume per region), volume after volume.
 struct Volume4D {
   Geometry geometry;                ///< of each 3-D volume

@@ -14,6 +14,9 @@ struct Geometry {
   std::array<double, 3> spacing{1, 1, 1};
   std::array<double, 3> origin{0, 0, 0};                    ///< LPS position of voxel (0,0,0)
   std::array<double, 9> direction{1, 0, 0, 0, 1, 0, 0, 0, 1};  ///< row-major 3x3, columns = axis directions
+  /// false for a NIfTI header with neither a qform nor an sform (both codes 0): the grid above is then NIfTI's
+  /// fallback (voxel sizes at the origin, no rotation), so where the image lies in world space is unknown.
+  bool worldKnown = true;
 
   std::int64_t VoxelCount() const { return dims[0] * dims[1] * dims[2]; }
   std::int64_t Linear(std::int64_t i, std::int64_t j, std::int64_t k) const { return i + dims[0] * (j + dims[1] * k); }

@@ -60,7 +60,9 @@ void CompactKernelSet(KernelSet& set, bool centre, const std::string& where);
 /// Removes kernel r (its matrix, compact or not, its diagonal and its info).
 void EraseKernel(KernelSet& set, std::size_t r);
 
-/// InputError naming the kernel and entry if the kernel is not finite, not square n x n, or not symmetric.
+/// InputError naming the kernel and entry if the kernel is not finite [kernels:NonFinite], not square n x n
+/// [kernels:Shape], not symmetric [kernels:NotSymmetric], or not positive semi-definite beyond rounding (an eigenvalue
+/// below -1e-6 n max|K_ij|) [kernels:NotPsd].
 void CheckKernel(const Eigen::MatrixXd& K, const std::string& name, Eigen::Index n, const std::string& where);
 /// CheckKernel for every kernel of the set (n = its subjects).
 void CheckKernelSet(const KernelSet& set, const std::string& where);
