@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include "batch_units.hpp"
+#include "neuromkl/config/participants_sidecar.hpp"
 #include "neuromkl/core/errors.hpp"
 #include "neuromkl/core/strings.hpp"
 #include "neuromkl/export/batch_outputs.hpp"
@@ -20,8 +21,19 @@ namespace fs = std::filesystem;
 
 void CheckBatchConfigs(const config::BatchConfig& batch) {
   std::vector<std::string> bad;
-  for (const auto& s : batch.studies)
-    if (!s.error.empty()) bad.push_back(s.name + ": " + s.error);
+  for (const auto& s : batch.studies) {
+    if (!s.error.empty()) {
+      bad.push_back(s.name + ": " + s.error);
+      continue;
+    }
+    // A malformed participants.json beside a study's table (read with the table, by LoadCohort) stops the batch
+    // before anything runs, as an invalid study file does.
+    try {
+      if (const std::string sidecar = config::ParticipantsSidecarPath(s.config.subjects.table); !sidecar.empty()) (void)config::ReadParticipantsLevels(sidecar);
+    } catch (const Error& e) {
+      bad.push_back(s.name + ": " + e.what());
+    }
+  }
   if (!bad.empty())
     throw ConfigError("batch:InvalidStudies", batch.path,
                       fmt::format("{} of {} studies have an invalid configuration; nothing was run:\n  {}", bad.size(), batch.studies.size(), Join(bad, "\n  ")));

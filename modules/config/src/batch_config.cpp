@@ -6,6 +6,7 @@
 #include <set>
 #include <sstream>
 
+#include "file_keys.hpp"
 #include "json_reader.hpp"
 #include "neuromkl/core/errors.hpp"
 #include "neuromkl/core/hash.hpp"
@@ -86,7 +87,7 @@ std::vector<AxisValue> ReadAxis(const ObjectReader& m, const std::string& axis, 
       v.patch = {{"learners", Json::array({e})}};
     } else if (axis == "sources") {
       // A subset of the base study's kernels.sources, by name: {"name": ..., "use": ["mri", "pet"]}.
-      ObjectReader entry(e, p, m.Source(), {"name", "use"});
+      const ObjectReader entry(e, p, m.Source(), BatchKeysAt(p));
       const Json* all = baseStudy.contains("kernels") && baseStudy["kernels"].is_object() && baseStudy["kernels"].contains("sources") &&
                                 baseStudy["kernels"]["sources"].is_array()
                             ? &baseStudy["kernels"]["sources"]
@@ -147,7 +148,7 @@ bool IsBatchFile(const std::string& path) {
 BatchConfig LoadBatchConfig(const std::string& path) {
   const std::string src = path;
   const Json root = ParseConfigJson(ReadConfigText(path, "batch file"), src);
-  ObjectReader r(root, "", src, {"$schema", "name", "description", "output", "threads", "overrides", "studies", "matrix"});
+  const ObjectReader r(root, "", src, BatchKeysAt(""));
   BatchConfig b;
   b.path = path;
   b.baseDir = fs::absolute(path).parent_path().string();
@@ -157,7 +158,7 @@ BatchConfig LoadBatchConfig(const std::string& path) {
   b.threads = static_cast<int>(r.Integer("threads", 0, 0, 4096));
   b.outputDir = ResolvePath(b.baseDir, "results/" + b.name);
   if (r.Has("output")) {
-    ObjectReader o(r.At("output"), "/output", src, {"dir"});
+    const ObjectReader o(r.At("output"), "/output", src, BatchKeysAt("/output"));
     b.outputDir = ResolvePath(b.baseDir, o.String("dir", b.outputDir));
   }
   Json overrides = Json::object();
@@ -183,7 +184,7 @@ BatchConfig LoadBatchConfig(const std::string& path) {
     study["kernels"]["cache"] = true;  // shared work: studies with the same kernel inputs compute them once
     if (b.threads > 0) study["threads"] = b.threads;
     s.studyJson = study.dump(2);
-    try {
+    try {  // read, then CheckStudyConfig: the same rules as a study file run on its own
       s.config = ParseStudyConfig(s.studyJson, b.baseDir, src + " (study \"" + s.name + "\", " + s.origin + ")");
     } catch (const Error& e) {
       s.error = e.what();
@@ -201,7 +202,7 @@ BatchConfig LoadBatchConfig(const std::string& path) {
       if (list[i].is_string()) {
         file = list[i].get<std::string>();
       } else {
-        ObjectReader e(list[i], p, src, {"file", "name", "overrides"});
+        const ObjectReader e(list[i], p, src, BatchKeysAt(p));
         file = e.RequiredString("file");
         name = e.String("name", "");
         if (e.Has("overrides")) {
@@ -219,7 +220,7 @@ BatchConfig LoadBatchConfig(const std::string& path) {
     }
   }
   if (r.Has("matrix")) {
-    ObjectReader m(r.At("matrix"), "/matrix", src, {"base", "cohorts", "targets", "atlases", "sources", "learners"});
+    const ObjectReader m(r.At("matrix"), "/matrix", src, BatchKeysAt("/matrix"));
     if (!m.Has("base")) m.FailAt("/matrix/base", "the matrix needs a \"base\" study (a file name or an inline study object)");
     Json base;
     if (m.At("base").is_string()) {
