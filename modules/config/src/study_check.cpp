@@ -2,8 +2,9 @@
 // svm_check_parameter and OSQP's validate_settings check a problem whoever built it. The JSON reader,
 // batch expansion and the Python binding all call it; errors name the JSON pointer the value has in a
 // study file (the parsed study keeps the pointers whose form depends on the file: sources, covariates).
-// Rules the reader applies as it reads (numbers in their range, non-empty required strings) are applied
-// again here for a StudyConfig made in code, with the same words.
+// Rules the reader applies as it reads (numbers in their range, non-empty required strings, keys and
+// learners that do not apply to the task) are applied again here for a StudyConfig made in code, with
+// the same words: a file never reaches them here.
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -83,12 +84,10 @@ void CheckSubjectsAndTarget(const Checker& k, const StudyConfig& c) {
   if (!c.subjects.bids.root.empty()) CheckBidsEntities(k, c.subjects.bids.entities, "/subjects/bids/entities");
   const TargetSpec& t = c.target;
   k.NonEmpty("/target/column", t.column);
-  if (t.task != Task::Classification && !t.positiveClass.empty())
-    k.Fail("/target/positive_class", "positive_class applies to binary classification only, but task is \"" + ToString(t.task) + "\"");
+  if (t.task != Task::Classification && !t.positiveClass.empty()) k.Fail("/target/positive_class", TargetKeyMisplaced("positive_class", t.task));
   if (t.multiclassWeights == learners::MulticlassWeights::PerClass && t.task != Task::Multiclass)
     k.Fail("/target/multiclass_weights", "multiclass_weights applies to task \"multiclass\" only, but task is \"" + ToString(t.task) + "\"");
-  if (t.biasCorrection && t.task != Task::Regression)
-    k.Fail("/target/bias_correction", "bias_correction applies to task \"regression\" only, but task is \"" + ToString(t.task) + "\"");
+  if (t.biasCorrection && t.task != Task::Regression) k.Fail("/target/bias_correction", TargetKeyMisplaced("bias_correction", t.task));
 }
 
 /// An atlas section at `ptr` (/atlas or an images source's).
@@ -239,17 +238,11 @@ void CheckCv(const Checker& k, const CvSpec& cv, Task task) {
 
 /// The learner's catalogue entry; its name checked against the catalogue and the study's task.
 const learners::LearnerInfo& CheckLearnerName(const Checker& k, const LearnerSpec& spec, const std::string& ptr, Task task) {
-  std::vector<std::string> names, regression;
-  for (const auto& l : learners::LearnerCatalog()) {
-    names.push_back(l.name);
-    if (l.regression) regression.push_back(l.name);
-  }
+  std::vector<std::string> names;
+  for (const auto& l : learners::LearnerCatalog()) names.push_back(l.name);
   const learners::LearnerInfo* info = learners::FindLearner(spec.name);
   if (!info) k.Fail(ptr + "/name", "expected one of " + Join(names, ", ") + ", found \"" + spec.name + "\"" + DidYouMean(spec.name, names));
-  if ((task == Task::Classification || task == Task::Multiclass) && !info->classification)
-    k.Fail(ptr + "/name", "learner \"" + spec.name + "\" does not do classification");
-  if (task == Task::Regression && !info->regression)
-    k.Fail(ptr + "/name", "learner \"" + spec.name + "\" does not do regression; learners for regression: " + Join(regression, ", "));
+  if (auto msg = LearnerTaskProblem(*info, task); !msg.empty()) k.Fail(ptr + "/name", msg);
   return *info;
 }
 

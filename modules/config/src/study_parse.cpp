@@ -1,7 +1,9 @@
-// The study file read into a StudyConfig (ReadStudyConfig): the document's shape only. Every key is
-// checked against the key table (file_keys.cpp), every value's type, a required key's presence, a
-// choice's allowed values and a number's range as it is read, and keys that do not apply with the other
-// keys given. The rules on values (names, duplicates, rules across fields) are CheckStudyConfig's.
+// The study file read into a StudyConfig (ReadStudyConfig): what is wrong with the document itself.
+// Every key is checked against the key table (file_keys.cpp); as each value is read, its type, a
+// required key's presence, a choice's allowed values (some depend on the task: criteria, learners) and
+// a number's range; and keys that do not apply with the other keys given. The other rules on values
+// (names, duplicates, rules across fields) are CheckStudyConfig's, which applies these again to a
+// study made in code (the shared ones are in study_rules.hpp and study_limits.hpp).
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
@@ -110,6 +112,7 @@ LearnerSpec ParseLearner(const Json& j, const std::string& ptr, const std::strin
   spec.name = r.Choice("name", "", names);
   spec.label = r.String("label", spec.name);
   const learners::LearnerInfo& info = *learners::FindLearner(spec.name);
+  if (auto msg = LearnerTaskProblem(info, task); !msg.empty()) r.FailAt(ptr + "/name", msg);
   std::vector<std::string> known;
   for (const auto& p : info.params) known.push_back(p.name);
   const learners::ParamMap given = r.Has("params") ? ParseParams(r, info, known) : learners::ParamMap{};
@@ -237,13 +240,18 @@ TargetSpec ParseTarget(const Json& json, const std::string& src) {
   const std::string task = t.Choice("task", "", {"classification", "multiclass", "regression"});
   target.task = task == "regression" ? Task::Regression : task == "multiclass" ? Task::Multiclass : Task::Classification;
   target.positiveClass = t.String("positive_class", "");
+  if (target.task != Task::Classification && !target.positiveClass.empty())
+    t.FailAt("/target/positive_class", TargetKeyMisplaced("positive_class", target.task));
   if (t.Has("multiclass_weights")) {
     if (target.task != Task::Multiclass)
       t.FailAt("/target/multiclass_weights", "multiclass_weights applies to task \"multiclass\" only, but task is \"" + task + "\"");
     target.multiclassWeights =
         t.Choice("multiclass_weights", "shared", {"shared", "per_class"}) == "per_class" ? learners::MulticlassWeights::PerClass : learners::MulticlassWeights::Shared;
   }
-  if (t.Has("bias_correction")) target.biasCorrection = t.Choice("bias_correction", "none", {"none", "linear"}) == "linear";
+  if (t.Has("bias_correction")) {
+    target.biasCorrection = t.Choice("bias_correction", "none", {"none", "linear"}) == "linear";
+    if (target.biasCorrection && target.task != Task::Regression) t.FailAt("/target/bias_correction", TargetKeyMisplaced("bias_correction", target.task));
+  }
   return target;
 }
 

@@ -125,10 +125,10 @@ TEST(CheckStudyConfig, TheJsonReaderAndAStudyMadeInCodeGiveTheSameError) {
 TEST(CheckStudyConfig, BatchExpansionIsRefusedByTheSameCheckWithTheStudysName) {
   neuromkl::testing::TempDir dir;
   neuromkl::testing::WriteFile(dir / "b.json", R"({"name": "b",
-    "overrides": {"target": {"positive_class": "AD"}},
+    "overrides": {"covariates": ["age"]},
     "matrix": {"base": {"subjects": {"table": "p.tsv"}, "target": {"column": "dx", "task": "classification"}, "learners": [{"name": "svm"}]},
                "targets": [{"name": "dx", "column": "dx", "task": "classification"}, {"name": "age", "column": "age", "task": "regression"}],
-               "learners": [{"name": "krr"}, {"name": "svm"}]}})");
+               "learners": [{"name": "krr"}, {"name": "kelm"}]}})");
   const auto batch = config::LoadBatchConfig(dir / "b.json");
   ASSERT_EQ(batch.studies.size(), 4u);
   for (const auto& s : batch.studies) {
@@ -136,9 +136,8 @@ TEST(CheckStudyConfig, BatchExpansionIsRefusedByTheSameCheckWithTheStudysName) {
       EXPECT_TRUE(s.error.empty()) << s.name << ": " << s.error;
       continue;
     }
-    // The override's positive_class does not apply to a regression target: the first rule the study breaks.
-    EXPECT_THAT(s.error, HasSubstr("(study \"" + s.name + "\", " + s.origin + "): /target/positive_class: positive_class applies to binary "
-                                   "classification only, but task is \"regression\""));
+    // The override's covariate is the target of the "age" studies.
+    EXPECT_THAT(s.error, HasSubstr("(study \"" + s.name + "\", " + s.origin + "): /covariates: the target column \"age\" cannot be a covariate"));
     const std::string source = (dir / "b.json") + " (study \"" + s.name + "\", " + s.origin + ")";
     EXPECT_EQ(CheckError(config::ReadStudyConfig(s.studyJson, batch.baseDir, source)), s.error);
   }
