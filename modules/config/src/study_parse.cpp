@@ -302,13 +302,12 @@ TabularFunction ParseTabularFunction(const Json& j, const std::string& p, const 
 
 /// The "groups" of a tabular section: {"kernel name": [columns], ...} or a preset name.
 void ParseTabularGroups(const ObjectReader& t, const std::string& ptr, TabularSpec& tab) {
-  const char* groupsHelp = kTabularGroupsExpected;
-  if (!t.Has("groups")) t.FailAt(ptr + "/groups", groupsHelp);
+  if (!t.Has("groups")) t.FailAt(ptr + "/groups", kTabularGroupsExpected);
   if (t.At("groups").is_string()) {
     tab.groupsPreset = t.Choice("groups", "", {"each_column", "all_columns", "each_and_all"});
     return;
   }
-  if (!t.At("groups").is_object() || t.At("groups").empty()) t.FailAt(ptr + "/groups", std::string(groupsHelp) + ", found " + Describe(t.At("groups")));
+  if (!t.At("groups").is_object() || t.At("groups").empty()) t.FailAt(ptr + "/groups", std::string(kTabularGroupsExpected) + ", found " + Describe(t.At("groups")));
   for (const auto& [name, cols] : t.At("groups").items()) {
     const std::string p = ptr + "/groups/" + name;
     if (!cols.is_array() || cols.empty()) t.FailAt(p, "expected a non-empty array of column names, found " + Describe(cols));

@@ -254,7 +254,8 @@ StudyConfig LoadStudyConfig(const std::string& path);
 StudyConfig ParseStudyConfig(const std::string& text, const std::string& baseDir, const std::string& sourceName);
 /// The study text as a StudyConfig, without CheckStudyConfig: ConfigError only for what is wrong with the
 /// document itself (syntax, unknown keys, types, missing keys, values outside a key's choices, numbers
-/// outside their range, keys that do not apply with the others given). Nothing but the text is read.
+/// outside their range, keys and learners that do not apply with the others given). Nothing but the text
+/// is read: the subjects table and participants.json are read with the cohort (pipeline::LoadCohort).
 StudyConfig ReadStudyConfig(const std::string& text, const std::string& baseDir, const std::string& sourceName);
 /// Every rule a study's values must satisfy, whoever made the StudyConfig: ranges, names, duplicates and the
 /// rules across fields (learners vs task, CV schemes vs columns, sources vs the study's sections, ...).
