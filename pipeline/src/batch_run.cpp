@@ -8,6 +8,7 @@
 #include <spdlog/spdlog.h>
 
 #include "batch_units.hpp"
+#include "neuromkl/config/participants_sidecar.hpp"
 #include "neuromkl/core/errors.hpp"
 #include "neuromkl/core/strings.hpp"
 #include "neuromkl/export/batch_outputs.hpp"

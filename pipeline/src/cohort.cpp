@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "neuromkl/config/participants_sidecar.hpp"
 #include "neuromkl/core/errors.hpp"
 #include "neuromkl/core/files.hpp"
 #include "neuromkl/core/strings.hpp"
@@ -184,6 +185,12 @@ std::vector<std::string> FindBidsImages(const config::BidsSpec& bids, const std:
   return images;
 }
 
+std::string SubjectIdColumn(const config::SubjectsSpec& subjects, const DelimitedTable& table) {
+  // participant_id (BIDS) by default; a table with a "subject" column instead keeps working.
+  if (!subjects.idColumnGiven && subjects.idColumn == "participant_id" && !table.Find("participant_id") && table.Find("subject")) return "subject";
+  return subjects.idColumn;
+}
+
 Cohort LoadCohort(const config::StudyConfig& study, const std::map<std::string, std::string>& drop) {
   // The default table lives in the BIDS root: a root that is no folder is said as such, not as a missing table.
   if (const std::string& root = study.subjects.bids.root; !root.empty()) {
@@ -193,11 +200,14 @@ Cohort LoadCohort(const config::StudyConfig& study, const std::map<std::string, 
                        "expected the BIDS dataset's folder (/subjects/bids/root), but " +
                            (fs::exists(root, ec) ? std::string("it is a file") : WhyNotAFile(root)));
   }
+  Cohort c;
+  c.sidecar = config::ParticipantsSidecarPath(study.subjects.table);
+  const config::ColumnLevels levels = c.sidecar.empty() ? config::ColumnLevels{} : config::ReadParticipantsLevels(c.sidecar);
   DelimitedTable table = ReadDelimitedTable(study.subjects.table);
   const std::string& path = table.path;
-  const bool byRow = study.subjects.idColumn == "#row";  // tables without ids: data rows numbered from 1
-  const std::size_t idCol = byRow ? 0 : table.Require(study.subjects.idColumn, "subject id column, /subjects/id_column");
-  Cohort c;
+  c.idColumn = SubjectIdColumn(study.subjects, table);
+  const bool byRow = c.idColumn == "#row";  // tables without ids: data rows numbered from 1
+  const std::size_t idCol = byRow ? 0 : table.Require(c.idColumn, "subject id column, /subjects/id_column");
   c.tableRowCount = table.rows.size();
   // Dropped subjects (kernels.missing_source "drop") leave the table before anything reads it.
   for (std::size_t r = 0; r < table.rows.size(); ++r) {
@@ -227,7 +237,7 @@ Cohort LoadCohort(const config::StudyConfig& study, const std::map<std::string, 
     const auto& row = table.rows[r];
     const std::string where = path + ":" + std::to_string(table.lineNumbers[r]);
     const std::string id = byRow ? std::to_string(c.tableRows[r] + 1) : row[idCol];
-    if (id.empty()) throw InputError("subjects:EmptyId", where, "empty subject id in column \"" + study.subjects.idColumn + "\"");
+    if (id.empty()) throw InputError("subjects:EmptyId", where, "empty subject id in column \"" + c.idColumn + "\"");
     // In a BIDS dataset "sub-01" and "01" name one participant (and would share its image).
     const std::string key = bids ? WithoutSubPrefix(id) : id;
     if (auto it = seen.find(key); it != seen.end()) {
@@ -316,7 +326,7 @@ Cohort LoadCohort(const config::StudyConfig& study, const std::map<std::string, 
   }
   std::map<std::string, int> counts;
   for (auto r : c.labelledRows) ++counts[c.rawTargets[static_cast<std::size_t>(r)]];
-  if (auto it = study.subjects.levels.find(study.target.column); it != study.subjects.levels.end()) {
+  if (auto it = levels.find(study.target.column); it != levels.end()) {
     // participants.json declares the column's levels: every class must be one of them.
     std::vector<std::string> declared, unknown;
     for (const auto& level : it->second) {
@@ -328,7 +338,7 @@ Cohort LoadCohort(const config::StudyConfig& study, const std::map<std::string, 
     if (!unknown.empty())
       throw InputError("subjects:UnknownLevel", path,
                        fmt::format("column \"{}\" holds values that {} (\"Levels\" of \"{}\") does not declare: {}; declared levels: {}",
-                                   study.target.column, study.subjects.sidecar, study.target.column, Join(unknown, ", "),
+                                   study.target.column, c.sidecar, study.target.column, Join(unknown, ", "),
                                    Join(declared, ", ")));
   }
   std::vector<std::string> classes;

@@ -22,7 +22,7 @@ using Kind = config::ConnectivitySpec::Kernels;
 std::vector<std::string> ConnectivityFiles(const config::StudyConfig& study, const config::ConnectivitySpec& spec, const Cohort& cohort) {
   const DelimitedTable table = ReadDelimitedTable(study.subjects.table);
   const std::size_t col = table.Require(spec.column, "connectivity column of a source, /kernels/sources/<i>/connectivity/column");
-  const auto rowOf = RowsById(table, study.subjects.idColumn, "subject id column, /subjects/id_column");
+  const auto rowOf = RowsById(table, SubjectIdColumn(study.subjects, table), "subject id column, /subjects/id_column");
   std::vector<std::string> files, problems;
   for (const auto& id : cohort.ids) {
     const auto it = rowOf.find(id);

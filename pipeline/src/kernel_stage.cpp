@@ -84,7 +84,7 @@ Cohort SourceCohort(const config::StudyConfig& sourceStudy, const config::Source
 std::map<std::string, std::vector<std::string>> SubjectsLackingSources(const config::StudyConfig& study, const Cohort& cohort) {
   std::map<std::string, std::vector<std::string>> lacking;
   const DelimitedTable table = ReadDelimitedTable(study.subjects.table);
-  const auto rowOf = RowsById(table, study.subjects.idColumn, "subject id column, /subjects/id_column");
+  const auto rowOf = RowsById(table, SubjectIdColumn(study.subjects, table), "subject id column, /subjects/id_column");
   auto cell = [&](const std::string& id, std::size_t col) -> std::string {
     const auto it = rowOf.find(id);
     return it == rowOf.end() ? std::string() : table.rows[it->second][col];

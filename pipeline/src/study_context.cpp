@@ -216,6 +216,7 @@ StudyContext LoadStudyInputs(const config::StudyConfig& study) {
   StudyContext ctx;
   ctx.study = study;
   ctx.cohort = LoadStudyCohort(study);
+  ctx.study.subjects.idColumn = ctx.cohort.idColumn;  // as the table decided it: the resolved study and the exported model name it
   ctx.n = static_cast<int>(ctx.cohort.y.size());
   // Splits before any heavy work: an impossible CV plan is a config/input error, found in seconds.
   if (study.target.task == learners::Task::Multiclass && Stratified(study.cv.outer.scheme))

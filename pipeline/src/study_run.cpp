@@ -34,7 +34,7 @@ class StageTimer {
 /// Every file the study reads: a forced run never replaces a folder that holds one of them.
 std::vector<std::string> StudyInputs(const StudyContext& ctx) {
   const auto& study = ctx.study;
-  std::vector<std::string> in = {study.path,        study.subjects.table, study.subjects.sidecar, study.subjects.bids.root,
+  std::vector<std::string> in = {study.path,        study.subjects.table, ctx.cohort.sidecar, study.subjects.bids.root,
                                  study.atlas.image, study.atlas.labels,   study.mask,             study.kernels.tabular.table};
   for (const auto& part : study.atlas.parts) in.insert(in.end(), {part.image, part.labels});
   for (const auto& k : study.kernels.precomputed) in.push_back(k.file);

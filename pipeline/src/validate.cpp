@@ -196,7 +196,7 @@ std::string ValidateStudy(const config::StudyConfig& study, bool deep) {
       std::vector<std::string> described;
       for (const auto& [k, _] : cohort.classCounts)
         if (auto it = cohort.classDescriptions.find(k); it != cohort.classDescriptions.end()) described.push_back(fmt::format("\"{}\" = {}", k, it->second));
-      line(fmt::format("  levels (from {}): {}", study.subjects.sidecar, Join(described, "; ")));
+      line(fmt::format("  levels (from {}): {}", cohort.sidecar, Join(described, "; ")));
     }
   } else {
     const auto& y = cohort.y;

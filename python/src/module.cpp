@@ -250,11 +250,14 @@ py::dict RunStudy(const std::string& pathOrText, bool isText, const std::string&
     py::gil_scoped_release release;
     neuromkl::SetProgressEnabled(verbose);  // as `neuromkl run -q` unless verbose
     spdlog::set_level(verbose ? spdlog::level::info : spdlog::level::warn);
-    const neuromkl::config::StudyConfig study =
+    neuromkl::config::StudyConfig study =
         isText ? neuromkl::config::ParseStudyConfig(pathOrText, baseDir, "<dict>") : neuromkl::config::LoadStudyConfig(pathOrText);
+    if (threads >= 0) {  // the thread count given here is the study's /threads, checked as one from the file would be
+      study.threads = threads;
+      neuromkl::config::CheckStudyConfig(study);
+    }
     neuromkl::pipeline::RunOptions options;
     options.outDir = outDir;
-    options.threads = threads;
     options.force = force;
     outcome = neuromkl::pipeline::RunStudy(study, options);
   }

@@ -113,6 +113,22 @@ def test_study_errors_match_the_cli(tmp_path, rng, cli):
         neuromkl.load_results(tmp_path)
 
 
+def test_thread_count_is_checked_as_the_study_files(tmp_path, rng):
+    """run_study's threads is the study's /threads: the same check and message as a value in the file."""
+    study, *_ = _precomputed_study(tmp_path, rng)
+    study = dict(study, learners=[{"name": "svm"}])
+    (tmp_path / "study.json").write_text(json.dumps(study))
+    with pytest.raises(neuromkl.ConfigError) as from_argument:
+        neuromkl.run_study(tmp_path / "study.json", out_dir=tmp_path / "out", threads=5000)
+    assert from_argument.value.code == "config:Value"
+    assert "/threads: expected an integer in [0, 4096], found 5000" in str(from_argument.value)
+    assert not (tmp_path / "out").exists()
+    (tmp_path / "threads.json").write_text(json.dumps(dict(study, threads=5000)))
+    with pytest.raises(neuromkl.ConfigError) as from_file:
+        neuromkl.run_study(tmp_path / "threads.json", out_dir=tmp_path / "out")
+    assert str(from_file.value).replace(str(tmp_path / "threads.json"), "") == str(from_argument.value).replace(str(tmp_path / "study.json"), "")
+
+
 def test_worked_example_on_the_shipped_cohort(tmp_path, source_dir):
     """examples/python/wager2008_example.py runs end to end on examples/wager2008_emoreg."""
     import os

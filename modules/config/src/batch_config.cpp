@@ -6,7 +6,9 @@
 #include <set>
 #include <sstream>
 
+#include "file_keys.hpp"
 #include "json_reader.hpp"
+#include "study_limits.hpp"
 #include "neuromkl/core/errors.hpp"
 #include "neuromkl/core/hash.hpp"
 #include "neuromkl/core/strings.hpp"
@@ -86,7 +88,7 @@ std::vector<AxisValue> ReadAxis(const ObjectReader& m, const std::string& axis, 
       v.patch = {{"learners", Json::array({e})}};
     } else if (axis == "sources") {
       // A subset of the base study's kernels.sources, by name: {"name": ..., "use": ["mri", "pet"]}.
-      ObjectReader entry(e, p, m.Source(), {"name", "use"});
+      const ObjectReader entry(e, p, m.Source(), BatchKeysAt(p));
       const Json* all = baseStudy.contains("kernels") && baseStudy["kernels"].is_object() && baseStudy["kernels"].contains("sources") &&
                                 baseStudy["kernels"]["sources"].is_array()
                             ? &baseStudy["kernels"]["sources"]
@@ -144,31 +146,17 @@ bool IsBatchFile(const std::string& path) {
   }
 }
 
-BatchConfig LoadBatchConfig(const std::string& path) {
-  const std::string src = path;
-  const Json root = ParseConfigJson(ReadConfigText(path, "batch file"), src);
-  ObjectReader r(root, "", src, {"$schema", "name", "description", "output", "threads", "overrides", "studies", "matrix"});
-  BatchConfig b;
-  b.path = path;
-  b.baseDir = fs::absolute(path).parent_path().string();
-  b.name = r.RequiredString("name");
-  if (SafeName(b.name) != b.name) r.Fail("name", "a name made of letters, digits, '_', '-' and '.' (it names the output folder)");
-  b.description = r.String("description", "");
-  b.threads = static_cast<int>(r.Integer("threads", 0, 0, 4096));
-  b.outputDir = ResolvePath(b.baseDir, "results/" + b.name);
-  if (r.Has("output")) {
-    ObjectReader o(r.At("output"), "/output", src, {"dir"});
-    b.outputDir = ResolvePath(b.baseDir, o.String("dir", b.outputDir));
-  }
-  Json overrides = Json::object();
-  if (r.Has("overrides")) {
-    overrides = r.At("overrides");
-    if (!overrides.is_object()) r.Fail("overrides", "an object of study keys applied to every study");
-    AbsolutisePaths(overrides, b.baseDir);
-  }
+namespace {
 
-  // Each study: base (absolute paths) <- batch overrides <- axis patches <- its own overrides.
-  auto add = [&](std::string name, std::string origin, std::map<std::string, std::string> axes, Json study, const std::vector<Json>& patches) {
+/// The studies of one batch file as they are expanded.
+struct Expansion {
+  BatchConfig& batch;
+  std::string source;  ///< the batch file, as errors name it
+  Json overrides;      ///< the batch's "overrides" (absolute paths)
+
+  /// One study: base (absolute paths) <- batch overrides <- axis patches <- its own overrides; then read and
+  /// checked (CheckStudyConfig) as a study file run on its own would be, its error kept for `validate`.
+  void Add(const std::string& name, std::string origin, std::map<std::string, std::string> axes, Json study, const std::vector<Json>& patches) {
     study.merge_patch(overrides);
     for (const auto& p : patches) study.merge_patch(p);
     BatchStudy s;
@@ -177,88 +165,119 @@ BatchConfig LoadBatchConfig(const std::string& path) {
     s.axes = std::move(axes);
     study["name"] = s.name;
     if (!study.contains("output") || !study["output"].is_object()) study["output"] = Json::object();
-    study["output"]["dir"] = b.StudyDir(s.name);
-    study["output"]["cache_dir"] = b.CacheDir();
+    study["output"]["dir"] = batch.StudyDir(s.name);
+    study["output"]["cache_dir"] = batch.CacheDir();
     if (!study.contains("kernels") || !study["kernels"].is_object()) study["kernels"] = Json::object();
     study["kernels"]["cache"] = true;  // shared work: studies with the same kernel inputs compute them once
-    if (b.threads > 0) study["threads"] = b.threads;
+    if (batch.threads > 0) study["threads"] = batch.threads;
     s.studyJson = study.dump(2);
     try {
-      s.config = ParseStudyConfig(s.studyJson, b.baseDir, src + " (study \"" + s.name + "\", " + s.origin + ")");
+      s.config = ParseStudyConfig(s.studyJson, batch.baseDir, source + " (study \"" + s.name + "\", " + s.origin + ")");
     } catch (const Error& e) {
       s.error = e.what();
       s.errorCode = e.code();
     }
-    b.studies.push_back(std::move(s));
-  };
+    batch.studies.push_back(std::move(s));
+  }
+};
 
-  if (r.Has("studies")) {
-    const Json& list = r.At("studies");
-    if (!list.is_array()) r.Fail("studies", "an array of study files or {\"file\", \"name\", \"overrides\"} objects");
-    for (std::size_t i = 0; i < list.size(); ++i) {
-      const std::string p = "/studies/" + std::to_string(i);
-      std::string file, name;
-      Json own = Json::object();
-      if (list[i].is_string()) {
-        file = list[i].get<std::string>();
-      } else {
-        ObjectReader e(list[i], p, src, {"file", "name", "overrides"});
-        file = e.RequiredString("file");
-        name = e.String("name", "");
-        if (e.Has("overrides")) {
-          own = e.At("overrides");
-          if (!own.is_object()) e.Fail("overrides", "an object of study keys");
-          AbsolutisePaths(own, b.baseDir);
-        }
-      }
-      const std::string studyPath = ResolvePath(b.baseDir, file);
-      Json study = ParseConfigJson(ReadConfigText(studyPath, "study file named in " + src + " " + p), studyPath);
-      if (!study.is_object()) r.FailAt(p, "the study file " + studyPath + " is not a JSON object");
-      AbsolutisePaths(study, fs::path(studyPath).parent_path().string());
-      if (name.empty()) name = study.value("name", fs::path(studyPath).stem().string());
-      add(name, "studies[" + std::to_string(i) + "]: " + file, {}, study, {own});
-    }
-  }
-  if (r.Has("matrix")) {
-    ObjectReader m(r.At("matrix"), "/matrix", src, {"base", "cohorts", "targets", "atlases", "sources", "learners"});
-    if (!m.Has("base")) m.FailAt("/matrix/base", "the matrix needs a \"base\" study (a file name or an inline study object)");
-    Json base;
-    if (m.At("base").is_string()) {
-      const std::string basePath = ResolvePath(b.baseDir, m.At("base").get<std::string>());
-      base = ParseConfigJson(ReadConfigText(basePath, "base study of " + src + " /matrix/base"), basePath);
-      AbsolutisePaths(base, fs::path(basePath).parent_path().string());
-    } else if (m.At("base").is_object()) {
-      base = m.At("base");
-      if (!base.contains("name")) base["name"] = b.name;
-      AbsolutisePaths(base, b.baseDir);
+/// "studies": study files, each with an optional name and overrides.
+void ExpandStudyList(const ObjectReader& r, Expansion& x) {
+  const Json& list = r.At("studies");
+  if (!list.is_array()) r.Fail("studies", "an array of study files or {\"file\", \"name\", \"overrides\"} objects");
+  for (std::size_t i = 0; i < list.size(); ++i) {
+    const std::string p = "/studies/" + std::to_string(i);
+    std::string file, name;
+    Json own = Json::object();
+    if (list[i].is_string()) {
+      file = list[i].get<std::string>();
     } else {
-      m.Fail("base", "a study file name or an inline study object");
-    }
-    const std::vector<std::string> axisOrder = {"cohorts", "targets", "atlases", "sources", "learners"};
-    const std::map<std::string, std::string> axisKey = {
-        {"cohorts", "cohort"}, {"targets", "target"}, {"atlases", "atlas"}, {"sources", "sources"}, {"learners", "learner"}};
-    std::vector<std::pair<std::string, std::vector<AxisValue>>> axes;
-    for (const auto& a : axisOrder)
-      if (auto values = ReadAxis(m, a, b.baseDir, base); !values.empty()) axes.emplace_back(a, std::move(values));
-    if (axes.empty()) m.FailAt("/matrix", "a matrix needs at least one axis: cohorts, targets, atlases, sources or learners");
-    std::vector<std::size_t> idx(axes.size(), 0);
-    for (;;) {
-      std::vector<std::string> parts, origin;
-      std::map<std::string, std::string> names;
-      std::vector<Json> patches;
-      for (std::size_t a = 0; a < axes.size(); ++a) {
-        const auto& v = axes[a].second[idx[a]];
-        parts.push_back(v.name);
-        origin.push_back(axes[a].first + "[" + std::to_string(idx[a]) + "]");
-        names[axisKey.at(axes[a].first)] = v.name;
-        patches.push_back(v.patch);
+      const ObjectReader e(list[i], p, x.source, BatchKeysAt(p));
+      file = e.RequiredString("file");
+      name = e.String("name", "");
+      if (e.Has("overrides")) {
+        own = e.At("overrides");
+        if (!own.is_object()) e.Fail("overrides", "an object of study keys");
+        AbsolutisePaths(own, x.batch.baseDir);
       }
-      add(Join(parts, "_"), "matrix " + Join(origin, " x "), names, base, patches);
-      std::size_t a = axes.size();
-      while (a > 0 && ++idx[a - 1] == axes[a - 1].second.size()) idx[--a] = 0;  // last axis fastest
-      if (a == 0) break;
     }
+    const std::string studyPath = ResolvePath(x.batch.baseDir, file);
+    Json study = ParseConfigJson(ReadConfigText(studyPath, "study file named in " + x.source + " " + p), studyPath);
+    if (!study.is_object()) r.FailAt(p, "the study file " + studyPath + " is not a JSON object");
+    AbsolutisePaths(study, fs::path(studyPath).parent_path().string());
+    if (name.empty()) name = study.value("name", fs::path(studyPath).stem().string());
+    x.Add(name, "studies[" + std::to_string(i) + "]: " + file, {}, study, {own});
   }
+}
+
+/// "matrix": the base study times every axis given (the last axis varies fastest).
+void ExpandMatrix(const ObjectReader& r, Expansion& x) {
+  const ObjectReader m(r.At("matrix"), "/matrix", x.source, BatchKeysAt("/matrix"));
+  if (!m.Has("base")) m.FailAt("/matrix/base", "the matrix needs a \"base\" study (a file name or an inline study object)");
+  Json base;
+  if (m.At("base").is_string()) {
+    const std::string basePath = ResolvePath(x.batch.baseDir, m.At("base").get<std::string>());
+    base = ParseConfigJson(ReadConfigText(basePath, "base study of " + x.source + " /matrix/base"), basePath);
+    AbsolutisePaths(base, fs::path(basePath).parent_path().string());
+  } else if (m.At("base").is_object()) {
+    base = m.At("base");
+    if (!base.contains("name")) base["name"] = x.batch.name;
+    AbsolutisePaths(base, x.batch.baseDir);
+  } else {
+    m.Fail("base", "a study file name or an inline study object");
+  }
+  const std::vector<std::string> axisOrder = {"cohorts", "targets", "atlases", "sources", "learners"};
+  const std::map<std::string, std::string> axisKey = {
+      {"cohorts", "cohort"}, {"targets", "target"}, {"atlases", "atlas"}, {"sources", "sources"}, {"learners", "learner"}};
+  std::vector<std::pair<std::string, std::vector<AxisValue>>> axes;
+  for (const auto& a : axisOrder)
+    if (auto values = ReadAxis(m, a, x.batch.baseDir, base); !values.empty()) axes.emplace_back(a, std::move(values));
+  if (axes.empty()) m.FailAt("/matrix", "a matrix needs at least one axis: cohorts, targets, atlases, sources or learners");
+  std::vector<std::size_t> idx(axes.size(), 0);
+  for (;;) {
+    std::vector<std::string> parts, origin;
+    std::map<std::string, std::string> names;
+    std::vector<Json> patches;
+    for (std::size_t a = 0; a < axes.size(); ++a) {
+      const auto& v = axes[a].second[idx[a]];
+      parts.push_back(v.name);
+      origin.push_back(axes[a].first + "[" + std::to_string(idx[a]) + "]");
+      names[axisKey.at(axes[a].first)] = v.name;
+      patches.push_back(v.patch);
+    }
+    x.Add(Join(parts, "_"), "matrix " + Join(origin, " x "), names, base, patches);
+    std::size_t a = axes.size();
+    while (a > 0 && ++idx[a - 1] == axes[a - 1].second.size()) idx[--a] = 0;  // last axis fastest
+    if (a == 0) break;
+  }
+}
+
+}  // namespace
+
+BatchConfig LoadBatchConfig(const std::string& path) {
+  const std::string src = path;
+  const Json root = ParseConfigJson(ReadConfigText(path, "batch file"), src);
+  const ObjectReader r(root, "", src, BatchKeysAt(""));
+  BatchConfig b;
+  b.path = path;
+  b.baseDir = fs::absolute(path).parent_path().string();
+  b.name = r.RequiredString("name");
+  if (SafeName(b.name) != b.name) r.Fail("name", "a name made of letters, digits, '_', '-' and '.' (it names the output folder)");
+  b.description = r.String("description", "");
+  b.threads = static_cast<int>(r.Integer("threads", 0, kThreadsRange.lo, kThreadsRange.hi));
+  b.outputDir = ResolvePath(b.baseDir, "results/" + b.name);
+  if (r.Has("output")) {
+    const ObjectReader o(r.At("output"), "/output", src, BatchKeysAt("/output"));
+    b.outputDir = ResolvePath(b.baseDir, o.String("dir", b.outputDir));
+  }
+  Expansion expansion{b, src, Json::object()};
+  if (r.Has("overrides")) {
+    expansion.overrides = r.At("overrides");
+    if (!expansion.overrides.is_object()) r.Fail("overrides", "an object of study keys applied to every study");
+    AbsolutisePaths(expansion.overrides, b.baseDir);
+  }
+  if (r.Has("studies")) ExpandStudyList(r, expansion);
+  if (r.Has("matrix")) ExpandMatrix(r, expansion);
   if (b.studies.empty()) throw ConfigError("config:EmptyBatch", src, "the batch has no study: give \"studies\" and/or a \"matrix\"");
   std::map<std::string, std::string> first;
   for (const auto& s : b.studies)

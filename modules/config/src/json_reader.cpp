@@ -68,7 +68,7 @@ struct PointerTracker {
     for (std::size_t f = 0; f < frames.size(); ++f) {
       p += '/';
       if (!frames[f].array) {
-        for (char c : frames[f].key) p += c == '~' ? std::string("~0") : c == '/' ? std::string("~1") : std::string(1, c);
+        p += PointerToken(frames[f].key);
       } else {
         p += std::to_string(frames[f].index + (next && f + 1 == frames.size() ? 1 : 0));
       }
@@ -124,6 +124,12 @@ Json ParseConfigJson(const std::string& text, const std::string& source) {
   } catch (const Json::exception& e) {
     throw ConfigError("config:Syntax", source, std::string("not valid JSON: ") + e.what());
   }
+}
+
+std::string PointerToken(const std::string& name) {
+  std::string token;
+  for (char ch : name) token += ch == '~' ? std::string("~0") : ch == '/' ? std::string("~1") : std::string(1, ch);
+  return token;
 }
 
 std::string ResolvePath(const std::string& base, const std::string& p) {

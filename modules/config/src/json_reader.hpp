@@ -22,6 +22,8 @@ inline constexpr std::size_t kMaxJsonDepth = 512;
 /// than kMaxJsonDepth (refused by a non-recursive scan before parsing); ConfigError [config:Value] at
 /// its JSON pointer for a number beyond the range of a double.
 Json ParseConfigJson(const std::string& text, const std::string& source);
+/// `name` as one token of a JSON pointer (RFC 6901: "~" -> "~0", "/" -> "~1").
+std::string PointerToken(const std::string& name);
 /// `p` made absolute against `base` and normalised; an empty path stays empty.
 std::string ResolvePath(const std::string& base, const std::string& p);
 

@@ -90,4 +90,38 @@ TEST(Cohort, RowsByIdRefusesAnIdGivenTwice) {
   EXPECT_EQ(pipeline::RowsById(table, "#row", "rows").size(), 3u);
 }
 
+// The cohort code reads what the study file only names: the table decides the default id column, and
+// participants.json beside it declares the target's levels (a malformed one is an error naming it).
+TEST(Cohort, IdColumnAndParticipantsSidecarAreReadWithTheTable) {
+  Fixture f;
+  const std::string table = "participant_id\timage\tdx\nsub-01\ta.nii\tAD\nsub-02\tb.nii\tCN\n";
+  auto c = pipeline::LoadCohort(f.Study(table));
+  EXPECT_EQ(c.idColumn, "participant_id");
+  EXPECT_TRUE(c.sidecar.empty());
+  EXPECT_TRUE(c.classDescriptions.empty());
+  neuromkl::testing::WriteFile(f.dir / "participants.json",
+                               R"({"dx": {"Description": "diagnosis", "Levels": {"AD": "Alzheimer's disease", "CN": "control"}}, "age": {"Units": "y"}})");
+  c = pipeline::LoadCohort(f.Study(table));
+  EXPECT_EQ(c.sidecar, f.dir / "participants.json");
+  ASSERT_EQ(c.classDescriptions.size(), 2u);
+  EXPECT_EQ(c.classDescriptions.at("AD"), "Alzheimer's disease");
+  // A table with "subject" instead of participant_id keeps working without id_column ...
+  c = pipeline::LoadCohort(f.Study("subject\timage\tdx\ns1\ta.nii\tAD\ns2\tb.nii\tCN\n"));
+  EXPECT_EQ(c.idColumn, "subject");
+  EXPECT_EQ(c.ids, (std::vector<std::string>{"s1", "s2"}));
+  // ... but an id_column that is given is the id column.
+  auto given = f.Study("subject\timage\tdx\ns1\ta.nii\tAD\ns2\tb.nii\tCN\n");
+  given.subjects.idColumnGiven = true;
+  ExpectInputError(given, {"no column \"participant_id\"", "/subjects/id_column"});
+  // A malformed sidecar is an error naming it.
+  neuromkl::testing::WriteFile(f.dir / "participants.json", R"({"dx": {"Levels": ["AD", "CN"]}})");
+  try {
+    pipeline::LoadCohort(f.Study(table));
+    FAIL() << "expected a ConfigError";
+  } catch (const ConfigError& e) {
+    EXPECT_THAT(e.what(), HasSubstr("participants.json"));
+    EXPECT_THAT(e.what(), HasSubstr("/dx/Levels: expected an object"));
+  }
+}
+
 }  // namespace

@@ -12,6 +12,8 @@
 namespace neuromkl::pipeline {
 
 struct Cohort {
+  std::string idColumn;                 ///< the table's id column (SubjectIdColumn)
+  std::string sidecar;                  ///< participants.json beside the table, if present
   std::vector<std::string> ids;         ///< every row of the table, in table order
   std::vector<std::string> images;      ///< resolved image paths (image source), same order
   std::vector<bool> labelled;           ///< target present
@@ -37,7 +39,13 @@ struct Cohort {
   std::size_t tableRowCount = 0;  ///< data rows of the table, dropped subjects included
 };
 
-/// Reads the subjects table named by the study. InputError (file, line, subject id) for: missing
+/// The id column of the study's subjects table: /subjects/id_column when given; otherwise participant_id
+/// (BIDS), or "subject" when the table has such a column and no participant_id column.
+std::string SubjectIdColumn(const config::SubjectsSpec& subjects, const DelimitedTable& table);
+
+/// Reads the subjects table named by the study, and participants.json beside it (BIDS: the "Levels" of the
+/// target column must declare every class; ConfigError naming the sidecar when it is malformed).
+/// InputError (file, line, subject id) for: missing
 /// id/target/image column, empty or duplicate ids, missing image files, a classification target
 /// with one class or more than two, an unknown positive_class, non-numeric regression targets,
 /// fewer than 2 labelled subjects, an empty group or fold cell for a labelled subject.

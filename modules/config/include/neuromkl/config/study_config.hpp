@@ -1,6 +1,9 @@
 #pragma once
 // The study file, as plain structs. Defaults live here (and in configs/study.schema.json; a
 // test checks that both agree). JSON keys are snake_case versions of the field names.
+// A StudyConfig comes from the JSON reader (ParseStudyConfig, LoadStudyConfig) or from code (batch
+// expansion, bindings, tests); CheckStudyConfig refuses an invalid one whatever its producer, with
+// the JSON pointer the value has (or would have) in a study file.
 #include <cstdint>
 #include <map>
 #include <string>
@@ -21,21 +24,15 @@ struct BidsSpec {
   std::vector<std::pair<std::string, std::string>> entities;
 };
 
-/// One level of a categorical column, from participants.json ("Levels": {"AD": "Alzheimer's disease"}).
-struct ColumnLevel {
-  std::string value, description;
-};
-
 struct SubjectsSpec {
   std::string table;                 ///< participants.tsv / .csv, resolved path (default with bids: <root>/participants.tsv)
-  /// BIDS' participant_id by default; when id_column is not given and the table has no participant_id
-  /// column but a "subject" column, "subject" (read from the table's header when the config is loaded).
-  /// "#row": subjects are numbered by data row from 1 (tables without ids).
+  /// BIDS' participant_id by default; when id_column is not given (`idColumnGiven` false) and the table
+  /// has no participant_id column but a "subject" column, "subject": decided where the table is read
+  /// (pipeline::LoadCohort). "#row": subjects are numbered by data row from 1 (tables without ids).
   std::string idColumn = "participant_id";
+  bool idColumnGiven = false;        ///< /subjects/id_column was given: no fallback to "subject"
   std::string imageColumn = "image";
   BidsSpec bids;
-  std::string sidecar;               ///< participants.json beside the table, if present (resolved)
-  std::map<std::string, std::vector<ColumnLevel>> levels;  ///< column -> levels, from the sidecar
 };
 
 struct TargetSpec {
@@ -147,7 +144,7 @@ enum class MissingSource {
   Drop,   ///< such subjects are left out of the study and listed in the warnings
 };
 
-/// How the study holds its kernels after the kernel stage (issue 17; docs/batch.md, "The compact kernel store").
+/// How the study holds its kernels after the kernel stage (docs/batch.md, "The compact kernel store").
 enum class KernelPrecision {
   Float64,  ///< full double kernels
   Float32,  ///< the compact store: float32, half the memory; fold arithmetic stays double
@@ -192,8 +189,8 @@ struct LearnerSpec {
   std::string name;                  ///< catalogue name, e.g. "enmkl_svm"
   std::string label;                 ///< display name (default: name), unique in a study
   learners::ParamMap params;         ///< resolved: defaults filled in
-  std::map<std::string, std::vector<double>> grid;  ///< hyper-parameter grid for nested CV; c, lambda and mu
-                                                    ///< not fixed in params get seed 004's grids by default
+  std::map<std::string, std::vector<double>> grid;  ///< hyper-parameter grid for nested CV; c, lambda and mu not
+                                                    ///< fixed in params get the ENMKL grids (Mourao-Miranda et al.) by default
   /// class_weight (classification): "balanced" (n / (k n_c) per training set), or a weight per class name
   /// (classes not listed weigh 1; the names are checked against the target's classes when the subjects
   /// table is read). Neither = no class weights.
@@ -250,11 +247,21 @@ struct StudyConfig {
   int threads = 0;                   ///< 0 = all cores
 };
 
-/// Reads and validates a study file. ConfigError naming the file and JSON pointer for unknown keys
-/// (with a did-you-mean hint), wrong types and out-of-range values.
+/// Reads and checks a study file (ReadStudyConfig, then CheckStudyConfig). ConfigError naming the file and
+/// JSON pointer for unknown keys (with a did-you-mean hint), wrong types and invalid values.
 StudyConfig LoadStudyConfig(const std::string& path);
 /// Same from text; `baseDir` resolves relative paths, `sourceName` names the text in errors.
 StudyConfig ParseStudyConfig(const std::string& text, const std::string& baseDir, const std::string& sourceName);
+/// The study text as a StudyConfig, without CheckStudyConfig: ConfigError only for what is wrong with the
+/// document itself (syntax, unknown keys, types, missing keys, values outside a key's choices, numbers
+/// outside their range, keys and learners that do not apply with the others given). Nothing but the text
+/// is read: the subjects table and participants.json are read with the cohort (pipeline::LoadCohort).
+StudyConfig ReadStudyConfig(const std::string& text, const std::string& baseDir, const std::string& sourceName);
+/// Every rule a study's values must satisfy, whoever made the StudyConfig: ranges, names, duplicates and the
+/// rules across fields (learners vs task, CV schemes vs columns, sources vs the study's sections, ...).
+/// ConfigError naming `config.path` (empty for a study made in code) and the JSON pointer of the value in a
+/// study file, e.g. "/learners/0/params/c".
+void CheckStudyConfig(const StudyConfig& config);
 /// The resolved configuration (every default filled in) as pretty JSON. `forHash`: without the keys that
 /// change no result (/output/model), for the input hash and the permutation checkpoint key.
 std::string ResolvedConfigJson(const StudyConfig& config, bool forHash = false);

@@ -1,0 +1,146 @@
+// CheckStudyConfig refuses an invalid study whoever made it: a program (no JSON source; the error
+// names the JSON pointer the value would have), the JSON reader, and batch expansion.
+#include <gmock/gmock.h>
+
+#include "neuromkl/config/batch_config.hpp"
+#include "neuromkl/config/study_config.hpp"
+#include "neuromkl/core/errors.hpp"
+#include "testing.hpp"
+
+using namespace neuromkl;
+using ::testing::HasSubstr;
+
+namespace {
+
+/// A valid study made in code, as a program or a binding would make it.
+config::StudyConfig MadeInCode() {
+  config::StudyConfig s;
+  s.name = "coded";
+  s.subjects.table = "/data/participants.tsv";
+  s.target.column = "dx";
+  s.target.task = learners::Task::Classification;
+  config::LearnerSpec l;
+  l.name = "svm";
+  l.label = "svm";
+  l.params = learners::ResolveParams("svm", {});
+  s.learners.push_back(l);
+  s.output.dir = "/data/results/coded";
+  s.output.cacheDir = "/data/.neuromkl_cache";
+  return s;
+}
+
+/// CheckStudyConfig's message for `s` ("" when it passes); every refusal is a bad-input error.
+std::string CheckError(const config::StudyConfig& s) {
+  try {
+    config::CheckStudyConfig(s);
+  } catch (const ConfigError& e) {
+    EXPECT_EQ(e.ExitCode(), kExitBadInput);
+    return e.what();
+  }
+  return "";
+}
+
+TEST(CheckStudyConfig, AStudyMadeInCodeIsRefusedAtTheValuesJsonPointer) {
+  ASSERT_EQ(CheckError(MadeInCode()), "");
+  {
+    auto s = MadeInCode();
+    s.learners[0].params["c"] = -1;
+    EXPECT_EQ(CheckError(s), "/learners/0/params/c: expected a value in (0, inf), found -1");
+    s.path = "made.json";  // a study with a source names it
+    EXPECT_EQ(CheckError(s), "made.json: /learners/0/params/c: expected a value in (0, inf), found -1");
+  }
+  {
+    auto s = MadeInCode();
+    s.learners[0].grid["c"] = {1, 0};
+    EXPECT_EQ(CheckError(s), "/learners/0/grid/c/1: expected a value in (0, inf), found 0");
+  }
+  {
+    auto s = MadeInCode();
+    s.threads = 5000;
+    EXPECT_EQ(CheckError(s), "/threads: expected an integer in [0, 4096], found 5000 (number)");
+  }
+  {
+    auto s = MadeInCode();
+    s.target.task = learners::Task::Regression;
+    EXPECT_THAT(CheckError(s), HasSubstr("/learners/0/name: learner \"svm\" does not do regression"));
+  }
+  {
+    auto s = MadeInCode();
+    s.learners.push_back(s.learners[0]);
+    EXPECT_EQ(CheckError(s), "/learners/1: two learners share the label \"svm\"; give each a distinct \"label\"");
+    s.learners.clear();
+    EXPECT_EQ(CheckError(s), "/learners: expected a non-empty array of learners, e.g. [{\"name\": \"enmkl_svm\"}]");
+  }
+  {
+    auto s = MadeInCode();
+    s.cv.inner.scheme = config::CvScheme::GroupKFold;
+    EXPECT_THAT(CheckError(s), HasSubstr("/cv/inner/group_column: scheme \"group_kfold\" needs a group_column"));
+  }
+  {
+    auto s = MadeInCode();
+    s.covariates.columns = {"age", "dx"};
+    EXPECT_THAT(CheckError(s), HasSubstr("/covariates: the target column \"dx\" cannot be a covariate"));
+    s.covariates.columns = {"age", "age"};
+    EXPECT_EQ(CheckError(s), "/covariates/columns/1: column \"age\" is listed twice");
+  }
+  {
+    auto s = MadeInCode();
+    s.kernels.source = config::KernelSource::Sources;
+    config::SourceSpec a;
+    a.name = "pet";
+    s.kernels.sources = {a, a};
+    EXPECT_EQ(CheckError(s), "/kernels/sources/1/name: two sources are named \"pet\"; give each a distinct name");
+    s.kernels.sources[1].name = "mri scan";
+    EXPECT_THAT(CheckError(s), HasSubstr("/kernels/sources/1/name: a source name made of letters"));
+  }
+  {
+    auto s = MadeInCode();
+    s.atlas.builtin = "aal3";
+    EXPECT_EQ(CheckError(s), "/atlas: unknown built-in atlas \"aal3\"; built in: aal; did you mean \"aal\"?");
+  }
+}
+
+// The JSON reader ends in the same check: a file and the same study made in code give the same error.
+TEST(CheckStudyConfig, TheJsonReaderAndAStudyMadeInCodeGiveTheSameError) {
+  const std::string text = R"({"name": "coded", "subjects": {"table": "/data/participants.tsv"}, "target": {"column": "dx", "task": "classification"},
+    "cv": {"outer": {"scheme": "leave_one_group_out"}}, "learners": [{"name": "svm"}]})";
+  std::string fromFile;
+  try {
+    config::ParseStudyConfig(text, "/data", "study.json");
+  } catch (const ConfigError& e) {
+    fromFile = e.what();
+  }
+  EXPECT_THAT(fromFile, HasSubstr("study.json: /cv/outer/group_column"));
+  auto s = MadeInCode();
+  s.path = "study.json";
+  s.cv.outer.scheme = config::CvScheme::LeaveOneGroupOut;
+  EXPECT_EQ(CheckError(s), fromFile);
+  // Reading alone does not apply the rule; checking what was read does.
+  const auto read = config::ReadStudyConfig(text, "/data", "study.json");
+  EXPECT_EQ(CheckError(read), fromFile);
+}
+
+// Batch expansion builds each study from the base, the overrides and the axis entries: a combination the
+// overrides make invalid is refused by CheckStudyConfig, named by the study; the others stay valid.
+TEST(CheckStudyConfig, BatchExpansionIsRefusedByTheSameCheckWithTheStudysName) {
+  neuromkl::testing::TempDir dir;
+  neuromkl::testing::WriteFile(dir / "b.json", R"({"name": "b",
+    "overrides": {"covariates": ["age"]},
+    "matrix": {"base": {"subjects": {"table": "p.tsv"}, "target": {"column": "dx", "task": "classification"}, "learners": [{"name": "svm"}]},
+               "targets": [{"name": "dx", "column": "dx", "task": "classification"}, {"name": "age", "column": "age", "task": "regression"}],
+               "learners": [{"name": "krr"}, {"name": "kelm"}]}})");
+  const auto batch = config::LoadBatchConfig(dir / "b.json");
+  ASSERT_EQ(batch.studies.size(), 4u);
+  for (const auto& s : batch.studies) {
+    if (s.axes.at("target") == "dx") {
+      EXPECT_TRUE(s.error.empty()) << s.name << ": " << s.error;
+      continue;
+    }
+    // The override's covariate is the target of the "age" studies.
+    EXPECT_THAT(s.error, HasSubstr("(study \"" + s.name + "\", " + s.origin + "): /covariates: the target column \"age\" cannot be a covariate"));
+    const std::string source = (dir / "b.json") + " (study \"" + s.name + "\", " + s.origin + ")";
+    EXPECT_EQ(CheckError(config::ReadStudyConfig(s.studyJson, batch.baseDir, source)), s.error);
+  }
+}
+
+}  // namespace
