@@ -18,8 +18,9 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FOLDERS = ("modules", "pipeline")
 MAX_FILE_LINES = 700
 MAX_FUNCTION_LINES = 120
-SIGNATURE = re.compile(r"^(\s*)(?!if\b|for\b|while\b|switch\b|catch\b|else\b|do\b|return\b|namespace\b|struct\b|class\b|enum\b)"
-                       r"[\w:<>,&*~\s\[\]]*\b(~?[A-Za-z_]\w*(?:::~?\w+)*|operator\S+)\s*\(.*\)\s*(const)?\s*(noexcept)?\s*(override)?\s*(->\s*[\w:<>]+\s*)?\{\s*$")
+KEYWORDS = {"if", "for", "while", "switch", "catch", "return", "sizeof", "else", "do"}
+SIGNATURE_START = re.compile(r"^( {0,2})(?=\S)(?!if\b|for\b|while\b|switch\b|catch\b|else\b|do\b|return\b|namespace\b|struct\b|class\b|enum\b|using\b|template\b)"
+                             r"[\w:<>,&*~\s\[\]]*\b(~?[A-Za-z_]\w*(?:::~?\w+)*|operator\S+)\s*\(")
 
 
 def sources():
@@ -32,13 +33,23 @@ def sources():
 
 def functions(path, lines):
     for i, line in enumerate(lines):
-        m = SIGNATURE.match(line)
-        # Top-level and class-member definitions only (indented 0 or 2); a call taking a lambda is not a function.
-        if not m or len(m.group(1)) > 2 or "=" in line.split("(")[0] or re.search(r"\[[&=]?\]?\s*\(|\[&|\[=", line):
+        m = SIGNATURE_START.match(line)
+        # A call taking a lambda, an assignment or a declaration is not a definition.
+        if not m or m.group(2) in KEYWORDS or "=" in line.split("(")[0] or re.search(r"\[[&=]|\[\]\s*\(", line):
+            continue
+        body = None
+        for j in range(i, min(i + 8, len(lines))):  # the signature may span lines, up to the "{" that opens the body
+            text = lines[j].split("//")[0].rstrip()
+            if text.endswith(";"):
+                break
+            if text.endswith("{") and (j == i or not lines[j].startswith(m.group(1) + "}")):
+                body = j
+                break
+        if body is None:
             continue
         closing = m.group(1) + "}"
-        for j in range(i + 1, len(lines)):
-            if lines[j].rstrip() == closing or lines[j].startswith(closing + " ") or lines[j].startswith(closing + ";"):
+        for j in range(body + 1, len(lines)):
+            if lines[j].rstrip() == closing or lines[j].startswith((closing + " ", closing + ";")):
                 yield j - i + 1, f"{os.path.relpath(path, ROOT)}:{i + 1} {m.group(2)}"
                 break
 
