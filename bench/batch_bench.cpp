@@ -22,6 +22,7 @@
 #include "neuromkl/io/nifti.hpp"
 #include "neuromkl/pipeline/batch_run.hpp"
 #include "neuromkl/pipeline/study_run.hpp"
+#include "neuromkl/simulate/simulate.hpp"
 
 using namespace neuromkl;
 namespace fs = std::filesystem;
@@ -39,12 +40,12 @@ double PeakRssGb() {
 
 /// A simulated cohort with a second, regression target "score".
 std::string Cohort(const std::string& dir, int n, int downsample, std::uint64_t seed) {
-  pipeline::SimulateOptions o;
+  simulate::SimulateOptions o;
   o.outDir = dir;
   o.subjects = n;
   o.downsample = downsample;
   o.seed = seed;
-  pipeline::Simulate(o);
+  simulate::Simulate(o);
   std::ifstream in(dir + "/participants.tsv");
   std::stringstream out;
   std::string line;

@@ -24,7 +24,7 @@
 #include "neuromkl/atlas/atlas.hpp"
 #include "neuromkl/io/nifti.hpp"
 #include "neuromkl/kernels/region_kernels.hpp"
-#include "neuromkl/pipeline/study_run.hpp"
+#include "neuromkl/simulate/simulate.hpp"
 
 using namespace neuromkl;
 namespace fs = std::filesystem;
@@ -53,11 +53,11 @@ int main(int argc, char** argv) {
   for (int n : sizes) {
     const std::string dir = root + "/n" + std::to_string(n);
     if (!fs::exists(dir + "/participants.tsv")) {
-      pipeline::SimulateOptions o;
+      simulate::SimulateOptions o;
       o.outDir = dir;
       o.subjects = n;
       o.seed = 11;
-      pipeline::Simulate(o);
+      simulate::Simulate(o);
     }
     std::vector<std::string> ids, paths;
     for (int s = 0; s < n; ++s) {

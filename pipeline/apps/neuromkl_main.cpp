@@ -1,10 +1,8 @@
 // neuromkl command line: run, batch, merge, validate, simulate, predict. Exit codes: 0 success, 1 failure while
-// running, 2 bad config or input (README "Exit codes").
-#include <unistd.h>
-
+// running, 2 bad config or input (README "Exit codes"). The arguments are parsed here; the commands are
+// pipeline/src/commands.
 #include <algorithm>
 #include <charconv>
-#include <filesystem>
 #include <iostream>
 #include <optional>
 #include <string>
@@ -14,18 +12,10 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
-#include "neuromkl/atlas/atlas.hpp"
-#include "neuromkl/config/batch_config.hpp"
-#include "neuromkl/config/study_config.hpp"
 #include "neuromkl/core/errors.hpp"
 #include "neuromkl/core/progress.hpp"
 #include "neuromkl/core/strings.hpp"
-#include "neuromkl/ranks/ranks.hpp"
-#include "neuromkl/pipeline/batch_run.hpp"
-#include "neuromkl/pipeline/mpi_kernels.hpp"
-#include "neuromkl/pipeline/predict.hpp"
-#include "neuromkl/pipeline/study_context.hpp"
-#include "neuromkl/pipeline/study_run.hpp"
+#include "neuromkl/pipeline/commands.hpp"
 
 using namespace neuromkl;
 
@@ -61,23 +51,108 @@ std::optional<std::string> UnknownSubcommand(int argc, char** argv, const CLI::A
   return std::nullopt;
 }
 
-/// `batch`/`merge` given a study file: say so, instead of complaining about its keys.
-void RequireBatchFile(const std::string& path, const char* command) {
-  if (config::IsBatchFile(path)) return;
-  bool study = false;
-  try {
-    (void)config::LoadStudyConfig(path);
-    study = true;
-  } catch (const Error&) {
-  }
-  if (study) {
-    std::string why = "this is a study file, not a batch file (which lists studies under \"studies\" or \"matrix\"): run it with `neuromkl run ";
-    why += path;
-    why += "`, or name it in a batch file; `neuromkl ";
-    why += command;
-    why += "` takes a batch file";
-    throw ConfigError("config:NotBatch", path, why);
-  }
+/// The options of every command, as the command line fills them.
+struct Commands {
+  CLI::App* run = nullptr;
+  CLI::App* batch = nullptr;
+  CLI::App* merge = nullptr;
+  CLI::App* validate = nullptr;
+  CLI::App* predict = nullptr;
+  CLI::App* simulate = nullptr;
+  pipeline::RunCommandOptions runOptions;
+  pipeline::BatchCommandOptions batchOptions;
+  std::string mergeFile, validateFile;
+  bool validateDeep = false;
+  pipeline::PredictOptions predictOptions;
+  int predictThreads = -1;
+  pipeline::SimulateCommandOptions simulateOptions;
+};
+
+void AddRun(CLI::App& app, Commands& c) {
+  auto& o = c.runOptions;
+  c.run = app.add_subcommand("run", "run a study: kernels, learners, results in an output folder (under mpirun, the kernel stage is spread over "
+                                    "the ranks when the subject data exceed kernels.memory_budget_mb)");
+  c.run->add_option("STUDY.json", o.study, "study file")->required();
+  c.run->add_option("--out", o.outDir, "output folder (default: /output/dir of the study)");
+  c.run->add_option("--threads", o.threads, "worker threads (0 = all cores; default: /threads of the study)")->check(kThreadCount);
+  c.run->add_flag("--force", o.force, "replace an existing output folder (the old one is kept until the new run succeeded)");
+  c.run->add_option("--cache-dir", o.cacheDir,
+                    "kernel cache folder (default: /output/cache_dir of the study, .neuromkl_cache beside it); e.g. for a study in a read-only "
+                    "folder such as an installed example");
+}
+
+void AddBatchCommands(CLI::App& app, Commands& c) {
+  auto& o = c.batchOptions;
+  c.batch = app.add_subcommand("batch", "run every study of a batch file; reruns skip completed studies and resume interrupted ones "
+                                        "(under mpirun, studies and permutation blocks are spread over the ranks)");
+  c.batch->add_option("BATCH.json", o.batchFile, "batch file")->required();
+  c.batch->add_option("--threads", o.threads, "worker threads per process (0 = all cores)")->check(kThreadCount);
+  c.batch->add_option("--shard", o.shard, "i/N: run only the i-th of N disjoint parts (0 <= i < N), e.g. one per job-array task; then `merge`");
+  c.batch->add_flag("--force", o.force, "redo completed studies too");
+  c.merge = app.add_subcommand("merge", "build the batch summary (TSV, JSON, index.html) from the studies completed so far");
+  c.merge->add_option("BATCH.json", c.mergeFile, "batch file")->required();
+  c.validate = app.add_subcommand("validate", "check a study or batch file and its inputs and print a summary, without computing");
+  c.validate->add_option("STUDY.json", c.validateFile, "study or batch file")->required();
+  c.validate->add_flag("--deep", c.validateDeep, "also decode every subject image (slower; catches truncated data and images with no finite voxel)");
+}
+
+void AddSimulate(CLI::App& app, Commands& c) {
+  auto& cmd = c.simulateOptions;
+  auto& sim = cmd.options;
+  auto* s = c.simulate = app.add_subcommand("simulate", "write a synthetic cohort on the AAL 2 mm grid with known signal regions");
+  s->add_option("--out", sim.outDir, "output folder")->required();
+  s->add_option("--subjects", sim.subjects, "labelled subjects")->capture_default_str();
+  s->add_option("--unlabelled", sim.unlabelled, "extra subjects with target n/a")->capture_default_str();
+  s->add_option("--task", cmd.task, "classification or regression")->check(CLI::IsMember({"classification", "regression"}))->capture_default_str();
+  s->add_option("--signal", cmd.signal,
+                "comma-separated AAL region names carrying the effect (default: Hippocampus_L,Precuneus_R,Frontal_Mid_L; \"none\": no effect "
+                "in these images); with --classes k > 2, k groups separated by ';', group i for the i-th class (A, B, ...), e.g. "
+                "\"Hippocampus_L,Amygdala_L;Precuneus_R;Frontal_Mid_L\"");
+  s->add_option("--classes", sim.classes, "number of classes (classification); > 2 writes a multiclass cohort with class-specific signal regions")
+      ->check(CLI::Range(2, 26))
+      ->capture_default_str();
+  s->add_option("--positive-fraction", sim.positiveFraction, "binary classification: share of subjects in the positive class (default: half)");
+  s->add_option("--effect", sim.effect, "effect size in noise-SD units")->capture_default_str();
+  s->add_option("--noise", sim.noise, "noise SD")->capture_default_str();
+  s->add_option("--nan-fraction", sim.nanFraction, "fraction of brain voxels set to NaN per image")->capture_default_str();
+  s->add_option("--downsample", sim.downsample, "1 = AAL 2 mm grid; k = a coarser 2k mm grid")->capture_default_str();
+  s->add_option("--seed", sim.seed, "random seed")->capture_default_str();
+  s->add_flag("--uncompressed", cmd.uncompressed, "write .nii instead of .nii.gz");
+  s->add_option("--age-regions", cmd.ageRegions, "comma-separated AAL regions driven by an \"age\" column correlated with the target (a confound)");
+  s->add_option("--age-effect", sim.ageEffect, "voxel shift per age SD (8 years), in noise-SD units")->capture_default_str();
+  s->add_option("--age-target-correlation", sim.ageTargetCorrelation, "correlation of age with the standardised target")->capture_default_str();
+  s->add_flag("--second-modality", sim.secondModality, "also write a second image per subject (images_b/, column image_b)");
+  s->add_option("--signal-b", cmd.signalB, "comma-separated AAL regions carrying the target effect in the second modality");
+  s->add_option("--clinical-effect", sim.clinicalEffect, "write a \"clinical\" column = effect * standardised target + N(0, 1)");
+  s->add_option("--suppressor", sim.suppressorRegion,
+                "an AAL region sharing a subject-specific noise with the signal regions but no effect (a suppressor: large weights, no pattern)");
+  s->add_option("--suppressor-noise", sim.suppressorNoise, "SD of the shared noise of --suppressor")->capture_default_str();
+  s->add_option("--connectivity", sim.connectivityNodes,
+                "also write a connectivity matrix per subject with this many nodes (connectomes/, column \"connectome\", nodes.tsv with 4 networks)");
+  s->add_option("--connectivity-signal", cmd.connectivitySignal, "comma-separated node names (node01, node02, ...) whose connections carry the target effect");
+}
+
+void AddPredict(CLI::App& app, Commands& c) {
+  auto& o = c.predictOptions;
+  c.predict = app.add_subcommand("predict", "apply a study's exported model (results/<study>/model) to new subjects: predictions.tsv and summary.json");
+  c.predict->add_option("MODEL_DIR", o.modelDir, "model folder: results/<study>/model (every learner), model/<Learner> or model/<Learner>/folds/<k>")
+      ->required();
+  c.predict->add_option("TABLE", o.input, "subjects table (.tsv/.csv with the model's id and image columns) or a study file (its table or BIDS dataset)")
+      ->required();
+  c.predict->add_option("--out", o.outDir, "output folder (default: predictions_<study> beside TABLE)");
+  c.predict->add_flag("--force", o.force, "replace an existing output folder");
+  c.predict->add_option("--threads", c.predictThreads, "worker threads (0 = all cores)")->check(kThreadCount);
+}
+
+int RunChosen(const CLI::App& app, Commands& c, int argc, char** argv) {
+  if (*c.run) return pipeline::RunCommand(c.runOptions, argc, argv);
+  if (*c.batch) return pipeline::BatchCommand(c.batchOptions, argc, argv);
+  if (*c.merge) return pipeline::MergeCommand(c.mergeFile);
+  if (*c.validate) return pipeline::ValidateCommand(c.validateFile, c.validateDeep);
+  if (*c.predict) return pipeline::PredictCommand(c.predictOptions, c.predictThreads);
+  if (*c.simulate) return pipeline::SimulateCommand(c.simulateOptions);
+  std::cout << app.help();
+  return kExitOk;
 }
 }  // namespace
 
@@ -89,85 +164,11 @@ int main(int argc, char** argv) {
   app.add_flag("--version", version, "print the version of neuromkl and of the libraries it was built with");
   app.add_flag("-q,--quiet", quiet, "only warnings and errors");
   app.add_flag("-v,--verbose", verbose, "debug output");
-
-  auto* run = app.add_subcommand("run", "run a study: kernels, learners, results in an output folder (under mpirun, the kernel stage is spread over "
-                                        "the ranks when the subject data exceed kernels.memory_budget_mb)");
-  std::string runStudy, outDir;
-  int threads = -1;
-  bool force = false;
-  run->add_option("STUDY.json", runStudy, "study file")->required();
-  run->add_option("--out", outDir, "output folder (default: /output/dir of the study)");
-  run->add_option("--threads", threads, "worker threads (0 = all cores; default: /threads of the study)")->check(kThreadCount);
-  run->add_flag("--force", force, "replace an existing output folder (the old one is kept until the new run succeeded)");
-  std::string cacheDir;
-  run->add_option("--cache-dir", cacheDir,
-                  "kernel cache folder (default: /output/cache_dir of the study, .neuromkl_cache beside it); e.g. for a study in a read-only "
-                  "folder such as an installed example");
-
-  auto* batch = app.add_subcommand("batch", "run every study of a batch file; reruns skip completed studies and resume interrupted ones "
-                                            "(under mpirun, studies and permutation blocks are spread over the ranks)");
-  std::string batchFile, shard;
-  batch->add_option("BATCH.json", batchFile, "batch file")->required();
-  batch->add_option("--threads", threads, "worker threads per process (0 = all cores)")->check(kThreadCount);
-  batch->add_option("--shard", shard, "i/N: run only the i-th of N disjoint parts (0 <= i < N), e.g. one per job-array task; then `merge`");
-  batch->add_flag("--force", force, "redo completed studies too");
-
-  auto* merge = app.add_subcommand("merge", "build the batch summary (TSV, JSON, index.html) from the studies completed so far");
-  std::string mergeFile;
-  merge->add_option("BATCH.json", mergeFile, "batch file")->required();
-
-  auto* validate = app.add_subcommand("validate", "check a study or batch file and its inputs and print a summary, without computing");
-  std::string validateStudy;
-  validate->add_option("STUDY.json", validateStudy, "study or batch file")->required();
-  bool validateDeep = false;
-  validate->add_flag("--deep", validateDeep, "also decode every subject image (slower; catches truncated data and images with no finite voxel)");
-
-  auto* simulate = app.add_subcommand("simulate", "write a synthetic cohort on the AAL 2 mm grid with known signal regions");
-  pipeline::SimulateOptions sim;
-  std::string task = "classification", signal;
-  simulate->add_option("--out", sim.outDir, "output folder")->required();
-  simulate->add_option("--subjects", sim.subjects, "labelled subjects")->capture_default_str();
-  simulate->add_option("--unlabelled", sim.unlabelled, "extra subjects with target n/a")->capture_default_str();
-  simulate->add_option("--task", task, "classification or regression")->check(CLI::IsMember({"classification", "regression"}))->capture_default_str();
-  simulate->add_option("--signal", signal,
-                       "comma-separated AAL region names carrying the effect (default: Hippocampus_L,Precuneus_R,Frontal_Mid_L; \"none\": no effect "
-                       "in these images); with --classes k > 2, k groups separated by ';', group i for the i-th class (A, B, ...), e.g. "
-                       "\"Hippocampus_L,Amygdala_L;Precuneus_R;Frontal_Mid_L\"");
-  simulate->add_option("--classes", sim.classes, "number of classes (classification); > 2 writes a multiclass cohort with class-specific signal regions")
-      ->check(CLI::Range(2, 26))
-      ->capture_default_str();
-  simulate->add_option("--positive-fraction", sim.positiveFraction, "binary classification: share of subjects in the positive class (default: half)");
-  simulate->add_option("--effect", sim.effect, "effect size in noise-SD units")->capture_default_str();
-  simulate->add_option("--noise", sim.noise, "noise SD")->capture_default_str();
-  simulate->add_option("--nan-fraction", sim.nanFraction, "fraction of brain voxels set to NaN per image")->capture_default_str();
-  simulate->add_option("--downsample", sim.downsample, "1 = AAL 2 mm grid; k = a coarser 2k mm grid")->capture_default_str();
-  simulate->add_option("--seed", sim.seed, "random seed")->capture_default_str();
-  bool uncompressed = false;
-  simulate->add_flag("--uncompressed", uncompressed, "write .nii instead of .nii.gz");
-  std::string ageRegions, signalB, connectivitySignal;
-  simulate->add_option("--age-regions", ageRegions, "comma-separated AAL regions driven by an \"age\" column correlated with the target (a confound)");
-  simulate->add_option("--age-effect", sim.ageEffect, "voxel shift per age SD (8 years), in noise-SD units")->capture_default_str();
-  simulate->add_option("--age-target-correlation", sim.ageTargetCorrelation, "correlation of age with the standardised target")->capture_default_str();
-  simulate->add_flag("--second-modality", sim.secondModality, "also write a second image per subject (images_b/, column image_b)");
-  simulate->add_option("--signal-b", signalB, "comma-separated AAL regions carrying the target effect in the second modality");
-  simulate->add_option("--clinical-effect", sim.clinicalEffect, "write a \"clinical\" column = effect * standardised target + N(0, 1)");
-  simulate->add_option("--suppressor", sim.suppressorRegion,
-                       "an AAL region sharing a subject-specific noise with the signal regions but no effect (a suppressor: large weights, no pattern)");
-  simulate->add_option("--suppressor-noise", sim.suppressorNoise, "SD of the shared noise of --suppressor")->capture_default_str();
-  simulate->add_option("--connectivity", sim.connectivityNodes,
-                       "also write a connectivity matrix per subject with this many nodes (connectomes/, column \"connectome\", nodes.tsv with 4 networks)");
-  simulate->add_option("--connectivity-signal", connectivitySignal,
-                       "comma-separated node names (node01, node02, ...) whose connections carry the target effect");
-
-  auto* predict = app.add_subcommand("predict", "apply a study's exported model (results/<study>/model) to new subjects: predictions.tsv and summary.json");
-  pipeline::PredictOptions predictOptions;
-  predict->add_option("MODEL_DIR", predictOptions.modelDir, "model folder: results/<study>/model (every learner), model/<Learner> or model/<Learner>/folds/<k>")
-      ->required();
-  predict->add_option("TABLE", predictOptions.input, "subjects table (.tsv/.csv with the model's id and image columns) or a study file (its table or BIDS dataset)")
-      ->required();
-  predict->add_option("--out", predictOptions.outDir, "output folder (default: predictions_<study> beside TABLE)");
-  predict->add_flag("--force", predictOptions.force, "replace an existing output folder");
-  predict->add_option("--threads", threads, "worker threads (0 = all cores)")->check(kThreadCount);
+  Commands commands;
+  AddRun(app, commands);
+  AddBatchCommands(app, commands);
+  AddSimulate(app, commands);
+  AddPredict(app, commands);
 
   if (const auto unknown = UnknownSubcommand(argc, argv, app)) {
     std::cerr << "error: " << *unknown << "\nRun with --help for more information.\n";
@@ -184,91 +185,9 @@ int main(int argc, char** argv) {
   spdlog::set_pattern("[%H:%M:%S] %^%l%$ %v");
   spdlog::set_level(quiet ? spdlog::level::warn : verbose ? spdlog::level::debug : spdlog::level::info);
   SetProgressEnabled(!quiet);
-
-  if (version) {
-    for (const auto& [name, v] : pipeline::Versions()) std::cout << name << " " << v << "\n";
-    // Where the built-in atlases and templates are read from (an installation's share/neuromkl, or why not).
-    const auto data = atlas::FindDataDir();
-    std::cout << "data " << (data.dir.empty() ? "not found" : data.dir) << " (" << data.how << ")\n";
-    return kExitOk;
-  }
   try {
-    if (*run) {
-      ranks::Session mpi(argc, argv);
-      // Under mpirun, ranks > 0 only help with a kernel stage whose data exceed one rank's budget.
-      if (ranks::Active() && ranks::Rank() != 0) return pipeline::ServeRunKernels(runStudy, threads);
-      const pipeline::KernelRanks kernelRanks;  // rank 0: tells the other ranks to stop when the run ends, however it ends
-      config::StudyConfig study = config::LoadStudyConfig(runStudy);
-      if (!cacheDir.empty()) study.output.cacheDir = std::filesystem::absolute(cacheDir).lexically_normal().string();
-      pipeline::RunOptions options;
-      options.outDir = outDir;
-      options.threads = threads;
-      options.force = force;
-      const auto outcome = pipeline::RunStudy(study, options);
-      std::cout << "Nested cross-validation:\n";
-      for (const auto& l : outcome.summary) std::cout << "  " << l << "\n";
-      std::cout << "Results: " << outcome.outputDir << "\n";
-      return kExitOk;
-    }
-    if (*batch) {
-      ranks::Session mpi(argc, argv);
-      RequireBatchFile(batchFile, "batch");
-      const config::BatchConfig b = config::LoadBatchConfig(batchFile);
-      pipeline::BatchOptions options;
-      options.threads = threads;
-      options.force = force;
-      if (!shard.empty()) pipeline::ParseShard(shard, options.shard, options.shards);
-      const auto outcome = pipeline::RunBatch(b, options);
-      if (ranks::Rank() != 0) return kExitOk;
-      std::cout << fmt::format("Batch {}: {} completed, {} skipped (already complete), {} failed{}\n", b.name, outcome.completed, outcome.skipped,
-                               outcome.failed, options.shards > 1 ? fmt::format(" (shard {}/{})", options.shard, options.shards) : std::string());
-      for (const auto& s : outcome.studies)
-        if (s.status == "failed") std::cout << "  failed: " << s.name << ": " << s.error << "\n";
-      if (!outcome.summaryPath.empty()) std::cout << "Summary: " << outcome.summaryPath << "\n";
-      else std::cout << "Results: " << b.outputDir << " (run `neuromkl merge " << batchFile << "` when every shard is done)\n";
-      return outcome.exitCode;
-    }
-    if (*merge) {
-      RequireBatchFile(mergeFile, "merge");
-      const config::BatchConfig b = config::LoadBatchConfig(mergeFile);
-      const auto m = pipeline::MergeBatch(b);
-      std::cout << fmt::format("Batch {}: {} completed, {} failed, {} not run\nSummary: {}\nPage: {}\n", b.name, m.completed, m.failed, m.missing, m.tsv, m.html);
-      return m.failed > 0 || m.missing > 0 ? kExitFailure : kExitOk;
-    }
-    if (*validate) {
-      if (config::IsBatchFile(validateStudy)) {
-        int problems = 0;
-        const config::BatchConfig b = config::LoadBatchConfig(validateStudy);
-        std::cout << pipeline::ValidateBatch(b, problems, validateDeep);
-        return problems > 0 ? kExitBadInput : kExitOk;
-      }
-      const config::StudyConfig study = config::LoadStudyConfig(validateStudy);
-      std::cout << pipeline::ValidateStudy(study, validateDeep);
-      return kExitOk;
-    }
-    if (*predict) {
-      const pipeline::ThreadLimit limit(threads > 0 ? threads : 0);
-      const auto outcome = pipeline::Predict(predictOptions);
-      for (const auto& l : outcome.lines) std::cout << l << "\n";
-      std::cout << "Predictions: " << outcome.outputDir << "/predictions.tsv\n";
-      return kExitOk;
-    }
-    if (*simulate) {
-      sim.task = task == "regression" ? learners::Task::Regression : learners::Task::Classification;
-      if (!signal.empty() && sim.classes > 2)
-        for (const auto& group : Split(signal, ';')) sim.classSignal.push_back(Split(group, ','));
-      else if (!signal.empty())
-        sim.signalRegions = signal == "none" ? std::vector<std::string>{} : Split(signal, ',');
-      if (!ageRegions.empty()) sim.ageRegions = Split(ageRegions, ',');
-      if (!signalB.empty()) sim.signalRegionsB = Split(signalB, ',');
-      if (!connectivitySignal.empty()) sim.connectivitySignal = Split(connectivitySignal, ',');
-      sim.compress = !uncompressed;
-      const std::string study = pipeline::Simulate(sim);
-      std::cout << "Simulated cohort: " << sim.outDir << "\nStudy file: " << study << "\n";
-      return kExitOk;
-    }
-    std::cout << app.help();
-    return kExitOk;
+    if (version) return pipeline::VersionCommand();
+    return RunChosen(app, commands, argc, argv);
   } catch (const Error& e) {
     spdlog::error("{} [{}]", e.what(), e.code());
     return e.ExitCode();

@@ -1,6 +1,5 @@
 #pragma once
 #include <map>
-#include <limits>
 #include <string>
 #include <vector>
 
@@ -34,43 +33,5 @@ std::string ValidateStudy(const config::StudyConfig& study, bool deep = false);
 /// Versions of neuromkl and the libraries it was built with.
 std::map<std::string, std::string> Versions();
 std::string NeuromklVersion();
-
-/// `neuromkl simulate`: a synthetic cohort on the AAL grid with known signal regions.
-struct SimulateOptions {
-  std::string outDir;
-  int subjects = 40;
-  learners::Task task = learners::Task::Classification;
-  std::vector<std::string> signalRegions = {"Hippocampus_L", "Precuneus_R", "Frontal_Mid_L"};
-  double effect = 1.0;       ///< class difference (classification) or slope per target SD (regression), in noise SD units
-  double noise = 1.0;
-  double nanFraction = 0.0;  ///< fraction of brain voxels set to NaN in each image (independently per subject)
-  int downsample = 1;        ///< 1 = the 2 mm AAL grid; k = every k-th voxel (a coarser "second grid", 2k mm)
-  std::uint64_t seed = 1;
-  bool compress = true;      ///< .nii.gz (else .nii)
-  int unlabelled = 0;        ///< extra subjects written with target n/a
-  int classes = 2;           ///< > 2: a multiclass cohort, classes A, B, C, ... of (nearly) equal size
-  /// binary classification: share of labelled subjects in the positive class ("patient"); NaN = alternate (half)
-  double positiveFraction = std::numeric_limits<double>::quiet_NaN();
-  /// multiclass: class k's signal regions (its images are shifted by `effect` there); empty = one default region per class
-  std::vector<std::vector<std::string>> classSignal;
-  /// Confounded designs (each adds to the cohort only when given; the defaults write the same cohort as before):
-  std::vector<std::string> ageRegions;  ///< an "age" column, correlated with the target, that drives these regions of the images
-  double ageEffect = 1.0;               ///< voxel shift per age SD (8 years), in noise-SD units
-  double ageTargetCorrelation = 0.6;    ///< correlation of age with the (standardised) target
-  bool secondModality = false;          ///< a second image per subject (images_b/, column "image_b"), independent noise
-  std::vector<std::string> signalRegionsB;  ///< the target's regions in the second modality
-  double clinicalEffect = std::numeric_limits<double>::quiet_NaN();  ///< a "clinical" column = effect * target + N(0, 1); NaN = none
-  /// > 0: a connectivity matrix per subject (connectomes/<id>.npy, column "connectome") with this many nodes
-  /// (node01, ...; nodes.tsv assigns them to networks netA..netD in turn): a fixed pattern plus noise, and the
-  /// connections of `connectivitySignal` nodes shifted by the target effect.
-  /// A suppressor: this region and the signal regions share a subject-specific noise N(0, suppressorNoise^2)
-  /// (no target effect in it): a linear model cancels the noise with weights of opposite sign there.
-  std::string suppressorRegion;
-  double suppressorNoise = 2.0;
-  int connectivityNodes = 0;
-  std::vector<std::string> connectivitySignal;
-};
-/// Writes images/, participants.tsv, truth.json and study.json; returns the study file path.
-std::string Simulate(const SimulateOptions& options);
 
 }  // namespace neuromkl::pipeline

@@ -12,6 +12,7 @@
 #include "neuromkl/core/errors.hpp"
 #include "neuromkl/core/strings.hpp"
 #include "neuromkl/core/table.hpp"
+#include "neuromkl/io/matrix_file.hpp"
 #include "neuromkl/pipeline/kernel_stage.hpp"
 
 namespace neuromkl::pipeline {
@@ -87,7 +88,7 @@ ConnectivityData ReadConnectivity(const config::StudyConfig& study, const config
   // Read in parallel into slots; the first problem in subject order is reported (deterministic).
   tbb::parallel_for(std::size_t{0}, n, [&](std::size_t i) {
     try {
-      matrices[i] = ReadMatrixFile(files[i]);
+      matrices[i] = io::ReadMatrixFile(files[i]);
     } catch (const Error& e) {
       errors[i] = e.what();
     }

@@ -1,0 +1,298 @@
+// Which regions carry the prediction: region tables of every learner, activation patterns, voxel and edge maps.
+#include "neuromkl/pipeline/study_stages.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <iterator>
+#include <numeric>
+
+#include "neuromkl/core/errors.hpp"
+#include "neuromkl/pipeline/connectivity.hpp"
+#include "neuromkl/weights/patterns.hpp"
+#include "neuromkl/weights/weights.hpp"
+
+namespace neuromkl::pipeline {
+
+namespace {
+
+/// The activation pattern of an outer fold's model (weights::FoldActivationPattern), over the fold's training and
+/// unlabelled subjects.
+weights::ActivationPattern OuterFoldPattern(const StudyContext& ctx, const cv::OuterFoldResult& fold) {
+  std::vector<int> train = fold.train;
+  train.insert(train.end(), fold.unlabelled.begin(), fold.unlabelled.end());
+  return weights::FoldActivationPattern(*ctx.OpenFold(train, fold.test), ctx.KernelCount(), fold.model.beta, fold.model.coef);
+}
+
+/// Fold maps of every learner's successful folds, computed in one pass over the images; with
+/// `patterns` (binary and regression studies: [learner][successful fold]) the activation pattern maps too.
+exporting::WeightMaps ComputeWeightMaps(const StudyContext& ctx, const std::vector<exporting::LearnerRecord>& learners,
+                                        const std::vector<std::vector<weights::ActivationPattern>>& patterns) {
+  const auto& study = ctx.study;
+  const auto& ks = ctx.ks;
+  exporting::WeightMaps maps;
+  maps.folds.resize(learners.size());
+  maps.mean.resize(learners.size());
+  maps.classMean.resize(learners.size());
+  std::vector<Eigen::MatrixXd> subjectWeights, patternWeights;  // patternWeights: one per entry of subjectWeights, or none
+  std::vector<std::size_t> learnerOf;  // learner of each map
+  std::vector<Eigen::Index> classOf;     // multiclass: class of each map
+  for (std::size_t l = 0; l < learners.size(); ++l)
+    for (const auto& fold : learners[l].outcome.folds) {
+      if (!fold.error.empty()) continue;
+      std::vector<int> train = fold.train;
+      train.insert(train.end(), fold.unlabelled.begin(), fold.unlabelled.end());
+      // Equal source weighting: the learner saw kernel r scaled by g_r, so its weight in the map is beta_r g_r.
+      const Eigen::VectorXd scales = ctx.FoldScales(train, fold.test);
+      if (fold.model.Multiclass()) {  // one map per class: its coefficients and (per-class) kernel weights
+        for (Eigen::Index c = 0; c < fold.model.coefs.cols(); ++c) {
+          const Eigen::VectorXd beta = fold.model.betas.cols() > c ? Eigen::VectorXd(fold.model.betas.col(c)) : fold.model.beta;
+          subjectWeights.push_back(ctx.SubjectWeights({train, fold.test, fold.model.coefs.col(c), beta.cwiseProduct(scales)}));
+          learnerOf.push_back(l);
+          classOf.push_back(c);
+        }
+        continue;
+      }
+      subjectWeights.push_back(ctx.SubjectWeights({train, fold.test, fold.model.coef, fold.model.beta.cwiseProduct(scales)}));
+      if (l < patterns.size()) {
+        const std::size_t k = static_cast<std::size_t>(std::count(learnerOf.begin(), learnerOf.end(), l));  // this learner's successful fold k
+        patternWeights.push_back(ctx.SubjectWeights({train, fold.test, patterns[l].at(k).c, Eigen::VectorXd::Ones(scales.size())}));
+      }
+      learnerOf.push_back(l);
+    }
+  // Intensity-scaled kernels are kernels of x_i / s_i: the map sum_i D_i (x_i / s_i) reads the raw images.
+  if (!patternWeights.empty() && patternWeights.size() != subjectWeights.size())
+    throw NumericalError("weights:Patterns", "activation patterns", "one pattern per fold map expected");  // a bug, not an input problem
+  const std::size_t M = subjectWeights.size();
+  subjectWeights.insert(subjectWeights.end(), std::make_move_iterator(patternWeights.begin()), std::make_move_iterator(patternWeights.end()));
+  const bool withPatterns = subjectWeights.size() > M;
+  // One pass over the images computes both kinds of map (weights first, then patterns); split them again.
+  const auto split = [&](std::vector<std::vector<float>> computed) {
+    std::vector<std::vector<float>> pattern(std::make_move_iterator(computed.begin() + static_cast<std::ptrdiff_t>(M)),
+                                            std::make_move_iterator(computed.end()));
+    computed.resize(M);
+    return std::make_pair(std::move(computed), std::move(pattern));
+  };
+  if (!ks.set.intensityScale.empty())
+    for (auto& D : subjectWeights)
+      for (std::size_t i = 0; i < ctx.kernelRows.size(); ++i)
+        D.row(static_cast<Eigen::Index>(i)) /= ks.set.intensityScale[static_cast<std::size_t>(ctx.kernelRows[i])];
+  // The fold maps of one image grid -> per learner fold maps (unit norm if asked) and their mean;
+  // multiclass: one mean map per class instead (`classMeans`, fold counts in `classFolds`).
+  const auto collect = [&](std::vector<std::vector<float>> computed, std::vector<std::vector<std::vector<float>>>& folds,
+                           std::vector<std::vector<float>>& means, std::vector<std::vector<std::vector<float>>>* classMeans, bool unitNorm = true) {
+    folds.resize(learners.size());
+    means.resize(learners.size());
+    std::vector<int> classFolds(learners.size(), 0);
+    for (std::size_t k = 0; k < computed.size(); ++k) {
+      auto& map = computed[k];
+      if (study.output.weightMapUnitNorm && unitNorm) {
+        double norm = 0;
+        for (float v : map) norm += static_cast<double>(v) * v;
+        if (norm > 0)
+          for (float& v : map) v = static_cast<float>(v / std::sqrt(norm));
+      }
+      if (!classOf.empty()) {  // multiclass: summed per class, averaged below
+        if (!classMeans) continue;
+        auto& perClass = (*classMeans)[learnerOf[k]];
+        const auto c = static_cast<std::size_t>(classOf[k]);
+        if (perClass.size() <= c) perClass.resize(c + 1);
+        if (perClass[c].empty()) perClass[c].assign(map.size(), 0.0f);
+        for (std::size_t v = 0; v < map.size(); ++v) perClass[c][v] += map[v];
+        if (c == 0) ++classFolds[learnerOf[k]];
+        continue;
+      }
+      folds[learnerOf[k]].push_back(std::move(map));
+    }
+    if (classMeans) {
+      for (std::size_t l = 0; l < classMeans->size(); ++l)
+        for (auto& m : (*classMeans)[l])
+          for (float& v : m) v = static_cast<float>(v / std::max(1, classFolds[l]));
+      if (!classOf.empty()) maps.classFolds = *std::max_element(classFolds.begin(), classFolds.end());
+    }
+    for (std::size_t l = 0; l < learners.size(); ++l) {
+      if (folds[l].empty()) continue;
+      std::vector<double> mean(folds[l][0].size(), 0.0);
+      for (const auto& m : folds[l])
+        for (std::size_t v = 0; v < m.size(); ++v) mean[v] += m[v];
+      means[l].resize(mean.size());
+      for (std::size_t v = 0; v < mean.size(); ++v) means[l][v] = static_cast<float>(mean[v] / static_cast<double>(folds[l].size()));
+    }
+  };
+  if (ks.regions) {
+    std::vector<std::string> images;
+    for (auto r : ctx.kernelRows) images.push_back(ctx.cohort.images[static_cast<std::size_t>(r)]);
+    auto [computed, pattern] = split(weights::VoxelMaps(images, *ks.regions, ks.set.info, subjectWeights, study.kernels.nanPolicy));
+    collect(std::move(computed), maps.folds, maps.mean, &maps.classMean);
+    if (withPatterns) collect(std::move(pattern), maps.patternFolds, maps.patternMean, nullptr, false);
+  }
+  // kernels.sources: each image source's kernels (a block of columns) mapped onto its own grid and
+  // images (multiclass: one mean map per class).
+  for (const auto& source : ks.imageSources) {
+      const auto first = static_cast<Eigen::Index>(source.firstKernel), count = static_cast<Eigen::Index>(source.kernelCount);
+      std::vector<Eigen::MatrixXd> sourceWeights;
+      for (const auto& D : subjectWeights) sourceWeights.push_back(D.middleCols(first, count));
+      const std::vector<kernels::KernelInfo> info(ks.set.info.begin() + first, ks.set.info.begin() + first + count);
+      if (!source.intensityScale.empty())  // the source's own intensity scaling, as for a single image source above
+        for (auto& D : sourceWeights)
+          for (std::size_t i = 0; i < ctx.kernelRows.size(); ++i)
+            D.row(static_cast<Eigen::Index>(i)) /= source.intensityScale[static_cast<std::size_t>(ctx.kernelRows[i])];
+      std::vector<std::string> images;
+      for (auto r : ctx.kernelRows) images.push_back(source.images[static_cast<std::size_t>(r)]);
+      auto& out = maps.sources.emplace_back();
+      out.name = source.name;
+      out.regions = &source.regions;
+      out.classMean.resize(learners.size());
+      auto [computed, pattern] = split(weights::VoxelMaps(images, source.regions, info, sourceWeights, source.nanPolicy));
+      collect(std::move(computed), out.folds, out.mean, classOf.empty() ? nullptr : &out.classMean);
+      if (withPatterns) collect(std::move(pattern), out.patternFolds, out.patternMean, nullptr, false);
+    }
+  // Connectivity sources: the edge weights of the fold models (the matrices are read again, as the
+  // images are for voxel maps), per learner and fold, and their mean.
+  std::size_t first = 0;
+  for (std::size_t s = 0; s < study.kernels.sources.size() && classOf.empty(); first += ks.sourceKernelCounts[s], ++s) {
+    const auto& spec = study.kernels.sources[s];
+    if (spec.kind != config::KernelSource::Connectivity) continue;
+    const ConnectivityData data = ReadConnectivity(SourceStudy(study, spec), spec.connectivity, ctx.cohort);
+    const ConnectivityKernelPlan plan = PlanConnectivityKernels(data, spec.connectivity.kernels);
+    Eigen::VectorXi rows(static_cast<Eigen::Index>(ctx.kernelRows.size()));
+    for (std::size_t i = 0; i < ctx.kernelRows.size(); ++i) rows[static_cast<Eigen::Index>(i)] = ctx.kernelRows[i];
+    ConnectivityData inKernelOrder = data;
+    inKernelOrder.edges = data.edges(rows, Eigen::all);
+    // Kernel j of the set is the planned kernel of the same name (kernels that were all zero were excluded).
+    std::vector<Eigen::Index> planOf;
+    for (std::size_t j = first; j < first + ks.sourceKernelCounts[s]; ++j) {
+      const std::string name = ks.set.info[j].name.substr(spec.name.size() + 1);
+      planOf.push_back(std::find(plan.names.begin(), plan.names.end(), name) - plan.names.begin());
+    }
+    auto& out = maps.edges.emplace_back();
+    out.name = spec.name;
+    out.nodes = data.nodes;
+    out.networks = data.networks;
+    out.folds.resize(learners.size());
+    out.mean.resize(learners.size());
+    for (std::size_t k = 0; k < M; ++k) {  // weights only (a connection shared by two kernels would count twice in a pattern)
+      Eigen::MatrixXd D = Eigen::MatrixXd::Zero(subjectWeights[k].rows(), static_cast<Eigen::Index>(plan.names.size()));
+      for (std::size_t j = 0; j < planOf.size(); ++j) D.col(planOf[j]) = subjectWeights[k].col(static_cast<Eigen::Index>(first + j));
+      out.folds[learnerOf[k]].push_back(WeightEdges(inKernelOrder, plan, D));
+    }
+    for (std::size_t l = 0; l < learners.size(); ++l) {
+      if (out.folds[l].empty()) continue;
+      Eigen::MatrixXd mean = Eigen::MatrixXd::Zero(out.folds[l][0].rows(), out.folds[l][0].cols());
+      for (const auto& W : out.folds[l]) mean += W;
+      out.mean[l] = mean / static_cast<double>(out.folds[l].size());
+    }
+  }
+  return maps;
+}
+
+}  // namespace
+
+RegionWeightsResult RunRegionWeights(const StudyContext& ctx, const std::vector<exporting::LearnerRecord>& learners) {
+  RegionWeightsResult result;
+  const bool multiclass = ctx.study.target.task == learners::Task::Multiclass;
+  const bool perClass = multiclass && ctx.study.target.multiclassWeights == learners::MulticlassWeights::PerClass;
+  const auto classes = static_cast<Eigen::Index>(ctx.cohort.classNames.size());
+  const bool anyConnectivity = std::any_of(ctx.study.kernels.sources.begin(), ctx.study.kernels.sources.end(),
+                                           [](const config::SourceSpec& s) { return s.kind == config::KernelSource::Connectivity; });
+  // Activation patterns (binary and regression): per learner and successful fold, from the fold's training subjects.
+  std::vector<std::vector<weights::ActivationPattern>> patterns;
+  if (!multiclass) {
+    patterns.resize(learners.size());
+    result.patternTables.resize(learners.size());
+    for (std::size_t l = 0; l < learners.size(); ++l) {
+      std::vector<Eigen::VectorXd> norms;
+      for (const auto& fold : learners[l].outcome.folds)
+        if (fold.error.empty()) {
+          patterns[l].push_back(OuterFoldPattern(ctx, fold));
+          norms.push_back(patterns[l].back().norms);
+        }
+      result.patternTables[l] = weights::RegionTable(norms);
+    }
+  }
+  if (ctx.study.output.weightMaps && (ctx.ks.regions.has_value() || !ctx.ks.imageSources.empty() || anyConnectivity)) {
+    result.maps = ComputeWeightMaps(ctx, learners, patterns);  // multiclass: one mean map per class
+    if (multiclass && anyConnectivity)
+      result.warnings.push_back("multiclass study with a connectivity source: edge weights are not written for multiclass models yet (region tables rank every kernel)");
+  }
+  const gram::Preprocessing& preprocessing = ctx.nestedOptions.preprocessing;  // covariates included
+  for (std::size_t l = 0; l < learners.size(); ++l) {
+    const auto& lr = learners[l];
+    const bool mkl = learners::FindLearner(lr.outcome.name)->multipleKernels;
+    std::vector<Eigen::VectorXd> foldWeights;
+    std::size_t successful = 0;  // this learner's successful folds so far (patterns[l] holds one per successful fold)
+    std::vector<std::vector<Eigen::VectorXd>> classWeights(perClass ? static_cast<std::size_t>(classes) : 0);
+    for (const auto& fold : lr.outcome.folds) {
+      if (!fold.error.empty()) continue;
+      const std::size_t k = successful++;
+      if (mkl) {
+        // Shared weights, or the mean of the per-class weights. With equal source weighting the learner saw
+        // kernel r scaled by g_r: its share of the combined kernel is beta_r g_r (normalised to sum 1).
+        Eigen::VectorXd scales;
+        if (!preprocessing.kernelGroups.empty()) {
+          std::vector<int> train = fold.train;
+          train.insert(train.end(), fold.unlabelled.begin(), fold.unlabelled.end());
+          scales = ctx.FoldScales(train, fold.test);
+        }
+        const auto share = [&](const Eigen::VectorXd& beta) -> Eigen::VectorXd {
+          if (scales.size() == 0) return beta;
+          const Eigen::VectorXd w = beta.cwiseProduct(scales);
+          return w.sum() > 0 ? Eigen::VectorXd(w / w.sum()) : w;
+        };
+        foldWeights.push_back(share(fold.model.beta));
+        for (Eigen::Index c = 0; c < static_cast<Eigen::Index>(classWeights.size()); ++c)
+          classWeights[static_cast<std::size_t>(c)].push_back(share(fold.model.betas.cols() > c ? Eigen::VectorXd(fold.model.betas.col(c)) : fold.model.beta));
+        continue;
+      }
+      if (multiclass) {
+        // Per class ||w_rc|| = beta_r sqrt(coef_c' K_r coef_c); the shared share stacks the classes' parts:
+        // ||w_r|| = sqrt(sum_c ||w_rc||^2) (the block the shared-weight MKL learners weigh, docs/learners.md).
+        std::vector<int> train = fold.train;
+        train.insert(train.end(), fold.unlabelled.begin(), fold.unlabelled.end());
+        const auto R = static_cast<Eigen::Index>(ctx.KernelCount());
+        const auto view = ctx.OpenFold(train, fold.test);
+        const Eigen::VectorXd scales = view->Scales();
+        Eigen::MatrixXd norms(R, classes);
+        std::vector<std::size_t> every(static_cast<std::size_t>(R));
+        std::iota(every.begin(), every.end(), std::size_t{0});
+        const auto KC = view->Products(every, fold.model.coefs, scales);
+        for (Eigen::Index r = 0; r < R; ++r)
+          for (Eigen::Index c = 0; c < classes; ++c)
+            norms(r, c) = weights::ModelNorm(fold.model.coefs.col(c).dot(KC[static_cast<std::size_t>(r)].col(c)), fold.model.beta[r]);
+        foldWeights.push_back(norms.rowwise().norm());
+        for (Eigen::Index c = 0; c < static_cast<Eigen::Index>(classWeights.size()); ++c) classWeights[static_cast<std::size_t>(c)].push_back(norms.col(c));
+        continue;
+      }
+      // The region's share of the model, ||w_r||, from the fold's kernels as the learner saw them: the
+      // quadratics coef' K~_r coef its activation pattern computed, else read from the kernels in place.
+      Eigen::VectorXd norms(static_cast<Eigen::Index>(ctx.KernelCount()));
+      if (l < patterns.size() && k < patterns[l].size()) {
+        for (Eigen::Index j = 0; j < norms.size(); ++j) norms[j] = weights::ModelNorm(patterns[l][k].modelQuadratics[j], fold.model.beta[j]);
+      } else {
+        std::vector<int> train = fold.train;
+        train.insert(train.end(), fold.unlabelled.begin(), fold.unlabelled.end());
+        const auto view = ctx.OpenFold(train, fold.test);
+        std::vector<std::size_t> every(ctx.KernelCount());
+        std::iota(every.begin(), every.end(), std::size_t{0});
+        const auto parts = view->Products(every, fold.model.coef, view->Scales());
+        for (std::size_t r = 0; r < every.size(); ++r) {
+          const auto j = static_cast<Eigen::Index>(r);
+          norms[j] = weights::ModelNorm(fold.model.coef.dot(parts[r].col(0)), fold.model.beta[j]);
+        }
+      }
+      foldWeights.push_back(std::move(norms));
+    }
+    result.tables.push_back(weights::RegionTable(foldWeights));
+    result.classTables.emplace_back();
+    for (const auto& w : classWeights) result.classTables.back().push_back(weights::RegionTable(w));
+    const std::string scaled = preprocessing.kernelGroups.empty() ? "" : " times the fold's source scale g (source_weighting \"equal\"), renormalised";
+    result.sources.push_back(mkl && perClass ? "mean of the per-class kernel weights (beta) per outer fold" + scaled + "; per class: regions_<learner>_class-<class>.tsv"
+                             : mkl ? "kernel weights (beta) per outer fold" + scaled
+                             : multiclass ? "share of the model per outer fold: ||w_r|| = sqrt(sum over classes of coef_c' K_r coef_c) with the fold's "
+                                            "preprocessed training kernel, as a percentage of the fold's sum"
+                                 : "share of the model per outer fold: ||w_r|| = sqrt(coef' K_r coef) with the fold's preprocessed training kernel "
+                                   "(the norm of the region's part of the weight vector), as a percentage of the fold's sum");
+  }
+  return result;
+}
+
+}  // namespace neuromkl::pipeline
