@@ -326,6 +326,9 @@ TEST_F(ConnectivityCli, EqualSourceWeightingRunsAndIsRecorded) {
   ASSERT_EQ(r.exitCode, 0) << r.output;
   const auto j = Results("equal");
   EXPECT_EQ(j["kernels"]["source_weighting"], "equal");
+  // The region notes quote the setting: still a JSON document.
+  const auto notes = nlohmann::json::parse(ReadFile(*dir_ / "results/equal/regions_enmkl_svm.json"));
+  EXPECT_THAT(notes["weights"].get<std::string>(), HasSubstr("(source_weighting \"equal\")"));
   // 116-ish image kernels against 1 clinical kernel: with equal traces the clinical kernel (scaled up) is
   // cheaper for the l1 part of the penalty, so its weight rises against the unscaled run.
   auto clinical = [&](const std::string& name) { return Results(name)["sources"][1]["weight_percent"]["enmkl_svm"]["mean"].get<double>(); };

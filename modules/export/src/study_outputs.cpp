@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "neuromkl/core/files.hpp"
 #include "neuromkl/core/strings.hpp"
@@ -233,13 +234,14 @@ std::string RegionRankingNotes(const RunRecord& r, const LearnerRecord& lr) {
     if (kinds.tabular) kernels += "  \"columns\": \"tabular kernels: the table columns the kernel is built on; n/a for other kernels\",\n";
     if (kinds.precomputed) kernels += "  \"precomputed\": \"precomputed kernels come as matrices: no size column applies to them\",\n";
   }
-  return fmt::format("{{\n  \"learner\": \"{}\",\n  \"weights\": \"{}\",\n{}  \"percent\": \"each fold's weights as a percentage of that fold's total\",\n"
+  // The learner's label is a file name; what its weights are may quote settings ("equal"): escaped as JSON.
+  return fmt::format("{{\n  \"learner\": {},\n  \"weights\": {},\n{}  \"percent\": \"each fold's weights as a percentage of that fold's total\",\n"
                      "  \"folds_selected\": \"outer folds in which the weight is > 0\",\n"
                      "  \"expected_ranking\": \"mean over outer folds of the region's rank; rank 1 = largest weight, ties share the average of their ranks\",\n"
                      "  \"subjects_with_signal\": \"used subjects whose data are not all zero in the region (e.g. lesioned there)\",\n"
                      "  \"low_coverage\": \"yes when subjects_with_signal is below output.min_subjects_with_signal: a weight resting on so few subjects is fragile\",\n"
                      "  \"order\": \"rows sorted by mean_percent, descending\"\n}}\n",
-                     lr.outcome.label, lr.regionSource, kernels);
+                     nlohmann::json(lr.outcome.label).dump(), nlohmann::json(lr.regionSource).dump(), kernels);
 }
 
 /// Per successful fold weights/sub-group[_space-<space>]_desc-<Learner>[Repeat<r>]Fold<k>_weights.nii.gz and

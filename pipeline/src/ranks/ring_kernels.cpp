@@ -193,6 +193,59 @@ StageInputs RebuildInputs(const config::StudyConfig& study, int sourceIndex) {
 }
 
 
+namespace {
+
+/// Every block of kernel rows this rank computes: its own subjects against themselves, then against each partner's
+/// subjects as their block travels past on the ring (PartnersOf order; each pair of ranks computes one block).
+std::vector<std::vector<Eigen::MatrixXd>> RingBlocks(const std::vector<float>& own, std::int64_t n, std::int64_t count, std::int64_t maxRows, std::int64_t V,
+                                                     const std::vector<float>& reference, const std::vector<std::int64_t>& offsets,
+                                                     const std::vector<int>& partners) {
+  const int rank = ranks::Rank();
+  const int P = ranks::Size();
+  std::vector<std::vector<Eigen::MatrixXd>> blocks;
+  std::vector<float> held(static_cast<std::size_t>(maxRows * V), 0.0f);
+  std::copy(own.begin(), own.end(), held.begin());
+  blocks.emplace_back();
+  kernels::RegionKernelBlocks(own.data(), count, own.data(), count, V, reference.data(), offsets, true, blocks.back());
+  std::size_t next = 1;
+  for (int s = 1; s <= P / 2; ++s) {
+    ranks::RingShift(held, maxRows, V);
+    const int q = (rank - s + P) % P;
+    if (next >= partners.size() || partners[next] != q) continue;
+    ++next;
+    blocks.emplace_back();
+    kernels::RegionKernelBlocks(own.data(), count, held.data(), BlockStart(n, q + 1, P) - BlockStart(n, q, P), V, reference.data(), offsets, false,
+                                blocks.back());
+  }
+  return blocks;
+}
+
+/// Rank 0 places its own blocks and every other rank's (received region by region) into the n x n kernels.
+void AssembleOnRankZero(std::vector<std::vector<Eigen::MatrixXd>> blocks, const std::vector<int>& partners, std::int64_t n, std::size_t R,
+                        kernels::KernelSet& set) {
+  const int P = ranks::Size();
+  set.kernels.resize(R);
+  for (auto& K : set.kernels) K.resize(n, n);
+  auto place = [&](int p, int q, std::size_t r, const Eigen::MatrixXd& block) {
+    const auto ap = BlockStart(n, p, P), aq = BlockStart(n, q, P);
+    set.kernels[r].block(ap, aq, block.rows(), block.cols()) = block;
+    if (p != q) set.kernels[r].block(aq, ap, block.cols(), block.rows()) = block.transpose();
+  };
+  for (std::size_t k = 0; k < partners.size(); ++k)
+    for (std::size_t r = 0; r < R; ++r) place(0, partners[k], r, blocks[k][r]);
+  blocks.clear();
+  Eigen::MatrixXd incoming;
+  for (int p = 1; p < P; ++p)
+    for (int q : PartnersOf(p, P)) {
+      incoming.resize(BlockStart(n, p + 1, P) - BlockStart(n, p, P), BlockStart(n, q + 1, P) - BlockStart(n, q, P));
+      for (std::size_t r = 0; r < R; ++r) {
+        ranks::Receive(incoming.data(), static_cast<std::int64_t>(incoming.size()) * 8, p, ranks::kTagBlock);
+        place(p, q, r, incoming);
+      }
+    }
+}
+}  // namespace
+
 /// Every rank's part of one distributed kernel stage. Rank 0 passes its inputs and gets the kernel
 /// set; the other ranks pass nullptr (they rebuild the inputs from `study`) and get nothing.
 /// With `own` the kernels stay on their owners (KeepKernelsOnOwners): each rank gets its share in `shard`.
@@ -261,24 +314,8 @@ bool RunStage(const StageInputs* given, const config::StudyConfig* study, int so
   // 4. The ring: own block and one travelling block per rank.
   const auto offsets = kernels::RegionColumnOffsets(in.regions);
   const std::size_t R = offsets.size() - 1;
-  std::vector<std::vector<Eigen::MatrixXd>> blocks;  // in PartnersOf order
   const auto partners = PartnersOf(rank, P);
-  {
-    std::vector<float> held(static_cast<std::size_t>(maxRows * V), 0.0f);
-    std::copy(rows.data.begin(), rows.data.end(), held.begin());
-    blocks.emplace_back();
-    kernels::RegionKernelBlocks(rows.data.data(), count, rows.data.data(), count, V, reference.data(), offsets, true, blocks.back());
-    std::size_t next = 1;
-    for (int s = 1; s <= P / 2; ++s) {
-      ranks::RingShift(held, maxRows, V);
-      const int q = (rank - s + P) % P;
-      if (next >= partners.size() || partners[next] != q) continue;
-      ++next;
-      blocks.emplace_back();
-      kernels::RegionKernelBlocks(rows.data.data(), count, held.data(), BlockStart(n, q + 1, P) - BlockStart(n, q, P), V, reference.data(), offsets, false,
-                                  blocks.back());
-    }
-  }
+  std::vector<std::vector<Eigen::MatrixXd>> blocks = RingBlocks(rows.data, n, count, maxRows, V, reference, offsets, partners);
   rows.data = {};
 
   // 5. Rank 0 gathers the intensity scales and the counts, and the blocks (region by region) unless the kernels
@@ -321,25 +358,7 @@ bool RunStage(const StageInputs* given, const config::StudyConfig* study, int so
       for (const auto& K : b) ranks::Send(K.data(), static_cast<std::int64_t>(K.size()) * 8, 0, ranks::kTagBlock);
     return true;
   }
-  set.kernels.resize(R);
-  for (auto& K : set.kernels) K.resize(n, n);
-  auto place = [&](int p, int q, std::size_t r, const Eigen::MatrixXd& block) {
-    const auto ap = BlockStart(n, p, P), aq = BlockStart(n, q, P);
-    set.kernels[r].block(ap, aq, block.rows(), block.cols()) = block;
-    if (p != q) set.kernels[r].block(aq, ap, block.cols(), block.rows()) = block.transpose();
-  };
-  for (std::size_t k = 0; k < partners.size(); ++k)
-    for (std::size_t r = 0; r < R; ++r) place(0, partners[k], r, blocks[k][r]);
-  blocks.clear();
-  Eigen::MatrixXd incoming;
-  for (int p = 1; p < P; ++p)
-    for (int q : PartnersOf(p, P)) {
-      incoming.resize(BlockStart(n, p + 1, P) - BlockStart(n, p, P), BlockStart(n, q + 1, P) - BlockStart(n, q, P));
-      for (std::size_t r = 0; r < R; ++r) {
-        ranks::Receive(incoming.data(), static_cast<std::int64_t>(incoming.size()) * 8, p, ranks::kTagBlock);
-        place(p, q, r, incoming);
-      }
-    }
+  AssembleOnRankZero(std::move(blocks), partners, n, R, set);
   kernels::RegionKernelReport& rep = *report;
   rep = kernels::RegionKernelReport{};
   kernels::ExcludeEmptyRegions(set, rep);

@@ -191,46 +191,46 @@ std::string SubjectIdColumn(const config::SubjectsSpec& subjects, const Delimite
   return subjects.idColumn;
 }
 
-Cohort LoadCohort(const config::StudyConfig& study, const std::map<std::string, std::string>& drop) {
-  // The default table lives in the BIDS root: a root that is no folder is said as such, not as a missing table.
-  if (const std::string& root = study.subjects.bids.root; !root.empty()) {
-    std::error_code ec;
-    if (!fs::is_directory(root, ec))
-      throw InputError("subjects:BidsMissing", root,
-                       "expected the BIDS dataset's folder (/subjects/bids/root), but " +
-                           (fs::exists(root, ec) ? std::string("it is a file") : WhyNotAFile(root)));
-  }
-  Cohort c;
-  c.sidecar = config::ParticipantsSidecarPath(study.subjects.table);
-  const config::ColumnLevels levels = c.sidecar.empty() ? config::ColumnLevels{} : config::ReadParticipantsLevels(c.sidecar);
-  DelimitedTable table = ReadDelimitedTable(study.subjects.table);
-  const std::string& path = table.path;
-  c.idColumn = SubjectIdColumn(study.subjects, table);
-  const bool byRow = c.idColumn == "#row";  // tables without ids: data rows numbered from 1
-  const std::size_t idCol = byRow ? 0 : table.Require(c.idColumn, "subject id column, /subjects/id_column");
-  c.tableRowCount = table.rows.size();
-  // Dropped subjects (kernels.missing_source "drop") leave the table before anything reads it.
+namespace {
+
+/// The default table lives in the BIDS root: a root that is no folder is said as such, not as a missing table.
+void CheckBidsRoot(const config::StudyConfig& study) {
+  const std::string& root = study.subjects.bids.root;
+  if (root.empty()) return;
+  std::error_code ec;
+  if (!fs::is_directory(root, ec))
+    throw InputError("subjects:BidsMissing", root,
+                     "expected the BIDS dataset's folder (/subjects/bids/root), but " +
+                         (fs::exists(root, ec) ? std::string("it is a file") : WhyNotAFile(root)));
+}
+
+/// Dropped subjects (kernels.missing_source "drop") leave the table before anything reads it: the rows kept, in
+/// `c.tableRows` (indices into the file's rows) and `c.dropped`.
+DelimitedTable WithoutDroppedSubjects(DelimitedTable table, const std::map<std::string, std::string>& drop, std::size_t idCol, bool byRow, Cohort& c) {
   for (std::size_t r = 0; r < table.rows.size(); ++r) {
     const std::string id = byRow ? std::to_string(r + 1) : table.rows[r][idCol];
     if (auto it = drop.find(id); it != drop.end()) c.dropped.emplace_back(id, it->second);
     else c.tableRows.push_back(r);
   }
-  if (!c.dropped.empty()) {
-    DelimitedTable kept = table;
-    kept.rows.clear();
-    kept.lineNumbers.clear();
-    for (auto r : c.tableRows) {
-      kept.rows.push_back(table.rows[r]);
-      kept.lineNumbers.push_back(table.lineNumbers[r]);
-    }
-    table = std::move(kept);
+  if (c.dropped.empty()) return table;
+  DelimitedTable kept = table;
+  kept.rows.clear();
+  kept.lineNumbers.clear();
+  for (auto r : c.tableRows) {
+    kept.rows.push_back(table.rows[r]);
+    kept.lineNumbers.push_back(table.lineNumbers[r]);
   }
+  return kept;
+}
+
+/// Each row's subject: a unique id, its image (checked to exist, every missing one listed at once), its raw target.
+void ReadSubjectRows(const config::StudyConfig& study, const DelimitedTable& table, std::size_t idCol, bool byRow, Cohort& c) {
+  const std::string& path = table.path;
   const std::size_t targetCol = table.Require(study.target.column, "target column, /target/column");
   const bool needImages = study.kernels.source == config::KernelSource::Images;
   const bool bids = !study.subjects.bids.root.empty();
   const std::size_t imageCol = needImages && !bids ? table.Require(study.subjects.imageColumn, "image column, /subjects/image_column") : 0;
   if (table.rows.empty()) throw InputError("subjects:Empty", path, "the subjects table has a header but no subject rows");
-
   std::map<std::string, std::size_t> seen;
   std::vector<std::string> missing;
   for (std::size_t r = 0; r < table.rows.size(); ++r) {
@@ -272,15 +272,12 @@ Cohort LoadCohort(const config::StudyConfig& study, const std::map<std::string, 
                                  missing.size() > 5 ? "; ..." : "") +
                          " (relative image paths resolve against the table's folder)");
   }
-  if (needImages && bids) c.images = FindBidsImages(study.subjects.bids, c.ids);
-  if (needImages) DescribeImages(study, c);
-  for (std::size_t r = 0; r < c.ids.size(); ++r)
-    if (c.labelled[r]) c.labelledRows.push_back(static_cast<int>(r));
-  const auto n = static_cast<Eigen::Index>(c.labelledRows.size());
-  if (n < 2)
-    throw InputError("subjects:TooFewLabelled", path,
-                     fmt::format("expected at least 2 subjects with a target in column \"{}\", found {}", study.target.column, n));
-  // Columns the CV schemes need (outer and inner must name the same column when both use one).
+}
+
+/// The columns the CV schemes need (outer and inner must name the same column when both use one) and the
+/// covariate columns (present, else ConfigError at the column's pointer; values are checked where the design is built).
+void ReadDesignColumns(const config::StudyConfig& study, const DelimitedTable& table, Cohort& c) {
+  const std::string& path = table.path;
   auto column = [&](const std::string& name, const char* role, std::vector<std::string>& out) {
     if (name.empty()) return;
     const std::size_t col = table.Require(name, role);
@@ -296,7 +293,6 @@ Cohort LoadCohort(const config::StudyConfig& study, const std::map<std::string, 
   const std::string foldColumn = !study.cv.outer.foldColumn.empty() ? study.cv.outer.foldColumn : study.cv.inner.foldColumn;
   if (!study.cv.outer.groupColumn.empty() && !study.cv.inner.groupColumn.empty() && study.cv.outer.groupColumn != study.cv.inner.groupColumn)
     throw InputError("subjects:TwoGroupColumns", study.path, "/cv/outer/group_column and /cv/inner/group_column differ; use one group column");
-  // Covariate columns: present (ConfigError at the column's pointer); values are checked where the design is built.
   auto covariateColumn = [&](const std::string& name, const std::string& pointer) {
     const auto col = table.Find(name);
     if (!col)
@@ -313,34 +309,42 @@ Cohort LoadCohort(const config::StudyConfig& study, const std::map<std::string, 
   if (!study.covariates.fitOnColumn.empty()) covariateColumn(study.covariates.fitOnColumn, "/covariates/fit_on/column");
   column(groupColumn, "group column, /cv/*/group_column", c.groups);
   column(foldColumn, "fold column, /cv/*/fold_column", c.customFolds);
-  c.y.resize(n);
-  if (study.target.task == learners::Task::Regression) {
-    for (Eigen::Index i = 0; i < n; ++i) {
-      const auto r = static_cast<std::size_t>(c.labelledRows[static_cast<std::size_t>(i)]);
-      if (!ParseNumber(c.rawTargets[r], c.y[i]))
-        throw InputError("subjects:NonNumericTarget", path + ":" + std::to_string(table.lineNumbers[r]),
-                         fmt::format("subject {}: regression target \"{}\" in column \"{}\" is not a finite number", c.ids[r],
-                                     c.rawTargets[r], study.target.column));
-    }
-    return c;
+}
+
+void ReadRegressionTargets(const config::StudyConfig& study, const DelimitedTable& table, Cohort& c) {
+  for (Eigen::Index i = 0; i < c.y.size(); ++i) {
+    const auto r = static_cast<std::size_t>(c.labelledRows[static_cast<std::size_t>(i)]);
+    if (!ParseNumber(c.rawTargets[r], c.y[i]))
+      throw InputError("subjects:NonNumericTarget", table.path + ":" + std::to_string(table.lineNumbers[r]),
+                       fmt::format("subject {}: regression target \"{}\" in column \"{}\" is not a finite number", c.ids[r],
+                                   c.rawTargets[r], study.target.column));
   }
+}
+
+/// participants.json declares the target column's levels: every class must be one of them.
+void CheckDeclaredLevels(const config::StudyConfig& study, const config::ColumnLevels& levels, const std::map<std::string, int>& counts,
+                         const std::string& path, Cohort& c) {
+  const auto it = levels.find(study.target.column);
+  if (it == levels.end()) return;
+  std::vector<std::string> declared, unknown;
+  for (const auto& level : it->second) {
+    declared.push_back(level.value);
+    c.classDescriptions[level.value] = level.description;
+  }
+  for (const auto& [value, count] : counts)
+    if (!c.classDescriptions.count(value)) unknown.push_back(fmt::format("\"{}\" ({} subjects)", value, count));
+  if (!unknown.empty())
+    throw InputError("subjects:UnknownLevel", path,
+                     fmt::format("column \"{}\" holds values that {} (\"Levels\" of \"{}\") does not declare: {}; declared levels: {}",
+                                 study.target.column, c.sidecar, study.target.column, Join(unknown, ", "), Join(declared, ", ")));
+}
+
+/// Classes sorted (numeric if every class is a number, else lexical); multiclass: label k = the k-th class;
+/// binary: +1 for the positive class, -1 for the other.
+void ReadClassTargets(const config::StudyConfig& study, const config::ColumnLevels& levels, const std::string& path, Cohort& c) {
   std::map<std::string, int> counts;
   for (auto r : c.labelledRows) ++counts[c.rawTargets[static_cast<std::size_t>(r)]];
-  if (auto it = levels.find(study.target.column); it != levels.end()) {
-    // participants.json declares the column's levels: every class must be one of them.
-    std::vector<std::string> declared, unknown;
-    for (const auto& level : it->second) {
-      declared.push_back(level.value);
-      c.classDescriptions[level.value] = level.description;
-    }
-    for (const auto& [value, count] : counts)
-      if (!c.classDescriptions.count(value)) unknown.push_back(fmt::format("\"{}\" ({} subjects)", value, count));
-    if (!unknown.empty())
-      throw InputError("subjects:UnknownLevel", path,
-                       fmt::format("column \"{}\" holds values that {} (\"Levels\" of \"{}\") does not declare: {}; declared levels: {}",
-                                   study.target.column, c.sidecar, study.target.column, Join(unknown, ", "),
-                                   Join(declared, ", ")));
-  }
+  CheckDeclaredLevels(study, levels, counts, path, c);
   std::vector<std::string> classes;
   for (const auto& [k, _] : counts) classes.push_back(k);
   std::sort(classes.begin(), classes.end(), LabelLess);
@@ -351,14 +355,14 @@ Cohort LoadCohort(const config::StudyConfig& study, const std::map<std::string, 
     throw InputError("subjects:SingleClass", path,
                      fmt::format("classification needs two classes in column \"{}\", found one ({}); is this the right target column?",
                                  study.target.column, Join(described, ", ")));
+  const Eigen::Index n = c.y.size();
   if (study.target.task == learners::Task::Multiclass) {
-    // Label k = the k-th class in this order (numeric if every class is a number, else lexical).
     c.classNames = classes;
     for (Eigen::Index i = 0; i < n; ++i) {
       const auto& raw = c.rawTargets[static_cast<std::size_t>(c.labelledRows[static_cast<std::size_t>(i)])];
       c.y[i] = static_cast<double>(std::find(classes.begin(), classes.end(), raw) - classes.begin());
     }
-    return c;
+    return;
   }
   if (classes.size() > 2)
     throw InputError("subjects:TooManyClasses", path,
@@ -373,6 +377,35 @@ Cohort LoadCohort(const config::StudyConfig& study, const std::map<std::string, 
   c.negativeClass = c.positiveClass == classes[0] ? classes[1] : classes[0];
   for (Eigen::Index i = 0; i < n; ++i)
     c.y[i] = c.rawTargets[static_cast<std::size_t>(c.labelledRows[static_cast<std::size_t>(i)])] == c.positiveClass ? 1.0 : -1.0;
+}
+
+}  // namespace
+
+Cohort LoadCohort(const config::StudyConfig& study, const std::map<std::string, std::string>& drop) {
+  CheckBidsRoot(study);
+  Cohort c;
+  c.sidecar = config::ParticipantsSidecarPath(study.subjects.table);
+  const config::ColumnLevels levels = c.sidecar.empty() ? config::ColumnLevels{} : config::ReadParticipantsLevels(c.sidecar);
+  DelimitedTable file = ReadDelimitedTable(study.subjects.table);
+  c.idColumn = SubjectIdColumn(study.subjects, file);
+  const bool byRow = c.idColumn == "#row";  // tables without ids: data rows numbered from 1
+  const std::size_t idCol = byRow ? 0 : file.Require(c.idColumn, "subject id column, /subjects/id_column");
+  c.tableRowCount = file.rows.size();
+  const DelimitedTable table = WithoutDroppedSubjects(std::move(file), drop, idCol, byRow, c);
+  ReadSubjectRows(study, table, idCol, byRow, c);
+  const bool needImages = study.kernels.source == config::KernelSource::Images;
+  if (needImages && !study.subjects.bids.root.empty()) c.images = FindBidsImages(study.subjects.bids, c.ids);
+  if (needImages) DescribeImages(study, c);
+  for (std::size_t r = 0; r < c.ids.size(); ++r)
+    if (c.labelled[r]) c.labelledRows.push_back(static_cast<int>(r));
+  const auto n = static_cast<Eigen::Index>(c.labelledRows.size());
+  if (n < 2)
+    throw InputError("subjects:TooFewLabelled", table.path,
+                     fmt::format("expected at least 2 subjects with a target in column \"{}\", found {}", study.target.column, n));
+  ReadDesignColumns(study, table, c);
+  c.y.resize(n);
+  if (study.target.task == learners::Task::Regression) ReadRegressionTargets(study, table, c);
+  else ReadClassTargets(study, levels, table.path, c);
   return c;
 }
 

@@ -23,19 +23,20 @@ weights::ActivationPattern OuterFoldPattern(const StudyContext& ctx, const cv::O
   return weights::FoldActivationPattern(*ctx.OpenFold(train, fold.test), ctx.KernelCount(), fold.model.beta, fold.model.coef);
 }
 
-/// Fold maps of every learner's successful folds, computed in one pass over the images; with
-/// `patterns` (binary and regression studies: [learner][successful fold]) the activation pattern maps too.
-exporting::WeightMaps ComputeWeightMaps(const StudyContext& ctx, const std::vector<exporting::LearnerRecord>& learners,
-                                        const std::vector<std::vector<weights::ActivationPattern>>& patterns) {
-  const auto& study = ctx.study;
-  const auto& ks = ctx.ks;
-  exporting::WeightMaps maps;
-  maps.folds.resize(learners.size());
-  maps.mean.resize(learners.size());
-  maps.classMean.resize(learners.size());
-  std::vector<Eigen::MatrixXd> subjectWeights, patternWeights;  // patternWeights: one per entry of subjectWeights, or none
-  std::vector<std::size_t> learnerOf;  // learner of each map
-  std::vector<Eigen::Index> classOf;     // multiclass: class of each map
+/// The subject weights of every fold map (weights::VoxelMaps' input): per learner and successful fold one map (per
+/// class for a multiclass model), then, with patterns, one pattern map per weight map of a binary or regression model.
+struct FoldMapWeights {
+  std::vector<Eigen::MatrixXd> subjectWeights;  ///< weight maps, then pattern maps
+  std::size_t weightMaps = 0;                   ///< how many of subjectWeights are weight maps
+  std::vector<std::size_t> learnerOf;           ///< learner of each weight map
+  std::vector<Eigen::Index> classOf;            ///< multiclass: class of each weight map
+  bool WithPatterns() const { return subjectWeights.size() > weightMaps; }
+};
+
+FoldMapWeights CollectFoldMapWeights(const StudyContext& ctx, const std::vector<exporting::LearnerRecord>& learners,
+                                     const std::vector<std::vector<weights::ActivationPattern>>& patterns) {
+  FoldMapWeights w;
+  std::vector<Eigen::MatrixXd> patternWeights;  // one per weight map, or none
   for (std::size_t l = 0; l < learners.size(); ++l)
     for (const auto& fold : learners[l].outcome.folds) {
       if (!fold.error.empty()) continue;
@@ -46,70 +47,80 @@ exporting::WeightMaps ComputeWeightMaps(const StudyContext& ctx, const std::vect
       if (fold.model.Multiclass()) {  // one map per class: its coefficients and (per-class) kernel weights
         for (Eigen::Index c = 0; c < fold.model.coefs.cols(); ++c) {
           const Eigen::VectorXd beta = fold.model.betas.cols() > c ? Eigen::VectorXd(fold.model.betas.col(c)) : fold.model.beta;
-          subjectWeights.push_back(ctx.SubjectWeights({train, fold.test, fold.model.coefs.col(c), beta.cwiseProduct(scales)}));
-          learnerOf.push_back(l);
-          classOf.push_back(c);
+          w.subjectWeights.push_back(ctx.SubjectWeights({train, fold.test, fold.model.coefs.col(c), beta.cwiseProduct(scales)}));
+          w.learnerOf.push_back(l);
+          w.classOf.push_back(c);
         }
         continue;
       }
-      subjectWeights.push_back(ctx.SubjectWeights({train, fold.test, fold.model.coef, fold.model.beta.cwiseProduct(scales)}));
+      w.subjectWeights.push_back(ctx.SubjectWeights({train, fold.test, fold.model.coef, fold.model.beta.cwiseProduct(scales)}));
       if (l < patterns.size()) {
-        const std::size_t k = static_cast<std::size_t>(std::count(learnerOf.begin(), learnerOf.end(), l));  // this learner's successful fold k
+        const std::size_t k = static_cast<std::size_t>(std::count(w.learnerOf.begin(), w.learnerOf.end(), l));  // this learner's successful fold k
         patternWeights.push_back(ctx.SubjectWeights({train, fold.test, patterns[l].at(k).c, Eigen::VectorXd::Ones(scales.size())}));
       }
-      learnerOf.push_back(l);
+      w.learnerOf.push_back(l);
     }
-  // Intensity-scaled kernels are kernels of x_i / s_i: the map sum_i D_i (x_i / s_i) reads the raw images.
-  if (!patternWeights.empty() && patternWeights.size() != subjectWeights.size())
+  if (!patternWeights.empty() && patternWeights.size() != w.subjectWeights.size())
     throw NumericalError("weights:Patterns", "activation patterns", "one pattern per fold map expected");  // a bug, not an input problem
-  const std::size_t M = subjectWeights.size();
-  subjectWeights.insert(subjectWeights.end(), std::make_move_iterator(patternWeights.begin()), std::make_move_iterator(patternWeights.end()));
-  const bool withPatterns = subjectWeights.size() > M;
-  // One pass over the images computes both kinds of map (weights first, then patterns); split them again.
-  const auto split = [&](std::vector<std::vector<float>> computed) {
-    std::vector<std::vector<float>> pattern(std::make_move_iterator(computed.begin() + static_cast<std::ptrdiff_t>(M)),
+  w.weightMaps = w.subjectWeights.size();
+  w.subjectWeights.insert(w.subjectWeights.end(), std::make_move_iterator(patternWeights.begin()), std::make_move_iterator(patternWeights.end()));
+  return w;
+}
+
+/// Intensity-scaled kernels are kernels of x_i / s_i: the map sum_i D_i (x_i / s_i) reads the raw images.
+void DivideByIntensityScale(std::vector<Eigen::MatrixXd>& subjectWeights, const std::vector<int>& kernelRows, const std::vector<double>& intensityScale) {
+  if (intensityScale.empty()) return;
+  for (auto& D : subjectWeights)
+    for (std::size_t i = 0; i < kernelRows.size(); ++i) D.row(static_cast<Eigen::Index>(i)) /= intensityScale[static_cast<std::size_t>(kernelRows[i])];
+}
+
+/// The maps of one image grid (weight maps first, then pattern maps, as VoxelMaps computed them in one pass over the
+/// images) -> per learner fold maps (unit norm if asked) and their mean; multiclass: one mean map per class instead.
+class MapCollector {
+ public:
+  MapCollector(const FoldMapWeights& w, std::size_t learners, bool unitNorm, exporting::WeightMaps& maps)
+      : w_(w), learners_(learners), unitNorm_(unitNorm), maps_(maps) {}
+
+  /// Splits what VoxelMaps computed into weight maps and pattern maps.
+  static std::pair<std::vector<std::vector<float>>, std::vector<std::vector<float>>> Split(std::vector<std::vector<float>> computed, std::size_t weightMaps) {
+    std::vector<std::vector<float>> pattern(std::make_move_iterator(computed.begin() + static_cast<std::ptrdiff_t>(weightMaps)),
                                             std::make_move_iterator(computed.end()));
-    computed.resize(M);
+    computed.resize(weightMaps);
     return std::make_pair(std::move(computed), std::move(pattern));
-  };
-  if (!ks.set.intensityScale.empty())
-    for (auto& D : subjectWeights)
-      for (std::size_t i = 0; i < ctx.kernelRows.size(); ++i)
-        D.row(static_cast<Eigen::Index>(i)) /= ks.set.intensityScale[static_cast<std::size_t>(ctx.kernelRows[i])];
-  // The fold maps of one image grid -> per learner fold maps (unit norm if asked) and their mean;
-  // multiclass: one mean map per class instead (`classMeans`, fold counts in `classFolds`).
-  const auto collect = [&](std::vector<std::vector<float>> computed, std::vector<std::vector<std::vector<float>>>& folds,
-                           std::vector<std::vector<float>>& means, std::vector<std::vector<std::vector<float>>>* classMeans, bool unitNorm = true) {
-    folds.resize(learners.size());
-    means.resize(learners.size());
-    std::vector<int> classFolds(learners.size(), 0);
+  }
+
+  void Collect(std::vector<std::vector<float>> computed, std::vector<std::vector<std::vector<float>>>& folds, std::vector<std::vector<float>>& means,
+               std::vector<std::vector<std::vector<float>>>* classMeans, bool unitNorm = true) const {
+    folds.resize(learners_);
+    means.resize(learners_);
+    std::vector<int> classFolds(learners_, 0);
     for (std::size_t k = 0; k < computed.size(); ++k) {
       auto& map = computed[k];
-      if (study.output.weightMapUnitNorm && unitNorm) {
+      if (unitNorm_ && unitNorm) {
         double norm = 0;
         for (float v : map) norm += static_cast<double>(v) * v;
         if (norm > 0)
           for (float& v : map) v = static_cast<float>(v / std::sqrt(norm));
       }
-      if (!classOf.empty()) {  // multiclass: summed per class, averaged below
+      if (!w_.classOf.empty()) {  // multiclass: summed per class, averaged below
         if (!classMeans) continue;
-        auto& perClass = (*classMeans)[learnerOf[k]];
-        const auto c = static_cast<std::size_t>(classOf[k]);
+        auto& perClass = (*classMeans)[w_.learnerOf[k]];
+        const auto c = static_cast<std::size_t>(w_.classOf[k]);
         if (perClass.size() <= c) perClass.resize(c + 1);
         if (perClass[c].empty()) perClass[c].assign(map.size(), 0.0f);
         for (std::size_t v = 0; v < map.size(); ++v) perClass[c][v] += map[v];
-        if (c == 0) ++classFolds[learnerOf[k]];
+        if (c == 0) ++classFolds[w_.learnerOf[k]];
         continue;
       }
-      folds[learnerOf[k]].push_back(std::move(map));
+      folds[w_.learnerOf[k]].push_back(std::move(map));
     }
     if (classMeans) {
       for (std::size_t l = 0; l < classMeans->size(); ++l)
         for (auto& m : (*classMeans)[l])
           for (float& v : m) v = static_cast<float>(v / std::max(1, classFolds[l]));
-      if (!classOf.empty()) maps.classFolds = *std::max_element(classFolds.begin(), classFolds.end());
+      if (!w_.classOf.empty()) maps_.classFolds = *std::max_element(classFolds.begin(), classFolds.end());
     }
-    for (std::size_t l = 0; l < learners.size(); ++l) {
+    for (std::size_t l = 0; l < learners_; ++l) {
       if (folds[l].empty()) continue;
       std::vector<double> mean(folds[l][0].size(), 0.0);
       for (const auto& m : folds[l])
@@ -117,39 +128,45 @@ exporting::WeightMaps ComputeWeightMaps(const StudyContext& ctx, const std::vect
       means[l].resize(mean.size());
       for (std::size_t v = 0; v < mean.size(); ++v) means[l][v] = static_cast<float>(mean[v] / static_cast<double>(folds[l].size()));
     }
-  };
-  if (ks.regions) {
-    std::vector<std::string> images;
-    for (auto r : ctx.kernelRows) images.push_back(ctx.cohort.images[static_cast<std::size_t>(r)]);
-    auto [computed, pattern] = split(weights::VoxelMaps(images, *ks.regions, ks.set.info, subjectWeights, study.kernels.nanPolicy));
-    collect(std::move(computed), maps.folds, maps.mean, &maps.classMean);
-    if (withPatterns) collect(std::move(pattern), maps.patternFolds, maps.patternMean, nullptr, false);
   }
-  // kernels.sources: each image source's kernels (a block of columns) mapped onto its own grid and
-  // images (multiclass: one mean map per class).
-  for (const auto& source : ks.imageSources) {
-      const auto first = static_cast<Eigen::Index>(source.firstKernel), count = static_cast<Eigen::Index>(source.kernelCount);
-      std::vector<Eigen::MatrixXd> sourceWeights;
-      for (const auto& D : subjectWeights) sourceWeights.push_back(D.middleCols(first, count));
-      const std::vector<kernels::KernelInfo> info(ks.set.info.begin() + first, ks.set.info.begin() + first + count);
-      if (!source.intensityScale.empty())  // the source's own intensity scaling, as for a single image source above
-        for (auto& D : sourceWeights)
-          for (std::size_t i = 0; i < ctx.kernelRows.size(); ++i)
-            D.row(static_cast<Eigen::Index>(i)) /= source.intensityScale[static_cast<std::size_t>(ctx.kernelRows[i])];
-      std::vector<std::string> images;
-      for (auto r : ctx.kernelRows) images.push_back(source.images[static_cast<std::size_t>(r)]);
-      auto& out = maps.sources.emplace_back();
-      out.name = source.name;
-      out.regions = &source.regions;
-      out.classMean.resize(learners.size());
-      auto [computed, pattern] = split(weights::VoxelMaps(images, source.regions, info, sourceWeights, source.nanPolicy));
-      collect(std::move(computed), out.folds, out.mean, classOf.empty() ? nullptr : &out.classMean);
-      if (withPatterns) collect(std::move(pattern), out.patternFolds, out.patternMean, nullptr, false);
-    }
-  // Connectivity sources: the edge weights of the fold models (the matrices are read again, as the
-  // images are for voxel maps), per learner and fold, and their mean.
+
+ private:
+  const FoldMapWeights& w_;
+  std::size_t learners_;
+  bool unitNorm_;
+  exporting::WeightMaps& maps_;
+};
+
+/// kernels.sources: each image source's kernels (a block of columns) mapped onto its own grid and images
+/// (multiclass: one mean map per class).
+void AddImageSourceMaps(const StudyContext& ctx, const FoldMapWeights& w, const MapCollector& collector, std::size_t learners,
+                        exporting::WeightMaps& maps) {
+  for (const auto& source : ctx.ks.imageSources) {
+    const auto first = static_cast<Eigen::Index>(source.firstKernel), count = static_cast<Eigen::Index>(source.kernelCount);
+    std::vector<Eigen::MatrixXd> sourceWeights;
+    for (const auto& D : w.subjectWeights) sourceWeights.push_back(D.middleCols(first, count));
+    const std::vector<kernels::KernelInfo> info(ctx.ks.set.info.begin() + first, ctx.ks.set.info.begin() + first + count);
+    DivideByIntensityScale(sourceWeights, ctx.kernelRows, source.intensityScale);  // the source's own intensity scaling
+    std::vector<std::string> images;
+    for (auto r : ctx.kernelRows) images.push_back(source.images[static_cast<std::size_t>(r)]);
+    auto& out = maps.sources.emplace_back();
+    out.name = source.name;
+    out.regions = &source.regions;
+    out.classMean.resize(learners);
+    auto [computed, pattern] = MapCollector::Split(weights::VoxelMaps(images, source.regions, info, sourceWeights, source.nanPolicy), w.weightMaps);
+    collector.Collect(std::move(computed), out.folds, out.mean, w.classOf.empty() ? nullptr : &out.classMean);
+    if (w.WithPatterns()) collector.Collect(std::move(pattern), out.patternFolds, out.patternMean, nullptr, false);
+  }
+}
+
+/// Connectivity sources: the edge weights of the fold models (the matrices are read again, as the images are for
+/// voxel maps), per learner and fold, and their mean. Weights only: a connection shared by two kernels would count
+/// twice in a pattern.
+void AddEdgeMaps(const StudyContext& ctx, const FoldMapWeights& w, std::size_t learners, exporting::WeightMaps& maps) {
+  const auto& study = ctx.study;
+  const auto& ks = ctx.ks;
   std::size_t first = 0;
-  for (std::size_t s = 0; s < study.kernels.sources.size() && classOf.empty(); first += ks.sourceKernelCounts[s], ++s) {
+  for (std::size_t s = 0; s < study.kernels.sources.size() && w.classOf.empty(); first += ks.sourceKernelCounts[s], ++s) {
     const auto& spec = study.kernels.sources[s];
     if (spec.kind != config::KernelSource::Connectivity) continue;
     const ConnectivityData data = ReadConnectivity(SourceStudy(study, spec), spec.connectivity, ctx.cohort);
@@ -168,20 +185,43 @@ exporting::WeightMaps ComputeWeightMaps(const StudyContext& ctx, const std::vect
     out.name = spec.name;
     out.nodes = data.nodes;
     out.networks = data.networks;
-    out.folds.resize(learners.size());
-    out.mean.resize(learners.size());
-    for (std::size_t k = 0; k < M; ++k) {  // weights only (a connection shared by two kernels would count twice in a pattern)
-      Eigen::MatrixXd D = Eigen::MatrixXd::Zero(subjectWeights[k].rows(), static_cast<Eigen::Index>(plan.names.size()));
-      for (std::size_t j = 0; j < planOf.size(); ++j) D.col(planOf[j]) = subjectWeights[k].col(static_cast<Eigen::Index>(first + j));
-      out.folds[learnerOf[k]].push_back(WeightEdges(inKernelOrder, plan, D));
+    out.folds.resize(learners);
+    out.mean.resize(learners);
+    for (std::size_t k = 0; k < w.weightMaps; ++k) {
+      Eigen::MatrixXd D = Eigen::MatrixXd::Zero(w.subjectWeights[k].rows(), static_cast<Eigen::Index>(plan.names.size()));
+      for (std::size_t j = 0; j < planOf.size(); ++j) D.col(planOf[j]) = w.subjectWeights[k].col(static_cast<Eigen::Index>(first + j));
+      out.folds[w.learnerOf[k]].push_back(WeightEdges(inKernelOrder, plan, D));
     }
-    for (std::size_t l = 0; l < learners.size(); ++l) {
+    for (std::size_t l = 0; l < learners; ++l) {
       if (out.folds[l].empty()) continue;
       Eigen::MatrixXd mean = Eigen::MatrixXd::Zero(out.folds[l][0].rows(), out.folds[l][0].cols());
       for (const auto& W : out.folds[l]) mean += W;
       out.mean[l] = mean / static_cast<double>(out.folds[l].size());
     }
   }
+}
+
+/// Fold maps of every learner's successful folds, computed in one pass over the images; with
+/// `patterns` (binary and regression studies: [learner][successful fold]) the activation pattern maps too.
+exporting::WeightMaps ComputeWeightMaps(const StudyContext& ctx, const std::vector<exporting::LearnerRecord>& learners,
+                                        const std::vector<std::vector<weights::ActivationPattern>>& patterns) {
+  exporting::WeightMaps maps;
+  maps.folds.resize(learners.size());
+  maps.mean.resize(learners.size());
+  maps.classMean.resize(learners.size());
+  FoldMapWeights w = CollectFoldMapWeights(ctx, learners, patterns);
+  DivideByIntensityScale(w.subjectWeights, ctx.kernelRows, ctx.ks.set.intensityScale);
+  const MapCollector collector(w, learners.size(), ctx.study.output.weightMapUnitNorm, maps);
+  if (ctx.ks.regions) {
+    std::vector<std::string> images;
+    for (auto r : ctx.kernelRows) images.push_back(ctx.cohort.images[static_cast<std::size_t>(r)]);
+    auto [computed, pattern] =
+        MapCollector::Split(weights::VoxelMaps(images, *ctx.ks.regions, ctx.ks.set.info, w.subjectWeights, ctx.study.kernels.nanPolicy), w.weightMaps);
+    collector.Collect(std::move(computed), maps.folds, maps.mean, &maps.classMean);
+    if (w.WithPatterns()) collector.Collect(std::move(pattern), maps.patternFolds, maps.patternMean, nullptr, false);
+  }
+  AddImageSourceMaps(ctx, w, collector, learners.size(), maps);
+  AddEdgeMaps(ctx, w, learners.size(), maps);
   return maps;
 }
 

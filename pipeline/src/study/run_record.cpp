@@ -50,31 +50,10 @@ std::string UtcNow() {
   return buf;
 }
 
-}  // namespace
-
-exporting::RunRecord DescribeRun(const StudyContext& ctx, CrossValidationResult cv, PermutationResult permutations, const RegionWeightsResult& weights,
-                                 std::map<std::string, double> seconds) {
+/// What was run: the study's settings, CV schemes, target and seeds.
+void RecordSettings(const StudyContext& ctx, exporting::RunRecord& record) {
   const auto& study = ctx.study;
-  const auto& cohort = ctx.cohort;
-  const auto& ks = ctx.ks;
-  exporting::RunRecord record;
-  record.learners = std::move(cv.learners);
-  for (std::size_t l = 0; l < record.learners.size(); ++l) {
-    auto& lr = record.learners[l];
-    if (l < permutations.learners.size()) lr.permutations = std::move(permutations.learners[l]);
-    lr.regions = weights.tables[l];
-    lr.regionSource = weights.sources[l];
-    if (l < weights.classTables.size()) lr.classRegions = weights.classTables[l];
-    if (l < weights.patternTables.size()) lr.patternRegions = weights.patternTables[l];
-  }
-  for (const auto& w : weights.warnings) {
-    cv.warnings.push_back(w);
-    spdlog::warn("{}", w);
-  }
   record.permutations = study.permutations.count;
-  record.warnings = std::move(cv.warnings);
-  for (const auto& w : ks.warnings) record.warnings.push_back(w);
-  record.seconds = std::move(seconds);
   record.study = study.name;
   record.version = NeuromklVersion();
   record.versions = Versions();
@@ -85,13 +64,18 @@ exporting::RunRecord DescribeRun(const StudyContext& ctx, CrossValidationResult 
   record.innerScheme = DescribeSplit(study.cv.inner);
   record.task = config::ToString(study.target.task);
   record.targetColumn = study.target.column;
-  record.positiveClass = cohort.positiveClass;
+  record.positiveClass = ctx.cohort.positiveClass;
   if (study.target.task == learners::Task::Multiclass) {
-    record.classNames = cohort.classNames;
+    record.classNames = ctx.cohort.classNames;
     record.multiclassWeights = study.target.multiclassWeights == learners::MulticlassWeights::PerClass ? "per_class" : "shared";
   }
   record.innerCriterion = study.cv.criterion;
-  record.negativeClass = cohort.negativeClass;
+  record.negativeClass = ctx.cohort.negativeClass;
+}
+
+/// On whom: the subjects used, excluded (and why), dropped, and their targets.
+void RecordSubjects(const StudyContext& ctx, exporting::RunRecord& record) {
+  const auto& cohort = ctx.cohort;
   record.excludedSubjects = cohort.excluded;
   record.droppedSubjects = cohort.dropped;
   if (ctx.unlabelledCount > 0)
@@ -106,6 +90,12 @@ exporting::RunRecord DescribeRun(const StudyContext& ctx, CrossValidationResult 
     record.subjectTable.push_back({cohort.ids[r], used ? "yes" : ctx.unlabelledCount > 0 ? "unlabelled" : "no", cohort.rawTargets[r],
                                    used ? "" : record.excludedSubjects[e++].second});
   }
+}
+
+/// The kernels: which, from where (cache, ranks, compact store), intensity scaling, coverage and sources.
+void RecordKernels(const StudyContext& ctx, exporting::RunRecord& record) {
+  const auto& study = ctx.study;
+  const auto& ks = ctx.ks;
   record.kernels = ks.set.info;
   record.excludedKernels = ks.set.excluded;
   record.kernelSource = config::ToString(study.kernels.source);
@@ -138,19 +128,26 @@ exporting::RunRecord DescribeRun(const StudyContext& ctx, CrossValidationResult 
     record.sourceKernelCounts.push_back(ks.sourceKernelCounts[s]);
     record.sourceCache.push_back(ks.sourceCacheHits[s] ? "hit" : (study.kernels.cache ? "computed and stored" : "computed (cache off)"));
   }
-  if (ctx.covariates) {
-    record.covariateColumns = ctx.covariates->columns;
-    record.covariateFitOn = ctx.covariates->fitOn;
-    // Labelled subjects are the design's first n rows.
-    record.covariateTargetR2 = gram::CovariateR2(ctx.covariates->covariates.design.topRows(ctx.n), cohort.y);
-    if (record.covariateTargetR2 >= kCovariateR2Warning) {
-      record.warnings.push_back(fmt::format("the covariates explain R^2 = {:.3f} of the target (warned from {}): regressing them out of the images "
-                                            "removed most of what could predict it, so low performance may only mean that the covariates carry "
-                                            "the target; check that no covariate recodes it",
-                                            record.covariateTargetR2, kCovariateR2Warning));
-      spdlog::warn("{}", record.warnings.back());
-    }
+}
+
+/// The covariates regressed out, and how much of the target they explain (warned from kCovariateR2Warning).
+void RecordCovariates(const StudyContext& ctx, exporting::RunRecord& record) {
+  if (!ctx.covariates) return;
+  record.covariateColumns = ctx.covariates->columns;
+  record.covariateFitOn = ctx.covariates->fitOn;
+  // Labelled subjects are the design's first n rows.
+  record.covariateTargetR2 = gram::CovariateR2(ctx.covariates->covariates.design.topRows(ctx.n), ctx.cohort.y);
+  if (record.covariateTargetR2 >= kCovariateR2Warning) {
+    record.warnings.push_back(fmt::format("the covariates explain R^2 = {:.3f} of the target (warned from {}): regressing them out of the images "
+                                          "removed most of what could predict it, so low performance may only mean that the covariates carry "
+                                          "the target; check that no covariate recodes it",
+                                          record.covariateTargetR2, kCovariateR2Warning));
+    spdlog::warn("{}", record.warnings.back());
   }
+}
+
+/// The preprocessing and the image inputs: centring, atlas, BIDS dataset, mask, NaN rule.
+void RecordInputs(const config::StudyConfig& study, exporting::RunRecord& record) {
   record.centre = study.kernels.centre;
   record.normalise = study.kernels.normalise;
   record.threads = study.threads;
@@ -170,7 +167,10 @@ exporting::RunRecord DescribeRun(const StudyContext& ctx, CrossValidationResult 
   record.weightMapUnitNorm = study.output.weightMapUnitNorm;
   record.nanPolicy = study.kernels.nanPolicy == kernels::NanPolicy::Zero ? "zero" : "drop_voxel";
   record.mask = study.mask;
-  record.date = UtcNow();
+}
+
+/// A warning per learner whose top 10 regions include some with non-zero data in too few subjects.
+void WarnFragileRegions(exporting::RunRecord& record) {
   for (const auto& lr : record.learners) {
     std::vector<std::string> fragile;
     for (std::size_t i = 0; i < std::min<std::size_t>(10, lr.regions.size()); ++i)
@@ -183,15 +183,49 @@ exporting::RunRecord DescribeRun(const StudyContext& ctx, CrossValidationResult 
       spdlog::warn("{}", record.warnings.back());
     }
   }
-  Hasher inputHash;
-  // What was analysed, not how or where it was run: the thread count, the output and cache folders
-  // (which change no result) stay out, so one analysis has one hash.
-  config::StudyConfig hashed = study;
+}
+
+/// What was analysed, not how or where it was run: the thread count, the output and cache folders (which change
+/// no result) stay out, so one analysis has one hash.
+std::string InputHash(const StudyContext& ctx) {
+  config::StudyConfig hashed = ctx.study;
   hashed.threads = 0;
   hashed.output.dir.clear();
   hashed.output.cacheDir.clear();
-  inputHash.Update(ks.key).Update(HashFile(study.subjects.table)).Update(config::ResolvedConfigJson(hashed, true));
-  record.inputHash = inputHash.Hex();
+  Hasher inputHash;
+  inputHash.Update(ctx.ks.key).Update(HashFile(ctx.study.subjects.table)).Update(config::ResolvedConfigJson(hashed, true));
+  return inputHash.Hex();
+}
+
+}  // namespace
+
+exporting::RunRecord DescribeRun(const StudyContext& ctx, CrossValidationResult cv, PermutationResult permutations, const RegionWeightsResult& weights,
+                                 std::map<std::string, double> seconds) {
+  exporting::RunRecord record;
+  record.learners = std::move(cv.learners);
+  for (std::size_t l = 0; l < record.learners.size(); ++l) {
+    auto& lr = record.learners[l];
+    if (l < permutations.learners.size()) lr.permutations = std::move(permutations.learners[l]);
+    lr.regions = weights.tables[l];
+    lr.regionSource = weights.sources[l];
+    if (l < weights.classTables.size()) lr.classRegions = weights.classTables[l];
+    if (l < weights.patternTables.size()) lr.patternRegions = weights.patternTables[l];
+  }
+  for (const auto& w : weights.warnings) {
+    cv.warnings.push_back(w);
+    spdlog::warn("{}", w);
+  }
+  record.warnings = std::move(cv.warnings);
+  for (const auto& w : ctx.ks.warnings) record.warnings.push_back(w);
+  record.seconds = std::move(seconds);
+  RecordSettings(ctx, record);
+  RecordSubjects(ctx, record);
+  RecordKernels(ctx, record);
+  RecordCovariates(ctx, record);
+  RecordInputs(ctx.study, record);
+  record.date = UtcNow();
+  WarnFragileRegions(record);
+  record.inputHash = InputHash(ctx);
   return record;
 }
 
