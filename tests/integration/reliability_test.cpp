@@ -32,18 +32,9 @@ namespace fs = std::filesystem;
 
 namespace {
 
-class Reliability : public ::testing::Test {
+class Reliability : public neuromkl::testing::SimulatedCohortSuite<Reliability> {
  protected:
-  static void SetUpTestSuite() {
-    dir_ = new TempDir();
-    const auto r = RunCli("simulate --out " + Cohort() + " --subjects 16 --downsample 2 --seed 5 -q");
-    ASSERT_EQ(r.exitCode, 0) << r.output;
-  }
-  static void TearDownTestSuite() {
-    delete dir_;
-    dir_ = nullptr;
-  }
-  static std::string Cohort() { return *dir_ / "cohort"; }
+  static void SetUpTestSuite() { SimulateCohort("--subjects 16 --downsample 2 --seed 5"); }
   /// A quick study on the cohort (fixed SVM, no maps) with `subjects` as its /subjects; returns its path.
   static std::string Study(const std::string& name, const std::string& subjects = R"({"table": "participants.tsv"})", const std::string& extra = "") {
     const std::string path = Cohort() + "/" + name + ".json";
@@ -67,22 +58,12 @@ class Reliability : public ::testing::Test {
       if (e.path().filename().string().find(part) != std::string::npos) out.push_back(e.path().string());
     return out;
   }
-  static TempDir* dir_;
 };
-TempDir* Reliability::dir_ = nullptr;
 
 /// The CLI run as on a full disk: no file may grow beyond 0 bytes (RLIMIT_FSIZE 0; writes fail with EFBIG as they
 /// fail with ENOSPC on a full disk, folders can still be made).
 CliResult RunCliWithoutSpace(const std::string& args) {
-  const std::string cmd = "sh -c \"trap '' XFSZ; ulimit -f 0; exec " + std::string(NEUROMKL_CLI) + " " + args + "\" 2>&1";
-  FILE* pipe = popen(cmd.c_str(), "r");
-  CliResult r{-1, ""};
-  if (!pipe) return r;
-  std::array<char, 4096> buf{};
-  while (std::fgets(buf.data(), buf.size(), pipe)) r.output += buf.data();
-  const int status = pclose(pipe);
-  r.exitCode = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
+  return neuromkl::testing::RunShell("sh -c \"trap '' XFSZ; ulimit -f 0; exec " + std::string(NEUROMKL_CLI) + " " + args + "\" 2>&1");
 }
 
 /// The id of a process that has ended (a shell that printed its own pid).
@@ -109,7 +90,7 @@ std::string HostName() {
 // Class labels name output files: "MCI-a" and "MCI_a" gave one map name (one overwrote the other), "AD/MCI" a file in a
 // folder that does not exist (the run failed late with "disk full?"), "../../escape" a file outside the output folder.
 TEST_F(Reliability, ClassLabelsBecomeSafeDistinctFileNames) {
-  const std::string cohort = *dir_ / "classes";
+  const std::string cohort = Dir() / "classes";
   ASSERT_EQ(RunCli("simulate --out " + cohort + " --subjects 30 --classes 3 --downsample 3 --seed 4 -q").exitCode, 0);
   const auto rows = ReadTsv(cohort + "/participants.tsv");
   const std::map<std::string, std::string> renamed = {{"A", "MCI-a"}, {"B", "MCI_a"}, {"C", "../../escape"}};
@@ -160,7 +141,7 @@ TEST_F(Reliability, ClassLabelsBecomeSafeDistinctFileNames) {
 // remained. A run claims the folder for its lifetime; a second one fails at once, and a dead run's claim is taken over.
 TEST_F(Reliability, ARunClaimsItsOutputFolderAndASecondRunIsRefused) {
   const std::string study = Study("claim");
-  const std::string out = *dir_ / "claimed";
+  const std::string out = Dir() / "claimed";
   fs::create_symlink(HostName() + "-" + std::to_string(getpid()), out + ".claim");  // held by this (live) process
   auto r = RunCli("run " + study + " --out " + out);
   EXPECT_EQ(r.exitCode, 2) << r.output;
@@ -184,26 +165,26 @@ TEST_F(Reliability, ARunClaimsItsOutputFolderAndASecondRunIsRefused) {
 // the kernel cache write a <key>.tmp-<pid>/ folder that nothing removed.
 TEST_F(Reliability, AFullDiskLeavesNoEmptyOrTemporaryFiles) {
   const std::string study = Study("full");
-  const std::string out = *dir_ / "full_out";
+  const std::string out = Dir() / "full_out";
   auto r = RunCliWithoutSpace("run " + study + " --out " + out);
   EXPECT_EQ(r.exitCode, 1) << r.output;
   EXPECT_THAT(r.output, HasSubstr("[output:Write]"));
   EXPECT_FALSE(fs::exists(out));
-  EXPECT_THAT(Named(dir_->Path(), "full_out"), ::testing::IsEmpty());  // no .tmp- folder, no claim
+  EXPECT_THAT(Named(Dir().Path(), "full_out"), ::testing::IsEmpty());  // no .tmp- folder, no claim
   // A batch: the study fails to write, and so does the summary, which is never left empty under its name.
-  WriteFile(*dir_ / "full_batch.json", R"({"name": "fb", "output": {"dir": "full_batch_out"}, "studies": [")" + study + R"("]})");
-  r = RunCliWithoutSpace("batch " + (*dir_ / "full_batch.json"));
+  WriteFile(Dir() / "full_batch.json", R"({"name": "fb", "output": {"dir": "full_batch_out"}, "studies": [")" + study + R"("]})");
+  r = RunCliWithoutSpace("batch " + (Dir() / "full_batch.json"));
   EXPECT_EQ(r.exitCode, 1) << r.output;
-  const std::string summary = *dir_ / "full_batch_out/batch_summary.tsv";
+  const std::string summary = Dir() / "full_batch_out/batch_summary.tsv";
   EXPECT_TRUE(!fs::exists(summary) || fs::file_size(summary) > 0) << "an empty summary under its final name";
-  EXPECT_THAT(Named(*dir_ / "full_batch_out", ".tmp-"), ::testing::IsEmpty());
+  EXPECT_THAT(Named(Dir() / "full_batch_out", ".tmp-"), ::testing::IsEmpty());
   // A cache entry being written by a process that was killed is removed by the next run that writes the cache.
   const long dead = DeadPid();
   const std::string stale = Cohort() + "/.neuromkl_cache/0123abcd.tmp-" + HostName() + "-" + std::to_string(dead);
   WriteFile(stale + "/index.json", "{}");
   const std::string live = Cohort() + "/.neuromkl_cache/4567abcd.tmp-" + HostName() + "-" + std::to_string(getpid());
   WriteFile(live + "/index.json", "{}");
-  r = RunCli("run " + Study("cache_writer", R"({"table": "participants.tsv"})", R"(, "seed": 11)") + " --out " + (*dir_ / "cache_out") + " -q");
+  r = RunCli("run " + Study("cache_writer", R"({"table": "participants.tsv"})", R"(, "seed": 11)") + " --out " + (Dir() / "cache_out") + " -q");
   EXPECT_EQ(r.exitCode, 0) << r.output;
   EXPECT_FALSE(fs::exists(stale));
   EXPECT_TRUE(fs::exists(live)) << "a running process's temporary entry is left alone";
@@ -212,7 +193,7 @@ TEST_F(Reliability, AFullDiskLeavesNoEmptyOrTemporaryFiles) {
 // A rerun batch kept a completed study's results after its participants.tsv (or an image) changed: the summary mixed
 // old and new data. The stamp now records a hash of the input files, and a study whose inputs changed runs again.
 TEST_F(Reliability, ABatchRerunsAStudyWhoseInputFilesChanged) {
-  const std::string cohort = *dir_ / "batch_cohort";
+  const std::string cohort = Dir() / "batch_cohort";
   ASSERT_EQ(RunCli("simulate --out " + cohort + " --subjects 16 --downsample 2 --seed 6 -q").exitCode, 0);
   WriteFile(cohort + "/quick.json", R"({"name": "quick", "subjects": {"table": "participants.tsv"}, "atlas": "aal",
     "target": {"column": "group", "task": "classification", "positive_class": "patient"}, "learners": [{"name": "svm", "params": {"c": 1}}],
@@ -253,7 +234,7 @@ TEST_F(Reliability, ABatchRerunsAStudyWhoseInputFilesChanged) {
 TEST_F(Reliability, ABatchWithAStudyValidateRefusesDoesNotStart) {
   const std::string bad = Study("bad_image", R"({"table": ")" + TableWithImage("missing_image.tsv", 3, "images/none.nii.gz") + R"("})");
   const std::string good = Study("good_study");
-  const std::string batch = *dir_ / "mixed_batch.json";
+  const std::string batch = Dir() / "mixed_batch.json";
   WriteFile(batch, R"({"name": "mixed", "output": {"dir": "mixed_out"}, "studies": [")" + good + R"(", ")" + bad + R"("]})");
   const auto v = RunCli("validate " + batch);
   EXPECT_EQ(v.exitCode, 2) << v.output;
@@ -263,7 +244,7 @@ TEST_F(Reliability, ABatchWithAStudyValidateRefusesDoesNotStart) {
   EXPECT_EQ(r.exitCode, 2) << r.output;
   EXPECT_THAT(r.output, HasSubstr("1 of 2 studies are invalid (as `neuromkl validate` says); nothing was run"));
   EXPECT_THAT(r.output, HasSubstr("[subjects:MissingImage]"));
-  EXPECT_FALSE(fs::exists(*dir_ / "mixed_out/studies/good_study/results.json"));
+  EXPECT_FALSE(fs::exists(Dir() / "mixed_out/studies/good_study/results.json"));
 }
 
 // Images with neither a qform nor an sform got NIfTI's fallback grid (voxel 0 at the origin) and the atlas was

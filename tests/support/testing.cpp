@@ -1,5 +1,6 @@
 #include "testing.hpp"
 
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <array>
@@ -26,9 +27,8 @@ TempDir::~TempDir() {
   fs::remove_all(path_, ec);
 }
 
-CliResult RunCli(const std::string& args) {
-  const std::string cmd = std::string(NEUROMKL_CLI) + " " + args + " 2>&1";
-  FILE* pipe = popen(cmd.c_str(), "r");
+CliResult RunShell(const std::string& command) {
+  FILE* pipe = popen(command.c_str(), "r");
   CliResult r{-1, ""};
   if (!pipe) return r;
   std::array<char, 4096> buf{};
@@ -37,6 +37,8 @@ CliResult RunCli(const std::string& args) {
   r.exitCode = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return r;
 }
+
+CliResult RunCli(const std::string& args) { return RunShell(std::string(NEUROMKL_CLI) + " " + args + " 2>&1"); }
 
 void WriteFile(const std::string& path, const std::string& text) {
   fs::create_directories(fs::path(path).parent_path());

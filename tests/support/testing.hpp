@@ -34,6 +34,30 @@ struct CliResult {
 };
 /// Runs `neuromkl ARGS` and captures its output.
 CliResult RunCli(const std::string& args);
+/// Runs a shell command line and captures its standard output (redirect stderr in `command` to capture it too).
+CliResult RunShell(const std::string& command);
+
+/// A test suite over one cohort written by `neuromkl simulate` once for the suite, in a temporary folder
+/// (Cohort()). Suite: the test class itself (each suite its own folder); it calls SimulateCohort from its
+/// SetUpTestSuite with the simulate options it needs.
+template <class Suite>
+class SimulatedCohortSuite : public ::testing::Test {
+ protected:
+  static void SimulateCohort(const std::string& options) {
+    dir_ = new TempDir();
+    const auto r = RunCli("simulate --out " + Cohort() + " " + options + " -q");
+    ASSERT_EQ(r.exitCode, 0) << r.output;
+  }
+  static void TearDownTestSuite() {
+    delete dir_;
+    dir_ = nullptr;
+  }
+  static std::string Cohort() { return *dir_ / "cohort"; }
+  static TempDir& Dir() { return *dir_; }
+
+ private:
+  static inline TempDir* dir_ = nullptr;
+};
 
 void WriteFile(const std::string& path, const std::string& text);
 /// A tab-separated file as rows of cells (the header is row 0).
