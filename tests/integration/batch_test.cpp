@@ -1,4 +1,4 @@
-// Batches (issue 8): matrix expansion and validation, shared kernels, the summary, resuming after
+// Batches: matrix expansion and validation, shared kernels, the summary, resuming after
 // kill -9 (for real: the process is killed mid-run and the rerun must reproduce an uninterrupted
 // run byte for byte, timings aside), permutation checkpoints, shards + merge, and MPI ranks.
 #include <signal.h>

@@ -1,5 +1,5 @@
-// Issue 15 through the CLI: class weights on an imbalanced simulated cohort, probabilities in the outputs,
-// bias-corrected regression outputs, and the configuration errors of both options.
+// Class weights, probabilities and bias correction through the CLI: class weights on an imbalanced simulated cohort,
+// probabilities in the outputs, bias-corrected regression outputs, and the configuration errors of both options.
 #include <filesystem>
 
 #include <gmock/gmock.h>

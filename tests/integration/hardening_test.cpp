@@ -1,5 +1,5 @@
-// Issue 19: failed fits are never scored, --force never destroys what neuromkl did not write, bad
-// inputs are errors (exit 2) with clear messages instead of crashes, and the CLI helps a new user.
+// Failed fits are never scored, --force never destroys what neuromkl did not write, bad inputs are errors (exit 2)
+// with clear messages instead of crashes, and the CLI helps a new user.
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -65,8 +65,9 @@ std::string OneClassFoldStudy(const std::string& cohort) {
 
 }  // namespace
 
-// Item 1. Before: the control fold's NaN decisions counted as correct negatives, so balanced accuracy
-// was 1.000 with one of three folds failed, exit 0, and only a warning inside results.json.
+// A fold that cannot be fitted (its training set holds one class) has NaN decisions: counted as correct negatives
+// they would give a balanced accuracy of 1.000 with one of three folds failed. They are left out, and the failure is
+// said on the console, not only inside results.json.
 TEST_F(Hardening, FailedOuterFoldsAreNeverScoredAndAreReportedLoudly) {
   const std::string study = OneClassFoldStudy(Cohort());
   const std::string out = *dir_ / "out_failed";
@@ -96,7 +97,7 @@ TEST_F(Hardening, FailedOuterFoldsAreNeverScoredAndAreReportedLoudly) {
   EXPECT_TRUE(warned);
 }
 
-// Item 2: --force replaces only what neuromkl wrote.
+// --force replaces only what neuromkl wrote.
 TEST_F(Hardening, ForceRefusesInputsFilesForeignFoldersAndTheWorkingDirectory) {
   // The study's own folder (its images, table and study file), even when it carries the marker.
   WriteFile(Cohort() + "/.neuromkl_output", "neuromkl output folder\n");
@@ -147,7 +148,7 @@ TEST_F(Hardening, ForceReplacesAFolderNeuromklWroteIncludingOldResultsWithoutThe
   EXPECT_TRUE(fs::exists(out + "/.neuromkl_output"));
 }
 
-// Item 0: 100,000 levels of a wrong-typed value overflowed the stack (exit 139) in validate and run.
+// 100,000 levels of a wrong-typed value must not overflow the stack (exit 139) in validate or run.
 TEST(HardeningCli, DeeplyNestedStudyFileIsAConfigErrorNotACrash) {
   TempDir dir;
   const std::string deep = std::string(100000, '[') + std::string(100000, ']');
@@ -162,7 +163,7 @@ TEST(HardeningCli, DeeplyNestedStudyFileIsAConfigErrorNotACrash) {
     }
 }
 
-// Item 7: a number beyond double range was "unexpected failure" (exit 1).
+// A number beyond double range is an input error at its JSON pointer, not an "unexpected failure" (exit 1).
 TEST(HardeningCli, NumberBeyondDoubleRangeIsExitTwoAtItsPointer) {
   TempDir dir;
   WriteFile(dir / "big.json", R"({"name": "x", "subjects": {"table": "p.tsv"}, "target": {"column": "g", "task": "regression"},
@@ -173,7 +174,7 @@ TEST(HardeningCli, NumberBeyondDoubleRangeIsExitTwoAtItsPointer) {
   EXPECT_THAT(r.output, Not(HasSubstr("unexpected failure")));
 }
 
-// Item 9: messages a new user meets.
+// Messages a new user meets.
 TEST_F(Hardening, BatchGivenAStudyFileSaysSo) {
   for (const char* cmd : {"batch ", "merge "}) {
     const auto r = RunCli(cmd + Study());
@@ -225,8 +226,8 @@ std::string StudyWithCache(const std::string& cohort, const std::string& name, c
 }
 }  // namespace
 
-// Item 5: flipping bytes in a cached .npy (valid header) was a cache hit with different results.
-// Entries now carry an XXH3 checksum per kernel file: a mismatch is a miss with a warning, recomputed.
+// Flipped bytes in a cached .npy (its header still valid) must not be a cache hit with different results: entries
+// carry an XXH3 checksum per kernel file, and a mismatch is a miss with a warning, recomputed.
 TEST_F(Hardening, DamagedCacheEntryIsRecomputedNeverUsed) {
   const std::string study = StudyWithCache(Cohort(), "checksum", "ck_cache");
   const std::string a = *dir_ / "ck_a", b = *dir_ / "ck_b", c = *dir_ / "ck_c";
@@ -258,7 +259,7 @@ TEST_F(Hardening, DamagedCacheEntryIsRecomputedNeverUsed) {
   EXPECT_EQ(ReadFile(c + "/predictions.tsv"), predictionsA);
 }
 
-// Item 6: an unwritable cache folder silently disabled the cache (a note inside results.json only).
+// An unwritable cache folder disables the cache: said on the console, not only in a note inside results.json.
 TEST_F(Hardening, UnwritableCacheFolderIsAWarningOnTheConsole) {
   WriteFile(Cohort() + "/not_a_folder", "a file where the cache folder should go\n");
   const std::string study = StudyWithCache(Cohort(), "nocache", "not_a_folder/cache");
@@ -268,7 +269,7 @@ TEST_F(Hardening, UnwritableCacheFolderIsAWarningOnTheConsole) {
   EXPECT_THAT(r.output, HasSubstr("not_a_folder"));
 }
 
-// Item 8: --shard 1/4294967298 wrapped to 1/2 in an int and ran half the batch.
+// --shard 1/4294967298 would wrap to 1/2 in an int and run half the batch: it is refused.
 TEST(HardeningCli, ShardCountBeyondRangeIsAnErrorNotWrapped) {
   int shard = -1, shards = -1;
   EXPECT_THAT([&] { neuromkl::pipeline::ParseShard("1/4294967298", shard, shards); },
@@ -281,7 +282,7 @@ TEST(HardeningCli, ShardCountBeyondRangeIsAnErrorNotWrapped) {
   EXPECT_EQ(shards, 4);
 }
 
-// Item 8: a key given twice in one object was accepted (the last one silently won).
+// A key given twice in one object is refused (otherwise the last one would silently win).
 TEST(HardeningCli, DuplicateJsonKeyIsAConfigErrorAtItsPointer) {
   TempDir tmp;
   WriteFile(tmp / "dup.json", R"({"name": "d", "subjects": {"table": "t.tsv"}, "target": {"column": "g", "task": "classification"},
@@ -296,8 +297,8 @@ TEST(HardeningCli, DuplicateJsonKeyIsAConfigErrorAtItsPointer) {
   EXPECT_THAT(RunCli("validate " + (tmp / "ok.json")).output, Not(HasSubstr("DuplicateKey")));
 }
 
-// Item 8: simulate accepted a negative noise SD, a NaN effect and a 1000-fold downsampling, and
-// overwrote an existing cohort.
+// simulate refuses a negative noise SD, a NaN effect and a 1000-fold downsampling, and never overwrites an existing
+// cohort.
 TEST_F(Hardening, SimulateRefusesBadOptionsAndAnExistingCohort) {
   const std::string fresh = *dir_ / "sim_new";
   for (const auto& [option, message] : std::vector<std::pair<std::string, std::string>>{
@@ -328,9 +329,9 @@ std::string ErrorCode(const std::string& output) {
 }
 }  // namespace
 
-// Item 4: validate said "OK" for inputs run then rejected (a bad image other than the first, another grid),
-// and a missing atlas or mask was exit 2 in validate but exit 1 with a vaguer message in run (hashed before
-// it was checked). Each bad input below gets the same exit code and error code from both.
+// validate must not say "OK" for inputs run then rejects (a bad image other than the first, another grid), and a
+// missing atlas or mask must be the same error in both (run hashes its inputs: they are checked before). Each bad
+// input below gets the same exit code and error code from both.
 TEST_F(Hardening, ValidateAndRunAgreeOnEveryBadInput) {
   namespace io = neuromkl::io;
   const auto rows = ReadTsv(Cohort() + "/participants.tsv");
@@ -482,8 +483,8 @@ TEST_F(Hardening, ValidateAndRunAgreeOnEveryBadInput) {
   EXPECT_EQ(ok.exitCode, 0) << ok.output;
 }
 
-// Item 4: a batch whose output path is a regular file: batch validate said valid, batch run failed later
-// (exit 1, batch:Mkdir). Both now refuse it alike, before anything runs.
+// A batch whose output path is a regular file: batch validate and batch run refuse it alike, before anything runs
+// (not a failure later, exit 1, batch:Mkdir).
 TEST_F(Hardening, BatchOutputPathThatIsAFileIsRefusedByValidateAndBatch) {
   WriteFile(Cohort() + "/batch_out_file", "a file, not a folder\n");
   const std::string batch = Cohort() + "/file_out_batch.json";
@@ -500,7 +501,7 @@ TEST_F(Hardening, BatchOutputPathThatIsAFileIsRefusedByValidateAndBatch) {
   EXPECT_EQ(ReadFile(Cohort() + "/batch_out_file"), "a file, not a folder\n");
 }
 
-// Item 4: decode-level problems (a truncated gzip stream, a subject with no finite voxel) need the voxels.
+// Decode-level problems (a truncated gzip stream, a subject with no finite voxel) need the voxels.
 // Default validate reads headers only (fast) and cannot see them; `validate --deep` decodes every image
 // and refuses them with run's error code.
 TEST_F(Hardening, ValidateDeepDecodesEveryImageAndAgreesWithRun) {
@@ -534,8 +535,8 @@ TEST_F(Hardening, ValidateDeepDecodesEveryImageAndAgreesWithRun) {
   }
 }
 
-// Item 8: misleading messages. A directory given as the study file was "invalid JSON"; an unterminated CSV
-// quote was a "ragged row"; a CR-only table printed the whole file as its header.
+// Messages that say what is wrong: a directory given as the study file is not "invalid JSON", an unterminated CSV
+// quote is not a "ragged row", and a CR-only table does not print the whole file as its header.
 TEST(HardeningCli, DirectoryStudyUnterminatedQuoteAndCrOnlyTableSayWhatIsWrong) {
   TempDir tmp;
   fs::create_directories(tmp / "a_folder");
@@ -562,7 +563,7 @@ TEST(HardeningCli, DirectoryStudyUnterminatedQuoteAndCrOnlyTableSayWhatIsWrong) 
   EXPECT_THAT(r.output, Not(HasSubstr("groups1")));
 }
 
-// Item 8: a failed run left an empty results/ folder behind (the parent of its output folder).
+// A failed run leaves no empty results/ folder behind (the parent of its output folder).
 TEST_F(Hardening, FailedRunLeavesNoEmptyOutputFolders) {
   const auto rows = ReadTsv(Cohort() + "/participants.tsv");
   const std::string image = ReadFile(Cohort() + "/" + rows[2][1]);
@@ -581,7 +582,7 @@ TEST_F(Hardening, FailedRunLeavesNoEmptyOutputFolders) {
   EXPECT_FALSE(fs::exists(parent)) << "the folders created for the output are removed when the run fails";
 }
 
-// Item 8: input_hash changed with --threads (and with --out): it hashed the resolved study as run.
+// input_hash depends on the inputs only: not on --threads or --out (which the resolved study as run holds).
 TEST_F(Hardening, InputHashIsIndependentOfThreadsAndOutputFolder) {
   const std::string a = *dir_ / "hash_t1", b = *dir_ / "hash_t2";
   ASSERT_EQ(RunCli("run " + Study() + " --out " + a + " --threads 1 -q").exitCode, 0);
@@ -592,7 +593,7 @@ TEST_F(Hardening, InputHashIsIndependentOfThreadsAndOutputFolder) {
   EXPECT_EQ(ha, hb);
 }
 
-// Item 8: ".NII.GZ" (upper case, as some Windows tools write it) reads as the same image.
+// ".NII.GZ" (upper case, as some Windows tools write it) reads as the same image.
 TEST_F(Hardening, UpperCaseExtensionReadsTheSameImage) {
   const auto rows = ReadTsv(Cohort() + "/participants.tsv");
   const std::string original = Cohort() + "/" + rows[1][1];
@@ -602,7 +603,7 @@ TEST_F(Hardening, UpperCaseExtensionReadsTheSameImage) {
   EXPECT_TRUE(a.geometry.DifferenceFrom(b.geometry).empty());
 }
 
-// Issue 17: the kernels are held in memory (the subject data may go out of core, the kernels never do). A study whose
+// The kernels are held in memory (the subject data may go out of core, the kernels never do). A study whose
 // kernels exceed this machine's memory (116 region kernels of as many subjects as make 1.5x its memory in float64: the
 // rows of a table all naming one image) is refused by validate and by run before any image is read, with what would
 // fit (float32 halves it) and exit code 2; run writes nothing.

@@ -120,7 +120,7 @@ TEST(Inputs, TabularFeatureGroupsBecomeKernels) {
 }
 
 TEST(Inputs, TabularKernelFunctionsOnEveryColumnOfATableWithoutIds) {
-  // Seed 002's protocol on a UCI-style CSV (features, then "label"; no id column): Gaussian and
+  // Qi, Liang & Xu's (2018) protocol on a UCI-style CSV (features, then "label"; no id column): Gaussian and
   // polynomial kernels on each column and on all columns.
   TempDir dir;
   std::string csv = "a,b,const,label\n";

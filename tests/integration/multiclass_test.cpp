@@ -1,4 +1,4 @@
-// Multiclass studies (issue 16): a simulated 3-class cohort with class-specific signal regions, a
+// Multiclass studies: a simulated 3-class cohort with class-specific signal regions, a
 // null 3-class cohort, and the input checks.
 #include <filesystem>
 #include <set>

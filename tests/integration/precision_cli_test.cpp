@@ -1,4 +1,4 @@
-// kernels.precision "float32" end to end (issue 17): a study run on the compact store gives the float64
+// kernels.precision "float32" end to end: a study run on the compact store gives the float64
 // run's decisions, region tables, weight maps and exported models up to float32 rounding of the kernels,
 // says so in results.json, and refuses what it cannot do (save the raw kernels).
 #include <algorithm>

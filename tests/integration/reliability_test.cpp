@@ -190,8 +190,9 @@ TEST_F(Reliability, AFullDiskLeavesNoEmptyOrTemporaryFiles) {
   EXPECT_TRUE(fs::exists(live)) << "a running process's temporary entry is left alone";
 }
 
-// A rerun batch kept a completed study's results after its participants.tsv (or an image) changed: the summary mixed
-// old and new data. The stamp now records a hash of the input files, and a study whose inputs changed runs again.
+// A rerun batch must not keep a completed study's results after its participants.tsv (or an image) changed: the
+// summary would mix old and new data. The stamp records a hash of the input files, and a study whose inputs changed
+// runs again.
 TEST_F(Reliability, ABatchRerunsAStudyWhoseInputFilesChanged) {
   const std::string cohort = Dir() / "batch_cohort";
   ASSERT_EQ(RunCli("simulate --out " + cohort + " --subjects 16 --downsample 2 --seed 6 -q").exitCode, 0);

@@ -1,4 +1,4 @@
-// Results a reader can trust (issue 20): region summaries without size bias, fit status and grid
+// Results a reader can trust: region summaries without size bias, fit status and grid
 // edges reported wherever results are read.
 #include <filesystem>
 #include <set>
@@ -32,8 +32,8 @@ std::string SizeCohort(const TempDir& dir, const std::string& learners, const st
   return path;
 }
 
-// Before: mean |w| per voxel ranked the smallest regions first (Frontal_Mid_L, a signal region, came
-// 27th of 116 on this cohort; rank correlated with region size at 0.97). ||w_r|| has no such bias.
+// Mean |w| per voxel would rank the smallest regions first (Frontal_Mid_L, a signal region, comes 27th of 116 on this
+// cohort by it; rank correlated with region size at 0.97). ||w_r|| has no such bias.
 TEST(Trust, SingleKernelRegionTablesRankTheSignalRegionsFirstWhateverTheirSize) {
   TempDir dir;
   const auto study = SizeCohort(dir, R"([{"name": "svm", "params": {"c": 1}}, {"name": "krr", "params": {"lambda": 1}},

@@ -83,65 +83,70 @@ bool LooksLikeLut(const std::vector<std::vector<std::string>>& rows) {
   return !rows.empty();
 }
 
-}  // namespace
-
-LabelTable ReadLabelTable(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw InputError("atlas:TableUnreadable", path, "cannot open the atlas label table");
-  {
-    std::ostringstream all;
-    all << in.rdbuf();
-    const std::string text = all.str();
-    const std::size_t first = text.find_first_not_of(" \t\r\n");
-    if (first != std::string::npos && text[first] == '<') return ReadFslXml(path, text);
-    in.clear();
-    in.seekg(0);
-  }
+/// A text table's rows of cells, without blank and comment lines, and the line number of each.
+struct TableRows {
   std::vector<std::vector<std::string>> rows;
   std::vector<std::size_t> lines;
+};
+
+/// The rows of a text table: atlas:TableEmpty when there are none.
+TableRows ReadRows(std::istream& in, const std::string& path) {
+  TableRows t;
   std::string line;
   for (std::size_t number = 1; std::getline(in, line); ++number) {
     if (!line.empty() && line.back() == '\r') line.pop_back();
     if (Trim(line).empty() || Trim(line)[0] == '#') continue;
-    rows.push_back(Tokens(line));
-    lines.push_back(number);
+    t.rows.push_back(Tokens(line));
+    t.lines.push_back(number);
   }
-  if (rows.empty()) throw InputError("atlas:TableEmpty", path, "the atlas label table has no rows");
-  if (LooksLikeLut(rows)) {
-    LabelTable lut;
-    lut.path = path;
-    lut.format = "freesurfer_lut";
-    std::vector<std::int64_t> values;
-    for (std::size_t r = 0; r < rows.size(); ++r) {
-      std::int64_t v = 0;
-      ParseInt(rows[r][0], v);
-      if (v == 0) continue;  // "Unknown": background
-      values.push_back(v);
-      lut.names.push_back(rows[r][1]);
-      lut.lines.push_back(lines[r]);
-    }
-    lut.labelColumns = {{"value", values}};
-    return lut;
+  if (t.rows.empty()) throw InputError("atlas:TableEmpty", path, "the atlas label table has no rows");
+  return t;
+}
+
+/// A FreeSurfer colour LUT (LooksLikeLut) as a label table: value 0 ("Unknown") is the background.
+LabelTable LutTable(const std::string& path, const TableRows& t) {
+  LabelTable lut;
+  lut.path = path;
+  lut.format = "freesurfer_lut";
+  std::vector<std::int64_t> values;
+  for (std::size_t r = 0; r < t.rows.size(); ++r) {
+    std::int64_t v = 0;
+    ParseInt(t.rows[r][0], v);
+    if (v == 0) continue;  // "Unknown": background
+    values.push_back(v);
+    lut.names.push_back(t.rows[r][1]);
+    lut.lines.push_back(t.lines[r]);
   }
-  // A header row: its first row has no integer cell while later rows do.
+  lut.labelColumns = {{"value", values}};
+  return lut;
+}
+
+/// Removes and returns the header row, if there is one: its first row has no integer cell while later rows do.
+std::vector<std::string> TakeHeader(const std::string& path, TableRows& t) {
   std::vector<std::string> header;
   std::int64_t dummy;
   bool firstHasInt = false;
-  for (const auto& c : rows[0]) firstHasInt |= ParseInt(c, dummy);
-  if (!firstHasInt && rows.size() == 1)
-    throw InputError("atlas:TableEmpty", path + ":" + std::to_string(lines[0]),
-                     "the atlas label table has a header (\"" + Join(rows[0], " ") + "\") but no rows: expected one row per region below it");
-  if (!firstHasInt && rows.size() > 1) {
-    header = rows[0];
-    rows.erase(rows.begin());
-    lines.erase(lines.begin());
+  for (const auto& c : t.rows[0]) firstHasInt |= ParseInt(c, dummy);
+  if (!firstHasInt && t.rows.size() == 1)
+    throw InputError("atlas:TableEmpty", path + ":" + std::to_string(t.lines[0]),
+                     "the atlas label table has a header (\"" + Join(t.rows[0], " ") + "\") but no rows: expected one row per region below it");
+  if (!firstHasInt && t.rows.size() > 1) {
+    header = t.rows[0];
+    t.rows.erase(t.rows.begin());
+    t.lines.erase(t.lines.begin());
   }
+  return header;
+}
+
+/// Every row has as many columns as the first, and a label column holds integers only (naming the row that does not).
+void CheckColumns(const std::string& path, const TableRows& t, const std::vector<std::string>& header) {
+  const auto& rows = t.rows;
   const std::size_t ncols = rows[0].size();
   for (std::size_t r = 0; r < rows.size(); ++r)
     if (rows[r].size() != ncols)
-      throw InputError("atlas:TableRagged", path + ":" + std::to_string(lines[r]),
+      throw InputError("atlas:TableRagged", path + ":" + std::to_string(t.lines[r]),
                        "this row has " + std::to_string(rows[r].size()) + " columns, expected " + std::to_string(ncols) + " (as the first row, line " +
-                           std::to_string(lines[0]) + ")");
+                           std::to_string(t.lines[0]) + ")");
   // A label column with a cell that is not an integer would otherwise stop counting as a label column, and the table
   // would fail later with no row named: the header names it ("index", "label", ...), or all its other cells are integers.
   for (std::size_t c = 0; c < ncols; ++c) {
@@ -155,10 +160,17 @@ LabelTable ReadLabelTable(const std::string& path) {
     const bool named = h == "index" || h == "label" || h == "value" || h == "code";
     const bool nearlyAll = ints >= 2 && ints + 1 == rows.size();
     if (firstBad < rows.size() && (named ? ints > 0 : nearlyAll))
-      throw InputError("atlas:TableBadLabel", path + ":" + std::to_string(lines[firstBad]),
+      throw InputError("atlas:TableBadLabel", path + ":" + std::to_string(t.lines[firstBad]),
                        "column " + (h.empty() ? std::to_string(c + 1) : "\"" + header[c] + "\"") + " holds \"" + rows[firstBad][c] +
                            "\", expected an integer label code (as in its other rows)");
   }
+}
+
+/// A table of columns: every all-integer column is a candidate label column; the names are the column the header calls
+/// "name", "label_name" or "region", else the text column with the longest cells.
+LabelTable ColumnsTable(const std::string& path, const TableRows& t, const std::vector<std::string>& header) {
+  const auto& rows = t.rows;
+  const std::size_t ncols = rows[0].size();
   LabelTable table;
   table.path = path;
   table.format = "tsv";
@@ -189,8 +201,29 @@ LabelTable ReadLabelTable(const std::string& path) {
   if (table.labelColumns.empty())
     throw InputError("atlas:TableNoLabels", path, "no integer column with label values found (expected e.g. \"2001 Precentral_L\" per row)");
   for (const auto& row : rows) table.names.push_back(row[*nameCol]);
-  table.lines = lines;
+  table.lines = t.lines;
   return table;
+}
+
+}  // namespace
+
+LabelTable ReadLabelTable(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw InputError("atlas:TableUnreadable", path, "cannot open the atlas label table");
+  {
+    std::ostringstream all;
+    all << in.rdbuf();
+    const std::string text = all.str();
+    const std::size_t first = text.find_first_not_of(" \t\r\n");
+    if (first != std::string::npos && text[first] == '<') return ReadFslXml(path, text);
+    in.clear();
+    in.seekg(0);
+  }
+  TableRows t = ReadRows(in, path);
+  if (LooksLikeLut(t.rows)) return LutTable(path, t);
+  const std::vector<std::string> header = TakeHeader(path, t);
+  CheckColumns(path, t, header);
+  return ColumnsTable(path, t, header);
 }
 
 }  // namespace neuromkl::atlas

@@ -111,7 +111,7 @@ Json KernelsJson(const StudyConfig& c, bool forHash) {
   const KernelSpec& ks = c.kernels;
   Json k = {{"source", ToString(ks.source)},   {"centre", ks.centre}, {"normalise", ks.normalise}, {"nan_policy", NanPolicyName(ks.nanPolicy)},
             {"memory_budget_mb", ks.memoryBudgetMb}, {"cache", ks.cache},   {"intensity", IntensityJson(ks.intensity)}};
-  // In the hashed form only when float32: the keys hashed from float64 studies stay as they were.
+  // In the hashed form only when float32: a float64 study's cache keys do not depend on the option.
   if (!forHash || ks.precision == KernelPrecision::Float32) k["precision"] = ks.precision == KernelPrecision::Float32 ? "float32" : "float64";
   if (!ks.precomputed.empty()) k["precomputed"] = PrecomputedJson(ks.precomputed);
   if (ks.source == KernelSource::Sources) {  // parses again: "source" is implied by "sources"
@@ -144,7 +144,7 @@ Json LearnerJson(const LearnerSpec& l) {
   Json grid = Json::object();
   for (const auto& [key, v] : l.grid) grid[key] = v;
   Json j = {{"name", l.name}, {"label", l.label}, {"params", params}, {"grid", grid}};
-  if (l.classWeightBalanced) j["class_weight"] = "balanced";  // only when given: resolved files stay as before
+  if (l.classWeightBalanced) j["class_weight"] = "balanced";  // only when given: a study without class weights resolves without the key
   if (!l.classWeights.empty()) {
     Json cw = Json::object();
     for (const auto& [name, w] : l.classWeights) cw[name] = w;
@@ -164,7 +164,7 @@ std::string ResolvedConfigJson(const StudyConfig& c, bool forHash) {
   j["atlas"] = AtlasJson(c.atlas);
   j["mask"] = c.mask.empty() ? Json(nullptr) : Json(c.mask);
   j["kernels"] = KernelsJson(c, forHash);
-  if (c.covariates.Active()) {  // only when given: single-source studies without covariates resolve as before
+  if (c.covariates.Active()) {  // only when given: a study without covariates resolves (and hashes) without the key
     j["covariates"] = {{"columns", c.covariates.columns}, {"categorical", c.covariates.categorical}};
     j["covariates"]["fit_on"] = c.covariates.fitOnColumn.empty() ? Json("all") : Json{{"column", c.covariates.fitOnColumn}, {"value", c.covariates.fitOnValue}};
   }

@@ -48,7 +48,7 @@ Rows SummaryRows(const config::BatchConfig& batch, const std::vector<StudyState>
   Rows rows = {{"study", "cohort", "target", "atlas", "learner_axis", "learner", "learner_name", "task", "n", "status",
                 "metric", "pooled", "fold_mean", "fold_sd", "p_value", "metric2", "pooled2", "fold_sd2",
                 "top_regions", "fits", "seconds", "kernels", "report", "error"}};
-  // A "sources" column only when the matrix has a sources axis (other batches keep their summary as it was).
+  // A "sources" column only when the matrix has a sources axis: a batch without one keeps the columns its readers expect.
   const bool sourcesAxis = std::any_of(batch.studies.begin(), batch.studies.end(), [](const config::BatchStudy& s) { return s.axes.count("sources") > 0; });
   if (sourcesAxis) rows[0].insert(rows[0].begin() + 4, "sources");
   for (std::size_t i = 0; i < batch.studies.size(); ++i) {

@@ -173,6 +173,171 @@ void WriteModel(const std::string& dir, const ExportedModel& m) {
   WriteTextFile(dir + "/model.json", j.dump(2) + "\n");
 }
 
+namespace {
+
+/// The card's format, a version this build reads, and (from format 2) its own checksum.
+void CheckCard(const Reader& rd, const Json& j) {
+  if (!j.is_object() || j.value("format", std::string()) != kFormat) rd.Corrupt(fmt::format("not a neuromkl model card (\"format\" is not \"{}\")", kFormat));
+  const int version = j.at("format_version").get<int>();
+  if (version > kFormatVersion) rd.Corrupt(fmt::format("format_version {} is newer than this neuromkl reads ({})", version, kFormatVersion));
+  // Cards of format 1 carry no checksum of their own (their arrays do).
+  if (version >= 2 && (!j.contains(kCardChecksum) || j.at(kCardChecksum) != CardChecksum(j)))
+    rd.Corrupt(fmt::format("the card's content does not match its checksum \"{}\": model.json was edited or damaged after neuromkl wrote "
+                           "it (a changed bias, weight or parameter would change every prediction); export the model again",
+                           kCardChecksum));
+}
+
+/// What the model is: its study and learner, task and target, preprocessing, training subjects and expected performance.
+void ReadDescription(const Reader& rd, const Json& j, ExportedModel& m) {
+  m.study = j.at("study").get<std::string>();
+  m.which = j.at("model").get<std::string>();
+  const Json& learner = j.at("learner");
+  m.learner = learner.at("label").get<std::string>();
+  m.learnerName = learner.at("name").get<std::string>();
+  m.params = learner.at("parameters").get<std::map<std::string, double>>();
+  m.fitStatus = learner.value("fit_status", std::string());
+  m.task = j.at("task").get<std::string>();
+  if (m.task != "classification" && m.task != "regression" && m.task != "multiclass") rd.Corrupt("unknown task \"" + m.task + "\"");
+  m.targetColumn = j.at("target").at("column").get<std::string>();
+  if (m.task == "classification") {
+    m.positiveClass = j.at("target").at("classes").at("positive").get<std::string>();
+    m.negativeClass = j.at("target").at("classes").at("negative").get<std::string>();
+  }
+  if (m.task == "multiclass") m.classNames = j.at("target").at("classes").get<std::vector<std::string>>();
+  m.idColumn = j.at("id_column").get<std::string>();
+  m.version = j.value("neuromkl_version", std::string());
+  m.seed = j.value("seed", std::uint64_t{0});
+  m.centre = j.at("preprocessing").at("centre").get<bool>();
+  m.normalise = j.at("preprocessing").at("normalise").get<bool>();
+  if (j.contains("outer_fold")) {
+    m.fold = j.at("outer_fold").at("fold").get<int>();
+    m.repeat = j.at("outer_fold").at("repeat").get<int>();
+  }
+  m.info = j.value("info", std::map<std::string, std::string>{});
+  m.trainingIds = j.at("training").at("subjects").get<std::vector<std::string>>();
+  m.trainingImageHashes = j.at("training").value("image_xxh3", std::vector<std::string>());
+  if (!m.trainingImageHashes.empty() && m.trainingImageHashes.size() != m.trainingIds.size())
+    rd.Corrupt(fmt::format("training.image_xxh3 has {} entries for {} training subjects", m.trainingImageHashes.size(), m.trainingIds.size()));
+  for (const auto& [k, v] : j.at("expected_performance").at("pooled").items())
+    if (v.is_number()) m.expected[k] = v.get<double>();
+}
+
+/// The decision function's biases (one per class) and kernel weights (kernels x classes), each kernel's name, source,
+/// kind and zero-norm floor; the calibration and the bias correction.
+void ReadWeights(const Reader& rd, const Json& j, ExportedModel& m) {
+  const std::vector<double> bias = j.at("bias").get<std::vector<double>>();
+  const auto C = static_cast<Eigen::Index>(bias.size());
+  if (C < 1 || (m.task == "multiclass" ? C != static_cast<Eigen::Index>(m.classNames.size()) : C != 1))
+    rd.Corrupt(fmt::format("\"bias\" has {} values; expected {}", C, m.task == "multiclass" ? m.classNames.size() : 1));
+  m.bias = Eigen::Map<const Eigen::VectorXd>(bias.data(), C);
+  const Json& kernels = j.at("kernels");
+  const auto K = static_cast<Eigen::Index>(kernels.size());
+  if (K == 0) rd.Corrupt("\"kernels\" is empty");
+  m.beta.resize(K, C);
+  m.floors.resize(K);
+  for (Eigen::Index k = 0; k < K; ++k) {
+    const Json& e = kernels.at(static_cast<std::size_t>(k));
+    m.kernelNames.push_back(e.at("name").get<std::string>());
+    m.kernelSources.push_back(e.at("source").get<std::string>());
+    m.kernelKinds.push_back(e.at("kind").get<std::string>());
+    const auto b = e.at("beta").get<std::vector<double>>();
+    if (static_cast<Eigen::Index>(b.size()) != C) rd.Corrupt(fmt::format("kernels[{}].beta has {} values, expected {}", k, b.size(), C));
+    for (Eigen::Index c = 0; c < C; ++c) m.beta(k, c) = b[static_cast<std::size_t>(c)];
+    m.floors[k] = e.at("zero_norm_floor").get<double>();
+  }
+  if (!j.at("calibration").is_null()) m.calibration = std::make_pair(j.at("calibration").at("A").get<double>(), j.at("calibration").at("B").get<double>());
+  if (!j.at("bias_correction").is_null())
+    m.biasCorrection = std::make_pair(j.at("bias_correction").at("slope").get<double>(), j.at("bias_correction").at("intercept").get<double>());
+  if (m.biasCorrection && !(std::abs(m.biasCorrection->first) > 0)) rd.Corrupt("bias_correction.slope must be non-zero");
+}
+
+/// The training subjects' coefficients (one column per class) and, with covariates, their design and fit rows.
+void ReadTrainingArrays(const Reader& rd, const Json& j, ExportedModel& m) {
+  const auto l = static_cast<Eigen::Index>(m.trainingIds.size());
+  const Json& arrays = j.at("arrays");
+  m.coef = rd.Array(arrays.at("coef"), l, m.bias.size(), "coef");
+  if (!j.contains("covariates")) return;
+  const Json& cov = j.at("covariates");
+  m.covariateNumeric = cov.at("numeric").get<std::vector<std::string>>();
+  for (const auto& c : cov.at("categorical")) m.covariateCategorical.emplace_back(c.at("column").get<std::string>(), c.at("levels").get<std::vector<std::string>>());
+  m.covariateFitOn = cov.value("fit_on", std::string("all"));
+  Eigen::Index p = 1 + static_cast<Eigen::Index>(m.covariateNumeric.size());
+  for (const auto& [col, levels] : m.covariateCategorical) p += static_cast<Eigen::Index>(levels.size()) - 1;
+  const Eigen::MatrixXd a = rd.Array(arrays.at("covariates"), l, p + 1, "covariates");
+  m.design = a.rightCols(p);
+  for (Eigen::Index i = 0; i < l; ++i) m.fitRows.push_back(a(i, 0) != 0.0 ? 1 : 0);
+}
+
+/// An image source: its grid and rules, and its voxels and weights, every row checked to name a voxel of the grid and
+/// a kernel and voxel that exist. `p`: covariate columns; `C`: classes; `K`: kernels.
+ModelImageSource ReadImageSource(const Reader& rd, const Json& s, Eigen::Index p, Eigen::Index C, Eigen::Index K) {
+  ModelImageSource src;
+  src.name = s.at("name").get<std::string>();
+  src.imageColumn = s.at("image_column").get<std::string>();
+  const Json& g = s.at("grid");
+  src.grid.dims = g.at("dims").get<std::array<std::int64_t, 3>>();
+  src.grid.spacing = g.at("spacing").get<std::array<double, 3>>();
+  src.grid.origin = g.at("origin_lps").get<std::array<double, 3>>();
+  src.grid.direction = g.at("direction").get<std::array<double, 9>>();
+  src.space = s.value("space", std::string());
+  src.nanPolicy = s.at("nan_policy").get<std::string>();
+  src.intensityScaling = s.at("intensity_scaling").get<std::string>();
+  src.voxels = rd.Array(s.at("voxels"), -1, 2 + p, "source " + src.name + " voxels");
+  src.weights = rd.Array(s.at("weights"), -1, 3 + C, "source " + src.name + " weights");
+  const Eigen::MatrixXd scale =
+      s.at("scale_voxels").is_null() ? Eigen::MatrixXd(0, 1) : rd.Array(s.at("scale_voxels"), -1, 1, "source " + src.name + " scale voxels");
+  if (src.intensityScaling != "none" && scale.rows() == 0) rd.Corrupt("source " + src.name + ": intensity scaling without its voxels");
+  for (Eigen::Index v = 0; v < scale.rows(); ++v) src.scaleVoxels.push_back(static_cast<std::int64_t>(scale(v, 0)));
+  const double V = static_cast<double>(src.grid.VoxelCount());
+  for (Eigen::Index v = 0; v < src.voxels.rows(); ++v)
+    if (!(src.voxels(v, 0) >= 0 && src.voxels(v, 0) < V)) rd.Corrupt(fmt::format("source {}: voxel row {} lies outside the grid", src.name, v));
+  for (Eigen::Index e = 0; e < src.weights.rows(); ++e)
+    if (!(src.weights(e, 0) >= 0 && src.weights(e, 0) < static_cast<double>(K) && src.weights(e, 1) >= 0 &&
+          src.weights(e, 1) < static_cast<double>(src.voxels.rows())))
+      rd.Corrupt(fmt::format("source {}: weight row {} names a kernel or voxel that does not exist", src.name, e));
+  return src;
+}
+
+/// A tabular source: the training subjects' rows (`l`), the column statistics and its kernels (of the `K`).
+ModelTabularSource ReadTabularSource(const Reader& rd, const Json& s, Eigen::Index l, Eigen::Index K) {
+  ModelTabularSource src;
+  src.name = s.at("name").get<std::string>();
+  src.idColumn = s.at("id_column").get<std::string>();
+  src.standardise = s.at("standardise").get<bool>();
+  src.columns = s.at("columns").get<std::vector<std::string>>();
+  const auto cols = static_cast<Eigen::Index>(src.columns.size());
+  src.rows = rd.Array(s.at("rows"), l, cols, "source " + src.name + " rows");
+  const Eigen::MatrixXd stats = rd.Array(s.at("column_stats"), 2, cols, "source " + src.name + " column statistics");
+  src.mean = stats.row(0).transpose();
+  src.sd = stats.row(1).transpose();
+  for (const auto& k : s.at("kernels")) {
+    ModelTabularKernel tk;
+    tk.kernel = k.at("kernel").get<std::size_t>();
+    if (tk.kernel >= static_cast<std::size_t>(K)) rd.Corrupt(fmt::format("source {}: kernel {} does not exist", src.name, tk.kernel));
+    tk.columns = k.at("columns").get<std::vector<std::string>>();
+    tk.function = k.at("function").get<std::string>();
+    tk.value = k.at("value").get<double>();
+    tk.offset = k.at("offset").get<double>();
+    src.kernels.push_back(std::move(tk));
+  }
+  return src;
+}
+
+/// Every source of the kernels, by kind.
+void ReadSources(const Reader& rd, const Json& j, ExportedModel& m) {
+  const Eigen::Index p = m.design.cols(), C = m.bias.size(), K = m.beta.rows();
+  const auto l = static_cast<Eigen::Index>(m.trainingIds.size());
+  for (const auto& s : j.at("sources")) {
+    const std::string kind = s.at("kind").get<std::string>();
+    if (kind == "images") m.imageSources.push_back(ReadImageSource(rd, s, p, C, K));
+    else if (kind == "tabular") m.tabularSources.push_back(ReadTabularSource(rd, s, l, K));
+    else if (kind == "precomputed") m.precomputedSources.push_back(s.at("name").get<std::string>());
+    else rd.Corrupt("unknown source kind \"" + kind + "\"");
+  }
+}
+
+}  // namespace
+
 ExportedModel ReadModel(const std::string& dir) {
   Reader rd(dir);
   const auto text = TryReadText(rd.Card());
@@ -185,140 +350,11 @@ ExportedModel ReadModel(const std::string& dir) {
   }
   ExportedModel m;
   try {
-    if (!j.is_object() || j.value("format", std::string()) != kFormat) rd.Corrupt(fmt::format("not a neuromkl model card (\"format\" is not \"{}\")", kFormat));
-    const int version = j.at("format_version").get<int>();
-    if (version > kFormatVersion) rd.Corrupt(fmt::format("format_version {} is newer than this neuromkl reads ({})", version, kFormatVersion));
-    // Cards of format 1 carry no checksum of their own (their arrays do).
-    if (version >= 2 && (!j.contains(kCardChecksum) || j.at(kCardChecksum) != CardChecksum(j)))
-      rd.Corrupt(fmt::format("the card's content does not match its checksum \"{}\": model.json was edited or damaged after neuromkl wrote "
-                             "it (a changed bias, weight or parameter would change every prediction); export the model again",
-                             kCardChecksum));
-    m.study = j.at("study").get<std::string>();
-    m.which = j.at("model").get<std::string>();
-    const Json& learner = j.at("learner");
-    m.learner = learner.at("label").get<std::string>();
-    m.learnerName = learner.at("name").get<std::string>();
-    m.params = learner.at("parameters").get<std::map<std::string, double>>();
-    m.fitStatus = learner.value("fit_status", std::string());
-    m.task = j.at("task").get<std::string>();
-    if (m.task != "classification" && m.task != "regression" && m.task != "multiclass") rd.Corrupt("unknown task \"" + m.task + "\"");
-    m.targetColumn = j.at("target").at("column").get<std::string>();
-    if (m.task == "classification") {
-      m.positiveClass = j.at("target").at("classes").at("positive").get<std::string>();
-      m.negativeClass = j.at("target").at("classes").at("negative").get<std::string>();
-    }
-    if (m.task == "multiclass") m.classNames = j.at("target").at("classes").get<std::vector<std::string>>();
-    m.idColumn = j.at("id_column").get<std::string>();
-    m.version = j.value("neuromkl_version", std::string());
-    m.seed = j.value("seed", std::uint64_t{0});
-    m.centre = j.at("preprocessing").at("centre").get<bool>();
-    m.normalise = j.at("preprocessing").at("normalise").get<bool>();
-    if (j.contains("outer_fold")) {
-      m.fold = j.at("outer_fold").at("fold").get<int>();
-      m.repeat = j.at("outer_fold").at("repeat").get<int>();
-    }
-    m.info = j.value("info", std::map<std::string, std::string>{});
-    m.trainingIds = j.at("training").at("subjects").get<std::vector<std::string>>();
-    m.trainingImageHashes = j.at("training").value("image_xxh3", std::vector<std::string>());
-    if (!m.trainingImageHashes.empty() && m.trainingImageHashes.size() != m.trainingIds.size())
-      rd.Corrupt(fmt::format("training.image_xxh3 has {} entries for {} training subjects", m.trainingImageHashes.size(), m.trainingIds.size()));
-    for (const auto& [k, v] : j.at("expected_performance").at("pooled").items())
-      if (v.is_number()) m.expected[k] = v.get<double>();
-    const std::vector<double> bias = j.at("bias").get<std::vector<double>>();
-    const auto C = static_cast<Eigen::Index>(bias.size());
-    if (C < 1 || (m.task == "multiclass" ? C != static_cast<Eigen::Index>(m.classNames.size()) : C != 1))
-      rd.Corrupt(fmt::format("\"bias\" has {} values; expected {}", C, m.task == "multiclass" ? m.classNames.size() : 1));
-    m.bias = Eigen::Map<const Eigen::VectorXd>(bias.data(), C);
-    const Json& kernels = j.at("kernels");
-    const auto K = static_cast<Eigen::Index>(kernels.size());
-    if (K == 0) rd.Corrupt("\"kernels\" is empty");
-    m.beta.resize(K, C);
-    m.floors.resize(K);
-    for (Eigen::Index k = 0; k < K; ++k) {
-      const Json& e = kernels.at(static_cast<std::size_t>(k));
-      m.kernelNames.push_back(e.at("name").get<std::string>());
-      m.kernelSources.push_back(e.at("source").get<std::string>());
-      m.kernelKinds.push_back(e.at("kind").get<std::string>());
-      const auto b = e.at("beta").get<std::vector<double>>();
-      if (static_cast<Eigen::Index>(b.size()) != C) rd.Corrupt(fmt::format("kernels[{}].beta has {} values, expected {}", k, b.size(), C));
-      for (Eigen::Index c = 0; c < C; ++c) m.beta(k, c) = b[static_cast<std::size_t>(c)];
-      m.floors[k] = e.at("zero_norm_floor").get<double>();
-    }
-    if (!j.at("calibration").is_null()) m.calibration = std::make_pair(j.at("calibration").at("A").get<double>(), j.at("calibration").at("B").get<double>());
-    if (!j.at("bias_correction").is_null())
-      m.biasCorrection = std::make_pair(j.at("bias_correction").at("slope").get<double>(), j.at("bias_correction").at("intercept").get<double>());
-    if (m.biasCorrection && !(std::abs(m.biasCorrection->first) > 0)) rd.Corrupt("bias_correction.slope must be non-zero");
-    const auto l = static_cast<Eigen::Index>(m.trainingIds.size());
-    const Json& arrays = j.at("arrays");
-    m.coef = rd.Array(arrays.at("coef"), l, C, "coef");
-    if (j.contains("covariates")) {
-      const Json& cov = j.at("covariates");
-      m.covariateNumeric = cov.at("numeric").get<std::vector<std::string>>();
-      for (const auto& c : cov.at("categorical")) m.covariateCategorical.emplace_back(c.at("column").get<std::string>(), c.at("levels").get<std::vector<std::string>>());
-      m.covariateFitOn = cov.value("fit_on", std::string("all"));
-      Eigen::Index p = 1 + static_cast<Eigen::Index>(m.covariateNumeric.size());
-      for (const auto& [col, levels] : m.covariateCategorical) p += static_cast<Eigen::Index>(levels.size()) - 1;
-      const Eigen::MatrixXd a = rd.Array(arrays.at("covariates"), l, p + 1, "covariates");
-      m.design = a.rightCols(p);
-      for (Eigen::Index i = 0; i < l; ++i) m.fitRows.push_back(a(i, 0) != 0.0 ? 1 : 0);
-    }
-    const Eigen::Index p = m.design.cols();
-    for (const auto& s : j.at("sources")) {
-      const std::string kind = s.at("kind").get<std::string>();
-      if (kind == "images") {
-        ModelImageSource src;
-        src.name = s.at("name").get<std::string>();
-        src.imageColumn = s.at("image_column").get<std::string>();
-        const Json& g = s.at("grid");
-        src.grid.dims = g.at("dims").get<std::array<std::int64_t, 3>>();
-        src.grid.spacing = g.at("spacing").get<std::array<double, 3>>();
-        src.grid.origin = g.at("origin_lps").get<std::array<double, 3>>();
-        src.grid.direction = g.at("direction").get<std::array<double, 9>>();
-        src.space = s.value("space", std::string());
-        src.nanPolicy = s.at("nan_policy").get<std::string>();
-        src.intensityScaling = s.at("intensity_scaling").get<std::string>();
-        src.voxels = rd.Array(s.at("voxels"), -1, 2 + p, "source " + src.name + " voxels");
-        src.weights = rd.Array(s.at("weights"), -1, 3 + C, "source " + src.name + " weights");
-        const Eigen::MatrixXd scale =
-            s.at("scale_voxels").is_null() ? Eigen::MatrixXd(0, 1) : rd.Array(s.at("scale_voxels"), -1, 1, "source " + src.name + " scale voxels");
-        if (src.intensityScaling != "none" && scale.rows() == 0) rd.Corrupt("source " + src.name + ": intensity scaling without its voxels");
-        for (Eigen::Index v = 0; v < scale.rows(); ++v) src.scaleVoxels.push_back(static_cast<std::int64_t>(scale(v, 0)));
-        const double V = static_cast<double>(src.grid.VoxelCount());
-        for (Eigen::Index v = 0; v < src.voxels.rows(); ++v)
-          if (!(src.voxels(v, 0) >= 0 && src.voxels(v, 0) < V)) rd.Corrupt(fmt::format("source {}: voxel row {} lies outside the grid", src.name, v));
-        for (Eigen::Index e = 0; e < src.weights.rows(); ++e)
-          if (!(src.weights(e, 0) >= 0 && src.weights(e, 0) < static_cast<double>(K) && src.weights(e, 1) >= 0 &&
-                src.weights(e, 1) < static_cast<double>(src.voxels.rows())))
-            rd.Corrupt(fmt::format("source {}: weight row {} names a kernel or voxel that does not exist", src.name, e));
-        m.imageSources.push_back(std::move(src));
-      } else if (kind == "tabular") {
-        ModelTabularSource src;
-        src.name = s.at("name").get<std::string>();
-        src.idColumn = s.at("id_column").get<std::string>();
-        src.standardise = s.at("standardise").get<bool>();
-        src.columns = s.at("columns").get<std::vector<std::string>>();
-        const auto cols = static_cast<Eigen::Index>(src.columns.size());
-        src.rows = rd.Array(s.at("rows"), l, cols, "source " + src.name + " rows");
-        const Eigen::MatrixXd stats = rd.Array(s.at("column_stats"), 2, cols, "source " + src.name + " column statistics");
-        src.mean = stats.row(0).transpose();
-        src.sd = stats.row(1).transpose();
-        for (const auto& k : s.at("kernels")) {
-          ModelTabularKernel tk;
-          tk.kernel = k.at("kernel").get<std::size_t>();
-          if (tk.kernel >= static_cast<std::size_t>(K)) rd.Corrupt(fmt::format("source {}: kernel {} does not exist", src.name, tk.kernel));
-          tk.columns = k.at("columns").get<std::vector<std::string>>();
-          tk.function = k.at("function").get<std::string>();
-          tk.value = k.at("value").get<double>();
-          tk.offset = k.at("offset").get<double>();
-          src.kernels.push_back(std::move(tk));
-        }
-        m.tabularSources.push_back(std::move(src));
-      } else if (kind == "precomputed") {
-        m.precomputedSources.push_back(s.at("name").get<std::string>());
-      } else {
-        rd.Corrupt("unknown source kind \"" + kind + "\"");
-      }
-    }
+    CheckCard(rd, j);
+    ReadDescription(rd, j, m);
+    ReadWeights(rd, j, m);
+    ReadTrainingArrays(rd, j, m);
+    ReadSources(rd, j, m);
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {  // a missing key or a value of the wrong type

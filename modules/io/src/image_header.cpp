@@ -240,122 +240,142 @@ void CheckQformSformAgree(const ImageHeader& h, const std::string& where, const 
          "lies (tools differ on which one to use); fix the header (e.g. set the wrong one from the right one, or its code to 0)";
   throw InputError("io:QformSformMismatch", where, msg);
 }
-}  // namespace
-
-ImageHeader ReadImageHeader(const std::string& path) {
-  ImageHeader h;
-  h.files = ResolveImageFiles(path);
-  const std::string& hp = h.files.header;
-  unsigned char raw[540] = {};
+/// A header file's first bytes (as many as a NIfTI-2 header holds), and the byte order its numbers are read in.
+struct RawHeader {
+  unsigned char bytes[540] = {};
   std::size_t got = 0;
+  bool swap = false;
+  /// The value at `offset`, its bytes reversed for a header written on a machine of the other byte order.
+  template <typename T>
+  void Get(std::size_t offset, T& out) const {
+    std::memcpy(&out, bytes + offset, sizeof out);
+    if (swap) {
+      auto* b = reinterpret_cast<unsigned char*>(&out);
+      std::reverse(b, b + sizeof out);
+    }
+  }
+};
+
+/// Reads the header file's first bytes: io:Missing when it cannot be opened, io:Corrupt when it holds fewer than 348.
+RawHeader ReadRawHeader(const std::string& hp) {
+  RawHeader raw;
   {
     GzFile f(hp);
     if (!f.f) throw InputError("io:Missing", hp, "image file exists but cannot be opened for reading (permissions?)");
-    got = ReadUpTo(f.f, hp, raw, sizeof raw);
+    raw.got = ReadUpTo(f.f, hp, raw.bytes, sizeof raw.bytes);
   }
-  if (got < 348)
-    throw InputError("io:Corrupt", hp, "the header is truncated: expected at least 348 bytes, found " + std::to_string(got));
+  if (raw.got < 348)
+    throw InputError("io:Corrupt", hp, "the header is truncated: expected at least 348 bytes, found " + std::to_string(raw.got));
+  return raw;
+}
+
+/// sizeof_hdr (348: NIfTI-1 or Analyze; 540: NIfTI-2), which also tells the byte order: read swapped, it sets
+/// `raw.swap`. io:NotNifti for any other value.
+std::int32_t HeaderSize(RawHeader& raw, const std::string& hp) {
   std::int32_t sizeofHdr;
-  std::memcpy(&sizeofHdr, raw, 4);
+  std::memcpy(&sizeofHdr, raw.bytes, 4);
   std::int32_t swapped = sizeofHdr;
   std::reverse(reinterpret_cast<unsigned char*>(&swapped), reinterpret_cast<unsigned char*>(&swapped) + 4);
   if (sizeofHdr != 348 && sizeofHdr != 540 && (swapped == 348 || swapped == 540)) {
-    h.swapBytes = true;
+    raw.swap = true;
     sizeofHdr = swapped;
   }
   if (sizeofHdr != 348 && sizeofHdr != 540)
     throw InputError("io:NotNifti", hp,
                      "not a NIfTI-1, NIfTI-2 or Analyze 7.5 header: sizeof_hdr is " + std::to_string(sizeofHdr) +
                          ", expected 348 (NIfTI-1/Analyze) or 540 (NIfTI-2)");
-  auto get = [&](std::size_t offset, auto& out) {
-    std::memcpy(&out, raw + offset, sizeof out);
-    if (h.swapBytes) {
-      auto* b = reinterpret_cast<unsigned char*>(&out);
-      std::reverse(b, b + sizeof out);
-    }
-  };
+  return sizeofHdr;
+}
+
+/// The fields of a NIfTI-2 header (64-bit dims, double pixdim and forms), after its magic.
+void ReadNifti2Fields(const RawHeader& raw, ImageHeader& h, const std::string& hp) {
   const bool pair = h.files.pair;
-  if (sizeofHdr == 540) {
-    if (got < 540) throw InputError("io:Corrupt", hp, "the NIfTI-2 header is truncated: expected 540 bytes, found " + std::to_string(got));
-    const unsigned char* magic = raw + 4;
-    const char* expected = pair ? "ni2" : "n+2";
-    if (std::memcmp(magic, expected, 4) != 0 || magic[4] != '\r' || magic[5] != '\n' || magic[6] != 0x1a || magic[7] != '\n')
-      throw InputError("io:BadMagic", hp,
-                       std::string("bad NIfTI-2 magic: expected \"") + expected + "\\0\\r\\n\\x1a\\n\" (" +
-                           (pair ? "a .hdr/.img pair" : "a single-file .nii") + "), found \"" + EscapeBytes(magic, 8) + "\"");
-    h.format = pair ? ImageFormat::Nifti2Pair : ImageFormat::Nifti2;
-    std::int16_t datatype;
-    get(12, datatype);
-    h.datatype = datatype;
-    for (std::size_t i = 0; i < 8; ++i) get(16 + 8 * i, h.dim[i]);
-    for (std::size_t i = 0; i < 8; ++i) get(104 + 8 * i, h.pixdim[i]);
-    std::int64_t voxOffset;
-    get(168, voxOffset);
-    h.voxOffset = static_cast<double>(voxOffset);
-    get(176, h.slope);
-    get(184, h.inter);
-    std::int32_t q, s;
-    get(344, q);
-    get(348, s);
-    h.qformCode = q;
-    h.sformCode = s;
-    for (std::size_t i = 0; i < 3; ++i) get(352 + 8 * i, h.quatern[i]);
-    for (std::size_t i = 0; i < 3; ++i) get(376 + 8 * i, h.qoffset[i]);
-    for (std::size_t i = 0; i < 12; ++i) get(400 + 8 * i, h.srow[i]);
-  } else {
-    const unsigned char* magic = raw + 344;
-    const bool nifti = std::memcmp(magic, pair ? "ni1" : "n+1", 4) == 0;
-    const bool blank = magic[0] == 0 && magic[1] == 0 && magic[2] == 0 && magic[3] == 0;
-    if (!nifti && !(pair && blank))
-      throw InputError("io:BadMagic", hp,
-                       std::string("bad NIfTI-1 magic: expected \"") + (pair ? "ni1\\0\" (a .hdr/.img pair; or four zero bytes for Analyze 7.5)"
-                                                                              : "n+1\\0\" (a single-file .nii)") +
-                           ", found \"" + EscapeBytes(magic, 4) + "\"");
-    h.format = nifti ? (pair ? ImageFormat::Nifti1Pair : ImageFormat::Nifti1) : ImageFormat::Analyze75;
-    std::int16_t d16;
-    get(70, d16);
-    h.datatype = d16;
-    for (std::size_t i = 0; i < 8; ++i) {
-      get(40 + 2 * i, d16);
-      h.dim[i] = d16;
-    }
-    float f32;
-    for (std::size_t i = 0; i < 8; ++i) {
-      get(76 + 4 * i, f32);
-      h.pixdim[i] = f32;
-    }
-    get(108, f32);
-    h.voxOffset = f32;
-    get(112, f32);
-    h.slope = f32;
-    get(116, f32);
-    h.inter = f32;
-    if (nifti) {
-      get(252, d16);
-      h.qformCode = d16;
-      get(254, d16);
-      h.sformCode = d16;
-      for (std::size_t i = 0; i < 3; ++i) {
-        get(256 + 4 * i, f32);
-        h.quatern[i] = f32;
-        get(268 + 4 * i, f32);
-        h.qoffset[i] = f32;
-      }
-      for (std::size_t i = 0; i < 12; ++i) {
-        get(280 + 4 * i, f32);
-        h.srow[i] = f32;
-      }
-    } else {
-      // SPM keeps the origin voxel in the Analyze "originator" field: five int16 from byte 253.
-      for (std::size_t i = 0; i < 3; ++i) {
-        get(253 + 2 * i, d16);
-        h.originator[i] = d16;
-      }
-      h.inter = 0;  // Analyze has no intercept; SPM reads funused1 (byte 112) as the scale factor only
-    }
+  if (raw.got < 540) throw InputError("io:Corrupt", hp, "the NIfTI-2 header is truncated: expected 540 bytes, found " + std::to_string(raw.got));
+  const unsigned char* magic = raw.bytes + 4;
+  const char* expected = pair ? "ni2" : "n+2";
+  if (std::memcmp(magic, expected, 4) != 0 || magic[4] != '\r' || magic[5] != '\n' || magic[6] != 0x1a || magic[7] != '\n')
+    throw InputError("io:BadMagic", hp,
+                     std::string("bad NIfTI-2 magic: expected \"") + expected + "\\0\\r\\n\\x1a\\n\" (" +
+                         (pair ? "a .hdr/.img pair" : "a single-file .nii") + "), found \"" + EscapeBytes(magic, 8) + "\"");
+  h.format = pair ? ImageFormat::Nifti2Pair : ImageFormat::Nifti2;
+  std::int16_t datatype;
+  raw.Get(12, datatype);
+  h.datatype = datatype;
+  for (std::size_t i = 0; i < 8; ++i) raw.Get(16 + 8 * i, h.dim[i]);
+  for (std::size_t i = 0; i < 8; ++i) raw.Get(104 + 8 * i, h.pixdim[i]);
+  std::int64_t voxOffset;
+  raw.Get(168, voxOffset);
+  h.voxOffset = static_cast<double>(voxOffset);
+  raw.Get(176, h.slope);
+  raw.Get(184, h.inter);
+  std::int32_t q, s;
+  raw.Get(344, q);
+  raw.Get(348, s);
+  h.qformCode = q;
+  h.sformCode = s;
+  for (std::size_t i = 0; i < 3; ++i) raw.Get(352 + 8 * i, h.quatern[i]);
+  for (std::size_t i = 0; i < 3; ++i) raw.Get(376 + 8 * i, h.qoffset[i]);
+  for (std::size_t i = 0; i < 12; ++i) raw.Get(400 + 8 * i, h.srow[i]);
+}
+
+/// The fields of a 348-byte header: NIfTI-1 (its magic, 16-bit dims, float pixdim and forms) or, in a pair whose magic
+/// is four zero bytes, Analyze 7.5 (SPM's originator in place of the forms).
+void ReadNifti1Fields(const RawHeader& raw, ImageHeader& h, const std::string& hp) {
+  const bool pair = h.files.pair;
+  const unsigned char* magic = raw.bytes + 344;
+  const bool nifti = std::memcmp(magic, pair ? "ni1" : "n+1", 4) == 0;
+  const bool blank = magic[0] == 0 && magic[1] == 0 && magic[2] == 0 && magic[3] == 0;
+  if (!nifti && !(pair && blank))
+    throw InputError("io:BadMagic", hp,
+                     std::string("bad NIfTI-1 magic: expected \"") + (pair ? "ni1\\0\" (a .hdr/.img pair; or four zero bytes for Analyze 7.5)"
+                                                                            : "n+1\\0\" (a single-file .nii)") +
+                         ", found \"" + EscapeBytes(magic, 4) + "\"");
+  h.format = nifti ? (pair ? ImageFormat::Nifti1Pair : ImageFormat::Nifti1) : ImageFormat::Analyze75;
+  std::int16_t d16;
+  raw.Get(70, d16);
+  h.datatype = d16;
+  for (std::size_t i = 0; i < 8; ++i) {
+    raw.Get(40 + 2 * i, d16);
+    h.dim[i] = d16;
   }
-  const std::string kind = ToString(h.format);
-  // Dimensions: dim[0] in 1..7, each used dim >= 1, spatial dims 3-D.
+  float f32;
+  for (std::size_t i = 0; i < 8; ++i) {
+    raw.Get(76 + 4 * i, f32);
+    h.pixdim[i] = f32;
+  }
+  raw.Get(108, f32);
+  h.voxOffset = f32;
+  raw.Get(112, f32);
+  h.slope = f32;
+  raw.Get(116, f32);
+  h.inter = f32;
+  if (nifti) {
+    raw.Get(252, d16);
+    h.qformCode = d16;
+    raw.Get(254, d16);
+    h.sformCode = d16;
+    for (std::size_t i = 0; i < 3; ++i) {
+      raw.Get(256 + 4 * i, f32);
+      h.quatern[i] = f32;
+      raw.Get(268 + 4 * i, f32);
+      h.qoffset[i] = f32;
+    }
+    for (std::size_t i = 0; i < 12; ++i) {
+      raw.Get(280 + 4 * i, f32);
+      h.srow[i] = f32;
+    }
+  } else {
+    // SPM keeps the origin voxel in the Analyze "originator" field: five int16 from byte 253.
+    for (std::size_t i = 0; i < 3; ++i) {
+      raw.Get(253 + 2 * i, d16);
+      h.originator[i] = d16;
+    }
+    h.inter = 0;  // Analyze has no intercept; SPM reads funused1 (byte 112) as the scale factor only
+  }
+}
+
+/// Dimensions: dim[0] in 1..7, each used dim >= 1 (the unused ones set to 1), and a datatype we decode.
+void CheckDimensionsAndType(ImageHeader& h, const std::string& hp, const std::string& kind) {
   if (h.dim[0] < 1 || h.dim[0] > 7)
     throw InputError("io:Corrupt", hp, kind + " header: dim[0] (number of dimensions) is " + std::to_string(h.dim[0]) + ", expected 1..7");
   for (std::int64_t d = 1; d <= 7; ++d) {
@@ -369,6 +389,11 @@ ImageHeader ReadImageHeader(const std::string& path) {
                      kind + " header: unsupported datatype " + std::to_string(h.datatype) +
                          " (expected an integer or real scalar type: 2 uint8, 4 int16, 8 int32, 16 float32, 64 float64, "
                          "256 int8, 512 uint16, 768 uint32, 1024 int64, 1280 uint64)");
+}
+
+/// Where the voxels start and whether the data file holds them all, before anything is allocated.
+void CheckVoxelsFit(const ImageHeader& h, const std::string& hp, const std::string& kind, std::int32_t sizeofHdr) {
+  const bool pair = h.files.pair;
   // vox_offset: a single file's voxels start after the header (352 = 348 + the 4-byte extension flag).
   const double minOffset = pair ? 0.0 : (sizeofHdr == 540 ? 544.0 : 352.0);
   if (!std::isfinite(h.voxOffset) || h.voxOffset < minOffset || h.voxOffset != std::floor(h.voxOffset))
@@ -393,6 +418,21 @@ ImageHeader ReadImageHeader(const std::string& path) {
                          std::to_string(h.BytesPerVoxel()) + " bytes from offset " + FormatDouble(h.voxOffset) + " (" +
                          FormatDouble(needD) + " bytes), but the " + (gz ? "compressed " : "") + "data file has only " +
                          FormatDouble(fileBytes) + " bytes: the file is truncated or the header is wrong");
+}
+}  // namespace
+
+ImageHeader ReadImageHeader(const std::string& path) {
+  ImageHeader h;
+  h.files = ResolveImageFiles(path);
+  const std::string& hp = h.files.header;
+  RawHeader raw = ReadRawHeader(hp);
+  const std::int32_t sizeofHdr = HeaderSize(raw, hp);
+  h.swapBytes = raw.swap;
+  if (sizeofHdr == 540) ReadNifti2Fields(raw, h, hp);
+  else ReadNifti1Fields(raw, h, hp);
+  const std::string kind = ToString(h.format);
+  CheckDimensionsAndType(h, hp, kind);
+  CheckVoxelsFit(h, hp, kind, sizeofHdr);
   CheckOrientationFields(h, hp, kind);
   CheckQformSformAgree(h, hp, kind);
   return h;

@@ -171,8 +171,8 @@ TEST(Atlas, NonIntegerLabelImageIsAnError) {
               ::testing::ThrowsMessage<InputError>(HasSubstr("non-integer")));
 }
 
-// Issue 19 item 7: a label of 1e10 was converted to int32 (undefined behaviour); it is an error naming
-// the file and the value. A table code beyond 32 bits likewise names the table.
+// A label of 1e10 does not fit int32 (converting it would be undefined behaviour): an error naming the file and
+// the value. A table code beyond 32 bits likewise names the table.
 TEST(Atlas, LabelsBeyondThe32BitRangeAreAnError) {
   neuromkl::testing::TempDir tmp;
   io::Volume v;
@@ -193,8 +193,8 @@ TEST(Atlas, LabelsBeyondThe32BitRangeAreAnError) {
 }  // namespace
 
 namespace {
-// Issue 19 item 7: a table listing a code twice was accepted (two regions sharing voxels, or one name
-// silently winning). It is an error naming the code and both lines of the file.
+// A table listing a code twice would give two regions sharing voxels, or one name silently winning: an error
+// naming the code and both lines of the file.
 TEST(Atlas, LabelCodeListedTwiceIsAnErrorNamingBothLines) {
   neuromkl::testing::TempDir tmp;
   io::Volume v;

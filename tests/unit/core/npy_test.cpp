@@ -65,9 +65,9 @@ std::string NpyWithHeader(const std::string& dict, std::size_t dataBytes) {
   return bytes + header + std::string(dataBytes, '\0');
 }
 
-// Issue 19 item 7: a shape of 1e8 x 1e8 was allocated before the read (std::bad_alloc, "unexpected
-// failure"), and a smaller lie allocated and zero-filled before the short read was noticed. Now the
-// announced size is compared with the file's length first: an InputError naming the file and both sizes.
+// The announced size is compared with the file's length before anything is allocated: a shape of 1e8 x 1e8
+// would otherwise fail allocating (std::bad_alloc, "unexpected failure"), and a smaller lie would be allocated and
+// zero-filled before the short read is noticed. An InputError naming the file and both sizes.
 TEST(Npy, HeaderSizesAreCheckedAgainstTheFileBeforeAllocating) {
   neuromkl::testing::TempDir tmp;
   neuromkl::testing::WriteFile(tmp / "huge.npy", NpyWithHeader("{'descr': '<f8', 'fortran_order': False, 'shape': (100000000, 100000000), }", 64));

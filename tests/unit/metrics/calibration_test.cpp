@@ -1,4 +1,4 @@
-// Probabilities (Platt scaling) and brain-age bias correction (issue 15): the fits, their metrics, and
+// Probabilities (Platt scaling) and brain-age bias correction: the fits, their metrics, and
 // how nested CV fits them on inner out-of-fold predictions of each outer training set only.
 #include <gtest/gtest.h>
 

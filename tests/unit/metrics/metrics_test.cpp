@@ -113,8 +113,8 @@ TEST(Metrics, RegressionByHandWithHonestNames) {
   EXPECT_TRUE(names.count("r2") && names.count("r_squared_pearson") && names.count("pearson_r"));
 }
 
-// Issue 19 item 1: a failed fit's decision values are NaN. They were counted as the negative class
-// (NaN >= 0 is false) and sorted by `<` in the AUC: a learner whose fits failed scored perfectly.
+// A failed fit's decision values are NaN. Counted as the negative class (NaN >= 0 is false) and sorted by `<` in
+// the AUC, they would let a learner whose fits failed score perfectly.
 TEST(Metrics, NaNDecisionsAreNeverScored) {
   const double nan = std::nan("");
   // Two scored pairs (one right, one wrong) and four failed ones on the negative class.
