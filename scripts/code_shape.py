@@ -40,7 +40,7 @@ def functions(path, lines):
         body = None
         for j in range(i, min(i + 8, len(lines))):  # the signature may span lines, up to the "{" that opens the body
             text = lines[j].split("//")[0].rstrip()
-            if text.endswith(";"):
+            if text.endswith((";", "}")):
                 break
             if text.endswith("{") and (j == i or not lines[j].startswith(m.group(1) + "}")):
                 body = j

@@ -346,118 +346,129 @@ void CheckKernelSet(const KernelSet& set, const std::string& where) {
     CheckKernel(set.kernels[r], r < set.info.size() ? set.info[r].name : std::to_string(r), n, where);
 }
 
-KernelSet ComputeRegionKernels(const std::vector<std::string>& subjectIds, const std::vector<std::string>& imagePaths,
-                               const atlas::RegionIndex& regions, const RegionKernelOptions& options, RegionKernelReport* report) {
-  const auto start = Clock::now();
-  const auto n = static_cast<std::int64_t>(imagePaths.size());
-  if (n == 0) throw InputError("input:EmptyCohort", "kernels", "no subject to read: the cohort is empty");
-  const Layout layout = MakeLayout(regions);
+namespace {
+
+struct FreeDeleter {
+  void operator()(float* p) const { std::free(p); }
+};
+
+/// Where the subjects' rows (V floats each) live while the kernels are formed: in memory, or, when they exceed the
+/// memory budget, in a scratch file read back in blocks of rows (two blocks in memory at once).
+struct SubjectData {
+  std::int64_t n = 0, V = 0;
+  std::uint64_t rowBytes = 0;
+  bool inMemory = true;
+  std::int64_t rowsPerBlock = 0, blocks = 0;
+  std::unique_ptr<float[], FreeDeleter> data;  ///< in memory: n x V, row-major
+  std::unique_ptr<ScratchFile> scratch;        ///< out of core
+};
+
+SubjectData PlaceSubjectData(std::int64_t n, std::int64_t V, const RegionKernelOptions& options, RegionKernelReport& rep) {
+  SubjectData d;
+  d.n = n;
+  d.V = V;
+  const std::uint64_t budget = options.memoryBudgetBytes ? options.memoryBudgetBytes : PhysicalMemoryBytes() / 4;
+  d.rowBytes = static_cast<std::uint64_t>(V) * sizeof(float);
+  rep.dataBytes = static_cast<std::uint64_t>(n) * d.rowBytes;
+  d.inMemory = rep.dataBytes <= budget;
+  d.rowsPerBlock = d.inMemory ? n : std::max<std::int64_t>(1, static_cast<std::int64_t>(budget / (2 * d.rowBytes)));
+  d.blocks = (n + d.rowsPerBlock - 1) / d.rowsPerBlock;
+  rep.subjectBlocks = static_cast<std::size_t>(d.blocks);
+  rep.peakDataBytes = d.inMemory ? rep.dataBytes
+                                 : std::min<std::uint64_t>(2, static_cast<std::uint64_t>(d.blocks)) * static_cast<std::uint64_t>(d.rowsPerBlock) * d.rowBytes;
+  if (d.inMemory) {
+    // Every element is written by the read pass: no zero-initialisation of n x V floats. Huge pages where the
+    // kernel offers them: first-touch faults on hundreds of MB otherwise slow the decoding.
+    constexpr std::size_t kHugePage = std::size_t{2} << 20;
+    const std::size_t bytes = ((static_cast<std::size_t>(n * V) * sizeof(float) + kHugePage - 1) / kHugePage) * kHugePage;
+    d.data.reset(static_cast<float*>(std::aligned_alloc(kHugePage, bytes)));
+    if (!d.data) throw IoError("kernels:Memory", "kernels", fmt::format("cannot allocate {:.1f} MiB for the subject data", bytes / 1048576.0));
+    madvise(d.data.get(), bytes, MADV_HUGEPAGE);
+    return d;
+  }
+  d.scratch = std::make_unique<ScratchFile>(options.scratchDir);
+  spdlog::info("kernels: {:.1f} MiB of subject data exceed the memory budget of {:.1f} MiB; processing {} subject blocks of {} from a scratch file",
+               rep.dataBytes / 1048576.0, budget / 1048576.0, d.blocks, d.rowsPerBlock);
+  return d;
+}
+
+/// What the read pass learns besides the rows: each subject's non-finite columns and intensity divisor, and the
+/// non-zero values inside and outside the atlas.
+struct ReadFacts {
+  std::vector<std::vector<std::int64_t>> badColumns;
+  std::vector<double> scales;
+  std::int64_t nonZeroInside = 0, nonZeroOutside = 0;
+};
+
+/// Pass 1: every image read once, in parallel, into its row.
+ReadFacts ReadEveryImage(SubjectData& d, const std::vector<std::string>& subjectIds, const std::vector<std::string>& imagePaths,
+                         const atlas::RegionIndex& regions, const Layout& layout, const RegionKernelOptions& options, RegionKernelReport& rep) {
   // Which voxels the atlas regions cover: non-zero data elsewhere is counted, so a reader learns how
   // much of the signal (e.g. of lesion maps) no region sees.
   std::vector<char> insideAtlas(static_cast<std::size_t>(regions.grid.VoxelCount()), 0);
   for (const auto& [voxel, c] : layout.voxelColumn) insideAtlas[static_cast<std::size_t>(voxel)] = 1;
+  ReadFacts facts;
+  facts.badColumns.resize(static_cast<std::size_t>(d.n));
+  facts.scales.assign(options.intensity == IntensityScaling::None ? 0 : static_cast<std::size_t>(d.n), 1.0);
   std::atomic<std::int64_t> nonZeroInside{0}, nonZeroOutside{0};
-  const std::int64_t V = layout.Columns();
-  const std::size_t R = regions.regions.size();
-  RegionKernelReport local;
-  RegionKernelReport& rep = report ? *report : local;
-  rep = RegionKernelReport{};
+  Progress progress("reading images", static_cast<std::size_t>(d.n));
+  const auto t0 = Clock::now();
+  std::atomic<long> decodeNs{0}, restNs{0};
+  const std::int64_t V = d.V;
+  tbb::parallel_for(std::int64_t{0}, d.n, [&](std::int64_t s) {
+    const auto tDecode = Clock::now();
+    thread_local io::Volume vol;  // reused across subjects: no allocation per image
+    io::ReadVolume(imagePaths[static_cast<std::size_t>(s)], vol);
+    const auto tRest = Clock::now();
+    decodeNs += std::chrono::duration_cast<std::chrono::nanoseconds>(tRest - tDecode).count();
+    const std::string subject = subjectIds[static_cast<std::size_t>(s)] + " (" + imagePaths[static_cast<std::size_t>(s)] + ")";
+    std::vector<float> localRow(d.inMemory ? 0 : static_cast<std::size_t>(V));
+    float* row = d.inMemory ? d.data.get() + s * V : localRow.data();
+    std::int64_t inside = 0, outside = 0;
+    const double scale = FillRow(vol, subject, regions, layout, insideAtlas, options, row, facts.badColumns[static_cast<std::size_t>(s)], inside, outside);
+    nonZeroInside += inside;
+    nonZeroOutside += outside;
+    if (!facts.scales.empty()) facts.scales[static_cast<std::size_t>(s)] = scale;
+    if (d.scratch) d.scratch->Write(row, static_cast<std::size_t>(V), static_cast<std::uint64_t>(s) * d.rowBytes);
+    restNs += std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - tRest).count();
+    progress.Advance();
+  });
+  spdlog::debug("kernels: decode {:.3f} s, gather {:.3f} s (thread-seconds)", decodeNs * 1e-9, restNs * 1e-9);
+  rep.readSeconds = Since(t0);
+  facts.nonZeroInside = nonZeroInside;
+  facts.nonZeroOutside = nonZeroOutside;
+  return facts;
+}
 
-  const std::uint64_t budget = options.memoryBudgetBytes ? options.memoryBudgetBytes : PhysicalMemoryBytes() / 4;
-  const std::uint64_t rowBytes = static_cast<std::uint64_t>(V) * sizeof(float);
-  rep.dataBytes = static_cast<std::uint64_t>(n) * rowBytes;
-  const bool inMemory = rep.dataBytes <= budget;
-  // Out of core, two subject blocks are in memory at once.
-  const std::int64_t rowsPerBlock = inMemory ? n : std::max<std::int64_t>(1, static_cast<std::int64_t>(budget / (2 * rowBytes)));
-  const std::int64_t blocks = (n + rowsPerBlock - 1) / rowsPerBlock;
-  rep.subjectBlocks = static_cast<std::size_t>(blocks);
-  rep.peakDataBytes = inMemory ? rep.dataBytes : std::min<std::uint64_t>(2, static_cast<std::uint64_t>(blocks)) * static_cast<std::uint64_t>(rowsPerBlock) * rowBytes;
-
-  std::unique_ptr<tbb::global_control> limit;
-  if (options.threads > 0) limit = std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism, options.threads);
-  UseSingleThreadedBlas();
-
-  // ---- pass 1: read every image once ----
-  // Every element is written by the read pass: no zero-initialisation of n x V floats. Huge pages
-  // where the kernel offers them: first-touch faults on hundreds of MB otherwise slow the decoding.
-  struct FreeDeleter {
-    void operator()(float* p) const { std::free(p); }
-  };
-  std::unique_ptr<float[], FreeDeleter> data;
-  if (inMemory) {
-    constexpr std::size_t kHugePage = std::size_t{2} << 20;
-    const std::size_t bytes = ((static_cast<std::size_t>(n * V) * sizeof(float) + kHugePage - 1) / kHugePage) * kHugePage;
-    data.reset(static_cast<float*>(std::aligned_alloc(kHugePage, bytes)));
-    if (!data) throw IoError("kernels:Memory", "kernels", fmt::format("cannot allocate {:.1f} MiB for the subject data", bytes / 1048576.0));
-    madvise(data.get(), bytes, MADV_HUGEPAGE);
-  }
-  std::unique_ptr<ScratchFile> scratch;
-  if (!inMemory) {
-    scratch = std::make_unique<ScratchFile>(options.scratchDir);
-    spdlog::info("kernels: {:.1f} MiB of subject data exceed the memory budget of {:.1f} MiB; processing {} subject blocks of {} from a scratch file",
-                 rep.dataBytes / 1048576.0, budget / 1048576.0, blocks, rowsPerBlock);
-  }
-  std::vector<std::vector<std::int64_t>> badColumns(static_cast<std::size_t>(n));
-  std::vector<double> scales(options.intensity == IntensityScaling::None ? 0 : static_cast<std::size_t>(n), 1.0);
-  {
-    Progress progress("reading images", static_cast<std::size_t>(n));
-    const auto t0 = Clock::now();
-    std::atomic<long> decodeNs{0}, restNs{0};
-    tbb::parallel_for(std::int64_t{0}, n, [&](std::int64_t s) {
-      const auto tDecode = Clock::now();
-      thread_local io::Volume vol;  // reused across subjects: no allocation per image
-      io::ReadVolume(imagePaths[static_cast<std::size_t>(s)], vol);
-      const auto tRest = Clock::now();
-      decodeNs += std::chrono::duration_cast<std::chrono::nanoseconds>(tRest - tDecode).count();
-      const std::string subject = subjectIds[static_cast<std::size_t>(s)] + " (" + imagePaths[static_cast<std::size_t>(s)] + ")";
-      std::vector<float> localRow(inMemory ? 0 : static_cast<std::size_t>(V));
-      float* row = inMemory ? data.get() + s * V : localRow.data();
-      std::int64_t inside = 0, outside = 0;
-      const double scale = FillRow(vol, subject, regions, layout, insideAtlas, options, row, badColumns[static_cast<std::size_t>(s)], inside, outside);
-      nonZeroInside += inside;
-      nonZeroOutside += outside;
-      if (!scales.empty()) scales[static_cast<std::size_t>(s)] = scale;
-      if (scratch) scratch->Write(row, static_cast<std::size_t>(V), static_cast<std::uint64_t>(s) * rowBytes);
-      restNs += std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - tRest).count();
-      progress.Advance();
-    });
-    spdlog::debug("kernels: decode {:.3f} s, gather {:.3f} s (thread-seconds)", decodeNs * 1e-9, restNs * 1e-9);
-    rep.readSeconds = Since(t0);
-  }
-
-  spdlog::debug("kernels: read pass {:.3f} s", rep.readSeconds);
-  const auto tRule = Clock::now();
-  // ---- the non-finite rule ----
-  std::vector<std::int32_t> nonFiniteCount(static_cast<std::size_t>(V), 0);
-  for (const auto& bad : badColumns)
-    for (auto c : bad) ++nonFiniteCount[static_cast<std::size_t>(c)];
-  std::vector<std::int64_t> droppedList;
-  KernelSet set = RegionKernelHeader(subjectIds, regions, nonFiniteCount, options.nanPolicy, droppedList);
-  set.intensityScale = std::move(scales);
-  set.nonZeroInsideAtlas = nonZeroInside;
-  set.nonZeroOutsideAtlas = nonZeroOutside;
-  rep.droppedVoxels = static_cast<std::int64_t>(std::count_if(nonFiniteCount.begin(), nonFiniteCount.end(), [](std::int32_t k) { return k > 0; }));
-  const bool dropVoxels = options.nanPolicy == NanPolicy::DropVoxel;
-  auto applyDrop = [&](float* rows, std::int64_t count) {
-    if (!dropVoxels) return;  // the zero rule already wrote 0 in place of each non-finite value
+/// The voxels the non-finite rule drops ("drop_voxel"): written as 0 in every row read (the zero rule already
+/// wrote 0 in place of each non-finite value).
+struct DroppedVoxels {
+  bool active = false;
+  std::int64_t V = 0;
+  std::vector<std::int64_t> columns;
+  void Apply(float* rows, std::int64_t count) const {
+    if (!active) return;
     for (std::int64_t i = 0; i < count; ++i)
-      for (auto c : droppedList) rows[i * V + c] = 0.0f;
-  };
-  if (inMemory) applyDrop(data.get(), n);
-
-  spdlog::debug("kernels: non-finite rule {:.3f} s", Since(tRule));
-  // The reference row of the products: subject 0 after the non-finite rule.
-  std::vector<float> reference(static_cast<std::size_t>(V));
-  if (inMemory) {
-    std::copy(data.get(), data.get() + V, reference.begin());
-  } else {
-    scratch->Read(reference.data(), reference.size(), 0);
-    applyDrop(reference.data(), 1);
+      for (auto c : columns) rows[i * V + c] = 0.0f;
   }
-  // ---- pass 2: products, every region of every subject-block pair ----
-  const auto t1 = Clock::now();
-  // In memory a float32 study's kernels are rounded as they are formed (RegionKernelOptions::compact): each
-  // thread forms one float64 kernel at a time in its own matrix, reused from region to region.
+};
+
+/// Rows [first, first + count) of the subject data: in memory in place, else read from the scratch file into `buffer`.
+const float* SubjectBlock(const SubjectData& d, std::int64_t first, std::int64_t count, const DroppedVoxels& drop, std::vector<float>& buffer) {
+  if (d.inMemory) return d.data.get() + first * d.V;
+  buffer.resize(static_cast<std::size_t>(count * d.V));
+  d.scratch->Read(buffer.data(), buffer.size(), static_cast<std::uint64_t>(first) * d.rowBytes);
+  drop.Apply(buffer.data(), count);
+  return buffer.data();
+}
+
+/// Pass 2: the products, every region of every pair of subject blocks. In memory a float32 study's kernels are
+/// rounded as they are formed (RegionKernelOptions::compact): each thread forms one float64 kernel at a time in its
+/// own matrix, reused from region to region.
+void FormProducts(const SubjectData& d, const std::vector<float>& reference, const Layout& layout, const DroppedVoxels& drop,
+                  const RegionKernelOptions& options, KernelSet& set) {
+  const std::size_t R = layout.offset.size() - 1;
+  const std::int64_t n = d.n, V = d.V, blocks = d.blocks, rowsPerBlock = d.rowsPerBlock;
   const bool compactEach = options.compact && blocks == 1;
   tbb::enumerable_thread_specific<Eigen::MatrixXd> formed;
   std::vector<std::exception_ptr> roundingErrors(compactEach ? R : 0);
@@ -470,66 +481,93 @@ KernelSet ComputeRegionKernels(const std::vector<std::string>& subjectIds, const
   }
   if (blocks > 1)
     for (auto& K : set.kernels) K.setZero(n, n);
-  {
-    Progress progress("region kernels", static_cast<std::size_t>(blocks * (blocks + 1) / 2));
-    std::vector<float> blockA, blockB;
-    for (std::int64_t bi = 0; bi < blocks; ++bi) {
-      const std::int64_t ai = bi * rowsPerBlock, na = std::min(rowsPerBlock, n - ai);
-      const float* xa = nullptr;
-      if (inMemory) {
-        xa = data.get() + ai * V;
-      } else {
-        blockA.resize(static_cast<std::size_t>(na * V));
-        scratch->Read(blockA.data(), blockA.size(), static_cast<std::uint64_t>(ai) * rowBytes);
-        applyDrop(blockA.data(), na);
-        xa = blockA.data();
-      }
-      for (std::int64_t bj = bi; bj < blocks; ++bj) {
-        const std::int64_t aj = bj * rowsPerBlock, nb = std::min(rowsPerBlock, n - aj);
-        const float* xb = xa;
-        if (bj != bi) {
-          blockB.resize(static_cast<std::size_t>(nb * V));
-          scratch->Read(blockB.data(), blockB.size(), static_cast<std::uint64_t>(aj) * rowBytes);
-          applyDrop(blockB.data(), nb);
-          xb = blockB.data();
+  Progress progress("region kernels", static_cast<std::size_t>(blocks * (blocks + 1) / 2));
+  std::vector<float> blockA, blockB;
+  for (std::int64_t bi = 0; bi < blocks; ++bi) {
+    const std::int64_t ai = bi * rowsPerBlock, na = std::min(rowsPerBlock, n - ai);
+    const float* xa = SubjectBlock(d, ai, na, drop, blockA);
+    for (std::int64_t bj = bi; bj < blocks; ++bj) {
+      const std::int64_t aj = bj * rowsPerBlock, nb = std::min(rowsPerBlock, n - aj);
+      const float* xb = bj == bi ? xa : SubjectBlock(d, aj, nb, drop, blockB);
+      tbb::parallel_for(std::size_t{0}, R, [&](std::size_t r) {
+        thread_local std::vector<float> bufA, bufB, prod;
+        if (compactEach) {
+          Eigen::MatrixXd& K = formed.local();
+          AccumulateRegion(xa, na, xb, nb, V, reference.data(), layout.offset[r], layout.offset[r + 1], true, K, bufA, bufB, prod);
+          set.rawDiagonals[r] = K.diagonal();
+          // A zero kernel is left unrounded (empty): ExcludeZeroKernels recognises it so (centred, it would
+          // be zero in any case, but so would a constant non-zero kernel).
+          if (K.cwiseAbs().maxCoeff() == 0.0) return;
+          try {
+            set.compact.kernels[r] = gram::CompactKernel(K, options.compactCentre, options.compactWhere + ": kernel \"" + set.info[r].name + "\"");
+          } catch (...) {
+            roundingErrors[r] = std::current_exception();
+          }
+          return;
         }
-        tbb::parallel_for(std::size_t{0}, R, [&](std::size_t r) {
-          thread_local std::vector<float> bufA, bufB, prod;
-          if (compactEach) {
-            Eigen::MatrixXd& K = formed.local();
-            AccumulateRegion(xa, na, xb, nb, V, reference.data(), layout.offset[r], layout.offset[r + 1], true, K, bufA, bufB, prod);
-            set.rawDiagonals[r] = K.diagonal();
-            // A zero kernel is left unrounded (empty): ExcludeZeroKernels recognises it so (centred, it would
-            // be zero in any case, but so would a constant non-zero kernel).
-            if (K.cwiseAbs().maxCoeff() == 0.0) return;
-            try {
-              set.compact.kernels[r] = gram::CompactKernel(K, options.compactCentre, options.compactWhere + ": kernel \"" + set.info[r].name + "\"");
-            } catch (...) {
-              roundingErrors[r] = std::current_exception();
-            }
-            return;
-          }
-          if (blocks == 1) {  // everything in memory: straight into the kernel
-            AccumulateRegion(xa, na, xb, nb, V, reference.data(), layout.offset[r], layout.offset[r + 1], true, set.kernels[r], bufA, bufB, prod);
-            return;
-          }
-          Eigen::MatrixXd block;
-          AccumulateRegion(xa, na, xb, nb, V, reference.data(), layout.offset[r], layout.offset[r + 1], bi == bj, block, bufA, bufB, prod);
-          set.kernels[r].block(ai, aj, na, nb) = block;
-          if (bi != bj) set.kernels[r].block(aj, ai, nb, na) = block.transpose();
-        });
-        progress.Advance();
-      }
+        if (blocks == 1) {  // everything in memory: straight into the kernel
+          AccumulateRegion(xa, na, xb, nb, V, reference.data(), layout.offset[r], layout.offset[r + 1], true, set.kernels[r], bufA, bufB, prod);
+          return;
+        }
+        Eigen::MatrixXd block;
+        AccumulateRegion(xa, na, xb, nb, V, reference.data(), layout.offset[r], layout.offset[r + 1], bi == bj, block, bufA, bufB, prod);
+        set.kernels[r].block(ai, aj, na, nb) = block;
+        if (bi != bj) set.kernels[r].block(aj, ai, nb, na) = block.transpose();
+      });
+      progress.Advance();
     }
   }
   formed.clear();
   for (const auto& e : roundingErrors)  // the first bad kernel in region order, whatever the threads
     if (e) std::rethrow_exception(e);
   if (options.compact && !compactEach) CompactKernelSet(set, options.compactCentre, options.compactWhere);
+}
+
+}  // namespace
+
+KernelSet ComputeRegionKernels(const std::vector<std::string>& subjectIds, const std::vector<std::string>& imagePaths,
+                               const atlas::RegionIndex& regions, const RegionKernelOptions& options, RegionKernelReport* report) {
+  const auto start = Clock::now();
+  const auto n = static_cast<std::int64_t>(imagePaths.size());
+  if (n == 0) throw InputError("input:EmptyCohort", "kernels", "no subject to read: the cohort is empty");
+  const Layout layout = MakeLayout(regions);
+  const std::int64_t V = layout.Columns();
+  RegionKernelReport local;
+  RegionKernelReport& rep = report ? *report : local;
+  rep = RegionKernelReport{};
+  SubjectData d = PlaceSubjectData(n, V, options, rep);
+  std::unique_ptr<tbb::global_control> limit;
+  if (options.threads > 0) limit = std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism, options.threads);
+  UseSingleThreadedBlas();
+
+  ReadFacts facts = ReadEveryImage(d, subjectIds, imagePaths, regions, layout, options, rep);
+  spdlog::debug("kernels: read pass {:.3f} s", rep.readSeconds);
+  const auto tRule = Clock::now();
+  // The non-finite rule over the whole cohort.
+  std::vector<std::int32_t> nonFiniteCount(static_cast<std::size_t>(V), 0);
+  for (const auto& bad : facts.badColumns)
+    for (auto c : bad) ++nonFiniteCount[static_cast<std::size_t>(c)];
+  DroppedVoxels drop{options.nanPolicy == NanPolicy::DropVoxel, V, {}};
+  KernelSet set = RegionKernelHeader(subjectIds, regions, nonFiniteCount, options.nanPolicy, drop.columns);
+  set.intensityScale = std::move(facts.scales);
+  set.nonZeroInsideAtlas = facts.nonZeroInside;
+  set.nonZeroOutsideAtlas = facts.nonZeroOutside;
+  rep.droppedVoxels = static_cast<std::int64_t>(std::count_if(nonFiniteCount.begin(), nonFiniteCount.end(), [](std::int32_t k) { return k > 0; }));
+  if (d.inMemory) drop.Apply(d.data.get(), n);
+  spdlog::debug("kernels: non-finite rule {:.3f} s", Since(tRule));
+  // The reference row of the products: subject 0 after the non-finite rule.
+  std::vector<float> reference(static_cast<std::size_t>(V));
+  if (d.inMemory) {
+    std::copy(d.data.get(), d.data.get() + V, reference.begin());
+  } else {
+    d.scratch->Read(reference.data(), reference.size(), 0);
+    drop.Apply(reference.data(), 1);
+  }
+  const auto t1 = Clock::now();
+  FormProducts(d, reference, layout, drop, options, set);
   rep.productSeconds = Since(t1);
   spdlog::debug("kernels: products {:.3f} s", rep.productSeconds);
   const auto tTail = Clock::now();
-
   ExcludeEmptyRegions(set, rep);
   spdlog::debug("kernels: exclusions {:.3f} s", Since(tTail));
   rep.totalSeconds = Since(start);
