@@ -205,6 +205,142 @@ void AddTabularScores(const exporting::ExportedModel& m, const NewSubjects& s, c
   }
 }
 
+/// Every model's scores, starting at its bias. A model with precomputed or connectivity kernels needs the new
+/// subjects' kernel rows, which a table and images do not give.
+std::vector<Eigen::MatrixXd> BiasScores(const std::vector<exporting::ExportedModel>& models, const NewSubjects& subjects) {
+  const auto n = static_cast<Eigen::Index>(subjects.ids.size());
+  std::vector<Eigen::MatrixXd> scores;
+  for (const auto& m : models) {
+    if (!m.precomputedSources.empty() && subjects.kernels.empty())
+      throw InputError("predict:Precomputed", m.study,
+                       fmt::format("model of learner {} has kernel sources that predict cannot compute from a table and images ({}: precomputed "
+                                   "or connectivity): they need each new subject's test-vs-training kernel rows, which predict does not read yet",
+                                   m.learner, Join(m.precomputedSources, ", ")));
+    scores.push_back(m.bias.transpose().replicate(n, 1));
+  }
+  return scores;
+}
+
+/// Each model's covariate design of the new subjects (empty for a model without covariates).
+std::vector<Eigen::MatrixXd> NewDesigns(const std::vector<exporting::ExportedModel>& models, const NewSubjects& subjects) {
+  std::vector<Eigen::MatrixXd> designs(models.size());
+  for (std::size_t q = 0; q < models.size(); ++q)
+    if (models[q].design.cols() > 0) designs[q] = NewDesign(models[q], subjects);
+  return designs;
+}
+
+/// The models' image sources, each named once, in the order the models give them.
+std::vector<std::string> ImageSourceNames(const std::vector<exporting::ExportedModel>& models) {
+  std::vector<std::string> sourceNames;
+  for (const auto& m : models)
+    for (const auto& src : m.imageSources)
+      if (std::find(sourceNames.begin(), sourceNames.end(), src.name) == sourceNames.end()) sourceNames.push_back(src.name);
+  return sourceNames;
+}
+
+GeometryMismatch OffModelGrid(const std::string& path, const std::string& id, const io::Geometry& expected, const io::Geometry& found,
+                              const std::string& difference) {
+  return GeometryMismatch("predict:GridMismatch", path,
+                          fmt::format("subject {}: the image is not on the model's grid (expected {}, found {}): {}; resample it to the "
+                                      "training images' grid (the same space and affine) first",
+                                      id, expected.Describe(), found.Describe(), difference));
+}
+
+/// The headers of source `name`, in table order, against every model's grid: a wrong grid is reported for the first
+/// such subject, before any decoding.
+void CheckImageGrids(const std::vector<exporting::ExportedModel>& models, const NewSubjects& subjects, const std::string& name,
+                     const std::vector<std::string>& paths, const std::vector<io::Volume>* inMemory) {
+  for (const auto& m : models)
+    for (const auto& src : m.imageSources)
+      if (src.name == name)
+        for (std::size_t i = 0; i < paths.size(); ++i)
+          if (const io::Geometry g = inMemory ? (*inMemory)[i].geometry : io::ReadGeometry(paths[i]); !g.DifferenceFrom(src.grid).empty())
+            throw OffModelGrid(paths[i], subjects.ids[i], src.grid, g, g.DifferenceFrom(src.grid));
+}
+
+/// The divisor of one image under the source's intensity scaling (1 without): its mean over the scaling voxels.
+double IntensityScale(const exporting::ModelImageSource& src, const io::Volume& volume, const std::string& path, const std::string& id) {
+  double scale = 1.0;
+  if (src.intensityScaling != "none") {
+    double sum = 0;
+    std::int64_t count = 0;
+    for (auto v : src.scaleVoxels)
+      if (const float x = volume.data[static_cast<std::size_t>(v)]; std::isfinite(x)) sum += x, ++count;
+    scale = count > 0 ? sum / static_cast<double>(count) : 0.0;
+    if (!(scale > 0) || !std::isfinite(scale))
+      throw InputError("predict:IntensityScale", path, fmt::format("subject {}: intensity scaling needs a positive mean, found {}", id, scale));
+  }
+  return scale;
+}
+
+/// Subject i's voxels of the source as the training voxels were prepared: scaled, the covariates' part removed
+/// (row i of `design`), centred on the training mean. A non-finite voxel under drop_voxel is counted in
+/// `nonFinite` and set to 0.
+Eigen::VectorXd CentredVoxels(const exporting::ModelImageSource& src, const io::Volume& volume, double scale, const Eigen::MatrixXd& design,
+                              Eigen::Index i, std::int64_t& nonFinite) {
+  const bool zero = src.nanPolicy == "zero";
+  const Eigen::Index U = src.voxels.rows(), p = src.voxels.cols() - 2;
+  Eigen::VectorXd xc(U);
+  for (Eigen::Index u = 0; u < U; ++u) {
+    const float raw = volume.data[static_cast<std::size_t>(src.voxels(u, 0))];
+    if (!std::isfinite(raw) && !zero) {  // no contribution: as if the voxel equalled the training mean
+      xc[u] = 0.0;
+      ++nonFinite;
+      continue;
+    }
+    double x = (std::isfinite(raw) ? static_cast<double>(raw) : 0.0) / scale;
+    for (Eigen::Index j = 0; j < p; ++j) x -= design(i, j) * src.voxels(u, 2 + j);
+    xc[u] = x - src.voxels(u, 1);
+  }
+  return xc;
+}
+
+/// The source's kernels' part of row i of the scores: per kernel, the voxels' products with the primal weights,
+/// divided by the subject's norm in that kernel when the model normalises (zero below the kernel's floor).
+void AddVoxelScores(const exporting::ExportedModel& m, const exporting::ModelImageSource& src, const Eigen::VectorXd& xc, Eigen::MatrixXd& scores,
+                    Eigen::Index i) {
+  const Eigen::Index K = m.beta.rows(), C = m.beta.cols();
+  Eigen::VectorXd norm2 = Eigen::VectorXd::Zero(K);
+  Eigen::MatrixXd dot = Eigen::MatrixXd::Zero(K, C);
+  for (Eigen::Index e = 0; e < src.weights.rows(); ++e) {
+    const auto k = static_cast<Eigen::Index>(src.weights(e, 0));
+    const double x = xc[static_cast<Eigen::Index>(src.weights(e, 1))];
+    norm2[k] += src.weights(e, 2) * x * x;
+    for (Eigen::Index c = 0; c < C; ++c) dot(k, c) += src.weights(e, 3 + c) * x;
+  }
+  std::vector<char> inSource(static_cast<std::size_t>(K), 0);
+  for (Eigen::Index e = 0; e < src.weights.rows(); ++e) inSource[static_cast<std::size_t>(src.weights(e, 0))] = 1;
+  for (Eigen::Index k = 0; k < K; ++k) {
+    if (!inSource[static_cast<std::size_t>(k)]) continue;
+    double s = 1.0;
+    if (m.normalise) s = norm2[k] > m.floors[k] && norm2[k] > 0 ? 1.0 / std::sqrt(norm2[k]) : 0.0;
+    scores.row(i) += s * dot.row(k);
+  }
+}
+
+/// Subject i's image of source `name` (read from `path` unless given) scored under every model that has the source.
+void ScoreImage(const std::vector<exporting::ExportedModel>& models, const std::string& name, const std::string& id, const std::string& path,
+                const io::Volume& volume, Eigen::Index i, const std::vector<Eigen::MatrixXd>& designs, std::vector<Eigen::MatrixXd>& scores,
+                std::vector<std::string>& warnings, std::mutex& warnMutex) {
+  for (std::size_t q = 0; q < models.size(); ++q) {
+    const auto& m = models[q];
+    for (const auto& src : m.imageSources) {
+      if (src.name != name) continue;
+      if (const auto diff = volume.geometry.DifferenceFrom(src.grid); !diff.empty()) throw OffModelGrid(path, id, src.grid, volume.geometry, diff);
+      const double scale = IntensityScale(src, volume, path, id);
+      std::int64_t nonFinite = 0;
+      const Eigen::VectorXd xc = CentredVoxels(src, volume, scale, designs[q], i, nonFinite);
+      if (nonFinite > 0) {
+        std::lock_guard lock(warnMutex);
+        warnings.push_back(fmt::format("subject {}: {} voxels of the model are NaN or infinite in {} (learner {}); they were treated as the training "
+                                       "mean (no contribution)",
+                                       id, nonFinite, path, m.learner));
+      }
+      AddVoxelScores(m, src, xc, scores[q], i);
+    }
+  }
+}
+
 }  // namespace
 
 NewSubjects ReadNewSubjects(const std::string& input, const exporting::ExportedModel& model) {
@@ -228,103 +364,22 @@ NewSubjects ReadNewSubjects(const std::string& input, const exporting::ExportedM
 
 std::vector<Eigen::MatrixXd> ModelScores(const std::vector<exporting::ExportedModel>& models, const NewSubjects& subjects, std::vector<std::string>& warnings) {
   const auto n = static_cast<Eigen::Index>(subjects.ids.size());
-  std::vector<Eigen::MatrixXd> scores;
-  for (const auto& m : models) {
-    if (!m.precomputedSources.empty() && subjects.kernels.empty())
-      throw InputError("predict:Precomputed", m.study,
-                       fmt::format("model of learner {} has kernel sources that predict cannot compute from a table and images ({}: precomputed "
-                                   "or connectivity): they need each new subject's test-vs-training kernel rows, which predict does not read yet",
-                                   m.learner, Join(m.precomputedSources, ", ")));
-    scores.push_back(m.bias.transpose().replicate(n, 1));
-  }
-  std::vector<Eigen::MatrixXd> designs(models.size());
-  for (std::size_t q = 0; q < models.size(); ++q)
-    if (models[q].design.cols() > 0) designs[q] = NewDesign(models[q], subjects);
+  std::vector<Eigen::MatrixXd> scores = BiasScores(models, subjects);
+  const std::vector<Eigen::MatrixXd> designs = NewDesigns(models, subjects);
   // Image sources: each image read once, scored under every model.
-  std::vector<std::string> sourceNames;
-  for (const auto& m : models)
-    for (const auto& src : m.imageSources)
-      if (std::find(sourceNames.begin(), sourceNames.end(), src.name) == sourceNames.end()) sourceNames.push_back(src.name);
   std::mutex warnMutex;
-  for (const auto& name : sourceNames) {
+  for (const auto& name : ImageSourceNames(models)) {
     const auto& paths = subjects.images.at(name);
     const auto held = subjects.volumes.find(name);
     const std::vector<io::Volume>* inMemory = held == subjects.volumes.end() ? nullptr : &held->second;
     if (inMemory && inMemory->size() != paths.size())
       throw InputError("predict:ImageCount", subjects.where, fmt::format("{} images for {} subjects", inMemory->size(), paths.size()));
-    // Headers first, in table order: a wrong grid is reported for the first such subject, before any decoding.
-    for (const auto& m : models)
-      for (const auto& src : m.imageSources)
-        if (src.name == name)
-          for (std::size_t i = 0; i < paths.size(); ++i)
-            if (const io::Geometry g = inMemory ? (*inMemory)[i].geometry : io::ReadGeometry(paths[i]); !g.DifferenceFrom(src.grid).empty())
-              throw GeometryMismatch("predict:GridMismatch", paths[i],
-                                     fmt::format("subject {}: the image is not on the model's grid (expected {}, found {}): {}; resample it to the "
-                                                 "training images' grid (the same space and affine) first",
-                                                 subjects.ids[i], src.grid.Describe(), g.Describe(), g.DifferenceFrom(src.grid)));
+    CheckImageGrids(models, subjects, name, paths, inMemory);
     tbb::parallel_for(Eigen::Index{0}, n, [&](Eigen::Index i) {
       const std::string& path = paths[static_cast<std::size_t>(i)];
       const io::Volume vol = inMemory ? io::Volume{} : io::ReadVolume(path);
       const io::Volume& volume = inMemory ? (*inMemory)[static_cast<std::size_t>(i)] : vol;
-      for (std::size_t q = 0; q < models.size(); ++q) {
-        const auto& m = models[q];
-        for (const auto& src : m.imageSources) {
-          if (src.name != name) continue;
-          if (const auto diff = volume.geometry.DifferenceFrom(src.grid); !diff.empty())
-            throw GeometryMismatch("predict:GridMismatch", path,
-                                   fmt::format("subject {}: the image is not on the model's grid (expected {}, found {}): {}; resample it to the "
-                                               "training images' grid (the same space and affine) first",
-                                               subjects.ids[static_cast<std::size_t>(i)], src.grid.Describe(), volume.geometry.Describe(), diff));
-          double scale = 1.0;
-          if (src.intensityScaling != "none") {
-            double sum = 0;
-            std::int64_t count = 0;
-            for (auto v : src.scaleVoxels)
-              if (const float x = volume.data[static_cast<std::size_t>(v)]; std::isfinite(x)) sum += x, ++count;
-            scale = count > 0 ? sum / static_cast<double>(count) : 0.0;
-            if (!(scale > 0) || !std::isfinite(scale))
-              throw InputError("predict:IntensityScale", path, fmt::format("subject {}: intensity scaling needs a positive mean, found {}", subjects.ids[static_cast<std::size_t>(i)], scale));
-          }
-          const bool zero = src.nanPolicy == "zero";
-          const Eigen::Index U = src.voxels.rows(), p = src.voxels.cols() - 2;
-          Eigen::VectorXd xc(U);
-          std::int64_t nonFinite = 0;
-          for (Eigen::Index u = 0; u < U; ++u) {
-            const float raw = volume.data[static_cast<std::size_t>(src.voxels(u, 0))];
-            if (!std::isfinite(raw) && !zero) {  // no contribution: as if the voxel equalled the training mean
-              xc[u] = 0.0;
-              ++nonFinite;
-              continue;
-            }
-            double x = (std::isfinite(raw) ? static_cast<double>(raw) : 0.0) / scale;
-            for (Eigen::Index j = 0; j < p; ++j) x -= designs[q](i, j) * src.voxels(u, 2 + j);
-            xc[u] = x - src.voxels(u, 1);
-          }
-          if (nonFinite > 0) {
-            std::lock_guard lock(warnMutex);
-            warnings.push_back(fmt::format("subject {}: {} voxels of the model are NaN or infinite in {} (learner {}); they were treated as the training "
-                                           "mean (no contribution)",
-                                           subjects.ids[static_cast<std::size_t>(i)], nonFinite, path, m.learner));
-          }
-          const Eigen::Index K = m.beta.rows(), C = m.beta.cols();
-          Eigen::VectorXd norm2 = Eigen::VectorXd::Zero(K);
-          Eigen::MatrixXd dot = Eigen::MatrixXd::Zero(K, C);
-          for (Eigen::Index e = 0; e < src.weights.rows(); ++e) {
-            const auto k = static_cast<Eigen::Index>(src.weights(e, 0));
-            const double x = xc[static_cast<Eigen::Index>(src.weights(e, 1))];
-            norm2[k] += src.weights(e, 2) * x * x;
-            for (Eigen::Index c = 0; c < C; ++c) dot(k, c) += src.weights(e, 3 + c) * x;
-          }
-          std::vector<char> inSource(static_cast<std::size_t>(K), 0);
-          for (Eigen::Index e = 0; e < src.weights.rows(); ++e) inSource[static_cast<std::size_t>(src.weights(e, 0))] = 1;
-          for (Eigen::Index k = 0; k < K; ++k) {
-            if (!inSource[static_cast<std::size_t>(k)]) continue;
-            double s = 1.0;
-            if (m.normalise) s = norm2[k] > m.floors[k] && norm2[k] > 0 ? 1.0 / std::sqrt(norm2[k]) : 0.0;
-            scores[q].row(i) += s * dot.row(k);
-          }
-        }
-      }
+      ScoreImage(models, name, subjects.ids[static_cast<std::size_t>(i)], path, volume, i, designs, scores, warnings, warnMutex);
     });
   }
   for (std::size_t q = 0; q < models.size(); ++q) {
@@ -335,37 +390,56 @@ std::vector<Eigen::MatrixXd> ModelScores(const std::vector<exporting::ExportedMo
   return scores;
 }
 
-PredictOutcome Predict(const PredictOptions& options) {
+namespace {
+
+/// Every model of the folder; they must share task and target (one predictions table per folder).
+std::vector<exporting::ExportedModel> ReadModels(const std::string& modelDir) {
   std::vector<exporting::ExportedModel> models;
-  for (const auto& dir : exporting::ModelFolders(options.modelDir)) models.push_back(exporting::ReadModel(dir));
+  for (const auto& dir : exporting::ModelFolders(modelDir)) models.push_back(exporting::ReadModel(dir));
   const auto& first = models.front();
   for (const auto& m : models)
     if (m.task != first.task || m.targetColumn != first.targetColumn)
-      throw InputError("model:Mixed", options.modelDir, "the models of this folder differ in task or target; predict with one model folder at a time");
-  NewSubjects subjects = ReadNewSubjects(options.input, first);
+      throw InputError("model:Mixed", modelDir, "the models of this folder differ in task or target; predict with one model folder at a time");
+  return models;
+}
+
+/// The new subjects as the first model reads them, with the columns and images of every other model too.
+NewSubjects ReadSubjectsOfModels(const std::string& input, const std::vector<exporting::ExportedModel>& models) {
+  NewSubjects subjects = ReadNewSubjects(input, models.front());
   for (std::size_t q = 1; q < models.size(); ++q) {  // every model's columns must be there too
-    const NewSubjects other = ReadNewSubjects(options.input, models[q]);
+    const NewSubjects other = ReadNewSubjects(input, models[q]);
     for (const auto& [col, cells] : other.cells) subjects.cells.emplace(col, cells);
     for (const auto& [src, paths] : other.images) subjects.images.emplace(src, paths);
   }
-  std::string outDir = options.outDir;
-  if (outDir.empty()) outDir = (fs::path(options.input).parent_path() / ("predictions_" + first.study)).string();
-  outDir = fs::absolute(outDir).lexically_normal().string();
-  std::vector<std::string> inputs = {options.modelDir, options.input};
-  for (const auto& [src, paths] : subjects.images) inputs.insert(inputs.end(), paths.begin(), paths.end());
-  AtomicOutputDir out(outDir, options.force, inputs);
-  std::vector<std::string> warnings;
-  const auto scores = ModelScores(models, subjects, warnings);
-  for (const auto& w : warnings) spdlog::warn("{}", w);
+  return subjects;
+}
 
+/// The output folder, absolute: the one asked for, else predictions_<study> beside the input.
+std::string PredictionsDir(const PredictOptions& options, const std::string& study) {
+  std::string outDir = options.outDir;
+  if (outDir.empty()) outDir = (fs::path(options.input).parent_path() / ("predictions_" + study)).string();
+  return fs::absolute(outDir).lexically_normal().string();
+}
+
+/// The new subjects' targets, when the table has the target column, coded as the models code them (classification
+/// +1/-1, multiclass the class index); a subject with a missing cell has none.
+struct KnownTargets {
+  const std::vector<std::string>* cells = nullptr;  ///< the target column's cells (null without the column)
+  std::vector<std::optional<double>> y;
+  bool any = false;  ///< some subject has a target
+};
+
+KnownTargets ReadTargets(const exporting::ExportedModel& first, const NewSubjects& subjects) {
   const std::string& task = first.task;
   const auto n = subjects.ids.size();
-  // Targets, when the table has the target column.
+  KnownTargets targets;
+  targets.y.resize(n);
   const auto targetCells = subjects.cells.find(first.targetColumn);
-  std::vector<std::optional<double>> y(n);
-  if (targetCells != subjects.cells.end())
+  if (targetCells != subjects.cells.end()) targets.cells = &targetCells->second;
+  auto& y = targets.y;
+  if (targets.cells)
     for (std::size_t i = 0; i < n; ++i) {
-      const std::string& cell = targetCells->second[i];
+      const std::string& cell = (*targets.cells)[i];
       if (IsMissingCell(cell)) continue;
       if (task == "regression") y[i] = ParseFinite(cell, subjects.where, fmt::format("subject {}: target column \"{}\"", subjects.ids[i], first.targetColumn));
       else if (task == "classification") {
@@ -381,30 +455,17 @@ PredictOutcome Predict(const PredictOptions& options) {
         y[i] = static_cast<double>(it - first.classNames.begin());
       }
     }
-  const bool haveTargets = std::any_of(y.begin(), y.end(), [](const auto& v) { return v.has_value(); });
-  bool anyCalibration = false, anyCorrection = false;
-  for (const auto& m : models) anyCalibration |= m.calibration.has_value(), anyCorrection |= m.biasCorrection.has_value();
-  exporting::PredictionRows rows;
-  rows.header = {"subject", "learner", "model"};
-  if (haveTargets) rows.header.push_back("target");
-  if (task == "multiclass") {
-    rows.header.push_back("predicted");
-    for (const auto& c : first.classNames) rows.header.push_back("score_" + c);
-  } else if (task == "classification") {
-    rows.header.insert(rows.header.end(), {"decision", "predicted"});
-    if (anyCalibration) rows.header.push_back("probability");
-  } else {
-    rows.header.push_back("prediction");
-    if (haveTargets) rows.header.push_back("gap");
-    if (anyCorrection) rows.header.push_back("prediction_corrected");
-    if (anyCorrection && haveTargets) rows.header.push_back("gap_corrected");
-  }
-  // A subject the model was trained on is predicted in-sample (the model was fitted to it): such predictions are marked
-  // and left out of the metrics, which would otherwise overstate what the model does on new subjects.
+  targets.any = std::any_of(y.begin(), y.end(), [](const auto& v) { return v.has_value(); });
+  return targets;
+}
+
+/// Per model, which new subjects it was trained on. Such a subject is predicted in-sample (the model was fitted to
+/// it): its predictions are marked and left out of the metrics, which would otherwise overstate what the model does
+/// on new subjects. The same id is the same subject only with the same images (sub-0001 of another cohort is not):
+/// image models keep each training subject's image hash.
+std::vector<std::vector<char>> InTraining(const std::vector<exporting::ExportedModel>& models, const NewSubjects& subjects) {
+  const auto n = subjects.ids.size();
   std::vector<std::vector<char>> trained(models.size(), std::vector<char>(n, 0));
-  bool anyTrained = false;
-  // The same id is the same subject only with the same images (sub-0001 of another cohort is not): image models keep
-  // each training subject's image hash.
   for (std::size_t q = 0; q < models.size(); ++q) {
     const auto& m = models[q];
     std::map<std::string, std::string> training;  // id -> image hash ("" without one)
@@ -413,88 +474,157 @@ PredictOutcome Predict(const PredictOptions& options) {
     for (const auto& src : m.imageSources) imageLists.push_back(&subjects.images.at(src.name));
     for (std::size_t i = 0; i < n; ++i) {
       const auto it = training.find(subjects.ids[i]);
-      const bool same = it != training.end() && (it->second.empty() || it->second == SubjectImageHash(imageLists, i));
-      anyTrained |= (trained[q][i] = static_cast<char>(same)) != 0;
+      trained[q][i] = static_cast<char>(it != training.end() && (it->second.empty() || it->second == SubjectImageHash(imageLists, i)));
     }
   }
-  if (anyTrained) rows.header.push_back("in_training");
+  return trained;
+}
+
+/// The optional columns of predictions.tsv.
+struct PredictionColumns {
+  bool target = false;       ///< some subject has a target
+  bool calibration = false;  ///< some model gives probabilities
+  bool correction = false;   ///< some model has a bias correction
+  bool inTraining = false;   ///< some subject was a training subject of some model
+};
+
+std::vector<std::string> PredictionHeader(const std::string& task, const std::vector<std::string>& classNames, const PredictionColumns& columns) {
+  std::vector<std::string> header = {"subject", "learner", "model"};
+  if (columns.target) header.push_back("target");
+  if (task == "multiclass") {
+    header.push_back("predicted");
+    for (const auto& c : classNames) header.push_back("score_" + c);
+  } else if (task == "classification") {
+    header.insert(header.end(), {"decision", "predicted"});
+    if (columns.calibration) header.push_back("probability");
+  } else {
+    header.push_back("prediction");
+    if (columns.target) header.push_back("gap");
+    if (columns.correction) header.push_back("prediction_corrected");
+    if (columns.correction && columns.target) header.push_back("gap_corrected");
+  }
+  if (columns.inTraining) header.push_back("in_training");
+  return header;
+}
+
+/// "final" or "fold<k>": which of its learner's models m is.
+std::string ModelLabel(const exporting::ExportedModel& m) {
+  return m.fold < 0 ? "final" : fmt::format("fold{}", m.fold);
+}
+
+/// Warns (and notes in `warnings`) when model m was trained on some of the new subjects.
+void WarnInSample(const exporting::ExportedModel& m, const NewSubjects& subjects, const std::vector<char>& trained, std::vector<std::string>& warnings) {
+  const auto n = subjects.ids.size();
+  std::vector<std::string> seen;
+  for (std::size_t i = 0; i < n; ++i)
+    if (trained[i]) seen.push_back(subjects.ids[i]);
+  if (!seen.empty()) {
+    warnings.push_back(fmt::format("model {} ({}): {} of the {} subjects were among its training subjects ({}): their predictions are "
+                                   "in-sample, marked in_training in predictions.tsv and left out of its metrics",
+                                   m.learner, ModelLabel(m), seen.size(), n, Shown(seen)));
+    spdlog::warn("{}", warnings.back());
+  }
+}
+
+/// Subject i's row of predictions.tsv under model m (scores S).
+std::vector<std::string> PredictionRow(const exporting::ExportedModel& m, const Eigen::MatrixXd& S, const NewSubjects& subjects, std::size_t i,
+                                       const KnownTargets& targets, const PredictionColumns& columns, bool inTraining) {
+  const std::string& task = m.task;
+  const auto& y = targets.y;
+  const auto r = static_cast<Eigen::Index>(i);
+  std::vector<std::string> row = {subjects.ids[i], m.learner, ModelLabel(m)};
+  if (columns.target) row.push_back(y[i] ? (*targets.cells)[i] : "n/a");
+  if (task == "multiclass") {
+    Eigen::Index best = 0;
+    S.row(r).maxCoeff(&best);
+    row.push_back(m.classNames[static_cast<std::size_t>(best)]);
+    for (Eigen::Index c = 0; c < S.cols(); ++c) row.push_back(FormatDouble(S(r, c)));
+  } else if (task == "classification") {
+    const double f = S(r, 0);
+    row.push_back(FormatDouble(f));
+    row.push_back(f >= 0 ? m.positiveClass : m.negativeClass);  // as the study's predictions.tsv
+    if (columns.calibration) row.push_back(m.calibration ? FormatDouble(1.0 / (1.0 + std::exp(m.calibration->first * f + m.calibration->second))) : "n/a");
+  } else {
+    const double f = S(r, 0);
+    row.push_back(FormatDouble(f));
+    if (columns.target) row.push_back(y[i] ? FormatDouble(f - *y[i]) : "n/a");
+    if (columns.correction) {
+      const std::optional<double> corrected =
+          m.biasCorrection ? std::optional<double>((f - m.biasCorrection->second) / m.biasCorrection->first) : std::nullopt;
+      row.push_back(corrected ? FormatDouble(*corrected) : "n/a");
+      if (columns.target) row.push_back(corrected && y[i] ? FormatDouble(*corrected - *y[i]) : "n/a");
+    }
+  }
+  if (columns.inTraining) row.push_back(inTraining ? "yes" : "no");
+  return row;
+}
+
+/// Model m's metrics over the subjects with a target that it was not trained on, stored in `performance`; returns the
+/// terminal line (with what the nested CV expected).
+std::string ModelMetrics(const exporting::ExportedModel& m, const Eigen::MatrixXd& S, const KnownTargets& targets, const std::vector<char>& trained,
+                         std::map<std::string, std::map<std::string, double>>& performance) {
+  const std::string& task = m.task;
+  const auto& y = targets.y;
+  std::vector<Eigen::Index> have;
+  for (std::size_t i = 0; i < y.size(); ++i)
+    if (y[i] && !trained[i]) have.push_back(static_cast<Eigen::Index>(i));
+  if (have.empty()) return fmt::format("{:<12} no metrics: every subject with a target was among the model's training subjects", m.learner);
+  const auto h = static_cast<Eigen::Index>(have.size());
+  Eigen::VectorXd yy(h), f(h);
+  Eigen::MatrixXd sc(h, task == "multiclass" ? S.cols() : 0);
+  for (Eigen::Index k = 0; k < h; ++k) {
+    yy[k] = *y[static_cast<std::size_t>(have[static_cast<std::size_t>(k)])];
+    f[k] = S(have[static_cast<std::size_t>(k)], 0);
+    if (task == "multiclass") sc.row(k) = S.row(have[static_cast<std::size_t>(k)]);
+  }
+  if (task == "multiclass") f = metrics::PredictedClasses(sc);
+  const learners::Task t = task == "multiclass" ? learners::Task::Multiclass : task == "classification" ? learners::Task::Classification : learners::Task::Regression;
+  learners::Targets known{t, yy, static_cast<int>(m.classNames.size())};
+  auto& perf = performance[m.learner + (m.fold < 0 ? "" : " " + ModelLabel(m))];
+  perf = cv::Metrics(known, yy, f, sc);
+  if (task == "regression")
+    return fmt::format("{:<12} r {:.3f}, R^2 {:.3f}, MAE {:.4g} on {} subjects (expected from the nested CV: r {:.3f}, R^2 {:.3f})", m.learner,
+                       perf["pearson_r"], perf["r2"], perf["mae"], h, m.expected.count("pearson_r") ? m.expected.at("pearson_r") : NAN,
+                       m.expected.count("r2") ? m.expected.at("r2") : NAN);
+  return fmt::format("{:<12} balanced accuracy {:.3f}, accuracy {:.3f} on {} subjects (expected from the nested CV: balanced accuracy {:.3f})",
+                     m.learner, perf["balanced_accuracy"], perf["accuracy"], h,
+                     m.expected.count("balanced_accuracy") ? m.expected.at("balanced_accuracy") : NAN);
+}
+
+}  // namespace
+
+PredictOutcome Predict(const PredictOptions& options) {
+  const std::vector<exporting::ExportedModel> models = ReadModels(options.modelDir);
+  const auto& first = models.front();
+  const NewSubjects subjects = ReadSubjectsOfModels(options.input, models);
+  std::vector<std::string> inputs = {options.modelDir, options.input};
+  for (const auto& [src, paths] : subjects.images) inputs.insert(inputs.end(), paths.begin(), paths.end());
+  AtomicOutputDir out(PredictionsDir(options, first.study), options.force, inputs);
+  std::vector<std::string> warnings;
+  const auto scores = ModelScores(models, subjects, warnings);
+  for (const auto& w : warnings) spdlog::warn("{}", w);
+
+  const auto n = subjects.ids.size();
+  const KnownTargets targets = ReadTargets(first, subjects);
+  const std::vector<std::vector<char>> trained = InTraining(models, subjects);
+  PredictionColumns columns;
+  columns.target = targets.any;
+  for (const auto& m : models) columns.calibration |= m.calibration.has_value(), columns.correction |= m.biasCorrection.has_value();
+  for (const auto& t : trained) columns.inTraining |= std::find(t.begin(), t.end(), char{1}) != t.end();
+  exporting::PredictionRows rows;
+  rows.header = PredictionHeader(first.task, first.classNames, columns);
   std::map<std::string, std::map<std::string, double>> performance;
   std::vector<std::string> lines;
   for (std::size_t q = 0; q < models.size(); ++q) {
-    const auto& m = models[q];
-    const Eigen::MatrixXd& S = scores[q];
-    const std::string which = m.fold < 0 ? "final" : fmt::format("fold{}", m.fold);
-    std::vector<std::string> seen;
-    for (std::size_t i = 0; i < n; ++i)
-      if (trained[q][i]) seen.push_back(subjects.ids[i]);
-    if (!seen.empty()) {
-      warnings.push_back(fmt::format("model {} ({}): {} of the {} subjects were among its training subjects ({}): their predictions are "
-                                     "in-sample, marked in_training in predictions.tsv and left out of its metrics",
-                                     m.learner, which, seen.size(), n, Shown(seen)));
-      spdlog::warn("{}", warnings.back());
-    }
-    for (std::size_t i = 0; i < n; ++i) {
-      const auto r = static_cast<Eigen::Index>(i);
-      std::vector<std::string> row = {subjects.ids[i], m.learner, which};
-      if (haveTargets) row.push_back(y[i] ? targetCells->second[i] : "n/a");
-      if (task == "multiclass") {
-        Eigen::Index best = 0;
-        S.row(r).maxCoeff(&best);
-        row.push_back(m.classNames[static_cast<std::size_t>(best)]);
-        for (Eigen::Index c = 0; c < S.cols(); ++c) row.push_back(FormatDouble(S(r, c)));
-      } else if (task == "classification") {
-        const double f = S(r, 0);
-        row.push_back(FormatDouble(f));
-        row.push_back(f >= 0 ? m.positiveClass : m.negativeClass);  // as the study's predictions.tsv
-        if (anyCalibration) row.push_back(m.calibration ? FormatDouble(1.0 / (1.0 + std::exp(m.calibration->first * f + m.calibration->second))) : "n/a");
-      } else {
-        const double f = S(r, 0);
-        row.push_back(FormatDouble(f));
-        if (haveTargets) row.push_back(y[i] ? FormatDouble(f - *y[i]) : "n/a");
-        if (anyCorrection) {
-          const std::optional<double> corrected =
-              m.biasCorrection ? std::optional<double>((f - m.biasCorrection->second) / m.biasCorrection->first) : std::nullopt;
-          row.push_back(corrected ? FormatDouble(*corrected) : "n/a");
-          if (haveTargets) row.push_back(corrected && y[i] ? FormatDouble(*corrected - *y[i]) : "n/a");
-        }
-      }
-      if (anyTrained) row.push_back(trained[q][i] ? "yes" : "no");
-      rows.rows.push_back(std::move(row));
-    }
-    std::vector<Eigen::Index> have;
-    for (std::size_t i = 0; i < n; ++i)
-      if (y[i] && !trained[q][i]) have.push_back(static_cast<Eigen::Index>(i));
-    if (haveTargets && have.empty())
-      lines.push_back(fmt::format("{:<12} no metrics: every subject with a target was among the model's training subjects", m.learner));
-    if (haveTargets && !have.empty()) {
-      const auto h = static_cast<Eigen::Index>(have.size());
-      Eigen::VectorXd yy(h), f(h);
-      Eigen::MatrixXd sc(h, task == "multiclass" ? S.cols() : 0);
-      for (Eigen::Index k = 0; k < h; ++k) {
-        yy[k] = *y[static_cast<std::size_t>(have[static_cast<std::size_t>(k)])];
-        f[k] = S(have[static_cast<std::size_t>(k)], 0);
-        if (task == "multiclass") sc.row(k) = S.row(have[static_cast<std::size_t>(k)]);
-      }
-      if (task == "multiclass") f = metrics::PredictedClasses(sc);
-      const learners::Task t = task == "multiclass" ? learners::Task::Multiclass : task == "classification" ? learners::Task::Classification : learners::Task::Regression;
-      learners::Targets targets{t, yy, static_cast<int>(m.classNames.size())};
-      auto& perf = performance[m.learner + (m.fold < 0 ? "" : " " + which)];
-      perf = cv::Metrics(targets, yy, f, sc);
-      if (task == "regression")
-        lines.push_back(fmt::format("{:<12} r {:.3f}, R^2 {:.3f}, MAE {:.4g} on {} subjects (expected from the nested CV: r {:.3f}, R^2 {:.3f})", m.learner,
-                                    perf["pearson_r"], perf["r2"], perf["mae"], h, m.expected.count("pearson_r") ? m.expected.at("pearson_r") : NAN,
-                                    m.expected.count("r2") ? m.expected.at("r2") : NAN));
-      else
-        lines.push_back(fmt::format("{:<12} balanced accuracy {:.3f}, accuracy {:.3f} on {} subjects (expected from the nested CV: balanced accuracy {:.3f})",
-                                    m.learner, perf["balanced_accuracy"], perf["accuracy"], h,
-                                    m.expected.count("balanced_accuracy") ? m.expected.at("balanced_accuracy") : NAN));
-    }
+    WarnInSample(models[q], subjects, trained[q], warnings);
+    for (std::size_t i = 0; i < n; ++i) rows.rows.push_back(PredictionRow(models[q], scores[q], subjects, i, targets, columns, trained[q][i] != 0));
+    if (targets.any) lines.push_back(ModelMetrics(models[q], scores[q], targets, trained[q], performance));
   }
   std::map<std::string, std::string> summary = {{"format", "neuromkl-predictions"},
                                                 {"model", fs::absolute(options.modelDir).lexically_normal().string()},
                                                 {"input", fs::absolute(options.input).lexically_normal().string()},
                                                 {"study", first.study},
-                                                {"task", task},
+                                                {"task", first.task},
                                                 {"subjects", std::to_string(n)},
                                                 {"learners", std::to_string(models.size())}};
   exporting::WritePredictionOutputs(out.Path(), rows, summary, performance, warnings);

@@ -129,28 +129,11 @@ Eigen::MatrixXd ModelBeta(const learners::Model& model, Eigen::Index K) {
   return beta;
 }
 
-}  // namespace
-
-std::vector<cv::OuterFoldResult> FitFinalModels(const StudyContext& ctx) {
-  cv::Fold all;
-  for (int i = 0; i < ctx.n; ++i) all.train.push_back(i);
-  auto outcomes = cv::RunNestedCv(*ctx.kernels, ctx.TargetsOf(ctx.cohort.y), {all}, ctx.FinalInner(), ctx.plans, ctx.nestedOptions);
-  std::vector<cv::OuterFoldResult> out;
-  for (auto& o : outcomes) {
-    out.push_back(std::move(o.folds.at(0)));
-    out.back().index = -1;
-  }
-  return out;
-}
-
-exporting::ExportedModel DescribeModel(const StudyContext& ctx, const exporting::RunRecord& record, const exporting::LearnerRecord& learner,
-                                       const cv::OuterFoldResult& fold, bool final) {
+/// The model card's identity and provenance: study, learner, which model, its parameters, how they were chosen,
+/// the inputs' hashes, probabilities and bias correction, and the nested CV's performance.
+void DescribeProvenance(const StudyContext& ctx, const exporting::RunRecord& record, const exporting::LearnerRecord& learner,
+                        const cv::OuterFoldResult& fold, bool final, exporting::ExportedModel& m) {
   const auto& study = ctx.study;
-  const auto& model = fold.model;
-  const auto K = static_cast<Eigen::Index>(ctx.KernelCount());
-  const std::vector<int> rows = TrainingRows(fold);
-  const auto l = static_cast<Eigen::Index>(rows.size());
-  exporting::ExportedModel m;
   m.study = study.name;
   m.learner = learner.outcome.label;
   m.learnerName = learner.outcome.name;
@@ -196,7 +179,12 @@ exporting::ExportedModel DescribeModel(const StudyContext& ctx, const exporting:
   m.info["intensity_scaling"] = record.intensityScaling.empty() ? "none" : record.intensityScaling;
   m.expected = learner.summary.pooled;
   m.expectedSd = learner.summary.foldSd;
-  // Training cohort summary (labelled training subjects).
+}
+
+/// The training cohort summary (labelled training subjects): their count, and the target's range and mean or the
+/// count of each class.
+void SummariseTraining(const StudyContext& ctx, const cv::OuterFoldResult& fold, exporting::ExportedModel& m) {
+  const auto& study = ctx.study;
   std::vector<double> y;
   for (int i : fold.train) y.push_back(ctx.cohort.y[i]);
   m.trainingSummary["n"] = static_cast<double>(y.size());
@@ -216,7 +204,14 @@ exporting::ExportedModel DescribeModel(const StudyContext& ctx, const exporting:
       m.trainingSummary["n_" + cls] += 1;
     }
   }
-  // What prediction needs.
+}
+
+/// What prediction needs of the fitted model: the kernels (names, sources, kinds, zero-norm floors), kernel weights,
+/// bias, coefficients and the training subjects (`rows`, positions in the kernels' rows).
+void DescribeFit(const StudyContext& ctx, const learners::Model& model, const std::vector<int>& rows, exporting::ExportedModel& m) {
+  const auto& study = ctx.study;
+  const auto K = static_cast<Eigen::Index>(ctx.KernelCount());
+  const auto l = static_cast<Eigen::Index>(rows.size());
   m.centre = study.kernels.centre;
   m.normalise = study.kernels.normalise;
   for (Eigen::Index k = 0; k < K; ++k) {
@@ -236,7 +231,6 @@ exporting::ExportedModel DescribeModel(const StudyContext& ctx, const exporting:
   m.coef = model.Multiclass() ? model.coefs : Eigen::MatrixXd(model.coef);
   for (int r : rows) m.trainingIds.push_back(ctx.cohort.ids[static_cast<std::size_t>(ctx.kernelRows[static_cast<std::size_t>(r)])]);
   // The zero-norm floor of each kernel: 1e-12 of its largest centred training self-similarity.
-  const gram::Covariates* covariates = ctx.nestedOptions.preprocessing.covariates.get();
   m.floors = Eigen::VectorXd::Zero(K);
   if (m.normalise) {
     // Centred training self-similarities (after the covariates, as the folds prepare them), each kernel's where it is
@@ -244,25 +238,36 @@ exporting::ExportedModel DescribeModel(const StudyContext& ctx, const exporting:
     const Eigen::VectorXd largest = ctx.LargestTrainingSelfSimilarity(rows);
     for (Eigen::Index k = 0; k < K; ++k) m.floors[k] = l > 0 ? kZeroNormRelative * std::max(0.0, largest[k]) : 0.0;
   }
-  if (covariates) {
-    const auto& spec = study.covariates;
-    m.covariateNumeric = spec.columns;
-    for (const auto& col : spec.categorical) {
-      std::vector<std::string> levels;
-      for (int r : ctx.kernelRows) levels.push_back(ctx.cohort.covariateCells.at(col)[static_cast<std::size_t>(r)]);
-      std::sort(levels.begin(), levels.end(), LabelLess);
-      levels.erase(std::unique(levels.begin(), levels.end()), levels.end());
-      m.covariateCategorical.emplace_back(col, levels);
-    }
-    m.covariateFitOn = ctx.covariates->fitOn;
-    m.design.resize(l, covariates->design.cols());
-    for (Eigen::Index i = 0; i < l; ++i) {
-      const int r = rows[static_cast<std::size_t>(i)];
-      m.design.row(i) = covariates->design.row(r);
-      m.fitRows.push_back(covariates->fitRow.empty() ? 1 : covariates->fitRow[static_cast<std::size_t>(r)]);
-    }
+}
+
+/// The covariates prediction removes, when the study has them: numeric columns, categorical columns with their
+/// training levels, and the training rows' design.
+void DescribeCovariates(const StudyContext& ctx, const std::vector<int>& rows, exporting::ExportedModel& m) {
+  const gram::Covariates* covariates = ctx.nestedOptions.preprocessing.covariates.get();
+  if (!covariates) return;
+  const auto l = static_cast<Eigen::Index>(rows.size());
+  const auto& spec = ctx.study.covariates;
+  m.covariateNumeric = spec.columns;
+  for (const auto& col : spec.categorical) {
+    std::vector<std::string> levels;
+    for (int r : ctx.kernelRows) levels.push_back(ctx.cohort.covariateCells.at(col)[static_cast<std::size_t>(r)]);
+    std::sort(levels.begin(), levels.end(), LabelLess);
+    levels.erase(std::unique(levels.begin(), levels.end()), levels.end());
+    m.covariateCategorical.emplace_back(col, levels);
   }
-  // Sources.
+  m.covariateFitOn = ctx.covariates->fitOn;
+  m.design.resize(l, covariates->design.cols());
+  for (Eigen::Index i = 0; i < l; ++i) {
+    const int r = rows[static_cast<std::size_t>(i)];
+    m.design.row(i) = covariates->design.row(r);
+    m.fitRows.push_back(covariates->fitRow.empty() ? 1 : covariates->fitRow[static_cast<std::size_t>(r)]);
+  }
+}
+
+/// The model's sources: image sources (their arrays come later, from ExportModels), tabular sources with their
+/// training rows, and the names of precomputed or connectivity sources.
+void DescribeSources(const StudyContext& ctx, const std::vector<int>& rows, exporting::ExportedModel& m) {
+  const auto& study = ctx.study;
   auto imageSource = [&](const std::string& name, const std::string& column, const atlas::RegionIndex& regions, kernels::NanPolicy policy,
                          kernels::IntensityScaling scaling) {
     exporting::ModelImageSource src;
@@ -292,6 +297,31 @@ exporting::ExportedModel DescribeModel(const StudyContext& ctx, const exporting:
   } else {
     m.precomputedSources.push_back(config::ToString(study.kernels.source));
   }
+}
+
+}  // namespace
+
+std::vector<cv::OuterFoldResult> FitFinalModels(const StudyContext& ctx) {
+  cv::Fold all;
+  for (int i = 0; i < ctx.n; ++i) all.train.push_back(i);
+  auto outcomes = cv::RunNestedCv(*ctx.kernels, ctx.TargetsOf(ctx.cohort.y), {all}, ctx.FinalInner(), ctx.plans, ctx.nestedOptions);
+  std::vector<cv::OuterFoldResult> out;
+  for (auto& o : outcomes) {
+    out.push_back(std::move(o.folds.at(0)));
+    out.back().index = -1;
+  }
+  return out;
+}
+
+exporting::ExportedModel DescribeModel(const StudyContext& ctx, const exporting::RunRecord& record, const exporting::LearnerRecord& learner,
+                                       const cv::OuterFoldResult& fold, bool final) {
+  const std::vector<int> rows = TrainingRows(fold);
+  exporting::ExportedModel m;
+  DescribeProvenance(ctx, record, learner, fold, final, m);
+  SummariseTraining(ctx, fold, m);
+  DescribeFit(ctx, fold.model, rows, m);
+  DescribeCovariates(ctx, rows, m);
+  DescribeSources(ctx, rows, m);
   return m;
 }
 
@@ -302,21 +332,22 @@ std::string SubjectImageHash(const std::vector<const std::vector<std::string>*>&
   return h.Hex();
 }
 
-void ExportModels(const StudyContext& ctx, exporting::RunRecord& record, const std::vector<cv::OuterFoldResult>& finals, const std::string& dir) {
-  const auto& study = ctx.study;
-  const auto& ks = ctx.ks;
-  const gram::Covariates* covariates = ctx.nestedOptions.preprocessing.covariates.get();
-  std::vector<std::string> labels;
-  for (const auto& lr : record.learners) labels.push_back(lr.outcome.label);
-  const auto folders = exporting::BidsLearnerLabels(labels);
-  struct Entry {
-    std::size_t learner;
-    const cv::OuterFoldResult* fold;
-    bool final;
-    std::string folder;
-    exporting::ExportedModel model;
-  };
-  std::vector<Entry> entries;
+namespace {
+
+/// One model to export: a learner's final model or one of its outer folds' models, with its folder under model/.
+struct ModelEntry {
+  std::size_t learner;
+  const cv::OuterFoldResult* fold;
+  bool final;
+  std::string folder;
+  exporting::ExportedModel model;
+};
+
+/// The models to export, learner by learner: the final model (unless its refit failed), then each outer fold's model
+/// that fitted.
+std::vector<ModelEntry> ModelEntries(const exporting::RunRecord& record, const std::vector<cv::OuterFoldResult>& finals,
+                                     const std::vector<std::string>& labels, const std::vector<std::string>& folders) {
+  std::vector<ModelEntry> entries;
   for (std::size_t l = 0; l < record.learners.size(); ++l) {
     if (l < finals.size() && finals[l].error.empty()) entries.push_back({l, &finals[l], true, folders[l], {}});
     else if (l < finals.size())
@@ -324,12 +355,16 @@ void ExportModels(const StudyContext& ctx, exporting::RunRecord& record, const s
     for (const auto& f : record.learners[l].outcome.folds)
       if (f.error.empty()) entries.push_back({l, &f, false, folders[l] + "/folds/" + std::to_string(f.index), {}});
   }
-  // Each training subject's image content, so that predict tells a training subject from another cohort's subject of
-  // the same id (sub-0001 of two cohorts).
+  return entries;
+}
+
+/// Every entry's model card, with each training subject's image content, so that predict tells a training subject
+/// from another cohort's subject of the same id (sub-0001 of two cohorts).
+void DescribeEntries(const StudyContext& ctx, const exporting::RunRecord& record, std::vector<ModelEntry>& entries) {
   std::vector<std::string> imageHashes(ctx.cohort.ids.size());
   std::vector<const std::vector<std::string>*> imageLists;
-  if (study.kernels.source == KernelSource::Images) imageLists.push_back(&ctx.cohort.images);
-  for (const auto& s : ks.imageSources) imageLists.push_back(&s.images);
+  if (ctx.study.kernels.source == KernelSource::Images) imageLists.push_back(&ctx.cohort.images);
+  for (const auto& s : ctx.ks.imageSources) imageLists.push_back(&s.images);
   if (!imageLists.empty())
     for (const int r : ctx.kernelRows) imageHashes[static_cast<std::size_t>(r)] = SubjectImageHash(imageLists, static_cast<std::size_t>(r));
   for (auto& e : entries) {
@@ -338,16 +373,22 @@ void ExportModels(const StudyContext& ctx, exporting::RunRecord& record, const s
       for (const int r : TrainingRows(*e.fold))
         e.model.trainingImageHashes.push_back(imageHashes[static_cast<std::size_t>(ctx.kernelRows[static_cast<std::size_t>(r)])]);
   }
+}
 
-  // Image arrays: per image source, every model's mean, covariate coefficient images and primal weights in one pass.
-  struct ImageSourceView {
-    const atlas::RegionIndex* regions;
-    const std::vector<std::string>* images;  // per cohort row
-    std::size_t first, count;
-    kernels::NanPolicy policy;
-    const std::vector<double>* intensityScale;  // per cohort row; empty = none
-    config::StudyConfig study;                  // the source's view of the study (its intensity settings)
-  };
+/// One image source as the model arrays see it: its regions, images, kernels and intensity settings.
+struct ImageSourceView {
+  const atlas::RegionIndex* regions;
+  const std::vector<std::string>* images;  // per cohort row
+  std::size_t first, count;
+  kernels::NanPolicy policy;
+  const std::vector<double>* intensityScale;  // per cohort row; empty = none
+  config::StudyConfig study;                  // the source's view of the study (its intensity settings)
+};
+
+/// The study's image sources, in the order of the models' imageSources.
+std::vector<ImageSourceView> ImageSourceViews(const StudyContext& ctx) {
+  const auto& study = ctx.study;
+  const auto& ks = ctx.ks;
   std::vector<ImageSourceView> views;
   if (ks.regions)  // (the kernels may have moved to ctx: counted by their info)
     views.push_back({&*ks.regions, &ctx.cohort.images, 0, ks.set.info.size(), study.kernels.nanPolicy, &ks.set.intensityScale, study});
@@ -357,49 +398,81 @@ void ExportModels(const StudyContext& ctx, exporting::RunRecord& record, const s
       if (spec.name == s.name) sourceStudy = SourceStudy(study, spec);
     views.push_back({&s.regions, &s.images, s.firstKernel, s.kernelCount, s.nanPolicy, &s.intensityScale, sourceStudy});
   }
+  return views;
+}
+
+/// What model e needs of one image source's images, as weights on cohort rows: for each voxel's training mean and
+/// covariate coefficients, and for each class's primal weights of the source's kernels.
+weights::ModelImageRequest ImageRequest(const StudyContext& ctx, const ImageSourceView& view, const ModelEntry& e) {
+  const auto& study = ctx.study;
+  const gram::Covariates* covariates = ctx.nestedOptions.preprocessing.covariates.get();
   const auto nRows = static_cast<Eigen::Index>(ctx.cohort.ids.size());
+  const std::vector<int> rows = TrainingRows(*e.fold);
+  const auto l = static_cast<double>(rows.size());
+  const Eigen::Index p = covariates ? covariates->design.cols() : 0;
+  weights::ModelImageRequest req;
+  Eigen::MatrixXd S = Eigen::MatrixXd::Zero(static_cast<Eigen::Index>(ctx.kernelRows.size()), 1 + p);
+  if (study.kernels.centre)
+    for (int r : rows) S(r, 0) = 1.0 / l;
+  if (covariates) {
+    const Eigen::VectorXi none(0);
+    const auto res = gram::MakeFoldResidualiser(*covariates, Indices(rows), none);
+    const Eigen::RowVectorXd abar = res.trainA.colwise().mean();
+    for (std::size_t k = 0; k < res.fitPositions.size(); ++k) {
+      const int r = rows[static_cast<std::size_t>(res.fitPositions[k])];
+      if (study.kernels.centre) S(r, 0) -= abar[static_cast<Eigen::Index>(k)];
+      for (Eigen::Index j = 0; j < p; ++j) S(r, 1 + j) = res.P(j, static_cast<Eigen::Index>(k));
+    }
+  }
+  std::vector<Eigen::MatrixXd> D;
+  const Eigen::MatrixXd beta = e.model.beta;
+  for (Eigen::Index c = 0; c < beta.cols(); ++c) {
+    const Eigen::VectorXd coef = e.model.coef.col(c);
+    D.push_back(ctx.SubjectWeights({rows, {}, coef, beta.col(c)}).middleCols(static_cast<Eigen::Index>(view.first), static_cast<Eigen::Index>(view.count)));
+  }
+  // Kernel rows -> cohort rows (the image list covers every subject of the table: the NaN rule saw them all),
+  // intensity-scaled kernels are kernels of x_i / s_i.
+  auto toCohort = [&](const Eigen::MatrixXd& A) {
+    Eigen::MatrixXd B = Eigen::MatrixXd::Zero(nRows, A.cols());
+    for (std::size_t i = 0; i < ctx.kernelRows.size(); ++i) {
+      const auto r = static_cast<std::size_t>(ctx.kernelRows[i]);
+      B.row(static_cast<Eigen::Index>(r)) = A.row(static_cast<Eigen::Index>(i));
+      if (!view.intensityScale->empty()) B.row(static_cast<Eigen::Index>(r)) /= (*view.intensityScale)[r];
+    }
+    return B;
+  };
+  req.voxelWeights = toCohort(S);
+  for (auto& d : D) req.kernelWeights.push_back(toCohort(d));
+  return req;
+}
+
+/// Image source v of one model: the voxels (index, then the arrays at each voxel), the (kernel, voxel) entries with
+/// their weights and primal weights, and the voxels of intensity scaling.
+void StoreImageArrays(const ImageSourceView& view, const weights::ModelImageLayout& layout, const weights::ModelImageArrays& a,
+                      const std::vector<std::int64_t>& scaleVoxels, exporting::ModelImageSource& src) {
+  const auto U = static_cast<Eigen::Index>(layout.voxels.size()), E = static_cast<Eigen::Index>(layout.entryKernel.size());
+  src.voxels.resize(U, 1 + a.atVoxels.cols());
+  for (Eigen::Index u = 0; u < U; ++u) src.voxels(u, 0) = static_cast<double>(layout.voxels[static_cast<std::size_t>(u)]);
+  src.voxels.rightCols(a.atVoxels.cols()) = a.atVoxels;
+  src.weights.resize(E, 3 + a.atEntries.cols());
+  for (Eigen::Index e = 0; e < E; ++e) {
+    src.weights(e, 0) = static_cast<double>(view.first + layout.entryKernel[static_cast<std::size_t>(e)]);
+    src.weights(e, 1) = static_cast<double>(layout.entryVoxel[static_cast<std::size_t>(e)]);
+    src.weights(e, 2) = layout.entryWeight[static_cast<std::size_t>(e)];
+  }
+  src.weights.rightCols(a.atEntries.cols()) = a.atEntries;
+  src.scaleVoxels = scaleVoxels;
+}
+
+/// Image arrays: per image source, every model's mean, covariate coefficient images and primal weights in one pass
+/// over the images.
+void AddImageArrays(const StudyContext& ctx, std::vector<ModelEntry>& entries) {
+  const auto& ks = ctx.ks;
+  const auto views = ImageSourceViews(ctx);
   for (std::size_t v = 0; v < views.size(); ++v) {
     const auto& view = views[v];
     std::vector<weights::ModelImageRequest> requests;
-    for (const auto& e : entries) {
-      const std::vector<int> rows = TrainingRows(*e.fold);
-      const auto l = static_cast<double>(rows.size());
-      const Eigen::Index p = covariates ? covariates->design.cols() : 0;
-      weights::ModelImageRequest req;
-      Eigen::MatrixXd S = Eigen::MatrixXd::Zero(static_cast<Eigen::Index>(ctx.kernelRows.size()), 1 + p);
-      if (study.kernels.centre)
-        for (int r : rows) S(r, 0) = 1.0 / l;
-      if (covariates) {
-        const Eigen::VectorXi none(0);
-        const auto res = gram::MakeFoldResidualiser(*covariates, Indices(rows), none);
-        const Eigen::RowVectorXd abar = res.trainA.colwise().mean();
-        for (std::size_t k = 0; k < res.fitPositions.size(); ++k) {
-          const int r = rows[static_cast<std::size_t>(res.fitPositions[k])];
-          if (study.kernels.centre) S(r, 0) -= abar[static_cast<Eigen::Index>(k)];
-          for (Eigen::Index j = 0; j < p; ++j) S(r, 1 + j) = res.P(j, static_cast<Eigen::Index>(k));
-        }
-      }
-      std::vector<Eigen::MatrixXd> D;
-      const Eigen::MatrixXd beta = e.model.beta;
-      for (Eigen::Index c = 0; c < beta.cols(); ++c) {
-        const Eigen::VectorXd coef = e.model.coef.col(c);
-        D.push_back(ctx.SubjectWeights({rows, {}, coef, beta.col(c)}).middleCols(static_cast<Eigen::Index>(view.first), static_cast<Eigen::Index>(view.count)));
-      }
-      // Kernel rows -> cohort rows (the image list covers every subject of the table: the NaN rule saw them all),
-      // intensity-scaled kernels are kernels of x_i / s_i.
-      auto toCohort = [&](const Eigen::MatrixXd& A) {
-        Eigen::MatrixXd B = Eigen::MatrixXd::Zero(nRows, A.cols());
-        for (std::size_t i = 0; i < ctx.kernelRows.size(); ++i) {
-          const auto r = static_cast<std::size_t>(ctx.kernelRows[i]);
-          B.row(static_cast<Eigen::Index>(r)) = A.row(static_cast<Eigen::Index>(i));
-          if (!view.intensityScale->empty()) B.row(static_cast<Eigen::Index>(r)) /= (*view.intensityScale)[r];
-        }
-        return B;
-      };
-      req.voxelWeights = toCohort(S);
-      for (auto& d : D) req.kernelWeights.push_back(toCohort(d));
-      requests.push_back(std::move(req));
-    }
+    for (const auto& e : entries) requests.push_back(ImageRequest(ctx, view, e));
     const std::vector<kernels::KernelInfo> info(ks.set.info.begin() + static_cast<std::ptrdiff_t>(view.first),
                                                 ks.set.info.begin() + static_cast<std::ptrdiff_t>(view.first + view.count));
     weights::ModelImageLayout layout;
@@ -407,26 +480,13 @@ void ExportModels(const StudyContext& ctx, exporting::RunRecord& record, const s
     std::vector<std::int64_t> scaleVoxels;
     if (view.study.kernels.intensity.scaling == kernels::IntensityScaling::GlobalMean) scaleVoxels = layout.allVoxels;
     if (view.study.kernels.intensity.scaling == kernels::IntensityScaling::ReferenceRegions) scaleVoxels = ReferenceVoxels(view.study, *view.regions);
-    for (std::size_t q = 0; q < entries.size(); ++q) {
-      auto& src = entries[q].model.imageSources.at(v);
-      const auto& a = arrays[q];
-      const auto U = static_cast<Eigen::Index>(layout.voxels.size()), E = static_cast<Eigen::Index>(layout.entryKernel.size());
-      src.voxels.resize(U, 1 + a.atVoxels.cols());
-      for (Eigen::Index u = 0; u < U; ++u) src.voxels(u, 0) = static_cast<double>(layout.voxels[static_cast<std::size_t>(u)]);
-      src.voxels.rightCols(a.atVoxels.cols()) = a.atVoxels;
-      src.weights.resize(E, 3 + a.atEntries.cols());
-      for (Eigen::Index e = 0; e < E; ++e) {
-        src.weights(e, 0) = static_cast<double>(view.first + layout.entryKernel[static_cast<std::size_t>(e)]);
-        src.weights(e, 1) = static_cast<double>(layout.entryVoxel[static_cast<std::size_t>(e)]);
-        src.weights(e, 2) = layout.entryWeight[static_cast<std::size_t>(e)];
-      }
-      src.weights.rightCols(a.atEntries.cols()) = a.atEntries;
-      src.scaleVoxels = scaleVoxels;
-    }
+    for (std::size_t q = 0; q < entries.size(); ++q) StoreImageArrays(view, layout, arrays[q], scaleVoxels, entries[q].model.imageSources.at(v));
   }
-  std::vector<std::pair<std::string, std::string>> index;
-  for (std::size_t l = 0; l < labels.size(); ++l) index.emplace_back(labels[l], folders[l]);
-  for (const auto& e : entries) exporting::WriteModel(dir + "/model/" + e.folder, e.model);
+}
+
+/// Each learner's final model in the run record: its folder, parameters, fit status and inner-CV scores.
+void RecordFinalModels(exporting::RunRecord& record, const std::vector<cv::OuterFoldResult>& finals, const std::vector<std::string>& labels,
+                       const std::vector<std::string>& folders) {
   for (std::size_t l = 0; l < labels.size() && l < finals.size(); ++l) {
     auto& fm = record.learners[l].finalModel;
     fm.folder = "model/" + folders[l];
@@ -434,7 +494,22 @@ void ExportModels(const StudyContext& ctx, exporting::RunRecord& record, const s
     fm.status = cv::FoldStatus(finals[l]);
     fm.innerScores = finals[l].innerScores;
   }
-  exporting::WriteModelIndex(dir + "/model", index, study.name);
+}
+
+}  // namespace
+
+void ExportModels(const StudyContext& ctx, exporting::RunRecord& record, const std::vector<cv::OuterFoldResult>& finals, const std::string& dir) {
+  std::vector<std::string> labels;
+  for (const auto& lr : record.learners) labels.push_back(lr.outcome.label);
+  const auto folders = exporting::BidsLearnerLabels(labels);
+  std::vector<ModelEntry> entries = ModelEntries(record, finals, labels, folders);
+  DescribeEntries(ctx, record, entries);
+  AddImageArrays(ctx, entries);
+  std::vector<std::pair<std::string, std::string>> index;
+  for (std::size_t l = 0; l < labels.size(); ++l) index.emplace_back(labels[l], folders[l]);
+  for (const auto& e : entries) exporting::WriteModel(dir + "/model/" + e.folder, e.model);
+  RecordFinalModels(record, finals, labels, folders);
+  exporting::WriteModelIndex(dir + "/model", index, ctx.study.name);
 }
 
 }  // namespace neuromkl::pipeline

@@ -35,128 +35,157 @@ std::string DescribeScheme(const config::CvSchemeSpec& s) {
   }
   return "?";
 }
-/// What a study's kernel source is, checked as the kernel stage reads it (headers, atlas, mask, files).
-void DescribeKernels(const config::StudyConfig& study, const Cohort& cohort, bool deep, const std::function<void(const std::string&)>& line) {
-  switch (study.kernels.source) {
-    case config::KernelSource::Images: {
-      if (!study.subjects.bids.root.empty())
-        line(fmt::format("Images: found by BIDS entities under {}", study.subjects.bids.derivatives.empty() ? study.subjects.bids.root
-                                                                                                         : study.subjects.bids.derivatives));
-      line(fmt::format("Images: all {} files present and readable", cohort.images.size()));
-      for (const auto& w : cohort.warnings) line("  warning: " + w);
-      const io::Geometry grid = io::ReadGeometry(cohort.images.at(0));
-      // Every header, as run reads them: magic, datatype, 3-D, sizes against the file, one grid.
-      for (std::size_t s = 1; s < cohort.images.size(); ++s) {
-        const io::Geometry g = io::ReadGeometry(cohort.images[s]);
-        if (const auto diff = g.DifferenceFrom(grid); !diff.empty())
-          throw GeometryMismatch("input:GridMismatch", "subject " + cohort.ids[s] + " (" + cohort.images[s] + ")",
-                                 "image grid differs from the cohort grid (" + grid.Describe() + "): " + diff +
-                                     "; every image of a cohort must be on one grid");
-      }
-      line(fmt::format("  grid (from {}): {}; every header read", cohort.ids.at(0), grid.Describe()));
-      for (const auto& atlas : LoadStudyAtlases(study)) {
-        line(fmt::format("Atlas: {} ({}){}, {} regions, grid {}", study.atlas.builtin.empty() ? "custom" : study.atlas.builtin, atlas.imagePath,
-                         atlas.probabilistic ? fmt::format(", probabilistic (p > {:g})", atlas.threshold) : std::string(),
-                         atlas.regions.size(), atlas.geometry.Describe()));
-        line(fmt::format("  label table {} ({}; coding column \"{}\")", atlas.tablePath, atlas.tableFormat, atlas.labelColumn));
-        for (const auto& w : atlas.warnings) line("  warning: " + w);
-        line(atlas.geometry.DifferenceFrom(grid).empty() ? "  atlas and images share one grid"
-                                                          : "  atlas will be resampled onto the image grid (nearest neighbour, world coordinates)");
-      }
-      if (!study.atlas.space.empty()) line(fmt::format("  atlas space: {}", study.atlas.space));
-      // The region index exactly as run builds it (headers, the atlas and mask volumes; no subject voxels):
-      // an atlas without overlap with the image grid, or a mask without overlap with the atlas, is refused here.
-      std::vector<std::string> notes;
-      const atlas::RegionIndex regions = StudyRegions(study, cohort, notes);
-      if (deep) {
-        // --deep: decode every image (truncated or corrupt data fail here as in the kernel stage), and refuse a
-        // subject without one finite voxel inside the atlas regions (input:AllNonFinite, as the kernel stage).
-        std::int64_t regionVoxels = 0;
-        for (const auto& r : regions.regions) regionVoxels += static_cast<std::int64_t>(r.voxels.size());
-        for (std::size_t s = 0; s < cohort.images.size(); ++s) {
-          const io::Volume vol = io::ReadVolume(cohort.images[s]);
-          bool anyFinite = false;
-          for (const auto& r : regions.regions) {
-            for (const auto v : r.voxels)
-              if (std::isfinite(vol.data[static_cast<std::size_t>(v)])) {
-                anyFinite = true;
-                break;
-              }
-            if (anyFinite) break;
-          }
-          if (!anyFinite)
-            throw InputError("input:AllNonFinite", "subject " + cohort.ids[s],
-                             fmt::format("all {} voxels inside the atlas regions are NaN or infinite; the image holds no data", regionVoxels));
+
+using LineSink = std::function<void(const std::string&)>;
+
+void DescribeKernels(const config::StudyConfig& study, const Cohort& cohort, bool deep, const LineSink& line);
+
+/// Every image header, as run reads them (magic, datatype, 3-D, sizes against the file), on one grid: the cohort's
+/// grid, that of its first image.
+io::Geometry CheckImageHeaders(const Cohort& cohort, const LineSink& line) {
+  const io::Geometry grid = io::ReadGeometry(cohort.images.at(0));
+  for (std::size_t s = 1; s < cohort.images.size(); ++s) {
+    const io::Geometry g = io::ReadGeometry(cohort.images[s]);
+    if (const auto diff = g.DifferenceFrom(grid); !diff.empty())
+      throw GeometryMismatch("input:GridMismatch", "subject " + cohort.ids[s] + " (" + cohort.images[s] + ")",
+                             "image grid differs from the cohort grid (" + grid.Describe() + "): " + diff +
+                                 "; every image of a cohort must be on one grid");
+  }
+  line(fmt::format("  grid (from {}): {}; every header read", cohort.ids.at(0), grid.Describe()));
+  return grid;
+}
+
+/// The study's atlases as run loads them: files, label tables, grids against the images' grid.
+void DescribeAtlases(const config::StudyConfig& study, const io::Geometry& grid, const LineSink& line) {
+  for (const auto& atlas : LoadStudyAtlases(study)) {
+    line(fmt::format("Atlas: {} ({}){}, {} regions, grid {}", study.atlas.builtin.empty() ? "custom" : study.atlas.builtin, atlas.imagePath,
+                     atlas.probabilistic ? fmt::format(", probabilistic (p > {:g})", atlas.threshold) : std::string(),
+                     atlas.regions.size(), atlas.geometry.Describe()));
+    line(fmt::format("  label table {} ({}; coding column \"{}\")", atlas.tablePath, atlas.tableFormat, atlas.labelColumn));
+    for (const auto& w : atlas.warnings) line("  warning: " + w);
+    line(atlas.geometry.DifferenceFrom(grid).empty() ? "  atlas and images share one grid"
+                                                      : "  atlas will be resampled onto the image grid (nearest neighbour, world coordinates)");
+  }
+  if (!study.atlas.space.empty()) line(fmt::format("  atlas space: {}", study.atlas.space));
+}
+
+/// --deep: every image decoded (truncated or corrupt data fail here as in the kernel stage), and a subject without
+/// one finite voxel inside the atlas regions refused (input:AllNonFinite, as the kernel stage).
+void CheckImagesDecode(const Cohort& cohort, const atlas::RegionIndex& regions, const LineSink& line) {
+  std::int64_t regionVoxels = 0;
+  for (const auto& r : regions.regions) regionVoxels += static_cast<std::int64_t>(r.voxels.size());
+  for (std::size_t s = 0; s < cohort.images.size(); ++s) {
+    const io::Volume vol = io::ReadVolume(cohort.images[s]);
+    bool anyFinite = false;
+    for (const auto& r : regions.regions) {
+      for (const auto v : r.voxels)
+        if (std::isfinite(vol.data[static_cast<std::size_t>(v)])) {
+          anyFinite = true;
+          break;
         }
-        line(fmt::format("  --deep: every image decoded; each has finite voxels inside the atlas regions"));
-      }
-      if (!study.mask.empty()) {
-        const io::Geometry mg = io::ReadGeometry(study.mask);
-        line(fmt::format("Mask: {} ({}){}", study.mask, mg.Describe(), mg.DifferenceFrom(grid).empty() ? "" : ", will be resampled"));
-      } else {
-        line("Mask: none (the atlas labels define the voxels)");
-      }
-      if (study.kernels.intensity.scaling == kernels::IntensityScaling::GlobalMean) line("Intensity scaling: each image divided by its mean over the atlas voxels");
-      if (study.kernels.intensity.scaling == kernels::IntensityScaling::ReferenceRegions) {
-        // the same region index and reference as the kernel stage: run rejects nothing validate accepts
-        const auto voxels = ReferenceVoxels(study, regions);
-        line(fmt::format("Intensity scaling: each image divided by its mean over {} reference voxels", voxels.size()));
-      }
-      line(fmt::format("Kernels: one linear kernel per region; non-finite voxels: {}", study.kernels.nanPolicy == kernels::NanPolicy::Zero
-                                                                                          ? "set to 0 (zero)"
-                                                                                          : "dropped when non-finite in any subject (drop_voxel)"));
-      break;
+      if (anyFinite) break;
     }
-    case config::KernelSource::Precomputed:
-      line(fmt::format("Kernels: {} precomputed kernel files", study.kernels.precomputed.size()));
-      for (const auto& k : study.kernels.precomputed) {
-        std::error_code ec;
-        if (!fs::is_regular_file(k.file, ec))
-          throw InputError("kernels:Missing", k.file, "precomputed kernel file \"" + k.name + "\" not found: " + WhyNotAFile(k.file));
-        line(fmt::format("  {}: {}", k.name, k.file));
-      }
-      {
-        // Read and checked as run does (shape n x n, finite, symmetric, positive semi-definite; zero kernels excluded): the
-        // same functions.
-        kernels::KernelSet set = PrecomputedKernels(study, cohort);
-        ExcludeZeroKernelsOrRefuse(set, study.path);
-        line(fmt::format("  every kernel read: {0}x{0}, finite, symmetric and positive semi-definite", cohort.ids.size()));
-        for (const auto& e : set.excluded) line(fmt::format("  warning: kernel {} excluded: {}", e.info.name, e.reason));
-      }
-      break;
-    case config::KernelSource::Tabular: {
-      line(fmt::format("Kernels: {} linear kernels on feature groups of {}", study.kernels.tabular.groups.size(), study.kernels.tabular.table));
-      for (const auto& [name, cols] : study.kernels.tabular.groups) line(fmt::format("  {}: {} columns", name, cols.size()));
-      // Formed as run forms them (a function that overflows is refused here too); features are small next to images.
-      kernels::KernelSet set = TabularKernels(study, cohort);
-      ExcludeZeroKernelsOrRefuse(set, study.path);
-      line(fmt::format("  every kernel formed: {} kernels, finite", set.Size()));
-      for (const auto& e : set.excluded) line(fmt::format("  warning: kernel {} excluded: {}", e.info.name, e.reason));
-      break;
-    }
-    case config::KernelSource::Sources:
-      line(fmt::format("Kernels: {} sources{}", study.kernels.sources.size(),
-                       study.kernels.sourceWeighting == config::SourceWeighting::Equal ? ", each scaled to the same total trace in every fold" : ""));
-      for (const auto& source : study.kernels.sources) {
-        // Each source checked as a study of its own would be, with the same functions as run.
-        const auto d = SourceStudy(study, source);
-        const Cohort sc = SourceCohort(d, source, cohort);
-        line(fmt::format("Source \"{}\" ({}):", source.name, config::ToString(source.kind)));
-        DescribeKernels(d, sc, deep, [&](const std::string& text) { line("  " + text); });
-      }
-      break;
-    case config::KernelSource::Connectivity: {
-      const auto& spec = study.kernels.connectivity;
-      const ConnectivityData data = ReadConnectivity(study, spec, cohort);
-      const auto plan = PlanConnectivityKernels(data, spec.kernels);
-      line(fmt::format("Connectivity: {} matrices from column \"{}\", {} nodes ({}), {} connections; every matrix read: square, finite, symmetric",
-                       cohort.ids.size(), spec.column, data.nodes.size(), spec.nodes.empty() ? "unnamed" : spec.nodes, data.edges.cols()));
-      line(fmt::format("Kernels: {} linear kernels ({})", plan.names.size(),
-                       spec.kernels == config::ConnectivitySpec::Kernels::Node      ? "one per node"
-                       : spec.kernels == config::ConnectivitySpec::Kernels::Network ? "one per network"
-                                                                                    : "one over every connection"));
-      break;
-    }
+    if (!anyFinite)
+      throw InputError("input:AllNonFinite", "subject " + cohort.ids[s],
+                       fmt::format("all {} voxels inside the atlas regions are NaN or infinite; the image holds no data", regionVoxels));
+  }
+  line(fmt::format("  --deep: every image decoded; each has finite voxels inside the atlas regions"));
+}
+
+/// Image kernels: the files, headers, atlases, region index, mask and intensity scaling, checked as the kernel
+/// stage reads them.
+void DescribeImageKernels(const config::StudyConfig& study, const Cohort& cohort, bool deep, const LineSink& line) {
+  if (!study.subjects.bids.root.empty())
+    line(fmt::format("Images: found by BIDS entities under {}", study.subjects.bids.derivatives.empty() ? study.subjects.bids.root
+                                                                                                     : study.subjects.bids.derivatives));
+  line(fmt::format("Images: all {} files present and readable", cohort.images.size()));
+  for (const auto& w : cohort.warnings) line("  warning: " + w);
+  const io::Geometry grid = CheckImageHeaders(cohort, line);
+  DescribeAtlases(study, grid, line);
+  // The region index exactly as run builds it (headers, the atlas and mask volumes; no subject voxels):
+  // an atlas without overlap with the image grid, or a mask without overlap with the atlas, is refused here.
+  std::vector<std::string> notes;
+  const atlas::RegionIndex regions = StudyRegions(study, cohort, notes);
+  if (deep) CheckImagesDecode(cohort, regions, line);
+  if (!study.mask.empty()) {
+    const io::Geometry mg = io::ReadGeometry(study.mask);
+    line(fmt::format("Mask: {} ({}){}", study.mask, mg.Describe(), mg.DifferenceFrom(grid).empty() ? "" : ", will be resampled"));
+  } else {
+    line("Mask: none (the atlas labels define the voxels)");
+  }
+  if (study.kernels.intensity.scaling == kernels::IntensityScaling::GlobalMean) line("Intensity scaling: each image divided by its mean over the atlas voxels");
+  if (study.kernels.intensity.scaling == kernels::IntensityScaling::ReferenceRegions) {
+    // the same region index and reference as the kernel stage: run rejects nothing validate accepts
+    const auto voxels = ReferenceVoxels(study, regions);
+    line(fmt::format("Intensity scaling: each image divided by its mean over {} reference voxels", voxels.size()));
+  }
+  line(fmt::format("Kernels: one linear kernel per region; non-finite voxels: {}", study.kernels.nanPolicy == kernels::NanPolicy::Zero
+                                                                                      ? "set to 0 (zero)"
+                                                                                      : "dropped when non-finite in any subject (drop_voxel)"));
+}
+
+/// Precomputed kernels: every file present, read and checked as run reads it.
+void DescribePrecomputedKernels(const config::StudyConfig& study, const Cohort& cohort, const LineSink& line) {
+  line(fmt::format("Kernels: {} precomputed kernel files", study.kernels.precomputed.size()));
+  for (const auto& k : study.kernels.precomputed) {
+    std::error_code ec;
+    if (!fs::is_regular_file(k.file, ec))
+      throw InputError("kernels:Missing", k.file, "precomputed kernel file \"" + k.name + "\" not found: " + WhyNotAFile(k.file));
+    line(fmt::format("  {}: {}", k.name, k.file));
+  }
+  // Read and checked as run does (shape n x n, finite, symmetric, positive semi-definite; zero kernels excluded): the
+  // same functions.
+  kernels::KernelSet set = PrecomputedKernels(study, cohort);
+  ExcludeZeroKernelsOrRefuse(set, study.path);
+  line(fmt::format("  every kernel read: {0}x{0}, finite, symmetric and positive semi-definite", cohort.ids.size()));
+  for (const auto& e : set.excluded) line(fmt::format("  warning: kernel {} excluded: {}", e.info.name, e.reason));
+}
+
+/// Tabular kernels: the feature groups, every kernel formed as run forms it.
+void DescribeTabularKernels(const config::StudyConfig& study, const Cohort& cohort, const LineSink& line) {
+  line(fmt::format("Kernels: {} linear kernels on feature groups of {}", study.kernels.tabular.groups.size(), study.kernels.tabular.table));
+  for (const auto& [name, cols] : study.kernels.tabular.groups) line(fmt::format("  {}: {} columns", name, cols.size()));
+  // Formed as run forms them (a function that overflows is refused here too); features are small next to images.
+  kernels::KernelSet set = TabularKernels(study, cohort);
+  ExcludeZeroKernelsOrRefuse(set, study.path);
+  line(fmt::format("  every kernel formed: {} kernels, finite", set.Size()));
+  for (const auto& e : set.excluded) line(fmt::format("  warning: kernel {} excluded: {}", e.info.name, e.reason));
+}
+
+/// Several sources: each described as a study of its own, indented under its name.
+void DescribeSourceKernels(const config::StudyConfig& study, const Cohort& cohort, bool deep, const LineSink& line) {
+  line(fmt::format("Kernels: {} sources{}", study.kernels.sources.size(),
+                   study.kernels.sourceWeighting == config::SourceWeighting::Equal ? ", each scaled to the same total trace in every fold" : ""));
+  for (const auto& source : study.kernels.sources) {
+    // Each source checked as a study of its own would be, with the same functions as run.
+    const auto d = SourceStudy(study, source);
+    const Cohort sc = SourceCohort(d, source, cohort);
+    line(fmt::format("Source \"{}\" ({}):", source.name, config::ToString(source.kind)));
+    DescribeKernels(d, sc, deep, [&](const std::string& text) { line("  " + text); });
+  }
+}
+
+/// Connectivity kernels: every matrix read, and the kernels planned from the nodes or networks.
+void DescribeConnectivityKernels(const config::StudyConfig& study, const Cohort& cohort, const LineSink& line) {
+  const auto& spec = study.kernels.connectivity;
+  const ConnectivityData data = ReadConnectivity(study, spec, cohort);
+  const auto plan = PlanConnectivityKernels(data, spec.kernels);
+  line(fmt::format("Connectivity: {} matrices from column \"{}\", {} nodes ({}), {} connections; every matrix read: square, finite, symmetric",
+                   cohort.ids.size(), spec.column, data.nodes.size(), spec.nodes.empty() ? "unnamed" : spec.nodes, data.edges.cols()));
+  line(fmt::format("Kernels: {} linear kernels ({})", plan.names.size(),
+                   spec.kernels == config::ConnectivitySpec::Kernels::Node      ? "one per node"
+                   : spec.kernels == config::ConnectivitySpec::Kernels::Network ? "one per network"
+                                                                                : "one over every connection"));
+}
+
+/// What a study's kernel source is, checked as the kernel stage reads it (headers, atlas, mask, files).
+void DescribeKernels(const config::StudyConfig& study, const Cohort& cohort, bool deep, const LineSink& line) {
+  switch (study.kernels.source) {
+    case config::KernelSource::Images: DescribeImageKernels(study, cohort, deep, line); break;
+    case config::KernelSource::Precomputed: DescribePrecomputedKernels(study, cohort, line); break;
+    case config::KernelSource::Tabular: DescribeTabularKernels(study, cohort, line); break;
+    case config::KernelSource::Sources: DescribeSourceKernels(study, cohort, deep, line); break;
+    case config::KernelSource::Connectivity: DescribeConnectivityKernels(study, cohort, line); break;
   }
 }
 
