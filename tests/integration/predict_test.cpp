@@ -66,7 +66,9 @@ class PredictCli : public ::testing::Test {
         {"multi", "--subjects 45 --seed 5 --downsample 3 --classes 3 --signal \"Hippocampus_L,Amygdala_L;Precuneus_R;Frontal_Mid_L\""},
         {"trainA", "--subjects 60 --seed 21 --downsample 3 --effect 0.6"},
         {"newB", "--subjects 60 --seed 22 --downsample 3 --effect 0.6"},
-        {"coarse", "--subjects 6 --seed 4 --downsample 4"}};
+        {"coarse", "--subjects 6 --seed 4 --downsample 4"},
+        {"nan", "--subjects 24 --seed 8 --downsample 3 --nan-fraction 0.01"},
+        {"nanNew", "--subjects 24 --seed 9 --downsample 3 --nan-fraction 0.01"}};
     if (!fs::exists(Path(name))) {
       const auto r = RunCli("simulate --out " + Path(name) + " " + args.at(name) + " -q");
       EXPECT_EQ(r.exitCode, 0) << r.output;
@@ -218,6 +220,29 @@ TEST_F(PredictCli, IndependentCohortScoresWithinNestedCvInterval) {
   const auto c = RunCli("predict " + results + "/model/Svm " + Cohort("newB") + "/study.json --out " + Path("predB2") + " -q");
   ASSERT_EQ(c.exitCode, 0) << c.output;
   EXPECT_EQ(ReadFile(Path("predB2") + "/predictions.tsv"), ReadFile(Path("predB") + "/predictions.tsv"));
+}
+
+// New subjects with NaN voxels where the model has weights (drop_voxel: treated as the training mean): one warning
+// per subject and model, in the table's order, whatever the threads (they came in the order the threads finished).
+TEST_F(PredictCli, NonFiniteVoxelWarningsDoNotDependOnTheThreadCount) {
+  const auto results = Run("nan", Cohort("nan"), R"("target": {"column": "group", "task": "classification", "positive_class": "patient"},
+    "learners": [{"name": "svm", "params": {"c": 1}}])");
+  std::vector<std::string> summaries;
+  for (const char* threads : {"1", "2"}) {
+    const std::string out = Path(std::string("pred_nan_") + threads);
+    const auto r = RunCli("predict " + results + "/model " + Cohort("nanNew") + "/participants.tsv --out " + out + " --threads " + threads + " -q");
+    ASSERT_EQ(r.exitCode, 0) << r.output;
+    auto summary = nlohmann::json::parse(ReadFile(out + "/summary.json"));
+    std::vector<std::string> nanWarnings;
+    for (const auto& w : summary.at("warnings"))
+      if (w.get<std::string>().find("NaN or infinite") != std::string::npos) nanWarnings.push_back(w);
+    ASSERT_EQ(nanWarnings.size(), 24u) << "one per subject";
+    for (std::size_t i = 0; i < nanWarnings.size(); ++i) EXPECT_THAT(nanWarnings[i], HasSubstr(fmt::format("subject sub-{:04d}:", i + 1)));
+    summary.erase("seconds");
+    summary.erase("date");
+    summaries.push_back(summary.dump());
+  }
+  EXPECT_EQ(summaries[0], summaries[1]);
 }
 
 // Optional model.json slots filled by hand: Platt probabilities and linear bias correction.

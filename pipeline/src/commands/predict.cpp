@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
-#include <mutex>
+#include <iterator>
 #include <optional>
 #include <set>
 
@@ -321,7 +321,7 @@ void AddVoxelScores(const exporting::ExportedModel& m, const exporting::ModelIma
 /// Subject i's image of source `name` (read from `path` unless given) scored under every model that has the source.
 void ScoreImage(const std::vector<exporting::ExportedModel>& models, const std::string& name, const std::string& id, const std::string& path,
                 const io::Volume& volume, Eigen::Index i, const std::vector<Eigen::MatrixXd>& designs, std::vector<Eigen::MatrixXd>& scores,
-                std::vector<std::string>& warnings, std::mutex& warnMutex) {
+                std::vector<std::string>& warnings) {
   for (std::size_t q = 0; q < models.size(); ++q) {
     const auto& m = models[q];
     for (const auto& src : m.imageSources) {
@@ -331,7 +331,6 @@ void ScoreImage(const std::vector<exporting::ExportedModel>& models, const std::
       std::int64_t nonFinite = 0;
       const Eigen::VectorXd xc = CentredVoxels(src, volume, scale, designs[q], i, nonFinite);
       if (nonFinite > 0) {
-        std::lock_guard lock(warnMutex);
         warnings.push_back(fmt::format("subject {}: {} voxels of the model are NaN or infinite in {} (learner {}); they were treated as the training "
                                        "mean (no contribution)",
                                        id, nonFinite, path, m.learner));
@@ -366,8 +365,9 @@ std::vector<Eigen::MatrixXd> ModelScores(const std::vector<exporting::ExportedMo
   const auto n = static_cast<Eigen::Index>(subjects.ids.size());
   std::vector<Eigen::MatrixXd> scores = BiasScores(models, subjects);
   const std::vector<Eigen::MatrixXd> designs = NewDesigns(models, subjects);
-  // Image sources: each image read once, scored under every model.
-  std::mutex warnMutex;
+  // Image sources: each image read once, scored under every model. Each subject's warnings apart, then in table
+  // order: the same output whatever the threads.
+  std::vector<std::vector<std::string>> subjectWarnings(static_cast<std::size_t>(n));
   for (const auto& name : ImageSourceNames(models)) {
     const auto& paths = subjects.images.at(name);
     const auto held = subjects.volumes.find(name);
@@ -379,9 +379,10 @@ std::vector<Eigen::MatrixXd> ModelScores(const std::vector<exporting::ExportedMo
       const std::string& path = paths[static_cast<std::size_t>(i)];
       const io::Volume vol = inMemory ? io::Volume{} : io::ReadVolume(path);
       const io::Volume& volume = inMemory ? (*inMemory)[static_cast<std::size_t>(i)] : vol;
-      ScoreImage(models, name, subjects.ids[static_cast<std::size_t>(i)], path, volume, i, designs, scores, warnings, warnMutex);
+      ScoreImage(models, name, subjects.ids[static_cast<std::size_t>(i)], path, volume, i, designs, scores, subjectWarnings[static_cast<std::size_t>(i)]);
     });
   }
+  for (auto& w : subjectWarnings) warnings.insert(warnings.end(), std::make_move_iterator(w.begin()), std::make_move_iterator(w.end()));
   for (std::size_t q = 0; q < models.size(); ++q) {
     const Eigen::MatrixXd design = designs[q].rows() > 0 ? designs[q] : Eigen::MatrixXd(n, 0);
     if (!models[q].tabularSources.empty()) AddTabularScores(models[q], subjects, design, scores[q]);
