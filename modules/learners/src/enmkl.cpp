@@ -1,4 +1,4 @@
-// Elastic-net MKL (seed 004, Algorithms 1 and 2), with the reference system's defects fixed
+// Elastic-net MKL (Mourao-Miranda et al., Algorithms 1 and 2), with the reference system's defects fixed
 // (ALGORITHMS.md section 3): scale-free stopping rule, iteration cap, warm starts, a matched
 // (alpha, beta) pair, the LIBSVM bias rule, and no absolute thresholds on ||w_j||.
 #include <algorithm>
@@ -48,7 +48,7 @@ constexpr double kHandOverGap = 1e-4;       ///< ... to this relative duality ga
 /// c_j = sqrt(a'K_j a), the fixed-point equations beta_j (mu S + (1 - mu) c_j beta_j) = c_j beta_j,
 /// S = sum_k c_k beta_k, have the water-filling solution beta_j = (c_j - mu S) / ((1 - mu) c_j) on
 /// the support A = {j : c_j > mu S}, S = sum_A c_j / (1 - mu + mu |A|), and 0 elsewhere.
-/// (Seed 004's update is one multiplicative step towards it.) `level` receives S.
+/// (ENMKL's published update is one multiplicative step towards it.) `level` receives S.
 Eigen::VectorXd WaterFill(const Eigen::VectorXd& c, double mu, double* level = nullptr) {
   const Eigen::Index m = c.size();
   std::vector<Eigen::Index> order(static_cast<std::size_t>(m));
@@ -80,20 +80,20 @@ std::vector<Eigen::Index> Support(const Eigen::VectorXd& beta) {
   return A;
 }
 
-/// One ENMKL update (seed 004): solve the single-kernel problem on sum_j beta_j K_j (warm-started),
+/// One ENMKL update (Mourao-Miranda et al.): solve the single-kernel problem on sum_j beta_j K_j (warm-started),
 /// then beta_j <- 1 / (sqrt(mu)/lambda_j + 1 - mu), lambda_j = ||w_j|| / (sqrt(mu) sum_k ||w_k||),
 /// ||w_j|| = beta_j sqrt(a'K_j a); written as ||w_j|| / (mu sum||w|| + (1 - mu)||w_j||), finite at
 /// mu = 0 and for ||w_j|| = 0.
-/// Active set (issue 17): only the kernels with beta_j > 0 are combined and have their quadratics
-/// formed; the others are screened (ScreenedNorms) and evaluated only where they might enter.
+/// Active set (the optimum usually keeps few kernels): only the kernels with beta_j > 0 are combined and have
+/// their quadratics formed; the others are screened (ScreenedNorms) and evaluated only where they might enter.
 class EnmklMap {
  public:
   EnmklMap(std::string_view learner, const KernelList& train, const FitOptions& options, const InnerSolver& solver, double mu, FitInfo& info)
       : stack_(CheckedStack(learner, train, options, ownStack_)), screen_(stack_), broughtIn_(static_cast<std::size_t>(stack_.Size()), 0), solver_(solver), mu_(mu),
         info_(info) {}
   /// Solves on sum_j beta_j K_j (`sol` is the warm start in and the solution out) and forms c_j =
-  /// sqrt(a'K_j a) on the support of beta; `objective` receives the primal objective of seed 004's
-  /// Definition 4 at the w this solution gives for `beta`:
+  /// sqrt(a'K_j a) on the support of beta; `objective` receives the primal objective of ENMKL's
+  /// Definition 4 (Mourao-Miranda et al.) at the w this solution gives for `beta`:
   /// mu/2 (sum_j ||w_j||)^2 + (1 - mu)/2 sum_j ||w_j||^2 + loss, ||w_j|| = beta_j sqrt(a'K_j a).
   /// Returns false when the solution uses no kernel at all (e.g. constant targets).
   /// With `products` (a Newton step, which needs the columns K_j a of the support), the support's
@@ -118,7 +118,7 @@ class EnmklMap {
     objective = 0.5 * mu_ * total * total + 0.5 * (1.0 - mu_) * squares + solver_.SolutionLoss(K_, sol);
     return total > 0;
   }
-  /// Seed 004's update F(beta) (support of beta only) after Solve.
+  /// ENMKL's update F(beta) (support of beta only) after Solve.
   Eigen::VectorXd Update(const Eigen::VectorXd& beta) {
     double total = 0;
     for (Eigen::Index j = 0; j < beta.size(); ++j)
@@ -154,7 +154,7 @@ class EnmklMap {
   }
   /// Newton's method on the fixed-point equations restricted to the support A of `beta`:
   /// R_j = (1 - mu) beta_j c_j + mu S - c_j = 0 for j in A (S = sum_A beta_k c_k: beta_j equals its
-  /// seed-004 update), with the Jacobian from the inner solution's sensitivity (InnerSolver::Curvature).
+  /// ENMKL update), with the Jacobian from the inner solution's sensitivity (InnerSolver::Curvature).
   /// Converged: the last Newton step (the distance to the fixed point on A, to second order) is below
   /// `tolerance` relative to sum(beta), it was computed at a fully solved inner problem, its linear model left
   /// no residual (|J delta + R| <= tolerance S), and the full optimality check over all kernels passed: no kernel
@@ -186,7 +186,7 @@ class EnmklMap {
       if (mu_ == 1.0 && solver_.Frozen(sol)) {
         // No free variable: the solution does not move with the weights (H = 0, and J = 1 c' is singular). For it, the
         // l1-MKL optimum is all weight on the largest c_j over every kernel, which is where the multiplicative steps
-        // go, one factor c_j / max c at a time (issue 17: 30-130 iterations at small C, more on permuted targets).
+        // go, one factor c_j / max c at a time (30-130 iterations at small C, more on permuted targets): jump there at once.
         // Newton goes on from there: at the next solve the support is one kernel, or the solution has free variables.
         Eigen::Index top = 0;
         double largest = c.maxCoeff(&top);
@@ -305,7 +305,7 @@ class EnmklMap {
       if (!(moved.sum() > 0)) return Newton::Failed;
       // Once Newton's steps are small, the kernels outside A that must enter (found through the screening bounds: few
       // exact quadratics) enter now, at a small weight, rather than at the certifying step: the steps left on A are the
-      // ones solved to full precision, which a late entry would repeat on the larger support (issue 17: about 2
+      // ones solved to full precision, which a late entry would repeat on the larger support (about 2
       // full-precision SVM solves per support change of a warm-started grid fit). From steps below 1e-2 instead of 1e-3,
       // an entry while Newton is still converging slowly can cost the attempt (seen on an interpolating SVM, C = 100).
       if (k >= 1 && lastStep < kEarlyEntry) {
@@ -378,8 +378,8 @@ Model FitEnmkl(std::string_view learner, const KernelList& train, const InnerSol
   if (const Model* w = options.warmStart; warmed) {
     // The neighbour's weights. At mu = 1 mixed with 10 % uniform weight: a multiplicative step cannot revive a weight
     // at 0. For mu < 1 the first water-filling step looks at every kernel (the outside check), so a kernel the
-    // neighbour had at 0 comes back there, and the first combination reads the neighbour's support only (issue 17:
-    // the uniform share made every warm fit start with all kernels; 12,231 -> 11,713 iterations on the n = 200 nested CV).
+    // neighbour had at 0 comes back there, and the first combination reads the neighbour's support only (a uniform
+    // share would make every warm fit start with all kernels).
     const Eigen::VectorXd uniform = beta;
     const double mix = s.mu < 1.0 ? 0.0 : 0.1;
     for (auto j : active) beta[j] = (1.0 - mix) * w->beta[j] / w->beta.sum() + mix * uniform[j];
@@ -406,7 +406,7 @@ Model FitEnmkl(std::string_view learner, const KernelList& train, const InnerSol
   };
   if (s.mu < 1.0) {
     // Phase 1, damped water-filling: beta <- (1 - w) beta + w WaterFill(c(beta)). Same fixed points
-    // as seed 004's update (the optimum), usually reached in tens of steps instead of thousands: the
+    // as ENMKL's published update (the optimum), usually reached in tens of steps instead of thousands: the
     // plain update contracts at a rate near 1, the water-filling step only waits for the inner
     // solution to settle. w halves when a step is larger than the previous one and grows back
     // otherwise. Once a step is below 1e-2 (normalised; 0.1 for a warm-started fit), Newton's method on the water-filled support finds
@@ -478,14 +478,14 @@ Model FitEnmkl(std::string_view learner, const KernelList& train, const InnerSol
     }
   }
   if (!done) {
-    // Seed 004's multiplicative update (the only option for mu = 1, where the frozen problem is
+    // ENMKL's multiplicative update (the only option for mu = 1, where the frozen problem is
     // degenerate: all weight on the largest c_j), raised to an adaptive power eta: beta_j <- beta_j
     // (F(beta)_j / beta_j)^eta, eta = 1 being the published step; same fixed points, faster
     // contraction; eta grows while the steps go on in one direction and falls back towards 1 when one overshoots.
     // Weights that are clearly vanishing (ratio F(beta)_j / beta_j < 1 - 1e-3 and below 1e-3) mark the
     // support of the limit; once no weight grows by more than 1 % in a step (10 % warm-started), Newton's method on it finds the
     // fixed point and the full check certifies it (as in phase 1). Without a Newton step (a solver
-    // without Curvature) the stopping rule is the old one: no weight may still grow (ratio <= 1 + 1e-3),
+    // without Curvature) the stopping rule is the step-size rule: no weight may still grow (ratio <= 1 + 1e-3),
     // the others moved less than `tolerance`, and the primal objective changed by less than
     // `objective_tolerance`; the vanishing weights are then set to exactly 0.
     Eigen::VectorXd vanishing = Eigen::VectorXd::Zero(m);
@@ -495,8 +495,8 @@ Model FitEnmkl(std::string_view learner, const KernelList& train, const InnerSol
     double prevStep = 1.0;
     while (info.iterations < s.maxIterations) {
       if (s.mu == 1.0 && info.iterations >= kHandOver && haveSol) {
-        // l1-MKL whose multiplicative steps and Newton attempts have not settled (issue 17: at small C on a real cohort of
-        // ~19 subjects, 15 of 175 warm-started fits ran to the 500-iteration cap). There the SVM's solution changes its
+        // l1-MKL whose multiplicative steps and Newton attempts have not settled (at small C on a real cohort of
+        // ~19 subjects, 15 of 175 warm-started fits would run to the 500-iteration cap). There the SVM's solution changes its
         // active set within the iterates' range: c_j jumps with the weights and the steps oscillate around a kink that
         // Newton's equations (equal c_j on the support) cannot express. SimpleMKL's descent on J, certified by the duality
         // gap, has the same optimum and does not need c to be smooth: it goes on from here.
@@ -563,8 +563,8 @@ Model FitEnmkl(std::string_view learner, const KernelList& train, const InnerSol
       }
       // eta halves when the last step overshot: it turned back (its log-ratios at an obtuse angle to the previous
       // step's) or the largest growth rose by more than kGrowthRise; else it grows. The step's size alone is no sign of
-      // overshoot: on a large support the steps grow for tens of iterations while the weights concentrate (issue 17: with
-      // "halve when the step grew", mu = 1 fits at n = 192, m = 116 took 27-48 iterations, now 17-25).
+      // overshoot: on a large support the steps grow for tens of iterations while the weights concentrate (mu = 1 fits at
+      // n = 192, m = 116: 17-25 iterations with this rule, 27-48 with "halve when the step grew").
       Eigen::VectorXd direction = Eigen::VectorXd::Zero(m);
       for (Eigen::Index j = 0; j < m; ++j)
         if (from[j] > 0 && to[j] > 0) direction[j] = std::log(to[j] / from[j]);
@@ -602,7 +602,7 @@ Model FitEnmkl(std::string_view learner, const KernelList& train, const InnerSol
   StoreSolution(sol, sum, model);
   model.alpha = sol.alpha * sum;
   model.solverState = sol.alpha;
-  info.objective = objective;  // primal objective of seed 004's Definition 4
+  info.objective = objective;  // primal objective of ENMKL's Definition 4
   info.seconds = clock.Seconds();
   return model;
 }

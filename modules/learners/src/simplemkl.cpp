@@ -45,7 +45,7 @@ class SimpleMklFit {
   }
 
   /// q_j = a'K_j a, summed over the classes of a one-vs-rest solution (the gradient of the summed
-  /// duals with one beta). Active set (issue 17): exact for the kernels with d_j > 0; a kernel with
+  /// duals with one beta). Active set (few kernels keep a weight): exact for the kernels with d_j > 0; a kernel with
   /// d_j = 0 only matters if q_j >= q_top (it would get a positive direction) or q_j > max over the
   /// others (the gap), so it is computed only when its screening bound reaches q_top; otherwise it
   /// gets its bound's lower stand-in 0 (it stays out of the direction and of the gap's maximum).
@@ -69,7 +69,7 @@ class SimpleMklFit {
   }
   static double Square(double x) { return x * x; }
 
-  /// A Newton step for the l1-MKL optimality conditions on the support A of d (issue 17): c_j = S for
+  /// A Newton step for the l1-MKL optimality conditions on the support A of d: c_j = S for
   /// j in A, S = sum_A d_k c_k (which implies sum d = 1), c_j = sqrt(q_j); the inner solver's
   /// sensitivity gives the Jacobian (ENMKL's Newton step with mu = 1). `q` holds the exact q_j on A.
   /// False when the solver has no sensitivity or the step is not usable.

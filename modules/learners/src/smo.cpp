@@ -120,11 +120,11 @@ SmoResult Solve(const Eigen::MatrixXd& K, const Eigen::VectorXd& y, const Eigen:
     jSel = -1;
     // With y_t = +-1 the two label cases of WSS 2 are one: -y_t G_t over I_up for i; over I_low,
     // y_t G_t for the second maximum and Q's quadratic K_ii + K_tt - 2 K_it (y_i Q_it = y_t K_it).
-    // The first scan has no branch on a variable's set, which is unpredictable (issue 17: this scan and the
-    // gradient update below were half of an SVM solve at n = 200): a variable outside I_up takes NaN, which
+    // The first scan has no branch on a variable's set, which is unpredictable (this scan and the
+    // gradient update below are about half of an SVM solve at n = 200): a variable outside I_up takes NaN, which
     // compares false, so the branch left is taken only when the maximum so far changes; the selection is
-    // that of the plain loop, ties included. (The second scan was tried the same way, and with its division
-    // skipped where a product bound rules the gain out: slower at n = 500, where most variables sit at a bound.)
+    // that of the plain loop, ties included. (The second scan written the same way, or with its division
+    // skipped where a product bound rules the gain out, is slower at n = 500, where most variables sit at a bound.)
     constexpr double kNan = std::numeric_limits<double>::quiet_NaN();
     for (Eigen::Index k = 0; k < activeSize; ++k) {
       const Eigen::Index t = active[static_cast<std::size_t>(k)];
@@ -252,7 +252,7 @@ SmoResult Solve(const Eigen::MatrixXd& K, const Eigen::VectorXd& y, const Eigen:
     updateBound(i);
     updateBound(j);
     // G_t += Q_ti dA_i + Q_tj dA_j = y_t (y_i dA_i K_ti + y_j dA_j K_tj), over the active set. While at least
-    // half the variables are active, every gradient is updated in index order instead (vectorised: issue 17, 15 %
+    // half the variables are active, every gradient is updated in index order instead (vectorised; this update is ~15 %
     // of an SVM solve at n = 200); a shrunk variable's gradient is rebuilt before it is read again
     // (reconstructGradient), so the extra updates change nothing.
     const double ci = yv[i] * (av[i] - oldAi), cj = yv[j] * (av[j] - oldAj);
