@@ -1,4 +1,4 @@
-// Batch benchmarks (issue 8), end to end through the library, figures printed.
+// Batch benchmarks, end to end through the library, figures printed.
 //  batch:  8 studies = 2 simulated cohorts x 2 targets x 2 learners, as one batch (shared kernel
 //          cache) and as 8 separate runs (each computing its own kernels): image reads (counted
 //          by the io module) and wall time. Floor: the batch reads each cohort's images once.

@@ -1,15 +1,16 @@
-// Kernel-stage products benchmark (issue 17, "the kernel stage at large n"): the product pass alone,
+// Kernel-stage products benchmark (the kernel stage at large n): the product pass alone,
 // on simulated PET-like subject rows in memory (mean 1, spatial pattern, subject effects 10 %, voxel
 // noise 20 %) on the AAL grid at 2 mm (default) or 3 mm, 116 regions. Compared in one run, each
 // repeated REPS times (default 2) alternately, minimum reported (this machine is shared):
-//   before  the per-region product of main before this change (AccumulateRegion, copied below),
-//   after   kernels::RegionProducts (what ComputeRegionKernels runs on in-memory data),
-//   floor   one cblas_ssyrk over all n x V voxels (2 BLAS threads), the figure issue 17 quotes.
+//   region  one product per region, in voxel chunks of differences from a reference row (PerRegionProduct,
+//           below; one region per task), the simple way the batched pass is measured against,
+//   batched kernels::RegionProducts (what ComputeRegionKernels runs on in-memory data),
+//   floor   one cblas_ssyrk over all n x V voxels (2 BLAS threads): the BLAS rate, the lower bound.
 // Every measurement runs in a fresh forked process, so both product variants allocate their 116
 // fresh n x n double kernels, as the stage does: on this (virtualised) machine first touch of that
 // memory is a large part of the stage at large n (sys seconds and page faults are printed).
 // Wall and CPU (user + sys) seconds are printed: under contention from other processes the CPU
-// seconds are the steadier comparison. max|after - before| is relative to each kernel's max entry
+// seconds are the steadier comparison. max|batched - region| is relative to each kernel's max entry
 // (0 = bitwise identical).
 // Usage: bench_kernel_products [--3mm] [n ...] (default 400 1000 1600)
 #include <sys/resource.h>
@@ -65,8 +66,9 @@ void Time(Times& t, F&& f) {
   t.faults = std::max(t.faults, u1.ru_minflt - u0.ru_minflt);
 }
 
-// The product of main before this branch (copied verbatim).
-void OldAccumulateRegion(const float* xa, std::int64_t na, const float* xb, std::int64_t nb, std::int64_t ldx, const float* ref, std::int64_t col0,
+// One region's product on its own: voxel chunks of kVoxelChunk, differences from `ref` summed in float by
+// ssyrk/sgemm, then in double, and the reference's terms added back.
+void PerRegionProduct(const float* xa, std::int64_t na, const float* xb, std::int64_t nb, std::int64_t ldx, const float* ref, std::int64_t col0,
                          std::int64_t col1, bool same, Eigen::MatrixXd& out, std::vector<float>& bufA, std::vector<float>& bufB,
                          std::vector<float>& prod) {
   out.setZero(na, nb);
@@ -178,8 +180,8 @@ int main(int argc, char** argv) {
   std::printf("grid %s: %zu regions, %lld voxels (per region: min %lld, median %lld, max %lld); %d repetitions, minimum shown\n",
               grid.Describe().c_str(), R, static_cast<long long>(V), static_cast<long long>(widths.front()), static_cast<long long>(widths[R / 2]),
               static_cast<long long>(widths.back()), reps);
-  std::printf("%6s | %16s | %16s | %16s | %11s %11s | %12s\n", "n", "before wall/cpu", "after wall/cpu", "ssyrk wall/cpu", "before/after",
-              "after/ssyrk", "max|a-b|");
+  std::printf("%6s | %16s | %16s | %16s | %11s %11s | %12s\n", "n", "region wall/cpu", "batch wall/cpu", "ssyrk wall/cpu", "region/batch",
+              "batch/ssyrk", "max|a-b|");
   for (int n : sizes) {
     std::vector<float> X(static_cast<std::size_t>(n) * static_cast<std::size_t>(V));
     for (int s = 0; s < n; ++s) {  // serial: the parent forks the measurements and must not start TBB
@@ -190,23 +192,23 @@ int main(int argc, char** argv) {
         X[static_cast<std::size_t>(s) * static_cast<std::size_t>(V) + static_cast<std::size_t>(v)] =
             subject * (1.0f + 0.3f * std::sin(0.001f * static_cast<float>(v))) + 0.2f * nd(rng);
     }
-    Times before, after, floor;
-    auto oldProducts = [&](std::vector<Eigen::MatrixXd>& old) {
-      old.resize(R);
+    Times region, batched, floor;
+    auto perRegionProducts = [&](std::vector<Eigen::MatrixXd>& out) {
+      out.resize(R);
       openblas_set_num_threads(1);
       tbb::parallel_for(std::size_t{0}, R, [&](std::size_t r) {
         thread_local std::vector<float> a, b, p;
-        OldAccumulateRegion(X.data(), n, X.data(), n, V, X.data(), offsets[r], offsets[r + 1], true, old[r], a, b, p);
+        PerRegionProduct(X.data(), n, X.data(), n, V, X.data(), offsets[r], offsets[r + 1], true, out[r], a, b, p);
       });
     };
     for (int rep = 0; rep < reps; ++rep) {
       // Each measurement in a fresh child process: its kernels are fresh memory, as in the stage
       // (in one process, freed kernels would be reused by the next variant without page faults).
-      InChild(before, [&] {
-        std::vector<Eigen::MatrixXd> old;
-        oldProducts(old);
+      InChild(region, [&] {
+        std::vector<Eigen::MatrixXd> perRegion;
+        perRegionProducts(perRegion);
       });
-      InChild(after, [&] { (void)kernels::RegionProducts(X.data(), n, V, offsets); });
+      InChild(batched, [&] { (void)kernels::RegionProducts(X.data(), n, V, offsets); });
       InChild(floor, [&] {
         std::vector<float> C(static_cast<std::size_t>(n) * static_cast<std::size_t>(n));
         openblas_set_num_threads(2);
@@ -216,18 +218,18 @@ int main(int argc, char** argv) {
     double maxDiff = 0;
     Times unused;
     InChild(unused, [&] {
-      std::vector<Eigen::MatrixXd> old;
-      oldProducts(old);
-      const auto now = kernels::RegionProducts(X.data(), n, V, offsets);
+      std::vector<Eigen::MatrixXd> perRegion;
+      perRegionProducts(perRegion);
+      const auto batch = kernels::RegionProducts(X.data(), n, V, offsets);
       double d = 0;
-      for (std::size_t r = 0; r < R; ++r) d = std::max(d, (now[r] - old[r]).cwiseAbs().maxCoeff() / old[r].cwiseAbs().maxCoeff());
+      for (std::size_t r = 0; r < R; ++r) d = std::max(d, (batch[r] - perRegion[r]).cwiseAbs().maxCoeff() / perRegion[r].cwiseAbs().maxCoeff());
       return d;
     }, &maxDiff);
-    std::printf("%6d | %7.2f %7.2f  | %7.2f %7.2f  | %7.2f %7.2f  | %5.2f %5.2f %5.2f %5.2f | %12.1e\n", n, before.wall, before.cpu, after.wall,
-                after.cpu, floor.wall, floor.cpu, before.wall / after.wall, before.cpu / after.cpu, after.wall / floor.wall, after.cpu / floor.cpu,
+    std::printf("%6d | %7.2f %7.2f  | %7.2f %7.2f  | %7.2f %7.2f  | %5.2f %5.2f %5.2f %5.2f | %12.1e\n", n, region.wall, region.cpu, batched.wall,
+                batched.cpu, floor.wall, floor.cpu, region.wall / batched.wall, region.cpu / batched.cpu, batched.wall / floor.wall, batched.cpu / floor.cpu,
                 maxDiff);
-    std::printf("       first touch of the kernels: sys seconds before %.2f, after %.2f; page faults before %ld, after %ld\n", before.sys,
-                after.sys, before.faults, after.faults);
+    std::printf("       first touch of the kernels: sys seconds region %.2f, batch %.2f; page faults region %ld, batch %ld\n", region.sys,
+                batched.sys, region.faults, batched.faults);
     std::fflush(stdout);
   }
   return 0;

@@ -1,4 +1,4 @@
-// Kernel-stage benchmark (issue 3): on a simulated cohort on the 2 mm AAL grid (116 regions,
+// Kernel-stage benchmark: on a simulated cohort on the 2 mm AAL grid (116 regions,
 // ~185,000 voxels), compare in one run
 //   (a) reading and decoding every image alone (the floor: the disk and gzip),
 //   (b) the whole kernel stage (read once + every region's Gram matrix),

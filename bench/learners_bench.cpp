@@ -1,11 +1,11 @@
-// Learner benchmarks (issue 4).
+// Learner benchmarks.
 //  - SVM vs LIBSVM (peer, same precomputed kernel, n = 500 and 2000): decision values must agree to
 //    1e-6 relative (checked before timing, printed), then both are timed.
 //  - ENMKL-SVM, SimpleMKL and ENMKL-KRR on n = 200 subjects x 116 region kernels with fixed C, mu:
 //    iterations, inner solves, time, and the ratio to one SVM solve on the summed kernel.
-//  - Issue 17 (active-set MKL): ENMKL-SVM fit vs one SVM solve in the same run, SimpleMKL at duality
+//  - Active-set MKL: ENMKL-SVM fit vs one SVM solve in the same run, SimpleMKL at duality
 //    gaps 1e-2, 1e-4, 1e-7, ENMKL on real vs permuted labels (192 x 116), ENMKL refit at n = 2000.
-//  - Issue 7: KELM (one Cholesky solve) vs BSADMM-KELM (ADMM on the hinge QP) vs SMO-SVM on the same
+//  - KELM (one Cholesky solve) vs BSADMM-KELM (ADMM on the hinge QP) vs SMO-SVM on the same
 //    kernel and C, n = 200, 500, 2000; the ADMM-with-bias solution is checked against SMO first
 //    (decision values to 1e-4 relative). MK-ELM and MKL-BP on the 200 x 116 problem.
 #include <algorithm>
@@ -87,7 +87,7 @@ void BM_NeuromklSvm(benchmark::State& state) {
 }
 BENCHMARK(BM_NeuromklSvm)->Arg(500)->Arg(2000)->Unit(benchmark::kMillisecond);
 
-// The same solver without shrinking: the in-run "before" of issue 17's shrinking.
+// The same solver without shrinking: what LIBSVM's shrinking heuristic saves, measured in the same run.
 void BM_NeuromklSvmNoShrinking(benchmark::State& state) {
   const auto& p = Shared(static_cast<int>(state.range(0)));
   const Eigen::VectorXd minusOnes = Eigen::VectorXd::Constant(p.targets.y.size(), -1.0);
@@ -200,7 +200,7 @@ void BM_OneSvm_200_summed(benchmark::State& state) {
 }
 BENCHMARK(BM_OneSvm_200_summed)->Unit(benchmark::kMillisecond);
 
-// ---- issue 17: active-set MKL ----
+// ---- active-set MKL ----
 double CpuSeconds() { return static_cast<double>(std::clock()) / CLOCKS_PER_SEC; }
 
 /// CPU seconds per call of f, best of `reps` (CPU time: the machine may be shared).
@@ -216,8 +216,8 @@ double BestCpu(int reps, F&& f) {
 }
 
 // ENMKL-SVM fit and one SVM solve on the summed kernel, timed in the same run (CPU time, best of
-// 5): the ratio is issue 17's figure (target <= 15). The SVM uses ENMKL's svm_tolerance (1e-8) as
-// well as 1e-5 (the older reference of this file); both ratios are printed.
+// 5): the ratio's target is <= 15. The SVM uses ENMKL's svm_tolerance (1e-8) and a looser
+// 1e-5; both ratios are printed.
 void BM_EnmklSvmVsOneSvm_200x116(benchmark::State& state) {
   const auto& p = Regions();
   const auto K = Sum(p.kernels);
@@ -236,7 +236,7 @@ void BM_EnmklSvmVsOneSvm_200x116(benchmark::State& state) {
 }
 BENCHMARK(BM_EnmklSvmVsOneSvm_200x116)->Arg(5)->Arg(10)->Unit(benchmark::kMillisecond)->Iterations(1);
 
-// SimpleMKL at a tight duality gap (issue 17: >= 5x faster than before) and at the default.
+// SimpleMKL at a tight duality gap and at the default.
 void BM_SimpleMklGap_200x116(benchmark::State& state) {
   const auto& p = Regions();
   const double gap = std::pow(10.0, -static_cast<double>(state.range(0)));
@@ -248,7 +248,7 @@ void BM_SimpleMklGap_200x116(benchmark::State& state) {
 }
 BENCHMARK(BM_SimpleMklGap_200x116)->Arg(2)->Arg(4)->Arg(7)->Unit(benchmark::kMillisecond)->Iterations(1);
 
-// Permutation cost (issue 17): ENMKL-SVM fits on a simulated 192 x 116 cohort with its real labels
+// Permutation cost: ENMKL-SVM fits on a simulated 192 x 116 cohort with its real labels
 // and with seeded permutations of them (near-null targets), over part of the default grid
 // (c in {0.01, 1, 100} x mu in {0.1, 0.5, 1}); per-fit CPU time and iterations of each.
 void BM_EnmklPermutedLabels_192x116(benchmark::State& state) {
@@ -284,13 +284,13 @@ void BM_EnmklPermutedLabels_192x116(benchmark::State& state) {
           ++fits;
         }
   }
-  // Issue 17's figure: a permuted fit no slower than a real one (the real labels run first, Arg(0)).
+  // The target: a permuted fit no slower than a real one (the real labels run first, Arg(0)).
   static double realPerFit = 0;
   const double perFit = seconds / static_cast<double>(fits);
   if (!permuted) realPerFit = perFit;
   if (permuted && realPerFit > 0) {
     state.counters["x_real_labels"] = perFit / realPerFit;
-    std::printf("ENMKL-SVM 192 x 116, per fit: permuted labels %.1f ms, real labels %.1f ms: %.2fx (issue 17 target <= 1: %s)\n", 1e3 * perFit,
+    std::printf("ENMKL-SVM 192 x 116, per fit: permuted labels %.1f ms, real labels %.1f ms: %.2fx (target <= 1: %s)\n", 1e3 * perFit,
                 1e3 * realPerFit, perFit / realPerFit, perFit <= realPerFit ? "met" : "NOT met");
   }
   state.counters["ms_per_fit"] = 1e3 * perFit;
@@ -300,7 +300,7 @@ void BM_EnmklPermutedLabels_192x116(benchmark::State& state) {
 }
 BENCHMARK(BM_EnmklPermutedLabels_192x116)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond)->Iterations(1);
 
-// ENMKL-SVM refit at n = 2000 x 116 kernels (issue 17: <= 3 s; was ~27 s). About 3.7 GB of kernels
+// ENMKL-SVM refit at n = 2000 x 116 kernels (target <= 3 s). About 3.7 GB of kernels
 // (the fit itself needs no copy of them: KernelStack is a view); run it on its own
 // (--benchmark_filter=Refit). Prints the figure against the target.
 /// fit() timed in every iteration of `state` (CPU and wall seconds of the last), its model returned.
@@ -328,7 +328,7 @@ void BM_EnmklSvmRefit_2000x116(benchmark::State& state) {
   state.counters["svm_solves"] = m.info.innerSolves;
   state.counters["smo_iterations"] = static_cast<double>(m.info.innerIterations);
   state.counters["selected"] = static_cast<double>((m.beta.array() > 0).count());
-  std::printf("ENMKL-SVM refit n = 2000 x 116: %.2f s wall on %d threads (%.2f s CPU), %d iterations (issue 17 target <= 3 s: %s)\n", wall,
+  std::printf("ENMKL-SVM refit n = 2000 x 116: %.2f s wall on %d threads (%.2f s CPU), %d iterations (target <= 3 s: %s)\n", wall,
               tbb::this_task_arena::max_concurrency(), seconds, m.info.iterations, wall <= 3.0 ? "met" : "NOT met");
 }
 BENCHMARK(BM_EnmklSvmRefit_2000x116)->Unit(benchmark::kMillisecond)->Iterations(1);
@@ -351,13 +351,13 @@ void BM_EnmklSvmRefitFloat32_2000x116(benchmark::State& state) {
   state.counters["iterations"] = m.info.iterations;
   state.counters["selected"] = static_cast<double>((m.beta.array() > 0).count());
   std::printf("ENMKL-SVM refit n = 2000 x 116 on float32 kernels: %.2f s wall on %d threads (%.2f s CPU), %d iterations (float64: %d); "
-              "weights within %.1e of float64, decisions within %.1e relative (issue 17 target <= 3 s: %s)\n",
+              "weights within %.1e of float64, decisions within %.1e relative (target <= 3 s: %s)\n",
               wall, tbb::this_task_arena::max_concurrency(), seconds, m.info.iterations, reference.info.iterations,
               (m.beta - reference.beta).cwiseAbs().maxCoeff(), (f - g).cwiseAbs().maxCoeff() / g.cwiseAbs().maxCoeff(), wall <= 3.0 ? "met" : "NOT met");
 }
 BENCHMARK(BM_EnmklSvmRefitFloat32_2000x116)->Unit(benchmark::kMillisecond)->Iterations(1);
 
-// ---- issue 7: the three ways to train a kernel machine on one kernel ----
+// ---- the three ways to train a kernel machine on one kernel ----
 void BM_Kelm(benchmark::State& state) {
   const auto& p = Shared(static_cast<int>(state.range(0)));
   const auto l = learners::MakeLearner("kelm", {{"c", 1.0}, {"bias", 0}});

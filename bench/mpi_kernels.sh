@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The distributed kernel stage of `neuromkl run` (issue 17): one study's kernel stage as one process
+# The distributed kernel stage of `neuromkl run`: one study's kernel stage as one process
 # and under mpirun with 2 and 3 ranks (3 oversubscribed on a 2-core machine), the per-rank budget
 # (kernels.memory_budget_mb) set below the subject data so that the ranks share the decoding and
 # the products. Prints each run's kernel stage wall time (results.json seconds: kernels, and its

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Kernels that do not fit one rank (issue 17): one study as one process and under mpirun with 2 and 3 ranks whose
+# Kernels that do not fit one rank: one study as one process and under mpirun with 2 and 3 ranks whose
 # per-rank budget (kernels.memory_budget_mb) is below the study's kernels, so that kernel k stays on rank k mod P and
 # every computation that reads it runs there (docs/batch.md, "Kernels that do not fit one rank"). Prints, per run,
 # the wall time of the kernel stage and of the nested CV, each process's peak resident memory (GNU time), the

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# MPI speed-up of one 200-permutation study (issue 8): `neuromkl batch` as one process and under
+# MPI speed-up of one 200-permutation study: `neuromkl batch` as one process and under
 # mpirun with 1 and 2 ranks, wall times printed, results compared (they must be identical).
 # Usage: bash bench/mpi_speedup.sh [build dir (default build)] [permutations (default 200)]
 set -euo pipefail

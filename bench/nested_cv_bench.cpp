@@ -1,19 +1,19 @@
-// Nested-CV benchmark (issue 5): n = 200 subjects, 116 region kernels (synthetic regions of
+// Nested-CV benchmark: n = 200 subjects, 116 region kernels (synthetic regions of
 // 20..400 features, 6 carrying a class difference), 5 outer x 5 inner stratified folds:
-//   ENMKL-SVM over the 7 x 10 (C x mu) grid of seed 004, SVM and SimpleMKL over C (7 values),
+//   ENMKL-SVM over the 7 x 10 (C x mu) grid of ENMKL (Mourao-Miranda et al.), SVM and SimpleMKL over C (7 values),
 // on 1 and 2 threads (wall time and learner fits), then a permutation test.
 // Usage: bench_nested_cv [permutations (default 100)] [permutation learner: svm|enmkl_svm|simplemkl (default svm)]
 //                        [subjects (default 200)] [table: 1 = run the learner table first (default), 0 = permutations only,
 //                        or a learner label (enmkl_svm, svm, simplemkl) = that learner's rows only]
-// Issue 17's permutation target: `bench_nested_cv 6 enmkl_svm 192 0` times 6 permutations (each a whole
+// The permutation target: `bench_nested_cv 6 enmkl_svm 192 0` times 6 permutations (each a whole
 // nested CV over the default 7 x 10 grid) and extrapolates to 99; permutations are independent, so the
 // time is linear in their number.
-// Memory mode (issue 17, folds in flight): `bench_nested_cv memory n [budget GiB]` runs a 5 x 5 nested CV
+// Memory mode (folds in flight): `bench_nested_cv memory n [budget GiB]` runs a 5 x 5 nested CV
 // of SVM and KELM (fixed parameters, inner CV for Platt scaling, as `neuromkl run` does for a binary
 // target) on n x 116 kernels and prints the peak RSS against the kernels; budget 0 (default) = the
 // memory available; threads (4th argument, default all). Run it with the default and with a small budget
 // (one fold at a time). It runs twice, side by side: the fold's summed kernel prepared in place (the
-// default: svm and kelm fit the sum), then a copy of every kernel per fold as before (peak RSS is the
+// default: svm and kelm fit the sum), then, for comparison, a copy of every kernel per fold (peak RSS is the
 // process's, so the smaller run goes first); 5th argument `summed` or `copies` runs one of them only.
 // `bench_nested_cv sweep [seeds (default 40)] [enmkl_svm|enmkl_krr]`: single ENMKL fits on small problems over seeds x mu x C
 // (SweepMode), printing the fits that did not converge.
@@ -22,7 +22,7 @@
 // place (FoldColumns, test blocks copied), then a copy of every kernel per fold.
 // `bench_nested_cv memory-mkl n [budget GiB] [threads] compact` runs the same on the compact store (float32,
 // gram::CompactKernels: the float64 kernels are never all held, each is made and rounded in turn), the
-// n = 5,000 case of issue 17; `... float32-float64` runs the store, then the float64 kernels read in place,
+// n = 5,000 case (nested CV at 5,000 x 116 on a 24 GiB machine); `... float32-float64` runs the store, then the float64 kernels read in place,
 // side by side (peak RSS, time, largest decision difference); `... store-copies` runs the store with copies of the
 // training kernels, float32 (NestedCvOptions::float32FoldCopies, the default) then float64, side by side (peak RSS is
 // the process's: the smaller run goes first).
@@ -142,7 +142,7 @@ static int MemoryMode(int n, double budgetGib, const std::string& way, bool mkl)
   return 0;
 }
 
-/// Convergence sweep (issue 17): single ENMKL fits on the learner tests' problems, MakeMklProblem(60, 12, {0, 3, 7}, 0.8,
+/// Convergence sweep: single ENMKL fits on the learner tests' problems, MakeMklProblem(60, 12, {0, 3, 7}, 0.8,
 /// seed) (cosine-normalised linear kernels of 6 features, 3 of them shifted along the labels), over seeds x mu {0.3, 0.5,
 /// 0.7, 0.9} x C (or lambda) {0.1, 1, 10, 100}. Prints every fit that did not converge and the totals: a fit that cycles
 /// to its iteration cap is a defect (it costs time and returns weights short of the optimum), and which fits cycle
@@ -216,7 +216,7 @@ int main(int argc, char** argv) {
     tbb::global_control limit(tbb::global_control::max_allowed_parallelism, static_cast<std::size_t>(threads));
     for (const auto& plan : plans) {
       if (tableArg != "1" && tableArg != plan.label) continue;
-      // Side by side in one run (issue 17): every fit doing its own kernel check / stack / sum, then
+      // Side by side in one run: every fit doing its own kernel check / stack / sum, then
       // shared per fold (learners::TrainingKernelCache); 1 thread only for the unshared peer.
       for (bool share : threads == 1 && onlyThreads == 0 ? std::vector<bool>{false, true} : std::vector<bool>{true}) {
         cv::NestedCvOptions options;
@@ -232,7 +232,7 @@ int main(int argc, char** argv) {
                     cv::Summarise(res[0], targets).pooled.at("balanced_accuracy"), res[0].innerNotConverged, res[0].innerIterations,
                     res[0].innerSolverIterations);
         if (plan.label == "enmkl_svm" && threads == 2)
-          std::printf("           issue 17 target: ENMKL-SVM nested CV (7 x 10 grid) <= 4 s on 2 threads: %s (%.2f s)\n", s <= 4 ? "met" : "NOT met", s);
+          std::printf("           target: ENMKL-SVM nested CV (7 x 10 grid) <= 4 s on 2 threads: %s (%.2f s)\n", s <= 4 ? "met" : "NOT met", s);
       }
     }
   }
@@ -254,7 +254,7 @@ int main(int argc, char** argv) {
     const double seconds = Since(t);
     std::printf("%d-permutation test of %s, n = %d (whole nested CV per permutation, %d threads): %.1f s, null mean BA %.3f\n", permutations,
                 permLearner.c_str(), n, tbb::this_task_arena::max_concurrency(), seconds, mean / permutations);
-    std::printf("           99 permutations extrapolated: %.1f min (issue 17 target for enmkl_svm at n = 192: < 15 min on 2 cores)\n",
+    std::printf("           99 permutations extrapolated: %.1f min (target for enmkl_svm at n = 192: < 15 min on 2 cores)\n",
                 seconds * 99.0 / permutations / 60.0);
   }
   return 0;

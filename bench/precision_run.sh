@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `neuromkl run` with float64 kernels against the compact float32 store (kernels.precision; issue 17), end to end
+# `neuromkl run` with float64 kernels against the compact float32 store (kernels.precision), end to end
 # on one simulated cohort, alternating the two: each run's wall time, peak RSS (/usr/bin/time) and its kernel
 # stage's time, the ratio float32 / float64 of the peaks, and how far float32's out-of-fold decisions are from
 # float64's (max |difference| over max |decision|). The learner is ENMKL-SVM with fixed C = 1, mu = 0.5 over 5

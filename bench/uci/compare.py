@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Reproduces the UCI protocols of seeds 002 (MKL-BP) and 003 (BSADMM-KELM) through neuromkl's
+"""Reproduces the UCI protocols of MKL-BP (Qi, Liang & Xu 2018) and BSADMM-KELM (Su, Xu & Qin 2021) through neuromkl's
 tabular input and writes docs/uci_comparison.md with our numbers next to the papers'.
 
 Usage: python3 bench/uci/compare.py [--neuromkl build/pipeline/neuromkl] [--repeats 10] [--work DIR]
@@ -20,14 +20,14 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 UCI = os.path.normpath(os.path.join(ROOT, "..", "shared", "data", "uci"))
 
-# Seed 002, Table 3 (accuracy %, 50 random 50/50 splits x 5 runs) and Table 5 (kernels used).
-SEED002 = {
+# Qi, Liang & Xu 2018, Table 3 (accuracy %, 50 random 50/50 splits x 5 runs) and Table 5 (kernels used).
+MKLBP_PAPER = {
     # dataset: (csv, excluded columns, {method: (accuracy, kernels used)})
     "Diabetes (Pima)": ("pima_diabetes.csv", [], {"Ave-Kernel": (75.1224, 117), "SimpleMKL": (75.44, 27), "Lp-MKL": (76.5625, 117),
                                                   "GMKL (p=2)": (76.2917, 30), "MKL-BP": (77.5, 35.8)}),
     "Heart": ("statlog_heart.csv", [], {"Ave-Kernel": (76.1523, 182), "SimpleMKL": (80.98, 25), "Lp-MKL": (79.4074, 182),
                                          "GMKL (p=2)": (77.1481, 36), "MKL-BP": (78.963, 35.4)}),
-    # The seed counts 33 ionosphere features: column a02 is constant (0) and is left out.
+    # The paper counts 33 ionosphere features: column a02 is constant (0) and is left out.
     "Ionosphere": ("ionosphere.csv", ["a02"], {"Ave-Kernel": (90.5432, 442), "SimpleMKL": (91.48, 45), "Lp-MKL": (92.0455, 442),
                                                "GMKL (p=2)": (90.9318, 64.6), "MKL-BP": (92.0455, 70)}),
     "Liver": ("liver_bupa.csv", [], {"Ave-Kernel": (64.2538, 91), "SimpleMKL": (63.35, 21), "Lp-MKL": (70.4855, 91),
@@ -35,8 +35,8 @@ SEED002 = {
     "Sonar": ("sonar.csv", [], {"Ave-Kernel": (75.1146, 793), "SimpleMKL": (76.71, 90), "Lp-MKL": (79.7063, 793),
                                  "GMKL (p=2)": (79.8077, 104.8), "MKL-BP": (80.3846, 129.2)}),
 }
-# Seed 003, Table 4 (accuracy %, training seconds) and Table 5 (C, delta) for the data we have.
-SEED003 = {
+# Su, Xu & Qin 2021, Table 4 (accuracy %, training seconds) and Table 5 (C, delta) for the data we have.
+BSADMM_PAPER = {
     "Heart": ("statlog_heart.csv", 10.0, 5.0, (82.96, 0.0032), (90.74, 0.0007)),
     "Liver": ("liver_bupa.csv", 10.0, 0.05, (63.77, 0.0061), (76.95, 0.0059)),
     "Ionosphere": ("ionosphere.csv", 0.01, 1.0, (87.14, 0.0042), (96.43, 0.0036)),
@@ -46,7 +46,7 @@ SEED003 = {
     "Spambase": ("spambase.csv", 0.1, 10.0, (88.04, 0.6364), (92.77, 0.5321)),
 }
 
-C_SEED002 = 100.0
+C_MKLBP = 100.0
 DISCUSSION = "## Reading the differences honestly"
 SELECTED = 1e-4  # a kernel counts as selected when its weight exceeds this share of the total
 
@@ -98,46 +98,46 @@ def main():
     ap.add_argument("--repeats", type=int, default=10, help="repeats of the 50/50 split (2-fold CV): 10 -> 20 train/test splits")
     ap.add_argument("--work", default="/tmp/neuromkl_uci")
     ap.add_argument("--out", default=os.path.join(ROOT, "docs", "uci_comparison.md"))
-    ap.add_argument("--only", choices=["002", "003"], help="run one seed's protocol")
+    ap.add_argument("--only", choices=["mkl_bp", "bsadmm"], help="run one paper's protocol")
     args = ap.parse_args()
     if not os.path.isdir(UCI):
         sys.exit(f"{UCI} not found: the UCI comparison needs ../shared/data/uci")
     os.makedirs(args.work, exist_ok=True)
     lines = []
 
-    if args.only in (None, "002"):
+    if args.only in (None, "mkl_bp"):
         widths = [2.0 ** k for k in range(-3, 7)]
         kernels = {"groups": "each_and_all", "functions": [{"type": "gaussian", "width": widths}, {"type": "polynomial", "degree": [1, 2, 3]}],
                    "standardise": True}
         rows = []
-        for dataset, (csv, exclude, paper) in SEED002.items():
-            name = "seed002_" + csv.replace(".csv", "")
+        for dataset, (csv, exclude, paper) in MKLBP_PAPER.items():
+            name = "mklbp_" + csv.replace(".csv", "")
             d = None
             with open(os.path.join(UCI, csv)) as f:
                 d = len(f.readline().strip().split(",")) - 1 - len(exclude)
             m = 13 * (d + 1)
             learners = [
                 # Ave-Kernel: the SVM on the average kernel = our summed-kernel SVM with C / m.
-                {"name": "svm", "label": "Ave-Kernel", "params": {"c": C_SEED002 / m, "tolerance": 1e-4}},
-                {"name": "simplemkl", "label": "SimpleMKL", "params": {"c": C_SEED002}},
-                {"name": "mkl_bp", "label": "Lp-MKL", "params": {"c": C_SEED002, "p": 2, "v": 0}},
-                {"name": "mkl_bp", "label": "GMKL (p=2)", "params": {"c": C_SEED002, "p": 2, "v": 0.5}},
-                {"name": "mkl_bp", "label": "MKL-BP", "params": {"c": C_SEED002, "p": 64, "v": 0.5}},
+                {"name": "svm", "label": "Ave-Kernel", "params": {"c": C_MKLBP / m, "tolerance": 1e-4}},
+                {"name": "simplemkl", "label": "SimpleMKL", "params": {"c": C_MKLBP}},
+                {"name": "mkl_bp", "label": "Lp-MKL", "params": {"c": C_MKLBP, "p": 2, "v": 0}},
+                {"name": "mkl_bp", "label": "GMKL (p=2)", "params": {"c": C_MKLBP, "p": 2, "v": 0.5}},
+                {"name": "mkl_bp", "label": "MKL-BP", "params": {"c": C_MKLBP, "p": 64, "v": 0.5}},
             ]
             results, wall = run(args.neuromkl, study(name, csv, dict(kernels, exclude_columns=exclude), learners, args.repeats, args.work), args.work)
-            print(f"seed 002 {dataset}: {wall:.1f} s", flush=True)
+            print(f"MKL-BP protocol, {dataset}: {wall:.1f} s", flush=True)
             for l in results["learners"]:
                 acc, sd, selected, seconds = summarise(l)
                 pa, pk = paper[l["label"]]
                 rows.append((dataset, l["label"], pa, acc, sd, pk, selected, m, seconds))
         lines += [
-            "## Seed 002 (MKL-BP, Qi, Liang & Xu 2017): Table 3 and Table 5",
+            "## MKL-BP (Qi, Liang & Xu 2018): Table 3 and Table 5",
             "",
-            f"Protocol as the seed states it: features z-scored; Gaussian kernels exp(-|x - z|^2 / (2 w^2)), w = 2^-3 .. 2^6, and polynomial "
+            f"Protocol as the paper states it: features z-scored; Gaussian kernels exp(-|x - z|^2 / (2 w^2)), w = 2^-3 .. 2^6, and polynomial "
             f"kernels (x'z + 1)^d, d = 1..3, on each feature and on all features (13 (d + 1) kernels), each normalised to unit diagonal; "
-            f"C = 100; MKL-BP with v = 0.5 (we use p = 64, the column of the seed's Table 2 that its Table 3 reports), Lp-MKL = v 0, p 2, "
+            f"C = 100; MKL-BP with v = 0.5 (we use p = 64, the column of the paper's Table 2 that its Table 3 reports), Lp-MKL = v 0, p 2, "
             f"GMKL = v 0.5, p 2. Splits: {args.repeats} repeats of stratified 2-fold CV ({2 * args.repeats} half/half train/test splits; "
-            f"the seed uses 50 random splits x 5 runs). Accuracy: pooled over both halves, mean over repeats; +- SD over the "
+            f"the paper uses 50 random splits x 5 runs). Accuracy: pooled over both halves, mean over repeats; +- SD over the "
             f"{2 * args.repeats} halves. Selected kernels: weight > {SELECTED:g} of the total, mean over splits.",
             "",
             "| data | method | paper acc. % | ours acc. % | paper kernels | ours kernels (of m) | fit s |",
@@ -147,10 +147,10 @@ def main():
             lines.append(f"| {dataset} | {label} | {pa:.2f} | {acc:.2f} +- {sd:.2f} | {pk:g} | {selected:.1f} ({m}) | {seconds:.3f} |")
         lines.append("")
 
-    if args.only in (None, "003"):
+    if args.only in (None, "bsadmm"):
         rows = []
-        for dataset, (csv, C, delta, kelm_paper, admm_paper) in SEED003.items():
-            name = "seed003_" + csv.replace(".csv", "")
+        for dataset, (csv, C, delta, kelm_paper, admm_paper) in BSADMM_PAPER.items():
+            name = "bsadmm_" + csv.replace(".csv", "")
             kernels = {"groups": "all_columns", "functions": [{"type": "gaussian", "width": delta}], "standardise": True}
             learners = [
                 {"name": "kelm", "label": "KELM", "params": {"c": C, "bias": 0}},
@@ -158,17 +158,17 @@ def main():
                 {"name": "svm", "label": "SMO-SVM", "params": {"c": C}},
             ]
             results, wall = run(args.neuromkl, study(name, csv, kernels, learners, args.repeats, args.work), args.work)
-            print(f"seed 003 {dataset}: {wall:.1f} s", flush=True)
+            print(f"BSADMM-KELM protocol, {dataset}: {wall:.1f} s", flush=True)
             ours = {l["label"]: summarise(l) for l in results["learners"]}
             rows.append((dataset, C, delta, kelm_paper, admm_paper, ours))
         lines += [
-            "## Seed 003 (BSADMM-KELM, Su, Xu & Qin 2021): Table 4",
+            "## BSADMM-KELM (Su, Xu & Qin 2021): Table 4",
             "",
-            f"Protocol as far as the seed states it: features z-scored (its 'preprocessing'), one Gaussian kernel on all features with "
-            f"the seed's Table 5 (C, delta) per data set, read as exp(-|x - z|^2 / (2 delta^2)) (the seed does not give the formula); "
-            f"KELM and BSADMM-KELM without a bias, as in the seed; SMO-SVM (with a bias) with the same C as the speed peer. The seed does "
+            f"Protocol as far as the paper states it: features z-scored (its 'preprocessing'), one Gaussian kernel on all features with "
+            f"the paper's Table 5 (C, delta) per data set, read as exp(-|x - z|^2 / (2 delta^2)) (the paper does not give the formula); "
+            f"KELM and BSADMM-KELM without a bias, as in the paper; SMO-SVM (with a bias) with the same C as the speed peer. The paper does "
             f"not say how it split the data: we use the same {args.repeats} x 2-fold CV as above. Fit seconds: mean per training half "
-            f"on this machine (2 cores), which is a different machine from the seed's.",
+            f"on this machine (2 cores), which is a different machine from the paper's.",
             "",
             "| data | C | delta | KELM paper % | KELM ours % | BSADMM paper % | BSADMM ours % | SMO-SVM ours % | KELM s (paper / ours) | BSADMM s (paper / ours) | SMO s ours |",
             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |",

@@ -1,17 +1,17 @@
-// BSADMM-KELM (seed 003, Su, Xu & Qin 2021): the hinge-loss kernel ELM dual
+// BSADMM-KELM (Su, Xu & Qin 2021): the hinge-loss kernel ELM dual
 //     min 1/2 v'Pv + q'v,  0 <= v <= C,   P = (t t') o K,  q = -1,   f(x) = sum_i v_i t_i K(x, x_i),
-// solved by ADMM with two splitting operators (the seed's Table 1, which is OSQP's iteration,
+// solved by ADMM with two splitting operators (the paper's Table 1, which is OSQP's iteration,
 // Stellato et al. 2020). With bias = 1 the constraint t'v = 0 is added as one more row of A
 // (a bias b enters f); the problem is then exactly the C-SVC dual, which is how the tests compare
 // it with SMO.
 //
-// Per iteration the seed solves the quasi-definite KKT system (its eq. 17)
+// Per iteration the paper solves the quasi-definite KKT system (its eq. 17)
 //     [P + sigma I   A'       ] [v~]   [sigma v - q    ]
 //     [A            -diag(1/rho)] [u ] = [z - y / rho   ];
 // eliminating u gives (P + sigma I + A' diag(rho) A) v~ = sigma v - q + A'(rho o z - y), whose
-// matrix is positive definite: we factorise it once by Cholesky (the same solution as the seed's
+// matrix is positive definite: we factorise it once by Cholesky (the same solution as the paper's
 // LDL' of the full system) and refactorise only when rho is adapted. Then relaxation, projection
-// onto the box, dual update, and the residual-based stopping rule of the seed. Polishing (OSQP)
+// onto the box, dual update, and the residual-based stopping rule of the paper. Polishing (OSQP)
 // solves the KKT system on the active set the ADMM iterate identifies, which turns a 1e-6 ADMM
 // solution into an exact one when the guess checks out.
 #include <algorithm>

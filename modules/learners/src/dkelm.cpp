@@ -1,17 +1,17 @@
-// Semi-supervised deformed-kernel ELM (seed 001, Ding et al.). The training set holds labelled
+// Semi-supervised deformed-kernel ELM (Zhang, Xia & Liu). The training set holds labelled
 // subjects and unlabelled ones (NaN targets). A symmetric kNN graph over all of them (distances
 // from the summed kernel, d^2 = K_ii + K_jj - 2 K_ij) gives the Laplacian L = D - W and
-// M = deformation x L; the deformed kernel (seed 001 eq. 17)
+// M = deformation x L; the deformed kernel (Zhang, Xia & Liu, eq. 17)
 //     k~(x, z) = k(x, z) - k_x' (I + M K)^-1 M k_z
 // is a valid kernel, and KELM is trained on it over the labelled subjects only. Prediction needs
 // only kernel values against the training set: f(x) = k_x' c with
 //     c = E_L alpha - (I + M K)^-1 M K_{.,L} alpha,
 // so the model's coefficients cover labelled and unlabelled training subjects alike.
 //
-// For large training sets the seed replaces K by random features H H'. Our kernels arrive as
+// For large training sets the paper replaces K by random features H H'. Our kernels arrive as
 // matrices, not as input vectors, so the analogous approximation is Nystroem's: phi(x) =
 // k(x, S) U Lambda^-1/2 on L random landmarks S (K_SS = U Lambda U'), Q = Phi' M Phi, and
-//     k~(x, z) = k(x, z) - phi(x) (I + Q)^-1 Q phi(z)'       (seed 001 eq. 24 with H = Phi),
+//     k~(x, z) = k(x, z) - phi(x) (I + Q)^-1 Q phi(z)'       (their eq. 24 with H = Phi),
 // which costs O(n L^2 + n k L) instead of O(n^3).
 #include <algorithm>
 #include <cmath>

@@ -1,7 +1,7 @@
-// Kernel ELM (Huang et al.) and multiple kernel ELM (seed 000, Liu et al. 2015, Algorithm 1 and
-// its lp generalisation). The radius-incorporated variant of seed 000 is not implemented: it needs
+// Kernel ELM (Huang et al. 2012) and multiple kernel ELM (MK-ELM, Liu et al. 2015, Algorithm 1 and
+// its lp generalisation). The radius-incorporated variant of MK-ELM is not implemented: it needs
 // the minimum enclosing ball of every combined kernel inside each update (a QP per iteration) and
-// the seed gives no update rule we could check; see docs/learners.md.
+// the paper gives no update rule we could check; see docs/learners.md.
 #include "elm.hpp"
 
 #include <cmath>
@@ -103,11 +103,11 @@ class Kelm final : public Learner {
 
 /// MK-ELM: alpha = (K_gamma + I/C)^-1 T and the closed-form weight step
 ///   ||beta_p|| = gamma_p sqrt(sum_t alpha_t' K_p alpha_t),
-///   norm 1 (seed 000 eq. 16): gamma_p = ||beta_p|| / sum_q ||beta_q|| (l1-MKL: fitted by FitEnmkl at mu = 1, below),
-///   norm r > 1 (seed 000 section 3.2, Kloft et al.'s closed form):
+///   norm 1 (Liu et al. 2015, eq. 16): gamma_p = ||beta_p|| / sum_q ||beta_q|| (l1-MKL: fitted by FitEnmkl at mu = 1, below),
+///   norm r > 1 (Liu et al. 2015, section 3.2, Kloft et al.'s closed form):
 ///     gamma_p = ||beta_p||^(2/(r+1)) / (sum_q ||beta_q||^(2r/(r+1)))^(1/r),
-///     alternated until max |delta gamma| < tolerance. Each step minimises the jointly convex objective of seed
-///     000 eq. 9 in gamma with alpha fixed, so the objective 1/2 tr(T' alpha) never increases.
+///     alternated until max |delta gamma| < tolerance. Each step minimises the jointly convex objective of Liu
+///     et al. 2015, eq. 9, in gamma with alpha fixed, so the objective 1/2 tr(T' alpha) never increases.
 class Mkelm final : public Learner {
  public:
   explicit Mkelm(const ParamMap& p)
@@ -119,9 +119,9 @@ class Mkelm final : public Learner {
     const Eigen::Index m = KernelCount(train, options);
     if (norm_ == 1.0) {
       // Sparse MK-ELM is l1-MKL with the kernel ELM inner problem: alpha = (K_gamma + (C W)^-1)^-1 (T - offset) is kernel
-      // ridge regression with lambda = 1/C (the offset its bias), and seed 000's step gamma_p = ||beta_p|| / sum ||beta_q||
+      // ridge regression with lambda = 1/C (the offset its bias), and MK-ELM's step gamma_p = ||beta_p|| / sum ||beta_q||
       // is ENMKL's update at mu = 1, with the same fixed point. Iterated as published it stops on max |delta gamma| < 1e-4
-      // up to 1.2e-2 from that point, with tens of kernels at small weights the optimum has at 0 (issue 17; docs/learners.md,
+      // up to 1.2e-2 from that point, with tens of kernels at small weights the optimum has at 0 (docs/learners.md,
       // "MK-ELM"); ENMKL's exponentiated steps on an active set and Newton's method certified over every kernel reach it.
       const auto ridge = [&](const Eigen::VectorXd& y) { return MakeKrrSolver(y, 1.0 / c_, t.sampleWeights, bias_); };
       const auto solver = t.task == Task::Multiclass ? MakeOneVsRestSolver(t, ridge) : ridge(t.y);

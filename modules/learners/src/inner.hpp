@@ -86,7 +86,7 @@ std::unique_ptr<InnerSolver> MakeOneVsRestSolver(const Targets& targets, const s
 /// +-1 labels of class c against the rest (NaN stays NaN).
 Eigen::VectorXd OneVsRestLabels(const Eigen::VectorXd& y, int c);
 
-/// Elastic-net MKL's settings (seed 004; enmkl.cpp, docs/learners.md "ENMKL").
+/// Elastic-net MKL's settings (Mourao-Miranda et al.; enmkl.cpp, docs/learners.md "ENMKL").
 struct EnmklSettings {
   double mu;
   int maxIterations;
@@ -150,7 +150,7 @@ void MarkChecked(TrainingKernelCache* cache);
 /// The packed stack of `kernels`: the cache's (built on first use) or, without a cache, one built into `local`.
 const gram::KernelStack& SharedStack(TrainingKernelCache* cache, const KernelList& kernels, std::unique_ptr<gram::KernelStack>& local);
 /// For the learners of kernel weights, which read their kernels through a stack: ValidateFitInput without its pass
-/// over the matrices' values, which CheckedStack makes while packing them (two passes over every matrix were 15 % of
+/// over the matrices' values, which CheckedStack makes while packing them (a second pass over every matrix costs ~15 % of
 /// a cold ENMKL-SVM fit at n = 200 with 116 kernels).
 void ValidateFitInputExceptValues(std::string_view learner, const KernelList& train, const Targets& targets, const FitOptions& options,
                                   bool allowUnlabelled = false);

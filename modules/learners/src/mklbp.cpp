@@ -1,17 +1,17 @@
-// MKL-BP (seed 002, Qi, Liang & Xu 2017): MKL with kernel weights u >= 0 constrained by
+// MKL-BP (Qi, Liang & Xu 2018): MKL with kernel weights u >= 0 constrained by
 //     g(u) = v sum_j u_j + (1 - v) sum_j u_j^p <= 1,      p > 1, 0 <= v <= 1,
 // p = 2 being GMKL (Yang et al.). J(u) = max_a SVM dual on sum_j u_j K_j is convex in u with
-// dJ/du_j = -1/2 s_j, s_j = (y o a)' K_j (y o a). With a fixed, the seed's closed form (its eq. 10)
+// dJ/du_j = -1/2 s_j, s_j = (y o a)' K_j (y o a). With a fixed, the paper's closed form (its eq. 10)
 //     u_j = max(0, (s_j / lambda - v) / (p (1 - v)))^(1/(p-1)),  lambda such that g(u) = 1,
 // is the exact minimiser of that linearisation over the constraint set: the linear minimisation
-// oracle of a Frank-Wolfe method. The seed alternates SVM solve and closed form outright (step 1),
+// oracle of a Frank-Wolfe method. The paper alternates SVM solve and closed form outright (step 1),
 // which can cycle between kernels; we take the step u <- u + eta (u_lmo - u) with eta = 1 first and
 // halve it whenever J would increase (backtracking), which keeps J monotone and gives the
 // Frank-Wolfe duality gap 1/2 s'(u_lmo - u) >= J(u) - J* as a certified stopping rule. The
-// seed's Taylor expansion + CVX step (its section 4) is not needed: the closed form is exact.
+// paper's Taylor expansion + CVX step (its section 4) is not needed: the closed form is exact.
 // Frank-Wolfe converges sublinearly; Newton's steps on the optimality conditions (NewtonPoint) take over
 // where they lower J, and v = 1 (l1-MKL, where the oracle's vertices make Frank-Wolfe zig-zag) is fitted by
-// ENMKL's machinery at mu = 1 (issue 17; docs/learners.md, "MKL-BP").
+// ENMKL's machinery at mu = 1 (docs/learners.md, "MKL-BP").
 #include <algorithm>
 #include <cmath>
 
@@ -36,7 +36,8 @@ class MklBp final : public Learner {
   Model Fit(const KernelList& train, const Targets& t, const FitOptions& options) const override {
     ValidateFitInputExceptValues(Name(), train, t, options);
     if (t.task == Task::Regression)
-      throw InputError("learners:TaskUnsupported", "learner mkl_bp", "mkl_bp is a classifier (seed 002); for regression use mkelm, enmkl_krr or simplemkl");
+      throw InputError("learners:TaskUnsupported", "learner mkl_bp",
+                       "mkl_bp is a classifier (MKL-BP, Qi, Liang & Xu 2018); for regression use mkelm, enmkl_krr or simplemkl");
     Stopwatch clock;
     const Eigen::Index m = KernelCount(train, options);
     auto svc = [&](const Eigen::VectorXd& y) { return MakeSvcSolver(y, c_, svmTol_, 10'000'000, t.sampleWeights); };
@@ -59,7 +60,7 @@ class MklBp final : public Learner {
     std::vector<bool> isActive(static_cast<std::size_t>(m), false);
     for (auto j : active) isActive[static_cast<std::size_t>(j)] = true;
 
-    // Start: the seed's uniform point on the constraint surface, or the neighbour's weights.
+    // Start: the paper's uniform point on the constraint surface, or the neighbour's weights.
     Eigen::VectorXd u = Eigen::VectorXd::Zero(m);
     for (auto j : active) u[j] = 1.0;
     if (const Model* w = options.warmStart; w && w->beta.size() == m && w->beta.sum() > 0)
@@ -92,8 +93,8 @@ class MklBp final : public Learner {
       }
       // Once no kernel outside the support of u wants in (the oracle's support is inside it), a Newton step on the
       // optimality conditions, then half of it; a step is taken only if it lowers J, so the Frank-Wolfe gap stays the
-      // certificate (issue 17: Frank-Wolfe alone converges sublinearly, and at the former default gap of 1e-3 its weights
-      // were up to 3e-3 from the optimum). A rejected step is not tried again for kNewtonRetry iterations.
+      // certificate (Frank-Wolfe alone converges sublinearly: stopped at a gap of 1e-3, its weights can be 3e-3 from the
+      // optimum). A rejected step is not tried again for kNewtonRetry iterations.
       if (newtonAvailable && it >= newtonAfter) {
         bool inside = true;
         for (Eigen::Index j = 0; j < m && inside; ++j) inside = !(target[j] > 0) || u[j] > 0;
@@ -204,7 +205,7 @@ class MklBp final : public Learner {
     return hi * u;
   }
 
-  /// argmax_u s'u subject to g(u) <= 1, u >= 0 (seed 002 eq. 10 with lambda found by bisection).
+  /// argmax_u s'u subject to g(u) <= 1, u >= 0 (Qi, Liang & Xu 2018, eq. 10, with lambda found by bisection).
   Eigen::VectorXd Oracle(const Eigen::VectorXd& s, const std::vector<bool>& isActive, const Eigen::VectorXd& current) const {
     const auto m = s.size();
     double smax = 0;

@@ -45,7 +45,7 @@ class SimpleMklFit {
   }
 
   /// q_j = a'K_j a, summed over the classes of a one-vs-rest solution (the gradient of the summed
-  /// duals with one beta). Active set (issue 17): exact for the kernels with d_j > 0; a kernel with
+  /// duals with one beta). Active set (few kernels keep a weight): exact for the kernels with d_j > 0; a kernel with
   /// d_j = 0 only matters if q_j >= q_top (it would get a positive direction) or q_j > max over the
   /// others (the gap), so it is computed only when its screening bound reaches q_top; otherwise it
   /// gets its bound's lower stand-in 0 (it stays out of the direction and of the gap's maximum).
@@ -69,7 +69,7 @@ class SimpleMklFit {
   }
   static double Square(double x) { return x * x; }
 
-  /// A Newton step for the l1-MKL optimality conditions on the support A of d (issue 17): c_j = S for
+  /// A Newton step for the l1-MKL optimality conditions on the support A of d: c_j = S for
   /// j in A, S = sum_A d_k c_k (which implies sum d = 1), c_j = sqrt(q_j); the inner solver's
   /// sensitivity gives the Jacobian (ENMKL's Newton step with mu = 1). `q` holds the exact q_j on A.
   /// False when the solver has no sensitivity or the step is not usable.
@@ -129,19 +129,8 @@ class SimpleMklFit {
     const auto active = ActiveKernels(K_, options);
     if (active.empty())
       throw InputError("learners:AllZeroKernels", "learner simplemkl", "every training kernel is identically zero: nothing to learn from");
-    Eigen::VectorXd d = Eigen::VectorXd::Zero(m_);
-    for (auto j : active) d[j] = 1.0 / static_cast<double>(active.size());
     InnerSolution warm;
-    const Model* w = options.warmStart;
-    if (start) {
-      d = *start / start->sum();
-      if (startState) warm.alpha = *startState;
-    } else if (w && w->beta.size() == m_ && w->beta.sum() > 0) {
-      const Eigen::VectorXd uniform = d;
-      for (auto j : active) d[j] = 0.9 * w->beta[j] / w->beta.sum() + 0.1 * uniform[j];
-      d /= d.sum();
-      warm.alpha = w->solverState;
-    }
+    Eigen::VectorXd d = StartingWeights(options, active, start, startState, warm);
     InnerSolution sol = Evaluate(d, warm.alpha.size() > 0 ? &warm : nullptr);
     int newtonAfter = 0;
     info_.status = FitStatus::MaxIterReached;
@@ -163,113 +152,21 @@ class SimpleMklFit {
       // first iteration, not only near the optimum: a taken step saves reduced-gradient iterations of ~10
       // solves each, a rejected one costs two solves and is not tried again for kNewtonRetry iterations.
       if (!noCurvature_ && it >= newtonAfter) {
-        double qTop = 0, qOut = 0;
-        for (auto j : active) (d[j] > 0 ? qTop : qOut) = std::max(d[j] > 0 ? qTop : qOut, q[j]);
-        Eigen::VectorXd dN;
-        if (qOut <= qTop && NewtonPoint(d, sol, q, dN)) {
-          InnerSolution sN = Evaluate(dN, &sol);
-          if (sN.dual < sol.dual) {
-            d = dN;
-            sol = sN;
-            continue;
-          }
-          const Eigen::VectorXd dHalf = 0.5 * (d + dN);  // half the step (on the simplex: both ends are)
-          InnerSolution sHalf = Evaluate(dHalf, &sol);
-          if (sHalf.dual < sol.dual) {
-            d = dHalf;
-            sol = sHalf;
-            continue;
-          }
-        }
+        if (TakeNewtonStep(d, sol, q, active)) continue;
         newtonAfter = it + kNewtonRetry;
       }
       const Eigen::VectorXd grad = -0.5 * q;
-      Eigen::VectorXd D = Direction(d, grad, active);
-      if (D.cwiseAbs().maxCoeff() <= 0) {
+      Descent step;
+      step.D = Direction(d, grad, active);
+      if (step.D.cwiseAbs().maxCoeff() <= 0) {
         info_.status = FitStatus::Converged;
         break;
       }
-      // Follow D to the boundary while that keeps decreasing J.
-      Eigen::VectorXd dCur = d;
-      InnerSolution solCur = sol;
-      double stepMax = 0;
-      Eigen::VectorXd dEnd;
-      InnerSolution solEnd;
-      while (true) {
-        stepMax = std::numeric_limits<double>::infinity();
-        Eigen::Index hit = -1;
-        for (auto j : active)
-          if (D[j] < 0 && -dCur[j] / D[j] < stepMax) {
-            stepMax = -dCur[j] / D[j];
-            hit = j;
-          }
-        if (hit < 0) break;
-        dEnd = (dCur + stepMax * D).cwiseMax(0.0);
-        dEnd[hit] = 0;
-        dEnd /= dEnd.sum();
-        solEnd = Evaluate(dEnd, &solCur);
-        if (solEnd.dual < solCur.dual) {
-          dCur = dEnd;
-          solCur = solEnd;
-          D = Direction(dCur, grad, active);
-          if (D.cwiseAbs().maxCoeff() <= 0) break;
-          continue;
-        }
-        break;
-      }
-      // Line search for the step on [0, stepMax] along D from dCur, where J is convex and J(stepMax) >= J(0):
-      // successive parabolic interpolation in a bracket (a < x < b, J(x) below J(a) and J(b)), with a golden-section
-      // point where the parabola is unusable, until the bracket or the parabola's predicted move is below the
-      // tolerance (golden section alone needs ~10 solves per search at the default 1e-2).
-      if (std::isfinite(stepMax) && stepMax > 0 && dEnd.size() == m_) {
-        const double ratio = (std::sqrt(5.0) - 1.0) / 2.0;
-        const double tol = lineTolerance * stepMax;
-        // Inside (0, stepMax) the points dCur + g D stay >= 0 with sum 1 (sum D = 0), so their
-        // combined kernels are K(dCur) + g K(D): two combinations per line search, not one per point.
-        const Eigen::MatrixXd Kcur = stack_.Combine(dCur), Kdir = stack_.Combine(D);
-        InnerSolution best = solCur;
-        double bestStep = 0;
-        const auto J = [&](double g) {
-          InnerSolution s = Evaluate(Eigen::MatrixXd(Kcur + g * Kdir), &best);
-          const double value = s.dual;
-          if (value < best.dual) {
-            best = std::move(s);
-            bestStep = g;
-          }
-          return value;
-        };
-        double a = 0, b = stepMax, Ja = solCur.dual, Jb = solEnd.dual;
-        double x = a + (1.0 - ratio) * (b - a), Jx = J(x);
-        while (!(Jx < Ja) && b - a > tol) {  // no decrease yet: the minimum is closer to dCur
-          b = x;
-          Jb = Jx;
-          x = a + (1.0 - ratio) * (b - a);
-          Jx = J(x);
-        }
-        while (Jx < Ja && b - a > tol) {
-          const double p = (x - a) * (Jx - Jb), r = (x - b) * (Jx - Ja);
-          const double den = p - r;
-          double u = den != 0 ? x - 0.5 * ((x - a) * p - (x - b) * r) / den : std::numeric_limits<double>::quiet_NaN();
-          if (!(u > a + 0.5 * tol && u < b - 0.5 * tol)) u = x - a > b - x ? x - (1.0 - ratio) * (x - a) : x + (1.0 - ratio) * (b - x);
-          if (std::abs(u - x) < 0.5 * tol) break;  // the parabola puts the minimum within the tolerance of x
-          const double Ju = J(u);
-          if (Ju < Jx) {
-            (u < x ? b : a) = x;
-            (u < x ? Jb : Ja) = Jx;
-            x = u;
-            Jx = Ju;
-          } else {
-            (u < x ? a : b) = u;
-            (u < x ? Ja : Jb) = Ju;
-          }
-        }
-        if (bestStep > 0) {
-          const Eigen::VectorXd moved = (dCur + bestStep * D).cwiseMax(0.0);
-          dCur = moved / moved.sum();
-          solCur = std::move(best);
-        }
-      }
-      if ((dCur - d).cwiseAbs().maxCoeff() == 0) {
+      step.d = d;
+      step.sol = sol;
+      FollowToTheBoundary(step, grad, active);
+      LineSearch(step, lineTolerance);
+      if ((step.d - d).cwiseAbs().maxCoeff() == 0) {
         // No step improved J at this line-search resolution although the gap is still open: the
         // minimum lies closer to d. Refine the search and try again; give up only when the
         // resolution reaches rounding level (reported as not converged, never as converged).
@@ -278,8 +175,8 @@ class SimpleMklFit {
         continue;
       }
       lineTolerance = s_.lineSearchTolerance;
-      d = dCur;
-      sol = solCur;
+      d = step.d;
+      sol = step.sol;
     }
     Model model;
     model.beta = d;
@@ -293,6 +190,140 @@ class SimpleMklFit {
   }
 
  private:
+  /// One reduced-gradient step in progress: the point reached along the direction D, and where the last move along
+  /// it ended (the boundary of the simplex, where a weight reached 0).
+  struct Descent {
+    Eigen::VectorXd d;    ///< the current point (weights of sum 1) ...
+    InnerSolution sol;    ///< ... and its inner solution
+    Eigen::VectorXd D;    ///< the reduced-gradient direction at d
+    double stepMax = 0;   ///< the largest feasible step along D (infinite: none) ...
+    Eigen::VectorXd dEnd;  ///< ... the point it reaches (empty: no move yet) ...
+    InnerSolution solEnd;  ///< ... and its inner solution
+  };
+
+  /// Uniform weights on the active kernels, the caller's `start` (taken as is), or the warm start's weights mixed with
+  /// 10 % of uniform weight (a weight at 0 can come back); `warm` receives the inner solver's variables to start from.
+  Eigen::VectorXd StartingWeights(const FitOptions& options, const std::vector<Eigen::Index>& active, const Eigen::VectorXd* start,
+                                  const Eigen::VectorXd* startState, InnerSolution& warm) const {
+    Eigen::VectorXd d = Eigen::VectorXd::Zero(m_);
+    for (auto j : active) d[j] = 1.0 / static_cast<double>(active.size());
+    const Model* w = options.warmStart;
+    if (start) {
+      d = *start / start->sum();
+      if (startState) warm.alpha = *startState;
+    } else if (w && w->beta.size() == m_ && w->beta.sum() > 0) {
+      const Eigen::VectorXd uniform = d;
+      for (auto j : active) d[j] = 0.9 * w->beta[j] / w->beta.sum() + 0.1 * uniform[j];
+      d /= d.sum();
+      warm.alpha = w->solverState;
+    }
+    return d;
+  }
+
+  /// When no kernel outside the support wants in (q_j of the kernels at 0 below the support's largest), the Newton
+  /// point of the support, else half the step to it, replaces (d, sol) if it lowers J. Whether a step was taken.
+  bool TakeNewtonStep(Eigen::VectorXd& d, InnerSolution& sol, const Eigen::VectorXd& q, const std::vector<Eigen::Index>& active) {
+    double qTop = 0, qOut = 0;
+    for (auto j : active) (d[j] > 0 ? qTop : qOut) = std::max(d[j] > 0 ? qTop : qOut, q[j]);
+    Eigen::VectorXd dN;
+    if (!(qOut <= qTop && NewtonPoint(d, sol, q, dN))) return false;
+    InnerSolution sN = Evaluate(dN, &sol);
+    if (sN.dual < sol.dual) {
+      d = dN;
+      sol = sN;
+      return true;
+    }
+    const Eigen::VectorXd dHalf = 0.5 * (d + dN);  // half the step (on the simplex: both ends are)
+    InnerSolution sHalf = Evaluate(dHalf, &sol);
+    if (sHalf.dual < sol.dual) {
+      d = dHalf;
+      sol = sHalf;
+      return true;
+    }
+    return false;
+  }
+
+  /// Follows D to the boundary while that keeps decreasing J: each move ends where a weight reaches 0, and the
+  /// direction is recomputed there. `step` is left at the last point that lowered J, with the move that did not.
+  void FollowToTheBoundary(Descent& step, const Eigen::VectorXd& grad, const std::vector<Eigen::Index>& active) {
+    while (true) {
+      step.stepMax = std::numeric_limits<double>::infinity();
+      Eigen::Index hit = -1;
+      for (auto j : active)
+        if (step.D[j] < 0 && -step.d[j] / step.D[j] < step.stepMax) {
+          step.stepMax = -step.d[j] / step.D[j];
+          hit = j;
+        }
+      if (hit < 0) break;
+      step.dEnd = (step.d + step.stepMax * step.D).cwiseMax(0.0);
+      step.dEnd[hit] = 0;
+      step.dEnd /= step.dEnd.sum();
+      step.solEnd = Evaluate(step.dEnd, &step.sol);
+      if (step.solEnd.dual < step.sol.dual) {
+        step.d = step.dEnd;
+        step.sol = step.solEnd;
+        step.D = Direction(step.d, grad, active);
+        if (step.D.cwiseAbs().maxCoeff() <= 0) break;
+        continue;
+      }
+      break;
+    }
+  }
+
+  /// Line search for the step on [0, stepMax] along D from step.d, where J is convex and J(stepMax) >= J(0):
+  /// successive parabolic interpolation in a bracket (a < x < b, J(x) below J(a) and J(b)), with a golden-section
+  /// point where the parabola is unusable, until the bracket or the parabola's predicted move is below the
+  /// tolerance (golden section alone needs ~10 solves per search at the default 1e-2). Moves `step` to the best point.
+  void LineSearch(Descent& step, double lineTolerance) {
+    if (!(std::isfinite(step.stepMax) && step.stepMax > 0 && step.dEnd.size() == m_)) return;
+    const double ratio = (std::sqrt(5.0) - 1.0) / 2.0;
+    const double tol = lineTolerance * step.stepMax;
+    // Inside (0, stepMax) the points d + g D stay >= 0 with sum 1 (sum D = 0), so their
+    // combined kernels are K(d) + g K(D): two combinations per line search, not one per point.
+    const Eigen::MatrixXd Kcur = stack_.Combine(step.d), Kdir = stack_.Combine(step.D);
+    InnerSolution best = step.sol;
+    double bestStep = 0;
+    const auto J = [&](double g) {
+      InnerSolution s = Evaluate(Eigen::MatrixXd(Kcur + g * Kdir), &best);
+      const double value = s.dual;
+      if (value < best.dual) {
+        best = std::move(s);
+        bestStep = g;
+      }
+      return value;
+    };
+    double a = 0, b = step.stepMax, Ja = step.sol.dual, Jb = step.solEnd.dual;
+    double x = a + (1.0 - ratio) * (b - a), Jx = J(x);
+    while (!(Jx < Ja) && b - a > tol) {  // no decrease yet: the minimum is closer to d
+      b = x;
+      Jb = Jx;
+      x = a + (1.0 - ratio) * (b - a);
+      Jx = J(x);
+    }
+    while (Jx < Ja && b - a > tol) {
+      const double p = (x - a) * (Jx - Jb), r = (x - b) * (Jx - Ja);
+      const double den = p - r;
+      double u = den != 0 ? x - 0.5 * ((x - a) * p - (x - b) * r) / den : std::numeric_limits<double>::quiet_NaN();
+      if (!(u > a + 0.5 * tol && u < b - 0.5 * tol)) u = x - a > b - x ? x - (1.0 - ratio) * (x - a) : x + (1.0 - ratio) * (b - x);
+      if (std::abs(u - x) < 0.5 * tol) break;  // the parabola puts the minimum within the tolerance of x
+      const double Ju = J(u);
+      if (Ju < Jx) {
+        (u < x ? b : a) = x;
+        (u < x ? Jb : Ja) = Jx;
+        x = u;
+        Jx = Ju;
+      } else {
+        (u < x ? a : b) = u;
+        (u < x ? Ja : Jb) = Ju;
+      }
+    }
+    if (bestStep > 0) {
+      const Eigen::VectorXd moved = (step.d + bestStep * step.D).cwiseMax(0.0);
+      step.d = moved / moved.sum();
+      step.sol = std::move(best);
+    }
+  }
+
   const KernelList& K_;
   std::unique_ptr<gram::KernelStack> ownStack_;  ///< without a cache: this fit's own stack
   const gram::KernelStack& stack_;

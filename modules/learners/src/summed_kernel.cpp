@@ -1,4 +1,4 @@
-// Baseline single-kernel learners on the unweighted sum of kernels (seed 004's "SVM"/"KRR" rows).
+// Baseline single-kernel learners on the unweighted sum of kernels (the "SVM"/"KRR" baselines of Mourao-Miranda et al.'s ENMKL tables).
 #include "inner.hpp"
 #include "neuromkl/core/errors.hpp"
 #include "single_kernel.hpp"

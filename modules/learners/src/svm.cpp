@@ -44,8 +44,8 @@ bool FreeSetCurvature(const Eigen::MatrixXd& K, const Eigen::VectorXd& coef, con
   // K_FF is a PSD Gram matrix. When it is safely positive definite the border is eliminated:
   // x = K_FF^-1 (r - 1 t) with t = 1'K_FF^-1 r / 1'K_FF^-1 1, so H = R'X = Y'Y - z z' / u'u with
   // K_FF = LL', Y = L^-1 R, u = L^-1 1, z = Y'u: a Cholesky (f^3 / 6) and one triangular solve
-  // instead of an LU of the bordered system (f^3 / 3) and two (issue 17: the curvature was ~30 % of
-  // an ENMKL nested CV). The pivot bound keeps K_FF's condition below ~1e10, as the LU's residual test did.
+  // instead of an LU of the bordered system (f^3 / 3) and two (the curvature is a large share of an ENMKL
+  // nested CV). The pivot bound keeps K_FF's condition below ~1e10, as the LU's residual test did.
   constexpr double kSmallestPivot = 1e-10;  // smallest (L_ii / max L_jj)^2 taken
   const Eigen::LLT<Eigen::MatrixXd> llt(KFF);
   if (llt.info() == Eigen::Success) {

@@ -1,4 +1,4 @@
-// The compact kernel store (issue 17): float32 kernels read in double, centred before rounding.
+// The compact kernel store: float32 kernels read in double, centred before rounding.
 #include <cmath>
 #include <limits>
 #include <random>
@@ -179,7 +179,7 @@ TEST(CompactKernels, NestedCvOnTheStoreIsTheRunOnItsWidenedValuesBitForBit) {
 }
 
 TEST(CompactKernels, NestedCvDecisionsAreWithin1e6OfFloat64) {
-  // Issue 17 asks for decisions within 1e-5 (relative to the largest) of float64; the bound here is 1e-6, ~30x
+  // The compact store's aim is decisions within 1e-5 (relative to the largest) of float64; the bound here is 1e-6, ~30x
   // the measured 3.3e-8, so a store that kept less of the kernels (e.g. raw values rounded: fold-kernel errors
   // ~500x larger, see above) would not pass unnoticed. Learners of kernel weights and of the summed kernel,
   // binary and regression, fixed parameters (both runs fit the same ones). Kernels: raw, image-like (mean 10).

@@ -1,4 +1,4 @@
-// Kernels held by several owners (issue 17): every computation that reads a kernel runs on its owner and owner 0
+// Kernels held by several owners: every computation that reads a kernel runs on its owner and owner 0
 // gets results only. With one owner every result is the one-process run's bit for bit (the same arithmetic, no sum
 // across owners); with several, per-kernel results (fold scales, products, subject weights) stay bit for bit and the
 // fits, whose combined kernels are sums of the owners' partial sums, agree to their rounding.

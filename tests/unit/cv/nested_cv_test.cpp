@@ -117,8 +117,8 @@ TEST(NestedCv, TiesGoToTheMostRegularisedPoint) {
   EXPECT_EQ(res[0].fits, 3 + 3 * 3 * 3);
 }
 
-// Inner-CV fits are counted with their convergence (issue 17: 9 of the benchmark's 1,755 inner ENMKL fits had run
-// to their iteration cap unseen, as only the outer folds' status was reported). 3 outer x 3 inner folds x 2 grid
+// Inner-CV fits are counted with their convergence (an inner fit that runs to its iteration cap is otherwise unseen:
+// only the outer folds' status is reported per fold). 3 outer x 3 inner folds x 2 grid
 // points = 18 inner fits per learner: all capped for SimpleMKL held to 1 iteration at gap 1e-12 (three kernels
 // carry the signal, so the optimum is not a vertex that one step could reach), none for the SVM.
 TEST(NestedCv, InnerFitsThatDidNotConvergeAreCounted) {
@@ -155,7 +155,7 @@ TEST(NestedCv, SignalIsFoundAndNoSignalIsChance) {
 namespace {
 
 TEST(NestedCv, SharingFoldWorkBetweenFitsChangesNothing) {
-  // The per-fold training-kernel cache (issue 17) is shared by every grid point of every learner on
+  // The per-fold training-kernel cache is shared by every grid point of every learner on
   // a fold, supervised and semi-supervised: the results must be bit-identical to fits that each do
   // their own kernel check, stack and sum.
   const auto p = neuromkl::testing::MakeMklProblem(36, 3, {0}, 1.0, 23);
@@ -198,7 +198,7 @@ TEST(NestedCv, ActiveThreadsFollowAStudysThreadLimit) {
 }
 
 TEST(NestedCv, FewerFoldsInFlightChangeNothing) {
-  // A budget too small for two folds at once runs them one at a time (issue 17: large n on one machine),
+  // A budget too small for two folds at once runs them one at a time (large n on one machine),
   // and, as not even one fold's copies fit, enmkl_svm reads its training kernels in place (FoldColumns);
   // every result must be bit-identical to the run with a fold per thread and copies.
   const auto p = neuromkl::testing::MakeMklProblem(36, 3, {0}, 1.0, 29);
@@ -282,7 +282,7 @@ TEST(NestedCv, UnlabelledSubjectsReachOnlySemiSupervisedLearnersAndNeverTheirTes
 
 }  // namespace
 
-// Issue 19 item 1: a failed outer fold (decision NaN) is not scored; the summary says how many failed.
+// A failed outer fold (decision NaN) is not scored; the summary says how many failed.
 TEST(NestedCv, FailedFoldsAreLeftOutOfTheSummaryAndCounted) {
   cv::LearnerOutcome o;
   const double nan = std::nan("");
@@ -293,12 +293,12 @@ TEST(NestedCv, FailedFoldsAreLeftOutOfTheSummaryAndCounted) {
   ok.decision = Eigen::Vector4d(1, -1, -1, 1);  // half right: balanced accuracy 0.5
   cv::OuterFoldResult failed;
   failed.index = 1;
-  failed.test = {4, 5, 6, 7};  // all negative: the NaNs used to count as four correct negatives
+  failed.test = {4, 5, 6, 7};  // all negative: scored, the NaNs would count as four correct negatives
   failed.decision = Eigen::Vector4d::Constant(nan);
   failed.error = "only one class in the training set";
   o.folds = {ok, failed};
   const cv::Summary s = cv::Summarise(o, t);
-  EXPECT_DOUBLE_EQ(s.pooled.at("balanced_accuracy"), 0.5);  // before: 0.667 (6 of 8 "correct")
+  EXPECT_DOUBLE_EQ(s.pooled.at("balanced_accuracy"), 0.5);  // not 0.667 (6 of 8 "correct")
   EXPECT_DOUBLE_EQ(s.pooled.at("accuracy"), 0.5);
   EXPECT_DOUBLE_EQ(s.pooled.at("failed_folds"), 1);
   EXPECT_DOUBLE_EQ(s.pooled.at("scored_subjects"), 4);

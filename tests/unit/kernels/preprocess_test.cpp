@@ -80,7 +80,7 @@ TEST(Preprocess, ASampleAtTheTrainingMeanGetsZerosNotNan) {
   EXPECT_NEAR(k.testTrain.row(0).cwiseAbs().maxCoeff(), 0.0, 1e-6);
 }
 
-// Issue 17: the fold's preprocessing as vectors, from the full kernel in place.
+// The fold's preprocessing as vectors, from the full kernel in place (no copy of the fold's blocks).
 TEST(FoldVectors, DescribeTheCopiesEntriesAndProducts) {
   const Data d;
   const Eigen::MatrixXd K = d.X * d.X.transpose();

@@ -322,7 +322,7 @@ TEST(RegionKernels, RegionsWithNothingLeftAreExcludedAndNamed) {
   EXPECT_EQ(report.warnings.size(), 2u);
 }
 
-// Float32 studies (issue 17): in memory each region's kernel is rounded as it is formed. The store is that of
+// Float32 studies: in memory each region's kernel is rounded as it is formed. The store is that of
 // rounding the float64 kernels afterwards bit for bit (the same CompactKernel of the same kernel), with their
 // diagonals kept, the same regions excluded (a zero kernel, a region with no voxel left), and the same store
 // whatever the thread count. Out of core the stage rounds its float64 kernels at the end: the same store as
@@ -427,8 +427,8 @@ TEST(RegionKernels, CorruptImageNamesTheFile) {
               ::testing::ThrowsMessage<InputError>(HasSubstr("sub-1.nii.gz")));
 }
 
-// A kernel that is not a Gram matrix was accepted (a negative-definite one ended with MKL weight 0, silently): refused
-// with its smallest eigenvalue; rounding (a text file's digits) is tolerated.
+// A kernel that is not a Gram matrix is refused with its smallest eigenvalue (accepted, a negative-definite one would
+// end with MKL weight 0, silently); rounding (a text file's digits) is tolerated.
 std::string Format6(double v) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.6g", v);

@@ -1,4 +1,4 @@
-// Class weights (issue 15): per-subject C in the SVM-type learners, weighted least squares in the
+// Class weights: per-subject C in the SVM-type learners, weighted least squares in the
 // KELM family and KRR, computed from the training set's class counts for "balanced".
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
 // The SVM's sensitivity to the kernel weights (InnerSolver::Curvature), used by the Newton steps of
-// ENMKL and SimpleMKL, and the solve of their Newton systems (issue 17: the curvature is computed
-// from a Cholesky factor of K_FF with the border eliminated; singular cases keep the bordered system).
+// ENMKL and SimpleMKL, and the solve of their Newton systems (the curvature is computed from a
+// Cholesky factor of K_FF with the border eliminated; singular cases keep the bordered system).
 #include <random>
 
 #include <Eigen/LU>
@@ -92,7 +92,7 @@ learners::InnerSolution FabricatedSolution(const Eigen::VectorXd& y, const std::
 // Both ways of computing H agree with the definition: a positive definite K_FF (the Cholesky with the
 // border eliminated; cond(K_FF) ~ 1e2 here, so the two backward-stable solves differ by ~1e-13
 // relative: 1e-9 allowed), and a singular K_FF (rank 3 with 20 free vectors: the bordered system's
-// minimum-norm solution, as before).
+// minimum-norm solution).
 TEST(SvmCurvature, EqualsTheBorderedSystemWhetherKffIsPositiveDefiniteOrSingular) {
   const Eigen::Index n = 40;
   std::mt19937 rng(8);
@@ -201,7 +201,7 @@ TEST(ScreenedNorms, QuadraticsFromProductsEqualTheExactOnes) {
 }
 
 // A regular Newton system is solved (by LU) to rounding; a singular one gets the minimum-norm solution,
-// as the complete orthogonal decomposition gave it for every system before.
+// as a complete orthogonal decomposition gives it.
 TEST(NewtonSystem, RegularByLuSingularByMinimumNorm) {
   std::mt19937 rng(2);
   std::normal_distribution<double> normal;

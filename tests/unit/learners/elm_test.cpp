@@ -1,8 +1,9 @@
-// Reference values for the learners of seeds 000-003: KELM, MK-ELM, MKL-BP, BSADMM-KELM, DKELM.
+// Reference values for KELM (Huang et al. 2012), MK-ELM (Liu et al. 2015), MKL-BP (Qi, Liang & Xu 2018),
+// BSADMM-KELM (Su, Xu & Qin 2021) and DKELM (Zhang, Xia & Liu).
 //
 // Tolerances: closed forms (KELM, DKELM exact) are one Cholesky/LU solve of a well-conditioned
 // system: 1e-10. Iterative solvers are compared at their own stopping accuracy: ADMM vs SMO to
-// 1e-4 relative as the issue asks (polished ADMM is far better); weights found by brute-force
+// 1e-4 relative, the agreement required of the ADMM solver (polished ADMM is far better); weights found by brute-force
 // search over a grid of step h agree to ~h.
 #include <cmath>
 #include <numeric>
@@ -156,9 +157,9 @@ double L1Violation(const learners::Model& m, const learners::KernelList& kernels
 }
 
 TEST(Mkelm, SparseWeightsAreTheL1OptimumOverEveryKernel) {
-  // Issue 17: seed 000's alternation stopped on max |delta gamma| < 1e-4 up to 1.2e-2 from this point, with tens of
-  // kernels at small weights the optimum has at 0 (n = 120-200, 116 region-like kernels). Now the fit is ENMKL's at
-  // mu = 1: its Newton step certifies a distance below `tolerance`, so the conditions hold to about the inner solve's
+  // MK-ELM's alternation as published (Liu et al. 2015) stops on max |delta gamma| < 1e-4 up to 1.2e-2 from this point,
+  // with tens of kernels at small weights the optimum has at 0 (n = 120-200, 116 region-like kernels). The fit is ENMKL's
+  // at mu = 1: its Newton step certifies a distance below `tolerance`, so the conditions hold to about the inner solve's
   // rounding, and the kernels off the support have weight exactly 0. With and without the offset (bias 0: T as is).
   const auto p = neuromkl::testing::RegionLikeProblem(90, 40, 4, 3);
   for (const double bias : {1.0, 0.0})
@@ -229,7 +230,7 @@ TEST(MklBp, WeightsMinimiseTheSvmDualOnTheConstraintSurface) {
 TEST(MklBp, VOneIsL1MklAsSimpleMkl) {
   const auto p = MakeMklProblem(40, 4, {0, 2}, 0.8, 3);
   // v = 1 is l1-MKL, fitted by ENMKL's machinery at mu = 1 (Frank-Wolfe zig-zags between the oracle's vertices):
-  // the optimum SimpleMKL reaches at a tight gap, to the precision of the two fits (issue 17: 5e-3 before).
+  // the optimum SimpleMKL reaches at a tight gap, to the precision of the two fits (Frank-Wolfe alone ends 5e-3 away).
   const auto bp = MakeLearner("mkl_bp", {{"c", 1}, {"v", 1}, {"svm_tolerance", 1e-9}})->Fit(p.kernels, p.targets);
   const auto smkl = MakeLearner("simplemkl", {{"c", 1}, {"gap_tolerance", 1e-6}, {"svm_tolerance", 1e-9}, {"max_iterations", 2000},
                                               {"line_search_tolerance", 1e-4}})
@@ -240,8 +241,8 @@ TEST(MklBp, VOneIsL1MklAsSimpleMkl) {
 }
 
 TEST(MklBp, WeightsMeetTheOptimalityConditionsOverEveryKernel) {
-  // Issue 17: Frank-Wolfe alone stopped at its former default gap (1e-3) up to 3.3e-3 from the optimum, and at v = 0.9
-  // with every kernel at a small weight where the optimum has 1-18 (n = 120-200, 116 region-like kernels); Newton's
+  // Frank-Wolfe alone, stopped at a gap of 1e-3, ends up to 3.3e-3 from the optimum, and at v = 0.9 with every kernel
+  // at a small weight where the optimum has 1-18 (n = 120-200, 116 region-like kernels); Newton's
   // steps reach the default gap of 1e-7 and tighter ones. At the optimum u of g(u) = v sum u + (1 - v) sum u^p = 1, with the
   // quadratics s_j = a'K_j a of the SVM's coefficients a on sum_j u_j K_j and a multiplier lambda:
   // s_j = lambda (v + p (1 - v) u_j^(p - 1)) where u_j > 0, s_j <= lambda v where u_j = 0. Recomputed from the model.

@@ -1,4 +1,4 @@
-// Issue 17: the training-kernel cache shares the kernels' check and packed stack between fits on
+// The training-kernel cache shares the kernels' check and packed stack between fits on
 // the same kernels (a grid search). It must change nothing but the time: these tests compare fits
 // with and without a cache bit for bit, count the work it saves, and check that it neither accepts
 // bad input nor survives a change of kernel list.

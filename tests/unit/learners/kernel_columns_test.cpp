@@ -1,4 +1,4 @@
-// Issue 17: the learners of kernel weights fit training kernels given as columns (FitOptions::columns,
+// The learners of kernel weights fit training kernels given as columns (FitOptions::columns,
 // what nested CV hands them instead of fold copies) exactly as they fit the matrices the columns describe.
 #include <atomic>
 #include <cmath>

@@ -1,5 +1,5 @@
-// Issue 17: the kernel stack is a view on the training kernels (no packed copy) that reads only their
-// upper triangles, and the finiteness check of the training kernels is one vectorised pass that still
+// The kernel stack is a view on the training kernels (no packed copy: at large n a copy would double the memory)
+// that reads only their upper triangles, and the finiteness check of the training kernels is one vectorised pass that still
 // finds every kind of non-finite entry. (Sharing the check between fits: kernel_cache_test.cpp.)
 #include <cmath>
 #include <limits>
@@ -93,7 +93,7 @@ TEST(ValidateFitInput, FindsEveryKindOfNonFiniteEntry) {
 
 
 // The learners of kernel weights check the matrices' values through their stack: a packed stack finds them in the pass
-// that packs the matrices (issue 17), a view reads them. Every kind of non-finite entry, in the lower triangle the
+// that packs the matrices (one pass over the values, not two), a view reads them. Every kind of non-finite entry, in the lower triangle the
 // stack never reads, gives ValidateFitInput's error, with and without a cache (which then records no check); the bound
 // computed in the same pass is RootSpectralBound's value bit for bit.
 TEST_P(KernelStackModes, CheckedStackFindsWhatValidateFitInputFinds) {
@@ -130,7 +130,7 @@ TEST_P(KernelStackModes, CheckedStackFindsWhatValidateFitInputFinds) {
   for (Eigen::Index k = 0; k < 3; ++k) EXPECT_EQ(stack.RootSpectralBound(k), fresh.RootSpectralBound(k));
 }
 
-// A view stack computes its products and quadratics on several threads (issue 17); each value is
+// A view stack computes its products and quadratics on several threads (a large refit's cost is in them); each value is
 // computed exactly as the one-at-a-time call would, so they agree bit for bit.
 TEST_P(KernelStackModes, BatchedProductsAndQuadraticsEqualTheOneAtATimeValues) {
   const int n = GetParam();
@@ -158,7 +158,7 @@ TEST_P(KernelStackModes, BatchedProductsAndQuadraticsEqualTheOneAtATimeValues) {
   EXPECT_EQ(batched.exactEvaluations, 4);
 }
 
-// The refit's cost at large n is in those passes, now shared by threads: the fitted model must not
+// The refit's cost at large n is in those passes, shared by threads: the fitted model must not
 // depend on the number of threads (BRIEF: results do not depend on the number of threads).
 TEST(KernelStackThreads, ViewStackFitsAreIdenticalOnOneAndTwoThreads) {
   const int n = static_cast<int>(gram::kPackedStackBelow) + 40;

@@ -174,9 +174,9 @@ TEST(SimpleMkl, DualityGapAtExitIsBelowTheThreshold) {
   }
 }
 
-// Issue 17: Newton steps on the support from the first iteration (then half a step), and a parabolic line
-// search instead of golden section. On 60 x 30 problems at gap 1e-7 the fits need 47-118 SVM solves (the
-// golden-section version with Newton only below gap 1e-3 needed 438-891: this bound fails for it) and end at
+// Newton steps on the support from the first iteration (then half a step), and a parabolic line search instead
+// of golden section. On 60 x 30 problems at gap 1e-7 the fits need 47-118 SVM solves (golden section with Newton
+// only below gap 1e-3 needs 438-891: this bound fails for it) and end at
 // the l1-MKL optimum: ENMKL-SVM with mu = 1 at tolerance 1e-9 gives the same weights (measured 1e-9 apart;
 // 1e-6 allows for both stopping rules, each of which bounds its own distance well below that).
 TEST(SimpleMkl, ReachesTheL1OptimumInFewSolves) {

@@ -113,7 +113,7 @@ struct NestedCvOptions {
   /// of kernel weights get copies (columnsInPlace: unless they are read in place): the copies of the training kernels
   /// are float32 (gram::TrainingForm::Float32Copies) instead of float64. Half the bytes for the copies, and fits from
   /// gram::kPackedStackBelow subjects read them in place at half the memory traffic; the price is a second rounding (of the prepared values), so results are within float32 rounding
-  /// of the float64 copies (decisions ~1e-7 relative), no longer equal bit for bit. Test blocks stay float64.
+  /// of the float64 copies (decisions ~1e-7 relative), not equal bit for bit. Test blocks stay float64.
   /// Used only when every learner of kernel weights reads columns. Ignored for float64 kernels.
   bool float32FoldCopies = true;
   /// Bytes the fold kernels of the folds in flight may take together; 0 = the memory the system reports

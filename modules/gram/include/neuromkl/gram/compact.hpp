@@ -1,5 +1,5 @@
 #pragma once
-// The compact kernel store (issue 17; docs/batch.md, "The compact kernel store"): a study's kernels in
+// The compact kernel store (docs/batch.md, "The compact kernel store"): a study's kernels in
 // float32, half the memory of float64, so that nested CV at n = 5,000 x 116 regions fits a 24 GiB machine.
 // Each kernel stays a full n x n matrix: its columns are contiguous, as the in-place fold paths read them
 // (FoldVectors, fold columns, the summed fold kernel). Everything computed from the store is computed in

@@ -36,7 +36,8 @@ void InverseNorms(const Eigen::Ref<const Eigen::VectorXd>& trainDiag, const Eige
                   Eigen::VectorXd& invTrain, Eigen::VectorXd& invTest);
 
 /// One kernel's fold preprocessing (CentreFold, then NormaliseFold) as vectors, read from the full kernel in
-/// place: no copy of the fold's blocks (issue 17). Entry (a, b) of the prepared training block is
+/// place: no copy of the fold's blocks (copies of every kernel's fold blocks would nearly double the memory at
+/// large n). Entry (a, b) of the prepared training block is
 ///   invTrain_a (((K_ab - colMean_b) - colMean_a) + grand) invTrain_b,
 /// a test row i uses testMean_i for colMean_a and invTest_i for invTrain_a. Without centring the means are 0,
 /// without normalising the inverse norms are 1. Equal to CentreFold then NormaliseFold up to rounding (the

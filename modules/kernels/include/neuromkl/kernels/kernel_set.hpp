@@ -29,9 +29,9 @@ struct KernelSet {
   std::vector<std::string> subjects;      ///< row/column order of every kernel
   std::vector<KernelInfo> info;           ///< one per kernel
   std::vector<Eigen::MatrixXd> kernels;   ///< one per kernel (empty when the set holds its kernels compact)
-  /// Float32 studies (issue 17): the kernels as the compact store instead, each rounded as soon as it was formed
+  /// Float32 studies: the kernels as the compact store instead, each rounded as soon as it was formed
   /// (so the float64 kernels are never all held), and each kernel's float64 diagonal before rounding (which
-  /// subjects have signal: a centred store's diagonal no longer says). Empty for a float64 set.
+  /// subjects have signal: a centred store's diagonal cannot tell). Empty for a float64 set.
   gram::CompactKernelList compact;
   std::vector<Eigen::VectorXd> rawDiagonals;
   std::vector<ExcludedKernel> excluded;   ///< regions left out, with the reason
@@ -39,7 +39,7 @@ struct KernelSet {
   /// Image kernels: finite non-zero voxel values inside / outside the atlas regions, summed over
   /// subjects (-1: not images). A large outside share means the atlas misses part of the data.
   std::int64_t nonZeroInsideAtlas = -1, nonZeroOutsideAtlas = -1;
-  /// The kernels are held by MPI ranks (issue 17: a study whose kernels do not fit one rank; pipeline's
+  /// The kernels are held by MPI ranks (a study whose kernels do not fit one rank; pipeline's
   /// KernelStageResult::owners): `kernels` and `compact.kernels` are empty, `info` lists them, `rawDiagonals` holds each
   /// one's float64 diagonal, `ownedCompact` says whether the ranks hold them as the compact store (centred as
   /// `compact.centred` says).

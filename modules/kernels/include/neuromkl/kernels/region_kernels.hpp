@@ -30,7 +30,7 @@ struct RegionKernelOptions {
   std::string scratchDir;               ///< where the out-of-core data file goes (default: system temp)
   IntensityScaling intensity = IntensityScaling::None;
   std::vector<std::int64_t> referenceVoxels;  ///< ReferenceRegions: linear voxel indices on the image grid
-  /// Float32 studies (issue 17): in memory (one subject block), each region's kernel is rounded into the set's
+  /// Float32 studies: in memory (one subject block), each region's kernel is rounded into the set's
   /// compact store (gram::CompactKernel, centred with the cohort mean when `compactCentre`) as soon as it is
   /// formed, so at most one float64 kernel per thread is held, never all of them. Out of core the float64
   /// kernels are formed from block pairs and rounded at the end (CompactKernelSet). Errors name the kernel

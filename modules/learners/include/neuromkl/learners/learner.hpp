@@ -63,7 +63,7 @@ struct FitInfo {
   int iterations = 0;        ///< outer iterations (MKL) or SMO iterations (SVM)
   int innerSolves = 0;       ///< single-kernel solves (MKL)
   long innerIterations = 0;  ///< SMO iterations summed over inner solves
-  double objective = 0;      ///< final objective: the dual value (SVM, KRR, SimpleMKL), the primal of seed 004 Def. 4 (ENMKL)
+  double objective = 0;      ///< final objective: the dual value (SVM, KRR, SimpleMKL), the primal of ENMKL's Def. 4 (Mourao-Miranda et al.)
   double gap = 0;            ///< relative duality gap (SimpleMKL), max |delta beta| (ENMKL), KKT violation (SVM)
   double seconds = 0;
 };
@@ -184,8 +184,8 @@ using ParamMap = std::map<std::string, double>;
 const std::vector<LearnerInfo>& LearnerCatalog();
 /// nullptr if unknown.
 const LearnerInfo* FindLearner(std::string_view name);
-/// The grid searched by nested CV when a study neither fixes nor grids this parameter (seed 004's
-/// grids: c and lambda in 10^-3..10^3, mu in 0.1..1.0); empty for parameters that are not searched.
+/// The grid searched by nested CV when a study neither fixes nor grids this parameter (the grids of
+/// ENMKL, Mourao-Miranda et al.: c and lambda in 10^-3..10^3, mu in 0.1..1.0); empty for parameters that are not searched.
 std::vector<double> DefaultGrid(std::string_view param);
 /// Checks one value against its spec; the error message (empty if fine) names the bound and the value.
 std::string CheckParam(const ParamSpec& spec, double value);
