@@ -29,7 +29,7 @@ struct SimulateOptions {
   /// multiclass: class k's signal regions (its images are shifted by `effect` there); empty = one default region per class
   std::vector<std::vector<std::string>> classSignal;
   /// Confounded designs. Each adds to the cohort only when given and draws from its own random stream, so the
-  /// images and targets of a seed are the same with or without it:
+  /// targets and every image's noise of a seed are the same with or without it:
   std::vector<std::string> ageRegions;  ///< an "age" column, correlated with the target, that drives these regions of the images
   double ageEffect = 1.0;               ///< voxel shift per age SD (8 years), in noise-SD units
   double ageTargetCorrelation = 0.6;    ///< correlation of age with the (standardised) target
