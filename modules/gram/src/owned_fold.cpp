@@ -51,15 +51,17 @@ Eigen::VectorXd OwnedFold::RootSpectralBounds(const std::vector<Eigen::Index>& w
 }
 
 void OwnedFold::Facts() const {
-  if (factsKnown_) return;
-  const auto values = owners_.PerKernel(Encode(kFacts, id_), owners_.Every(), 2);
-  firstNonFinite_ = -1;
-  nonZero_.clear();
-  for (std::size_t j = 0; j < values.size(); ++j) {
-    if (values[j][0] == 0.0 && firstNonFinite_ < 0) firstNonFinite_ = static_cast<Eigen::Index>(j);
-    if (values[j][1] != 0.0) nonZero_.push_back(static_cast<Eigen::Index>(j));
-  }
-  factsKnown_ = true;
+  // The grid's fits on one fold run on several threads and read these together: whichever asks first fetches them,
+  // the others wait (filled by two threads at once, nonZero_ would be reallocated under the other's reads).
+  std::call_once(factsOnce_, [this] {
+    const auto values = owners_.PerKernel(Encode(kFacts, id_), owners_.Every(), 2);
+    firstNonFinite_ = -1;
+    nonZero_.clear();
+    for (std::size_t j = 0; j < values.size(); ++j) {
+      if (values[j][0] == 0.0 && firstNonFinite_ < 0) firstNonFinite_ = static_cast<Eigen::Index>(j);
+      if (values[j][1] != 0.0) nonZero_.push_back(static_cast<Eigen::Index>(j));
+    }
+  });
 }
 
 Eigen::Index OwnedFold::FirstNonFinite() const {

@@ -2,6 +2,7 @@
 // Owner 0's side of a fold of kernels held by several owners (owners.hpp): the fold as a PreparedFold, and its training
 // kernels as a learner of kernel weights reads them (RemoteKernels, whose stack sends each operation to the owners).
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "neuromkl/gram/owners.hpp"
@@ -48,7 +49,7 @@ class OwnedFold {
   std::int64_t id_;
   Eigen::Index train_, test_;
   Eigen::VectorXd scales_;
-  mutable bool factsKnown_ = false;
+  mutable std::once_flag factsOnce_;  ///< fits on one fold run in parallel and share it: the facts are fetched once
   mutable Eigen::Index firstNonFinite_ = -1;
   mutable std::vector<Eigen::Index> nonZero_;
 };
