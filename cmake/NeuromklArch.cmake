@@ -1,4 +1,4 @@
-# The instruction set neuromkl is compiled for (NEUROMKL_ARCH; issue 17). The learners' fits are bound by
+# The instruction set neuromkl is compiled for (NEUROMKL_ARCH). The learners' fits are bound by
 # floating-point arithmetic in cache-resident loops (SMO, kernel combination and quadratics, Eigen's products and
 # factorisations): compiled for x86-64-v3 (AVX2 and FMA, processors since 2013-2015), the ENMKL nested-CV benchmark
 # runs about 1.3x faster than for baseline x86-64 (docs/learners.md, "The instruction set").
