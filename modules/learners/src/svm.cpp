@@ -4,6 +4,7 @@
 #include <cmath>
 #include <functional>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include <Eigen/Cholesky>
@@ -16,6 +17,20 @@
 namespace neuromkl::learners {
 
 namespace {
+
+/// An SMO solution as the MKL learners read it: `coef` and `bias` in the learner's own terms (C-SVC: y alpha and -rho;
+/// epsilon-SVR: the difference of the paired variables, the bias shifted back by the centred target's mean).
+InnerSolution FromSmo(const SmoResult& r, Eigen::VectorXd coef, double bias) {
+  InnerSolution s;
+  s.alpha = r.alpha;
+  s.coef = std::move(coef);
+  s.bias = bias;
+  s.dual = -r.objective;
+  s.iterations = r.iterations;
+  s.converged = r.converged;
+  s.violation = r.violation;
+  return s;
+}
 
 // SVM sensitivity (C-SVC and epsilon-SVR alike): on the free set F (subjects with a variable strictly
 // inside its box) the KKT conditions (K coef)_F + b = const_F and sum(coef) = 0 hold with the bounded
@@ -100,15 +115,7 @@ class SvcSolver final : public InnerSolver {
     // Class weights: per-subject bounds 0 <= alpha_i <= C w_i (LIBSVM's weighted C-SVC).
     const SmoResult r = weights_.size() > 0 ? SolveSmo(K, y_, p, Eigen::VectorXd(C_ * weights_), warm ? &warm->alpha : nullptr, tol, maxIter_)
                                             : SolveSmo(K, y_, p, C_, warm ? &warm->alpha : nullptr, tol, maxIter_);
-    InnerSolution s;
-    s.alpha = r.alpha;
-    s.coef = y_.cwiseProduct(r.alpha);
-    s.bias = -r.rho;
-    s.dual = -r.objective;
-    s.iterations = r.iterations;
-    s.converged = r.converged;
-    s.violation = r.violation;
-    return s;
+    return FromSmo(r, y_.cwiseProduct(r.alpha), -r.rho);
   }
   double Loss(const Eigen::VectorXd& f) const override {
     if (weights_.size() > 0) return C_ * (weights_.array() * (1.0 - y_.cwiseProduct(f).array()).max(0.0)).sum();
@@ -184,15 +191,7 @@ class SvrSolver final : public InnerSolver {
   InnerSolution Solve(const Eigen::MatrixXd& K, const InnerSolution* warm) const override {
     const Eigen::Index n = K.rows();
     const SmoResult r = SolveSmo(K, y2_, p_, C_, warm ? &warm->alpha : nullptr, tol_, maxIter_);
-    InnerSolution s;
-    s.alpha = r.alpha;
-    s.coef = r.alpha.head(n) - r.alpha.tail(n);
-    s.bias = -r.rho + mean_;
-    s.dual = -r.objective;
-    s.iterations = r.iterations;
-    s.converged = r.converged;
-    s.violation = r.violation;
-    return s;
+    return FromSmo(r, r.alpha.head(n) - r.alpha.tail(n), -r.rho + mean_);
   }
   double Loss(const Eigen::VectorXd& f) const override {
     const Eigen::Index n = f.size();
