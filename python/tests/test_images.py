@@ -90,9 +90,10 @@ def test_cohort_kernels_and_fold_fits_reproduce_the_cli(wager_run):
         assert gap < 1e-6, (key, gap)
 
 
-def test_enmkl_svc_on_a_simulated_classification_cohort_reproduces_the_cli(tmp_path, cli):
-    """Classification: images -> RegionKernels -> EnmklSVC -> coefficient image, the CLI's weights and maps."""
-    subprocess.run([cli, "simulate", "--out", str(tmp_path / "sim"), "--subjects", "30", "--seed", "4", "-q"], check=True)
+def _simulated_enmkl_svm_run(tmp_path, cli, simulate_options):
+    """A cohort simulated into tmp_path/sim and run by the CLI with a fixed ENMKL-SVM over 3 x 3 stratified folds into
+    tmp_path/run: the study, results.json, the subjects' rows and their images."""
+    subprocess.run([cli, "simulate", "--out", str(tmp_path / "sim"), *simulate_options, "-q"], check=True)
     study = json.loads((tmp_path / "sim" / "study.json").read_text())
     study["learners"] = [{"name": "enmkl_svm", "params": {"c": 1, "mu": 0.5}}]
     study["permutations"] = {"count": 0}
@@ -102,7 +103,12 @@ def test_enmkl_svc_on_a_simulated_classification_cohort_reproduces_the_cli(tmp_p
     with open(tmp_path / "run" / "results.json") as f:
         results = json.load(f)
     rows = read_tsv(tmp_path / "sim" / "participants.tsv")
-    imgs = [nibabel.load(tmp_path / "sim" / r["image"]) for r in rows]
+    return study, results, rows, [nibabel.load(tmp_path / "sim" / r["image"]) for r in rows]
+
+
+def test_enmkl_svc_on_a_simulated_classification_cohort_reproduces_the_cli(tmp_path, cli):
+    """Classification: images -> RegionKernels -> EnmklSVC -> coefficient image, the CLI's weights and maps."""
+    _, results, rows, imgs = _simulated_enmkl_svm_run(tmp_path, cli, ["--subjects", "30", "--seed", "4"])
     y = np.array([r["group"] for r in rows])  # "patient" (the positive class) sorts after "control": classes_[1]
     gaps = _study_way_gaps(tmp_path / "run", results, [r["subject"] for r in rows], imgs, y,
                            lambda: neuromkl.EnmklSVC(C=1, mu=0.5, kernel="precomputed", centre=True, normalise=True))
@@ -181,18 +187,8 @@ def test_images_on_another_grid_are_refused(wager_run):
 
 def test_multiclass_coefficient_images_are_the_cli_class_maps(tmp_path, cli):
     """Three classes: coef_img has one volume per class; their mean over the outer folds is the CLI's class mean map."""
-    subprocess.run([cli, "simulate", "--out", str(tmp_path / "sim"), "--subjects", "36", "--classes", "3", "--seed", "6", "-q"], check=True)
-    study = json.loads((tmp_path / "sim" / "study.json").read_text())
-    study["learners"] = [{"name": "enmkl_svm", "params": {"c": 1, "mu": 0.5}}]
-    study["permutations"] = {"count": 0}
-    study["cv"] = {"outer": {"scheme": "stratified_kfold", "k": 3}, "inner": {"scheme": "stratified_kfold", "k": 3}}
-    (tmp_path / "sim" / "study.json").write_text(json.dumps(study))
-    subprocess.run([cli, "run", str(tmp_path / "sim" / "study.json"), "-q", "--out", str(tmp_path / "run")], check=True)
-    with open(tmp_path / "run" / "results.json") as f:
-        results = json.load(f)
-    rows = read_tsv(tmp_path / "sim" / "participants.tsv")
+    study, results, rows, imgs = _simulated_enmkl_svm_run(tmp_path, cli, ["--subjects", "36", "--classes", "3", "--seed", "6"])
     ids = [r["subject"] for r in rows]
-    imgs = [nibabel.load(tmp_path / "sim" / r["image"]) for r in rows]
     y = np.array([r[study["target"]["column"]] for r in rows])
     rk = neuromkl.RegionKernels()
     K = np.asarray(rk.fit_transform(imgs))
