@@ -36,13 +36,15 @@ def test_pip_install_offline_into_a_target_folder(tmp_path, source_dir):
 
 def test_the_package_under_test_is_where_it_should_be(source_dir):
     """Through ctest the build tree's package is tested; with NEUROMKL_TEST_INSTALLED=1 (CI's run in a fresh venv)
-    an installed one, outside the source tree, with its atlases beside it."""
+    the installed one, in the environment's site-packages (wherever the venv lives, the clone included), not the
+    clone's python/ folder, with its atlases beside it."""
     import neuromkl
 
     location = os.path.realpath(neuromkl.__file__)
     data, how = neuromkl.data_dir()
     if os.environ.get("NEUROMKL_TEST_INSTALLED") == "1":
-        assert not location.startswith(os.path.realpath(source_dir) + os.sep), location
+        assert not location.startswith(os.path.realpath(source_dir / "python") + os.sep), location
+        assert location.startswith(os.path.realpath(sys.prefix) + os.sep) and "site-packages" in location, (location, sys.prefix)
         assert how.startswith("beside the binary") and os.path.isdir(os.path.join(data, "atlases", "aal")), (data, how)
     elif os.environ.get("NEUROMKL_BUILD_TREE"):
         assert location.startswith(os.path.realpath(os.environ["NEUROMKL_BUILD_TREE"]) + os.sep), location
