@@ -146,7 +146,7 @@ TEST_F(CliRun, ThreadCountDoesNotChangeResults) {
     EXPECT_EQ(neuromkl::io::ReadVolume(a + "/" + map).data, neuromkl::io::ReadVolume(b + "/" + map).data) << map;
 }
 
-/// metrics.tsv as learner -> metric -> {pooled, fold_mean, fold_sd, permutation_p}.
+/// metrics.tsv as learner -> metric -> {pooled, fold_mean, fold_sd, permutation_p, pooled_ci95_low, pooled_ci95_high}.
 std::map<std::string, std::map<std::string, std::vector<double>>> Metrics(const std::string& dir) {
   std::map<std::string, std::map<std::string, std::vector<double>>> out;
   const auto rows = neuromkl::testing::ReadTsv(dir + "/metrics.tsv");
