@@ -163,7 +163,8 @@ std::vector<exporting::ComparisonRecord> CompareLearners(const StudyContext& ctx
       const PairedPredictions p = FirstRepeat(a, b, ctx.cohort.y);
       if (p.y.size() < 2) continue;
       if (task != learners::Task::Regression) out.push_back(McNemar(p, a.label, b.label, task));
-      if (task == learners::Task::Classification) out.push_back(DeLong(p, a.label, b.label));
+      const bool bothClasses = (p.y.array() > 0).any() && (p.y.array() <= 0).any();  // a failed fold may leave one class only
+      if (task == learners::Task::Classification && bothClasses) out.push_back(DeLong(p, a.label, b.label));
       out.push_back(PairedPermutation(ctx, p, a.label, b.label, cv::DeriveSeed(ComparisonSeed(ctx), i * learners.size() + j)));
     }
   return out;
