@@ -40,7 +40,8 @@ class StudyResults:
     Attributes: ``output_dir``; ``results`` (results.json as a dict); ``metrics`` (metrics.tsv);
     ``regions`` ({learner label: regions_<label>.tsv}); ``predictions`` (predictions.tsv); ``folds``
     (folds.tsv); ``weight_maps`` ({learner label: {"mean": path, "folds": [paths]}}); ``report``
-    (report.html path); ``summary`` (the CLI's one line per learner, for a run; empty when loaded).
+    (report.html path); ``summary`` (the CLI's one line per learner, for a run; empty when loaded);
+    ``comparisons`` (comparisons.tsv: every pair of learners compared; None with one learner).
     """
 
     output_dir: str
@@ -52,6 +53,7 @@ class StudyResults:
     weight_maps: dict
     report: str | None
     summary: list = field(default_factory=list)
+    comparisons: object = None
 
     @property
     def learners(self):
@@ -91,7 +93,7 @@ def load_results(output_dir) -> StudyResults:
     report = d / "report.html"
     return StudyResults(output_dir=str(d), results=results, metrics=optional("metrics.tsv"), regions=regions,
                         predictions=optional("predictions.tsv"), folds=optional("folds.tsv"), weight_maps=weight_maps,
-                        report=str(report) if report.is_file() else None)
+                        report=str(report) if report.is_file() else None, comparisons=optional("comparisons.tsv"))
 
 
 def load_kernels(path):

@@ -146,7 +146,7 @@ TEST_F(CliRun, ThreadCountDoesNotChangeResults) {
     EXPECT_EQ(neuromkl::io::ReadVolume(a + "/" + map).data, neuromkl::io::ReadVolume(b + "/" + map).data) << map;
 }
 
-/// metrics.tsv as learner -> metric -> {pooled, fold_mean, fold_sd, permutation_p}.
+/// metrics.tsv as learner -> metric -> {pooled, fold_mean, fold_sd, permutation_p, pooled_ci95_low, pooled_ci95_high}.
 std::map<std::string, std::map<std::string, std::vector<double>>> Metrics(const std::string& dir) {
   std::map<std::string, std::map<std::string, std::vector<double>>> out;
   const auto rows = neuromkl::testing::ReadTsv(dir + "/metrics.tsv");
@@ -168,8 +168,9 @@ TEST(CliEvaluation, RealEffectBeatsChanceAndNullEffectIsNotSignificant) {
     ASSERT_EQ(r.exitCode, 0) << r.output;
     const auto m = Metrics(cohort + "/results/eval");
     for (const char* learner : {"enmkl_svm", "svm"}) {
-      const auto& ba = m.at(learner).at("balanced_accuracy");  // pooled, fold mean, fold sd, p
-      ASSERT_EQ(ba.size(), 4u);
+      const auto& ba = m.at(learner).at("balanced_accuracy");  // pooled, fold mean, fold sd, p, 95 % interval
+      ASSERT_EQ(ba.size(), 6u);
+      EXPECT_TRUE(ba[4] <= ba[0] && ba[0] <= ba[5]) << learner;
       if (std::string(effect) != "0") {
         EXPECT_GT(ba[0], 0.75) << learner;
         EXPECT_LE(ba[3], 0.05) << learner;  // 19 permutations: the smallest p is 1/20
@@ -191,8 +192,9 @@ TEST(CliEvaluation, WagerRegressionReportsRAndR2AndMseWithFoldSpread) {
   for (const char* learner : {"enmkl_krr", "krr"})
     for (const char* metric : {"pearson_r", "r2", "mse", "mae", "nmse", "r_squared_pearson"}) {
       const auto& v = m.at(learner).at(metric);
-      ASSERT_EQ(v.size(), 4u);
+      ASSERT_EQ(v.size(), 6u);
       EXPECT_TRUE(std::isfinite(v[0]) && std::isfinite(v[1]) && std::isfinite(v[2])) << learner << " " << metric;
+      EXPECT_TRUE(v[4] <= v[0] && v[0] <= v[5]) << learner << " " << metric;  // the bootstrap interval holds the pooled value
       EXPECT_GT(v[2], 0.0) << "fold spread of " << metric;
     }
   const std::string results = ReadFile(dir / "out/results.json");

@@ -108,16 +108,21 @@ TEST_F(DerivativeOutputs, DatasetDescriptionIsABidsDerivative) {
 }
 
 TEST_F(DerivativeOutputs, MapsFollowTheDocumentedSchemeWithASidecarEach) {
-  // Weight maps and, beside each, its activation pattern (the same name ending in _pattern).
-  const std::regex scheme(R"(sub-group_space-MNIColin27_desc-([A-Za-z0-9]+)_(weights|pattern)\.(nii\.gz|json))");
-  std::set<std::string> images, sidecars, patternImages, patternSidecars;
+  // Weight maps and, beside each, its activation pattern (the same name ending in _pattern); per learner the atlas
+  // painted with its region table (..._desc-<Learner>RegionShare_statmap, with permutations also RegionLogPFwe).
+  const std::regex scheme(R"(sub-group_space-MNIColin27_desc-([A-Za-z0-9]+)_(weights|pattern|statmap)\.(nii\.gz|json))");
+  std::set<std::string> images, sidecars, patternImages, patternSidecars, statmaps;
   for (const auto& e : fs::directory_iterator(Out("weights"))) {
     const std::string name = e.path().filename().string();
     std::smatch m;
     ASSERT_TRUE(std::regex_match(name, m, scheme)) << name;
     if (m[2] == "weights") (m[3] == "json" ? sidecars : images).insert(m[1]);
-    else (m[3] == "json" ? patternSidecars : patternImages).insert(m[1]);
+    else if (m[2] == "pattern") (m[3] == "json" ? patternSidecars : patternImages).insert(m[1]);
+    else statmaps.insert(m[1].str() + "." + m[3].str());
   }
+  for (const std::string learner : {"EnmklSvm", "SvmC1", "SVMC12"})
+    for (const std::string what : {"RegionShare", "RegionLogPFwe"})
+      for (const std::string ext : {"nii.gz", "json"}) EXPECT_TRUE(statmaps.count(learner + what + "." + ext)) << learner << what << "." << ext;
   EXPECT_EQ(patternImages, images);
   EXPECT_EQ(patternSidecars, sidecars);
   std::set<std::string> expected;

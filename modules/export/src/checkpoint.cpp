@@ -18,6 +18,16 @@ void SavePermutationBlock(const std::string& path, const PermutationBlock& b) {
     }
     j["pooled"].push_back(row);
   }
+  j["shares"] = Json::array();
+  for (const auto& perm : b.shares) {
+    Json row = Json::array();
+    for (const auto& learner : perm) {
+      Json values = Json::array();
+      for (double v : learner) values.push_back(Num(v));
+      row.push_back(values);
+    }
+    j["shares"].push_back(row);
+  }
   WriteFileAtomically(path, j.dump() + "\n", "checkpoint");  // doubles round-trip exactly (shortest representation)
 }
 
@@ -40,6 +50,16 @@ std::optional<PermutationBlock> LoadPermutationBlock(const std::string& path, co
       }
       b.pooled.push_back(std::move(perm));
     }
+    for (const auto& row : j.at("shares")) {
+      std::vector<std::vector<double>> perm;
+      for (const auto& learner : row) {
+        std::vector<double> values;
+        for (const auto& v : learner) values.push_back(v.is_null() ? std::nan("") : v.get<double>());
+        perm.push_back(std::move(values));
+      }
+      b.shares.push_back(std::move(perm));
+    }
+    if (b.shares.size() != b.pooled.size()) return std::nullopt;
     return b;
   } catch (const Json::exception&) {
     return std::nullopt;  // a torn or foreign file is recomputed, never trusted

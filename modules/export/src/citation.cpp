@@ -49,6 +49,13 @@ const std::map<std::string, std::string>& References() {
       {"pronto",
        "Schrouff J., Rosa M. J., Rondina J. M., Marquand A. F., Chu C., Ashburner J., Phillips C., Richiardi J., Mourão-Miranda J. (2013). "
        "PRoNTo: Pattern Recognition for Neuroimaging Toolbox. Neuroinformatics 11(3), 319-337. doi:10.1007/s12021-013-9178-1."},
+      {"westfall1993", "Westfall P. H., Young S. S. (1993). Resampling-Based Multiple Testing. Wiley, New York."},
+      {"nichols2002",
+       "Nichols T. E., Holmes A. P. (2002). Nonparametric permutation tests for functional neuroimaging: a primer with examples. Human Brain "
+       "Mapping 15(1), 1-25."},
+      {"bh1995",
+       "Benjamini Y., Hochberg Y. (1995). Controlling the false discovery rate: a practical and powerful approach to multiple testing. Journal "
+       "of the Royal Statistical Society B 57(1), 289-300."},
       {"aal",
        "Tzourio-Mazoyer N., Landeau B., Papathanassiou D., Crivello F., Etard O., Delcroix N., Mazoyer B., Joliot M. (2002). Automated "
        "anatomical labeling of activations in SPM using a macroscopic anatomical parcellation of the MNI MRI single-subject brain. "
@@ -64,7 +71,8 @@ const std::map<std::string, std::string>& ShortCites() {
       {"bsadmm", "Su, Xu & Qin, 2021"}, {"kelm", "Huang et al., 2012"}, {"simplemkl", "Rakotomamonjy et al., 2008"},
       {"libsvm", "Chang & Lin, 2011"}, {"wss", "Fan, Chen & Lin, 2005"}, {"pronto", "Schrouff et al., 2013"},
       {"aal", "Tzourio-Mazoyer et al., 2002"}, {"platt", "Platt, 1999"}, {"lin2007", "Lin, Lin & Weng, 2007"},
-      {"beheshti2019", "Beheshti et al., 2019"}, {"delange2020", "de Lange & Cole, 2020"}};
+      {"beheshti2019", "Beheshti et al., 2019"}, {"delange2020", "de Lange & Cole, 2020"}, {"westfall1993", "Westfall & Young, 1993"},
+      {"nichols2002", "Nichols & Holmes, 2002"}, {"bh1995", "Benjamini & Hochberg, 1995"}};
   return cites;
 }
 
@@ -285,6 +293,14 @@ std::string AfterFitText(const RunRecord& r, std::set<std::string>& cited) {
     md += fmt::format(" Significance was assessed with {} permutations of the targets ({}), rerunning the whole nested cross-validation for each; "
                       "p = (number of permutations scoring at least as well + 1) / ({} + 1).",
                       r.permutations, exch, r.permutations);
+    const bool regions = std::any_of(r.learners.begin(), r.learners.end(), [](const LearnerRecord& lr) { return !lr.permutations.regions.uncorrected.empty(); });
+    const bool sources = std::any_of(r.learners.begin(), r.learners.end(), [](const LearnerRecord& lr) { return !lr.permutations.sources.uncorrected.empty(); });
+    if (regions) {
+      for (const char* key : {"westfall1993", "nichols2002", "bh1995"}) cited.insert(key);
+      md += fmt::format(" The same permutations tested each region's mean share of the model{}: family-wise error was controlled with the "
+                        "maximum statistic over the regions ({}; {}) and the false discovery rate with the Benjamini-Hochberg procedure ({}).",
+                        sources ? " (and each source's)" : "", ShortCites().at("westfall1993"), ShortCites().at("nichols2002"), ShortCites().at("bh1995"));
+    }
   }
   return md;
 }

@@ -151,6 +151,8 @@ std::string PerformanceSection(const RunRecord& r, const ReportData& data) {
   std::string h = "<h2>Performance</h2>\n<p class=\"note\">Pooled over all out-of-fold predictions; fold mean &plusmn; SD over outer folds";
   if (!r.learners.empty() && r.learners[0].permutations.count > 0)
     h += fmt::format("; p from {} permutations of the targets (whole nested CV rerun each time), (count + 1) / (N + 1)", r.learners[0].permutations.count);
+  if (r.bootstrapResamples > 0)
+    h += fmt::format("; [95 % interval] from {} class-stratified subject bootstrap resamples of the out-of-fold predictions", r.bootstrapResamples);
   h += ".</p>\n<table><tr><th>learner</th>";
   const auto metrics = PerformanceMetrics(r);
   for (const auto& [_, label] : metrics) h += "<th>" + label + "</th>";
@@ -160,6 +162,8 @@ std::string PerformanceSection(const RunRecord& r, const ReportData& data) {
     for (const auto& [key, _] : metrics) {
       const auto& s = lr.summary;
       std::string cell = Num(Pooled(lr, key));
+      if (const auto it = lr.pooledInterval.find(key); it != lr.pooledInterval.end())
+        cell += fmt::format(" <span class=\"note\">[{}, {}]</span>", Num(it->second.first), Num(it->second.second));
       if (s.foldMean.count(key)) cell += fmt::format(" <span class=\"note\">({} &plusmn; {})</span>", Num(s.foldMean.at(key)), Num(s.foldSd.count(key) ? s.foldSd.at(key) : NAN));
       if (lr.permutations.pValues.count(key)) cell += fmt::format(" <b>p = {:.3g}</b>", lr.permutations.pValues.at(key));
       h += "<td class=\"num\">" + cell + "</td>";
@@ -206,6 +210,23 @@ std::string ProbabilitySections(const RunRecord& r, const ReportData& data) {
   return h;
 }
 
+/// Every pair of learners compared (docs/statistics.md): one row per test.
+std::string ComparisonsSection(const RunRecord& r) {
+  if (r.comparisons.empty()) return "";
+  std::string h = fmt::format("<h2>Comparing learners</h2>\n<p class=\"note\">Each pair on the same outer folds and subjects: the corrected resampled "
+                              "t-test over folds (Nadeau &amp; Bengio 2003), and on the out-of-fold predictions McNemar's exact test, DeLong's test of "
+                              "the AUCs (binary) and a paired permutation test ({} swaps, seed {}). Two-sided p, not corrected for the {} pair{}; "
+                              "<code>comparisons.tsv</code>.</p>\n<table><tr><th>A</th><th>B</th><th>test</th><th>metric</th><th>A</th><th>B</th>"
+                              "<th>statistic</th><th>p</th><th>n</th></tr>\n",
+                              r.comparisonSwaps, r.comparisonSeed, r.learners.size() * (r.learners.size() - 1) / 2, r.learners.size() > 2 ? "s" : "");
+  for (const auto& c : r.comparisons)
+    h += fmt::format("<tr><td>{}</td><td>{}</td><td title=\"{}\">{}</td><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>"
+                     "<td class=\"num\"{}>{}</td><td class=\"num\">{}</td></tr>\n",
+                     Escape(c.learnerA), Escape(c.learnerB), Escape(c.detail), c.test, c.metric, Num(c.valueA), Num(c.valueB), Num(c.statistic),
+                     c.p <= 0.05 ? " style=\"font-weight:bold\"" : "", fmt::format("{:.3g}", c.p), c.n);
+  return h + "</table>\n";
+}
+
 /// Fits and chosen parameters: one table per learner.
 std::string FitsSection(const RunRecord& r) {
   const std::string criterion = !r.innerCriterion.empty()          ? r.innerCriterion
@@ -218,6 +239,34 @@ std::string FitsSection(const RunRecord& r) {
   return h;
 }
 
+/// How many regions (and sources) carry more weight than the permutations give them, and how that is tested.
+std::string SignificanceNote(const RunRecord& r, const LearnerRecord& lr) {
+  const auto count = [](const std::vector<double>& p) { return std::count_if(p.begin(), p.end(), [](double v) { return v <= 0.05; }); };
+  const auto& regions = lr.permutations.regions;
+  std::string h = fmt::format("<p class=\"note\">Permutation test of the weights ({} permutations, the whole nested CV on permuted targets): "
+                              "<b>{} of {} {}</b> at p<sub>FWE</sub> &le; 0.05 (maximum statistic over the {}: each {}'s mean share against the "
+                              "largest share any {} reaches in each permutation), {} at q<sub>FDR</sub> &le; 0.05 (Benjamini-Hochberg), {} at "
+                              "uncorrected p &le; 0.05. Columns p_uncorrected, p_fwe, q_fdr of the table; map <code>{}</code>.",
+                              lr.permutations.count, count(regions.familyWise), regions.familyWise.size(), KernelUnit(r), KernelUnit(r), "region", "region",
+                              count(regions.q), count(regions.uncorrected),
+                              lr.regionMaps.empty() || lr.regionMaps[0].logPFwe.empty() ? std::string("none") : Escape(lr.regionMaps[0].logPFwe));
+  const auto& sources = lr.permutations.sources;
+  if (!sources.familyWise.empty()) {
+    std::vector<std::string> parts;
+    for (std::size_t s = 0; s < sources.familyWise.size() && s < r.sourceNames.size(); ++s)
+      parts.push_back(fmt::format("<code>{}</code> p<sub>FWE</sub> {:.3g}", Escape(r.sourceNames[s]), sources.familyWise[s]));
+    h += " Sources (their summed shares, maximum statistic over the sources): " + Join(parts, ", ") + ".";
+  }
+  // BH's q of the k smallest p-values is at least m p_min / k: with few permutations it cannot reach 0.05 for a few regions.
+  const double smallest = 1.0 / (lr.permutations.count + 1.0);
+  const auto m = static_cast<double>(regions.familyWise.size());
+  if (smallest * m > 0.05)
+    h += fmt::format(" With {} permutations the smallest p is {:.3g}, so q<sub>FDR</sub> &le; 0.05 needs at least {} regions at that p; "
+                     "at least {} permutations lift that limit.",
+                     lr.permutations.count, smallest, static_cast<int>(std::ceil(smallest * m / 0.05 - 1e-9)), static_cast<int>(std::ceil(m / 0.05)) - 1);
+  return h + "</p>\n";
+}
+
 /// Regions of learner l: the top regions and selected counts, the mean weight map and activation pattern,
 /// per-class charts, each image source's map and each connectivity source's strongest connections.
 std::string RegionsSection(const RunRecord& r, std::size_t l, const std::vector<std::vector<float>>& meanMaps, const atlas::RegionIndex* regions,
@@ -225,7 +274,8 @@ std::string RegionsSection(const RunRecord& r, std::size_t l, const std::vector<
   const auto& lr = r.learners[l];
   std::string h = "<h2>Regions: " + Escape(lr.outcome.label) + "</h2>\n<p class=\"note\">" + Escape(lr.regionSource) + ". Table: <code>regions_" +
                   Escape(lr.outcome.label) + ".tsv</code>" + (lr.meanMap.empty() ? "" : "; map: <code>" + Escape(lr.meanMap) + "</code>") + ".</p>\n";
-  h += "<div class=\"figs\">" + TopRegionsChart(lr.regions, r, 15) + SelectedCountsChart(lr, r.kernels.size(), KernelUnit(r)) + "</div>\n";
+  h += "<div class=\"figs\">" + TopRegionsChart(lr.regions, r, 15, &lr.permutations.regions) + SelectedCountsChart(lr, r.kernels.size(), KernelUnit(r)) + "</div>\n";
+  if (!lr.permutations.regions.familyWise.empty()) h += SignificanceNote(r, lr);
   if (regions && l < meanMaps.size() && !meanMaps[l].empty()) h += Montage(meanMaps[l], background, regions->grid);
   if (regions && maps && l < maps->patternMean.size() && !maps->patternMean[l].empty()) {
     h += "<p class=\"note\">Activation pattern (Haufe et al. 2014): how the images covary with the decision value, "
@@ -259,6 +309,7 @@ std::string RenderReport(const RunRecord& r, const ReportData& data, const std::
   if (!r.description.empty()) h += "<p>" + Escape(r.description) + "</p>\n";
   h += StudySection(r, data);
   h += PerformanceSection(r, data);
+  h += ComparisonsSection(r);
   h += ProbabilitySections(r, data);
   h += FitsSection(r);
   std::vector<float> background;

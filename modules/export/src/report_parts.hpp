@@ -70,7 +70,8 @@ std::string NullHistogram(const LearnerRecord& lr, const std::string& metric);
 // Fits, regions and maps (report_regions.cpp).
 /// `unit`: what a kernel is ("regions", or "kernels" when some are not atlas regions).
 std::string FitTable(const LearnerRecord& lr, const std::string& unit);
-std::string TopRegionsChart(const std::vector<weights::RegionRow>& regions, const RunRecord& r, std::size_t top);
+std::string TopRegionsChart(const std::vector<weights::RegionRow>& regions, const RunRecord& r, std::size_t top,
+                            const metrics::FamilyPValues* significance = nullptr);
 std::string SelectedCountsChart(const LearnerRecord& lr, std::size_t kernels, const std::string& unit);
 /// What a montage shows: a voxel weight map, or an activation pattern (Haufe et al. 2014).
 enum class MapKind { Weights, Pattern };

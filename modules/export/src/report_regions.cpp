@@ -34,13 +34,16 @@ std::string ColourBar(double vmax, MapKind kind) {
 
 }  // namespace
 
-/// Horizontal bars: top regions' mean weight (%) with +- 1 SD over folds.
-std::string TopRegionsChart(const std::vector<weights::RegionRow>& regions, const RunRecord& r, std::size_t top) {
+/// Horizontal bars: top regions' mean weight (%) with +- 1 SD over folds. With permutation p-values (`significance`,
+/// kernel order), regions with p_FWE <= 0.05 are drawn darker and marked "*".
+std::string TopRegionsChart(const std::vector<weights::RegionRow>& regions, const RunRecord& r, std::size_t top, const metrics::FamilyPValues* significance) {
   const std::size_t n = std::min(top, regions.size());
+  if (significance && significance->familyWise.empty()) significance = nullptr;
+  const auto significant = [&](std::size_t kernel) { return significance && significance->familyWise[kernel] <= 0.05; };
   double maxValue = 1e-12;
   for (std::size_t i = 0; i < n; ++i) maxValue = std::max(maxValue, regions[i].meanPercent + regions[i].sdPercent);
   std::vector<std::string> names;
-  for (std::size_t i = 0; i < n; ++i) names.push_back(Escape(r.kernels[regions[i].kernel].name));
+  for (std::size_t i = 0; i < n; ++i) names.push_back(Escape(r.kernels[regions[i].kernel].name) + (significant(regions[i].kernel) ? " *" : ""));
   // Room on the left for the longest name; the bars keep their length.
   const int rowH = 18, left = std::max(170, WidthFor(names, 11, 6)), barW = 330, width = left + barW + 60;
   const int height = static_cast<int>(n) * rowH + 58;
@@ -56,13 +59,18 @@ std::string TopRegionsChart(const std::vector<weights::RegionRow>& regions, cons
     const auto& kernel = r.kernels[row.kernel];
     const std::string made = FeatureName(KernelKind(r, kernel.name));  // what the kernel is made of: voxels, connections, columns
     svg += fmt::format(R"(<text x="{}" y="{}" font-size="11" text-anchor="end">{}</text>)", left - 6, y + 12, names[i]);
-    svg += fmt::format(R"(<rect x="{}" y="{}" width="{:.1f}" height="{}" fill="#4c78a8"><title>{}: {:.2f} % (SD {:.2f}){}, selected in {} folds, expected rank {:.1f}</title></rect>)",
-                       left, y + 2, std::max(w, 0.5), rowH - 5, names[i], row.meanPercent, row.sdPercent,
-                       made.empty() ? "" : fmt::format(", {} {}", kernel.features, made), row.foldsSelected, row.expectedRank);
+    const std::string pValues = significance ? fmt::format(", p_FWE {:.3g}, p {:.3g}, q {:.3g}", significance->familyWise[row.kernel],
+                                                           significance->uncorrected[row.kernel], significance->q[row.kernel])
+                                             : "";
+    svg += fmt::format(R"(<rect x="{}" y="{}" width="{:.1f}" height="{}" fill="{}"><title>{}: {:.2f} % (SD {:.2f}){}, selected in {} folds, expected rank {:.1f}{}</title></rect>)",
+                       left, y + 2, std::max(w, 0.5), rowH - 5, significant(row.kernel) ? "#1f3f66" : "#4c78a8", names[i], row.meanPercent, row.sdPercent,
+                       made.empty() ? "" : fmt::format(", {} {}", kernel.features, made), row.foldsSelected, row.expectedRank, pValues);
     svg += fmt::format(R"(<line x1="{:.1f}" x2="{:.1f}" y1="{}" y2="{}" stroke="#222" stroke-width="1.2"/>)", left + lo, left + hi, y + rowH / 2.0, y + rowH / 2.0);
     svg += fmt::format(R"(<text x="{:.1f}" y="{}" font-size="10" fill="#444">{:.1f}</text>)", left + hi + 4, y + 12, row.meanPercent);
   }
-  svg += fmt::format(R"(<text x="{}" y="{}" font-size="11">mean weight (%) over outer folds, bar = +-1 SD</text></svg>)", left, height - 8);
+  const std::string caption = significance ? fmt::format("mean weight (%) over outer folds, bar = +-1 SD; * p_FWE &lt;= 0.05 ({} permutations)", r.permutations)
+                                            : std::string("mean weight (%) over outer folds, bar = +-1 SD");
+  svg += fmt::format(R"(<text x="{}" y="{}" font-size="11">{}</text></svg>)", std::min(left, width - WidthFor({caption}, 11, 4)), height - 8, caption);
   return svg;
 }
 

@@ -1,5 +1,7 @@
 #include "neuromkl/export/run_record.hpp"
 
+#include <fmt/format.h>
+
 #include "json_format.hpp"
 
 namespace neuromkl::exporting {
@@ -123,6 +125,15 @@ Json LearnerJson(const RunRecord& r, const LearnerRecord& lr) {
             {"grid", Json::array()}};
   for (const auto& p : o.grid) e["grid"].push_back(p);
   e["metrics"] = {{"pooled", Map(lr.summary.pooled)}, {"fold_mean", Map(lr.summary.foldMean)}, {"fold_sd", Map(lr.summary.foldSd)}};
+  if (!lr.pooledInterval.empty()) {
+    Json intervals = Json::object();
+    for (const auto& [metric, range] : lr.pooledInterval) intervals[metric] = {Num(range.first), Num(range.second)};
+    e["metrics"]["pooled_ci95"] = intervals;
+    e["metrics"]["pooled_ci95_method"] = fmt::format("percentile interval of {} subject bootstrap resamples of the out-of-fold predictions, stratified by "
+                                                     "class, seed {} (per learner a stream derived from it)", r.bootstrapResamples, r.bootstrapSeed);
+  }
+  if (std::isfinite(lr.aucDeLongInterval.first))
+    e["metrics"]["auc_delong_ci95"] = {Num(lr.aucDeLongInterval.first), Num(lr.aucDeLongInterval.second)};
   if (lr.permutations.count > 0) {
     Json nulls = Json::object();
     for (const auto& [k, v] : lr.permutations.null) {
@@ -137,12 +148,27 @@ Json LearnerJson(const RunRecord& r, const LearnerRecord& lr) {
   e["regions"] = {{"source", lr.regionSource},
                   {"ranking", "rank 1 = largest weight in a fold, ties share the average rank; expected_ranking = mean rank over outer folds"},
                   {"table", Json::array()}};
+  const auto& significance = lr.permutations.regions;
+  if (!significance.uncorrected.empty())
+    e["regions"]["significance"] = {
+        {"statistic", "mean_percent, the region's mean share over outer folds, recomputed on every permutation of the permutation test"},
+        {"permutations", lr.permutations.count},
+        {"p_uncorrected", "(1 + permutations whose share of the region is at least the observed) / (1 + permutations)"},
+        {"p_fwe", "family-wise corrected over the regions by the maximum statistic (Westfall & Young 1993): (1 + permutations whose "
+                  "largest share of any region is at least the region's observed share) / (1 + permutations)"},
+        {"q_fdr", "Benjamini & Hochberg (1995) q of p_uncorrected over the regions"}};
   for (const auto& row : lr.regions) {
     const auto& k = r.kernels[row.kernel];
-    e["regions"]["table"].push_back({{"name", k.name}, {"label", k.label}, {"voxels", k.features}, {"non_finite_voxels", k.nonFiniteVoxels},
-                                     {"mean_percent", Num(row.meanPercent)}, {"sd_percent", Num(row.sdPercent)},
-                                     {"folds_selected", row.foldsSelected}, {"expected_ranking", Num(row.expectedRank)},
-                                     {"fold_percent", row.foldPercent}});
+    Json entry = {{"name", k.name}, {"label", k.label}, {"voxels", k.features}, {"non_finite_voxels", k.nonFiniteVoxels},
+                  {"mean_percent", Num(row.meanPercent)}, {"sd_percent", Num(row.sdPercent)},
+                  {"folds_selected", row.foldsSelected}, {"expected_ranking", Num(row.expectedRank)},
+                  {"fold_percent", row.foldPercent}};
+    if (!significance.uncorrected.empty()) {
+      entry["p_uncorrected"] = Num(significance.uncorrected[row.kernel]);
+      entry["p_fwe"] = Num(significance.familyWise[row.kernel]);
+      entry["q_fdr"] = Num(significance.q[row.kernel]);
+    }
+    e["regions"]["table"].push_back(std::move(entry));
   }
   if (!lr.meanMap.empty()) e["weight_maps"] = {{"mean", lr.meanMap}, {"folds", lr.foldMaps}};
   if (!lr.patternMean.empty()) e["weight_maps"]["pattern"] = {{"mean", lr.patternMean}, {"folds", lr.patternFolds}};
@@ -153,6 +179,15 @@ Json LearnerJson(const RunRecord& r, const LearnerRecord& lr) {
       if (!m.patternMean.empty()) sources[m.source]["pattern"] = {{"mean", m.patternMean}, {"folds", m.patternFolds}};
     }
     e["weight_maps"] = {{"sources", sources}};
+  }
+  if (!lr.regionMaps.empty()) {
+    e["region_maps"] = Json::array();
+    for (const auto& m : lr.regionMaps) {
+      Json entry = {{"share", m.share}};
+      if (!m.source.empty()) entry["source"] = m.source;
+      if (!m.logPFwe.empty()) entry["log10_p_fwe"] = m.logPFwe;
+      e["region_maps"].push_back(std::move(entry));
+    }
   }
   if (!lr.patternRegions.empty()) {
     // Regions by their share of the activation pattern (Haufe et al. 2014): ||a_r|| per fold as a percentage of the fold's sum.
@@ -219,10 +254,23 @@ std::string RunRecordJson(const RunRecord& r) {
     for (std::size_t s = 0; s < r.sourceNames.size(); ++s) {
       Json e = {{"name", r.sourceNames[s]}, {"kind", r.sourceKinds[s]}, {"kernels", r.sourceKernelCounts[s]}, {"cache", r.sourceCache[s]},
                 {"weight_percent", Json::object()}};
-      for (std::size_t l = 0; l < r.learners.size(); ++l)
-        e["weight_percent"][r.learners[l].outcome.label] = {{"mean", shares[l][s].meanPercent}, {"folds", shares[l][s].foldPercent}};
+      for (std::size_t l = 0; l < r.learners.size(); ++l) {
+        Json share = {{"mean", shares[l][s].meanPercent}, {"folds", shares[l][s].foldPercent}};
+        // Permutation p-values of the source's share, family-wise over the sources (as the regions', results.json regions.significance).
+        if (const auto& p = r.learners[l].permutations.sources; s < p.uncorrected.size())
+          share.update({{"p_uncorrected", Num(p.uncorrected[s])}, {"p_fwe", Num(p.familyWise[s])}, {"q_fdr", Num(p.q[s])}});
+        e["weight_percent"][r.learners[l].outcome.label] = std::move(share);
+      }
       j["sources"].push_back(e);
     }
+  }
+  if (!r.comparisons.empty()) {
+    // Every pair of learners, on the same outer folds and subjects (docs/statistics.md); p-values uncorrected for the number of pairs.
+    j["comparisons"] = {{"seed", r.comparisonSeed}, {"paired_permutation_swaps", r.comparisonSwaps}, {"table", "comparisons.tsv"}, {"tests", Json::array()}};
+    for (const auto& c : r.comparisons)
+      j["comparisons"]["tests"].push_back({{"learner_a", c.learnerA}, {"learner_b", c.learnerB}, {"test", c.test}, {"metric", c.metric},
+                                           {"value_a", Num(c.valueA)}, {"value_b", Num(c.valueB)}, {"statistic", Num(c.statistic)},
+                                           {"p_value", Num(c.p)}, {"n", c.n}, {"detail", c.detail}});
   }
   if (!r.covariateColumns.empty())
     j["covariates"] = {{"design_columns", r.covariateColumns},

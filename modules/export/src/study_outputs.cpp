@@ -127,12 +127,16 @@ Rows KernelRows(const RunRecord& r) {
 }
 
 Rows MetricRows(const RunRecord& r) {
-  Rows rows = {{"learner", "metric", "pooled", "fold_mean", "fold_sd", "permutation_p"}};
+  Rows rows = {{"learner", "metric", "pooled", "fold_mean", "fold_sd", "permutation_p", "pooled_ci95_low", "pooled_ci95_high"}};
   auto get = [](const std::map<std::string, double>& m, const std::string& k) { return m.count(k) ? m.at(k) : std::nan(""); };
   for (const auto& lr : r.learners)
-    for (const auto& [metric, v] : lr.summary.pooled)
+    for (const auto& [metric, v] : lr.summary.pooled) {
+      const auto it = lr.pooledInterval.find(metric);
+      const bool interval = it != lr.pooledInterval.end();
       rows.push_back({lr.outcome.label, metric, Cell(v), Cell(get(lr.summary.foldMean, metric)), Cell(get(lr.summary.foldSd, metric)),
-                      Cell(get(lr.permutations.pValues, metric))});
+                      Cell(get(lr.permutations.pValues, metric)), Cell(interval ? it->second.first : std::nan("")),
+                      Cell(interval ? it->second.second : std::nan(""))});
+    }
   return rows;
 }
 
@@ -198,11 +202,15 @@ Rows FoldRows(const RunRecord& r) {
   return rows;
 }
 
-Rows RegionRankingRows(const RunRecord& r, const LearnerRecord& lr, const std::vector<weights::RegionRow>& regions) {
+/// `significance`: the permutation p-values of the table's regions (kernel order), or none.
+Rows RegionRankingRows(const RunRecord& r, const LearnerRecord& lr, const std::vector<weights::RegionRow>& regions,
+                       const metrics::FamilyPValues* significance = nullptr) {
   const KernelKinds kinds = KindsOf(r);
+  if (significance && significance->uncorrected.empty()) significance = nullptr;
   std::vector<std::string> header = {"rank", "label", "name"};
   for (auto& c : KindHeader(kinds, {"voxels", "non_finite_voxels"})) header.push_back(std::move(c));
   header.insert(header.end(), {"subjects_with_signal", "low_coverage", "mean_percent", "sd_percent", "folds_selected", "expected_ranking"});
+  if (significance) header.insert(header.end(), {"p_uncorrected", "p_fwe", "q_fdr"});
   for (const auto& f : lr.outcome.folds)
     if (f.error.empty()) header.push_back(FoldSuffix(f) + "_percent");
   Rows rows = {header};
@@ -214,6 +222,8 @@ Rows RegionRankingRows(const RunRecord& r, const LearnerRecord& lr, const std::v
     for (auto& c : KindCells(kinds, kind, k, {std::to_string(k.features), std::to_string(k.nonFiniteVoxels)})) cells.push_back(std::move(c));
     cells.insert(cells.end(), {SubjectsWithSignalCell(r, row.kernel), LowCoverage(r, row.kernel) ? "yes" : "no", Cell(row.meanPercent), Cell(row.sdPercent),
                                std::to_string(row.foldsSelected), Cell(row.expectedRank)});
+    if (significance)
+      cells.insert(cells.end(), {Cell(significance->uncorrected[row.kernel]), Cell(significance->familyWise[row.kernel]), Cell(significance->q[row.kernel])});
     for (double p : row.foldPercent) cells.push_back(Cell(p));
     rows.push_back(cells);
   }
@@ -234,6 +244,12 @@ std::string RegionRankingNotes(const RunRecord& r, const LearnerRecord& lr) {
     if (kinds.tabular) kernels += "  \"columns\": \"tabular kernels: the table columns the kernel is built on; n/a for other kernels\",\n";
     if (kinds.precomputed) kernels += "  \"precomputed\": \"precomputed kernels come as matrices: no size column applies to them\",\n";
   }
+  if (!lr.permutations.regions.uncorrected.empty())
+    kernels += fmt::format("  \"p_uncorrected\": \"(1 + permutations whose mean_percent of this region is at least the observed) / (1 + {0})\",\n"
+                           "  \"p_fwe\": \"family-wise corrected over the table's regions by the maximum statistic: (1 + permutations whose largest "
+                           "mean_percent of any region is at least this region's observed) / (1 + {0})\",\n"
+                           "  \"q_fdr\": \"Benjamini-Hochberg q of p_uncorrected over the table's regions\",\n",
+                           lr.permutations.count);
   // The learner's label is a file name; what its weights are may quote settings ("equal"): escaped as JSON.
   return fmt::format("{{\n  \"learner\": {},\n  \"weights\": {},\n{}  \"percent\": \"each fold's weights as a percentage of that fold's total\",\n"
                      "  \"folds_selected\": \"outer folds in which the weight is > 0\",\n"
@@ -350,6 +366,13 @@ void WriteEdgeWeights(const std::string& dir, LearnerRecord& lr, const WeightMap
   lr.edgeWeights.emplace_back(e.name, std::vector<std::string>{table, square});
 }
 
+Rows ComparisonRows(const RunRecord& r) {
+  Rows rows = {{"learner_a", "learner_b", "test", "metric", "value_a", "value_b", "statistic", "p_value", "n", "detail"}};
+  for (const auto& c : r.comparisons)
+    rows.push_back({c.learnerA, c.learnerB, c.test, c.metric, Cell(c.valueA), Cell(c.valueB), Cell(c.statistic), Cell(c.p), std::to_string(c.n), c.detail});
+  return rows;
+}
+
 Rows NullRows(const RunRecord& r) {
   Rows rows = {{"permutation", "learner", "metric", "value"}};
   for (const auto& lr : r.learners)
@@ -360,7 +383,72 @@ Rows NullRows(const RunRecord& r) {
 
 }  // namespace
 
-void WriteStudyTables(const std::string& dir, RunRecord& record, const WeightMaps& maps, const io::Geometry* grid) {
+/// The atlas `regions` painted with one value per kernel of [first, first + count) (matched by label; a voxel in several
+/// regions takes the largest value), written with a sidecar to weights/[<source>/]..._desc-<Learner><what>_statmap.nii.gz.
+std::string WriteRegionValueMap(const std::string& dir, const RunRecord& record, const LearnerRecord& lr, const std::string& bidsLabel,
+                                const atlas::RegionIndex& regions, std::size_t first, std::size_t count, const std::vector<double>& perKernel,
+                                const std::string& source, const std::string& what, const std::string& description) {
+  std::map<std::int64_t, const atlas::RegionVoxels*> byLabel;
+  for (const auto& region : regions.regions) byLabel[region.label] = &region;
+  io::Volume v;
+  v.geometry = regions.grid;
+  v.data.assign(static_cast<std::size_t>(regions.grid.VoxelCount()), 0.0f);
+  std::vector<char> painted(v.data.size(), 0);
+  for (std::size_t j = first; j < first + count; ++j) {
+    const auto it = byLabel.find(record.kernels[j].label);
+    if (it == byLabel.end() || !std::isfinite(perKernel[j])) continue;
+    const auto value = static_cast<float>(perKernel[j]);
+    for (const auto voxel : it->second->voxels) {
+      auto& cell = v.data[static_cast<std::size_t>(voxel)];
+      cell = painted[static_cast<std::size_t>(voxel)] ? std::max(cell, value) : value;
+      painted[static_cast<std::size_t>(voxel)] = 1;
+    }
+  }
+  std::string stem = MapStem(MapSpace(record), bidsLabel + what);
+  if (!source.empty()) stem.insert(std::string("weights/").size(), source + "/");
+  stem = stem.substr(0, stem.size() - std::string("_weights").size()) + "_statmap";
+  std::error_code ec;
+  std::filesystem::create_directories(std::filesystem::path(dir + "/" + stem).parent_path(), ec);
+  io::WriteVolume(dir + "/" + stem + ".nii.gz", v);
+  const nlohmann::json sidecar = {{"Description", description}, {"Learner", lr.outcome.label}, {"LearnerName", lr.outcome.name},
+                                  {"Map", "atlas regions painted with one value each; 0 outside the regions"}};
+  WriteTextFile(dir + "/" + stem + ".json", sidecar.dump(2) + "\n");
+  return stem + ".nii.gz";
+}
+
+/// The region maps of one learner: per atlas (the study's, or each image source's) its regions' mean shares and,
+/// with permutations, -log10 p_FWE.
+void WriteRegionMaps(const std::string& dir, RunRecord& record, LearnerRecord& lr, const std::string& bidsLabel, const WeightMaps& maps,
+                     const atlas::RegionIndex* regions) {
+  if (lr.regions.empty()) return;
+  std::vector<double> share(record.kernels.size(), std::nan("")), logP(record.kernels.size(), std::nan(""));
+  for (const auto& row : lr.regions) share[row.kernel] = row.meanPercent;
+  const auto& fwe = lr.permutations.regions.familyWise;
+  for (std::size_t j = 0; j < fwe.size() && j < logP.size(); ++j) logP[j] = -std::log10(fwe[j]);
+  const auto write = [&](const atlas::RegionIndex& atlas, std::size_t first, std::size_t count, const std::string& source) {
+    LearnerRecord::RegionMaps paths{source, {}, {}};
+    paths.share = WriteRegionValueMap(dir, record, lr, bidsLabel, atlas, first, count, share, source, "RegionShare",
+                                      "Each atlas region painted with its mean share of the model over outer folds (percent; mean_percent of "
+                                      "regions_" + lr.outcome.label + ".tsv)");
+    if (!fwe.empty())
+      paths.logPFwe = WriteRegionValueMap(dir, record, lr, bidsLabel, atlas, first, count, logP, source, "RegionLogPFwe",
+                                          "Each atlas region painted with -log10 of its family-wise corrected permutation p-value (p_fwe of regions_" +
+                                              lr.outcome.label + ".tsv; maximum statistic over the regions): 1.3 is p = 0.05");
+    lr.regionMaps.push_back(std::move(paths));
+  };
+  if (regions) write(*regions, 0, record.kernels.size(), "");
+  for (const auto& s : maps.sources) {
+    const auto it = std::find(record.sourceNames.begin(), record.sourceNames.end(), s.name);
+    if (!s.regions || it == record.sourceNames.end()) continue;
+    const auto index = static_cast<std::size_t>(it - record.sourceNames.begin());
+    std::size_t first = 0;
+    for (std::size_t k = 0; k < index; ++k) first += record.sourceKernelCounts[k];
+    write(*s.regions, first, record.sourceKernelCounts[index], s.name);
+  }
+}
+
+void WriteStudyTables(const std::string& dir, RunRecord& record, const WeightMaps& maps, const atlas::RegionIndex* regions) {
+  const io::Geometry* grid = regions ? &regions->grid : nullptr;
   WriteTextFile(dir + "/dataset_description.json", DatasetDescriptionJson(record));
   WriteTextFile(dir + "/subjects.tsv", Tsv(SubjectRows(record)));
   WriteTextFile(dir + "/regions.tsv", Tsv(KernelRows(record)));
@@ -373,7 +461,7 @@ void WriteStudyTables(const std::string& dir, RunRecord& record, const WeightMap
   const std::vector<std::string> classParts = ClassFileParts(record.classNames);
   for (std::size_t l = 0; l < record.learners.size(); ++l) {
     auto& lr = record.learners[l];
-    WriteTextFile(dir + "/regions_" + lr.outcome.label + ".tsv", Tsv(RegionRankingRows(record, lr, lr.regions)));
+    WriteTextFile(dir + "/regions_" + lr.outcome.label + ".tsv", Tsv(RegionRankingRows(record, lr, lr.regions, &lr.permutations.regions)));
     for (std::size_t c = 0; c < lr.classRegions.size() && c < record.classNames.size(); ++c)
       WriteTextFile(dir + "/regions_" + lr.outcome.label + "_class-" + classParts[c] + ".tsv", Tsv(RegionRankingRows(record, lr, lr.classRegions[c])));
     WriteTextFile(dir + "/regions_" + lr.outcome.label + ".json", RegionRankingNotes(record, lr));
@@ -391,8 +479,11 @@ void WriteStudyTables(const std::string& dir, RunRecord& record, const WeightMap
     }
     for (const auto& e : maps.edges)
       if (l < e.mean.size() && e.mean[l].size() > 0) WriteEdgeWeights(dir, lr, e, l);
+    // Beside the voxel maps (output.weight_maps), the atlas painted with the region table.
+    if (!lr.meanMap.empty() || !lr.sourceMaps.empty()) WriteRegionMaps(dir, record, lr, bidsLabels[l], maps, regions);
   }
   if (record.permutations > 0) WriteTextFile(dir + "/null_distribution.tsv", Tsv(NullRows(record)));
+  if (!record.comparisons.empty()) WriteTextFile(dir + "/comparisons.tsv", Tsv(ComparisonRows(record)));
 }
 
 void WriteStudyRecord(const std::string& dir, const RunRecord& record, const WeightMaps& maps, const atlas::RegionIndex* regions) {

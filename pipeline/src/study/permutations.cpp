@@ -9,6 +9,7 @@
 #include "neuromkl/core/errors.hpp"
 #include "neuromkl/core/progress.hpp"
 #include "neuromkl/export/checkpoint.hpp"
+#include "neuromkl/metrics/family_wise.hpp"
 #include "neuromkl/metrics/permutation.hpp"
 
 namespace neuromkl::pipeline {
@@ -26,7 +27,7 @@ exporting::PermutationRecord PermutationPValues(const StudyContext& ctx, const e
   for (const auto& [metric, higherIsBetter] : cv::PermutationMetrics(study.target.task)) {
     std::vector<char> failed;
     for (const auto& block : blocks)
-      for (const auto& permutation : block) {
+      for (const auto& permutation : block.pooled) {
         // A permutation with a failed outer fold has no comparable metric: it enters the null as NaN.
         const auto& pooled = permutation[learner];
         const auto it = pooled.find("failed_folds");
@@ -35,6 +36,8 @@ exporting::PermutationRecord PermutationPValues(const StudyContext& ctx, const e
       }
     pr.pValues[metric] = metrics::PermutationPValue(observed.summary.pooled.at(metric), pr.null[metric], failed, higherIsBetter);
   }
+  for (const auto& block : blocks)
+    for (const auto& permutation : block.shares) pr.shareNull.push_back(permutation[learner]);
   return pr;
 }
 
@@ -52,11 +55,11 @@ PooledBlock LoadOrComputePermutationBlock(const StudyContext& ctx, const std::st
       saved && saved->first == first && saved->learners == labels && static_cast<int>(saved->pooled.size()) == count) {
     if (reused) *reused = true;
     if (progress) progress->Advance(static_cast<std::size_t>(count));
-    return std::move(saved->pooled);
+    return {std::move(saved->pooled), std::move(saved->shares)};
   }
   PooledBlock pooled = ComputePermutationBlock(ctx, first, count, progress);
   try {
-    exporting::SavePermutationBlock(path, {key, first, labels, pooled});
+    exporting::SavePermutationBlock(path, {key, first, labels, pooled.pooled, pooled.shares});
   } catch (const Error& e) {
     spdlog::warn("permutations: checkpoint not written ({}); the run continues without it", e.what());
   }
@@ -79,6 +82,30 @@ PermutationResult RunPermutationTest(const StudyContext& ctx, const std::vector<
     spdlog::info("permutations: {} of {} blocks reused from the checkpoint in {}", result.blocksReused, blockCount, checkpointDir);
   for (std::size_t l = 0; l < observed.size(); ++l) result.learners.push_back(PermutationPValues(ctx, observed[l], blocks, l));
   return result;
+}
+
+void TestKernelShares(exporting::LearnerRecord& lr, const std::vector<std::size_t>& sourceKernelCounts) {
+  auto& pr = lr.permutations;
+  if (pr.shareNull.empty() || lr.regions.empty()) return;
+  const std::size_t kernels = lr.regions.size();
+  std::vector<double> observed(kernels, std::nan(""));
+  for (const auto& row : lr.regions) observed[row.kernel] = row.meanPercent;
+  // A permutation without a successful outer fold has no shares: it counts against every region (conservative).
+  std::vector<char> failed;
+  for (const auto& shares : pr.shareNull) failed.push_back(shares.size() != kernels);
+  pr.regions = metrics::MaxStatisticPValues(observed, pr.shareNull, failed);
+  if (sourceKernelCounts.size() < 2) return;
+  // A source's statistic is the sum of its kernels' shares, on the observed table and on every permutation.
+  std::vector<double> observedSources;
+  for (const auto& share : weights::SourceShares(lr.regions, sourceKernelCounts)) observedSources.push_back(share.meanPercent);
+  std::vector<std::vector<double>> null(pr.shareNull.size(), std::vector<double>(sourceKernelCounts.size(), 0.0));
+  for (std::size_t b = 0; b < null.size(); ++b) {
+    if (failed[b]) continue;
+    std::size_t j = 0;
+    for (std::size_t s = 0; s < sourceKernelCounts.size(); ++s)
+      for (std::size_t k = 0; k < sourceKernelCounts[s]; ++k) null[b][s] += pr.shareNull[b][j++];
+  }
+  pr.sources = metrics::MaxStatisticPValues(observedSources, null, failed);
 }
 
 }  // namespace neuromkl::pipeline

@@ -227,6 +227,77 @@ exporting::WeightMaps ComputeWeightMaps(const StudyContext& ctx, const std::vect
 
 }  // namespace
 
+FoldKernelWeights KernelWeightsOfFold(const StudyContext& ctx, const cv::OuterFoldResult& fold, bool multipleKernels, bool perClass,
+                                      const Eigen::VectorXd* modelQuadratics) {
+  FoldKernelWeights out;
+  const gram::Preprocessing& preprocessing = ctx.nestedOptions.preprocessing;
+  std::vector<int> train = fold.train;
+  train.insert(train.end(), fold.unlabelled.begin(), fold.unlabelled.end());
+  const auto classes = static_cast<Eigen::Index>(ctx.cohort.classNames.size());
+  if (multipleKernels) {
+    // Shared weights, or the mean of the per-class weights. With equal source weighting the learner saw
+    // kernel r scaled by g_r: its share of the combined kernel is beta_r g_r (normalised to sum 1).
+    Eigen::VectorXd scales;
+    if (!preprocessing.kernelGroups.empty()) scales = ctx.FoldScales(train, fold.test);
+    const auto share = [&](const Eigen::VectorXd& beta) -> Eigen::VectorXd {
+      if (scales.size() == 0) return beta;
+      const Eigen::VectorXd w = beta.cwiseProduct(scales);
+      return w.sum() > 0 ? Eigen::VectorXd(w / w.sum()) : w;
+    };
+    out.shared = share(fold.model.beta);
+    if (perClass)
+      for (Eigen::Index c = 0; c < classes; ++c)
+        out.perClass.push_back(share(fold.model.betas.cols() > c ? Eigen::VectorXd(fold.model.betas.col(c)) : fold.model.beta));
+    return out;
+  }
+  const auto R = static_cast<Eigen::Index>(ctx.KernelCount());
+  if (ctx.study.target.task == learners::Task::Multiclass) {
+    // Per class ||w_rc|| = beta_r sqrt(coef_c' K_r coef_c); the shared share stacks the classes' parts:
+    // ||w_r|| = sqrt(sum_c ||w_rc||^2) (the block the shared-weight MKL learners weigh, docs/learners.md).
+    const auto view = ctx.OpenFold(train, fold.test);
+    const Eigen::VectorXd scales = view->Scales();
+    Eigen::MatrixXd norms(R, classes);
+    std::vector<std::size_t> every(static_cast<std::size_t>(R));
+    std::iota(every.begin(), every.end(), std::size_t{0});
+    const auto KC = view->Products(every, fold.model.coefs, scales);
+    for (Eigen::Index r = 0; r < R; ++r)
+      for (Eigen::Index c = 0; c < classes; ++c)
+        norms(r, c) = weights::ModelNorm(fold.model.coefs.col(c).dot(KC[static_cast<std::size_t>(r)].col(c)), fold.model.beta[r]);
+    out.shared = norms.rowwise().norm();
+    if (perClass)
+      for (Eigen::Index c = 0; c < classes; ++c) out.perClass.push_back(norms.col(c));
+    return out;
+  }
+  // The region's share of the model, ||w_r||, from the fold's kernels as the learner saw them: the
+  // quadratics coef' K~_r coef its activation pattern computed, else read from the kernels in place.
+  out.shared.resize(R);
+  if (modelQuadratics) {
+    for (Eigen::Index j = 0; j < R; ++j) out.shared[j] = weights::ModelNorm((*modelQuadratics)[j], fold.model.beta[j]);
+    return out;
+  }
+  const auto view = ctx.OpenFold(train, fold.test);
+  std::vector<std::size_t> every(static_cast<std::size_t>(R));
+  std::iota(every.begin(), every.end(), std::size_t{0});
+  const auto parts = view->Products(every, fold.model.coef, view->Scales());
+  for (std::size_t r = 0; r < every.size(); ++r) {
+    const auto j = static_cast<Eigen::Index>(r);
+    out.shared[j] = weights::ModelNorm(fold.model.coef.dot(parts[r].col(0)), fold.model.beta[j]);
+  }
+  return out;
+}
+
+std::vector<double> MeanKernelShares(const StudyContext& ctx, const cv::LearnerOutcome& outcome) {
+  const bool mkl = learners::FindLearner(outcome.name)->multipleKernels;
+  std::vector<Eigen::VectorXd> foldWeights;
+  for (const auto& fold : outcome.folds)
+    if (fold.error.empty()) foldWeights.push_back(KernelWeightsOfFold(ctx, fold, mkl, false).shared);
+  std::vector<double> shares;
+  if (foldWeights.empty()) return shares;
+  shares.resize(ctx.KernelCount());
+  for (const auto& row : weights::RegionTable(foldWeights)) shares[row.kernel] = row.meanPercent;
+  return shares;
+}
+
 RegionWeightsResult RunRegionWeights(const StudyContext& ctx, const std::vector<exporting::LearnerRecord>& learners) {
   RegionWeightsResult result;
   const bool multiclass = ctx.study.target.task == learners::Task::Multiclass;
@@ -264,62 +335,10 @@ RegionWeightsResult RunRegionWeights(const StudyContext& ctx, const std::vector<
     for (const auto& fold : lr.outcome.folds) {
       if (!fold.error.empty()) continue;
       const std::size_t k = successful++;
-      if (mkl) {
-        // Shared weights, or the mean of the per-class weights. With equal source weighting the learner saw
-        // kernel r scaled by g_r: its share of the combined kernel is beta_r g_r (normalised to sum 1).
-        Eigen::VectorXd scales;
-        if (!preprocessing.kernelGroups.empty()) {
-          std::vector<int> train = fold.train;
-          train.insert(train.end(), fold.unlabelled.begin(), fold.unlabelled.end());
-          scales = ctx.FoldScales(train, fold.test);
-        }
-        const auto share = [&](const Eigen::VectorXd& beta) -> Eigen::VectorXd {
-          if (scales.size() == 0) return beta;
-          const Eigen::VectorXd w = beta.cwiseProduct(scales);
-          return w.sum() > 0 ? Eigen::VectorXd(w / w.sum()) : w;
-        };
-        foldWeights.push_back(share(fold.model.beta));
-        for (Eigen::Index c = 0; c < static_cast<Eigen::Index>(classWeights.size()); ++c)
-          classWeights[static_cast<std::size_t>(c)].push_back(share(fold.model.betas.cols() > c ? Eigen::VectorXd(fold.model.betas.col(c)) : fold.model.beta));
-        continue;
-      }
-      if (multiclass) {
-        // Per class ||w_rc|| = beta_r sqrt(coef_c' K_r coef_c); the shared share stacks the classes' parts:
-        // ||w_r|| = sqrt(sum_c ||w_rc||^2) (the block the shared-weight MKL learners weigh, docs/learners.md).
-        std::vector<int> train = fold.train;
-        train.insert(train.end(), fold.unlabelled.begin(), fold.unlabelled.end());
-        const auto R = static_cast<Eigen::Index>(ctx.KernelCount());
-        const auto view = ctx.OpenFold(train, fold.test);
-        const Eigen::VectorXd scales = view->Scales();
-        Eigen::MatrixXd norms(R, classes);
-        std::vector<std::size_t> every(static_cast<std::size_t>(R));
-        std::iota(every.begin(), every.end(), std::size_t{0});
-        const auto KC = view->Products(every, fold.model.coefs, scales);
-        for (Eigen::Index r = 0; r < R; ++r)
-          for (Eigen::Index c = 0; c < classes; ++c)
-            norms(r, c) = weights::ModelNorm(fold.model.coefs.col(c).dot(KC[static_cast<std::size_t>(r)].col(c)), fold.model.beta[r]);
-        foldWeights.push_back(norms.rowwise().norm());
-        for (Eigen::Index c = 0; c < static_cast<Eigen::Index>(classWeights.size()); ++c) classWeights[static_cast<std::size_t>(c)].push_back(norms.col(c));
-        continue;
-      }
-      // The region's share of the model, ||w_r||, from the fold's kernels as the learner saw them: the
-      // quadratics coef' K~_r coef its activation pattern computed, else read from the kernels in place.
-      Eigen::VectorXd norms(static_cast<Eigen::Index>(ctx.KernelCount()));
-      if (l < patterns.size() && k < patterns[l].size()) {
-        for (Eigen::Index j = 0; j < norms.size(); ++j) norms[j] = weights::ModelNorm(patterns[l][k].modelQuadratics[j], fold.model.beta[j]);
-      } else {
-        std::vector<int> train = fold.train;
-        train.insert(train.end(), fold.unlabelled.begin(), fold.unlabelled.end());
-        const auto view = ctx.OpenFold(train, fold.test);
-        std::vector<std::size_t> every(ctx.KernelCount());
-        std::iota(every.begin(), every.end(), std::size_t{0});
-        const auto parts = view->Products(every, fold.model.coef, view->Scales());
-        for (std::size_t r = 0; r < every.size(); ++r) {
-          const auto j = static_cast<Eigen::Index>(r);
-          norms[j] = weights::ModelNorm(fold.model.coef.dot(parts[r].col(0)), fold.model.beta[j]);
-        }
-      }
-      foldWeights.push_back(std::move(norms));
+      const bool withPattern = l < patterns.size() && k < patterns[l].size();
+      FoldKernelWeights w = KernelWeightsOfFold(ctx, fold, mkl, perClass, withPattern ? &patterns[l][k].modelQuadratics : nullptr);
+      foldWeights.push_back(std::move(w.shared));
+      for (std::size_t c = 0; c < classWeights.size(); ++c) classWeights[c].push_back(std::move(w.perClass[c]));
     }
     result.tables.push_back(weights::RegionTable(foldWeights));
     result.classTables.emplace_back();

@@ -210,7 +210,14 @@ exporting::RunRecord DescribeRun(const StudyContext& ctx, CrossValidationResult 
     lr.regionSource = weights.sources[l];
     if (l < weights.classTables.size()) lr.classRegions = weights.classTables[l];
     if (l < weights.patternTables.size()) lr.patternRegions = weights.patternTables[l];
+    TestKernelShares(lr, ctx.ks.sourceKernelCounts);
+    AddMetricIntervals(ctx, lr, l);
   }
+  record.bootstrapResamples = BootstrapResamples();
+  record.bootstrapSeed = BootstrapSeed(ctx);
+  record.comparisons = CompareLearners(ctx, record.learners);
+  record.comparisonSeed = ComparisonSeed(ctx);
+  record.comparisonSwaps = ComparisonSwaps();
   for (const auto& w : weights.warnings) {
     cv.warnings.push_back(w);
     spdlog::warn("{}", w);
@@ -237,8 +244,7 @@ void WriteStudyOutputs(StudyContext& ctx, exporting::RunRecord& record, const Re
     // Held by MPI ranks: each writes its own; moved into the study's kernels: written from there.
     SaveStageKernels(request.dir + "/kernels", ctx.ks, "raw region kernels of study " + study.name, ctx.movedKernels);
   }
-  const io::Geometry* grid = ctx.ks.regions ? &ctx.ks.regions->grid : nullptr;
-  exporting::WriteStudyTables(request.dir, record, weights.maps, grid);
+  exporting::WriteStudyTables(request.dir, record, weights.maps, ctx.ks.regions ? &*ctx.ks.regions : nullptr);
   record.seconds["total"] = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   exporting::WriteStudyRecord(request.dir, record, weights.maps, ctx.ks.regions ? &*ctx.ks.regions : nullptr);
   for (const auto& [name, content] : request.extraFiles) WriteTextFile(request.dir + "/" + name, content);

@@ -75,7 +75,8 @@ std::string StudyContext::PermutationKey() const {
   neutral.output = {};
   neutral.threads = 0;
   Hasher h;
-  h.Update(std::string_view("neuromkl-permutations-v1")).Update(ks.key).Update(HashFile(study.subjects.table));
+  // v2: the blocks keep the kernel shares besides the metrics.
+  h.Update(std::string_view("neuromkl-permutations-v2")).Update(ks.key).Update(HashFile(study.subjects.table));
   h.Update(config::ResolvedConfigJson(neutral, true)).Update(static_cast<std::uint64_t>(kPermutationBlock));
   return h.Hex();
 }
@@ -300,7 +301,9 @@ void AttachKernels(StudyContext& ctx, const std::string& scratchDir) {
 }
 
 PooledBlock ComputePermutationBlock(const StudyContext& ctx, int first, int count, Progress* progress) {
-  PooledBlock out(static_cast<std::size_t>(count));
+  PooledBlock out;
+  out.pooled.resize(static_cast<std::size_t>(count));
+  out.shares.resize(static_cast<std::size_t>(count));
   const cv::InnerSplitter inner = ctx.Inner();
   const int n = ctx.n;
   // The permutation metrics (balanced accuracy, AUC, ...; r, MSE) do not use probabilities or the bias
@@ -349,7 +352,11 @@ PooledBlock ComputePermutationBlock(const StudyContext& ctx, int first, int coun
       learners::Targets permuted = ctx.TargetsOf(Eigen::VectorXd(n));
       for (int k = 0; k < n; ++k) permuted.y[k] = ctx.cohort.y[perm[static_cast<std::size_t>(k)]];
       const auto res = cv::RunNestedCv(*ctx.kernels, permuted, ctx.outer, inner, ctx.plans, options);
-      for (const auto& o : res) out[static_cast<std::size_t>(i)].push_back(cv::Summarise(o, permuted).pooled);
+      for (const auto& o : res) {
+        out.pooled[static_cast<std::size_t>(i)].push_back(cv::Summarise(o, permuted).pooled);
+        // The region tables' statistic on the permuted targets, for the regions' and sources' permutation p-values.
+        out.shares[static_cast<std::size_t>(i)].push_back(MeanKernelShares(ctx, o));
+      }
       if (progress) progress->Advance();
     };
     if (tight) {

@@ -25,8 +25,13 @@ namespace neuromkl::pipeline {
 /// Permutations are computed, checkpointed and distributed in blocks of this size.
 inline constexpr int kPermutationBlock = 10;
 
-/// block[p][l]: learner l's pooled metrics on the block's permutation p.
-using PooledBlock = std::vector<std::vector<std::map<std::string, double>>>;
+/// One block of permutations: pooled[p][l] is learner l's pooled metrics on the block's permutation p, shares[p][l][j]
+/// its mean weight share (percent) of kernel j there, the statistic its region table ranks by (empty when no outer
+/// fold succeeded).
+struct PooledBlock {
+  std::vector<std::vector<std::map<std::string, double>>> pooled;
+  std::vector<std::vector<std::vector<double>>> shares;
+};
 
 /// Caps the threads of everything run while it lives (TBB's global limit); 0 = no cap.
 class ThreadLimit {
@@ -85,11 +90,27 @@ StudyContext LoadStudyInputs(const config::StudyConfig& study);
 /// Stage 2: runs (or loads from the cache) the kernel stage and builds the kernels the learners see.
 void AttachKernels(StudyContext& ctx, const std::string& scratchDir);
 
-/// pooled[p][l]: learner l's pooled metrics on permutation first + p (the whole nested CV on
+/// Learner l's pooled metrics and kernel shares on permutation first + p (the whole nested CV on
 /// permuted targets, same outer folds). Permutation p uses seed DeriveSeed(PermutationSeed(), p),
 /// so a block's result does not depend on who computes it or with how many threads.
 /// `progress` (optional) advances after every permutation, so slow fits still show progress.
 PooledBlock ComputePermutationBlock(const StudyContext& ctx, int first, int count, Progress* progress = nullptr);
+
+/// A learner's weight per kernel in one successful outer fold, the numbers its region table ranks (region_weights.cpp):
+/// the kernel weights beta (times the fold's source scales under equal source weighting, renormalised) for learners
+/// of kernel weights, else ||w_r|| = beta_r sqrt(coef' K~_r coef) with the fold's preprocessed training kernels
+/// (`modelQuadratics`: those quadratics when already computed). Multiclass: the classes' parts stacked; with
+/// `perClass`, also one vector per class.
+struct FoldKernelWeights {
+  Eigen::VectorXd shared;
+  std::vector<Eigen::VectorXd> perClass;
+};
+FoldKernelWeights KernelWeightsOfFold(const StudyContext& ctx, const cv::OuterFoldResult& fold, bool multipleKernels, bool perClass,
+                                      const Eigen::VectorXd* modelQuadratics = nullptr);
+
+/// A learner's mean share (percent) of every kernel over its successful outer folds, in kernel order: the statistic
+/// of its region table (meanPercent) and of the region permutation test. Empty when no fold succeeded.
+std::vector<double> MeanKernelShares(const StudyContext& ctx, const cv::LearnerOutcome& outcome);
 
 /// Where the permutation blocks of a study are checkpointed when the caller does not say.
 std::string DefaultCheckpointDir(const config::StudyConfig& study);

@@ -34,6 +34,29 @@ PermutationResult RunPermutationTest(const StudyContext& ctx, const std::vector<
 PooledBlock LoadOrComputePermutationBlock(const StudyContext& ctx, const std::string& checkpointDir, int block, bool* reused = nullptr,
                                           Progress* progress = nullptr);
 
+/// Which regions and sources carry more weight than the permutations give them: each region's mean share (the region
+/// table's statistic) against the shares of the permuted runs (PermutationRecord::shareNull), with family-wise (maximum
+/// statistic) and Benjamini-Hochberg corrections; the same per source. Needs the learner's region table; nothing
+/// without permutations.
+void TestKernelShares(exporting::LearnerRecord& lr, const std::vector<std::size_t>& sourceKernelCounts);
+
+/// Every pair of learners compared on the same outer folds and subjects (two or more learners; docs/statistics.md):
+/// the corrected resampled t-test of the per-fold metric, and on the first repeat's out-of-fold predictions
+/// McNemar's exact test and DeLong's AUC test (classification) and a paired permutation test of the pooled metric
+/// (ComparisonSeed, swaps in RunRecord::comparisonSwaps).
+std::vector<exporting::ComparisonRecord> CompareLearners(const StudyContext& ctx, const std::vector<exporting::LearnerRecord>& learners);
+std::uint64_t ComparisonSeed(const StudyContext& ctx);
+/// The paired permutation test's swaps per pair.
+int ComparisonSwaps();
+
+/// Confidence intervals of a learner's pooled metrics (docs/statistics.md): percentile intervals of a subject
+/// bootstrap (BootstrapResamples() resamples, stratified by class, seeded by BootstrapSeed and the learner's index;
+/// repeated CV: each resample's metric is the mean over repeats, as the pooled one), and DeLong's interval of the
+/// binary AUC on the first repeat.
+void AddMetricIntervals(const StudyContext& ctx, exporting::LearnerRecord& lr, std::size_t learnerIndex);
+int BootstrapResamples();
+std::uint64_t BootstrapSeed(const StudyContext& ctx);
+
 /// Stage 5: which regions carry the prediction: voxel weight maps (image kernels) and ranked
 /// region tables per learner.
 struct RegionWeightsResult {

@@ -15,6 +15,8 @@ struct PermutationBlock {
   std::vector<std::string> learners;
   /// pooled[p][l]: the pooled metrics of learner l on permutation first + p (NaN allowed)
   std::vector<std::vector<std::map<std::string, double>>> pooled;
+  /// shares[p][l][j]: learner l's mean weight share (percent) of kernel j on permutation first + p (empty: none)
+  std::vector<std::vector<std::vector<double>>> shares;
 };
 
 /// Written atomically (temporary file + rename).

@@ -2,6 +2,7 @@
 // Everything a study run reports, as plain structs: the writers of this module turn it into the
 // output folder (results.json, documented in configs/results.schema.json, and the tables).
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -9,6 +10,7 @@
 #include "neuromkl/cv/nested_cv.hpp"
 #include "neuromkl/kernels/kernel_set.hpp"
 #include "neuromkl/learners/learner.hpp"
+#include "neuromkl/metrics/family_wise.hpp"
 #include "neuromkl/weights/weights.hpp"
 
 namespace neuromkl::exporting {
@@ -19,6 +21,11 @@ struct PermutationRecord {
   std::string exchangeability;                         ///< "all subjects" or the group column
   std::map<std::string, double> pValues;               ///< metric -> (count(null at least as good) + 1) / (N + 1)
   std::map<std::string, std::vector<double>> null;     ///< metric -> value per permutation
+  /// Per permutation, the learner's mean share (percent) of every kernel, in kernel order (empty: no outer fold succeeded).
+  std::vector<std::vector<double>> shareNull;
+  /// The region table's shares tested against shareNull: per kernel (kernel order), and per source (kernels.sources
+  /// with more than one source: the sum of the source's kernels' shares). Empty without permutations.
+  metrics::FamilyPValues regions, sources;
 };
 
 struct LearnerRecord {
@@ -27,6 +34,10 @@ struct LearnerRecord {
   PermutationRecord permutations;
   std::vector<std::string> searched;        ///< parameters chosen by the inner CV (the grid's keys)
   std::string classWeight;                  ///< the learner's class_weight as given ("balanced", "AD = 3, CN = 1"); empty = none
+  /// Percentile bootstrap 95 % interval (low, high) of pooled metrics (RunRecord::bootstrap*), and DeLong's interval of
+  /// the binary AUC (NaN when not computed).
+  std::map<std::string, std::pair<double, double>> pooledInterval;
+  std::pair<double, double> aucDeLongInterval{std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::quiet_NaN()};
   std::vector<weights::RegionRow> regions;  ///< ranked region table
   std::string regionSource;                 ///< what the region weights are (kernel weights or a voxel-map summary)
   std::vector<std::string> foldMaps;        ///< voxel weight map per outer fold (relative paths), if written
@@ -44,6 +55,14 @@ struct LearnerRecord {
     std::string patternMean;
   };
   std::vector<SourceMaps> sourceMaps;       ///< kernels.sources: the maps of each image source, if written
+  /// The atlas painted with each region's table values (relative paths): its mean share and, with permutations,
+  /// -log10 of its family-wise p. `source` names the image source (kernels.sources), empty for the study's atlas.
+  struct RegionMaps {
+    std::string source;
+    std::string share;
+    std::string logPFwe;
+  };
+  std::vector<RegionMaps> regionMaps;
   /// Connectivity sources: source -> its edge files (the ranked edge table and the mean weight matrix).
   std::vector<std::pair<std::string, std::vector<std::string>>> edgeWeights;
   /// /output/model: the final model (refitted on every labelled subject); empty folder = not exported
@@ -61,6 +80,18 @@ struct SubjectRow {
   std::string used;    ///< "yes", "no", or "unlabelled" (used only by semi-supervised learners)
   std::string target;  ///< the target cell as written
   std::string reason;  ///< why it is not used (empty when used)
+};
+
+/// One test comparing two learners evaluated on the same outer folds and subjects (docs/statistics.md).
+struct ComparisonRecord {
+  std::string learnerA, learnerB;  ///< labels
+  std::string test;                ///< corrected_resampled_t, mcnemar_exact, delong, paired_permutation
+  std::string metric;              ///< what is compared: balanced_accuracy, auc, accuracy, mse
+  double valueA = 0, valueB = 0;   ///< the metric of each learner on what the test uses (pooled, or the fold mean)
+  double statistic = 0;            ///< t, z, the discordant pairs b - c, or the observed difference A - B
+  double p = 1;                    ///< two-sided
+  std::int64_t n = 0;              ///< folds (t-test) or subjects (the others)
+  std::string detail;              ///< what exactly was compared
 };
 
 struct RunRecord {
@@ -101,6 +132,13 @@ struct RunRecord {
   double covariateTargetR2 = -1;              ///< in-sample R^2 of target ~ covariates over the labelled subjects
   std::map<std::string, double> seconds;  ///< per stage
   std::vector<LearnerRecord> learners;
+  /// Every pair of learners compared (two or more learners); the paired permutation test's swaps and their seed.
+  std::vector<ComparisonRecord> comparisons;
+  int comparisonSwaps = 0;
+  std::uint64_t comparisonSeed = 0;
+  /// Subject bootstrap of the pooled metrics: resamples and seed (0 resamples: none).
+  int bootstrapResamples = 0;
+  std::uint64_t bootstrapSeed = 0;
   int permutations = 0;             ///< permutations run per learner (0: no permutation test)
   std::vector<std::string> warnings;
   std::map<std::string, std::string> versions;

@@ -46,9 +46,10 @@ struct WeightMaps {
 };
 
 /// subjects.tsv, regions.tsv, metrics.tsv, predictions.tsv, folds.tsv, regions_<learner>.tsv/.json,
-/// weights/*.nii.gz (when `grid` is given and the learner has maps; the maps' relative paths are
-/// recorded in `record`) and null_distribution.tsv (when permutations ran). IoError on a failed write.
-void WriteStudyTables(const std::string& dir, RunRecord& record, const WeightMaps& maps, const io::Geometry* grid);
+/// weights/*.nii.gz (when `regions`, the study's atlas on the image grid, is given and the learner has maps; the
+/// maps' relative paths are recorded in `record`), the atlas painted with the region tables' shares and p-values,
+/// and null_distribution.tsv (when permutations ran). IoError on a failed write.
+void WriteStudyTables(const std::string& dir, RunRecord& record, const WeightMaps& maps, const atlas::RegionIndex* regions);
 
 /// report.html and results.json (written last: the record's timings are complete by then).
 void WriteStudyRecord(const std::string& dir, const RunRecord& record, const WeightMaps& maps, const atlas::RegionIndex* regions);
