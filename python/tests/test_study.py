@@ -98,7 +98,7 @@ def test_results_as_python_objects(tmp_path, rng):
     assert res.weight_maps == {}  # no images: no voxel maps
     again = neuromkl.load_results(res.output_dir)
     assert again.results == res.results
-    # Two learners on the same folds: every pair compared (comparisons.tsv); the pooled metrics carry their intervals.
+    # Three learners on the same folds: every pair compared (comparisons.tsv); the pooled metrics carry their intervals.
     assert len(res.learners) == 3 and isinstance(res.comparisons, pd.DataFrame) and len(res.comparisons) > 0
     assert "corrected_resampled_t" in set(res.comparisons["test"]) and set(res.comparisons["learner_a"]) <= set(res.learners)
     ba = res.metrics[res.metrics["metric"] == "balanced_accuracy"].iloc[0]

@@ -138,6 +138,12 @@ TEST_F(RegionSignificance, TheAtlasIsPaintedWithTheSharesAndMinusLog10PFwe) {
   };
   EXPECT_EQ(painted(share.data), expected(shares));
   EXPECT_EQ(painted(logP.data), expected(logs));
+  // Each of the top regions (distinct shares) covers exactly its own voxel count: its value went to its own region.
+  const auto table = Table(out + "/regions_enmkl_svm.tsv");
+  for (std::size_t i = 0; i < 3; ++i) {
+    const auto value = static_cast<float>(std::stod(table[i].at("mean_percent")));
+    EXPECT_EQ(std::count(share.data.begin(), share.data.end(), value), std::stol(table[i].at("voxels"))) << table[i].at("name");
+  }
   EXPECT_FLOAT_EQ(*std::max_element(logP.data.begin(), logP.data.end()), static_cast<float>(std::log10(kPermutations + 1.0)));
 }
 
@@ -148,7 +154,9 @@ TEST_F(RegionSignificance, TheSourceHoldingTheSignalIsSignificantAndTheNoiseSour
   const auto j = nlohmann::json::parse(ReadFile(out + "/results.json"));
   const auto& mri = j["sources"][0]["weight_percent"]["enmkl_svm"];
   const auto& noise = j["sources"][1]["weight_percent"]["enmkl_svm"];
-  EXPECT_DOUBLE_EQ(mri["p_fwe"].get<double>(), 1.0 / (kPermutations + 1));
+  // Holm over the two sources: the smaller p doubled.
+  EXPECT_DOUBLE_EQ(mri["p_uncorrected"].get<double>(), 1.0 / (kPermutations + 1));
+  EXPECT_DOUBLE_EQ(mri["p_fwe"].get<double>(), 2.0 / (kPermutations + 1));
   EXPECT_GT(noise["p_fwe"].get<double>(), 0.05);
   EXPECT_GE(noise["p_fwe"].get<double>(), noise["p_uncorrected"].get<double>());
   EXPECT_THAT(ReadFile(out + "/report.html"), HasSubstr("Sources (their summed shares"));
@@ -263,6 +271,33 @@ TEST_F(LearnerComparison, PooledMetricsHaveIntervalsAroundThemIndependentOfThrea
   const auto rows = ReadTsv(one + "/metrics.tsv");
   ASSERT_EQ(rows[0].size(), 8u);
   EXPECT_EQ(rows[0][6], "pooled_ci95_low");
+}
+
+// Multiclass intervals are named by class, whatever the class names (here digits that are not the class indices).
+TEST_F(LearnerComparison, MulticlassIntervalsAreNamedByClass) {
+  neuromkl::testing::TempDir dir;
+  ASSERT_EQ(RunCli("simulate --out " + (dir / "mc") + " --subjects 45 --downsample 3 --classes 3 --seed 6 -q").exitCode, 0);
+  auto rows = ReadTsv(dir / "mc/participants.tsv");
+  const std::map<std::string, std::string> digits = {{"A", "3"}, {"B", "1"}, {"C", "2"}};
+  std::string table;
+  for (std::size_t r = 0; r < rows.size(); ++r) {
+    for (std::size_t c = 0; c < rows[r].size(); ++c) table += (c ? "\t" : "") + (r > 0 && rows[0][c] == "group" ? digits.at(rows[r][c]) : rows[r][c]);
+    table += "\n";
+  }
+  WriteFile(dir / "mc/participants.tsv", table);
+  WriteFile(dir / "mc/study.json", R"({"name": "mc", "subjects": {"table": "participants.tsv"}, "target": {"column": "group", "task": "multiclass"},
+    "atlas": "aal", "learners": [{"name": "svm", "params": {"c": 0.01}}], "cv": {"outer": {"k": 3}, "inner": {"k": 3}}, "output": {"weight_maps": false}, "seed": 6})");
+  const auto r = RunCli("run " + (dir / "mc/study.json") + " --out " + (dir / "mc/out") + " -q");
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  const auto j = nlohmann::json::parse(ReadFile(dir / "mc/out/results.json"));
+  const auto& m = j["learners"][0]["metrics"];
+  for (const std::string c : {"1", "2", "3"}) {
+    ASSERT_TRUE(m["pooled_ci95"].contains("recall_" + c)) << c;
+    EXPECT_LE(m["pooled_ci95"]["recall_" + c][0].get<double>(), m["pooled"]["recall_" + c].get<double>()) << c;
+    EXPECT_GE(m["pooled_ci95"]["recall_" + c][1].get<double>(), m["pooled"]["recall_" + c].get<double>()) << c;
+  }
+  EXPECT_FALSE(m["pooled_ci95"].contains("recall_0"));
+  for (const auto& [metric, unused] : m["pooled_ci95"].items()) EXPECT_NE(metric.rfind("confusion_", 0), 0u) << metric;  // counts have none
 }
 
 // A learner compared with itself (two labels, the same fits): no difference, so every p is 1 and every statistic 0.

@@ -60,6 +60,8 @@ std::optional<PermutationBlock> LoadPermutationBlock(const std::string& path, co
       b.shares.push_back(std::move(perm));
     }
     if (b.shares.size() != b.pooled.size()) return std::nullopt;
+    for (std::size_t i = 0; i < b.shares.size(); ++i)
+      if (b.shares[i].size() != b.learners.size() || b.pooled[i].size() != b.learners.size()) return std::nullopt;
     return b;
   } catch (const Json::exception&) {
     return std::nullopt;  // a torn or foreign file is recomputed, never trusted

@@ -297,9 +297,10 @@ std::string AfterFitText(const RunRecord& r, std::set<std::string>& cited) {
     const bool sources = std::any_of(r.learners.begin(), r.learners.end(), [](const LearnerRecord& lr) { return !lr.permutations.sources.uncorrected.empty(); });
     if (regions) {
       for (const char* key : {"westfall1993", "nichols2002", "bh1995"}) cited.insert(key);
-      md += fmt::format(" The same permutations tested each region's mean share of the model{}: family-wise error was controlled with the "
-                        "maximum statistic over the regions ({}; {}) and the false discovery rate with the Benjamini-Hochberg procedure ({}).",
-                        sources ? " (and each source's)" : "", ShortCites().at("westfall1993"), ShortCites().at("nichols2002"), ShortCites().at("bh1995"));
+      md += fmt::format(" The same permutations tested each region's mean share of the model: family-wise error was controlled with the "
+                        "maximum statistic over the regions ({}; {}) and the false discovery rate with the Benjamini-Hochberg procedure ({}).{}",
+                        ShortCites().at("westfall1993"), ShortCites().at("nichols2002"), ShortCites().at("bh1995"),
+                        sources ? " Each source's summed share was tested against its own permutation shares, with Holm's correction over the sources." : "");
     }
   }
   return md;

@@ -255,7 +255,7 @@ std::string SignificanceNote(const RunRecord& r, const LearnerRecord& lr) {
     std::vector<std::string> parts;
     for (std::size_t s = 0; s < sources.familyWise.size() && s < r.sourceNames.size(); ++s)
       parts.push_back(fmt::format("<code>{}</code> p<sub>FWE</sub> {:.3g}", Escape(r.sourceNames[s]), sources.familyWise[s]));
-    h += " Sources (their summed shares, maximum statistic over the sources): " + Join(parts, ", ") + ".";
+    h += " Sources (their summed shares against their own permutation shares, Holm-corrected over the sources): " + Join(parts, ", ") + ".";
   }
   // BH's q of the k smallest p-values is at least m p_min / k: with few permutations it cannot reach 0.05 for a few regions.
   const double smallest = 1.0 / (lr.permutations.count + 1.0);

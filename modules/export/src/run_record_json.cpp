@@ -256,7 +256,7 @@ std::string RunRecordJson(const RunRecord& r) {
                 {"weight_percent", Json::object()}};
       for (std::size_t l = 0; l < r.learners.size(); ++l) {
         Json share = {{"mean", shares[l][s].meanPercent}, {"folds", shares[l][s].foldPercent}};
-        // Permutation p-values of the source's share, family-wise over the sources (as the regions', results.json regions.significance).
+        // Permutation p-values of the source's share; family-wise by Holm over the sources (docs/statistics.md).
         if (const auto& p = r.learners[l].permutations.sources; s < p.uncorrected.size())
           share.update({{"p_uncorrected", Num(p.uncorrected[s])}, {"p_fwe", Num(p.familyWise[s])}, {"q_fdr", Num(p.q[s])}});
         e["weight_percent"][r.learners[l].outcome.label] = std::move(share);

@@ -162,12 +162,17 @@ ResampledTTest CorrectedResampledTTest(const std::vector<double>& differences, d
   r.meanDifference = std::accumulate(differences.begin(), differences.end(), 0.0) / J;
   double ss = 0;
   for (double d : differences) ss += (d - r.meanDifference) * (d - r.meanDifference);
-  const double variance = ss / (J - 1);
+  // Equal differences leave only rounding in s^2: treat a spread below 1e-10 of the mean difference as none.
+  const double variance = ss / (J - 1) <= 1e-20 * r.meanDifference * r.meanDifference ? 0.0 : ss / (J - 1);
   r.degreesOfFreedom = static_cast<int>(differences.size()) - 1;
   const double scale = (1.0 / J + testSize / trainSize) * variance;
-  if (!(scale > 0)) {
-    r.t = r.meanDifference == 0 ? 0.0 : std::copysign(std::numeric_limits<double>::infinity(), r.meanDifference);
-    r.p = r.meanDifference == 0 ? 1.0 : 0.0;
+  if (!std::isfinite(scale)) {  // a NaN difference
+    r.t = r.p = kNaN;
+    return r;
+  }
+  if (!(scale > 0)) {  // every fold differs by the same amount: no difference is p = 1, any other has no defined t
+    r.t = r.meanDifference == 0 ? 0.0 : kNaN;
+    r.p = r.meanDifference == 0 ? 1.0 : kNaN;
     return r;
   }
   r.t = r.meanDifference / std::sqrt(scale);

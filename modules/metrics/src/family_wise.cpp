@@ -38,6 +38,21 @@ FamilyPValues MaxStatisticPValues(const std::vector<double>& observed, const std
   return out;
 }
 
+std::vector<double> Holm(const std::vector<double>& p) {
+  std::vector<std::size_t> order;
+  for (std::size_t i = 0; i < p.size(); ++i)
+    if (std::isfinite(p[i])) order.push_back(i);
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return p[a] < p[b]; });
+  std::vector<double> adjusted(p.size(), std::numeric_limits<double>::quiet_NaN());
+  const auto m = static_cast<double>(order.size());
+  double running = 0;  // the maximum over the smaller p-values, walking up from the smallest
+  for (std::size_t k = 0; k < order.size(); ++k) {
+    running = std::max(running, std::min(1.0, (m - static_cast<double>(k)) * p[order[k]]));
+    adjusted[order[k]] = running;
+  }
+  return adjusted;
+}
+
 std::vector<double> BenjaminiHochberg(const std::vector<double>& p) {
   std::vector<std::size_t> order;
   for (std::size_t i = 0; i < p.size(); ++i)

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <map>
 
+#include "neuromkl/core/hash.hpp"
 #include "neuromkl/core/random.hpp"
 #include "neuromkl/metrics/comparison.hpp"
 #include "neuromkl/core/stats.hpp"
@@ -165,7 +166,8 @@ std::vector<exporting::ComparisonRecord> CompareLearners(const StudyContext& ctx
       if (task != learners::Task::Regression) out.push_back(McNemar(p, a.label, b.label, task));
       const bool bothClasses = (p.y.array() > 0).any() && (p.y.array() <= 0).any();  // a failed fold may leave one class only
       if (task == learners::Task::Classification && bothClasses) out.push_back(DeLong(p, a.label, b.label));
-      out.push_back(PairedPermutation(ctx, p, a.label, b.label, cv::DeriveSeed(ComparisonSeed(ctx), i * learners.size() + j)));
+      // The pair's stream follows from its labels: adding a learner leaves the other pairs' tests as they were.
+      out.push_back(PairedPermutation(ctx, p, a.label, b.label, cv::DeriveSeed(ComparisonSeed(ctx), Hasher().Update(a.label).Update(b.label).Digest().low)));
     }
   return out;
 }

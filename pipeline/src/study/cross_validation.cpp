@@ -87,6 +87,9 @@ std::vector<std::string> GridEdgeWarnings(const cv::LearnerOutcome& o, const std
   return out;
 }
 
+
+}  // namespace
+
 /// Multiclass metric keys with class names instead of label indices: recall_<class>, precision_<class>,
 /// auc_<class>, confusion_<true>_<predicted>.
 void NameClasses(cv::Summary& s, const std::vector<std::string>& names) {
@@ -111,8 +114,6 @@ void NameClasses(cv::Summary& s, const std::vector<std::string>& names) {
   rename(s.foldMean);
   rename(s.foldSd);
 }
-
-}  // namespace
 
 CrossValidationResult RunCrossValidation(const StudyContext& ctx) {
   const learners::Targets targets = ctx.TargetsOf(ctx.cohort.y);

@@ -21,7 +21,7 @@ constexpr int kBootstrapResamples = 2000;
 bool WithInterval(const std::string& metric) {
   static const std::vector<std::string> skipped = {"n", "true_positive", "false_negative", "false_positive", "true_negative", "accuracy_ci95_low",
                                                    "accuracy_ci95_high", "failed_folds", "scored_subjects"};
-  return std::find(skipped.begin(), skipped.end(), metric) == skipped.end();
+  return std::find(skipped.begin(), skipped.end(), metric) == skipped.end() && metric.rfind("confusion_", 0) != 0;
 }
 
 /// One repeat's out-of-fold predictions by subject (finite ones only).
@@ -93,7 +93,10 @@ void AddMetricIntervals(const StudyContext& ctx, exporting::LearnerRecord& lr, s
           ++count[metric];
         }
     }
-    for (const auto& [metric, total] : sum) resampled[static_cast<std::size_t>(b)][metric] = total / count[metric];
+    cv::Summary named;  // multiclass: per-class metrics under the class names the pooled metrics use
+    for (const auto& [metric, total] : sum) named.pooled[metric] = total / count[metric];
+    if (multiclass) NameClasses(named, ctx.cohort.classNames);
+    resampled[static_cast<std::size_t>(b)] = std::move(named.pooled);
   });
   std::map<std::string, std::vector<double>> values;
   for (const auto& r : resampled)
@@ -110,7 +113,7 @@ void AddMetricIntervals(const StudyContext& ctx, exporting::LearnerRecord& lr, s
       scores.push_back(decision);
       positive.push_back(static_cast<char>(ctx.cohort.y[subject] > 0));
     }
-    if (std::count(positive.begin(), positive.end(), 1) > 0 && std::count(positive.begin(), positive.end(), 0) > 0) {
+    if (std::count(positive.begin(), positive.end(), 1) > 1 && std::count(positive.begin(), positive.end(), 0) > 1) {  // a variance per class
       const auto auc = metrics::DeLongAuc(scores, positive);
       const double half = 1.959963984540054 * std::sqrt(auc.variance);
       lr.aucDeLongInterval = {std::max(0.0, auc.auc - half), std::min(1.0, auc.auc + half)};

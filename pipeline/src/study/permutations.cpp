@@ -95,17 +95,23 @@ void TestKernelShares(exporting::LearnerRecord& lr, const std::vector<std::size_
   for (const auto& shares : pr.shareNull) failed.push_back(shares.size() != kernels);
   pr.regions = metrics::MaxStatisticPValues(observed, pr.shareNull, failed);
   if (sourceKernelCounts.size() < 2) return;
-  // A source's statistic is the sum of its kernels' shares, on the observed table and on every permutation.
-  std::vector<double> observedSources;
-  for (const auto& share : weights::SourceShares(lr.regions, sourceKernelCounts)) observedSources.push_back(share.meanPercent);
-  std::vector<std::vector<double>> null(pr.shareNull.size(), std::vector<double>(sourceKernelCounts.size(), 0.0));
-  for (std::size_t b = 0; b < null.size(); ++b) {
-    if (failed[b]) continue;
+  // A source's statistic is the sum of its kernels' shares, summed in kernel order on the observed table and on every
+  // permutation alike (so that equal sums, such as a source holding all the weight, compare as equal).
+  const auto sourceSums = [&](const std::vector<double>& shares) {
+    std::vector<double> sums(sourceKernelCounts.size(), 0.0);
     std::size_t j = 0;
     for (std::size_t s = 0; s < sourceKernelCounts.size(); ++s)
-      for (std::size_t k = 0; k < sourceKernelCounts[s]; ++k) null[b][s] += pr.shareNull[b][j++];
-  }
-  pr.sources = metrics::MaxStatisticPValues(observedSources, null, failed);
+      for (std::size_t k = 0; k < sourceKernelCounts[s]; ++k) sums[s] += shares[j++];
+    return sums;
+  };
+  std::vector<std::vector<double>> null(pr.shareNull.size(), std::vector<double>(sourceKernelCounts.size(), 0.0));
+  for (std::size_t b = 0; b < null.size(); ++b)
+    if (!failed[b]) null[b] = sourceSums(pr.shareNull[b]);
+  // The sources' shares add up to 100 %: every permutation's largest is at least 100 / sources, so the maximum statistic
+  // would leave a small source no power. The family is small: Holm's step-down correction of the uncorrected p-values
+  // controls the family-wise error under any dependence.
+  pr.sources = metrics::MaxStatisticPValues(sourceSums(observed), null, failed);
+  pr.sources.familyWise = metrics::Holm(pr.sources.uncorrected);
 }
 
 }  // namespace neuromkl::pipeline

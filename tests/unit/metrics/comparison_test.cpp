@@ -160,4 +160,6 @@ TEST(CorrectedResampledTTest, ByHand) {
   EXPECT_NEAR(r.p, 1 - t / std::sqrt(2 + t * t), 1e-13);
   EXPECT_TRUE(std::isnan(metrics::CorrectedResampledTTest({1}, 1, 4).p));
   EXPECT_DOUBLE_EQ(metrics::CorrectedResampledTTest({0, 0, 0}, 1, 4).p, 1.0);
+  EXPECT_TRUE(std::isnan(metrics::CorrectedResampledTTest({0.1, 0.1, 0.1}, 1, 4).p));  // no variance: no t
+  EXPECT_TRUE(std::isnan(metrics::CorrectedResampledTTest({0.1, std::nan(""), 0.2}, 1, 4).p));
 }

@@ -52,6 +52,32 @@ TEST(BenjaminiHochberg, ByHand) {
   EXPECT_DOUBLE_EQ(metrics::BenjaminiHochberg({0.9, 0.8})[0], 0.9);  // capped by the largest p, never above 1
 }
 
+TEST(Holm, ByHandAndAgainstTheDefinition) {
+  // Sorted: 0.01 (x 4 = 0.04), 0.03 (x 3 = 0.09), 0.04 (x 2 = 0.08, raised to 0.09), 0.5 (x 1).
+  const auto h = metrics::Holm({0.01, 0.04, 0.03, 0.5, std::nan("")});
+  EXPECT_DOUBLE_EQ(h[0], 0.04);
+  EXPECT_DOUBLE_EQ(h[1], 0.09);
+  EXPECT_DOUBLE_EQ(h[2], 0.09);
+  EXPECT_DOUBLE_EQ(h[3], 0.5);
+  EXPECT_TRUE(std::isnan(h[4]));
+  // The definition: adjusted p_(i) = max over k <= i of min(1, (m - k + 1) p_(k)), on random families with ties.
+  std::mt19937_64 rng(9);
+  std::uniform_int_distribution<int> grid(1, 30);
+  for (int trial = 0; trial < 200; ++trial) {
+    std::vector<double> p(1 + trial % 9);
+    for (auto& v : p) v = grid(rng) / 60.0;
+    std::vector<double> sorted = p;
+    std::sort(sorted.begin(), sorted.end());
+    const auto adjusted = metrics::Holm(p);
+    const double m = static_cast<double>(p.size());
+    for (std::size_t i = 0; i < p.size(); ++i) {
+      double expected = 0;
+      for (std::size_t k = 0; k < sorted.size() && sorted[k] <= p[i]; ++k) expected = std::max(expected, std::min(1.0, (m - static_cast<double>(k)) * sorted[k]));
+      EXPECT_NEAR(adjusted[i], expected, 1e-15) << "trial " << trial;
+    }
+  }
+}
+
 // The definition, transcribed directly: q_i = min over the p_(k) >= p_i of m p_(k) / k (k = the rank of p_(k)), at most 1.
 TEST(BenjaminiHochberg, EqualsTheDefinitionOnRandomFamiliesWithTies) {
   std::mt19937_64 rng(3);

@@ -49,6 +49,10 @@ std::uint64_t ComparisonSeed(const StudyContext& ctx);
 /// The paired permutation test's swaps per pair.
 int ComparisonSwaps();
 
+/// Multiclass metric keys with class names instead of label indices: recall_<class>, precision_<class>, auc_<class>,
+/// confusion_<true>_<predicted> (the names the study's outputs use).
+void NameClasses(cv::Summary& s, const std::vector<std::string>& names);
+
 /// Confidence intervals of a learner's pooled metrics (docs/statistics.md): percentile intervals of a subject
 /// bootstrap (BootstrapResamples() resamples, stratified by class, seeded by BootstrapSeed and the learner's index;
 /// repeated CV: each resample's metric is the mean over repeats, as the pooled one), and DeLong's interval of the

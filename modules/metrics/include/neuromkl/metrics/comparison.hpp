@@ -28,6 +28,7 @@ double McNemarExactP(std::int64_t onlyA, std::int64_t onlyB);
 /// The corrected resampled t-test (Nadeau & Bengio 2003) of per-fold differences d_j (j = 1..J, folds x repeats):
 /// t = mean(d) / sqrt((1/J + testSize/trainSize) s^2), J - 1 degrees of freedom, two-sided p. The correction
 /// testSize/trainSize accounts for the overlap of training sets, which makes the plain paired t-test far too liberal.
+/// NaN t and p for a NaN difference, or for equal non-zero differences in every fold (no variance).
 struct ResampledTTest {
   double meanDifference = 0, t = 0, p = 1;
   int degreesOfFreedom = 0;

@@ -20,6 +20,11 @@ struct FamilyPValues {
 /// A non-finite observed statistic gives NaN p-values and q for that member (and is left out of the BH family).
 FamilyPValues MaxStatisticPValues(const std::vector<double>& observed, const std::vector<std::vector<double>>& null, const std::vector<char>& failed);
 
+/// Holm (1979) step-down adjusted p-values: with p_(1) <= ... <= p_(m) the m finite p-values, adjusted p_(i) = max over
+/// k <= i of min(1, (m - k + 1) p_(k)); NaN entries stay NaN. Rejecting adjusted p <= alpha controls the family-wise
+/// error at alpha under any dependence.
+std::vector<double> Holm(const std::vector<double>& p);
+
 /// Benjamini & Hochberg (1995) adjusted p-values: q_(i) = min over k >= i of m p_(k) / k, capped at 1, where p_(1) <=
 /// ... <= p_(m) are the m finite p-values; NaN entries stay NaN. Rejecting q <= alpha controls the false discovery
 /// rate at alpha for independent or positively dependent tests.
