@@ -44,8 +44,11 @@ std::string TopRegionsChart(const std::vector<weights::RegionRow>& regions, cons
   for (std::size_t i = 0; i < n; ++i) maxValue = std::max(maxValue, regions[i].meanPercent + regions[i].sdPercent);
   std::vector<std::string> names;
   for (std::size_t i = 0; i < n; ++i) names.push_back(Escape(r.kernels[regions[i].kernel].name) + (significant(regions[i].kernel) ? " *" : ""));
-  // Room on the left for the longest name; the bars keep their length.
-  const int rowH = 18, left = std::max(170, WidthFor(names, 11, 6)), barW = 330, width = left + barW + 60;
+  const std::string caption = "mean weight (%) over outer folds, bar = +-1 SD" +
+                              (significance ? fmt::format("; * p_FWE <= 0.05 ({} permutations)", r.permutations) : std::string());
+  // Room on the left for the longest name; the bars keep their length; the caption starts under the bars when it fits.
+  const int rowH = 18, left = std::max(170, WidthFor(names, 11, 6)), barW = 330, captionW = WidthFor({caption}, 11, 0);
+  const int width = std::max(left + barW + 60, captionW + 8), captionX = left + captionW <= width ? left : 4;
   const int height = static_cast<int>(n) * rowH + 58;
   std::string svg = fmt::format(R"(<svg class="figure" role="img" aria-label="top regions" width="{}" height="{}" viewBox="0 0 {} {}">)", width, height, width, height);
   const double axisY = 10 + static_cast<double>(n) * rowH + 2;
@@ -68,9 +71,7 @@ std::string TopRegionsChart(const std::vector<weights::RegionRow>& regions, cons
     svg += fmt::format(R"(<line x1="{:.1f}" x2="{:.1f}" y1="{}" y2="{}" stroke="#222" stroke-width="1.2"/>)", left + lo, left + hi, y + rowH / 2.0, y + rowH / 2.0);
     svg += fmt::format(R"(<text x="{:.1f}" y="{}" font-size="10" fill="#444">{:.1f}</text>)", left + hi + 4, y + 12, row.meanPercent);
   }
-  const std::string caption = significance ? fmt::format("mean weight (%) over outer folds, bar = +-1 SD; * p_FWE &lt;= 0.05 ({} permutations)", r.permutations)
-                                            : std::string("mean weight (%) over outer folds, bar = +-1 SD");
-  svg += fmt::format(R"(<text x="{}" y="{}" font-size="11">{}</text></svg>)", std::min(left, width - WidthFor({caption}, 11, 4)), height - 8, caption);
+  svg += fmt::format(R"(<text x="{}" y="{}" font-size="11">{}</text></svg>)", captionX, height - 8, Escape(caption));
   return svg;
 }
 
