@@ -1,31 +1,19 @@
 #include "neuromkl/metrics/comparison.hpp"
 
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <numeric>
 #include <stdexcept>
 
+#include "midranks.hpp"
+
 namespace neuromkl::metrics {
 
 namespace {
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
-
-/// Midranks (1-based; ties share the mean of their ranks) of `values`.
-std::vector<double> Midranks(const std::vector<double>& values) {
-  std::vector<std::size_t> order(values.size());
-  std::iota(order.begin(), order.end(), std::size_t{0});
-  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return values[a] < values[b]; });
-  std::vector<double> rank(values.size());
-  for (std::size_t i = 0; i < order.size();) {
-    std::size_t j = i;
-    while (j + 1 < order.size() && values[order[j + 1]] == values[order[i]]) ++j;
-    for (std::size_t k = i; k <= j; ++k) rank[order[k]] = 0.5 * static_cast<double>(i + j) + 1.0;
-    i = j + 1;
-  }
-  return rank;
-}
 
 /// DeLong's structural components of one model: V10 per positive (the fraction of negatives it outranks) and V01 per
 /// negative (the fraction of positives that outrank it), from midranks: V10_i = (R_i - R^X_i) / n, V01_j = 1 - (R_j -
@@ -41,7 +29,7 @@ Components StructuralComponents(const std::vector<double>& scores, const std::ve
   for (std::size_t i = 0; i < scores.size(); ++i) (positive[i] ? x : y).push_back(scores[i]);
   if (x.empty() || y.empty()) throw std::invalid_argument("DeLong: both classes needed");
   const auto m = static_cast<double>(x.size()), n = static_cast<double>(y.size());
-  const std::vector<double> all = Midranks(scores), rx = Midranks(x), ry = Midranks(y);
+  const std::vector<double> all = Midranks(scores.data(), scores.size()), rx = Midranks(x.data(), x.size()), ry = Midranks(y.data(), y.size());
   Components c;
   std::size_t ix = 0, iy = 0;
   for (std::size_t i = 0; i < scores.size(); ++i) {

@@ -38,11 +38,21 @@ FamilyPValues MaxStatisticPValues(const std::vector<double>& observed, const std
   return out;
 }
 
-std::vector<double> Holm(const std::vector<double>& p) {
+namespace {
+
+/// The indices of the finite p-values, smallest p first (ties in index order): the order both adjustments walk.
+std::vector<std::size_t> FiniteAscending(const std::vector<double>& p) {
   std::vector<std::size_t> order;
   for (std::size_t i = 0; i < p.size(); ++i)
     if (std::isfinite(p[i])) order.push_back(i);
   std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return p[a] < p[b]; });
+  return order;
+}
+
+}  // namespace
+
+std::vector<double> Holm(const std::vector<double>& p) {
+  const std::vector<std::size_t> order = FiniteAscending(p);
   std::vector<double> adjusted(p.size(), std::numeric_limits<double>::quiet_NaN());
   const auto m = static_cast<double>(order.size());
   double running = 0;  // the maximum over the smaller p-values, walking up from the smallest
@@ -54,10 +64,7 @@ std::vector<double> Holm(const std::vector<double>& p) {
 }
 
 std::vector<double> BenjaminiHochberg(const std::vector<double>& p) {
-  std::vector<std::size_t> order;
-  for (std::size_t i = 0; i < p.size(); ++i)
-    if (std::isfinite(p[i])) order.push_back(i);
-  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return p[a] < p[b]; });
+  const std::vector<std::size_t> order = FiniteAscending(p);
   std::vector<double> q(p.size(), std::numeric_limits<double>::quiet_NaN());
   const auto m = static_cast<double>(order.size());
   double running = 1.0;  // the minimum over the larger p-values, walking down from the largest

@@ -6,6 +6,8 @@
 #include <numeric>
 #include <vector>
 
+#include "midranks.hpp"
+
 namespace neuromkl::metrics {
 
 namespace {
@@ -40,18 +42,8 @@ double Auc(const Eigen::Ref<const Eigen::VectorXd>& allLabels, const Eigen::Ref<
   const Eigen::VectorXd& labels = scored.truth;
   const Eigen::VectorXd& decision = scored.decision;
   const Eigen::Index n = labels.size();
-  std::vector<Eigen::Index> order(static_cast<std::size_t>(n));
-  std::iota(order.begin(), order.end(), 0);
-  std::sort(order.begin(), order.end(), [&](Eigen::Index a, Eigen::Index b) { return decision[a] < decision[b]; });
   // Average ranks over ties, then U = sum of positive ranks - n+(n+ + 1)/2.
-  std::vector<double> rank(static_cast<std::size_t>(n));
-  for (Eigen::Index i = 0; i < n;) {
-    Eigen::Index j = i;
-    while (j + 1 < n && decision[order[static_cast<std::size_t>(j + 1)]] == decision[order[static_cast<std::size_t>(i)]]) ++j;
-    const double avg = 0.5 * static_cast<double>(i + j) + 1.0;
-    for (Eigen::Index k = i; k <= j; ++k) rank[static_cast<std::size_t>(order[static_cast<std::size_t>(k)])] = avg;
-    i = j + 1;
-  }
+  const std::vector<double> rank = Midranks(decision.data(), static_cast<std::size_t>(n));
   double pos = 0, rankSum = 0;
   for (Eigen::Index i = 0; i < n; ++i)
     if (labels[i] > 0) {
