@@ -39,7 +39,8 @@ class StudyResults:
 
     Attributes: ``output_dir``; ``results`` (results.json as a dict); ``metrics`` (metrics.tsv);
     ``regions`` ({learner label: regions_<label>.tsv}); ``predictions`` (predictions.tsv); ``folds``
-    (folds.tsv); ``weight_maps`` ({learner label: {"mean": path, "folds": [paths]}}); ``report``
+    (folds.tsv); ``weight_maps`` ({learner label: {"mean": path, "folds": [paths], "stability": path,
+    "sign_consistency": path}}: the stability maps are None with fewer than two folds); ``report``
     (report.html path); ``summary`` (the CLI's one line per learner, for a run; empty when loaded);
     ``comparisons`` (comparisons.tsv: every pair of learners compared; None with one learner).
     """
@@ -84,8 +85,11 @@ def load_results(output_dir) -> StudyResults:
             regions[label] = _read_table(table)
         maps = learner.get("weight_maps") or {}
         if maps:
+            stability = maps.get("stability") or {}
             weight_maps[label] = {"mean": str(d / maps["mean"]) if maps.get("mean") else None,
-                                  "folds": [str(d / p) for p in maps.get("folds", [])]}
+                                  "folds": [str(d / p) for p in maps.get("folds", [])],
+                                  "stability": str(d / stability["mean_over_sd"]) if stability.get("mean_over_sd") else None,
+                                  "sign_consistency": str(d / stability["sign_consistency"]) if stability.get("sign_consistency") else None}
 
     def optional(name):
         return _read_table(d / name) if (d / name).is_file() else None

@@ -90,6 +90,23 @@ def test_cohort_kernels_and_fold_fits_reproduce_the_cli(wager_run):
         assert gap < 1e-6, (key, gap)
 
 
+def test_stability_maps_are_those_of_the_fold_maps(wager_run):
+    """load_results gives the stability maps; they equal mean / SD and the sign consistency of the fold maps."""
+    run, results, ids, imgs, y = wager_run
+    maps = neuromkl.load_results(run).weight_maps[results["learners"][0]["label"]]
+    folds = np.stack([nibabel.load(p).get_fdata(dtype=np.float32).astype(np.float64) for p in maps["folds"]])
+    k = len(folds)
+    sd = folds.std(axis=0, ddof=1)
+    expected_ratio = np.divide(folds.mean(axis=0), sd, out=np.zeros_like(sd), where=sd > 0)
+    balance = np.abs((folds > 0).sum(axis=0) - (folds < 0).sum(axis=0))
+    expected_sign = np.where((folds != 0).any(axis=0), balance / k, 0.0)
+    ratio = nibabel.load(maps["stability"]).get_fdata(dtype=np.float32)
+    sign = nibabel.load(maps["sign_consistency"]).get_fdata(dtype=np.float32)
+    # float32 files of values computed in double: float precision relative to each value
+    np.testing.assert_allclose(ratio, expected_ratio, rtol=1e-5, atol=1e-5)
+    np.testing.assert_array_equal(sign, expected_sign.astype(np.float32))
+
+
 def _simulated_enmkl_svm_run(tmp_path, cli, simulate_options):
     """A cohort simulated into tmp_path/sim and run by the CLI with a fixed ENMKL-SVM over 3 x 3 stratified folds into
     tmp_path/run: the study, results.json, the subjects' rows and their images."""

@@ -93,6 +93,7 @@ class PredictCli : public ::testing::Test {
     ASSERT_EQ(index.at("learners").size(), learners);
     const Rows study = ReadTsv(results + "/predictions.tsv");
     const std::size_t subject = Col(study, "subject"), learner = Col(study, "learner"), fold = Col(study, "fold");
+    const Rows studyParts = fs::exists(results + "/attributions.tsv") ? ReadTsv(results + "/attributions.tsv") : Rows{};
     std::vector<std::string> valueColumns;
     for (const auto& c : study[0])
       if (c.rfind("score_", 0) == 0) valueColumns.push_back(c);
@@ -124,6 +125,25 @@ class PredictCli : public ::testing::Test {
           for (std::size_t c = 0; c < valueColumns.size(); ++c) {
             const double got = std::stod(pred[p][Col(pred, multi ? valueColumns[c] : regressionColumn)]);
             EXPECT_NEAR(got, want[c], 1e-6 * scale) << label << " fold " << k << " subject " << pred[p][0] << " " << valueColumns[c];
+          }
+        }
+        // Each decision's split over the kernels travels too: predict's attributions.tsv has the study's parts of the
+        // same subject and fold (same tolerance), and bias + the parts is predict's decision value.
+        if (!multi) {
+          const Rows parts = ReadTsv(out + "/attributions.tsv");
+          ASSERT_EQ(parts.size(), ids.size() + 1);
+          for (std::size_t p = 1; p < parts.size(); ++p) {
+            const auto it = std::find_if(studyParts.begin() + 1, studyParts.end(), [&](const std::vector<std::string>& row) {
+              return row[Col(studyParts, "subject")] == parts[p][0] && row[Col(studyParts, "learner")] == label && row[Col(studyParts, "fold")] == k;
+            });
+            ASSERT_NE(it, studyParts.end()) << label << " fold " << k << " subject " << parts[p][0];
+            double sum = std::stod(parts[p][Col(parts, "bias")]);
+            for (std::size_t c = Col(parts, "bias") + 1; c < parts[0].size(); ++c) {
+              sum += std::stod(parts[p][c]);
+              EXPECT_NEAR(std::stod(parts[p][c]), std::stod((*it)[Col(studyParts, parts[0][c])]), 1e-6 * scale) << label << " fold " << k << " " << parts[0][c];
+            }
+            const double decision = std::stod(parts[p][Col(parts, "decision")]);
+            EXPECT_NEAR(sum, decision, 1e-9 * std::max(1.0, std::abs(decision))) << label << " fold " << k << " subject " << parts[p][0];
           }
         }
         // The fold's Platt probabilities and bias-corrected predictions travel with its model: predict gives

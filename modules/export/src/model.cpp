@@ -394,8 +394,7 @@ std::vector<std::string> ModelFolders(const std::string& dir) {
   return {dir};
 }
 
-void WritePredictionOutputs(const std::string& dir, const PredictionRows& rows, const std::map<std::string, std::string>& summaryText,
-                            const std::map<std::string, std::map<std::string, double>>& performance, const std::vector<std::string>& warnings) {
+void WriteTsv(const std::string& path, const PredictionRows& rows) {
   std::ostringstream tsv;
   for (std::size_t c = 0; c < rows.header.size(); ++c) tsv << (c ? "\t" : "") << rows.header[c];
   tsv << "\n";
@@ -403,7 +402,12 @@ void WritePredictionOutputs(const std::string& dir, const PredictionRows& rows, 
     for (std::size_t c = 0; c < r.size(); ++c) tsv << (c ? "\t" : "") << r[c];
     tsv << "\n";
   }
-  WriteTextFile(dir + "/predictions.tsv", tsv.str());
+  WriteTextFile(path, tsv.str());
+}
+
+void WritePredictionOutputs(const std::string& dir, const PredictionRows& rows, const std::map<std::string, std::string>& summaryText,
+                            const std::map<std::string, std::map<std::string, double>>& performance, const std::vector<std::string>& warnings) {
+  WriteTsv(dir + "/predictions.tsv", rows);
   Json j = Json::object();
   for (const auto& [k, v] : summaryText) j[k] = v;
   j["performance"] = Json::object();

@@ -65,9 +65,10 @@ std::string TopRegionsChart(const std::vector<weights::RegionRow>& regions, cons
     const std::string pValues = significance ? fmt::format(", p_FWE {:.3g}, p {:.3g}, q {:.3g}", significance->familyWise[row.kernel],
                                                            significance->uncorrected[row.kernel], significance->q[row.kernel])
                                              : "";
-    svg += fmt::format(R"(<rect x="{}" y="{}" width="{:.1f}" height="{}" fill="{}"><title>{}: {:.2f} % (SD {:.2f}){}, selected in {} folds, expected rank {:.1f}{}</title></rect>)",
+    const std::string sign = std::isfinite(row.signConsistency) ? fmt::format(", sign consistency {:.2f}", row.signConsistency) : "";
+    svg += fmt::format(R"(<rect x="{}" y="{}" width="{:.1f}" height="{}" fill="{}"><title>{}: {:.2f} % (SD {:.2f}){}, selected in {} folds, expected rank {:.1f}{}{}</title></rect>)",
                        left, y + 2, std::max(w, 0.5), rowH - 5, significant(row.kernel) ? "#1f3f66" : "#4c78a8", names[i], row.meanPercent, row.sdPercent,
-                       made.empty() ? "" : fmt::format(", {} {}", kernel.features, made), row.foldsSelected, row.expectedRank, pValues);
+                       made.empty() ? "" : fmt::format(", {} {}", kernel.features, made), row.foldsSelected, row.expectedRank, sign, pValues);
     svg += fmt::format(R"(<line x1="{:.1f}" x2="{:.1f}" y1="{}" y2="{}" stroke="#222" stroke-width="1.2"/>)", left + lo, left + hi, y + rowH / 2.0, y + rowH / 2.0);
     svg += fmt::format(R"(<text x="{:.1f}" y="{}" font-size="10" fill="#444">{:.1f}</text>)", left + hi + 4, y + 12, row.meanPercent);
   }

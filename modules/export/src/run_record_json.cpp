@@ -1,5 +1,7 @@
 #include "neuromkl/export/run_record.hpp"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include "json_format.hpp"
@@ -162,6 +164,7 @@ Json LearnerJson(const RunRecord& r, const LearnerRecord& lr) {
     Json entry = {{"name", k.name}, {"label", k.label}, {"voxels", k.features}, {"non_finite_voxels", k.nonFiniteVoxels},
                   {"mean_percent", Num(row.meanPercent)}, {"sd_percent", Num(row.sdPercent)},
                   {"folds_selected", row.foldsSelected}, {"expected_ranking", Num(row.expectedRank)},
+                  {"selection_frequency", Num(weights::SelectionFrequency(row))}, {"sign_consistency", Num(row.signConsistency)},
                   {"fold_percent", row.foldPercent}};
     if (!significance.uncorrected.empty()) {
       entry["p_uncorrected"] = Num(significance.uncorrected[row.kernel]);
@@ -170,12 +173,15 @@ Json LearnerJson(const RunRecord& r, const LearnerRecord& lr) {
     }
     e["regions"]["table"].push_back(std::move(entry));
   }
+  const auto stabilityJson = [](const LearnerRecord::StabilityMaps& m) { return Json{{"mean_over_sd", m.meanOverSd}, {"sign_consistency", m.signConsistency}}; };
   if (!lr.meanMap.empty()) e["weight_maps"] = {{"mean", lr.meanMap}, {"folds", lr.foldMaps}};
+  if (!lr.stabilityMaps.meanOverSd.empty()) e["weight_maps"]["stability"] = stabilityJson(lr.stabilityMaps);
   if (!lr.patternMean.empty()) e["weight_maps"]["pattern"] = {{"mean", lr.patternMean}, {"folds", lr.patternFolds}};
   if (!lr.sourceMaps.empty()) {
     Json sources = Json::object();
     for (const auto& m : lr.sourceMaps) {
       sources[m.source] = {{"mean", m.mean}, {"folds", m.folds}};
+      if (!m.stability.meanOverSd.empty()) sources[m.source]["stability"] = stabilityJson(m.stability);
       if (!m.patternMean.empty()) sources[m.source]["pattern"] = {{"mean", m.patternMean}, {"folds", m.patternFolds}};
     }
     e["weight_maps"] = {{"sources", sources}};
@@ -212,6 +218,12 @@ Json LearnerJson(const RunRecord& r, const LearnerRecord& lr) {
 }
 
 }  // namespace
+
+bool HasAttributions(const RunRecord& record) {
+  return std::any_of(record.learners.begin(), record.learners.end(), [](const LearnerRecord& lr) {
+    return std::any_of(lr.attributions.begin(), lr.attributions.end(), [](const Eigen::MatrixXd& parts) { return parts.size() > 0; });
+  });
+}
 
 std::string RunRecordJson(const RunRecord& r) {
   Json j;
@@ -272,6 +284,12 @@ std::string RunRecordJson(const RunRecord& r) {
                                            {"value_a", Num(c.valueA)}, {"value_b", Num(c.valueB)}, {"statistic", Num(c.statistic)},
                                            {"p_value", Num(c.p)}, {"n", c.n}, {"detail", c.detail}});
   }
+  if (HasAttributions(r))
+    j["attributions"] = {{"table", "attributions.tsv"},
+                         {"note", "every out-of-fold decision value split over the kernels: kernel j's part is beta_j K~_j(subject, training) coef with "
+                                  "the fold's prepared kernels, so bias + the parts = the decision value; with several sources also each source's sum. "
+                                  "For linear kernels a region's part is <w_r, x~_r>, the region's part of the weight map applied to the subject's "
+                                  "prepared data (docs/statistics.md)"}};
   if (!r.covariateColumns.empty())
     j["covariates"] = {{"design_columns", r.covariateColumns},
                        {"fit_on", r.covariateFitOn},

@@ -203,13 +203,15 @@ Rows FoldRows(const RunRecord& r) {
 }
 
 /// `significance`: the permutation p-values of the table's regions (kernel order), or none.
+/// `stability`: the learner's own table, which also gets its selection frequency and sign consistency.
 Rows RegionRankingRows(const RunRecord& r, const LearnerRecord& lr, const std::vector<weights::RegionRow>& regions,
-                       const metrics::FamilyPValues* significance = nullptr) {
+                       const metrics::FamilyPValues* significance = nullptr, bool stability = false) {
   const KernelKinds kinds = KindsOf(r);
   if (significance && significance->uncorrected.empty()) significance = nullptr;
   std::vector<std::string> header = {"rank", "label", "name"};
   for (auto& c : KindHeader(kinds, {"voxels", "non_finite_voxels"})) header.push_back(std::move(c));
   header.insert(header.end(), {"subjects_with_signal", "low_coverage", "mean_percent", "sd_percent", "folds_selected", "expected_ranking"});
+  if (stability) header.insert(header.end(), {"selection_frequency", "sign_consistency"});
   if (significance) header.insert(header.end(), {"p_uncorrected", "p_fwe", "q_fdr"});
   for (const auto& f : lr.outcome.folds)
     if (f.error.empty()) header.push_back(FoldSuffix(f) + "_percent");
@@ -222,6 +224,7 @@ Rows RegionRankingRows(const RunRecord& r, const LearnerRecord& lr, const std::v
     for (auto& c : KindCells(kinds, kind, k, {std::to_string(k.features), std::to_string(k.nonFiniteVoxels)})) cells.push_back(std::move(c));
     cells.insert(cells.end(), {SubjectsWithSignalCell(r, row.kernel), LowCoverage(r, row.kernel) ? "yes" : "no", Cell(row.meanPercent), Cell(row.sdPercent),
                                std::to_string(row.foldsSelected), Cell(row.expectedRank)});
+    if (stability) cells.insert(cells.end(), {Cell(weights::SelectionFrequency(row)), Cell(row.signConsistency)});
     if (significance)
       cells.insert(cells.end(), {Cell(significance->uncorrected[row.kernel]), Cell(significance->familyWise[row.kernel]), Cell(significance->q[row.kernel])});
     for (double p : row.foldPercent) cells.push_back(Cell(p));
@@ -250,6 +253,15 @@ std::string RegionRankingNotes(const RunRecord& r, const LearnerRecord& lr) {
                            "mean_percent of any region is at least this region's observed) / (1 + {0})\",\n"
                            "  \"q_fdr\": \"Benjamini-Hochberg q of p_uncorrected over the table's regions\",\n",
                            lr.permutations.count);
+  const int folds = lr.regions.empty() ? 0 : static_cast<int>(lr.regions[0].foldPercent.size());
+  kernels += fmt::format("  \"selection_frequency\": \"folds_selected / the outer folds ({})\",\n", folds);
+  if (std::any_of(lr.regions.begin(), lr.regions.end(), [](const weights::RegionRow& row) { return std::isfinite(row.signConsistency); })) {
+    kernels += fmt::format("  \"sign_consistency\": \"mean over the region's voxels of |folds whose voxel weight is > 0 - folds whose voxel weight is "
+                           "< 0| / folds, in the learner's fold weight maps (voxels that every fold leaves at 0 are skipped): 1 = every fold gives "
+                           "each voxel the same sign; {1:.3f} is its expectation over {0} folds of independent random signs; n/a without voxel "
+                           "maps\",\n",
+                           folds, weights::ChanceSignConsistency(folds));
+  }
   // The learner's label is a file name; what its weights are may quote settings ("equal"): escaped as JSON.
   return fmt::format("{{\n  \"learner\": {},\n  \"weights\": {},\n{}  \"percent\": \"each fold's weights as a percentage of that fold's total\",\n"
                      "  \"folds_selected\": \"outer folds in which the weight is > 0\",\n"
@@ -270,7 +282,7 @@ void WriteLearnerMaps(const std::string& dir, const RunRecord& record, LearnerRe
   std::error_code ec;
   std::filesystem::create_directories(dir + "/weights" + (source.empty() ? "" : "/" + source), ec);
   const std::string space = MapSpace(record);
-  LearnerRecord::SourceMaps paths{source, {}, {}, {}, {}};
+  LearnerRecord::SourceMaps paths{source, {}, {}, {}, {}, {}};
   const auto stemOf = [&](const std::string& desc) {
     std::string stem = MapStem(space, desc);
     if (!source.empty()) stem.insert(std::string("weights/").size(), source + "/");
@@ -373,6 +385,38 @@ Rows ComparisonRows(const RunRecord& r) {
   return rows;
 }
 
+/// Each out-of-fold decision value split over the kernels: one row per test subject, learner and repeat; with several
+/// sources each source's sum, then every kernel's part (bias + the kernels' parts = decision).
+Rows AttributionRows(const RunRecord& r) {
+  std::vector<std::string> header = {"subject", "learner", "repeat", "fold", "decision", "bias"};
+  const bool perSource = r.sourceNames.size() > 1;
+  if (perSource)
+    for (const auto& name : r.sourceNames) header.push_back("source:" + name);
+  for (const auto& k : r.kernels) header.push_back(k.name);
+  Rows rows = {header};
+  for (const auto& lr : r.learners)
+    for (std::size_t f = 0; f < lr.outcome.folds.size() && f < lr.attributions.size(); ++f) {
+      const auto& fold = lr.outcome.folds[f];
+      const Eigen::MatrixXd& parts = lr.attributions[f];
+      if (parts.size() == 0) continue;
+      for (Eigen::Index i = 0; i < parts.rows(); ++i) {
+        std::vector<std::string> cells = {r.labelledSubjects[static_cast<std::size_t>(fold.test[static_cast<std::size_t>(i)])], lr.outcome.label,
+                                          std::to_string(fold.repeat), std::to_string(fold.index), Cell(fold.decision[i]), Cell(fold.model.bias)};
+        if (perSource) {
+          Eigen::Index first = 0;
+          for (const std::size_t count : r.sourceKernelCounts) {
+            const auto n = static_cast<Eigen::Index>(count);
+            cells.push_back(Cell(parts.row(i).segment(first, n).sum()));
+            first += n;
+          }
+        }
+        for (Eigen::Index j = 0; j < parts.cols(); ++j) cells.push_back(Cell(parts(i, j)));
+        rows.push_back(std::move(cells));
+      }
+    }
+  return rows;
+}
+
 Rows NullRows(const RunRecord& r) {
   Rows rows = {{"permutation", "learner", "metric", "value"}};
   for (const auto& lr : r.learners)
@@ -381,7 +425,28 @@ Rows NullRows(const RunRecord& r) {
   return rows;
 }
 
-}  // namespace
+/// weights/[<source>/]..._desc-<Learner><what>_statmap (no extension), its folder made.
+std::string StatmapStem(const std::string& dir, const RunRecord& record, const std::string& bidsLabel, const std::string& what,
+                        const std::string& source) {
+  std::string stem = MapStem(MapSpace(record), bidsLabel + what);
+  if (!source.empty()) stem.insert(std::string("weights/").size(), source + "/");
+  stem = stem.substr(0, stem.size() - std::string("_weights").size()) + "_statmap";
+  std::error_code ec;
+  std::filesystem::create_directories(std::filesystem::path(dir + "/" + stem).parent_path(), ec);
+  return stem;
+}
+
+/// One statmap of a learner and its sidecar; returns the map's path relative to `dir`.
+std::string WriteStatmap(const std::string& dir, const std::string& stem, const io::Geometry& grid, std::vector<float> data, const LearnerRecord& lr,
+                         const std::string& description, const std::string& mapNote) {
+  io::Volume v;
+  v.geometry = grid;
+  v.data = std::move(data);
+  io::WriteVolume(dir + "/" + stem + ".nii.gz", v);
+  const nlohmann::json sidecar = {{"Description", description}, {"Learner", lr.outcome.label}, {"LearnerName", lr.outcome.name}, {"Map", mapNote}};
+  WriteTextFile(dir + "/" + stem + ".json", sidecar.dump(2) + "\n");
+  return stem + ".nii.gz";
+}
 
 /// The atlas `regions` painted with one value per kernel of [first, first + count) (matched by label; a voxel in several
 /// regions takes the largest value), written with a sidecar to weights/[<source>/]..._desc-<Learner><what>_statmap.nii.gz.
@@ -390,30 +455,44 @@ std::string WriteRegionValueMap(const std::string& dir, const RunRecord& record,
                                 const std::string& source, const std::string& what, const std::string& description) {
   std::map<std::int64_t, const atlas::RegionVoxels*> byLabel;
   for (const auto& region : regions.regions) byLabel[region.label] = &region;
-  io::Volume v;
-  v.geometry = regions.grid;
-  v.data.assign(static_cast<std::size_t>(regions.grid.VoxelCount()), 0.0f);
-  std::vector<char> painted(v.data.size(), 0);
+  std::vector<float> data(static_cast<std::size_t>(regions.grid.VoxelCount()), 0.0f);
+  std::vector<char> painted(data.size(), 0);
   for (std::size_t j = first; j < first + count; ++j) {
     const auto it = byLabel.find(record.kernels[j].label);
     if (it == byLabel.end() || !std::isfinite(perKernel[j])) continue;
     const auto value = static_cast<float>(perKernel[j]);
     for (const auto voxel : it->second->voxels) {
-      auto& cell = v.data[static_cast<std::size_t>(voxel)];
+      auto& cell = data[static_cast<std::size_t>(voxel)];
       cell = painted[static_cast<std::size_t>(voxel)] ? std::max(cell, value) : value;
       painted[static_cast<std::size_t>(voxel)] = 1;
     }
   }
-  std::string stem = MapStem(MapSpace(record), bidsLabel + what);
-  if (!source.empty()) stem.insert(std::string("weights/").size(), source + "/");
-  stem = stem.substr(0, stem.size() - std::string("_weights").size()) + "_statmap";
-  std::error_code ec;
-  std::filesystem::create_directories(std::filesystem::path(dir + "/" + stem).parent_path(), ec);
-  io::WriteVolume(dir + "/" + stem + ".nii.gz", v);
-  const nlohmann::json sidecar = {{"Description", description}, {"Learner", lr.outcome.label}, {"LearnerName", lr.outcome.name},
-                                  {"Map", "atlas regions painted with one value each; 0 outside the regions"}};
-  WriteTextFile(dir + "/" + stem + ".json", sidecar.dump(2) + "\n");
-  return stem + ".nii.gz";
+  return WriteStatmap(dir, StatmapStem(dir, record, bidsLabel, what, source), regions.grid, std::move(data), lr, description,
+                      "atlas regions painted with one value each; 0 outside the regions");
+}
+
+/// The stability of a learner's fold maps (weights::FoldMapStability) beside them: ..._desc-<Learner>Stability_statmap
+/// (mean / SD per voxel) and ..._desc-<Learner>SignConsistency_statmap; voxels where a value is undefined are 0.
+LearnerRecord::StabilityMaps WriteStabilityMaps(const std::string& dir, const RunRecord& record, const LearnerRecord& lr, const std::string& bidsLabel,
+                                                const weights::MapStability& stability, const io::Geometry& grid, int folds,
+                                                const std::string& source = "") {
+  const auto definedOrZero = [](std::vector<float> values) {
+    for (float& v : values)
+      if (std::isnan(v)) v = 0.0f;
+    return values;
+  };
+  LearnerRecord::StabilityMaps paths;
+  paths.meanOverSd = WriteStatmap(
+      dir, StatmapStem(dir, record, bidsLabel, "Stability", source), grid, definedOrZero(stability.meanOverSd), lr,
+      fmt::format("Per voxel the mean of the {} outer folds' weight maps divided by their standard deviation (sample SD); 0 where the SD is 0", folds),
+      "voxel-wise over the fold maps written beside this map");
+  paths.signConsistency = WriteStatmap(
+      dir, StatmapStem(dir, record, bidsLabel, "SignConsistency", source), grid, definedOrZero(stability.SignConsistency()), lr,
+      fmt::format("Per voxel |folds with weight > 0 - folds with weight < 0| / {0} over the {0} outer folds' weight maps: 1 = every fold has the "
+                  "same sign; {1:.3f} is its expectation for independent random signs; 0 where every fold is 0",
+                  folds, weights::ChanceSignConsistency(folds)),
+      "voxel-wise over the fold maps written beside this map");
+  return paths;
 }
 
 /// The region maps of one learner: per atlas (the study's, or each image source's) its regions' mean shares and,
@@ -447,6 +526,8 @@ void WriteRegionMaps(const std::string& dir, RunRecord& record, LearnerRecord& l
   }
 }
 
+}  // namespace
+
 void WriteStudyTables(const std::string& dir, RunRecord& record, const WeightMaps& maps, const atlas::RegionIndex* regions) {
   const io::Geometry* grid = regions ? &regions->grid : nullptr;
   WriteTextFile(dir + "/dataset_description.json", DatasetDescriptionJson(record));
@@ -461,18 +542,27 @@ void WriteStudyTables(const std::string& dir, RunRecord& record, const WeightMap
   const std::vector<std::string> classParts = ClassFileParts(record.classNames);
   for (std::size_t l = 0; l < record.learners.size(); ++l) {
     auto& lr = record.learners[l];
-    WriteTextFile(dir + "/regions_" + lr.outcome.label + ".tsv", Tsv(RegionRankingRows(record, lr, lr.regions, &lr.permutations.regions)));
+    WriteTextFile(dir + "/regions_" + lr.outcome.label + ".tsv", Tsv(RegionRankingRows(record, lr, lr.regions, &lr.permutations.regions, true)));
     for (std::size_t c = 0; c < lr.classRegions.size() && c < record.classNames.size(); ++c)
       WriteTextFile(dir + "/regions_" + lr.outcome.label + "_class-" + classParts[c] + ".tsv", Tsv(RegionRankingRows(record, lr, lr.classRegions[c])));
     WriteTextFile(dir + "/regions_" + lr.outcome.label + ".json", RegionRankingNotes(record, lr));
     if (!lr.patternRegions.empty())
       WriteTextFile(dir + "/regions_" + lr.outcome.label + "_pattern.tsv", Tsv(RegionRankingRows(record, lr, lr.patternRegions)));
-    if (grid && l < maps.folds.size() && !maps.folds[l].empty()) WriteLearnerMaps(dir, record, lr, bidsLabels[l], maps.folds[l], maps.mean[l], *grid);
+    if (grid && l < maps.folds.size() && !maps.folds[l].empty()) {
+      WriteLearnerMaps(dir, record, lr, bidsLabels[l], maps.folds[l], maps.mean[l], *grid);
+      if (l < maps.stability.size() && !maps.stability[l].signBalance.empty())
+        lr.stabilityMaps = WriteStabilityMaps(dir, record, lr, bidsLabels[l], maps.stability[l], *grid, static_cast<int>(maps.folds[l].size()));
+    }
     if (grid && l < maps.patternFolds.size() && !maps.patternFolds[l].empty())
       WriteLearnerMaps(dir, record, lr, bidsLabels[l], maps.patternFolds[l], maps.patternMean[l], *grid, "", true);
     if (grid && l < maps.classMean.size()) WriteClassMeanMaps(dir, record, lr, bidsLabels[l], maps.classMean[l], maps.classFolds, *grid);
     for (const auto& s : maps.sources) {
-      if (l < s.folds.size() && !s.folds[l].empty()) WriteLearnerMaps(dir, record, lr, bidsLabels[l], s.folds[l], s.mean[l], s.regions->grid, s.name);
+      if (l < s.folds.size() && !s.folds[l].empty()) {
+        WriteLearnerMaps(dir, record, lr, bidsLabels[l], s.folds[l], s.mean[l], s.regions->grid, s.name);
+        if (l < s.stability.size() && !s.stability[l].signBalance.empty())
+          lr.sourceMaps.back().stability =
+              WriteStabilityMaps(dir, record, lr, bidsLabels[l], s.stability[l], s.regions->grid, static_cast<int>(s.folds[l].size()), s.name);
+      }
       if (l < s.patternFolds.size() && !s.patternFolds[l].empty())
         WriteLearnerMaps(dir, record, lr, bidsLabels[l], s.patternFolds[l], s.patternMean[l], s.regions->grid, s.name, true);
       if (l < s.classMean.size()) WriteClassMeanMaps(dir, record, lr, bidsLabels[l], s.classMean[l], maps.classFolds, s.regions->grid, s.name);
@@ -484,6 +574,7 @@ void WriteStudyTables(const std::string& dir, RunRecord& record, const WeightMap
   }
   if (record.permutations > 0) WriteTextFile(dir + "/null_distribution.tsv", Tsv(NullRows(record)));
   if (!record.comparisons.empty()) WriteTextFile(dir + "/comparisons.tsv", Tsv(ComparisonRows(record)));
+  if (HasAttributions(record)) WriteTextFile(dir + "/attributions.tsv", Tsv(AttributionRows(record)));
 }
 
 void WriteStudyRecord(const std::string& dir, const RunRecord& record, const WeightMaps& maps, const atlas::RegionIndex* regions) {

@@ -96,6 +96,20 @@ Eigen::VectorXd Model::Decision(const gram::TestBlocks& test) const {
   return f;
 }
 
+Eigen::MatrixXd Model::DecisionParts(const gram::TestBlocks& test) const {
+  if (Multiclass())
+    throw InputError("learners:MulticlassModel", "decision parts", "a multiclass model has one score per class: its parts are not one decision's");
+  CheckBlockCount(test, beta);
+  Eigen::MatrixXd parts = Eigen::MatrixXd::Zero(test.rows, test.count);
+  std::vector<Eigen::Index> used;
+  for (Eigen::Index j = 0; j < test.count; ++j)
+    if (beta[j] != 0.0) used.push_back(j);
+  if (used.empty()) return parts;
+  const auto P = BlockProducts(test, used, Eigen::MatrixXd(coef), gram::kProductVector);
+  for (std::size_t i = 0; i < used.size(); ++i) parts.col(used[i]) = beta[used[i]] * P[i].col(0);
+  return parts;
+}
+
 Eigen::MatrixXd Model::Scores(const gram::TestBlocks& test) const {
   if (!Multiclass()) return Decision(test);
   CheckBlockCount(test, beta);

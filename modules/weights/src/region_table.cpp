@@ -7,6 +7,10 @@
 
 namespace neuromkl::weights {
 
+double SelectionFrequency(const RegionRow& row) {
+  return row.foldPercent.empty() ? std::nan("") : row.foldsSelected / static_cast<double>(row.foldPercent.size());
+}
+
 Eigen::VectorXd Ranks(const Eigen::VectorXd& values) {
   const Eigen::Index n = values.size();
   std::vector<Eigen::Index> order(static_cast<std::size_t>(n));

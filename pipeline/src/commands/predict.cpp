@@ -136,18 +136,23 @@ std::optional<gram::FoldResidualiser> NewResidualiser(const exporting::ExportedM
 }
 
 /// One kernel-space kernel's part of the scores: its raw training block and new rows, residualised, centred and
-/// normalised with the training rows exactly as in the folds, times beta and the coefficients.
+/// normalised with the training rows exactly as in the folds, times beta and the coefficients. With `parts` (binary and
+/// regression models) the same part also goes to the kernel's column.
 void AddKernelScores(const exporting::ExportedModel& m, std::size_t kernel, gram::FoldKernel fk, const std::optional<gram::FoldResidualiser>& residualiser,
-                     Eigen::MatrixXd& scores) {
+                     Eigen::MatrixXd& scores, Eigen::MatrixXd* parts) {
   if (residualiser) gram::ResidualiseFold(fk, *residualiser);
   if (m.centre) gram::CentreFold(fk);
   if (m.normalise) gram::NormaliseFold(fk);
   for (Eigen::Index c = 0; c < scores.cols(); ++c)
-    if (const double b = m.beta(static_cast<Eigen::Index>(kernel), c); b != 0.0) scores.col(c) += b * (fk.testTrain * m.coef.col(c));
+    if (const double b = m.beta(static_cast<Eigen::Index>(kernel), c); b != 0.0) {
+      scores.col(c) += b * (fk.testTrain * m.coef.col(c));
+      if (parts && parts->size() > 0) parts->col(static_cast<Eigen::Index>(kernel)) += b * (fk.testTrain * m.coef.col(c));
+    }
 }
 
 /// Precomputed and connectivity kernels given as rows (NewSubjects::kernels), checked against the model's training set.
-void AddGivenKernelScores(const exporting::ExportedModel& m, const NewSubjects& s, const Eigen::MatrixXd& newDesign, Eigen::MatrixXd& scores) {
+void AddGivenKernelScores(const exporting::ExportedModel& m, const NewSubjects& s, const Eigen::MatrixXd& newDesign, Eigen::MatrixXd& scores,
+                          Eigen::MatrixXd* parts) {
   const auto n = static_cast<Eigen::Index>(s.ids.size()), l = static_cast<Eigen::Index>(m.trainingIds.size());
   const auto residualiser = NewResidualiser(m, newDesign);
   for (std::size_t k = 0; k < m.kernelKinds.size(); ++k) {
@@ -160,12 +165,13 @@ void AddGivenKernelScores(const exporting::ExportedModel& m, const NewSubjects& 
                        fmt::format("kernel {}: training block {}x{}, rows {}x{}, self-similarities {}; expected {}x{}, {}x{} and {} "
                                    "(training subjects in the model's order x new subjects)",
                                    m.kernelNames[k], fk.train.rows(), fk.train.cols(), fk.testTrain.rows(), fk.testTrain.cols(), fk.testDiag.size(), l, l, n, l, n));
-    AddKernelScores(m, k, fk, residualiser, scores);
+    AddKernelScores(m, k, fk, residualiser, scores, parts);
   }
 }
 
 /// Kernel-space sources (tabular): raw rows against the training rows, preprocessed as in the folds.
-void AddTabularScores(const exporting::ExportedModel& m, const NewSubjects& s, const Eigen::MatrixXd& newDesign, Eigen::MatrixXd& scores) {
+void AddTabularScores(const exporting::ExportedModel& m, const NewSubjects& s, const Eigen::MatrixXd& newDesign, Eigen::MatrixXd& scores,
+                      Eigen::MatrixXd* parts) {
   const auto n = static_cast<Eigen::Index>(s.ids.size());
   const auto residualiser = NewResidualiser(m, newDesign);
   for (const auto& src : m.tabularSources) {
@@ -200,7 +206,7 @@ void AddTabularScores(const exporting::ExportedModel& m, const NewSubjects& s, c
         fk.testTrain = gauss(Gnt, dn, dt);
         fk.testDiag = Eigen::VectorXd::Ones(n);
       }
-      AddKernelScores(m, k.kernel, std::move(fk), residualiser, scores);
+      AddKernelScores(m, k.kernel, std::move(fk), residualiser, scores, parts);
     }
   }
 }
@@ -298,7 +304,7 @@ Eigen::VectorXd CentredVoxels(const exporting::ModelImageSource& src, const io::
 /// The source's kernels' part of row i of the scores: per kernel, the voxels' products with the primal weights,
 /// divided by the subject's norm in that kernel when the model normalises (zero below the kernel's floor).
 void AddVoxelScores(const exporting::ExportedModel& m, const exporting::ModelImageSource& src, const Eigen::VectorXd& xc, Eigen::MatrixXd& scores,
-                    Eigen::Index i) {
+                    Eigen::Index i, Eigen::MatrixXd* parts) {
   const Eigen::Index K = m.beta.rows(), C = m.beta.cols();
   Eigen::VectorXd norm2 = Eigen::VectorXd::Zero(K);
   Eigen::MatrixXd dot = Eigen::MatrixXd::Zero(K, C);
@@ -315,13 +321,14 @@ void AddVoxelScores(const exporting::ExportedModel& m, const exporting::ModelIma
     double s = 1.0;
     if (m.normalise) s = norm2[k] > m.floors[k] && norm2[k] > 0 ? 1.0 / std::sqrt(norm2[k]) : 0.0;
     scores.row(i) += s * dot.row(k);
+    if (parts && parts->size() > 0) (*parts)(i, k) += s * dot(k, 0);
   }
 }
 
 /// Subject i's image of source `name` (read from `path` unless given) scored under every model that has the source.
 void ScoreImage(const std::vector<exporting::ExportedModel>& models, const std::string& name, const std::string& id, const std::string& path,
                 const io::Volume& volume, Eigen::Index i, const std::vector<Eigen::MatrixXd>& designs, std::vector<Eigen::MatrixXd>& scores,
-                std::vector<std::string>& warnings) {
+                std::vector<Eigen::MatrixXd>* parts, std::vector<std::string>& warnings) {
   for (std::size_t q = 0; q < models.size(); ++q) {
     const auto& m = models[q];
     for (const auto& src : m.imageSources) {
@@ -335,7 +342,7 @@ void ScoreImage(const std::vector<exporting::ExportedModel>& models, const std::
                                        "mean (no contribution)",
                                        id, nonFinite, path, m.learner));
       }
-      AddVoxelScores(m, src, xc, scores[q], i);
+      AddVoxelScores(m, src, xc, scores[q], i, parts ? &(*parts)[q] : nullptr);
     }
   }
 }
@@ -361,9 +368,14 @@ NewSubjects ReadNewSubjects(const std::string& input, const exporting::ExportedM
   return s;
 }
 
-std::vector<Eigen::MatrixXd> ModelScores(const std::vector<exporting::ExportedModel>& models, const NewSubjects& subjects, std::vector<std::string>& warnings) {
+std::vector<Eigen::MatrixXd> ModelScores(const std::vector<exporting::ExportedModel>& models, const NewSubjects& subjects, std::vector<std::string>& warnings,
+                                         std::vector<Eigen::MatrixXd>* parts) {
   const auto n = static_cast<Eigen::Index>(subjects.ids.size());
   std::vector<Eigen::MatrixXd> scores = BiasScores(models, subjects);
+  if (parts) {  // one decision per subject: its split over the kernels; a multiclass model has none (0 x 0)
+    parts->clear();
+    for (const auto& m : models) parts->push_back(m.beta.cols() == 1 ? Eigen::MatrixXd::Zero(n, m.beta.rows()) : Eigen::MatrixXd());
+  }
   const std::vector<Eigen::MatrixXd> designs = NewDesigns(models, subjects);
   // Image sources: each image read once, scored under every model. Each subject's warnings apart, then in table
   // order: the same output whatever the threads.
@@ -379,14 +391,15 @@ std::vector<Eigen::MatrixXd> ModelScores(const std::vector<exporting::ExportedMo
       const std::string& path = paths[static_cast<std::size_t>(i)];
       const io::Volume vol = inMemory ? io::Volume{} : io::ReadVolume(path);
       const io::Volume& volume = inMemory ? (*inMemory)[static_cast<std::size_t>(i)] : vol;
-      ScoreImage(models, name, subjects.ids[static_cast<std::size_t>(i)], path, volume, i, designs, scores, subjectWarnings[static_cast<std::size_t>(i)]);
+      ScoreImage(models, name, subjects.ids[static_cast<std::size_t>(i)], path, volume, i, designs, scores, parts, subjectWarnings[static_cast<std::size_t>(i)]);
     });
   }
   for (auto& w : subjectWarnings) warnings.insert(warnings.end(), std::make_move_iterator(w.begin()), std::make_move_iterator(w.end()));
   for (std::size_t q = 0; q < models.size(); ++q) {
     const Eigen::MatrixXd design = designs[q].rows() > 0 ? designs[q] : Eigen::MatrixXd(n, 0);
-    if (!models[q].tabularSources.empty()) AddTabularScores(models[q], subjects, design, scores[q]);
-    if (!models[q].precomputedSources.empty()) AddGivenKernelScores(models[q], subjects, design, scores[q]);
+    Eigen::MatrixXd* modelParts = parts ? &(*parts)[q] : nullptr;
+    if (!models[q].tabularSources.empty()) AddTabularScores(models[q], subjects, design, scores[q], modelParts);
+    if (!models[q].precomputedSources.empty()) AddGivenKernelScores(models[q], subjects, design, scores[q], modelParts);
   }
   return scores;
 }
@@ -592,6 +605,26 @@ std::string ModelMetrics(const exporting::ExportedModel& m, const Eigen::MatrixX
                      m.expected.count("balanced_accuracy") ? m.expected.at("balanced_accuracy") : NAN);
 }
 
+/// Each subject's decision value under each binary or regression model split over the model's kernels (as the
+/// study's attributions.tsv): bias + the parts = the decision value. Models of other kernels than the first's are
+/// left out (one header per table).
+exporting::PredictionRows AttributionRows(const std::vector<exporting::ExportedModel>& models, const std::vector<Eigen::MatrixXd>& scores,
+                                          const std::vector<Eigen::MatrixXd>& parts, const NewSubjects& subjects) {
+  exporting::PredictionRows table;
+  table.header = {"subject", "learner", "model", "decision", "bias"};
+  table.header.insert(table.header.end(), models.front().kernelNames.begin(), models.front().kernelNames.end());
+  for (std::size_t q = 0; q < models.size(); ++q) {
+    if (parts[q].size() == 0 || models[q].kernelNames != models.front().kernelNames) continue;
+    for (Eigen::Index i = 0; i < parts[q].rows(); ++i) {
+      std::vector<std::string> row = {subjects.ids[static_cast<std::size_t>(i)], models[q].learner, ModelLabel(models[q]), FormatDouble(scores[q](i, 0)),
+                                      FormatDouble(models[q].bias[0])};
+      for (Eigen::Index k = 0; k < parts[q].cols(); ++k) row.push_back(FormatDouble(parts[q](i, k)));
+      table.rows.push_back(std::move(row));
+    }
+  }
+  return table;
+}
+
 }  // namespace
 
 PredictOutcome Predict(const PredictOptions& options) {
@@ -602,7 +635,8 @@ PredictOutcome Predict(const PredictOptions& options) {
   for (const auto& [src, paths] : subjects.images) inputs.insert(inputs.end(), paths.begin(), paths.end());
   AtomicOutputDir out(PredictionsDir(options, first.study), options.force, inputs);
   std::vector<std::string> warnings;
-  const auto scores = ModelScores(models, subjects, warnings);
+  std::vector<Eigen::MatrixXd> parts;
+  const auto scores = ModelScores(models, subjects, warnings, &parts);
   for (const auto& w : warnings) spdlog::warn("{}", w);
 
   const auto n = subjects.ids.size();
@@ -629,6 +663,8 @@ PredictOutcome Predict(const PredictOptions& options) {
                                                 {"subjects", std::to_string(n)},
                                                 {"learners", std::to_string(models.size())}};
   exporting::WritePredictionOutputs(out.Path(), rows, summary, performance, warnings);
+  if (const exporting::PredictionRows attributions = AttributionRows(models, scores, parts, subjects); !attributions.rows.empty())
+    exporting::WriteTsv(out.Path() + "/attributions.tsv", attributions);
   out.Commit();
   lines.insert(lines.begin(), fmt::format("Predicted {} subjects with {} model(s) of study {}", n, models.size(), first.study));
   return {out.FinalPath(), lines};

@@ -6,9 +6,12 @@
 #include <iterator>
 #include <numeric>
 
+#include <fmt/format.h>
+
 #include "neuromkl/core/errors.hpp"
 #include "neuromkl/pipeline/connectivity.hpp"
 #include "neuromkl/weights/patterns.hpp"
+#include "neuromkl/weights/stability.hpp"
 #include "neuromkl/weights/weights.hpp"
 
 namespace neuromkl::pipeline {
@@ -137,6 +140,13 @@ class MapCollector {
   exporting::WeightMaps& maps_;
 };
 
+/// Per learner, the stability of its fold maps (all outer folds of all repeats).
+std::vector<weights::MapStability> FoldMapStabilities(const std::vector<std::vector<std::vector<float>>>& folds) {
+  std::vector<weights::MapStability> out;
+  for (const auto& learnerFolds : folds) out.push_back(weights::FoldMapStability(learnerFolds));
+  return out;
+}
+
 /// kernels.sources: each image source's kernels (a block of columns) mapped onto its own grid and images
 /// (multiclass: one mean map per class).
 void AddImageSourceMaps(const StudyContext& ctx, const FoldMapWeights& w, const MapCollector& collector, std::size_t learners,
@@ -155,6 +165,7 @@ void AddImageSourceMaps(const StudyContext& ctx, const FoldMapWeights& w, const 
     out.classMean.resize(learners);
     auto [computed, pattern] = MapCollector::Split(weights::VoxelMaps(images, source.regions, info, sourceWeights, source.nanPolicy), w.weightMaps);
     collector.Collect(std::move(computed), out.folds, out.mean, w.classOf.empty() ? nullptr : &out.classMean);
+    out.stability = FoldMapStabilities(out.folds);
     if (w.WithPatterns()) collector.Collect(std::move(pattern), out.patternFolds, out.patternMean, nullptr, false);
   }
 }
@@ -218,11 +229,47 @@ exporting::WeightMaps ComputeWeightMaps(const StudyContext& ctx, const std::vect
     auto [computed, pattern] =
         MapCollector::Split(weights::VoxelMaps(images, *ctx.ks.regions, ctx.ks.set.info, w.subjectWeights, ctx.study.kernels.nanPolicy), w.weightMaps);
     collector.Collect(std::move(computed), maps.folds, maps.mean, &maps.classMean);
+    maps.stability = FoldMapStabilities(maps.folds);
     if (w.WithPatterns()) collector.Collect(std::move(pattern), maps.patternFolds, maps.patternMean, nullptr, false);
   }
   AddImageSourceMaps(ctx, w, collector, learners.size(), maps);
   AddEdgeMaps(ctx, w, learners.size(), maps);
   return maps;
+}
+
+/// Each image region's sign consistency over the learner's fold maps (weights::RegionSignConsistency), on the study's
+/// atlas or each image source's; NaN for kernels without voxel maps.
+std::vector<double> RegionSignConsistencies(const StudyContext& ctx, const exporting::WeightMaps& maps, std::size_t learner) {
+  std::vector<double> perKernel(ctx.KernelCount(), std::nan(""));
+  if (ctx.ks.regions && learner < maps.stability.size())
+    weights::RegionSignConsistency(maps.stability[learner], *ctx.ks.regions, ctx.ks.set.info, 0, ctx.KernelCount(), perKernel);
+  for (std::size_t s = 0; s < ctx.ks.imageSources.size() && s < maps.sources.size(); ++s) {
+    const auto& source = ctx.ks.imageSources[s];
+    if (learner < maps.sources[s].stability.size())
+      weights::RegionSignConsistency(maps.sources[s].stability[learner], source.regions, ctx.ks.set.info, source.firstKernel, source.kernelCount, perKernel);
+  }
+  return perKernel;
+}
+
+/// Each test subject's decision value split over the kernels (learners::Model::DecisionParts) with the fold's test
+/// blocks as the learner's decision read them; a split that does not add up to the decision value is a warning.
+Eigen::MatrixXd FoldAttributions(const StudyContext& ctx, const cv::OuterFoldResult& fold, const std::string& learner, std::vector<std::string>& warnings) {
+  std::vector<int> train = fold.train;
+  train.insert(train.end(), fold.unlabelled.begin(), fold.unlabelled.end());
+  const auto view = ctx.OpenFold(train, fold.test);
+  gram::WeightedKernels kernels;
+  // In place reads the study's kernels without copies; residualised folds mix rows and are copied (as the CV did).
+  const bool residualised = ctx.nestedOptions.preprocessing.covariates != nullptr;
+  view->Weighted(residualised ? gram::TrainingForm::Copies : gram::TrainingForm::InPlace, kernels);
+  Eigen::MatrixXd buffer;
+  Eigen::MatrixXd parts = fold.model.DecisionParts(kernels.Test(buffer));
+  // Decision adds the same products in the same order: only rounding separates the sum from the decision value.
+  const Eigen::VectorXd sum = (parts.rowwise().sum().array() + fold.model.bias).matrix();
+  const double scale = std::max(1.0, fold.decision.cwiseAbs().maxCoeff());
+  if (const double gap = (sum - fold.decision).cwiseAbs().maxCoeff(); !(gap <= 1e-9 * scale))
+    warnings.push_back(fmt::format("{}: outer fold {}: the attributions add up to the decision values only within {:.3g} (expected 1e-9 relative)", learner,
+                                   fold.index, gap / scale));
+  return parts;
 }
 
 }  // namespace
@@ -341,6 +388,12 @@ RegionWeightsResult RunRegionWeights(const StudyContext& ctx, const std::vector<
       for (std::size_t c = 0; c < classWeights.size(); ++c) classWeights[c].push_back(std::move(w.perClass[c]));
     }
     result.tables.push_back(weights::RegionTable(foldWeights));
+    auto& attributions = result.attributions.emplace_back(lr.outcome.folds.size());
+    if (!multiclass)
+      for (std::size_t f = 0; f < lr.outcome.folds.size(); ++f)
+        if (lr.outcome.folds[f].error.empty()) attributions[f] = FoldAttributions(ctx, lr.outcome.folds[f], lr.outcome.label, result.warnings);
+    const std::vector<double> signConsistency = RegionSignConsistencies(ctx, result.maps, l);
+    for (auto& row : result.tables.back()) row.signConsistency = signConsistency[row.kernel];
     result.classTables.emplace_back();
     for (const auto& w : classWeights) result.classTables.back().push_back(weights::RegionTable(w));
     const std::string scaled = preprocessing.kernelGroups.empty() ? "" : " times the fold's source scale g (source_weighting \"equal\"), renormalised";

@@ -210,6 +210,7 @@ exporting::RunRecord DescribeRun(const StudyContext& ctx, CrossValidationResult 
     lr.regionSource = weights.sources[l];
     if (l < weights.classTables.size()) lr.classRegions = weights.classTables[l];
     if (l < weights.patternTables.size()) lr.patternRegions = weights.patternTables[l];
+    if (l < weights.attributions.size()) lr.attributions = weights.attributions[l];
     TestKernelShares(lr, ctx.ks.sourceKernelCounts);
     AddMetricIntervals(ctx, lr, l);
   }

@@ -235,6 +235,36 @@ TEST(TestBlocks, DecisionsFromBlocksHandedOverOneAtATimeEqualTheHeldBlocks) {
   }
 }
 
+TEST(TestBlocks, DecisionPartsAreEachKernelsProductAndAddUpToTheDecision) {
+  // Transcribed: part_ij = beta_j (K_j(test, train) coef)_i, 0 for a kernel without weight; bias + the row = decision.
+  const auto p = MakeMklProblem(50, 4, {1, 3}, 3.0, 29);
+  learners::KernelList train, test;
+  for (const auto& K : p.kernels) {
+    train.push_back(K.topLeftCorner(40, 40));
+    test.push_back(K.bottomLeftCorner(10, 40));
+  }
+  const learners::Targets binary{learners::Task::Classification, p.targets.y.head(40)};
+  for (const double mu : {0.3, 1.0}) {
+    const auto model = learners::MakeLearner("enmkl_svm", {{"c", 1}, {"mu", mu}})->Fit(train, binary);
+    const Eigen::MatrixXd parts = model.DecisionParts(gram::HeldBlocks(test));
+    ASSERT_EQ(parts.rows(), 10);
+    ASSERT_EQ(parts.cols(), 4);
+    for (std::size_t j = 0; j < 4; ++j) {
+      const auto jj = static_cast<Eigen::Index>(j);
+      const Eigen::VectorXd expected = model.beta[jj] == 0 ? Eigen::VectorXd::Zero(10) : Eigen::VectorXd(model.beta[jj] * (test[j] * model.coef));
+      // the same products, up to the order of the matrix-vector sums
+      EXPECT_LE((parts.col(jj) - expected).cwiseAbs().maxCoeff(), 1e-13 * std::max(1.0, expected.cwiseAbs().maxCoeff())) << "kernel " << j;
+    }
+    const Eigen::VectorXd decision = model.Decision(test);
+    // Decision adds the same parts in the same order (fused multiply-adds at most): rounding only.
+    EXPECT_LE(((parts.rowwise().sum().array() + model.bias).matrix() - decision).cwiseAbs().maxCoeff(), 1e-13 * std::max(1.0, decision.cwiseAbs().maxCoeff()));
+  }
+  learners::Targets multiclass{learners::Task::Multiclass, Eigen::VectorXd(40), 3};
+  for (int i = 0; i < 40; ++i) multiclass.y[i] = i % 3;
+  const auto m = learners::MakeLearner("enmkl_svm", {{"c", 10}})->Fit(train, multiclass);
+  EXPECT_THROW(m.DecisionParts(gram::HeldBlocks(test)), InputError);
+}
+
 }  // namespace
 
 // Float32 training kernels (gram::Float32Columns, the compact store's precision): below kPackedStackBelow the

@@ -37,9 +37,10 @@ NewSubjects ReadNewSubjects(const std::string& input, const exporting::ExportedM
 /// Class scores (subjects x C; C = 1 for binary and regression: the decision value) of the new
 /// subjects under each model, every image read once. Images must lie on the model's grid
 /// (GeometryMismatch naming the file, the expected and the found grid); `warnings` collects non-finite
-/// voxels replaced by the training mean.
+/// voxels replaced by the training mean. With `parts`, per model each subject's decision value split over the
+/// model's kernels (subjects x kernels, bias + a row's sum = the score; 0 x 0 for a multiclass model).
 std::vector<Eigen::MatrixXd> ModelScores(const std::vector<exporting::ExportedModel>& models, const NewSubjects& subjects,
-                                         std::vector<std::string>& warnings);
+                                         std::vector<std::string>& warnings, std::vector<Eigen::MatrixXd>* parts = nullptr);
 
 struct PredictOptions {
   std::string modelDir, input, outDir;

@@ -70,6 +70,9 @@ struct RegionWeightsResult {
   std::vector<std::vector<std::vector<weights::RegionRow>>> classTables;  ///< per learner, per class (multiclass, per_class weights only)
   /// per learner: regions ranked by the norm of their part of the activation pattern (binary and regression)
   std::vector<std::vector<weights::RegionRow>> patternTables;
+  /// per learner and outer fold (outcome.folds order): each test subject's decision value split over the kernels
+  /// (test x kernels; learners::Model::DecisionParts); empty for a failed fold and in multiclass studies
+  std::vector<std::vector<Eigen::MatrixXd>> attributions;
   std::vector<std::string> warnings;
 };
 RegionWeightsResult RunRegionWeights(const StudyContext& ctx, const std::vector<exporting::LearnerRecord>& learners);

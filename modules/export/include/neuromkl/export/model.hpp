@@ -119,6 +119,8 @@ struct PredictionRows {
   std::vector<std::string> header;
   std::vector<std::vector<std::string>> rows;
 };
+/// A header and rows as a tab-separated file (predictions.tsv, attributions.tsv).
+void WriteTsv(const std::string& path, const PredictionRows& rows);
 void WritePredictionOutputs(const std::string& dir, const PredictionRows& rows, const std::map<std::string, std::string>& summaryText,
                             const std::map<std::string, std::map<std::string, double>>& performance, const std::vector<std::string>& warnings);
 

@@ -39,6 +39,9 @@ struct LearnerRecord {
   std::map<std::string, std::pair<double, double>> pooledInterval;
   std::pair<double, double> aucDeLongInterval{std::numeric_limits<double>::quiet_NaN(), std::numeric_limits<double>::quiet_NaN()};
   std::vector<weights::RegionRow> regions;  ///< ranked region table
+  /// Per outer fold (outcome.folds order): each test subject's decision value split over the kernels (test x kernels),
+  /// bias + a row's sum = its decision value; empty for a failed fold and for multiclass models.
+  std::vector<Eigen::MatrixXd> attributions;
   std::string regionSource;                 ///< what the region weights are (kernel weights or a voxel-map summary)
   std::vector<std::string> foldMaps;        ///< voxel weight map per outer fold (relative paths), if written
   std::string meanMap;                      ///< mean voxel weight map (relative path), if written
@@ -47,12 +50,18 @@ struct LearnerRecord {
   std::vector<weights::RegionRow> patternRegions;  ///< regions ranked by their share of the activation pattern (empty: none)
   std::vector<std::string> patternFolds;           ///< activation pattern maps (relative paths), if written
   std::string patternMean;
+  /// Over the fold maps (relative paths, empty: not written): mean / SD per voxel and the folds' sign consistency.
+  struct StabilityMaps {
+    std::string meanOverSd;
+    std::string signConsistency;
+  } stabilityMaps;
   struct SourceMaps {
     std::string source;
     std::vector<std::string> folds;
     std::string mean;
     std::vector<std::string> patternFolds;
     std::string patternMean;
+    StabilityMaps stability;
   };
   std::vector<SourceMaps> sourceMaps;       ///< kernels.sources: the maps of each image source, if written
   /// The atlas painted with each region's table values (relative paths): its mean share and, with permutations,
@@ -164,5 +173,8 @@ std::string KernelKind(const RunRecord& record, const std::string& kernelName);
 std::string FeatureName(const std::string& kind);
 
 std::string RunRecordJson(const RunRecord& record);
+
+/// Whether any learner's out-of-fold decision values were split over the kernels (attributions.tsv is written).
+bool HasAttributions(const RunRecord& record);
 
 }  // namespace neuromkl::exporting

@@ -9,6 +9,7 @@
 
 #include "neuromkl/atlas/atlas.hpp"
 #include "neuromkl/export/run_record.hpp"
+#include "neuromkl/weights/stability.hpp"
 
 namespace neuromkl::exporting {
 
@@ -16,6 +17,7 @@ namespace neuromkl::exporting {
 struct WeightMaps {
   std::vector<std::vector<std::vector<float>>> folds;  ///< [learner][successful fold] -> voxels
   std::vector<std::vector<float>> mean;                ///< [learner] -> voxels (empty: no map)
+  std::vector<weights::MapStability> stability;         ///< [learner]: of the fold maps (empty: fewer than two folds)
   /// activation patterns (Haufe et al. 2014; binary and regression): as folds/mean
   std::vector<std::vector<std::vector<float>>> patternFolds;
   std::vector<std::vector<float>> patternMean;
@@ -29,6 +31,7 @@ struct WeightMaps {
     const atlas::RegionIndex* regions = nullptr;  ///< the source's grid and regions
     std::vector<std::vector<std::vector<float>>> folds;
     std::vector<std::vector<float>> mean;
+    std::vector<weights::MapStability> stability;            ///< [learner]
     std::vector<std::vector<std::vector<float>>> classMean;  ///< multiclass: [learner][class]
     std::vector<std::vector<std::vector<float>>> patternFolds;
     std::vector<std::vector<float>> patternMean;

@@ -89,6 +89,10 @@ struct Model {
   /// The same from blocks handed over one at a time, bit for bit.
   Eigen::VectorXd Decision(const gram::TestBlocks& test) const;
   Eigen::MatrixXd Scores(const gram::TestBlocks& test) const;
+  /// Each kernel's part of the decision values (m x kernels): column j = beta_j K~_j(test, train) coef, 0 where
+  /// beta_j = 0, so that bias + the sum of a row over the kernels is the subject's decision value (up to rounding:
+  /// Decision adds the same parts in the same order, fused). Binary and regression models only.
+  Eigen::MatrixXd DecisionParts(const gram::TestBlocks& test) const;
   bool Multiclass() const { return coefs.cols() > 0; }
   // Primal weights of linear kernels (voxel maps) are recovered from beta and coef with the fold's
   // preprocessing by gram::KernelStore::SubjectWeights.

@@ -2,6 +2,7 @@
 // Which regions carry the prediction (ALGORITHMS.md section 8): region tables from kernel weights
 // per outer fold, and voxel weight maps w = sum_i coef_i x~_i for linear kernels.
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -22,7 +23,12 @@ struct RegionRow {
   double meanPercent = 0, sdPercent = 0;
   int foldsSelected = 0;              ///< folds with weight > 0
   double expectedRank = 0;            ///< mean over folds of the rank (1 = largest, ties averaged)
+  /// mean over the region's voxels of the fold maps' sign consistency (stability.hpp); NaN without voxel maps
+  double signConsistency = std::numeric_limits<double>::quiet_NaN();
 };
+
+/// The fraction of outer folds whose weight is > 0 (foldsSelected over the folds; NaN without folds).
+double SelectionFrequency(const RegionRow& row);
 
 /// One row per kernel, sorted by mean weight (descending; ties by expected rank, then kernel order).
 /// `foldWeights`: one non-negative vector per outer fold (e.g. MKL betas, or a region summary).
