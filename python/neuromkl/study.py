@@ -42,7 +42,9 @@ class StudyResults:
     (folds.tsv); ``weight_maps`` ({learner label: {"mean": path, "folds": [paths], "stability": path,
     "sign_consistency": path}}: the stability maps are None with fewer than two folds); ``report``
     (report.html path); ``summary`` (the CLI's one line per learner, for a run; empty when loaded);
-    ``comparisons`` (comparisons.tsv: every pair of learners compared; None with one learner).
+    ``comparisons`` (comparisons.tsv: every pair of learners compared; None with one learner);
+    ``attributions`` (attributions.tsv: every out-of-fold decision value split over the kernels; None for multiclass);
+    ``region_scan`` and ``ablation`` (their tables when the study asked for them, else None).
     """
 
     output_dir: str
@@ -55,6 +57,9 @@ class StudyResults:
     report: str | None
     summary: list = field(default_factory=list)
     comparisons: object = None
+    attributions: object = None
+    region_scan: object = None
+    ablation: object = None
 
     @property
     def learners(self):
@@ -95,9 +100,13 @@ def load_results(output_dir) -> StudyResults:
         return _read_table(d / name) if (d / name).is_file() else None
 
     report = d / "report.html"
+    def named(key):
+        return optional(results[key]["table"]) if key in results else None
+
     return StudyResults(output_dir=str(d), results=results, metrics=optional("metrics.tsv"), regions=regions,
                         predictions=optional("predictions.tsv"), folds=optional("folds.tsv"), weight_maps=weight_maps,
-                        report=str(report) if report.is_file() else None, comparisons=optional("comparisons.tsv"))
+                        report=str(report) if report.is_file() else None, comparisons=optional("comparisons.tsv"),
+                        attributions=named("attributions"), region_scan=named("region_scan"), ablation=named("ablation"))
 
 
 def load_kernels(path):

@@ -103,6 +103,25 @@ def test_results_as_python_objects(tmp_path, rng):
     assert "corrected_resampled_t" in set(res.comparisons["test"]) and set(res.comparisons["learner_a"]) <= set(res.learners)
     ba = res.metrics[res.metrics["metric"] == "balanced_accuracy"].iloc[0]
     assert ba["pooled_ci95_low"] <= ba["pooled"] <= ba["pooled_ci95_high"]
+    # Each decision split over the kernels: bias + the parts = the decision value.
+    parts = res.attributions
+    np.testing.assert_allclose(parts["bias"] + parts[[f"k{k}" for k in range(5)]].sum(axis=1), parts["decision"], rtol=1e-9, atol=1e-12)
+    assert res.region_scan is None and res.ablation is None
+
+
+def test_region_scan_and_ablation_from_python(tmp_path, rng):
+    """The opt-in analyses from a study dict: the kernels carrying the class lead the scan, and leaving out the
+    strongest costs balanced accuracy."""
+    pytest.importorskip("pandas")
+    study, *_ = _precomputed_study(tmp_path, rng)
+    study["learners"] = [{"name": "enmkl_svm", "params": {"c": 1, "mu": 0.5}}]
+    study["region_scan"] = {"learner": "enmkl_svm"}
+    study["ablation"] = {"learner": "enmkl_svm", "top_regions": 2}
+    res = neuromkl.run_study(study, base_dir=tmp_path, out_dir=tmp_path / "scan")
+    assert set(res.region_scan["name"].iloc[:2]) == {"k1", "k3"}
+    assert list(res.ablation["kind"]) == ["region", "region"]
+    assert list(res.ablation["removed"]) == list(res.regions["enmkl_svm"]["name"].iloc[:2])
+    assert res.results["region_scan"]["metric"] == "balanced_accuracy"
 
 
 def test_study_errors_match_the_cli(tmp_path, rng, cli):

@@ -327,4 +327,31 @@ TEST_F(LearnerComparison, RegressionComparesMseAndOneLearnerWritesNoComparisons)
   EXPECT_FALSE(nlohmann::json::parse(ReadFile(one + "/results.json")).contains("comparisons"));
 }
 
+// The resampling counts are the study's: the paired permutation p is a multiple of 1 / (swaps + 1) and the intervals
+// say how many resamples they came from; counts outside their range are refused with the key.
+TEST_F(LearnerComparison, ResamplingCountsAreStudySettings) {
+  const std::string path = Cohort() + "/counts.json";
+  const auto study = [&](const std::string& statistics) {
+    WriteFile(path, R"({"name": "counts", "subjects": {"table": "participants.tsv"}, "target": )" + std::string(kBinary) + R"(, "atlas": "aal",
+      "learners": [{"name": "svm", "params": {"c": 0.01}}, {"name": "krr", "params": {"lambda": 1}}], "cv": {"outer": {"k": 5}, "inner": {"k": 3}},
+      "output": {"weight_maps": false, "model": false}, "seed": 4, "statistics": )" + statistics + "}");
+    return path;
+  };
+  const auto r = RunCli("run " + study(R"({"bootstrap_resamples": 300, "paired_swaps": 199})") + " --out " + Cohort() + "/counts -q");
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  const auto j = nlohmann::json::parse(ReadFile(Cohort() + "/counts/results.json"));
+  EXPECT_EQ(j["comparisons"]["paired_permutation_swaps"], 199);
+  for (const auto& t : j["comparisons"]["tests"])
+    if (t["test"] == "paired_permutation") {
+      const double times = t["p_value"].get<double>() * 200;
+      EXPECT_NEAR(times, std::round(times), 1e-9);
+      EXPECT_THAT(t["detail"].get<std::string>(), HasSubstr("swapped at random 199 times"));
+    }
+  EXPECT_THAT(j["learners"][0]["metrics"]["pooled_ci95_method"].get<std::string>(), HasSubstr("300"));
+  EXPECT_EQ(nlohmann::json::parse(ReadFile(Cohort() + "/counts/study.resolved.json"))["statistics"]["paired_swaps"], 199);
+  const auto refused = RunCli("validate " + study(R"({"bootstrap_resamples": 50})") + " -q");
+  EXPECT_EQ(refused.exitCode, 2);
+  EXPECT_THAT(refused.output, HasSubstr("/statistics/bootstrap_resamples: expected an integer in [200, 1000000], found 50"));
+}
+
 }  // namespace

@@ -33,8 +33,8 @@ void AddKernelSections(std::vector<ObjectKeys>& table, const std::string& at, bo
 
 std::vector<ObjectKeys> MakeStudyKeys() {
   std::vector<ObjectKeys> t = {
-      {"", {"$schema", "name", "description", "subjects", "target", "atlas", "mask", "kernels", "covariates", "cv", "learners", "permutations", "output",
-            "seed", "threads"}},
+      {"", {"$schema", "name", "description", "subjects", "target", "atlas", "mask", "kernels", "covariates", "cv", "learners", "permutations", "statistics",
+            "region_scan", "ablation", "output", "seed", "threads"}},
       {"/subjects", {"table", "id_column", "image_column", "bids"}},
       {"/subjects/bids", {"root", "derivatives", "entities"}},
       {"/target", {"column", "task", "positive_class", "multiclass_weights", "bias_correction"}},
@@ -56,6 +56,9 @@ std::vector<ObjectKeys> MakeStudyKeys() {
       {"/cv/inner", kScheme},
       {"/learners/*", {"name", "label", "params", "grid", "class_weight"}},
       {"/permutations", {"count"}},
+      {"/statistics", {"bootstrap_resamples", "paired_swaps"}},
+      {"/region_scan", {"learner"}},
+      {"/ablation", {"learner", "top_regions"}},
       {"/output", {"dir", "cache_dir", "save_kernels", "weight_maps", "weight_maps_unit_norm", "min_subjects_with_signal", "model"}},
   };
   t.insert(t.end(), rest.begin(), rest.end());

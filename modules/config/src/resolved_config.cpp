@@ -172,6 +172,11 @@ std::string ResolvedConfigJson(const StudyConfig& c, bool forHash) {
   j["learners"] = Json::array();
   for (const auto& l : c.learners) j["learners"].push_back(LearnerJson(l));
   j["permutations"] = {{"count", c.permutations.count}};
+  // Only when asked for: a study without them resolves (and hashes) as before.
+  if (c.statistics != StatisticsSpec{})
+    j["statistics"] = {{"bootstrap_resamples", c.statistics.bootstrapResamples}, {"paired_swaps", c.statistics.pairedSwaps}};
+  if (!c.regionScan.learner.empty()) j["region_scan"] = {{"learner", c.regionScan.learner}};
+  if (!c.ablation.learner.empty()) j["ablation"] = {{"learner", c.ablation.learner}, {"top_regions", c.ablation.topRegions}};
   j["output"] = {{"dir", c.output.dir}, {"cache_dir", c.output.cacheDir}, {"save_kernels", c.output.saveKernels},
                  {"weight_maps", c.output.weightMaps}, {"weight_maps_unit_norm", c.output.weightMapUnitNorm},
                  {"min_subjects_with_signal", c.output.minSubjectsWithSignal}};

@@ -285,6 +285,23 @@ void CheckLearners(const Checker& k, const std::vector<LearnerSpec>& learners, T
   }
 }
 
+/// The analyses name one of the study's learners; an ablation needs something to leave out.
+void CheckAnalyses(const Checker& k, const StudyConfig& c) {
+  std::vector<std::string> labels;
+  for (const auto& l : c.learners) labels.push_back(l.label);
+  const auto checkLearner = [&](const std::string& ptr, const std::string& label) {
+    if (std::find(labels.begin(), labels.end(), label) == labels.end())
+      k.Fail(ptr, "expected the label of one of the study's learners (" + Join(labels, ", ") + "), found " + Describe(Json(label)));
+  };
+  if (!c.regionScan.learner.empty()) checkLearner("/region_scan/learner", c.regionScan.learner);
+  if (c.ablation.learner.empty()) return;
+  checkLearner("/ablation/learner", c.ablation.learner);
+  k.Integer("/ablation/top_regions", c.ablation.topRegions, kTopRegionsRange);
+  if (c.kernels.sources.size() < 2 && c.ablation.topRegions == 0)
+    k.Fail("/ablation", "expected something to leave out: the ablation refits the learner without each source (this study has one) and without each of its "
+                        "top_regions regions (0 given): set top_regions >= 1, or add a second source");
+}
+
 }  // namespace
 
 void CheckStudyConfig(const StudyConfig& c) {
@@ -300,6 +317,9 @@ void CheckStudyConfig(const StudyConfig& c) {
   CheckCv(k, c.cv, c.target.task);
   CheckLearners(k, c.learners, c.target.task);
   k.Integer("/permutations/count", c.permutations.count, kPermutationsRange);
+  k.Integer("/statistics/bootstrap_resamples", c.statistics.bootstrapResamples, kBootstrapRange);
+  k.Integer("/statistics/paired_swaps", c.statistics.pairedSwaps, kPairedSwapsRange);
+  CheckAnalyses(k, c);
   k.NonEmpty("/output/dir", c.output.dir);
   k.NonEmpty("/output/cache_dir", c.output.cacheDir);
   k.Integer("/output/min_subjects_with_signal", c.output.minSubjectsWithSignal, kMinSubjectsRange);

@@ -18,6 +18,9 @@ inline constexpr IntegerRange kThreadsRange{0, 4096};
 inline constexpr IntegerRange kFoldsRange{2, 100000};                ///< /cv/*/k
 inline constexpr IntegerRange kRepeatsRange{1, 100000};              ///< /cv/*/repeats
 inline constexpr IntegerRange kPermutationsRange{0, 1000000};
+inline constexpr IntegerRange kBootstrapRange{200, 1000000};        ///< /statistics/bootstrap_resamples
+inline constexpr IntegerRange kPairedSwapsRange{99, 10000000};       ///< /statistics/paired_swaps
+inline constexpr IntegerRange kTopRegionsRange{0, 100000};           ///< /ablation/top_regions
 inline constexpr IntegerRange kMinSubjectsRange{0, 1000000000};      ///< /output/min_subjects_with_signal
 inline constexpr NumberRange kMemoryBudgetRange{0, 1e9};             ///< /kernels/memory_budget_mb
 inline constexpr NumberRange kThresholdRange{0, 1};                  ///< probabilistic atlases; 1 itself is refused too

@@ -524,6 +524,17 @@ StudyConfig ReadStudyConfig(const std::string& text, const std::string& baseDir,
   for (std::size_t i = 0; i < r.At("learners").size(); ++i)
     c.learners.push_back(ParseLearner(r.At("learners")[i], "/learners/" + std::to_string(i), src, c.target.task));
   if (r.Has("permutations")) c.permutations.count = static_cast<int>(Integer(Reader(r.At("permutations"), "/permutations", src), "count", 0, kPermutationsRange));
+  if (r.Has("statistics")) {
+    const ObjectReader s = Reader(r.At("statistics"), "/statistics", src);
+    c.statistics.bootstrapResamples = static_cast<int>(Integer(s, "bootstrap_resamples", c.statistics.bootstrapResamples, kBootstrapRange));
+    c.statistics.pairedSwaps = static_cast<int>(Integer(s, "paired_swaps", c.statistics.pairedSwaps, kPairedSwapsRange));
+  }
+  if (r.Has("region_scan")) c.regionScan.learner = Reader(r.At("region_scan"), "/region_scan", src).RequiredString("learner");
+  if (r.Has("ablation")) {
+    const ObjectReader a = Reader(r.At("ablation"), "/ablation", src);
+    c.ablation.learner = a.RequiredString("learner");
+    c.ablation.topRegions = static_cast<int>(Integer(a, "top_regions", 0, kTopRegionsRange));
+  }
   c.output.dir = ResolvePath(baseDir, "results/" + c.name);
   c.output.cacheDir = ResolvePath(baseDir, ".neuromkl_cache");
   if (r.Has("output")) ParseOutput(r.At("output"), src, baseDir, c);

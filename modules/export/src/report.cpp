@@ -227,6 +227,43 @@ std::string ComparisonsSection(const RunRecord& r) {
   return h + "</table>\n";
 }
 
+/// The opt-in analyses on the study's kernels (docs/statistics.md): the region scan's top ten and every ablation row.
+std::string KernelSubsetSections(const RunRecord& r) {
+  std::string h;
+  if (const auto& scan = r.regionScan; !scan.learner.empty()) {
+    h += fmt::format("<h2>Each region alone</h2>\n<p class=\"note\">Learner {} on each kernel alone through the same nested CV, ranked by pooled {} ({} "
+                     "first). The best of many regions is optimistic by chance; all {} rows: <code>region_scan_{}.tsv</code>.</p>\n"
+                     "<table><tr><th>rank</th><th>kernel</th><th>{}</th><th>SD over folds</th></tr>\n",
+                     Escape(scan.learner), scan.metric, scan.higherIsBetter ? "highest" : "lowest", scan.rows.size(), Escape(scan.learner), scan.metric);
+    for (std::size_t i = 0; i < scan.rows.size() && i < 10; ++i) {
+      const auto& row = scan.rows[i];
+      const auto value = [&](const std::map<std::string, double>& m) { return Num(m.count(scan.metric) ? m.at(scan.metric) : std::nan("")); };
+      h += fmt::format("<tr><td class=\"num\">{}</td><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td></tr>\n", i + 1,
+                       Escape(r.kernels[row.kernel].name), value(row.pooled), value(row.foldSd));
+    }
+    h += "</table>\n";
+  }
+  if (const auto& a = r.ablation; !a.learner.empty()) {
+    h += fmt::format("<h2>What is lost without a source or region</h2>\n<p class=\"note\">Learner {} refitted without each source and each of its top "
+                     "regions on the same folds, against the full model ({} {}): the paired tests of the comparisons above, two-sided p, not "
+                     "corrected for the {} rows; <code>ablation_{}.tsv</code>.</p>\n<table><tr><th>without</th><th>kind</th><th>{}</th>"
+                     "<th>change</th><th>p (t)</th><th>p (McNemar)</th><th>p (DeLong)</th><th>p (permutation)</th></tr>\n",
+                     Escape(a.learner), a.metric, Num(a.full.count(a.metric) ? a.full.at(a.metric) : std::nan("")), a.rows.size(), Escape(a.learner), a.metric);
+    for (const auto& row : a.rows) {
+      const double full = a.full.count(a.metric) ? a.full.at(a.metric) : std::nan(""), without = row.pooled.count(a.metric) ? row.pooled.at(a.metric) : std::nan("");
+      h += fmt::format("<tr><td>{}</td><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>", Escape(row.removed), row.kind, Num(without), Num(without - full));
+      for (const char* test : {"corrected_resampled_t", "mcnemar_exact", "delong", "paired_permutation"}) {
+        const auto it = std::find_if(row.tests.begin(), row.tests.end(), [&](const ComparisonRecord& c) { return c.test == test; });
+        h += it == row.tests.end() ? std::string("<td class=\"num\">n/a</td>")
+                                   : fmt::format("<td class=\"num\"{}>{:.3g}</td>", it->p <= 0.05 ? " style=\"font-weight:bold\"" : "", it->p);
+      }
+      h += "</tr>\n";
+    }
+    h += "</table>\n";
+  }
+  return h;
+}
+
 /// Fits and chosen parameters: one table per learner.
 std::string FitsSection(const RunRecord& r) {
   const std::string criterion = !r.innerCriterion.empty()          ? r.innerCriterion
@@ -310,6 +347,7 @@ std::string RenderReport(const RunRecord& r, const ReportData& data, const std::
   h += StudySection(r, data);
   h += PerformanceSection(r, data);
   h += ComparisonsSection(r);
+  h += KernelSubsetSections(r);
   h += ProbabilitySections(r, data);
   h += FitsSection(r);
   std::vector<float> background;

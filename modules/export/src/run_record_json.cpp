@@ -284,6 +284,31 @@ std::string RunRecordJson(const RunRecord& r) {
                                            {"value_a", Num(c.valueA)}, {"value_b", Num(c.valueB)}, {"statistic", Num(c.statistic)},
                                            {"p_value", Num(c.p)}, {"n", c.n}, {"detail", c.detail}});
   }
+  if (!r.regionScan.learner.empty()) {
+    const auto& scan = r.regionScan;
+    j["region_scan"] = {{"learner", scan.learner}, {"metric", scan.metric}, {"higher_is_better", scan.higherIsBetter},
+                        {"table", "region_scan_" + scan.learner + ".tsv"}, {"maps", scan.maps},
+                        {"note", "each kernel alone through the study's nested CV (same outer and inner folds, seeds and preprocessing) with this learner; "
+                                 "rows ranked by the pooled metric, best first"},
+                        {"rows", Json::array()}};
+    for (const auto& row : scan.rows)
+      j["region_scan"]["rows"].push_back({{"name", r.kernels[row.kernel].name}, {"pooled", Map(row.pooled)}, {"fold_sd", Map(row.foldSd)}});
+  }
+  if (!r.ablation.learner.empty()) {
+    const auto& a = r.ablation;
+    j["ablation"] = {{"learner", a.learner}, {"metric", a.metric}, {"table", "ablation_" + a.learner + ".tsv"}, {"full", Map(a.full)},
+                     {"note", "the learner refitted without each source and each of its top regions on the study's folds, each compared with the full "
+                              "model (A) by the paired tests of comparisons (B = the refit); p-values two-sided, not corrected for the number of rows"},
+                     {"rows", Json::array()}};
+    for (const auto& row : a.rows) {
+      Json tests = Json::array();
+      for (const auto& c : row.tests)
+        tests.push_back({{"test", c.test}, {"metric", c.metric}, {"value_a", Num(c.valueA)}, {"value_b", Num(c.valueB)}, {"statistic", Num(c.statistic)},
+                         {"p_value", Num(c.p)}, {"n", c.n}, {"detail", c.detail}});
+      j["ablation"]["rows"].push_back({{"removed", row.removed}, {"kind", row.kind}, {"kernels_removed", row.kernelsRemoved}, {"pooled", Map(row.pooled)},
+                                       {"tests", tests}});
+    }
+  }
   if (HasAttributions(r))
     j["attributions"] = {{"table", "attributions.tsv"},
                          {"note", "every out-of-fold decision value split over the kernels: kernel j's part is beta_j K~_j(subject, training) coef with "

@@ -417,6 +417,52 @@ Rows AttributionRows(const RunRecord& r) {
   return rows;
 }
 
+/// The pooled metrics a region scan's table shows, the ranking metric first.
+std::vector<std::string> ScanMetrics(const RunRecord& r) {
+  if (r.task == "regression") return {"mse", "mae", "pearson_r", "r2"};
+  if (r.task == "multiclass") return {"balanced_accuracy", "accuracy"};
+  return {"balanced_accuracy", "auc", "accuracy"};
+}
+
+/// region_scan_<learner>.tsv: each kernel alone, ranked by the scan's metric (best first).
+Rows RegionScanRows(const RunRecord& r) {
+  const auto& scan = r.regionScan;
+  const std::vector<std::string> metrics = ScanMetrics(r);
+  Rows rows = {{"rank", "label", "name"}};
+  rows[0].insert(rows[0].end(), metrics.begin(), metrics.end());
+  rows[0].push_back(scan.metric + "_fold_sd");
+  for (std::size_t i = 0; i < scan.rows.size(); ++i) {
+    const auto& row = scan.rows[i];
+    const auto& k = r.kernels[row.kernel];
+    std::vector<std::string> cells = {std::to_string(i + 1), LabelCell(KernelKind(r, k.name), k), k.name};
+    for (const auto& m : metrics) cells.push_back(Cell(row.pooled.count(m) ? row.pooled.at(m) : std::nan("")));
+    cells.push_back(Cell(row.foldSd.count(scan.metric) ? row.foldSd.at(scan.metric) : std::nan("")));
+    rows.push_back(std::move(cells));
+  }
+  AddSourceColumn(r, rows, 2);
+  return rows;
+}
+
+/// ablation_<learner>.tsv: per source or region left out, the refitted model's metric beside the full model's and the
+/// paired tests' p-values (n/a where a test does not apply).
+Rows AblationRows(const RunRecord& r) {
+  const auto& a = r.ablation;
+  Rows rows = {{"removed", "kind", "kernels_removed", "metric", "value_full", "value_without", "change_without", "p_corrected_t", "p_mcnemar", "p_delong",
+                "p_permutation"}};
+  const double full = a.full.count(a.metric) ? a.full.at(a.metric) : std::nan("");
+  for (const auto& row : a.rows) {
+    const double without = row.pooled.count(a.metric) ? row.pooled.at(a.metric) : std::nan("");
+    const auto p = [&](const std::string& test) {
+      for (const auto& t : row.tests)
+        if (t.test == test) return Cell(t.p);
+      return std::string("n/a");
+    };
+    rows.push_back({row.removed, row.kind, std::to_string(row.kernelsRemoved), a.metric, Cell(full), Cell(without), Cell(without - full),
+                    p("corrected_resampled_t"), p("mcnemar_exact"), p("delong"), p("paired_permutation")});
+  }
+  return rows;
+}
+
 Rows NullRows(const RunRecord& r) {
   Rows rows = {{"permutation", "learner", "metric", "value"}};
   for (const auto& lr : r.learners)
@@ -526,6 +572,31 @@ void WriteRegionMaps(const std::string& dir, RunRecord& record, LearnerRecord& l
   }
 }
 
+/// The atlas painted with each kernel's region-scan metric, per atlas (the study's, or each image source's), when the
+/// study wrote voxel maps (as the other region maps); their paths go to record.regionScan.maps.
+void WriteRegionScanMaps(const std::string& dir, RunRecord& record, const WeightMaps& maps, const atlas::RegionIndex* regions,
+                         const std::vector<std::string>& bidsLabels) {
+  auto& scan = record.regionScan;
+  const auto it = std::find_if(record.learners.begin(), record.learners.end(), [&](const LearnerRecord& lr) { return lr.outcome.label == scan.learner; });
+  if (it == record.learners.end() || (it->meanMap.empty() && it->sourceMaps.empty())) return;
+  const auto l = static_cast<std::size_t>(it - record.learners.begin());
+  std::vector<double> perKernel(record.kernels.size(), std::nan(""));
+  for (const auto& row : scan.rows)
+    if (row.pooled.count(scan.metric)) perKernel[row.kernel] = row.pooled.at(scan.metric);
+  const std::string description = "Each atlas region painted with the pooled " + scan.metric + " of learner " + scan.learner +
+                                  " on that region's kernel alone, through the study's nested CV (region_scan_" + scan.learner + ".tsv)";
+  if (regions) scan.maps.push_back(WriteRegionValueMap(dir, record, *it, bidsLabels[l], *regions, 0, record.kernels.size(), perKernel, "", "RegionScan", description));
+  for (const auto& s : maps.sources) {
+    const auto at = std::find(record.sourceNames.begin(), record.sourceNames.end(), s.name);
+    if (!s.regions || at == record.sourceNames.end()) continue;
+    const auto index = static_cast<std::size_t>(at - record.sourceNames.begin());
+    std::size_t first = 0;
+    for (std::size_t k = 0; k < index; ++k) first += record.sourceKernelCounts[k];
+    scan.maps.push_back(WriteRegionValueMap(dir, record, *it, bidsLabels[l], *s.regions, first, record.sourceKernelCounts[index], perKernel, s.name,
+                                            "RegionScan", description));
+  }
+}
+
 }  // namespace
 
 void WriteStudyTables(const std::string& dir, RunRecord& record, const WeightMaps& maps, const atlas::RegionIndex* regions) {
@@ -575,6 +646,11 @@ void WriteStudyTables(const std::string& dir, RunRecord& record, const WeightMap
   if (record.permutations > 0) WriteTextFile(dir + "/null_distribution.tsv", Tsv(NullRows(record)));
   if (!record.comparisons.empty()) WriteTextFile(dir + "/comparisons.tsv", Tsv(ComparisonRows(record)));
   if (HasAttributions(record)) WriteTextFile(dir + "/attributions.tsv", Tsv(AttributionRows(record)));
+  if (!record.regionScan.learner.empty()) {
+    WriteTextFile(dir + "/region_scan_" + record.regionScan.learner + ".tsv", Tsv(RegionScanRows(record)));
+    WriteRegionScanMaps(dir, record, maps, regions, bidsLabels);
+  }
+  if (!record.ablation.learner.empty()) WriteTextFile(dir + "/ablation_" + record.ablation.learner + ".tsv", Tsv(AblationRows(record)));
 }
 
 void WriteStudyRecord(const std::string& dir, const RunRecord& record, const WeightMaps& maps, const atlas::RegionIndex* regions) {

@@ -185,6 +185,12 @@ std::unique_ptr<PreparedFold> KernelOwners::OpenFold(const std::vector<int>& tra
   return std::make_unique<OwnedPreparedFold>(std::move(fold));
 }
 
+std::unique_ptr<KernelStore> KernelOwners::Subset(const std::vector<std::size_t>&) const {
+  throw InputError("gram:SubsetOfHeldKernels", "kernels held by several processes",
+                   "a nested CV over part of the kernels (region scan, ablation) needs them in one process; these are held by the MPI ranks "
+                   "(kernels.memory_budget_mb): run the study without mpirun, or with a budget that holds them on one rank");
+}
+
 Eigen::MatrixXd KernelOwners::SubjectWeights(const FoldModel& model, const Preprocessing& pre) const {
   CheckPreprocessing(pre);
   const std::vector<int> tr = Rows(model.train), te = Rows(model.test);

@@ -62,6 +62,20 @@ MemoryKernels::MemoryKernels(const CompactKernelList& kernels) : float32_(&kerne
 MemoryKernels::MemoryKernels(KernelList&& kernels) : ownedFloat64_(std::move(kernels)), float64_(&ownedFloat64_) {}
 MemoryKernels::MemoryKernels(CompactKernelList&& kernels) : ownedFloat32_(std::move(kernels)), float32_(&ownedFloat32_) {}
 
+std::unique_ptr<KernelStore> MemoryKernels::Subset(const std::vector<std::size_t>& which) const {
+  for (const std::size_t j : which)
+    if (j >= Count()) throw std::out_of_range("MemoryKernels::Subset: kernel " + std::to_string(j) + " of " + std::to_string(Count()));
+  if (float32_) {
+    CompactKernelList part;
+    part.centred = float32_->centred;
+    for (const std::size_t j : which) part.kernels.push_back((*float32_)[j]);
+    return std::make_unique<MemoryKernels>(std::move(part));
+  }
+  KernelList part;
+  for (const std::size_t j : which) part.push_back((*float64_)[j]);
+  return std::make_unique<MemoryKernels>(std::move(part));
+}
+
 std::size_t MemoryKernels::Count() const {
   return Visit([](const auto& kernels) { return kernels.size(); });
 }

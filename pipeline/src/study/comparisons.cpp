@@ -4,6 +4,7 @@
 #include "neuromkl/pipeline/study_stages.hpp"
 
 #include <cmath>
+#include <iterator>
 #include <map>
 
 #include "neuromkl/core/hash.hpp"
@@ -16,7 +17,6 @@ namespace neuromkl::pipeline {
 namespace {
 
 /// Swaps of the paired permutation test: enough for p-values near 0.05 to be stable to about +-0.004.
-constexpr int kPairedSwaps = 9999;
 
 /// Two learners' out-of-fold predictions of the first repeat, on the subjects both scored.
 struct PairedPredictions {
@@ -136,7 +136,8 @@ exporting::ComparisonRecord PairedPermutation(const StudyContext& ctx, const Pai
   Rng rng(seed);
   int atLeast = 0;
   Eigen::VectorXd da = p.a, db = p.b;
-  for (int s = 0; s < kPairedSwaps; ++s) {
+  const int swaps = ComparisonSwaps(ctx);
+  for (int s = 0; s < swaps; ++s) {
     for (Eigen::Index i = 0; i < p.y.size(); ++i) {
       const bool swap = rng.Next() & 1;
       da[i] = swap ? p.b[i] : p.a[i];
@@ -146,33 +147,39 @@ exporting::ComparisonRecord PairedPermutation(const StudyContext& ctx, const Pai
     // Relative slack so that a swap reproducing the observed split counts despite rounding.
     atLeast += std::abs(d) >= std::abs(observed) * (1 - 1e-12);
   }
-  return {a, b, "paired_permutation", MetricName(task), valueA, valueB, observed, (atLeast + 1.0) / (kPairedSwaps + 1.0),
+  return {a, b, "paired_permutation", MetricName(task), valueA, valueB, observed, (atLeast + 1.0) / (swaps + 1.0),
           static_cast<std::int64_t>(p.y.size()),
-          "first repeat's out-of-fold predictions, each subject's pair swapped at random " + std::to_string(kPairedSwaps) +
+          "first repeat's out-of-fold predictions, each subject's pair swapped at random " + std::to_string(swaps) +
               " times; statistic = pooled metric A - B"};
 }
 
 }  // namespace
 
-std::vector<exporting::ComparisonRecord> CompareLearners(const StudyContext& ctx, const std::vector<exporting::LearnerRecord>& learners) {
+std::vector<exporting::ComparisonRecord> ComparePair(const StudyContext& ctx, const cv::LearnerOutcome& a, const cv::LearnerOutcome& b) {
   std::vector<exporting::ComparisonRecord> out;
   const auto task = ctx.study.target.task;
+  out.push_back(FoldTTest(ctx, a, b));
+  const PairedPredictions p = FirstRepeat(a, b, ctx.cohort.y);
+  if (p.y.size() < 2) return out;
+  if (task != learners::Task::Regression) out.push_back(McNemar(p, a.label, b.label, task));
+  const bool bothClasses = (p.y.array() > 0).any() && (p.y.array() <= 0).any();  // a failed fold may leave one class only
+  if (task == learners::Task::Classification && bothClasses) out.push_back(DeLong(p, a.label, b.label));
+  // The pair's stream follows from its labels: adding a learner leaves the other pairs' tests as they were.
+  out.push_back(PairedPermutation(ctx, p, a.label, b.label, cv::DeriveSeed(ComparisonSeed(ctx), Hasher().Update(a.label).Update(b.label).Digest().low)));
+  return out;
+}
+
+std::vector<exporting::ComparisonRecord> CompareLearners(const StudyContext& ctx, const std::vector<exporting::LearnerRecord>& learners) {
+  std::vector<exporting::ComparisonRecord> out;
   for (std::size_t i = 0; i < learners.size(); ++i)
     for (std::size_t j = i + 1; j < learners.size(); ++j) {
-      const auto &a = learners[i].outcome, &b = learners[j].outcome;
-      out.push_back(FoldTTest(ctx, a, b));
-      const PairedPredictions p = FirstRepeat(a, b, ctx.cohort.y);
-      if (p.y.size() < 2) continue;
-      if (task != learners::Task::Regression) out.push_back(McNemar(p, a.label, b.label, task));
-      const bool bothClasses = (p.y.array() > 0).any() && (p.y.array() <= 0).any();  // a failed fold may leave one class only
-      if (task == learners::Task::Classification && bothClasses) out.push_back(DeLong(p, a.label, b.label));
-      // The pair's stream follows from its labels: adding a learner leaves the other pairs' tests as they were.
-      out.push_back(PairedPermutation(ctx, p, a.label, b.label, cv::DeriveSeed(ComparisonSeed(ctx), Hasher().Update(a.label).Update(b.label).Digest().low)));
+      auto pair = ComparePair(ctx, learners[i].outcome, learners[j].outcome);
+      out.insert(out.end(), std::make_move_iterator(pair.begin()), std::make_move_iterator(pair.end()));
     }
   return out;
 }
 
-int ComparisonSwaps() { return kPairedSwaps; }
+int ComparisonSwaps(const StudyContext& ctx) { return ctx.study.statistics.pairedSwaps; }
 
 std::uint64_t ComparisonSeed(const StudyContext& ctx) { return cv::DeriveSeed(ctx.study.seed, 0x636f6d70617265ULL); }  // "compare"
 

@@ -15,7 +15,6 @@ namespace neuromkl::pipeline {
 
 namespace {
 
-constexpr int kBootstrapResamples = 2000;
 
 /// The metrics given an interval: rates and scores, not counts (n, confusion cells) nor the accuracy's own Wilson interval.
 bool WithInterval(const std::string& metric) {
@@ -41,7 +40,7 @@ double Quantile(const std::vector<double>& sorted, double q) {
 
 }  // namespace
 
-int BootstrapResamples() { return kBootstrapResamples; }
+int BootstrapResamples(const StudyContext& ctx) { return ctx.study.statistics.bootstrapResamples; }
 std::uint64_t BootstrapSeed(const StudyContext& ctx) { return cv::DeriveSeed(ctx.study.seed, 0x626f6f74ULL); }  // "boot"
 
 void AddMetricIntervals(const StudyContext& ctx, exporting::LearnerRecord& lr, std::size_t learnerIndex) {
@@ -66,8 +65,9 @@ void AddMetricIntervals(const StudyContext& ctx, exporting::LearnerRecord& lr, s
     strata[ctx.study.target.task == learners::Task::Regression ? 0.0 : ctx.cohort.y[subject]].push_back(subject);
   const learners::Targets targets = ctx.TargetsOf(ctx.cohort.y);
   const std::uint64_t seed = cv::DeriveSeed(BootstrapSeed(ctx), learnerIndex);
-  std::vector<std::map<std::string, double>> resampled(kBootstrapResamples);
-  tbb::parallel_for(0, kBootstrapResamples, [&](int b) {
+  const int resamples = BootstrapResamples(ctx);
+  std::vector<std::map<std::string, double>> resampled(static_cast<std::size_t>(resamples));
+  tbb::parallel_for(0, resamples, [&](int b) {
     Rng rng(cv::DeriveSeed(seed, static_cast<std::uint64_t>(b)));
     std::vector<int> drawn;
     for (const auto& [label, subjects] : strata)

@@ -214,11 +214,11 @@ exporting::RunRecord DescribeRun(const StudyContext& ctx, CrossValidationResult 
     TestKernelShares(lr, ctx.ks.sourceKernelCounts);
     AddMetricIntervals(ctx, lr, l);
   }
-  record.bootstrapResamples = BootstrapResamples();
+  record.bootstrapResamples = BootstrapResamples(ctx);
   record.bootstrapSeed = BootstrapSeed(ctx);
   record.comparisons = CompareLearners(ctx, record.learners);
   record.comparisonSeed = ComparisonSeed(ctx);
-  record.comparisonSwaps = ComparisonSwaps();
+  record.comparisonSwaps = ComparisonSwaps(ctx);
   for (const auto& w : weights.warnings) {
     cv.warnings.push_back(w);
     spdlog::warn("{}", w);

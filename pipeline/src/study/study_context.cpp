@@ -74,6 +74,9 @@ std::string StudyContext::PermutationKey() const {
   config::StudyConfig neutral = study;
   neutral.output = {};
   neutral.threads = 0;
+  neutral.statistics = {};  // statistics and analyses after the nested CV: no permutation depends on them
+  neutral.regionScan = {};
+  neutral.ablation = {};
   Hasher h;
   // v2: the blocks keep the kernel shares besides the metrics.
   h.Update(std::string_view("neuromkl-permutations-v2")).Update(ks.key).Update(HashFile(study.subjects.table));

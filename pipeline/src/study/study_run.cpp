@@ -62,10 +62,16 @@ RunOutcome RunStudy(config::StudyConfig study, const RunOptions& options) {
   PermutationResult permutations;
   if (study.permutations.count > 0) permutations = timed("permutations", [&] { return RunPermutationTest(ctx, cv.learners, checkpointDir); });
   const RegionWeightsResult weights = timed("weights", [&] { return RunRegionWeights(ctx, cv.learners); });
+  exporting::RegionScanRecord regionScan;
+  if (!study.regionScan.learner.empty()) regionScan = timed("region_scan", [&] { return RunRegionScan(ctx); });
+  exporting::AblationRecord ablation;
+  if (!study.ablation.learner.empty()) ablation = timed("ablation", [&] { return RunAblation(ctx, cv.learners, weights.tables); });
   std::vector<cv::OuterFoldResult> finals;
   if (study.output.model) finals = timed("final_model", [&] { return FitFinalModels(ctx); });
   const int blocksReused = permutations.blocksReused;
   exporting::RunRecord record = DescribeRun(ctx, std::move(cv), std::move(permutations), weights, timed.seconds);
+  record.regionScan = std::move(regionScan);
+  record.ablation = std::move(ablation);
   if (study.output.model) {
     timed("model_export", [&] { ExportModels(ctx, record, finals, out.Path()); });
     record.seconds["final_model"] = timed.seconds["final_model"];

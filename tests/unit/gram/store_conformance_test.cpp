@@ -7,12 +7,14 @@
 #include <functional>
 #include <memory>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #include <gtest/gtest.h>
 
 #include "gram_fixtures.hpp"
+#include "neuromkl/core/errors.hpp"
 #include "neuromkl/gram/compact.hpp"
 #include "neuromkl/gram/memory.hpp"
 #include "neuromkl/gram/owners.hpp"
@@ -210,6 +212,36 @@ TEST(StoreConformance, KernelsHeldByOwnersArePreparedWithTheOwnersPreprocessingO
   EXPECT_NO_THROW(held.CheckPreprocessing(pre));
   EXPECT_THROW(held.OpenFold({0, 1, 2, 3}, {4, 5}, gram::Preprocessing{}), std::logic_error);
   EXPECT_THROW(held.SubjectWeights({{0, 1}, {2}, Eigen::VectorXd::Ones(2), Eigen::VectorXd::Ones(3)}, gram::Preprocessing{}), std::logic_error);
+}
+
+TEST(StoreConformance, ASubsetIsTheSelectedKernelsInTheirNewOrder) {
+  // Each fold of a subset prepares exactly what the parent's kernels `which` give, in either precision; kernels held
+  // by owners have no subset in this process, which is said, not guessed.
+  const gram::KernelList kernels = RawKernels(24, 5, 11);
+  const gram::CompactKernelList compact = gram::CompactKernels(kernels, true);
+  const std::vector<std::size_t> which = {3, 0, 3};
+  const std::vector<int> train = {0, 2, 3, 5, 7, 8, 10, 11, 13, 15, 16, 18, 19, 21, 23}, test = {1, 4, 6, 9, 12};
+  const gram::Preprocessing pre;
+  for (const bool float32 : {false, true}) {
+    const auto parent = float32 ? std::make_unique<gram::MemoryKernels>(compact) : std::make_unique<gram::MemoryKernels>(kernels);
+    const auto part = parent->Subset(which);
+    ASSERT_EQ(part->Count(), 3u);
+    EXPECT_EQ(part->Compact(), float32);
+    EXPECT_EQ(part->Centred(), float32);
+    const gram::FoldKernels whole = gram::PrepareFold(*parent, train, test, pre), subset = gram::PrepareFold(*part, train, test, pre);
+    for (std::size_t i = 0; i < which.size(); ++i) {
+      EXPECT_EQ(subset.train[i], whole.train[which[i]]) << "kernel " << which[i] << (float32 ? " (float32)" : "");
+      EXPECT_EQ(subset.test[i], whole.test[which[i]]) << "kernel " << which[i] << (float32 ? " (float32)" : "");
+    }
+    EXPECT_THROW(parent->Subset({5}), std::out_of_range);
+  }
+  gram::LocalKernelOwners held(kernels, 2);
+  try {
+    held.Subset({0});
+    ADD_FAILURE() << "expected gram:SubsetOfHeldKernels";
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.code(), "gram:SubsetOfHeldKernels");
+  }
 }
 
 }  // namespace

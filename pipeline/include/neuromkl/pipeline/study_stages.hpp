@@ -46,19 +46,31 @@ void TestKernelShares(exporting::LearnerRecord& lr, const std::vector<std::size_
 /// (ComparisonSeed, swaps in RunRecord::comparisonSwaps).
 std::vector<exporting::ComparisonRecord> CompareLearners(const StudyContext& ctx, const std::vector<exporting::LearnerRecord>& learners);
 std::uint64_t ComparisonSeed(const StudyContext& ctx);
-/// The paired permutation test's swaps per pair.
-int ComparisonSwaps();
+/// The tests of CompareLearners for one pair of outcomes on the same outer folds (A = a, B = b).
+std::vector<exporting::ComparisonRecord> ComparePair(const StudyContext& ctx, const cv::LearnerOutcome& a, const cv::LearnerOutcome& b);
+
+/// Opt-in analyses on the study's kernels, without another pass over the images (docs/statistics.md). The region scan
+/// runs the learner study.region_scan names on each kernel alone through the study's nested CV (same outer and inner
+/// folds, seeds and preprocessing); empty record when not asked for.
+exporting::RegionScanRecord RunRegionScan(const StudyContext& ctx);
+/// The ablation refits the learner study.ablation names without each source (two or more) and without each of its
+/// first top_regions regions (`regions`: that learner's ranked table), on the same folds, and compares each refit with
+/// the learner's study outcome (`learners`, ComparePair); empty record when not asked for.
+exporting::AblationRecord RunAblation(const StudyContext& ctx, const std::vector<exporting::LearnerRecord>& learners,
+                                      const std::vector<std::vector<weights::RegionRow>>& regions);
+/// The paired permutation test's swaps per pair (/statistics/paired_swaps).
+int ComparisonSwaps(const StudyContext& ctx);
 
 /// Multiclass metric keys with class names instead of label indices: recall_<class>, precision_<class>, auc_<class>,
 /// confusion_<true>_<predicted> (the names the study's outputs use).
 void NameClasses(cv::Summary& s, const std::vector<std::string>& names);
 
 /// Confidence intervals of a learner's pooled metrics (docs/statistics.md): percentile intervals of a subject
-/// bootstrap (BootstrapResamples() resamples, stratified by class, seeded by BootstrapSeed and the learner's index;
+/// bootstrap (BootstrapResamples resamples, stratified by class, seeded by BootstrapSeed and the learner's index;
 /// repeated CV: each resample's metric is the mean over repeats, as the pooled one), and DeLong's interval of the
 /// binary AUC on the first repeat.
 void AddMetricIntervals(const StudyContext& ctx, exporting::LearnerRecord& lr, std::size_t learnerIndex);
-int BootstrapResamples();
+int BootstrapResamples(const StudyContext& ctx);  ///< /statistics/bootstrap_resamples
 std::uint64_t BootstrapSeed(const StudyContext& ctx);
 
 /// Stage 5: which regions carry the prediction: voxel weight maps (image kernels) and ranked

@@ -228,6 +228,24 @@ struct CovariateSpec {
   }
 };
 
+/// Resampling counts of the statistics beside the metrics (docs/statistics.md).
+struct StatisticsSpec {
+  int bootstrapResamples = 2000;  ///< subject bootstrap of every pooled metric's interval
+  int pairedSwaps = 9999;         ///< paired permutation test of two learners (or a model and its ablation)
+  bool operator==(const StatisticsSpec&) const = default;
+};
+
+/// Opt-in analyses on the study's kernels after its nested CV (docs/statistics.md), each with one of the study's
+/// learners (by label; empty = not asked for): every kernel alone through the same nested CV (region_scan), and the
+/// learner refitted without each source and each of its top regions, compared with the full model (ablation).
+struct RegionScanSpec {
+  std::string learner;
+};
+struct AblationSpec {
+  std::string learner;
+  int topRegions = 0;  ///< also leave out each of the learner's first top_regions regions (its region table's order)
+};
+
 struct StudyConfig {
   std::string path;                  ///< the study file
   std::string baseDir;               ///< relative paths resolve against this (the file's folder)
@@ -242,6 +260,9 @@ struct StudyConfig {
   CvSpec cv;
   std::vector<LearnerSpec> learners;
   PermutationSpec permutations;
+  StatisticsSpec statistics;
+  RegionScanSpec regionScan;
+  AblationSpec ablation;
   OutputSpec output;
   std::uint64_t seed = 42;
   int threads = 0;                   ///< 0 = all cores

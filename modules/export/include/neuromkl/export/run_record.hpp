@@ -103,6 +103,34 @@ struct ComparisonRecord {
   std::string detail;              ///< what exactly was compared
 };
 
+/// One kernel alone through the study's nested CV (region_scan): its pooled metrics and their SD over outer folds.
+struct RegionScanRow {
+  std::size_t kernel = 0;
+  std::map<std::string, double> pooled, foldSd;
+};
+/// The region scan of one learner (empty `learner`: not asked for), rows ranked by `metric`, best first.
+struct RegionScanRecord {
+  std::string learner;
+  std::string metric;
+  bool higherIsBetter = true;
+  std::vector<RegionScanRow> rows;
+  std::vector<std::string> maps;  ///< the atlas (or each image source's) painted with the metric (relative paths)
+};
+/// The learner refitted without a source or a region (ablation), compared with the full model on the same folds.
+struct AblationRow {
+  std::string removed;                   ///< the source's or the kernel's name
+  std::string kind;                      ///< "source" or "region"
+  std::size_t kernelsRemoved = 0;
+  std::map<std::string, double> pooled;  ///< the refitted model's pooled metrics
+  std::vector<ComparisonRecord> tests;   ///< the full model (A) against the refitted one (B)
+};
+struct AblationRecord {
+  std::string learner;  ///< empty: not asked for
+  std::string metric;
+  std::map<std::string, double> full;  ///< the full model's pooled metrics
+  std::vector<AblationRow> rows;
+};
+
 struct RunRecord {
   std::string study, version, configPath, inputHash, task, targetColumn, positiveClass, negativeClass;
   std::vector<std::string> classNames;  ///< multiclass: the class of label 0, 1, ...
@@ -145,6 +173,8 @@ struct RunRecord {
   std::vector<ComparisonRecord> comparisons;
   int comparisonSwaps = 0;
   std::uint64_t comparisonSeed = 0;
+  RegionScanRecord regionScan;  ///< each kernel alone (region_scan)
+  AblationRecord ablation;      ///< what is lost without each source and top region (ablation)
   /// Subject bootstrap of the pooled metrics: resamples and seed (0 resamples: none).
   int bootstrapResamples = 0;
   std::uint64_t bootstrapSeed = 0;

@@ -43,6 +43,7 @@ class MemoryKernels final : public KernelStore {
   Eigen::VectorXd LargestCentredSelfSimilarities(const std::vector<int>& train, const Preprocessing& pre) const override;
   Eigen::MatrixXd SubjectWeights(const FoldModel& model, const Preprocessing& pre) const override;
   std::uint64_t FoldTaskBytes(const FoldTask& task) const override;
+  std::unique_ptr<KernelStore> Subset(const std::vector<std::size_t>& which) const override;
   /// The kernels: float64 (null for a compact store), or the compact store (null otherwise).
   const KernelList* Float64() const { return float64_; }
   const CompactKernelList* Float32() const { return float32_; }

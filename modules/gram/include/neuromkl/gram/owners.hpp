@@ -118,6 +118,7 @@ class KernelOwners : public KernelStore {
   Eigen::VectorXd LargestCentredSelfSimilarities(const std::vector<int>& train, const Preprocessing& pre) const override;
   /// Each column computed by the kernel's owner.
   Eigen::MatrixXd SubjectWeights(const FoldModel& model, const Preprocessing& pre) const override;
+  std::unique_ptr<KernelStore> Subset(const std::vector<std::size_t>& which) const override;
   /// On the rank that needs the most: owner 0 holds the summed kernel and a fit's own l x l work (the combined kernel, a
   /// spare and an owner's reply being added); an owner holds its partial sums and per kernel the packed training
   /// triangle and test block below kPackedStackBelow, or with covariates the prepared copies.

@@ -126,6 +126,10 @@ class KernelStore {
   /// Bytes one nested-CV fold task holds at once on the process that holds the most (its fold kernels and a fit's own
   /// l x l work), so that fewer folds run at once where they would not fit the memory.
   virtual std::uint64_t FoldTaskBytes(const FoldTask& task) const = 0;
+  /// A store of the kernels `which` (indices, in that order), held in this process as these are (a copy of each, in
+  /// the same precision): what a nested CV over part of the study's kernels reads. Kernels held by owners have none:
+  /// InputError gram:SubsetOfHeldKernels.
+  virtual std::unique_ptr<KernelStore> Subset(const std::vector<std::size_t>& which) const = 0;
 };
 
 /// The fold's prepared training and test copies (TrainingForm::Copies): what every other form equals.
