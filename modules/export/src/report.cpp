@@ -237,9 +237,8 @@ std::string KernelSubsetSections(const RunRecord& r) {
                      Escape(scan.learner), scan.metric, scan.higherIsBetter ? "highest" : "lowest", scan.rows.size(), Escape(scan.learner), scan.metric);
     for (std::size_t i = 0; i < scan.rows.size() && i < 10; ++i) {
       const auto& row = scan.rows[i];
-      const auto value = [&](const std::map<std::string, double>& m) { return Num(m.count(scan.metric) ? m.at(scan.metric) : std::nan("")); };
       h += fmt::format("<tr><td class=\"num\">{}</td><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td></tr>\n", i + 1,
-                       Escape(r.kernels[row.kernel].name), value(row.pooled), value(row.foldSd));
+                       Escape(r.kernels[row.kernel].name), Num(MetricOrNaN(row.pooled, scan.metric)), Num(MetricOrNaN(row.foldSd, scan.metric)));
     }
     h += "</table>\n";
   }
@@ -248,14 +247,13 @@ std::string KernelSubsetSections(const RunRecord& r) {
                      "regions on the same folds, against the full model ({} {}): the paired tests of the comparisons above, two-sided p, not "
                      "corrected for the {} rows; <code>ablation_{}.tsv</code>.</p>\n<table><tr><th>without</th><th>kind</th><th>{}</th>"
                      "<th>change</th><th>p (t)</th><th>p (McNemar)</th><th>p (DeLong)</th><th>p (permutation)</th></tr>\n",
-                     Escape(a.learner), a.metric, Num(a.full.count(a.metric) ? a.full.at(a.metric) : std::nan("")), a.rows.size(), Escape(a.learner), a.metric);
+                     Escape(a.learner), a.metric, Num(MetricOrNaN(a.full, a.metric)), a.rows.size(), Escape(a.learner), a.metric);
     for (const auto& row : a.rows) {
-      const double full = a.full.count(a.metric) ? a.full.at(a.metric) : std::nan(""), without = row.pooled.count(a.metric) ? row.pooled.at(a.metric) : std::nan("");
+      const double full = MetricOrNaN(a.full, a.metric), without = MetricOrNaN(row.pooled, a.metric);
       h += fmt::format("<tr><td>{}</td><td>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td>", Escape(row.removed), row.kind, Num(without), Num(without - full));
-      for (const char* test : {"corrected_resampled_t", "mcnemar_exact", "delong", "paired_permutation"}) {
-        const auto it = std::find_if(row.tests.begin(), row.tests.end(), [&](const ComparisonRecord& c) { return c.test == test; });
-        h += it == row.tests.end() ? std::string("<td class=\"num\">n/a</td>")
-                                   : fmt::format("<td class=\"num\"{}>{:.3g}</td>", it->p <= 0.05 ? " style=\"font-weight:bold\"" : "", it->p);
+      for (const char* test : kPairedTests) {
+        const ComparisonRecord* t = FindTest(row.tests, test);
+        h += t ? fmt::format("<td class=\"num\"{}>{:.3g}</td>", t->p <= 0.05 ? " style=\"font-weight:bold\"" : "", t->p) : std::string("<td class=\"num\">n/a</td>");
       }
       h += "</tr>\n";
     }

@@ -219,6 +219,16 @@ Json LearnerJson(const RunRecord& r, const LearnerRecord& lr) {
 
 }  // namespace
 
+const ComparisonRecord* FindTest(const std::vector<ComparisonRecord>& tests, const std::string& test) {
+  const auto it = std::find_if(tests.begin(), tests.end(), [&](const ComparisonRecord& c) { return c.test == test; });
+  return it == tests.end() ? nullptr : &*it;
+}
+
+double MetricOrNaN(const std::map<std::string, double>& metrics, const std::string& key) {
+  const auto it = metrics.find(key);
+  return it == metrics.end() ? std::numeric_limits<double>::quiet_NaN() : it->second;
+}
+
 bool HasAttributions(const RunRecord& record) {
   return std::any_of(record.learners.begin(), record.learners.end(), [](const LearnerRecord& lr) {
     return std::any_of(lr.attributions.begin(), lr.attributions.end(), [](const Eigen::MatrixXd& parts) { return parts.size() > 0; });

@@ -435,8 +435,8 @@ Rows RegionScanRows(const RunRecord& r) {
     const auto& row = scan.rows[i];
     const auto& k = r.kernels[row.kernel];
     std::vector<std::string> cells = {std::to_string(i + 1), LabelCell(KernelKind(r, k.name), k), k.name};
-    for (const auto& m : metrics) cells.push_back(Cell(row.pooled.count(m) ? row.pooled.at(m) : std::nan("")));
-    cells.push_back(Cell(row.foldSd.count(scan.metric) ? row.foldSd.at(scan.metric) : std::nan("")));
+    for (const auto& m : metrics) cells.push_back(Cell(MetricOrNaN(row.pooled, m)));
+    cells.push_back(Cell(MetricOrNaN(row.foldSd, scan.metric)));
     rows.push_back(std::move(cells));
   }
   AddSourceColumn(r, rows, 2);
@@ -449,16 +449,15 @@ Rows AblationRows(const RunRecord& r) {
   const auto& a = r.ablation;
   Rows rows = {{"removed", "kind", "kernels_removed", "metric", "value_full", "value_without", "change_without", "p_corrected_t", "p_mcnemar", "p_delong",
                 "p_permutation"}};
-  const double full = a.full.count(a.metric) ? a.full.at(a.metric) : std::nan("");
+  const double full = MetricOrNaN(a.full, a.metric);
   for (const auto& row : a.rows) {
-    const double without = row.pooled.count(a.metric) ? row.pooled.at(a.metric) : std::nan("");
-    const auto p = [&](const std::string& test) {
-      for (const auto& t : row.tests)
-        if (t.test == test) return Cell(t.p);
-      return std::string("n/a");
-    };
-    rows.push_back({row.removed, row.kind, std::to_string(row.kernelsRemoved), a.metric, Cell(full), Cell(without), Cell(without - full),
-                    p("corrected_resampled_t"), p("mcnemar_exact"), p("delong"), p("paired_permutation")});
+    const double without = MetricOrNaN(row.pooled, a.metric);
+    std::vector<std::string> cells = {row.removed, row.kind, std::to_string(row.kernelsRemoved), a.metric, Cell(full), Cell(without), Cell(without - full)};
+    for (const char* test : kPairedTests) {
+      const ComparisonRecord* t = FindTest(row.tests, test);
+      cells.push_back(t ? Cell(t->p) : "n/a");
+    }
+    rows.push_back(std::move(cells));
   }
   return rows;
 }
@@ -543,6 +542,21 @@ LearnerRecord::StabilityMaps WriteStabilityMaps(const std::string& dir, const Ru
 
 /// The region maps of one learner: per atlas (the study's, or each image source's) its regions' mean shares and,
 /// with permutations, -log10 p_FWE.
+/// paint(atlas, first kernel, kernel count, source name) for each atlas the study's kernels lie on: the study's own
+/// (every kernel, source ""), or each image source's (its block of kernels).
+template <typename Paint>
+void ForEachAtlas(const RunRecord& record, const WeightMaps& maps, const atlas::RegionIndex* regions, const Paint& paint) {
+  if (regions) paint(*regions, std::size_t{0}, record.kernels.size(), std::string());
+  for (const auto& s : maps.sources) {
+    const auto it = std::find(record.sourceNames.begin(), record.sourceNames.end(), s.name);
+    if (!s.regions || it == record.sourceNames.end()) continue;
+    const auto index = static_cast<std::size_t>(it - record.sourceNames.begin());
+    std::size_t first = 0;
+    for (std::size_t k = 0; k < index; ++k) first += record.sourceKernelCounts[k];
+    paint(*s.regions, first, record.sourceKernelCounts[index], s.name);
+  }
+}
+
 void WriteRegionMaps(const std::string& dir, RunRecord& record, LearnerRecord& lr, const std::string& bidsLabel, const WeightMaps& maps,
                      const atlas::RegionIndex* regions) {
   if (lr.regions.empty()) return;
@@ -561,15 +575,7 @@ void WriteRegionMaps(const std::string& dir, RunRecord& record, LearnerRecord& l
                                               lr.outcome.label + ".tsv; maximum statistic over the regions): 1.3 is p = 0.05");
     lr.regionMaps.push_back(std::move(paths));
   };
-  if (regions) write(*regions, 0, record.kernels.size(), "");
-  for (const auto& s : maps.sources) {
-    const auto it = std::find(record.sourceNames.begin(), record.sourceNames.end(), s.name);
-    if (!s.regions || it == record.sourceNames.end()) continue;
-    const auto index = static_cast<std::size_t>(it - record.sourceNames.begin());
-    std::size_t first = 0;
-    for (std::size_t k = 0; k < index; ++k) first += record.sourceKernelCounts[k];
-    write(*s.regions, first, record.sourceKernelCounts[index], s.name);
-  }
+  ForEachAtlas(record, maps, regions, write);
 }
 
 /// The atlas painted with each kernel's region-scan metric, per atlas (the study's, or each image source's), when the
@@ -581,20 +587,12 @@ void WriteRegionScanMaps(const std::string& dir, RunRecord& record, const Weight
   if (it == record.learners.end() || (it->meanMap.empty() && it->sourceMaps.empty())) return;
   const auto l = static_cast<std::size_t>(it - record.learners.begin());
   std::vector<double> perKernel(record.kernels.size(), std::nan(""));
-  for (const auto& row : scan.rows)
-    if (row.pooled.count(scan.metric)) perKernel[row.kernel] = row.pooled.at(scan.metric);
+  for (const auto& row : scan.rows) perKernel[row.kernel] = MetricOrNaN(row.pooled, scan.metric);
   const std::string description = "Each atlas region painted with the pooled " + scan.metric + " of learner " + scan.learner +
                                   " on that region's kernel alone, through the study's nested CV (region_scan_" + scan.learner + ".tsv)";
-  if (regions) scan.maps.push_back(WriteRegionValueMap(dir, record, *it, bidsLabels[l], *regions, 0, record.kernels.size(), perKernel, "", "RegionScan", description));
-  for (const auto& s : maps.sources) {
-    const auto at = std::find(record.sourceNames.begin(), record.sourceNames.end(), s.name);
-    if (!s.regions || at == record.sourceNames.end()) continue;
-    const auto index = static_cast<std::size_t>(at - record.sourceNames.begin());
-    std::size_t first = 0;
-    for (std::size_t k = 0; k < index; ++k) first += record.sourceKernelCounts[k];
-    scan.maps.push_back(WriteRegionValueMap(dir, record, *it, bidsLabels[l], *s.regions, first, record.sourceKernelCounts[index], perKernel, s.name,
-                                            "RegionScan", description));
-  }
+  ForEachAtlas(record, maps, regions, [&](const atlas::RegionIndex& atlas, std::size_t first, std::size_t count, const std::string& source) {
+    scan.maps.push_back(WriteRegionValueMap(dir, record, *it, bidsLabels[l], atlas, first, count, perKernel, source, "RegionScan", description));
+  });
 }
 
 }  // namespace

@@ -73,8 +73,6 @@ double Metric(learners::Task task, const Eigen::VectorXd& y, const Eigen::Vector
   return sum / static_cast<double>(perClass.size());
 }
 
-std::string MetricName(learners::Task task) { return task == learners::Task::Regression ? "mse" : "balanced_accuracy"; }
-
 /// Corrected resampled t-test of the per-fold metric over the folds (and repeats) where both learners succeeded.
 exporting::ComparisonRecord FoldTTest(const StudyContext& ctx, const cv::LearnerOutcome& a, const cv::LearnerOutcome& b) {
   const auto task = ctx.study.target.task;
@@ -92,7 +90,7 @@ exporting::ComparisonRecord FoldTTest(const StudyContext& ctx, const cv::Learner
     testSize += static_cast<double>(fa.test.size());
   }
   const auto r = metrics::CorrectedResampledTTest(differences, testSize, trainSize);  // sizes summed: only their ratio enters
-  exporting::ComparisonRecord c{a.label, b.label, "corrected_resampled_t", MetricName(task), SampleMeanSd(valuesA).mean, SampleMeanSd(valuesB).mean,
+  exporting::ComparisonRecord c{a.label, b.label, "corrected_resampled_t", PairedMetric(task), SampleMeanSd(valuesA).mean, SampleMeanSd(valuesB).mean,
                                 r.t, r.p, static_cast<std::int64_t>(differences.size()),
                                 "per outer fold (x repeat) metric, difference A - B; Nadeau & Bengio (2003) variance (1/J + n_test/n_train) s^2, " +
                                     std::to_string(r.degreesOfFreedom) + " degrees of freedom"};
@@ -147,7 +145,7 @@ exporting::ComparisonRecord PairedPermutation(const StudyContext& ctx, const Pai
     // Relative slack so that a swap reproducing the observed split counts despite rounding.
     atLeast += std::abs(d) >= std::abs(observed) * (1 - 1e-12);
   }
-  return {a, b, "paired_permutation", MetricName(task), valueA, valueB, observed, (atLeast + 1.0) / (swaps + 1.0),
+  return {a, b, "paired_permutation", PairedMetric(task), valueA, valueB, observed, (atLeast + 1.0) / (swaps + 1.0),
           static_cast<std::int64_t>(p.y.size()),
           "first repeat's out-of-fold predictions, each subject's pair swapped at random " + std::to_string(swaps) +
               " times; statistic = pooled metric A - B"};
@@ -178,6 +176,8 @@ std::vector<exporting::ComparisonRecord> CompareLearners(const StudyContext& ctx
     }
   return out;
 }
+
+std::string PairedMetric(learners::Task task) { return task == learners::Task::Regression ? "mse" : "balanced_accuracy"; }
 
 int ComparisonSwaps(const StudyContext& ctx) { return ctx.study.statistics.pairedSwaps; }
 

@@ -19,9 +19,6 @@ std::size_t LearnerIndex(const StudyContext& ctx, const std::string& label) {
   throw InputError("config:UnknownLearner", ctx.study.path, "no learner labelled \"" + label + "\"");  // CheckStudyConfig refused it already
 }
 
-/// The metric a region scan ranks by and an ablation reports: the inner CV's default criterion of the task.
-std::string MainMetric(learners::Task task) { return task == learners::Task::Regression ? "mse" : "balanced_accuracy"; }
-
 /// Learner `l`'s nested CV over the kernels `which` only. With equal source weighting the remaining sources are
 /// numbered anew, so that the scales balance the sources that are there.
 cv::LearnerOutcome NestedCvOf(const StudyContext& ctx, const std::vector<std::size_t>& which, std::size_t l) {
@@ -46,7 +43,7 @@ exporting::RegionScanRecord RunRegionScan(const StudyContext& ctx) {
   const std::size_t l = LearnerIndex(ctx, ctx.study.regionScan.learner);
   const learners::Targets targets = ctx.TargetsOf(ctx.cohort.y);
   scan.learner = ctx.plans[l].label;
-  scan.metric = MainMetric(targets.task);
+  scan.metric = PairedMetric(targets.task);
   scan.higherIsBetter = targets.task != learners::Task::Regression;
   for (std::size_t j = 0; j < ctx.KernelCount(); ++j) {
     const cv::LearnerOutcome outcome = NestedCvOf(ctx, {j}, l);
@@ -72,7 +69,7 @@ exporting::AblationRecord RunAblation(const StudyContext& ctx, const std::vector
   const std::size_t l = LearnerIndex(ctx, spec.learner);
   const learners::Targets targets = ctx.TargetsOf(ctx.cohort.y);
   ablation.learner = ctx.plans[l].label;
-  ablation.metric = MainMetric(targets.task);
+  ablation.metric = PairedMetric(targets.task);
   ablation.full = learners[l].summary.pooled;
   const auto run = [&](const std::string& removed, const std::string& kind, const std::vector<std::size_t>& without) {
     std::vector<std::size_t> kept;
@@ -98,13 +95,9 @@ exporting::AblationRecord RunAblation(const StudyContext& ctx, const std::vector
       run(ctx.study.kernels.sources[s].name, "source", block);
     }
   }
-  // Each of the learner's top regions, one at a time.
-  const std::size_t top = std::min(static_cast<std::size_t>(spec.topRegions), l < regions.size() ? regions[l].size() : 0);
-  for (std::size_t i = 0; i < top; ++i) {
-    const std::size_t j = regions[l][i].kernel;
-    if (ctx.KernelCount() < 2) break;  // nothing would be left
-    run(ctx.ks.set.info[j].name, "region", {j});
-  }
+  // Each of the learner's top regions, one at a time (a study of one kernel would have nothing left).
+  const std::size_t top = ctx.KernelCount() < 2 ? 0 : std::min(static_cast<std::size_t>(spec.topRegions), l < regions.size() ? regions[l].size() : 0);
+  for (std::size_t i = 0; i < top; ++i) run(ctx.ks.set.info[regions[l][i].kernel].name, "region", {regions[l][i].kernel});
   return ablation;
 }
 

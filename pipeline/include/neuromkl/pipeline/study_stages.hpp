@@ -46,6 +46,9 @@ void TestKernelShares(exporting::LearnerRecord& lr, const std::vector<std::size_
 /// (ComparisonSeed, swaps in RunRecord::comparisonSwaps).
 std::vector<exporting::ComparisonRecord> CompareLearners(const StudyContext& ctx, const std::vector<exporting::LearnerRecord>& learners);
 std::uint64_t ComparisonSeed(const StudyContext& ctx);
+/// The metric the paired tests compare, a region scan ranks by and an ablation reports: the inner CV's default
+/// criterion of the task (balanced accuracy; MSE for regression).
+std::string PairedMetric(learners::Task task);
 /// The tests of CompareLearners for one pair of outcomes on the same outer folds (A = a, B = b).
 std::vector<exporting::ComparisonRecord> ComparePair(const StudyContext& ctx, const cv::LearnerOutcome& a, const cv::LearnerOutcome& b);
 

@@ -204,6 +204,13 @@ std::string FeatureName(const std::string& kind);
 
 std::string RunRecordJson(const RunRecord& record);
 
+/// The tests of a pair of outcomes on the same folds (ComparisonRecord::test), in the order they are written.
+inline constexpr const char* kPairedTests[] = {"corrected_resampled_t", "mcnemar_exact", "delong", "paired_permutation"};
+/// The test named `test` among `tests`, or null where it does not apply (e.g. DeLong in regression).
+const ComparisonRecord* FindTest(const std::vector<ComparisonRecord>& tests, const std::string& test);
+/// metrics[key], NaN when the metric is not there.
+double MetricOrNaN(const std::map<std::string, double>& metrics, const std::string& key);
+
 /// Whether any learner's out-of-fold decision values were split over the kernels (attributions.tsv is written).
 bool HasAttributions(const RunRecord& record);
 
