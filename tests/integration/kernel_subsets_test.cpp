@@ -13,7 +13,7 @@
 #include "testing.hpp"
 
 using neuromkl::testing::ReadFile;
-using neuromkl::testing::ReadTsv;
+using neuromkl::testing::ReadTsvByColumn;
 using neuromkl::testing::RunCli;
 using neuromkl::testing::WriteFile;
 using ::testing::HasSubstr;
@@ -37,15 +37,6 @@ class KernelSubsets : public neuromkl::testing::SimulatedCohortSuite<KernelSubse
     EXPECT_EQ(r.exitCode, 0) << r.output;
     return Cohort() + "/" + out;
   }
-  static std::vector<std::map<std::string, std::string>> Table(const std::string& path) {
-    const auto rows = ReadTsv(path);
-    std::vector<std::map<std::string, std::string>> out;
-    for (std::size_t r = 1; r < rows.size(); ++r) {
-      auto& row = out.emplace_back();
-      for (std::size_t c = 0; c < rows[0].size(); ++c) row[rows[0][c]] = rows[r][c];
-    }
-    return out;
-  }
   static constexpr const char* kClassification = R"("target": {"column": "group", "task": "classification", "positive_class": "patient"})";
 };
 
@@ -53,7 +44,7 @@ TEST_F(KernelSubsets, TheRegionScanRanksThePlantedRegionsFirst) {
   const std::string out = Run(Study("scan", std::string(kClassification) + R"(, "learners": [{"name": "svm", "params": {"c": 0.01}}],
       "region_scan": {"learner": "svm"})"),
                               "scan");
-  const auto table = Table(out + "/region_scan_svm.tsv");
+  const auto table = ReadTsvByColumn(out + "/region_scan_svm.tsv");
   ASSERT_EQ(table.size(), 116u);
   for (std::size_t i = 0; i < 3; ++i) EXPECT_THAT(kPlanted, ::testing::Contains(table[i].at("name"))) << "rank " << i + 1;
   for (std::size_t i = 1; i < table.size(); ++i)  // ranked by the pooled balanced accuracy, best first
@@ -83,7 +74,7 @@ TEST_F(KernelSubsets, RegressionScansRankByTheSmallestError) {
     "region_scan": {"learner": "krr"}, "output": {"weight_maps": false}})");
   const auto r = RunCli("run " + cohort + "/scan.json --out " + cohort + "/out -q");
   ASSERT_EQ(r.exitCode, 0) << r.output;
-  const auto table = Table(cohort + "/out/region_scan_krr.tsv");
+  const auto table = ReadTsvByColumn(cohort + "/out/region_scan_krr.tsv");
   for (std::size_t i = 0; i < 3; ++i) EXPECT_THAT(kPlanted, ::testing::Contains(table[i].at("name"))) << "rank " << i + 1;
   for (std::size_t i = 1; i < table.size(); ++i) EXPECT_LE(std::stod(table[i - 1].at("mse")), std::stod(table[i].at("mse")));
 }
@@ -93,7 +84,7 @@ TEST_F(KernelSubsets, WithoutTheSignalSourceTheModelIsWorseAndWithoutTheNoiseSou
       "kernels": {"sources": [{"name": "mri", "kind": "images"}, {"name": "noise", "kind": "images", "image_column": "image_b"}]},
       "ablation": {"learner": "enmkl_svm", "top_regions": 2})"),
                               "ablation");
-  const auto table = Table(out + "/ablation_enmkl_svm.tsv");
+  const auto table = ReadTsvByColumn(out + "/ablation_enmkl_svm.tsv");
   ASSERT_EQ(table.size(), 4u);  // two sources, two top regions
   const auto& mri = table[0];
   const auto& noise = table[1];
@@ -106,7 +97,7 @@ TEST_F(KernelSubsets, WithoutTheSignalSourceTheModelIsWorseAndWithoutTheNoiseSou
     EXPECT_GT(std::stod(noise.at(p)), 0.05) << p;
   }
   // The top regions come from the learner's region table, in its order.
-  const auto regions = Table(out + "/regions_enmkl_svm.tsv");
+  const auto regions = ReadTsvByColumn(out + "/regions_enmkl_svm.tsv");
   EXPECT_EQ(table[2].at("removed"), regions[0].at("name"));
   EXPECT_EQ(table[3].at("removed"), regions[1].at("name"));
   EXPECT_EQ(table[2].at("kind"), "region");

@@ -18,6 +18,7 @@
 
 using neuromkl::testing::ReadFile;
 using neuromkl::testing::ReadTsv;
+using neuromkl::testing::ReadTsvByColumn;
 using neuromkl::testing::RunCli;
 using neuromkl::testing::WriteFile;
 using ::testing::HasSubstr;
@@ -43,16 +44,6 @@ class RegionSignificance : public neuromkl::testing::SimulatedCohortSuite<Region
     EXPECT_EQ(r.exitCode, 0) << r.output;
     return Cohort() + "/" + out;
   }
-  /// A region table's columns by name, one map per row, in rank order.
-  static std::vector<std::map<std::string, std::string>> Table(const std::string& path) {
-    const auto rows = ReadTsv(path);
-    std::vector<std::map<std::string, std::string>> out;
-    for (std::size_t r = 1; r < rows.size(); ++r) {
-      auto& row = out.emplace_back();
-      for (std::size_t c = 0; c < rows[0].size(); ++c) row[rows[0][c]] = rows[r][c];
-    }
-    return out;
-  }
   static constexpr const char* kLearners = R"([{"name": "enmkl_svm", "params": {"c": 1.0, "mu": 0.5}}, {"name": "svm", "params": {"c": 0.01}}])";
 };
 
@@ -62,7 +53,7 @@ TEST_F(RegionSignificance, ThePlantedRegionsAndOnlyThemAreSignificantWithConsist
   const std::string out = Run(Study("single", kLearners), "single");
   for (const std::string learner : {"enmkl_svm", "svm"}) {
     SCOPED_TRACE(learner);
-    const auto table = Table(out + "/regions_" + learner + ".tsv");
+    const auto table = ReadTsvByColumn(out + "/regions_" + learner + ".tsv");
     ASSERT_EQ(table.size(), 116u);
     std::vector<std::string> significant;
     std::vector<double> p;
@@ -96,7 +87,7 @@ TEST_F(RegionSignificance, ThePlantedRegionsAndOnlyThemAreSignificantWithConsist
   const auto& regions = j["learners"][0]["regions"];
   EXPECT_THAT(regions["significance"]["p_fwe"].get<std::string>(), HasSubstr("maximum statistic"));
   EXPECT_EQ(regions["significance"]["permutations"], kPermutations);
-  const auto first = Table(out + "/regions_enmkl_svm.tsv")[0];
+  const auto first = ReadTsvByColumn(out + "/regions_enmkl_svm.tsv")[0];
   EXPECT_EQ(regions["table"][0]["name"], first.at("name"));
   EXPECT_NEAR(regions["table"][0]["p_fwe"].get<double>(), std::stod(first.at("p_fwe")), 1e-15);
   // The report marks the significant regions and says how many there are.
@@ -120,7 +111,7 @@ TEST_F(RegionSignificance, TheAtlasIsPaintedWithTheSharesAndMinusLog10PFwe) {
               std::string::npos);
   // Each region's voxels hold its value: the set of painted values is the set of the table's values (as float).
   std::vector<float> shares, logs;
-  for (const auto& row : Table(out + "/regions_enmkl_svm.tsv")) {
+  for (const auto& row : ReadTsvByColumn(out + "/regions_enmkl_svm.tsv")) {
     shares.push_back(static_cast<float>(std::stod(row.at("mean_percent"))));
     logs.push_back(static_cast<float>(-std::log10(std::stod(row.at("p_fwe")))));
   }
@@ -139,7 +130,7 @@ TEST_F(RegionSignificance, TheAtlasIsPaintedWithTheSharesAndMinusLog10PFwe) {
   EXPECT_EQ(painted(share.data), expected(shares));
   EXPECT_EQ(painted(logP.data), expected(logs));
   // Each of the top regions (distinct shares) covers exactly its own voxel count: its value went to its own region.
-  const auto table = Table(out + "/regions_enmkl_svm.tsv");
+  const auto table = ReadTsvByColumn(out + "/regions_enmkl_svm.tsv");
   for (std::size_t i = 0; i < 3; ++i) {
     const auto value = static_cast<float>(std::stod(table[i].at("mean_percent")));
     EXPECT_EQ(std::count(share.data.begin(), share.data.end(), value), std::stol(table[i].at("voxels"))) << table[i].at("name");
@@ -166,7 +157,7 @@ TEST_F(RegionSignificance, PValuesDoNotDependOnTheThreadCount) {
   const std::string one = Run(Study("threads1", kLearners, R"(, "threads": 1, "output": {"weight_maps": false})"), "threads1");
   const std::string two = Run(Study("threads2", kLearners, R"(, "threads": 2, "output": {"weight_maps": false})"), "threads2");
   for (const std::string learner : {"enmkl_svm", "svm"}) {
-    const auto a = Table(one + "/regions_" + learner + ".tsv"), b = Table(two + "/regions_" + learner + ".tsv");
+    const auto a = ReadTsvByColumn(one + "/regions_" + learner + ".tsv"), b = ReadTsvByColumn(two + "/regions_" + learner + ".tsv");
     ASSERT_EQ(a.size(), b.size());
     for (std::size_t i = 0; i < a.size(); ++i)
       for (const char* column : {"name", "p_uncorrected", "p_fwe", "q_fdr"}) EXPECT_EQ(a[i].at(column), b[i].at(column)) << learner << " row " << i;

@@ -16,7 +16,7 @@
 #include "testing.hpp"
 
 using neuromkl::testing::ReadFile;
-using neuromkl::testing::ReadTsv;
+using neuromkl::testing::ReadTsvByColumn;
 using neuromkl::testing::RunCli;
 using neuromkl::testing::WriteFile;
 using ::testing::HasSubstr;
@@ -36,15 +36,6 @@ class FoldStability : public neuromkl::testing::SimulatedCohortSuite<FoldStabili
     const auto r = RunCli("run " + study + " --out " + Cohort() + "/" + name + "-out -q");
     EXPECT_EQ(r.exitCode, 0) << r.output;
     return Cohort() + "/" + name + "-out";
-  }
-  static std::vector<std::map<std::string, std::string>> Table(const std::string& path) {
-    const auto rows = ReadTsv(path);
-    std::vector<std::map<std::string, std::string>> out;
-    for (std::size_t r = 1; r < rows.size(); ++r) {
-      auto& row = out.emplace_back();
-      for (std::size_t c = 0; c < rows[0].size(); ++c) row[rows[0][c]] = rows[r][c];
-    }
-    return out;
   }
 };
 
@@ -83,7 +74,7 @@ TEST_F(FoldStability, MapsAndRegionValuesEqualWhatTheFoldMapsGive) {
     // Each of the top regions: its voxels are those the share map paints with its (distinct) share; its sign
     // consistency is the mean over those voxels that some fold uses, exactly.
     const auto share = neuromkl::io::ReadVolume(out + "/" + learner["region_maps"][0]["share"].get<std::string>()).data;
-    const auto table = Table(out + "/regions_" + label + ".tsv");
+    const auto table = ReadTsvByColumn(out + "/regions_" + label + ".tsv");
     for (std::size_t i = 0; i < 3; ++i) {
       const auto& row = table[i];
       const auto value = static_cast<float>(std::stod(row.at("mean_percent")));
@@ -111,7 +102,7 @@ TEST_F(FoldStability, MapsAndRegionValuesEqualWhatTheFoldMapsGive) {
 
 TEST_F(FoldStability, WithoutVoxelMapsTheSignConsistencyIsNotAvailable) {
   const std::string out = Run("no-maps", R"(, "output": {"weight_maps": false})");
-  for (const auto& row : Table(out + "/regions_svm.tsv")) {
+  for (const auto& row : ReadTsvByColumn(out + "/regions_svm.tsv")) {
     EXPECT_EQ(row.at("sign_consistency"), "n/a");
     EXPECT_NE(row.at("selection_frequency"), "n/a");
   }

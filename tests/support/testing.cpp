@@ -59,6 +59,16 @@ std::vector<std::vector<std::string>> ReadTsv(const std::string& path) {
   return rows;
 }
 
+std::vector<std::map<std::string, std::string>> ReadTsvByColumn(const std::string& path) {
+  const auto rows = ReadTsv(path);
+  std::vector<std::map<std::string, std::string>> out;
+  for (std::size_t r = 1; r < rows.size(); ++r) {
+    auto& row = out.emplace_back();
+    for (std::size_t c = 0; c < rows[0].size() && c < rows[r].size(); ++c) row[rows[0][c]] = rows[r][c];
+  }
+  return out;
+}
+
 std::string HeadlessChromium(const std::string& userDataDir) {
   return "chromium --headless --no-sandbox --disable-gpu --disable-quic --no-first-run --disable-background-networking "
          "--disable-component-update --disable-sync --virtual-time-budget=5000 --user-data-dir=" + userDataDir;

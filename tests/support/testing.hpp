@@ -1,5 +1,6 @@
 #pragma once
 // Shared test helpers: data paths, temporary folders, running the CLI, matrix comparison.
+#include <map>
 #include <string>
 #include <vector>
 
@@ -62,6 +63,8 @@ class SimulatedCohortSuite : public ::testing::Test {
 void WriteFile(const std::string& path, const std::string& text);
 /// A tab-separated file as rows of cells (the header is row 0).
 std::vector<std::vector<std::string>> ReadTsv(const std::string& path);
+/// The same as one map per data row, column name -> cell, in file order.
+std::vector<std::map<std::string, std::string>> ReadTsvByColumn(const std::string& path);
 /// The flags for Debian's chromium, headless, as root, with no network chatter and its own profile.
 std::string HeadlessChromium(const std::string& userDataDir);
 std::string ReadFile(const std::string& path);
