@@ -15,6 +15,7 @@
 
 using neuromkl::testing::ReadFile;
 using neuromkl::testing::ReadTsv;
+using neuromkl::testing::ReadTsvByColumn;
 using neuromkl::testing::RunCli;
 using neuromkl::testing::WriteFile;
 using ::testing::HasSubstr;
@@ -37,19 +38,11 @@ class Attributions : public neuromkl::testing::SimulatedCohortSuite<Attributions
     EXPECT_EQ(r.exitCode, 0) << r.output;
     return Cohort() + "/" + name + "-out";
   }
-  struct Row {
-    std::map<std::string, std::string> cells;
-    double Number(const std::string& column) const { return std::stod(cells.at(column)); }
-  };
-  static std::pair<std::vector<std::string>, std::vector<Row>> Table(const std::string& path) {
-    const auto rows = ReadTsv(path);
-    std::vector<Row> out;
-    for (std::size_t r = 1; r < rows.size(); ++r) {
-      auto& row = out.emplace_back();
-      for (std::size_t c = 0; c < rows[0].size(); ++c) row.cells[rows[0][c]] = rows[r][c];
-    }
-    return {rows.at(0), out};
-  }
+  using Row = std::map<std::string, std::string>;
+  static double Number(const Row& row, const std::string& column) { return std::stod(row.at(column)); }
+  /// An out-of-fold prediction's identity in attributions.tsv and predictions.tsv.
+  static std::string Key(const Row& row) { return row.at("subject") + "|" + row.at("learner") + "|" + row.at("repeat") + "|" + row.at("fold"); }
+  static std::pair<std::vector<std::string>, std::vector<Row>> Table(const std::string& path) { return {ReadTsv(path).at(0), ReadTsvByColumn(path)}; }
   /// Checks bias + parts = decision = predictions.tsv's decision for every row; returns the kernel columns.
   static std::vector<std::string> CheckSums(const std::string& out) {
     const auto [header, rows] = Table(out + "/attributions.tsv");
@@ -57,16 +50,15 @@ class Attributions : public neuromkl::testing::SimulatedCohortSuite<Attributions
     for (std::size_t c = 6; c < header.size(); ++c)
       if (header[c].rfind("source:", 0) != 0) kernels.push_back(header[c]);
     std::map<std::string, double> predicted;  // subject|learner|repeat|fold -> decision
-    for (const auto& p : Table(out + "/predictions.tsv").second)
-      predicted[p.cells.at("subject") + "|" + p.cells.at("learner") + "|" + p.cells.at("repeat") + "|" + p.cells.at("fold")] = p.Number("decision");
+    for (const auto& p : ReadTsvByColumn(out + "/predictions.tsv")) predicted[Key(p)] = Number(p, "decision");
     EXPECT_EQ(rows.size(), predicted.size());  // every out-of-fold prediction of every learner
     for (const auto& row : rows) {
-      double sum = row.Number("bias");
-      for (const auto& k : kernels) sum += row.Number(k);
-      const double decision = row.Number("decision");
+      double sum = Number(row, "bias");
+      for (const auto& k : kernels) sum += Number(row, k);
+      const double decision = Number(row, "decision");
       // 1e-9 relative: the parts are the decision's own products; the files' 17 significant digits add 1e-16 each
-      EXPECT_NEAR(sum, decision, 1e-9 * std::max(1.0, std::abs(decision))) << row.cells.at("subject") << " " << row.cells.at("learner");
-      const std::string key = row.cells.at("subject") + "|" + row.cells.at("learner") + "|" + row.cells.at("repeat") + "|" + row.cells.at("fold");
+      EXPECT_NEAR(sum, decision, 1e-9 * std::max(1.0, std::abs(decision))) << row.at("subject") << " " << row.at("learner");
+      const std::string key = Key(row);
       EXPECT_EQ(predicted.count(key), 1u) << key;
       if (predicted.count(key)) {
         EXPECT_EQ(decision, predicted.at(key)) << key;
@@ -86,8 +78,8 @@ TEST_F(Attributions, PartsAddUpToEveryDecisionAndThePlantedRegionsCarryThem) {
   for (const std::string learner : {"enmkl_svm", "svm", "simplemkl"}) {
     std::map<std::string, double> meanAbs;
     for (const auto& row : rows)
-      if (row.cells.at("learner") == learner)
-        for (const auto& k : kernels) meanAbs[k] += std::abs(row.Number(k));
+      if (row.at("learner") == learner)
+        for (const auto& k : kernels) meanAbs[k] += std::abs(Number(row, k));
     const double planted = std::min({meanAbs["Hippocampus_L"], meanAbs["Precuneus_R"], meanAbs["Frontal_Mid_L"]});
     for (const auto& [k, v] : meanAbs)
       if (k != "Hippocampus_L" && k != "Precuneus_R" && k != "Frontal_Mid_L" && k != "Amygdala_R") {
@@ -109,16 +101,16 @@ TEST_F(Attributions, SeveralSourcesWithCovariatesGiveEachSourcesSum) {
     for (const std::string source : {"mri", "noise", "clin"}) {
       double sum = 0;
       for (const auto& k : kernels)
-        if (k.rfind(source + ":", 0) == 0) sum += row.Number(k);
-      EXPECT_NEAR(row.Number("source:" + source), sum, 1e-12 * std::max(1.0, std::abs(sum))) << source;
+        if (k.rfind(source + ":", 0) == 0) sum += Number(row, k);
+      EXPECT_NEAR(Number(row, "source:" + source), sum, 1e-12 * std::max(1.0, std::abs(sum))) << source;
     }
   // With age removed inside the folds the age region no longer drives the decisions: its parts are below the planted
   // regions' for every learner.
   for (const std::string learner : {"enmkl_svm", "svm", "simplemkl"}) {
     std::map<std::string, double> meanAbs;
     for (const auto& row : rows)
-      if (row.cells.at("learner") == learner)
-        for (const std::string k : {"mri:Amygdala_R", "mri:Hippocampus_L", "mri:Precuneus_R", "mri:Frontal_Mid_L"}) meanAbs[k] += std::abs(row.Number(k));
+      if (row.at("learner") == learner)
+        for (const std::string k : {"mri:Amygdala_R", "mri:Hippocampus_L", "mri:Precuneus_R", "mri:Frontal_Mid_L"}) meanAbs[k] += std::abs(Number(row, k));
     EXPECT_LT(meanAbs["mri:Amygdala_R"], std::min({meanAbs["mri:Hippocampus_L"], meanAbs["mri:Precuneus_R"], meanAbs["mri:Frontal_Mid_L"]})) << learner;
   }
 }
