@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <filesystem>
 #include <map>
 #include <optional>
 
@@ -31,18 +32,46 @@ std::string Html(const std::string& s) {
 /// A missing value is "n/a", as BIDS writes it in TSV files.
 std::string Cell(double v, const char* fmtSpec = "{:.4g}") { return std::isfinite(v) ? fmt::format(fmt::runtime(fmtSpec), v) : "n/a"; }
 
-std::string BatchSummaryJson(const config::BatchConfig& batch, const std::vector<std::vector<std::string>>& rows) {
-  Json j = {{"format", "neuromkl-batch-summary"}, {"batch", batch.name}, {"batch_file", batch.path}, {"rows", Json::array()}};
+using Rows = std::vector<std::vector<std::string>>;
+
+/// A table's rows as JSON objects keyed by its header.
+Json RowObjects(const Rows& rows) {
+  Json out = Json::array();
   for (std::size_t r = 1; r < rows.size(); ++r) {
     Json row = Json::object();
     for (std::size_t c = 0; c < rows[0].size() && c < rows[r].size(); ++c) row[rows[0][c]] = rows[r][c];
-    j["rows"].push_back(row);
+    out.push_back(row);
   }
+  return out;
+}
+
+std::string BatchSummaryJson(const config::BatchConfig& batch, const Rows& rows, const Rows& comparisons) {
+  Json j = {{"format", "neuromkl-batch-summary"}, {"batch", batch.name}, {"batch_file", batch.path}, {"rows", RowObjects(rows)}};
+  if (comparisons.size() > 1) j["comparisons"] = {{"table", "batch_comparisons.tsv"}, {"rows", RowObjects(comparisons)}};
   return j.dump(2) + "\n";
 }
 
-
-using Rows = std::vector<std::vector<std::string>>;
+/// One row per paired test of two studies; a refused pair is one row with test "none" and the reason.
+Rows ComparisonRows(const std::vector<StudyComparison>& comparisons) {
+  const auto exact = [](double v) { return std::isfinite(v) ? FormatDouble(v) : std::string("n/a"); };
+  Rows rows = {{"axis", "study_a", "study_b", "learner_a", "learner_b", "test", "metric", "value_a", "value_b", "statistic", "p_value", "n",
+                "seed", "detail"}};
+  for (const auto& c : comparisons) {
+    const std::vector<std::string> head = {c.axis, c.studyA, c.studyB, c.learnerA, c.learnerB};
+    if (!c.refused.empty()) {
+      std::vector<std::string> row = head;
+      row.insert(row.end(), {"none", "n/a", "n/a", "n/a", "n/a", "n/a", "0", "n/a", "not compared: " + c.refused});
+      rows.push_back(row);
+    }
+    for (const auto& t : c.tests) {
+      std::vector<std::string> row = head;
+      row.insert(row.end(), {t.test, t.metric, exact(t.valueA), exact(t.valueB), exact(t.statistic), exact(t.p), std::to_string(t.n),
+                             std::to_string(c.seed), t.detail});
+      rows.push_back(row);
+    }
+  }
+  return rows;
+}
 
 Rows SummaryRows(const config::BatchConfig& batch, const std::vector<StudyState>& states, BatchSummaryFiles& m) {
   Rows rows = {{"study", "cohort", "target", "atlas", "learner_axis", "learner", "learner_name", "task", "n", "status",
@@ -108,7 +137,36 @@ std::string SummaryTsv(const Rows& rows) {
 }
 
 /// A plain page: one row per study and learner, linking each study's report.
-std::string SummaryHtml(const config::BatchConfig& batch, const Rows& rows, const BatchSummaryFiles& m) {
+/// The comparisons of studies that differ in one axis, one row per pair and test (a refused pair says why).
+std::string ComparisonsHtml(const Rows& rows) {
+  if (rows.size() < 2) return "";
+  std::string html =
+      "<h2 id=\"comparisons\">Comparisons of studies that differ in one axis</h2>\n<p>Studies that differ only in their atlas, sources or "
+      "learner, on the same subjects and outer folds, compared by paired tests: the corrected resampled t-test over the outer folds "
+      "(Nadeau &amp; Bengio 2003), McNemar's exact test and DeLong's test of the AUCs on the out-of-fold predictions, and a paired "
+      "permutation test. p-values are two-sided and not corrected for the number of pairs. A pair whose folds or subjects differ is "
+      "not tested. Table also in <a href=\"batch_comparisons.tsv\">batch_comparisons.tsv</a>.</p>\n<table class=\"comparisons\">\n<tr>";
+  const std::vector<std::string> shown = {"axis", "study_a", "learner_a", "study_b", "learner_b", "test", "metric", "value_a", "value_b", "statistic",
+                                          "p_value", "n", "detail"};
+  std::vector<std::size_t> columns;
+  for (const auto& name : shown) columns.push_back(static_cast<std::size_t>(std::find(rows[0].begin(), rows[0].end(), name) - rows[0].begin()));
+  for (const auto& name : shown) html += "<th>" + Html(name) + "</th>";
+  html += "</tr>\n";
+  for (std::size_t r = 1; r < rows.size(); ++r) {
+    const bool refused = rows[r][columns[5]] == "none";
+    html += refused ? "<tr class=\"missing\">" : "<tr>";
+    for (std::size_t c = 0; c < columns.size(); ++c) {
+      std::string v = rows[r][columns[c]];
+      const bool numeric = c >= 7 && c <= 10;
+      if (numeric && v != "n/a") v = Cell(std::stod(v));  // the table keeps every digit; the page four
+      html += std::string(numeric ? "<td class=\"num\">" : "<td>") + Html(v) + "</td>";
+    }
+    html += "</tr>\n";
+  }
+  return html + "</table>\n";
+}
+
+std::string SummaryHtml(const config::BatchConfig& batch, const Rows& rows, const BatchSummaryFiles& m, const Rows& comparisons) {
   std::string html = "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>" + Html(batch.name) +
                      " - neuromkl batch</title>\n<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"
                      "td,th{border:1px solid #ccc;padding:4px 8px;font-size:13px}tr.failed{background:#fdd}tr.missing{background:#eee}"
@@ -138,7 +196,7 @@ std::string SummaryHtml(const config::BatchConfig& batch, const Rows& rows, cons
     }
     html += "</tr>\n";
   }
-  html += "</table>\n</body></html>\n";
+  html += "</table>\n" + ComparisonsHtml(comparisons) + "</body></html>\n";
   return html;
 }
 
@@ -169,6 +227,8 @@ ResultsSummary ReadResultsSummary(const std::string& path) {
     if (j.at("format") != "neuromkl-results") throw InputError("batch:NotResults", path, "not a neuromkl results file");
     ResultsSummary r;
     r.task = j.at("task").get<std::string>();
+    if (const Json& t = j.at("target"); t.contains("positive_class")) r.positiveClass = t.at("positive_class").get<std::string>();
+    if (const Json& t = j.at("target"); t.contains("classes")) r.classes = t.at("classes").get<std::vector<std::string>>();
     r.labelled = static_cast<int>(j.at("subjects").at("labelled").size());
     r.seconds = j.at("seconds").value("total", 0.0);
     r.kernelCache = j.at("kernels").value("cache", "");
@@ -203,15 +263,25 @@ ResultsSummary ReadResultsSummary(const std::string& path) {
   }
 }
 
-BatchSummaryFiles WriteBatchSummary(const config::BatchConfig& batch, const std::vector<StudyState>& states) {
+BatchSummaryFiles WriteBatchSummary(const config::BatchConfig& batch, const std::vector<StudyState>& states,
+                                    const std::vector<StudyComparison>& comparisons) {
   BatchSummaryFiles m;
   const Rows rows = SummaryRows(batch, states, m);
+  const Rows comparisonRows = ComparisonRows(comparisons);
   m.tsv = batch.outputDir + "/batch_summary.tsv";
   m.json = batch.outputDir + "/batch_summary.json";
   m.html = batch.outputDir + "/index.html";
+  const std::string comparisonsTsv = batch.outputDir + "/batch_comparisons.tsv";
+  if (comparisonRows.size() > 1) {
+    m.comparisons = comparisonsTsv;
+    WriteFileAtomically(comparisonsTsv, SummaryTsv(comparisonRows), "batch");
+  } else {
+    std::error_code ec;
+    std::filesystem::remove(comparisonsTsv, ec);  // a merge after studies were removed must not keep an old table
+  }
   WriteFileAtomically(m.tsv, SummaryTsv(rows), "batch");
-  WriteFileAtomically(m.json, BatchSummaryJson(batch, rows), "batch");
-  WriteFileAtomically(m.html, SummaryHtml(batch, rows, m), "batch");
+  WriteFileAtomically(m.json, BatchSummaryJson(batch, rows, comparisonRows), "batch");
+  WriteFileAtomically(m.html, SummaryHtml(batch, rows, m, comparisonRows), "batch");
   return m;
 }
 

@@ -213,7 +213,7 @@ std::string ProbabilitySections(const RunRecord& r, const ReportData& data) {
 /// Every pair of learners compared (docs/statistics.md): one row per test.
 std::string ComparisonsSection(const RunRecord& r) {
   if (r.comparisons.empty()) return "";
-  std::string h = fmt::format("<h2>Comparing learners</h2>\n<p class=\"note\">Each pair on the same outer folds and subjects: the corrected resampled "
+  std::string h = fmt::format("<h2 id=\"comparisons\">Comparing learners</h2>\n<p class=\"note\">Each pair on the same outer folds and subjects: the corrected resampled "
                               "t-test over folds (Nadeau &amp; Bengio 2003), and on the out-of-fold predictions McNemar's exact test, DeLong's test of "
                               "the AUCs (binary) and a paired permutation test ({} swaps, seed {}). Two-sided p, not corrected for the {} pair{}; "
                               "<code>comparisons.tsv</code>.</p>\n<table><tr><th>A</th><th>B</th><th>test</th><th>metric</th><th>A</th><th>B</th>"

@@ -121,7 +121,7 @@ BatchOutcome RunBatch(const config::BatchConfig& batch, const BatchOptions& opti
 MergeOutcome MergeBatch(const config::BatchConfig& batch) {
   std::vector<exporting::StudyState> states;
   for (const auto& s : batch.studies) states.push_back({StudyComplete(batch, s), StudyFailure(batch, s.name)});
-  const exporting::BatchSummaryFiles files = exporting::WriteBatchSummary(batch, states);
+  const exporting::BatchSummaryFiles files = exporting::WriteBatchSummary(batch, states, CompareStudies(batch, states));
   return {files.completed, files.failed, files.missing, files.tsv, files.json, files.html};
 }
 

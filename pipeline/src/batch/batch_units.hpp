@@ -4,6 +4,7 @@
 #include <string>
 #include <vector>
 
+#include "neuromkl/export/batch_outputs.hpp"
 #include "neuromkl/pipeline/batch_run.hpp"
 #include "neuromkl/pipeline/study_context.hpp"
 
@@ -40,6 +41,12 @@ void RunKernelUnit(const config::BatchConfig& batch, std::size_t index, const Ba
 /// Computes and checkpoints one permutation block; `ctx` is reused while the study is the same.
 void RunPermutationUnit(const config::BatchConfig& batch, std::size_t index, int block, const BatchOptions& options,
                         std::unique_ptr<StudyContext>& ctx);
+
+/// Every two completed studies that differ in exactly one matrix axis among atlas, sources and learner (cohort, target
+/// and the other axes alike), compared by the paired tests (ComparePair) on their out-of-fold predictions: the same
+/// learner label in both (every pair of learners along the learner axis). A pair whose subjects or outer folds differ
+/// is listed with the reason and not tested.
+std::vector<exporting::StudyComparison> CompareStudies(const config::BatchConfig& batch, const std::vector<exporting::StudyState>& states);
 
 /// A study's config with the process options applied (threads).
 config::StudyConfig EffectiveStudy(const config::BatchConfig& batch, std::size_t index, const BatchOptions& options);

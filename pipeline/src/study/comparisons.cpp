@@ -16,8 +16,6 @@ namespace neuromkl::pipeline {
 
 namespace {
 
-/// Swaps of the paired permutation test: enough for p-values near 0.05 to be stable to about +-0.004.
-
 /// Two learners' out-of-fold predictions of the first repeat, on the subjects both scored.
 struct PairedPredictions {
   Eigen::VectorXd y, a, b;  ///< targets and decision values (multiclass: the predicted class)
@@ -74,15 +72,15 @@ double Metric(learners::Task task, const Eigen::VectorXd& y, const Eigen::Vector
 }
 
 /// Corrected resampled t-test of the per-fold metric over the folds (and repeats) where both learners succeeded.
-exporting::ComparisonRecord FoldTTest(const StudyContext& ctx, const cv::LearnerOutcome& a, const cv::LearnerOutcome& b) {
-  const auto task = ctx.study.target.task;
+exporting::ComparisonRecord FoldTTest(const PairedTestSettings& settings, const cv::LearnerOutcome& a, const cv::LearnerOutcome& b) {
+  const auto task = settings.task;
   std::vector<double> differences, valuesA, valuesB;
   double trainSize = 0, testSize = 0;
   for (std::size_t k = 0; k < a.folds.size() && k < b.folds.size(); ++k) {
     const auto &fa = a.folds[k], &fb = b.folds[k];
     if (cv::FoldFailed(fa) || cv::FoldFailed(fb) || fa.test != fb.test) continue;
     Eigen::VectorXd y(static_cast<Eigen::Index>(fa.test.size()));
-    for (std::size_t i = 0; i < fa.test.size(); ++i) y[static_cast<Eigen::Index>(i)] = ctx.cohort.y[fa.test[i]];
+    for (std::size_t i = 0; i < fa.test.size(); ++i) y[static_cast<Eigen::Index>(i)] = settings.y[fa.test[i]];
     valuesA.push_back(Metric(task, y, fa.decision));
     valuesB.push_back(Metric(task, y, fb.decision));
     differences.push_back(valuesA.back() - valuesB.back());
@@ -126,15 +124,15 @@ exporting::ComparisonRecord DeLong(const PairedPredictions& p, const std::string
 
 /// Paired permutation test: each subject's two predictions swapped with probability 1/2; the statistic is the
 /// pooled metric's difference A - B, two-sided.
-exporting::ComparisonRecord PairedPermutation(const StudyContext& ctx, const PairedPredictions& p, const std::string& a, const std::string& b,
-                                              std::uint64_t seed) {
-  const auto task = ctx.study.target.task;
+exporting::ComparisonRecord PairedPermutation(const PairedTestSettings& settings, const PairedPredictions& p, const std::string& a,
+                                              const std::string& b, std::uint64_t seed) {
+  const auto task = settings.task;
   const double valueA = Metric(task, p.y, p.a), valueB = Metric(task, p.y, p.b);
   const double observed = valueA - valueB;
   Rng rng(seed);
   int atLeast = 0;
   Eigen::VectorXd da = p.a, db = p.b;
-  const int swaps = ComparisonSwaps(ctx);
+  const int swaps = settings.swaps;
   for (int s = 0; s < swaps; ++s) {
     for (Eigen::Index i = 0; i < p.y.size(); ++i) {
       const bool swap = rng.Next() & 1;
@@ -153,18 +151,22 @@ exporting::ComparisonRecord PairedPermutation(const StudyContext& ctx, const Pai
 
 }  // namespace
 
-std::vector<exporting::ComparisonRecord> ComparePair(const StudyContext& ctx, const cv::LearnerOutcome& a, const cv::LearnerOutcome& b) {
+std::vector<exporting::ComparisonRecord> ComparePair(const PairedTestSettings& settings, const cv::LearnerOutcome& a, const cv::LearnerOutcome& b) {
   std::vector<exporting::ComparisonRecord> out;
-  const auto task = ctx.study.target.task;
-  out.push_back(FoldTTest(ctx, a, b));
-  const PairedPredictions p = FirstRepeat(a, b, ctx.cohort.y);
+  const auto task = settings.task;
+  out.push_back(FoldTTest(settings, a, b));
+  const PairedPredictions p = FirstRepeat(a, b, settings.y);
   if (p.y.size() < 2) return out;
   if (task != learners::Task::Regression) out.push_back(McNemar(p, a.label, b.label, task));
   const bool bothClasses = (p.y.array() > 0).any() && (p.y.array() <= 0).any();  // a failed fold may leave one class only
   if (task == learners::Task::Classification && bothClasses) out.push_back(DeLong(p, a.label, b.label));
   // The pair's stream follows from its labels: adding a learner leaves the other pairs' tests as they were.
-  out.push_back(PairedPermutation(ctx, p, a.label, b.label, cv::DeriveSeed(ComparisonSeed(ctx), Hasher().Update(a.label).Update(b.label).Digest().low)));
+  out.push_back(PairedPermutation(settings, p, a.label, b.label, cv::DeriveSeed(settings.seed, Hasher().Update(a.label).Update(b.label).Digest().low)));
   return out;
+}
+
+std::vector<exporting::ComparisonRecord> ComparePair(const StudyContext& ctx, const cv::LearnerOutcome& a, const cv::LearnerOutcome& b) {
+  return ComparePair({ctx.study.target.task, ctx.cohort.y, ComparisonSwaps(ctx), ComparisonSeed(ctx)}, a, b);
 }
 
 std::vector<exporting::ComparisonRecord> CompareLearners(const StudyContext& ctx, const std::vector<exporting::LearnerRecord>& learners) {

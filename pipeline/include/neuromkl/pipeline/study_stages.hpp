@@ -51,6 +51,16 @@ std::uint64_t ComparisonSeed(const StudyContext& ctx);
 std::string PairedMetric(learners::Task task);
 /// The tests of CompareLearners for one pair of outcomes on the same outer folds (A = a, B = b).
 std::vector<exporting::ComparisonRecord> ComparePair(const StudyContext& ctx, const cv::LearnerOutcome& a, const cv::LearnerOutcome& b);
+/// What the paired tests need besides the two outcomes: every subject's target as the learners code it (+-1, the class
+/// index, the value), indexed as the outcomes' train and test subjects, the paired permutation test's swaps, and the
+/// seed each pair's stream derives from (with the two outcomes' labels).
+struct PairedTestSettings {
+  learners::Task task;
+  const Eigen::VectorXd& y;
+  int swaps;
+  std::uint64_t seed;
+};
+std::vector<exporting::ComparisonRecord> ComparePair(const PairedTestSettings& settings, const cv::LearnerOutcome& a, const cv::LearnerOutcome& b);
 
 /// Opt-in analyses on the study's kernels, without another pass over the images (docs/statistics.md). The region scan
 /// runs the learner study.region_scan names on each kernel alone through the study's nested CV (same outer and inner

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "neuromkl/cv/nested_cv.hpp"
+#include "neuromkl/export/comparison_record.hpp"
 #include "neuromkl/kernels/kernel_set.hpp"
 #include "neuromkl/learners/learner.hpp"
 #include "neuromkl/metrics/family_wise.hpp"
@@ -91,17 +92,6 @@ struct SubjectRow {
   std::string reason;  ///< why it is not used (empty when used)
 };
 
-/// One test comparing two learners evaluated on the same outer folds and subjects (docs/statistics.md).
-struct ComparisonRecord {
-  std::string learnerA, learnerB;  ///< labels
-  std::string test;                ///< corrected_resampled_t, mcnemar_exact, delong, paired_permutation
-  std::string metric;              ///< what is compared: balanced_accuracy, auc, accuracy, mse
-  double valueA = 0, valueB = 0;   ///< the metric of each learner on what the test uses (pooled, or the fold mean)
-  double statistic = 0;            ///< t, z, the discordant pairs b - c, or the observed difference A - B
-  double p = 1;                    ///< two-sided
-  std::int64_t n = 0;              ///< folds (t-test) or subjects (the others)
-  std::string detail;              ///< what exactly was compared
-};
 
 /// One kernel alone through the study's nested CV (region_scan): its pooled metrics and their SD over outer folds.
 struct RegionScanRow {
@@ -204,10 +194,6 @@ std::string FeatureName(const std::string& kind);
 
 std::string RunRecordJson(const RunRecord& record);
 
-/// The tests of a pair of outcomes on the same folds (ComparisonRecord::test), in the order they are written.
-inline constexpr const char* kPairedTests[] = {"corrected_resampled_t", "mcnemar_exact", "delong", "paired_permutation"};
-/// The test named `test` among `tests`, or null where it does not apply (e.g. DeLong in regression).
-const ComparisonRecord* FindTest(const std::vector<ComparisonRecord>& tests, const std::string& test);
 /// metrics[key], NaN when the metric is not there.
 double MetricOrNaN(const std::map<std::string, double>& metrics, const std::string& key);
 
