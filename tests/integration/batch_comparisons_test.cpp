@@ -108,6 +108,11 @@ TEST_F(BatchComparisons, StudiesDifferingInOneAxisGetThePairedTestsOfAStudysLear
   EXPECT_EQ(summary["comparisons"]["table"], "batch_comparisons.tsv");
   EXPECT_EQ(summary["comparisons"]["rows"].size(), rows.size());
   EXPECT_THAT(ReadFile(out + "/index.html"), HasSubstr("Comparisons of studies that differ in one axis"));
+
+  // validate says beforehand which pairs a run compares.
+  const auto v = RunCli("validate " + Cohort() + "/axes.json");
+  EXPECT_EQ(v.exitCode, 0) << v.output;
+  EXPECT_THAT(v.output, HasSubstr("4 pairs of studies that differ in one axis (2 along learner, 2 along sources) will be compared"));
 }
 
 TEST_F(BatchComparisons, APairWhoseSubjectsDifferIsListedAndNotTested) {

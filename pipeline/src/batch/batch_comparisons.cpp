@@ -165,6 +165,14 @@ learners::Task TaskOf(const std::string& task) {
 
 }  // namespace
 
+std::vector<ComparedPair> ComparedStudyPairs(const config::BatchConfig& batch) {
+  std::vector<ComparedPair> out;
+  for (std::size_t i = 0; i < batch.studies.size(); ++i)
+    for (std::size_t j = i + 1; j < batch.studies.size(); ++j)
+      if (std::string axis = SingleComparedAxis(batch.studies[i], batch.studies[j]); !axis.empty()) out.push_back({i, j, std::move(axis)});
+  return out;
+}
+
 std::vector<exporting::StudyComparison> CompareStudies(const config::BatchConfig& batch, const std::vector<exporting::StudyState>& states) {
   std::vector<exporting::StudyComparison> out;
   // Read once per study; a study whose outputs cannot be read is named in its pairs' rows, the others are compared.
@@ -178,47 +186,44 @@ std::vector<exporting::StudyComparison> CompareStudies(const config::BatchConfig
       }
     return unreadable.count(i) ? nullptr : &predictions.at(i);
   };
-  for (std::size_t i = 0; i < batch.studies.size(); ++i)
-    for (std::size_t j = i + 1; j < batch.studies.size(); ++j) {
-      if (!states[i].complete || !states[j].complete) continue;
-      const auto &sa = batch.studies[i], &sb = batch.studies[j];
-      const std::string axis = SingleComparedAxis(sa, sb);
-      if (axis.empty()) continue;
-      const StudyPredictions *readA = read(i), *readB = read(j);
-      if (!readA || !readB) {
-        out.push_back({axis, sa.name, sb.name, "n/a", "n/a", 0, unreadable[readA ? j : i], {}});
-        continue;
-      }
-      const StudyPredictions &pa = *readA, &pb = *readB;
-      for (const auto& la : pa.labels)
-        for (const auto& lb : pb.labels) {
-          if (axis != "learner" && la != lb) continue;  // the same learner on another atlas or other sources
-          exporting::StudyComparison c{axis, sa.name, sb.name, la, lb, 0, "", {}};
-          // Seeded from the first study's seed; the pair's stream follows from the two qualified names.
-          c.seed = cv::DeriveSeed(sa.config.seed, 0x6261746368ULL);  // "batch"
-          const auto itA = pa.learners.find(la), itB = pb.learners.find(lb);
-          if (itA == pa.learners.end() || itB == pb.learners.end()) {
-            c.refused = fmt::format("predictions.tsv of study {} has no rows of learner {}", itA == pa.learners.end() ? sa.name : sb.name,
-                                    itA == pa.learners.end() ? la : lb);
-            out.push_back(std::move(c));
-            continue;
-          }
-          const auto &a = itA->second, &b = itB->second;
-          c.refused = pa.task != pb.task ? "the tasks differ" : FoldsDiffer(a, b, pa, pb);
-          if (c.refused.empty()) {
-            PairedOutcomes paired = AsOutcomes(a, b, pa);
-            paired.a.label = sa.name + "/" + la;
-            paired.b.label = sb.name + "/" + lb;
-            const int swaps = std::max(sa.config.statistics.pairedSwaps, sb.config.statistics.pairedSwaps);
-            c.tests = ComparePair(PairedTestSettings{TaskOf(pa.task), paired.y, swaps, c.seed}, paired.a, paired.b);
-            for (auto& t : c.tests) {  // the table names the studies and learners in columns of their own
-              t.learnerA = la;
-              t.learnerB = lb;
-            }
-          }
-          out.push_back(std::move(c));
-        }
+  for (const auto& [i, j, axis] : ComparedStudyPairs(batch)) {
+    if (!states[i].complete || !states[j].complete) continue;
+    const auto &sa = batch.studies[i], &sb = batch.studies[j];
+    const StudyPredictions *readA = read(i), *readB = read(j);
+    if (!readA || !readB) {
+      out.push_back({axis, sa.name, sb.name, "n/a", "n/a", 0, unreadable[readA ? j : i], {}});
+      continue;
     }
+    const StudyPredictions &pa = *readA, &pb = *readB;
+    for (const auto& la : pa.labels)
+      for (const auto& lb : pb.labels) {
+        if (axis != "learner" && la != lb) continue;  // the same learner on another atlas or other sources
+        exporting::StudyComparison c{axis, sa.name, sb.name, la, lb, 0, "", {}};
+        // Seeded from the first study's seed; the pair's stream follows from the two qualified names.
+        c.seed = cv::DeriveSeed(sa.config.seed, 0x6261746368ULL);  // "batch"
+        const auto itA = pa.learners.find(la), itB = pb.learners.find(lb);
+        if (itA == pa.learners.end() || itB == pb.learners.end()) {
+          c.refused = fmt::format("predictions.tsv of study {} has no rows of learner {}", itA == pa.learners.end() ? sa.name : sb.name,
+                                  itA == pa.learners.end() ? la : lb);
+          out.push_back(std::move(c));
+          continue;
+        }
+        const auto &a = itA->second, &b = itB->second;
+        c.refused = pa.task != pb.task ? "the tasks differ" : FoldsDiffer(a, b, pa, pb);
+        if (c.refused.empty()) {
+          PairedOutcomes paired = AsOutcomes(a, b, pa);
+          paired.a.label = sa.name + "/" + la;
+          paired.b.label = sb.name + "/" + lb;
+          const int swaps = std::max(sa.config.statistics.pairedSwaps, sb.config.statistics.pairedSwaps);
+          c.tests = ComparePair(PairedTestSettings{TaskOf(pa.task), paired.y, swaps, c.seed}, paired.a, paired.b);
+          for (auto& t : c.tests) {  // the table names the studies and learners in columns of their own
+            t.learnerA = la;
+            t.learnerB = lb;
+          }
+        }
+        out.push_back(std::move(c));
+      }
+  }
   return out;
 }
 

@@ -2,6 +2,7 @@
 #include "neuromkl/ranks/ranks.hpp"
 
 #include <filesystem>
+#include <map>
 #include <set>
 
 #include <fmt/format.h>
@@ -153,6 +154,15 @@ std::string ValidateBatch(const config::BatchConfig& batch, int& problems, bool 
   }
   out += fmt::format("{} of {} studies valid; {} subjects tables.\n", batch.studies.size() - static_cast<std::size_t>(problems), batch.studies.size(),
                      tables.size());
+  if (const auto pairs = ComparedStudyPairs(batch); !pairs.empty()) {
+    std::map<std::string, int> perAxis;
+    for (const auto& p : pairs) ++perAxis[p.axis];
+    std::vector<std::string> counts;
+    for (const auto& [axis, count] : perAxis) counts.push_back(fmt::format("{} along {}", count, axis));
+    out += fmt::format("{} pairs of studies that differ in one axis ({}) will be compared by paired tests (batch_comparisons.tsv), "
+                       "each if its two studies score the same subjects in the same outer folds.\n",
+                       pairs.size(), Join(counts, ", "));
+  }
   return out;
 }
 

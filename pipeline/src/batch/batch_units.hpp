@@ -42,10 +42,16 @@ void RunKernelUnit(const config::BatchConfig& batch, std::size_t index, const Ba
 void RunPermutationUnit(const config::BatchConfig& batch, std::size_t index, int block, const BatchOptions& options,
                         std::unique_ptr<StudyContext>& ctx);
 
-/// Every two completed studies that differ in exactly one matrix axis among atlas, sources and learner (cohort, target
-/// and the other axes alike), compared by the paired tests (ComparePair) on their out-of-fold predictions: the same
-/// learner label in both (every pair of learners along the learner axis). A pair whose subjects or outer folds differ
-/// is listed with the reason and not tested.
+/// Two studies of a batch (indices into batch.studies, first < second) that differ in exactly one matrix axis among
+/// atlas, sources and learner, and in no other axis (cohort, target).
+struct ComparedPair {
+  std::size_t first = 0, second = 0;
+  std::string axis;
+};
+std::vector<ComparedPair> ComparedStudyPairs(const config::BatchConfig& batch);
+/// The ComparedStudyPairs whose studies are complete, compared by the paired tests (ComparePair) on their out-of-fold
+/// predictions: the same learner label in both (every pair of learners along the learner axis). A pair whose subjects
+/// or outer folds differ is listed with the reason and not tested.
 std::vector<exporting::StudyComparison> CompareStudies(const config::BatchConfig& batch, const std::vector<exporting::StudyState>& states);
 
 /// A study's config with the process options applied (threads).
