@@ -54,11 +54,15 @@ void ForEachLimited(std::size_t count, std::size_t limit, const Body& body) {
     tbb::parallel_for(std::size_t{0}, count, isolated);
     return;
   }
-  std::size_t next = 0;
+  // Only one thread at a time runs the serial filter; atomic all the same, since TBB's hand-over between them happens
+  // in its library, where ThreadSanitizer does not see it.
+  std::atomic<std::size_t> next{0};
   tbb::parallel_pipeline(limit, tbb::make_filter<void, std::size_t>(tbb::filter_mode::serial_in_order,
                                                                     [&](tbb::flow_control& fc) -> std::size_t {
-                                                                      if (next == count) fc.stop();
-                                                                      return next < count ? next++ : count;
+                                                                      const std::size_t t = next.load(std::memory_order_relaxed);
+                                                                      if (t == count) fc.stop();
+                                                                      if (t < count) next.store(t + 1, std::memory_order_relaxed);
+                                                                      return t < count ? t : count;
                                                                     }) &
                                     tbb::make_filter<std::size_t, void>(tbb::filter_mode::parallel, [&](std::size_t t) { isolated(t); }));
 }

@@ -136,7 +136,6 @@ std::string SummaryTsv(const Rows& rows) {
   return tsv;
 }
 
-/// A plain page: one row per study and learner, linking each study's report.
 /// The comparisons of studies that differ in one axis, one row per pair and test (a refused pair says why).
 std::string ComparisonsHtml(const Rows& rows) {
   if (rows.size() < 2) return "";
@@ -166,6 +165,7 @@ std::string ComparisonsHtml(const Rows& rows) {
   return html + "</table>\n";
 }
 
+/// A plain page: one row per study and learner, linking each study's report, then the comparisons of studies.
 std::string SummaryHtml(const config::BatchConfig& batch, const Rows& rows, const BatchSummaryFiles& m, const Rows& comparisons) {
   std::string html = "<!doctype html>\n<html><head><meta charset=\"utf-8\"><title>" + Html(batch.name) +
                      " - neuromkl batch</title>\n<style>body{font-family:sans-serif;margin:2em}table{border-collapse:collapse}"

@@ -1,5 +1,6 @@
 // The only translation unit that includes ITK headers (slow to compile, and ITK brings its own
 // Eigen 3.3: keep Eigen out of this file).
+#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -19,6 +20,7 @@
 #include <itkMultiThreaderBase.h>
 #include <itkNiftiImageIO.h>
 #include <itkNiftiImageIOFactory.h>
+#include <itkOutputWindow.h>
 
 #include "neuromkl/core/errors.hpp"
 #include "neuromkl/core/files.hpp"
@@ -32,12 +34,48 @@ namespace {
 using FloatImage = itk::Image<float, 3>;
 std::atomic<std::size_t> gReads{0};
 
+/// Creates ITK's process-wide objects on one thread, before images are read and written on several. ITK 5.2 makes
+/// each of them on first use (itk::Singleton: a look-up, then an insertion into one std::map, without a lock), so two
+/// threads reaching a first use at once insert into that map concurrently, which can corrupt the heap.
+/// ThreadSanitizer reported exactly that for two parallel first writes. One write and one header read of a
+/// one-voxel image in the temporary folder take every path the parallel reads and writes take; a failure there
+/// (e.g. no writable temporary folder) only leaves the rest to first use, as before.
+void CreateItkGlobals() {
+  itk::OutputWindow::GetInstance();
+  (void)itk::Object::GetGlobalWarningDisplay();
+  std::error_code ec;
+  const auto folder = std::filesystem::temp_directory_path(ec);
+  if (ec) return;
+  const std::string path = (folder / ("neuromkl-itk-" + std::to_string(::getpid()) + ".nii")).string();
+  try {
+    auto image = FloatImage::New();
+    FloatImage::RegionType region;
+    region.SetSize({1, 1, 1});
+    image->SetRegions(region);
+    image->Allocate();
+    image->FillBuffer(0.0f);
+    auto writer = itk::ImageFileWriter<FloatImage>::New();
+    writer->SetFileName(path);
+    writer->SetInput(image);
+    writer->SetImageIO(itk::NiftiImageIO::New());
+    writer->Update();
+    auto io = itk::NiftiImageIO::New();
+    if (io->CanReadFile(path.c_str())) {
+      io->SetFileName(path);
+      io->ReadImageInformation();
+    }
+  } catch (const itk::ExceptionObject&) {
+  }
+  std::filesystem::remove(path, ec);
+}
+
 void InitItk() {
   static std::once_flag once;
   std::call_once(once, [] {
     itk::NiftiImageIOFactory::RegisterOneFactory();
     // We parallelise across subjects ourselves; ITK's own pool would oversubscribe.
     itk::MultiThreaderBase::SetGlobalDefaultNumberOfThreads(1);
+    CreateItkGlobals();
   });
 }
 
