@@ -27,7 +27,8 @@ mv "$work/installed" "$work/prefix"
 prefix=$work/prefix
 echo "installed: $(du -sh "$prefix" | cut -f1) in $prefix ($(find "$prefix" -type f | wc -l) files)"
 cd "$work"
-clean_env=(env -i PATH=/usr/bin:/bin HOME="$work" LANG=C.UTF-8 OPENBLAS_NUM_THREADS=1)
+# ASAN_OPTIONS matters only to a sanitizer build: LeakSanitizer cannot run under strace (ptrace) and would end the run.
+clean_env=(env -i PATH=/usr/bin:/bin HOME="$work" LANG=C.UTF-8 OPENBLAS_NUM_THREADS=1 ASAN_OPTIONS=detect_leaks=0)
 traced() {  # traced NAME COMMAND...: runs COMMAND under strace, file accesses into $work/trace.NAME
   local name=$1
   shift
