@@ -1,6 +1,5 @@
 // The only translation unit that includes ITK headers (slow to compile, and ITK brings its own
 // Eigen 3.3: keep Eigen out of this file).
-#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -20,7 +19,6 @@
 #include <itkMultiThreaderBase.h>
 #include <itkNiftiImageIO.h>
 #include <itkNiftiImageIOFactory.h>
-#include <itkOutputWindow.h>
 
 #include "neuromkl/core/errors.hpp"
 #include "neuromkl/core/files.hpp"
@@ -34,39 +32,14 @@ namespace {
 using FloatImage = itk::Image<float, 3>;
 std::atomic<std::size_t> gReads{0};
 
-/// Creates ITK's process-wide objects on one thread, before images are read and written on several. ITK 5.2 makes
-/// each of them on first use (itk::Singleton: a look-up, then an insertion into one std::map, without a lock), so two
-/// threads reaching a first use at once insert into that map concurrently, which can corrupt the heap.
-/// ThreadSanitizer reported exactly that for two parallel first writes. One write and one header read of a
-/// one-voxel image in the temporary folder take every path the parallel reads and writes take; a failure there
-/// (e.g. no writable temporary folder) only leaves the rest to first use, as before.
-void CreateItkGlobals() {
-  itk::OutputWindow::GetInstance();
-  (void)itk::Object::GetGlobalWarningDisplay();
-  std::error_code ec;
-  const auto folder = std::filesystem::temp_directory_path(ec);
-  if (ec) return;
-  const std::string path = (folder / ("neuromkl-itk-" + std::to_string(::getpid()) + ".nii")).string();
-  try {
-    auto image = FloatImage::New();
-    FloatImage::RegionType region;
-    region.SetSize({1, 1, 1});
-    image->SetRegions(region);
-    image->Allocate();
-    image->FillBuffer(0.0f);
-    auto writer = itk::ImageFileWriter<FloatImage>::New();
-    writer->SetFileName(path);
-    writer->SetInput(image);
-    writer->SetImageIO(itk::NiftiImageIO::New());
-    writer->Update();
-    auto io = itk::NiftiImageIO::New();
-    if (io->CanReadFile(path.c_str())) {
-      io->SetFileName(path);
-      io->ReadImageInformation();
-    }
-  } catch (const itk::ExceptionObject&) {
-  }
-  std::filesystem::remove(path, ec);
+/// ITK 5.2 is not safe to enter from several threads at once, and neuromkl reads headers and writes maps on several:
+/// it makes its process-wide objects on first use with a look-up then an insertion into one std::map, without a lock
+/// (itk::Singleton), and NiftiImageIO::ReadImageInformation assigns a std::string the library shares. Concurrent
+/// calls race on both, which can corrupt the heap; ThreadSanitizer reported each. Every use of ITK in this file holds
+/// this lock: header reads are short, and our own decoder, outside it, reads the voxels.
+std::mutex& ItkLock() {
+  static std::mutex lock;
+  return lock;
 }
 
 void InitItk() {
@@ -75,7 +48,6 @@ void InitItk() {
     itk::NiftiImageIOFactory::RegisterOneFactory();
     // We parallelise across subjects ourselves; ITK's own pool would oversubscribe.
     itk::MultiThreaderBase::SetGlobalDefaultNumberOfThreads(1);
-    CreateItkGlobals();
   });
 }
 
@@ -157,7 +129,11 @@ detail::ImageHeader CheckedHeader(const std::string& path, bool allow4D) {
 
 Geometry HeaderGeometry(const std::string& path, const detail::ImageHeader& h) {
   if (!ItkReadsGeometry(h)) return detail::GeometryFromHeader(h);
-  Geometry g = GeometryFromIo(OpenIo(path));
+  Geometry g;
+  {
+    const std::lock_guard<std::mutex> itk(ItkLock());
+    g = GeometryFromIo(OpenIo(path));
+  }
   g.worldKnown = h.qformCode > 0 || h.sformCode > 0;
   return g;
 }
@@ -276,11 +252,12 @@ Volume4D ReadVolume4D(const std::string& path) {
   return v;
 }
 
-void WriteVolume(const std::string& path, const Volume& volume) {
-  InitItk();
+namespace {
+
+/// ITK's NIfTI writer, under the ITK lock.
+void WriteWithItk(const std::string& path, const Volume& volume) {
   const auto& g = volume.geometry;
-  if (static_cast<std::int64_t>(volume.data.size()) != g.VoxelCount())
-    throw IoError("io:ShapeMismatch", path, "volume has " + std::to_string(volume.data.size()) + " values, geometry expects " + std::to_string(g.VoxelCount()));
+  const std::lock_guard<std::mutex> itk(ItkLock());
   auto image = FloatImage::New();
   FloatImage::RegionType region;
   FloatImage::SpacingType spacing;
@@ -307,6 +284,16 @@ void WriteVolume(const std::string& path, const Volume& volume) {
   } catch (const itk::ExceptionObject& e) {
     throw IoError("io:WriteFailed", path, std::string("cannot write the NIfTI image: ") + e.GetDescription());
   }
+}
+
+}  // namespace
+
+void WriteVolume(const std::string& path, const Volume& volume) {
+  InitItk();
+  const auto& g = volume.geometry;
+  if (static_cast<std::int64_t>(volume.data.size()) != g.VoxelCount())
+    throw IoError("io:ShapeMismatch", path, "volume has " + std::to_string(volume.data.size()) + " values, geometry expects " + std::to_string(g.VoxelCount()));
+  WriteWithItk(path, volume);
   // ITK's NIfTI writer does not report every short write (ENOSPC): read the file back with our own
   // decoder, which refuses a file shorter than its header announces or a truncated gzip stream.
   try {
