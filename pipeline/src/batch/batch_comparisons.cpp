@@ -11,7 +11,6 @@
 #include <fmt/format.h>
 
 #include "neuromkl/core/errors.hpp"
-#include "neuromkl/core/hash.hpp"
 #include "neuromkl/core/table.hpp"
 #include "neuromkl/cv/splits.hpp"
 #include "neuromkl/export/batch_outputs.hpp"
