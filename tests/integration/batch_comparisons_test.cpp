@@ -147,6 +147,24 @@ TEST_F(BatchComparisons, APairWhoseFoldsDifferIsListedAndNotTested) {
   }
 }
 
+TEST_F(BatchComparisons, AStudyWhosePredictionsCannotBeReadIsNamedAndTheMergeGoesOn) {
+  const std::string out = RunBatch("damaged", R"("sources": [{"use": ["mri"]}, {"use": ["mri", "noise"]}])");
+  const std::string table = out + "/studies/mri_noise/predictions.tsv";
+  std::string text = ReadFile(table);
+  const auto at = text.find("\tenmkl_svm\t0\t");  // the first row's repeat and fold
+  ASSERT_NE(at, std::string::npos);
+  text.replace(at, std::string("\tenmkl_svm\t0\t").size(), "\tenmkl_svm\tn/a\t");
+  WriteFile(table, text);
+  const auto r = RunCli("merge " + Cohort() + "/damaged.json -q");
+  EXPECT_EQ(r.exitCode, 0) << r.output;
+  EXPECT_TRUE(fs::exists(out + "/batch_summary.tsv"));
+  const auto rows = ReadTsvByColumn(out + "/batch_comparisons.tsv");
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].at("test"), "none");
+  EXPECT_THAT(rows[0].at("detail"), HasSubstr("the predictions of study mri_noise could not be read"));
+  EXPECT_THAT(rows[0].at("detail"), HasSubstr("expected a fold or repeat number, found \"n/a\""));
+}
+
 TEST_F(BatchComparisons, ABatchWithoutSuchPairsWritesNoComparisons) {
   const std::string out = RunBatch("one_axis_cohorts", R"("cohorts": [{"name": "c", "subjects": {"table": "participants.tsv"}}])");
   EXPECT_TRUE(fs::exists(out + "/batch_summary.tsv"));

@@ -48,6 +48,14 @@ double ParseNumber(const std::string& cell, const DelimitedTable& t, std::size_t
   throw InputError("batch:BadPredictions", t.path, fmt::format("line {}: expected a number, found \"{}\"", t.lineNumbers[row], cell));
 }
 
+/// A fold or repeat number: a whole number from 0 (a missing or other cell is an error, never cast from NaN).
+int ParseIndex(const std::string& cell, const DelimitedTable& t, std::size_t row) {
+  const double v = ParseNumber(cell, t, row);
+  if (!(v >= 0 && v <= 1e6) || v != std::floor(v))
+    throw InputError("batch:BadPredictions", t.path, fmt::format("line {}: expected a fold or repeat number, found \"{}\"", t.lineNumbers[row], cell));
+  return static_cast<int>(v);
+}
+
 StudyPredictions ReadStudyPredictions(const std::string& studyDir) {
   const exporting::ResultsSummary results = exporting::ReadResultsSummary(studyDir + "/results.json");
   const DelimitedTable t = ReadDelimitedTable(studyDir + "/predictions.tsv");
@@ -68,7 +76,7 @@ StudyPredictions ReadStudyPredictions(const std::string& studyDir) {
     p.target[id] = multiclass ? classIndex(row[target]) : p.task == "classification" ? (row[target] == results.positiveClass ? 1.0 : -1.0)
                                                                                       : ParseNumber(row[target], t, r);
     const double v = multiclass ? (IsMissingCell(row[value]) ? std::nan("") : classIndex(row[value])) : ParseNumber(row[value], t, r);
-    p.learners[row[learner]][{static_cast<int>(ParseNumber(row[repeat], t, r)), id}] = {static_cast<int>(ParseNumber(row[fold], t, r)), v};
+    p.learners[row[learner]][{ParseIndex(row[repeat], t, r), id}] = {ParseIndex(row[fold], t, r), v};
   }
   return p;
 }
