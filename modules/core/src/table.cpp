@@ -1,5 +1,7 @@
 #include "neuromkl/core/table.hpp"
 
+#include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -130,6 +132,13 @@ DelimitedTable ReadDelimitedTable(const std::string& path) {
 bool IsMissingCell(const std::string& cell) {
   const std::string c = ToLower(Trim(cell));
   return c.empty() || c == "n/a" || c == "na" || c == "nan";
+}
+
+bool ParseFiniteCell(const std::string& cell, double& value) {
+  if (cell.empty()) return false;
+  char* end = nullptr;
+  value = std::strtod(cell.c_str(), &end);
+  return end == cell.c_str() + cell.size() && std::isfinite(value);
 }
 
 }  // namespace neuromkl

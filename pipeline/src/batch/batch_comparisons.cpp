@@ -31,20 +31,16 @@ struct ScoredSubject {
   double value = 0;
 };
 struct StudyPredictions {
-  std::string task;
+  learners::Task task;
   std::map<std::string, std::map<std::pair<int, std::string>, ScoredSubject>> learners;  ///< label -> (repeat, subject) -> ...
   std::map<std::string, double> target;  ///< subject -> the target as the learners code it
   std::vector<std::string> labels;       ///< in the study's order
 };
 
+/// A number of the table, NaN for a missing cell.
 double ParseNumber(const std::string& cell, const DelimitedTable& t, std::size_t row) {
   if (IsMissingCell(cell)) return std::nan("");
-  try {
-    std::size_t used = 0;
-    const double v = std::stod(cell, &used);
-    if (used == cell.size()) return v;
-  } catch (const std::exception&) {
-  }
+  if (double v = 0; ParseFiniteCell(cell, v)) return v;
   throw InputError("batch:BadPredictions", t.path, fmt::format("line {}: expected a number, found \"{}\"", t.lineNumbers[row], cell));
 }
 
@@ -56,13 +52,13 @@ int ParseIndex(const std::string& cell, const DelimitedTable& t, std::size_t row
   return static_cast<int>(v);
 }
 
-StudyPredictions ReadStudyPredictions(const std::string& studyDir) {
+StudyPredictions ReadStudyPredictions(const std::string& studyDir, learners::Task task) {
   const exporting::ResultsSummary results = exporting::ReadResultsSummary(studyDir + "/results.json");
   const DelimitedTable t = ReadDelimitedTable(studyDir + "/predictions.tsv");
   StudyPredictions p;
-  p.task = results.task;
+  p.task = task;
   for (const auto& l : results.learners) p.labels.push_back(l.label);
-  const bool multiclass = p.task == "multiclass";
+  const bool multiclass = task == learners::Task::Multiclass;
   const auto classIndex = [&](const std::string& name) {
     const auto it = std::find(results.classes.begin(), results.classes.end(), name);
     return it == results.classes.end() ? std::nan("") : static_cast<double>(it - results.classes.begin());
@@ -73,7 +69,7 @@ StudyPredictions ReadStudyPredictions(const std::string& studyDir) {
   for (std::size_t r = 0; r < t.rows.size(); ++r) {
     const auto& row = t.rows[r];
     const std::string& id = row[subject];
-    p.target[id] = multiclass ? classIndex(row[target]) : p.task == "classification" ? (row[target] == results.positiveClass ? 1.0 : -1.0)
+    p.target[id] = multiclass ? classIndex(row[target]) : task == learners::Task::Classification ? (row[target] == results.positiveClass ? 1.0 : -1.0)
                                                                                       : ParseNumber(row[target], t, r);
     const double v = multiclass ? (IsMissingCell(row[value]) ? std::nan("") : classIndex(row[value])) : ParseNumber(row[value], t, r);
     p.learners[row[learner]][{ParseIndex(row[repeat], t, r), id}] = {ParseIndex(row[fold], t, r), v};
@@ -99,7 +95,8 @@ std::string FoldsDiffer(const std::map<std::pair<int, std::string>, ScoredSubjec
       return fmt::format("the outer folds differ (subject {} is in fold {} of repeat {} in the first study and in fold {} in the second; "
                          "the folds follow the seed, the subjects and the cv settings)",
                          key.second, s.fold, key.first, t.fold);
-    if (pa.target.at(key.second) != pb.target.at(key.second) && !(std::isnan(pa.target.at(key.second)) && std::isnan(pb.target.at(key.second))))
+    const double ya = pa.target.at(key.second), yb = pb.target.at(key.second);
+    if (ya != yb && !(std::isnan(ya) && std::isnan(yb)))
       return fmt::format("the targets differ (subject {})", key.second);
   }
   return "";
@@ -166,10 +163,6 @@ std::string SingleComparedAxis(const config::BatchStudy& a, const config::BatchS
   return "";
 }
 
-learners::Task TaskOf(const std::string& task) {
-  return task == "multiclass" ? learners::Task::Multiclass : task == "classification" ? learners::Task::Classification : learners::Task::Regression;
-}
-
 }  // namespace
 
 std::vector<ComparedPair> ComparedStudyPairs(const config::BatchConfig& batch) {
@@ -187,7 +180,7 @@ std::vector<exporting::StudyComparison> CompareStudies(const config::BatchConfig
   std::map<std::size_t, std::string> unreadable;
   const auto read = [&](std::size_t i) {
     if (!predictions.count(i) && !unreadable.count(i)) try {
-        predictions.emplace(i, ReadStudyPredictions(batch.StudyDir(batch.studies[i].name)));
+        predictions.emplace(i, ReadStudyPredictions(batch.StudyDir(batch.studies[i].name), batch.studies[i].config.target.task));
       } catch (const Error& e) {
         unreadable[i] = fmt::format("the predictions of study {} could not be read: {}", batch.studies[i].name, e.what());
       }
@@ -222,7 +215,7 @@ std::vector<exporting::StudyComparison> CompareStudies(const config::BatchConfig
           paired.a.label = sa.name + "/" + la;
           paired.b.label = sb.name + "/" + lb;
           const int swaps = std::max(sa.config.statistics.pairedSwaps, sb.config.statistics.pairedSwaps);
-          c.tests = ComparePair(PairedTestSettings{TaskOf(pa.task), paired.y, swaps, c.seed}, paired.a, paired.b);
+          c.tests = ComparePair(PairedTestSettings{pa.task, paired.y, swaps, c.seed}, paired.a, paired.b);
           for (auto& t : c.tests) {  // the table names the studies and learners in columns of their own
             t.learnerA = la;
             t.learnerB = lb;

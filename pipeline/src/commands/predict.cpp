@@ -86,9 +86,8 @@ NewSubjects FromTable(const std::string& tablePath, std::string idColumn, const 
 }
 
 double ParseFinite(const std::string& cell, const std::string& where, const std::string& what) {
-  char* end = nullptr;
-  const double v = std::strtod(cell.c_str(), &end);
-  if (cell.empty() || end != cell.c_str() + cell.size() || !std::isfinite(v))
+  double v = 0;
+  if (!ParseFiniteCell(cell, v))
     throw InputError("predict:NotNumeric", where, fmt::format("{} holds \"{}\", expected a finite number", what, cell));
   return v;
 }

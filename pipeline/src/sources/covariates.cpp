@@ -13,12 +13,6 @@
 namespace neuromkl::pipeline {
 
 namespace {
-bool ParseFinite(const std::string& s, double& v) {
-  if (s.empty()) return false;
-  char* end = nullptr;
-  v = std::strtod(s.c_str(), &end);
-  return end == s.c_str() + s.size() && std::isfinite(v);
-}
 std::string Shown(const std::vector<std::string>& items, std::size_t limit) {
   std::vector<std::string> shown(items.begin(), items.begin() + static_cast<std::ptrdiff_t>(std::min(limit, items.size())));
   return Join(shown, ", ") + (items.size() > limit ? fmt::format(", ... ({} in all)", items.size()) : "");
@@ -51,7 +45,7 @@ CovariateDesign BuildCovariateDesign(const config::StudyConfig& study, const Coh
     std::vector<std::string> bad;
     for (Eigen::Index k = 0; k < n; ++k) {
       const int r = rows[static_cast<std::size_t>(k)];
-      if (!ParseFinite(cell(spec.columns[i], r), v[k])) bad.push_back(fmt::format("{}: \"{}\"", cohort.ids[static_cast<std::size_t>(r)], cell(spec.columns[i], r)));
+      if (!ParseFiniteCell(cell(spec.columns[i], r), v[k])) bad.push_back(fmt::format("{}: \"{}\"", cohort.ids[static_cast<std::size_t>(r)], cell(spec.columns[i], r)));
     }
     if (!bad.empty())
       throw ConfigError("config:Value", study.path,

@@ -28,13 +28,7 @@ std::string ResolveImagePath(const std::string& tablePath, const std::string& ce
 }
 
 namespace {
-bool ParseNumber(const std::string& s, double& v) {
-  const std::string t = Trim(s);
-  if (t.empty()) return false;
-  char* end = nullptr;
-  v = std::strtod(t.c_str(), &end);
-  return end == t.c_str() + t.size() && std::isfinite(v);
-}
+bool ParseNumber(const std::string& s, double& v) { return ParseFiniteCell(Trim(s), v); }
 
 bool IsImageExtension(const std::string& ext) {
   const std::string e = ToLower(ext);

@@ -29,4 +29,7 @@ DelimitedTable ReadDelimitedTable(const std::string& path);
 /// True for cells that mean "no value": empty, "n/a", "NA", "nan" (case-insensitive).
 bool IsMissingCell(const std::string& cell);
 
+/// A cell that is a finite number, the whole cell (no surrounding spaces): true and `value` set; false otherwise.
+bool ParseFiniteCell(const std::string& cell, double& value);
+
 }  // namespace neuromkl
