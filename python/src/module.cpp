@@ -20,6 +20,7 @@
 #include "neuromkl/config/study_config.hpp"
 #include "neuromkl/core/errors.hpp"
 #include "neuromkl/core/progress.hpp"
+#include "neuromkl/gram/combat.hpp"
 #include "neuromkl/gram/preprocess.hpp"
 #include "neuromkl/kernels/kernel_set.hpp"
 #include "neuromkl/learners/learner.hpp"
@@ -268,6 +269,34 @@ py::dict RunStudy(const std::string& pathOrText, bool isText, const std::string&
   return out;
 }
 
+/// ComBat fitted on (x_fit, sites_fit, cov_fit) and applied to (x_apply, sites_apply, cov_apply): gram::FitComBat and
+/// gram::ApplyComBat, as each fold of a harmonised study runs them. Returns the harmonised rows and the estimates.
+py::tuple Combat(const Stack& xFit, const std::vector<int>& sitesFit, const Stack& covFit, const Stack& xApply, const std::vector<int>& sitesApply,
+                 const Stack& covApply, bool empiricalBayes, double tolerance) {
+  const Eigen::MatrixXd fit = ToMatrix(xFit, "x_fit"), cFit = ToMatrix(covFit, "cov_fit"), cApply = ToMatrix(covApply, "cov_apply");
+  Eigen::MatrixXd apply = ToMatrix(xApply, "x_apply");
+  neuromkl::gram::ComBatModel model;
+  {
+    py::gil_scoped_release release;
+    neuromkl::gram::ComBatOptions options;
+    options.empiricalBayes = empiricalBayes;
+    options.tolerance = tolerance;
+    model = neuromkl::gram::FitComBat(fit, sitesFit, cFit, options, "combat");
+    neuromkl::gram::ApplyComBat(model, apply, sitesApply, cApply, "combat");
+  }
+  py::dict estimates;
+  estimates["alpha"] = model.alpha;
+  estimates["beta"] = model.beta;
+  estimates["sigma"] = model.sigma;
+  estimates["gamma_hat"] = model.gammaHat;
+  estimates["delta2_hat"] = model.delta2Hat;
+  estimates["gamma_star"] = model.gammaStar;
+  estimates["delta2_star"] = model.delta2Star;
+  estimates["sites"] = model.sites;
+  estimates["iterations"] = model.iterations;
+  return py::make_tuple(apply, estimates);
+}
+
 PyObject* MakeErrorClass(py::module_& m, const char* name, PyObject* bases, const char* doc) {
   const std::string full = std::string("neuromkl._core.") + name;
   PyObject* cls = PyErr_NewExceptionWithDoc(full.c_str(), doc, bases, nullptr);
@@ -318,6 +347,9 @@ PYBIND11_MODULE(_core, m) {
         "Decision values (or multiclass scores) for n_kernels x m x n test-vs-train kernels.");
   m.def("preprocess_fold", &PreprocessFold, py::arg("train_kernels"), py::arg("test_kernels"), py::arg("test_diag"), py::arg("centre") = true,
         py::arg("normalise") = true, "centring and cosine normalisation with training statistics, as nested CV prepares a fold: returns (train, test) stacks.");
+  m.def("combat", &Combat, py::arg("x_fit"), py::arg("sites_fit"), py::arg("cov_fit"), py::arg("x_apply"), py::arg("sites_apply"), py::arg("cov_apply"),
+        py::arg("empirical_bayes") = true, py::arg("tolerance") = 1e-10,
+        "ComBat (gram::FitComBat on the fit rows, gram::ApplyComBat on the apply rows): returns (harmonised apply rows, estimates).");
   m.def("learner_catalog", &Catalog, "Every learner with its tasks and parameter table (names, defaults, bounds).");
   m.def("run_study", &RunStudy, py::arg("path_or_text"), py::arg("is_text"), py::arg("base_dir"), py::arg("out_dir"), py::arg("threads"),
         py::arg("force"), py::arg("verbose"), "Runs a study through pipeline::RunStudy; returns the output folder and summary.");

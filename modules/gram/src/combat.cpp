@@ -1,0 +1,247 @@
+#include "neuromkl/gram/combat.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+
+#include <Eigen/QR>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "neuromkl/core/errors.hpp"
+
+namespace neuromkl::gram {
+
+namespace {
+
+/// Features are widened to double and fitted this many columns at a time: a block of n x 512 doubles stays small
+/// next to the features themselves.
+constexpr Eigen::Index kColumnBlock = 512;
+
+/// Relative convergence of one quantity of the iteration: a zero previous value counts as converged only when the
+/// new one is zero too.
+double RelativeChange(double now, double before) {
+  const double change = std::abs(now - before);
+  if (before == 0) return change == 0 ? 0.0 : std::numeric_limits<double>::infinity();
+  return change / std::abs(before);
+}
+
+/// Site labels sorted, each row's position among them, and the fit rows of each site.
+struct SiteRows {
+  std::vector<int> labels;
+  std::vector<int> of;  ///< per row
+  std::vector<std::vector<Eigen::Index>> rows;
+};
+
+SiteRows GroupSites(const std::vector<int>& sites) {
+  SiteRows out;
+  out.labels = sites;
+  std::sort(out.labels.begin(), out.labels.end());
+  out.labels.erase(std::unique(out.labels.begin(), out.labels.end()), out.labels.end());
+  out.rows.resize(out.labels.size());
+  for (std::size_t i = 0; i < sites.size(); ++i) {
+    const auto s = static_cast<int>(std::lower_bound(out.labels.begin(), out.labels.end(), sites[i]) - out.labels.begin());
+    out.of.push_back(s);
+    out.rows[static_cast<std::size_t>(s)].push_back(static_cast<Eigen::Index>(i));
+  }
+  return out;
+}
+
+/// The empirical-Bayes estimates of one feature at one site (Johnson et al. 2007, parametric priors): the fixed point
+/// of gamma* = (n tau2 gamma^ + delta*^2 gammaBar) / (n tau2 + delta*^2) and
+/// delta*^2 = (b + S(gamma*) / 2) / (n / 2 + a - 1), S(g) = sum_i (z_i - g)^2 = SS + n (gamma^ - g)^2.
+struct Prior {
+  double gammaBar = 0, tau2 = 0, a = 0, b = 0, mean = 0;
+  bool scaleDegenerate = false;  ///< every feature has the same delta^2: the inverse-gamma prior is a point mass at `mean`
+};
+
+int Shrink(const Prior& prior, double count, double gammaHat, double delta2Hat, double ss, const ComBatOptions& options, double& gammaStar,
+           double& delta2Star) {
+  double g = gammaHat, d = delta2Hat;
+  int iteration = 0;
+  while (iteration < options.maxIterations) {
+    ++iteration;
+    const double denominator = count * prior.tau2 + d;
+    const double gNew = denominator > 0 ? (count * prior.tau2 * gammaHat + d * prior.gammaBar) / denominator : gammaHat;
+    const double dNew = prior.scaleDegenerate ? prior.mean : (prior.b + 0.5 * (ss + count * (gammaHat - gNew) * (gammaHat - gNew))) / (0.5 * count + prior.a - 1.0);
+    const double change = std::max(RelativeChange(gNew, g), RelativeChange(dNew, d));
+    g = gNew;
+    d = dNew;
+    if (change < options.tolerance) break;
+  }
+  gammaStar = g;
+  delta2Star = d;
+  return iteration;
+}
+
+template <typename Matrix>
+ComBatModel Fit(const Matrix& X, const std::vector<int>& sites, const Eigen::Ref<const Eigen::MatrixXd>& C, const ComBatOptions& options,
+                const std::string& where) {
+  const Eigen::Index n = X.rows(), V = X.cols(), p = C.cols();
+  if (static_cast<Eigen::Index>(sites.size()) != n || C.rows() != n)
+    throw std::invalid_argument(fmt::format("FitComBat: {} rows, {} sites, {} covariate rows", n, sites.size(), C.rows()));
+  const SiteRows groups = GroupSites(sites);
+  const auto B = static_cast<Eigen::Index>(groups.labels.size());
+  ComBatModel model;
+  model.sites = groups.labels;
+  for (std::size_t s = 0; s < groups.rows.size(); ++s) {
+    model.fitCount.push_back(static_cast<Eigen::Index>(groups.rows[s].size()));
+    if (groups.rows[s].size() < 2)
+      throw InputError("combat:SiteTooSmall", where,
+                       fmt::format("site {} has {} subject(s) among the {} that fit the harmonisation here; each site needs at least 2 (its "
+                                   "variance is estimated from them): merge small sites, or use a split that keeps 2 or more of each site in "
+                                   "every training set (group or stratify by the site column)",
+                                   groups.labels[s], groups.rows[s].size(), n));
+  }
+  // Design [site indicators | covariates]: the indicators span the intercept.
+  Eigen::MatrixXd D = Eigen::MatrixXd::Zero(n, B + p);
+  for (Eigen::Index i = 0; i < n; ++i) D(i, groups.of[static_cast<std::size_t>(i)]) = 1.0;
+  D.rightCols(p) = C;
+  Eigen::CompleteOrthogonalDecomposition<Eigen::MatrixXd> cod(D);
+  cod.setThreshold(1e-10);
+  if (cod.rank() < B + p)
+    throw InputError("combat:CollinearCovariates", where,
+                     fmt::format("the harmonisation design (one column per site and {} covariate column(s)) has rank {} of {} over these {} "
+                                 "subjects: a covariate is constant within every site or is determined by the site, so the site effects "
+                                 "cannot be told apart from it; remove that covariate from /harmonisation/covariates",
+                                 p, cod.rank(), B + p, n));
+  const Eigen::MatrixXd solve = cod.pseudoInverse();  // (B + p) x n
+  Eigen::RowVectorXd siteWeight(B);
+  for (Eigen::Index s = 0; s < B; ++s) siteWeight[s] = static_cast<double>(model.fitCount[static_cast<std::size_t>(s)]) / static_cast<double>(n);
+
+  model.alpha.resize(V);
+  model.sigma.resize(V);
+  model.beta.resize(p, V);
+  model.gammaHat.setZero(B, V);
+  model.delta2Hat.setOnes(B, V);
+  Eigen::MatrixXd ss = Eigen::MatrixXd::Zero(B, V);  // per site, sum of (z - gamma^)^2
+  Eigen::VectorXd sigma2(V);
+  for (Eigen::Index c0 = 0; c0 < V; c0 += kColumnBlock) {
+    const Eigen::Index w = std::min(kColumnBlock, V - c0);
+    const Eigen::MatrixXd block = X.middleCols(c0, w).template cast<double>();
+    const Eigen::MatrixXd coef = solve * block;
+    sigma2.segment(c0, w) = (block - D * coef).colwise().squaredNorm().transpose() / static_cast<double>(n);
+    model.alpha.segment(c0, w) = (siteWeight * coef.topRows(B)).transpose();
+    model.beta.middleCols(c0, w) = coef.bottomRows(p);
+    for (Eigen::Index j = 0; j < w; ++j) {
+      const Eigen::Index v = c0 + j;
+      if (!(sigma2[v] > 0)) continue;
+      const double sd = std::sqrt(sigma2[v]);
+      for (Eigen::Index s = 0; s < B; ++s) {
+        const auto& rows = groups.rows[static_cast<std::size_t>(s)];
+        double sum = 0;
+        std::vector<double> z(rows.size());
+        for (std::size_t k = 0; k < rows.size(); ++k) {
+          const Eigen::Index i = rows[k];
+          z[k] = (block(i, j) - model.alpha[v] - C.row(i).dot(model.beta.col(v))) / sd;
+          sum += z[k];
+        }
+        const double mean = sum / static_cast<double>(rows.size());
+        double squares = 0;
+        for (const double zk : z) squares += (zk - mean) * (zk - mean);
+        model.gammaHat(s, v) = mean;
+        ss(s, v) = squares;
+        model.delta2Hat(s, v) = squares / static_cast<double>(rows.size() - 1);
+      }
+    }
+  }
+  model.sigma = sigma2.cwiseSqrt();
+  const double largest = V > 0 ? sigma2.maxCoeff() : 0.0;
+  model.passThrough.assign(static_cast<std::size_t>(V), 0);
+  std::vector<Eigen::Index> active;
+  for (Eigen::Index v = 0; v < V; ++v) {
+    if (largest > 0 && sigma2[v] > 1e-12 * largest) {
+      active.push_back(v);
+    } else {
+      model.passThrough[static_cast<std::size_t>(v)] = 1;
+      model.gammaHat.col(v).setZero();
+      model.delta2Hat.col(v).setOnes();
+    }
+  }
+  model.gammaStar = model.gammaHat;
+  model.delta2Star = model.delta2Hat;
+  // Priors need a spread over at least two features; with fewer the estimates stay unshrunk.
+  if (!options.empiricalBayes || active.size() < 2) return model;
+  const auto count = static_cast<double>(active.size());
+  for (Eigen::Index s = 0; s < B; ++s) {
+    Prior prior;
+    double gSum = 0, dSum = 0;
+    for (const Eigen::Index v : active) {
+      gSum += model.gammaHat(s, v);
+      dSum += model.delta2Hat(s, v);
+    }
+    prior.gammaBar = gSum / count;
+    const double m = dSum / count;
+    double gVar = 0, dVar = 0;
+    for (const Eigen::Index v : active) {
+      gVar += (model.gammaHat(s, v) - prior.gammaBar) * (model.gammaHat(s, v) - prior.gammaBar);
+      dVar += (model.delta2Hat(s, v) - m) * (model.delta2Hat(s, v) - m);
+    }
+    prior.tau2 = gVar / (count - 1);
+    const double s2 = dVar / (count - 1);
+    prior.mean = m;
+    prior.scaleDegenerate = !(s2 > 0);
+    if (!prior.scaleDegenerate) {
+      prior.a = (2 * s2 + m * m) / s2;
+      prior.b = (m * s2 + m * m * m) / s2;
+    }
+    const auto siteCount = static_cast<double>(model.fitCount[static_cast<std::size_t>(s)]);
+    for (const Eigen::Index v : active)
+      model.iterations = std::max(model.iterations, Shrink(prior, siteCount, model.gammaHat(s, v), model.delta2Hat(s, v), ss(s, v), options,
+                                                           model.gammaStar(s, v), model.delta2Star(s, v)));
+  }
+  return model;
+}
+
+}  // namespace
+
+int ComBatModel::SiteIndex(int site) const {
+  const auto it = std::lower_bound(sites.begin(), sites.end(), site);
+  return it != sites.end() && *it == site ? static_cast<int>(it - sites.begin()) : -1;
+}
+
+ComBatModel FitComBat(const Eigen::Ref<const Eigen::MatrixXf>& X, const std::vector<int>& sites, const Eigen::Ref<const Eigen::MatrixXd>& covariates,
+                      const ComBatOptions& options, const std::string& where) {
+  return Fit(X, sites, covariates, options, where);
+}
+
+ComBatModel FitComBat(const Eigen::Ref<const Eigen::MatrixXd>& X, const std::vector<int>& sites, const Eigen::Ref<const Eigen::MatrixXd>& covariates,
+                      const ComBatOptions& options, const std::string& where) {
+  return Fit(X, sites, covariates, options, where);
+}
+
+void ApplyComBat(const ComBatModel& model, Eigen::Ref<Eigen::MatrixXd> X, const std::vector<int>& sites, const Eigen::Ref<const Eigen::MatrixXd>& covariates,
+                 const std::string& where) {
+  const Eigen::Index n = X.rows(), V = X.cols();
+  if (static_cast<Eigen::Index>(sites.size()) != n || covariates.rows() != n || covariates.cols() != model.beta.rows() || V != model.alpha.size())
+    throw std::invalid_argument(fmt::format("ApplyComBat: {} x {} rows, {} sites, {} x {} covariates for a fit of {} features and {} covariates", n, V,
+                                            sites.size(), covariates.rows(), covariates.cols(), model.alpha.size(), model.beta.rows()));
+  std::vector<int> siteRow(static_cast<std::size_t>(n));
+  for (Eigen::Index i = 0; i < n; ++i) {
+    siteRow[static_cast<std::size_t>(i)] = model.SiteIndex(sites[static_cast<std::size_t>(i)]);
+    if (siteRow[static_cast<std::size_t>(i)] < 0)
+      throw InputError("combat:UnknownSite", where,
+                       fmt::format("row {} is from site {}, which the harmonisation was not fitted on (its sites: {})", i + 1,
+                                   sites[static_cast<std::size_t>(i)], fmt::join(model.sites, ", ")));
+  }
+  for (Eigen::Index c0 = 0; c0 < V; c0 += kColumnBlock) {
+    const Eigen::Index w = std::min(kColumnBlock, V - c0);
+    // alpha_v + c_i beta_v for the block: the part of each value ComBat preserves.
+    const Eigen::MatrixXd preserved = (covariates * model.beta.middleCols(c0, w)).rowwise() + model.alpha.segment(c0, w).transpose();
+    for (Eigen::Index j = 0; j < w; ++j) {
+      const Eigen::Index v = c0 + j;
+      if (model.passThrough[static_cast<std::size_t>(v)]) continue;
+      const double sd = model.sigma[v];
+      for (Eigen::Index i = 0; i < n; ++i) {
+        const int s = siteRow[static_cast<std::size_t>(i)];
+        const double d2 = model.delta2Star(s, v);
+        const double scale = d2 > 0 ? std::sqrt(d2) : 1.0;  // a site constant at this feature: its location only
+        const double z = (X(i, c0 + j) - preserved(i, j)) / sd;
+        X(i, c0 + j) = sd * (z - model.gammaStar(s, v)) / scale + preserved(i, j);
+      }
+    }
+  }
+}
+
+}  // namespace neuromkl::gram
