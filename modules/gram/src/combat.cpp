@@ -7,7 +7,6 @@
 
 #include <Eigen/QR>
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include "neuromkl/core/errors.hpp"
 
@@ -75,10 +74,16 @@ int Shrink(const Prior& prior, double count, double gammaHat, double delta2Hat, 
   return iteration;
 }
 
-template <typename Matrix>
-ComBatModel Fit(const Matrix& X, const std::vector<int>& sites, const Eigen::Ref<const Eigen::MatrixXd>& C, const ComBatOptions& options,
-                const std::string& where) {
-  const Eigen::Index n = X.rows(), V = X.cols(), p = C.cols();
+/// The name of a site label in messages.
+std::string SiteName(int label, const std::vector<std::string>& names) {
+  return label >= 0 && static_cast<std::size_t>(label) < names.size() ? "\"" + names[static_cast<std::size_t>(label)] + "\"" : std::to_string(label);
+}
+
+/// `Columns(c0, w)`: the fit rows' features [c0, c0 + w) as an n x w double matrix.
+template <typename Columns>
+ComBatModel Fit(Eigen::Index n, Eigen::Index V, const Columns& columns, const std::vector<int>& sites, const Eigen::Ref<const Eigen::MatrixXd>& C,
+                const ComBatOptions& options, const std::string& where) {
+  const Eigen::Index p = C.cols();
   if (static_cast<Eigen::Index>(sites.size()) != n || C.rows() != n)
     throw std::invalid_argument(fmt::format("FitComBat: {} rows, {} sites, {} covariate rows", n, sites.size(), C.rows()));
   const SiteRows groups = GroupSites(sites);
@@ -92,7 +97,7 @@ ComBatModel Fit(const Matrix& X, const std::vector<int>& sites, const Eigen::Ref
                        fmt::format("site {} has {} subject(s) among the {} that fit the harmonisation here; each site needs at least 2 (its "
                                    "variance is estimated from them): merge small sites, or use a split that keeps 2 or more of each site in "
                                    "every training set (group or stratify by the site column)",
-                                   groups.labels[s], groups.rows[s].size(), n));
+                                   SiteName(groups.labels[s], options.siteNames), groups.rows[s].size(), n));
   }
   // Design [site indicators | covariates]: the indicators span the intercept.
   Eigen::MatrixXd D = Eigen::MatrixXd::Zero(n, B + p);
@@ -119,7 +124,7 @@ ComBatModel Fit(const Matrix& X, const std::vector<int>& sites, const Eigen::Ref
   Eigen::VectorXd sigma2(V);
   for (Eigen::Index c0 = 0; c0 < V; c0 += kColumnBlock) {
     const Eigen::Index w = std::min(kColumnBlock, V - c0);
-    const Eigen::MatrixXd block = X.middleCols(c0, w).template cast<double>();
+    const Eigen::MatrixXd block = columns(c0, w);
     const Eigen::MatrixXd coef = solve * block;
     sigma2.segment(c0, w) = (block - D * coef).colwise().squaredNorm().transpose() / static_cast<double>(n);
     model.alpha.segment(c0, w) = (siteWeight * coef.topRows(B)).transpose();
@@ -194,6 +199,12 @@ ComBatModel Fit(const Matrix& X, const std::vector<int>& sites, const Eigen::Ref
   return model;
 }
 
+std::string Join(const std::vector<int>& labels, const std::vector<std::string>& names) {
+  std::string out;
+  for (const int label : labels) out += (out.empty() ? "" : ", ") + SiteName(label, names);
+  return out;
+}
+
 }  // namespace
 
 int ComBatModel::SiteIndex(int site) const {
@@ -203,18 +214,27 @@ int ComBatModel::SiteIndex(int site) const {
 
 ComBatModel FitComBat(const Eigen::Ref<const Eigen::MatrixXf>& X, const std::vector<int>& sites, const Eigen::Ref<const Eigen::MatrixXd>& covariates,
                       const ComBatOptions& options, const std::string& where) {
-  return Fit(X, sites, covariates, options, where);
+  const auto columns = [&](Eigen::Index c0, Eigen::Index w) -> Eigen::MatrixXd { return X.middleCols(c0, w).cast<double>(); };
+  return Fit(X.rows(), X.cols(), columns, sites, covariates, options, where);
 }
 
 ComBatModel FitComBat(const Eigen::Ref<const Eigen::MatrixXd>& X, const std::vector<int>& sites, const Eigen::Ref<const Eigen::MatrixXd>& covariates,
                       const ComBatOptions& options, const std::string& where) {
-  return Fit(X, sites, covariates, options, where);
+  const auto columns = [&](Eigen::Index c0, Eigen::Index w) -> Eigen::MatrixXd { return X.middleCols(c0, w); };
+  return Fit(X.rows(), X.cols(), columns, sites, covariates, options, where);
+}
+
+ComBatModel FitComBat(const Eigen::Ref<const Eigen::MatrixXf>& X, const std::vector<Eigen::Index>& rows, const std::vector<int>& sites,
+                      const Eigen::Ref<const Eigen::MatrixXd>& covariates, const ComBatOptions& options, const std::string& where) {
+  const auto columns = [&](Eigen::Index c0, Eigen::Index w) -> Eigen::MatrixXd { return X(rows, Eigen::seqN(c0, w)).cast<double>(); };
+  return Fit(static_cast<Eigen::Index>(rows.size()), X.cols(), columns, sites, covariates, options, where);
 }
 
 void ApplyComBat(const ComBatModel& model, Eigen::Ref<Eigen::MatrixXd> X, const std::vector<int>& sites, const Eigen::Ref<const Eigen::MatrixXd>& covariates,
-                 const std::string& where) {
+                 const std::string& where, Eigen::Index firstFeature, const std::vector<std::string>& siteNames) {
   const Eigen::Index n = X.rows(), V = X.cols();
-  if (static_cast<Eigen::Index>(sites.size()) != n || covariates.rows() != n || covariates.cols() != model.beta.rows() || V != model.alpha.size())
+  if (static_cast<Eigen::Index>(sites.size()) != n || covariates.rows() != n || covariates.cols() != model.beta.rows() || firstFeature < 0 ||
+      firstFeature + V > model.alpha.size())
     throw std::invalid_argument(fmt::format("ApplyComBat: {} x {} rows, {} sites, {} x {} covariates for a fit of {} features and {} covariates", n, V,
                                             sites.size(), covariates.rows(), covariates.cols(), model.alpha.size(), model.beta.rows()));
   std::vector<int> siteRow(static_cast<std::size_t>(n));
@@ -223,14 +243,15 @@ void ApplyComBat(const ComBatModel& model, Eigen::Ref<Eigen::MatrixXd> X, const 
     if (siteRow[static_cast<std::size_t>(i)] < 0)
       throw InputError("combat:UnknownSite", where,
                        fmt::format("row {} is from site {}, which the harmonisation was not fitted on (its sites: {})", i + 1,
-                                   sites[static_cast<std::size_t>(i)], fmt::join(model.sites, ", ")));
+                                   SiteName(sites[static_cast<std::size_t>(i)], siteNames), Join(model.sites, siteNames)));
   }
   for (Eigen::Index c0 = 0; c0 < V; c0 += kColumnBlock) {
     const Eigen::Index w = std::min(kColumnBlock, V - c0);
     // alpha_v + c_i beta_v for the block: the part of each value ComBat preserves.
-    const Eigen::MatrixXd preserved = (covariates * model.beta.middleCols(c0, w)).rowwise() + model.alpha.segment(c0, w).transpose();
+    const Eigen::Index f0 = firstFeature + c0;
+    const Eigen::MatrixXd preserved = (covariates * model.beta.middleCols(f0, w)).rowwise() + model.alpha.segment(f0, w).transpose();
     for (Eigen::Index j = 0; j < w; ++j) {
-      const Eigen::Index v = c0 + j;
+      const Eigen::Index v = f0 + j;
       if (model.passThrough[static_cast<std::size_t>(v)]) continue;
       const double sd = model.sigma[v];
       for (Eigen::Index i = 0; i < n; ++i) {

@@ -16,6 +16,7 @@
 #include "gram_fixtures.hpp"
 #include "neuromkl/core/errors.hpp"
 #include "neuromkl/gram/compact.hpp"
+#include "neuromkl/gram/harmonised.hpp"
 #include "neuromkl/gram/memory.hpp"
 #include "neuromkl/gram/owners.hpp"
 #include "testing.hpp"
@@ -75,6 +76,15 @@ std::vector<Backend> Backends(const gram::KernelList& kernels, const gram::Prepr
   held32->SetPreprocessing(pre);
   std::shared_ptr<gram::KernelStore> kept(held32.get(), [held32, compact](gram::KernelStore*) {});
   out.push_back({"3 owners, float32", kept, widened, ref32, 3});
+  // The store of harmonised sources prepares its folds from the fold's own kernels: with no harmonised source, those are
+  // the full kernels' fold rows, and every answer must be the in-memory one.
+  auto design = std::make_shared<gram::Harmonisation>();
+  design->sites.assign(static_cast<std::size_t>(kernels[0].rows()), 0);
+  design->covariates.resize(kernels[0].rows(), 0);
+  out.push_back({"harmonised store, no harmonised source",
+                 std::make_shared<gram::HarmonisedKernels>(float64, std::vector<gram::KernelOrigin>(kernels.size()),
+                                                           std::make_shared<const std::vector<gram::HarmonisedSource>>(), design),
+                 float64, ref64, 0});
   return out;
 }
 

@@ -22,6 +22,8 @@ struct ComBatOptions {
   /// point is then within about this relative distance (the map is a contraction), far below the data's precision.
   double tolerance = 1e-10;
   int maxIterations = 1000;
+  /// For messages: the name of each site label (label i = siteNames[i]); empty: the labels themselves.
+  std::vector<std::string> siteNames;
 };
 
 /// The estimates of one fit. Features whose pooled variance is 0 (relative to the largest, below 1e-12) are passed
@@ -45,10 +47,14 @@ ComBatModel FitComBat(const Eigen::Ref<const Eigen::MatrixXf>& X, const std::vec
                       const ComBatOptions& options, const std::string& where);
 ComBatModel FitComBat(const Eigen::Ref<const Eigen::MatrixXd>& X, const std::vector<int>& sites, const Eigen::Ref<const Eigen::MatrixXd>& covariates,
                       const ComBatOptions& options, const std::string& where);
+/// The same on rows `rows` of X (no copy of them): sites and covariates are those rows'.
+ComBatModel FitComBat(const Eigen::Ref<const Eigen::MatrixXf>& X, const std::vector<Eigen::Index>& rows, const std::vector<int>& sites,
+                      const Eigen::Ref<const Eigen::MatrixXd>& covariates, const ComBatOptions& options, const std::string& where);
 
-/// Harmonises rows with a fit's estimates, in place (each row's own site and covariates). InputError combat:UnknownSite
-/// (naming `where`) for a site the fit did not see.
+/// Harmonises rows with a fit's estimates, in place (each row's own site and covariates). X holds the features
+/// [firstFeature, firstFeature + X.cols()) of the fit (a region's columns). InputError combat:UnknownSite (naming `where`)
+/// for a site the fit did not see.
 void ApplyComBat(const ComBatModel& model, Eigen::Ref<Eigen::MatrixXd> X, const std::vector<int>& sites, const Eigen::Ref<const Eigen::MatrixXd>& covariates,
-                 const std::string& where);
+                 const std::string& where, Eigen::Index firstFeature = 0, const std::vector<std::string>& siteNames = {});
 
 }  // namespace neuromkl::gram

@@ -1,0 +1,78 @@
+#pragma once
+// Kernels of harmonised image sources (ComBat inside the folds, combat.hpp). ComBat's site scale is per voxel, so a
+// harmonised kernel has no form in terms of the raw kernels (ALGORITHMS.md section 16): this store keeps the sources'
+// voxel data, and every fold fits ComBat on its training subjects (or their reference group) only, harmonises its
+// training and test subjects with those estimates, and forms their region kernels from the harmonised voxels. The
+// fold is then prepared exactly as a fold of kernels in memory (centring, normalisation, covariates, source scales):
+// MemoryKernels over the fold's subjects. Kernels of other sources (tabular, connectivity, unharmonised images) are
+// read from their full kernels.
+// Cost per fold: the ComBat fit (two passes over the training voxels) and the kernels, (l + m)^2 x voxels
+// multiply-adds, where l + m are the fold's subjects; memory: the voxel data once (float32) and the fold's kernels.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <Eigen/Core>
+
+#include "neuromkl/gram/combat.hpp"
+#include "neuromkl/gram/store.hpp"
+
+namespace neuromkl::gram {
+
+/// One harmonised source: its voxel data over the store's rows. ComBat's priors pool every voxel of the source.
+struct HarmonisedSource {
+  std::string name;
+  std::shared_ptr<const Eigen::MatrixXf> voxels;  ///< rows x columns (the store's rows, in order)
+};
+
+/// Where a kernel comes from: a full kernel (source -1), or the columns [begin, end) of a harmonised source's voxels.
+struct KernelOrigin {
+  int source = -1;
+  Eigen::Index begin = 0, end = 0;
+};
+
+/// The ComBat design over the store's rows.
+struct Harmonisation {
+  std::vector<int> sites;                  ///< per row: site label (an index into siteNames)
+  std::vector<std::string> siteNames;
+  Eigen::MatrixXd covariates;              ///< rows x p: preserved biological covariates (no intercept); p may be 0
+  std::vector<char> fitRow;                ///< 1 = in the reference group ComBat is fitted on; empty = every row
+  ComBatOptions options;
+  std::string where;                       ///< names the configuration in errors (e.g. "study.json /harmonisation")
+};
+
+class HarmonisedKernels final : public KernelStore {
+ public:
+  /// `kernels`: every kernel over the rows (those of harmonised sources may be empty matrices: never read); `origins`: one
+  /// per kernel.
+  HarmonisedKernels(std::shared_ptr<const KernelList> kernels, std::vector<KernelOrigin> origins, std::shared_ptr<const std::vector<HarmonisedSource>> sources,
+                    std::shared_ptr<const Harmonisation> design);
+  std::size_t Count() const override { return kernels_->size(); }
+  Eigen::Index Subjects() const override { return static_cast<Eigen::Index>(design_->sites.size()); }
+  bool Compact() const override { return false; }
+  bool Centred() const override { return false; }
+  void CheckPreprocessing(const Preprocessing&) const override {}
+  std::unique_ptr<PreparedFold> OpenFold(const std::vector<int>& train, const std::vector<int>& test, const Preprocessing& pre) const override;
+  Eigen::VectorXd LargestCentredSelfSimilarities(const std::vector<int>& train, const Preprocessing& pre) const override;
+  /// Weights of the fold's harmonised images (map_r = sum_i D(i, r) x~_i, x~_i subject i harmonised with the fold's
+  /// ComBat estimates): a map of raw images needs the fold's estimates too (HarmoniseFold).
+  Eigen::MatrixXd SubjectWeights(const FoldModel& model, const Preprocessing& pre) const override;
+  std::uint64_t FoldTaskBytes(const FoldTask& task) const override;
+  std::unique_ptr<KernelStore> Subset(const std::vector<std::size_t>& which) const override;
+
+  const std::vector<HarmonisedSource>& Sources() const { return *sources_; }
+  const std::vector<KernelOrigin>& Origins() const { return origins_; }
+  /// The ComBat fit of source `source` on the fit rows among `train` (errors name `fold`).
+  ComBatModel FitFold(std::size_t source, const std::vector<int>& train, const std::string& fold) const;
+  /// Every kernel over rows `rows` (the fold's training then test subjects), harmonised sources formed from their voxels
+  /// harmonised with ComBat fitted on the fit rows among the first `trainCount` of them.
+  KernelList FoldKernelsOver(const std::vector<int>& rows, std::size_t trainCount, const std::string& fold) const;
+
+ private:
+  std::shared_ptr<const KernelList> kernels_;
+  std::vector<KernelOrigin> origins_;
+  std::shared_ptr<const std::vector<HarmonisedSource>> sources_;
+  std::shared_ptr<const Harmonisation> design_;
+};
+
+}  // namespace neuromkl::gram

@@ -1,0 +1,178 @@
+// Kernels of harmonised image sources, formed per fold (harmonised.hpp).
+#include "neuromkl/gram/harmonised.hpp"
+
+#include <algorithm>
+#include <numeric>
+#include <stdexcept>
+
+#include <fmt/format.h>
+#include <tbb/parallel_for.h>
+
+#include "neuromkl/core/errors.hpp"
+#include "neuromkl/gram/memory.hpp"
+
+namespace neuromkl::gram {
+
+namespace {
+
+std::vector<int> Positions(std::size_t begin, std::size_t end) {
+  std::vector<int> out(end - begin);
+  std::iota(out.begin(), out.end(), static_cast<int>(begin));
+  return out;
+}
+
+std::vector<int> Concatenate(const std::vector<int>& a, const std::vector<int>& b) {
+  std::vector<int> out = a;
+  out.insert(out.end(), b.begin(), b.end());
+  return out;
+}
+
+/// The study's preprocessing over a fold's rows: its covariates (design rows and reference group) restricted to them.
+Preprocessing OverRows(const Preprocessing& pre, const std::vector<int>& rows) {
+  Preprocessing out = pre;
+  if (pre.covariates) {
+    auto sliced = std::make_shared<Covariates>();
+    sliced->design.resize(static_cast<Eigen::Index>(rows.size()), pre.covariates->design.cols());
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      sliced->design.row(static_cast<Eigen::Index>(i)) = pre.covariates->design.row(rows[i]);
+      if (!pre.covariates->fitRow.empty()) sliced->fitRow.push_back(pre.covariates->fitRow[static_cast<std::size_t>(rows[i])]);
+    }
+    out.covariates = std::move(sliced);
+  }
+  return out;
+}
+
+/// A fold of the fold's own kernels (MemoryKernels over its rows), which it keeps alive.
+class HarmonisedFold final : public PreparedFold {
+ public:
+  HarmonisedFold(KernelList kernels, std::size_t train, std::size_t test, const Preprocessing& pre, const std::vector<int>& rows)
+      : kernels_(std::move(kernels)), fold_(kernels_.OpenMemoryFold(Positions(0, train), Positions(train, train + test), OverRows(pre, rows))) {}
+  Eigen::VectorXd Scales() const override { return fold_->Scales(); }
+  FoldKernels Summed() const override { return fold_->Summed(); }
+  void Weighted(TrainingForm form, WeightedKernels& out) const override { fold_->Weighted(form, out); }
+  std::vector<Eigen::MatrixXd> Products(const std::vector<std::size_t>& which, const Eigen::Ref<const Eigen::MatrixXd>& A,
+                                        const Eigen::VectorXd& scales) const override {
+    return fold_->Products(which, A, scales);
+  }
+
+ private:
+  MemoryKernels kernels_;
+  std::unique_ptr<MemoryFold> fold_;
+};
+
+}  // namespace
+
+HarmonisedKernels::HarmonisedKernels(std::shared_ptr<const KernelList> kernels, std::vector<KernelOrigin> origins,
+                                     std::shared_ptr<const std::vector<HarmonisedSource>> sources, std::shared_ptr<const Harmonisation> design)
+    : kernels_(std::move(kernels)), origins_(std::move(origins)), sources_(std::move(sources)), design_(std::move(design)) {
+  if (kernels_->size() != origins_.size())
+    throw std::invalid_argument(fmt::format("HarmonisedKernels: {} kernels, {} origins", kernels_->size(), origins_.size()));
+  const auto n = static_cast<Eigen::Index>(design_->sites.size());
+  if (design_->covariates.rows() != n || (!design_->fitRow.empty() && static_cast<Eigen::Index>(design_->fitRow.size()) != n))
+    throw std::invalid_argument("HarmonisedKernels: the design does not cover the rows");
+  for (std::size_t k = 0; k < origins_.size(); ++k) {
+    const auto& o = origins_[k];
+    if (o.source < 0) {
+      if ((*kernels_)[k].rows() != n) throw std::invalid_argument(fmt::format("HarmonisedKernels: kernel {} is not over the {} rows", k, n));
+      continue;
+    }
+    if (static_cast<std::size_t>(o.source) >= sources_->size()) throw std::invalid_argument("HarmonisedKernels: unknown source");
+    const auto& voxels = *(*sources_)[static_cast<std::size_t>(o.source)].voxels;
+    if (voxels.rows() != n || o.begin < 0 || o.end > voxels.cols() || o.begin >= o.end)
+      throw std::invalid_argument(fmt::format("HarmonisedKernels: kernel {} has columns [{}, {}) of {} x {} voxels", k, o.begin, o.end, voxels.rows(),
+                                              voxels.cols()));
+  }
+}
+
+ComBatModel HarmonisedKernels::FitFold(std::size_t source, const std::vector<int>& train, const std::string& fold) const {
+  const Harmonisation& h = *design_;
+  std::vector<Eigen::Index> rows;
+  for (const int i : train)
+    if (h.fitRow.empty() || h.fitRow[static_cast<std::size_t>(i)]) rows.push_back(i);
+  std::vector<int> sites;
+  for (const Eigen::Index i : rows) sites.push_back(h.sites[static_cast<std::size_t>(i)]);
+  ComBatOptions options = h.options;
+  options.siteNames = h.siteNames;
+  const std::string where = fmt::format("{} (source {}, {})", h.where, (*sources_)[source].name, fold);
+  return FitComBat(*(*sources_)[source].voxels, rows, sites, h.covariates(rows, Eigen::all), options, where);
+}
+
+KernelList HarmonisedKernels::FoldKernelsOver(const std::vector<int>& rows, std::size_t trainCount, const std::string& fold) const {
+  const Harmonisation& h = *design_;
+  KernelList out(Count());
+  const Eigen::VectorXi index = Eigen::Map<const Eigen::VectorXi>(rows.data(), static_cast<Eigen::Index>(rows.size()));
+  for (std::size_t k = 0; k < Count(); ++k)
+    if (origins_[k].source < 0) out[k] = (*kernels_)[k](index, index);
+  std::vector<int> rowSites;
+  for (const int i : rows) rowSites.push_back(h.sites[static_cast<std::size_t>(i)]);
+  const Eigen::MatrixXd rowCovariates = h.covariates(index, Eigen::all);
+  const std::vector<int> train(rows.begin(), rows.begin() + static_cast<std::ptrdiff_t>(trainCount));
+  for (std::size_t s = 0; s < sources_->size(); ++s) {
+    std::vector<std::size_t> kernels;
+    for (std::size_t k = 0; k < Count(); ++k)
+      if (origins_[k].source == static_cast<int>(s)) kernels.push_back(k);
+    if (kernels.empty()) continue;
+    const ComBatModel model = FitFold(s, train, fold);
+    for (const int site : rowSites)
+      if (model.SiteIndex(site) < 0)
+        throw InputError("combat:SiteNotInFit", fmt::format("{} (source {}, {})", h.where, (*sources_)[s].name, fold),
+                         fmt::format("site \"{}\" has subjects here but none among the training subjects{} the harmonisation is fitted on, so "
+                                     "its effects cannot be estimated; use a split that keeps every site in every training set (stratify or "
+                                     "group by the site column)",
+                                     h.siteNames.at(static_cast<std::size_t>(site)), h.fitRow.empty() ? "" : " of the reference group (fit_on)"));
+    const Eigen::MatrixXf& voxels = *(*sources_)[s].voxels;
+    const std::string where = fmt::format("{} (source {}, {})", h.where, (*sources_)[s].name, fold);
+    tbb::parallel_for(std::size_t{0}, kernels.size(), [&](std::size_t j) {
+      const KernelOrigin& o = origins_[kernels[j]];
+      Eigen::MatrixXd block = voxels(index, Eigen::seqN(o.begin, o.end - o.begin)).cast<double>();
+      ApplyComBat(model, block, rowSites, rowCovariates, where, o.begin, h.siteNames);
+      // The lower triangle from one rank update, mirrored: exactly symmetric.
+      Eigen::MatrixXd K = Eigen::MatrixXd::Zero(block.rows(), block.rows());
+      K.selfadjointView<Eigen::Lower>().rankUpdate(block);
+      K.triangularView<Eigen::StrictlyUpper>() = K.transpose();
+      out[kernels[j]] = std::move(K);
+    });
+  }
+  return out;
+}
+
+std::unique_ptr<PreparedFold> HarmonisedKernels::OpenFold(const std::vector<int>& train, const std::vector<int>& test, const Preprocessing& pre) const {
+  const std::vector<int> rows = Concatenate(train, test);
+  const std::string fold = fmt::format("a fold of {} training and {} test subjects", train.size(), test.size());
+  return std::make_unique<HarmonisedFold>(FoldKernelsOver(rows, train.size(), fold), train.size(), test.size(), pre, rows);
+}
+
+Eigen::VectorXd HarmonisedKernels::LargestCentredSelfSimilarities(const std::vector<int>& train, const Preprocessing& pre) const {
+  const MemoryKernels local(FoldKernelsOver(train, train.size(), fmt::format("a training set of {} subjects", train.size())));
+  return local.LargestCentredSelfSimilarities(Positions(0, train.size()), OverRows(pre, train));
+}
+
+Eigen::MatrixXd HarmonisedKernels::SubjectWeights(const FoldModel& model, const Preprocessing& pre) const {
+  const std::vector<int> rows = Concatenate(model.train, model.test);
+  const MemoryKernels local(FoldKernelsOver(rows, model.train.size(), fmt::format("a fold of {} training subjects", model.train.size())));
+  const FoldModel localModel{Positions(0, model.train.size()), Positions(model.train.size(), rows.size()), model.coef, model.beta};
+  const Eigen::MatrixXd weights = local.SubjectWeights(localModel, OverRows(pre, rows));
+  Eigen::MatrixXd D = Eigen::MatrixXd::Zero(Subjects(), weights.cols());
+  for (std::size_t i = 0; i < model.train.size(); ++i) D.row(model.train[i]) = weights.row(static_cast<Eigen::Index>(i));
+  return D;
+}
+
+std::uint64_t HarmonisedKernels::FoldTaskBytes(const FoldTask& task) const {
+  // The fold's own kernels over its subjects, and the prepared copies a memory fold makes of them; one region's
+  // harmonised voxels per thread are small next to them.
+  const auto rows = static_cast<double>(task.train + task.unlabelled + task.test);
+  return static_cast<std::uint64_t>(8.0 * (2.0 * static_cast<double>(Count()) * rows * rows + 2.0 * rows * rows));
+}
+
+std::unique_ptr<KernelStore> HarmonisedKernels::Subset(const std::vector<std::size_t>& which) const {
+  auto kernels = std::make_shared<KernelList>();
+  std::vector<KernelOrigin> origins;
+  for (const std::size_t k : which) {
+    if (k >= Count()) throw std::out_of_range(fmt::format("HarmonisedKernels::Subset: kernel {} of {}", k, Count()));
+    kernels->push_back((*kernels_)[k]);
+    origins.push_back(origins_[k]);
+  }
+  return std::make_unique<HarmonisedKernels>(std::move(kernels), std::move(origins), sources_, design_);
+}
+
+}  // namespace neuromkl::gram
