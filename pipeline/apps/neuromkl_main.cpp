@@ -130,6 +130,13 @@ void AddSimulate(CLI::App& app, Commands& c) {
   s->add_option("--connectivity", sim.connectivityNodes,
                 "also write a connectivity matrix per subject with this many nodes (connectomes/, column \"connectome\", nodes.tsv with 4 networks)");
   s->add_option("--connectivity-signal", cmd.connectivitySignal, "comma-separated node names (node01, node02, ...) whose connections carry the target effect");
+  s->add_option("--sites", sim.sites, "a multi-site cohort with this many sites (column \"site\"): each site scans region r as shift + scale x value")
+      ->capture_default_str();
+  s->add_option("--site-shift", sim.siteShift, "SD of the sites' offsets per region, in noise-SD units")->capture_default_str();
+  s->add_option("--site-scale", sim.siteScale, "SD of the log of the sites' gains per region")->capture_default_str();
+  s->add_option("--site-imbalance", sim.siteImbalance,
+                "in [0, 1): subjects above the target's median go to the first half of the sites with probability (1 + x) / 2 (a confound)")
+      ->capture_default_str();
 }
 
 void AddPredict(CLI::App& app, Commands& c) {

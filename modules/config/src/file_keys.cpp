@@ -33,7 +33,7 @@ void AddKernelSections(std::vector<ObjectKeys>& table, const std::string& at, bo
 
 std::vector<ObjectKeys> MakeStudyKeys() {
   std::vector<ObjectKeys> t = {
-      {"", {"$schema", "name", "description", "subjects", "target", "atlas", "mask", "kernels", "covariates", "cv", "learners", "permutations", "statistics",
+      {"", {"$schema", "name", "description", "subjects", "target", "atlas", "mask", "kernels", "covariates", "harmonisation", "cv", "learners", "permutations", "statistics",
             "region_scan", "ablation", "output", "seed", "threads"}},
       {"/subjects", {"table", "id_column", "image_column", "bids"}},
       {"/subjects/bids", {"root", "derivatives", "entities"}},
@@ -51,6 +51,9 @@ std::vector<ObjectKeys> MakeStudyKeys() {
   const std::vector<ObjectKeys> rest = {
       {"/covariates", {"columns", "categorical", "fit_on"}},
       {"/covariates/fit_on", {"column", "value"}},
+      {"/harmonisation", {"site_column", "covariates", "fit_on", "empirical_bayes", "sources"}},
+      {"/harmonisation/covariates", {"columns", "categorical"}},
+      {"/harmonisation/fit_on", {"column", "value"}},
       {"/cv", {"outer", "inner", "seed", "criterion"}},
       {"/cv/outer", kScheme},
       {"/cv/inner", kScheme},

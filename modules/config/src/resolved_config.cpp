@@ -168,6 +168,14 @@ std::string ResolvedConfigJson(const StudyConfig& c, bool forHash) {
     j["covariates"] = {{"columns", c.covariates.columns}, {"categorical", c.covariates.categorical}};
     j["covariates"]["fit_on"] = c.covariates.fitOnColumn.empty() ? Json("all") : Json{{"column", c.covariates.fitOnColumn}, {"value", c.covariates.fitOnValue}};
   }
+  if (c.harmonisation.Active()) {  // likewise only when given
+    const auto& h = c.harmonisation;
+    j["harmonisation"] = {{"site_column", h.siteColumn},
+                          {"covariates", {{"columns", h.preserve.columns}, {"categorical", h.preserve.categorical}}},
+                          {"fit_on", h.preserve.fitOnColumn.empty() ? Json("all") : Json{{"column", h.preserve.fitOnColumn}, {"value", h.preserve.fitOnValue}}},
+                          {"empirical_bayes", h.empiricalBayes},
+                          {"sources", h.sources}};
+  }
   j["cv"] = CvJson(c.cv);
   j["learners"] = Json::array();
   for (const auto& l : c.learners) j["learners"].push_back(LearnerJson(l));

@@ -200,18 +200,62 @@ void CheckColumns(const Checker& k, const std::vector<std::string>& columns, Poi
   }
 }
 
-void CheckCovariates(const Checker& k, const CovariateSpec& cov, const std::string& targetColumn) {
+void CheckCovariateColumns(const Checker& k, const CovariateSpec& cov) {
   CheckColumns(k, cov.columns, [&](std::size_t i) { return cov.ColumnPointer(i); });
-  CheckColumns(k, cov.categorical, [](std::size_t i) { return Indexed("/covariates/categorical", i); });
+  CheckColumns(k, cov.categorical, [&](std::size_t i) { return cov.CategoricalPointer(i); });
   for (std::size_t i = 0; i < cov.categorical.size(); ++i)
     if (std::find(cov.columns.begin(), cov.columns.end(), cov.categorical[i]) != cov.columns.end())
-      k.Fail(Indexed("/covariates/categorical", i), "column \"" + cov.categorical[i] + "\" is also in /covariates/columns (numeric); list it once");
+      k.Fail(cov.CategoricalPointer(i), "column \"" + cov.categorical[i] + "\" is also in " + cov.pointer + "/columns (numeric); list it once");
+}
+
+void CheckCovariates(const Checker& k, const CovariateSpec& cov, const std::string& targetColumn) {
+  CheckCovariateColumns(k, cov);
   if (cov.listForm && cov.columns.empty()) k.Fail("/covariates", "expected at least one column name");
   auto all = cov.columns;
   all.insert(all.end(), cov.categorical.begin(), cov.categorical.end());
   for (const auto& col : all)
     if (col == targetColumn)
       k.Fail("/covariates", "the target column \"" + col + "\" cannot be a covariate (regressing it out removes the signal)");
+}
+
+/// The image sources of a study: its own images, or the names of its image sources.
+std::vector<std::string> ImageSourceNames(const StudyConfig& c) {
+  std::vector<std::string> out;
+  if (c.kernels.source == KernelSource::Images) out.push_back("images");
+  for (const auto& s : c.kernels.sources)
+    if (s.kind == KernelSource::Images) out.push_back(s.name);
+  return out;
+}
+
+void CheckHarmonisation(const Checker& k, const StudyConfig& c) {
+  const HarmonisationSpec& h = c.harmonisation;
+  if (!h.Active()) return;
+  k.NonEmpty("/harmonisation/site_column", h.siteColumn);
+  if (h.siteColumn == c.target.column)
+    k.Fail("/harmonisation/site_column", "the site column cannot be the target \"" + h.siteColumn + "\" (harmonising would remove what is predicted)");
+  const CovariateSpec& cov = h.preserve;
+  CheckCovariateColumns(k, cov);
+  auto all = cov.columns;
+  all.insert(all.end(), cov.categorical.begin(), cov.categorical.end());
+  for (const auto& col : all) {
+    if (col == c.target.column)
+      k.Fail(cov.pointer, "the target \"" + col + "\" cannot be in the harmonisation's design: preserving its effect would use the labels of the "
+                          "held-out subjects the harmonisation is applied to (Fortin et al. 2017 preserve biological covariates, never the outcome "
+                          "being predicted)");
+    if (col == h.siteColumn) k.Fail(cov.pointer, "the site column \"" + col + "\" cannot also be a preserved covariate");
+  }
+  const std::vector<std::string> images = ImageSourceNames(c);
+  if (images.empty())
+    k.Fail("/harmonisation", "harmonisation applies to image sources (ComBat on their voxels), and this study has none; tabular, connectivity and "
+                             "precomputed sources are not harmonised");
+  for (std::size_t i = 0; i < h.sources.size(); ++i)
+    if (c.kernels.source != KernelSource::Sources || std::find(images.begin(), images.end(), h.sources[i]) == images.end())
+      k.Fail(Indexed("/harmonisation/sources", i), "expected the name of an image source of /kernels/sources (" +
+                                                       (c.kernels.source == KernelSource::Sources ? Join(images, ", ") : std::string("this study has no sources list")) +
+                                                       "), found " + Describe(Json(h.sources[i])));
+  if (c.kernels.precision == KernelPrecision::Float32)
+    k.Fail("/kernels/precision", "a harmonised study forms each fold's kernels from the harmonised voxels in float64; \"float32\" (the compact store "
+                                 "of precomputed kernels) does not apply: use \"float64\"");
 }
 
 void CheckScheme(const Checker& k, const CvSchemeSpec& s, const std::string& ptr) {
@@ -314,6 +358,7 @@ void CheckStudyConfig(const StudyConfig& c) {
   CheckAtlas(k, c.atlas, "/atlas");
   CheckKernels(k, c);
   CheckCovariates(k, c.covariates, c.target.column);
+  CheckHarmonisation(k, c);
   CheckCv(k, c.cv, c.target.task);
   CheckLearners(k, c.learners, c.target.task);
   k.Integer("/permutations/count", c.permutations.count, kPermutationsRange);

@@ -123,6 +123,14 @@ std::string StudySection(const RunRecord& r, const ReportData& data) {
                                   "{:.3f}{}",
                                   Escape(r.covariateFitOn), Escape(Join(r.covariateColumns, ", ")), r.covariateTargetR2,
                                   r.covariateTargetR2 > 0.1 ? " (the design is confounded: regions that track the covariates would otherwise carry weight)" : ""));
+  if (const auto& hm = r.harmonisation; !hm.siteColumn.empty()) {
+    std::vector<std::string> sites;
+    for (std::size_t s = 0; s < hm.sites.size(); ++s) sites.push_back(fmt::format("{} (n = {})", Escape(hm.sites[s]), hm.siteCounts[s]));
+    row("harmonisation", fmt::format("ComBat{} of {} inside every fold, fitted on its training subjects ({}) and applied to its test subjects; "
+                                     "sites in <code>{}</code>: {}; preserved: {}; voxel maps are maps of each fold's harmonised images",
+                                     hm.empiricalBayes ? " with empirical Bayes" : "", Escape(Join(hm.sources, ", ")), Escape(hm.fitOn),
+                                     Escape(hm.siteColumn), Join(sites, ", "), hm.designColumns.empty() ? "nothing" : Escape(Join(hm.designColumns, ", "))));
+  }
   row("cross-validation", "outer " + Escape(r.outerScheme) + "; inner " + Escape(r.innerScheme) + fmt::format("; seed {}", r.cvSeed));
   row("run", fmt::format("neuromkl {}, {}, seed {}, input hash <code>{}</code>, {:.1f} s", Escape(r.version), Escape(r.date), r.seed, r.inputHash,
                          r.seconds.count("total") ? r.seconds.at("total") : 0.0));

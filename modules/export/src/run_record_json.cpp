@@ -217,6 +217,26 @@ Json LearnerJson(const RunRecord& r, const LearnerRecord& lr) {
   return e;
 }
 
+/// results.json's "harmonisation": the sites, the design and the sources harmonised inside the folds.
+Json HarmonisationJson(const RunRecord::Harmonisation& h) {
+  Json counts = Json::object();
+  for (std::size_t s = 0; s < h.sites.size(); ++s) counts[h.sites[s]] = h.siteCounts[s];
+  Json sources = Json::array();
+  for (std::size_t s = 0; s < h.sources.size(); ++s) sources.push_back({{"name", h.sources[s]}, {"voxels", h.sourceVoxels[s]}});
+  return {{"method", "ComBat (Johnson, Li & Rabinovic 2007; Fortin et al. 2017, 2018)"},
+          {"site_column", h.siteColumn},
+          {"subjects_per_site", counts},
+          {"preserved_covariates", h.designColumns},
+          {"fit_on", h.fitOn},
+          {"empirical_bayes", h.empiricalBayes},
+          {"sources", sources},
+          {"voxel_bytes", h.bytes},
+          {"note", "every outer and inner fold fits ComBat on its training subjects (fit_on: those of the reference group) and harmonises its "
+                   "training and test subjects with those estimates; the harmonised sources' region kernels are formed in each fold from the "
+                   "harmonised voxels, before covariates, centring and normalisation; voxel maps are maps of each fold's harmonised images "
+                   "(docs/harmonisation.md)"}};
+}
+
 }  // namespace
 
 const ComparisonRecord* FindTest(const std::vector<ComparisonRecord>& tests, const std::string& test) {
@@ -332,6 +352,7 @@ std::string RunRecordJson(const RunRecord& r) {
                        {"note", "every kernel residualised on intercept + these columns inside every outer and inner fold, coefficients fitted on "
                                 "the fold's training subjects (fit_on) and applied to its test subjects, before centring and normalisation; "
                                 "target_r2: in-sample R^2 of the target (classification: +-1) on the covariates over the labelled subjects"}};
+  if (!r.harmonisation.siteColumn.empty()) j["harmonisation"] = HarmonisationJson(r.harmonisation);
   j["cv"] = {{"outer", r.outerScheme}, {"inner", r.innerScheme}, {"seed", r.cvSeed},
              {"inner_criterion", !r.innerCriterion.empty() ? r.innerCriterion + " (mean over inner folds, higher is better)"
                                  : r.task == "classification" ? "balanced_accuracy (mean over inner folds, higher is better)"

@@ -79,6 +79,34 @@ std::string SiteName(int label, const std::vector<std::string>& names) {
   return label >= 0 && static_cast<std::size_t>(label) < names.size() ? "\"" + names[static_cast<std::size_t>(label)] + "\"" : std::to_string(label);
 }
 
+/// Site s's priors from its unshrunk estimates over the `active` features: normal for gamma (mean and variance),
+/// inverse gamma for delta^2 by the method of moments (Johnson et al. 2007).
+Prior SitePrior(const ComBatModel& model, Eigen::Index s, const std::vector<Eigen::Index>& active) {
+  Prior prior;
+  const auto count = static_cast<double>(active.size());
+  double gSum = 0, dSum = 0;
+  for (const Eigen::Index v : active) {
+    gSum += model.gammaHat(s, v);
+    dSum += model.delta2Hat(s, v);
+  }
+  prior.gammaBar = gSum / count;
+  const double m = dSum / count;
+  double gVar = 0, dVar = 0;
+  for (const Eigen::Index v : active) {
+    gVar += (model.gammaHat(s, v) - prior.gammaBar) * (model.gammaHat(s, v) - prior.gammaBar);
+    dVar += (model.delta2Hat(s, v) - m) * (model.delta2Hat(s, v) - m);
+  }
+  prior.tau2 = gVar / (count - 1);
+  const double s2 = dVar / (count - 1);
+  prior.mean = m;
+  prior.scaleDegenerate = !(s2 > 0);
+  if (!prior.scaleDegenerate) {
+    prior.a = (2 * s2 + m * m) / s2;
+    prior.b = (m * s2 + m * m * m) / s2;
+  }
+  return prior;
+}
+
 /// `Columns(c0, w)`: the fit rows' features [c0, c0 + w) as an n x w double matrix.
 template <typename Columns>
 ComBatModel Fit(Eigen::Index n, Eigen::Index V, const Columns& columns, const std::vector<int>& sites, const Eigen::Ref<const Eigen::MatrixXd>& C,
@@ -129,6 +157,8 @@ ComBatModel Fit(Eigen::Index n, Eigen::Index V, const Columns& columns, const st
     sigma2.segment(c0, w) = (block - D * coef).colwise().squaredNorm().transpose() / static_cast<double>(n);
     model.alpha.segment(c0, w) = (siteWeight * coef.topRows(B)).transpose();
     model.beta.middleCols(c0, w) = coef.bottomRows(p);
+    // The block's residuals from alpha + c beta (z before dividing by sigma).
+    const Eigen::MatrixXd residual = (block - C * model.beta.middleCols(c0, w)).rowwise() - model.alpha.segment(c0, w).transpose();
     for (Eigen::Index j = 0; j < w; ++j) {
       const Eigen::Index v = c0 + j;
       if (!(sigma2[v] > 0)) continue;
@@ -136,15 +166,10 @@ ComBatModel Fit(Eigen::Index n, Eigen::Index V, const Columns& columns, const st
       for (Eigen::Index s = 0; s < B; ++s) {
         const auto& rows = groups.rows[static_cast<std::size_t>(s)];
         double sum = 0;
-        std::vector<double> z(rows.size());
-        for (std::size_t k = 0; k < rows.size(); ++k) {
-          const Eigen::Index i = rows[k];
-          z[k] = (block(i, j) - model.alpha[v] - C.row(i).dot(model.beta.col(v))) / sd;
-          sum += z[k];
-        }
+        for (const Eigen::Index i : rows) sum += residual(i, j) / sd;
         const double mean = sum / static_cast<double>(rows.size());
         double squares = 0;
-        for (const double zk : z) squares += (zk - mean) * (zk - mean);
+        for (const Eigen::Index i : rows) squares += (residual(i, j) / sd - mean) * (residual(i, j) / sd - mean);
         model.gammaHat(s, v) = mean;
         ss(s, v) = squares;
         model.delta2Hat(s, v) = squares / static_cast<double>(rows.size() - 1);
@@ -168,29 +193,8 @@ ComBatModel Fit(Eigen::Index n, Eigen::Index V, const Columns& columns, const st
   model.delta2Star = model.delta2Hat;
   // Priors need a spread over at least two features; with fewer the estimates stay unshrunk.
   if (!options.empiricalBayes || active.size() < 2) return model;
-  const auto count = static_cast<double>(active.size());
   for (Eigen::Index s = 0; s < B; ++s) {
-    Prior prior;
-    double gSum = 0, dSum = 0;
-    for (const Eigen::Index v : active) {
-      gSum += model.gammaHat(s, v);
-      dSum += model.delta2Hat(s, v);
-    }
-    prior.gammaBar = gSum / count;
-    const double m = dSum / count;
-    double gVar = 0, dVar = 0;
-    for (const Eigen::Index v : active) {
-      gVar += (model.gammaHat(s, v) - prior.gammaBar) * (model.gammaHat(s, v) - prior.gammaBar);
-      dVar += (model.delta2Hat(s, v) - m) * (model.delta2Hat(s, v) - m);
-    }
-    prior.tau2 = gVar / (count - 1);
-    const double s2 = dVar / (count - 1);
-    prior.mean = m;
-    prior.scaleDegenerate = !(s2 > 0);
-    if (!prior.scaleDegenerate) {
-      prior.a = (2 * s2 + m * m) / s2;
-      prior.b = (m * s2 + m * m * m) / s2;
-    }
+    const Prior prior = SitePrior(model, s, active);
     const auto siteCount = static_cast<double>(model.fitCount[static_cast<std::size_t>(s)]);
     for (const Eigen::Index v : active)
       model.iterations = std::max(model.iterations, Shrink(prior, siteCount, model.gammaHat(s, v), model.delta2Hat(s, v), ss(s, v), options,

@@ -45,8 +45,8 @@ Preprocessing OverRows(const Preprocessing& pre, const std::vector<int>& rows) {
 /// A fold of the fold's own kernels (MemoryKernels over its rows), which it keeps alive.
 class HarmonisedFold final : public PreparedFold {
  public:
-  HarmonisedFold(KernelList kernels, std::size_t train, std::size_t test, const Preprocessing& pre, const std::vector<int>& rows)
-      : kernels_(std::move(kernels)), fold_(kernels_.OpenMemoryFold(Positions(0, train), Positions(train, train + test), OverRows(pre, rows))) {}
+  HarmonisedFold(std::shared_ptr<const KernelList> kernels, std::size_t train, std::size_t test, const Preprocessing& pre, const std::vector<int>& rows)
+      : values_(std::move(kernels)), kernels_(*values_), fold_(kernels_.OpenMemoryFold(Positions(0, train), Positions(train, train + test), OverRows(pre, rows))) {}
   Eigen::VectorXd Scales() const override { return fold_->Scales(); }
   FoldKernels Summed() const override { return fold_->Summed(); }
   void Weighted(TrainingForm form, WeightedKernels& out) const override { fold_->Weighted(form, out); }
@@ -56,15 +56,17 @@ class HarmonisedFold final : public PreparedFold {
   }
 
  private:
-  MemoryKernels kernels_;
+  std::shared_ptr<const KernelList> values_;
+  MemoryKernels kernels_;  ///< refers to *values_
   std::unique_ptr<MemoryFold> fold_;
 };
 
 }  // namespace
 
 HarmonisedKernels::HarmonisedKernels(std::shared_ptr<const KernelList> kernels, std::vector<KernelOrigin> origins,
-                                     std::shared_ptr<const std::vector<HarmonisedSource>> sources, std::shared_ptr<const Harmonisation> design)
-    : kernels_(std::move(kernels)), origins_(std::move(origins)), sources_(std::move(sources)), design_(std::move(design)) {
+                                     std::shared_ptr<const std::vector<HarmonisedSource>> sources, std::shared_ptr<const Harmonisation> design,
+                                     std::uint64_t keptBytes)
+    : kernels_(std::move(kernels)), origins_(std::move(origins)), sources_(std::move(sources)), design_(std::move(design)), keptBytes_(keptBytes) {
   if (kernels_->size() != origins_.size())
     throw std::invalid_argument(fmt::format("HarmonisedKernels: {} kernels, {} origins", kernels_->size(), origins_.size()));
   const auto n = static_cast<Eigen::Index>(design_->sites.size());
@@ -136,20 +138,69 @@ KernelList HarmonisedKernels::FoldKernelsOver(const std::vector<int>& rows, std:
   return out;
 }
 
+std::vector<Eigen::VectorXd> HarmonisedKernels::ColumnWeights(std::size_t source, const std::vector<int>& train,
+                                                              const std::vector<const Eigen::MatrixXd*>& weights, const std::string& fold) const {
+  const Harmonisation& h = *design_;
+  const Eigen::MatrixXf& voxels = *(*sources_).at(source).voxels;
+  std::vector<Eigen::VectorXd> out(weights.size(), Eigen::VectorXd::Zero(voxels.cols()));
+  const ComBatModel model = FitFold(source, train, fold);
+  const Eigen::VectorXi index = Eigen::Map<const Eigen::VectorXi>(train.data(), static_cast<Eigen::Index>(train.size()));
+  std::vector<int> sites;
+  for (const int i : train) sites.push_back(h.sites[static_cast<std::size_t>(i)]);
+  const Eigen::MatrixXd covariates = h.covariates(index, Eigen::all);
+  const std::string where = fmt::format("{} (source {}, {})", h.where, (*sources_)[source].name, fold);
+  std::vector<std::size_t> kernels;
+  for (std::size_t k = 0; k < Count(); ++k)
+    if (origins_[k].source == static_cast<int>(source)) kernels.push_back(k);
+  // Kernels own disjoint columns: each task writes its own segments.
+  tbb::parallel_for(std::size_t{0}, kernels.size(), [&](std::size_t j) {
+    const std::size_t k = kernels[j];
+    const KernelOrigin& o = origins_[k];
+    Eigen::MatrixXd block = voxels(index, Eigen::seqN(o.begin, o.end - o.begin)).cast<double>();
+    ApplyComBat(model, block, sites, covariates, where, o.begin, h.siteNames);
+    for (std::size_t m = 0; m < weights.size(); ++m)
+      out[m].segment(o.begin, o.end - o.begin) = block.transpose() * (*weights[m])(index, static_cast<Eigen::Index>(k));
+  });
+  return out;
+}
+
+std::shared_ptr<const KernelList> HarmonisedKernels::FoldKernels(const std::vector<int>& rows, std::size_t trainCount, const std::string& fold) const {
+  {
+    const std::lock_guard<std::mutex> lock(keptMutex_);
+    for (const auto& k : kept_)
+      if (k.trainCount == trainCount && k.rows == rows) return k.kernels;
+  }
+  // Formed outside the lock: folds of the nested CV run at once.
+  auto kernels = std::make_shared<const KernelList>(FoldKernelsOver(rows, trainCount, fold));
+  const std::lock_guard<std::mutex> lock(keptMutex_);
+  kept_.push_front({rows, trainCount, kernels});
+  std::uint64_t held = 0;
+  std::size_t keep = 0;
+  for (const auto& k : kept_) {
+    const auto size = static_cast<std::uint64_t>(k.rows.size() * k.rows.size() * Count() * sizeof(double));
+    if (keep > 0 && held + size > keptBytes_) break;
+    held += size;
+    ++keep;
+  }
+  kept_.resize(keep);
+  return kernels;
+}
+
 std::unique_ptr<PreparedFold> HarmonisedKernels::OpenFold(const std::vector<int>& train, const std::vector<int>& test, const Preprocessing& pre) const {
   const std::vector<int> rows = Concatenate(train, test);
   const std::string fold = fmt::format("a fold of {} training and {} test subjects", train.size(), test.size());
-  return std::make_unique<HarmonisedFold>(FoldKernelsOver(rows, train.size(), fold), train.size(), test.size(), pre, rows);
+  return std::make_unique<HarmonisedFold>(FoldKernels(rows, train.size(), fold), train.size(), test.size(), pre, rows);
 }
 
 Eigen::VectorXd HarmonisedKernels::LargestCentredSelfSimilarities(const std::vector<int>& train, const Preprocessing& pre) const {
-  const MemoryKernels local(FoldKernelsOver(train, train.size(), fmt::format("a training set of {} subjects", train.size())));
+  const MemoryKernels local(*FoldKernels(train, train.size(), fmt::format("a training set of {} subjects", train.size())));
   return local.LargestCentredSelfSimilarities(Positions(0, train.size()), OverRows(pre, train));
 }
 
 Eigen::MatrixXd HarmonisedKernels::SubjectWeights(const FoldModel& model, const Preprocessing& pre) const {
   const std::vector<int> rows = Concatenate(model.train, model.test);
-  const MemoryKernels local(FoldKernelsOver(rows, model.train.size(), fmt::format("a fold of {} training subjects", model.train.size())));
+  const auto kernels = FoldKernels(rows, model.train.size(), fmt::format("a fold of {} training subjects", model.train.size()));
+  const MemoryKernels local(*kernels);
   const FoldModel localModel{Positions(0, model.train.size()), Positions(model.train.size(), rows.size()), model.coef, model.beta};
   const Eigen::MatrixXd weights = local.SubjectWeights(localModel, OverRows(pre, rows));
   Eigen::MatrixXd D = Eigen::MatrixXd::Zero(Subjects(), weights.cols());
@@ -158,8 +209,8 @@ Eigen::MatrixXd HarmonisedKernels::SubjectWeights(const FoldModel& model, const 
 }
 
 std::uint64_t HarmonisedKernels::FoldTaskBytes(const FoldTask& task) const {
-  // The fold's own kernels over its subjects, and the prepared copies a memory fold makes of them; one region's
-  // harmonised voxels per thread are small next to them.
+  // The fold's own kernels over its subjects and the prepared copies a memory fold makes of them (the folds kept for
+  // reuse are bounded on their own, keptBytes); one region's harmonised voxels per thread are small next to them.
   const auto rows = static_cast<double>(task.train + task.unlabelled + task.test);
   return static_cast<std::uint64_t>(8.0 * (2.0 * static_cast<double>(Count()) * rows * rows + 2.0 * rows * rows));
 }
@@ -172,7 +223,7 @@ std::unique_ptr<KernelStore> HarmonisedKernels::Subset(const std::vector<std::si
     kernels->push_back((*kernels_)[k]);
     origins.push_back(origins_[k]);
   }
-  return std::make_unique<HarmonisedKernels>(std::move(kernels), std::move(origins), sources_, design_);
+  return std::make_unique<HarmonisedKernels>(std::move(kernels), std::move(origins), sources_, design_, keptBytes_);
 }
 
 }  // namespace neuromkl::gram

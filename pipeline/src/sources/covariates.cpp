@@ -19,8 +19,7 @@ std::string Shown(const std::vector<std::string>& items, std::size_t limit) {
 }
 }  // namespace
 
-CovariateDesign BuildCovariateDesign(const config::StudyConfig& study, const Cohort& cohort, const std::vector<int>& rows) {
-  const auto& spec = study.covariates;
+CovariateDesign BuildCovariateDesign(const config::StudyConfig& study, const config::CovariateSpec& spec, const Cohort& cohort, const std::vector<int>& rows) {
   CovariateDesign out;
   const auto n = static_cast<Eigen::Index>(rows.size());
   auto cell = [&](const std::string& column, int row) -> const std::string& { return cohort.covariateCells.at(column)[static_cast<std::size_t>(row)]; };
@@ -70,9 +69,9 @@ CovariateDesign BuildCovariateDesign(const config::StudyConfig& study, const Coh
     levels.erase(std::unique(levels.begin(), levels.end()), levels.end());
     if (levels.size() < 2)
       throw ConfigError("config:Value", study.path,
-                        fmt::format("/covariates/categorical/{}: categorical covariate \"{}\" has a single level (\"{}\") among the {} subjects used; "
-                                    "a constant cannot be regressed out (remove it)",
-                                    i, spec.categorical[i], levels.empty() ? "" : levels[0], rows.size()));
+                        fmt::format("{}: categorical covariate \"{}\" has a single level (\"{}\") among the {} subjects used; "
+                                    "a constant cannot be in the design (remove it)",
+                                    spec.CategoricalPointer(i), spec.categorical[i], levels.empty() ? "" : levels[0], rows.size()));
     for (std::size_t l = 1; l < levels.size(); ++l) {  // the first level (sorted) is the reference
       Eigen::VectorXd v(n);
       for (Eigen::Index k = 0; k < n; ++k) v[k] = cell(spec.categorical[i], rows[static_cast<std::size_t>(k)]) == levels[l] ? 1.0 : 0.0;
@@ -95,7 +94,7 @@ CovariateDesign BuildCovariateDesign(const config::StudyConfig& study, const Coh
     }
     if (std::find(out.covariates.fitRow.begin(), out.covariates.fitRow.end(), 1) == out.covariates.fitRow.end())
       throw ConfigError("config:Value", study.path,
-                        fmt::format("/covariates/fit_on/value: no subject used has \"{}\" in column \"{}\" (values found: {})", spec.fitOnValue,
+                        fmt::format("{}/value: no subject used has \"{}\" in column \"{}\" (values found: {})", spec.fitOnPointer, spec.fitOnValue,
                                     spec.fitOnColumn, Shown(std::vector<std::string>(seen.begin(), seen.end()), 10)));
   }
   return out;

@@ -296,11 +296,12 @@ void ReadDesignColumns(const config::StudyConfig& study, const DelimitedTable& t
     auto& cells = c.covariateCells[name];
     for (const auto& row : table.rows) cells.push_back(Trim(row[*col]));
   };
-  for (std::size_t i = 0; i < study.covariates.columns.size(); ++i)
-    covariateColumn(study.covariates.columns[i], study.covariates.ColumnPointer(i));
-  for (std::size_t i = 0; i < study.covariates.categorical.size(); ++i)
-    covariateColumn(study.covariates.categorical[i], "/covariates/categorical/" + std::to_string(i));
-  if (!study.covariates.fitOnColumn.empty()) covariateColumn(study.covariates.fitOnColumn, "/covariates/fit_on/column");
+  for (const config::CovariateSpec* spec : {&study.covariates, &study.harmonisation.preserve}) {
+    for (std::size_t i = 0; i < spec->columns.size(); ++i) covariateColumn(spec->columns[i], spec->ColumnPointer(i));
+    for (std::size_t i = 0; i < spec->categorical.size(); ++i) covariateColumn(spec->categorical[i], spec->CategoricalPointer(i));
+    if (!spec->fitOnColumn.empty()) covariateColumn(spec->fitOnColumn, spec->fitOnPointer + "/column");
+  }
+  if (study.harmonisation.Active()) covariateColumn(study.harmonisation.siteColumn, "/harmonisation/site_column");
   column(groupColumn, "group column, /cv/*/group_column", c.groups);
   column(foldColumn, "fold column, /cv/*/fold_column", c.customFolds);
 }

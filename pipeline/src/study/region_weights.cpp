@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <iterator>
+#include <map>
 #include <numeric>
 
 #include <fmt/format.h>
@@ -32,6 +33,7 @@ struct FoldMapWeights {
   std::vector<Eigen::MatrixXd> subjectWeights;  ///< weight maps, then pattern maps
   std::size_t weightMaps = 0;                   ///< how many of subjectWeights are weight maps
   std::vector<std::size_t> learnerOf;           ///< learner of each weight map
+  std::vector<std::vector<int>> trainOf;        ///< the training subjects of the fold of each map (weight maps, then patterns)
   std::vector<Eigen::Index> classOf;            ///< multiclass: class of each weight map
   bool WithPatterns() const { return subjectWeights.size() > weightMaps; }
 };
@@ -40,6 +42,7 @@ FoldMapWeights CollectFoldMapWeights(const StudyContext& ctx, const std::vector<
                                      const std::vector<std::vector<weights::ActivationPattern>>& patterns) {
   FoldMapWeights w;
   std::vector<Eigen::MatrixXd> patternWeights;  // one per weight map, or none
+  std::vector<std::vector<int>> patternTrain;
   for (std::size_t l = 0; l < learners.size(); ++l)
     for (const auto& fold : learners[l].outcome.folds) {
       if (!fold.error.empty()) continue;
@@ -53,6 +56,7 @@ FoldMapWeights CollectFoldMapWeights(const StudyContext& ctx, const std::vector<
           w.subjectWeights.push_back(ctx.SubjectWeights({train, fold.test, fold.model.coefs.col(c), beta.cwiseProduct(scales)}));
           w.learnerOf.push_back(l);
           w.classOf.push_back(c);
+          w.trainOf.push_back(train);
         }
         continue;
       }
@@ -60,14 +64,61 @@ FoldMapWeights CollectFoldMapWeights(const StudyContext& ctx, const std::vector<
       if (l < patterns.size()) {
         const std::size_t k = static_cast<std::size_t>(std::count(w.learnerOf.begin(), w.learnerOf.end(), l));  // this learner's successful fold k
         patternWeights.push_back(ctx.SubjectWeights({train, fold.test, patterns[l].at(k).c, Eigen::VectorXd::Ones(scales.size())}));
+        patternTrain.push_back(train);
       }
       w.learnerOf.push_back(l);
+      w.trainOf.push_back(train);
     }
   if (!patternWeights.empty() && patternWeights.size() != w.subjectWeights.size())
     throw NumericalError("weights:Patterns", "activation patterns", "one pattern per fold map expected");  // a bug, not an input problem
   w.weightMaps = w.subjectWeights.size();
   w.subjectWeights.insert(w.subjectWeights.end(), std::make_move_iterator(patternWeights.begin()), std::make_move_iterator(patternWeights.end()));
+  w.trainOf.insert(w.trainOf.end(), patternTrain.begin(), patternTrain.end());
   return w;
+}
+
+/// The store's index of the harmonised source `name`, or -1 when that source is not harmonised.
+int HarmonisedSourceIndex(const StudyContext& ctx, const std::string& name) {
+  if (!ctx.harmonisedKernels) return -1;
+  const auto& sources = ctx.harmonisedKernels->Sources();
+  for (std::size_t s = 0; s < sources.size(); ++s)
+    if (sources[s].name == name) return static_cast<int>(s);
+  return -1;
+}
+
+/// The maps of a harmonised image source (its kernels [first, first + count)): each fold's maps are the weighted sums
+/// of that fold's harmonised training images (HarmonisedKernels::ColumnWeights), painted onto the source's grid (a
+/// probabilistic region's voxel carries sqrt(p) once more, as its kernel's features do). They apply to images harmonised
+/// (and intensity-scaled) as that fold harmonised them.
+std::vector<std::vector<float>> HarmonisedVoxelMaps(const StudyContext& ctx, int source, const atlas::RegionIndex& regions, std::size_t first,
+                                                    std::size_t count, const FoldMapWeights& w) {
+  const auto V = static_cast<std::size_t>(regions.grid.VoxelCount());
+  std::vector<std::vector<float>> maps(w.subjectWeights.size(), std::vector<float>(V, 0.0f));
+  std::map<std::int64_t, const atlas::RegionVoxels*> byLabel;
+  for (const auto& r : regions.regions) byLabel[r.label] = &r;
+  const auto& origins = ctx.harmonisedKernels->Origins();
+  // One ComBat fit and one pass over the training voxels per fold, for every map of that fold.
+  std::map<std::vector<int>, std::vector<std::size_t>> mapsOfFold;
+  for (std::size_t m = 0; m < w.subjectWeights.size(); ++m) mapsOfFold[w.trainOf[m]].push_back(m);
+  for (const auto& [train, which] : mapsOfFold) {
+    std::vector<const Eigen::MatrixXd*> weights;
+    for (const std::size_t m : which) weights.push_back(&w.subjectWeights[m]);
+    const auto columns = ctx.harmonisedKernels->ColumnWeights(static_cast<std::size_t>(source), train, weights,
+                                                              fmt::format("the maps of a fold of {} training subjects", train.size()));
+    for (std::size_t k = first; k < first + count; ++k) {
+      const auto it = byLabel.find(ctx.ks.set.info[k].label);
+      if (it == byLabel.end()) continue;
+      const atlas::RegionVoxels& region = *it->second;
+      const gram::KernelOrigin& o = origins[k];
+      for (std::size_t j = 0; j < region.voxels.size(); ++j) {
+        const double scale = region.weights.empty() ? 1.0 : std::sqrt(static_cast<double>(region.weights[j]));
+        const auto v = static_cast<std::size_t>(region.voxels[j]);
+        for (std::size_t q = 0; q < which.size(); ++q)
+          maps[which[q]][v] += static_cast<float>(scale * columns[q][o.begin + static_cast<Eigen::Index>(j)]);
+      }
+    }
+  }
+  return maps;
 }
 
 /// Intensity-scaled kernels are kernels of x_i / s_i: the map sum_i D_i (x_i / s_i) reads the raw images.
@@ -153,6 +204,18 @@ void AddImageSourceMaps(const StudyContext& ctx, const FoldMapWeights& w, const 
                         exporting::WeightMaps& maps) {
   for (const auto& source : ctx.ks.imageSources) {
     const auto first = static_cast<Eigen::Index>(source.firstKernel), count = static_cast<Eigen::Index>(source.kernelCount);
+    if (const int harmonised = HarmonisedSourceIndex(ctx, source.name); harmonised >= 0) {
+      auto& out = maps.sources.emplace_back();
+      out.name = source.name;
+      out.regions = &source.regions;
+      out.classMean.resize(learners);
+      auto [computed, pattern] =
+          MapCollector::Split(HarmonisedVoxelMaps(ctx, harmonised, source.regions, source.firstKernel, source.kernelCount, w), w.weightMaps);
+      collector.Collect(std::move(computed), out.folds, out.mean, w.classOf.empty() ? nullptr : &out.classMean);
+      out.stability = FoldMapStabilities(out.folds);
+      if (w.WithPatterns()) collector.Collect(std::move(pattern), out.patternFolds, out.patternMean, nullptr, false);
+      continue;
+    }
     std::vector<Eigen::MatrixXd> sourceWeights;
     for (const auto& D : w.subjectWeights) sourceWeights.push_back(D.middleCols(first, count));
     const std::vector<kernels::KernelInfo> info(ctx.ks.set.info.begin() + first, ctx.ks.set.info.begin() + first + count);
@@ -221,13 +284,18 @@ exporting::WeightMaps ComputeWeightMaps(const StudyContext& ctx, const std::vect
   maps.mean.resize(learners.size());
   maps.classMean.resize(learners.size());
   FoldMapWeights w = CollectFoldMapWeights(ctx, learners, patterns);
-  DivideByIntensityScale(w.subjectWeights, ctx.kernelRows, ctx.ks.set.intensityScale);
   const MapCollector collector(w, learners.size(), ctx.study.output.weightMapUnitNorm, maps);
   if (ctx.ks.regions) {
+    // Harmonised images: the maps of each fold's harmonised images (intensity scaling included in them); otherwise
+    // weights of the raw images, intensity scaling undone.
+    const bool harmonised = ctx.harmonisedKernels != nullptr;
+    if (!harmonised) DivideByIntensityScale(w.subjectWeights, ctx.kernelRows, ctx.ks.set.intensityScale);
     std::vector<std::string> images;
     for (auto r : ctx.kernelRows) images.push_back(ctx.cohort.images[static_cast<std::size_t>(r)]);
-    auto [computed, pattern] =
-        MapCollector::Split(weights::VoxelMaps(images, *ctx.ks.regions, ctx.ks.set.info, w.subjectWeights, ctx.study.kernels.nanPolicy), w.weightMaps);
+    auto [computed, pattern] = MapCollector::Split(
+        harmonised ? HarmonisedVoxelMaps(ctx, 0, *ctx.ks.regions, 0, ctx.KernelCount(), w)
+                   : weights::VoxelMaps(images, *ctx.ks.regions, ctx.ks.set.info, w.subjectWeights, ctx.study.kernels.nanPolicy),
+        w.weightMaps);
     collector.Collect(std::move(computed), maps.folds, maps.mean, &maps.classMean);
     maps.stability = FoldMapStabilities(maps.folds);
     if (w.WithPatterns()) collector.Collect(std::move(pattern), maps.patternFolds, maps.patternMean, nullptr, false);

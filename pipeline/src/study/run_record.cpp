@@ -130,6 +130,26 @@ void RecordKernels(const StudyContext& ctx, exporting::RunRecord& record) {
   }
 }
 
+/// The harmonisation: sites, preserved covariates, reference group, the sources harmonised and the voxels they hold.
+void RecordHarmonisation(const StudyContext& ctx, exporting::RunRecord& record) {
+  if (!ctx.harmonisation) return;
+  const auto& spec = ctx.study.harmonisation;
+  auto& h = record.harmonisation;
+  h.siteColumn = spec.siteColumn;
+  h.sites = ctx.harmonisation->siteNames;
+  h.siteCounts.assign(h.sites.size(), 0);
+  for (const int s : ctx.harmonisation->sites) ++h.siteCounts[static_cast<std::size_t>(s)];
+  const CovariateDesign design = BuildCovariateDesign(ctx.study, spec.preserve, ctx.cohort, ctx.kernelRows);
+  h.designColumns = design.columns;
+  h.fitOn = design.fitOn;
+  h.empiricalBayes = spec.empiricalBayes;
+  for (const auto& source : ctx.harmonisedSources) {
+    h.sources.push_back(source.name);
+    h.sourceVoxels.push_back(source.voxels);
+    h.bytes += source.bytes;
+  }
+}
+
 /// The covariates regressed out, and how much of the target they explain (warned from kCovariateR2Warning).
 void RecordCovariates(const StudyContext& ctx, exporting::RunRecord& record) {
   if (!ctx.covariates) return;
@@ -230,6 +250,7 @@ exporting::RunRecord DescribeRun(const StudyContext& ctx, CrossValidationResult 
   RecordSubjects(ctx, record);
   RecordKernels(ctx, record);
   RecordCovariates(ctx, record);
+  RecordHarmonisation(ctx, record);
   RecordInputs(ctx.study, record);
   record.date = UtcNow();
   WarnFragileRegions(record);

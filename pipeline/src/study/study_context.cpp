@@ -17,6 +17,7 @@
 #include "neuromkl/core/system.hpp"
 #include "neuromkl/gram/memory.hpp"
 #include "neuromkl/gram/owners.hpp"
+#include "neuromkl/pipeline/harmonisation.hpp"
 #include "neuromkl/ranks/held_kernels.hpp"
 
 namespace neuromkl::pipeline {
@@ -175,37 +176,26 @@ learners::ClassWeights ClassWeightsOf(const config::StudyConfig& study, const Co
 }  // namespace
 
 namespace {
-/// covariates.fit_on fits the coefficients on some training subjects (e.g. the controls): every training set of the
-/// nested CV (outer folds, their inner folds, the final model's) must hold one, else that fold fails mid-run. Checked
-/// here, before any heavy work, naming the fold.
-void CheckFitRowsInEveryFold(const StudyContext& ctx) {
-  if (!ctx.covariates || ctx.covariates->covariates.fitRow.empty()) return;
-  const auto& fitRow = ctx.covariates->covariates.fitRow;
-  const auto& spec = ctx.study.covariates;
-  const auto check = [&](const std::vector<int>& train, const std::string& fold) {
-    for (const int i : train)
-      if (fitRow[static_cast<std::size_t>(i)]) return;
-    throw InputError("covariates:NoFitRows", ctx.study.path + " /covariates/fit_on",
-                     fmt::format("no training subject of {} ({} subjects) has \"{}\" in column \"{}\", so the covariate coefficients cannot be "
-                                 "fitted there; use fit_on \"all\", or a split that keeps such subjects in every training set (e.g. stratify "
-                                 "or group by that column)",
-                                 fold, train.size(), spec.fitOnValue, spec.fitOnColumn));
-  };
+/// Calls visit(train, test, name) for every training set the study fits on, its test (or validation) subjects, and a
+/// name for messages: the outer folds, their inner folds where parameters are searched, and the final model's inner folds.
+template <typename Visit>
+void ForEachTrainingSet(const StudyContext& ctx, const Visit& visit) {
   const auto innerFolds = [&](const cv::InnerSplitter& inner, std::size_t outer, const std::vector<int>& train, const std::string& name) {
     Eigen::VectorXd y(static_cast<Eigen::Index>(train.size()));
     for (std::size_t i = 0; i < train.size(); ++i) y[static_cast<Eigen::Index>(i)] = ctx.cohort.y[train[i]];
     const auto folds = inner(outer, train, y);
     for (std::size_t k = 0; k < folds.size(); ++k) {
-      std::vector<int> innerTrain;
+      std::vector<int> innerTrain, innerTest;
       for (const int position : folds[k].train) innerTrain.push_back(train[static_cast<std::size_t>(position)]);
-      check(innerTrain, fmt::format("inner fold {} of {}", k + 1, name));
+      for (const int position : folds[k].test) innerTest.push_back(train[static_cast<std::size_t>(position)]);
+      visit(innerTrain, innerTest, fmt::format("inner fold {} of {}", k + 1, name));
     }
   };
   bool search = false;
   for (const auto& p : ctx.plans) search |= p.grid.size() > 1;
   for (std::size_t f = 0; f < ctx.outer.size(); ++f) {
     const std::string name = fmt::format("outer fold {} (of {})", f + 1, ctx.outer.size());
-    check(ctx.outer[f].train, name);
+    visit(ctx.outer[f].train, ctx.outer[f].test, name);
     if (search) innerFolds(ctx.Inner(), f, ctx.outer[f].train, name);
   }
   if (ctx.study.output.model) {
@@ -213,6 +203,54 @@ void CheckFitRowsInEveryFold(const StudyContext& ctx) {
     for (int i = 0; i < ctx.n; ++i) all[static_cast<std::size_t>(i)] = i;
     if (search) innerFolds(ctx.FinalInner(), 0, all, "the final model's inner CV");
   }
+}
+
+/// covariates.fit_on: every training set must hold some of the subjects the coefficients are fitted on. Checked
+/// here, before any heavy work, naming the fold.
+void CheckFitRowsInEveryFold(const StudyContext& ctx) {
+  if (!ctx.covariates || ctx.covariates->covariates.fitRow.empty()) return;
+  const auto& fitRow = ctx.covariates->covariates.fitRow;
+  const auto& spec = ctx.study.covariates;
+  ForEachTrainingSet(ctx, [&](const std::vector<int>& train, const std::vector<int>&, const std::string& fold) {
+    for (const int i : train)
+      if (fitRow[static_cast<std::size_t>(i)]) return;
+    throw InputError("covariates:NoFitRows", ctx.study.path + " /covariates/fit_on",
+                     fmt::format("no training subject of {} ({} subjects) has \"{}\" in column \"{}\", so the covariate coefficients cannot be "
+                                 "fitted there; use fit_on \"all\", or a split that keeps such subjects in every training set (e.g. stratify "
+                                 "or group by that column)",
+                                 fold, train.size(), spec.fitOnValue, spec.fitOnColumn));
+  });
+}
+
+/// harmonisation: ComBat estimates each site's effects from the training subjects (of the reference group) of every
+/// fold, and applies them to the fold's test subjects: every site among a fold's subjects needs at least two of them in
+/// its training set. Checked here, before any heavy work, naming the fold, the site and the subjects.
+void CheckSitesInEveryFold(const StudyContext& ctx) {
+  if (!ctx.harmonisation) return;
+  const gram::Harmonisation& h = *ctx.harmonisation;
+  const auto& spec = ctx.study.harmonisation;
+  const std::string reference = spec.preserve.fitOnColumn.empty() ? "" : fmt::format(" with \"{}\" in column \"{}\" (fit_on)", spec.preserve.fitOnValue, spec.preserve.fitOnColumn);
+  ForEachTrainingSet(ctx, [&](const std::vector<int>& train, const std::vector<int>& test, const std::string& fold) {
+    std::vector<int> fitting(h.siteNames.size(), 0), present(h.siteNames.size(), 0);
+    for (const int i : train) {
+      const auto s = static_cast<std::size_t>(h.sites[static_cast<std::size_t>(i)]);
+      ++present[s];
+      if (h.fitRow.empty() || h.fitRow[static_cast<std::size_t>(i)]) ++fitting[s];
+    }
+    for (const int i : test) ++present[static_cast<std::size_t>(h.sites[static_cast<std::size_t>(i)])];
+    for (std::size_t s = 0; s < present.size(); ++s) {
+      if (present[s] == 0 || fitting[s] >= 2) continue;
+      std::vector<std::string> ids;
+      for (const int i : test)
+        if (static_cast<std::size_t>(h.sites[static_cast<std::size_t>(i)]) == s) ids.push_back(ctx.cohort.ids[static_cast<std::size_t>(ctx.cohort.labelledRows[static_cast<std::size_t>(i)])]);
+      throw InputError("harmonisation:SiteTooSmall", ctx.study.path + " /harmonisation/site_column",
+                       fmt::format("site \"{}\" (column \"{}\") has {} training subject(s){} in {}, and ComBat needs at least 2 to estimate its "
+                                   "effects{}; merge small sites, or use a split that keeps every site in every training set (stratify or group "
+                                   "by the site column)",
+                                   h.siteNames[s], spec.siteColumn, fitting[s], reference, fold,
+                                   ids.empty() ? std::string() : fmt::format(" (its test subjects there: {})", Join(ids, ", "))));
+    }
+  });
 }
 }  // namespace
 
@@ -229,7 +267,7 @@ StudyContext LoadStudyInputs(const config::StudyConfig& study) {
   ctx.outer = cv::MakeFolds(ToSplit(study.cv.outer), study.target.task, ctx.cohort.y, ctx.cohort.groups, ctx.cohort.customFolds, study.cv.seed,
                             study.path + " /cv/outer");
   if (study.covariates.Active()) {
-    ctx.covariates = std::make_shared<const CovariateDesign>(BuildCovariateDesign(study, ctx.cohort, KernelRows(study, ctx.cohort)));
+    ctx.covariates = std::make_shared<const CovariateDesign>(BuildCovariateDesign(study, study.covariates, ctx.cohort, KernelRows(study, ctx.cohort)));
     // Covariates are regressed out of the images: when they determine the target, nothing that predicts it is left.
     const double r2 = gram::CovariateR2(ctx.covariates->covariates.design.topRows(ctx.n), ctx.cohort.y);
     if (r2 >= kCovariateR2Refused)
@@ -239,6 +277,7 @@ StudyContext LoadStudyInputs(const config::StudyConfig& study) {
                                    "copies or recodes the target, or is confounded with it completely: remove it",
                                    Join(ctx.covariates->columns, ", "), r2, study.target.column, kCovariateR2Refused));
   }
+  if (study.harmonisation.Active()) ctx.harmonisation = BuildHarmonisationDesign(study, ctx.cohort, KernelRows(study, ctx.cohort));
   for (std::size_t l = 0; l < study.learners.size(); ++l) {
     const auto& spec = study.learners[l];
     learners::ParamMap fixed = spec.params;
@@ -247,6 +286,7 @@ StudyContext LoadStudyInputs(const config::StudyConfig& study) {
   }
   CheckClassSizes(ctx);
   CheckFitRowsInEveryFold(ctx);
+  CheckSitesInEveryFold(ctx);
   return ctx;
 }
 
@@ -255,6 +295,7 @@ void AttachKernels(StudyContext& ctx, const std::string& scratchDir) {
   ctx.kernelRows = KernelRows(ctx.study, ctx.cohort);
   ctx.unlabelledCount = static_cast<int>(ctx.kernelRows.size()) - ctx.n;
   ctx.kernels.reset();
+  ctx.harmonisedKernels.reset();
   ctx.movedKernels = nullptr;
   bool identity = ctx.kernelRows.size() == ctx.cohort.ids.size();
   for (std::size_t i = 0; identity && i < ctx.kernelRows.size(); ++i) identity = ctx.kernelRows[i] == static_cast<int>(i);
@@ -284,9 +325,19 @@ void AttachKernels(StudyContext& ctx, const std::string& scratchDir) {
     } else {
       for (const auto& K : ctx.ks.set.kernels) kernels.push_back(K(rows, rows));
     }
-    auto memory = std::make_shared<const gram::MemoryKernels>(std::move(kernels));
-    if (identity) ctx.movedKernels = memory->Float64();
-    ctx.kernels = std::move(memory);
+    if (ctx.harmonisation) {
+      // The harmonised sources' kernels are formed in every fold from their voxels, harmonised with that fold's ComBat
+      // estimates; the other sources' kernels are read as they are.
+      auto list = std::make_shared<const learners::KernelList>(std::move(kernels));
+      if (identity) ctx.movedKernels = list.get();
+      ctx.harmonisedSources.clear();
+      ctx.harmonisedKernels = HarmonisedStudyKernels(ctx, std::move(list), scratchDir, ctx.harmonisedSources);
+      ctx.kernels = ctx.harmonisedKernels;
+    } else {
+      auto memory = std::make_shared<const gram::MemoryKernels>(std::move(kernels));
+      if (identity) ctx.movedKernels = memory->Float64();
+      ctx.kernels = std::move(memory);
+    }
   }
   ctx.nestedOptions = cv::NestedCvOptions{};
   ctx.nestedOptions.preprocessing = {ctx.study.kernels.centre, ctx.study.kernels.normalise, nullptr, {}};

@@ -257,6 +257,24 @@ std::string ValidateStudy(const config::StudyConfig& study, bool deep) {
                      study.kernels.centre ? ", centred with the cohort mean before rounding" : ", raw values", side * side * 4 / 1048576.0,
                      side * side * 8 / 1048576.0));
   }
+  if (ctx.harmonisation) {
+    const auto& h = *ctx.harmonisation;
+    const auto& spec = study.harmonisation;
+    std::vector<int> counts(h.siteNames.size(), 0);
+    for (const int s : h.sites) ++counts[static_cast<std::size_t>(s)];
+    std::vector<std::string> sites;
+    for (std::size_t s = 0; s < counts.size(); ++s) sites.push_back(fmt::format("\"{}\" n = {}", h.siteNames[s], counts[s]));
+    const auto& cov = spec.preserve;
+    std::vector<std::string> preserved = cov.columns;
+    preserved.insert(preserved.end(), cov.categorical.begin(), cov.categorical.end());
+    line(fmt::format("Harmonisation: ComBat{} inside every fold on column \"{}\", {} sites: {}", spec.empiricalBayes ? " (empirical Bayes)" : "",
+                     spec.siteColumn, sites.size(), Join(sites, ", ")));
+    line(fmt::format("  preserved covariates: {}; fitted on {} training subjects; image sources: {}", preserved.empty() ? "none" : Join(preserved, ", "),
+                     cov.fitOnColumn.empty() ? "all" : fmt::format("the \"{}\" = \"{}\"", cov.fitOnColumn, cov.fitOnValue),
+                     spec.sources.empty() ? "every one" : Join(spec.sources, ", ")));
+    line("  every site has 2 or more fitting subjects in every training set; each fold forms its harmonised kernels from the voxels, which stay in "
+         "memory (float32); voxel maps are of each fold's harmonised images; no exported model");
+  }
   line(fmt::format("CV plan: outer {}, inner {}, seed {}", DescribeScheme(study.cv.outer), DescribeScheme(study.cv.inner), study.cv.seed));
   bool anySearch = false;
   for (const auto& p : ctx.plans) anySearch |= p.grid.size() > 1;

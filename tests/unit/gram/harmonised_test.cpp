@@ -65,10 +65,10 @@ std::shared_ptr<gram::Harmonisation> Design(const Cohort& c, bool empiricalBayes
   return h;
 }
 
-gram::HarmonisedKernels Store(const Cohort& c, std::shared_ptr<gram::Harmonisation> design) {
+gram::HarmonisedKernels Store(const Cohort& c, std::shared_ptr<gram::Harmonisation> design, std::uint64_t keptBytes = 0) {
   auto sources = std::make_shared<std::vector<gram::HarmonisedSource>>();
   sources->push_back({"gm", std::make_shared<const Eigen::MatrixXf>(c.voxels)});
-  return gram::HarmonisedKernels(std::make_shared<const gram::KernelList>(c.full), c.origins, sources, std::move(design));
+  return gram::HarmonisedKernels(std::make_shared<const gram::KernelList>(c.full), c.origins, sources, std::move(design), keptBytes);
 }
 
 void Split(int n, std::vector<int>& train, std::vector<int>& test) {
@@ -188,6 +188,55 @@ TEST(HarmonisedKernels, ASubsetPreparesTheParentsKernelsHarmonisedWithTheWholeSo
   EXPECT_EQ(subset.test[0], whole.test[2]);
   EXPECT_EQ(subset.train[1], whole.train[1]);
   EXPECT_THROW(store.Subset({3}), std::out_of_range);
+}
+
+TEST(HarmonisedKernels, MapsOfTheHarmonisedTrainingImagesGiveTheDecisionValues) {
+  // A fold model's decision for a test subject is sum_k beta_k sum_i coef_i K*_k(t, i) over the fold's harmonised kernels;
+  // the maps w_k = sum_i D(i, k) x*_i (ColumnWeights, D = SubjectWeights) applied to the test subject's harmonised
+  // voxels give the same number: the maps are exact for the harmonised data.
+  const Cohort c = MakeCohort(8);
+  std::vector<int> train, test;
+  Split(c.n, train, test);
+  const gram::HarmonisedKernels store = Store(c, Design(c, true));
+  gram::Preprocessing pre;
+  pre.centre = false;
+  pre.normalise = false;
+  const Eigen::VectorXd coef = Eigen::VectorXd::LinSpaced(static_cast<Eigen::Index>(train.size()), -1.0, 1.3);
+  const Eigen::VectorXd beta = (Eigen::VectorXd(3) << 0.5, 0.0, 0.25).finished();
+  const gram::FoldKernels fold = gram::PrepareFold(store, train, test, pre);
+  const Eigen::VectorXd decision = beta[0] * fold.test[0] * coef + beta[2] * fold.test[2] * coef;
+  const Eigen::MatrixXd D = store.SubjectWeights({train, test, coef, beta}, pre);
+  const auto w = store.ColumnWeights(0, train, {&D}, "test");
+  ASSERT_EQ(w.size(), 1u);
+  // The test subjects harmonised by hand with the fold's training fit.
+  const gram::ComBatModel model = store.FitFold(0, train, "test");
+  Eigen::MatrixXd X = c.voxels(test, Eigen::all).cast<double>();
+  std::vector<int> sites;
+  for (const int i : test) sites.push_back(c.sites[static_cast<std::size_t>(i)]);
+  gram::ApplyComBat(model, X, sites, c.covariates(test, Eigen::all), "test");
+  const Eigen::VectorXd fromMaps = X * w[0];
+  // Two sums of the same products in different orders: 1e-10 of the decisions' scale.
+  EXPECT_LT((fromMaps - decision).cwiseAbs().maxCoeff(), 1e-10 * decision.cwiseAbs().maxCoeff());
+  EXPECT_GT(decision.cwiseAbs().maxCoeff(), 1.0);
+}
+
+TEST(HarmonisedKernels, KeptFoldsGiveWhatFormingThemAgainGives) {
+  // Folds opened in turn, with room for none, one or every fold kept: every answer is the fresh store's.
+  const Cohort c = MakeCohort(7);
+  std::vector<std::pair<std::vector<int>, std::vector<int>>> folds(3);
+  for (int i = 0; i < c.n; ++i)
+    for (int f = 0; f < 3; ++f) ((i / 3) % 3 == f ? folds[f].second : folds[f].first).push_back(i);  // every site in every fold
+  const gram::Preprocessing pre;
+  std::vector<gram::FoldKernels> fresh;
+  for (const auto& [train, test] : folds) fresh.push_back(gram::PrepareFold(Store(c, Design(c, true)), train, test, pre));
+  for (const std::uint64_t kept : {std::uint64_t{0}, std::uint64_t{36 * 36 * 3 * 8}, std::uint64_t{1} << 30}) {
+    const gram::HarmonisedKernels store = Store(c, Design(c, true), kept);
+    for (const int f : {0, 1, 0, 2, 1, 1, 0}) {
+      const gram::FoldKernels got = gram::PrepareFold(store, folds[static_cast<std::size_t>(f)].first, folds[static_cast<std::size_t>(f)].second, pre);
+      EXPECT_EQ(got.train, fresh[static_cast<std::size_t>(f)].train) << "kept " << kept << ", fold " << f;
+      EXPECT_EQ(got.test, fresh[static_cast<std::size_t>(f)].test) << "kept " << kept << ", fold " << f;
+    }
+  }
 }
 
 TEST(HarmonisedKernels, ASiteWithOneTrainingSubjectIsAnInputErrorNamingItAndTheFold) {

@@ -46,6 +46,10 @@ void CheckOptions(const SimulateOptions& o) {
                                    "another --out", existing));
   }
   if (!(o.nanFraction >= 0 && o.nanFraction < 1)) throw InputError("simulate:NanFraction", "--nan-fraction", "expected a value in [0, 1)");
+  if (o.sites < 0 || o.sites == 1 || o.sites > 100) throw InputError("simulate:Sites", "--sites", fmt::format("expected 0 (one scanner) or 2..100 sites, got {}", o.sites));
+  if (!(o.siteShift >= 0 && std::isfinite(o.siteShift)) || !(o.siteScale >= 0 && std::isfinite(o.siteScale)))
+    throw InputError("simulate:SiteEffect", "--site-shift/--site-scale", fmt::format("expected finite SDs >= 0, got {} and {}", o.siteShift, o.siteScale));
+  if (!(o.siteImbalance >= 0 && o.siteImbalance < 1)) throw InputError("simulate:SiteImbalance", "--site-imbalance", "expected a value in [0, 1)");
 }
 
 /// Where the signal is: the output grid and its labels, and the regions (AAL codes) and nodes each effect shifts.
@@ -185,11 +189,45 @@ Covariates MakeCovariates(const SimulateOptions& o, const std::vector<double>& t
   return c;
 }
 
+/// Sites: each subject's site and each site's offset and gain per region (SimulateOptions::sites), from their own stream.
+struct Sites {
+  std::vector<int> of;              ///< per subject; empty without sites
+  Eigen::MatrixXd shift, scale;     ///< sites x regions (AAL slots)
+};
+Sites MakeSites(const SimulateOptions& o, const Design& d, const std::vector<double>& target) {
+  Sites out;
+  if (o.sites == 0) return out;
+  Rng rng(cv::DeriveSeed(o.seed, 0x517E0000ULL));
+  const auto regions = static_cast<Eigen::Index>(d.slotOf.size());
+  out.shift.resize(o.sites, regions);
+  out.scale.resize(o.sites, regions);
+  for (int s = 0; s < o.sites; ++s)
+    for (Eigen::Index r = 0; r < regions; ++r) {
+      out.shift(s, r) = o.siteShift * rng.Normal();
+      out.scale(s, r) = std::exp(o.siteScale * rng.Normal());
+    }
+  std::vector<double> labelled(target.begin(), target.begin() + o.subjects);
+  std::nth_element(labelled.begin(), labelled.begin() + static_cast<std::ptrdiff_t>(labelled.size() / 2), labelled.end());
+  const double median = labelled.empty() ? 0.0 : labelled[labelled.size() / 2];
+  const int half = (o.sites + 1) / 2;
+  for (std::size_t i = 0; i < target.size(); ++i) {
+    // Binary: the positive class; regression: above the median; unlabelled subjects are not confounded.
+    const bool labelledSubject = static_cast<int>(i) < o.subjects;
+    const bool high = o.task == learners::Task::Classification && !d.multiclass ? target[i] > 0.5 : target[i] >= median;
+    const double firstHalf = !labelledSubject ? 0.5 : high ? (1.0 + o.siteImbalance) / 2 : (1.0 - o.siteImbalance) / 2;
+    const bool first = rng.Uniform() < firstHalf;
+    const int count = first ? half : o.sites - half;
+    const int site = (first ? 0 : half) + std::min(count - 1, static_cast<int>(rng.Uniform() * count));
+    out.of.push_back(site);
+  }
+  return out;
+}
+
 /// The class effect centred on 0 (+-effect/2) or a continuous effect, in noise-SD units.
 double TargetShift(const SimulateOptions& o, double t) { return o.task == learners::Task::Classification ? (t - 0.5) * o.effect : t * o.effect; }
 
 void WriteImages(const SimulateOptions& o, const Design& d, const std::vector<std::string>& ids, const std::vector<double>& target,
-                 const Covariates& cov, const std::string& ext) {
+                 const Covariates& cov, const Sites& sites, const std::string& ext) {
   fs::create_directories(o.outDir + "/images");
   if (o.secondModality) fs::create_directories(o.outDir + "/images_b");
   const int nLabelled = o.subjects, nTotal = static_cast<int>(ids.size());
@@ -212,6 +250,11 @@ void WriteImages(const SimulateOptions& o, const Design& d, const std::vector<st
       if (d.multiclass && s < nLabelled && d.classSignal[static_cast<std::size_t>(t)].count(lab)) value += o.effect;  // class t's own regions
       if (cov.withAge && d.ageSignal.count(lab)) value += o.ageEffect * (cov.age[static_cast<std::size_t>(s)] - 70.0) / 8.0;
       if (!d.suppressor.empty() && (d.suppressor.count(lab) || d.signal.count(lab))) value += shared;
+      if (!sites.of.empty()) {  // the scanner: its offset and gain in this region
+        const auto slot = static_cast<Eigen::Index>(d.slotOf.at(lab));
+        const int site = sites.of[static_cast<std::size_t>(s)];
+        value = sites.shift(site, slot) + sites.scale(site, slot) * value;
+      }
       if (o.nanFraction > 0 && gen.Uniform() < o.nanFraction) value = std::nan("");
       v.data[i] = static_cast<float>(value);
     }
@@ -257,10 +300,10 @@ void WriteConnectomes(const SimulateOptions& o, const Design& d, const std::vect
 std::string TargetColumn(const SimulateOptions& o) { return o.task == learners::Task::Classification ? "group" : "score"; }
 
 void WriteParticipants(const SimulateOptions& o, const Design& d, const std::vector<std::string>& ids, const std::vector<double>& target,
-                       const Covariates& cov, const std::string& ext) {
+                       const Covariates& cov, const Sites& sites, const std::string& ext) {
   std::ofstream p(o.outDir + "/participants.tsv");
   p << "subject\timage\t" << TargetColumn(o) << (o.secondModality ? "\timage_b" : "") << (cov.withAge ? "\tage" : "")
-    << (cov.withClinical ? "\tclinical" : "") << (o.connectivityNodes > 0 ? "\tconnectome" : "") << "\n";
+    << (cov.withClinical ? "\tclinical" : "") << (o.connectivityNodes > 0 ? "\tconnectome" : "") << (sites.of.empty() ? "" : "\tsite") << "\n";
   for (std::size_t s = 0; s < ids.size(); ++s) {
     std::string value = static_cast<int>(s) >= o.subjects ? "n/a"
                         : d.multiclass                     ? d.classNames[static_cast<std::size_t>(target[s])]
@@ -271,6 +314,7 @@ void WriteParticipants(const SimulateOptions& o, const Design& d, const std::vec
     if (cov.withAge) p << "\t" << fmt::format("{:.2f}", cov.age[s]);
     if (cov.withClinical) p << "\t" << fmt::format("{:.4f}", cov.clinical[s]);
     if (o.connectivityNodes > 0) p << "\tconnectomes/" << ids[s] << ".npy";
+    if (!sites.of.empty()) p << "\tsite" << sites.of[s] + 1;
     p << "\n";
   }
   p.close();
@@ -334,6 +378,9 @@ void WriteTruth(const SimulateOptions& o, const Design& d, const Covariates& cov
                          "  \"signal_regions_b\": {},\n  \"clinical_effect\": {}",
                          Quoted(o.ageRegions), cov.withAge ? o.ageEffect : 0.0, cov.withAge ? o.ageTargetCorrelation : 0.0, o.secondModality,
                          Quoted(o.signalRegionsB), cov.withClinical ? o.clinicalEffect : 0.0);
+  if (o.sites > 0)
+    truth += fmt::format(",\n  \"sites\": {},\n  \"site_shift\": {},\n  \"site_scale\": {},\n  \"site_imbalance\": {}", o.sites, o.siteShift,
+                         o.siteScale, o.siteImbalance);
   truth += "\n}\n";
   std::ofstream t(o.outDir + "/truth.json");
   t << truth;
@@ -376,9 +423,10 @@ std::string Simulate(const SimulateOptions& o) {
   const std::string ext = o.compress ? ".nii.gz" : ".nii";
   std::vector<std::string> ids(target.size());
   for (std::size_t s = 0; s < ids.size(); ++s) ids[s] = fmt::format("sub-{:04d}", s + 1);
-  WriteImages(o, design, ids, target, covariates, ext);
+  const Sites sites = MakeSites(o, design, target);
+  WriteImages(o, design, ids, target, covariates, sites, ext);
   if (o.connectivityNodes > 0) WriteConnectomes(o, design, ids, target);
-  WriteParticipants(o, design, ids, target, covariates, ext);
+  WriteParticipants(o, design, ids, target, covariates, sites, ext);
   if (design.multiclass) return WriteMulticlassTruthAndStudy(o, design);
   WriteTruth(o, design, covariates);
   return WriteStudy(o);

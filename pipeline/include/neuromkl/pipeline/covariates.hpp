@@ -23,11 +23,12 @@ inline constexpr double kCovariateMagnitudeLimit = 1e20;
 inline constexpr double kCovariateR2Refused = 0.99;
 inline constexpr double kCovariateR2Warning = 0.5;
 
-/// Builds the design over cohort rows `rows` (the kernels' rows). Errors: InputError
+/// Builds the design of `spec` (/covariates, or the covariates /harmonisation preserves) over cohort rows `rows` (the
+/// kernels' rows). Errors: InputError
 /// [covariates:Missing] listing every used subject with a missing covariate value, [covariates:Scale] for a numeric
 /// column with magnitudes beyond kCovariateMagnitudeLimit (or below its inverse); ConfigError at the
 /// column's JSON pointer for a non-numeric numeric column, a categorical column with one level among
 /// the used subjects, a fit_on value no used subject has.
-CovariateDesign BuildCovariateDesign(const config::StudyConfig& study, const Cohort& cohort, const std::vector<int>& rows);
+CovariateDesign BuildCovariateDesign(const config::StudyConfig& study, const config::CovariateSpec& spec, const Cohort& cohort, const std::vector<int>& rows);
 
 }  // namespace neuromkl::pipeline

@@ -13,6 +13,7 @@
 #include "neuromkl/gram/store.hpp"
 #include "neuromkl/pipeline/cohort.hpp"
 #include "neuromkl/pipeline/covariates.hpp"
+#include "neuromkl/pipeline/harmonisation.hpp"
 #include "neuromkl/pipeline/kernel_stage.hpp"
 #include "neuromkl/weights/weights.hpp"
 
@@ -50,6 +51,12 @@ struct StudyContext {
   std::vector<cv::LearnerPlan> plans;
   /// /covariates over the kernels' rows (labelled, then unlabelled); null without covariates.
   std::shared_ptr<const CovariateDesign> covariates;
+  /// /harmonisation's ComBat design over the kernels' rows (sites, preserved covariates, reference group); null without.
+  std::shared_ptr<const gram::Harmonisation> harmonisation;
+  /// After AttachKernels, with /harmonisation: the sources harmonised inside the folds and the voxels they hold, and the
+  /// store (also `kernels`) whose voxels the maps of harmonised sources are made from.
+  std::vector<HarmonisedSourceNote> harmonisedSources;
+  std::shared_ptr<const gram::HarmonisedKernels> harmonisedKernels;
   // after AttachKernels:
   KernelStageResult ks;
   std::vector<int> kernelRows;       ///< cohort rows of the kernels' rows: labelled, then unlabelled

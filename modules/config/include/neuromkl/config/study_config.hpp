@@ -219,12 +219,28 @@ struct CovariateSpec {
   std::vector<std::string> categorical;  ///< categorical columns (one-hot, first level in sorted order left out)
   std::string fitOnColumn, fitOnValue;   ///< fit_on {column, value}: coefficients fitted on those training subjects; empty = all
   bool listForm = false;                 ///< given as a plain list of numeric columns (JSON pointers /covariates/<i>)
+  std::string pointer = "/covariates";   ///< where the section is in the study file
+  std::string fitOnPointer = "/covariates/fit_on";
   bool Active() const { return !columns.empty() || !categorical.empty(); }
   /// JSON pointer of numeric column i.
-  std::string ColumnPointer(std::size_t i) const {
-    std::string p = listForm ? "/covariates/" : "/covariates/columns/";
-    p += std::to_string(i);
-    return p;
+  std::string ColumnPointer(std::size_t i) const { return pointer + (listForm ? "/" : "/columns/") + std::to_string(i); }
+  std::string CategoricalPointer(std::size_t i) const { return pointer + "/categorical/" + std::to_string(i); }
+};
+
+/// harmonisation: ComBat (Johnson et al. 2007; Fortin et al. 2017, 2018) of the image sources' voxels inside every fold,
+/// fitted on the fold's training subjects only (or their reference group) and applied to its test subjects
+/// (docs/harmonisation.md).
+struct HarmonisationSpec {
+  std::string siteColumn;            ///< the batch variable: a column of the subjects table; empty = no harmonisation
+  /// Biological covariates whose effects ComBat preserves (pointer /harmonisation/covariates); fitOnColumn/fitOnValue:
+  /// /harmonisation/fit_on, the reference group the estimates are fitted on (e.g. the controls); empty = every subject.
+  CovariateSpec preserve;
+  bool empiricalBayes = true;
+  std::vector<std::string> sources;  ///< image sources harmonised (kernels.sources); empty = every image source
+  bool Active() const { return !siteColumn.empty(); }
+  HarmonisationSpec() {
+    preserve.pointer = "/harmonisation/covariates";
+    preserve.fitOnPointer = "/harmonisation/fit_on";
   }
 };
 
@@ -257,6 +273,7 @@ struct StudyConfig {
   std::string mask;                  ///< resolved path or empty
   KernelSpec kernels;
   CovariateSpec covariates;
+  HarmonisationSpec harmonisation;
   CvSpec cv;
   std::vector<LearnerSpec> learners;
   PermutationSpec permutations;

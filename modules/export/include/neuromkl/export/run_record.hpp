@@ -157,6 +157,19 @@ struct RunRecord {
   std::vector<std::string> covariateColumns;  ///< design columns after the intercept (dummies as "column=level")
   std::string covariateFitOn;                 ///< "all" or "column = value"
   double covariateTargetR2 = -1;              ///< in-sample R^2 of target ~ covariates over the labelled subjects
+  /// harmonisation (ComBat inside every fold): empty siteColumn = none
+  struct Harmonisation {
+    std::string siteColumn;
+    std::vector<std::string> sites;          ///< site labels, in label order
+    std::vector<int> siteCounts;             ///< subjects per site (the kernels' rows)
+    std::vector<std::string> designColumns;  ///< preserved covariates (dummies as "column=level")
+    std::string fitOn;                       ///< "all" or "column = value"
+    bool empiricalBayes = true;
+    std::vector<std::string> sources;        ///< image sources harmonised
+    std::vector<std::int64_t> sourceVoxels;  ///< per source: voxels per subject held for the folds
+    std::uint64_t bytes = 0;                 ///< voxels held (float32), every source
+  };
+  Harmonisation harmonisation;
   std::map<std::string, double> seconds;  ///< per stage
   std::vector<LearnerRecord> learners;
   /// Every pair of learners compared (two or more learners); the paired permutation test's swaps and their seed.

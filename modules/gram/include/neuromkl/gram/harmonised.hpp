@@ -8,7 +8,10 @@
 // read from their full kernels.
 // Cost per fold: the ComBat fit (two passes over the training voxels) and the kernels, (l + m)^2 x voxels
 // multiply-adds, where l + m are the fold's subjects; memory: the voxel data once (float32) and the fold's kernels.
+#include <cstdint>
+#include <deque>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -45,8 +48,9 @@ class HarmonisedKernels final : public KernelStore {
  public:
   /// `kernels`: every kernel over the rows (those of harmonised sources may be empty matrices: never read); `origins`: one
   /// per kernel.
+  /// `keptBytes`: how much the fold kernels kept for reuse (FoldKernels) may take; the last fold is always kept.
   HarmonisedKernels(std::shared_ptr<const KernelList> kernels, std::vector<KernelOrigin> origins, std::shared_ptr<const std::vector<HarmonisedSource>> sources,
-                    std::shared_ptr<const Harmonisation> design);
+                    std::shared_ptr<const Harmonisation> design, std::uint64_t keptBytes = 0);
   std::size_t Count() const override { return kernels_->size(); }
   Eigen::Index Subjects() const override { return static_cast<Eigen::Index>(design_->sites.size()); }
   bool Compact() const override { return false; }
@@ -60,6 +64,12 @@ class HarmonisedKernels final : public KernelStore {
   std::uint64_t FoldTaskBytes(const FoldTask& task) const override;
   std::unique_ptr<KernelStore> Subset(const std::vector<std::size_t>& which) const override;
 
+  /// The weight vectors of maps over one fold's harmonised training images, over source `source`'s voxel columns: for
+  /// each D (rows x kernels: SubjectWeights' output for a model of that fold), entry c of kernel k's columns is
+  /// sum_i D(i, k) x*_ic over the training subjects i, x* harmonised with the fold's ComBat fit on `train`; 0 in the
+  /// columns of no kernel. A map of raw images does not exist here: it would need every subject's own site transform.
+  std::vector<Eigen::VectorXd> ColumnWeights(std::size_t source, const std::vector<int>& train, const std::vector<const Eigen::MatrixXd*>& weights,
+                                             const std::string& fold) const;
   const std::vector<HarmonisedSource>& Sources() const { return *sources_; }
   const std::vector<KernelOrigin>& Origins() const { return origins_; }
   /// The ComBat fit of source `source` on the fit rows among `train` (errors name `fold`).
@@ -67,12 +77,24 @@ class HarmonisedKernels final : public KernelStore {
   /// Every kernel over rows `rows` (the fold's training then test subjects), harmonised sources formed from their voxels
   /// harmonised with ComBat fitted on the fit rows among the first `trainCount` of them.
   KernelList FoldKernelsOver(const std::vector<int>& rows, std::size_t trainCount, const std::string& fold) const;
+  /// FoldKernelsOver, the most recent folds kept within `keptBytes`: the stages after the nested CV open each outer fold
+  /// several times (weights, patterns and attributions of every learner), and forming its kernels again would cost each
+  /// time what the fold cost in the CV.
+  std::shared_ptr<const KernelList> FoldKernels(const std::vector<int>& rows, std::size_t trainCount, const std::string& fold) const;
 
  private:
   std::shared_ptr<const KernelList> kernels_;
   std::vector<KernelOrigin> origins_;
   std::shared_ptr<const std::vector<HarmonisedSource>> sources_;
   std::shared_ptr<const Harmonisation> design_;
+  struct KeptFold {
+    std::vector<int> rows;
+    std::size_t trainCount = 0;
+    std::shared_ptr<const KernelList> kernels;
+  };
+  std::uint64_t keptBytes_ = 0;
+  mutable std::mutex keptMutex_;
+  mutable std::deque<KeptFold> kept_;  ///< most recent first
 };
 
 }  // namespace neuromkl::gram

@@ -45,6 +45,17 @@ struct SimulateOptions {
   double suppressorNoise = 2.0;
   int connectivityNodes = 0;
   std::vector<std::string> connectivitySignal;
+  /// > 1: a multi-site cohort ("site" column, site1, site2, ...). Every image of site s is scanned as
+  /// shift_sr + scale_sr x value in region r, with shift_sr ~ N(0, siteShift^2) and log scale_sr ~ N(0, siteScale^2) (one
+  /// per site and region: a scanner's offset and gain). Site effects, assignments and imbalance come from their own
+  /// stream, so the cohort without them (sites = 0) has the same targets and the same unscanned images.
+  int sites = 0;
+  double siteShift = 1.0;
+  double siteScale = 0.3;
+  /// In [0, 1): sites confounded with the target. A subject above the target's median (binary: the positive class) is
+  /// at one of the first half of the sites with probability (1 + imbalance) / 2, one below it at the second half with
+  /// the same probability; 0 = sites drawn uniformly.
+  double siteImbalance = 0.0;
 };
 /// Writes images/, participants.tsv, truth.json and study.json; returns the study file path.
 std::string Simulate(const SimulateOptions& options);
