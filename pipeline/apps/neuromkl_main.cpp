@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <charconv>
 #include <iostream>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -148,6 +149,11 @@ void AddPredict(CLI::App& app, Commands& c) {
       ->required();
   c.predict->add_option("--out", o.outDir, "output folder (default: predictions_<study> beside TABLE)");
   c.predict->add_flag("--force", o.force, "replace an existing output folder");
+  c.predict->add_option("--unseen-levels", o.unseenLevels,
+                        "a categorical covariate level the model was not trained with (e.g. a new site): \"refuse\" (default: an error naming the "
+                        "subject) or \"reference\" (coded as the model's reference level, each such subject named in the warnings)")
+      ->transform(CLI::CheckedTransformer(std::map<std::string, pipeline::NewSubjects::UnseenLevels>{
+          {"refuse", pipeline::NewSubjects::UnseenLevels::Refuse}, {"reference", pipeline::NewSubjects::UnseenLevels::Reference}}));
   c.predict->add_option("--threads", c.predictThreads, "worker threads (0 = all cores)")->check(kThreadCount);
 }
 

@@ -145,6 +145,82 @@ TEST_F(HarmonisationCli, ThePlantedRegionsLeadAfterHarmonisingOnTheControls) {
   EXPECT_TRUE(found);
 }
 
+// With several sources, only the image sources named are harmonised; each keeps its own maps, the harmonised one's made
+// from its harmonised voxels, the other's from its images.
+TEST_F(HarmonisationCli, OnlyTheNamedImageSourceIsHarmonised) {
+  const std::string cohort = *dir_ / "two";
+  auto r = RunCli("simulate --out " + cohort + " --subjects 60 --downsample 3 --seed 12 --sites 2 --second-modality --signal-b Precuneus_R -q");
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  const std::string path = *dir_ / "two.json";
+  WriteFile(path, R"({"name": "two", "subjects": {"table": "two/participants.tsv"},
+    "target": {"column": "group", "task": "classification", "positive_class": "patient"}, "atlas": "aal",
+    "kernels": {"sources": [{"name": "mri", "kind": "images"}, {"name": "pet", "kind": "images", "image_column": "image_b"}]},
+    "harmonisation": {"site_column": "site", "sources": ["mri"]},
+    "learners": [{"name": "enmkl_svm", "params": {"c": 1.0, "mu": 0.5}}], "cv": {"outer": {"k": 3}}, "seed": 12})");
+  r = RunCli("run " + path + " -q");
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  const auto results = Results("two");
+  ASSERT_EQ(results["harmonisation"]["sources"].size(), 1u);
+  EXPECT_EQ(results["harmonisation"]["sources"][0]["name"], "mri");
+  for (const std::string source : {"mri", "pet"}) {
+    const std::string mean = *dir_ / ("results/two/weights/" + source + "/sub-group_desc-EnmklSvmMean_weights.nii.gz");
+    ASSERT_TRUE(std::filesystem::exists(mean)) << mean;
+  }
+}
+
+// A model with the site as a categorical covariate applied at a site it never saw: refused by default, naming the
+// subject; with --unseen-levels reference the subject is scored as if at the reference site (its decision equals that
+// of the same subject written at the reference site) and named in the warnings.
+TEST_F(HarmonisationCli, PredictAtASiteTheModelNeverSawRefusesOrUsesTheReferenceLevelAsAsked) {
+  auto r = RunCli("run " + Study("sitecov", R"(, "covariates": {"categorical": ["site"]}, "output": {"weight_maps": false})") + " -q");
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  // Three new subjects (images of the cohort): the first at a new site, the second at the reference site.
+  const auto rows = ReadTsv(Cohort() + "/participants.tsv");
+  std::size_t siteCol = 0;
+  for (std::size_t c = 0; c < rows[0].size(); ++c)
+    if (rows[0][c] == "site") siteCol = c;
+  const auto table = [&](const std::string& name, const std::string& firstSite) {
+    std::string text;
+    for (std::size_t i = 0; i < 4; ++i) {
+      auto row = rows[i];
+      if (i == 1) row[siteCol] = firstSite;
+      if (i == 2) row[siteCol] = "site1";
+      if (i > 0) row[1] = Cohort() + "/" + row[1];  // the image, from the table's folder
+      for (std::size_t c = 0; c < row.size(); ++c) {
+        if (c > 0) text += '\t';
+        text += row[c];
+      }
+      text += '\n';
+    }
+    WriteFile(*dir_ / name, text);
+    return *dir_ / name;
+  };
+  const std::string model = *dir_ / "results/sitecov/model/Svm";
+  r = RunCli("predict " + model + " " + table("new_site.tsv", "site9") + " --out " + (*dir_ / "pred_refused") + " -q");
+  EXPECT_EQ(r.exitCode, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("covariate column \"site\" holds \"site9\", a level the model was not trained with (levels: site1, site2, site3); "
+                                  "predict --unseen-levels reference codes such a subject as the reference level \"site1\""));
+  EXPECT_FALSE(std::filesystem::exists(*dir_ / "pred_refused"));
+  r = RunCli("predict " + model + " " + table("new_site.tsv", "site9") + " --unseen-levels reference --out " + (*dir_ / "pred_new") + " -q");
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  r = RunCli("predict " + model + " " + table("ref_site.tsv", "site1") + " --out " + (*dir_ / "pred_ref") + " -q");
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  const auto decisions = [&](const std::string& folder) {
+    const auto p = ReadTsv(*dir_ / (folder + "/predictions.tsv"));
+    const auto col = static_cast<std::size_t>(std::find(p[0].begin(), p[0].end(), "decision") - p[0].begin());
+    std::vector<std::string> out;
+    for (std::size_t i = 1; i < p.size(); ++i) out.push_back(p[i].at(col));
+    return out;
+  };
+  EXPECT_EQ(decisions("pred_new"), decisions("pred_ref"));  // the same arithmetic on the same numbers: equal as written
+  // The site matters to the model: the same subject at another training site scores otherwise.
+  r = RunCli("predict " + model + " " + table("other_site.tsv", "site2") + " --out " + (*dir_ / "pred_other") + " -q");
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  EXPECT_NE(decisions("pred_other").front(), decisions("pred_ref").front());
+  const std::string summary = ReadFile(*dir_ / "pred_new/summary.json");
+  EXPECT_THAT(summary, HasSubstr("subject " + rows[1][0] + ": covariate column \\\"site\\\" holds \\\"site9\\\""));
+}
+
 TEST_F(HarmonisationCli, BadSettingsAreRefusedAlikeByValidateAndRun) {
   struct Case {
     std::string extra, expected;

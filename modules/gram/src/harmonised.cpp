@@ -49,7 +49,11 @@ class HarmonisedFold final : public PreparedFold {
       : values_(std::move(kernels)), kernels_(*values_), fold_(kernels_.OpenMemoryFold(Positions(0, train), Positions(train, train + test), OverRows(pre, rows))) {}
   Eigen::VectorXd Scales() const override { return fold_->Scales(); }
   FoldKernels Summed() const override { return fold_->Summed(); }
-  void Weighted(TrainingForm form, WeightedKernels& out) const override { fold_->Weighted(form, out); }
+  void Weighted(TrainingForm form, WeightedKernels& out) const override {
+    fold_->Weighted(form, out);
+    // Read in place, the learners' training kernels are this fold's own kernels: they keep them alive.
+    out.keepAlive = out.kernels || out.testOnDemand ? std::shared_ptr<const void>(values_) : nullptr;
+  }
   std::vector<Eigen::MatrixXd> Products(const std::vector<std::size_t>& which, const Eigen::Ref<const Eigen::MatrixXd>& A,
                                         const Eigen::VectorXd& scales) const override {
     return fold_->Products(which, A, scales);

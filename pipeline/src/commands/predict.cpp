@@ -92,8 +92,9 @@ double ParseFinite(const std::string& cell, const std::string& where, const std:
   return v;
 }
 
-/// The new subjects' covariate design (intercept first), with the training levels of categorical columns.
-Eigen::MatrixXd NewDesign(const exporting::ExportedModel& m, const NewSubjects& s) {
+/// The new subjects' covariate design (intercept first), with the training levels of categorical columns; a level the
+/// model was not trained with as `s.unseenLevels` says (each such subject and column named in `warnings`).
+Eigen::MatrixXd NewDesign(const exporting::ExportedModel& m, const NewSubjects& s, std::vector<std::string>& warnings) {
   const auto n = static_cast<Eigen::Index>(s.ids.size());
   Eigen::MatrixXd C(n, m.design.cols());
   C.col(0).setOnes();
@@ -109,11 +110,16 @@ Eigen::MatrixXd NewDesign(const exporting::ExportedModel& m, const NewSubjects& 
     for (Eigen::Index i = 0; i < n; ++i) {
       const std::string& v = cells[static_cast<std::size_t>(i)];
       const auto it = std::find(levels.begin(), levels.end(), v);
-      if (it == levels.end())
+      if (it == levels.end() && s.unseenLevels == NewSubjects::UnseenLevels::Refuse)
         throw InputError("predict:UnknownLevel", s.where,
-                         fmt::format("subject {}: covariate column \"{}\" holds \"{}\", a level the model was not trained with (levels: {})",
-                                     s.ids[static_cast<std::size_t>(i)], name, v, Join(levels, ", ")));
-      for (std::size_t l = 1; l < levels.size(); ++l) C(i, col + static_cast<Eigen::Index>(l) - 1) = *it == levels[l] ? 1.0 : 0.0;
+                         fmt::format("subject {}: covariate column \"{}\" holds \"{}\", a level the model was not trained with (levels: {}); "
+                                     "predict --unseen-levels reference codes such a subject as the reference level \"{}\"",
+                                     s.ids[static_cast<std::size_t>(i)], name, v, Join(levels, ", "), levels.front()));
+      if (it == levels.end())
+        warnings.push_back(fmt::format("subject {}: covariate column \"{}\" holds \"{}\", a level the model was not trained with; coded as the "
+                                       "reference level \"{}\" (--unseen-levels reference)",
+                                       s.ids[static_cast<std::size_t>(i)], name, v, levels.front()));
+      for (std::size_t l = 1; l < levels.size(); ++l) C(i, col + static_cast<Eigen::Index>(l) - 1) = it != levels.end() && *it == levels[l] ? 1.0 : 0.0;
     }
     col += static_cast<Eigen::Index>(levels.size()) - 1;
   }
@@ -227,10 +233,14 @@ std::vector<Eigen::MatrixXd> BiasScores(const std::vector<exporting::ExportedMod
 }
 
 /// Each model's covariate design of the new subjects (empty for a model without covariates).
-std::vector<Eigen::MatrixXd> NewDesigns(const std::vector<exporting::ExportedModel>& models, const NewSubjects& subjects) {
+std::vector<Eigen::MatrixXd> NewDesigns(const std::vector<exporting::ExportedModel>& models, const NewSubjects& subjects, std::vector<std::string>& warnings) {
   std::vector<Eigen::MatrixXd> designs(models.size());
+  std::vector<std::string> seen;  // models of one study share their covariates: each subject's note once
   for (std::size_t q = 0; q < models.size(); ++q)
-    if (models[q].design.cols() > 0) designs[q] = NewDesign(models[q], subjects);
+    if (models[q].design.cols() > 0) designs[q] = NewDesign(models[q], subjects, seen);
+  std::sort(seen.begin(), seen.end());
+  seen.erase(std::unique(seen.begin(), seen.end()), seen.end());
+  warnings.insert(warnings.end(), seen.begin(), seen.end());
   return designs;
 }
 
@@ -375,7 +385,7 @@ std::vector<Eigen::MatrixXd> ModelScores(const std::vector<exporting::ExportedMo
     parts->clear();
     for (const auto& m : models) parts->push_back(m.beta.cols() == 1 ? Eigen::MatrixXd::Zero(n, m.beta.rows()) : Eigen::MatrixXd());
   }
-  const std::vector<Eigen::MatrixXd> designs = NewDesigns(models, subjects);
+  const std::vector<Eigen::MatrixXd> designs = NewDesigns(models, subjects, warnings);
   // Image sources: each image read once, scored under every model. Each subject's warnings apart, then in table
   // order: the same output whatever the threads.
   std::vector<std::vector<std::string>> subjectWarnings(static_cast<std::size_t>(n));
@@ -629,7 +639,8 @@ exporting::PredictionRows AttributionRows(const std::vector<exporting::ExportedM
 PredictOutcome Predict(const PredictOptions& options) {
   const std::vector<exporting::ExportedModel> models = ReadModels(options.modelDir);
   const auto& first = models.front();
-  const NewSubjects subjects = ReadSubjectsOfModels(options.input, models);
+  NewSubjects subjects = ReadSubjectsOfModels(options.input, models);
+  subjects.unseenLevels = options.unseenLevels;
   std::vector<std::string> inputs = {options.modelDir, options.input};
   for (const auto& [src, paths] : subjects.images) inputs.insert(inputs.end(), paths.begin(), paths.end());
   AtomicOutputDir out(PredictionsDir(options, first.study), options.force, inputs);

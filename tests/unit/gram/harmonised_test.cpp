@@ -220,6 +220,27 @@ TEST(HarmonisedKernels, MapsOfTheHarmonisedTrainingImagesGiveTheDecisionValues) 
   EXPECT_GT(decision.cwiseAbs().maxCoeff(), 1.0);
 }
 
+TEST(HarmonisedKernels, TrainingKernelsReadInPlaceOutliveTheirFoldHandle) {
+  // A fold's own kernels are what its in-place training kernels read: they stay alive with them after the fold handle
+  // goes (as a store's kernels do for a fold of kernels in memory). Under AddressSanitizer a freed read fails here.
+  const Cohort c = MakeCohort(9);
+  std::vector<int> train, test;
+  Split(c.n, train, test);
+  const gram::HarmonisedKernels store = Store(c, Design(c, true));
+  const gram::Preprocessing pre;
+  const gram::FoldKernels copies = gram::PrepareFold(store, train, test, pre);
+  gram::WeightedKernels w;
+  store.OpenFold(train, test, pre)->Weighted(gram::TrainingForm::InPlace, w);  // the handle is gone after this line
+  ASSERT_TRUE(w.kernels);
+  const Eigen::VectorXd weights = (Eigen::VectorXd(3) << 0.5, 0.2, 0.3).finished();
+  const Eigen::MatrixXd combined = w.kernels->Stack()->Combine(weights);
+  const Eigen::MatrixXd expected = 0.5 * copies.train[0] + 0.2 * copies.train[1] + 0.3 * copies.train[2];
+  EXPECT_TRUE(neuromkl::testing::MatrixNear(combined, expected, 1e-12));
+  Eigen::MatrixXd buffer;
+  const gram::TestBlocks blocks = w.Test(buffer);
+  EXPECT_EQ(blocks.block(2), copies.test[2]);
+}
+
 TEST(HarmonisedKernels, KeptFoldsGiveWhatFormingThemAgainGives) {
   // Folds opened in turn, with room for none, one or every fold kept: every answer is the fresh store's.
   const Cohort c = MakeCohort(7);

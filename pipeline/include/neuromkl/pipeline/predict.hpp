@@ -27,6 +27,11 @@ struct NewSubjects {
   /// kernel's training block (training subjects in the model's order), the new subjects' rows against the
   /// training subjects and their self-similarities. `predict` from a table has none and refuses such models.
   std::map<std::string, gram::FoldKernel> kernels;
+  /// A categorical covariate level the model was not trained with (e.g. a site absent from its training): refused
+  /// (InputError predict:UnknownLevel, the default), or coded as the model's reference level (its first: every dummy
+  /// 0), with each such subject named in the warnings. Never decided silently.
+  enum class UnseenLevels { Refuse, Reference };
+  UnseenLevels unseenLevels = UnseenLevels::Refuse;
 };
 
 /// Reads a subjects table (image paths resolved against its folder) or a study file (its table or BIDS
@@ -45,6 +50,7 @@ std::vector<Eigen::MatrixXd> ModelScores(const std::vector<exporting::ExportedMo
 struct PredictOptions {
   std::string modelDir, input, outDir;
   bool force = false;
+  NewSubjects::UnseenLevels unseenLevels = NewSubjects::UnseenLevels::Refuse;
 };
 struct PredictOutcome {
   std::string outputDir;

@@ -62,6 +62,8 @@ struct WeightedKernels {
   std::vector<Eigen::MatrixXf> train32;      ///< Float32Copies: the rounded training kernels (read by `kernels`)
   std::unique_ptr<TrainingKernels> kernels;  ///< given to the learners in place of `train` (null with Copies)
   std::function<TestBlocks(Eigen::MatrixXd& buffer)> testOnDemand;  ///< when `test` is not held
+  /// What `kernels` and `testOnDemand` read when the fold owns it (a fold of harmonised kernels), kept alive with them.
+  std::shared_ptr<const void> keepAlive;
   /// The test blocks a decision reads: the held ones, or each prepared (or fetched) into `buffer` when asked for.
   TestBlocks Test(Eigen::MatrixXd& buffer) const;
 };

@@ -45,9 +45,9 @@ struct SimulateOptions {
   double suppressorNoise = 2.0;
   int connectivityNodes = 0;
   std::vector<std::string> connectivitySignal;
-  /// > 1: a multi-site cohort ("site" column, site1, site2, ...). Every image of site s is scanned as
-  /// shift_sr + scale_sr x value in region r, with shift_sr ~ N(0, siteShift^2) and log scale_sr ~ N(0, siteScale^2) (one
-  /// per site and region: a scanner's offset and gain). Site effects, assignments and imbalance come from their own
+  /// > 1: a multi-site cohort ("site" column, site1, site2, ...). Every image of site s (images/; the second modality
+  /// is left alone) is scanned as shift_sr + scale_sr x value in region r, with shift_sr ~ N(0, siteShift^2) and
+  /// log scale_sr ~ N(0, siteScale^2) (one per site and region: a scanner's offset and gain). Site effects, assignments and imbalance come from their own
   /// stream, so the cohort without them (sites = 0) has the same targets and the same unscanned images.
   int sites = 0;
   double siteShift = 1.0;
