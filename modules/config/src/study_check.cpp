@@ -250,9 +250,10 @@ void CheckHarmonisation(const Checker& k, const StudyConfig& c) {
                              "precomputed sources are not harmonised");
   for (std::size_t i = 0; i < h.sources.size(); ++i)
     if (c.kernels.source != KernelSource::Sources || std::find(images.begin(), images.end(), h.sources[i]) == images.end())
-      k.Fail(Indexed("/harmonisation/sources", i), "expected the name of an image source of /kernels/sources (" +
-                                                       (c.kernels.source == KernelSource::Sources ? Join(images, ", ") : std::string("this study has no sources list")) +
-                                                       "), found " + Describe(Json(h.sources[i])));
+      k.Fail(Indexed("/harmonisation/sources", i),
+             "expected the name of an image source of /kernels/sources (" +
+                 (c.kernels.source == KernelSource::Sources ? Join(images, ", ") : std::string("this study has no sources list")) + "), found " +
+                 Describe(Json(h.sources[i])));
   if (c.kernels.precision == KernelPrecision::Float32)
     k.Fail("/kernels/precision", "a harmonised study forms each fold's kernels from the harmonised voxels in float64; \"float32\" (the compact store "
                                  "of precomputed kernels) does not apply: use \"float64\"");

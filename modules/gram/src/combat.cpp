@@ -63,7 +63,8 @@ int Shrink(const Prior& prior, double count, double gammaHat, double delta2Hat, 
     ++iteration;
     const double denominator = count * prior.tau2 + d;
     const double gNew = denominator > 0 ? (count * prior.tau2 * gammaHat + d * prior.gammaBar) / denominator : gammaHat;
-    const double dNew = prior.scaleDegenerate ? prior.mean : (prior.b + 0.5 * (ss + count * (gammaHat - gNew) * (gammaHat - gNew))) / (0.5 * count + prior.a - 1.0);
+    const double squares = ss + count * (gammaHat - gNew) * (gammaHat - gNew);  // sum_i (z_i - gNew)^2
+    const double dNew = prior.scaleDegenerate ? prior.mean : (prior.b + 0.5 * squares) / (0.5 * count + prior.a - 1.0);
     const double change = std::max(RelativeChange(gNew, g), RelativeChange(dNew, d));
     g = gNew;
     d = dNew;

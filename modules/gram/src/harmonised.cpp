@@ -46,7 +46,9 @@ Preprocessing OverRows(const Preprocessing& pre, const std::vector<int>& rows) {
 class HarmonisedFold final : public PreparedFold {
  public:
   HarmonisedFold(std::shared_ptr<const KernelList> kernels, std::size_t train, std::size_t test, const Preprocessing& pre, const std::vector<int>& rows)
-      : values_(std::move(kernels)), kernels_(*values_), fold_(kernels_.OpenMemoryFold(Positions(0, train), Positions(train, train + test), OverRows(pre, rows))) {}
+      : values_(std::move(kernels)),
+        kernels_(*values_),
+        fold_(kernels_.OpenMemoryFold(Positions(0, train), Positions(train, train + test), OverRows(pre, rows))) {}
   Eigen::VectorXd Scales() const override { return fold_->Scales(); }
   FoldKernels Summed() const override { return fold_->Summed(); }
   void Weighted(TrainingForm form, WeightedKernels& out) const override {

@@ -99,7 +99,8 @@ std::shared_ptr<const gram::HarmonisedKernels> HarmonisedStudyKernels(const Stud
     std::vector<std::int64_t> dropped;
     kernels::RegionKernelHeader(ids, *part.regions, rows.nonFiniteCount, part.study.kernels.nanPolicy, dropped);
     const auto n = static_cast<Eigen::Index>(ids.size()), columns = static_cast<Eigen::Index>(rows.columns);
-    auto voxels = std::make_shared<Eigen::MatrixXf>(Eigen::Map<const Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>>(rows.data.data(), n, columns));
+    using RowMajor = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+    auto voxels = std::make_shared<Eigen::MatrixXf>(Eigen::Map<const RowMajor>(rows.data.data(), n, columns));
     rows.data = {};
     for (const std::int64_t c : dropped) voxels->col(static_cast<Eigen::Index>(c)).setZero();
     const std::vector<std::int64_t> offsets = kernels::RegionColumnOffsets(*part.regions);
@@ -107,8 +108,10 @@ std::shared_ptr<const gram::HarmonisedKernels> HarmonisedStudyKernels(const Stud
     for (std::size_t k = part.firstKernel; k < part.firstKernel + part.kernelCount; ++k) {
       const std::int64_t label = ctx.ks.set.info[k].label;
       const auto& regions = part.regions->regions;
-      const auto r = static_cast<std::size_t>(std::find_if(regions.begin(), regions.end(), [&](const auto& region) { return region.label == label; }) - regions.begin());
-      if (r == regions.size()) throw std::logic_error(fmt::format("harmonisation: kernel {} has no region of label {} in source {}", ctx.ks.set.info[k].name, label, part.name));
+      const auto found = std::find_if(regions.begin(), regions.end(), [&](const auto& region) { return region.label == label; });
+      if (found == regions.end())
+        throw std::logic_error(fmt::format("harmonisation: kernel {} has no region of label {} in source {}", ctx.ks.set.info[k].name, label, part.name));
+      const auto r = static_cast<std::size_t>(found - regions.begin());
       origins[k] = {source, static_cast<Eigen::Index>(offsets[r]), static_cast<Eigen::Index>(offsets[r + 1])};
     }
     notes.push_back({part.name, columns, static_cast<std::uint64_t>(voxels->size()) * sizeof(float)});

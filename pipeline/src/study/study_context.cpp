@@ -229,7 +229,8 @@ void CheckSitesInEveryFold(const StudyContext& ctx) {
   if (!ctx.harmonisation) return;
   const gram::Harmonisation& h = *ctx.harmonisation;
   const auto& spec = ctx.study.harmonisation;
-  const std::string reference = spec.preserve.fitOnColumn.empty() ? "" : fmt::format(" with \"{}\" in column \"{}\" (fit_on)", spec.preserve.fitOnValue, spec.preserve.fitOnColumn);
+  const std::string reference =
+      spec.preserve.fitOnColumn.empty() ? "" : fmt::format(" with \"{}\" in column \"{}\" (fit_on)", spec.preserve.fitOnValue, spec.preserve.fitOnColumn);
   ForEachTrainingSet(ctx, [&](const std::vector<int>& train, const std::vector<int>& test, const std::string& fold) {
     std::vector<int> fitting(h.siteNames.size(), 0), present(h.siteNames.size(), 0);
     for (const int i : train) {
@@ -241,8 +242,9 @@ void CheckSitesInEveryFold(const StudyContext& ctx) {
     for (std::size_t s = 0; s < present.size(); ++s) {
       if (present[s] == 0 || fitting[s] >= 2) continue;
       std::vector<std::string> ids;
-      for (const int i : test)
-        if (static_cast<std::size_t>(h.sites[static_cast<std::size_t>(i)]) == s) ids.push_back(ctx.cohort.ids[static_cast<std::size_t>(ctx.cohort.labelledRows[static_cast<std::size_t>(i)])]);
+      for (const int i : test)  // labelled subjects: position i is cohort row labelledRows[i]
+        if (static_cast<std::size_t>(h.sites[static_cast<std::size_t>(i)]) == s)
+          ids.push_back(ctx.cohort.ids[static_cast<std::size_t>(ctx.cohort.labelledRows[static_cast<std::size_t>(i)])]);
       throw InputError("harmonisation:SiteTooSmall", ctx.study.path + " /harmonisation/site_column",
                        fmt::format("site \"{}\" (column \"{}\") has {} training subject(s){} in {}, and ComBat needs at least 2 to estimate its "
                                    "effects{}; merge small sites, or use a split that keeps every site in every training set (stratify or group "

@@ -46,7 +46,8 @@ void CheckOptions(const SimulateOptions& o) {
                                    "another --out", existing));
   }
   if (!(o.nanFraction >= 0 && o.nanFraction < 1)) throw InputError("simulate:NanFraction", "--nan-fraction", "expected a value in [0, 1)");
-  if (o.sites < 0 || o.sites == 1 || o.sites > 100) throw InputError("simulate:Sites", "--sites", fmt::format("expected 0 (one scanner) or 2..100 sites, got {}", o.sites));
+  if (o.sites < 0 || o.sites == 1 || o.sites > 100)
+    throw InputError("simulate:Sites", "--sites", fmt::format("expected 0 (one scanner) or 2..100 sites, got {}", o.sites));
   if (!(o.siteShift >= 0 && std::isfinite(o.siteShift)) || !(o.siteScale >= 0 && std::isfinite(o.siteScale)))
     throw InputError("simulate:SiteEffect", "--site-shift/--site-scale", fmt::format("expected finite SDs >= 0, got {} and {}", o.siteShift, o.siteScale));
   if (!(o.siteImbalance >= 0 && o.siteImbalance < 1)) throw InputError("simulate:SiteImbalance", "--site-imbalance", "expected a value in [0, 1)");
