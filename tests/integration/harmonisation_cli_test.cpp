@@ -112,6 +112,11 @@ TEST_F(HarmonisationCli, ThePlantedRegionsLeadAfterHarmonisingOnTheControls) {
   EXPECT_EQ(results["harmonisation"]["fit_on"], "group = control");
   EXPECT_THAT(ReadFile(*dir_ / "results/dx/report.html"), HasSubstr("ComBat with empirical Bayes of images inside every fold, fitted on its training "
                                                                     "subjects (group = control)"));
+  const std::string citation = ReadFile(*dir_ / "results/dx/CITATION.md");
+  EXPECT_THAT(citation, HasSubstr("Site effects were removed with ComBat with empirical Bayes [Johnson, Li & Rabinovic, 2007; Fortin et al., 2017, "
+                                  "2018] from the voxels of images"));
+  EXPECT_THAT(citation, HasSubstr("estimated on the training subjects with group = control"));
+  EXPECT_THAT(citation, HasSubstr("- Johnson W. E., Li C., Rabinovic A. (2007)."));
   const auto rows = ReadTsv(*dir_ / "results/dx/regions_enmkl_svm.tsv");
   std::size_t nameCol = 0;
   for (std::size_t c = 0; c < rows[0].size(); ++c)

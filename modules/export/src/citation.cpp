@@ -56,6 +56,16 @@ const std::map<std::string, std::string>& References() {
       {"bh1995",
        "Benjamini Y., Hochberg Y. (1995). Controlling the false discovery rate: a practical and powerful approach to multiple testing. Journal "
        "of the Royal Statistical Society B 57(1), 289-300."},
+      {"johnson2007",
+       "Johnson W. E., Li C., Rabinovic A. (2007). Adjusting batch effects in microarray expression data using empirical Bayes methods. "
+       "Biostatistics 8(1), 118-127."},
+      {"fortin2017",
+       "Fortin J.-P., Parker D., Tunç B., Watanabe T., Elliott M. A., Ruparel K., Roalf D. R., Satterthwaite T. D., Gur R. C., Gur R. E., "
+       "Schultz R. T., Verma R., Shinohara R. T. (2017). Harmonization of multi-site diffusion tensor imaging data. NeuroImage 161, 149-170."},
+      {"fortin2018",
+       "Fortin J.-P., Cullen N., Sheline Y. I., Taylor W. D., Aselcioglu I., Cook P. A., Adams P., Cooper C., Fava M., McGrath P. J., "
+       "McInnis M., Phillips M. L., Trivedi M. H., Weissman M. M., Shinohara R. T. (2018). Harmonization of cortical thickness measurements "
+       "across scanners and sites. NeuroImage 167, 104-120."},
       {"aal",
        "Tzourio-Mazoyer N., Landeau B., Papathanassiou D., Crivello F., Etard O., Delcroix N., Mazoyer B., Joliot M. (2002). Automated "
        "anatomical labeling of activations in SPM using a macroscopic anatomical parcellation of the MNI MRI single-subject brain. "
@@ -72,7 +82,8 @@ const std::map<std::string, std::string>& ShortCites() {
       {"libsvm", "Chang & Lin, 2011"}, {"wss", "Fan, Chen & Lin, 2005"}, {"pronto", "Schrouff et al., 2013"},
       {"aal", "Tzourio-Mazoyer et al., 2002"}, {"platt", "Platt, 1999"}, {"lin2007", "Lin, Lin & Weng, 2007"},
       {"beheshti2019", "Beheshti et al., 2019"}, {"delange2020", "de Lange & Cole, 2020"}, {"westfall1993", "Westfall & Young, 1993"},
-      {"nichols2002", "Nichols & Holmes, 2002"}, {"bh1995", "Benjamini & Hochberg, 1995"}};
+      {"nichols2002", "Nichols & Holmes, 2002"}, {"bh1995", "Benjamini & Hochberg, 1995"}, {"johnson2007", "Johnson, Li & Rabinovic, 2007"},
+      {"fortin2017", "Fortin et al., 2017"}, {"fortin2018", "Fortin et al., 2018"}};
   return cites;
 }
 
@@ -219,6 +230,15 @@ std::string KernelsParagraph(const RunRecord& r, std::set<std::string>& cited) {
                       "coefficients fitted on the training subjects{}, applied to the test subjects) before further preprocessing; the target's "
                       "R^2 on the covariates was {:.3f}. ",
                       Join(r.covariateColumns, ", "), r.covariateFitOn == "all" ? std::string() : " with " + r.covariateFitOn, r.covariateTargetR2);
+  if (const auto& h = r.harmonisation; !h.siteColumn.empty()) {
+    md += fmt::format("Site effects were removed with ComBat{} [Johnson, Li & Rabinovic, 2007; Fortin et al., 2017, 2018] from the voxels of {} "
+                      "within each training fold (outer and inner): the site ({} sites, column {}) effects were estimated on the training "
+                      "subjects{}{}, applied to the test subjects, and the fold's kernels formed from the harmonised voxels. ",
+                      h.empiricalBayes ? " with empirical Bayes" : "", Join(h.sources, ", "), h.sites.size(), h.siteColumn,
+                      h.fitOn == "all" ? std::string() : " with " + h.fitOn,
+                      h.designColumns.empty() ? std::string() : ", preserving the effects of " + Join(h.designColumns, ", "));
+    cited.insert({"johnson2007", "fortin2017", "fortin2018"});
+  }
   std::vector<std::string> prep;
   if (r.centre) prep.push_back("centred");
   if (r.normalise) prep.push_back("normalised (cosine)");
