@@ -119,6 +119,7 @@ ComBatModel Fit(Eigen::Index n, Eigen::Index V, const Columns& columns, const st
   const auto B = static_cast<Eigen::Index>(groups.labels.size());
   ComBatModel model;
   model.sites = groups.labels;
+  model.siteNames = options.siteNames;
   for (std::size_t s = 0; s < groups.rows.size(); ++s) {
     model.fitCount.push_back(static_cast<Eigen::Index>(groups.rows[s].size()));
     if (groups.rows[s].size() < 2)
@@ -236,7 +237,7 @@ ComBatModel FitComBat(const Eigen::Ref<const Eigen::MatrixXf>& X, const std::vec
 }
 
 void ApplyComBat(const ComBatModel& model, Eigen::Ref<Eigen::MatrixXd> X, const std::vector<int>& sites, const Eigen::Ref<const Eigen::MatrixXd>& covariates,
-                 const std::string& where, Eigen::Index firstFeature, const std::vector<std::string>& siteNames) {
+                 const std::string& where, Eigen::Index firstFeature) {
   const Eigen::Index n = X.rows(), V = X.cols();
   if (static_cast<Eigen::Index>(sites.size()) != n || covariates.rows() != n || covariates.cols() != model.beta.rows() || firstFeature < 0 ||
       firstFeature + V > model.alpha.size())
@@ -248,7 +249,7 @@ void ApplyComBat(const ComBatModel& model, Eigen::Ref<Eigen::MatrixXd> X, const 
     if (siteRow[static_cast<std::size_t>(i)] < 0)
       throw InputError("combat:UnknownSite", where,
                        fmt::format("row {} is from site {}, which the harmonisation was not fitted on (its sites: {})", i + 1,
-                                   SiteName(sites[static_cast<std::size_t>(i)], siteNames), Join(model.sites, siteNames)));
+                                   SiteName(sites[static_cast<std::size_t>(i)], model.siteNames), Join(model.sites, model.siteNames)));
   }
   for (Eigen::Index c0 = 0; c0 < V; c0 += kColumnBlock) {
     const Eigen::Index w = std::min(kColumnBlock, V - c0);

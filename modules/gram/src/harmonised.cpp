@@ -92,6 +92,17 @@ HarmonisedKernels::HarmonisedKernels(std::shared_ptr<const KernelList> kernels, 
   }
 }
 
+std::string HarmonisedKernels::Where(std::size_t source, const std::string& fold) const {
+  return fmt::format("{} (source {}, {})", design_->where, (*sources_).at(source).name, fold);
+}
+
+std::vector<std::size_t> HarmonisedKernels::KernelsOf(std::size_t source) const {
+  std::vector<std::size_t> out;
+  for (std::size_t k = 0; k < Count(); ++k)
+    if (origins_[k].source == static_cast<int>(source)) out.push_back(k);
+  return out;
+}
+
 ComBatModel HarmonisedKernels::FitFold(std::size_t source, const std::vector<int>& train, const std::string& fold) const {
   const Harmonisation& h = *design_;
   std::vector<Eigen::Index> rows;
@@ -101,39 +112,51 @@ ComBatModel HarmonisedKernels::FitFold(std::size_t source, const std::vector<int
   for (const Eigen::Index i : rows) sites.push_back(h.sites[static_cast<std::size_t>(i)]);
   ComBatOptions options = h.options;
   options.siteNames = h.siteNames;
-  const std::string where = fmt::format("{} (source {}, {})", h.where, (*sources_)[source].name, fold);
-  return FitComBat(*(*sources_)[source].voxels, rows, sites, h.covariates(rows, Eigen::all), options, where);
+  return FitComBat(*(*sources_)[source].voxels, rows, sites, h.covariates(rows, Eigen::all), options, Where(source, fold));
+}
+
+ComBatModel HarmonisedKernels::FitFoldFor(std::size_t source, const std::vector<int>& train, const std::vector<int>& rows, const std::string& fold) const {
+  const Harmonisation& h = *design_;
+  ComBatModel model = FitFold(source, train, fold);
+  for (const int i : rows)
+    if (const int site = h.sites[static_cast<std::size_t>(i)]; model.SiteIndex(site) < 0)
+      throw InputError("combat:SiteNotInFit", Where(source, fold),
+                       fmt::format("site \"{}\" has subjects here but none among the training subjects{} the harmonisation is fitted on, so "
+                                   "its effects cannot be estimated; use a split that keeps every site in every training set (stratify or "
+                                   "group by the site column)",
+                                   h.siteNames.at(static_cast<std::size_t>(site)), h.fitRow.empty() ? "" : " of the reference group (fit_on)"));
+  return model;
+}
+
+HarmonisedKernels::Rows HarmonisedKernels::RowsOf(const std::vector<int>& rows) const {
+  Rows out;
+  out.index = Eigen::Map<const Eigen::VectorXi>(rows.data(), static_cast<Eigen::Index>(rows.size()));
+  for (const int i : rows) out.sites.push_back(design_->sites[static_cast<std::size_t>(i)]);
+  out.covariates = design_->covariates(out.index, Eigen::all);
+  return out;
+}
+
+Eigen::MatrixXd HarmonisedKernels::HarmonisedBlock(const ComBatModel& model, std::size_t k, const Rows& rows, const std::string& where) const {
+  const KernelOrigin& o = origins_[k];
+  const Eigen::MatrixXf& voxels = *(*sources_)[static_cast<std::size_t>(o.source)].voxels;
+  Eigen::MatrixXd block = voxels(rows.index, Eigen::seqN(o.begin, o.end - o.begin)).cast<double>();
+  ApplyComBat(model, block, rows.sites, rows.covariates, where, o.begin);
+  return block;
 }
 
 KernelList HarmonisedKernels::FoldKernelsOver(const std::vector<int>& rows, std::size_t trainCount, const std::string& fold) const {
-  const Harmonisation& h = *design_;
   KernelList out(Count());
-  const Eigen::VectorXi index = Eigen::Map<const Eigen::VectorXi>(rows.data(), static_cast<Eigen::Index>(rows.size()));
+  const Rows gathered = RowsOf(rows);
   for (std::size_t k = 0; k < Count(); ++k)
-    if (origins_[k].source < 0) out[k] = (*kernels_)[k](index, index);
-  std::vector<int> rowSites;
-  for (const int i : rows) rowSites.push_back(h.sites[static_cast<std::size_t>(i)]);
-  const Eigen::MatrixXd rowCovariates = h.covariates(index, Eigen::all);
+    if (origins_[k].source < 0) out[k] = (*kernels_)[k](gathered.index, gathered.index);
   const std::vector<int> train(rows.begin(), rows.begin() + static_cast<std::ptrdiff_t>(trainCount));
   for (std::size_t s = 0; s < sources_->size(); ++s) {
-    std::vector<std::size_t> kernels;
-    for (std::size_t k = 0; k < Count(); ++k)
-      if (origins_[k].source == static_cast<int>(s)) kernels.push_back(k);
+    const std::vector<std::size_t> kernels = KernelsOf(s);
     if (kernels.empty()) continue;
-    const ComBatModel model = FitFold(s, train, fold);
-    for (const int site : rowSites)
-      if (model.SiteIndex(site) < 0)
-        throw InputError("combat:SiteNotInFit", fmt::format("{} (source {}, {})", h.where, (*sources_)[s].name, fold),
-                         fmt::format("site \"{}\" has subjects here but none among the training subjects{} the harmonisation is fitted on, so "
-                                     "its effects cannot be estimated; use a split that keeps every site in every training set (stratify or "
-                                     "group by the site column)",
-                                     h.siteNames.at(static_cast<std::size_t>(site)), h.fitRow.empty() ? "" : " of the reference group (fit_on)"));
-    const Eigen::MatrixXf& voxels = *(*sources_)[s].voxels;
-    const std::string where = fmt::format("{} (source {}, {})", h.where, (*sources_)[s].name, fold);
+    const ComBatModel model = FitFoldFor(s, train, rows, fold);
+    const std::string where = Where(s, fold);
     tbb::parallel_for(std::size_t{0}, kernels.size(), [&](std::size_t j) {
-      const KernelOrigin& o = origins_[kernels[j]];
-      Eigen::MatrixXd block = voxels(index, Eigen::seqN(o.begin, o.end - o.begin)).cast<double>();
-      ApplyComBat(model, block, rowSites, rowCovariates, where, o.begin, h.siteNames);
+      const Eigen::MatrixXd block = HarmonisedBlock(model, kernels[j], gathered, where);
       // The lower triangle from one rank update, mirrored: exactly symmetric.
       Eigen::MatrixXd K = Eigen::MatrixXd::Zero(block.rows(), block.rows());
       K.selfadjointView<Eigen::Lower>().rankUpdate(block);
@@ -146,26 +169,18 @@ KernelList HarmonisedKernels::FoldKernelsOver(const std::vector<int>& rows, std:
 
 std::vector<Eigen::VectorXd> HarmonisedKernels::ColumnWeights(std::size_t source, const std::vector<int>& train,
                                                               const std::vector<const Eigen::MatrixXd*>& weights, const std::string& fold) const {
-  const Harmonisation& h = *design_;
-  const Eigen::MatrixXf& voxels = *(*sources_).at(source).voxels;
-  std::vector<Eigen::VectorXd> out(weights.size(), Eigen::VectorXd::Zero(voxels.cols()));
-  const ComBatModel model = FitFold(source, train, fold);
-  const Eigen::VectorXi index = Eigen::Map<const Eigen::VectorXi>(train.data(), static_cast<Eigen::Index>(train.size()));
-  std::vector<int> sites;
-  for (const int i : train) sites.push_back(h.sites[static_cast<std::size_t>(i)]);
-  const Eigen::MatrixXd covariates = h.covariates(index, Eigen::all);
-  const std::string where = fmt::format("{} (source {}, {})", h.where, (*sources_)[source].name, fold);
-  std::vector<std::size_t> kernels;
-  for (std::size_t k = 0; k < Count(); ++k)
-    if (origins_[k].source == static_cast<int>(source)) kernels.push_back(k);
+  std::vector<Eigen::VectorXd> out(weights.size(), Eigen::VectorXd::Zero((*sources_).at(source).voxels->cols()));
+  const ComBatModel model = FitFoldFor(source, train, train, fold);
+  const Rows gathered = RowsOf(train);
+  const std::string where = Where(source, fold);
+  const std::vector<std::size_t> kernels = KernelsOf(source);
   // Kernels own disjoint columns: each task writes its own segments.
   tbb::parallel_for(std::size_t{0}, kernels.size(), [&](std::size_t j) {
     const std::size_t k = kernels[j];
     const KernelOrigin& o = origins_[k];
-    Eigen::MatrixXd block = voxels(index, Eigen::seqN(o.begin, o.end - o.begin)).cast<double>();
-    ApplyComBat(model, block, sites, covariates, where, o.begin, h.siteNames);
+    const Eigen::MatrixXd block = HarmonisedBlock(model, k, gathered, where);
     for (std::size_t m = 0; m < weights.size(); ++m)
-      out[m].segment(o.begin, o.end - o.begin) = block.transpose() * (*weights[m])(index, static_cast<Eigen::Index>(k));
+      out[m].segment(o.begin, o.end - o.begin) = block.transpose() * (*weights[m])(gathered.index, static_cast<Eigen::Index>(k));
   });
   return out;
 }

@@ -235,12 +235,12 @@ std::vector<Eigen::MatrixXd> BiasScores(const std::vector<exporting::ExportedMod
 /// Each model's covariate design of the new subjects (empty for a model without covariates).
 std::vector<Eigen::MatrixXd> NewDesigns(const std::vector<exporting::ExportedModel>& models, const NewSubjects& subjects, std::vector<std::string>& warnings) {
   std::vector<Eigen::MatrixXd> designs(models.size());
-  std::vector<std::string> seen;  // models of one study share their covariates: each subject's note once
+  std::vector<std::string> notes;
   for (std::size_t q = 0; q < models.size(); ++q)
-    if (models[q].design.cols() > 0) designs[q] = NewDesign(models[q], subjects, seen);
-  std::sort(seen.begin(), seen.end());
-  seen.erase(std::unique(seen.begin(), seen.end()), seen.end());
-  warnings.insert(warnings.end(), seen.begin(), seen.end());
+    if (models[q].design.cols() > 0) designs[q] = NewDesign(models[q], subjects, notes);
+  // Models of one study share their covariates: each subject's note once, in table order.
+  for (const auto& note : notes)
+    if (std::find(warnings.begin(), warnings.end(), note) == warnings.end()) warnings.push_back(note);
   return designs;
 }
 

@@ -39,6 +39,8 @@ std::shared_ptr<const gram::Harmonisation> BuildHarmonisationDesign(const config
   const CovariateDesign design = BuildCovariateDesign(study, spec.preserve, cohort, rows);
   out->covariates = design.covariates.design.rightCols(design.covariates.design.cols() - 1);
   out->fitRow = design.covariates.fitRow;
+  out->covariateNames = design.columns;
+  out->fitOn = design.fitOn;
   out->options.empiricalBayes = spec.empiricalBayes;
   out->where = study.path + " /harmonisation";
   return out;

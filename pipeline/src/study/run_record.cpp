@@ -137,11 +137,9 @@ void RecordHarmonisation(const StudyContext& ctx, exporting::RunRecord& record) 
   auto& h = record.harmonisation;
   h.siteColumn = spec.siteColumn;
   h.sites = ctx.harmonisation->siteNames;
-  h.siteCounts.assign(h.sites.size(), 0);
-  for (const int s : ctx.harmonisation->sites) ++h.siteCounts[static_cast<std::size_t>(s)];
-  const CovariateDesign design = BuildCovariateDesign(ctx.study, spec.preserve, ctx.cohort, ctx.kernelRows);
-  h.designColumns = design.columns;
-  h.fitOn = design.fitOn;
+  h.siteCounts = ctx.harmonisation->SiteCounts();
+  h.designColumns = ctx.harmonisation->covariateNames;
+  h.fitOn = ctx.harmonisation->fitOn;
   h.empiricalBayes = spec.empiricalBayes;
   for (const auto& source : ctx.harmonisedSources) {
     h.sources.push_back(source.name);

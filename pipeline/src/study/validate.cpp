@@ -260,16 +260,14 @@ std::string ValidateStudy(const config::StudyConfig& study, bool deep) {
   if (ctx.harmonisation) {
     const auto& h = *ctx.harmonisation;
     const auto& spec = study.harmonisation;
-    std::vector<int> counts(h.siteNames.size(), 0);
-    for (const int s : h.sites) ++counts[static_cast<std::size_t>(s)];
+    const std::vector<int> counts = h.SiteCounts();
     std::vector<std::string> sites;
     for (std::size_t s = 0; s < counts.size(); ++s) sites.push_back(fmt::format("\"{}\" n = {}", h.siteNames[s], counts[s]));
     const auto& cov = spec.preserve;
-    std::vector<std::string> preserved = cov.columns;
-    preserved.insert(preserved.end(), cov.categorical.begin(), cov.categorical.end());
     line(fmt::format("Harmonisation: ComBat{} inside every fold on column \"{}\", {} sites: {}", spec.empiricalBayes ? " (empirical Bayes)" : "",
                      spec.siteColumn, sites.size(), Join(sites, ", ")));
-    line(fmt::format("  preserved covariates: {}; fitted on {} training subjects; image sources: {}", preserved.empty() ? "none" : Join(preserved, ", "),
+    line(fmt::format("  preserved covariates: {}; fitted on {} training subjects; image sources: {}",
+                     h.covariateNames.empty() ? "none" : Join(h.covariateNames, ", "),
                      cov.fitOnColumn.empty() ? "all" : fmt::format("the \"{}\" = \"{}\"", cov.fitOnColumn, cov.fitOnValue),
                      spec.sources.empty() ? "every one" : Join(spec.sources, ", ")));
     line("  every site has 2 or more fitting subjects in every training set; each fold forms its harmonised kernels from the voxels, which stay in "

@@ -36,13 +36,14 @@ struct ComBatModel {
   Eigen::MatrixXd gammaHat, delta2Hat, gammaStar, delta2Star;  ///< B x V
   std::vector<char> passThrough;   ///< V: 1 = constant over the fit rows, left unchanged
   int iterations = 0;              ///< the most empirical-Bayes iterations any feature took
+  std::vector<std::string> siteNames;  ///< ComBatOptions::siteNames of the fit, for messages
   /// Row of `site` in the B x V matrices, or -1 for a site the fit did not see.
   int SiteIndex(int site) const;
 };
 
 /// Fits on the rows of X (rows x V, float32 or float64; read in blocks of columns and widened to double), their sites
-/// and covariates (rows x p, p may be 0). InputError combat:SiteTooSmall (naming `where` and the site) when a site has
-/// fewer than 2 rows: its variance is undefined.
+/// and covariates (rows x p, p may be 0). InputError (naming `where`) combat:SiteTooSmall when a site has fewer than 2
+/// rows (its variance is undefined), combat:CollinearCovariates when a covariate cannot be told apart from the sites.
 ComBatModel FitComBat(const Eigen::Ref<const Eigen::MatrixXf>& X, const std::vector<int>& sites, const Eigen::Ref<const Eigen::MatrixXd>& covariates,
                       const ComBatOptions& options, const std::string& where);
 ComBatModel FitComBat(const Eigen::Ref<const Eigen::MatrixXd>& X, const std::vector<int>& sites, const Eigen::Ref<const Eigen::MatrixXd>& covariates,
@@ -55,6 +56,6 @@ ComBatModel FitComBat(const Eigen::Ref<const Eigen::MatrixXf>& X, const std::vec
 /// [firstFeature, firstFeature + X.cols()) of the fit (a region's columns). InputError combat:UnknownSite (naming `where`)
 /// for a site the fit did not see.
 void ApplyComBat(const ComBatModel& model, Eigen::Ref<Eigen::MatrixXd> X, const std::vector<int>& sites, const Eigen::Ref<const Eigen::MatrixXd>& covariates,
-                 const std::string& where, Eigen::Index firstFeature = 0, const std::vector<std::string>& siteNames = {});
+                 const std::string& where, Eigen::Index firstFeature = 0);
 
 }  // namespace neuromkl::gram

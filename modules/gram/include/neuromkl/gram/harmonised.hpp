@@ -42,6 +42,14 @@ struct Harmonisation {
   std::vector<char> fitRow;                ///< 1 = in the reference group ComBat is fitted on; empty = every row
   ComBatOptions options;
   std::string where;                       ///< names the configuration in errors (e.g. "study.json /harmonisation")
+  std::vector<std::string> covariateNames; ///< the columns of `covariates` ("column=level" for a dummy), for records
+  std::string fitOn = "all";               ///< "all" or "column = value", for records
+  /// Rows per site, in siteNames order.
+  std::vector<int> SiteCounts() const {
+    std::vector<int> counts(siteNames.size(), 0);
+    for (const int s : sites) ++counts[static_cast<std::size_t>(s)];
+    return counts;
+  }
 };
 
 class HarmonisedKernels final : public KernelStore {
@@ -59,7 +67,7 @@ class HarmonisedKernels final : public KernelStore {
   std::unique_ptr<PreparedFold> OpenFold(const std::vector<int>& train, const std::vector<int>& test, const Preprocessing& pre) const override;
   Eigen::VectorXd LargestCentredSelfSimilarities(const std::vector<int>& train, const Preprocessing& pre) const override;
   /// Weights of the fold's harmonised images (map_r = sum_i D(i, r) x~_i, x~_i subject i harmonised with the fold's
-  /// ComBat estimates): a map of raw images needs the fold's estimates too (HarmoniseFold).
+  /// ComBat estimates): ColumnWeights turns them into maps.
   Eigen::MatrixXd SubjectWeights(const FoldModel& model, const Preprocessing& pre) const override;
   std::uint64_t FoldTaskBytes(const FoldTask& task) const override;
   std::unique_ptr<KernelStore> Subset(const std::vector<std::size_t>& which) const override;
@@ -74,6 +82,8 @@ class HarmonisedKernels final : public KernelStore {
   const std::vector<KernelOrigin>& Origins() const { return origins_; }
   /// The ComBat fit of source `source` on the fit rows among `train` (errors name `fold`).
   ComBatModel FitFold(std::size_t source, const std::vector<int>& train, const std::string& fold) const;
+  /// FitFold, and InputError combat:SiteNotInFit when a site of `rows` has no fitting subject among `train`.
+  ComBatModel FitFoldFor(std::size_t source, const std::vector<int>& train, const std::vector<int>& rows, const std::string& fold) const;
   /// Every kernel over rows `rows` (the fold's training then test subjects), harmonised sources formed from their voxels
   /// harmonised with ComBat fitted on the fit rows among the first `trainCount` of them.
   KernelList FoldKernelsOver(const std::vector<int>& rows, std::size_t trainCount, const std::string& fold) const;
@@ -83,6 +93,19 @@ class HarmonisedKernels final : public KernelStore {
   std::shared_ptr<const KernelList> FoldKernels(const std::vector<int>& rows, std::size_t trainCount, const std::string& fold) const;
 
  private:
+  /// Names the configuration, the source and the fold in errors.
+  std::string Where(std::size_t source, const std::string& fold) const;
+  /// The kernels of harmonised source `source`.
+  std::vector<std::size_t> KernelsOf(std::size_t source) const;
+  /// Some of the store's rows with their sites and preserved covariates, gathered once for every kernel of a fold.
+  struct Rows {
+    Eigen::VectorXi index;
+    std::vector<int> sites;
+    Eigen::MatrixXd covariates;
+  };
+  Rows RowsOf(const std::vector<int>& rows) const;
+  /// Kernel k's voxels of `rows` (its columns), harmonised with `model`.
+  Eigen::MatrixXd HarmonisedBlock(const ComBatModel& model, std::size_t k, const Rows& rows, const std::string& where) const;
   std::shared_ptr<const KernelList> kernels_;
   std::vector<KernelOrigin> origins_;
   std::shared_ptr<const std::vector<HarmonisedSource>> sources_;
