@@ -26,6 +26,8 @@ def _input_error(code, where, message):
 
 
 def _cell(value):
+    if value is None:
+        return ""  # a missing value, as an empty cell of a table
     if isinstance(value, (float, np.floating)):
         return format(float(value), ".17g")  # every digit: strtod reads back the same double
     return str(value)
@@ -74,10 +76,12 @@ class ExportedModel:
         return f"<neuromkl.ExportedModel {self.learner} ({self.task}, {self.card.which.split(':')[0]}) from {self.folder}>"
 
     # ---- scoring ----
-    def _scores(self, X, kernels, train_kernels, test_diag):
+    def _scores(self, X, kernels, train_kernels, test_diag, unseen_levels):
         """Class scores (m x C) of new subjects: pipeline::ModelScores, the arithmetic of `neuromkl predict`."""
+        if unseen_levels not in ("refuse", "reference"):
+            raise ValueError(f"unseen_levels must be 'refuse' or 'reference', got {unseen_levels!r}")
         if isinstance(X, (str, os.PathLike)) and not self._looks_like_image(X):
-            scores, warnings, ids = _core.model_scores_of_input(self.card, os.fspath(X))
+            scores, warnings, ids = _core.model_scores_of_input(self.card, os.fspath(X), unseen_levels)
             self.warnings_ = list(warnings)
             return scores
         sources = self.card.image_sources
@@ -110,7 +114,7 @@ class ExportedModel:
         m = self._count(images, volumes, cells, kernels)
         ids = ids or [str(i + 1) for i in range(m)]
         rows = self._kernel_rows(kernels, train_kernels, test_diag, m)
-        scores, warnings = _core.model_scores(self.card, ids, images, volumes, cells, rows)
+        scores, warnings = _core.model_scores(self.card, ids, images, volumes, cells, rows, unseen_levels)
         self.warnings_ = list(warnings)
         return scores
 
@@ -150,7 +154,7 @@ class ExportedModel:
                              f"got {K.shape}, train_kernels {T.shape}, test_diag {D.shape}")
         return {n: (np.asfortranarray(T[j]), np.asfortranarray(K[j]), np.ascontiguousarray(D[j])) for j, n in enumerate(names)}
 
-    def decision_function(self, X=None, *, kernels=None, train_kernels=None, test_diag=None):
+    def decision_function(self, X=None, *, kernels=None, train_kernels=None, test_diag=None, unseen_levels="refuse"):
         """Decision values (binary, regression: shape (m,)) or class scores (multiclass: (m, C)) of new subjects.
 
         X: a list of images (file paths or nibabel images) for a model with one image source and no covariates;
@@ -158,8 +162,11 @@ class ExportedModel:
         or the path of a subjects table (.tsv/.csv) or study file, read as `neuromkl predict` reads it.
         kernels: for precomputed kernels, the new subjects' rows against the training subjects (n_kernels x m x
         l, columns in training_ids order), with train_kernels (n_kernels x l x l) and test_diag (n_kernels x m).
+        unseen_levels: a categorical covariate's level the model was not trained with is an error ("refuse") or coded as
+        the reference level with a warning in ``warnings_`` ("reference"), as `neuromkl predict --unseen-levels`.
+        A missing covariate value (None, NaN, "n/a") is imputed with the training value when the study imputed them.
         """
-        scores = self._scores(X, kernels, train_kernels, test_diag)
+        scores = self._scores(X, kernels, train_kernels, test_diag, unseen_levels)
         return scores if self.task == "multiclass" else scores[:, 0]
 
     def predict(self, X=None, **kw):

@@ -82,6 +82,12 @@ py::tuple Scores(const ExportedModel& model, const pipeline::NewSubjects& subjec
   return py::make_tuple(scores, warnings);
 }
 
+pipeline::NewSubjects::UnseenLevels ParseUnseenLevels(const std::string& value) {
+  if (value == "refuse") return pipeline::NewSubjects::UnseenLevels::Refuse;
+  if (value == "reference") return pipeline::NewSubjects::UnseenLevels::Reference;
+  throw InvalidParameter("python:UnseenLevels", "unseen_levels", "unknown value \"" + value + "\"; expected refuse or reference");
+}
+
 learners::Task ParseTask(const std::string& task) {
   if (task == "classification") return learners::Task::Classification;
   if (task == "regression") return learners::Task::Regression;
@@ -149,17 +155,22 @@ void BindModels(py::module_& m) {
       "model_scores",
       [](const ExportedModel& model, const std::vector<std::string>& ids, const std::map<std::string, std::vector<std::string>>& images,
          const std::map<std::string, std::vector<py::tuple>>& volumes, const std::map<std::string, std::vector<std::string>>& cells,
-         const std::map<std::string, py::tuple>& kernelRows) { return Scores(model, Subjects(ids, images, volumes, cells, kernelRows)); },
-      py::arg("model"), py::arg("ids"), py::arg("images"), py::arg("volumes"), py::arg("cells"), py::arg("kernels"),
+         const std::map<std::string, py::tuple>& kernelRows, const std::string& unseenLevels) {
+        pipeline::NewSubjects subjects = Subjects(ids, images, volumes, cells, kernelRows);
+        subjects.unseenLevels = ParseUnseenLevels(unseenLevels);
+        return Scores(model, subjects);
+      },
+      py::arg("model"), py::arg("ids"), py::arg("images"), py::arg("volumes"), py::arg("cells"), py::arg("kernels"), py::arg("unseen_levels") = "refuse",
       "Class scores (subjects x C) and warnings of new subjects, with the arithmetic of `neuromkl predict` (pipeline::ModelScores).");
   m.def(
       "model_scores_of_input",
-      [](const ExportedModel& model, const std::string& input) {
-        const pipeline::NewSubjects subjects = pipeline::ReadNewSubjects(input, model);
+      [](const ExportedModel& model, const std::string& input, const std::string& unseenLevels) {
+        pipeline::NewSubjects subjects = pipeline::ReadNewSubjects(input, model);
+        subjects.unseenLevels = ParseUnseenLevels(unseenLevels);
         py::tuple scores = Scores(model, subjects);
         return py::make_tuple(scores[0], scores[1], subjects.ids);
       },
-      py::arg("model"), py::arg("input"), "Scores of the subjects of a table or study file, read as `neuromkl predict` reads them; (scores, warnings, ids).");
+      py::arg("model"), py::arg("input"), py::arg("unseen_levels") = "refuse", "Scores of the subjects of a table or study file, read as `neuromkl predict` reads them; (scores, warnings, ids).");
 
   m.def(
       "fit_platt",

@@ -93,6 +93,57 @@ def test_binary_probabilities_equal_neuromkl_predict(tmp_path, cli):
     assert list(model.predict(table)) == [r["predicted"] for r in rows]
 
 
+def test_missing_covariates_and_unseen_levels_are_handled_as_neuromkl_predict(tmp_path, cli):
+    """A study that imputes its covariates: load_model fills a missing age (None, as a DataFrame's missing value) with
+    the training median and, with unseen_levels="reference", codes an unseen scanner as the reference level, as
+    `neuromkl predict --unseen-levels reference` does; "refuse" (the default) is the CLI's error."""
+    subprocess.run([cli, "simulate", "--out", str(tmp_path / "sim"), "--subjects", "30", "--seed", "6", "--age-regions", "Frontal_Sup_L", "-q"],
+                   check=True)
+    sim = tmp_path / "sim"
+    study = json.loads((sim / "study.json").read_text())
+    study.pop("$schema", None)
+    table = sim / study["subjects"]["table"]
+    rows = read_tsv(table)
+    for i, r in enumerate(rows):
+        r["scanner"] = "S1" if i % 2 else "S2"
+        r["image"] = str(sim / r["image"])
+    rows[4]["age"] = "n/a"  # one training subject lacks an age: imputed inside the folds
+    columns = list(rows[0].keys())
+
+    def write(path, subset):
+        path.write_text("\t".join(columns) + "\n" + "".join("\t".join(r[c] for c in columns) + "\n" for r in subset))
+
+    write(sim / "with_scanner.tsv", rows)
+    study["subjects"]["table"] = "with_scanner.tsv"
+    study["covariates"] = {"columns": ["age"], "categorical": ["scanner"], "impute": "median"}
+    study["learners"] = [{"name": "svm", "params": {"c": 1}}]
+    study["permutations"] = {"count": 0}
+    study["cv"] = {"outer": {"scheme": "stratified_kfold", "k": 3}, "inner": {"scheme": "stratified_kfold", "k": 3}}
+    (sim / "study.json").write_text(json.dumps(study))
+    subprocess.run([cli, "run", str(sim / "study.json"), "-q", "--out", str(tmp_path / "run")], check=True)
+
+    new = [dict(r) for r in rows[:3]]
+    new[0]["age"], new[1]["scanner"] = "", "S9"
+    write(tmp_path / "new.tsv", new)
+    model = neuromkl.load_model(tmp_path / "run" / "model")
+    with pytest.raises(Exception, match="a level the model was not trained with"):
+        model.decision_function(tmp_path / "new.tsv")
+    subprocess.run([cli, "predict", str(tmp_path / "run" / "model"), str(tmp_path / "new.tsv"), "--unseen-levels", "reference",
+                    "--out", str(tmp_path / "pred"), "-q"], check=True)
+    expected = _column(read_tsv(tmp_path / "pred" / "predictions.tsv"), "svm", "final", "decision")
+    from_path = model.decision_function(tmp_path / "new.tsv", unseen_levels="reference")
+    as_table = {c: [r[c] for r in new] for c in columns}
+    as_table["age"] = [None] + [float(r["age"]) for r in new[1:]]
+    from_table = model.decision_function(as_table, unseen_levels="reference")
+    for values in (from_path, from_table):
+        np.testing.assert_allclose(values, expected, rtol=0, atol=1e-9)  # predict's own arithmetic, as above
+    warnings = " ".join(model.warnings_)
+    assert "covariate column \"age\" is missing; imputed with the training subjects' median" in warnings
+    assert "holds \"S9\", a level the model was not trained with; coded as the reference level \"S1\"" in warnings
+    with pytest.raises(ValueError, match="unseen_levels"):
+        model.decision_function(as_table, unseen_levels="estimate")
+
+
 def test_precomputed_fold_models_reproduce_the_study_decision_values(tmp_path, rng, cli):
     """`neuromkl predict` cannot score precomputed kernels from a table; load_model takes the kernel rows and
     gives each fold model's decision values on its held-out subjects as the nested CV computed them."""

@@ -216,4 +216,43 @@ TEST_F(CovariatesCli, CovariatesGiveTheSameFitInAnyUnitAndAbsurdScalesAreRefused
   }
 }
 
+// Imputation settings: a missing value without impute names the way out; an unknown method is refused at its pointer;
+// a training set without any value of a column it must impute from is refused before any image is read, naming the
+// fold and the column; validate states what is imputed. validate and run agree (exit 2, no results).
+TEST_F(CovariatesCli, ImputationSettingsAreCheckedByValidateAndRunAlike) {
+  // Subjects 1-30 form custom fold 1, 31-60 fold 2; only fold 1's subjects have a weight, and subject 3 lacks an age.
+  TableWith(Cohort(), "participants_gaps.tsv", {"fold", "weight", "age_gap"}, [](const auto& header, const auto& row) {
+    const int number = std::stoi(Cell(header, row, "subject").substr(4));
+    return std::vector<std::string>{number <= 30 ? "1" : "2", number <= 30 ? "70" : "n/a", number == 3 ? "" : Cell(header, row, "age")};
+  });
+  auto study = [&](const std::string& name, const std::string& covariates) {
+    const std::string path = *dir_ / (name + ".json");
+    WriteFile(path, R"({"name": ")" + name + R"(", "subjects": {"table": "cohort/participants_gaps.tsv"}, "target": {"column": "group",
+      "task": "classification", "positive_class": "patient"}, "atlas": "aal", "learners": [{"name": "svm", "params": {"c": 1}}],
+      "cv": {"outer": {"scheme": "custom", "fold_column": "fold"}}, "covariates": )" + covariates + R"(, "output": {"weight_maps": false}})");
+    return path;
+  };
+  struct Case {
+    std::string name, covariates, expected;
+  };
+  const std::vector<Case> cases = {
+      {"gap_none", R"(["age_gap"])", "1 of 60 subjects used have no value in a covariate column: sub-0003 (age_gap); fill them in"},
+      {"gap_mean", R"({"columns": ["age_gap"], "impute": "mean"})", "/covariates/impute"},
+      {"gap_fold", R"({"columns": ["age", "weight"], "impute": "median"})",
+       (*dir_ / "gap_fold.json") + " /covariates/impute: none of the 30 training subjects of outer fold 1 (of 2) has a value in covariate "
+       "column \"weight\", so its missing values there cannot be imputed (test subjects lacking it: none); fill in some of them, or use a split "
+       "that spreads them [covariates:NothingToImpute]"},
+  };
+  for (const auto& c : cases)
+    for (const std::string command : {"validate ", "run "}) {
+      const auto r = RunCli(command + study(c.name, c.covariates) + " -q");
+      EXPECT_EQ(r.exitCode, 2) << command << c.name << "\n" << r.output;
+      EXPECT_THAT(r.output, HasSubstr(c.expected)) << command << c.name;
+      EXPECT_FALSE(std::filesystem::exists(*dir_ / ("results/" + c.name))) << c.name;
+    }
+  const auto r = RunCli("validate " + study("gap_ok", R"({"columns": ["age_gap"], "impute": "median"})"));
+  EXPECT_EQ(r.exitCode, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("missing values imputed inside every fold from its training subjects (median; most frequent level): age_gap: 1 missing"));
+}
+
 }  // namespace

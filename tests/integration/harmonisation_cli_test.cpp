@@ -31,14 +31,15 @@ class HarmonisationCli : public ::testing::Test {
     const auto r = RunCli("simulate --out " + Cohort() + " --subjects " + std::to_string(kSubjects) +
                           " --downsample 3 --seed 11 --effect 0.8 --sites 3 --signal Hippocampus_L,Precuneus_R -q");
     ASSERT_EQ(r.exitCode, 0) << r.output;
-    // The site again as "scanner" (a target), a site column where one subject is alone at its site, and one where a
-    // subject has no site.
+    // The site again as "scanner" (a target), a site column where one subject is alone at its site, one where a
+    // subject has no site, and a numeric covariate one subject lacks.
     const auto rows = ReadTsv(Cohort() + "/participants.tsv");
     std::string text;
     for (std::size_t i = 0; i < rows.size(); ++i) {
       for (const auto& cell : rows[i]) text += cell + "\t";
-      text += i == 0 ? "scanner\tsite_small\tsite_missing\n"
-                     : rows[i].back() + "\t" + (i == 5 ? std::string("lonely") : rows[i].back()) + "\t" + (i == 7 ? std::string("n/a") : rows[i].back()) + "\n";
+      text += i == 0 ? "scanner\tsite_small\tsite_missing\tweight\n"
+                     : rows[i].back() + "\t" + (i == 5 ? std::string("lonely") : rows[i].back()) + "\t" + (i == 7 ? std::string("n/a") : rows[i].back()) +
+                           "\t" + (i == 9 ? std::string("n/a") : std::to_string(60 + i % 17)) + "\n";
     }
     WriteFile(Cohort() + "/participants.tsv", text);
   }
@@ -247,6 +248,9 @@ TEST_F(HarmonisationCli, BadSettingsAreRefusedAlikeByValidateAndRun) {
       {R"(, "harmonisation": {"site_column": "site", "fit_on": {"column": "scanner", "value": "site1"}})",
        "has 0 training subject(s) with \"site1\" in column \"scanner\" (fit_on) in outer fold 1 (of 5)"},
       {R"(, "harmonisation": {"site_column": "site_missing"})", "1 of 120 subjects used have no value in the site column \"site_missing\""},
+      {R"(, "harmonisation": {"site_column": "site", "covariates": ["weight"]})",
+       "have no value in a covariate column: sub-0009 (weight); fill them in, remove those subjects (set their target to n/a), or impute them "
+       "inside the folds with \"impute\": \"median\" in /harmonisation/covariates"},
   };
   for (const auto& c : cases)
     for (const std::string command : {"validate ", "run "}) {
@@ -255,6 +259,11 @@ TEST_F(HarmonisationCli, BadSettingsAreRefusedAlikeByValidateAndRun) {
       EXPECT_THAT(r.output, HasSubstr(c.expected)) << command << c.extra;
     }
   EXPECT_FALSE(std::filesystem::exists(*dir_ / "results/bad"));
+  // Imputed, the same preserved covariate is accepted and validate says what is filled in the folds.
+  const auto r = RunCli("validate " + Study("imputed", R"(, "harmonisation": {"site_column": "site", "covariates": {"columns": ["weight"], "impute": "median"}})"));
+  EXPECT_EQ(r.exitCode, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("missing preserved covariates imputed inside every fold from its training subjects (median; most frequent level): "
+                                  "weight: 1 missing"));
 }
 
 }  // namespace

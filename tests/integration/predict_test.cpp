@@ -68,7 +68,8 @@ class PredictCli : public ::testing::Test {
         {"newB", "--subjects 60 --seed 22 --downsample 3 --effect 0.6"},
         {"coarse", "--subjects 6 --seed 4 --downsample 4"},
         {"nan", "--subjects 24 --seed 8 --downsample 3 --nan-fraction 0.01"},
-        {"nanNew", "--subjects 24 --seed 9 --downsample 3 --nan-fraction 0.01"}};
+        {"nanNew", "--subjects 24 --seed 9 --downsample 3 --nan-fraction 0.01"},
+        {"imp", "--subjects 40 --seed 11 --downsample 3 --age-regions Frontal_Sup_L --age-target-correlation 0.5"}};
     if (!fs::exists(Path(name))) {
       const auto r = RunCli("simulate --out " + Path(name) + " " + args.at(name) + " -q");
       EXPECT_EQ(r.exitCode, 0) << r.output;
@@ -213,6 +214,47 @@ TEST_F(PredictCli, FoldModelsReproduceNestedCvRegressionWithCovariatesAndTabular
 TEST_F(PredictCli, FoldModelsReproduceNestedCvMulticlassKelm) {
   const auto results = Run("multi", Cohort("multi"), R"("target": {"column": "group", "task": "multiclass"}, "learners": [{"name": "kelm"}])");
   ExpectFoldModelsReproduce(results, Cohort("multi"), 1);
+}
+
+// Missing covariate values imputed inside the folds (/covariates/impute): every fold model carries its own training
+// fill, so predict on a fold's held-out subjects (some lacking age, some the scanner) reproduces their decision values;
+// the final model fills a new subject's missing age with the median of all training ages, and says so.
+TEST_F(PredictCli, FoldModelsReproduceNestedCvWithImputedCovariates) {
+  const std::string cohort = Cohort("imp");
+  const Rows table = ReadTsv(cohort + "/participants.tsv");
+  const std::size_t ageCol = Col(table, "age");
+  std::string text;
+  std::vector<double> ages;
+  for (std::size_t r = 0; r < table.size(); ++r) {
+    std::vector<std::string> row = table[r];
+    if (r > 0 && r % 7 == 3) row[ageCol] = "n/a";
+    if (r > 0 && row[ageCol] != "n/a") ages.push_back(std::stod(row[ageCol]));
+    row.push_back(r == 0 ? "scanner" : r % 9 == 4 ? "n/a" : r % 3 == 0 ? "S1" : "S2");
+    for (std::size_t c = 0; c < row.size(); ++c) text += (c ? "\t" : "") + row[c];
+    text += "\n";
+  }
+  WriteFile(cohort + "/participants.tsv", text);
+  const auto results = Run("imp", cohort, R"("target": {"column": "group", "task": "classification", "positive_class": "patient"},
+    "covariates": {"columns": ["age"], "categorical": ["scanner"], "impute": "median"}, "learners": [{"name": "enmkl_svm", "params": {"c": 1, "mu": 0.5}}])");
+  ExpectFoldModelsReproduce(results, cohort, 1, true);
+  const auto j = nlohmann::json::parse(ReadFile(results + "/results.json"));
+  EXPECT_EQ(j.at("covariates").at("impute"), "median");
+  EXPECT_EQ(j.at("covariates").at("imputed").at("missing_per_column").at("age"), 6);      // rows 3, 10, ..., 38
+  EXPECT_EQ(j.at("covariates").at("imputed").at("missing_per_column").at("scanner"), 5);  // rows 4, 13, 22, 31, 40
+  int tested = 0;
+  for (const auto& fold : j.at("covariates").at("imputed").at("subjects_per_outer_fold")) tested += fold.at("test").get<int>();
+  EXPECT_EQ(tested, 10);  // every subject is tested once; sub-0031 lacks both
+  // The final model on two subjects lacking age: the median of the 34 training ages (even: the mean of the middle two).
+  std::sort(ages.begin(), ages.end());
+  ASSERT_EQ(ages.size(), 34U);
+  const double median = 0.5 * (ages[16] + ages[17]);
+  WriteSubset(cohort, {"sub-0003", "sub-0010"}, Path("imp_new.tsv"));
+  const auto r = RunCli("predict " + results + "/model " + Path("imp_new.tsv") + " --out " + Path("pred_imp"));
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr(fmt::format("subject sub-0003: covariate column \"age\" is missing; imputed with the training subjects' median {}",
+                                            median)));
+  const auto card = nlohmann::json::parse(ReadFile(results + "/model/EnmklSvm/model.json"));
+  EXPECT_NEAR(card.at("covariates").at("impute").at("fill").at(1).get<double>(), median, 1e-12 * median);
 }
 
 // The final model of one simulated cohort applied to an independent cohort with the same effect (another

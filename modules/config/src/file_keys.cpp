@@ -49,10 +49,10 @@ std::vector<ObjectKeys> MakeStudyKeys() {
   AddKernelSections(t, "/kernels/sources/*", true);
   t.push_back({"/kernels/sources/*/connectivity", {"column", "kernels", "nodes"}});
   const std::vector<ObjectKeys> rest = {
-      {"/covariates", {"columns", "categorical", "fit_on"}},
+      {"/covariates", {"columns", "categorical", "fit_on", "impute"}},
       {"/covariates/fit_on", {"column", "value"}},
       {"/harmonisation", {"site_column", "covariates", "fit_on", "empirical_bayes", "sources"}},
-      {"/harmonisation/covariates", {"columns", "categorical"}},
+      {"/harmonisation/covariates", {"columns", "categorical", "impute"}},
       {"/harmonisation/fit_on", {"column", "value"}},
       {"/cv", {"outer", "inner", "seed", "criterion"}},
       {"/cv/outer", kScheme},

@@ -167,6 +167,7 @@ std::string ResolvedConfigJson(const StudyConfig& c, bool forHash) {
   if (c.covariates.Active()) {  // only when given: a study without covariates resolves (and hashes) without the key
     j["covariates"] = {{"columns", c.covariates.columns}, {"categorical", c.covariates.categorical}};
     j["covariates"]["fit_on"] = c.covariates.fitOnColumn.empty() ? Json("all") : Json{{"column", c.covariates.fitOnColumn}, {"value", c.covariates.fitOnValue}};
+    if (c.covariates.imputeMedian) j["covariates"]["impute"] = "median";  // absent by default: earlier studies keep their hash
   }
   if (c.harmonisation.Active()) {  // likewise only when given
     const auto& h = c.harmonisation;
@@ -175,6 +176,7 @@ std::string ResolvedConfigJson(const StudyConfig& c, bool forHash) {
                           {"fit_on", h.preserve.fitOnColumn.empty() ? Json("all") : Json{{"column", h.preserve.fitOnColumn}, {"value", h.preserve.fitOnValue}}},
                           {"empirical_bayes", h.empiricalBayes},
                           {"sources", h.sources}};
+    if (h.preserve.imputeMedian) j["harmonisation"]["covariates"]["impute"] = "median";
   }
   j["cv"] = CvJson(c.cv);
   j["learners"] = Json::array();

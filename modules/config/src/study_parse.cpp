@@ -470,6 +470,7 @@ void ParseCovariates(const Json& j, const std::string& src, bool withFitOn, Cova
   if (r.Has("columns")) c.columns = ColumnList(r.At("columns"), at + "/columns", src);
   if (r.Has("categorical")) c.categorical = ColumnList(r.At("categorical"), at + "/categorical", src);
   if (withFitOn && r.Has("fit_on")) ParseFitOn(r, c.fitOnPointer, src, c);
+  if (r.Has("impute")) c.imputeMedian = r.Choice("impute", "", {"none", "median"}) == "median";
   if (withFitOn && !c.Active()) r.FailAt(at, "expected at least one column in \"columns\" or \"categorical\"");
 }
 

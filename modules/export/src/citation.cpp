@@ -230,6 +230,13 @@ std::string KernelsParagraph(const RunRecord& r, std::set<std::string>& cited) {
                       "coefficients fitted on the training subjects{}, applied to the test subjects) before further preprocessing; the target's "
                       "R^2 on the covariates was {:.3f}. ",
                       Join(r.covariateColumns, ", "), r.covariateFitOn == "all" ? std::string() : " with " + r.covariateFitOn, r.covariateTargetR2);
+  if (!r.covariateMissing.empty()) {
+    std::vector<std::string> parts;
+    for (const auto& [column, count] : r.covariateMissing) parts.push_back(fmt::format("{}: {} missing", column, count));
+    md += fmt::format("Missing covariate values ({}) were imputed within each training fold with the training subjects' median (the most "
+                      "frequent level for categorical covariates) and applied to the fold's test subjects. ",
+                      Join(parts, ", "));
+  }
   if (const auto& h = r.harmonisation; !h.siteColumn.empty()) {
     md += fmt::format("Site effects were removed with ComBat{} [Johnson, Li & Rabinovic, 2007; Fortin et al., 2017, 2018] from the voxels of {} "
                       "within each training fold (outer and inner): the site ({} sites, column {}) effects were estimated on the training "

@@ -124,6 +124,14 @@ void WriteModel(const std::string& dir, const ExportedModel& m) {
     j["covariates"] = {{"numeric", m.covariateNumeric}, {"categorical", cat}, {"fit_on", m.covariateFitOn},
                        {"note", "training design rows (fit flag, intercept, columns) in arrays.covariates; new subjects are residualised with "
                                 "the coefficients fitted on the fit rows"}};
+    if (m.covariateFill.size() > 0) {
+      Json fill = Json::array();
+      for (Eigen::Index c = 0; c < m.covariateFill.size(); ++c) fill.push_back(m.covariateFill[c]);
+      j["covariates"]["impute"] = {{"method", "median"},
+                                   {"fill", fill},
+                                   {"note", "per design column (intercept first), the value of a new subject's missing covariate: the training "
+                                            "subjects' median, or the dummies of their most frequent level; the training rows are stored imputed"}};
+    }
     j["arrays"]["covariates"] = WriteArray(dir, "covariates.npy", cov);
   }
   j["sources"] = Json::array();
@@ -265,6 +273,12 @@ void ReadTrainingArrays(const Reader& rd, const Json& j, ExportedModel& m) {
   for (const auto& [col, levels] : m.covariateCategorical) p += static_cast<Eigen::Index>(levels.size()) - 1;
   const Eigen::MatrixXd a = rd.Array(arrays.at("covariates"), l, p + 1, "covariates");
   m.design = a.rightCols(p);
+  if (cov.contains("impute")) {
+    const auto fill = cov.at("impute").at("fill").get<std::vector<double>>();
+    if (static_cast<Eigen::Index>(fill.size()) != p)
+      rd.Corrupt(fmt::format("covariates.impute.fill has {} values for {} design columns", fill.size(), p));
+    m.covariateFill = Eigen::Map<const Eigen::RowVectorXd>(fill.data(), p);
+  }
   for (Eigen::Index i = 0; i < l; ++i) m.fitRows.push_back(a(i, 0) != 0.0 ? 1 : 0);
 }
 

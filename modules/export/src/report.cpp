@@ -123,6 +123,13 @@ std::string StudySection(const RunRecord& r, const ReportData& data) {
                                   "{:.3f}{}",
                                   Escape(r.covariateFitOn), Escape(Join(r.covariateColumns, ", ")), r.covariateTargetR2,
                                   r.covariateTargetR2 > 0.1 ? " (the design is confounded: regions that track the covariates would otherwise carry weight)" : ""));
+  if (!r.covariateMissing.empty()) {
+    std::vector<std::string> parts;
+    for (const auto& [column, count] : r.covariateMissing) parts.push_back(fmt::format("{}: {} missing", Escape(column), count));
+    row("imputed covariates", fmt::format("missing values imputed inside every fold from its training subjects (median; most frequent level for a "
+                                          "category): {}",
+                                          Join(parts, ", ")));
+  }
   if (const auto& hm = r.harmonisation; !hm.siteColumn.empty()) {
     std::vector<std::string> sites;
     for (std::size_t s = 0; s < hm.sites.size(); ++s) sites.push_back(fmt::format("{} (n = {})", Escape(hm.sites[s]), hm.siteCounts[s]));

@@ -217,16 +217,41 @@ Json LearnerJson(const RunRecord& r, const LearnerRecord& lr) {
   return e;
 }
 
+/// The covariates regressed out: design, fit rows, the target's R^2 on them, and what was imputed.
+Json CovariatesJson(const RunRecord& r) {
+  Json c = {{"design_columns", r.covariateColumns},
+            {"fit_on", r.covariateFitOn},
+            {"target_r2", r.covariateTargetR2},
+            {"impute", r.covariateImpute ? "median" : "none"},
+            {"note", "every kernel residualised on intercept + these columns inside every outer and inner fold, coefficients fitted on "
+                     "the fold's training subjects (fit_on) and applied to its test subjects, before centring and normalisation; "
+                     "target_r2: in-sample R^2 of the target (classification: +-1) on the covariates over the labelled subjects"}};
+  if (r.covariateImpute) {
+    Json missing = Json::object(), folds = Json::array();
+    for (const auto& [column, count] : r.covariateMissing) missing[column] = count;
+    for (const auto& [training, test] : r.covariateImputedPerFold) folds.push_back({{"training", training}, {"test", test}});
+    c["imputed"] = {{"missing_per_column", missing},
+                    {"subjects_per_outer_fold", folds},
+                    {"note", "every fold imputes a missing numeric value with its training subjects' median and a missing category with their "
+                             "most frequent level, for its training and test subjects alike, before fitting the covariate coefficients; "
+                             "target_r2 uses values imputed from all subjects"}};
+  }
+  return c;
+}
+
 /// results.json's "harmonisation": the sites, the design and the sources harmonised inside the folds.
 Json HarmonisationJson(const RunRecord::Harmonisation& h) {
   Json counts = Json::object();
   for (std::size_t s = 0; s < h.sites.size(); ++s) counts[h.sites[s]] = h.siteCounts[s];
   Json sources = Json::array();
   for (std::size_t s = 0; s < h.sources.size(); ++s) sources.push_back({{"name", h.sources[s]}, {"voxels", h.sourceVoxels[s]}});
+  Json missing = Json::object();
+  for (const auto& [column, count] : h.missing) missing[column] = count;
   return {{"method", "ComBat (Johnson, Li & Rabinovic 2007; Fortin et al. 2017, 2018)"},
           {"site_column", h.siteColumn},
           {"subjects_per_site", counts},
           {"preserved_covariates", h.designColumns},
+          {"imputed_covariates", missing},
           {"fit_on", h.fitOn},
           {"empirical_bayes", h.empiricalBayes},
           {"sources", sources},
@@ -345,13 +370,7 @@ std::string RunRecordJson(const RunRecord& r) {
                                   "the fold's prepared kernels, so bias + the parts = the decision value; with several sources also each source's sum. "
                                   "For linear kernels a region's part is <w_r, x~_r>, the region's part of the weight map applied to the subject's "
                                   "prepared data (docs/statistics.md)"}};
-  if (!r.covariateColumns.empty())
-    j["covariates"] = {{"design_columns", r.covariateColumns},
-                       {"fit_on", r.covariateFitOn},
-                       {"target_r2", r.covariateTargetR2},
-                       {"note", "every kernel residualised on intercept + these columns inside every outer and inner fold, coefficients fitted on "
-                                "the fold's training subjects (fit_on) and applied to its test subjects, before centring and normalisation; "
-                                "target_r2: in-sample R^2 of the target (classification: +-1) on the covariates over the labelled subjects"}};
+  if (!r.covariateColumns.empty()) j["covariates"] = CovariatesJson(r);
   if (!r.harmonisation.siteColumn.empty()) j["harmonisation"] = HarmonisationJson(r.harmonisation);
   j["cv"] = {{"outer", r.outerScheme}, {"inner", r.innerScheme}, {"seed", r.cvSeed},
              {"inner_criterion", !r.innerCriterion.empty() ? r.innerCriterion + " (mean over inner folds, higher is better)"

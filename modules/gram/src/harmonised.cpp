@@ -10,6 +10,7 @@
 
 #include "neuromkl/core/errors.hpp"
 #include "neuromkl/gram/memory.hpp"
+#include "neuromkl/gram/residualise.hpp"
 
 namespace neuromkl::gram {
 
@@ -32,6 +33,7 @@ Preprocessing OverRows(const Preprocessing& pre, const std::vector<int>& rows) {
   Preprocessing out = pre;
   if (pre.covariates) {
     auto sliced = std::make_shared<Covariates>();
+    sliced->categoryOf = pre.covariates->categoryOf;
     sliced->design.resize(static_cast<Eigen::Index>(rows.size()), pre.covariates->design.cols());
     for (std::size_t i = 0; i < rows.size(); ++i) {
       sliced->design.row(static_cast<Eigen::Index>(i)) = pre.covariates->design.row(rows[i]);
@@ -105,14 +107,18 @@ std::vector<std::size_t> HarmonisedKernels::KernelsOf(std::size_t source) const 
 
 ComBatModel HarmonisedKernels::FitFold(std::size_t source, const std::vector<int>& train, const std::string& fold) const {
   const Harmonisation& h = *design_;
-  std::vector<Eigen::Index> rows;
-  for (const int i : train)
-    if (h.fitRow.empty() || h.fitRow[static_cast<std::size_t>(i)]) rows.push_back(i);
+  const Rows gathered = RowsOf(train, train.size());
+  std::vector<Eigen::Index> rows, positions;
+  for (std::size_t p = 0; p < train.size(); ++p)
+    if (h.fitRow.empty() || h.fitRow[static_cast<std::size_t>(train[p])]) {
+      rows.push_back(train[p]);
+      positions.push_back(static_cast<Eigen::Index>(p));
+    }
   std::vector<int> sites;
   for (const Eigen::Index i : rows) sites.push_back(h.sites[static_cast<std::size_t>(i)]);
   ComBatOptions options = h.options;
   options.siteNames = h.siteNames;
-  return FitComBat(*(*sources_)[source].voxels, rows, sites, h.covariates(rows, Eigen::all), options, Where(source, fold));
+  return FitComBat(*(*sources_)[source].voxels, rows, sites, gathered.covariates(positions, Eigen::all), options, Where(source, fold));
 }
 
 ComBatModel HarmonisedKernels::FitFoldFor(std::size_t source, const std::vector<int>& train, const std::vector<int>& rows, const std::string& fold) const {
@@ -128,11 +134,17 @@ ComBatModel HarmonisedKernels::FitFoldFor(std::size_t source, const std::vector<
   return model;
 }
 
-HarmonisedKernels::Rows HarmonisedKernels::RowsOf(const std::vector<int>& rows) const {
+HarmonisedKernels::Rows HarmonisedKernels::RowsOf(const std::vector<int>& rows, std::size_t trainCount) const {
   Rows out;
   out.index = Eigen::Map<const Eigen::VectorXi>(rows.data(), static_cast<Eigen::Index>(rows.size()));
   for (const int i : rows) out.sites.push_back(design_->sites[static_cast<std::size_t>(i)]);
-  out.covariates = design_->covariates(out.index, Eigen::all);
+  if (!design_->covariates.hasNaN()) {
+    out.covariates = design_->covariates(out.index, Eigen::all);
+    return out;
+  }
+  const Covariates preserved{design_->covariates, {}, design_->categoryOf};
+  const Eigen::RowVectorXd fill = ImputationFill(preserved, out.index.head(static_cast<Eigen::Index>(trainCount)), design_->where.c_str());
+  out.covariates = FilledRows(preserved, out.index, fill);
   return out;
 }
 
@@ -146,7 +158,7 @@ Eigen::MatrixXd HarmonisedKernels::HarmonisedBlock(const ComBatModel& model, std
 
 KernelList HarmonisedKernels::FoldKernelsOver(const std::vector<int>& rows, std::size_t trainCount, const std::string& fold) const {
   KernelList out(Count());
-  const Rows gathered = RowsOf(rows);
+  const Rows gathered = RowsOf(rows, trainCount);
   for (std::size_t k = 0; k < Count(); ++k)
     if (origins_[k].source < 0) out[k] = (*kernels_)[k](gathered.index, gathered.index);
   const std::vector<int> train(rows.begin(), rows.begin() + static_cast<std::ptrdiff_t>(trainCount));
@@ -171,7 +183,7 @@ std::vector<Eigen::VectorXd> HarmonisedKernels::ColumnWeights(std::size_t source
                                                               const std::vector<const Eigen::MatrixXd*>& weights, const std::string& fold) const {
   std::vector<Eigen::VectorXd> out(weights.size(), Eigen::VectorXd::Zero((*sources_).at(source).voxels->cols()));
   const ComBatModel model = FitFoldFor(source, train, train, fold);
-  const Rows gathered = RowsOf(train);
+  const Rows gathered = RowsOf(train, train.size());
   const std::string where = Where(source, fold);
   const std::vector<std::size_t> kernels = KernelsOf(source);
   // Kernels own disjoint columns: each task writes its own segments.

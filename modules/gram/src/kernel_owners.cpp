@@ -132,12 +132,13 @@ std::vector<int> KernelOwners::Rows(const std::vector<int>& subjects) const {
 void KernelOwners::SetPreprocessing(const Preprocessing& preprocessing) {
   if (!preprocessing.kernelGroups.empty() && preprocessing.kernelGroups.size() != count_)
     throw InputError("cv:KernelGroups", "kernel groups", fmt::format("{} kernel groups for {} kernels", preprocessing.kernelGroups.size(), count_));
-  PreprocessingRequest request{preprocessing.centre, preprocessing.normalise, preprocessing.kernelGroups, {}, {}};
+  PreprocessingRequest request{preprocessing.centre, preprocessing.normalise, preprocessing.kernelGroups, {}, {}, {}};
   // The design's rows are subjects; the owners index it by their rows (rows no subject maps to are never read).
   if (const Covariates* c = preprocessing.covariates.get()) {
     if (c->design.rows() != subjects_)
       throw std::logic_error(fmt::format("KernelOwners::SetPreprocessing: {} design rows for {} subjects", c->design.rows(), subjects_));
     request.design = Eigen::MatrixXd::Zero(heldRows_, c->design.cols());
+    request.categoryOf = c->categoryOf;
     if (!c->fitRow.empty()) request.fitRows.assign(static_cast<std::size_t>(heldRows_), 0);
     for (Eigen::Index i = 0; i < subjects_; ++i) {
       const Eigen::Index row = rows_.empty() ? i : rows_[static_cast<std::size_t>(i)];

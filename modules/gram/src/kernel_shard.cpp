@@ -101,6 +101,7 @@ struct KernelShard::Handlers {
       auto covariates = std::make_shared<Covariates>();
       covariates->design = r.design;
       for (const int v : r.fitRows) covariates->fitRow.push_back(static_cast<char>(v));
+      covariates->categoryOf = r.categoryOf;
       pre.covariates = std::move(covariates);
     }
     s.preprocessing_ = std::move(pre);

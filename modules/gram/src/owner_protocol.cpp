@@ -75,6 +75,7 @@ OwnerRequest Encode(const PreprocessingRequest& r) {
   q.ints.push_back(r.design.rows());
   q.ints.push_back(r.design.cols());
   AppendIndices(q.ints, r.fitRows);
+  AppendIndices(q.ints, r.categoryOf);
   q.reals.assign(r.design.data(), r.design.data() + r.design.size());
   return q;
 }
@@ -87,6 +88,7 @@ PreprocessingRequest DecodePreprocessing(const OwnerRequest& q) {
   for (const int g : ReadIndices(q.ints, at)) r.groups.push_back(g);
   const auto rows = static_cast<Eigen::Index>(q.ints.at(at++)), cols = static_cast<Eigen::Index>(q.ints.at(at++));
   for (const int v : ReadIndices(q.ints, at)) r.fitRows.push_back(v);
+  for (const int v : ReadIndices(q.ints, at)) r.categoryOf.push_back(v);
   if (rows > 0) r.design = Eigen::Map<const Eigen::MatrixXd>(q.reals.data(), rows, cols);
   return r;
 }

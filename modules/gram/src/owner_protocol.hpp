@@ -40,6 +40,7 @@ struct PreprocessingRequest {
   std::vector<int> groups;
   Eigen::MatrixXd design;  ///< empty: no covariates
   std::vector<int> fitRows;
+  std::vector<int> categoryOf;  ///< per design column (Covariates::categoryOf)
 };
 /// Opens fold `fold` on rows `train` and `test`. Reply: the traces of the owner's prepared kernels when the study weighs
 /// its sources (the fold's scales come from every kernel's).

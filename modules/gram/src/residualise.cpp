@@ -1,8 +1,13 @@
 #include "neuromkl/gram/residualise.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <limits>
+#include <map>
 
 #include <Eigen/QR>
+
+#include <fmt/format.h>
 
 #include "neuromkl/core/errors.hpp"
 
@@ -23,10 +28,62 @@ Eigen::MatrixXd PseudoInverse(const Eigen::MatrixXd& A) {
 }
 }  // namespace
 
+Eigen::RowVectorXd ImputationFill(const Covariates& cov, const Eigen::Ref<const Eigen::VectorXi>& trainIdx, const char* where, bool everyColumn) {
+  const Eigen::Index p = cov.design.cols();
+  Eigen::RowVectorXd fill = Eigen::RowVectorXd::Constant(p, std::numeric_limits<double>::quiet_NaN());
+  auto category = [&](Eigen::Index j) { return cov.categoryOf.empty() ? -1 : cov.categoryOf[static_cast<std::size_t>(j)]; };
+  auto nothing = [&](Eigen::Index j) {
+    throw InputError("covariates:NothingToImpute", where,
+                     fmt::format("covariate design column {} has a missing value but none of the {} training subjects has a value there to "
+                                 "impute it from",
+                                 j, trainIdx.size()));
+  };
+  std::map<int, std::vector<Eigen::Index>> dummies;  // categorical covariate -> its columns
+  for (Eigen::Index j = 0; j < p; ++j) {
+    if (!everyColumn && !cov.design.col(j).hasNaN()) continue;
+    if (category(j) >= 0) {
+      dummies[category(j)].push_back(j);
+      continue;
+    }
+    std::vector<double> values;
+    for (Eigen::Index i = 0; i < trainIdx.size(); ++i)
+      if (const double v = cov.design(trainIdx[i], j); !std::isnan(v)) values.push_back(v);
+    if (values.empty()) nothing(j);
+    std::sort(values.begin(), values.end());
+    const std::size_t h = values.size() / 2;
+    fill[j] = values.size() % 2 ? values[h] : 0.5 * (values[h - 1] + values[h]);
+  }
+  for (const auto& [id, columns] : dummies) {
+    // Level counts: index 0 the reference (every dummy 0), c + 1 the level of dummy columns[c].
+    std::vector<int> counts(columns.size() + 1, 0);
+    for (Eigen::Index i = 0; i < trainIdx.size(); ++i) {
+      if (std::isnan(cov.design(trainIdx[i], columns[0]))) continue;
+      std::size_t level = 0;
+      for (std::size_t c = 0; c < columns.size(); ++c)
+        if (cov.design(trainIdx[i], columns[c]) != 0.0) level = c + 1;
+      ++counts[level];
+    }
+    const auto most = static_cast<std::size_t>(std::max_element(counts.begin(), counts.end()) - counts.begin());
+    if (counts[most] == 0) nothing(columns[0]);
+    for (std::size_t c = 0; c < columns.size(); ++c) fill[columns[c]] = most == c + 1 ? 1.0 : 0.0;
+  }
+  return fill;
+}
+
+Eigen::MatrixXd FilledRows(const Covariates& cov, const Eigen::Ref<const Eigen::VectorXi>& rows, const Eigen::RowVectorXd& fill) {
+  Eigen::MatrixXd out(rows.size(), cov.design.cols());
+  for (Eigen::Index i = 0; i < rows.size(); ++i) {
+    out.row(i) = cov.design.row(rows[i]);
+    for (Eigen::Index j = 0; j < out.cols(); ++j)
+      if (std::isnan(out(i, j))) out(i, j) = fill[j];
+  }
+  return out;
+}
+
 FoldResidualiser MakeFoldResidualiser(const Covariates& cov, const Eigen::Ref<const Eigen::VectorXi>& trainIdx,
                                       const Eigen::Ref<const Eigen::VectorXi>& testIdx, const char* where) {
   FoldResidualiser r;
-  const Eigen::Index l = trainIdx.size(), m = testIdx.size(), p = cov.design.cols();
+  const Eigen::Index l = trainIdx.size(), p = cov.design.cols();
   for (Eigen::Index i = 0; i < l; ++i)
     if (cov.fitRow.empty() || cov.fitRow[static_cast<std::size_t>(trainIdx[i])]) r.fitPositions.push_back(i);
   if (r.fitPositions.empty())
@@ -34,10 +91,10 @@ FoldResidualiser MakeFoldResidualiser(const Covariates& cov, const Eigen::Ref<co
                      "no training subject of this fold matches covariates.fit_on, so the covariate coefficients cannot be fitted; "
                      "use fit_on \"all\" or a split that keeps such subjects in every training set");
   const auto q = static_cast<Eigen::Index>(r.fitPositions.size());
-  Eigen::MatrixXd CQ(q, p), CT(l, p), CS(m, p);
-  for (Eigen::Index k = 0; k < q; ++k) CQ.row(k) = cov.design.row(trainIdx[r.fitPositions[static_cast<std::size_t>(k)]]);
-  for (Eigen::Index i = 0; i < l; ++i) CT.row(i) = cov.design.row(trainIdx[i]);
-  for (Eigen::Index i = 0; i < m; ++i) CS.row(i) = cov.design.row(testIdx[i]);
+  const Eigen::RowVectorXd fill = cov.HasMissing() ? ImputationFill(cov, trainIdx, where) : Eigen::RowVectorXd::Zero(p);
+  Eigen::MatrixXd CT = FilledRows(cov, trainIdx, fill), CS = FilledRows(cov, testIdx, fill);
+  Eigen::MatrixXd CQ(q, p);
+  for (Eigen::Index k = 0; k < q; ++k) CQ.row(k) = CT.row(r.fitPositions[static_cast<std::size_t>(k)]);
   r.P = PseudoInverse(CQ);
   r.trainA = CT * r.P;
   r.testA = CS * r.P;

@@ -93,21 +93,35 @@ double ParseFinite(const std::string& cell, const std::string& where, const std:
 }
 
 /// The new subjects' covariate design (intercept first), with the training levels of categorical columns; a level the
-/// model was not trained with as `s.unseenLevels` says (each such subject and column named in `warnings`).
+/// model was not trained with as `s.unseenLevels` says (each such subject and column named in `warnings`); a missing value
+/// imputed with the model's training value when the study imputed covariates (named in `warnings`), an error otherwise.
 Eigen::MatrixXd NewDesign(const exporting::ExportedModel& m, const NewSubjects& s, std::vector<std::string>& warnings) {
   const auto n = static_cast<Eigen::Index>(s.ids.size());
   Eigen::MatrixXd C(n, m.design.cols());
   C.col(0).setOnes();
   Eigen::Index col = 1;
+  const bool impute = m.covariateFill.size() > 0;
+  auto imputed = [&](Eigen::Index i, const std::string& name, Eigen::Index first, Eigen::Index count, const std::string& value) {
+    if (!impute || !IsMissingCell(s.cells.at(name)[static_cast<std::size_t>(i)])) return false;
+    C.row(i).segment(first, count) = m.covariateFill.segment(first, count);
+    warnings.push_back(fmt::format("subject {}: covariate column \"{}\" is missing; imputed with the training subjects' {}", s.ids[static_cast<std::size_t>(i)],
+                                   name, value));
+    return true;
+  };
   for (const auto& name : m.covariateNumeric) {
     const auto& cells = s.cells.at(name);
     for (Eigen::Index i = 0; i < n; ++i)
-      C(i, col) = ParseFinite(cells[static_cast<std::size_t>(i)], s.where, fmt::format("subject {}: covariate column \"{}\"", s.ids[static_cast<std::size_t>(i)], name));
+      if (!imputed(i, name, col, 1, impute ? fmt::format("median {}", m.covariateFill[col]) : ""))
+        C(i, col) = ParseFinite(cells[static_cast<std::size_t>(i)], s.where, fmt::format("subject {}: covariate column \"{}\"", s.ids[static_cast<std::size_t>(i)], name));
     ++col;
   }
   for (const auto& [name, levels] : m.covariateCategorical) {
     const auto& cells = s.cells.at(name);
+    std::string mostFrequent = levels.front();
+    for (std::size_t l = 1; impute && l < levels.size(); ++l)
+      if (m.covariateFill[col + static_cast<Eigen::Index>(l) - 1] == 1.0) mostFrequent = levels[l];
     for (Eigen::Index i = 0; i < n; ++i) {
+      if (imputed(i, name, col, static_cast<Eigen::Index>(levels.size()) - 1, "most frequent level \"" + mostFrequent + "\"")) continue;
       const std::string& v = cells[static_cast<std::size_t>(i)];
       const auto it = std::find(levels.begin(), levels.end(), v);
       if (it == levels.end() && s.unseenLevels == NewSubjects::UnseenLevels::Refuse)

@@ -40,6 +40,8 @@ std::shared_ptr<const gram::Harmonisation> BuildHarmonisationDesign(const config
   out->covariates = design.covariates.design.rightCols(design.covariates.design.cols() - 1);
   out->fitRow = design.covariates.fitRow;
   out->covariateNames = design.columns;
+  out->categoryOf.assign(design.covariates.categoryOf.begin() + 1, design.covariates.categoryOf.end());
+  out->missing = design.missing;
   out->fitOn = design.fitOn;
   out->options.empiricalBayes = spec.empiricalBayes;
   out->where = study.path + " /harmonisation";

@@ -13,6 +13,7 @@
 #include "neuromkl/core/errors.hpp"
 #include "neuromkl/core/hash.hpp"
 #include "neuromkl/core/strings.hpp"
+#include "neuromkl/core/table.hpp"
 #include "neuromkl/export/derivative.hpp"
 #include "neuromkl/gram/residualise.hpp"
 #include "neuromkl/gram/preprocess.hpp"
@@ -245,23 +246,22 @@ void DescribeFit(const StudyContext& ctx, const learners::Model& model, const st
 void DescribeCovariates(const StudyContext& ctx, const std::vector<int>& rows, exporting::ExportedModel& m) {
   const gram::Covariates* covariates = ctx.nestedOptions.preprocessing.covariates.get();
   if (!covariates) return;
-  const auto l = static_cast<Eigen::Index>(rows.size());
   const auto& spec = ctx.study.covariates;
   m.covariateNumeric = spec.columns;
   for (const auto& col : spec.categorical) {
     std::vector<std::string> levels;
-    for (int r : ctx.kernelRows) levels.push_back(ctx.cohort.covariateCells.at(col)[static_cast<std::size_t>(r)]);
+    for (int r : ctx.kernelRows)
+      if (const std::string& cell = ctx.cohort.covariateCells.at(col)[static_cast<std::size_t>(r)]; !IsMissingCell(cell)) levels.push_back(cell);
     std::sort(levels.begin(), levels.end(), LabelLess);
     levels.erase(std::unique(levels.begin(), levels.end()), levels.end());
     m.covariateCategorical.emplace_back(col, levels);
   }
   m.covariateFitOn = ctx.covariates->fitOn;
-  m.design.resize(l, covariates->design.cols());
-  for (Eigen::Index i = 0; i < l; ++i) {
-    const int r = rows[static_cast<std::size_t>(i)];
-    m.design.row(i) = covariates->design.row(r);
-    m.fitRows.push_back(covariates->fitRow.empty() ? 1 : covariates->fitRow[static_cast<std::size_t>(r)]);
-  }
+  // The training rows as the final model's fold imputed them (its residualiser fills them alike), and every column's
+  // value for new subjects.
+  if (spec.imputeMedian) m.covariateFill = gram::ImputationFill(*covariates, Indices(rows), "the final model's training subjects", true);
+  m.design = gram::FilledRows(*covariates, Indices(rows), spec.imputeMedian ? m.covariateFill : Eigen::RowVectorXd::Zero(covariates->design.cols()));
+  for (const int r : rows) m.fitRows.push_back(covariates->fitRow.empty() ? 1 : covariates->fitRow[static_cast<std::size_t>(r)]);
 }
 
 /// The model's sources: image sources (their arrays come later, from ExportModels), tabular sources with their

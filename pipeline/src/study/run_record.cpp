@@ -140,6 +140,7 @@ void RecordHarmonisation(const StudyContext& ctx, exporting::RunRecord& record) 
   h.siteCounts = ctx.harmonisation->SiteCounts();
   h.designColumns = ctx.harmonisation->covariateNames;
   h.fitOn = ctx.harmonisation->fitOn;
+  h.missing = ctx.harmonisation->missing;
   h.empiricalBayes = spec.empiricalBayes;
   for (const auto& source : ctx.harmonisedSources) {
     h.sources.push_back(source.name);
@@ -153,8 +154,19 @@ void RecordCovariates(const StudyContext& ctx, exporting::RunRecord& record) {
   if (!ctx.covariates) return;
   record.covariateColumns = ctx.covariates->columns;
   record.covariateFitOn = ctx.covariates->fitOn;
+  record.covariateImpute = ctx.study.covariates.imputeMedian;
+  record.covariateMissing = ctx.covariates->missing;
+  if (!record.covariateMissing.empty()) {
+    const Eigen::MatrixXd& design = ctx.covariates->covariates.design;
+    auto imputed = [&](const std::vector<int>& rows) {
+      int count = 0;
+      for (const int i : rows) count += design.row(i).hasNaN() ? 1 : 0;
+      return count;
+    };
+    for (const auto& fold : ctx.outer) record.covariateImputedPerFold.emplace_back(imputed(fold.train), imputed(fold.test));
+  }
   // Labelled subjects are the design's first n rows.
-  record.covariateTargetR2 = gram::CovariateR2(ctx.covariates->covariates.design.topRows(ctx.n), ctx.cohort.y);
+  record.covariateTargetR2 = gram::CovariateR2(CohortImputedDesign(*ctx.covariates).topRows(ctx.n), ctx.cohort.y);
   if (record.covariateTargetR2 >= kCovariateR2Warning) {
     record.warnings.push_back(fmt::format("the covariates explain R^2 = {:.3f} of the target (warned from {}): regressing them out of the images "
                                           "removed most of what could predict it, so low performance may only mean that the covariates carry "

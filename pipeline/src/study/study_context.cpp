@@ -222,6 +222,31 @@ void CheckFitRowsInEveryFold(const StudyContext& ctx) {
   });
 }
 
+/// covariates.impute (and harmonisation.covariates.impute): a fold imputes a missing value from its training subjects,
+/// so every training set needs some value in each column. Checked here, before any heavy work, naming the fold and
+/// column. `columns`: the design's columns without the intercept (rows: the kernels' rows); `categoryOf`: per column.
+void CheckImputationInEveryFold(const StudyContext& ctx, const Eigen::MatrixXd& columns, const std::vector<int>& categoryOf,
+                                const config::CovariateSpec& spec) {
+  if (!columns.hasNaN()) return;
+  const std::vector<int> rows = KernelRows(ctx.study, ctx.cohort);
+  auto nameOf = [&](Eigen::Index j) {
+    const auto c = static_cast<std::size_t>(j);
+    return c < spec.columns.size() ? spec.columns[c] : spec.categorical[static_cast<std::size_t>(categoryOf[c])];
+  };
+  ForEachTrainingSet(ctx, [&](const std::vector<int>& train, const std::vector<int>& test, const std::string& fold) {
+    for (Eigen::Index j = 0; j < columns.cols(); ++j) {
+      if (std::any_of(train.begin(), train.end(), [&](int i) { return !std::isnan(columns(i, j)); })) continue;
+      std::vector<std::string> lacking;
+      for (const int i : test)
+        if (std::isnan(columns(i, j))) lacking.push_back(ctx.cohort.ids[static_cast<std::size_t>(rows[static_cast<std::size_t>(i)])]);
+      throw InputError("covariates:NothingToImpute", ctx.study.path + " " + spec.pointer + "/impute",
+                       fmt::format("none of the {} training subjects of {} has a value in covariate column \"{}\", so its missing values there "
+                                   "cannot be imputed (test subjects lacking it: {}); fill in some of them, or use a split that spreads them",
+                                   train.size(), fold, nameOf(j), lacking.empty() ? std::string("none") : Join(lacking, ", ")));
+    }
+  });
+}
+
 /// harmonisation: ComBat estimates each site's effects from the training subjects (of the reference group) of every
 /// fold, and applies them to the fold's test subjects: every site among a fold's subjects needs at least two of them in
 /// its training set. Checked here, before any heavy work, naming the fold, the site and the subjects.
@@ -271,7 +296,7 @@ StudyContext LoadStudyInputs(const config::StudyConfig& study) {
   if (study.covariates.Active()) {
     ctx.covariates = std::make_shared<const CovariateDesign>(BuildCovariateDesign(study, study.covariates, ctx.cohort, KernelRows(study, ctx.cohort)));
     // Covariates are regressed out of the images: when they determine the target, nothing that predicts it is left.
-    const double r2 = gram::CovariateR2(ctx.covariates->covariates.design.topRows(ctx.n), ctx.cohort.y);
+    const double r2 = gram::CovariateR2(CohortImputedDesign(*ctx.covariates).topRows(ctx.n), ctx.cohort.y);
     if (r2 >= kCovariateR2Refused)
       throw InputError("covariates:ExplainTarget", study.path,
                        fmt::format("/covariates: the covariates ({}) explain R^2 = {:.3f} of the target \"{}\" over the labelled subjects (at most {} "
@@ -288,6 +313,12 @@ StudyContext LoadStudyInputs(const config::StudyConfig& study) {
   }
   CheckClassSizes(ctx);
   CheckFitRowsInEveryFold(ctx);
+  if (ctx.covariates) {
+    const gram::Covariates& c = ctx.covariates->covariates;
+    CheckImputationInEveryFold(ctx, c.design.rightCols(c.design.cols() - 1), std::vector<int>(c.categoryOf.begin() + 1, c.categoryOf.end()),
+                               study.covariates);
+  }
+  if (ctx.harmonisation) CheckImputationInEveryFold(ctx, ctx.harmonisation->covariates, ctx.harmonisation->categoryOf, study.harmonisation.preserve);
   CheckSitesInEveryFold(ctx);
   return ctx;
 }

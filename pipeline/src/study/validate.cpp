@@ -23,6 +23,13 @@ namespace neuromkl::pipeline {
 namespace fs = std::filesystem;
 
 namespace {
+/// "age: 6 missing, scanner: 5 missing".
+std::string MissingCounts(const std::vector<std::pair<std::string, int>>& missing) {
+  std::vector<std::string> parts;
+  for (const auto& [column, count] : missing) parts.push_back(fmt::format("{}: {} missing", column, count));
+  return Join(parts, ", ");
+}
+
 std::string DescribeScheme(const config::CvSchemeSpec& s) {
   switch (s.scheme) {
     case config::CvScheme::LeaveOneOut: return "leave-one-out";
@@ -257,6 +264,12 @@ std::string ValidateStudy(const config::StudyConfig& study, bool deep) {
                      study.kernels.centre ? ", centred with the cohort mean before rounding" : ", raw values", side * side * 4 / 1048576.0,
                      side * side * 8 / 1048576.0));
   }
+  if (ctx.covariates) {
+    line(fmt::format("Covariates: {} regressed out inside every fold, fitted on {} training subjects", Join(ctx.covariates->columns, ", "),
+                     ctx.covariates->fitOn));
+    if (!ctx.covariates->missing.empty())
+      line("  missing values imputed inside every fold from its training subjects (median; most frequent level): " + MissingCounts(ctx.covariates->missing));
+  }
   if (ctx.harmonisation) {
     const auto& h = *ctx.harmonisation;
     const auto& spec = study.harmonisation;
@@ -270,6 +283,9 @@ std::string ValidateStudy(const config::StudyConfig& study, bool deep) {
                      h.covariateNames.empty() ? "none" : Join(h.covariateNames, ", "),
                      cov.fitOnColumn.empty() ? "all" : fmt::format("the \"{}\" = \"{}\"", cov.fitOnColumn, cov.fitOnValue),
                      spec.sources.empty() ? "every one" : Join(spec.sources, ", ")));
+    if (!h.missing.empty())
+      line("  missing preserved covariates imputed inside every fold from its training subjects (median; most frequent level): " +
+           MissingCounts(h.missing));
     line("  every site has 2 or more fitting subjects in every training set; each fold forms its harmonised kernels from the voxels, which stay in "
          "memory (float32); voxel maps are of each fold's harmonised images; no exported model");
   }

@@ -161,7 +161,7 @@ TEST(CompactKernels, NestedCvOnTheStoreIsTheRunOnItsWidenedValuesBitForBit) {
     if (way == 2) {
       Eigen::MatrixXd withIntercept(45, 3);
       withIntercept << Eigen::VectorXd::Ones(45), design;
-      options.preprocessing.covariates = std::make_shared<const gram::Covariates>(gram::Covariates{withIntercept, {}});
+      options.preprocessing.covariates = std::make_shared<const gram::Covariates>(gram::Covariates{withIntercept, {}, {}});
     }
     const auto a = cv::RunNestedCv(gram::MemoryKernels(store), p.targets, outer, Inner(p.targets.task), plans, options);
     const auto b = cv::RunNestedCv(wide, p.targets, outer, Inner(p.targets.task), plans, options);
@@ -233,7 +233,7 @@ TEST(CompactKernels, Float32FoldCopiesAreRoundedCopiesOfTheFloat64Ones) {
     cv::NestedCvOptions options;
     options.columnsInPlace = cv::ColumnsInPlace::Never;
     options.preprocessing.kernelGroups = {0, 0, 0, 1, 1, 1};
-    if (covariates) options.preprocessing.covariates = std::make_shared<const gram::Covariates>(gram::Covariates{design, {}});
+    if (covariates) options.preprocessing.covariates = std::make_shared<const gram::Covariates>(gram::Covariates{design, {}, {}});
     options.float32FoldCopies = false;
     const auto a = cv::RunNestedCv(gram::MemoryKernels(store), p.targets, outer, Inner(p.targets.task), plans, options);
     options.float32FoldCopies = true;
@@ -277,7 +277,7 @@ TEST(CompactKernels, FoldReadersOfTheStoreAreThoseOfItsWidenedValuesAndCheckTheC
   for (const bool covariates : {false, true}) {
     gram::Preprocessing pre;
     pre.kernelGroups = {0, 0, 1, 1};
-    if (covariates) pre.covariates = std::make_shared<const gram::Covariates>(gram::Covariates{design, {}});
+    if (covariates) pre.covariates = std::make_shared<const gram::Covariates>(gram::Covariates{design, {}, {}});
     EXPECT_EQ(neuromkl::testing::FoldScalesAt(gram::MemoryKernels(store), tr, te, pre), neuromkl::testing::FoldScalesAt(gram::MemoryKernels(wide), tr, te, pre)) << covariates;
     const gram::MemoryKernels storeKernels(store), wideKernels(wide);
     const auto a = storeKernels.OpenFold(train, test, pre), b = wideKernels.OpenFold(train, test, pre);
@@ -304,7 +304,7 @@ TEST(CompactKernels, FoldReadersOfTheStoreAreThoseOfItsWidenedValuesAndCheckTheC
   Eigen::MatrixXd aliased(30, 2);
   for (int i = 0; i < 30; ++i) aliased.row(i) << 1.0, i % 5 == 0 ? 0.0 : 1.0;  // the test rows are the other level
   gram::Preprocessing withAliased;
-  withAliased.covariates = std::make_shared<const gram::Covariates>(gram::Covariates{aliased, {}});
+  withAliased.covariates = std::make_shared<const gram::Covariates>(gram::Covariates{aliased, {}, {}});
   expectRefused("cv:CentredStoreCovariates", [&] { neuromkl::testing::FoldScalesAt(gram::MemoryKernels(store), tr, te, withAliased); });
   expectRefused("cv:CentredStoreCovariates", [&] { gram::MemoryKernels(store).OpenFold(train, test, withAliased); });
   expectRefused("cv:CentredStoreCovariates", [&] { gram::MemoryKernels(store).SubjectWeights(model, withAliased); });
@@ -353,7 +353,7 @@ TEST(CompactKernels, CovariatesOnACentredStoreMatchFloat64OrAreRefused) {
   Eigen::MatrixXd design(24, 2);
   for (int i = 0; i < 24; ++i) design.row(i) << 1.0, i % 3 == 0 ? 0.0 : 1.0;  // level A: every third subject
   gram::Preprocessing pre;
-  pre.covariates = std::make_shared<const gram::Covariates>(gram::Covariates{design, {}});
+  pre.covariates = std::make_shared<const gram::Covariates>(gram::Covariates{design, {}, {}});
   std::vector<int> train, test;
   for (int i = 0; i < 24; ++i) (i % 4 == 0 ? test : train).push_back(i);
   gram::FoldKernels fromStore, fromFloat64;

@@ -65,7 +65,7 @@ std::shared_ptr<const gram::Covariates> Confounds(Eigen::Index rows, unsigned se
   std::srand(seed);
   Eigen::MatrixXd design(rows, 3);
   design << Eigen::VectorXd::Ones(rows), Eigen::MatrixXd::Random(rows, 2);
-  return std::make_shared<const gram::Covariates>(gram::Covariates{design, {}});
+  return std::make_shared<const gram::Covariates>(gram::Covariates{design, {}, {}});
 }
 
 struct Case {
@@ -331,7 +331,7 @@ TEST(OwnedKernels, AnOwnersFailureIsTheOneProcessError) {
   Eigen::MatrixXd design = Eigen::MatrixXd::Ones(30, 1);
   std::vector<char> fitRows(30, 0);
   fitRows[0] = 1;  // only subject 0 may fit the coefficients
-  pre.covariates = std::make_shared<const gram::Covariates>(gram::Covariates{design, fitRows});
+  pre.covariates = std::make_shared<const gram::Covariates>(gram::Covariates{design, fitRows, {}});
   std::vector<int> train, test;
   for (int i = 1; i < 30; ++i) (i % 3 == 0 ? test : train).push_back(i);
   std::string expected;

@@ -488,7 +488,7 @@ TEST(SummedFold, WithCovariatesIsTheSumOfPreparedKernelsExactly) {
   design.col(1) = Eigen::VectorXd::LinSpaced(n, -1.0, 1.0).array().square();
   for (const bool groups : {false, true}) {
     gram::Preprocessing pre;
-    pre.covariates = std::make_shared<const gram::Covariates>(gram::Covariates{design, {}});
+    pre.covariates = std::make_shared<const gram::Covariates>(gram::Covariates{design, {}, {}});
     if (groups) pre.kernelGroups = {0, 1, 1};
     const auto expected = SumOfPrepared(f, pre);
     const auto got = neuromkl::testing::SummedFold(gram::MemoryKernels(f.kernels), f.train, f.test, pre);
@@ -617,7 +617,7 @@ TEST(SummedFold, AFoldKernelViewGivesTheProductsAndScalesOfThePreparedKernels) {
   for (const bool covariates : {false, true}) {
     gram::Preprocessing pre;
     pre.kernelGroups = {0, 1, 1};
-    if (covariates) pre.covariates = std::make_shared<const gram::Covariates>(gram::Covariates{design, {}});
+    if (covariates) pre.covariates = std::make_shared<const gram::Covariates>(gram::Covariates{design, {}, {}});
     const gram::MemoryKernels kernels(f.kernels);
     const auto view = kernels.OpenFold(f.train, f.test, pre);
     const Eigen::VectorXd scales = neuromkl::testing::FoldScalesAt(kernels, tr, te, pre);
@@ -688,7 +688,7 @@ TEST(FoldColumns, RefuseCovariates) {
   const SummedFixture f = MakeSummedFixture();
   gram::Preprocessing pre;
   const Eigen::MatrixXd design = Eigen::MatrixXd::Random(47, 2);
-  pre.covariates = std::make_shared<const gram::Covariates>(gram::Covariates{design, {}});
+  pre.covariates = std::make_shared<const gram::Covariates>(gram::Covariates{design, {}, {}});
   try {
     neuromkl::testing::WeightedFold(gram::MemoryKernels(f.kernels), f.train, f.test, pre, gram::TrainingForm::InPlace);
     ADD_FAILURE() << "expected cv:ColumnsWithCovariates";
@@ -740,7 +740,7 @@ TEST(FoldColumns, NestedCvOnColumnsGivesTheResultsOfTheCopiesBitForBit) {
     columns.biasCorrection = copies.biasCorrection = true;
     columns.multiclassWeights = copies.multiclassWeights = c.weights;
     columns.preprocessing.kernelGroups = copies.preprocessing.kernelGroups = {0, 0, 1, 1};
-    if (c.covariates) columns.preprocessing.covariates = copies.preprocessing.covariates = std::make_shared<const gram::Covariates>(gram::Covariates{design, {}});
+    if (c.covariates) columns.preprocessing.covariates = copies.preprocessing.covariates = std::make_shared<const gram::Covariates>(gram::Covariates{design, {}, {}});
     columns.columnsInPlace = cv::ColumnsInPlace::Always;
     copies.columnsInPlace = cv::ColumnsInPlace::Never;
     const auto a = cv::RunNestedCv(p.kernels, t, outer, inner, *c.plans, columns);

@@ -1,6 +1,9 @@
 // The store of harmonised sources: each fold fits ComBat on its training subjects only (or their reference group),
 // harmonises its training and test subjects with those estimates and forms their region kernels from the harmonised
 // voxels. Checked against the fold assembled by hand, for leakage, for the site effects it removes, and for its subsets.
+#include <algorithm>
+#include <cmath>
+#include <limits>
 #include <memory>
 #include <random>
 #include <string>
@@ -140,6 +143,45 @@ TEST(HarmonisedKernels, NothingFittedOnTheTrainingSetDependsOnATestSubject) {
       else
         EXPECT_EQ(after.test[k].row(t), before.test[k].row(t)) << "kernel " << k;
     }
+  }
+}
+
+// Missing preserved covariates: each fold imputes them from its training subjects (the median), and the fold equals the
+// fold of a design filled by hand with that median; a test subject's covariate (missing or given) changes nothing fitted.
+TEST(HarmonisedKernels, MissingPreservedCovariatesAreImputedFromTheTrainingSubjects) {
+  Cohort c = MakeCohort(4);
+  std::vector<int> train, test;
+  Split(c.n, train, test);
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  for (const int i : {train[2], train[9], test[0]}) c.covariates(i, 0) = nan;
+  std::vector<double> values;
+  for (const int i : train)
+    if (!std::isnan(c.covariates(i, 0))) values.push_back(c.covariates(i, 0));
+  std::sort(values.begin(), values.end());
+  const std::size_t h = values.size() / 2;
+  const double median = values.size() % 2 ? values[h] : 0.5 * (values[h - 1] + values[h]);
+  Cohort byHand = c;
+  for (Eigen::Index i = 0; i < c.n; ++i)
+    if (std::isnan(byHand.covariates(i, 0))) byHand.covariates(i, 0) = median;
+  auto design = [](const Cohort& cohort) {
+    auto d = Design(cohort, true);
+    d->categoryOf = {-1};
+    return d;
+  };
+  const gram::Preprocessing pre;
+  const gram::FoldKernels imputed = gram::PrepareFold(Store(c, design(c)), train, test, pre);
+  const gram::FoldKernels hand = gram::PrepareFold(Store(byHand, design(byHand)), train, test, pre);
+  for (std::size_t k : {0u, 2u}) {
+    EXPECT_EQ(imputed.train[k], hand.train[k]) << "kernel " << k;  // the same numbers through the same code
+    EXPECT_EQ(imputed.test[k], hand.test[k]) << "kernel " << k;
+  }
+  Cohort moved = c;
+  moved.covariates(test[0], 0) = 80.0;
+  moved.covariates(test[1], 0) = nan;
+  const gram::FoldKernels after = gram::PrepareFold(Store(moved, design(moved)), train, test, pre);
+  for (std::size_t k : {0u, 2u}) {
+    EXPECT_EQ(after.train[k], imputed.train[k]) << "kernel " << k;
+    EXPECT_GT((after.test[k].row(0) - imputed.test[k].row(0)).cwiseAbs().maxCoeff(), 1e-6) << "kernel " << k;
   }
 }
 

@@ -93,7 +93,7 @@ std::vector<std::pair<std::string, gram::Preprocessing>> Preprocessings(Eigen::I
   Eigen::MatrixXd design(rows, 3);
   std::srand(11);
   design << Eigen::VectorXd::Ones(rows), Eigen::MatrixXd::Random(rows, 2);
-  const auto covariates = std::make_shared<const gram::Covariates>(gram::Covariates{design, {}});
+  const auto covariates = std::make_shared<const gram::Covariates>(gram::Covariates{design, {}, {}});
   gram::Preprocessing plain, groups, withCovariates, both, uncentred, unnormalised;
   groups.kernelGroups = both.kernelGroups = {0, 0, 1, 1, 1, 2, 2};
   withCovariates.covariates = both.covariates = covariates;

@@ -70,7 +70,7 @@ TEST(Covariates, KernelSpaceEqualsVoxelwiseResidualisation) {
   const Case c = MakeCase(40, 60, 11);
   const Eigen::MatrixXd K = c.X * c.X.transpose();
   for (bool controlsOnly : {false, true}) {
-    gram::Covariates cov{c.C, {}};
+    gram::Covariates cov{c.C, {}, {}};
     std::vector<int> fitRows;
     if (controlsOnly) {
       cov.fitRow.assign(40, 0);
@@ -112,7 +112,7 @@ TEST(Covariates, KernelSpaceEqualsVoxelwiseResidualisation) {
 // changes nothing but that subject's own residualised row.
 TEST(Covariates, FitOnUsesOnlyTheFitRows) {
   Case c = MakeCase(30, 40, 12);
-  gram::Covariates cov{c.C, std::vector<char>(30, 1)};
+  gram::Covariates cov{c.C, std::vector<char>(30, 1), {}};
   const int patient = c.train[3];
   cov.fitRow[static_cast<std::size_t>(patient)] = 0;
   auto residualised = [&](const Eigen::MatrixXd& X) {
@@ -160,7 +160,7 @@ TEST(Covariates, HeldOutSubjectChangesNothingOfItsFoldsModel) {
     learners::KernelList ks;
     for (int r = 0; r < 3; ++r) ks.push_back(X.middleCols(15 * r, 15) * X.middleCols(15 * r, 15).transpose());
     cv::NestedCvOptions options;
-    options.preprocessing.covariates = std::make_shared<const gram::Covariates>(gram::Covariates{C, {}});
+    options.preprocessing.covariates = std::make_shared<const gram::Covariates>(gram::Covariates{C, {}, {}});
     return cv::RunNestedCv(ks, targets, outer, inner, {{"en", "enmkl_svm", cv::ExpandGrid({{"mu", 0.5}}, {{"c", {0.1, 1.0, 10.0}}})}}, options)[0];
   };
   const auto base = run(c.X, c.C);
@@ -224,7 +224,7 @@ TEST(Covariates, VoxelMapReproducesDecisionValuesOfResidualisedImages) {
   const auto outer = cv::MakeFolds({cv::Scheme::StratifiedKFold, 3, 1}, targets.task, y, {}, {}, 1, "outer");
   const cv::InnerSplitter none = [](std::size_t, const std::vector<int>&, const Eigen::VectorXd&) { return std::vector<cv::Fold>{}; };
   for (bool controlsOnly : {false, true}) {
-    gram::Covariates cov{C, {}};
+    gram::Covariates cov{C, {}, {}};
     if (controlsOnly)
       for (int i = 0; i < n; ++i) cov.fitRow.push_back(i % 4 != 0 ? 1 : 0);  // a subset in which every covariate varies
     cv::NestedCvOptions options;

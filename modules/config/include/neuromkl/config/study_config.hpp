@@ -218,6 +218,9 @@ struct CovariateSpec {
   std::vector<std::string> columns;      ///< numeric columns of the subjects table
   std::vector<std::string> categorical;  ///< categorical columns (one-hot, first level in sorted order left out)
   std::string fitOnColumn, fitOnValue;   ///< fit_on {column, value}: coefficients fitted on those training subjects; empty = all
+  /// impute: "none" (a missing value is an error) or "median": inside every fold, a missing numeric value becomes the
+  /// median of the fold's training subjects and a missing category their most frequent level.
+  bool imputeMedian = false;
   bool listForm = false;                 ///< given as a plain list of numeric columns (JSON pointers /covariates/<i>)
   std::string pointer = "/covariates";   ///< where the section is in the study file
   std::string fitOnPointer = "/covariates/fit_on";

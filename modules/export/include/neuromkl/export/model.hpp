@@ -88,7 +88,10 @@ struct ExportedModel {
   std::vector<std::string> covariateNumeric;                          ///< numeric columns
   std::vector<std::pair<std::string, std::vector<std::string>>> covariateCategorical;  ///< column, levels (first = reference)
   std::string covariateFitOn = "all";
-  Eigen::MatrixXd design;        ///< l x p: the training rows' design (intercept first)
+  Eigen::MatrixXd design;        ///< l x p: the training rows' design (intercept first), missing values imputed
+  /// With /covariates/impute "median": per design column, the value a new subject's missing covariate takes (the training
+  /// rows' median; a categorical column's dummies of its most frequent level). Empty: a missing value is an error.
+  Eigen::RowVectorXd covariateFill;
   std::vector<char> fitRows;     ///< l: 1 = fitted the coefficients
   std::vector<ModelImageSource> imageSources;
   std::vector<ModelTabularSource> tabularSources;

@@ -157,6 +157,11 @@ struct RunRecord {
   std::vector<std::string> covariateColumns;  ///< design columns after the intercept (dummies as "column=level")
   std::string covariateFitOn;                 ///< "all" or "column = value"
   double covariateTargetR2 = -1;              ///< in-sample R^2 of target ~ covariates over the labelled subjects
+  /// /covariates/impute "median": per covariate column with missing values, how many subjects lack it; per outer fold,
+  /// how many of its training and test subjects have a value imputed (from that fold's training subjects).
+  bool covariateImpute = false;
+  std::vector<std::pair<std::string, int>> covariateMissing;
+  std::vector<std::pair<int, int>> covariateImputedPerFold;
   /// harmonisation (ComBat inside every fold): empty siteColumn = none
   struct Harmonisation {
     std::string siteColumn;
@@ -168,6 +173,7 @@ struct RunRecord {
     std::vector<std::string> sources;        ///< image sources harmonised
     std::vector<std::int64_t> sourceVoxels;  ///< per source: voxels per subject held for the folds
     std::uint64_t bytes = 0;                 ///< voxels held (float32), every source
+    std::vector<std::pair<std::string, int>> missing;  ///< preserved covariates imputed in the folds: subjects lacking each
   };
   Harmonisation harmonisation;
   std::map<std::string, double> seconds;  ///< per stage

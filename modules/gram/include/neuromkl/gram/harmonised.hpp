@@ -39,11 +39,15 @@ struct Harmonisation {
   std::vector<int> sites;                  ///< per row: site label (an index into siteNames)
   std::vector<std::string> siteNames;
   Eigen::MatrixXd covariates;              ///< rows x p: preserved biological covariates (no intercept); p may be 0
+  /// Per covariate column: the categorical covariate whose dummy it is, or -1 (Covariates::categoryOf). A missing value
+  /// is NaN (every dummy of a category) and each fold imputes it from its training rows (ImputationFill).
+  std::vector<int> categoryOf;
   std::vector<char> fitRow;                ///< 1 = in the reference group ComBat is fitted on; empty = every row
   ComBatOptions options;
   std::string where;                       ///< names the configuration in errors (e.g. "study.json /harmonisation")
   std::vector<std::string> covariateNames; ///< the columns of `covariates` ("column=level" for a dummy), for records
   std::string fitOn = "all";               ///< "all" or "column = value", for records
+  std::vector<std::pair<std::string, int>> missing;  ///< per preserved covariate with missing values: how many rows lack it
   /// Rows per site, in siteNames order.
   std::vector<int> SiteCounts() const {
     std::vector<int> counts(siteNames.size(), 0);
@@ -97,13 +101,14 @@ class HarmonisedKernels final : public KernelStore {
   std::string Where(std::size_t source, const std::string& fold) const;
   /// The kernels of harmonised source `source`.
   std::vector<std::size_t> KernelsOf(std::size_t source) const;
-  /// Some of the store's rows with their sites and preserved covariates, gathered once for every kernel of a fold.
+  /// Some of the store's rows with their sites and preserved covariates (missing values imputed from the first
+  /// `trainCount` of them, the fold's training rows), gathered once for every kernel of a fold.
   struct Rows {
     Eigen::VectorXi index;
     std::vector<int> sites;
     Eigen::MatrixXd covariates;
   };
-  Rows RowsOf(const std::vector<int>& rows) const;
+  Rows RowsOf(const std::vector<int>& rows, std::size_t trainCount) const;
   /// Kernel k's voxels of `rows` (its columns), harmonised with `model`.
   Eigen::MatrixXd HarmonisedBlock(const ComBatModel& model, std::size_t k, const Rows& rows, const std::string& where) const;
   std::shared_ptr<const KernelList> kernels_;

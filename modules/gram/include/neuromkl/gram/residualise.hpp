@@ -18,7 +18,24 @@ namespace neuromkl::gram {
 struct Covariates {
   Eigen::MatrixXd design;      ///< n x p: intercept, numeric columns, categorical dummies (one level left out)
   std::vector<char> fitRow;    ///< n: 1 = may fit the coefficients (fit_on); empty = every row
+  /// Per design column: the categorical covariate whose dummy it is (the dummies of one covariate share an id), or -1
+  /// (intercept, numeric column). Read only when the design has missing values; empty = every column -1.
+  std::vector<int> categoryOf;
+  /// A missing value is NaN in the design (in every dummy of a categorical covariate); each fold imputes it from its
+  /// training rows (ImputationFill).
+  bool HasMissing() const { return design.hasNaN(); }
 };
+
+/// The values a fold imputes per design column, from its training rows: a numeric column's median (the mean of the two
+/// middle values for an even count); for a categorical covariate, the dummies of its most frequent level (the reference
+/// level is all zeros; ties go to the first level in the design's order, reference first). NaN where no column is
+/// missing (unless `everyColumn`: every column's value, as an exported model keeps them for new subjects). InputError
+/// [covariates:NothingToImpute] (naming `where`) when a column with missing values has no value in the training rows.
+Eigen::RowVectorXd ImputationFill(const Covariates& covariates, const Eigen::Ref<const Eigen::VectorXi>& trainIdx, const char* where = "fold",
+                                  bool everyColumn = false);
+
+/// The design rows `rows` with their missing values replaced by `fill`.
+Eigen::MatrixXd FilledRows(const Covariates& covariates, const Eigen::Ref<const Eigen::VectorXi>& rows, const Eigen::RowVectorXd& fill);
 
 /// A fold's residualisation: a_i = c_i P for the training rows (l x q) and the test rows (m x q), and
 /// the positions (within the training rows) of the q fit rows.
@@ -29,6 +46,7 @@ struct FoldResidualiser {
   Eigen::MatrixXd trainC, testC;           ///< l x p, m x p: the design rows (A has rank p: products go through C)
 };
 
+/// Missing values are imputed with ImputationFill of the training rows, for training and test rows alike.
 /// InputError [covariates:NoFitRows] (naming `where`) when the training rows contain no fit row.
 /// The pseudo-inverse (complete orthogonal decomposition, rank threshold 1e-10 relative) handles a
 /// rank-deficient design, e.g. a category absent from a small training set.
