@@ -257,9 +257,9 @@ void DescribeCovariates(const StudyContext& ctx, const std::vector<int>& rows, e
     m.covariateCategorical.emplace_back(col, levels);
   }
   m.covariateFitOn = ctx.covariates->fitOn;
-  // The training rows as the final model's fold imputed them (its residualiser fills them alike), and every column's
-  // value for new subjects.
-  if (spec.imputeMedian) m.covariateFill = gram::ImputationFill(*covariates, Indices(rows), "the final model's training subjects", true);
+  // The training rows as this model's fold imputed them (its residualiser fills them alike), and every column's value
+  // for new subjects.
+  if (spec.imputeMedian) m.covariateFill = gram::ImputationFill(*covariates, Indices(rows), "the model's training subjects", true);
   m.design = gram::FilledRows(*covariates, Indices(rows), spec.imputeMedian ? m.covariateFill : Eigen::RowVectorXd::Zero(covariates->design.cols()));
   for (const int r : rows) m.fitRows.push_back(covariates->fitRow.empty() ? 1 : covariates->fitRow[static_cast<std::size_t>(r)]);
 }
