@@ -78,8 +78,6 @@ class ExportedModel:
     # ---- scoring ----
     def _scores(self, X, kernels, train_kernels, test_diag, unseen_levels):
         """Class scores (m x C) of new subjects: pipeline::ModelScores, the arithmetic of `neuromkl predict`."""
-        if unseen_levels not in ("refuse", "reference"):
-            raise ValueError(f"unseen_levels must be 'refuse' or 'reference', got {unseen_levels!r}")
         if isinstance(X, (str, os.PathLike)) and not self._looks_like_image(X):
             scores, warnings, ids = _core.model_scores_of_input(self.card, os.fspath(X), unseen_levels)
             self.warnings_ = list(warnings)

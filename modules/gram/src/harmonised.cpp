@@ -109,13 +109,13 @@ ComBatModel HarmonisedKernels::FitFold(std::size_t source, const std::vector<int
   const Harmonisation& h = *design_;
   const Rows gathered = RowsOf(train, train.size());
   std::vector<Eigen::Index> rows, positions;
+  std::vector<int> sites;
   for (std::size_t p = 0; p < train.size(); ++p)
     if (h.fitRow.empty() || h.fitRow[static_cast<std::size_t>(train[p])]) {
       rows.push_back(train[p]);
       positions.push_back(static_cast<Eigen::Index>(p));
+      sites.push_back(gathered.sites[p]);
     }
-  std::vector<int> sites;
-  for (const Eigen::Index i : rows) sites.push_back(h.sites[static_cast<std::size_t>(i)]);
   ComBatOptions options = h.options;
   options.siteNames = h.siteNames;
   return FitComBat(*(*sources_)[source].voxels, rows, sites, gathered.covariates(positions, Eigen::all), options, Where(source, fold));
