@@ -9,9 +9,13 @@ replicates with its standard error:
   - site predictability: a 4-class SVM predicting the site from the images (chance 0.25), with and without harmonisation;
   - the diagnosis: balanced accuracy without site effects, with site effects and no harmonisation (inflated by the
     confound when the sites are imbalanced), and with site effects harmonised inside the folds;
-  - the cost: the nested CV's seconds with and without harmonisation.
+  - the cost: the nested CV's seconds with and without harmonisation;
+  - a site the model never saw: trained on sites 1-3 (harmonised, model exported), applied with `neuromkl predict` at
+    site 4 with that site's ComBat effects estimated from all its subjects and from --calibration of them, against the
+    nested CV's in-site estimate and the unharmonised model at site 4.
 
 Usage: bench/harmonisation_sites.py [--cli build/pipeline/neuromkl] [--replicates 5] [--subjects 300] [--imbalances 0,0.5] [--effect 0.5]
+                                   [--new-site-only] [--calibration 20]
 """
 import argparse
 import csv
@@ -70,6 +74,60 @@ def run(cli, folder, name, target, task, harmonise, seed):
     return metrics, results["seconds"]["nested_cv"]
 
 
+def new_site(cli, tmp, seed, subjects, effect, calibration):
+    """A model trained on sites 1-3 and applied at site 4, which it never saw. Returns the balanced accuracies per
+    learner: the nested CV over sites 1-3 (the in-site estimate), site 4 with its ComBat effects estimated from all its
+    subjects and from `calibration` of them (--new-site-reference), site 4 without harmonisation, and whether predict
+    refuses site 4 with --new-sites refuse."""
+    folder = os.path.join(tmp, f"newsite{seed}")
+    simulate(cli, folder, seed, subjects, 0.0, True, effect)
+    path = os.path.join(folder, "participants.tsv")
+    with open(path) as f:
+        rows = list(csv.DictReader(f, delimiter="\t"))
+    fields = list(rows[0]) + ["calibration"]
+    new = [r for r in rows if r["site"] == "site4"]
+    for i, r in enumerate(new):
+        r["calibration"] = "yes" if i < calibration else "no"
+    for name, subset in (("train.tsv", [r for r in rows if r["site"] != "site4"]), ("new.tsv", new)):
+        with open(os.path.join(folder, name), "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=fields, delimiter="\t")
+            writer.writeheader()
+            for r in subset:
+                writer.writerow({"calibration": "n/a", **r})
+    out = {}
+    for harmonise in (True, False):
+        name = "trained_on_three_sites" + ("" if harmonise else "_raw")
+        study = {"name": name, "subjects": {"table": "train.tsv"}, "target": {"column": "group", "task": "classification", "positive_class": "patient"},
+                 "atlas": "aal", "learners": LEARNERS, "cv": {"outer": {"k": 5}, "inner": {"k": 3}}, "output": {"dir": f"out/{name}", "weight_maps": False},
+                 "seed": seed}
+        if harmonise:
+            study["harmonisation"] = {"site_column": "site"}
+        with open(os.path.join(folder, name + ".json"), "w") as f:
+            json.dump(study, f)
+        subprocess.run([cli, "run", name + ".json", "-q"], check=True, stdout=subprocess.DEVNULL, cwd=folder)
+        with open(os.path.join(folder, "out", name, "results.json")) as f:
+            results = json.load(f)
+        if harmonise:
+            for l in results["learners"]:
+                out[("in-site nested CV (sites 1-3, harmonised)", l["label"])] = l["metrics"]["pooled"]["balanced_accuracy"]
+        cases = [("site 4, effects estimated from all its subjects", [])] if harmonise else [("site 4, not harmonised", [])]
+        if harmonise:
+            cases.append((f"site 4, effects estimated from {calibration} of its subjects", ["--new-site-reference", "calibration=yes"]))
+        for what, options in cases:
+            pred = os.path.join(folder, "pred_" + "".join(c for c in what if c.isalnum()))
+            subprocess.run([cli, "predict", os.path.join("out", name, "model"), "new.tsv", "--out", pred, "-q"] + options, check=True,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=folder)
+            with open(os.path.join(pred, "summary.json")) as f:
+                performance = json.load(f)["performance"]
+            for l in LEARNERS:
+                out[(what, l["label"])] = performance[l["label"]]["balanced_accuracy"]
+        if harmonise:
+            refused = subprocess.run([cli, "predict", os.path.join("out", name, "model"), "new.tsv", "--out", "refused", "--new-sites", "refuse", "-q"],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=folder)
+            out[("site 4 with --new-sites refuse: exit code", "")] = refused.returncode
+    return out
+
+
 def mean_se(values):
     m = sum(values) / len(values)
     if len(values) < 2:
@@ -84,6 +142,8 @@ def main():
     parser.add_argument("--subjects", type=int, default=300)
     parser.add_argument("--imbalances", default="0,0.5", help="site imbalances to simulate (comma-separated; 0 is needed for the site rows)")
     parser.add_argument("--effect", type=float, default=0.5)
+    parser.add_argument("--new-site-only", action="store_true", help="only the model applied at a site it never saw")
+    parser.add_argument("--calibration", type=int, default=20, help="site-4 subjects its effects are estimated from, in the second estimate")
     args = parser.parse_args()
     cli = os.path.abspath(args.cli)
     figures = {}
@@ -92,7 +152,9 @@ def main():
         for r in range(args.replicates):
             seed = 100 + r
             runs = {}
-            for imbalance in imbalances:
+            for (what, label), value in new_site(cli, tmp, seed, args.subjects, args.effect, args.calibration).items():
+                figures.setdefault(("new site: " + what, label), []).append(value)
+            for imbalance in ([] if args.new_site_only else imbalances):
                 clean, scanned = os.path.join(tmp, f"clean{seed}_{imbalance}"), os.path.join(tmp, f"sites{seed}_{imbalance}")
                 simulate(cli, clean, seed, args.subjects, imbalance, False, args.effect)
                 simulate(cli, scanned, seed, args.subjects, imbalance, True, args.effect)
@@ -123,7 +185,7 @@ def main():
             print(f"  {what:62s} refused in {len(values)} of {args.replicates} replicates")
             continue
         m, se = mean_se(values)
-        unit = "s" if label == "seconds" else "balanced accuracy"
+        unit = "s" if label == "seconds" else "" if label == "" else "balanced accuracy"
         print(f"  {what:62s} {label:10s} {unit:18s} {m:.3f} +- {se:.3f}")
 
 

@@ -154,6 +154,26 @@ void AddPredict(CLI::App& app, Commands& c) {
                         "subject) or \"reference\" (coded as the model's reference level, each such subject named in the warnings)")
       ->transform(CLI::CheckedTransformer(std::map<std::string, pipeline::NewSubjects::UnseenLevels>{
           {"refuse", pipeline::NewSubjects::UnseenLevels::Refuse}, {"reference", pipeline::NewSubjects::UnseenLevels::Reference}}));
+  c.predict->add_option("--new-sites", o.newSites,
+                        "subjects of a site a harmonised model was not trained on: \"estimate\" (default: that site's ComBat effects are estimated "
+                        "from its own subjects, named in the warnings) or \"refuse\" (an error)")
+      ->transform(CLI::CheckedTransformer(std::map<std::string, pipeline::NewSubjects::NewSites>{
+          {"estimate", pipeline::NewSubjects::NewSites::Estimate}, {"refuse", pipeline::NewSubjects::NewSites::Refuse}}));
+  c.predict->add_option("--new-site-min", o.newSiteMinimum, "fewest subjects a new site's effects are estimated from")
+      ->check(CLI::Range(2, 1000000))
+      ->capture_default_str();
+  c.predict
+      ->add_option_function<std::string>(
+          "--new-site-reference",
+          [&o](const std::string& v) {
+            const auto eq = v.find('=');
+            o.newSiteReference = {v.substr(0, eq), v.substr(eq + 1)};
+          },
+          "COLUMN=VALUE: a new site's effects are estimated from its subjects of that group only (e.g. group=control), as the study's "
+          "fit_on; every subject of the site is then harmonised with them")
+      ->check(CLI::Validator(
+          [](const std::string& v) { return v.find('=') == std::string::npos || v.front() == '=' ? "expected COLUMN=VALUE, found \"" + v + "\"" : std::string(); },
+          "COLUMN=VALUE"));
   c.predict->add_option("--threads", c.predictThreads, "worker threads (0 = all cores)")->check(kThreadCount);
 }
 

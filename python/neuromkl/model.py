@@ -47,7 +47,7 @@ class ExportedModel:
     ``classes_`` (binary: [negative, positive]; multiclass: the class names), ``kernel_names``,
     ``kernel_weights_`` (n_kernels x C), ``intercept_``, ``calibration`` ((A, B) or None), ``bias_correction``
     ((slope, intercept) or None), ``image_sources`` (name, image column, grid), ``covariate_columns``,
-    ``feature_columns``, ``training_ids``, ``expected_performance`` (the nested-CV metrics), ``card`` (the
+    ``harmonisation_columns`` (a harmonised model's site column and preserved covariates), ``feature_columns``, ``training_ids``, ``expected_performance`` (the nested-CV metrics), ``card`` (the
     underlying C++ model card), ``folder``.
     """
 
@@ -69,6 +69,8 @@ class ExportedModel:
         self.image_sources = card.image_sources
         self.covariate_columns = list(card.covariate_columns) + list(card.categorical_covariates)
         self.feature_columns = list(card.feature_columns)
+        # Harmonised image sources: the site column and the covariates ComBat preserves.
+        self.harmonisation_columns = [c for c in dict.fromkeys(card.harmonisation_columns) if c not in self.covariate_columns]
         self.training_ids = list(card.training_ids)
         self.expected_performance = dict(card.expected)
 
@@ -76,10 +78,10 @@ class ExportedModel:
         return f"<neuromkl.ExportedModel {self.learner} ({self.task}, {self.card.which.split(':')[0]}) from {self.folder}>"
 
     # ---- scoring ----
-    def _scores(self, X, kernels, train_kernels, test_diag, unseen_levels):
+    def _scores(self, X, kernels, train_kernels, test_diag, options):
         """Class scores (m x C) of new subjects: pipeline::ModelScores, the arithmetic of `neuromkl predict`."""
         if isinstance(X, (str, os.PathLike)) and not self._looks_like_image(X):
-            scores, warnings, ids = _core.model_scores_of_input(self.card, os.fspath(X), unseen_levels)
+            scores, warnings, ids = _core.model_scores_of_input(self.card, os.fspath(X), **options)
             self.warnings_ = list(warnings)
             return scores
         sources = self.card.image_sources
@@ -93,9 +95,9 @@ class ExportedModel:
             for column, values in columns.items():
                 if column in by_column:
                     self._add_images(by_column[column], values, images, volumes)
-                elif column in self.covariate_columns or column in self.feature_columns:
+                elif column in self._table_columns():
                     cells[column] = [_cell(v) for v in values]
-            missing = [c for c in by_column if c not in columns] + [c for c in self.covariate_columns + self.feature_columns if c not in cells]
+            missing = [c for c in by_column if c not in columns] + [c for c in self._table_columns() if c not in cells]
             if missing:
                 raise _input_error("table:MissingColumn", "python", f"the new subjects lack column(s) the model needs: {', '.join(missing)} "
                                    f"(found: {', '.join(columns)})")
@@ -103,8 +105,8 @@ class ExportedModel:
             if len(sources) != 1:
                 raise ValueError(f"a list of images needs a model with one image source; this one has {len(sources)}: pass a table "
                                  "(a dict or DataFrame of columns) instead")
-            if self.covariate_columns or self.feature_columns:
-                raise ValueError(f"the model also needs the columns {self.covariate_columns + self.feature_columns}: pass a table "
+            if self._table_columns():
+                raise ValueError(f"the model also needs the columns {self._table_columns()}: pass a table "
                                  "(a dict or DataFrame of columns) instead of a list of images")
             self._add_images(sources[0]["name"], list(X), images, volumes)
         else:
@@ -112,9 +114,13 @@ class ExportedModel:
         m = self._count(images, volumes, cells, kernels)
         ids = ids or [str(i + 1) for i in range(m)]
         rows = self._kernel_rows(kernels, train_kernels, test_diag, m)
-        scores, warnings = _core.model_scores(self.card, ids, images, volumes, cells, rows, unseen_levels)
+        scores, warnings = _core.model_scores(self.card, ids, images, volumes, cells, rows, **options)
         self.warnings_ = list(warnings)
         return scores
+
+    def _table_columns(self):
+        """The table columns scoring needs besides ids and images."""
+        return self.covariate_columns + self.harmonisation_columns + self.feature_columns
 
     @staticmethod
     def _looks_like_image(path):
@@ -152,7 +158,8 @@ class ExportedModel:
                              f"got {K.shape}, train_kernels {T.shape}, test_diag {D.shape}")
         return {n: (np.asfortranarray(T[j]), np.asfortranarray(K[j]), np.ascontiguousarray(D[j])) for j, n in enumerate(names)}
 
-    def decision_function(self, X=None, *, kernels=None, train_kernels=None, test_diag=None, unseen_levels="refuse"):
+    def decision_function(self, X=None, *, kernels=None, train_kernels=None, test_diag=None, unseen_levels="refuse", new_sites="estimate",
+                          new_site_min=10, new_site_reference=None):
         """Decision values (binary, regression: shape (m,)) or class scores (multiclass: (m, C)) of new subjects.
 
         X: a list of images (file paths or nibabel images) for a model with one image source and no covariates;
@@ -163,8 +170,14 @@ class ExportedModel:
         unseen_levels: a categorical covariate's level the model was not trained with is an error ("refuse") or coded as
         the reference level with a warning in ``warnings_`` ("reference"), as `neuromkl predict --unseen-levels`.
         A missing covariate value (None, NaN, "n/a") is imputed with the training value when the study imputed them.
+        new_sites, new_site_min, new_site_reference: a harmonised model's subjects from a site it was not trained on have
+        that site's ComBat effects estimated from their own subjects ("estimate", at least ``new_site_min`` of them; with
+        ``new_site_reference="column=value"`` only that group's) or are refused ("refuse"), as `neuromkl predict
+        --new-sites`; each such site is named in ``warnings_``.
         """
-        scores = self._scores(X, kernels, train_kernels, test_diag, unseen_levels)
+        options = {"unseen_levels": unseen_levels, "new_sites": new_sites, "new_site_min": new_site_min,
+                   "new_site_reference": new_site_reference or ""}
+        scores = self._scores(X, kernels, train_kernels, test_diag, options)
         return scores if self.task == "multiclass" else scores[:, 0]
 
     def predict(self, X=None, **kw):

@@ -88,6 +88,23 @@ pipeline::NewSubjects::UnseenLevels ParseUnseenLevels(const std::string& value) 
   throw InvalidParameter("python:UnseenLevels", "unseen_levels", "unknown value \"" + value + "\"; expected refuse or reference");
 }
 
+/// The new subjects' handling of unseen levels and new sites, from the Python keywords (as predict's options).
+void SetNewSubjectOptions(pipeline::NewSubjects& subjects, const std::string& unseenLevels, const std::string& newSites, int newSiteMin,
+                          const std::string& newSiteReference) {
+  subjects.unseenLevels = ParseUnseenLevels(unseenLevels);
+  if (newSites != "estimate" && newSites != "refuse")
+    throw InvalidParameter("python:NewSites", "new_sites", "unknown value \"" + newSites + "\"; expected estimate or refuse");
+  subjects.newSites = newSites == "refuse" ? pipeline::NewSubjects::NewSites::Refuse : pipeline::NewSubjects::NewSites::Estimate;
+  if (newSiteMin < 2) throw InvalidParameter("python:NewSiteMin", "new_site_min", "expected 2 or more, found " + std::to_string(newSiteMin));
+  subjects.newSiteMinimum = newSiteMin;
+  if (!newSiteReference.empty()) {
+    const auto eq = newSiteReference.find('=');
+    if (eq == std::string::npos || eq == 0)
+      throw InvalidParameter("python:NewSiteReference", "new_site_reference", "expected \"column=value\", found \"" + newSiteReference + "\"");
+    subjects.newSiteReference = {newSiteReference.substr(0, eq), newSiteReference.substr(eq + 1)};
+  }
+}
+
 learners::Task ParseTask(const std::string& task) {
   if (task == "classification") return learners::Task::Classification;
   if (task == "regression") return learners::Task::Regression;
@@ -138,6 +155,17 @@ void BindModels(py::module_& m) {
                                for (const auto& [col, levels] : e.covariateCategorical) d[py::str(col)] = levels;
                                return d;
                              })
+      .def_property_readonly("harmonisation_columns",
+                             [](const ExportedModel& e) {
+                               std::vector<std::string> cols;
+                               for (const auto& s : e.imageSources)
+                                 if (s.harmonisation) {
+                                   cols.push_back(s.harmonisation->siteColumn);
+                                   cols.insert(cols.end(), s.harmonisation->covariateNumeric.begin(), s.harmonisation->covariateNumeric.end());
+                                   for (const auto& [col, levels] : s.harmonisation->covariateCategorical) cols.push_back(col);
+                                 }
+                               return cols;
+                             })
       .def_property_readonly("feature_columns",
                              [](const ExportedModel& e) {
                                std::vector<std::string> cols;
@@ -155,22 +183,26 @@ void BindModels(py::module_& m) {
       "model_scores",
       [](const ExportedModel& model, const std::vector<std::string>& ids, const std::map<std::string, std::vector<std::string>>& images,
          const std::map<std::string, std::vector<py::tuple>>& volumes, const std::map<std::string, std::vector<std::string>>& cells,
-         const std::map<std::string, py::tuple>& kernelRows, const std::string& unseenLevels) {
+         const std::map<std::string, py::tuple>& kernelRows, const std::string& unseenLevels, const std::string& newSites, int newSiteMin,
+         const std::string& newSiteReference) {
         pipeline::NewSubjects subjects = Subjects(ids, images, volumes, cells, kernelRows);
-        subjects.unseenLevels = ParseUnseenLevels(unseenLevels);
+        SetNewSubjectOptions(subjects, unseenLevels, newSites, newSiteMin, newSiteReference);
         return Scores(model, subjects);
       },
       py::arg("model"), py::arg("ids"), py::arg("images"), py::arg("volumes"), py::arg("cells"), py::arg("kernels"), py::arg("unseen_levels") = "refuse",
+      py::arg("new_sites") = "estimate", py::arg("new_site_min") = 10, py::arg("new_site_reference") = "",
       "Class scores (subjects x C) and warnings of new subjects, with the arithmetic of `neuromkl predict` (pipeline::ModelScores).");
   m.def(
       "model_scores_of_input",
-      [](const ExportedModel& model, const std::string& input, const std::string& unseenLevels) {
+      [](const ExportedModel& model, const std::string& input, const std::string& unseenLevels, const std::string& newSites, int newSiteMin,
+         const std::string& newSiteReference) {
         pipeline::NewSubjects subjects = pipeline::ReadNewSubjects(input, model);
-        subjects.unseenLevels = ParseUnseenLevels(unseenLevels);
+        SetNewSubjectOptions(subjects, unseenLevels, newSites, newSiteMin, newSiteReference);
         py::tuple scores = Scores(model, subjects);
         return py::make_tuple(scores[0], scores[1], subjects.ids);
       },
-      py::arg("model"), py::arg("input"), py::arg("unseen_levels") = "refuse", "Scores of the subjects of a table or study file, read as `neuromkl predict` reads them; (scores, warnings, ids).");
+      py::arg("model"), py::arg("input"), py::arg("unseen_levels") = "refuse", py::arg("new_sites") = "estimate", py::arg("new_site_min") = 10,
+      py::arg("new_site_reference") = "", "Scores of the subjects of a table or study file, read as `neuromkl predict` reads them; (scores, warnings, ids).");
 
   m.def(
       "fit_platt",

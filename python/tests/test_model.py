@@ -144,6 +144,50 @@ def test_missing_covariates_and_unseen_levels_are_handled_as_neuromkl_predict(tm
         model.decision_function(as_table, unseen_levels="estimate")
 
 
+def test_a_harmonised_model_at_a_new_site_equals_neuromkl_predict(tmp_path, cli):
+    """A study harmonised by site, trained on two sites: load_model scores subjects of a third site (nibabel images in a
+    table) with that site's ComBat effects estimated from its own subjects, as `neuromkl predict` does, and refuses them
+    with new_sites="refuse" or below new_site_min."""
+    subprocess.run([cli, "simulate", "--out", str(tmp_path / "sim"), "--subjects", "48", "--seed", "8", "--sites", "3", "--downsample", "3",
+                    "--age-regions", "Frontal_Sup_L", "-q"], check=True)
+    sim = tmp_path / "sim"
+    study = json.loads((sim / "study.json").read_text())
+    study.pop("$schema", None)
+    rows = read_tsv(sim / study["subjects"]["table"])
+    for r in rows:
+        r["image"] = str(sim / r["image"])
+    columns = list(rows[0].keys())
+
+    def write(path, subset):
+        path.write_text("\t".join(columns) + "\n" + "".join("\t".join(r[c] for c in columns) + "\n" for r in subset))
+
+    write(sim / "train.tsv", [r for r in rows if r["site"] != "site3"])
+    new = [r for r in rows if r["site"] == "site3"]
+    write(tmp_path / "new.tsv", new)
+    study["subjects"]["table"] = "train.tsv"
+    study["harmonisation"] = {"site_column": "site", "covariates": ["age"]}
+    study["learners"] = [{"name": "svm", "params": {"c": 1}}]
+    study["permutations"] = {"count": 0}
+    study["cv"] = {"outer": {"scheme": "stratified_kfold", "k": 3}, "inner": {"scheme": "stratified_kfold", "k": 3}}
+    (sim / "study.json").write_text(json.dumps(study))
+    subprocess.run([cli, "run", str(sim / "study.json"), "-q", "--out", str(tmp_path / "run")], check=True)
+
+    expected = _column(_predict(cli, tmp_path / "run" / "model", tmp_path / "new.tsv", tmp_path / "pred"), "svm", "final", "decision")
+    model = neuromkl.load_model(tmp_path / "run" / "model")
+    assert model.harmonisation_columns == ["site", "age"]
+    table = {"subject": [r["subject"] for r in new], "image": [nibabel.load(r["image"]) for r in new],
+             "site": [r["site"] for r in new], "age": [float(r["age"]) for r in new]}
+    np.testing.assert_allclose(model.decision_function(table), expected, rtol=0, atol=1e-9)  # predict's own arithmetic
+    assert f"site \"site3\" is not among the model's training sites (site1, site2); its ComBat effects were estimated from its {len(new)} subjects" \
+        in " ".join(model.warnings_)
+    with pytest.raises(Exception, match="that the model was not trained on"):
+        model.decision_function(table, new_sites="refuse")
+    with pytest.raises(Exception, match="at least 100 needed"):
+        model.decision_function(tmp_path / "new.tsv", new_site_min=100)
+    with pytest.raises(ValueError, match="new_site_reference"):
+        model.decision_function(table, new_site_reference="group")
+
+
 def test_precomputed_fold_models_reproduce_the_study_decision_values(tmp_path, rng, cli):
     """`neuromkl predict` cannot score precomputed kernels from a table; load_model takes the kernel rows and
     gives each fold model's decision values on its held-out subjects as the nested CV computed them."""

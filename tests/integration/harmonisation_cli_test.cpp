@@ -97,8 +97,10 @@ TEST_F(HarmonisationCli, TheSiteIsNotPredictableFromHarmonisedImages) {
   EXPECT_EQ(h["sources"][0]["name"], "images");
   EXPECT_GT(h["sources"][0]["voxels"].get<std::int64_t>(), 1000);
   EXPECT_EQ(h["voxel_bytes"].get<std::int64_t>(), 4 * kSubjects * h["sources"][0]["voxels"].get<std::int64_t>());
-  // No model: a harmonised study does not export one yet.
-  EXPECT_FALSE(std::filesystem::exists(*dir_ / "results/site_harmonised/model"));
+  // The exported model carries its training subjects' ComBat fit for predict.
+  const auto card = nlohmann::json::parse(ReadFile(*dir_ / "results/site_harmonised/model/Svm/model.json"));
+  EXPECT_EQ(card["sources"][0]["harmonisation"]["empirical_bayes"], false);
+  EXPECT_EQ(card["sources"][0]["harmonisation"]["sites"].size(), 3u);
 }
 
 // The planted regions still carry the diagnosis after harmonising (with the controls as the reference group, the sites'
@@ -241,7 +243,6 @@ TEST_F(HarmonisationCli, BadSettingsAreRefusedAlikeByValidateAndRun) {
        "/harmonisation/fit_on/value: no subject used has \"healthy\" in column \"group\""},
       {R"(, "harmonisation": {"site_column": "site", "sources": ["gm"]})", "/harmonisation/sources/0: expected the name of an image source"},
       {R"(, "harmonisation": {"site_column": "site"}, "kernels": {"precision": "float32"})", "/kernels/precision: a harmonised study forms"},
-      {R"(, "harmonisation": {"site_column": "site"}, "output": {"model": true})", "/output/model: /harmonisation: the exported model"},
       {R"(, "harmonisation": {"site_col": "site"})", "site_col"},
       {R"(, "harmonisation": {"site_column": "site_small"})", "site \"lonely\" (column \"site_small\") has "},
       // A reference group that leaves sites without fitting subjects (here: only site1's subjects fit).

@@ -69,7 +69,8 @@ class PredictCli : public ::testing::Test {
         {"coarse", "--subjects 6 --seed 4 --downsample 4"},
         {"nan", "--subjects 24 --seed 8 --downsample 3 --nan-fraction 0.01"},
         {"nanNew", "--subjects 24 --seed 9 --downsample 3 --nan-fraction 0.01"},
-        {"imp", "--subjects 40 --seed 11 --downsample 3 --age-regions Frontal_Sup_L --age-target-correlation 0.5"}};
+        {"imp", "--subjects 40 --seed 11 --downsample 3 --age-regions Frontal_Sup_L --age-target-correlation 0.5"},
+        {"sites", "--subjects 72 --seed 13 --downsample 3 --sites 3 --effect 0.8 --age-regions Frontal_Sup_L --age-target-correlation 0.3"}};
     if (!fs::exists(Path(name))) {
       const auto r = RunCli("simulate --out " + Path(name) + " " + args.at(name) + " -q");
       EXPECT_EQ(r.exitCode, 0) << r.output;
@@ -255,6 +256,100 @@ TEST_F(PredictCli, FoldModelsReproduceNestedCvWithImputedCovariates) {
                                             median)));
   const auto card = nlohmann::json::parse(ReadFile(results + "/model/EnmklSvm/model.json"));
   EXPECT_NEAR(card.at("covariates").at("impute").at("fill").at(1).get<double>(), median, 1e-12 * median);
+}
+
+/// The rows of `cohort`'s table whose site is in `sites`, images as absolute paths, each site renamed as `rename` says.
+void WriteSiteRows(const std::string& cohort, const std::set<std::string>& sites, const std::map<std::string, std::string>& rename, const std::string& path) {
+  const Rows part = ReadTsv(cohort + "/participants.tsv");
+  std::set<std::string> ids;
+  const std::size_t site = Col(part, "site");
+  for (std::size_t r = 1; r < part.size(); ++r)
+    if (sites.count(part[r][site])) ids.insert(part[r][0]);
+  WriteSubset(cohort, ids, path);
+  Rows rows = ReadTsv(path);
+  std::string text;
+  for (std::size_t r = 0; r < rows.size(); ++r) {
+    if (r > 0 && rename.count(rows[r][site])) rows[r][site] = rename.at(rows[r][site]);
+    for (std::size_t c = 0; c < rows[r].size(); ++c) text += (c ? "\t" : "") + rows[r][c];
+    text += "\n";
+  }
+  WriteFile(path, text);
+}
+
+// A harmonised study's fold models carry each fold's ComBat fit (on its training controls here) and apply it to the
+// held-out subjects' images before the covariates and centring: the study's out-of-fold decisions, as for any study.
+TEST_F(PredictCli, FoldModelsReproduceNestedCvOfAHarmonisedStudy) {
+  const std::string cohort = Cohort("sites");
+  const auto results = Run("harm", cohort, R"("target": {"column": "group", "task": "classification", "positive_class": "patient"},
+    "covariates": ["age"], "harmonisation": {"site_column": "site", "covariates": ["age"], "fit_on": {"column": "group", "value": "control"}},
+    "learners": [{"name": "svm", "params": {"c": 1}}, {"name": "enmkl_svm", "params": {"c": 1, "mu": 0.5}}])");
+  ExpectFoldModelsReproduce(results, cohort, 2, true);
+  const auto card = nlohmann::json::parse(ReadFile(results + "/model/Svm/model.json"));
+  const auto& h = card.at("sources").at(0).at("harmonisation");
+  EXPECT_EQ(h.at("sites"), (std::vector<std::string>{"site1", "site2", "site3"}));
+  EXPECT_EQ(h.at("fit_on"), "group = control");
+  EXPECT_EQ(h.at("covariates").at("numeric"), std::vector<std::string>{"age"});
+}
+
+// A site the model never saw: its effects are estimated from its own subjects. Empirical Bayes estimates each site from
+// its own rows (priors over that site's voxels), so a training site's own subjects presented as a new site must get
+// that site's estimates back, and the same decisions, through the whole path (images, covariates, estimation).
+TEST_F(PredictCli, AHarmonisedModelEstimatesANewSitesEffectsFromItsOwnSubjects) {
+  const std::string cohort = Cohort("sites");
+  WriteSiteRows(cohort, {"site1", "site2"}, {}, Path("sites_train.tsv"));
+  WriteFile(Path("harm_new.json"), R"({"name": "harm_new", "subjects": {"table": ")" + Path("sites_train.tsv") + R"("}, "atlas": "aal",
+    "output": {"weight_maps": false}, "seed": 7, "target": {"column": "group", "task": "classification", "positive_class": "patient"},
+    "harmonisation": {"site_column": "site", "covariates": ["age"]}, "learners": [{"name": "enmkl_svm", "params": {"c": 1, "mu": 0.5}}]})");
+  auto r = RunCli("run " + Path("harm_new.json") + " -q");
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  const std::string model = Path("results/harm_new/model/EnmklSvm");
+  WriteSiteRows(cohort, {"site1"}, {}, Path("site1.tsv"));
+  WriteSiteRows(cohort, {"site1"}, {{"site1", "siteX"}}, Path("siteX.tsv"));
+  const std::size_t site1Count = ReadTsv(Path("site1.tsv")).size() - 1;
+  r = RunCli("predict " + model + " " + Path("site1.tsv") + " --out " + Path("pred_site1"));
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  r = RunCli("predict " + model + " " + Path("siteX.tsv") + " --out " + Path("pred_siteX"));
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr(fmt::format("source images: site \"siteX\" is not among the model's training sites (site1, site2); its ComBat "
+                                              "effects were estimated from its {} subjects",
+                                              site1Count)));
+  const Rows known = ReadTsv(Path("pred_site1/predictions.tsv")), estimated = ReadTsv(Path("pred_siteX/predictions.tsv"));
+  ASSERT_EQ(known.size(), estimated.size());
+  const std::size_t decision = Col(known, "decision");
+  for (std::size_t i = 1; i < known.size(); ++i) {
+    // The same sums over the same voxels; the iteration stops at a relative change of 1e-10.
+    const double want = std::stod(known[i][decision]);
+    EXPECT_NEAR(std::stod(estimated[i][decision]), want, 1e-8 * std::max(1.0, std::abs(want))) << known[i][0];
+  }
+  const auto summary = nlohmann::json::parse(ReadFile(Path("pred_siteX/summary.json")));
+  EXPECT_THAT(summary.dump(), HasSubstr("siteX"));
+
+  // Refused when asked, below the minimum count, and for a subject without a site: exit 2, no output.
+  WriteSiteRows(cohort, {"site3"}, {}, Path("site3.tsv"));
+  const std::size_t site3Count = ReadTsv(Path("site3.tsv")).size() - 1;
+  const std::vector<std::pair<std::string, std::string>> refusals = {
+      {" --new-sites refuse", "subjects of site(s) \"site3\" (" + std::to_string(site3Count) + " subjects) that the model was not trained on"},
+      {" --new-site-min " + std::to_string(site3Count + 1),
+       fmt::format("{} found, at least {} needed (--new-site-min)", site3Count, site3Count + 1)},
+      {" --new-site-reference group=nobody", "site \"site3\" is not among the model's training sites (site1, site2), and its effects are estimated "
+                                             "from its own subjects with group = nobody: 0 found"}};
+  for (const auto& [options, message] : refusals) {
+    r = RunCli("predict " + model + " " + Path("site3.tsv") + " --out " + Path("pred_refused") + options);
+    EXPECT_EQ(r.exitCode, 2) << options << "\n" << r.output;
+    EXPECT_THAT(r.output, HasSubstr(message)) << options;
+    EXPECT_FALSE(fs::exists(Path("pred_refused"))) << options;
+  }
+  Rows rows = ReadTsv(Path("site3.tsv"));
+  rows[2][Col(rows, "site")] = "n/a";
+  std::string text;
+  for (const auto& row : rows) {
+    for (std::size_t c = 0; c < row.size(); ++c) text += (c ? "\t" : "") + row[c];
+    text += "\n";
+  }
+  WriteFile(Path("site3_missing.tsv"), text);
+  r = RunCli("predict " + model + " " + Path("site3_missing.tsv") + " --out " + Path("pred_refused"));
+  EXPECT_EQ(r.exitCode, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("1 subjects have no value in the site column \"site\" that the model harmonises by: " + rows[2][0]));
 }
 
 // The final model of one simulated cohort applied to an independent cohort with the same effect (another

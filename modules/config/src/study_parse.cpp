@@ -506,11 +506,6 @@ void ParseOutput(const Json& json, const std::string& src, const std::string& ba
   c.output.weightMapUnitNorm = o.Bool("weight_maps_unit_norm", c.output.weightMapUnitNorm);
   c.output.minSubjectsWithSignal = static_cast<int>(Integer(o, "min_subjects_with_signal", c.output.minSubjectsWithSignal, kMinSubjectsRange));
   c.output.model = o.Bool("model", c.output.model);
-  // Harmonised voxels differ from fold to fold, and an exported model would need its ComBat estimates at predict: not
-  // written yet (off unless asked, an error when asked).
-  if (o.Has("model") && c.output.model && c.harmonisation.Active())
-    o.FailAt("/output/model", "/harmonisation: the exported model does not yet carry the ComBat estimates predict needs; drop this key or set it "
-                              "to false");
   if (o.Has("save_kernels") && c.output.saveKernels && c.kernels.precision == KernelPrecision::Float32)
     o.FailAt("/output/save_kernels", "the saved kernels are the raw float64 kernels, but /kernels/precision \"float32\" keeps only the compact "
                                      "store after the kernel stage: save them from a float64 run (the kernel cache makes it cheap), or drop save_kernels");
@@ -562,7 +557,6 @@ StudyConfig ReadStudyConfig(const std::string& text, const std::string& baseDir,
   if (r.Has("output")) ParseOutput(r.At("output"), src, baseDir, c);
   // A float32 study does not hold the raw kernels that output.save_kernels writes: off unless asked (an error above).
   if (c.kernels.precision == KernelPrecision::Float32) c.output.saveKernels = false;
-  if (c.harmonisation.Active()) c.output.model = false;
   return c;
 }
 

@@ -72,6 +72,27 @@ class Reader {
   std::string dir_, card_;
 };
 
+/// A harmonised source's ComBat estimates: the design in the card, the per-voxel arrays beside it.
+Json HarmonisationJson(const std::string& dir, const std::string& stem, const ModelHarmonisation& h) {
+  Json cat = Json::array();
+  for (const auto& [col, levels] : h.covariateCategorical) cat.push_back({{"column", col}, {"levels", levels}});
+  Json j = {{"method", "combat"},
+            {"site_column", h.siteColumn},
+            {"sites", h.sites},
+            {"site_counts", h.siteCounts},
+            {"empirical_bayes", h.empiricalBayes},
+            {"fit_on", h.fitOn},
+            {"covariates", {{"numeric", h.covariateNumeric}, {"categorical", cat}}},
+            {"voxels", WriteArray(dir, stem + "combat_voxels.npy", h.voxels)},
+            {"gamma_star", WriteArray(dir, stem + "combat_gamma.npy", h.gammaStar)},
+            {"delta2_star", WriteArray(dir, stem + "combat_delta2.npy", h.delta2Star)},
+            {"note", "per voxel of the source's voxels: alpha, sigma, pass-through flag, beta per preserved covariate column; gamma* and "
+                     "delta*^2 per training site (rows in sites order); x* = sigma (z - gamma*) / delta* + alpha + c beta, "
+                     "z = (x - alpha - c beta) / sigma"}};
+  if (h.covariateFill.size() > 0) j["covariates"]["impute_fill"] = std::vector<double>(h.covariateFill.data(), h.covariateFill.data() + h.covariateFill.size());
+  return j;
+}
+
 }  // namespace
 
 void WriteModel(const std::string& dir, const ExportedModel& m) {
@@ -152,6 +173,7 @@ void WriteModel(const std::string& dir, const ExportedModel& m) {
                             {"scale_voxels", scale.rows() > 0 ? WriteArray(dir, stem + "scale_voxels.npy", scale) : Json(nullptr)},
                             {"note", "voxels: linear index, training mean, covariate coefficient images; weights: kernel, voxel row, p, "
                                      "primal weight per class"}});
+    if (src.harmonisation) j["sources"].back()["harmonisation"] = HarmonisationJson(dir, stem, *src.harmonisation);
   }
   for (std::size_t s = 0; s < m.tabularSources.size(); ++s) {
     const auto& src = m.tabularSources[s];
@@ -282,6 +304,34 @@ void ReadTrainingArrays(const Reader& rd, const Json& j, ExportedModel& m) {
   for (Eigen::Index i = 0; i < l; ++i) m.fitRows.push_back(a(i, 0) != 0.0 ? 1 : 0);
 }
 
+/// A harmonised source's ComBat estimates over its U voxels, their shapes checked against the card.
+ModelHarmonisation ReadHarmonisation(const Reader& rd, const Json& j, Eigen::Index U, const std::string& source) {
+  ModelHarmonisation h;
+  h.siteColumn = j.at("site_column").get<std::string>();
+  h.sites = j.at("sites").get<std::vector<std::string>>();
+  h.siteCounts = j.at("site_counts").get<std::vector<std::int64_t>>();
+  h.empiricalBayes = j.at("empirical_bayes").get<bool>();
+  h.fitOn = j.value("fit_on", std::string("all"));
+  const Json& cov = j.at("covariates");
+  h.covariateNumeric = cov.at("numeric").get<std::vector<std::string>>();
+  for (const auto& c : cov.at("categorical")) h.covariateCategorical.emplace_back(c.at("column").get<std::string>(), c.at("levels").get<std::vector<std::string>>());
+  auto q = static_cast<Eigen::Index>(h.covariateNumeric.size());
+  for (const auto& [col, levels] : h.covariateCategorical) q += static_cast<Eigen::Index>(levels.size()) - 1;
+  if (cov.contains("impute_fill")) {
+    const auto fill = cov.at("impute_fill").get<std::vector<double>>();
+    if (static_cast<Eigen::Index>(fill.size()) != q) rd.Corrupt(fmt::format("source {}: harmonisation impute_fill has {} values for {} columns", source, fill.size(), q));
+    h.covariateFill = Eigen::Map<const Eigen::RowVectorXd>(fill.data(), q);
+  }
+  const auto B = static_cast<Eigen::Index>(h.sites.size());
+  if (B == 0 || static_cast<Eigen::Index>(h.siteCounts.size()) != B) rd.Corrupt(fmt::format("source {}: harmonisation sites and site_counts disagree", source));
+  h.voxels = rd.Array(j.at("voxels"), U, 3 + q, "source " + source + " ComBat voxels");
+  h.gammaStar = rd.Array(j.at("gamma_star"), B, U, "source " + source + " ComBat gamma*");
+  h.delta2Star = rd.Array(j.at("delta2_star"), B, U, "source " + source + " ComBat delta*^2");
+  for (Eigen::Index u = 0; u < U; ++u)
+    if (h.voxels(u, 2) == 0 && !(h.voxels(u, 1) > 0)) rd.Corrupt(fmt::format("source {}: ComBat voxel row {} has sigma {}, expected > 0", source, u, h.voxels(u, 1)));
+  return h;
+}
+
 /// An image source: its grid and rules, and its voxels and weights, every row checked to name a voxel of the grid and
 /// a kernel and voxel that exist. `p`: covariate columns; `C`: classes; `K`: kernels.
 ModelImageSource ReadImageSource(const Reader& rd, const Json& s, Eigen::Index p, Eigen::Index C, Eigen::Index K) {
@@ -302,6 +352,7 @@ ModelImageSource ReadImageSource(const Reader& rd, const Json& s, Eigen::Index p
       s.at("scale_voxels").is_null() ? Eigen::MatrixXd(0, 1) : rd.Array(s.at("scale_voxels"), -1, 1, "source " + src.name + " scale voxels");
   if (src.intensityScaling != "none" && scale.rows() == 0) rd.Corrupt("source " + src.name + ": intensity scaling without its voxels");
   for (Eigen::Index v = 0; v < scale.rows(); ++v) src.scaleVoxels.push_back(static_cast<std::int64_t>(scale(v, 0)));
+  if (s.contains("harmonisation")) src.harmonisation = ReadHarmonisation(rd, s.at("harmonisation"), src.voxels.rows(), src.name);
   const double V = static_cast<double>(src.grid.VoxelCount());
   for (Eigen::Index v = 0; v < src.voxels.rows(); ++v)
     if (!(src.voxels(v, 0) >= 0 && src.voxels(v, 0) < V)) rd.Corrupt(fmt::format("source {}: voxel row {} lies outside the grid", src.name, v));

@@ -218,6 +218,49 @@ int ComBatModel::SiteIndex(int site) const {
   return it != sites.end() && *it == site ? static_cast<int>(it - sites.begin()) : -1;
 }
 
+void AddSite(ComBatModel& model, int site, const Eigen::Ref<const Eigen::MatrixXd>& X, const Eigen::Ref<const Eigen::MatrixXd>& covariates,
+             const ComBatOptions& options) {
+  const Eigen::Index m = X.rows(), V = X.cols();
+  if (model.SiteIndex(site) >= 0) throw std::invalid_argument(fmt::format("AddSite: site {} is already in the fit", site));
+  if (m < 2 || V != model.alpha.size() || covariates.rows() != m || covariates.cols() != model.beta.rows())
+    throw std::invalid_argument(fmt::format("AddSite: {} x {} rows, {} x {} covariates for a fit of {} features and {} covariates", m, V, covariates.rows(),
+                                            covariates.cols(), model.alpha.size(), model.beta.rows()));
+  const auto s = static_cast<Eigen::Index>(std::lower_bound(model.sites.begin(), model.sites.end(), site) - model.sites.begin());
+  auto insertRow = [&](Eigen::MatrixXd& A) {
+    Eigen::MatrixXd out(A.rows() + 1, V);
+    out << A.topRows(s), Eigen::RowVectorXd::Zero(V), A.bottomRows(A.rows() - s);
+    A = std::move(out);
+  };
+  insertRow(model.gammaHat);
+  insertRow(model.delta2Hat);
+  insertRow(model.gammaStar);
+  insertRow(model.delta2Star);
+  model.sites.insert(model.sites.begin() + s, site);
+  model.fitCount.insert(model.fitCount.begin() + s, m);
+  Eigen::VectorXd ss = Eigen::VectorXd::Zero(V);
+  std::vector<Eigen::Index> active;
+  const Eigen::MatrixXd preserved = (covariates * model.beta).rowwise() + model.alpha.transpose();
+  for (Eigen::Index v = 0; v < V; ++v) {
+    if (model.passThrough[static_cast<std::size_t>(v)]) {
+      model.delta2Hat(s, v) = 1.0;
+      continue;
+    }
+    active.push_back(v);
+    const Eigen::VectorXd z = (X.col(v) - preserved.col(v)) / model.sigma[v];
+    const double mean = z.mean();
+    model.gammaHat(s, v) = mean;
+    ss[v] = (z.array() - mean).square().sum();
+    model.delta2Hat(s, v) = ss[v] / static_cast<double>(m - 1);
+  }
+  model.gammaStar.row(s) = model.gammaHat.row(s);
+  model.delta2Star.row(s) = model.delta2Hat.row(s);
+  if (!options.empiricalBayes || active.size() < 2) return;
+  const Prior prior = SitePrior(model, s, active);
+  for (const Eigen::Index v : active)
+    model.iterations = std::max(model.iterations, Shrink(prior, static_cast<double>(m), model.gammaHat(s, v), model.delta2Hat(s, v), ss[v], options,
+                                                         model.gammaStar(s, v), model.delta2Star(s, v)));
+}
+
 ComBatModel FitComBat(const Eigen::Ref<const Eigen::MatrixXf>& X, const std::vector<int>& sites, const Eigen::Ref<const Eigen::MatrixXd>& covariates,
                       const ComBatOptions& options, const std::string& where) {
   const auto columns = [&](Eigen::Index c0, Eigen::Index w) -> Eigen::MatrixXd { return X.middleCols(c0, w).cast<double>(); };

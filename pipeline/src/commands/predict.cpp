@@ -24,27 +24,100 @@
 #include "neuromkl/pipeline/cohort.hpp"
 #include "neuromkl/pipeline/model_export.hpp"
 #include "neuromkl/pipeline/output_dir.hpp"
+#include "predict_parts.hpp"
 
 namespace neuromkl::pipeline {
 
 namespace fs = std::filesystem;
 
-namespace {
-
-bool EndsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && ToLower(s.substr(s.size() - suffix.size())) == suffix;
-}
+namespace predicting {
 
 std::string Shown(const std::vector<std::string>& items) {
   std::vector<std::string> shown(items.begin(), items.begin() + static_cast<std::ptrdiff_t>(std::min<std::size_t>(10, items.size())));
   return Join(shown, ", ") + (items.size() > 10 ? fmt::format(", ... ({} in all)", items.size()) : "");
 }
 
-/// Columns the model reads from the table besides ids and images: covariates, tabular features, target.
+double ParseFinite(const std::string& cell, const std::string& where, const std::string& what) {
+  double v = 0;
+  if (!ParseFiniteCell(cell, v))
+    throw InputError("predict:NotNumeric", where, fmt::format("{} holds \"{}\", expected a finite number", what, cell));
+  return v;
+}
+
+Eigen::MatrixXd NewCovariateRows(const CovariateColumns& columns, const NewSubjects& s, std::vector<std::string>& warnings) {
+  const auto n = static_cast<Eigen::Index>(s.ids.size());
+  Eigen::Index width = columns.first + static_cast<Eigen::Index>(columns.numeric.size());
+  for (const auto& [name, levels] : columns.categorical) width += static_cast<Eigen::Index>(levels.size()) - 1;
+  Eigen::MatrixXd C(n, width);
+  if (columns.first > 0) C.col(0).setOnes();
+  Eigen::Index col = columns.first;
+  const Eigen::RowVectorXd& fill = columns.fill;
+  const bool impute = fill.size() > 0;
+  auto imputed = [&](Eigen::Index i, const std::string& name, Eigen::Index first, Eigen::Index count, const std::string& value) {
+    if (!impute || !IsMissingCell(s.cells.at(name)[static_cast<std::size_t>(i)])) return false;
+    C.row(i).segment(first, count) = fill.segment(first, count);
+    warnings.push_back(fmt::format("subject {}: {} column \"{}\" is missing; imputed with the training subjects' {}", s.ids[static_cast<std::size_t>(i)],
+                                   columns.what, name, value));
+    return true;
+  };
+  for (const auto& name : columns.numeric) {
+    const auto& cells = s.cells.at(name);
+    for (Eigen::Index i = 0; i < n; ++i)
+      if (!imputed(i, name, col, 1, impute ? fmt::format("median {}", fill[col]) : ""))
+        C(i, col) = ParseFinite(cells[static_cast<std::size_t>(i)], s.where,
+                                fmt::format("subject {}: {} column \"{}\"", s.ids[static_cast<std::size_t>(i)], columns.what, name));
+    ++col;
+  }
+  for (const auto& [name, levels] : columns.categorical) {
+    const auto& cells = s.cells.at(name);
+    std::string mostFrequent = levels.front();
+    for (std::size_t l = 1; impute && l < levels.size(); ++l)
+      if (fill[col + static_cast<Eigen::Index>(l) - 1] == 1.0) mostFrequent = levels[l];
+    for (Eigen::Index i = 0; i < n; ++i) {
+      if (imputed(i, name, col, static_cast<Eigen::Index>(levels.size()) - 1, "most frequent level \"" + mostFrequent + "\"")) continue;
+      const std::string& v = cells[static_cast<std::size_t>(i)];
+      const auto it = std::find(levels.begin(), levels.end(), v);
+      if (it == levels.end() && s.unseenLevels == NewSubjects::UnseenLevels::Refuse)
+        throw InputError("predict:UnknownLevel", s.where,
+                         fmt::format("subject {}: {} column \"{}\" holds \"{}\", a level the model was not trained with (levels: {}); "
+                                     "predict --unseen-levels reference codes such a subject as the reference level \"{}\"",
+                                     s.ids[static_cast<std::size_t>(i)], columns.what, name, v, Join(levels, ", "), levels.front()));
+      if (it == levels.end())
+        warnings.push_back(fmt::format("subject {}: {} column \"{}\" holds \"{}\", a level the model was not trained with; coded as the "
+                                       "reference level \"{}\" (--unseen-levels reference)",
+                                       s.ids[static_cast<std::size_t>(i)], columns.what, name, v, levels.front()));
+      for (std::size_t l = 1; l < levels.size(); ++l) C(i, col + static_cast<Eigen::Index>(l) - 1) = it != levels.end() && *it == levels[l] ? 1.0 : 0.0;
+    }
+    col += static_cast<Eigen::Index>(levels.size()) - 1;
+  }
+  return C;
+}
+
+}  // namespace predicting
+
+namespace {
+
+using predicting::ParseFinite;
+using predicting::Shown;
+
+bool EndsWith(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && ToLower(s.substr(s.size() - suffix.size())) == suffix;
+}
+
+/// Columns the model reads from the table besides ids and images: covariates, tabular features, the site column and the
+/// covariates harmonisation preserves.
 std::vector<std::string> NeededColumns(const exporting::ExportedModel& m) {
   std::vector<std::string> cols = m.covariateNumeric;
   for (const auto& [c, levels] : m.covariateCategorical) cols.push_back(c);
   for (const auto& s : m.tabularSources) cols.insert(cols.end(), s.columns.begin(), s.columns.end());
+  for (const auto& s : m.imageSources)
+    if (s.harmonisation) {
+      cols.push_back(s.harmonisation->siteColumn);
+      cols.insert(cols.end(), s.harmonisation->covariateNumeric.begin(), s.harmonisation->covariateNumeric.end());
+      for (const auto& [c, levels] : s.harmonisation->covariateCategorical) cols.push_back(c);
+    }
+  std::sort(cols.begin(), cols.end());
+  cols.erase(std::unique(cols.begin(), cols.end()), cols.end());
   return cols;
 }
 
@@ -82,62 +155,11 @@ NewSubjects FromTable(const std::string& tablePath, std::string idColumn, const 
     auto& cells = s.cells[model.targetColumn];
     for (const auto& row : table.rows) cells.push_back(row[*col]);
   }
+  // The other columns too: options may name one (the reference group of a new site).
+  for (std::size_t c = 0; c < table.header.size(); ++c)
+    if (!s.cells.count(table.header[c]))
+      for (const auto& row : table.rows) s.cells[table.header[c]].push_back(row[c]);
   return s;
-}
-
-double ParseFinite(const std::string& cell, const std::string& where, const std::string& what) {
-  double v = 0;
-  if (!ParseFiniteCell(cell, v))
-    throw InputError("predict:NotNumeric", where, fmt::format("{} holds \"{}\", expected a finite number", what, cell));
-  return v;
-}
-
-/// The new subjects' covariate design (intercept first), with the training levels of categorical columns; a level the
-/// model was not trained with as `s.unseenLevels` says (each such subject and column named in `warnings`); a missing value
-/// imputed with the model's training value when the study imputed covariates (named in `warnings`), an error otherwise.
-Eigen::MatrixXd NewDesign(const exporting::ExportedModel& m, const NewSubjects& s, std::vector<std::string>& warnings) {
-  const auto n = static_cast<Eigen::Index>(s.ids.size());
-  Eigen::MatrixXd C(n, m.design.cols());
-  C.col(0).setOnes();
-  Eigen::Index col = 1;
-  const bool impute = m.covariateFill.size() > 0;
-  auto imputed = [&](Eigen::Index i, const std::string& name, Eigen::Index first, Eigen::Index count, const std::string& value) {
-    if (!impute || !IsMissingCell(s.cells.at(name)[static_cast<std::size_t>(i)])) return false;
-    C.row(i).segment(first, count) = m.covariateFill.segment(first, count);
-    warnings.push_back(fmt::format("subject {}: covariate column \"{}\" is missing; imputed with the training subjects' {}", s.ids[static_cast<std::size_t>(i)],
-                                   name, value));
-    return true;
-  };
-  for (const auto& name : m.covariateNumeric) {
-    const auto& cells = s.cells.at(name);
-    for (Eigen::Index i = 0; i < n; ++i)
-      if (!imputed(i, name, col, 1, impute ? fmt::format("median {}", m.covariateFill[col]) : ""))
-        C(i, col) = ParseFinite(cells[static_cast<std::size_t>(i)], s.where, fmt::format("subject {}: covariate column \"{}\"", s.ids[static_cast<std::size_t>(i)], name));
-    ++col;
-  }
-  for (const auto& [name, levels] : m.covariateCategorical) {
-    const auto& cells = s.cells.at(name);
-    std::string mostFrequent = levels.front();
-    for (std::size_t l = 1; impute && l < levels.size(); ++l)
-      if (m.covariateFill[col + static_cast<Eigen::Index>(l) - 1] == 1.0) mostFrequent = levels[l];
-    for (Eigen::Index i = 0; i < n; ++i) {
-      if (imputed(i, name, col, static_cast<Eigen::Index>(levels.size()) - 1, "most frequent level \"" + mostFrequent + "\"")) continue;
-      const std::string& v = cells[static_cast<std::size_t>(i)];
-      const auto it = std::find(levels.begin(), levels.end(), v);
-      if (it == levels.end() && s.unseenLevels == NewSubjects::UnseenLevels::Refuse)
-        throw InputError("predict:UnknownLevel", s.where,
-                         fmt::format("subject {}: covariate column \"{}\" holds \"{}\", a level the model was not trained with (levels: {}); "
-                                     "predict --unseen-levels reference codes such a subject as the reference level \"{}\"",
-                                     s.ids[static_cast<std::size_t>(i)], name, v, Join(levels, ", "), levels.front()));
-      if (it == levels.end())
-        warnings.push_back(fmt::format("subject {}: covariate column \"{}\" holds \"{}\", a level the model was not trained with; coded as the "
-                                       "reference level \"{}\" (--unseen-levels reference)",
-                                       s.ids[static_cast<std::size_t>(i)], name, v, levels.front()));
-      for (std::size_t l = 1; l < levels.size(); ++l) C(i, col + static_cast<Eigen::Index>(l) - 1) = it != levels.end() && *it == levels[l] ? 1.0 : 0.0;
-    }
-    col += static_cast<Eigen::Index>(levels.size()) - 1;
-  }
-  return C;
 }
 
 /// The covariate residualiser of the training rows and the new subjects (kernel-space sources), if the model has covariates.
@@ -251,123 +273,13 @@ std::vector<Eigen::MatrixXd> NewDesigns(const std::vector<exporting::ExportedMod
   std::vector<Eigen::MatrixXd> designs(models.size());
   std::vector<std::string> notes;
   for (std::size_t q = 0; q < models.size(); ++q)
-    if (models[q].design.cols() > 0) designs[q] = NewDesign(models[q], subjects, notes);
+    if (models[q].design.cols() > 0)
+      designs[q] = predicting::NewCovariateRows({"covariate", 1, models[q].covariateNumeric, models[q].covariateCategorical, models[q].covariateFill},
+                                                subjects, notes);
   // Models of one study share their covariates: each subject's note once, in table order.
   for (const auto& note : notes)
     if (std::find(warnings.begin(), warnings.end(), note) == warnings.end()) warnings.push_back(note);
   return designs;
-}
-
-/// The models' image sources, each named once, in the order the models give them.
-std::vector<std::string> ImageSourceNames(const std::vector<exporting::ExportedModel>& models) {
-  std::vector<std::string> sourceNames;
-  for (const auto& m : models)
-    for (const auto& src : m.imageSources)
-      if (std::find(sourceNames.begin(), sourceNames.end(), src.name) == sourceNames.end()) sourceNames.push_back(src.name);
-  return sourceNames;
-}
-
-GeometryMismatch OffModelGrid(const std::string& path, const std::string& id, const io::Geometry& expected, const io::Geometry& found,
-                              const std::string& difference) {
-  return GeometryMismatch("predict:GridMismatch", path,
-                          fmt::format("subject {}: the image is not on the model's grid (expected {}, found {}): {}; resample it to the "
-                                      "training images' grid (the same space and affine) first",
-                                      id, expected.Describe(), found.Describe(), difference));
-}
-
-/// The headers of source `name`, in table order, against every model's grid: a wrong grid is reported for the first
-/// such subject, before any decoding.
-void CheckImageGrids(const std::vector<exporting::ExportedModel>& models, const NewSubjects& subjects, const std::string& name,
-                     const std::vector<std::string>& paths, const std::vector<io::Volume>* inMemory) {
-  for (const auto& m : models)
-    for (const auto& src : m.imageSources)
-      if (src.name == name)
-        for (std::size_t i = 0; i < paths.size(); ++i)
-          if (const io::Geometry g = inMemory ? (*inMemory)[i].geometry : io::ReadGeometry(paths[i]); !g.DifferenceFrom(src.grid).empty())
-            throw OffModelGrid(paths[i], subjects.ids[i], src.grid, g, g.DifferenceFrom(src.grid));
-}
-
-/// The divisor of one image under the source's intensity scaling (1 without): its mean over the scaling voxels.
-double IntensityScale(const exporting::ModelImageSource& src, const io::Volume& volume, const std::string& path, const std::string& id) {
-  double scale = 1.0;
-  if (src.intensityScaling != "none") {
-    double sum = 0;
-    std::int64_t count = 0;
-    for (auto v : src.scaleVoxels)
-      if (const float x = volume.data[static_cast<std::size_t>(v)]; std::isfinite(x)) sum += x, ++count;
-    scale = count > 0 ? sum / static_cast<double>(count) : 0.0;
-    if (!(scale > 0) || !std::isfinite(scale))
-      throw InputError("predict:IntensityScale", path, fmt::format("subject {}: intensity scaling needs a positive mean, found {}", id, scale));
-  }
-  return scale;
-}
-
-/// Subject i's voxels of the source as the training voxels were prepared: scaled, the covariates' part removed
-/// (row i of `design`), centred on the training mean. A non-finite voxel under drop_voxel is counted in
-/// `nonFinite` and set to 0.
-Eigen::VectorXd CentredVoxels(const exporting::ModelImageSource& src, const io::Volume& volume, double scale, const Eigen::MatrixXd& design,
-                              Eigen::Index i, std::int64_t& nonFinite) {
-  const bool zero = src.nanPolicy == "zero";
-  const Eigen::Index U = src.voxels.rows(), p = src.voxels.cols() - 2;
-  Eigen::VectorXd xc(U);
-  for (Eigen::Index u = 0; u < U; ++u) {
-    const float raw = volume.data[static_cast<std::size_t>(src.voxels(u, 0))];
-    if (!std::isfinite(raw) && !zero) {  // no contribution: as if the voxel equalled the training mean
-      xc[u] = 0.0;
-      ++nonFinite;
-      continue;
-    }
-    double x = (std::isfinite(raw) ? static_cast<double>(raw) : 0.0) / scale;
-    for (Eigen::Index j = 0; j < p; ++j) x -= design(i, j) * src.voxels(u, 2 + j);
-    xc[u] = x - src.voxels(u, 1);
-  }
-  return xc;
-}
-
-/// The source's kernels' part of row i of the scores: per kernel, the voxels' products with the primal weights,
-/// divided by the subject's norm in that kernel when the model normalises (zero below the kernel's floor).
-void AddVoxelScores(const exporting::ExportedModel& m, const exporting::ModelImageSource& src, const Eigen::VectorXd& xc, Eigen::MatrixXd& scores,
-                    Eigen::Index i, Eigen::MatrixXd* parts) {
-  const Eigen::Index K = m.beta.rows(), C = m.beta.cols();
-  Eigen::VectorXd norm2 = Eigen::VectorXd::Zero(K);
-  Eigen::MatrixXd dot = Eigen::MatrixXd::Zero(K, C);
-  for (Eigen::Index e = 0; e < src.weights.rows(); ++e) {
-    const auto k = static_cast<Eigen::Index>(src.weights(e, 0));
-    const double x = xc[static_cast<Eigen::Index>(src.weights(e, 1))];
-    norm2[k] += src.weights(e, 2) * x * x;
-    for (Eigen::Index c = 0; c < C; ++c) dot(k, c) += src.weights(e, 3 + c) * x;
-  }
-  std::vector<char> inSource(static_cast<std::size_t>(K), 0);
-  for (Eigen::Index e = 0; e < src.weights.rows(); ++e) inSource[static_cast<std::size_t>(src.weights(e, 0))] = 1;
-  for (Eigen::Index k = 0; k < K; ++k) {
-    if (!inSource[static_cast<std::size_t>(k)]) continue;
-    double s = 1.0;
-    if (m.normalise) s = norm2[k] > m.floors[k] && norm2[k] > 0 ? 1.0 / std::sqrt(norm2[k]) : 0.0;
-    scores.row(i) += s * dot.row(k);
-    if (parts && parts->size() > 0) (*parts)(i, k) += s * dot(k, 0);
-  }
-}
-
-/// Subject i's image of source `name` (read from `path` unless given) scored under every model that has the source.
-void ScoreImage(const std::vector<exporting::ExportedModel>& models, const std::string& name, const std::string& id, const std::string& path,
-                const io::Volume& volume, Eigen::Index i, const std::vector<Eigen::MatrixXd>& designs, std::vector<Eigen::MatrixXd>& scores,
-                std::vector<Eigen::MatrixXd>* parts, std::vector<std::string>& warnings) {
-  for (std::size_t q = 0; q < models.size(); ++q) {
-    const auto& m = models[q];
-    for (const auto& src : m.imageSources) {
-      if (src.name != name) continue;
-      if (const auto diff = volume.geometry.DifferenceFrom(src.grid); !diff.empty()) throw OffModelGrid(path, id, src.grid, volume.geometry, diff);
-      const double scale = IntensityScale(src, volume, path, id);
-      std::int64_t nonFinite = 0;
-      const Eigen::VectorXd xc = CentredVoxels(src, volume, scale, designs[q], i, nonFinite);
-      if (nonFinite > 0) {
-        warnings.push_back(fmt::format("subject {}: {} voxels of the model are NaN or infinite in {} (learner {}); they were treated as the training "
-                                       "mean (no contribution)",
-                                       id, nonFinite, path, m.learner));
-      }
-      AddVoxelScores(m, src, xc, scores[q], i, parts ? &(*parts)[q] : nullptr);
-    }
-  }
 }
 
 }  // namespace
@@ -400,24 +312,7 @@ std::vector<Eigen::MatrixXd> ModelScores(const std::vector<exporting::ExportedMo
     for (const auto& m : models) parts->push_back(m.beta.cols() == 1 ? Eigen::MatrixXd::Zero(n, m.beta.rows()) : Eigen::MatrixXd());
   }
   const std::vector<Eigen::MatrixXd> designs = NewDesigns(models, subjects, warnings);
-  // Image sources: each image read once, scored under every model. Each subject's warnings apart, then in table
-  // order: the same output whatever the threads.
-  std::vector<std::vector<std::string>> subjectWarnings(static_cast<std::size_t>(n));
-  for (const auto& name : ImageSourceNames(models)) {
-    const auto& paths = subjects.images.at(name);
-    const auto held = subjects.volumes.find(name);
-    const std::vector<io::Volume>* inMemory = held == subjects.volumes.end() ? nullptr : &held->second;
-    if (inMemory && inMemory->size() != paths.size())
-      throw InputError("predict:ImageCount", subjects.where, fmt::format("{} images for {} subjects", inMemory->size(), paths.size()));
-    CheckImageGrids(models, subjects, name, paths, inMemory);
-    tbb::parallel_for(Eigen::Index{0}, n, [&](Eigen::Index i) {
-      const std::string& path = paths[static_cast<std::size_t>(i)];
-      const io::Volume vol = inMemory ? io::Volume{} : io::ReadVolume(path);
-      const io::Volume& volume = inMemory ? (*inMemory)[static_cast<std::size_t>(i)] : vol;
-      ScoreImage(models, name, subjects.ids[static_cast<std::size_t>(i)], path, volume, i, designs, scores, parts, subjectWarnings[static_cast<std::size_t>(i)]);
-    });
-  }
-  for (auto& w : subjectWarnings) warnings.insert(warnings.end(), std::make_move_iterator(w.begin()), std::make_move_iterator(w.end()));
+  predicting::AddImageScores(models, subjects, designs, scores, parts, warnings);
   for (std::size_t q = 0; q < models.size(); ++q) {
     const Eigen::MatrixXd design = designs[q].rows() > 0 ? designs[q] : Eigen::MatrixXd(n, 0);
     Eigen::MatrixXd* modelParts = parts ? &(*parts)[q] : nullptr;
@@ -655,6 +550,9 @@ PredictOutcome Predict(const PredictOptions& options) {
   const auto& first = models.front();
   NewSubjects subjects = ReadSubjectsOfModels(options.input, models);
   subjects.unseenLevels = options.unseenLevels;
+  subjects.newSites = options.newSites;
+  subjects.newSiteMinimum = options.newSiteMinimum;
+  subjects.newSiteReference = options.newSiteReference;
   std::vector<std::string> inputs = {options.modelDir, options.input};
   for (const auto& [src, paths] : subjects.images) inputs.insert(inputs.end(), paths.begin(), paths.end());
   AtomicOutputDir out(PredictionsDir(options, first.study), options.force, inputs);
@@ -686,6 +584,17 @@ PredictOutcome Predict(const PredictOptions& options) {
                                                 {"task", first.task},
                                                 {"subjects", std::to_string(n)},
                                                 {"learners", std::to_string(models.size())}};
+  const bool harmonised = std::any_of(models.begin(), models.end(), [](const auto& m) {
+    return std::any_of(m.imageSources.begin(), m.imageSources.end(), [](const auto& src) { return src.harmonisation.has_value(); });
+  });
+  if (harmonised) {
+    const auto& [column, value] = options.newSiteReference;
+    summary["new_sites"] = options.newSites == NewSubjects::NewSites::Refuse
+                               ? "refuse"
+                               : fmt::format("estimate: a site the models were not trained on gets ComBat effects estimated from its own subjects "
+                                             "({}at least {}); the warnings name each such site",
+                                             column.empty() ? "" : column + " = " + value + ", ", options.newSiteMinimum);
+  }
   exporting::WritePredictionOutputs(out.Path(), rows, summary, performance, warnings);
   if (const exporting::PredictionRows attributions = AttributionRows(models, scores, parts, subjects); !attributions.rows.empty())
     exporting::WriteTsv(out.Path() + "/attributions.tsv", attributions);

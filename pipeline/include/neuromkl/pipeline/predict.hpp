@@ -2,6 +2,7 @@
 // `neuromkl predict MODEL_DIR TABLE|STUDY.json`: an exported model (model_export.hpp) applied to new
 // subjects (docs/predict.md).
 #include <map>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,13 @@ struct NewSubjects {
   /// 0), with each such subject named in the warnings. Never decided silently.
   enum class UnseenLevels { Refuse, Reference };
   UnseenLevels unseenLevels = UnseenLevels::Refuse;
+  /// A harmonised model applied to subjects of a site it was not trained on: that site's ComBat effects are estimated
+  /// from its own subjects (at least newSiteMinimum of them; with newSiteReference {column, value} only those of that
+  /// group, e.g. its controls), each such site named in the warnings; or refused (InputError predict:UnknownSite).
+  enum class NewSites { Estimate, Refuse };
+  NewSites newSites = NewSites::Estimate;
+  int newSiteMinimum = 10;
+  std::pair<std::string, std::string> newSiteReference;
 };
 
 /// Reads a subjects table (image paths resolved against its folder) or a study file (its table or BIDS
@@ -51,6 +59,9 @@ struct PredictOptions {
   std::string modelDir, input, outDir;
   bool force = false;
   NewSubjects::UnseenLevels unseenLevels = NewSubjects::UnseenLevels::Refuse;
+  NewSubjects::NewSites newSites = NewSubjects::NewSites::Estimate;
+  int newSiteMinimum = 10;
+  std::pair<std::string, std::string> newSiteReference;  ///< column, value (empty: every subject of a new site)
 };
 struct PredictOutcome {
   std::string outputDir;

@@ -6,7 +6,7 @@
 // Decision function (one column per class for multiclass; one column otherwise):
 //   f_c(t) = bias_c + sum over image kernels r of s_r(t) <m_rc, x~_t - xbar>_r
 //                   + sum over kernel-space kernels j of beta_jc sum_i coef_ic k^_j(t, i)
-// with x~_t the subject's voxels after intensity scaling and covariate residualisation (x - c_t G),
+// with x~_t the subject's voxels after intensity scaling, ComBat (harmonised sources) and covariate residualisation (x - c_t G),
 // xbar the training mean of the residualised images, s_r(t) = 1 / ||x~_t - xbar||_r (cosine
 // normalisation; 1 without), m_rc the primal weights of region r (kernel weight, coefficients and
 // training scales included), and k^ a tabular kernel row preprocessed as in the folds.
@@ -21,6 +21,25 @@
 #include "neuromkl/io/volume.hpp"
 
 namespace neuromkl::exporting {
+
+/// The ComBat estimates of a harmonised image source (docs/harmonisation.md), fitted on the model's training subjects:
+/// what turns a new image into the harmonised image the model was trained on,
+///   x* = sigma (z - gamma*_s) / delta*_s + alpha + c beta,  z = (x - alpha - c beta) / sigma,
+/// per voxel of ModelImageSource::voxels, with the subject's site s and preserved covariates c (no intercept).
+struct ModelHarmonisation {
+  std::string siteColumn;
+  std::vector<std::string> sites;                  ///< the training sites: rows of gammaStar and delta2Star
+  std::vector<std::int64_t> siteCounts;            ///< fitting subjects per site
+  bool empiricalBayes = true;
+  std::string fitOn = "all";                       ///< "all" or "column = value" (the reference group of the fit)
+  std::vector<std::string> covariateNumeric;       ///< preserved covariates: numeric columns
+  std::vector<std::pair<std::string, std::vector<std::string>>> covariateCategorical;  ///< column, levels (first = reference)
+  Eigen::RowVectorXd covariateFill;                ///< per preserved design column: a missing value's fill (empty: an error)
+  /// U x (3 + q): alpha, sigma, pass-through flag (1: constant over the fit, left unchanged), beta per preserved column.
+  Eigen::MatrixXd voxels;
+  Eigen::MatrixXd gammaStar, delta2Star;           ///< sites x U
+  Eigen::Index Columns() const { return voxels.cols() - 3; }
+};
 
 /// An image source of a model: what scores a new image of that source.
 struct ModelImageSource {
@@ -38,6 +57,8 @@ struct ModelImageSource {
   /// primal weight per class. One row per (kernel, voxel) pair.
   Eigen::MatrixXd weights;
   std::vector<std::int64_t> scaleVoxels;  ///< intensity scaling: voxels whose finite mean divides the image
+  /// Harmonised sources: the images are harmonised (after intensity scaling) before the covariates and the mean.
+  std::optional<ModelHarmonisation> harmonisation;
 };
 
 /// A tabular source: the training rows its kernels are computed against.

@@ -52,6 +52,14 @@ ComBatModel FitComBat(const Eigen::Ref<const Eigen::MatrixXd>& X, const std::vec
 ComBatModel FitComBat(const Eigen::Ref<const Eigen::MatrixXf>& X, const std::vector<Eigen::Index>& rows, const std::vector<int>& sites,
                       const Eigen::Ref<const Eigen::MatrixXd>& covariates, const ComBatOptions& options, const std::string& where);
 
+/// Adds a site the fit did not see (label `site`), its effects estimated from its own rows X (rows x V, every feature of the
+/// fit) and their covariates: standardised with the fit's alpha, beta and sigma, they give the site's gamma^ and delta^2,
+/// shrunk (with empirical Bayes) towards priors over the site's own features, as Johnson et al. (2007) estimate every
+/// site; the other sites' estimates are unchanged. Applied to the fit's own rows of one of its sites, it reproduces that
+/// site's estimates. std::invalid_argument for a site already in the fit or fewer than 2 rows (callers check counts).
+void AddSite(ComBatModel& model, int site, const Eigen::Ref<const Eigen::MatrixXd>& X, const Eigen::Ref<const Eigen::MatrixXd>& covariates,
+             const ComBatOptions& options);
+
 /// Harmonises rows with a fit's estimates, in place (each row's own site and covariates). X holds the features
 /// [firstFeature, firstFeature + X.cols()) of the fit (a region's columns). InputError combat:UnknownSite (naming `where`)
 /// for a site the fit did not see.

@@ -1,0 +1,314 @@
+// `neuromkl predict`: the image sources' part of the scores (docs/predict.md), with the ComBat of harmonised sources
+// (docs/harmonisation.md) and the estimation of the effects of sites the models were not trained on.
+#include <algorithm>
+#include <cmath>
+#include <iterator>
+#include <map>
+#include <memory>
+
+#include <fmt/format.h>
+#include <tbb/parallel_for.h>
+
+#include "neuromkl/core/errors.hpp"
+#include "neuromkl/core/strings.hpp"
+#include "neuromkl/core/table.hpp"
+#include "neuromkl/gram/combat.hpp"
+#include "neuromkl/io/nifti.hpp"
+#include "predict_parts.hpp"
+
+namespace neuromkl::pipeline::predicting {
+
+namespace {
+
+/// The models' image sources, each named once, in the order the models give them.
+std::vector<std::string> ImageSourceNames(const std::vector<exporting::ExportedModel>& models) {
+  std::vector<std::string> sourceNames;
+  for (const auto& m : models)
+    for (const auto& src : m.imageSources)
+      if (std::find(sourceNames.begin(), sourceNames.end(), src.name) == sourceNames.end()) sourceNames.push_back(src.name);
+  return sourceNames;
+}
+
+GeometryMismatch OffModelGrid(const std::string& path, const std::string& id, const io::Geometry& expected, const io::Geometry& found,
+                              const std::string& difference) {
+  return GeometryMismatch("predict:GridMismatch", path,
+                          fmt::format("subject {}: the image is not on the model's grid (expected {}, found {}): {}; resample it to the "
+                                      "training images' grid (the same space and affine) first",
+                                      id, expected.Describe(), found.Describe(), difference));
+}
+
+/// The headers of source `name`, in table order, against every model's grid: a wrong grid is reported for the first
+/// such subject, before any decoding.
+void CheckImageGrids(const std::vector<exporting::ExportedModel>& models, const NewSubjects& subjects, const std::string& name,
+                     const std::vector<std::string>& paths, const std::vector<io::Volume>* inMemory) {
+  for (const auto& m : models)
+    for (const auto& src : m.imageSources)
+      if (src.name == name)
+        for (std::size_t i = 0; i < paths.size(); ++i)
+          if (const io::Geometry g = inMemory ? (*inMemory)[i].geometry : io::ReadGeometry(paths[i]); !g.DifferenceFrom(src.grid).empty())
+            throw OffModelGrid(paths[i], subjects.ids[i], src.grid, g, g.DifferenceFrom(src.grid));
+}
+
+/// The divisor of one image under the source's intensity scaling (1 without): its mean over the scaling voxels.
+double IntensityScale(const exporting::ModelImageSource& src, const io::Volume& volume, const std::string& path, const std::string& id) {
+  double scale = 1.0;
+  if (src.intensityScaling != "none") {
+    double sum = 0;
+    std::int64_t count = 0;
+    for (auto v : src.scaleVoxels)
+      if (const float x = volume.data[static_cast<std::size_t>(v)]; std::isfinite(x)) sum += x, ++count;
+    scale = count > 0 ? sum / static_cast<double>(count) : 0.0;
+    if (!(scale > 0) || !std::isfinite(scale))
+      throw InputError("predict:IntensityScale", path, fmt::format("subject {}: intensity scaling needs a positive mean, found {}", id, scale));
+  }
+  return scale;
+}
+
+/// A harmonised source of one model as it applies to the new subjects: the model's ComBat fit with the effects of the
+/// new sites added, each subject's row of the fit's site matrices and its preserved covariates.
+struct SubjectHarmonisation {
+  gram::ComBatModel fit;
+  std::vector<int> siteRow;
+  Eigen::MatrixXd covariates;  ///< subjects x preserved design columns (no intercept)
+};
+
+/// x harmonised at voxel u as subject i's site and covariates say, with the arithmetic of gram::ApplyComBat.
+double Harmonised(const SubjectHarmonisation& h, Eigen::Index u, Eigen::Index i, double x) {
+  const gram::ComBatModel& fit = h.fit;
+  if (fit.passThrough[static_cast<std::size_t>(u)]) return x;
+  const int s = h.siteRow[static_cast<std::size_t>(i)];
+  const double preserved = h.covariates.row(i).dot(fit.beta.col(u)) + fit.alpha[u];
+  const double d2 = fit.delta2Star(s, u);
+  const double scale = d2 > 0 ? std::sqrt(d2) : 1.0;
+  return fit.sigma[u] * ((x - preserved) / fit.sigma[u] - fit.gammaStar(s, u)) / scale + preserved;
+}
+
+/// Subject i's voxels of the source as the training voxels were prepared: scaled, harmonised (with `h`), the covariates'
+/// part removed (row i of `design`), centred on the training mean. A non-finite voxel under drop_voxel is counted in
+/// `nonFinite` and set to 0.
+Eigen::VectorXd CentredVoxels(const exporting::ModelImageSource& src, const io::Volume& volume, double scale, const Eigen::MatrixXd& design,
+                              Eigen::Index i, std::int64_t& nonFinite, const SubjectHarmonisation* h) {
+  const bool zero = src.nanPolicy == "zero";
+  const Eigen::Index U = src.voxels.rows(), p = src.voxels.cols() - 2;
+  Eigen::VectorXd xc(U);
+  for (Eigen::Index u = 0; u < U; ++u) {
+    const float raw = volume.data[static_cast<std::size_t>(src.voxels(u, 0))];
+    if (!std::isfinite(raw) && !zero) {  // no contribution: as if the voxel equalled the training mean
+      xc[u] = 0.0;
+      ++nonFinite;
+      continue;
+    }
+    double x = (std::isfinite(raw) ? static_cast<double>(raw) : 0.0) / scale;
+    if (h) x = Harmonised(*h, u, i, x);
+    for (Eigen::Index j = 0; j < p; ++j) x -= design(i, j) * src.voxels(u, 2 + j);
+    xc[u] = x - src.voxels(u, 1);
+  }
+  return xc;
+}
+
+/// The source's kernels' part of row i of the scores: per kernel, the voxels' products with the primal weights,
+/// divided by the subject's norm in that kernel when the model normalises (zero below the kernel's floor).
+void AddVoxelScores(const exporting::ExportedModel& m, const exporting::ModelImageSource& src, const Eigen::VectorXd& xc, Eigen::MatrixXd& scores,
+                    Eigen::Index i, Eigen::MatrixXd* parts) {
+  const Eigen::Index K = m.beta.rows(), C = m.beta.cols();
+  Eigen::VectorXd norm2 = Eigen::VectorXd::Zero(K);
+  Eigen::MatrixXd dot = Eigen::MatrixXd::Zero(K, C);
+  for (Eigen::Index e = 0; e < src.weights.rows(); ++e) {
+    const auto k = static_cast<Eigen::Index>(src.weights(e, 0));
+    const double x = xc[static_cast<Eigen::Index>(src.weights(e, 1))];
+    norm2[k] += src.weights(e, 2) * x * x;
+    for (Eigen::Index c = 0; c < C; ++c) dot(k, c) += src.weights(e, 3 + c) * x;
+  }
+  std::vector<char> inSource(static_cast<std::size_t>(K), 0);
+  for (Eigen::Index e = 0; e < src.weights.rows(); ++e) inSource[static_cast<std::size_t>(src.weights(e, 0))] = 1;
+  for (Eigen::Index k = 0; k < K; ++k) {
+    if (!inSource[static_cast<std::size_t>(k)]) continue;
+    double s = 1.0;
+    if (m.normalise) s = norm2[k] > m.floors[k] && norm2[k] > 0 ? 1.0 / std::sqrt(norm2[k]) : 0.0;
+    scores.row(i) += s * dot.row(k);
+    if (parts && parts->size() > 0) (*parts)(i, k) += s * dot(k, 0);
+  }
+}
+
+/// The training fit of a model's harmonised source, as gram's ComBat model (training sites labelled 0..B-1).
+gram::ComBatModel TrainingFit(const exporting::ModelHarmonisation& h) {
+  gram::ComBatModel fit;
+  const auto B = static_cast<int>(h.sites.size());
+  for (int s = 0; s < B; ++s) fit.sites.push_back(s);
+  fit.fitCount.assign(h.siteCounts.begin(), h.siteCounts.end());
+  fit.alpha = h.voxels.col(0);
+  fit.sigma = h.voxels.col(1);
+  for (Eigen::Index u = 0; u < h.voxels.rows(); ++u) fit.passThrough.push_back(h.voxels(u, 2) != 0.0 ? 1 : 0);
+  fit.beta = h.voxels.rightCols(h.Columns()).transpose();
+  fit.gammaStar = fit.gammaHat = h.gammaStar;
+  fit.delta2Star = fit.delta2Hat = h.delta2Star;
+  fit.siteNames = h.sites;
+  return fit;
+}
+
+/// The new subjects' images of one source, read when a new site's effects need them (once for every model).
+class SourceImages {
+ public:
+  SourceImages(const std::vector<std::string>& paths, const std::vector<io::Volume>* inMemory) : paths_(paths), inMemory_(inMemory) {}
+  const io::Volume& Of(std::size_t i) {
+    if (inMemory_) return (*inMemory_)[i];
+    auto it = read_.find(i);
+    if (it == read_.end()) it = read_.emplace(i, io::ReadVolume(paths_[i])).first;
+    return it->second;
+  }
+  const std::string& Path(std::size_t i) const { return paths_[i]; }
+
+ private:
+  const std::vector<std::string>& paths_;
+  const std::vector<io::Volume>* inMemory_;
+  std::map<std::size_t, io::Volume> read_;
+};
+
+/// Adds the effects of a site the model was not trained on, estimated from its subjects `fitting` (their images scaled
+/// as the source's; a non-finite voxel counts as the preserved value, z = 0).
+void AddNewSite(SubjectHarmonisation& h, int label, const std::vector<std::size_t>& fitting, const exporting::ModelImageSource& src,
+                const NewSubjects& s, SourceImages& images) {
+  const Eigen::Index U = src.voxels.rows();
+  Eigen::MatrixXd X(static_cast<Eigen::Index>(fitting.size()), U);
+  Eigen::MatrixXd C(X.rows(), h.covariates.cols());
+  for (std::size_t j = 0; j < fitting.size(); ++j) {
+    const auto r = static_cast<Eigen::Index>(j), i = static_cast<Eigen::Index>(fitting[j]);
+    const io::Volume& volume = images.Of(fitting[j]);
+    const double scale = IntensityScale(src, volume, images.Path(fitting[j]), s.ids[fitting[j]]);
+    C.row(r) = h.covariates.row(i);
+    for (Eigen::Index u = 0; u < U; ++u) {
+      const float raw = volume.data[static_cast<std::size_t>(src.voxels(u, 0))];
+      const bool zero = src.nanPolicy == "zero";
+      X(r, u) = std::isfinite(raw) ? static_cast<double>(raw) / scale
+                : zero             ? 0.0
+                                   : C.row(r).dot(h.fit.beta.col(u)) + h.fit.alpha[u];
+    }
+  }
+  gram::ComBatOptions options;
+  options.empiricalBayes = src.harmonisation->empiricalBayes;
+  gram::AddSite(h.fit, label, X, C, options);
+}
+
+/// The harmonisation of model m's source `src` for the new subjects: each subject's site among the training sites, and
+/// the sites the model was not trained on estimated from their own subjects (or refused, as `s.newSites` says).
+std::unique_ptr<SubjectHarmonisation> PrepareHarmonisation(const exporting::ModelImageSource& src, const NewSubjects& s, SourceImages& images,
+                                                           std::vector<std::string>& notes) {
+  const exporting::ModelHarmonisation& model = *src.harmonisation;
+  auto h = std::make_unique<SubjectHarmonisation>();
+  h->fit = TrainingFit(model);
+  h->covariates = NewCovariateRows({"harmonisation covariate", 0, model.covariateNumeric, model.covariateCategorical, model.covariateFill}, s, notes);
+  const auto& cells = s.cells.at(model.siteColumn);
+  std::vector<std::string> missing;
+  std::map<std::string, std::vector<std::size_t>> newSites;  // site -> its subjects
+  h->siteRow.assign(s.ids.size(), -1);
+  for (std::size_t i = 0; i < s.ids.size(); ++i) {
+    if (IsMissingCell(cells[i])) {
+      missing.push_back(s.ids[i]);
+      continue;
+    }
+    const auto it = std::find(model.sites.begin(), model.sites.end(), cells[i]);
+    if (it != model.sites.end()) h->siteRow[i] = static_cast<int>(it - model.sites.begin());
+    else newSites[cells[i]].push_back(i);
+  }
+  if (!missing.empty())
+    throw InputError("predict:MissingSite", s.where,
+                     fmt::format("{} subjects have no value in the site column \"{}\" that the model harmonises by: {}", missing.size(), model.siteColumn,
+                                 Shown(missing)));
+  const std::string source = src.name.empty() ? "images" : src.name;
+  std::vector<std::string> unseen;
+  for (const auto& [site, rows] : newSites) unseen.push_back(fmt::format("\"{}\" ({} subjects)", site, rows.size()));
+  if (!newSites.empty() && s.newSites == NewSubjects::NewSites::Refuse)
+    throw InputError("predict:UnknownSite", s.where,
+                     fmt::format("source {}: subjects of site(s) {} that the model was not trained on (its sites: {}); without --new-sites refuse "
+                                 "each such site's effects are estimated from its own subjects (at least --new-site-min of them)",
+                                 source, Join(unseen, ", "), Join(model.sites, ", ")));
+  const auto& [refColumn, refValue] = s.newSiteReference;
+  if (!newSites.empty() && !refColumn.empty() && !s.cells.count(refColumn))
+    throw InputError("predict:NoSuchColumn", s.where, fmt::format("--new-site-reference names column \"{}\", which the table does not have", refColumn));
+  int label = static_cast<int>(model.sites.size());
+  for (const auto& [site, rows] : newSites) {
+    std::vector<std::size_t> fitting;
+    for (const std::size_t i : rows)
+      if (refColumn.empty() || s.cells.at(refColumn)[i] == refValue) fitting.push_back(i);
+    const std::string group = refColumn.empty() ? "" : fmt::format(" with {} = {}", refColumn, refValue);
+    if (static_cast<int>(fitting.size()) < std::max(2, s.newSiteMinimum))
+      throw InputError("predict:NewSiteTooSmall", s.where,
+                       fmt::format("source {}: site \"{}\" is not among the model's training sites ({}), and its effects are estimated from its own "
+                                   "subjects{}: {} found, at least {} needed (--new-site-min); predict more of its subjects at once, or lower "
+                                   "the minimum knowing that the estimates are then less stable",
+                                   source, site, Join(model.sites, ", "), group, fitting.size(), std::max(2, s.newSiteMinimum)));
+    AddNewSite(*h, label, fitting, src, s, images);
+    const int row = h->fit.SiteIndex(label++);
+    for (const std::size_t i : rows) h->siteRow[i] = row;
+    notes.push_back(fmt::format("source {}: site \"{}\" is not among the model's training sites ({}); its ComBat effects were estimated from its "
+                                "{} subjects{} (its {} subjects harmonised with them)",
+                                source, site, Join(model.sites, ", "), fitting.size(), group, rows.size()));
+  }
+  return h;
+}
+
+/// Subject i's image of source `name` scored under every model that has the source.
+void ScoreImage(const std::vector<exporting::ExportedModel>& models, const std::string& name, const std::string& id, const std::string& path,
+                const io::Volume& volume, Eigen::Index i, const std::vector<Eigen::MatrixXd>& designs,
+                const std::vector<std::unique_ptr<SubjectHarmonisation>>& harmonisation, std::vector<Eigen::MatrixXd>& scores,
+                std::vector<Eigen::MatrixXd>* parts, std::vector<std::string>& warnings) {
+  for (std::size_t q = 0; q < models.size(); ++q) {
+    const auto& m = models[q];
+    for (const auto& src : m.imageSources) {
+      if (src.name != name) continue;
+      if (const auto diff = volume.geometry.DifferenceFrom(src.grid); !diff.empty()) throw OffModelGrid(path, id, src.grid, volume.geometry, diff);
+      const double scale = IntensityScale(src, volume, path, id);
+      std::int64_t nonFinite = 0;
+      const Eigen::VectorXd xc = CentredVoxels(src, volume, scale, designs[q], i, nonFinite, harmonisation[q].get());
+      if (nonFinite > 0) {
+        warnings.push_back(fmt::format("subject {}: {} voxels of the model are NaN or infinite in {} (learner {}); they were treated as the training "
+                                       "mean (no contribution)",
+                                       id, nonFinite, path, m.learner));
+      }
+      AddVoxelScores(m, src, xc, scores[q], i, parts ? &(*parts)[q] : nullptr);
+    }
+  }
+}
+
+/// Appends the notes not already in `warnings` (models of one study say the same of each subject and site).
+void AddOnce(const std::vector<std::string>& notes, std::vector<std::string>& warnings) {
+  for (const auto& note : notes)
+    if (std::find(warnings.begin(), warnings.end(), note) == warnings.end()) warnings.push_back(note);
+}
+
+}  // namespace
+
+void AddImageScores(const std::vector<exporting::ExportedModel>& models, const NewSubjects& subjects, const std::vector<Eigen::MatrixXd>& designs,
+                    std::vector<Eigen::MatrixXd>& scores, std::vector<Eigen::MatrixXd>* parts, std::vector<std::string>& warnings) {
+  const auto n = static_cast<Eigen::Index>(subjects.ids.size());
+  // Each image read once, scored under every model. Each subject's warnings apart, then in table order: the same output
+  // whatever the threads.
+  std::vector<std::vector<std::string>> subjectWarnings(static_cast<std::size_t>(n));
+  for (const auto& name : ImageSourceNames(models)) {
+    const auto& paths = subjects.images.at(name);
+    const auto held = subjects.volumes.find(name);
+    const std::vector<io::Volume>* inMemory = held == subjects.volumes.end() ? nullptr : &held->second;
+    if (inMemory && inMemory->size() != paths.size())
+      throw InputError("predict:ImageCount", subjects.where, fmt::format("{} images for {} subjects", inMemory->size(), paths.size()));
+    CheckImageGrids(models, subjects, name, paths, inMemory);
+    std::vector<std::unique_ptr<SubjectHarmonisation>> harmonisation(models.size());
+    {
+      SourceImages images(paths, inMemory);
+      std::vector<std::string> notes;
+      for (std::size_t q = 0; q < models.size(); ++q)
+        for (const auto& src : models[q].imageSources)
+          if (src.name == name && src.harmonisation) harmonisation[q] = PrepareHarmonisation(src, subjects, images, notes);
+      AddOnce(notes, warnings);
+    }
+    tbb::parallel_for(Eigen::Index{0}, n, [&](Eigen::Index i) {
+      const std::string& path = paths[static_cast<std::size_t>(i)];
+      const io::Volume vol = inMemory ? io::Volume{} : io::ReadVolume(path);
+      const io::Volume& volume = inMemory ? (*inMemory)[static_cast<std::size_t>(i)] : vol;
+      ScoreImage(models, name, subjects.ids[static_cast<std::size_t>(i)], path, volume, i, designs, harmonisation, scores, parts,
+                 subjectWarnings[static_cast<std::size_t>(i)]);
+    });
+  }
+  for (auto& w : subjectWarnings) warnings.insert(warnings.end(), std::make_move_iterator(w.begin()), std::make_move_iterator(w.end()));
+}
+
+}  // namespace neuromkl::pipeline::predicting

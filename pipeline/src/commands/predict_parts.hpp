@@ -1,0 +1,39 @@
+#pragma once
+// The parts of `neuromkl predict` its files share: the new subjects' covariate rows and the image sources' scores.
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <Eigen/Core>
+
+#include "neuromkl/export/model.hpp"
+#include "neuromkl/pipeline/predict.hpp"
+
+namespace neuromkl::pipeline::predicting {
+
+/// A list for messages: the first ten items, then how many in all.
+std::string Shown(const std::vector<std::string>& items);
+/// A finite number, or InputError predict:NotNumeric naming `where` and `what`.
+double ParseFinite(const std::string& cell, const std::string& where, const std::string& what);
+
+/// Covariate columns as a model keeps them: numeric columns, then categorical ones with their training levels (first =
+/// reference, no column), after `first` leading columns (1: the intercept); `fill`: per design column the value of a
+/// missing cell (empty: a missing cell is an error).
+struct CovariateColumns {
+  std::string what;  ///< "covariate", or "harmonisation covariate", for messages
+  Eigen::Index first = 1;
+  const std::vector<std::string>& numeric;
+  const std::vector<std::pair<std::string, std::vector<std::string>>>& categorical;
+  const Eigen::RowVectorXd& fill;
+};
+/// The new subjects' rows of such columns: a level the model was not trained with as `s.unseenLevels` says (each such
+/// subject and column named in `warnings`); a missing value imputed with the model's fill (named in `warnings`).
+Eigen::MatrixXd NewCovariateRows(const CovariateColumns& columns, const NewSubjects& s, std::vector<std::string>& warnings);
+
+/// Every image source's part of the models' scores (and `parts`), each image read once: harmonised sources first
+/// estimate the effects of sites their models were not trained on (NewSubjects::newSites), then every image is
+/// harmonised, residualised, centred and projected as the model's training images were.
+void AddImageScores(const std::vector<exporting::ExportedModel>& models, const NewSubjects& subjects, const std::vector<Eigen::MatrixXd>& designs,
+                    std::vector<Eigen::MatrixXd>& scores, std::vector<Eigen::MatrixXd>* parts, std::vector<std::string>& warnings);
+
+}  // namespace neuromkl::pipeline::predicting
