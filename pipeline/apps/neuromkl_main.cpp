@@ -174,6 +174,20 @@ void AddPredict(CLI::App& app, Commands& c) {
       ->check(CLI::Validator(
           [](const std::string& v) { return v.find('=') == std::string::npos || v.front() == '=' ? "expected COLUMN=VALUE, found \"" + v + "\"" : std::string(); },
           "COLUMN=VALUE"));
+  c.predict
+      ->add_option_function<std::vector<std::string>>(
+          "--kernel-rows",
+          [&o](const std::vector<std::string>& values) {
+            for (const auto& v : values) {
+              const auto eq = v.find('=');  // kernel names have no '=', paths may
+              o.kernelRows[v.substr(0, eq)] = v.substr(eq + 1);
+            }
+          },
+          "KERNEL=FILE, for each precomputed kernel: a table of the new subjects' rows (first column their ids, \"self\" their "
+          "self-similarities, then one column per training subject, headed by its id)")
+      ->check(CLI::Validator(
+          [](const std::string& v) { return v.find('=') == std::string::npos || v.front() == '=' ? "expected KERNEL=FILE, found \"" + v + "\"" : std::string(); },
+          "KERNEL=FILE"));
   c.predict->add_option("--threads", c.predictThreads, "worker threads (0 = all cores)")->check(kThreadCount);
 }
 

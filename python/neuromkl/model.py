@@ -47,7 +47,8 @@ class ExportedModel:
     ``classes_`` (binary: [negative, positive]; multiclass: the class names), ``kernel_names``,
     ``kernel_weights_`` (n_kernels x C), ``intercept_``, ``calibration`` ((A, B) or None), ``bias_correction``
     ((slope, intercept) or None), ``image_sources`` (name, image column, grid), ``covariate_columns``,
-    ``harmonisation_columns`` (a harmonised model's site column and preserved covariates), ``feature_columns``, ``training_ids``, ``expected_performance`` (the nested-CV metrics), ``card`` (the
+    ``harmonisation_columns`` (a harmonised model's site column and preserved covariates), ``connectivity_columns`` (the
+    columns of the connectivity matrix files), ``feature_columns``, ``training_ids``, ``expected_performance`` (the nested-CV metrics), ``card`` (the
     underlying C++ model card), ``folder``.
     """
 
@@ -71,6 +72,8 @@ class ExportedModel:
         self.feature_columns = list(card.feature_columns)
         # Harmonised image sources: the site column and the covariates ComBat preserves.
         self.harmonisation_columns = [c for c in dict.fromkeys(card.harmonisation_columns) if c not in self.covariate_columns]
+        # Connectivity sources: the column of each subject's matrix file.
+        self.connectivity_columns = list(card.connectivity_columns)
         self.training_ids = list(card.training_ids)
         self.expected_performance = dict(card.expected)
 
@@ -96,7 +99,7 @@ class ExportedModel:
                 if column in by_column:
                     self._add_images(by_column[column], values, images, volumes)
                 elif column in self._table_columns():
-                    cells[column] = [_cell(v) for v in values]
+                    cells[column] = [os.fspath(v) if column in self.connectivity_columns else _cell(v) for v in values]
             missing = [c for c in by_column if c not in columns] + [c for c in self._table_columns() if c not in cells]
             if missing:
                 raise _input_error("table:MissingColumn", "python", f"the new subjects lack column(s) the model needs: {', '.join(missing)} "
@@ -120,7 +123,7 @@ class ExportedModel:
 
     def _table_columns(self):
         """The table columns scoring needs besides ids and images."""
-        return self.covariate_columns + self.harmonisation_columns + self.feature_columns
+        return self.covariate_columns + self.harmonisation_columns + self.feature_columns + self.connectivity_columns
 
     @staticmethod
     def _looks_like_image(path):

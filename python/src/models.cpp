@@ -155,6 +155,12 @@ void BindModels(py::module_& m) {
                                for (const auto& [col, levels] : e.covariateCategorical) d[py::str(col)] = levels;
                                return d;
                              })
+      .def_property_readonly("connectivity_columns",
+                             [](const ExportedModel& e) {
+                               std::vector<std::string> cols;
+                               for (const auto& s : e.connectivitySources) cols.push_back(s.column);
+                               return cols;
+                             })
       .def_property_readonly("harmonisation_columns",
                              [](const ExportedModel& e) {
                                std::vector<std::string> cols;

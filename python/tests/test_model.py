@@ -188,6 +188,28 @@ def test_a_harmonised_model_at_a_new_site_equals_neuromkl_predict(tmp_path, cli)
         model.decision_function(table, new_site_reference="group")
 
 
+def test_a_connectivity_model_scores_matrix_files_as_neuromkl_predict(tmp_path, cli):
+    """A study of connectomes: load_model reads each new subject's matrix file from the table's connectivity column and
+    scores it as `neuromkl predict` does."""
+    subprocess.run([cli, "simulate", "--out", str(tmp_path / "sim"), "--subjects", "30", "--seed", "3", "--downsample", "4", "--connectivity", "8",
+                    "--connectivity-signal", "node02", "-q"], check=True)
+    sim = tmp_path / "sim"
+    study = json.loads((sim / "study.json").read_text())
+    study.pop("$schema", None)
+    study["kernels"] = {"sources": [{"name": "fc", "kind": "connectivity",
+                                     "connectivity": {"column": "connectome", "kernels": "node", "nodes": "nodes.tsv"}}]}
+    study["learners"] = [{"name": "enmkl_svm", "params": {"c": 1, "mu": 0.5}}]
+    study["permutations"] = {"count": 0}
+    (sim / "study.json").write_text(json.dumps(study))
+    subprocess.run([cli, "run", str(sim / "study.json"), "-q", "--out", str(tmp_path / "run")], check=True)
+    rows = read_tsv(sim / study["subjects"]["table"])
+    expected = _column(_predict(cli, tmp_path / "run" / "model", sim / study["subjects"]["table"], tmp_path / "pred"), "enmkl_svm", "final", "decision")
+    model = neuromkl.load_model(tmp_path / "run" / "model")
+    assert model.connectivity_columns == ["connectome"]
+    table = {"subject": [r["subject"] for r in rows], "connectome": [sim / r["connectome"] for r in rows]}
+    np.testing.assert_allclose(model.decision_function(table), expected, rtol=0, atol=1e-9)  # predict's own arithmetic
+
+
 def test_precomputed_fold_models_reproduce_the_study_decision_values(tmp_path, rng, cli):
     """`neuromkl predict` cannot score precomputed kernels from a table; load_model takes the kernel rows and
     gives each fold model's decision values on its held-out subjects as the nested CV computed them."""

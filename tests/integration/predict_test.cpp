@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "neuromkl/core/npy.hpp"
 #include "neuromkl/export/model.hpp"
 #include "testing.hpp"
 
@@ -42,7 +43,7 @@ void WriteSubset(const std::string& cohort, const std::set<std::string>& ids, co
   for (std::size_t r = 0; r < part.size(); ++r) {
     if (r > 0 && !ids.count(part[r][0])) continue;
     for (std::size_t c = 0; c < part[r].size(); ++c) {
-      const bool image = r > 0 && part[0][c].rfind("image", 0) == 0;
+      const bool image = r > 0 && (part[0][c].rfind("image", 0) == 0 || part[0][c] == "connectome");  // paths
       text += (c ? "\t" : "") + (image ? fs::absolute(cohort + "/" + part[r][c]).string() : part[r][c]);
     }
     text += "\n";
@@ -70,6 +71,7 @@ class PredictCli : public ::testing::Test {
         {"nan", "--subjects 24 --seed 8 --downsample 3 --nan-fraction 0.01"},
         {"nanNew", "--subjects 24 --seed 9 --downsample 3 --nan-fraction 0.01"},
         {"imp", "--subjects 40 --seed 11 --downsample 3 --age-regions Frontal_Sup_L --age-target-correlation 0.5"},
+        {"conn", "--subjects 60 --seed 31 --downsample 3 --connectivity 10 --connectivity-signal node03 --age-regions Frontal_Sup_L"},
         {"sites", "--subjects 72 --seed 13 --downsample 3 --sites 3 --effect 0.8 --age-regions Frontal_Sup_L --age-target-correlation 0.3"}};
     if (!fs::exists(Path(name))) {
       const auto r = RunCli("simulate --out " + Path(name) + " " + args.at(name) + " -q");
@@ -90,7 +92,8 @@ class PredictCli : public ::testing::Test {
   /// Every learner's fold models applied to their held-out subjects: the decision values (or class scores)
   /// of the study's predictions.tsv, to 1e-6 of the fold's largest magnitude (the kernels are float32
   /// products accurate to ~1e-7 relative, README; predict works in double on the same float32 voxels).
-  static void ExpectFoldModelsReproduce(const std::string& results, const std::string& cohort, std::size_t learners, bool expectCalibrated = false) {
+  static void ExpectFoldModelsReproduce(const std::string& results, const std::string& cohort, std::size_t learners, bool expectCalibrated = false,
+                                        const std::string& options = "") {
     const auto index = nlohmann::json::parse(ReadFile(results + "/model/model.json"));
     ASSERT_EQ(index.at("learners").size(), learners);
     const Rows study = ReadTsv(results + "/predictions.tsv");
@@ -116,7 +119,7 @@ class PredictCli : public ::testing::Test {
         }
         const std::string table = Path("fold_" + label + "_" + k + ".tsv"), out = Path("pred_" + label + "_" + k);
         WriteSubset(cohort, ids, table);
-        const auto r = RunCli("predict " + results + "/model/" + folder + "/folds/" + k + " " + table + " --out " + out + " -q");
+        const auto r = RunCli("predict " + results + "/model/" + folder + "/folds/" + k + " " + table + " --out " + out + " -q" + options);
         ASSERT_EQ(r.exitCode, 0) << r.output;
         const Rows pred = ReadTsv(out + "/predictions.tsv");
         ASSERT_EQ(pred.size(), ids.size() + 1);
@@ -256,6 +259,55 @@ TEST_F(PredictCli, FoldModelsReproduceNestedCvWithImputedCovariates) {
                                             median)));
   const auto card = nlohmann::json::parse(ReadFile(results + "/model/EnmklSvm/model.json"));
   EXPECT_NEAR(card.at("covariates").at("impute").at("fill").at(1).get<double>(), median, 1e-12 * median);
+}
+
+// Connectivity and precomputed kernels travel too: the model keeps the connections' training means, covariate
+// coefficients and primal weights (as for voxels), and each precomputed kernel's training block; predict reads each new
+// subject's matrix, and the precomputed kernel's rows from a table (--kernel-rows) whose columns name the training subjects.
+TEST_F(PredictCli, FoldModelsReproduceNestedCvWithImageConnectivityAndPrecomputedSources) {
+  const std::string cohort = Cohort("conn");
+  const Rows table = ReadTsv(cohort + "/participants.tsv");
+  const auto n = static_cast<Eigen::Index>(table.size() - 1);
+  // A precomputed linear kernel of six features, the first shifted for patients.
+  Eigen::MatrixXd X(n, 6);
+  for (Eigen::Index i = 0; i < n; ++i)
+    for (Eigen::Index j = 0; j < 6; ++j) X(i, j) = std::sin(1.7 * static_cast<double>(i) + 2.3 * static_cast<double>(j)) + (j == 0 && table[i + 1][Col(table, "group")] == "patient");
+  const Eigen::MatrixXd K = X * X.transpose();
+  neuromkl::WriteNpy(cohort + "/pre.npy", K);
+  std::string rows = "subject\tself";
+  for (Eigen::Index i = 0; i < n; ++i) rows += fmt::format("\t{}", table[i + 1][0]);
+  rows += "\n";
+  for (Eigen::Index i = 0; i < n; ++i) {
+    rows += fmt::format("{}\t{:.17g}", table[i + 1][0], K(i, i));
+    for (Eigen::Index j = 0; j < n; ++j) rows += fmt::format("\t{:.17g}", K(i, j));
+    rows += "\n";
+  }
+  WriteFile(Path("pre_rows.tsv"), rows);
+  const auto results = Run("conn", cohort, R"("target": {"column": "group", "task": "classification", "positive_class": "patient"},
+    "covariates": ["age"], "kernels": {"sources": [{"name": "gm", "kind": "images"},
+      {"name": "fc", "kind": "connectivity", "connectivity": {"column": "connectome", "kernels": "node", "nodes": ")" + cohort + R"(/nodes.tsv"}},
+      {"name": "dti", "kind": "precomputed", "precomputed": [{"name": "fa", "file": ")" + cohort + R"(/pre.npy"}]}]},
+    "learners": [{"name": "enmkl_svm", "params": {"c": 1, "mu": 0.5}}])");
+  ExpectFoldModelsReproduce(results, cohort, 1, true, " --kernel-rows dti:fa=" + Path("pre_rows.tsv"));
+  const auto card = nlohmann::json::parse(ReadFile(results + "/model/EnmklSvm/model.json"));
+  ASSERT_EQ(card.at("sources").size(), 3u);
+  EXPECT_EQ(card.at("sources").at(1).at("kind"), "connectivity");
+  EXPECT_EQ(card.at("sources").at(1).at("nodes").size(), 10u);
+  EXPECT_EQ(card.at("precomputed_kernels").size(), 1u);
+
+  // Without the precomputed kernel's rows, or with a table that lacks training subjects: exit 2, naming what is missing.
+  WriteSubset(cohort, {"sub-0001", "sub-0002"}, Path("conn_new.tsv"));
+  auto r = RunCli("predict " + results + "/model " + Path("conn_new.tsv") + " --out " + Path("pred_conn_bad"));
+  EXPECT_EQ(r.exitCode, 2);
+  EXPECT_THAT(r.output, HasSubstr("give each new subject's kernel row against the training subjects with --kernel-rows KERNEL=FILE"));
+  WriteFile(Path("pre_rows_short.tsv"), "subject\tself\tsub-0001\nsub-0001\t1\t1\nsub-0002\t1\t1\n");
+  r = RunCli("predict " + results + "/model " + Path("conn_new.tsv") + " --out " + Path("pred_conn_bad") + " --kernel-rows dti:fa=" + Path("pre_rows_short.tsv"));
+  EXPECT_EQ(r.exitCode, 2);
+  EXPECT_THAT(r.output, HasSubstr("kernel dti:fa: no column for " + std::to_string(n - 1) + " of the " + std::to_string(n) + " training subjects"));
+  r = RunCli("predict " + results + "/model " + Path("conn_new.tsv") + " --out " + Path("pred_conn_bad") + " --kernel-rows dti:md=" + Path("pre_rows.tsv"));
+  EXPECT_EQ(r.exitCode, 2);
+  EXPECT_THAT(r.output, HasSubstr("--kernel-rows names kernel \"dti:md\", which is not a precomputed kernel of the models (theirs: dti:fa)"));
+  EXPECT_FALSE(fs::exists(Path("pred_conn_bad")));
 }
 
 /// The rows of `cohort`'s table whose site is in `sites`, images as absolute paths, each site renamed as `rename` says.

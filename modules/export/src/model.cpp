@@ -93,6 +93,66 @@ Json HarmonisationJson(const std::string& dir, const std::string& stem, const Mo
   return j;
 }
 
+/// Every source's entry of the card, its arrays written beside it.
+Json SourcesJson(const std::string& dir, const ExportedModel& m) {
+  Json sources = Json::array();
+  for (std::size_t s = 0; s < m.imageSources.size(); ++s) {
+    const auto& src = m.imageSources[s];
+    const std::string stem = fmt::format("images{}_", s);
+    Eigen::MatrixXd scale(static_cast<Eigen::Index>(src.scaleVoxels.size()), 1);
+    for (std::size_t v = 0; v < src.scaleVoxels.size(); ++v) scale(static_cast<Eigen::Index>(v), 0) = static_cast<double>(src.scaleVoxels[v]);
+    sources.push_back({{"kind", "images"},
+                            {"name", src.name},
+                            {"image_column", src.imageColumn},
+                            {"grid", GridJson(src.grid)},
+                            {"space", src.space},
+                            {"nan_policy", src.nanPolicy},
+                            {"intensity_scaling", src.intensityScaling},
+                            {"voxels", WriteArray(dir, stem + "voxels.npy", src.voxels)},
+                            {"weights", WriteArray(dir, stem + "weights.npy", src.weights)},
+                            {"scale_voxels", scale.rows() > 0 ? WriteArray(dir, stem + "scale_voxels.npy", scale) : Json(nullptr)},
+                            {"note", "voxels: linear index, training mean, covariate coefficient images; weights: kernel, voxel row, p, "
+                                     "primal weight per class"}});
+    if (src.harmonisation) sources.back()["harmonisation"] = HarmonisationJson(dir, stem, *src.harmonisation);
+  }
+  for (std::size_t s = 0; s < m.tabularSources.size(); ++s) {
+    const auto& src = m.tabularSources[s];
+    const std::string stem = fmt::format("tabular{}_", s);
+    Eigen::MatrixXd stats(2, src.mean.size());
+    stats.row(0) = src.mean.transpose();
+    stats.row(1) = src.sd.transpose();
+    Json kernels = Json::array();
+    for (const auto& k : src.kernels)
+      kernels.push_back({{"kernel", k.kernel}, {"columns", k.columns}, {"function", k.function}, {"value", k.value}, {"offset", k.offset}});
+    sources.push_back({{"kind", "tabular"},
+                            {"name", src.name},
+                            {"id_column", src.idColumn},
+                            {"standardise", src.standardise},
+                            {"columns", src.columns},
+                            {"kernels", kernels},
+                            {"rows", WriteArray(dir, stem + "rows.npy", src.rows)},
+                            {"column_stats", WriteArray(dir, stem + "column_stats.npy", stats)}});
+  }
+  for (std::size_t s = 0; s < m.connectivitySources.size(); ++s) {
+    const auto& src = m.connectivitySources[s];
+    const std::string stem = fmt::format("connectivity{}_", s);
+    sources.push_back({{"kind", "connectivity"},
+                            {"name", src.name},
+                            {"column", src.column},
+                            {"nodes", src.nodes},
+                            {"edges", WriteArray(dir, stem + "edges.npy", src.edges)},
+                            {"weights", WriteArray(dir, stem + "weights.npy", src.weights)},
+                            {"note", "edges: connection index (a < b, upper triangle row by row), training mean, covariate coefficients; weights: "
+                                     "kernel, edge row, 1, primal weight per class"}});
+  }
+  for (const auto& name : m.precomputedSources)
+    sources.push_back({{"kind", "precomputed"},
+                            {"name", name},
+                            {"note", "prediction needs each new subject's kernel row against the training subjects and its self-similarity "
+                                     "(neuromkl predict --kernel-rows); the training block of each kernel is in precomputed_kernels"}});
+  return sources;
+}
+
 }  // namespace
 
 void WriteModel(const std::string& dir, const ExportedModel& m) {
@@ -155,49 +215,11 @@ void WriteModel(const std::string& dir, const ExportedModel& m) {
     }
     j["arrays"]["covariates"] = WriteArray(dir, "covariates.npy", cov);
   }
-  j["sources"] = Json::array();
-  for (std::size_t s = 0; s < m.imageSources.size(); ++s) {
-    const auto& src = m.imageSources[s];
-    const std::string stem = fmt::format("images{}_", s);
-    Eigen::MatrixXd scale(static_cast<Eigen::Index>(src.scaleVoxels.size()), 1);
-    for (std::size_t v = 0; v < src.scaleVoxels.size(); ++v) scale(static_cast<Eigen::Index>(v), 0) = static_cast<double>(src.scaleVoxels[v]);
-    j["sources"].push_back({{"kind", "images"},
-                            {"name", src.name},
-                            {"image_column", src.imageColumn},
-                            {"grid", GridJson(src.grid)},
-                            {"space", src.space},
-                            {"nan_policy", src.nanPolicy},
-                            {"intensity_scaling", src.intensityScaling},
-                            {"voxels", WriteArray(dir, stem + "voxels.npy", src.voxels)},
-                            {"weights", WriteArray(dir, stem + "weights.npy", src.weights)},
-                            {"scale_voxels", scale.rows() > 0 ? WriteArray(dir, stem + "scale_voxels.npy", scale) : Json(nullptr)},
-                            {"note", "voxels: linear index, training mean, covariate coefficient images; weights: kernel, voxel row, p, "
-                                     "primal weight per class"}});
-    if (src.harmonisation) j["sources"].back()["harmonisation"] = HarmonisationJson(dir, stem, *src.harmonisation);
-  }
-  for (std::size_t s = 0; s < m.tabularSources.size(); ++s) {
-    const auto& src = m.tabularSources[s];
-    const std::string stem = fmt::format("tabular{}_", s);
-    Eigen::MatrixXd stats(2, src.mean.size());
-    stats.row(0) = src.mean.transpose();
-    stats.row(1) = src.sd.transpose();
-    Json kernels = Json::array();
-    for (const auto& k : src.kernels)
-      kernels.push_back({{"kernel", k.kernel}, {"columns", k.columns}, {"function", k.function}, {"value", k.value}, {"offset", k.offset}});
-    j["sources"].push_back({{"kind", "tabular"},
-                            {"name", src.name},
-                            {"id_column", src.idColumn},
-                            {"standardise", src.standardise},
-                            {"columns", src.columns},
-                            {"kernels", kernels},
-                            {"rows", WriteArray(dir, stem + "rows.npy", src.rows)},
-                            {"column_stats", WriteArray(dir, stem + "column_stats.npy", stats)}});
-  }
-  for (const auto& name : m.precomputedSources)
-    j["sources"].push_back({{"kind", "precomputed"},
-                            {"name", name},
-                            {"note", "prediction needs each new subject's kernel row against the training subjects (training.subjects order) "
-                                     "and its self-similarity; neuromkl predict does not read them yet"}});
+  j["sources"] = SourcesJson(dir, m);
+  j["precomputed_kernels"] = Json::array();
+  for (std::size_t k = 0; k < m.precomputedKernels.size(); ++k)
+    j["precomputed_kernels"].push_back({{"kernel", m.precomputedKernels[k].kernel},
+                                        {"train", WriteArray(dir, fmt::format("precomputed{}_train.npy", k), m.precomputedKernels[k].train)}});
   if (!m.trainingImageHashes.empty()) j["training"]["image_xxh3"] = m.trainingImageHashes;
   j[kCardChecksum] = CardChecksum(j);
   WriteTextFile(dir + "/model.json", j.dump(2) + "\n");
@@ -363,6 +385,25 @@ ModelImageSource ReadImageSource(const Reader& rd, const Json& s, Eigen::Index p
   return src;
 }
 
+/// A connectivity source: its nodes, its connections' arrays and primal weights, every row checked to name a connection,
+/// kernel and row that exist.
+ModelConnectivitySource ReadConnectivitySource(const Reader& rd, const Json& s, Eigen::Index p, Eigen::Index C, Eigen::Index K) {
+  ModelConnectivitySource src;
+  src.name = s.at("name").get<std::string>();
+  src.column = s.at("column").get<std::string>();
+  src.nodes = s.at("nodes").get<std::vector<std::string>>();
+  src.edges = rd.Array(s.at("edges"), -1, 2 + p, "source " + src.name + " edges");
+  src.weights = rd.Array(s.at("weights"), -1, 3 + C, "source " + src.name + " weights");
+  const double N = static_cast<double>(src.nodes.size()), connections = N * (N - 1) / 2;
+  for (Eigen::Index u = 0; u < src.edges.rows(); ++u)
+    if (!(src.edges(u, 0) >= 0 && src.edges(u, 0) < connections)) rd.Corrupt(fmt::format("source {}: edge row {} names no connection", src.name, u));
+  for (Eigen::Index e = 0; e < src.weights.rows(); ++e)
+    if (!(src.weights(e, 0) >= 0 && src.weights(e, 0) < static_cast<double>(K) && src.weights(e, 1) >= 0 &&
+          src.weights(e, 1) < static_cast<double>(src.edges.rows())))
+      rd.Corrupt(fmt::format("source {}: weight row {} names a kernel or edge that does not exist", src.name, e));
+  return src;
+}
+
 /// A tabular source: the training subjects' rows (`l`), the column statistics and its kernels (of the `K`).
 ModelTabularSource ReadTabularSource(const Reader& rd, const Json& s, Eigen::Index l, Eigen::Index K) {
   ModelTabularSource src;
@@ -396,9 +437,18 @@ void ReadSources(const Reader& rd, const Json& j, ExportedModel& m) {
     const std::string kind = s.at("kind").get<std::string>();
     if (kind == "images") m.imageSources.push_back(ReadImageSource(rd, s, p, C, K));
     else if (kind == "tabular") m.tabularSources.push_back(ReadTabularSource(rd, s, l, K));
+    else if (kind == "connectivity") m.connectivitySources.push_back(ReadConnectivitySource(rd, s, p, C, K));
     else if (kind == "precomputed") m.precomputedSources.push_back(s.at("name").get<std::string>());
     else rd.Corrupt("unknown source kind \"" + kind + "\"");
   }
+  if (j.contains("precomputed_kernels"))
+    for (const auto& k : j.at("precomputed_kernels")) {
+      ModelPrecomputedKernel pk;
+      pk.kernel = k.at("kernel").get<std::size_t>();
+      if (pk.kernel >= static_cast<std::size_t>(K)) rd.Corrupt(fmt::format("precomputed kernel {} does not exist", pk.kernel));
+      pk.train = rd.Array(k.at("train"), l, l, "precomputed kernel " + m.kernelNames[pk.kernel] + " training block");
+      m.precomputedKernels.push_back(std::move(pk));
+    }
 }
 
 }  // namespace

@@ -104,12 +104,13 @@ bool EndsWith(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && ToLower(s.substr(s.size() - suffix.size())) == suffix;
 }
 
-/// Columns the model reads from the table besides ids and images: covariates, tabular features, the site column and the
-/// covariates harmonisation preserves.
+/// Columns the model reads from the table besides ids and images: covariates, tabular features, connectivity matrix
+/// files, the site column and the covariates harmonisation preserves.
 std::vector<std::string> NeededColumns(const exporting::ExportedModel& m) {
   std::vector<std::string> cols = m.covariateNumeric;
   for (const auto& [c, levels] : m.covariateCategorical) cols.push_back(c);
   for (const auto& s : m.tabularSources) cols.insert(cols.end(), s.columns.begin(), s.columns.end());
+  for (const auto& s : m.connectivitySources) cols.push_back(s.column);
   for (const auto& s : m.imageSources)
     if (s.harmonisation) {
       cols.push_back(s.harmonisation->siteColumn);
@@ -155,6 +156,18 @@ NewSubjects FromTable(const std::string& tablePath, std::string idColumn, const 
     auto& cells = s.cells[model.targetColumn];
     for (const auto& row : table.rows) cells.push_back(row[*col]);
   }
+  // Connectivity matrices: paths relative to the table's folder, as its images.
+  for (const auto& src : model.connectivitySources) {
+    std::vector<std::string> missing;
+    for (std::size_t r = 0; r < s.ids.size(); ++r) {
+      auto& cell = s.cells.at(src.column)[r];
+      if (IsMissingCell(cell)) missing.push_back(s.ids[r]);
+      else cell = ResolveImagePath(tablePath, cell);
+    }
+    if (!missing.empty())
+      throw InputError("predict:MissingConnectivity", tablePath,
+                       fmt::format("{} subjects have no connectivity matrix in column \"{}\": {}", missing.size(), src.column, Shown(missing)));
+  }
   // The other columns too: options may name one (the reference group of a new site).
   for (std::size_t c = 0; c < table.header.size(); ++c)
     if (!s.cells.count(table.header[c]))
@@ -197,10 +210,16 @@ void AddGivenKernelScores(const exporting::ExportedModel& m, const NewSubjects& 
   const auto n = static_cast<Eigen::Index>(s.ids.size()), l = static_cast<Eigen::Index>(m.trainingIds.size());
   const auto residualiser = NewResidualiser(m, newDesign);
   for (std::size_t k = 0; k < m.kernelKinds.size(); ++k) {
-    if (m.kernelKinds[k] != "precomputed" && m.kernelKinds[k] != "connectivity") continue;
-    const auto it = s.kernels.find(m.kernelNames[k]);
-    if (it == s.kernels.end()) throw InputError("predict:MissingKernel", s.where, fmt::format("no kernel rows given for kernel {} of the model", m.kernelNames[k]));
-    const auto& fk = it->second;
+    // Connectivity kernels are scored from the matrices (AddConnectivityScores); a model without its connectivity arrays
+    // takes them as given rows too.
+    if (m.kernelKinds[k] != "precomputed" && (m.kernelKinds[k] != "connectivity" || !m.connectivitySources.empty())) continue;
+    const auto given = s.kernels.find(m.kernelNames[k]);
+    const auto table = s.kernelTables.find(m.kernelNames[k]);
+    if (given == s.kernels.end() && table == s.kernelTables.end())
+      throw InputError("predict:MissingKernel", s.where,
+                       fmt::format("no kernel rows given for kernel {} of the model: predict --kernel-rows {}=FILE (docs/predict.md)", m.kernelNames[k],
+                                   m.kernelNames[k]));
+    const gram::FoldKernel fk = given != s.kernels.end() ? given->second : predicting::KernelFromTable(m, k, table->second, s);
     if (fk.train.rows() != l || fk.train.cols() != l || fk.testTrain.rows() != n || fk.testTrain.cols() != l || fk.testDiag.size() != n)
       throw InputError("predict:KernelShape", s.where,
                        fmt::format("kernel {}: training block {}x{}, rows {}x{}, self-similarities {}; expected {}x{}, {}x{} and {} "
@@ -258,10 +277,10 @@ std::vector<Eigen::MatrixXd> BiasScores(const std::vector<exporting::ExportedMod
   const auto n = static_cast<Eigen::Index>(subjects.ids.size());
   std::vector<Eigen::MatrixXd> scores;
   for (const auto& m : models) {
-    if (!m.precomputedSources.empty() && subjects.kernels.empty())
+    if (!m.precomputedSources.empty() && subjects.kernels.empty() && subjects.kernelTables.empty())
       throw InputError("predict:Precomputed", m.study,
-                       fmt::format("model of learner {} has kernel sources that predict cannot compute from a table and images ({}: precomputed "
-                                   "or connectivity): they need each new subject's test-vs-training kernel rows, which predict does not read yet",
+                       fmt::format("model of learner {} has precomputed kernel sources ({}) that predict cannot compute from a table and images: "
+                                   "give each new subject's kernel row against the training subjects with --kernel-rows KERNEL=FILE (docs/predict.md)",
                                    m.learner, Join(m.precomputedSources, ", ")));
     scores.push_back(m.bias.transpose().replicate(n, 1));
   }
@@ -313,6 +332,7 @@ std::vector<Eigen::MatrixXd> ModelScores(const std::vector<exporting::ExportedMo
   }
   const std::vector<Eigen::MatrixXd> designs = NewDesigns(models, subjects, warnings);
   predicting::AddImageScores(models, subjects, designs, scores, parts, warnings);
+  predicting::AddConnectivityScores(models, subjects, designs, scores, parts);
   for (std::size_t q = 0; q < models.size(); ++q) {
     const Eigen::MatrixXd design = designs[q].rows() > 0 ? designs[q] : Eigen::MatrixXd(n, 0);
     Eigen::MatrixXd* modelParts = parts ? &(*parts)[q] : nullptr;
@@ -553,6 +573,22 @@ PredictOutcome Predict(const PredictOptions& options) {
   subjects.newSites = options.newSites;
   subjects.newSiteMinimum = options.newSiteMinimum;
   subjects.newSiteReference = options.newSiteReference;
+  for (const auto& [kernel, file] : options.kernelRows) {
+    const bool known = std::any_of(models.begin(), models.end(), [&](const auto& m) {
+      return std::find(m.kernelNames.begin(), m.kernelNames.end(), kernel) != m.kernelNames.end() && !m.precomputedKernels.empty();
+    });
+    if (!known) {
+      std::vector<std::string> names;
+      for (const auto& m : models)
+        for (const auto& pk : m.precomputedKernels) names.push_back(m.kernelNames[pk.kernel]);
+      std::sort(names.begin(), names.end());
+      names.erase(std::unique(names.begin(), names.end()), names.end());
+      throw InputError("predict:UnknownKernel", options.modelDir,
+                       fmt::format("--kernel-rows names kernel \"{}\", which is not a precomputed kernel of the models (theirs: {})", kernel,
+                                   names.empty() ? std::string("none") : Join(names, ", ")));
+    }
+    subjects.kernelTables[kernel] = ReadKernelRowTable(file);
+  }
   std::vector<std::string> inputs = {options.modelDir, options.input};
   for (const auto& [src, paths] : subjects.images) inputs.insert(inputs.end(), paths.begin(), paths.end());
   AtomicOutputDir out(PredictionsDir(options, first.study), options.force, inputs);

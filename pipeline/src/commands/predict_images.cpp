@@ -2,6 +2,7 @@
 // (docs/harmonisation.md) and the estimation of the effects of sites the models were not trained on.
 #include <algorithm>
 #include <cmath>
+#include <exception>
 #include <iterator>
 #include <map>
 #include <memory>
@@ -13,7 +14,9 @@
 #include "neuromkl/core/strings.hpp"
 #include "neuromkl/core/table.hpp"
 #include "neuromkl/gram/combat.hpp"
+#include "neuromkl/io/matrix_file.hpp"
 #include "neuromkl/io/nifti.hpp"
+#include "neuromkl/pipeline/connectivity.hpp"
 #include "predict_parts.hpp"
 
 namespace neuromkl::pipeline::predicting {
@@ -108,19 +111,19 @@ Eigen::VectorXd CentredVoxels(const exporting::ModelImageSource& src, const io::
 
 /// The source's kernels' part of row i of the scores: per kernel, the voxels' products with the primal weights,
 /// divided by the subject's norm in that kernel when the model normalises (zero below the kernel's floor).
-void AddVoxelScores(const exporting::ExportedModel& m, const exporting::ModelImageSource& src, const Eigen::VectorXd& xc, Eigen::MatrixXd& scores,
+void AddVoxelScores(const exporting::ExportedModel& m, const Eigen::MatrixXd& weights, const Eigen::VectorXd& xc, Eigen::MatrixXd& scores,
                     Eigen::Index i, Eigen::MatrixXd* parts) {
   const Eigen::Index K = m.beta.rows(), C = m.beta.cols();
   Eigen::VectorXd norm2 = Eigen::VectorXd::Zero(K);
   Eigen::MatrixXd dot = Eigen::MatrixXd::Zero(K, C);
-  for (Eigen::Index e = 0; e < src.weights.rows(); ++e) {
-    const auto k = static_cast<Eigen::Index>(src.weights(e, 0));
-    const double x = xc[static_cast<Eigen::Index>(src.weights(e, 1))];
-    norm2[k] += src.weights(e, 2) * x * x;
-    for (Eigen::Index c = 0; c < C; ++c) dot(k, c) += src.weights(e, 3 + c) * x;
+  for (Eigen::Index e = 0; e < weights.rows(); ++e) {
+    const auto k = static_cast<Eigen::Index>(weights(e, 0));
+    const double x = xc[static_cast<Eigen::Index>(weights(e, 1))];
+    norm2[k] += weights(e, 2) * x * x;
+    for (Eigen::Index c = 0; c < C; ++c) dot(k, c) += weights(e, 3 + c) * x;
   }
   std::vector<char> inSource(static_cast<std::size_t>(K), 0);
-  for (Eigen::Index e = 0; e < src.weights.rows(); ++e) inSource[static_cast<std::size_t>(src.weights(e, 0))] = 1;
+  for (Eigen::Index e = 0; e < weights.rows(); ++e) inSource[static_cast<std::size_t>(weights(e, 0))] = 1;
   for (Eigen::Index k = 0; k < K; ++k) {
     if (!inSource[static_cast<std::size_t>(k)]) continue;
     double s = 1.0;
@@ -265,9 +268,24 @@ void ScoreImage(const std::vector<exporting::ExportedModel>& models, const std::
                                        "mean (no contribution)",
                                        id, nonFinite, path, m.learner));
       }
-      AddVoxelScores(m, src, xc, scores[q], i, parts ? &(*parts)[q] : nullptr);
+      AddVoxelScores(m, src.weights, xc, scores[q], i, parts ? &(*parts)[q] : nullptr);
     }
   }
+}
+
+/// Subject i's connections of a connectivity source as the training connections were prepared: the covariates' part
+/// removed (row i of `design`), centred on the training mean.
+Eigen::VectorXd CentredConnections(const exporting::ModelConnectivitySource& src, const Eigen::MatrixXd& M, const std::vector<std::pair<int, int>>& ends,
+                                   const Eigen::MatrixXd& design, Eigen::Index i) {
+  const Eigen::Index U = src.edges.rows(), p = src.edges.cols() - 2;
+  Eigen::VectorXd xc(U);
+  for (Eigen::Index u = 0; u < U; ++u) {
+    const auto [a, b] = ends[static_cast<std::size_t>(src.edges(u, 0))];
+    double x = M(a, b);
+    for (Eigen::Index j = 0; j < p; ++j) x -= design(i, j) * src.edges(u, 2 + j);
+    xc[u] = x - src.edges(u, 1);
+  }
+  return xc;
 }
 
 /// Appends the notes not already in `warnings` (models of one study say the same of each subject and site).
@@ -309,6 +327,46 @@ void AddImageScores(const std::vector<exporting::ExportedModel>& models, const N
     });
   }
   for (auto& w : subjectWarnings) warnings.insert(warnings.end(), std::make_move_iterator(w.begin()), std::make_move_iterator(w.end()));
+}
+
+void AddConnectivityScores(const std::vector<exporting::ExportedModel>& models, const NewSubjects& subjects, const std::vector<Eigen::MatrixXd>& designs,
+                           std::vector<Eigen::MatrixXd>& scores, std::vector<Eigen::MatrixXd>* parts) {
+  const auto n = static_cast<Eigen::Index>(subjects.ids.size());
+  std::vector<std::string> columns;  // each matrix column once
+  for (const auto& m : models)
+    for (const auto& src : m.connectivitySources)
+      if (std::find(columns.begin(), columns.end(), src.column) == columns.end()) columns.push_back(src.column);
+  for (const auto& column : columns) {
+    const auto& files = subjects.cells.at(column);
+    std::vector<std::exception_ptr> errors(static_cast<std::size_t>(n));
+    // Each subject's matrix read once and scored under every model; the first problem in table order is reported.
+    tbb::parallel_for(Eigen::Index{0}, n, [&](Eigen::Index i) {
+      const auto r = static_cast<std::size_t>(i);
+      try {
+        const std::string where = "subject " + subjects.ids[r] + " (" + files[r] + ")";
+        const Eigen::MatrixXd M = io::ReadMatrixFile(files[r]);
+        CheckConnectivityMatrix(M, where);
+        for (std::size_t q = 0; q < models.size(); ++q)
+          for (const auto& src : models[q].connectivitySources) {
+            if (src.column != column) continue;
+            const auto N = static_cast<Eigen::Index>(src.nodes.size());
+            if (M.rows() != N)
+              throw InputError("predict:ConnectivitySize", where,
+                               fmt::format("has {} nodes, but the model's connectivity source {} has {} ({} ...): every subject needs the training "
+                                           "subjects' nodes, in the same order",
+                                           M.rows(), src.name.empty() ? "" : "\"" + src.name + "\"", N, src.nodes.front()));
+            std::vector<std::pair<int, int>> ends;
+            for (int a = 0; a < N; ++a)
+              for (int b = a + 1; b < N; ++b) ends.emplace_back(a, b);
+            AddVoxelScores(models[q], src.weights, CentredConnections(src, M, ends, designs[q], i), scores[q], i, parts ? &(*parts)[q] : nullptr);
+          }
+      } catch (...) {
+        errors[r] = std::current_exception();
+      }
+    });
+    for (const auto& error : errors)
+      if (error) std::rethrow_exception(error);
+  }
 }
 
 }  // namespace neuromkl::pipeline::predicting

@@ -36,4 +36,14 @@ Eigen::MatrixXd NewCovariateRows(const CovariateColumns& columns, const NewSubje
 void AddImageScores(const std::vector<exporting::ExportedModel>& models, const NewSubjects& subjects, const std::vector<Eigen::MatrixXd>& designs,
                     std::vector<Eigen::MatrixXd>& scores, std::vector<Eigen::MatrixXd>* parts, std::vector<std::string>& warnings);
 
+/// Kernel `kernel`'s rows of model m for the new subjects from a table: the columns of the model's training subjects, in
+/// its order, and its stored training block. InputError naming the file for a new subject without a row or a training
+/// subject without a column.
+gram::FoldKernel KernelFromTable(const exporting::ExportedModel& m, std::size_t kernel, const KernelRowTable& t, const NewSubjects& s);
+
+/// Every connectivity source's part of the models' scores (and `parts`): each subject's matrix (the file in the source's
+/// column) read once, checked as the study checked its matrices and against the model's nodes, scored in primal form.
+void AddConnectivityScores(const std::vector<exporting::ExportedModel>& models, const NewSubjects& subjects, const std::vector<Eigen::MatrixXd>& designs,
+                           std::vector<Eigen::MatrixXd>& scores, std::vector<Eigen::MatrixXd>* parts);
+
 }  // namespace neuromkl::pipeline::predicting

@@ -80,6 +80,30 @@ void ReadNodes(const config::ConnectivitySpec& spec, std::size_t count, const st
 
 }  // namespace
 
+void CheckConnectivityMatrix(const Eigen::MatrixXd& M, const std::string& where) {
+  if (M.rows() != M.cols())
+    throw InputError("connectivity:NotSquare", where, fmt::format("expected a square node x node matrix, found {} x {}", M.rows(), M.cols()));
+  const auto N = static_cast<std::size_t>(M.rows());
+  if (N < 2) throw InputError("connectivity:Size", where, "a connectivity matrix needs at least 2 nodes");
+  double scale = 1.0;
+  for (std::size_t a = 0; a < N; ++a)
+    for (std::size_t b = 0; b < N; ++b) {
+      if (a == b) continue;
+      const double v = M(static_cast<Eigen::Index>(a), static_cast<Eigen::Index>(b));
+      if (!std::isfinite(v))
+        throw InputError("connectivity:NonFinite", where,
+                         fmt::format("connection ({}, {}) is {}; connections must be finite (only the diagonal is ignored)", a + 1, b + 1, v));
+      scale = std::max(scale, std::abs(v));
+    }
+  for (std::size_t a = 0; a < N; ++a)
+    for (std::size_t b = a + 1; b < N; ++b) {
+      const double ab = M(static_cast<Eigen::Index>(a), static_cast<Eigen::Index>(b)), ba = M(static_cast<Eigen::Index>(b), static_cast<Eigen::Index>(a));
+      if (std::abs(ab - ba) > 1e-6 * scale)
+        throw InputError("connectivity:Asymmetric", where,
+                         fmt::format("connection ({0}, {1}) = {2} but ({1}, {0}) = {3}: expected a symmetric (undirected) matrix", a + 1, b + 1, ab, ba));
+    }
+}
+
 ConnectivityData ReadConnectivity(const config::StudyConfig& study, const config::ConnectivitySpec& spec, const Cohort& cohort) {
   const std::vector<std::string> files = ConnectivityFiles(study, spec, cohort);
   const std::size_t n = files.size();
@@ -100,29 +124,10 @@ ConnectivityData ReadConnectivity(const config::StudyConfig& study, const config
   for (std::size_t i = 0; i < n; ++i) {
     const auto& M = matrices[i];
     const std::string where = "subject " + cohort.ids[i] + " (" + files[i] + ")";
-    if (M.rows() != M.cols())
-      throw InputError("connectivity:NotSquare", where, fmt::format("expected a square node x node matrix, found {} x {}", M.rows(), M.cols()));
-    if (static_cast<std::size_t>(M.rows()) != N)
+    if (M.rows() == M.cols() && static_cast<std::size_t>(M.rows()) != N)
       throw InputError("connectivity:Size", where,
                        fmt::format("has {} nodes, but subject {} ({}) has {}; every subject needs the same nodes", M.rows(), cohort.ids[0], files[0], N));
-    if (N < 2) throw InputError("connectivity:Size", where, "a connectivity matrix needs at least 2 nodes");
-    double scale = 1.0;
-    for (std::size_t a = 0; a < N; ++a)
-      for (std::size_t b = 0; b < N; ++b) {
-        if (a == b) continue;
-        const double v = M(static_cast<Eigen::Index>(a), static_cast<Eigen::Index>(b));
-        if (!std::isfinite(v))
-          throw InputError("connectivity:NonFinite", where,
-                           fmt::format("connection ({}, {}) is {}; connections must be finite (only the diagonal is ignored)", a + 1, b + 1, v));
-        scale = std::max(scale, std::abs(v));
-      }
-    for (std::size_t a = 0; a < N; ++a)
-      for (std::size_t b = a + 1; b < N; ++b) {
-        const double ab = M(static_cast<Eigen::Index>(a), static_cast<Eigen::Index>(b)), ba = M(static_cast<Eigen::Index>(b), static_cast<Eigen::Index>(a));
-        if (std::abs(ab - ba) > 1e-6 * scale)
-          throw InputError("connectivity:Asymmetric", where,
-                           fmt::format("connection ({0}, {1}) = {2} but ({1}, {0}) = {3}: expected a symmetric (undirected) matrix", a + 1, b + 1, ab, ba));
-      }
+    CheckConnectivityMatrix(M, where);
   }
   ReadNodes(spec, N, files.empty() ? std::string() : files[0], data);
   const std::size_t E = N * (N - 1) / 2;

@@ -30,6 +30,10 @@ inline Eigen::Index EdgeIndex(std::size_t a, std::size_t b, std::size_t nodes) {
 /// table's folder). InputError [sources:MissingData] listing every subject without a cell or a file.
 std::vector<std::string> ConnectivityFiles(const config::StudyConfig& study, const config::ConnectivitySpec& spec, const Cohort& cohort);
 
+/// One subject's matrix: square, at least 2 nodes, finite connections (the diagonal is ignored) and symmetric
+/// (|m_ab - m_ba| <= 1e-6 max(1, max |m|)); InputError naming `where` otherwise.
+void CheckConnectivityMatrix(const Eigen::MatrixXd& M, const std::string& where);
+
 /// Reads every matrix (.npy or delimited text) and the node table. InputError naming the file and the
 /// subject for a matrix that is not square, has another size than the first subject's (or than the node
 /// table), holds a non-finite connection, or is not symmetric (|m_ab - m_ba| > 1e-6 max(1, max |m|)).

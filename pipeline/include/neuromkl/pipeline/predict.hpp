@@ -14,6 +14,18 @@
 
 namespace neuromkl::pipeline {
 
+/// A precomputed kernel's rows of the new subjects, read from a table (predict --kernel-rows): per new subject (by id)
+/// its self-similarity and its values against training subjects (by id).
+struct KernelRowTable {
+  std::string file;
+  std::map<std::string, Eigen::Index> rowOf, columnOf;  ///< new subject id -> row; training subject id -> column
+  Eigen::MatrixXd values;                               ///< new subjects x training subjects
+  Eigen::VectorXd self;                                 ///< new subjects' self-similarities
+};
+/// Reads such a table: the first column holds the new subjects' ids, a column "self" their self-similarities, every other
+/// column is headed by a training subject's id. InputError naming the file for a repeated id or a non-finite value.
+KernelRowTable ReadKernelRowTable(const std::string& file);
+
 /// New subjects as predict reads them: ids, per image source (by name, "" for a single-source model)
 /// the image paths, and every table cell by column (covariates, tabular features, the target).
 struct NewSubjects {
@@ -28,6 +40,9 @@ struct NewSubjects {
   /// kernel's training block (training subjects in the model's order), the new subjects' rows against the
   /// training subjects and their self-similarities. `predict` from a table has none and refuses such models.
   std::map<std::string, gram::FoldKernel> kernels;
+  /// The same from tables (predict --kernel-rows), by kernel name: each model takes the columns of its own training
+  /// subjects and its stored training block.
+  std::map<std::string, KernelRowTable> kernelTables;
   /// A categorical covariate level the model was not trained with (e.g. a site absent from its training): refused
   /// (InputError predict:UnknownLevel, the default), or coded as the model's reference level (its first: every dummy
   /// 0), with each such subject named in the warnings. Never decided silently.
@@ -62,6 +77,7 @@ struct PredictOptions {
   NewSubjects::NewSites newSites = NewSubjects::NewSites::Estimate;
   int newSiteMinimum = 10;
   std::pair<std::string, std::string> newSiteReference;  ///< column, value (empty: every subject of a new site)
+  std::map<std::string, std::string> kernelRows;         ///< precomputed kernel name -> its table of the new subjects' rows
 };
 struct PredictOutcome {
   std::string outputDir;

@@ -6,6 +6,7 @@
 // Decision function (one column per class for multiclass; one column otherwise):
 //   f_c(t) = bias_c + sum over image kernels r of s_r(t) <m_rc, x~_t - xbar>_r
 //                   + sum over kernel-space kernels j of beta_jc sum_i coef_ic k^_j(t, i)
+// (connectivity kernels are linear: scored as image kernels, their connections taking the voxels' part)
 // with x~_t the subject's voxels after intensity scaling, ComBat (harmonised sources) and covariate residualisation (x - c_t G),
 // xbar the training mean of the residualised images, s_r(t) = 1 / ||x~_t - xbar||_r (cosine
 // normalisation; 1 without), m_rc the primal weights of region r (kernel weight, coefficients and
@@ -61,6 +62,19 @@ struct ModelImageSource {
   std::optional<ModelHarmonisation> harmonisation;
 };
 
+/// A connectivity source: linear kernels of connections, scored in primal form as image sources are, the connections
+/// taking the voxels' part (x~_t: the subject's connections after covariate residualisation).
+struct ModelConnectivitySource {
+  std::string name;                ///< source name ("" for a single-source study)
+  std::string column;              ///< column of the subjects table with each subject's matrix file
+  std::vector<std::string> nodes;  ///< node names, in matrix order
+  /// U x (2 + p): connection (a, b), a < b, as its index in the upper triangle read row by row, the training mean and
+  /// the p covariate coefficients (intercept first).
+  Eigen::MatrixXd edges;
+  /// E x (3 + C): model kernel, row in `edges`, 1 (the connections are unweighted), primal weight per class.
+  Eigen::MatrixXd weights;
+};
+
 /// A tabular source: the training rows its kernels are computed against.
 struct ModelTabularKernel {
   std::size_t kernel = 0;            ///< model kernel index
@@ -76,6 +90,13 @@ struct ModelTabularSource {
   Eigen::VectorXd mean, sd;             ///< column statistics applied to new rows (standardise; else 0 and 1)
   Eigen::MatrixXd rows;                 ///< training rows (l x columns), standardised as in training
   std::vector<ModelTabularKernel> kernels;
+};
+
+/// A precomputed kernel: its raw block over the training subjects (l x l, training.subjects order), against which a new
+/// subject's kernel row (given to predict) is residualised, centred and normalised as in the folds.
+struct ModelPrecomputedKernel {
+  std::size_t kernel = 0;  ///< model kernel index
+  Eigen::MatrixXd train;
 };
 
 struct ExportedModel {
@@ -116,7 +137,9 @@ struct ExportedModel {
   std::vector<char> fitRows;     ///< l: 1 = fitted the coefficients
   std::vector<ModelImageSource> imageSources;
   std::vector<ModelTabularSource> tabularSources;
-  std::vector<std::string> precomputedSources;  ///< names: prediction needs test-vs-training kernel rows (not supported by predict)
+  std::vector<ModelConnectivitySource> connectivitySources;
+  std::vector<std::string> precomputedSources;  ///< names: prediction needs test-vs-training kernel rows
+  std::vector<ModelPrecomputedKernel> precomputedKernels;
   // ---- optional post-processing ----
   std::optional<std::pair<double, double>> calibration;     ///< Platt (A, B): P(positive) = 1 / (1 + exp(A f + B))
   std::optional<std::pair<double, double>> biasCorrection;  ///< (slope, intercept): corrected = (f - intercept) / slope
