@@ -151,15 +151,18 @@ void AddPredict(CLI::App& app, Commands& c) {
   c.predict->add_flag("--force", o.force, "replace an existing output folder");
   c.predict->add_option("--unseen-levels", o.unseenLevels,
                         "a categorical covariate level the model was not trained with (e.g. a new site): \"refuse\" (default: an error naming the "
-                        "subject) or \"reference\" (coded as the model's reference level, each such subject named in the warnings)")
+                        "subject), \"reference\" (coded as the model's reference level, each such subject named in the warnings) or \"estimate\" "
+                        "(the level's effect estimated from its own subjects: at least --new-site-min of them)")
       ->transform(CLI::CheckedTransformer(std::map<std::string, pipeline::NewSubjects::UnseenLevels>{
-          {"refuse", pipeline::NewSubjects::UnseenLevels::Refuse}, {"reference", pipeline::NewSubjects::UnseenLevels::Reference}}));
+          {"refuse", pipeline::NewSubjects::UnseenLevels::Refuse},
+          {"reference", pipeline::NewSubjects::UnseenLevels::Reference},
+          {"estimate", pipeline::NewSubjects::UnseenLevels::Estimate}}));
   c.predict->add_option("--new-sites", o.newSites,
                         "subjects of a site a harmonised model was not trained on: \"estimate\" (default: that site's ComBat effects are estimated "
                         "from its own subjects, named in the warnings) or \"refuse\" (an error)")
       ->transform(CLI::CheckedTransformer(std::map<std::string, pipeline::NewSubjects::NewSites>{
           {"estimate", pipeline::NewSubjects::NewSites::Estimate}, {"refuse", pipeline::NewSubjects::NewSites::Refuse}}));
-  c.predict->add_option("--new-site-min", o.newSiteMinimum, "fewest subjects a new site's effects are estimated from")
+  c.predict->add_option("--new-site-min", o.newSiteMinimum, "fewest subjects a new site's (or, with --unseen-levels estimate, a new level's) effects are estimated from")
       ->check(CLI::Range(2, 1000000))
       ->capture_default_str();
   c.predict
@@ -169,8 +172,8 @@ void AddPredict(CLI::App& app, Commands& c) {
             const auto eq = v.find('=');
             o.newSiteReference = {v.substr(0, eq), v.substr(eq + 1)};
           },
-          "COLUMN=VALUE: a new site's effects are estimated from its subjects of that group only (e.g. group=control), as the study's "
-          "fit_on; every subject of the site is then harmonised with them")
+          "COLUMN=VALUE: a new site's (or level's) effects are estimated from its subjects of that group only (e.g. group=control), as "
+          "the study's fit_on; every subject of the site is then harmonised (or corrected) with them")
       ->check(CLI::Validator(
           [](const std::string& v) { return v.find('=') == std::string::npos || v.front() == '=' ? "expected COLUMN=VALUE, found \"" + v + "\"" : std::string(); },
           "COLUMN=VALUE"));

@@ -170,8 +170,9 @@ class ExportedModel:
         or the path of a subjects table (.tsv/.csv) or study file, read as `neuromkl predict` reads it.
         kernels: for precomputed kernels, the new subjects' rows against the training subjects (n_kernels x m x
         l, columns in training_ids order), with train_kernels (n_kernels x l x l) and test_diag (n_kernels x m).
-        unseen_levels: a categorical covariate's level the model was not trained with is an error ("refuse") or coded as
-        the reference level with a warning in ``warnings_`` ("reference"), as `neuromkl predict --unseen-levels`.
+        unseen_levels: a categorical covariate's level the model was not trained with is an error ("refuse"), coded as
+        the reference level with a warning in ``warnings_`` ("reference"), or estimated from its own subjects
+        ("estimate": at least ``new_site_min`` of them), as `neuromkl predict --unseen-levels`.
         A missing covariate value (None, NaN, "n/a") is imputed with the training value when the study imputed them.
         new_sites, new_site_min, new_site_reference: a harmonised model's subjects from a site it was not trained on have
         that site's ComBat effects estimated from their own subjects ("estimate", at least ``new_site_min`` of them; with

@@ -85,7 +85,8 @@ py::tuple Scores(const ExportedModel& model, const pipeline::NewSubjects& subjec
 pipeline::NewSubjects::UnseenLevels ParseUnseenLevels(const std::string& value) {
   if (value == "refuse") return pipeline::NewSubjects::UnseenLevels::Refuse;
   if (value == "reference") return pipeline::NewSubjects::UnseenLevels::Reference;
-  throw InvalidParameter("python:UnseenLevels", "unseen_levels", "unknown value \"" + value + "\"; expected refuse or reference");
+  if (value == "estimate") return pipeline::NewSubjects::UnseenLevels::Estimate;
+  throw InvalidParameter("python:UnseenLevels", "unseen_levels", "unknown value \"" + value + "\"; expected refuse, reference or estimate");
 }
 
 /// The new subjects' handling of unseen levels and new sites, from the Python keywords (as predict's options).

@@ -141,7 +141,7 @@ def test_missing_covariates_and_unseen_levels_are_handled_as_neuromkl_predict(tm
     assert "covariate column \"age\" is missing; imputed with the training subjects' median" in warnings
     assert "holds \"S9\", a level the model was not trained with; coded as the reference level \"S1\"" in warnings
     with pytest.raises(ValueError, match="unseen_levels"):
-        model.decision_function(as_table, unseen_levels="estimate")
+        model.decision_function(as_table, unseen_levels="guess")
 
 
 def test_a_harmonised_model_at_a_new_site_equals_neuromkl_predict(tmp_path, cli):

@@ -404,6 +404,40 @@ TEST_F(PredictCli, AHarmonisedModelEstimatesANewSitesEffectsFromItsOwnSubjects) 
   EXPECT_THAT(r.output, HasSubstr("1 subjects have no value in the site column \"site\" that the model harmonises by: " + rows[2][0]));
 }
 
+// A covariate level the model never saw, estimated from its own subjects (--unseen-levels estimate): their prepared images
+// are centred on their own mean. With least squares on every training subject, each training level's residual images
+// average to zero, so a training level's subjects presented under a new name get that level's correction back.
+TEST_F(PredictCli, AnUnseenCovariateLevelIsEstimatedFromItsOwnSubjects) {
+  const std::string cohort = Cohort("sites");
+  const auto results = Run("cov_site", cohort, R"("target": {"column": "group", "task": "classification", "positive_class": "patient"},
+    "covariates": {"columns": ["age"], "categorical": ["site"]}, "learners": [{"name": "enmkl_svm", "params": {"c": 1, "mu": 0.5}}])");
+  const std::string model = results + "/model/EnmklSvm";
+  WriteSiteRows(cohort, {"site1"}, {}, Path("cov_site1.tsv"));
+  WriteSiteRows(cohort, {"site1"}, {{"site1", "siteX"}}, Path("cov_siteX.tsv"));
+  auto r = RunCli("predict " + model + " " + Path("cov_site1.tsv") + " --out " + Path("pred_cov_site1"));
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  r = RunCli("predict " + model + " " + Path("cov_siteX.tsv") + " --out " + Path("pred_cov_siteX") + " --unseen-levels estimate");
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  const std::size_t count = ReadTsv(Path("cov_site1.tsv")).size() - 1;
+  EXPECT_THAT(r.output, HasSubstr(fmt::format("covariate level(s) site = siteX are not among the model's training levels: their effect was "
+                                              "estimated from the mean of their {} subjects",
+                                              count)));
+  const Rows known = ReadTsv(Path("pred_cov_site1/predictions.tsv")), estimated = ReadTsv(Path("pred_cov_siteX/predictions.tsv"));
+  ASSERT_EQ(known.size(), estimated.size());
+  for (std::size_t i = 1; i < known.size(); ++i) {
+    const double want = std::stod(known[i][Col(known, "decision")]);
+    // The same voxels and coefficients; the residuals' mean is zero up to rounding.
+    EXPECT_NEAR(std::stod(estimated[i][Col(estimated, "decision")]), want, 1e-9 * std::max(1.0, std::abs(want))) << known[i][0];
+  }
+  r = RunCli("predict " + model + " " + Path("cov_siteX.tsv") + " --out " + Path("pred_cov_bad") + " --unseen-levels estimate --new-site-min " +
+             std::to_string(count + 1));
+  EXPECT_EQ(r.exitCode, 2);
+  EXPECT_THAT(r.output, HasSubstr(fmt::format("site = siteX that the model was not trained with: {} subjects to estimate their effect from, at "
+                                              "least {} needed",
+                                              count, count + 1)));
+  EXPECT_FALSE(fs::exists(Path("pred_cov_bad")));
+}
+
 // The final model of one simulated cohort applied to an independent cohort with the same effect (another
 // seed): its accuracy lies within the nested CV's Wilson 95 % interval (observed: nested CV 0.850
 // [0.739, 0.919], new cohort 0.800).

@@ -44,55 +44,6 @@ double ParseFinite(const std::string& cell, const std::string& where, const std:
   return v;
 }
 
-Eigen::MatrixXd NewCovariateRows(const CovariateColumns& columns, const NewSubjects& s, std::vector<std::string>& warnings) {
-  const auto n = static_cast<Eigen::Index>(s.ids.size());
-  Eigen::Index width = columns.first + static_cast<Eigen::Index>(columns.numeric.size());
-  for (const auto& [name, levels] : columns.categorical) width += static_cast<Eigen::Index>(levels.size()) - 1;
-  Eigen::MatrixXd C(n, width);
-  if (columns.first > 0) C.col(0).setOnes();
-  Eigen::Index col = columns.first;
-  const Eigen::RowVectorXd& fill = columns.fill;
-  const bool impute = fill.size() > 0;
-  auto imputed = [&](Eigen::Index i, const std::string& name, Eigen::Index first, Eigen::Index count, const std::string& value) {
-    if (!impute || !IsMissingCell(s.cells.at(name)[static_cast<std::size_t>(i)])) return false;
-    C.row(i).segment(first, count) = fill.segment(first, count);
-    warnings.push_back(fmt::format("subject {}: {} column \"{}\" is missing; imputed with the training subjects' {}", s.ids[static_cast<std::size_t>(i)],
-                                   columns.what, name, value));
-    return true;
-  };
-  for (const auto& name : columns.numeric) {
-    const auto& cells = s.cells.at(name);
-    for (Eigen::Index i = 0; i < n; ++i)
-      if (!imputed(i, name, col, 1, impute ? fmt::format("median {}", fill[col]) : ""))
-        C(i, col) = ParseFinite(cells[static_cast<std::size_t>(i)], s.where,
-                                fmt::format("subject {}: {} column \"{}\"", s.ids[static_cast<std::size_t>(i)], columns.what, name));
-    ++col;
-  }
-  for (const auto& [name, levels] : columns.categorical) {
-    const auto& cells = s.cells.at(name);
-    std::string mostFrequent = levels.front();
-    for (std::size_t l = 1; impute && l < levels.size(); ++l)
-      if (fill[col + static_cast<Eigen::Index>(l) - 1] == 1.0) mostFrequent = levels[l];
-    for (Eigen::Index i = 0; i < n; ++i) {
-      if (imputed(i, name, col, static_cast<Eigen::Index>(levels.size()) - 1, "most frequent level \"" + mostFrequent + "\"")) continue;
-      const std::string& v = cells[static_cast<std::size_t>(i)];
-      const auto it = std::find(levels.begin(), levels.end(), v);
-      if (it == levels.end() && s.unseenLevels == NewSubjects::UnseenLevels::Refuse)
-        throw InputError("predict:UnknownLevel", s.where,
-                         fmt::format("subject {}: {} column \"{}\" holds \"{}\", a level the model was not trained with (levels: {}); "
-                                     "predict --unseen-levels reference codes such a subject as the reference level \"{}\"",
-                                     s.ids[static_cast<std::size_t>(i)], columns.what, name, v, Join(levels, ", "), levels.front()));
-      if (it == levels.end())
-        warnings.push_back(fmt::format("subject {}: {} column \"{}\" holds \"{}\", a level the model was not trained with; coded as the "
-                                       "reference level \"{}\" (--unseen-levels reference)",
-                                       s.ids[static_cast<std::size_t>(i)], columns.what, name, v, levels.front()));
-      for (std::size_t l = 1; l < levels.size(); ++l) C(i, col + static_cast<Eigen::Index>(l) - 1) = it != levels.end() && *it == levels[l] ? 1.0 : 0.0;
-    }
-    col += static_cast<Eigen::Index>(levels.size()) - 1;
-  }
-  return C;
-}
-
 }  // namespace predicting
 
 namespace {
@@ -287,14 +238,24 @@ std::vector<Eigen::MatrixXd> BiasScores(const std::vector<exporting::ExportedMod
   return scores;
 }
 
-/// Each model's covariate design of the new subjects (empty for a model without covariates).
-std::vector<Eigen::MatrixXd> NewDesigns(const std::vector<exporting::ExportedModel>& models, const NewSubjects& subjects, std::vector<std::string>& warnings) {
+/// Each model's covariate design of the new subjects (empty for a model without covariates), and the groups of subjects
+/// whose unseen levels' effects are estimated.
+std::vector<Eigen::MatrixXd> NewDesigns(const std::vector<exporting::ExportedModel>& models, const NewSubjects& subjects, std::vector<std::string>& warnings,
+                                        std::vector<predicting::LevelGroups>& groups) {
   std::vector<Eigen::MatrixXd> designs(models.size());
+  groups.assign(models.size(), {});
   std::vector<std::string> notes;
-  for (std::size_t q = 0; q < models.size(); ++q)
-    if (models[q].design.cols() > 0)
-      designs[q] = predicting::NewCovariateRows({"covariate", 1, models[q].covariateNumeric, models[q].covariateCategorical, models[q].covariateFill},
-                                                subjects, notes);
+  for (std::size_t q = 0; q < models.size(); ++q) {
+    if (models[q].design.cols() == 0) continue;
+    std::vector<std::vector<std::string>> unseen(subjects.ids.size());
+    designs[q] = predicting::NewCovariateRows({"covariate", 1, models[q].covariateNumeric, models[q].covariateCategorical, models[q].covariateFill},
+                                              subjects, notes, &unseen);
+    groups[q] = predicting::GroupUnseenLevels(models[q], subjects, unseen);
+    for (std::size_t g = 0; g < groups[q].names.size(); ++g)
+      notes.push_back(fmt::format("covariate level(s) {} are not among the model's training levels: their effect was estimated from the mean of "
+                                  "their {} subjects' images and connections (--unseen-levels estimate)",
+                                  groups[q].names[g], groups[q].fitting[g].size()));
+  }
   // Models of one study share their covariates: each subject's note once, in table order.
   for (const auto& note : notes)
     if (std::find(warnings.begin(), warnings.end(), note) == warnings.end()) warnings.push_back(note);
@@ -330,9 +291,10 @@ std::vector<Eigen::MatrixXd> ModelScores(const std::vector<exporting::ExportedMo
     parts->clear();
     for (const auto& m : models) parts->push_back(m.beta.cols() == 1 ? Eigen::MatrixXd::Zero(n, m.beta.rows()) : Eigen::MatrixXd());
   }
-  const std::vector<Eigen::MatrixXd> designs = NewDesigns(models, subjects, warnings);
-  predicting::AddImageScores(models, subjects, designs, scores, parts, warnings);
-  predicting::AddConnectivityScores(models, subjects, designs, scores, parts);
+  std::vector<predicting::LevelGroups> groups;
+  const std::vector<Eigen::MatrixXd> designs = NewDesigns(models, subjects, warnings, groups);
+  predicting::AddImageScores(models, subjects, designs, groups, scores, parts, warnings);
+  predicting::AddConnectivityScores(models, subjects, designs, groups, scores, parts);
   for (std::size_t q = 0; q < models.size(); ++q) {
     const Eigen::MatrixXd design = designs[q].rows() > 0 ? designs[q] : Eigen::MatrixXd(n, 0);
     Eigen::MatrixXd* modelParts = parts ? &(*parts)[q] : nullptr;

@@ -251,10 +251,17 @@ std::unique_ptr<SubjectHarmonisation> PrepareHarmonisation(const exporting::Mode
 }
 
 /// Subject i's image of source `name` scored under every model that has the source.
+/// What the scores of one image source apply to each subject's image, per model: its harmonisation (or null), and the
+/// groups of unseen covariate levels with their mean prepared voxels.
+struct SourcePreparation {
+  std::vector<std::unique_ptr<SubjectHarmonisation>> harmonisation;
+  const std::vector<LevelGroups>* groups = nullptr;
+  std::vector<std::vector<Eigen::VectorXd>> levelMeans;
+};
+
 void ScoreImage(const std::vector<exporting::ExportedModel>& models, const std::string& name, const std::string& id, const std::string& path,
-                const io::Volume& volume, Eigen::Index i, const std::vector<Eigen::MatrixXd>& designs,
-                const std::vector<std::unique_ptr<SubjectHarmonisation>>& harmonisation, std::vector<Eigen::MatrixXd>& scores,
-                std::vector<Eigen::MatrixXd>* parts, std::vector<std::string>& warnings) {
+                const io::Volume& volume, Eigen::Index i, const std::vector<Eigen::MatrixXd>& designs, const SourcePreparation& prepared,
+                std::vector<Eigen::MatrixXd>& scores, std::vector<Eigen::MatrixXd>* parts, std::vector<std::string>& warnings) {
   for (std::size_t q = 0; q < models.size(); ++q) {
     const auto& m = models[q];
     for (const auto& src : m.imageSources) {
@@ -262,7 +269,9 @@ void ScoreImage(const std::vector<exporting::ExportedModel>& models, const std::
       if (const auto diff = volume.geometry.DifferenceFrom(src.grid); !diff.empty()) throw OffModelGrid(path, id, src.grid, volume.geometry, diff);
       const double scale = IntensityScale(src, volume, path, id);
       std::int64_t nonFinite = 0;
-      const Eigen::VectorXd xc = CentredVoxels(src, volume, scale, designs[q], i, nonFinite, harmonisation[q].get());
+      Eigen::VectorXd xc = CentredVoxels(src, volume, scale, designs[q], i, nonFinite, prepared.harmonisation[q].get());
+      if (const int g = prepared.levelMeans[q].empty() ? -1 : (*prepared.groups)[q].of[static_cast<std::size_t>(i)]; g >= 0)
+        xc -= prepared.levelMeans[q][static_cast<std::size_t>(g)];
       if (nonFinite > 0) {
         warnings.push_back(fmt::format("subject {}: {} voxels of the model are NaN or infinite in {} (learner {}); they were treated as the training "
                                        "mean (no contribution)",
@@ -297,7 +306,8 @@ void AddOnce(const std::vector<std::string>& notes, std::vector<std::string>& wa
 }  // namespace
 
 void AddImageScores(const std::vector<exporting::ExportedModel>& models, const NewSubjects& subjects, const std::vector<Eigen::MatrixXd>& designs,
-                    std::vector<Eigen::MatrixXd>& scores, std::vector<Eigen::MatrixXd>* parts, std::vector<std::string>& warnings) {
+                    const std::vector<LevelGroups>& groups, std::vector<Eigen::MatrixXd>& scores, std::vector<Eigen::MatrixXd>* parts,
+                    std::vector<std::string>& warnings) {
   const auto n = static_cast<Eigen::Index>(subjects.ids.size());
   // Each image read once, scored under every model. Each subject's warnings apart, then in table order: the same output
   // whatever the threads.
@@ -309,20 +319,33 @@ void AddImageScores(const std::vector<exporting::ExportedModel>& models, const N
     if (inMemory && inMemory->size() != paths.size())
       throw InputError("predict:ImageCount", subjects.where, fmt::format("{} images for {} subjects", inMemory->size(), paths.size()));
     CheckImageGrids(models, subjects, name, paths, inMemory);
-    std::vector<std::unique_ptr<SubjectHarmonisation>> harmonisation(models.size());
+    SourcePreparation prepared;
+    prepared.harmonisation.resize(models.size());
+    prepared.groups = &groups;
+    prepared.levelMeans.resize(models.size());
     {
       SourceImages images(paths, inMemory);
       std::vector<std::string> notes;
       for (std::size_t q = 0; q < models.size(); ++q)
         for (const auto& src : models[q].imageSources)
-          if (src.name == name && src.harmonisation) harmonisation[q] = PrepareHarmonisation(src, subjects, images, notes);
+          if (src.name == name && src.harmonisation) prepared.harmonisation[q] = PrepareHarmonisation(src, subjects, images, notes);
       AddOnce(notes, warnings);
+      // Covariate levels the models were not trained with: each group's mean prepared voxels, from its subjects' images.
+      for (std::size_t q = 0; q < models.size(); ++q)
+        for (const auto& src : models[q].imageSources)
+          if (src.name == name && groups[q].Any())
+            prepared.levelMeans[q] = LevelMeans(groups[q], [&](std::size_t i) {
+              const io::Volume& volume = images.Of(i);
+              std::int64_t nonFinite = 0;
+              return CentredVoxels(src, volume, IntensityScale(src, volume, paths[i], subjects.ids[i]), designs[q], static_cast<Eigen::Index>(i), nonFinite,
+                                   prepared.harmonisation[q].get());
+            });
     }
     tbb::parallel_for(Eigen::Index{0}, n, [&](Eigen::Index i) {
       const std::string& path = paths[static_cast<std::size_t>(i)];
       const io::Volume vol = inMemory ? io::Volume{} : io::ReadVolume(path);
       const io::Volume& volume = inMemory ? (*inMemory)[static_cast<std::size_t>(i)] : vol;
-      ScoreImage(models, name, subjects.ids[static_cast<std::size_t>(i)], path, volume, i, designs, harmonisation, scores, parts,
+      ScoreImage(models, name, subjects.ids[static_cast<std::size_t>(i)], path, volume, i, designs, prepared, scores, parts,
                  subjectWarnings[static_cast<std::size_t>(i)]);
     });
   }
@@ -330,7 +353,7 @@ void AddImageScores(const std::vector<exporting::ExportedModel>& models, const N
 }
 
 void AddConnectivityScores(const std::vector<exporting::ExportedModel>& models, const NewSubjects& subjects, const std::vector<Eigen::MatrixXd>& designs,
-                           std::vector<Eigen::MatrixXd>& scores, std::vector<Eigen::MatrixXd>* parts) {
+                           const std::vector<LevelGroups>& groups, std::vector<Eigen::MatrixXd>& scores, std::vector<Eigen::MatrixXd>* parts) {
   const auto n = static_cast<Eigen::Index>(subjects.ids.size());
   std::vector<std::string> columns;  // each matrix column once
   for (const auto& m : models)
@@ -338,27 +361,42 @@ void AddConnectivityScores(const std::vector<exporting::ExportedModel>& models, 
       if (std::find(columns.begin(), columns.end(), src.column) == columns.end()) columns.push_back(src.column);
   for (const auto& column : columns) {
     const auto& files = subjects.cells.at(column);
+    auto matrix = [&](std::size_t r) {
+      const std::string where = "subject " + subjects.ids[r] + " (" + files[r] + ")";
+      Eigen::MatrixXd M = io::ReadMatrixFile(files[r]);
+      CheckConnectivityMatrix(M, where);
+      return M;
+    };
+    auto prepare = [&](const exporting::ModelConnectivitySource& src, const Eigen::MatrixXd& M, std::size_t q, std::size_t r) {
+      const auto N = static_cast<Eigen::Index>(src.nodes.size());
+      if (M.rows() != N)
+        throw InputError("predict:ConnectivitySize", "subject " + subjects.ids[r] + " (" + files[r] + ")",
+                         fmt::format("has {} nodes, but the model's connectivity source {} has {} ({} ...): every subject needs the training "
+                                     "subjects' nodes, in the same order",
+                                     M.rows(), src.name.empty() ? "" : "\"" + src.name + "\"", N, src.nodes.front()));
+      std::vector<std::pair<int, int>> ends;
+      for (int a = 0; a < N; ++a)
+        for (int b = a + 1; b < N; ++b) ends.emplace_back(a, b);
+      return CentredConnections(src, M, ends, designs[q], static_cast<Eigen::Index>(r));
+    };
+    // Covariate levels the models were not trained with: each group's mean prepared connections.
+    std::vector<std::vector<Eigen::VectorXd>> levelMeans(models.size());
+    for (std::size_t q = 0; q < models.size(); ++q)
+      for (const auto& src : models[q].connectivitySources)
+        if (src.column == column && groups[q].Any())
+          levelMeans[q] = LevelMeans(groups[q], [&](std::size_t r) { return prepare(src, matrix(r), q, r); });
     std::vector<std::exception_ptr> errors(static_cast<std::size_t>(n));
     // Each subject's matrix read once and scored under every model; the first problem in table order is reported.
     tbb::parallel_for(Eigen::Index{0}, n, [&](Eigen::Index i) {
       const auto r = static_cast<std::size_t>(i);
       try {
-        const std::string where = "subject " + subjects.ids[r] + " (" + files[r] + ")";
-        const Eigen::MatrixXd M = io::ReadMatrixFile(files[r]);
-        CheckConnectivityMatrix(M, where);
+        const Eigen::MatrixXd M = matrix(r);
         for (std::size_t q = 0; q < models.size(); ++q)
           for (const auto& src : models[q].connectivitySources) {
             if (src.column != column) continue;
-            const auto N = static_cast<Eigen::Index>(src.nodes.size());
-            if (M.rows() != N)
-              throw InputError("predict:ConnectivitySize", where,
-                               fmt::format("has {} nodes, but the model's connectivity source {} has {} ({} ...): every subject needs the training "
-                                           "subjects' nodes, in the same order",
-                                           M.rows(), src.name.empty() ? "" : "\"" + src.name + "\"", N, src.nodes.front()));
-            std::vector<std::pair<int, int>> ends;
-            for (int a = 0; a < N; ++a)
-              for (int b = a + 1; b < N; ++b) ends.emplace_back(a, b);
-            AddVoxelScores(models[q], src.weights, CentredConnections(src, M, ends, designs[q], i), scores[q], i, parts ? &(*parts)[q] : nullptr);
+            Eigen::VectorXd xc = prepare(src, M, q, r);
+            if (const int g = levelMeans[q].empty() ? -1 : groups[q].of[r]; g >= 0) xc -= levelMeans[q][static_cast<std::size_t>(g)];
+            AddVoxelScores(models[q], src.weights, xc, scores[q], i, parts ? &(*parts)[q] : nullptr);
           }
       } catch (...) {
         errors[r] = std::current_exception();

@@ -27,14 +27,45 @@ struct CovariateColumns {
   const Eigen::RowVectorXd& fill;
 };
 /// The new subjects' rows of such columns: a level the model was not trained with as `s.unseenLevels` says (each such
-/// subject and column named in `warnings`); a missing value imputed with the model's fill (named in `warnings`).
-Eigen::MatrixXd NewCovariateRows(const CovariateColumns& columns, const NewSubjects& s, std::vector<std::string>& warnings);
+/// subject and column named in `warnings`; with Estimate, coded as the reference level and named in `unseen`, per
+/// subject "column = level" of each such column); a missing value imputed with the model's fill (named in `warnings`).
+Eigen::MatrixXd NewCovariateRows(const CovariateColumns& columns, const NewSubjects& s, std::vector<std::string>& warnings,
+                                 std::vector<std::vector<std::string>>* unseen = nullptr);
+
+/// New subjects grouped by the covariate levels the model was not trained with (UnseenLevels::Estimate): each group's
+/// effect is estimated from its `fitting` subjects. `of`: per subject its group, or -1.
+struct LevelGroups {
+  std::vector<int> of;
+  std::vector<std::string> names;                ///< per group, its levels ("site = D")
+  std::vector<std::vector<std::size_t>> fitting; ///< per group, the subjects its mean is taken over
+  bool Any() const { return !names.empty(); }
+};
+
+/// The groups of model m's new subjects by their levels the model was not trained with (`unseen`, per subject, from
+/// NewCovariateRows), each estimated from its subjects (of NewSubjects::newSiteReference's group when given).
+/// InputError predict:NewLevelTooSmall below NewSubjects::newSiteMinimum, predict:EstimateLevel for a model with
+/// kernel-space sources (no images to take the mean of).
+LevelGroups GroupUnseenLevels(const exporting::ExportedModel& m, const NewSubjects& s, const std::vector<std::vector<std::string>>& unseen);
+
+/// Per group, the mean of its fitting subjects' prepared vectors (`prepared(i)`: subject i's centred voxels or
+/// connections), which each subject of the group then has removed.
+template <typename Prepared>
+std::vector<Eigen::VectorXd> LevelMeans(const LevelGroups& groups, const Prepared& prepared) {
+  std::vector<Eigen::VectorXd> means;
+  for (const auto& fitting : groups.fitting) {
+    Eigen::VectorXd sum = prepared(fitting.front());
+    for (std::size_t j = 1; j < fitting.size(); ++j) sum += prepared(fitting[j]);
+    means.push_back(sum / static_cast<double>(fitting.size()));
+  }
+  return means;
+}
 
 /// Every image source's part of the models' scores (and `parts`), each image read once: harmonised sources first
 /// estimate the effects of sites their models were not trained on (NewSubjects::newSites), then every image is
 /// harmonised, residualised, centred and projected as the model's training images were.
 void AddImageScores(const std::vector<exporting::ExportedModel>& models, const NewSubjects& subjects, const std::vector<Eigen::MatrixXd>& designs,
-                    std::vector<Eigen::MatrixXd>& scores, std::vector<Eigen::MatrixXd>* parts, std::vector<std::string>& warnings);
+                    const std::vector<LevelGroups>& groups, std::vector<Eigen::MatrixXd>& scores, std::vector<Eigen::MatrixXd>* parts,
+                    std::vector<std::string>& warnings);
 
 /// Kernel `kernel`'s rows of model m for the new subjects from a table: the columns of the model's training subjects, in
 /// its order, and its stored training block. InputError naming the file for a new subject without a row or a training
@@ -44,6 +75,6 @@ gram::FoldKernel KernelFromTable(const exporting::ExportedModel& m, std::size_t 
 /// Every connectivity source's part of the models' scores (and `parts`): each subject's matrix (the file in the source's
 /// column) read once, checked as the study checked its matrices and against the model's nodes, scored in primal form.
 void AddConnectivityScores(const std::vector<exporting::ExportedModel>& models, const NewSubjects& subjects, const std::vector<Eigen::MatrixXd>& designs,
-                           std::vector<Eigen::MatrixXd>& scores, std::vector<Eigen::MatrixXd>* parts);
+                           const std::vector<LevelGroups>& groups, std::vector<Eigen::MatrixXd>& scores, std::vector<Eigen::MatrixXd>* parts);
 
 }  // namespace neuromkl::pipeline::predicting

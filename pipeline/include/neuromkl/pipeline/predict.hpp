@@ -44,9 +44,12 @@ struct NewSubjects {
   /// subjects and its stored training block.
   std::map<std::string, KernelRowTable> kernelTables;
   /// A categorical covariate level the model was not trained with (e.g. a site absent from its training): refused
-  /// (InputError predict:UnknownLevel, the default), or coded as the model's reference level (its first: every dummy
-  /// 0), with each such subject named in the warnings. Never decided silently.
-  enum class UnseenLevels { Refuse, Reference };
+  /// (InputError predict:UnknownLevel, the default), coded as the model's reference level (its first: every dummy 0),
+  /// or estimated from the new subjects of that level (Estimate: coded as the reference level, then the level's own
+  /// mean is removed from its subjects' prepared images and connections, so that their mean is the training subjects'
+  /// mean; at least newSiteMinimum of them, of newSiteReference's group when given). Each such subject or level is named
+  /// in the warnings. Never decided silently.
+  enum class UnseenLevels { Refuse, Reference, Estimate };
   UnseenLevels unseenLevels = UnseenLevels::Refuse;
   /// A harmonised model applied to subjects of a site it was not trained on: that site's ComBat effects are estimated
   /// from its own subjects (at least newSiteMinimum of them; with newSiteReference {column, value} only those of that
