@@ -12,7 +12,8 @@ replicates with its standard error:
   - the cost: the nested CV's seconds with and without harmonisation;
   - a site the model never saw: trained on sites 1-3 (harmonised, model exported), applied with `neuromkl predict` at
     site 4 with that site's ComBat effects estimated from all its subjects and from --calibration of them, against the
-    nested CV's in-site estimate and the unharmonised model at site 4.
+    nested CV's in-site estimate, a model with the site as a covariate (--unseen-levels reference and estimate) and the
+    unharmonised model at site 4.
 
 Usage: bench/harmonisation_sites.py [--cli build/pipeline/neuromkl] [--replicates 5] [--subjects 300] [--imbalances 0,0.5] [--effect 0.5]
                                    [--new-site-only] [--calibration 20]
@@ -77,8 +78,9 @@ def run(cli, folder, name, target, task, harmonise, seed):
 def new_site(cli, tmp, seed, subjects, effect, calibration):
     """A model trained on sites 1-3 and applied at site 4, which it never saw. Returns the balanced accuracies per
     learner: the nested CV over sites 1-3 (the in-site estimate), site 4 with its ComBat effects estimated from all its
-    subjects and from `calibration` of them (--new-site-reference), site 4 without harmonisation, and whether predict
-    refuses site 4 with --new-sites refuse."""
+    subjects and from `calibration` of them (--new-site-reference), site 4 with the site as a categorical covariate
+    instead (coded as the reference site, or its mean estimated from its subjects: --unseen-levels), site 4 without
+    either, and whether predict refuses site 4 with --new-sites refuse."""
     folder = os.path.join(tmp, f"newsite{seed}")
     simulate(cli, folder, seed, subjects, 0.0, True, effect)
     path = os.path.join(folder, "participants.tsv")
@@ -95,24 +97,28 @@ def new_site(cli, tmp, seed, subjects, effect, calibration):
             for r in subset:
                 writer.writerow({"calibration": "n/a", **r})
     out = {}
-    for harmonise in (True, False):
-        name = "trained_on_three_sites" + ("" if harmonise else "_raw")
+    for design in ("harmonised", "covariate", "raw"):
+        name = f"trained_on_three_sites_{design}"
         study = {"name": name, "subjects": {"table": "train.tsv"}, "target": {"column": "group", "task": "classification", "positive_class": "patient"},
                  "atlas": "aal", "learners": LEARNERS, "cv": {"outer": {"k": 5}, "inner": {"k": 3}}, "output": {"dir": f"out/{name}", "weight_maps": False},
                  "seed": seed}
-        if harmonise:
+        if design == "harmonised":
             study["harmonisation"] = {"site_column": "site"}
+        if design == "covariate":
+            study["covariates"] = {"categorical": ["site"]}
         with open(os.path.join(folder, name + ".json"), "w") as f:
             json.dump(study, f)
         subprocess.run([cli, "run", name + ".json", "-q"], check=True, stdout=subprocess.DEVNULL, cwd=folder)
         with open(os.path.join(folder, "out", name, "results.json")) as f:
             results = json.load(f)
-        if harmonise:
+        if design == "harmonised":
             for l in results["learners"]:
                 out[("in-site nested CV (sites 1-3, harmonised)", l["label"])] = l["metrics"]["pooled"]["balanced_accuracy"]
-        cases = [("site 4, effects estimated from all its subjects", [])] if harmonise else [("site 4, not harmonised", [])]
-        if harmonise:
-            cases.append((f"site 4, effects estimated from {calibration} of its subjects", ["--new-site-reference", "calibration=yes"]))
+        cases = {"harmonised": [("site 4, effects estimated from all its subjects", []),
+                                (f"site 4, effects estimated from {calibration} of its subjects", ["--new-site-reference", "calibration=yes"])],
+                 "covariate": [("site 4, site as a covariate, coded as the reference site", ["--unseen-levels", "reference"]),
+                               ("site 4, site as a covariate, its mean from its subjects", ["--unseen-levels", "estimate"])],
+                 "raw": [("site 4, not harmonised", [])]}[design]
         for what, options in cases:
             pred = os.path.join(folder, "pred_" + "".join(c for c in what if c.isalnum()))
             subprocess.run([cli, "predict", os.path.join("out", name, "model"), "new.tsv", "--out", pred, "-q"] + options, check=True,
@@ -121,7 +127,7 @@ def new_site(cli, tmp, seed, subjects, effect, calibration):
                 performance = json.load(f)["performance"]
             for l in LEARNERS:
                 out[(what, l["label"])] = performance[l["label"]]["balanced_accuracy"]
-        if harmonise:
+        if design == "harmonised":
             refused = subprocess.run([cli, "predict", os.path.join("out", name, "model"), "new.tsv", "--out", "refused", "--new-sites", "refuse", "-q"],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=folder)
             out[("site 4 with --new-sites refuse: exit code", "")] = refused.returncode
