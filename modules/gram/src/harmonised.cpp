@@ -181,8 +181,12 @@ KernelList HarmonisedKernels::FoldKernelsOver(const std::vector<int>& rows, std:
 
 std::vector<Eigen::VectorXd> HarmonisedKernels::ColumnWeights(std::size_t source, const std::vector<int>& train,
                                                               const std::vector<const Eigen::MatrixXd*>& weights, const std::string& fold) const {
+  return ColumnWeights(FitFoldFor(source, train, train, fold), source, train, weights, fold);
+}
+
+std::vector<Eigen::VectorXd> HarmonisedKernels::ColumnWeights(const ComBatModel& model, std::size_t source, const std::vector<int>& train,
+                                                              const std::vector<const Eigen::MatrixXd*>& weights, const std::string& fold) const {
   std::vector<Eigen::VectorXd> out(weights.size(), Eigen::VectorXd::Zero((*sources_).at(source).voxels->cols()));
-  const ComBatModel model = FitFoldFor(source, train, train, fold);
   const Rows gathered = RowsOf(train, train.size());
   const std::string where = Where(source, fold);
   const std::vector<std::size_t> kernels = KernelsOf(source);

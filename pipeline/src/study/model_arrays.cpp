@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <stdexcept>
 
 #include <fmt/format.h>
@@ -128,31 +129,39 @@ int HarmonisedSourceIndex(const StudyContext& ctx, const ImageSourceView& view) 
   return -1;
 }
 
-/// Harmonised source `source` (view `v` of the model): its arrays are made from the training images as the model's own
-/// ComBat fit harmonised them, not from the raw images, and the model keeps that fit for predict. The source's columns
-/// are its regions' voxels times sqrt(p) (probabilistic atlases): ComBat is equivariant to that scale, so per voxel
-/// alpha, sigma and beta are a column's divided by sqrt(p) and gamma*, delta* are the column's.
-void HarmonisedImageArrays(const StudyContext& ctx, const ImageSourceView& view, std::size_t source, const weights::ModelImageLayout& layout,
-                           const RowWeights& w, ModelEntry& e, std::size_t v) {
-  const gram::HarmonisedKernels& store = *ctx.harmonisedKernels;
-  const gram::Harmonisation& design = *ctx.harmonisation;
-  const std::vector<int> rows = TrainingRows(*e.fold);
-  const std::string where = e.final ? "the final model's training subjects" : fmt::format("outer fold {}'s training subjects", e.fold->index);
-  const gram::ComBatModel fit = store.FitFoldFor(source, rows, rows, where);
-  const auto n = static_cast<Eigen::Index>(ctx.kernelRows.size()), K = static_cast<Eigen::Index>(ctx.KernelCount());
-  const auto first = static_cast<Eigen::Index>(view.first), count = static_cast<Eigen::Index>(view.count);
-  std::vector<Eigen::MatrixXd> perKernel;  // every S column on each kernel of the source, then each class's D
-  for (Eigen::Index j = 0; j < w.S.cols(); ++j) {
-    perKernel.push_back(Eigen::MatrixXd::Zero(n, K));
-    perKernel.back().middleCols(first, count) = w.S.col(j).replicate(1, count);
-  }
-  for (const auto& d : w.D) perKernel.push_back(d);
-  std::vector<const Eigen::MatrixXd*> pointers;
-  for (const auto& m : perKernel) pointers.push_back(&m);
-  const std::vector<Eigen::VectorXd> columns = store.ColumnWeights(source, rows, pointers, where);
+/// Per (kernel, voxel) entry of a layout: its column among the harmonised source's voxel columns and that column's scale.
+/// The columns are the regions' voxels times sqrt(p) (probabilistic atlases); ComBat is equivariant to that scale, so per
+/// voxel alpha, sigma and beta are a column's divided by sqrt(p) and gamma*, delta* are the column's.
+struct EntryColumns {
+  std::vector<Eigen::Index> column;
+  std::vector<double> scale;
+};
 
-  exporting::ModelImageSource& src = e.model.imageSources.at(v);
-  const auto U = static_cast<Eigen::Index>(layout.voxels.size()), p = w.S.cols() - 1, q = fit.beta.rows();
+EntryColumns HarmonisedColumns(const StudyContext& ctx, const ImageSourceView& view, const weights::ModelImageLayout& layout) {
+  const auto& regions = view.regions->regions;
+  EntryColumns out;
+  for (std::size_t entry = 0; entry < layout.entryKernel.size(); ++entry) {
+    const std::size_t k = view.first + layout.entryKernel[entry];
+    const gram::KernelOrigin& origin = ctx.harmonisedKernels->Origins().at(k);
+    const auto region = std::find_if(regions.begin(), regions.end(), [&](const auto& r) { return r.label == ctx.ks.set.info[k].label; });
+    const std::int64_t voxel = layout.voxels[layout.entryVoxel[entry]];
+    if (region == regions.end()) throw std::logic_error("model export: kernel " + ctx.ks.set.info[k].name + " has no region");
+    const auto at = std::lower_bound(region->voxels.begin(), region->voxels.end(), voxel);
+    const Eigen::Index c = origin.begin + static_cast<Eigen::Index>(at - region->voxels.begin());
+    if (at == region->voxels.end() || *at != voxel || c >= origin.end)
+      throw std::logic_error(fmt::format("model export: voxel {} of kernel {} is not among its harmonised columns", voxel, ctx.ks.set.info[k].name));
+    out.column.push_back(c);
+    out.scale.push_back(static_cast<double>(std::sqrt(static_cast<float>(layout.entryWeight[entry]))));  // as the columns were scaled
+  }
+  return out;
+}
+
+/// A ComBat fit of the model's training subjects over the layout's voxels, with the preserved covariates' levels and
+/// imputation values.
+exporting::ModelHarmonisation HarmonisationOf(const StudyContext& ctx, const gram::ComBatModel& fit, const std::vector<int>& rows,
+                                              const weights::ModelImageLayout& layout, const EntryColumns& columns) {
+  const gram::Harmonisation& design = *ctx.harmonisation;
+  const auto U = static_cast<Eigen::Index>(layout.voxels.size()), q = fit.beta.rows();
   exporting::ModelHarmonisation h;
   h.siteColumn = ctx.study.harmonisation.siteColumn;
   for (const int site : fit.sites) h.sites.push_back(design.siteNames.at(static_cast<std::size_t>(site)));
@@ -167,21 +176,10 @@ void HarmonisedImageArrays(const StudyContext& ctx, const ImageSourceView& view,
   h.voxels.resize(U, 3 + q);
   h.gammaStar.resize(fit.gammaStar.rows(), U);
   h.delta2Star.resize(fit.delta2Star.rows(), U);
-  const auto& regions = view.regions->regions;
-  for (std::size_t entry = 0; entry < layout.entryKernel.size(); ++entry) {
-    const std::size_t k = view.first + layout.entryKernel[entry];
-    const gram::KernelOrigin& origin = store.Origins().at(k);
-    const auto region = std::find_if(regions.begin(), regions.end(), [&](const auto& r) { return r.label == ctx.ks.set.info[k].label; });
+  for (std::size_t entry = 0; entry < columns.column.size(); ++entry) {
     const auto u = static_cast<Eigen::Index>(layout.entryVoxel[entry]);
-    const std::int64_t voxel = layout.voxels[static_cast<std::size_t>(u)];
-    const auto at = std::lower_bound(region->voxels.begin(), region->voxels.end(), voxel);
-    const Eigen::Index c = origin.begin + static_cast<Eigen::Index>(at - region->voxels.begin());
-    if (at == region->voxels.end() || *at != voxel || c >= origin.end)
-      throw std::logic_error(fmt::format("model export: voxel {} of kernel {} is not among its harmonised columns", voxel, ctx.ks.set.info[k].name));
-    const double scale = static_cast<double>(std::sqrt(static_cast<float>(layout.entryWeight[entry])));  // as the columns were scaled
-    for (Eigen::Index j = 0; j <= p; ++j) src.voxels(u, 1 + j) = columns[static_cast<std::size_t>(j)][c] / scale;
-    for (Eigen::Index cls = 0; cls < static_cast<Eigen::Index>(w.D.size()); ++cls)
-      src.weights(static_cast<Eigen::Index>(entry), 3 + cls) = scale * columns[static_cast<std::size_t>(1 + p + cls)][c];
+    const Eigen::Index c = columns.column[entry];
+    const double scale = columns.scale[entry];
     h.voxels(u, 0) = fit.alpha[c] / scale;
     h.voxels(u, 1) = fit.sigma[c] / scale;
     h.voxels(u, 2) = fit.passThrough[static_cast<std::size_t>(c)] ? 1.0 : 0.0;
@@ -189,7 +187,54 @@ void HarmonisedImageArrays(const StudyContext& ctx, const ImageSourceView& view,
     h.gammaStar.col(u) = fit.gammaStar.col(c);
     h.delta2Star.col(u) = fit.delta2Star.col(c);
   }
-  src.harmonisation = std::move(h);
+  return h;
+}
+
+/// Harmonised source `source` (view `v` of the models): each model's arrays are made from the training images as its own
+/// ComBat fit harmonised them, not from the raw images, and the model keeps that fit for predict. Models with the same
+/// training subjects (every learner's final model; every learner's model of one outer fold) share one fit and one pass
+/// over the harmonised voxels.
+void HarmonisedImageArrays(const StudyContext& ctx, const ImageSourceView& view, std::size_t source, const weights::ModelImageLayout& layout,
+                           const std::vector<RowWeights>& rowWeights, std::vector<ModelEntry>& entries, std::size_t v) {
+  const gram::HarmonisedKernels& store = *ctx.harmonisedKernels;
+  const EntryColumns columnOf = HarmonisedColumns(ctx, view, layout);
+  std::map<std::vector<int>, std::vector<std::size_t>> byRows;
+  for (std::size_t q = 0; q < entries.size(); ++q) byRows[TrainingRows(*entries[q].fold)].push_back(q);
+  const auto n = static_cast<Eigen::Index>(ctx.kernelRows.size()), K = static_cast<Eigen::Index>(ctx.KernelCount());
+  const auto first = static_cast<Eigen::Index>(view.first), count = static_cast<Eigen::Index>(view.count);
+  for (const auto& [rows, models] : byRows) {
+    const ModelEntry& e = entries[models.front()];
+    const std::string where = e.final ? "the final models' training subjects" : fmt::format("outer fold {}'s training subjects", e.fold->index);
+    const gram::ComBatModel fit = store.FitFoldFor(source, rows, rows, where);
+    std::vector<Eigen::MatrixXd> perKernel;  // per model: every S column on each kernel of the source, then each class's D
+    std::vector<std::size_t> offset;
+    for (const std::size_t q : models) {
+      offset.push_back(perKernel.size());
+      for (Eigen::Index j = 0; j < rowWeights[q].S.cols(); ++j) {
+        perKernel.push_back(Eigen::MatrixXd::Zero(n, K));
+        perKernel.back().middleCols(first, count) = rowWeights[q].S.col(j).replicate(1, count);
+      }
+      for (const auto& d : rowWeights[q].D) perKernel.push_back(d);
+    }
+    std::vector<const Eigen::MatrixXd*> pointers;
+    for (const auto& m : perKernel) pointers.push_back(&m);
+    const std::vector<Eigen::VectorXd> columns = store.ColumnWeights(fit, source, rows, pointers, where);
+    const exporting::ModelHarmonisation harmonisation = HarmonisationOf(ctx, fit, rows, layout, columnOf);
+    for (std::size_t m = 0; m < models.size(); ++m) {
+      const RowWeights& w = rowWeights[models[m]];
+      exporting::ModelImageSource& src = entries[models[m]].model.imageSources.at(v);
+      const Eigen::Index p = w.S.cols() - 1;
+      for (std::size_t entry = 0; entry < columnOf.column.size(); ++entry) {
+        const auto u = static_cast<Eigen::Index>(layout.entryVoxel[entry]);
+        const Eigen::Index c = columnOf.column[entry];
+        const double scale = columnOf.scale[entry];
+        for (Eigen::Index j = 0; j <= p; ++j) src.voxels(u, 1 + j) = columns[offset[m] + static_cast<std::size_t>(j)][c] / scale;
+        for (Eigen::Index cls = 0; cls < static_cast<Eigen::Index>(w.D.size()); ++cls)
+          src.weights(static_cast<Eigen::Index>(entry), 3 + cls) = scale * columns[offset[m] + static_cast<std::size_t>(1 + p + cls)][c];
+      }
+      src.harmonisation = harmonisation;
+    }
+  }
 }
 
 /// Image arrays: per image source, every model's mean, covariate coefficient images and primal weights in one pass
@@ -208,11 +253,9 @@ void AddImageArrays(const StudyContext& ctx, const std::vector<RowWeights>& rowW
     std::vector<std::int64_t> scaleVoxels;
     if (view.study.kernels.intensity.scaling == kernels::IntensityScaling::GlobalMean) scaleVoxels = layout.allVoxels;
     if (view.study.kernels.intensity.scaling == kernels::IntensityScaling::ReferenceRegions) scaleVoxels = ReferenceVoxels(view.study, *view.regions);
-    const int harmonised = HarmonisedSourceIndex(ctx, view);
-    for (std::size_t q = 0; q < entries.size(); ++q) {
-      StoreImageArrays(view, layout, arrays[q], scaleVoxels, entries[q].model.imageSources.at(v));
-      if (harmonised >= 0) HarmonisedImageArrays(ctx, view, static_cast<std::size_t>(harmonised), layout, rowWeights[q], entries[q], v);
-    }
+    for (std::size_t q = 0; q < entries.size(); ++q) StoreImageArrays(view, layout, arrays[q], scaleVoxels, entries[q].model.imageSources.at(v));
+    if (const int harmonised = HarmonisedSourceIndex(ctx, view); harmonised >= 0)
+      HarmonisedImageArrays(ctx, view, static_cast<std::size_t>(harmonised), layout, rowWeights, entries, v);
   }
 }
 

@@ -82,6 +82,9 @@ class HarmonisedKernels final : public KernelStore {
   /// columns of no kernel. A map of raw images does not exist here: it would need every subject's own site transform.
   std::vector<Eigen::VectorXd> ColumnWeights(std::size_t source, const std::vector<int>& train, const std::vector<const Eigen::MatrixXd*>& weights,
                                              const std::string& fold) const;
+  /// The same with the fold's fit already made (FitFoldFor(source, train, train, fold)).
+  std::vector<Eigen::VectorXd> ColumnWeights(const ComBatModel& fit, std::size_t source, const std::vector<int>& train,
+                                             const std::vector<const Eigen::MatrixXd*>& weights, const std::string& fold) const;
   const std::vector<HarmonisedSource>& Sources() const { return *sources_; }
   const std::vector<KernelOrigin>& Origins() const { return origins_; }
   /// The ComBat fit of source `source` on the fit rows among `train` (errors name `fold`).
