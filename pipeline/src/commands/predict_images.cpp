@@ -172,6 +172,7 @@ class SourceImages {
 void AddNewSite(SubjectHarmonisation& h, int label, const std::vector<std::size_t>& fitting, const exporting::ModelImageSource& src,
                 const NewSubjects& s, SourceImages& images) {
   const Eigen::Index U = src.voxels.rows();
+  const bool zero = src.nanPolicy == "zero";
   Eigen::MatrixXd X(static_cast<Eigen::Index>(fitting.size()), U);
   Eigen::MatrixXd C(X.rows(), h.covariates.cols());
   for (std::size_t j = 0; j < fitting.size(); ++j) {
@@ -181,7 +182,6 @@ void AddNewSite(SubjectHarmonisation& h, int label, const std::vector<std::size_
     C.row(r) = h.covariates.row(i);
     for (Eigen::Index u = 0; u < U; ++u) {
       const float raw = volume.data[static_cast<std::size_t>(src.voxels(u, 0))];
-      const bool zero = src.nanPolicy == "zero";
       X(r, u) = std::isfinite(raw) ? static_cast<double>(raw) / scale
                 : zero             ? 0.0
                                    : C.row(r).dot(h.fit.beta.col(u)) + h.fit.alpha[u];
@@ -250,7 +250,6 @@ std::unique_ptr<SubjectHarmonisation> PrepareHarmonisation(const exporting::Mode
   return h;
 }
 
-/// Subject i's image of source `name` scored under every model that has the source.
 /// What the scores of one image source apply to each subject's image, per model: its harmonisation (or null), and the
 /// groups of unseen covariate levels with their mean prepared voxels.
 struct SourcePreparation {
@@ -259,6 +258,7 @@ struct SourcePreparation {
   std::vector<std::vector<Eigen::VectorXd>> levelMeans;
 };
 
+/// Subject i's image of source `name` scored under every model that has the source.
 void ScoreImage(const std::vector<exporting::ExportedModel>& models, const std::string& name, const std::string& id, const std::string& path,
                 const io::Volume& volume, Eigen::Index i, const std::vector<Eigen::MatrixXd>& designs, const SourcePreparation& prepared,
                 std::vector<Eigen::MatrixXd>& scores, std::vector<Eigen::MatrixXd>* parts, std::vector<std::string>& warnings) {
@@ -270,8 +270,11 @@ void ScoreImage(const std::vector<exporting::ExportedModel>& models, const std::
       const double scale = IntensityScale(src, volume, path, id);
       std::int64_t nonFinite = 0;
       Eigen::VectorXd xc = CentredVoxels(src, volume, scale, designs[q], i, nonFinite, prepared.harmonisation[q].get());
-      if (const int g = prepared.levelMeans[q].empty() ? -1 : (*prepared.groups)[q].of[static_cast<std::size_t>(i)]; g >= 0)
+      if (const int g = prepared.levelMeans[q].empty() ? -1 : (*prepared.groups)[q].of[static_cast<std::size_t>(i)]; g >= 0) {
         xc -= prepared.levelMeans[q][static_cast<std::size_t>(g)];
+        for (Eigen::Index u = 0; nonFinite > 0 && src.nanPolicy != "zero" && u < xc.size(); ++u)  // such voxels still contribute nothing
+          if (!std::isfinite(volume.data[static_cast<std::size_t>(src.voxels(u, 0))])) xc[u] = 0.0;
+      }
       if (nonFinite > 0) {
         warnings.push_back(fmt::format("subject {}: {} voxels of the model are NaN or infinite in {} (learner {}); they were treated as the training "
                                        "mean (no contribution)",
