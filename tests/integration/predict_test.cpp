@@ -422,6 +422,7 @@ TEST_F(PredictCli, AnUnseenCovariateLevelIsEstimatedFromItsOwnSubjects) {
   EXPECT_THAT(r.output, HasSubstr(fmt::format("covariate level(s) site = siteX are not among the model's training levels: their effect was "
                                               "estimated from the mean of their {} subjects",
                                               count)));
+  EXPECT_EQ(nlohmann::json::parse(ReadFile(Path("pred_cov_siteX/summary.json"))).at("unseen_levels"), "estimate");
   const Rows known = ReadTsv(Path("pred_cov_site1/predictions.tsv")), estimated = ReadTsv(Path("pred_cov_siteX/predictions.tsv"));
   ASSERT_EQ(known.size(), estimated.size());
   for (std::size_t i = 1; i < known.size(); ++i) {

@@ -102,17 +102,17 @@ Json SourcesJson(const std::string& dir, const ExportedModel& m) {
     Eigen::MatrixXd scale(static_cast<Eigen::Index>(src.scaleVoxels.size()), 1);
     for (std::size_t v = 0; v < src.scaleVoxels.size(); ++v) scale(static_cast<Eigen::Index>(v), 0) = static_cast<double>(src.scaleVoxels[v]);
     sources.push_back({{"kind", "images"},
-                            {"name", src.name},
-                            {"image_column", src.imageColumn},
-                            {"grid", GridJson(src.grid)},
-                            {"space", src.space},
-                            {"nan_policy", src.nanPolicy},
-                            {"intensity_scaling", src.intensityScaling},
-                            {"voxels", WriteArray(dir, stem + "voxels.npy", src.voxels)},
-                            {"weights", WriteArray(dir, stem + "weights.npy", src.weights)},
-                            {"scale_voxels", scale.rows() > 0 ? WriteArray(dir, stem + "scale_voxels.npy", scale) : Json(nullptr)},
-                            {"note", "voxels: linear index, training mean, covariate coefficient images; weights: kernel, voxel row, p, "
-                                     "primal weight per class"}});
+                       {"name", src.name},
+                       {"image_column", src.imageColumn},
+                       {"grid", GridJson(src.grid)},
+                       {"space", src.space},
+                       {"nan_policy", src.nanPolicy},
+                       {"intensity_scaling", src.intensityScaling},
+                       {"voxels", WriteArray(dir, stem + "voxels.npy", src.voxels)},
+                       {"weights", WriteArray(dir, stem + "weights.npy", src.weights)},
+                       {"scale_voxels", scale.rows() > 0 ? WriteArray(dir, stem + "scale_voxels.npy", scale) : Json(nullptr)},
+                       {"note", "voxels: linear index, training mean, covariate coefficient images; weights: kernel, voxel row, p, "
+                                "primal weight per class"}});
     if (src.harmonisation) sources.back()["harmonisation"] = HarmonisationJson(dir, stem, *src.harmonisation);
   }
   for (std::size_t s = 0; s < m.tabularSources.size(); ++s) {
@@ -125,31 +125,31 @@ Json SourcesJson(const std::string& dir, const ExportedModel& m) {
     for (const auto& k : src.kernels)
       kernels.push_back({{"kernel", k.kernel}, {"columns", k.columns}, {"function", k.function}, {"value", k.value}, {"offset", k.offset}});
     sources.push_back({{"kind", "tabular"},
-                            {"name", src.name},
-                            {"id_column", src.idColumn},
-                            {"standardise", src.standardise},
-                            {"columns", src.columns},
-                            {"kernels", kernels},
-                            {"rows", WriteArray(dir, stem + "rows.npy", src.rows)},
-                            {"column_stats", WriteArray(dir, stem + "column_stats.npy", stats)}});
+                       {"name", src.name},
+                       {"id_column", src.idColumn},
+                       {"standardise", src.standardise},
+                       {"columns", src.columns},
+                       {"kernels", kernels},
+                       {"rows", WriteArray(dir, stem + "rows.npy", src.rows)},
+                       {"column_stats", WriteArray(dir, stem + "column_stats.npy", stats)}});
   }
   for (std::size_t s = 0; s < m.connectivitySources.size(); ++s) {
     const auto& src = m.connectivitySources[s];
     const std::string stem = fmt::format("connectivity{}_", s);
     sources.push_back({{"kind", "connectivity"},
-                            {"name", src.name},
-                            {"column", src.column},
-                            {"nodes", src.nodes},
-                            {"edges", WriteArray(dir, stem + "edges.npy", src.edges)},
-                            {"weights", WriteArray(dir, stem + "weights.npy", src.weights)},
-                            {"note", "edges: connection index (a < b, upper triangle row by row), training mean, covariate coefficients; weights: "
-                                     "kernel, edge row, 1, primal weight per class"}});
+                       {"name", src.name},
+                       {"column", src.column},
+                       {"nodes", src.nodes},
+                       {"edges", WriteArray(dir, stem + "edges.npy", src.edges)},
+                       {"weights", WriteArray(dir, stem + "weights.npy", src.weights)},
+                       {"note", "edges: connection index (a < b, upper triangle row by row), training mean, covariate coefficients; weights: "
+                                "kernel, edge row, 1, primal weight per class"}});
   }
   for (const auto& name : m.precomputedSources)
     sources.push_back({{"kind", "precomputed"},
-                            {"name", name},
-                            {"note", "prediction needs each new subject's kernel row against the training subjects and its self-similarity "
-                                     "(neuromkl predict --kernel-rows); the training block of each kernel is in precomputed_kernels"}});
+                       {"name", name},
+                       {"note", "prediction needs each new subject's kernel row against the training subjects and its self-similarity "
+                                "(neuromkl predict --kernel-rows); the training block of each kernel is in precomputed_kernels"}});
   return sources;
 }
 

@@ -537,7 +537,7 @@ PredictOutcome Predict(const PredictOptions& options) {
   subjects.newSiteReference = options.newSiteReference;
   for (const auto& [kernel, file] : options.kernelRows) {
     const bool known = std::any_of(models.begin(), models.end(), [&](const auto& m) {
-      return std::find(m.kernelNames.begin(), m.kernelNames.end(), kernel) != m.kernelNames.end() && !m.precomputedKernels.empty();
+      return std::any_of(m.precomputedKernels.begin(), m.precomputedKernels.end(), [&](const auto& pk) { return m.kernelNames[pk.kernel] == kernel; });
     });
     if (!known) {
       std::vector<std::string> names;
@@ -585,6 +585,10 @@ PredictOutcome Predict(const PredictOptions& options) {
   const bool harmonised = std::any_of(models.begin(), models.end(), [](const auto& m) {
     return std::any_of(m.imageSources.begin(), m.imageSources.end(), [](const auto& src) { return src.harmonisation.has_value(); });
   });
+  if (std::any_of(models.begin(), models.end(), [](const auto& m) { return !m.covariateCategorical.empty(); }))
+    summary["unseen_levels"] = options.unseenLevels == NewSubjects::UnseenLevels::Refuse      ? "refuse"
+                               : options.unseenLevels == NewSubjects::UnseenLevels::Reference ? "reference"
+                                                                                              : "estimate";
   if (harmonised) {
     const auto& [column, value] = options.newSiteReference;
     summary["new_sites"] = options.newSites == NewSubjects::NewSites::Refuse
