@@ -286,8 +286,9 @@ std::string ValidateStudy(const config::StudyConfig& study, bool deep) {
     if (!h.missing.empty())
       line("  missing preserved covariates imputed inside every fold from its training subjects (median; most frequent level): " +
            MissingCounts(h.missing));
-    line("  every site has 2 or more fitting subjects in every training set; each fold forms its harmonised kernels from the voxels, which stay in "
-         "memory (float32); voxel maps are of each fold's harmonised images; the exported model keeps each model's ComBat fit for predict");
+    line(std::string("  every site has 2 or more fitting subjects in every training set; each fold forms its harmonised kernels from the voxels, "
+                     "which stay in memory (float32); voxel maps are of each fold's harmonised images") +
+         (study.output.model ? "; each exported model keeps its ComBat fit for predict" : ""));
   }
   line(fmt::format("CV plan: outer {}, inner {}, seed {}", DescribeScheme(study.cv.outer), DescribeScheme(study.cv.inner), study.cv.seed));
   bool anySearch = false;
