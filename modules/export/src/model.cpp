@@ -326,6 +326,17 @@ void ReadTrainingArrays(const Reader& rd, const Json& j, ExportedModel& m) {
   for (Eigen::Index i = 0; i < l; ++i) m.fitRows.push_back(a(i, 0) != 0.0 ? 1 : 0);
 }
 
+/// The primal arrays of an image or connectivity source: every row of `at` names an index below `bound` (a voxel of the
+/// grid, a connection of the nodes), every weight row a kernel (of the `K`) and a row of `at` that exist.
+void CheckPrimalRows(const Reader& rd, const std::string& source, const Eigen::MatrixXd& at, double bound, const char* noun, const char* outside,
+                     const Eigen::MatrixXd& weights, Eigen::Index K) {
+  for (Eigen::Index u = 0; u < at.rows(); ++u)
+    if (!(at(u, 0) >= 0 && at(u, 0) < bound)) rd.Corrupt(fmt::format("source {}: {} row {} {}", source, noun, u, outside));
+  for (Eigen::Index e = 0; e < weights.rows(); ++e)
+    if (!(weights(e, 0) >= 0 && weights(e, 0) < static_cast<double>(K) && weights(e, 1) >= 0 && weights(e, 1) < static_cast<double>(at.rows())))
+      rd.Corrupt(fmt::format("source {}: weight row {} names a kernel or {} that does not exist", source, e, noun));
+}
+
 /// A harmonised source's ComBat estimates over its U voxels, their shapes checked against the card.
 ModelHarmonisation ReadHarmonisation(const Reader& rd, const Json& j, Eigen::Index U, const std::string& source) {
   ModelHarmonisation h;
@@ -375,13 +386,7 @@ ModelImageSource ReadImageSource(const Reader& rd, const Json& s, Eigen::Index p
   if (src.intensityScaling != "none" && scale.rows() == 0) rd.Corrupt("source " + src.name + ": intensity scaling without its voxels");
   for (Eigen::Index v = 0; v < scale.rows(); ++v) src.scaleVoxels.push_back(static_cast<std::int64_t>(scale(v, 0)));
   if (s.contains("harmonisation")) src.harmonisation = ReadHarmonisation(rd, s.at("harmonisation"), src.voxels.rows(), src.name);
-  const double V = static_cast<double>(src.grid.VoxelCount());
-  for (Eigen::Index v = 0; v < src.voxels.rows(); ++v)
-    if (!(src.voxels(v, 0) >= 0 && src.voxels(v, 0) < V)) rd.Corrupt(fmt::format("source {}: voxel row {} lies outside the grid", src.name, v));
-  for (Eigen::Index e = 0; e < src.weights.rows(); ++e)
-    if (!(src.weights(e, 0) >= 0 && src.weights(e, 0) < static_cast<double>(K) && src.weights(e, 1) >= 0 &&
-          src.weights(e, 1) < static_cast<double>(src.voxels.rows())))
-      rd.Corrupt(fmt::format("source {}: weight row {} names a kernel or voxel that does not exist", src.name, e));
+  CheckPrimalRows(rd, src.name, src.voxels, static_cast<double>(src.grid.VoxelCount()), "voxel", "lies outside the grid", src.weights, K);
   return src;
 }
 
@@ -394,13 +399,8 @@ ModelConnectivitySource ReadConnectivitySource(const Reader& rd, const Json& s, 
   src.nodes = s.at("nodes").get<std::vector<std::string>>();
   src.edges = rd.Array(s.at("edges"), -1, 2 + p, "source " + src.name + " edges");
   src.weights = rd.Array(s.at("weights"), -1, 3 + C, "source " + src.name + " weights");
-  const double N = static_cast<double>(src.nodes.size()), connections = N * (N - 1) / 2;
-  for (Eigen::Index u = 0; u < src.edges.rows(); ++u)
-    if (!(src.edges(u, 0) >= 0 && src.edges(u, 0) < connections)) rd.Corrupt(fmt::format("source {}: edge row {} names no connection", src.name, u));
-  for (Eigen::Index e = 0; e < src.weights.rows(); ++e)
-    if (!(src.weights(e, 0) >= 0 && src.weights(e, 0) < static_cast<double>(K) && src.weights(e, 1) >= 0 &&
-          src.weights(e, 1) < static_cast<double>(src.edges.rows())))
-      rd.Corrupt(fmt::format("source {}: weight row {} names a kernel or edge that does not exist", src.name, e));
+  const double N = static_cast<double>(src.nodes.size());
+  CheckPrimalRows(rd, src.name, src.edges, N * (N - 1) / 2, "edge", "names no connection", src.weights, K);
   return src;
 }
 

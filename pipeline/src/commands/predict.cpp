@@ -257,8 +257,7 @@ std::vector<Eigen::MatrixXd> NewDesigns(const std::vector<exporting::ExportedMod
                                   groups[q].names[g], groups[q].fitting[g].size()));
   }
   // Models of one study share their covariates: each subject's note once, in table order.
-  for (const auto& note : notes)
-    if (std::find(warnings.begin(), warnings.end(), note) == warnings.end()) warnings.push_back(note);
+  predicting::AddOnce(notes, warnings);
   return designs;
 }
 

@@ -285,14 +285,25 @@ void ScoreImage(const std::vector<exporting::ExportedModel>& models, const std::
   }
 }
 
+/// The two nodes of each of the source's connections (its `edges` rows), decoded once for every subject.
+std::vector<std::pair<int, int>> ConnectionEnds(const exporting::ModelConnectivitySource& src) {
+  const auto N = static_cast<int>(src.nodes.size());
+  std::vector<std::pair<int, int>> all;  // in EdgeIndex order
+  for (int a = 0; a < N; ++a)
+    for (int b = a + 1; b < N; ++b) all.emplace_back(a, b);
+  std::vector<std::pair<int, int>> ends;
+  for (Eigen::Index u = 0; u < src.edges.rows(); ++u) ends.push_back(all[static_cast<std::size_t>(src.edges(u, 0))]);
+  return ends;
+}
+
 /// Subject i's connections of a connectivity source as the training connections were prepared: the covariates' part
-/// removed (row i of `design`), centred on the training mean.
+/// removed (row i of `design`), centred on the training mean. `ends`: ConnectionEnds(src).
 Eigen::VectorXd CentredConnections(const exporting::ModelConnectivitySource& src, const Eigen::MatrixXd& M, const std::vector<std::pair<int, int>>& ends,
                                    const Eigen::MatrixXd& design, Eigen::Index i) {
   const Eigen::Index U = src.edges.rows(), p = src.edges.cols() - 2;
   Eigen::VectorXd xc(U);
   for (Eigen::Index u = 0; u < U; ++u) {
-    const auto [a, b] = ends[static_cast<std::size_t>(src.edges(u, 0))];
+    const auto [a, b] = ends[static_cast<std::size_t>(u)];
     double x = M(a, b);
     for (Eigen::Index j = 0; j < p; ++j) x -= design(i, j) * src.edges(u, 2 + j);
     xc[u] = x - src.edges(u, 1);
@@ -300,13 +311,12 @@ Eigen::VectorXd CentredConnections(const exporting::ModelConnectivitySource& src
   return xc;
 }
 
-/// Appends the notes not already in `warnings` (models of one study say the same of each subject and site).
+}  // namespace
+
 void AddOnce(const std::vector<std::string>& notes, std::vector<std::string>& warnings) {
   for (const auto& note : notes)
     if (std::find(warnings.begin(), warnings.end(), note) == warnings.end()) warnings.push_back(note);
 }
-
-}  // namespace
 
 void AddImageScores(const std::vector<exporting::ExportedModel>& models, const NewSubjects& subjects, const std::vector<Eigen::MatrixXd>& designs,
                     const std::vector<LevelGroups>& groups, std::vector<Eigen::MatrixXd>& scores, std::vector<Eigen::MatrixXd>* parts,
@@ -370,6 +380,10 @@ void AddConnectivityScores(const std::vector<exporting::ExportedModel>& models, 
       CheckConnectivityMatrix(M, where);
       return M;
     };
+    std::vector<std::vector<std::pair<int, int>>> ends(models.size());  // each model's source of this column
+    for (std::size_t q = 0; q < models.size(); ++q)
+      for (const auto& src : models[q].connectivitySources)
+        if (src.column == column) ends[q] = ConnectionEnds(src);
     auto prepare = [&](const exporting::ModelConnectivitySource& src, const Eigen::MatrixXd& M, std::size_t q, std::size_t r) {
       const auto N = static_cast<Eigen::Index>(src.nodes.size());
       if (M.rows() != N)
@@ -377,10 +391,7 @@ void AddConnectivityScores(const std::vector<exporting::ExportedModel>& models, 
                          fmt::format("has {} nodes, but the model's connectivity source {} has {} ({} ...): every subject needs the training "
                                      "subjects' nodes, in the same order",
                                      M.rows(), src.name.empty() ? "" : "\"" + src.name + "\"", N, src.nodes.front()));
-      std::vector<std::pair<int, int>> ends;
-      for (int a = 0; a < N; ++a)
-        for (int b = a + 1; b < N; ++b) ends.emplace_back(a, b);
-      return CentredConnections(src, M, ends, designs[q], static_cast<Eigen::Index>(r));
+      return CentredConnections(src, M, ends[q], designs[q], static_cast<Eigen::Index>(r));
     };
     // Covariate levels the models were not trained with: each group's mean prepared connections.
     std::vector<std::vector<Eigen::VectorXd>> levelMeans(models.size());

@@ -1,13 +1,11 @@
 // `neuromkl predict --kernel-rows`: precomputed kernels' rows of new subjects, read from tables and matched to each
 // model's training subjects by id (docs/predict.md).
-#include <cmath>
-#include <set>
-
 #include <fmt/format.h>
 
 #include "neuromkl/core/errors.hpp"
 #include "neuromkl/core/strings.hpp"
 #include "neuromkl/core/table.hpp"
+#include "neuromkl/pipeline/cohort.hpp"
 #include "predict_parts.hpp"
 
 namespace neuromkl::pipeline {
@@ -24,13 +22,12 @@ KernelRowTable ReadKernelRowTable(const std::string& file) {
     out.columnOf[table.header[c]] = static_cast<Eigen::Index>(columns.size());
     columns.push_back(c);
   }
+  out.rowOf = RowsById(table, table.header[0], "new subjects' ids, the first column of the kernel rows");
   out.values.resize(static_cast<Eigen::Index>(table.rows.size()), static_cast<Eigen::Index>(columns.size()));
   out.self.resize(static_cast<Eigen::Index>(table.rows.size()));
   for (std::size_t r = 0; r < table.rows.size(); ++r) {
     const auto& row = table.rows[r];
     const std::string where = fmt::format("{}:{}", file, table.lineNumbers[r]);
-    if (!out.rowOf.emplace(row[0], static_cast<Eigen::Index>(r)).second)
-      throw InputError("predict:KernelRows", where, "subject " + row[0] + " has two rows");
     auto number = [&](std::size_t c) {
       double v = 0;
       if (!ParseFiniteCell(row[c], v))
@@ -57,7 +54,7 @@ gram::FoldKernel KernelFromTable(const exporting::ExportedModel& m, std::size_t 
   for (const auto& id : s.ids) {
     const auto it = t.rowOf.find(id);
     if (it == t.rowOf.end()) missingSubjects.push_back(id);
-    else rows.push_back(it->second);
+    else rows.push_back(static_cast<Eigen::Index>(it->second));
   }
   for (const auto& id : m.trainingIds) {
     const auto it = t.columnOf.find(id);

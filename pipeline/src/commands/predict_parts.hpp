@@ -60,6 +60,9 @@ std::vector<Eigen::VectorXd> LevelMeans(const LevelGroups& groups, const Prepare
   return means;
 }
 
+/// Appends the notes not already in `warnings` (models of one study say the same of each subject, site and level).
+void AddOnce(const std::vector<std::string>& notes, std::vector<std::string>& warnings);
+
 /// Every image source's part of the models' scores (and `parts`), each image read once: harmonised sources first
 /// estimate the effects of sites their models were not trained on (NewSubjects::newSites), then every image is
 /// harmonised, residualised, centred and projected as the model's training images were.

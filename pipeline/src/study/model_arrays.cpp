@@ -309,6 +309,8 @@ void AddConnectivityArrays(const StudyContext& ctx, const config::SourceSpec& sp
 }  // namespace
 
 void AddModelArrays(const StudyContext& ctx, std::vector<ModelEntry>& entries) {
+  // The entries share their sources (DescribeModel): a study of kernel-space sources only has no arrays to make.
+  if (entries.empty() || (entries.front().model.imageSources.empty() && entries.front().model.connectivitySources.empty())) return;
   std::vector<RowWeights> rowWeights;
   for (const auto& e : entries) rowWeights.push_back(ModelRowWeights(ctx, e));
   AddImageArrays(ctx, rowWeights, entries);

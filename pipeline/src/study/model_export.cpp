@@ -317,22 +317,28 @@ void DescribeSources(const StudyContext& ctx, const std::vector<int>& rows, expo
   }
 }
 
-/// Each precomputed kernel's raw block over the model's training rows (its file read again, as the kernel stage read it):
-/// a new subject's kernel row is prepared against it as the folds prepared their test rows.
-void DescribePrecomputed(const StudyContext& ctx, const std::vector<int>& rows, exporting::ExportedModel& m) {
+/// The study's precomputed kernels (their files read again, as the kernel stage read them), each with the prefix of its
+/// name among the study's kernels ("<source>:" with kernels.sources).
+std::vector<std::pair<std::string, kernels::KernelSet>> PrecomputedSets(const StudyContext& ctx) {
   const auto& study = ctx.study;
-  std::vector<std::pair<std::string, config::StudyConfig>> views;  // kernel name prefix, the study as the source sees it
-  if (study.kernels.source == KernelSource::Precomputed) views.emplace_back("", study);
+  std::vector<std::pair<std::string, kernels::KernelSet>> sets;
+  if (study.kernels.source == KernelSource::Precomputed) sets.emplace_back("", PrecomputedKernels(study, ctx.cohort));
   for (const auto& s : study.kernels.sources)
-    if (study.kernels.source == KernelSource::Sources && s.kind == KernelSource::Precomputed) views.emplace_back(s.name + ":", SourceStudy(study, s));
+    if (study.kernels.source == KernelSource::Sources && s.kind == KernelSource::Precomputed)
+      sets.emplace_back(s.name + ":", PrecomputedKernels(SourceStudy(study, s), ctx.cohort));
+  return sets;
+}
+
+/// Each precomputed kernel's raw block over the model's training rows: a new subject's kernel row is prepared against it
+/// as the folds prepared their test rows.
+void AddPrecomputedBlocks(const StudyContext& ctx, const std::vector<std::pair<std::string, kernels::KernelSet>>& sets, const std::vector<int>& rows,
+                          exporting::ExportedModel& m) {
   Eigen::VectorXi cohortRows(static_cast<Eigen::Index>(rows.size()));
   for (std::size_t i = 0; i < rows.size(); ++i) cohortRows[static_cast<Eigen::Index>(i)] = ctx.kernelRows[static_cast<std::size_t>(rows[i])];
-  for (const auto& [prefix, view] : views) {
-    const kernels::KernelSet set = PrecomputedKernels(view, ctx.cohort);
+  for (const auto& [prefix, set] : sets)
     for (std::size_t j = 0; j < set.info.size(); ++j)
       for (std::size_t k = 0; k < m.kernelNames.size(); ++k)
         if (m.kernelNames[k] == prefix + set.info[j].name) m.precomputedKernels.push_back({k, set.kernels[j](cohortRows, cohortRows)});
-  }
 }
 
 }  // namespace
@@ -358,7 +364,6 @@ exporting::ExportedModel DescribeModel(const StudyContext& ctx, const exporting:
   DescribeFit(ctx, fold.model, rows, m);
   DescribeCovariates(ctx, rows, m);
   DescribeSources(ctx, rows, m);
-  DescribePrecomputed(ctx, rows, m);
   return m;
 }
 
@@ -388,7 +393,7 @@ std::vector<ModelEntry> ModelEntries(const exporting::RunRecord& record, const s
 }
 
 /// Every entry's model card, with each training subject's image content, so that predict tells a training subject
-/// from another cohort's subject of the same id (sub-0001 of two cohorts).
+/// from another cohort's subject of the same id (sub-0001 of two cohorts), and its precomputed kernels' training blocks.
 void DescribeEntries(const StudyContext& ctx, const exporting::RunRecord& record, std::vector<ModelEntry>& entries) {
   std::vector<std::string> imageHashes(ctx.cohort.ids.size());
   std::vector<const std::vector<std::string>*> imageLists;
@@ -396,8 +401,10 @@ void DescribeEntries(const StudyContext& ctx, const exporting::RunRecord& record
   for (const auto& s : ctx.ks.imageSources) imageLists.push_back(&s.images);
   if (!imageLists.empty())
     for (const int r : ctx.kernelRows) imageHashes[static_cast<std::size_t>(r)] = SubjectImageHash(imageLists, static_cast<std::size_t>(r));
+  const auto precomputed = PrecomputedSets(ctx);  // read once for every model
   for (auto& e : entries) {
     e.model = DescribeModel(ctx, record, record.learners[e.learner], *e.fold, e.final);
+    AddPrecomputedBlocks(ctx, precomputed, TrainingRows(*e.fold), e.model);
     if (!imageLists.empty())
       for (const int r : TrainingRows(*e.fold))
         e.model.trainingImageHashes.push_back(imageHashes[static_cast<std::size_t>(ctx.kernelRows[static_cast<std::size_t>(r)])]);

@@ -25,8 +25,9 @@ std::vector<cv::OuterFoldResult> FitFinalModels(const StudyContext& ctx);
 std::string SubjectImageHash(const std::vector<const std::vector<std::string>*>& imageLists, std::size_t row);
 void ExportModels(const StudyContext& ctx, exporting::RunRecord& record, const std::vector<cv::OuterFoldResult>& finals, const std::string& dir);
 
-/// One exported model from a fitted fold: the card, coefficients, covariates and kernel-space sources (the
-/// image arrays, which need a pass over the images, are added by ExportModels).
+/// One exported model from a fitted fold: the card, coefficients, covariates and kernel-space sources (the image and
+/// connectivity arrays, which need a pass over the images or matrices, and the precomputed kernels' training blocks,
+/// read from their files, are added by ExportModels).
 exporting::ExportedModel DescribeModel(const StudyContext& ctx, const exporting::RunRecord& record, const exporting::LearnerRecord& learner,
                                        const cv::OuterFoldResult& fold, bool final);
 

@@ -18,7 +18,8 @@ namespace neuromkl::pipeline {
 /// its self-similarity and its values against training subjects (by id).
 struct KernelRowTable {
   std::string file;
-  std::map<std::string, Eigen::Index> rowOf, columnOf;  ///< new subject id -> row; training subject id -> column
+  std::map<std::string, std::size_t> rowOf;     ///< new subject id -> row
+  std::map<std::string, Eigen::Index> columnOf;  ///< training subject id -> column
   Eigen::MatrixXd values;                               ///< new subjects x training subjects
   Eigen::VectorXd self;                                 ///< new subjects' self-similarities
 };
