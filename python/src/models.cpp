@@ -165,12 +165,14 @@ void BindModels(py::module_& m) {
       .def_property_readonly("harmonisation_columns",
                              [](const ExportedModel& e) {
                                std::vector<std::string> cols;
-                               for (const auto& s : e.imageSources)
-                                 if (s.harmonisation) {
-                                   cols.push_back(s.harmonisation->siteColumn);
-                                   cols.insert(cols.end(), s.harmonisation->covariateNumeric.begin(), s.harmonisation->covariateNumeric.end());
-                                   for (const auto& [col, levels] : s.harmonisation->covariateCategorical) cols.push_back(col);
-                                 }
+                               auto add = [&](const std::optional<exporting::ModelHarmonisation>& h) {
+                                 if (!h) return;
+                                 cols.push_back(h->siteColumn);
+                                 cols.insert(cols.end(), h->covariateNumeric.begin(), h->covariateNumeric.end());
+                                 for (const auto& [col, levels] : h->covariateCategorical) cols.push_back(col);
+                               };
+                               for (const auto& s : e.imageSources) add(s.harmonisation);
+                               for (const auto& s : e.tabularSources) add(s.harmonisation);
                                return cols;
                              })
       .def_property_readonly("feature_columns",

@@ -127,7 +127,7 @@ TEST_F(HarmonisationCli, ThePlantedRegionsLeadAfterHarmonisingOnTheControls) {
   const std::vector<std::string> top = {rows[1][nameCol], rows[2][nameCol]};
   EXPECT_THAT(top, ::testing::UnorderedElementsAre("Hippocampus_L", "Precuneus_R"));
   // Voxel maps of the harmonised images, one mean map per learner, with weight in them (their exactness for the
-  // harmonised data: harmonised_test.cpp, MapsOfTheHarmonisedTrainingImagesGiveTheDecisionValues).
+  // harmonised data: fold_formed_test.cpp, MapsOfTheHarmonisedTrainingImagesGiveTheDecisionValues).
   int means = 0;
   for (const auto& entry : std::filesystem::directory_iterator(*dir_ / "results/dx/weights")) {
     const std::string file = entry.path().filename().string();
@@ -241,7 +241,7 @@ TEST_F(HarmonisationCli, BadSettingsAreRefusedAlikeByValidateAndRun) {
        "/harmonisation/covariates/columns/0: covariate column \"image\" must be numeric"},
       {R"(, "harmonisation": {"site_column": "site", "fit_on": {"column": "group", "value": "healthy"}})",
        "/harmonisation/fit_on/value: no subject used has \"healthy\" in column \"group\""},
-      {R"(, "harmonisation": {"site_column": "site", "sources": ["gm"]})", "/harmonisation/sources/0: expected the name of an image source"},
+      {R"(, "harmonisation": {"site_column": "site", "sources": ["gm"]})", "/harmonisation/sources/0: expected the name of an image or tabular source of /kernels/sources"},
       {R"(, "harmonisation": {"site_column": "site"}, "kernels": {"precision": "float32"})", "/kernels/precision: a harmonised study forms"},
       {R"(, "harmonisation": {"site_col": "site"})", "site_col"},
       {R"(, "harmonisation": {"site_column": "site_small"})", "site \"lonely\" (column \"site_small\") has "},

@@ -195,6 +195,68 @@ TEST(Inputs, BadKernelInputsAreClearErrors) {
   EXPECT_THAT(r.output, HasSubstr("p1: column \"a\" holds \"\", expected a finite number"));
 }
 
+// Tabular gaps and fold statistics: a gap without impute names the way out; a training set with no value to impute a
+// column from is refused before any fit, naming the fold and the column; float32 kernels cannot hold fold-formed tabular
+// kernels. validate and run agree (exit 2, no results); validate and results.json state what is imputed.
+TEST(Inputs, TabularGapsAndFoldStatisticsAreCheckedByValidateAndRunAlike) {
+  TabularCohort c;
+  // Custom folds: p0-p14 are fold 1, p15-p29 fold 2. s1 lacks p3's value; n1 has values in fold 1 only.
+  std::string participants = "subject\tgroup\tfold\n", features = "subject,s1,n1\n";
+  for (int i = 0; i < 30; ++i) {
+    // (Appended piece by piece: GCC 12 warns of an overlap, wrongly, in a chain of "literal" + std::string.)
+    std::string id = "p";
+    id += std::to_string(i);
+    for (const std::string& cell : {id, std::string(i % 2 ? "case" : "control"), std::string(i < 15 ? "1" : "2")}) participants += cell + '\t';
+    participants.back() = '\n';
+    for (const std::string& cell : {id, i == 3 ? std::string() : neuromkl::FormatDouble(c.signal(i, 0)), i < 15 ? neuromkl::FormatDouble(c.noise(i, 0)) : std::string("NA")})
+      features += cell + ',';
+    features.back() = '\n';
+  }
+  WriteFile(c.dir / "folds.tsv", participants);
+  WriteFile(c.dir / "gaps.csv", features);
+  auto study = [&](const std::string& name, const std::string& tabular, const std::string& precision = "float64") {
+    const std::string path = c.dir / (name + ".json");
+    WriteFile(path, R"({"name": ")" + name + R"(", "subjects": {"table": "folds.tsv"}, "target": {"column": "group", "task": "classification",
+      "positive_class": "case"}, "kernels": {"source": "tabular", "precision": ")" + precision + R"(", "tabular": {"table": "gaps.csv", )" + tabular +
+                        R"(}}, "cv": {"outer": {"scheme": "custom", "fold_column": "fold"}}, "learners": [{"name": "svm", "params": {"c": 1}}]})");
+    return path;
+  };
+  struct Case {
+    std::string name, tabular, precision, expected;
+  };
+  const std::vector<Case> cases = {
+      {"gap_none", R"("groups": {"g": ["s1"]})", "float64",
+       "subject p3: column \"s1\" holds \"\", expected a finite number (a missing value: set \"impute\": \"median\" in the tabular section to fill "
+       "it inside the folds) [tabular:NotNumeric]"},
+      {"gap_fold", R"("groups": {"g": ["s1", "n1"]}, "impute": "median")", "float64",
+       (c.dir / "gap_fold.json") + " /kernels/tabular/impute: none of the 15 training subjects of outer fold 1 (of 2) has a value in feature column "
+       "\"n1\", so its missing values there cannot be imputed (test subjects lacking it: none); fill in some of them, or use a split that spreads "
+       "them [tabular:NothingToImpute]"},
+      {"gap_f32", R"("groups": {"g": ["s1"]}, "standardise": true)", "float32", "/kernels/tabular/standardise: the folds form a standardised"},
+  };
+  for (const auto& k : cases)
+    for (const std::string command : {"validate ", "run "}) {
+      const auto r = RunCli(command + study(k.name, k.tabular, k.precision) + " -q");
+      EXPECT_EQ(r.exitCode, 2) << command << k.name << "\n" << r.output;
+      EXPECT_THAT(r.output, HasSubstr(k.expected)) << command << k.name;
+      EXPECT_FALSE(std::filesystem::exists(c.dir / ("results/" + k.name))) << k.name;
+    }
+  const std::string ok = study("gap_ok", R"("groups": {"g": ["s1"]}, "impute": "median", "standardise": true)");
+  const auto v = RunCli("validate " + ok);
+  EXPECT_EQ(v.exitCode, 0) << v.output;
+  EXPECT_THAT(v.output, HasSubstr("inside every fold: the columns imputed (median) and standardised (mean, SD) with the fold's training subjects' "
+                                  "statistics, then its kernels formed"));
+  EXPECT_THAT(v.output, HasSubstr("imputed inside the folds: s1: 1 missing"));
+  const auto r = RunCli("run " + ok + " -q");
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  const auto j = nlohmann::json::parse(ReadFile(c.dir / "results/gap_ok/results.json"));
+  const auto& folds = j.at("tabular_in_folds").at(0);
+  EXPECT_EQ(folds.at("standardise"), true);
+  EXPECT_EQ(folds.at("missing_per_column").at("s1"), 1);
+  // p3 is in fold 1: a test subject of outer fold 1 and a training subject of outer fold 2.
+  EXPECT_EQ(folds.at("imputed_subjects_per_outer_fold"), nlohmann::json::parse(R"([{"training": 0, "test": 1}, {"training": 1, "test": 0}])"));
+}
+
 TEST(Inputs, UnitNormWeightMapsAndSimulatedNans) {
   TempDir dir;
   ASSERT_EQ(RunCli("simulate --out " + (dir / "c") + " --subjects 20 --downsample 3 --nan-fraction 0.002 --seed 2 -q").exitCode, 0);

@@ -22,6 +22,7 @@ using neuromkl::testing::RunCli;
 using neuromkl::testing::TempDir;
 using neuromkl::testing::WriteFile;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 namespace fs = std::filesystem;
 
@@ -71,7 +72,9 @@ class PredictCli : public ::testing::Test {
         {"nan", "--subjects 24 --seed 8 --downsample 3 --nan-fraction 0.01"},
         {"nanNew", "--subjects 24 --seed 9 --downsample 3 --nan-fraction 0.01"},
         {"imp", "--subjects 40 --seed 11 --downsample 3 --age-regions Frontal_Sup_L --age-target-correlation 0.5"},
+        {"tab", "--subjects 50 --seed 3 --downsample 3 --task regression --age-regions Frontal_Sup_L --age-target-correlation 0.5 --clinical-effect 1"},
         {"conn", "--subjects 60 --seed 31 --downsample 3 --connectivity 10 --connectivity-signal node03 --age-regions Frontal_Sup_L"},
+        {"tsites", "--subjects 72 --seed 17 --downsample 3 --sites 3 --effect 0.8 --clinical-effect 1"},
         {"sites", "--subjects 72 --seed 13 --downsample 3 --sites 3 --effect 0.8 --age-regions Frontal_Sup_L --age-target-correlation 0.3"}};
     if (!fs::exists(Path(name))) {
       const auto r = RunCli("simulate --out " + Path(name) + " " + args.at(name) + " -q");
@@ -261,6 +264,68 @@ TEST_F(PredictCli, FoldModelsReproduceNestedCvWithImputedCovariates) {
   EXPECT_NEAR(card.at("covariates").at("impute").at("fill").at(1).get<double>(), median, 1e-12 * median);
 }
 
+// A tabular source imputed and standardised inside the folds (/kernels/tabular impute, standardise): every fold model
+// keeps its own training subjects' medians, means and SDs and its training rows as they made them, so predict on a
+// fold's held-out subjects (some lacking a value) reproduces their decision values, linear and Gaussian kernels alike;
+// the final model's statistics are those of every subject, and a new subject's gap takes the median, said in a warning.
+TEST_F(PredictCli, FoldModelsReproduceNestedCvWithTabularColumnsImputedAndStandardisedInTheFolds) {
+  const std::string cohort = Cohort("tab");
+  const Rows table = ReadTsv(cohort + "/participants.tsv");
+  const std::size_t clinicalCol = Col(table, "clinical"), ageCol = Col(table, "age");
+  std::string text;
+  std::vector<double> clinical, filled;
+  for (std::size_t r = 0; r < table.size(); ++r) {
+    std::vector<std::string> row = table[r];
+    if (r > 0 && r % 7 == 3) row[clinicalCol] = "n/a";
+    if (r > 0 && r % 11 == 5) row[ageCol] = "";
+    if (r > 0 && row[clinicalCol] != "n/a") clinical.push_back(std::stod(row[clinicalCol]));
+    for (std::size_t c = 0; c < row.size(); ++c) text += (c ? "\t" : "") + row[c];
+    text += "\n";
+  }
+  WriteFile(cohort + "/participants.tsv", text);
+  const auto results = Run("tab", cohort, R"("target": {"column": "score", "task": "regression"},
+    "kernels": {"sources": [{"name": "mri", "kind": "images"},
+      {"name": "clin", "kind": "tabular", "tabular": {"table": ")" + cohort + R"(/participants.tsv", "standardise": true, "impute": "median",
+       "groups": {"both": ["clinical", "age"], "age": ["age"]}, "functions": [{"type": "linear"}, {"type": "gaussian", "width": [2]}]}}]},
+    "learners": [{"name": "krr", "params": {"lambda": 0.1}}, {"name": "enmkl_krr", "params": {"lambda": 0.1, "mu": 0.5}}])");
+  ExpectFoldModelsReproduce(results, cohort, 2);
+  const auto j = nlohmann::json::parse(ReadFile(results + "/results.json"));
+  const auto& folds = j.at("tabular_in_folds").at(0);
+  EXPECT_EQ(folds.at("source"), "clin");
+  EXPECT_EQ(folds.at("missing_per_column").at("clinical"), 7);  // rows 3, 10, ..., 45
+  EXPECT_EQ(folds.at("missing_per_column").at("age"), 5);       // rows 5, 16, 27, 38, 49
+  int tested = 0;
+  for (const auto& fold : folds.at("imputed_subjects_per_outer_fold")) tested += fold.at("test").get<int>();
+  EXPECT_EQ(tested, 11);  // every subject is tested once; sub-0038 lacks both
+  // The final model: the median and the mean and SD of the filled column over all 50 subjects (43 values: the middle one).
+  std::sort(clinical.begin(), clinical.end());
+  ASSERT_EQ(clinical.size(), 43U);
+  const double median = clinical[21];
+  double sum = 0, squares = 0;
+  for (const double v : clinical) sum += v;
+  const double mean = (sum + 7 * median) / 50;
+  for (const double v : clinical) squares += (v - mean) * (v - mean);
+  const double sd = std::sqrt((squares + 7 * (median - mean) * (median - mean)) / 49);
+  const std::string modelDir = results + "/model/EnmklKrr";
+  const auto card = nlohmann::json::parse(ReadFile(modelDir + "/model.json"));
+  for (const auto& source : card.at("sources")) {
+    if (source.at("kind") != "tabular") continue;
+    EXPECT_EQ(source.at("impute"), "median");
+    // (The groups in name order: "age" first, so its column is the first used.)
+    EXPECT_EQ(source.at("columns"), (std::vector<std::string>{"age", "clinical"}));
+    const Eigen::MatrixXd fill = neuromkl::ReadNpy(modelDir + "/" + source.at("fill").at("file").get<std::string>());
+    const Eigen::MatrixXd stats = neuromkl::ReadNpy(modelDir + "/" + source.at("column_stats").at("file").get<std::string>());
+    EXPECT_NEAR(fill(0, 1), median, 1e-12 * std::abs(median));
+    EXPECT_NEAR(stats(0, 1), mean, 1e-12 * std::max(1.0, std::abs(mean)));
+    EXPECT_NEAR(stats(1, 1), sd, 1e-12 * sd);
+  }
+  WriteSubset(cohort, {"sub-0003", "sub-0004"}, Path("tab_new.tsv"));
+  const auto r = RunCli("predict " + results + "/model " + Path("tab_new.tsv") + " --out " + Path("pred_tab"));
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr(fmt::format("subject sub-0003: feature column \"clinical\" is missing; imputed with the training subjects' median {}", median)));
+  EXPECT_THAT(r.output, Not(HasSubstr("subject sub-0004: feature column")));
+}
+
 // Connectivity and precomputed kernels travel too: the model keeps the connections' training means, covariate
 // coefficients and primal weights (as for voxels), and each precomputed kernel's training block; predict reads each new
 // subject's matrix, and the precomputed kernel's rows from a table (--kernel-rows) whose columns name the training subjects.
@@ -341,6 +406,80 @@ TEST_F(PredictCli, FoldModelsReproduceNestedCvOfAHarmonisedStudy) {
   EXPECT_EQ(h.at("sites"), (std::vector<std::string>{"site1", "site2", "site3"}));
   EXPECT_EQ(h.at("fit_on"), "group = control");
   EXPECT_EQ(h.at("covariates").at("numeric"), std::vector<std::string>{"age"});
+}
+
+// A tabular source harmonised inside the folds (/harmonisation/sources names it): every fold imputes its columns, fits
+// ComBat on the imputed training columns and standardises what that gives; each fold model keeps the fit, so predict on
+// the held-out subjects reproduces their decisions. A model trained on two sites estimates a third site's effects from
+// that site's own rows: a training site's subjects presented under a new name get the same decisions back.
+TEST_F(PredictCli, AHarmonisedTabularSourceTravelsToHeldOutSubjectsAndNewSites) {
+  const std::string cohort = Cohort("tsites");
+  const Rows table = ReadTsv(cohort + "/participants.tsv");
+  const std::size_t site = Col(table, "site"), clinical = Col(table, "clinical");
+  const std::map<std::string, std::pair<double, double>> effect = {{"site1", {0.0, 1.0}}, {"site2", {3.0, 2.5}}, {"site3", {-2.0, 0.5}}};
+  std::string text;
+  for (std::size_t r = 0; r < table.size(); ++r) {
+    std::vector<std::string> row = table[r];
+    if (r == 0) {
+      row.insert(row.end(), {"f1", "f2"});
+    } else {
+      const auto [shift, scale] = effect.at(row[site]);
+      row.push_back(r % 13 == 4 ? "NA" : fmt::format("{:.9g}", shift + scale * std::stod(row[clinical])));
+      row.push_back(fmt::format("{:.9g}", 10 + shift + scale * std::sin(3.1 * static_cast<double>(r))));
+    }
+    for (std::size_t c = 0; c < row.size(); ++c) text += (c ? "\t" : "") + row[c];
+    text += "\n";
+  }
+  WriteFile(cohort + "/participants.tsv", text);
+  const std::string body = R"("target": {"column": "group", "task": "classification", "positive_class": "patient"},
+    "harmonisation": {"site_column": "site", "sources": ["clin"]},
+    "kernels": {"sources": [{"name": "mri", "kind": "images"},
+      {"name": "clin", "kind": "tabular", "tabular": {"table": "TABLE", "standardise": true, "impute": "median", "groups": {"feat": ["f1", "f2"]}}}]},
+    "learners": [{"name": "svm", "params": {"c": 1}}, {"name": "enmkl_svm", "params": {"c": 1, "mu": 0.5}}])";
+  auto withTable = [&](const std::string& path) {
+    std::string b = body;
+    b.replace(b.find("TABLE"), 5, path);
+    return b;
+  };
+  const auto results = Run("tharm", cohort, withTable(cohort + "/participants.tsv"));
+  ExpectFoldModelsReproduce(results, cohort, 2, true);
+  const auto j = nlohmann::json::parse(ReadFile(results + "/results.json"));
+  EXPECT_EQ(j.at("harmonisation").at("sources"), nlohmann::json::parse(R"([{"name": "clin", "kind": "tabular", "columns": 2}])"));
+  EXPECT_EQ(j.at("tabular_in_folds").at(0).at("harmonise"), true);
+  const auto card = nlohmann::json::parse(ReadFile(results + "/model/Svm/model.json"));
+  for (const auto& source : card.at("sources")) {
+    EXPECT_EQ(source.contains("harmonisation"), source.at("kind") == "tabular") << source.at("kind");  // the images are not harmonised
+    if (source.at("kind") == "tabular") {
+      EXPECT_EQ(source.at("harmonisation").at("sites"), (std::vector<std::string>{"site1", "site2", "site3"}));
+    }
+  }
+  // Trained on sites 1 and 2; site 1's subjects under a new site name have that site's effects estimated from them.
+  WriteSiteRows(cohort, {"site1", "site2"}, {}, Path("tsites_train.tsv"));
+  WriteFile(Path("tharm_new.json"), R"({"name": "tharm_new", "subjects": {"table": ")" + Path("tsites_train.tsv") + R"("}, "atlas": "aal",
+    "output": {"weight_maps": false}, "seed": 7, )" + withTable(Path("tsites_train.tsv")) + "}");
+  auto r = RunCli("run " + Path("tharm_new.json") + " -q");
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  WriteSiteRows(cohort, {"site1"}, {}, Path("tsite1.tsv"));
+  WriteSiteRows(cohort, {"site1"}, {{"site1", "siteX"}}, Path("tsiteX.tsv"));
+  const std::string model = Path("results/tharm_new/model/EnmklSvm");
+  r = RunCli("predict " + model + " " + Path("tsite1.tsv") + " --out " + Path("tpred_site1"));
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  r = RunCli("predict " + model + " " + Path("tsiteX.tsv") + " --out " + Path("tpred_siteX"));
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("source clin: site \"siteX\" is not among the model's training sites (site1, site2); its ComBat effects were "
+                                  "estimated from its"));
+  const Rows known = ReadTsv(Path("tpred_site1/predictions.tsv")), estimated = ReadTsv(Path("tpred_siteX/predictions.tsv"));
+  ASSERT_EQ(known.size(), estimated.size());
+  const std::size_t decision = Col(known, "decision");
+  for (std::size_t i = 1; i < known.size(); ++i) {
+    // The new site's estimates are the training site's to the iteration's 1e-10 relative change.
+    const double want = std::stod(known[i][decision]);
+    EXPECT_NEAR(std::stod(estimated[i][decision]), want, 1e-8 * std::max(1.0, std::abs(want))) << known[i][0];
+  }
+  r = RunCli("predict " + model + " " + Path("tsiteX.tsv") + " --new-sites refuse --out " + Path("tpred_refused"));
+  EXPECT_EQ(r.exitCode, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("source clin: subjects of site(s) \"siteX\""));
+  EXPECT_FALSE(fs::exists(Path("tpred_refused")));
 }
 
 // A site the model never saw: its effects are estimated from its own subjects. Empirical Bayes estimates each site from

@@ -13,7 +13,7 @@ const std::vector<std::string> kIntensity = {"scaling"};
 const std::vector<std::string> kScaling = {"reference_region"};
 const std::vector<std::string> kReferenceImage = {"image"};
 const std::vector<std::string> kPrecomputed = {"name", "file"};
-const std::vector<std::string> kTabular = {"table", "id_column", "groups", "exclude_columns", "functions", "standardise"};
+const std::vector<std::string> kTabular = {"table", "id_column", "groups", "exclude_columns", "functions", "standardise", "impute"};
 const std::vector<std::string> kFunction = {"type", "width", "degree", "offset"};
 const std::vector<std::string> kScheme = {"scheme", "k", "repeats", "group_column", "fold_column"};
 

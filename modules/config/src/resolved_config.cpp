@@ -77,7 +77,8 @@ Json TabularJson(const TabularSpec& tab) {
     if (f.type == TabularFunction::Type::Polynomial) functions.push_back({{"type", "polynomial"}, {"degree", f.values}, {"offset", f.offset}});
   }
   return Json{{"table", tab.table},     {"id_column", tab.idColumn}, {"groups", tab.groupsPreset.empty() ? groups : Json(tab.groupsPreset)},
-              {"exclude_columns", tab.excludeColumns}, {"functions", functions}, {"standardise", tab.standardise}};
+              {"exclude_columns", tab.excludeColumns}, {"functions", functions}, {"standardise", tab.standardise},
+              {"impute", tab.imputeMedian ? "median" : "none"}};
 }
 
 const char* NanPolicyName(kernels::NanPolicy policy) { return policy == kernels::NanPolicy::Zero ? "zero" : "drop_voxel"; }

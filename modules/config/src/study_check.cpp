@@ -184,6 +184,19 @@ void CheckKernels(const Checker& k, const StudyConfig& c) {
     std::set<std::string> names;
     for (std::size_t i = 0; i < ks.sources.size(); ++i) CheckSource(k, c, i, names);
   }
+  if (ks.precision == KernelPrecision::Float32) {
+    // The compact store holds the kernel stage's kernels; a fold's standardised or imputed tabular kernels are its own.
+    auto refuse = [&](const TabularSpec& tab, const std::string& ptr) {
+      if (tab.InFold())
+        k.Fail(ptr + (tab.standardise ? "/standardise" : "/impute"),
+               "the folds form a standardised or imputed tabular source's kernels from its columns, each with its own training subjects' "
+               "statistics, in float64; \"float32\" (the compact store of the kernel stage's kernels) does not apply: use \"precision\": \"float64\"");
+    };
+    if (ks.source == KernelSource::Tabular) refuse(ks.tabular, "/kernels/tabular");
+    for (std::size_t i = 0; ks.source == KernelSource::Sources && i < ks.sources.size(); ++i)
+      if (ks.sources[i].kind == KernelSource::Tabular)
+        refuse(ks.sources[i].tabular, (ks.sources[i].pointer.empty() ? Indexed("/kernels/sources", i) : ks.sources[i].pointer) + "/tabular");
+  }
   if (ks.source == KernelSource::Precomputed && ks.precomputed.empty())
     k.Fail("/kernels/precomputed", "source \"precomputed\" needs a non-empty list of {\"name\", \"file\"} kernels");
   if (ks.source == KernelSource::Tabular && ks.tabular.table.empty())
@@ -244,15 +257,18 @@ void CheckHarmonisation(const Checker& k, const StudyConfig& c) {
                           "being predicted)");
     if (col == h.siteColumn) k.Fail(cov.pointer, "the site column \"" + col + "\" cannot also be a preserved covariate");
   }
-  const std::vector<std::string> images = ImageSourceNames(c);
-  if (images.empty())
-    k.Fail("/harmonisation", "harmonisation applies to image sources (ComBat on their voxels), and this study has none; tabular, connectivity and "
-                             "precomputed sources are not harmonised");
+  std::vector<std::string> names = ImageSourceNames(c);
+  if (c.kernels.source == KernelSource::Tabular) names.push_back("tabular");
+  for (const auto& s : c.kernels.sources)
+    if (s.kind == KernelSource::Tabular) names.push_back(s.name);
+  if (names.empty())
+    k.Fail("/harmonisation", "harmonisation applies to image sources (ComBat on their voxels) and tabular sources (on their columns), and this "
+                             "study has neither; connectivity and precomputed sources are not harmonised");
   for (std::size_t i = 0; i < h.sources.size(); ++i)
-    if (c.kernels.source != KernelSource::Sources || std::find(images.begin(), images.end(), h.sources[i]) == images.end())
+    if (c.kernels.source != KernelSource::Sources || std::find(names.begin(), names.end(), h.sources[i]) == names.end())
       k.Fail(Indexed("/harmonisation/sources", i),
-             "expected the name of an image source of /kernels/sources (" +
-                 (c.kernels.source == KernelSource::Sources ? Join(images, ", ") : std::string("this study has no sources list")) + "), found " +
+             "expected the name of an image or tabular source of /kernels/sources (" +
+                 (c.kernels.source == KernelSource::Sources ? Join(names, ", ") : std::string("this study has no sources list")) + "), found " +
                  Describe(Json(h.sources[i])));
   if (c.kernels.precision == KernelPrecision::Float32)
     k.Fail("/kernels/precision", "a harmonised study forms each fold's kernels from the harmonised voxels in float64; \"float32\" (the compact store "

@@ -327,6 +327,7 @@ TabularSpec ParseTabular(const Json& j, const std::string& ptr, const std::strin
   tab.table = ResolvePath(baseDir, t.RequiredString("table"));
   tab.idColumn = t.String("id_column", tab.idColumn);
   tab.standardise = t.Bool("standardise", false);
+  tab.imputeMedian = t.Choice("impute", "none", {"none", "median"}) == "median";
   ParseTabularGroups(t, ptr, tab);
   if (t.Has("exclude_columns")) {
     const Json& list = t.At("exclude_columns");

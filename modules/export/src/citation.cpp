@@ -237,11 +237,29 @@ std::string KernelsParagraph(const RunRecord& r, std::set<std::string>& cited) {
                       "frequent level for categorical covariates) and applied to the fold's test subjects. ",
                       Join(parts, ", "));
   }
+  for (const auto& t : r.tabularFolds) {
+    const auto Steps = [](const RunRecord::TabularFolds& f) {
+      std::vector<std::string> done;
+      if (f.impute) done.push_back("imputed with the training median");
+      if (f.harmonise) done.push_back("harmonised with ComBat");
+      if (f.standardise) done.push_back("standardised");
+      return Join(done, ", then ");
+    };
+    std::vector<std::string> parts;
+    for (const auto& [column, count] : t.missing) parts.push_back(fmt::format("{}: {} missing", column, count));
+    md += fmt::format("The columns of the tabular source{} were {}{} within each training fold (outer and inner), with the training subjects' "
+                      "statistics applied to the fold's test subjects, before its kernels were formed. ",
+                      t.source.empty() ? std::string() : " " + t.source,
+                      Steps(t),
+                      parts.empty() ? std::string() : " (" + Join(parts, ", ") + ")");
+  }
   if (const auto& h = r.harmonisation; !h.siteColumn.empty()) {
-    md += fmt::format("Site effects were removed with ComBat{} [Johnson, Li & Rabinovic, 2007; Fortin et al., 2017, 2018] from the voxels of {} "
+    std::vector<std::string> of;
+    for (std::size_t s = 0; s < h.sources.size(); ++s) of.push_back((h.sourceKinds[s] == "tabular" ? "the columns of " : "the voxels of ") + h.sources[s]);
+    md += fmt::format("Site effects were removed with ComBat{} [Johnson, Li & Rabinovic, 2007; Fortin et al., 2017, 2018] from {} "
                       "within each training fold (outer and inner): the site ({} sites, column {}) effects were estimated on the training "
-                      "subjects{}{}, applied to the test subjects, and the fold's kernels formed from the harmonised voxels. ",
-                      h.empiricalBayes ? " with empirical Bayes" : "", Join(h.sources, ", "), h.sites.size(), h.siteColumn,
+                      "subjects{}{}, applied to the test subjects, and the fold's kernels formed from the harmonised data. ",
+                      h.empiricalBayes ? " with empirical Bayes" : "", Join(of, ", "), h.sites.size(), h.siteColumn,
                       h.fitOn == "all" ? std::string() : " with " + h.fitOn,
                       h.designColumns.empty() ? std::string() : ", preserving the effects of " + Join(h.designColumns, ", "));
     cited.insert({"johnson2007", "fortin2017", "fortin2018"});

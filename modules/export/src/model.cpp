@@ -131,7 +131,10 @@ Json SourcesJson(const std::string& dir, const ExportedModel& m) {
                        {"columns", src.columns},
                        {"kernels", kernels},
                        {"rows", WriteArray(dir, stem + "rows.npy", src.rows)},
-                       {"column_stats", WriteArray(dir, stem + "column_stats.npy", stats)}});
+                       {"column_stats", WriteArray(dir, stem + "column_stats.npy", stats)},
+                       {"impute", src.fill.size() > 0 ? "median" : "none"}});
+    if (src.fill.size() > 0) sources.back()["fill"] = WriteArray(dir, stem + "fill.npy", Eigen::MatrixXd(src.fill.transpose()));
+    if (src.harmonisation) sources.back()["harmonisation"] = HarmonisationJson(dir, stem, *src.harmonisation);
   }
   for (std::size_t s = 0; s < m.connectivitySources.size(); ++s) {
     const auto& src = m.connectivitySources[s];
@@ -416,12 +419,17 @@ ModelTabularSource ReadTabularSource(const Reader& rd, const Json& s, Eigen::Ind
   const Eigen::MatrixXd stats = rd.Array(s.at("column_stats"), 2, cols, "source " + src.name + " column statistics");
   src.mean = stats.row(0).transpose();
   src.sd = stats.row(1).transpose();
+  // (Models written before imputation existed have neither key: a missing value is an error.)
+  if (s.value("impute", std::string("none")) == "median") src.fill = rd.Array(s.at("fill"), 1, cols, "source " + src.name + " fill").row(0).transpose();
+  if (s.contains("harmonisation")) src.harmonisation = ReadHarmonisation(rd, s.at("harmonisation"), cols, src.name);
   for (const auto& k : s.at("kernels")) {
     ModelTabularKernel tk;
     tk.kernel = k.at("kernel").get<std::size_t>();
     if (tk.kernel >= static_cast<std::size_t>(K)) rd.Corrupt(fmt::format("source {}: kernel {} does not exist", src.name, tk.kernel));
     tk.columns = k.at("columns").get<std::vector<std::string>>();
     tk.function = k.at("function").get<std::string>();
+    if (tk.function != "linear" && tk.function != "polynomial" && tk.function != "gaussian")
+      rd.Corrupt(fmt::format("source {}: kernel {} has function \"{}\", expected linear, polynomial or gaussian", src.name, tk.kernel, tk.function));
     tk.value = k.at("value").get<double>();
     tk.offset = k.at("offset").get<double>();
     src.kernels.push_back(std::move(tk));

@@ -130,6 +130,18 @@ std::string StudySection(const RunRecord& r, const ReportData& data) {
                                           "category): {}",
                                           Join(parts, ", ")));
   }
+  for (const auto& t : r.tabularFolds) {
+    std::vector<std::string> parts;
+    for (const auto& [column, count] : t.missing) parts.push_back(fmt::format("{}: {} missing", Escape(column), count));
+    std::vector<std::string> done;
+    if (t.impute) done.push_back("missing values imputed (median)");
+    if (t.harmonise) done.push_back("columns harmonised (ComBat)");
+    if (t.standardise) done.push_back("columns standardised (mean, SD)");
+    const std::string steps = Join(done, ", ");
+    row(t.source.empty() ? std::string("tabular columns") : "tabular source " + Escape(t.source),
+        fmt::format("{} inside every fold with its training subjects' statistics, then the kernels formed{}", steps,
+                    parts.empty() ? std::string() : ": " + Join(parts, ", ")));
+  }
   if (const auto& hm = r.harmonisation; !hm.siteColumn.empty()) {
     std::vector<std::string> sites;
     for (std::size_t s = 0; s < hm.sites.size(); ++s) sites.push_back(fmt::format("{} (n = {})", Escape(hm.sites[s]), hm.siteCounts[s]));

@@ -239,12 +239,34 @@ Json CovariatesJson(const RunRecord& r) {
   return c;
 }
 
+/// results.json's "tabular_in_folds": the tabular sources whose columns every fold imputes or standardises.
+Json TabularFoldsJson(const std::vector<RunRecord::TabularFolds>& sources) {
+  Json out = Json::array();
+  for (const auto& t : sources) {
+    Json missing = Json::object(), folds = Json::array();
+    for (const auto& [column, count] : t.missing) missing[column] = count;
+    for (const auto& [training, test] : t.imputedPerFold) folds.push_back({{"training", training}, {"test", test}});
+    out.push_back({{"source", t.source},
+                   {"standardise", t.standardise},
+                   {"impute", t.impute ? "median" : "none"},
+                   {"harmonise", t.harmonise},
+                   {"missing_per_column", missing},
+                   {"imputed_subjects_per_outer_fold", folds},
+                   {"note", "every outer and inner fold fills a missing value with its training subjects' median, harmonises the columns with "
+                            "ComBat fitted on them (harmonise: see harmonisation) and standardises each column with their mean and SD (as "
+                            "asked), for its training and test subjects alike, then forms the source's kernels; "
+                            "the kernels written with the results and kept in the kernel cache use every subject's statistics"}});
+  }
+  return out;
+}
+
 /// results.json's "harmonisation": the sites, the design and the sources harmonised inside the folds.
 Json HarmonisationJson(const RunRecord::Harmonisation& h) {
   Json counts = Json::object();
   for (std::size_t s = 0; s < h.sites.size(); ++s) counts[h.sites[s]] = h.siteCounts[s];
   Json sources = Json::array();
-  for (std::size_t s = 0; s < h.sources.size(); ++s) sources.push_back({{"name", h.sources[s]}, {"voxels", h.sourceVoxels[s]}});
+  for (std::size_t s = 0; s < h.sources.size(); ++s)
+    sources.push_back({{"name", h.sources[s]}, {"kind", h.sourceKinds[s]}, {h.sourceKinds[s] == "tabular" ? "columns" : "voxels", h.sourceVoxels[s]}});
   Json missing = Json::object();
   for (const auto& [column, count] : h.missing) missing[column] = count;
   return {{"method", "ComBat (Johnson, Li & Rabinovic 2007; Fortin et al. 2017, 2018)"},
@@ -372,6 +394,7 @@ std::string RunRecordJson(const RunRecord& r) {
                                   "prepared data (docs/statistics.md)"}};
   if (!r.covariateColumns.empty()) j["covariates"] = CovariatesJson(r);
   if (!r.harmonisation.siteColumn.empty()) j["harmonisation"] = HarmonisationJson(r.harmonisation);
+  if (!r.tabularFolds.empty()) j["tabular_in_folds"] = TabularFoldsJson(r.tabularFolds);
   j["cv"] = {{"outer", r.outerScheme}, {"inner", r.innerScheme}, {"seed", r.cvSeed},
              {"inner_criterion", !r.innerCriterion.empty() ? r.innerCriterion + " (mean over inner folds, higher is better)"
                                  : r.task == "classification" ? "balanced_accuracy (mean over inner folds, higher is better)"

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "neuromkl/core/errors.hpp"
+#include "neuromkl/gram/tabular.hpp"
 
 namespace neuromkl::gram {
 
@@ -49,9 +50,7 @@ Eigen::RowVectorXd ImputationFill(const Covariates& cov, const Eigen::Ref<const 
     for (Eigen::Index i = 0; i < trainIdx.size(); ++i)
       if (const double v = cov.design(trainIdx[i], j); !std::isnan(v)) values.push_back(v);
     if (values.empty()) nothing(j);
-    std::sort(values.begin(), values.end());
-    const std::size_t h = values.size() / 2;
-    fill[j] = values.size() % 2 ? values[h] : 0.5 * (values[h - 1] + values[h]);
+    fill[j] = Median(values);
   }
   for (const auto& [id, columns] : dummies) {
     // Level counts: index 0 the reference (every dummy 0), c + 1 the level of dummy columns[c].

@@ -20,6 +20,7 @@
 #include "neuromkl/io/nifti.hpp"
 #include "neuromkl/gram/residualise.hpp"
 #include "neuromkl/gram/preprocess.hpp"
+#include "neuromkl/gram/tabular.hpp"
 #include "neuromkl/metrics/metrics.hpp"
 #include "neuromkl/pipeline/cohort.hpp"
 #include "neuromkl/pipeline/model_export.hpp"
@@ -62,12 +63,14 @@ std::vector<std::string> NeededColumns(const exporting::ExportedModel& m) {
   for (const auto& [c, levels] : m.covariateCategorical) cols.push_back(c);
   for (const auto& s : m.tabularSources) cols.insert(cols.end(), s.columns.begin(), s.columns.end());
   for (const auto& s : m.connectivitySources) cols.push_back(s.column);
-  for (const auto& s : m.imageSources)
-    if (s.harmonisation) {
-      cols.push_back(s.harmonisation->siteColumn);
-      cols.insert(cols.end(), s.harmonisation->covariateNumeric.begin(), s.harmonisation->covariateNumeric.end());
-      for (const auto& [c, levels] : s.harmonisation->covariateCategorical) cols.push_back(c);
-    }
+  auto harmonisation = [&](const std::optional<exporting::ModelHarmonisation>& h) {
+    if (!h) return;
+    cols.push_back(h->siteColumn);
+    cols.insert(cols.end(), h->covariateNumeric.begin(), h->covariateNumeric.end());
+    for (const auto& [c, levels] : h->covariateCategorical) cols.push_back(c);
+  };
+  for (const auto& s : m.imageSources) harmonisation(s.harmonisation);
+  for (const auto& s : m.tabularSources) harmonisation(s.harmonisation);
   std::sort(cols.begin(), cols.end());
   cols.erase(std::unique(cols.begin(), cols.end()), cols.end());
   return cols;
@@ -180,46 +183,55 @@ void AddGivenKernelScores(const exporting::ExportedModel& m, const NewSubjects& 
   }
 }
 
-/// Kernel-space sources (tabular): raw rows against the training rows, preprocessed as in the folds.
+/// Kernel-space sources (tabular): raw rows imputed, harmonised and standardised with the model's training fit, their
+/// kernels against the training rows, preprocessed as in the folds. A missing value is an error unless the model imputes
+/// it; a site the model was not trained on has its effects estimated from its own subjects' imputed rows.
 void AddTabularScores(const exporting::ExportedModel& m, const NewSubjects& s, const Eigen::MatrixXd& newDesign, Eigen::MatrixXd& scores,
-                      Eigen::MatrixXd* parts) {
+                      Eigen::MatrixXd* parts, std::vector<std::string>& warnings) {
   const auto n = static_cast<Eigen::Index>(s.ids.size());
   const auto residualiser = NewResidualiser(m, newDesign);
+  std::vector<std::string> notes;  // (every model of a folder fills the same cells: each named once)
   for (const auto& src : m.tabularSources) {
     Eigen::MatrixXd Z(n, static_cast<Eigen::Index>(src.columns.size()));
     for (std::size_t c = 0; c < src.columns.size(); ++c) {
       const auto& cells = s.cells.at(src.columns[c]);
-      for (Eigen::Index i = 0; i < n; ++i)
-        Z(i, static_cast<Eigen::Index>(c)) =
-            (ParseFinite(cells[static_cast<std::size_t>(i)], s.where, fmt::format("subject {}: feature column \"{}\"", s.ids[static_cast<std::size_t>(i)], src.columns[c])) -
-             src.mean[static_cast<Eigen::Index>(c)]) /
-            src.sd[static_cast<Eigen::Index>(c)];
+      const auto col = static_cast<Eigen::Index>(c);
+      for (Eigen::Index i = 0; i < n; ++i) {
+        const std::string& id = s.ids[static_cast<std::size_t>(i)];
+        double v = 0;
+        if (src.fill.size() > 0 && IsMissingCell(cells[static_cast<std::size_t>(i)])) {
+          v = src.fill[col];
+          notes.push_back(fmt::format("subject {}: feature column \"{}\" is missing; imputed with the training subjects' median {}", id, src.columns[c], v));
+        } else {
+          v = ParseFinite(cells[static_cast<std::size_t>(i)], s.where, fmt::format("subject {}: feature column \"{}\"", id, src.columns[c]));
+        }
+        Z(i, col) = v;
+      }
     }
+    if (src.harmonisation) {
+      const auto h = predicting::PrepareHarmonisation(
+          *src.harmonisation, src.name.empty() ? "tabular" : src.name, s,
+          [&](const std::vector<std::size_t>& fitting, const predicting::SubjectHarmonisation&) {
+            return Eigen::MatrixXd(Z(std::vector<Eigen::Index>(fitting.begin(), fitting.end()), Eigen::all));
+          },
+          notes);
+      for (Eigen::Index c = 0; c < Z.cols(); ++c)
+        for (Eigen::Index i = 0; i < n; ++i) Z(i, c) = predicting::Harmonised(*h, c, i, Z(i, c));
+    }
+    for (Eigen::Index c = 0; c < Z.cols(); ++c) Z.col(c) = (Z.col(c).array() - src.mean[c]) / src.sd[c];
     for (const auto& k : src.kernels) {
       std::vector<Eigen::Index> idx;
       for (const auto& col : k.columns) idx.push_back(static_cast<Eigen::Index>(std::find(src.columns.begin(), src.columns.end(), col) - src.columns.begin()));
       const Eigen::MatrixXd Xt = src.rows(Eigen::all, idx), Xn = Z(Eigen::all, idx);
+      const gram::FeatureKernel function{gram::FeatureKernel::FromName(k.function), k.value, k.offset};
       gram::FoldKernel fk;
-      const Eigen::MatrixXd Gtt = Xt * Xt.transpose(), Gnt = Xn * Xt.transpose();
-      const Eigen::VectorXd dt = Gtt.diagonal(), dn = Xn.rowwise().squaredNorm();
-      if (k.function == "linear") {
-        fk.train = Gtt, fk.testTrain = Gnt, fk.testDiag = dn;
-      } else if (k.function == "polynomial") {
-        fk.train = (Gtt.array() + k.offset).pow(k.value).matrix();
-        fk.testTrain = (Gnt.array() + k.offset).pow(k.value).matrix();
-        fk.testDiag = (dn.array() + k.offset).pow(k.value).matrix();
-      } else {
-        auto gauss = [&](const Eigen::MatrixXd& G, const Eigen::VectorXd& a, const Eigen::VectorXd& b) {
-          const Eigen::MatrixXd D2 = ((a * Eigen::RowVectorXd::Ones(b.size()) + Eigen::VectorXd::Ones(a.size()) * b.transpose() - 2 * G).array().max(0.0)).matrix();
-          return Eigen::MatrixXd((-D2.array() / (2 * k.value * k.value)).exp());
-        };
-        fk.train = gauss(Gtt, dt, dt);
-        fk.testTrain = gauss(Gnt, dn, dt);
-        fk.testDiag = Eigen::VectorXd::Ones(n);
-      }
+      fk.train = function.Gram(Xt);
+      fk.testTrain = function.Between(Xn, Xt);
+      fk.testDiag = function.Self(Xn);
       AddKernelScores(m, k.kernel, std::move(fk), residualiser, scores, parts);
     }
   }
+  predicting::AddOnce(notes, warnings);
 }
 
 /// Every model's scores, starting at its bias. A model with precomputed or connectivity kernels needs the new
@@ -297,7 +309,7 @@ std::vector<Eigen::MatrixXd> ModelScores(const std::vector<exporting::ExportedMo
   for (std::size_t q = 0; q < models.size(); ++q) {
     const Eigen::MatrixXd design = designs[q].rows() > 0 ? designs[q] : Eigen::MatrixXd(n, 0);
     Eigen::MatrixXd* modelParts = parts ? &(*parts)[q] : nullptr;
-    if (!models[q].tabularSources.empty()) AddTabularScores(models[q], subjects, design, scores[q], modelParts);
+    if (!models[q].tabularSources.empty()) AddTabularScores(models[q], subjects, design, scores[q], modelParts, warnings);
     if (!models[q].precomputedSources.empty()) AddGivenKernelScores(models[q], subjects, design, scores[q], modelParts);
   }
   return scores;

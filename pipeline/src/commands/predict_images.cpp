@@ -67,25 +67,6 @@ double IntensityScale(const exporting::ModelImageSource& src, const io::Volume& 
   return scale;
 }
 
-/// A harmonised source of one model as it applies to the new subjects: the model's ComBat fit with the effects of the
-/// new sites added, each subject's row of the fit's site matrices and its preserved covariates.
-struct SubjectHarmonisation {
-  gram::ComBatModel fit;
-  std::vector<int> siteRow;
-  Eigen::MatrixXd covariates;  ///< subjects x preserved design columns (no intercept)
-};
-
-/// x harmonised at voxel u as subject i's site and covariates say, with the arithmetic of gram::ApplyComBat.
-double Harmonised(const SubjectHarmonisation& h, Eigen::Index u, Eigen::Index i, double x) {
-  const gram::ComBatModel& fit = h.fit;
-  if (fit.passThrough[static_cast<std::size_t>(u)]) return x;
-  const int s = h.siteRow[static_cast<std::size_t>(i)];
-  const double preserved = h.covariates.row(i).dot(fit.beta.col(u)) + fit.alpha[u];
-  const double d2 = fit.delta2Star(s, u);
-  const double scale = d2 > 0 ? std::sqrt(d2) : 1.0;
-  return fit.sigma[u] * ((x - preserved) / fit.sigma[u] - fit.gammaStar(s, u)) / scale + preserved;
-}
-
 /// Subject i's voxels of the source as the training voxels were prepared: scaled, harmonised (with `h`), the covariates'
 /// part removed (row i of `design`), centred on the training mean. A non-finite voxel under drop_voxel is counted in
 /// `nonFinite` and set to 0.
@@ -133,22 +114,6 @@ void AddVoxelScores(const exporting::ExportedModel& m, const Eigen::MatrixXd& we
   }
 }
 
-/// The training fit of a model's harmonised source, as gram's ComBat model (training sites labelled 0..B-1).
-gram::ComBatModel TrainingFit(const exporting::ModelHarmonisation& h) {
-  gram::ComBatModel fit;
-  const auto B = static_cast<int>(h.sites.size());
-  for (int s = 0; s < B; ++s) fit.sites.push_back(s);
-  fit.fitCount.assign(h.siteCounts.begin(), h.siteCounts.end());
-  fit.alpha = h.voxels.col(0);
-  fit.sigma = h.voxels.col(1);
-  for (Eigen::Index u = 0; u < h.voxels.rows(); ++u) fit.passThrough.push_back(h.voxels(u, 2) != 0.0 ? 1 : 0);
-  fit.beta = h.voxels.rightCols(h.Columns()).transpose();
-  fit.gammaStar = fit.gammaHat = h.gammaStar;
-  fit.delta2Star = fit.delta2Hat = h.delta2Star;
-  fit.siteNames = h.sites;
-  return fit;
-}
-
 /// The new subjects' images of one source, read when a new site's effects need them (once for every model).
 class SourceImages {
  public:
@@ -167,87 +132,25 @@ class SourceImages {
   std::map<std::size_t, io::Volume> read_;
 };
 
-/// Adds the effects of a site the model was not trained on, estimated from its subjects `fitting` (their images scaled
-/// as the source's; a non-finite voxel counts as the preserved value, z = 0).
-void AddNewSite(SubjectHarmonisation& h, int label, const std::vector<std::size_t>& fitting, const exporting::ModelImageSource& src,
-                const NewSubjects& s, SourceImages& images) {
+/// The new subjects `fitting` of a site the model was not trained on, as the rows its effects are estimated from: their
+/// images scaled as the source's, over the model's voxels (a non-finite voxel counts as the preserved value, z = 0).
+Eigen::MatrixXd NewSiteVoxels(const SubjectHarmonisation& h, const std::vector<std::size_t>& fitting, const exporting::ModelImageSource& src,
+                              const NewSubjects& s, SourceImages& images) {
   const Eigen::Index U = src.voxels.rows();
   const bool zero = src.nanPolicy == "zero";
   Eigen::MatrixXd X(static_cast<Eigen::Index>(fitting.size()), U);
-  Eigen::MatrixXd C(X.rows(), h.covariates.cols());
   for (std::size_t j = 0; j < fitting.size(); ++j) {
     const auto r = static_cast<Eigen::Index>(j), i = static_cast<Eigen::Index>(fitting[j]);
     const io::Volume& volume = images.Of(fitting[j]);
     const double scale = IntensityScale(src, volume, images.Path(fitting[j]), s.ids[fitting[j]]);
-    C.row(r) = h.covariates.row(i);
     for (Eigen::Index u = 0; u < U; ++u) {
       const float raw = volume.data[static_cast<std::size_t>(src.voxels(u, 0))];
       X(r, u) = std::isfinite(raw) ? static_cast<double>(raw) / scale
                 : zero             ? 0.0
-                                   : C.row(r).dot(h.fit.beta.col(u)) + h.fit.alpha[u];
+                                   : h.covariates.row(i).dot(h.fit.beta.col(u)) + h.fit.alpha[u];
     }
   }
-  gram::ComBatOptions options;
-  options.empiricalBayes = src.harmonisation->empiricalBayes;
-  gram::AddSite(h.fit, label, X, C, options);
-}
-
-/// The harmonisation of model m's source `src` for the new subjects: each subject's site among the training sites, and
-/// the sites the model was not trained on estimated from their own subjects (or refused, as `s.newSites` says).
-std::unique_ptr<SubjectHarmonisation> PrepareHarmonisation(const exporting::ModelImageSource& src, const NewSubjects& s, SourceImages& images,
-                                                           std::vector<std::string>& notes) {
-  const exporting::ModelHarmonisation& model = *src.harmonisation;
-  auto h = std::make_unique<SubjectHarmonisation>();
-  h->fit = TrainingFit(model);
-  h->covariates = NewCovariateRows({"harmonisation covariate", 0, model.covariateNumeric, model.covariateCategorical, model.covariateFill}, s, notes);
-  const auto& cells = s.cells.at(model.siteColumn);
-  std::vector<std::string> missing;
-  std::map<std::string, std::vector<std::size_t>> newSites;  // site -> its subjects
-  h->siteRow.assign(s.ids.size(), -1);
-  for (std::size_t i = 0; i < s.ids.size(); ++i) {
-    if (IsMissingCell(cells[i])) {
-      missing.push_back(s.ids[i]);
-      continue;
-    }
-    const auto it = std::find(model.sites.begin(), model.sites.end(), cells[i]);
-    if (it != model.sites.end()) h->siteRow[i] = static_cast<int>(it - model.sites.begin());
-    else newSites[cells[i]].push_back(i);
-  }
-  if (!missing.empty())
-    throw InputError("predict:MissingSite", s.where,
-                     fmt::format("{} subjects have no value in the site column \"{}\" that the model harmonises by: {}", missing.size(), model.siteColumn,
-                                 Shown(missing)));
-  const std::string source = src.name.empty() ? "images" : src.name;
-  std::vector<std::string> unseen;
-  for (const auto& [site, rows] : newSites) unseen.push_back(fmt::format("\"{}\" ({} subjects)", site, rows.size()));
-  if (!newSites.empty() && s.newSites == NewSubjects::NewSites::Refuse)
-    throw InputError("predict:UnknownSite", s.where,
-                     fmt::format("source {}: subjects of site(s) {} that the model was not trained on (its sites: {}); without --new-sites refuse "
-                                 "each such site's effects are estimated from its own subjects (at least --new-site-min of them)",
-                                 source, Join(unseen, ", "), Join(model.sites, ", ")));
-  const auto& [refColumn, refValue] = s.newSiteReference;
-  if (!newSites.empty() && !refColumn.empty() && !s.cells.count(refColumn))
-    throw InputError("predict:NoSuchColumn", s.where, fmt::format("--new-site-reference names column \"{}\", which the table does not have", refColumn));
-  int label = static_cast<int>(model.sites.size());
-  for (const auto& [site, rows] : newSites) {
-    std::vector<std::size_t> fitting;
-    for (const std::size_t i : rows)
-      if (refColumn.empty() || s.cells.at(refColumn)[i] == refValue) fitting.push_back(i);
-    const std::string group = refColumn.empty() ? "" : fmt::format(" with {} = {}", refColumn, refValue);
-    if (static_cast<int>(fitting.size()) < std::max(2, s.newSiteMinimum))
-      throw InputError("predict:NewSiteTooSmall", s.where,
-                       fmt::format("source {}: site \"{}\" is not among the model's training sites ({}), and its effects are estimated from its own "
-                                   "subjects{}: {} found, at least {} needed (--new-site-min); predict more of its subjects at once, or lower "
-                                   "the minimum knowing that the estimates are then less stable",
-                                   source, site, Join(model.sites, ", "), group, fitting.size(), std::max(2, s.newSiteMinimum)));
-    AddNewSite(*h, label, fitting, src, s, images);
-    const int row = h->fit.SiteIndex(label++);
-    for (const std::size_t i : rows) h->siteRow[i] = row;
-    notes.push_back(fmt::format("source {}: site \"{}\" is not among the model's training sites ({}); its ComBat effects were estimated from its "
-                                "{} subjects{} (its {} subjects harmonised with them)",
-                                source, site, Join(model.sites, ", "), fitting.size(), group, rows.size()));
-  }
-  return h;
+  return X;
 }
 
 /// What the scores of one image source apply to each subject's image, per model: its harmonisation (or null), and the
@@ -341,7 +244,11 @@ void AddImageScores(const std::vector<exporting::ExportedModel>& models, const N
       std::vector<std::string> notes;
       for (std::size_t q = 0; q < models.size(); ++q)
         for (const auto& src : models[q].imageSources)
-          if (src.name == name && src.harmonisation) prepared.harmonisation[q] = PrepareHarmonisation(src, subjects, images, notes);
+          if (src.name == name && src.harmonisation)
+            prepared.harmonisation[q] = PrepareHarmonisation(
+                *src.harmonisation, name.empty() ? "images" : name, subjects,
+                [&](const std::vector<std::size_t>& fitting, const SubjectHarmonisation& h) { return NewSiteVoxels(h, fitting, src, subjects, images); },
+                notes);
       AddOnce(notes, warnings);
       // Covariate levels the models were not trained with: each group's mean prepared voxels, from its subjects' images.
       for (std::size_t q = 0; q < models.size(); ++q)

@@ -1,5 +1,8 @@
 #pragma once
-// The parts of `neuromkl predict` its files share: the new subjects' covariate rows and the image sources' scores.
+// The parts of `neuromkl predict` its files share: the new subjects' covariate rows, the harmonised sources' ComBat and the
+// image sources' scores.
+#include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -7,6 +10,7 @@
 #include <Eigen/Core>
 
 #include "neuromkl/export/model.hpp"
+#include "neuromkl/gram/combat.hpp"
 #include "neuromkl/pipeline/predict.hpp"
 
 namespace neuromkl::pipeline::predicting {
@@ -62,6 +66,28 @@ std::vector<Eigen::VectorXd> LevelMeans(const LevelGroups& groups, const Prepare
 
 /// Appends the notes not already in `warnings` (models of one study say the same of each subject, site and level).
 void AddOnce(const std::vector<std::string>& notes, std::vector<std::string>& warnings);
+
+/// A harmonised source of one model as it applies to the new subjects: the model's ComBat fit with the effects of the
+/// new sites added, each subject's row of the fit's site matrices and its preserved covariates.
+struct SubjectHarmonisation {
+  gram::ComBatModel fit;
+  std::vector<int> siteRow;
+  Eigen::MatrixXd covariates;  ///< subjects x preserved design columns (no intercept)
+};
+
+/// x harmonised at feature u (a voxel, a column) as subject i's site and covariates say, with the arithmetic of
+/// gram::ApplyComBat.
+double Harmonised(const SubjectHarmonisation& h, Eigen::Index u, Eigen::Index i, double x);
+/// The rows a new site's effects are estimated from: its subjects `fitting`, over the fit's features, as the model's
+/// training data were before harmonising (`h`: the fit and the subjects' preserved covariates).
+using NewSiteRows = std::function<Eigen::MatrixXd(const std::vector<std::size_t>& fitting, const SubjectHarmonisation& h)>;
+/// The harmonisation of a model's source (`source` names it in messages) for the new subjects: each subject's site among
+/// the training sites, and the sites the model was not trained on estimated from their own subjects (at least
+/// NewSubjects::newSiteMinimum, of NewSubjects::newSiteReference's group when given), each named in `notes`; or refused
+/// as NewSubjects::newSites says. InputError predict:MissingSite, predict:UnknownSite, predict:NewSiteTooSmall,
+/// predict:NoSuchColumn.
+std::unique_ptr<SubjectHarmonisation> PrepareHarmonisation(const exporting::ModelHarmonisation& model, const std::string& source, const NewSubjects& s,
+                                                           const NewSiteRows& newSiteRows, std::vector<std::string>& notes);
 
 /// Every image source's part of the models' scores (and `parts`), each image read once: harmonised sources first
 /// estimate the effects of sites their models were not trained on (NewSubjects::newSites), then every image is

@@ -78,15 +78,11 @@ std::vector<ImagePart> ImageParts(const StudyContext& ctx) {
 
 }  // namespace
 
-std::shared_ptr<const gram::HarmonisedKernels> HarmonisedStudyKernels(const StudyContext& ctx, std::shared_ptr<const gram::KernelList> kernels,
-                                                                     const std::string& scratchDir, std::vector<HarmonisedSourceNote>& notes) {
-  const auto& study = ctx.study;
-  if (ctx.ks.owners)
-    throw InputError("harmonisation:HeldByRanks", study.path + " /harmonisation",
-                     "this study's kernels are too large for one process and are held by the MPI ranks, but a harmonised study forms every "
-                     "fold's kernels from the harmonised voxels in one process; run it without harmonisation, or on fewer subjects");
+std::shared_ptr<const std::vector<gram::HarmonisedSource>> HarmonisedImageSources(const StudyContext& ctx, const std::string& scratchDir,
+                                                                                 std::vector<gram::KernelOrigin>& origins,
+                                                                                 std::vector<HarmonisedSourceNote>& notes) {
   auto sources = std::make_shared<std::vector<gram::HarmonisedSource>>();
-  std::vector<gram::KernelOrigin> origins(kernels->size());
+  if (!ctx.harmonisation) return sources;
   std::vector<std::string> ids, images;
   for (const ImagePart& part : ImageParts(ctx)) {
     ids.clear();
@@ -116,15 +112,12 @@ std::shared_ptr<const gram::HarmonisedKernels> HarmonisedStudyKernels(const Stud
       if (found == regions.end())
         throw std::logic_error(fmt::format("harmonisation: kernel {} has no region of label {} in source {}", ctx.ks.set.info[k].name, label, part.name));
       const auto r = static_cast<std::size_t>(found - regions.begin());
-      origins[k] = {source, static_cast<Eigen::Index>(offsets[r]), static_cast<Eigen::Index>(offsets[r + 1])};
+      origins[k] = gram::KernelOrigin::Voxels(source, static_cast<Eigen::Index>(offsets[r]), static_cast<Eigen::Index>(offsets[r + 1]));
     }
-    notes.push_back({part.name, columns, static_cast<std::uint64_t>(voxels->size()) * sizeof(float)});
+    notes.push_back({part.name, columns, static_cast<std::uint64_t>(voxels->size()) * sizeof(float), "images"});
     sources->push_back({part.name, std::move(voxels)});
   }
-  // Fold kernels kept for the stages after the nested CV, which open every outer fold once per learner and use: up to a
-  // quarter of the memory available now.
-  return std::make_shared<gram::HarmonisedKernels>(std::move(kernels), std::move(origins), std::move(sources), ctx.harmonisation,
-                                                   AvailableMemoryBytes() / 4);
+  return sources;
 }
 
 }  // namespace neuromkl::pipeline

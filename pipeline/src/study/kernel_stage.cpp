@@ -305,7 +305,7 @@ std::size_t PlannedKernelCount(const config::StudyConfig& study, const Cohort& c
     case KernelSource::Precomputed:
       return study.kernels.precomputed.size();
     case KernelSource::Tabular:
-      return TabularFeatures(study, cohort).size();
+      return TabularKernelSpecs(TabularFeatures(study, cohort), study.kernels.tabular.functions).size();
     case KernelSource::Connectivity: {
       const auto& spec = study.kernels.connectivity;
       return PlanConnectivityKernels(ReadConnectivity(study, spec, cohort), spec.kernels).names.size();

@@ -9,7 +9,7 @@
 #include <fmt/format.h>
 
 #include "neuromkl/core/strings.hpp"
-#include "neuromkl/gram/harmonised.hpp"
+#include "neuromkl/gram/fold_formed.hpp"
 #include "neuromkl/gram/residualise.hpp"
 #include "neuromkl/pipeline/connectivity.hpp"
 #include "neuromkl/pipeline/kernel_stage.hpp"
@@ -122,27 +122,19 @@ void StoreImageArrays(const ImageSourceView& view, const weights::ModelImageLayo
 
 /// The harmonised source of a view, or -1.
 int HarmonisedSourceIndex(const StudyContext& ctx, const ImageSourceView& view) {
-  if (!ctx.harmonisedKernels) return -1;
-  const auto& sources = ctx.harmonisedKernels->Sources();
+  if (!ctx.foldFormedKernels) return -1;
+  const auto& sources = ctx.foldFormedKernels->Sources();
   for (std::size_t s = 0; s < sources.size(); ++s)
     if (sources[s].name == view.name) return static_cast<int>(s);
   return -1;
 }
-
-/// Per (kernel, voxel) entry of a layout: its column among the harmonised source's voxel columns and that column's scale.
-/// The columns are the regions' voxels times sqrt(p) (probabilistic atlases); ComBat is equivariant to that scale, so per
-/// voxel alpha, sigma and beta are a column's divided by sqrt(p) and gamma*, delta* are the column's.
-struct EntryColumns {
-  std::vector<Eigen::Index> column;
-  std::vector<double> scale;
-};
 
 EntryColumns HarmonisedColumns(const StudyContext& ctx, const ImageSourceView& view, const weights::ModelImageLayout& layout) {
   const auto& regions = view.regions->regions;
   EntryColumns out;
   for (std::size_t entry = 0; entry < layout.entryKernel.size(); ++entry) {
     const std::size_t k = view.first + layout.entryKernel[entry];
-    const gram::KernelOrigin& origin = ctx.harmonisedKernels->Origins().at(k);
+    const gram::KernelOrigin& origin = ctx.foldFormedKernels->Origins().at(k);
     const auto region = std::find_if(regions.begin(), regions.end(), [&](const auto& r) { return r.label == ctx.ks.set.info[k].label; });
     const std::int64_t voxel = layout.voxels[layout.entryVoxel[entry]];
     if (region == regions.end()) throw std::logic_error("model export: kernel " + ctx.ks.set.info[k].name + " has no region");
@@ -150,18 +142,19 @@ EntryColumns HarmonisedColumns(const StudyContext& ctx, const ImageSourceView& v
     const Eigen::Index c = origin.begin + static_cast<Eigen::Index>(at - region->voxels.begin());
     if (at == region->voxels.end() || *at != voxel || c >= origin.end)
       throw std::logic_error(fmt::format("model export: voxel {} of kernel {} is not among its harmonised columns", voxel, ctx.ks.set.info[k].name));
+    out.voxel.push_back(static_cast<Eigen::Index>(layout.entryVoxel[entry]));
     out.column.push_back(c);
     out.scale.push_back(static_cast<double>(std::sqrt(static_cast<float>(layout.entryWeight[entry]))));  // as the columns were scaled
   }
   return out;
 }
 
-/// A ComBat fit of the model's training subjects over the layout's voxels, with the preserved covariates' levels and
-/// imputation values.
-exporting::ModelHarmonisation HarmonisationOf(const StudyContext& ctx, const gram::ComBatModel& fit, const std::vector<int>& rows,
-                                              const weights::ModelImageLayout& layout, const EntryColumns& columns) {
+}  // namespace
+
+exporting::ModelHarmonisation HarmonisationOf(const StudyContext& ctx, const gram::ComBatModel& fit, const std::vector<int>& rows, Eigen::Index U,
+                                              const EntryColumns& columns) {
   const gram::Harmonisation& design = *ctx.harmonisation;
-  const auto U = static_cast<Eigen::Index>(layout.voxels.size()), q = fit.beta.rows();
+  const Eigen::Index q = fit.beta.rows();
   exporting::ModelHarmonisation h;
   h.siteColumn = ctx.study.harmonisation.siteColumn;
   for (const int site : fit.sites) h.sites.push_back(design.siteNames.at(static_cast<std::size_t>(site)));
@@ -177,7 +170,7 @@ exporting::ModelHarmonisation HarmonisationOf(const StudyContext& ctx, const gra
   h.gammaStar.resize(fit.gammaStar.rows(), U);
   h.delta2Star.resize(fit.delta2Star.rows(), U);
   for (std::size_t entry = 0; entry < columns.column.size(); ++entry) {
-    const auto u = static_cast<Eigen::Index>(layout.entryVoxel[entry]);
+    const Eigen::Index u = columns.voxel[entry];
     const Eigen::Index c = columns.column[entry];
     const double scale = columns.scale[entry];
     h.voxels(u, 0) = fit.alpha[c] / scale;
@@ -190,13 +183,15 @@ exporting::ModelHarmonisation HarmonisationOf(const StudyContext& ctx, const gra
   return h;
 }
 
+namespace {
+
 /// Harmonised source `source` (view `v` of the models): each model's arrays are made from the training images as its own
 /// ComBat fit harmonised them, not from the raw images, and the model keeps that fit for predict. Models with the same
 /// training subjects (every learner's final model; every learner's model of one outer fold) share one fit and one pass
 /// over the harmonised voxels.
 void HarmonisedImageArrays(const StudyContext& ctx, const ImageSourceView& view, std::size_t source, const weights::ModelImageLayout& layout,
                            const std::vector<RowWeights>& rowWeights, std::vector<ModelEntry>& entries, std::size_t v) {
-  const gram::HarmonisedKernels& store = *ctx.harmonisedKernels;
+  const gram::FoldFormedKernels& store = *ctx.foldFormedKernels;
   const EntryColumns columnOf = HarmonisedColumns(ctx, view, layout);
   std::map<std::vector<int>, std::vector<std::size_t>> byRows;
   for (std::size_t q = 0; q < entries.size(); ++q) byRows[TrainingRows(*entries[q].fold)].push_back(q);
@@ -219,7 +214,7 @@ void HarmonisedImageArrays(const StudyContext& ctx, const ImageSourceView& view,
     std::vector<const Eigen::MatrixXd*> pointers;
     for (const auto& m : perKernel) pointers.push_back(&m);
     const std::vector<Eigen::VectorXd> columns = store.ColumnWeights(fit, source, rows, pointers, where);
-    const exporting::ModelHarmonisation harmonisation = HarmonisationOf(ctx, fit, rows, layout, columnOf);
+    const exporting::ModelHarmonisation harmonisation = HarmonisationOf(ctx, fit, rows, static_cast<Eigen::Index>(layout.voxels.size()), columnOf);
     for (std::size_t m = 0; m < models.size(); ++m) {
       const RowWeights& w = rowWeights[models[m]];
       exporting::ModelImageSource& src = entries[models[m]].model.imageSources.at(v);

@@ -27,6 +27,20 @@ std::vector<int> TrainingRows(const cv::OuterFoldResult& fold);
 /// The distinct values of a categorical column over the kernels' rows, sorted (the first is the reference level).
 std::vector<std::string> CategoricalLevels(const StudyContext& ctx, const std::string& column);
 
+/// Per (kernel, voxel) entry of a layout: its column among the harmonised source's voxel columns and that column's scale.
+/// The columns are the regions' voxels times sqrt(p) (probabilistic atlases); ComBat is equivariant to that scale, so per
+/// voxel alpha, sigma and beta are a column's divided by sqrt(p) and gamma*, delta* are the column's.
+struct EntryColumns {
+  std::vector<Eigen::Index> voxel;  ///< the entry's row among the model's voxels
+  std::vector<Eigen::Index> column;
+  std::vector<double> scale;
+};
+
+/// A ComBat fit of the model's training subjects `rows` over U voxels (or columns), entry by entry (`columns`), with the
+/// preserved covariates' levels and imputation values.
+exporting::ModelHarmonisation HarmonisationOf(const StudyContext& ctx, const gram::ComBatModel& fit, const std::vector<int>& rows, Eigen::Index U,
+                                              const EntryColumns& columns);
+
 /// Every entry's arrays of its image sources (one pass over each source's images; harmonised sources from the voxels
 /// their ComBat fit harmonised) and of its connectivity sources (the matrices read again).
 void AddModelArrays(const StudyContext& ctx, std::vector<ModelEntry>& entries);

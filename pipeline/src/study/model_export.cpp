@@ -15,7 +15,7 @@
 #include "neuromkl/core/strings.hpp"
 #include "neuromkl/core/table.hpp"
 #include "neuromkl/export/derivative.hpp"
-#include "neuromkl/gram/harmonised.hpp"
+#include "neuromkl/gram/fold_formed.hpp"
 #include "neuromkl/gram/residualise.hpp"
 #include "neuromkl/gram/preprocess.hpp"
 #include "neuromkl/io/nifti.hpp"
@@ -79,69 +79,54 @@ std::string HashOrEmpty(const std::string& path) {
   return std::filesystem::is_regular_file(path, ec) ? HashFile(path).Hex() : "";
 }
 
-/// The kernel names a tabular group gives (as the kernel stage names them) with their functions.
-std::vector<std::pair<std::string, exporting::ModelTabularKernel>> TabularKernelNames(const TabularGroupFeatures& g,
-                                                                                       const std::vector<config::TabularFunction>& functions) {
-  using Type = config::TabularFunction::Type;
-  const bool plain = functions.size() == 1 && functions[0].type == Type::Linear;
-  std::vector<std::pair<std::string, exporting::ModelTabularKernel>> out;
-  for (const auto& f : functions) {
-    exporting::ModelTabularKernel k;
-    k.columns = g.columns;
-    k.offset = f.offset;
-    if (f.type == Type::Linear) {
-      k.function = "linear";
-      out.emplace_back(plain ? g.name : g.name + ":linear", k);
-    }
-    for (double v : f.values) {
-      k.value = v;
-      if (f.type == Type::Polynomial) {
-        k.function = "polynomial";
-        out.emplace_back(g.name + ":poly(" + FormatDouble(v) + ")", k);
-      }
-      if (f.type == Type::Gaussian) {
-        k.function = "gaussian";
-        out.emplace_back(g.name + ":gaussian(" + FormatDouble(v) + ")", k);
-      }
-    }
-  }
-  return out;
-}
-
-/// A tabular source's training rows and kernels (sourceName "" for a single-source study).
+/// A tabular source's training rows and kernels (sourceName "" for a single-source study): the model's training rows
+/// (`rows`, positions in the kernels' rows) imputed, harmonised and standardised with their own fit, as the fold the model
+/// was fitted on formed its kernels (FoldFormedKernels), and that fit for new subjects.
 exporting::ModelTabularSource TabularSource(const StudyContext& ctx, const config::StudyConfig& study, const std::string& sourceName,
                                             const std::vector<int>& rows) {
+  const auto& spec = study.kernels.tabular;
   exporting::ModelTabularSource src;
   src.name = sourceName;
-  src.idColumn = study.kernels.tabular.idColumn;
-  src.standardise = study.kernels.tabular.standardise;
-  const auto groups = TabularFeatures(study, ctx.cohort);
-  std::vector<std::pair<const TabularGroupFeatures*, Eigen::Index>> columnOf;  // column -> (group, its column)
-  for (const auto& g : groups)
-    for (std::size_t c = 0; c < g.columns.size(); ++c)
-      if (std::find(src.columns.begin(), src.columns.end(), g.columns[c]) == src.columns.end()) {
-        src.columns.push_back(g.columns[c]);
-        columnOf.emplace_back(&g, static_cast<Eigen::Index>(c));
-      }
-  const auto cols = static_cast<Eigen::Index>(src.columns.size());
-  src.mean.resize(cols);
-  src.sd.resize(cols);
-  src.rows.resize(static_cast<Eigen::Index>(rows.size()), cols);
-  for (Eigen::Index c = 0; c < cols; ++c) {
-    const auto& [g, gc] = columnOf[static_cast<std::size_t>(c)];
-    src.mean[c] = g->mean[gc];
-    src.sd[c] = g->sd[gc];
-    for (std::size_t i = 0; i < rows.size(); ++i)
-      src.rows(static_cast<Eigen::Index>(i), c) = g->X(ctx.kernelRows[static_cast<std::size_t>(rows[i])], gc);
+  src.idColumn = spec.idColumn;
+  src.standardise = spec.standardise;
+  const TabularFeatureTable table = TabularFeatures(study, ctx.cohort);
+  src.columns = table.columns;
+  const auto p = static_cast<Eigen::Index>(table.columns.size());
+  const auto* store = ctx.foldFormedKernels.get();
+  const auto& formed = store ? store->TabularSources() : std::vector<gram::FoldTabularSource>{};
+  const auto found = std::find_if(formed.begin(), formed.end(), [&](const gram::FoldTabularSource& s) { return s.name == sourceName; });
+  if (found == formed.end()) {  // the columns as they are: the folds read the stage's kernels
+    Eigen::VectorXi training(static_cast<Eigen::Index>(rows.size()));
+    for (std::size_t i = 0; i < rows.size(); ++i) training[static_cast<Eigen::Index>(i)] = ctx.kernelRows[static_cast<std::size_t>(rows[i])];
+    src.mean = Eigen::VectorXd::Zero(p);
+    src.sd = Eigen::VectorXd::Ones(p);
+    src.rows = table.X(training, Eigen::all);
+  } else {
+    const auto t = static_cast<std::size_t>(found - formed.begin());
+    const std::string where = "the model's training subjects";
+    const gram::TabularFoldFit fit = store->FitTabularFold(t, rows, where, true);
+    src.mean = fit.fit.mean.transpose();
+    src.sd = fit.fit.sd.transpose();
+    if (spec.imputeMedian) src.fill = fit.fit.fill.transpose();
+    src.rows = store->TabularFoldRows(fit, t, rows, rows.size(), where);
+    if (fit.combat) {
+      modelexport::EntryColumns columns;
+      for (Eigen::Index c = 0; c < p; ++c) columns.voxel.push_back(c), columns.column.push_back(c), columns.scale.push_back(1.0);
+      src.harmonisation = modelexport::HarmonisationOf(ctx, *fit.combat, rows, p, columns);
+    }
   }
   const std::string prefix = sourceName.empty() ? "" : sourceName + ":";
-  for (const auto& g : groups)
-    for (auto& [name, k] : TabularKernelNames(g, study.kernels.tabular.functions))
-      for (std::size_t j = 0; j < ctx.ks.set.info.size(); ++j)
-        if (ctx.ks.set.info[j].name == prefix + name) {
-          k.kernel = j;
-          src.kernels.push_back(k);
-        }
+  for (const TabularKernelSpec& k : TabularKernelSpecs(table, spec.functions))
+    for (std::size_t j = 0; j < ctx.ks.set.info.size(); ++j)
+      if (ctx.ks.set.info[j].name == prefix + k.name) {
+        exporting::ModelTabularKernel m;
+        m.kernel = j;
+        for (const Eigen::Index c : table.groups[k.group].columns) m.columns.push_back(table.columns[static_cast<std::size_t>(c)]);
+        m.function = k.function.Name();
+        m.value = k.function.value;
+        m.offset = k.function.offset;
+        src.kernels.push_back(std::move(m));
+      }
   return src;
 }
 

@@ -79,15 +79,15 @@ FoldMapWeights CollectFoldMapWeights(const StudyContext& ctx, const std::vector<
 
 /// The store's index of the harmonised source `name`, or -1 when that source is not harmonised.
 int HarmonisedSourceIndex(const StudyContext& ctx, const std::string& name) {
-  if (!ctx.harmonisedKernels) return -1;
-  const auto& sources = ctx.harmonisedKernels->Sources();
+  if (!ctx.foldFormedKernels) return -1;
+  const auto& sources = ctx.foldFormedKernels->Sources();
   for (std::size_t s = 0; s < sources.size(); ++s)
     if (sources[s].name == name) return static_cast<int>(s);
   return -1;
 }
 
 /// The maps of a harmonised image source (its kernels [first, first + count)): each fold's maps are the weighted sums
-/// of that fold's harmonised training images (HarmonisedKernels::ColumnWeights), painted onto the source's grid (a
+/// of that fold's harmonised training images (FoldFormedKernels::ColumnWeights), painted onto the source's grid (a
 /// probabilistic region's voxel carries sqrt(p) once more, as its kernel's features do). They apply to images harmonised
 /// (and intensity-scaled) as that fold harmonised them.
 std::vector<std::vector<float>> HarmonisedVoxelMaps(const StudyContext& ctx, int source, const atlas::RegionIndex& regions, std::size_t first,
@@ -96,14 +96,14 @@ std::vector<std::vector<float>> HarmonisedVoxelMaps(const StudyContext& ctx, int
   std::vector<std::vector<float>> maps(w.subjectWeights.size(), std::vector<float>(V, 0.0f));
   std::map<std::int64_t, const atlas::RegionVoxels*> byLabel;
   for (const auto& r : regions.regions) byLabel[r.label] = &r;
-  const auto& origins = ctx.harmonisedKernels->Origins();
+  const auto& origins = ctx.foldFormedKernels->Origins();
   // One ComBat fit and one pass over the training voxels per fold, for every map of that fold.
   std::map<std::vector<int>, std::vector<std::size_t>> mapsOfFold;
   for (std::size_t m = 0; m < w.subjectWeights.size(); ++m) mapsOfFold[w.trainOf[m]].push_back(m);
   for (const auto& [train, which] : mapsOfFold) {
     std::vector<const Eigen::MatrixXd*> weights;
     for (const std::size_t m : which) weights.push_back(&w.subjectWeights[m]);
-    const auto columns = ctx.harmonisedKernels->ColumnWeights(static_cast<std::size_t>(source), train, weights,
+    const auto columns = ctx.foldFormedKernels->ColumnWeights(static_cast<std::size_t>(source), train, weights,
                                                               fmt::format("the maps of a fold of {} training subjects", train.size()));
     for (std::size_t k = first; k < first + count; ++k) {
       const auto it = byLabel.find(ctx.ks.set.info[k].label);
@@ -288,7 +288,7 @@ exporting::WeightMaps ComputeWeightMaps(const StudyContext& ctx, const std::vect
   if (ctx.ks.regions) {
     // Harmonised images: the maps of each fold's harmonised images (intensity scaling included in them); otherwise
     // weights of the raw images, intensity scaling undone.
-    const bool harmonised = ctx.harmonisedKernels != nullptr;
+    const bool harmonised = ctx.foldFormedKernels && !ctx.foldFormedKernels->Sources().empty();
     if (!harmonised) DivideByIntensityScale(w.subjectWeights, ctx.kernelRows, ctx.ks.set.intensityScale);
     std::vector<std::string> images;
     for (auto r : ctx.kernelRows) images.push_back(ctx.cohort.images[static_cast<std::size_t>(r)]);

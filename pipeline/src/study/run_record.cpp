@@ -144,8 +144,27 @@ void RecordHarmonisation(const StudyContext& ctx, exporting::RunRecord& record) 
   h.empiricalBayes = spec.empiricalBayes;
   for (const auto& source : ctx.harmonisedSources) {
     h.sources.push_back(source.name);
+    h.sourceKinds.push_back(source.kind);
     h.sourceVoxels.push_back(source.voxels);
     h.bytes += source.bytes;
+  }
+}
+
+/// The tabular sources whose columns every fold imputes or standardises: what is missing, and per outer fold how many
+/// subjects have a value imputed.
+void RecordTabularFolds(const StudyContext& ctx, exporting::RunRecord& record) {
+  if (!ctx.foldFormedKernels) return;
+  for (const gram::FoldTabularSource& s : ctx.foldFormedKernels->TabularSources()) {
+    exporting::RunRecord::TabularFolds t{s.name, s.steps.standardise, s.steps.impute, s.harmonise, {}, {}};
+    const Eigen::MatrixXd& X = *s.features;
+    for (Eigen::Index c = 0; c < X.cols(); ++c)
+      if (const auto count = X.col(c).array().isNaN().count(); count > 0) t.missing.emplace_back(s.columns[static_cast<std::size_t>(c)], static_cast<int>(count));
+    auto imputed = [&](const std::vector<int>& rows) {
+      return static_cast<int>(std::count_if(rows.begin(), rows.end(), [&](int i) { return X.row(i).hasNaN(); }));
+    };
+    if (!t.missing.empty())
+      for (const auto& fold : ctx.outer) t.imputedPerFold.emplace_back(imputed(fold.train), imputed(fold.test));
+    record.tabularFolds.push_back(std::move(t));
   }
 }
 
@@ -261,6 +280,7 @@ exporting::RunRecord DescribeRun(const StudyContext& ctx, CrossValidationResult 
   RecordKernels(ctx, record);
   RecordCovariates(ctx, record);
   RecordHarmonisation(ctx, record);
+  RecordTabularFolds(ctx, record);
   RecordInputs(ctx.study, record);
   record.date = UtcNow();
   WarnFragileRegions(record);

@@ -18,6 +18,7 @@
 #include "neuromkl/gram/memory.hpp"
 #include "neuromkl/gram/owners.hpp"
 #include "neuromkl/pipeline/harmonisation.hpp"
+#include "neuromkl/pipeline/sources.hpp"
 #include "neuromkl/ranks/held_kernels.hpp"
 
 namespace neuromkl::pipeline {
@@ -222,29 +223,49 @@ void CheckFitRowsInEveryFold(const StudyContext& ctx) {
   });
 }
 
-/// covariates.impute (and harmonisation.covariates.impute): a fold imputes a missing value from its training subjects,
-/// so every training set needs some value in each column. Checked here, before any heavy work, naming the fold and
-/// column. `columns`: the design's columns without the intercept (rows: the kernels' rows); `categoryOf`: per column.
-void CheckImputationInEveryFold(const StudyContext& ctx, const Eigen::MatrixXd& columns, const std::vector<int>& categoryOf,
-                                const config::CovariateSpec& spec) {
+/// A fold imputes a missing value from its training subjects, so every training set needs some value in each column
+/// (`columns`: over the kernels' rows, NaN = missing). Checked before any heavy work: InputError `code` at `pointer`,
+/// naming the fold, the column (`nameOf`, a `kind` of column) and the test subjects lacking it.
+template <typename NameOf>
+void CheckValuesInEveryTrainingSet(const StudyContext& ctx, const Eigen::MatrixXd& columns, const NameOf& nameOf, const char* kind, const char* code,
+                                   const std::string& pointer) {
   if (!columns.hasNaN()) return;
   const std::vector<int> rows = KernelRows(ctx.study, ctx.cohort);
+  ForEachTrainingSet(ctx, [&](const std::vector<int>& train, const std::vector<int>& test, const std::string& fold) {
+    for (Eigen::Index j = 0; j < columns.cols(); ++j) {
+      if (!columns.col(j).hasNaN() || std::any_of(train.begin(), train.end(), [&](int i) { return !std::isnan(columns(i, j)); })) continue;
+      std::vector<std::string> lacking;
+      for (const int i : test)
+        if (std::isnan(columns(i, j))) lacking.push_back(ctx.cohort.ids[static_cast<std::size_t>(rows[static_cast<std::size_t>(i)])]);
+      throw InputError(code, ctx.study.path + " " + pointer,
+                       fmt::format("none of the {} training subjects of {} has a value in {} \"{}\", so its missing values there cannot be imputed "
+                                   "(test subjects lacking it: {}); fill in some of them, or use a split that spreads them",
+                                   train.size(), fold, kind, nameOf(j), lacking.empty() ? std::string("none") : Join(lacking, ", ")));
+    }
+  });
+}
+
+/// covariates.impute (and harmonisation.covariates.impute). `columns`: the design's columns without the intercept (rows:
+/// the kernels' rows); `categoryOf`: per column.
+void CheckImputationInEveryFold(const StudyContext& ctx, const Eigen::MatrixXd& columns, const std::vector<int>& categoryOf,
+                                const config::CovariateSpec& spec) {
   auto nameOf = [&](Eigen::Index j) {
     const auto c = static_cast<std::size_t>(j);
     return c < spec.columns.size() ? spec.columns[c] : spec.categorical[static_cast<std::size_t>(categoryOf[c])];
   };
-  ForEachTrainingSet(ctx, [&](const std::vector<int>& train, const std::vector<int>& test, const std::string& fold) {
-    for (Eigen::Index j = 0; j < columns.cols(); ++j) {
-      if (std::any_of(train.begin(), train.end(), [&](int i) { return !std::isnan(columns(i, j)); })) continue;
-      std::vector<std::string> lacking;
-      for (const int i : test)
-        if (std::isnan(columns(i, j))) lacking.push_back(ctx.cohort.ids[static_cast<std::size_t>(rows[static_cast<std::size_t>(i)])]);
-      throw InputError("covariates:NothingToImpute", ctx.study.path + " " + spec.pointer + "/impute",
-                       fmt::format("none of the {} training subjects of {} has a value in covariate column \"{}\", so its missing values there "
-                                   "cannot be imputed (test subjects lacking it: {}); fill in some of them, or use a split that spreads them",
-                                   train.size(), fold, nameOf(j), lacking.empty() ? std::string("none") : Join(lacking, ", ")));
-    }
-  });
+  CheckValuesInEveryTrainingSet(ctx, columns, nameOf, "covariate column", "covariates:NothingToImpute", spec.pointer + "/impute");
+}
+
+/// kernels.tabular.impute: the same for every tabular source imputed inside the folds.
+void CheckTabularImputationInEveryFold(const StudyContext& ctx) {
+  const std::vector<int> rows = KernelRows(ctx.study, ctx.cohort);
+  for (const TabularSection& part : TabularSections(ctx.study)) {
+    if (!part.study.kernels.tabular.imputeMedian) continue;
+    const TabularFeatureTable table = TabularFeatures(part.study, ctx.cohort);
+    const Eigen::MatrixXd X = table.X(Eigen::Map<const Eigen::VectorXi>(rows.data(), static_cast<Eigen::Index>(rows.size())), Eigen::all);
+    CheckValuesInEveryTrainingSet(
+        ctx, X, [&](Eigen::Index j) { return table.columns[static_cast<std::size_t>(j)]; }, "feature column", "tabular:NothingToImpute", part.pointer + "/impute");
+  }
 }
 
 /// harmonisation: ComBat estimates each site's effects from the training subjects (of the reference group) of every
@@ -319,6 +340,7 @@ StudyContext LoadStudyInputs(const config::StudyConfig& study) {
                                study.covariates);
   }
   if (ctx.harmonisation) CheckImputationInEveryFold(ctx, ctx.harmonisation->covariates, ctx.harmonisation->categoryOf, study.harmonisation.preserve);
+  CheckTabularImputationInEveryFold(ctx);
   CheckSitesInEveryFold(ctx);
   return ctx;
 }
@@ -328,7 +350,7 @@ void AttachKernels(StudyContext& ctx, const std::string& scratchDir) {
   ctx.kernelRows = KernelRows(ctx.study, ctx.cohort);
   ctx.unlabelledCount = static_cast<int>(ctx.kernelRows.size()) - ctx.n;
   ctx.kernels.reset();
-  ctx.harmonisedKernels.reset();
+  ctx.foldFormedKernels.reset();
   ctx.movedKernels = nullptr;
   bool identity = ctx.kernelRows.size() == ctx.cohort.ids.size();
   for (std::size_t i = 0; identity && i < ctx.kernelRows.size(); ++i) identity = ctx.kernelRows[i] == static_cast<int>(i);
@@ -358,14 +380,15 @@ void AttachKernels(StudyContext& ctx, const std::string& scratchDir) {
     } else {
       for (const auto& K : ctx.ks.set.kernels) kernels.push_back(K(rows, rows));
     }
-    if (ctx.harmonisation) {
+    if (FoldsFormKernels(ctx.study)) {
       // The harmonised sources' kernels are formed in every fold from their voxels, harmonised with that fold's ComBat
-      // estimates; the other sources' kernels are read as they are.
+      // estimates, and standardised or imputed tabular kernels from their columns with that fold's statistics; the other
+      // sources' kernels are read as they are.
       auto list = std::make_shared<const learners::KernelList>(std::move(kernels));
       if (identity) ctx.movedKernels = list.get();
       ctx.harmonisedSources.clear();
-      ctx.harmonisedKernels = HarmonisedStudyKernels(ctx, std::move(list), scratchDir, ctx.harmonisedSources);
-      ctx.kernels = ctx.harmonisedKernels;
+      ctx.foldFormedKernels = FoldFormedStudyKernels(ctx, std::move(list), scratchDir, ctx.harmonisedSources);
+      ctx.kernels = ctx.foldFormedKernels;
     } else {
       auto memory = std::make_shared<const gram::MemoryKernels>(std::move(kernels));
       if (identity) ctx.movedKernels = memory->Float64();

@@ -157,6 +157,19 @@ void DescribeTabularKernels(const config::StudyConfig& study, const Cohort& coho
   ExcludeZeroKernelsOrRefuse(set, study.path);
   line(fmt::format("  every kernel formed: {} kernels, finite", set.Size()));
   for (const auto& e : set.excluded) line(fmt::format("  warning: kernel {} excluded: {}", e.info.name, e.reason));
+  const auto& spec = study.kernels.tabular;
+  if (spec.InFold()) {
+    const TabularFeatureTable table = TabularFeatures(study, cohort);
+    const std::vector<int> missing = table.Missing();
+    std::vector<std::string> imputed;
+    for (std::size_t c = 0; c < missing.size(); ++c)
+      if (missing[c] > 0) imputed.push_back(fmt::format("{}: {} missing", table.columns[c], missing[c]));
+    const std::string steps = spec.imputeMedian && spec.standardise ? "imputed (median) and standardised (mean, SD)"
+                              : spec.imputeMedian                     ? "imputed (median)"
+                                                                      : "standardised (mean, SD)";
+    line(fmt::format("  inside every fold: the columns {} with the fold's training subjects' statistics, then its kernels formed", steps));
+    if (!imputed.empty()) line(fmt::format("  imputed inside the folds: {}", Join(imputed, ", ")));
+  }
 }
 
 /// Several sources: each described as a study of its own, indented under its name.

@@ -144,3 +144,48 @@ TEST(CheckStudyConfig, BatchExpansionIsRefusedByTheSameCheckWithTheStudysName) {
 }
 
 }  // namespace
+
+namespace {
+
+/// MadeInCode with kernels.sources: images "gm", tabular "clin", precomputed "dti".
+config::StudyConfig WithSources() {
+  auto s = MadeInCode();
+  s.kernels.source = config::KernelSource::Sources;
+  config::SourceSpec gm, clin, dti;
+  gm.name = "gm";
+  gm.kind = config::KernelSource::Images;
+  clin.name = "clin";
+  clin.kind = config::KernelSource::Tabular;
+  clin.tabular.table = "/data/clinical.tsv";
+  clin.tabular.groups = {{"cognition", {"mmse"}}};
+  dti.name = "dti";
+  dti.kind = config::KernelSource::Precomputed;
+  dti.precomputed = {{"fa", "/data/fa.npy"}};
+  s.kernels.sources = {gm, clin, dti};
+  s.harmonisation.siteColumn = "site";
+  return s;
+}
+
+TEST(CheckStudyConfig, HarmonisationNamesImageAndTabularSourcesOnly) {
+  auto s = WithSources();
+  s.harmonisation.sources = {"gm", "clin"};
+  EXPECT_EQ(CheckError(s), "");
+  s.harmonisation.sources = {"dti"};
+  EXPECT_EQ(CheckError(s), "/harmonisation/sources/0: expected the name of an image or tabular source of /kernels/sources (gm, clin), found \"dti\" (string)");
+  s.kernels.sources = {s.kernels.sources[2]};  // only a precomputed source: nothing ComBat can act on
+  s.harmonisation.sources.clear();
+  EXPECT_THAT(CheckError(s), HasSubstr("/harmonisation: harmonisation applies to image sources (ComBat on their voxels) and tabular sources"));
+}
+
+TEST(CheckStudyConfig, FoldFormedTabularKernelsNeedFloat64) {
+  auto s = WithSources();
+  s.harmonisation.siteColumn.clear();
+  s.kernels.precision = config::KernelPrecision::Float32;
+  EXPECT_EQ(CheckError(s), "");  // the tabular columns as they are: the compact store holds their kernels
+  s.kernels.sources[1].tabular.imputeMedian = true;
+  EXPECT_THAT(CheckError(s), HasSubstr("/kernels/sources/1/tabular/impute: the folds form a standardised or imputed tabular source's kernels"));
+  s.kernels.sources[1].tabular.standardise = true;
+  EXPECT_THAT(CheckError(s), HasSubstr("/kernels/sources/1/tabular/standardise: "));
+}
+
+}  // namespace

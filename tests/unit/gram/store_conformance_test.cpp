@@ -16,7 +16,7 @@
 #include "gram_fixtures.hpp"
 #include "neuromkl/core/errors.hpp"
 #include "neuromkl/gram/compact.hpp"
-#include "neuromkl/gram/harmonised.hpp"
+#include "neuromkl/gram/fold_formed.hpp"
 #include "neuromkl/gram/memory.hpp"
 #include "neuromkl/gram/owners.hpp"
 #include "testing.hpp"
@@ -82,7 +82,7 @@ std::vector<Backend> Backends(const gram::KernelList& kernels, const gram::Prepr
   design->sites.assign(static_cast<std::size_t>(kernels[0].rows()), 0);
   design->covariates.resize(kernels[0].rows(), 0);
   out.push_back({"harmonised store, no harmonised source",
-                 std::make_shared<gram::HarmonisedKernels>(float64, std::vector<gram::KernelOrigin>(kernels.size()),
+                 std::make_shared<gram::FoldFormedKernels>(float64, std::vector<gram::KernelOrigin>(kernels.size()),
                                                            std::make_shared<const std::vector<gram::HarmonisedSource>>(), design),
                  float64, ref64, 0});
   return out;

@@ -8,6 +8,7 @@
 #include <Eigen/Core>
 
 #include "neuromkl/config/study_config.hpp"
+#include "neuromkl/gram/tabular.hpp"
 #include "neuromkl/kernels/kernel_set.hpp"
 #include "neuromkl/pipeline/cohort.hpp"
 
@@ -17,7 +18,10 @@ namespace neuromkl::pipeline {
 /// symmetric: InputError kernels:*); run and validate both call it.
 kernels::KernelSet PrecomputedKernels(const config::StudyConfig& study, const Cohort& cohort);
 /// The kernels of a tabular study, formed from its feature groups; InputError kernels:NonFinite when a function
-/// overflows (a polynomial degree too high for the features' scale, a Gaussian width whose square underflows).
+/// overflows (a polynomial degree too high for the features' scale, a Gaussian width whose square underflows). With
+/// /kernels/tabular standardise or impute the columns are standardised and imputed with every subject's statistics:
+/// these are the kernel stage's (cached, written with the results); the folds form their own from the columns with
+/// their training subjects' statistics (gram::FoldFormedKernels).
 kernels::KernelSet TabularKernels(const config::StudyConfig& study, const Cohort& cohort);
 /// What the kernel stage does with the kernels of a non-image source before the learners see them: zero kernels
 /// excluded (noted in the set), and InputError kernels:NoneLeft when none is left. Run and validate both call it.
@@ -34,15 +38,35 @@ std::map<std::string, std::vector<std::string>> SubjectsLackingSources(const con
 /// some source lacks is InputError [sources:MissingData] listing every such subject and what it lacks,
 /// or with /kernels/missing_source "drop" is left out and listed in Cohort::dropped.
 Cohort LoadStudyCohort(const config::StudyConfig& study);
-/// A tabular study's feature groups over the cohort's subjects (the columns the kernels are built from):
-/// standardised with the cohort's column statistics when /kernels/tabular/standardise (mean, sd: what
-/// was subtracted and divided; 0 and 1 otherwise). Same errors as the kernel stage.
-struct TabularGroupFeatures {
-  std::string name;
+/// A tabular study's features over the cohort's subjects: every column its groups use, once each in the order the
+/// groups first use them, as the table holds them (a missing cell is NaN with /kernels/tabular/impute "median", else
+/// InputError tabular:NotNumeric), and the groups as positions of those columns. Same errors as the kernel stage.
+struct TabularFeatureTable {
   std::vector<std::string> columns;
   Eigen::MatrixXd X;  ///< subjects x columns
-  Eigen::VectorXd mean, sd;
+  struct Group {
+    std::string name;
+    std::vector<Eigen::Index> columns;  ///< positions in `columns`
+  };
+  std::vector<Group> groups;
+  /// Subjects lacking a value, per column (in `columns` order).
+  std::vector<int> Missing() const;
 };
-std::vector<TabularGroupFeatures> TabularFeatures(const config::StudyConfig& study, const Cohort& cohort);
+TabularFeatureTable TabularFeatures(const config::StudyConfig& study, const Cohort& cohort);
+/// One kernel of a tabular study as the kernel stage names it ("group", or "group:linear", "group:poly(2)", ...): its
+/// group (index into TabularFeatureTable::groups) and function, one per (group, function, parameter value).
+struct TabularKernelSpec {
+  std::string name;
+  std::size_t group = 0;
+  gram::FeatureKernel function;
+};
+/// Each tabular section of a study (/kernels/tabular, or a tabular source of /kernels/sources): the study as that source
+/// sees it, the source's name ("" for /kernels/tabular), its kernels' name prefix and the section's JSON pointer.
+struct TabularSection {
+  config::StudyConfig study;
+  std::string name, prefix, pointer;
+};
+std::vector<TabularSection> TabularSections(const config::StudyConfig& study);
+std::vector<TabularKernelSpec> TabularKernelSpecs(const TabularFeatureTable& table, const std::vector<config::TabularFunction>& functions);
 
 }  // namespace neuromkl::pipeline

@@ -56,7 +56,7 @@ struct StudyContext {
   /// After AttachKernels, with /harmonisation: the sources harmonised inside the folds and the voxels they hold, and the
   /// store (also `kernels`) whose voxels the maps of harmonised sources are made from.
   std::vector<HarmonisedSourceNote> harmonisedSources;
-  std::shared_ptr<const gram::HarmonisedKernels> harmonisedKernels;
+  std::shared_ptr<const gram::FoldFormedKernels> foldFormedKernels;
   // after AttachKernels:
   KernelStageResult ks;
   std::vector<int> kernelRows;       ///< cohort rows of the kernels' rows: labelled, then unlabelled

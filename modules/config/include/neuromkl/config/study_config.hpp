@@ -85,7 +85,13 @@ struct TabularSpec {
   std::string groupsPreset;
   std::vector<std::string> excludeColumns;
   std::vector<TabularFunction> functions = {TabularFunction{}};  ///< default: one linear kernel per group
-  bool standardise = false;          ///< z-score columns over all subjects (no target information used)
+  /// z-score each column with the mean and SD of every fold's training subjects (the folds form the tabular kernels;
+  /// the kernel stage's own kernels, cached and written with the results, use every subject's).
+  bool standardise = false;
+  /// "median": a missing value (an empty or NA cell) takes the median of the fold's training subjects; false: an error.
+  bool imputeMedian = false;
+  /// Whether the folds form this source's kernels from its columns (standardise or impute).
+  bool InFold() const { return standardise || imputeMedian; }
 };
 
 /// Sources: several named kernel sources in one study (kernels.sources); each is one of the others.
@@ -239,7 +245,9 @@ struct HarmonisationSpec {
   /// /harmonisation/fit_on, the reference group the estimates are fitted on (e.g. the controls); empty = every subject.
   CovariateSpec preserve;
   bool empiricalBayes = true;
-  std::vector<std::string> sources;  ///< image sources harmonised (kernels.sources); empty = every image source
+  /// Image and tabular sources harmonised (kernels.sources); empty = every image source, or in a study without image
+  /// sources every tabular source (a tabular study: its columns).
+  std::vector<std::string> sources;
   bool Active() const { return !siteColumn.empty(); }
   HarmonisationSpec() {
     preserve.pointer = "/harmonisation/covariates";

@@ -87,9 +87,16 @@ struct ModelTabularSource {
   std::string idColumn;                 ///< id column of the feature table ("#row": row numbers)
   bool standardise = false;
   std::vector<std::string> columns;     ///< every feature column used, in `rows` order
-  Eigen::VectorXd mean, sd;             ///< column statistics applied to new rows (standardise; else 0 and 1)
-  Eigen::MatrixXd rows;                 ///< training rows (l x columns), standardised as in training
+  /// Column statistics of the model's training subjects applied to new rows (standardise; else 0 and 1).
+  Eigen::VectorXd mean, sd;
+  /// With impute "median": per column the training subjects' median, which a new subject's missing value takes before
+  /// standardising; empty: a missing value is an error.
+  Eigen::VectorXd fill;
+  Eigen::MatrixXd rows;                 ///< training rows (l x columns), imputed, harmonised and standardised as in training
   std::vector<ModelTabularKernel> kernels;
+  /// Harmonised sources: the model's ComBat fit over the columns ("voxels" = columns), applied after the fill and before
+  /// standardising.
+  std::optional<ModelHarmonisation> harmonisation;
 };
 
 /// A precomputed kernel: its raw block over the training subjects (l x l, training.subjects order), against which a new

@@ -170,12 +170,21 @@ struct RunRecord {
     std::vector<std::string> designColumns;  ///< preserved covariates (dummies as "column=level")
     std::string fitOn;                       ///< "all" or "column = value"
     bool empiricalBayes = true;
-    std::vector<std::string> sources;        ///< image sources harmonised
-    std::vector<std::int64_t> sourceVoxels;  ///< per source: voxels per subject held for the folds
+    std::vector<std::string> sources;        ///< sources harmonised
+    std::vector<std::string> sourceKinds;    ///< per source: "images" or "tabular"
+    std::vector<std::int64_t> sourceVoxels;  ///< per source: voxels (tabular: columns) per subject held for the folds
     std::uint64_t bytes = 0;                 ///< voxels held (float32), every source
     std::vector<std::pair<std::string, int>> missing;  ///< preserved covariates imputed in the folds: subjects lacking each
   };
   Harmonisation harmonisation;
+  /// Tabular sources standardised or imputed inside the folds (each fold forms their kernels): empty = none.
+  struct TabularFolds {
+    std::string source;  ///< "" for /kernels/tabular
+    bool standardise = false, impute = false, harmonise = false;
+    std::vector<std::pair<std::string, int>> missing;  ///< per column with missing values: subjects lacking it
+    std::vector<std::pair<int, int>> imputedPerFold;   ///< per outer fold: training and test subjects with a value imputed
+  };
+  std::vector<TabularFolds> tabularFolds;
   std::map<std::string, double> seconds;  ///< per stage
   std::vector<LearnerRecord> learners;
   /// Every pair of learners compared (two or more learners); the paired permutation test's swaps and their seed.

@@ -12,7 +12,7 @@
 #include <gtest/gtest.h>
 
 #include "neuromkl/core/errors.hpp"
-#include "neuromkl/gram/harmonised.hpp"
+#include "neuromkl/gram/fold_formed.hpp"
 #include "neuromkl/gram/memory.hpp"
 #include "testing.hpp"
 
@@ -53,7 +53,7 @@ Cohort MakeCohort(unsigned seed, double siteEffect = 1.0) {
   Eigen::MatrixXd other(c.n, 4);
   for (Eigen::Index k = 0; k < other.size(); ++k) other.data()[k] = normal(rng);
   c.full = {Eigen::MatrixXd(), other * other.transpose(), Eigen::MatrixXd()};
-  c.origins = {{0, 0, 12}, {-1, 0, 0}, {0, 12, V}};
+  c.origins = {gram::KernelOrigin::Voxels(0, 0, 12), gram::KernelOrigin{}, gram::KernelOrigin::Voxels(0, 12, V)};
   return c;
 }
 
@@ -68,17 +68,17 @@ std::shared_ptr<gram::Harmonisation> Design(const Cohort& c, bool empiricalBayes
   return h;
 }
 
-gram::HarmonisedKernels Store(const Cohort& c, std::shared_ptr<gram::Harmonisation> design, std::uint64_t keptBytes = 0) {
+gram::FoldFormedKernels Store(const Cohort& c, std::shared_ptr<gram::Harmonisation> design, std::uint64_t keptBytes = 0) {
   auto sources = std::make_shared<std::vector<gram::HarmonisedSource>>();
   sources->push_back({"gm", std::make_shared<const Eigen::MatrixXf>(c.voxels)});
-  return gram::HarmonisedKernels(std::make_shared<const gram::KernelList>(c.full), c.origins, sources, std::move(design), keptBytes);
+  return gram::FoldFormedKernels(std::make_shared<const gram::KernelList>(c.full), c.origins, sources, std::move(design), keptBytes);
 }
 
 void Split(int n, std::vector<int>& train, std::vector<int>& test) {
   for (int i = 0; i < n; ++i) (i % 6 == 5 || i % 6 == 0 ? test : train).push_back(i);
 }
 
-TEST(HarmonisedKernels, AFoldIsTheFoldOfKernelsFormedFromTheTrainingFitHarmonisedVoxels) {
+TEST(FoldFormedKernels, AFoldIsTheFoldOfKernelsFormedFromTheTrainingFitHarmonisedVoxels) {
   const Cohort c = MakeCohort(1);
   std::vector<int> train, test;
   Split(c.n, train, test);
@@ -88,7 +88,7 @@ TEST(HarmonisedKernels, AFoldIsTheFoldOfKernelsFormedFromTheTrainingFitHarmonise
     for (const bool reference : {false, true}) {
       const std::string what = std::string(eb ? "empirical Bayes" : "no empirical Bayes") + (reference ? ", reference group" : "");
       const auto design = Design(c, eb, reference ? controls : std::vector<char>{});
-      const gram::HarmonisedKernels store = Store(c, design);
+      const gram::FoldFormedKernels store = Store(c, design);
       // By hand: ComBat fitted on the training subjects (of the reference group), applied to the fold's subjects.
       std::vector<Eigen::Index> fit;
       std::vector<int> fitSites;
@@ -124,7 +124,7 @@ TEST(HarmonisedKernels, AFoldIsTheFoldOfKernelsFormedFromTheTrainingFitHarmonise
     }
 }
 
-TEST(HarmonisedKernels, NothingFittedOnTheTrainingSetDependsOnATestSubject) {
+TEST(FoldFormedKernels, NothingFittedOnTheTrainingSetDependsOnATestSubject) {
   Cohort c = MakeCohort(2);
   std::vector<int> train, test;
   Split(c.n, train, test);
@@ -148,7 +148,7 @@ TEST(HarmonisedKernels, NothingFittedOnTheTrainingSetDependsOnATestSubject) {
 
 // Missing preserved covariates: each fold imputes them from its training subjects (the median), and the fold equals the
 // fold of a design filled by hand with that median; a test subject's covariate (missing or given) changes nothing fitted.
-TEST(HarmonisedKernels, MissingPreservedCovariatesAreImputedFromTheTrainingSubjects) {
+TEST(FoldFormedKernels, MissingPreservedCovariatesAreImputedFromTheTrainingSubjects) {
   Cohort c = MakeCohort(4);
   std::vector<int> train, test;
   Split(c.n, train, test);
@@ -195,7 +195,7 @@ double SiteMeanDistance(const Eigen::MatrixXd& K, const std::vector<int>& sites,
   return e.dot(K * e);
 }
 
-TEST(HarmonisedKernels, TheTrainingSitesShareOneMeanAfterLocationAndScaleAreRemoved) {
+TEST(FoldFormedKernels, TheTrainingSitesShareOneMeanAfterLocationAndScaleAreRemoved) {
   // Without covariates and without shrinkage every site's training voxels have the pooled mean after ComBat: the sites'
   // mean images coincide (to rounding), while before harmonising they are far apart.
   Cohort c = MakeCohort(3, 2.0);
@@ -217,11 +217,11 @@ TEST(HarmonisedKernels, TheTrainingSitesShareOneMeanAfterLocationAndScaleAreRemo
   }
 }
 
-TEST(HarmonisedKernels, ASubsetPreparesTheParentsKernelsHarmonisedWithTheWholeSource) {
+TEST(FoldFormedKernels, ASubsetPreparesTheParentsKernelsHarmonisedWithTheWholeSource) {
   const Cohort c = MakeCohort(4);
   std::vector<int> train, test;
   Split(c.n, train, test);
-  const gram::HarmonisedKernels store = Store(c, Design(c, true));
+  const gram::FoldFormedKernels store = Store(c, Design(c, true));
   const auto part = store.Subset({2, 1});
   const gram::Preprocessing pre;
   const gram::FoldKernels whole = gram::PrepareFold(store, train, test, pre), subset = gram::PrepareFold(*part, train, test, pre);
@@ -232,14 +232,14 @@ TEST(HarmonisedKernels, ASubsetPreparesTheParentsKernelsHarmonisedWithTheWholeSo
   EXPECT_THROW(store.Subset({3}), std::out_of_range);
 }
 
-TEST(HarmonisedKernels, MapsOfTheHarmonisedTrainingImagesGiveTheDecisionValues) {
+TEST(FoldFormedKernels, MapsOfTheHarmonisedTrainingImagesGiveTheDecisionValues) {
   // A fold model's decision for a test subject is sum_k beta_k sum_i coef_i K*_k(t, i) over the fold's harmonised kernels;
   // the maps w_k = sum_i D(i, k) x*_i (ColumnWeights, D = SubjectWeights) applied to the test subject's harmonised
   // voxels give the same number: the maps are exact for the harmonised data.
   const Cohort c = MakeCohort(8);
   std::vector<int> train, test;
   Split(c.n, train, test);
-  const gram::HarmonisedKernels store = Store(c, Design(c, true));
+  const gram::FoldFormedKernels store = Store(c, Design(c, true));
   gram::Preprocessing pre;
   pre.centre = false;
   pre.normalise = false;
@@ -262,13 +262,13 @@ TEST(HarmonisedKernels, MapsOfTheHarmonisedTrainingImagesGiveTheDecisionValues) 
   EXPECT_GT(decision.cwiseAbs().maxCoeff(), 1.0);
 }
 
-TEST(HarmonisedKernels, TrainingKernelsReadInPlaceOutliveTheirFoldHandle) {
+TEST(FoldFormedKernels, TrainingKernelsReadInPlaceOutliveTheirFoldHandle) {
   // A fold's own kernels are what its in-place training kernels read: they stay alive with them after the fold handle
   // goes (as a store's kernels do for a fold of kernels in memory). Under AddressSanitizer a freed read fails here.
   const Cohort c = MakeCohort(9);
   std::vector<int> train, test;
   Split(c.n, train, test);
-  const gram::HarmonisedKernels store = Store(c, Design(c, true));
+  const gram::FoldFormedKernels store = Store(c, Design(c, true));
   const gram::Preprocessing pre;
   const gram::FoldKernels copies = gram::PrepareFold(store, train, test, pre);
   gram::WeightedKernels w;
@@ -283,7 +283,7 @@ TEST(HarmonisedKernels, TrainingKernelsReadInPlaceOutliveTheirFoldHandle) {
   EXPECT_EQ(blocks.block(2), copies.test[2]);
 }
 
-TEST(HarmonisedKernels, KeptFoldsGiveWhatFormingThemAgainGives) {
+TEST(FoldFormedKernels, KeptFoldsGiveWhatFormingThemAgainGives) {
   // Folds opened in turn, with room for none, one or every fold kept: every answer is the fresh store's.
   const Cohort c = MakeCohort(7);
   std::vector<std::pair<std::vector<int>, std::vector<int>>> folds(3);
@@ -293,7 +293,7 @@ TEST(HarmonisedKernels, KeptFoldsGiveWhatFormingThemAgainGives) {
   std::vector<gram::FoldKernels> fresh;
   for (const auto& [train, test] : folds) fresh.push_back(gram::PrepareFold(Store(c, Design(c, true)), train, test, pre));
   for (const std::uint64_t kept : {std::uint64_t{0}, std::uint64_t{36 * 36 * 3 * 8}, std::uint64_t{1} << 30}) {
-    const gram::HarmonisedKernels store = Store(c, Design(c, true), kept);
+    const gram::FoldFormedKernels store = Store(c, Design(c, true), kept);
     for (const int f : {0, 1, 0, 2, 1, 1, 0}) {
       const gram::FoldKernels got = gram::PrepareFold(store, folds[static_cast<std::size_t>(f)].first, folds[static_cast<std::size_t>(f)].second, pre);
       EXPECT_EQ(got.train, fresh[static_cast<std::size_t>(f)].train) << "kept " << kept << ", fold " << f;
@@ -302,7 +302,7 @@ TEST(HarmonisedKernels, KeptFoldsGiveWhatFormingThemAgainGives) {
   }
 }
 
-TEST(HarmonisedKernels, ASiteWithOneTrainingSubjectIsAnInputErrorNamingItAndTheFold) {
+TEST(FoldFormedKernels, ASiteWithOneTrainingSubjectIsAnInputErrorNamingItAndTheFold) {
   Cohort c = MakeCohort(5);
   for (auto& s : c.sites) s = s == 2 ? 1 : s;
   c.sites[3] = 2;  // site C: one subject
@@ -318,7 +318,7 @@ TEST(HarmonisedKernels, ASiteWithOneTrainingSubjectIsAnInputErrorNamingItAndTheF
   }
 }
 
-TEST(HarmonisedKernels, ASiteAbsentFromTheReferenceGroupOfATrainingSetIsAnInputError) {
+TEST(FoldFormedKernels, ASiteAbsentFromTheReferenceGroupOfATrainingSetIsAnInputError) {
   const Cohort c = MakeCohort(6);
   std::vector<int> train, test;
   Split(c.n, train, test);

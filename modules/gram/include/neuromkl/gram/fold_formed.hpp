@@ -1,17 +1,20 @@
 #pragma once
-// Kernels of harmonised image sources (ComBat inside the folds, combat.hpp). ComBat's site scale is per voxel, so a
-// harmonised kernel has no form in terms of the raw kernels (ALGORITHMS.md section 16): this store keeps the sources'
-// voxel data, and every fold fits ComBat on its training subjects (or their reference group) only, harmonises its
-// training and test subjects with those estimates, and forms their region kernels from the harmonised voxels. The
-// fold is then prepared exactly as a fold of kernels in memory (centring, normalisation, covariates, source scales):
-// MemoryKernels over the fold's subjects. Kernels of other sources (tabular, connectivity, unharmonised images) are
-// read from their full kernels.
-// Cost per fold: the ComBat fit (two passes over the training voxels) and the kernels, (l + m)^2 x voxels
+// Kernels formed inside every fold from features transformed with that fold's training statistics only:
+// - harmonised image sources (ComBat inside the folds, combat.hpp): ComBat's site scale is per voxel, so a harmonised
+//   kernel has no form in terms of the raw kernels (ALGORITHMS.md section 16). The store keeps the sources' voxel data,
+//   and every fold fits ComBat on its training subjects (or their reference group) only, harmonises its training and test
+//   subjects with those estimates, and forms their region kernels from the harmonised voxels;
+// - tabular sources whose columns are imputed or standardised (tabular.hpp) with the fold's training rows' statistics.
+// The fold is then prepared exactly as a fold of kernels in memory (centring, normalisation, covariates, source scales):
+// MemoryKernels over the fold's subjects. Kernels of other sources (connectivity, unharmonised images, tabular sources
+// without fold statistics, precomputed) are read from their full kernels.
+// Cost per fold: the ComBat fit (two passes over the training voxels) and the kernels, (l + m)^2 x features
 // multiply-adds, where l + m are the fold's subjects; memory: the voxel data once (float32) and the fold's kernels.
 #include <cstdint>
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,6 +22,7 @@
 
 #include "neuromkl/gram/combat.hpp"
 #include "neuromkl/gram/store.hpp"
+#include "neuromkl/gram/tabular.hpp"
 
 namespace neuromkl::gram {
 
@@ -28,10 +32,42 @@ struct HarmonisedSource {
   std::shared_ptr<const Eigen::MatrixXf> voxels;  ///< rows x columns (the store's rows, in order)
 };
 
-/// Where a kernel comes from: a full kernel (source -1), or the columns [begin, end) of a harmonised source's voxels.
+/// A tabular source whose kernels every fold forms from its columns, each step fitted on the fold's training rows: missing
+/// values imputed (FitTabular), the columns harmonised with ComBat (the store's design, as image sources are), then
+/// standardised with the statistics of the imputed, harmonised training columns.
+struct FoldTabularSource {
+  std::string name;
+  std::shared_ptr<const Eigen::MatrixXd> features;  ///< rows x columns (the store's rows, in order); NaN = missing
+  std::vector<std::string> columns;                 ///< their names, for errors
+  TabularSteps steps;
+  bool harmonise = false;                           ///< ComBat on the imputed columns (needs the store's design)
+  std::string where;                                ///< names the configuration in errors (e.g. "study.json /kernels/tabular")
+};
+
+/// One fold's fit of a tabular source: the training medians (`fit.fill`), the ComBat fit of the imputed training columns
+/// (harmonised sources), and the mean and SD of the imputed, harmonised training columns (`fit.mean`, `fit.sd`).
+struct TabularFoldFit {
+  TabularFit fit;
+  std::optional<ComBatModel> combat;
+};
+
+/// Where a kernel comes from: a full kernel (source -1 and tabular -1), the columns [begin, end) of a harmonised
+/// source's voxels (source), or a function of some columns of a tabular source (tabular).
 struct KernelOrigin {
   int source = -1;
   Eigen::Index begin = 0, end = 0;
+  int tabular = -1;
+  std::vector<Eigen::Index> columns;  ///< the tabular source's columns the kernel is a function of
+  FeatureKernel function;
+  bool Full() const { return source < 0 && tabular < 0; }
+  /// The columns [begin, end) of harmonised source `source`.
+  static KernelOrigin Voxels(int source, Eigen::Index begin, Eigen::Index end) {
+    KernelOrigin o;
+    o.source = source;
+    o.begin = begin;
+    o.end = end;
+    return o;
+  }
 };
 
 /// The ComBat design over the store's rows.
@@ -56,15 +92,16 @@ struct Harmonisation {
   }
 };
 
-class HarmonisedKernels final : public KernelStore {
+class FoldFormedKernels final : public KernelStore {
  public:
-  /// `kernels`: every kernel over the rows (those of harmonised sources may be empty matrices: never read); `origins`: one
-  /// per kernel.
+  /// `kernels`: every kernel over the rows (those formed per fold may be empty matrices: never read); `origins`: one
+  /// per kernel; `design`: the ComBat design of the harmonised `sources` (null without them).
   /// `keptBytes`: how much the fold kernels kept for reuse (FoldKernels) may take; the last fold is always kept.
-  HarmonisedKernels(std::shared_ptr<const KernelList> kernels, std::vector<KernelOrigin> origins, std::shared_ptr<const std::vector<HarmonisedSource>> sources,
-                    std::shared_ptr<const Harmonisation> design, std::uint64_t keptBytes = 0);
+  FoldFormedKernels(std::shared_ptr<const KernelList> kernels, std::vector<KernelOrigin> origins, std::shared_ptr<const std::vector<HarmonisedSource>> sources,
+                    std::shared_ptr<const Harmonisation> design, std::uint64_t keptBytes = 0,
+                    std::shared_ptr<const std::vector<FoldTabularSource>> tabular = nullptr);
   std::size_t Count() const override { return kernels_->size(); }
-  Eigen::Index Subjects() const override { return static_cast<Eigen::Index>(design_->sites.size()); }
+  Eigen::Index Subjects() const override { return rows_; }
   bool Compact() const override { return false; }
   bool Centred() const override { return false; }
   void CheckPreprocessing(const Preprocessing&) const override {}
@@ -86,6 +123,13 @@ class HarmonisedKernels final : public KernelStore {
   std::vector<Eigen::VectorXd> ColumnWeights(const ComBatModel& fit, std::size_t source, const std::vector<int>& train,
                                              const std::vector<const Eigen::MatrixXd*>& weights, const std::string& fold) const;
   const std::vector<HarmonisedSource>& Sources() const { return *sources_; }
+  const std::vector<FoldTabularSource>& TabularSources() const { return *tabular_; }
+  /// The fit of tabular source `source` on rows `train` (`everyColumn`: a fill for every column, as a model keeps).
+  TabularFoldFit FitTabularFold(std::size_t source, const std::vector<int>& train, const std::string& fold, bool everyColumn = false) const;
+  /// Tabular source `source` over rows `rows` with `fit` applied: filled, harmonised (each row's site and preserved
+  /// covariates, those imputed from the first `trainCount` rows), standardised.
+  Eigen::MatrixXd TabularFoldRows(const TabularFoldFit& fit, std::size_t source, const std::vector<int>& rows, std::size_t trainCount,
+                                  const std::string& fold) const;
   const std::vector<KernelOrigin>& Origins() const { return origins_; }
   /// The ComBat fit of source `source` on the fit rows among `train` (errors name `fold`).
   ComBatModel FitFold(std::size_t source, const std::vector<int>& train, const std::string& fold) const;
@@ -118,6 +162,8 @@ class HarmonisedKernels final : public KernelStore {
   std::vector<KernelOrigin> origins_;
   std::shared_ptr<const std::vector<HarmonisedSource>> sources_;
   std::shared_ptr<const Harmonisation> design_;
+  std::shared_ptr<const std::vector<FoldTabularSource>> tabular_;
+  Eigen::Index rows_ = 0;
   struct KeptFold {
     std::vector<int> rows;
     std::size_t trainCount = 0;

@@ -1,5 +1,5 @@
-// Kernels of harmonised image sources, formed per fold (harmonised.hpp).
-#include "neuromkl/gram/harmonised.hpp"
+// Kernels formed inside every fold from its transformed features: harmonised voxels, tabular columns (fold_formed.hpp).
+#include "neuromkl/gram/fold_formed.hpp"
 
 #include <algorithm>
 #include <numeric>
@@ -71,41 +71,64 @@ class HarmonisedFold final : public PreparedFold {
 
 }  // namespace
 
-HarmonisedKernels::HarmonisedKernels(std::shared_ptr<const KernelList> kernels, std::vector<KernelOrigin> origins,
+FoldFormedKernels::FoldFormedKernels(std::shared_ptr<const KernelList> kernels, std::vector<KernelOrigin> origins,
                                      std::shared_ptr<const std::vector<HarmonisedSource>> sources, std::shared_ptr<const Harmonisation> design,
-                                     std::uint64_t keptBytes)
-    : kernels_(std::move(kernels)), origins_(std::move(origins)), sources_(std::move(sources)), design_(std::move(design)), keptBytes_(keptBytes) {
+                                     std::uint64_t keptBytes, std::shared_ptr<const std::vector<FoldTabularSource>> tabular)
+    : kernels_(std::move(kernels)),
+      origins_(std::move(origins)),
+      sources_(std::move(sources)),
+      design_(std::move(design)),
+      tabular_(tabular ? std::move(tabular) : std::make_shared<const std::vector<FoldTabularSource>>()),
+      keptBytes_(keptBytes) {
   if (kernels_->size() != origins_.size())
-    throw std::invalid_argument(fmt::format("HarmonisedKernels: {} kernels, {} origins", kernels_->size(), origins_.size()));
-  const auto n = static_cast<Eigen::Index>(design_->sites.size());
-  if (design_->covariates.rows() != n || (!design_->fitRow.empty() && static_cast<Eigen::Index>(design_->fitRow.size()) != n))
-    throw std::invalid_argument("HarmonisedKernels: the design does not cover the rows");
+    throw std::invalid_argument(fmt::format("FoldFormedKernels: {} kernels, {} origins", kernels_->size(), origins_.size()));
+  if (design_) {
+    rows_ = static_cast<Eigen::Index>(design_->sites.size());
+  } else if (!tabular_->empty()) {
+    rows_ = tabular_->front().features->rows();
+  } else {
+    for (const auto& K : *kernels_) rows_ = std::max(rows_, K.rows());
+  }
+  const Eigen::Index n = rows_;
+  if (design_ && (design_->covariates.rows() != n || (!design_->fitRow.empty() && static_cast<Eigen::Index>(design_->fitRow.size()) != n)))
+    throw std::invalid_argument("FoldFormedKernels: the design does not cover the rows");
+  const bool harmonisedTabular = std::any_of(tabular_->begin(), tabular_->end(), [](const FoldTabularSource& s) { return s.harmonise; });
+  if (!design_ && (!sources_->empty() || harmonisedTabular)) throw std::invalid_argument("FoldFormedKernels: harmonised sources without a design");
   for (std::size_t k = 0; k < origins_.size(); ++k) {
     const auto& o = origins_[k];
-    if (o.source < 0) {
-      if ((*kernels_)[k].rows() != n) throw std::invalid_argument(fmt::format("HarmonisedKernels: kernel {} is not over the {} rows", k, n));
+    if (o.Full()) {
+      if ((*kernels_)[k].rows() != n) throw std::invalid_argument(fmt::format("FoldFormedKernels: kernel {} is not over the {} rows", k, n));
       continue;
     }
-    if (static_cast<std::size_t>(o.source) >= sources_->size()) throw std::invalid_argument("HarmonisedKernels: unknown source");
+    if (o.tabular >= 0) {
+      if (static_cast<std::size_t>(o.tabular) >= tabular_->size()) throw std::invalid_argument("FoldFormedKernels: unknown tabular source");
+      const auto& features = *(*tabular_)[static_cast<std::size_t>(o.tabular)].features;
+      const bool inside = std::all_of(o.columns.begin(), o.columns.end(), [&](Eigen::Index c) { return c >= 0 && c < features.cols(); });
+      if (features.rows() != n || o.columns.empty() || !inside)
+        throw std::invalid_argument(fmt::format("FoldFormedKernels: kernel {} has {} columns of {} x {} tabular features", k, o.columns.size(),
+                                                features.rows(), features.cols()));
+      continue;
+    }
+    if (static_cast<std::size_t>(o.source) >= sources_->size()) throw std::invalid_argument("FoldFormedKernels: unknown source");
     const auto& voxels = *(*sources_)[static_cast<std::size_t>(o.source)].voxels;
     if (voxels.rows() != n || o.begin < 0 || o.end > voxels.cols() || o.begin >= o.end)
-      throw std::invalid_argument(fmt::format("HarmonisedKernels: kernel {} has columns [{}, {}) of {} x {} voxels", k, o.begin, o.end, voxels.rows(),
+      throw std::invalid_argument(fmt::format("FoldFormedKernels: kernel {} has columns [{}, {}) of {} x {} voxels", k, o.begin, o.end, voxels.rows(),
                                               voxels.cols()));
   }
 }
 
-std::string HarmonisedKernels::Where(std::size_t source, const std::string& fold) const {
+std::string FoldFormedKernels::Where(std::size_t source, const std::string& fold) const {
   return fmt::format("{} (source {}, {})", design_->where, (*sources_).at(source).name, fold);
 }
 
-std::vector<std::size_t> HarmonisedKernels::KernelsOf(std::size_t source) const {
+std::vector<std::size_t> FoldFormedKernels::KernelsOf(std::size_t source) const {
   std::vector<std::size_t> out;
   for (std::size_t k = 0; k < Count(); ++k)
     if (origins_[k].source == static_cast<int>(source)) out.push_back(k);
   return out;
 }
 
-ComBatModel HarmonisedKernels::FitFold(std::size_t source, const std::vector<int>& train, const std::string& fold) const {
+ComBatModel FoldFormedKernels::FitFold(std::size_t source, const std::vector<int>& train, const std::string& fold) const {
   const Harmonisation& h = *design_;
   const Rows gathered = RowsOf(train, train.size());
   std::vector<Eigen::Index> rows, positions;
@@ -121,7 +144,7 @@ ComBatModel HarmonisedKernels::FitFold(std::size_t source, const std::vector<int
   return FitComBat(*(*sources_)[source].voxels, rows, sites, gathered.covariates(positions, Eigen::all), options, Where(source, fold));
 }
 
-ComBatModel HarmonisedKernels::FitFoldFor(std::size_t source, const std::vector<int>& train, const std::vector<int>& rows, const std::string& fold) const {
+ComBatModel FoldFormedKernels::FitFoldFor(std::size_t source, const std::vector<int>& train, const std::vector<int>& rows, const std::string& fold) const {
   const Harmonisation& h = *design_;
   ComBatModel model = FitFold(source, train, fold);
   for (const int i : rows)
@@ -134,9 +157,10 @@ ComBatModel HarmonisedKernels::FitFoldFor(std::size_t source, const std::vector<
   return model;
 }
 
-HarmonisedKernels::Rows HarmonisedKernels::RowsOf(const std::vector<int>& rows, std::size_t trainCount) const {
+FoldFormedKernels::Rows FoldFormedKernels::RowsOf(const std::vector<int>& rows, std::size_t trainCount) const {
   Rows out;
   out.index = Eigen::Map<const Eigen::VectorXi>(rows.data(), static_cast<Eigen::Index>(rows.size()));
+  if (!design_) return out;
   for (const int i : rows) out.sites.push_back(design_->sites[static_cast<std::size_t>(i)]);
   if (!design_->covariates.hasNaN()) {
     out.covariates = design_->covariates(out.index, Eigen::all);
@@ -148,7 +172,7 @@ HarmonisedKernels::Rows HarmonisedKernels::RowsOf(const std::vector<int>& rows, 
   return out;
 }
 
-Eigen::MatrixXd HarmonisedKernels::HarmonisedBlock(const ComBatModel& model, std::size_t k, const Rows& rows, const std::string& where) const {
+Eigen::MatrixXd FoldFormedKernels::HarmonisedBlock(const ComBatModel& model, std::size_t k, const Rows& rows, const std::string& where) const {
   const KernelOrigin& o = origins_[k];
   const Eigen::MatrixXf& voxels = *(*sources_)[static_cast<std::size_t>(o.source)].voxels;
   Eigen::MatrixXd block = voxels(rows.index, Eigen::seqN(o.begin, o.end - o.begin)).cast<double>();
@@ -156,12 +180,26 @@ Eigen::MatrixXd HarmonisedKernels::HarmonisedBlock(const ComBatModel& model, std
   return block;
 }
 
-KernelList HarmonisedKernels::FoldKernelsOver(const std::vector<int>& rows, std::size_t trainCount, const std::string& fold) const {
+KernelList FoldFormedKernels::FoldKernelsOver(const std::vector<int>& rows, std::size_t trainCount, const std::string& fold) const {
   KernelList out(Count());
   const Rows gathered = RowsOf(rows, trainCount);
   for (std::size_t k = 0; k < Count(); ++k)
-    if (origins_[k].source < 0) out[k] = (*kernels_)[k](gathered.index, gathered.index);
+    if (origins_[k].Full()) out[k] = (*kernels_)[k](gathered.index, gathered.index);
   const std::vector<int> train(rows.begin(), rows.begin() + static_cast<std::ptrdiff_t>(trainCount));
+  for (std::size_t t = 0; t < tabular_->size(); ++t) {
+    const FoldTabularSource& source = (*tabular_)[t];
+    const Eigen::MatrixXd X = TabularFoldRows(FitTabularFold(t, train, fold), t, rows, trainCount, fold);
+    for (std::size_t k = 0; k < Count(); ++k)
+      if (const KernelOrigin& o = origins_[k]; o.tabular == static_cast<int>(t)) {
+        out[k] = o.function.Gram(X(Eigen::all, o.columns));
+        if (!out[k].allFinite())
+          throw InputError("kernels:NonFinite", fmt::format("{} ({})", source.where, fold),
+                           fmt::format("a kernel of source {} has NaN or infinite values on this fold's standardised features: its function "
+                                       "overflows or underflows double precision (a polynomial degree too high for their scale, or a Gaussian "
+                                       "width whose square underflows); choose other values in its functions",
+                                       source.name.empty() ? std::string("tabular") : source.name));
+      }
+  }
   for (std::size_t s = 0; s < sources_->size(); ++s) {
     const std::vector<std::size_t> kernels = KernelsOf(s);
     if (kernels.empty()) continue;
@@ -179,12 +217,52 @@ KernelList HarmonisedKernels::FoldKernelsOver(const std::vector<int>& rows, std:
   return out;
 }
 
-std::vector<Eigen::VectorXd> HarmonisedKernels::ColumnWeights(std::size_t source, const std::vector<int>& train,
+TabularFoldFit FoldFormedKernels::FitTabularFold(std::size_t source, const std::vector<int>& train, const std::string& fold, bool everyColumn) const {
+  const FoldTabularSource& s = (*tabular_).at(source);
+  const Eigen::VectorXi index = Eigen::Map<const Eigen::VectorXi>(train.data(), static_cast<Eigen::Index>(train.size()));
+  const std::string where = fmt::format("{} ({})", s.where, fold);
+  if (!s.harmonise) return {FitTabular(*s.features, index, s.steps, s.columns, where, everyColumn), std::nullopt};
+  // Impute, harmonise the imputed training columns, then standardise what the harmonisation gives.
+  TabularFoldFit out{FitTabular(*s.features, index, {s.steps.impute, false}, s.columns, where, everyColumn), std::nullopt};
+  Eigen::MatrixXd X = ApplyTabular(out.fit, *s.features, index);
+  const Rows gathered = RowsOf(train, train.size());
+  std::vector<Eigen::Index> positions;
+  std::vector<int> sites;
+  for (std::size_t p = 0; p < train.size(); ++p)
+    if (design_->fitRow.empty() || design_->fitRow[static_cast<std::size_t>(train[p])]) {
+      positions.push_back(static_cast<Eigen::Index>(p));
+      sites.push_back(gathered.sites[p]);
+    }
+  ComBatOptions options = design_->options;
+  options.siteNames = design_->siteNames;
+  const std::string combatWhere = fmt::format("{} (source {}, {})", design_->where, s.name.empty() ? std::string("tabular") : s.name, fold);
+  out.combat = FitComBat(X(positions, Eigen::all), sites, gathered.covariates(positions, Eigen::all), options, combatWhere);
+  ApplyComBat(*out.combat, X, gathered.sites, gathered.covariates, combatWhere);
+  const TabularFit scale = FitTabular(X, Eigen::VectorXi::LinSpaced(X.rows(), 0, static_cast<int>(X.rows()) - 1), {false, s.steps.standardise}, s.columns, where);
+  out.fit.mean = scale.mean;
+  out.fit.sd = scale.sd;
+  return out;
+}
+
+Eigen::MatrixXd FoldFormedKernels::TabularFoldRows(const TabularFoldFit& fit, std::size_t source, const std::vector<int>& rows, std::size_t trainCount,
+                                                   const std::string& fold) const {
+  const FoldTabularSource& s = (*tabular_).at(source);
+  const Rows gathered = RowsOf(rows, trainCount);
+  if (!fit.combat) return ApplyTabular(fit.fit, *s.features, gathered.index);
+  const auto p = static_cast<Eigen::Index>(s.columns.size());
+  Eigen::MatrixXd X = ApplyTabular({fit.fit.fill, Eigen::RowVectorXd::Zero(p), Eigen::RowVectorXd::Ones(p)}, *s.features, gathered.index);
+  ApplyComBat(*fit.combat, X, gathered.sites, gathered.covariates,
+              fmt::format("{} (source {}, {})", design_->where, s.name.empty() ? std::string("tabular") : s.name, fold));
+  for (Eigen::Index c = 0; c < p; ++c) X.col(c) = (X.col(c).array() - fit.fit.mean[c]) / fit.fit.sd[c];
+  return X;
+}
+
+std::vector<Eigen::VectorXd> FoldFormedKernels::ColumnWeights(std::size_t source, const std::vector<int>& train,
                                                               const std::vector<const Eigen::MatrixXd*>& weights, const std::string& fold) const {
   return ColumnWeights(FitFoldFor(source, train, train, fold), source, train, weights, fold);
 }
 
-std::vector<Eigen::VectorXd> HarmonisedKernels::ColumnWeights(const ComBatModel& model, std::size_t source, const std::vector<int>& train,
+std::vector<Eigen::VectorXd> FoldFormedKernels::ColumnWeights(const ComBatModel& model, std::size_t source, const std::vector<int>& train,
                                                               const std::vector<const Eigen::MatrixXd*>& weights, const std::string& fold) const {
   std::vector<Eigen::VectorXd> out(weights.size(), Eigen::VectorXd::Zero((*sources_).at(source).voxels->cols()));
   const Rows gathered = RowsOf(train, train.size());
@@ -201,7 +279,7 @@ std::vector<Eigen::VectorXd> HarmonisedKernels::ColumnWeights(const ComBatModel&
   return out;
 }
 
-std::shared_ptr<const KernelList> HarmonisedKernels::FoldKernels(const std::vector<int>& rows, std::size_t trainCount, const std::string& fold) const {
+std::shared_ptr<const KernelList> FoldFormedKernels::FoldKernels(const std::vector<int>& rows, std::size_t trainCount, const std::string& fold) const {
   {
     const std::lock_guard<std::mutex> lock(keptMutex_);
     for (const auto& k : kept_)
@@ -223,18 +301,18 @@ std::shared_ptr<const KernelList> HarmonisedKernels::FoldKernels(const std::vect
   return kernels;
 }
 
-std::unique_ptr<PreparedFold> HarmonisedKernels::OpenFold(const std::vector<int>& train, const std::vector<int>& test, const Preprocessing& pre) const {
+std::unique_ptr<PreparedFold> FoldFormedKernels::OpenFold(const std::vector<int>& train, const std::vector<int>& test, const Preprocessing& pre) const {
   const std::vector<int> rows = Concatenate(train, test);
   const std::string fold = fmt::format("a fold of {} training and {} test subjects", train.size(), test.size());
   return std::make_unique<HarmonisedFold>(FoldKernels(rows, train.size(), fold), train.size(), test.size(), pre, rows);
 }
 
-Eigen::VectorXd HarmonisedKernels::LargestCentredSelfSimilarities(const std::vector<int>& train, const Preprocessing& pre) const {
+Eigen::VectorXd FoldFormedKernels::LargestCentredSelfSimilarities(const std::vector<int>& train, const Preprocessing& pre) const {
   const MemoryKernels local(*FoldKernels(train, train.size(), fmt::format("a training set of {} subjects", train.size())));
   return local.LargestCentredSelfSimilarities(Positions(0, train.size()), OverRows(pre, train));
 }
 
-Eigen::MatrixXd HarmonisedKernels::SubjectWeights(const FoldModel& model, const Preprocessing& pre) const {
+Eigen::MatrixXd FoldFormedKernels::SubjectWeights(const FoldModel& model, const Preprocessing& pre) const {
   const std::vector<int> rows = Concatenate(model.train, model.test);
   const auto kernels = FoldKernels(rows, model.train.size(), fmt::format("a fold of {} training subjects", model.train.size()));
   const MemoryKernels local(*kernels);
@@ -245,22 +323,22 @@ Eigen::MatrixXd HarmonisedKernels::SubjectWeights(const FoldModel& model, const 
   return D;
 }
 
-std::uint64_t HarmonisedKernels::FoldTaskBytes(const FoldTask& task) const {
+std::uint64_t FoldFormedKernels::FoldTaskBytes(const FoldTask& task) const {
   // The fold's own kernels over its subjects and the prepared copies a memory fold makes of them (the folds kept for
   // reuse are bounded on their own, keptBytes); one region's harmonised voxels per thread are small next to them.
   const auto rows = static_cast<double>(task.train + task.unlabelled + task.test);
   return static_cast<std::uint64_t>(8.0 * (2.0 * static_cast<double>(Count()) * rows * rows + 2.0 * rows * rows));
 }
 
-std::unique_ptr<KernelStore> HarmonisedKernels::Subset(const std::vector<std::size_t>& which) const {
+std::unique_ptr<KernelStore> FoldFormedKernels::Subset(const std::vector<std::size_t>& which) const {
   auto kernels = std::make_shared<KernelList>();
   std::vector<KernelOrigin> origins;
   for (const std::size_t k : which) {
-    if (k >= Count()) throw std::out_of_range(fmt::format("HarmonisedKernels::Subset: kernel {} of {}", k, Count()));
+    if (k >= Count()) throw std::out_of_range(fmt::format("FoldFormedKernels::Subset: kernel {} of {}", k, Count()));
     kernels->push_back((*kernels_)[k]);
     origins.push_back(origins_[k]);
   }
-  return std::make_unique<HarmonisedKernels>(std::move(kernels), std::move(origins), sources_, design_, keptBytes_);
+  return std::make_unique<FoldFormedKernels>(std::move(kernels), std::move(origins), sources_, design_, keptBytes_, tabular_);
 }
 
 }  // namespace neuromkl::gram
