@@ -47,6 +47,8 @@ BSADMM_PAPER = {
 }
 
 C_MKLBP = 100.0
+# Study labels name files (letters, digits, '_', '-', '.'): the table shows the paper's name.
+SHOWN = {"GMKL_p2": "GMKL (p=2)"}
 DISCUSSION = "## Reading the differences honestly"
 SELECTED = 1e-4  # a kernel counts as selected when its weight exceeds this share of the total
 
@@ -121,15 +123,16 @@ def main():
                 {"name": "svm", "label": "Ave-Kernel", "params": {"c": C_MKLBP / m, "tolerance": 1e-4}},
                 {"name": "simplemkl", "label": "SimpleMKL", "params": {"c": C_MKLBP}},
                 {"name": "mkl_bp", "label": "Lp-MKL", "params": {"c": C_MKLBP, "p": 2, "v": 0}},
-                {"name": "mkl_bp", "label": "GMKL (p=2)", "params": {"c": C_MKLBP, "p": 2, "v": 0.5}},
+                {"name": "mkl_bp", "label": "GMKL_p2", "params": {"c": C_MKLBP, "p": 2, "v": 0.5}},
                 {"name": "mkl_bp", "label": "MKL-BP", "params": {"c": C_MKLBP, "p": 64, "v": 0.5}},
             ]
             results, wall = run(args.neuromkl, study(name, csv, dict(kernels, exclude_columns=exclude), learners, args.repeats, args.work), args.work)
             print(f"MKL-BP protocol, {dataset}: {wall:.1f} s", flush=True)
             for l in results["learners"]:
                 acc, sd, selected, seconds = summarise(l)
-                pa, pk = paper[l["label"]]
-                rows.append((dataset, l["label"], pa, acc, sd, pk, selected, m, seconds))
+                method = SHOWN.get(l["label"], l["label"])
+                pa, pk = paper[method]
+                rows.append((dataset, method, pa, acc, sd, pk, selected, m, seconds))
         lines += [
             "## MKL-BP (Qi, Liang & Xu 2018): Table 3 and Table 5",
             "",

@@ -144,6 +144,56 @@ def test_missing_covariates_and_unseen_levels_are_handled_as_neuromkl_predict(tm
         model.decision_function(as_table, unseen_levels="guess")
 
 
+def test_a_tabular_source_imputed_harmonised_and_standardised_in_the_folds_equals_neuromkl_predict(tmp_path, cli):
+    """A tabular source with fold statistics (impute, standardise) harmonised by site: load_model fills a missing
+    feature (None) with the model's training median, harmonises each row by its site (a new site estimated from its
+    subjects) and standardises it, as `neuromkl predict` does; harmonisation_columns names the site column."""
+    subprocess.run([cli, "simulate", "--out", str(tmp_path / "sim"), "--subjects", "48", "--seed", "9", "--sites", "2", "--clinical-effect", "1",
+                    "-q"], check=True)
+    sim = tmp_path / "sim"
+    study = json.loads((sim / "study.json").read_text())
+    study.pop("$schema", None)
+    rows = read_tsv(sim / study["subjects"]["table"])
+    for i, r in enumerate(rows):
+        r["image"] = str(sim / r["image"])
+        shift = 4.0 if r["site"] == "site2" else 0.0
+        r["f1"] = "n/a" if i % 9 == 2 else repr(shift + float(r["clinical"]))
+        r["f2"] = repr(10.0 + shift + np.sin(1.3 * i))
+    columns = list(rows[0].keys())
+
+    def write(path, subset):
+        path.write_text("\t".join(columns) + "\n" + "".join("\t".join(r[c] for c in columns) + "\n" for r in subset))
+
+    write(sim / "features.tsv", rows)
+    study["subjects"]["table"] = "features.tsv"
+    study["kernels"] = {"sources": [{"name": "mri", "kind": "images"},
+                                    {"name": "clin", "kind": "tabular", "tabular": {"table": "features.tsv", "groups": {"feat": ["f1", "f2"]},
+                                                                                   "standardise": True, "impute": "median"}}]}
+    study["harmonisation"] = {"site_column": "site", "sources": ["clin"]}
+    study["learners"] = [{"name": "enmkl_svm", "params": {"c": 1, "mu": 0.5}}]
+    study["permutations"] = {"count": 0}
+    study["cv"] = {"outer": {"scheme": "stratified_kfold", "k": 3}, "inner": {"scheme": "stratified_kfold", "k": 3}}
+    (sim / "study.json").write_text(json.dumps(study))
+    subprocess.run([cli, "run", str(sim / "study.json"), "-q", "--out", str(tmp_path / "run")], check=True)
+
+    new = [dict(r) for r in rows[:12]]
+    new[0]["f1"] = ""
+    for r in new[6:]:
+        r["site"] = "site9"  # a site the model never saw: estimated from these six subjects
+    write(tmp_path / "new.tsv", new)
+    subprocess.run([cli, "predict", str(tmp_path / "run" / "model"), str(tmp_path / "new.tsv"), "--new-site-min", "6", "--out", str(tmp_path / "pred"),
+                    "-q"], check=True)
+    expected = _column(read_tsv(tmp_path / "pred" / "predictions.tsv"), "enmkl_svm", "final", "decision")
+    model = neuromkl.load_model(tmp_path / "run" / "model")
+    assert "site" in model.harmonisation_columns
+    as_table = {c: [r[c] for r in new] for c in columns}
+    as_table["f1"] = [None] + as_table["f1"][1:]
+    np.testing.assert_allclose(model.decision_function(as_table, new_site_min=6), expected, rtol=0, atol=1e-9)  # the same arithmetic
+    warnings = " ".join(model.warnings_)
+    assert "feature column \"f1\" is missing; imputed with the training subjects' median" in warnings
+    assert "source clin: site \"site9\" is not among the model's training sites" in warnings
+
+
 def test_a_harmonised_model_at_a_new_site_equals_neuromkl_predict(tmp_path, cli):
     """A study harmonised by site, trained on two sites: load_model scores subjects of a third site (nibabel images in a
     table) with that site's ComBat effects estimated from its own subjects, as `neuromkl predict` does, and refuses them

@@ -2,6 +2,7 @@
 #include "neuromkl/gram/fold_formed.hpp"
 
 #include <algorithm>
+#include <map>
 #include <numeric>
 #include <stdexcept>
 
@@ -79,7 +80,9 @@ FoldFormedKernels::FoldFormedKernels(std::shared_ptr<const KernelList> kernels, 
       sources_(std::move(sources)),
       design_(std::move(design)),
       tabular_(tabular ? std::move(tabular) : std::make_shared<const std::vector<FoldTabularSource>>()),
-      keptBytes_(keptBytes) {
+      // Folds are kept for reuse where forming them again is costly: from harmonised voxels. Tabular kernels are formed in
+      // a fraction of what their fits take, and keeping every fold's would hold memory the learners could use.
+      keptBytes_(sources_->empty() ? 0 : keptBytes) {
   if (kernels_->size() != origins_.size())
     throw std::invalid_argument(fmt::format("FoldFormedKernels: {} kernels, {} origins", kernels_->size(), origins_.size()));
   if (design_) {
@@ -189,16 +192,28 @@ KernelList FoldFormedKernels::FoldKernelsOver(const std::vector<int>& rows, std:
   for (std::size_t t = 0; t < tabular_->size(); ++t) {
     const FoldTabularSource& source = (*tabular_)[t];
     const Eigen::MatrixXd X = TabularFoldRows(FitTabularFold(t, train, fold), t, rows, trainCount, fold);
+    // One linear kernel per group of columns, shared by that group's functions; the kernels formed several at once.
+    std::map<std::vector<Eigen::Index>, Eigen::MatrixXd> linear;
+    std::vector<std::size_t> kernels;
     for (std::size_t k = 0; k < Count(); ++k)
-      if (const KernelOrigin& o = origins_[k]; o.tabular == static_cast<int>(t)) {
-        out[k] = o.function.Gram(X(Eigen::all, o.columns));
-        if (!out[k].allFinite())
-          throw InputError("kernels:NonFinite", fmt::format("{} ({})", source.where, fold),
-                           fmt::format("a kernel of source {} has NaN or infinite values on this fold's standardised features: its function "
-                                       "overflows or underflows double precision (a polynomial degree too high for their scale, or a Gaussian "
-                                       "width whose square underflows); choose other values in its functions",
-                                       source.name.empty() ? std::string("tabular") : source.name));
+      if (origins_[k].tabular == static_cast<int>(t)) {
+        kernels.push_back(k);
+        linear.emplace(origins_[k].columns, Eigen::MatrixXd());
       }
+    std::vector<std::pair<const std::vector<Eigen::Index>*, Eigen::MatrixXd*>> groups;
+    for (auto& [columns, G] : linear) groups.emplace_back(&columns, &G);
+    tbb::parallel_for(std::size_t{0}, groups.size(), [&](std::size_t g) { *groups[g].second = FeatureKernel::LinearGram(X(Eigen::all, *groups[g].first)); });
+    tbb::parallel_for(std::size_t{0}, kernels.size(), [&](std::size_t j) {
+      const KernelOrigin& o = origins_[kernels[j]];
+      out[kernels[j]] = o.function.OfLinear(linear.at(o.columns));
+    });
+    for (const std::size_t k : kernels)
+      if (!out[k].allFinite())
+        throw InputError("kernels:NonFinite", fmt::format("{} ({})", source.where, fold),
+                         fmt::format("kernel {} of source {} has NaN or infinite values on this fold's standardised features: its function "
+                                     "overflows or underflows double precision (a polynomial degree too high for their scale, or a Gaussian "
+                                     "width whose square underflows); choose other values in its functions",
+                                     k, source.name.empty() ? std::string("tabular") : source.name));
   }
   for (std::size_t s = 0; s < sources_->size(); ++s) {
     const std::vector<std::size_t> kernels = KernelsOf(s);

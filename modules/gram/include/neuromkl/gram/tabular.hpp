@@ -19,6 +19,9 @@ struct FeatureKernel {
   double offset = 0;  ///< polynomial offset
   /// The kernel of the rows of X (n x n), exactly symmetric: the linear part from one rank update, mirrored.
   Eigen::MatrixXd Gram(const Eigen::Ref<const Eigen::MatrixXd>& X) const;
+  /// The same from X's linear kernel (LinearGram(X)), which several functions of the same columns share.
+  Eigen::MatrixXd OfLinear(Eigen::MatrixXd linear) const;
+  static Eigen::MatrixXd LinearGram(const Eigen::Ref<const Eigen::MatrixXd>& X);
   /// The kernel between the rows of A and the rows of B (A.rows() x B.rows()).
   Eigen::MatrixXd Between(const Eigen::Ref<const Eigen::MatrixXd>& A, const Eigen::Ref<const Eigen::MatrixXd>& B) const;
   /// k(a_i, a_i) for every row of A.
