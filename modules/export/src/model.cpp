@@ -419,7 +419,7 @@ ModelTabularSource ReadTabularSource(const Reader& rd, const Json& s, Eigen::Ind
   const Eigen::MatrixXd stats = rd.Array(s.at("column_stats"), 2, cols, "source " + src.name + " column statistics");
   src.mean = stats.row(0).transpose();
   src.sd = stats.row(1).transpose();
-  // (Models written before imputation existed have neither key: a missing value is an error.)
+  // (A model without these keys does not impute: a new subject's missing value is an error.)
   if (s.value("impute", std::string("none")) == "median") src.fill = rd.Array(s.at("fill"), 1, cols, "source " + src.name + " fill").row(0).transpose();
   if (s.contains("harmonisation")) src.harmonisation = ReadHarmonisation(rd, s.at("harmonisation"), cols, src.name);
   for (const auto& k : s.at("kernels")) {

@@ -14,17 +14,20 @@ namespace neuromkl::gram {
 
 namespace {
 
+/// (x + offset)^degree of every entry, a whole degree (study_check) as products: within rounding of pow, and far faster.
+template <typename Matrix>
+Matrix Polynomial(const FeatureKernel& f, Matrix G) {
+  G.array() += f.offset;
+  const Matrix base = G;
+  for (int d = 1; d < static_cast<int>(f.value); ++d) G.array() *= base.array();
+  return G;
+}
+
 /// k from the linear kernel G and the squared norms of the rows on each side.
 Eigen::MatrixXd FromLinear(const FeatureKernel& f, Eigen::MatrixXd G, const Eigen::VectorXd& a, const Eigen::VectorXd& b) {
   using Type = FeatureKernel::Type;
   if (f.type == Type::Linear) return G;
-  if (f.type == Type::Polynomial) {
-    G.array() += f.offset;
-    // A whole degree (study_check) as products: within rounding of pow, and far faster.
-    const Eigen::MatrixXd base = G;
-    for (int d = 1; d < static_cast<int>(f.value); ++d) G.array() *= base.array();
-    return G;
-  }
+  if (f.type == Type::Polynomial) return Polynomial(f, std::move(G));
   // |a - b|^2 = |a|^2 + |b|^2 - 2 a'b, clipped at 0 (rounding); (a_i + b_j) is the same sum on either side of the diagonal.
   for (Eigen::Index j = 0; j < G.cols(); ++j)
     for (Eigen::Index i = 0; i < G.rows(); ++i) G(i, j) = std::exp(-std::max(0.0, (a[i] + b[j]) - 2 * G(i, j)) / (2 * f.value * f.value));
@@ -54,7 +57,7 @@ Eigen::MatrixXd FeatureKernel::Between(const Eigen::Ref<const Eigen::MatrixXd>& 
 Eigen::VectorXd FeatureKernel::Self(const Eigen::Ref<const Eigen::MatrixXd>& A) const {
   const Eigen::VectorXd d = A.rowwise().squaredNorm();
   if (type == Type::Linear) return d;
-  if (type == Type::Polynomial) return (d.array() + offset).pow(value).matrix();
+  if (type == Type::Polynomial) return Polynomial(*this, d);
   return Eigen::VectorXd::Ones(A.rows());
 }
 

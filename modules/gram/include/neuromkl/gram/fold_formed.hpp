@@ -4,12 +4,14 @@
 //   kernel has no form in terms of the raw kernels (ALGORITHMS.md section 16). The store keeps the sources' voxel data,
 //   and every fold fits ComBat on its training subjects (or their reference group) only, harmonises its training and test
 //   subjects with those estimates, and forms their region kernels from the harmonised voxels;
-// - tabular sources whose columns are imputed or standardised (tabular.hpp) with the fold's training rows' statistics.
+// - tabular sources whose columns are imputed, harmonised (the same ComBat) or standardised (tabular.hpp) with the fold's
+//   training rows' statistics: standardising over every subject would let held-out values into the training kernels.
 // The fold is then prepared exactly as a fold of kernels in memory (centring, normalisation, covariates, source scales):
 // MemoryKernels over the fold's subjects. Kernels of other sources (connectivity, unharmonised images, tabular sources
 // without fold statistics, precomputed) are read from their full kernels.
 // Cost per fold: the ComBat fit (two passes over the training voxels) and the kernels, (l + m)^2 x features
-// multiply-adds, where l + m are the fold's subjects; memory: the voxel data once (float32) and the fold's kernels.
+// multiply-adds, where l + m are the fold's subjects; memory: the voxel data once (float32), the tabular columns once
+// (float64) and the fold's kernels.
 #include <cstdint>
 #include <deque>
 #include <memory>
