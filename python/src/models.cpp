@@ -167,9 +167,8 @@ void BindModels(py::module_& m) {
                                std::vector<std::string> cols;
                                auto add = [&](const std::optional<exporting::ModelHarmonisation>& h) {
                                  if (!h) return;
-                                 cols.push_back(h->siteColumn);
-                                 cols.insert(cols.end(), h->covariateNumeric.begin(), h->covariateNumeric.end());
-                                 for (const auto& [col, levels] : h->covariateCategorical) cols.push_back(col);
+                                 const std::vector<std::string> read = h->TableColumns();
+                                 cols.insert(cols.end(), read.begin(), read.end());
                                };
                                for (const auto& s : e.imageSources) add(s.harmonisation);
                                for (const auto& s : e.tabularSources) add(s.harmonisation);

@@ -375,6 +375,18 @@ TEST_F(PredictCli, FoldModelsReproduceNestedCvWithImageConnectivityAndPrecompute
   EXPECT_FALSE(fs::exists(Path("pred_conn_bad")));
 }
 
+/// Two predict runs on the same subjects (a training site under its own and under a new name) give the same decision
+/// values, to 1e-8 relative: the new site's ComBat estimates are the training site's to the iteration's 1e-10 change.
+void ExpectSameDecisions(const std::string& knownTable, const std::string& estimatedTable) {
+  const Rows known = ReadTsv(knownTable), estimated = ReadTsv(estimatedTable);
+  ASSERT_EQ(known.size(), estimated.size());
+  const std::size_t decision = Col(known, "decision");
+  for (std::size_t i = 1; i < known.size(); ++i) {
+    const double want = std::stod(known[i][decision]);
+    EXPECT_NEAR(std::stod(estimated[i][decision]), want, 1e-8 * std::max(1.0, std::abs(want))) << known[i][0];
+  }
+}
+
 /// The rows of `cohort`'s table whose site is in `sites`, images as absolute paths, each site renamed as `rename` says.
 void WriteSiteRows(const std::string& cohort, const std::set<std::string>& sites, const std::map<std::string, std::string>& rename, const std::string& path) {
   const Rows part = ReadTsv(cohort + "/participants.tsv");
@@ -468,14 +480,8 @@ TEST_F(PredictCli, AHarmonisedTabularSourceTravelsToHeldOutSubjectsAndNewSites) 
   ASSERT_EQ(r.exitCode, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr("source clin: site \"siteX\" is not among the model's training sites (site1, site2); its ComBat effects were "
                                   "estimated from its"));
-  const Rows known = ReadTsv(Path("tpred_site1/predictions.tsv")), estimated = ReadTsv(Path("tpred_siteX/predictions.tsv"));
-  ASSERT_EQ(known.size(), estimated.size());
-  const std::size_t decision = Col(known, "decision");
-  for (std::size_t i = 1; i < known.size(); ++i) {
-    // The new site's estimates are the training site's to the iteration's 1e-10 relative change.
-    const double want = std::stod(known[i][decision]);
-    EXPECT_NEAR(std::stod(estimated[i][decision]), want, 1e-8 * std::max(1.0, std::abs(want))) << known[i][0];
-  }
+  // The new site's estimates are the training site's to the iteration's 1e-10 relative change.
+  ExpectSameDecisions(Path("tpred_site1/predictions.tsv"), Path("tpred_siteX/predictions.tsv"));
   r = RunCli("predict " + model + " " + Path("tsiteX.tsv") + " --new-sites refuse --out " + Path("tpred_refused"));
   EXPECT_EQ(r.exitCode, 2) << r.output;
   EXPECT_THAT(r.output, HasSubstr("source clin: subjects of site(s) \"siteX\""));
@@ -504,14 +510,8 @@ TEST_F(PredictCli, AHarmonisedModelEstimatesANewSitesEffectsFromItsOwnSubjects) 
   EXPECT_THAT(r.output, HasSubstr(fmt::format("source images: site \"siteX\" is not among the model's training sites (site1, site2); its ComBat "
                                               "effects were estimated from its {} subjects",
                                               site1Count)));
-  const Rows known = ReadTsv(Path("pred_site1/predictions.tsv")), estimated = ReadTsv(Path("pred_siteX/predictions.tsv"));
-  ASSERT_EQ(known.size(), estimated.size());
-  const std::size_t decision = Col(known, "decision");
-  for (std::size_t i = 1; i < known.size(); ++i) {
-    // The same sums over the same voxels; the iteration stops at a relative change of 1e-10.
-    const double want = std::stod(known[i][decision]);
-    EXPECT_NEAR(std::stod(estimated[i][decision]), want, 1e-8 * std::max(1.0, std::abs(want))) << known[i][0];
-  }
+  // The same sums over the same voxels; the iteration stops at a relative change of 1e-10.
+  ExpectSameDecisions(Path("pred_site1/predictions.tsv"), Path("pred_siteX/predictions.tsv"));
   const auto summary = nlohmann::json::parse(ReadFile(Path("pred_siteX/summary.json")));
   EXPECT_THAT(summary.dump(), HasSubstr("siteX"));
 

@@ -131,20 +131,33 @@ std::vector<std::size_t> FoldFormedKernels::KernelsOf(std::size_t source) const 
   return out;
 }
 
-ComBatModel FoldFormedKernels::FitFold(std::size_t source, const std::vector<int>& train, const std::string& fold) const {
-  const Harmonisation& h = *design_;
-  const Rows gathered = RowsOf(train, train.size());
-  std::vector<Eigen::Index> rows, positions;
-  std::vector<int> sites;
+FoldFormedKernels::FitRows FoldFormedKernels::FitRowsOf(const std::vector<int>& train, const Rows& gathered) const {
+  FitRows out;
   for (std::size_t p = 0; p < train.size(); ++p)
-    if (h.fitRow.empty() || h.fitRow[static_cast<std::size_t>(train[p])]) {
-      rows.push_back(train[p]);
-      positions.push_back(static_cast<Eigen::Index>(p));
-      sites.push_back(gathered.sites[p]);
+    if (design_->fitRow.empty() || design_->fitRow[static_cast<std::size_t>(train[p])]) {
+      out.positions.push_back(static_cast<Eigen::Index>(p));
+      out.sites.push_back(gathered.sites[p]);
     }
-  ComBatOptions options = h.options;
-  options.siteNames = h.siteNames;
-  return FitComBat(*(*sources_)[source].voxels, rows, sites, gathered.covariates(positions, Eigen::all), options, Where(source, fold));
+  return out;
+}
+
+ComBatOptions FoldFormedKernels::FitOptions() const {
+  ComBatOptions options = design_->options;
+  options.siteNames = design_->siteNames;
+  return options;
+}
+
+std::string FoldFormedKernels::TabularWhere(std::size_t source, const std::string& fold) const {
+  const std::string& name = (*tabular_).at(source).name;
+  return fmt::format("{} (source {}, {})", design_->where, name.empty() ? std::string("tabular") : name, fold);
+}
+
+ComBatModel FoldFormedKernels::FitFold(std::size_t source, const std::vector<int>& train, const std::string& fold) const {
+  const Rows gathered = RowsOf(train, train.size());
+  const FitRows fit = FitRowsOf(train, gathered);
+  std::vector<Eigen::Index> rows;
+  for (const Eigen::Index p : fit.positions) rows.push_back(train[static_cast<std::size_t>(p)]);
+  return FitComBat(*(*sources_)[source].voxels, rows, fit.sites, gathered.covariates(fit.positions, Eigen::all), FitOptions(), Where(source, fold));
 }
 
 ComBatModel FoldFormedKernels::FitFoldFor(std::size_t source, const std::vector<int>& train, const std::vector<int>& rows, const std::string& fold) const {
@@ -191,7 +204,7 @@ KernelList FoldFormedKernels::FoldKernelsOver(const std::vector<int>& rows, std:
   const std::vector<int> train(rows.begin(), rows.begin() + static_cast<std::ptrdiff_t>(trainCount));
   for (std::size_t t = 0; t < tabular_->size(); ++t) {
     const FoldTabularSource& source = (*tabular_)[t];
-    const Eigen::MatrixXd X = TabularFoldRows(FitTabularFold(t, train, fold), t, rows, trainCount, fold);
+    const Eigen::MatrixXd X = TabularRows(FitTabularFold(t, train, fold), t, gathered, fold);
     // One linear kernel per group of columns, shared by that group's functions; the kernels formed several at once.
     std::map<std::vector<Eigen::Index>, Eigen::MatrixXd> linear;
     std::vector<std::size_t> kernels;
@@ -241,18 +254,10 @@ TabularFoldFit FoldFormedKernels::FitTabularFold(std::size_t source, const std::
   TabularFoldFit out{FitTabular(*s.features, index, {s.steps.impute, false}, s.columns, where, everyColumn), std::nullopt};
   Eigen::MatrixXd X = ApplyTabular(out.fit, *s.features, index);
   const Rows gathered = RowsOf(train, train.size());
-  std::vector<Eigen::Index> positions;
-  std::vector<int> sites;
-  for (std::size_t p = 0; p < train.size(); ++p)
-    if (design_->fitRow.empty() || design_->fitRow[static_cast<std::size_t>(train[p])]) {
-      positions.push_back(static_cast<Eigen::Index>(p));
-      sites.push_back(gathered.sites[p]);
-    }
-  ComBatOptions options = design_->options;
-  options.siteNames = design_->siteNames;
-  const std::string combatWhere = fmt::format("{} (source {}, {})", design_->where, s.name.empty() ? std::string("tabular") : s.name, fold);
-  out.combat = FitComBat(X(positions, Eigen::all), sites, gathered.covariates(positions, Eigen::all), options, combatWhere);
-  ApplyComBat(*out.combat, X, gathered.sites, gathered.covariates, combatWhere);
+  const FitRows rows = FitRowsOf(train, gathered);
+  out.combat = FitComBat(X(rows.positions, Eigen::all), rows.sites, gathered.covariates(rows.positions, Eigen::all), FitOptions(),
+                         TabularWhere(source, fold));
+  ApplyComBat(*out.combat, X, gathered.sites, gathered.covariates, TabularWhere(source, fold));
   const TabularFit scale = FitTabular(X, Eigen::VectorXi::LinSpaced(X.rows(), 0, static_cast<int>(X.rows()) - 1), {false, s.steps.standardise}, s.columns, where);
   out.fit.mean = scale.mean;
   out.fit.sd = scale.sd;
@@ -261,13 +266,15 @@ TabularFoldFit FoldFormedKernels::FitTabularFold(std::size_t source, const std::
 
 Eigen::MatrixXd FoldFormedKernels::TabularFoldRows(const TabularFoldFit& fit, std::size_t source, const std::vector<int>& rows, std::size_t trainCount,
                                                    const std::string& fold) const {
+  return TabularRows(fit, source, RowsOf(rows, trainCount), fold);
+}
+
+Eigen::MatrixXd FoldFormedKernels::TabularRows(const TabularFoldFit& fit, std::size_t source, const Rows& gathered, const std::string& fold) const {
   const FoldTabularSource& s = (*tabular_).at(source);
-  const Rows gathered = RowsOf(rows, trainCount);
   if (!fit.combat) return ApplyTabular(fit.fit, *s.features, gathered.index);
   const auto p = static_cast<Eigen::Index>(s.columns.size());
   Eigen::MatrixXd X = ApplyTabular({fit.fit.fill, Eigen::RowVectorXd::Zero(p), Eigen::RowVectorXd::Ones(p)}, *s.features, gathered.index);
-  ApplyComBat(*fit.combat, X, gathered.sites, gathered.covariates,
-              fmt::format("{} (source {}, {})", design_->where, s.name.empty() ? std::string("tabular") : s.name, fold));
+  ApplyComBat(*fit.combat, X, gathered.sites, gathered.covariates, TabularWhere(source, fold));
   for (Eigen::Index c = 0; c < p; ++c) X.col(c) = (X.col(c).array() - fit.fit.mean[c]) / fit.fit.sd[c];
   return X;
 }

@@ -65,9 +65,8 @@ std::vector<std::string> NeededColumns(const exporting::ExportedModel& m) {
   for (const auto& s : m.connectivitySources) cols.push_back(s.column);
   auto harmonisation = [&](const std::optional<exporting::ModelHarmonisation>& h) {
     if (!h) return;
-    cols.push_back(h->siteColumn);
-    cols.insert(cols.end(), h->covariateNumeric.begin(), h->covariateNumeric.end());
-    for (const auto& [c, levels] : h->covariateCategorical) cols.push_back(c);
+    const std::vector<std::string> read = h->TableColumns();
+    cols.insert(cols.end(), read.begin(), read.end());
   };
   for (const auto& s : m.imageSources) harmonisation(s.harmonisation);
   for (const auto& s : m.tabularSources) harmonisation(s.harmonisation);

@@ -40,6 +40,13 @@ struct ModelHarmonisation {
   Eigen::MatrixXd voxels;
   Eigen::MatrixXd gammaStar, delta2Star;           ///< sites x U
   Eigen::Index Columns() const { return voxels.cols() - 3; }
+  /// The table columns the harmonisation reads for a new subject: the site column, then the preserved covariates.
+  std::vector<std::string> TableColumns() const {
+    std::vector<std::string> out = {siteColumn};
+    out.insert(out.end(), covariateNumeric.begin(), covariateNumeric.end());
+    for (const auto& [column, levels] : covariateCategorical) out.push_back(column);
+    return out;
+  }
 };
 
 /// An image source of a model: what scores a new image of that source.

@@ -158,6 +158,19 @@ class FoldFormedKernels final : public KernelStore {
     Eigen::MatrixXd covariates;
   };
   Rows RowsOf(const std::vector<int>& rows, std::size_t trainCount) const;
+  /// The rows ComBat is fitted on among gathered training rows (`train`, gathered as `gathered`): those of the reference
+  /// group, or every one; their positions in `train` and their sites.
+  struct FitRows {
+    std::vector<Eigen::Index> positions;
+    std::vector<int> sites;
+  };
+  FitRows FitRowsOf(const std::vector<int>& train, const Rows& gathered) const;
+  /// The design's options with its site names, for messages.
+  ComBatOptions FitOptions() const;
+  /// TabularFoldRows over rows already gathered.
+  Eigen::MatrixXd TabularRows(const TabularFoldFit& fit, std::size_t source, const Rows& gathered, const std::string& fold) const;
+  /// Where() for tabular source `source`.
+  std::string TabularWhere(std::size_t source, const std::string& fold) const;
   /// Kernel k's voxels of `rows` (its columns), harmonised with `model`.
   Eigen::MatrixXd HarmonisedBlock(const ComBatModel& model, std::size_t k, const Rows& rows, const std::string& where) const;
   std::shared_ptr<const KernelList> kernels_;
