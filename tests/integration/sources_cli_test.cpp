@@ -1,5 +1,7 @@
 // kernels.sources end to end: two image modalities and a tabular clinical source in one study, the
 // confound (age) removed inside the folds, each source cached on its own, and bad source settings.
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <map>
 #include <sstream>
@@ -224,6 +226,117 @@ TEST_F(SourcesCli, BadSourcesAreErrorsAtTheirPointers) {
   r = RunCli("run " + gap + " -q");  // run refuses it with the same error
   EXPECT_EQ(r.exitCode, 2) << r.output;
   EXPECT_THAT(r.output, HasSubstr("[sources:MissingData]"));
+}
+
+// missing_source "impute": subjects without a PET image stay in the study; every fold gives them the PET mean of its
+// training subjects having one (tests/unit/gram/imputed_source_test.cpp checks the arithmetic). The planted PET regions
+// still lead, the subjects are listed, validate and run agree, and what the study cannot make for them is said.
+TEST_F(SourcesCli, SubjectsLackingASourceAreKeptWithThatSourceImputedInTheFolds) {
+  const std::string table = ReadFile(Cohort() + "/participants.tsv");
+  std::string edited, line;
+  std::istringstream in(table);
+  int row = 0, lacking = 0;
+  while (std::getline(in, line)) {
+    if (row > 0 && row % 7 == 3) {
+      line = line.substr(0, line.find("\timages_b/")) + "\tn/a" + line.substr(line.find("\t", line.find("\timages_b/") + 1));
+      ++lacking;
+    }
+    edited += line + "\n";
+    ++row;
+  }
+  WriteFile(Cohort() + "/participants_imputed.tsv", edited);
+  const std::string path = *dir_ / "imputed.json";
+  auto study = [&](const std::string& extra) {
+    WriteFile(path, R"({"name": "imputed", "subjects": {"table": "cohort/participants_imputed.tsv"},
+      "target": {"column": "group", "task": "classification", "positive_class": "patient"}, "atlas": "aal",
+      "kernels": {"sources": )" + std::string(kTwo) + R"(, "missing_source": "impute")" + extra + R"(},
+      "learners": [{"name": "enmkl_svm", "params": {"c": 1.0, "mu": 1.0}}], "seed": 7})");
+    return path;
+  };
+  auto r = RunCli("validate " + study(""));
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("kept without source \"pet\" (/kernels/missing_source \"impute\": its kernels' rows imputed in every fold): " +
+                                  std::to_string(lacking)));
+  r = RunCli("run " + study("") + " -q");
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  const auto results = Results("imputed");
+  ASSERT_TRUE(results["subjects"].contains("imputed_sources")) << results["subjects"].dump();
+  EXPECT_EQ(results["subjects"]["imputed_sources"]["pet"].size(), static_cast<std::size_t>(lacking));
+  EXPECT_EQ(results["subjects"]["imputed_sources"]["pet"][0]["reason"], "no image in column \"image_b\"");
+  const auto [mean, order] = Regions("imputed");
+  ASSERT_GE(order.size(), 4u);
+  // Every subject scored. Observed (seeded): AUC 0.998; pet:Precuneus_R 27.9 %, mri:Frontal_Sup_L 18.9 % (age-driven, r = 0.7
+  // with the target: what the subjects without PET are predicted from), pet:Hippocampus_L 12.7 %.
+  const auto& pooled = results["learners"][0]["metrics"]["pooled"];
+  EXPECT_EQ(pooled["scored_subjects"].get<double>(), 150.0);
+  EXPECT_GT(pooled["auc"].get<double>(), 0.9);
+  const std::vector<std::string> top(order.begin(), order.begin() + 3);
+  for (const char* planted : {"pet:Hippocampus_L", "pet:Precuneus_R"})
+    EXPECT_NE(std::find(top.begin(), top.end(), planted), top.end()) << planted << " not in the top three: " << top[0] << ", " << top[1] << ", " << top[2];
+  const std::string warnings = results["warnings"].dump();
+  EXPECT_THAT(warnings, HasSubstr("pet lacks " + std::to_string(lacking)));
+  EXPECT_THAT(warnings, HasSubstr("the exported model are not made"));
+  EXPECT_FALSE(std::filesystem::exists(*dir_ / "results/imputed/model"));
+  // The PET maps are made from the images that exist (tests/unit/gram/imputed_source_test.cpp: they give the decisions).
+  const std::string petMap = *dir_ / "results/imputed/weights/pet/sub-group_desc-EnmklSvmMean_weights.nii.gz";
+  ASSERT_TRUE(std::filesystem::exists(petMap));
+  const auto volume = neuromkl::io::ReadVolume(petMap);
+  EXPECT_TRUE(std::any_of(volume.data.begin(), volume.data.end(), [](float v) { return v != 0.0F; }));
+  EXPECT_TRUE(std::all_of(volume.data.begin(), volume.data.end(), [](float v) { return std::isfinite(v); }));
+  // A source with data for one subject only cannot impute the others: refused by validate and run alike.
+  std::string one;
+  std::istringstream all(table);
+  row = 0;
+  while (std::getline(all, line)) {
+    if (row > 1) line = line.substr(0, line.find("\timages_b/")) + "\tn/a" + line.substr(line.find("\t", line.find("\timages_b/") + 1));
+    one += line + "\n";
+    ++row;
+  }
+  WriteFile(Cohort() + "/participants_imputed.tsv", one);
+  for (const char* command : {"validate ", "run "}) {
+    r = RunCli(command + study("") + " -q");
+    EXPECT_EQ(r.exitCode, 2) << command << r.output;
+    EXPECT_THAT(r.output, HasSubstr("[sources:TooFewToImpute]")) << command;
+    EXPECT_THAT(r.output, HasSubstr("source \"pet\" has data for 1 of 150 subjects")) << command;
+  }
+  // The compact store cannot hold what the folds impute: refused at its pointer by validate and run alike.
+  for (const char* command : {"validate ", "run "}) {
+    r = RunCli(command + study(R"(, "precision": "float32")") + " -q");
+    EXPECT_EQ(r.exitCode, 2) << command << r.output;
+    EXPECT_THAT(r.output, HasSubstr("/kernels/missing_source: the folds impute")) << command;
+  }
+}
+
+// A training set where nobody has the source cannot impute it: found before any kernel, by validate and run alike,
+// naming the fold and the source (custom folds: only fold 1's subjects have a PET image).
+TEST(SourcesImputation, ATrainingSetWithoutTheSourceIsRefusedUpFront) {
+  TempDir dir;
+  auto r = RunCli("simulate --out " + (dir / "c") + " --subjects 40 --downsample 3 --seed 3 --effect 1 --second-modality -q");
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  std::istringstream in(ReadFile(dir / "c/participants.tsv"));
+  std::string line, table;
+  for (int row = 0; std::getline(in, line); ++row) {
+    const int fold = (row - 1) % 4;
+    if (row > 0 && fold != 1) {
+      const std::size_t at = line.find("\timages_b/"), end = line.find('\t', at + 1);
+      line = line.substr(0, at) + "\tn/a" + (end == std::string::npos ? std::string() : line.substr(end));
+    }
+    table += line + (row == 0 ? std::string("\tfold") : "\t" + std::to_string(fold)) + "\n";
+  }
+  WriteFile(dir / "c/folds.tsv", table);
+  const std::string study = dir / "study.json";
+  WriteFile(study, R"({"name": "x", "subjects": {"table": "c/folds.tsv"}, "target": {"column": "group", "task": "classification"},
+    "kernels": {"sources": [{"name": "mri", "kind": "images"}, {"name": "pet", "kind": "images", "image_column": "image_b"}],
+                "missing_source": "impute"},
+    "cv": {"outer": {"scheme": "custom", "fold_column": "fold"}}, "learners": [{"name": "svm", "params": {"c": 1}}]})");
+  for (const char* command : {"validate ", "run "}) {
+    r = RunCli(command + study + " -q");
+    EXPECT_EQ(r.exitCode, 2) << command << r.output;
+    EXPECT_THAT(r.output, HasSubstr("/kernels/missing_source: none of the 30 training subjects of outer fold 2 (of 4) has a value in source \"pet\""))
+        << command;
+    EXPECT_THAT(r.output, HasSubstr("[sources:NoneToImpute]")) << command;
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir / "results/x"));
 }
 
 }  // namespace

@@ -118,7 +118,7 @@ Json KernelsJson(const StudyConfig& c, bool forHash) {
   if (ks.source == KernelSource::Sources) {  // parses again: "source" is implied by "sources"
     k.erase("source");
     if (ks.sourceWeighting == SourceWeighting::Equal) k["source_weighting"] = "equal";
-    if (ks.missingSource == MissingSource::Drop) k["missing_source"] = "drop";
+    if (ks.missingSource != MissingSource::Error) k["missing_source"] = ks.missingSource == MissingSource::Drop ? "drop" : "impute";
     k["sources"] = Json::array();
     for (const auto& sp : ks.sources) k["sources"].push_back(SourceJson(sp, c.subjects));
   }

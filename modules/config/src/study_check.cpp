@@ -193,6 +193,10 @@ void CheckKernels(const Checker& k, const StudyConfig& c) {
                "statistics, in float64; \"float32\" (the compact store of the kernel stage's kernels) does not apply: use \"precision\": \"float64\"");
     };
     if (ks.source == KernelSource::Tabular) refuse(ks.tabular, "/kernels/tabular");
+    if (ks.source == KernelSource::Sources && ks.missingSource == MissingSource::Impute)
+      k.Fail("/kernels/missing_source", "the folds impute a lacking subject's rows of a source's kernels from their own training subjects, in "
+                                        "float64; \"float32\" (the compact store of the kernel stage's kernels) does not apply: use \"precision\": "
+                                        "\"float64\", or missing_source \"drop\"");
     for (std::size_t i = 0; ks.source == KernelSource::Sources && i < ks.sources.size(); ++i)
       if (ks.sources[i].kind == KernelSource::Tabular)
         refuse(ks.sources[i].tabular, (ks.sources[i].pointer.empty() ? Indexed("/kernels/sources", i) : ks.sources[i].pointer) + "/tabular");

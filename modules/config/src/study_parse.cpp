@@ -418,7 +418,8 @@ void ParseSources(const ObjectReader& k, const std::string& src, const std::stri
     k.Fail("sources", "a non-empty array of sources {\"name\": ..., \"kind\": \"images\" | \"tabular\" | \"precomputed\" | \"connectivity\", ...}");
   c.kernels.source = KernelSource::Sources;
   c.kernels.sourceWeighting = k.Choice("source_weighting", "none", {"none", "equal"}) == "equal" ? SourceWeighting::Equal : SourceWeighting::None;
-  c.kernels.missingSource = k.Choice("missing_source", "error", {"error", "drop"}) == "drop" ? MissingSource::Drop : MissingSource::Error;
+  const std::string missing = k.Choice("missing_source", "error", {"error", "drop", "impute"});
+  c.kernels.missingSource = missing == "drop" ? MissingSource::Drop : missing == "impute" ? MissingSource::Impute : MissingSource::Error;
   for (std::size_t i = 0; i < list.size(); ++i) c.kernels.sources.push_back(ParseSource(list[i], "/kernels/sources/" + std::to_string(i), src, baseDir, c));
 }
 

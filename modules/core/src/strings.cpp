@@ -21,6 +21,11 @@ std::string ToLower(std::string_view s) {
   return out;
 }
 
+std::string Shown(const std::vector<std::string>& items, std::size_t limit) {
+  const std::vector<std::string> shown(items.begin(), items.begin() + static_cast<std::ptrdiff_t>(std::min(limit, items.size())));
+  return Join(shown, ", ") + (items.size() > limit ? ", ... (" + std::to_string(items.size()) + " in all)" : std::string());
+}
+
 std::vector<std::string> Split(std::string_view s, char sep) {
   std::vector<std::string> out;
   std::size_t start = 0;

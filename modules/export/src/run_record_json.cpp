@@ -329,6 +329,8 @@ std::string RunRecordJson(const RunRecord& r) {
   }
   j["subjects"] = {{"labelled", r.labelledSubjects}, {"targets", r.targets}, {"excluded", Json::array()}};
   for (const auto& [id, why] : r.excludedSubjects) j["subjects"]["excluded"].push_back({{"id", id}, {"reason", why}});
+  for (const auto& [source, lacking] : r.imputedSources)  // kernels.missing_source "impute": in the study, a source imputed
+    for (const auto& [id, why] : lacking) j["subjects"]["imputed_sources"][source].push_back({{"id", id}, {"reason", why}});
   if (!r.droppedSubjects.empty()) {  // kernels.missing_source "drop": not in the study at all
     j["subjects"]["dropped"] = Json::array();
     for (const auto& [id, why] : r.droppedSubjects) j["subjects"]["dropped"].push_back({{"id", id}, {"reason", why}});

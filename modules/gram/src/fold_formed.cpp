@@ -45,6 +45,38 @@ Preprocessing OverRows(const Preprocessing& pre, const std::vector<int>& rows) {
   return out;
 }
 
+/// Kernel K over a fold's rows (`index`, the first `trainCount` its training rows) with the rows the source lacks imputed
+/// from the training rows that have it (KernelOrigin::present).
+Eigen::MatrixXd ImputedFoldKernel(const Eigen::MatrixXd& K, const Eigen::VectorXi& index, std::size_t trainCount, const std::vector<char>& present,
+                                  const std::string& source, const std::string& fold) {
+  Eigen::MatrixXd S = K(index, index);
+  std::vector<Eigen::Index> have, lack, haveTrain;
+  for (Eigen::Index p = 0; p < index.size(); ++p) {
+    const bool has = present[static_cast<std::size_t>(index[p])] != 0;
+    (has ? have : lack).push_back(p);
+    if (has && static_cast<std::size_t>(p) < trainCount) haveTrain.push_back(p);
+  }
+  if (lack.empty()) return S;
+  if (haveTrain.empty())
+    throw InputError("sources:NoneToImpute", fold,
+                     fmt::format("no training subject of this fold has source \"{}\", so the {} subject(s) of the fold lacking it cannot be "
+                                 "imputed (/kernels/missing_source \"impute\"); use folds that keep subjects with the source in every training "
+                                 "set, or missing_source \"drop\"",
+                                 source, lack.size()));
+  // Means over the training rows having the source, of each column having it, then of those means.
+  Eigen::RowVectorXd mean = Eigen::RowVectorXd::Zero(S.cols());
+  for (const Eigen::Index t : haveTrain) mean += S.row(t);
+  mean /= static_cast<double>(haveTrain.size());
+  double grand = 0;
+  for (const Eigen::Index t : haveTrain) grand += mean[t];
+  grand /= static_cast<double>(haveTrain.size());
+  for (const Eigen::Index a : lack) {
+    for (const Eigen::Index j : have) S(a, j) = S(j, a) = mean[j];
+    for (const Eigen::Index b : lack) S(a, b) = grand;
+  }
+  return S;
+}
+
 /// A fold of the fold's own kernels (MemoryKernels over its rows), which it keeps alive.
 class HarmonisedFold final : public PreparedFold {
  public:
@@ -71,6 +103,19 @@ class HarmonisedFold final : public PreparedFold {
 };
 
 }  // namespace
+
+void MoveImputedWeights(Eigen::MatrixXd& D, const std::vector<char>& present, const std::vector<int>& train) {
+  std::vector<Eigen::Index> have, lack;
+  for (const int i : train) (present[static_cast<std::size_t>(i)] ? have : lack).push_back(i);
+  if (lack.empty() || have.empty()) return;
+  Eigen::RowVectorXd moved = Eigen::RowVectorXd::Zero(D.cols());
+  for (const Eigen::Index a : lack) {
+    moved += D.row(a);
+    D.row(a).setZero();
+  }
+  moved /= static_cast<double>(have.size());
+  for (const Eigen::Index p : have) D.row(p) += moved;
+}
 
 FoldFormedKernels::FoldFormedKernels(std::shared_ptr<const KernelList> kernels, std::vector<KernelOrigin> origins,
                                      std::shared_ptr<const std::vector<HarmonisedSource>> sources, std::shared_ptr<const Harmonisation> design,
@@ -101,6 +146,8 @@ FoldFormedKernels::FoldFormedKernels(std::shared_ptr<const KernelList> kernels, 
     const auto& o = origins_[k];
     if (o.Full()) {
       if ((*kernels_)[k].rows() != n) throw std::invalid_argument(fmt::format("FoldFormedKernels: kernel {} is not over the {} rows", k, n));
+      if (o.present && static_cast<Eigen::Index>(o.present->size()) != n)
+        throw std::invalid_argument(fmt::format("FoldFormedKernels: kernel {} says which of {} rows its source has, not of the {} rows", k, o.present->size(), n));
       continue;
     }
     if (o.tabular >= 0) {
@@ -199,8 +246,12 @@ Eigen::MatrixXd FoldFormedKernels::HarmonisedBlock(const ComBatModel& model, std
 KernelList FoldFormedKernels::FoldKernelsOver(const std::vector<int>& rows, std::size_t trainCount, const std::string& fold) const {
   KernelList out(Count());
   const Rows gathered = RowsOf(rows, trainCount);
-  for (std::size_t k = 0; k < Count(); ++k)
-    if (origins_[k].Full()) out[k] = (*kernels_)[k](gathered.index, gathered.index);
+  for (std::size_t k = 0; k < Count(); ++k) {
+    const KernelOrigin& o = origins_[k];
+    if (!o.Full()) continue;
+    out[k] = o.present ? ImputedFoldKernel((*kernels_)[k], gathered.index, trainCount, *o.present, o.presentSource, fold)
+                       : Eigen::MatrixXd((*kernels_)[k](gathered.index, gathered.index));
+  }
   const std::vector<int> train(rows.begin(), rows.begin() + static_cast<std::ptrdiff_t>(trainCount));
   for (std::size_t t = 0; t < tabular_->size(); ++t) {
     const FoldTabularSource& source = (*tabular_)[t];

@@ -33,11 +33,6 @@ namespace fs = std::filesystem;
 
 namespace predicting {
 
-std::string Shown(const std::vector<std::string>& items) {
-  std::vector<std::string> shown(items.begin(), items.begin() + static_cast<std::ptrdiff_t>(std::min<std::size_t>(10, items.size())));
-  return Join(shown, ", ") + (items.size() > 10 ? fmt::format(", ... ({} in all)", items.size()) : "");
-}
-
 double ParseFinite(const std::string& cell, const std::string& where, const std::string& what) {
   double v = 0;
   if (!ParseFiniteCell(cell, v))
@@ -50,7 +45,6 @@ double ParseFinite(const std::string& cell, const std::string& where, const std:
 namespace {
 
 using predicting::ParseFinite;
-using predicting::Shown;
 
 bool EndsWith(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && ToLower(s.substr(s.size() - suffix.size())) == suffix;

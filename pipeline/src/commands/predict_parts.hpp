@@ -9,14 +9,13 @@
 
 #include <Eigen/Core>
 
+#include "neuromkl/core/strings.hpp"
 #include "neuromkl/export/model.hpp"
 #include "neuromkl/gram/combat.hpp"
 #include "neuromkl/pipeline/predict.hpp"
 
 namespace neuromkl::pipeline::predicting {
 
-/// A list for messages: the first ten items, then how many in all.
-std::string Shown(const std::vector<std::string>& items);
 /// A finite number, or InputError predict:NotNumeric naming `where` and `what`.
 double ParseFinite(const std::string& cell, const std::string& where, const std::string& what);
 

@@ -13,13 +13,6 @@
 
 namespace neuromkl::pipeline {
 
-namespace {
-std::string Shown(const std::vector<std::string>& items, std::size_t limit) {
-  std::vector<std::string> shown(items.begin(), items.begin() + static_cast<std::ptrdiff_t>(std::min(limit, items.size())));
-  return Join(shown, ", ") + (items.size() > limit ? fmt::format(", ... ({} in all)", items.size()) : "");
-}
-}  // namespace
-
 CovariateDesign BuildCovariateDesign(const config::StudyConfig& study, const config::CovariateSpec& spec, const Cohort& cohort, const std::vector<int>& rows) {
   CovariateDesign out;
   const auto n = static_cast<Eigen::Index>(rows.size());

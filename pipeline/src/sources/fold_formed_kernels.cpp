@@ -13,17 +13,6 @@ namespace neuromkl::pipeline {
 
 namespace {
 
-/// Whether /harmonisation harmonises tabular section `part`: named in /harmonisation/sources, or with no list in a study
-/// without image sources.
-bool HarmonisesTabular(const config::StudyConfig& study, const TabularSection& part) {
-  if (!study.harmonisation.Active()) return false;
-  const auto& chosen = study.harmonisation.sources;
-  if (!chosen.empty()) return std::find(chosen.begin(), chosen.end(), part.name) != chosen.end();
-  const auto& sources = study.kernels.sources;
-  return study.kernels.source != config::KernelSource::Images &&
-         std::none_of(sources.begin(), sources.end(), [](const config::SourceSpec& s) { return s.kind == config::KernelSource::Images; });
-}
-
 /// The tabular sources whose kernels the folds form (standardise, impute), their columns over the kernels' rows, and
 /// their kernels' origins among those columns (found by name: kernels the stage excluded as zero have none).
 std::shared_ptr<const std::vector<gram::FoldTabularSource>> FoldTabularSources(const StudyContext& ctx, std::vector<gram::KernelOrigin>& origins) {
@@ -31,7 +20,7 @@ std::shared_ptr<const std::vector<gram::FoldTabularSource>> FoldTabularSources(c
   const Eigen::VectorXi rows = Eigen::Map<const Eigen::VectorXi>(ctx.kernelRows.data(), static_cast<Eigen::Index>(ctx.kernelRows.size()));
   for (const TabularSection& part : TabularSections(ctx.study)) {
     const auto& spec = part.study.kernels.tabular;
-    const bool harmonise = HarmonisesTabular(ctx.study, part);
+    const bool harmonise = HarmonisedInFolds(ctx.study, part.name, config::KernelSource::Tabular);
     if (!spec.InFold() && !harmonise) continue;
     const TabularFeatureTable table = TabularFeatures(part.study, ctx.cohort);
     const int source = static_cast<int>(sources->size());
@@ -52,8 +41,19 @@ std::shared_ptr<const std::vector<gram::FoldTabularSource>> FoldTabularSources(c
 
 }  // namespace
 
-bool FoldsFormKernels(const config::StudyConfig& study) {
-  if (study.harmonisation.Active()) return true;
+bool HarmonisedInFolds(const config::StudyConfig& study, const std::string& name, config::KernelSource kind) {
+  if (!study.harmonisation.Active() || (kind != config::KernelSource::Images && kind != config::KernelSource::Tabular)) return false;
+  const auto& chosen = study.harmonisation.sources;
+  if (!chosen.empty()) return std::find(chosen.begin(), chosen.end(), name) != chosen.end();
+  if (kind == config::KernelSource::Images) return true;
+  // Tabular sources by default only in a study without image sources.
+  const auto& sources = study.kernels.sources;
+  return study.kernels.source != config::KernelSource::Images &&
+         std::none_of(sources.begin(), sources.end(), [](const config::SourceSpec& s) { return s.kind == config::KernelSource::Images; });
+}
+
+bool FoldsFormKernels(const config::StudyConfig& study, const Cohort& cohort) {
+  if (study.harmonisation.Active() || !cohort.imputedSources.empty()) return true;
   const auto parts = TabularSections(study);
   return std::any_of(parts.begin(), parts.end(), [](const TabularSection& p) { return p.study.kernels.tabular.InFold(); });
 }
@@ -61,7 +61,7 @@ bool FoldsFormKernels(const config::StudyConfig& study) {
 std::shared_ptr<const gram::FoldFormedKernels> FoldFormedStudyKernels(const StudyContext& ctx, std::shared_ptr<const gram::KernelList> kernels,
                                                                      const std::string& scratchDir, std::vector<HarmonisedSourceNote>& notes) {
   const auto& study = ctx.study;
-  if (ctx.ks.owners) {
+  if (ctx.ks.owners) {  // (imputed sources are refused by the kernel stage first: sources:ImputedHeldByRanks)
     const bool harmonised = study.harmonisation.Active();
     throw InputError(harmonised ? "harmonisation:HeldByRanks" : "tabular:HeldByRanks", study.path + (harmonised ? " /harmonisation" : " /kernels"),
                      fmt::format("this study's kernels are too large for one process and are held by the MPI ranks, but every fold forms {} in "
@@ -73,6 +73,18 @@ std::shared_ptr<const gram::FoldFormedKernels> FoldFormedStudyKernels(const Stud
   std::vector<gram::KernelOrigin> origins(kernels->size());
   auto images = HarmonisedImageSources(ctx, scratchDir, origins, notes);
   auto tabular = FoldTabularSources(ctx, origins);
+  // missing_source "impute": the full kernels of a source some subjects lack are imputed in every fold.
+  std::size_t first = 0;
+  for (std::size_t s = 0; s < ctx.ks.sourcePresent.size(); first += ctx.ks.sourceKernelCounts[s], ++s) {
+    if (ctx.ks.sourcePresent[s].empty()) continue;
+    auto present = std::make_shared<std::vector<char>>();
+    for (const int r : ctx.kernelRows) present->push_back(ctx.ks.sourcePresent[s][static_cast<std::size_t>(r)]);
+    for (std::size_t k = first; k < first + ctx.ks.sourceKernelCounts[s]; ++k)
+      if (origins[k].Full()) {
+        origins[k].present = present;
+        origins[k].presentSource = ctx.ks.sourceNames[s];
+      }
+  }
   for (const gram::FoldTabularSource& s : *tabular)
     if (s.harmonise)
       notes.push_back({s.name.empty() ? std::string("tabular") : s.name, s.features->cols(), static_cast<std::uint64_t>(s.features->size()) * sizeof(double),

@@ -211,6 +211,39 @@ std::vector<std::int64_t> ReferenceVoxels(const config::StudyConfig& study, cons
 namespace {
 KernelStageResult FormKernels(const config::StudyConfig& study, const Cohort& cohort, const std::string& scratchDir, int sourceIndex, bool held);
 
+/// missing_source "impute": a source's kernels over the subjects it has, laid into the study's rows `ids` (the rows of
+/// the subjects it lacks are zero until each fold imputes them), and its images the same way ("" where it has none).
+/// Returns which rows the source has.
+std::vector<char> LayIntoStudyRows(kernels::KernelSet& set, std::vector<std::string>& images, const std::vector<std::string>& ids) {
+  std::map<std::string, Eigen::Index> rowOf;
+  for (std::size_t i = 0; i < set.subjects.size(); ++i) rowOf.emplace(set.subjects[i], static_cast<Eigen::Index>(i));
+  const auto n = static_cast<Eigen::Index>(ids.size());
+  std::vector<Eigen::Index> from(ids.size(), -1);
+  std::vector<char> present(ids.size(), 0);
+  for (std::size_t i = 0; i < ids.size(); ++i)
+    if (const auto it = rowOf.find(ids[i]); it != rowOf.end()) from[i] = it->second, present[i] = 1;
+  for (auto& K : set.kernels) {
+    Eigen::MatrixXd wide = Eigen::MatrixXd::Zero(n, n);
+    for (Eigen::Index b = 0; b < n; ++b) {
+      if (from[static_cast<std::size_t>(b)] < 0) continue;
+      for (Eigen::Index a = 0; a < n; ++a)
+        if (from[static_cast<std::size_t>(a)] >= 0) wide(a, b) = K(from[static_cast<std::size_t>(a)], from[static_cast<std::size_t>(b)]);
+    }
+    K = std::move(wide);
+  }
+  auto lay = [&](auto& values, auto absent) {
+    if (values.empty()) return;
+    std::remove_reference_t<decltype(values)> wide(ids.size(), absent);
+    for (std::size_t i = 0; i < ids.size(); ++i)
+      if (from[i] >= 0) wide[i] = values[static_cast<std::size_t>(from[i])];
+    values = std::move(wide);
+  };
+  lay(set.intensityScale, 1.0);
+  lay(images, std::string());
+  set.subjects = ids;
+  return present;
+}
+
 /// kernels.sources: every source through the ordinary kernel stage (so each is cached under its own key,
 /// and adding a source computes only that one), then one kernel set with names "source:kernel".
 /// Under mpirun, when the study's kernels (`planned`: PlannedKernelCount) exceed the per-rank budget, every source's
@@ -228,6 +261,16 @@ KernelStageResult RunSourcesStage(const config::StudyConfig& study, const Cohort
     const auto d = SourceStudy(study, source);
     const Cohort sc = SourceCohort(d, source, cohort);
     KernelStageResult sub = FormKernels(d, sc, scratchDir, static_cast<int>(i), held != nullptr);
+    std::vector<std::string> images = sc.images;
+    std::vector<char> present;
+    if (cohort.imputedSources.count(source.name)) {
+      if (held || sub.set.Compact())
+        throw InputError("sources:ImputedHeldByRanks", study.path + " /kernels/missing_source",
+                         "this study's kernels are held by the MPI ranks or in float32, but the folds impute the subjects a source lacks "
+                         "in float64 kernels held in one process; run it on fewer subjects, or with missing_source \"drop\"");
+      present = LayIntoStudyRows(sub.set, images, cohort.ids);
+    }
+    res.sourcePresent.push_back(std::move(present));
     if (held) {
       held->Add(sub.set, sub.owners);
       heldCompact = sub.set.Compact();
@@ -239,7 +282,7 @@ KernelStageResult RunSourcesStage(const config::StudyConfig& study, const Cohort
     allHits &= sub.cacheHit;
     if (sub.regions)
       res.imageSources.push_back(
-          {source.name, res.set.kernels.size(), sub.set.Size(), std::move(*sub.regions), sc.images, d.kernels.nanPolicy, sub.set.intensityScale});
+          {source.name, res.set.kernels.size(), sub.set.Size(), std::move(*sub.regions), std::move(images), d.kernels.nanPolicy, sub.set.intensityScale});
     for (std::size_t k = 0; k < sub.set.Size(); ++k) {
       auto info = sub.set.info[k];
       info.name = source.name + ":" + info.name;
@@ -276,6 +319,17 @@ KernelStageResult RunSourcesStage(const config::StudyConfig& study, const Cohort
     for (const auto& [id, why] : cohort.dropped) listed.push_back(id + " (" + why + ")");
     const std::string note = fmt::format("subjects: {} subject(s) left out because a source lacks their data (/kernels/missing_source \"drop\"): {}",
                                          cohort.dropped.size(), Join(listed, ", "));
+    spdlog::warn("{}", note);
+    res.warnings.insert(res.warnings.begin(), note);
+  }
+  if (!cohort.imputedSources.empty()) {
+    std::vector<std::string> listed;
+    for (const auto& [name, lacking] : cohort.imputedSources) listed.push_back(fmt::format("{} lacks {}", name, lacking.size()));
+    const std::string note = fmt::format("subjects: kept although a source lacks their data, their rows of its kernels imputed in every fold from "
+                                         "its training subjects (/kernels/missing_source \"impute\"): {}; the voxel maps of such a source are made from "
+                                         "the images of the subjects having it; its edge maps (connectivity) and the exported model are not made "
+                                         "for such a study (docs/inputs.md)",
+                                         Join(listed, ", "));
     spdlog::warn("{}", note);
     res.warnings.insert(res.warnings.begin(), note);
   }

@@ -199,7 +199,7 @@ std::vector<weights::MapStability> FoldMapStabilities(const std::vector<std::vec
 }
 
 /// kernels.sources: each image source's kernels (a block of columns) mapped onto its own grid and images
-/// (multiclass: one mean map per class).
+/// (multiclass: one mean map per class); a source some subjects lack from the images of those having it.
 void AddImageSourceMaps(const StudyContext& ctx, const FoldMapWeights& w, const MapCollector& collector, std::size_t learners,
                         exporting::WeightMaps& maps) {
   for (const auto& source : ctx.ks.imageSources) {
@@ -219,9 +219,22 @@ void AddImageSourceMaps(const StudyContext& ctx, const FoldMapWeights& w, const 
     std::vector<Eigen::MatrixXd> sourceWeights;
     for (const auto& D : w.subjectWeights) sourceWeights.push_back(D.middleCols(first, count));
     const std::vector<kernels::KernelInfo> info(ctx.ks.set.info.begin() + first, ctx.ks.set.info.begin() + first + count);
+    // Which kernel rows have an image of this source (missing_source "impute": not all).
+    const auto at = std::find(ctx.ks.sourceNames.begin(), ctx.ks.sourceNames.end(), source.name) - ctx.ks.sourceNames.begin();
+    const std::vector<char>& laid = ctx.ks.sourcePresent.at(static_cast<std::size_t>(at));
+    std::vector<char> present;
+    std::vector<int> rows;  // kernel rows with an image
+    for (std::size_t i = 0; i < ctx.kernelRows.size(); ++i) {
+      present.push_back(laid.empty() || laid[static_cast<std::size_t>(ctx.kernelRows[i])]);
+      if (present.back()) rows.push_back(static_cast<int>(i));
+    }
+    if (rows.size() < ctx.kernelRows.size())
+      for (std::size_t m = 0; m < sourceWeights.size(); ++m) gram::MoveImputedWeights(sourceWeights[m], present, w.trainOf[m]);
     DivideByIntensityScale(sourceWeights, ctx.kernelRows, source.intensityScale);  // the source's own intensity scaling
     std::vector<std::string> images;
-    for (auto r : ctx.kernelRows) images.push_back(source.images[static_cast<std::size_t>(r)]);
+    for (const int i : rows) images.push_back(source.images[static_cast<std::size_t>(ctx.kernelRows[static_cast<std::size_t>(i)])]);
+    if (rows.size() < ctx.kernelRows.size())
+      for (auto& D : sourceWeights) D = Eigen::MatrixXd(D(Eigen::Map<const Eigen::VectorXi>(rows.data(), static_cast<Eigen::Index>(rows.size())), Eigen::all));
     auto& out = maps.sources.emplace_back();
     out.name = source.name;
     out.regions = &source.regions;
@@ -242,7 +255,7 @@ void AddEdgeMaps(const StudyContext& ctx, const FoldMapWeights& w, std::size_t l
   std::size_t first = 0;
   for (std::size_t s = 0; s < study.kernels.sources.size() && w.classOf.empty(); first += ks.sourceKernelCounts[s], ++s) {
     const auto& spec = study.kernels.sources[s];
-    if (spec.kind != config::KernelSource::Connectivity) continue;
+    if (spec.kind != config::KernelSource::Connectivity || ctx.cohort.imputedSources.count(spec.name)) continue;
     const ConnectivityData data = ReadConnectivity(SourceStudy(study, spec), spec.connectivity, ctx.cohort);
     const ConnectivityKernelPlan plan = PlanConnectivityKernels(data, spec.connectivity.kernels);
     Eigen::VectorXi rows(static_cast<Eigen::Index>(ctx.kernelRows.size()));

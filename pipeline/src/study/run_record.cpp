@@ -78,6 +78,7 @@ void RecordSubjects(const StudyContext& ctx, exporting::RunRecord& record) {
   const auto& cohort = ctx.cohort;
   record.excludedSubjects = cohort.excluded;
   record.droppedSubjects = cohort.dropped;
+  record.imputedSources = cohort.imputedSources;
   if (ctx.unlabelledCount > 0)
     for (auto& [id, why] : record.excludedSubjects) why += "; used as unlabelled data by the semi-supervised learners";
   for (auto r : cohort.labelledRows) {

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <set>
 
 #include <fmt/format.h>
 #include <tbb/global_control.h>
@@ -268,6 +270,24 @@ void CheckTabularImputationInEveryFold(const StudyContext& ctx) {
   }
 }
 
+/// kernels.missing_source "impute": every training set imputes a source's lacking subjects from its subjects having it.
+void CheckSourcesInEveryTrainingSet(const StudyContext& ctx) {
+  if (ctx.cohort.imputedSources.empty()) return;
+  const std::vector<int> rows = KernelRows(ctx.study, ctx.cohort);
+  std::vector<std::string> names;
+  Eigen::MatrixXd has = Eigen::MatrixXd::Ones(static_cast<Eigen::Index>(rows.size()), static_cast<Eigen::Index>(ctx.cohort.imputedSources.size()));
+  for (const auto& [name, lacking] : ctx.cohort.imputedSources) {
+    std::set<std::string> ids;
+    for (const auto& [id, why] : lacking) ids.insert(id);
+    for (std::size_t i = 0; i < rows.size(); ++i)
+      if (ids.count(ctx.cohort.ids[static_cast<std::size_t>(rows[i])]))
+        has(static_cast<Eigen::Index>(i), static_cast<Eigen::Index>(names.size())) = std::numeric_limits<double>::quiet_NaN();
+    names.push_back(name);
+  }
+  CheckValuesInEveryTrainingSet(
+      ctx, has, [&](Eigen::Index j) { return names[static_cast<std::size_t>(j)]; }, "source", "sources:NoneToImpute", "/kernels/missing_source");
+}
+
 /// harmonisation: ComBat estimates each site's effects from the training subjects (of the reference group) of every
 /// fold, and applies them to the fold's test subjects: every site among a fold's subjects needs at least two of them in
 /// its training set. Checked here, before any heavy work, naming the fold, the site and the subjects.
@@ -341,6 +361,7 @@ StudyContext LoadStudyInputs(const config::StudyConfig& study) {
   }
   if (ctx.harmonisation) CheckImputationInEveryFold(ctx, ctx.harmonisation->covariates, ctx.harmonisation->categoryOf, study.harmonisation.preserve);
   CheckTabularImputationInEveryFold(ctx);
+  CheckSourcesInEveryTrainingSet(ctx);
   CheckSitesInEveryFold(ctx);
   return ctx;
 }
@@ -380,7 +401,7 @@ void AttachKernels(StudyContext& ctx, const std::string& scratchDir) {
     } else {
       for (const auto& K : ctx.ks.set.kernels) kernels.push_back(K(rows, rows));
     }
-    if (FoldsFormKernels(ctx.study)) {
+    if (FoldsFormKernels(ctx.study, ctx.cohort)) {
       // The harmonised sources' kernels are formed in every fold from their voxels, harmonised with that fold's ComBat
       // estimates, and standardised or imputed tabular kernels from their columns with that fold's statistics; the other
       // sources' kernels are read as they are.

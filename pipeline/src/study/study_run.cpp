@@ -67,12 +67,14 @@ RunOutcome RunStudy(config::StudyConfig study, const RunOptions& options) {
   exporting::AblationRecord ablation;
   if (!study.ablation.learner.empty()) ablation = timed("ablation", [&] { return RunAblation(ctx, cv.learners, weights.tables); });
   std::vector<cv::OuterFoldResult> finals;
-  if (study.output.model) finals = timed("final_model", [&] { return FitFinalModels(ctx); });
+  // A model imputing a lacking source would need each imputed subject's place in its maps and arrays (docs/inputs.md).
+  const bool exportModel = study.output.model && ctx.cohort.imputedSources.empty();
+  if (exportModel) finals = timed("final_model", [&] { return FitFinalModels(ctx); });
   const int blocksReused = permutations.blocksReused;
   exporting::RunRecord record = DescribeRun(ctx, std::move(cv), std::move(permutations), weights, timed.seconds);
   record.regionScan = std::move(regionScan);
   record.ablation = std::move(ablation);
-  if (study.output.model) {
+  if (exportModel) {
     timed("model_export", [&] { ExportModels(ctx, record, finals, out.Path()); });
     record.seconds["final_model"] = timed.seconds["final_model"];
     record.seconds["model_export"] = timed.seconds["model_export"];

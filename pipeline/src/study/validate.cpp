@@ -172,6 +172,19 @@ void DescribeTabularKernels(const config::StudyConfig& study, const Cohort& coho
   }
 }
 
+/// kernels.missing_source: the subjects dropped, or kept with a source imputed, and what each lacks.
+void DescribeSubjectsLackingSources(const Cohort& cohort, const LineSink& line) {
+  if (!cohort.dropped.empty()) {
+    line(fmt::format("  dropped (/kernels/missing_source \"drop\"): {}", cohort.dropped.size()));
+    for (const auto& [id, why] : cohort.dropped) line(fmt::format("    {}: {}", id, why));
+  }
+  for (const auto& [source, lacking] : cohort.imputedSources) {
+    line(fmt::format("  kept without source \"{}\" (/kernels/missing_source \"impute\": its kernels' rows imputed in every fold): {}", source,
+                     lacking.size()));
+    for (const auto& [id, why] : lacking) line(fmt::format("    {}: {}", id, why));
+  }
+}
+
 /// Several sources: each described as a study of its own, indented under its name.
 void DescribeSourceKernels(const config::StudyConfig& study, const Cohort& cohort, bool deep, const LineSink& line) {
   line(fmt::format("Kernels: {} sources{}", study.kernels.sources.size(),
@@ -254,10 +267,7 @@ std::string ValidateStudy(const config::StudyConfig& study, bool deep) {
     line(fmt::format("Target: \"{}\", regression: range [{:.4g}, {:.4g}], mean {:.4g}, SD {:.4g}", study.target.column, y.minCoeff(),
                      y.maxCoeff(), mean, sd));
   }
-  if (!cohort.dropped.empty()) {
-    line(fmt::format("  dropped (/kernels/missing_source \"drop\"): {}", cohort.dropped.size()));
-    for (const auto& [id, why] : cohort.dropped) line(fmt::format("    {}: {}", id, why));
-  }
+  DescribeSubjectsLackingSources(cohort, line);
   DescribeKernels(study, cohort, deep, line);
   {
     const std::size_t count = PlannedKernelCount(study, cohort);

@@ -36,6 +36,9 @@ struct Cohort {
   /// and for every kept subject its data row in the table (precomputed kernels are indexed by it).
   std::vector<std::pair<std::string, std::string>> dropped;
   std::vector<std::size_t> tableRows;
+  /// kernels.missing_source "impute": per source lacking some subjects, each such subject (id, what it lacks); they stay
+  /// in the study, and every fold imputes their rows of that source's kernels from its training subjects.
+  std::map<std::string, std::vector<std::pair<std::string, std::string>>> imputedSources;
   std::size_t tableRowCount = 0;  ///< data rows of the table, dropped subjects included
 };
 

@@ -32,9 +32,12 @@ std::shared_ptr<const std::vector<gram::HarmonisedSource>> HarmonisedImageSource
                                                                                  std::vector<gram::KernelOrigin>& origins,
                                                                                  std::vector<HarmonisedSourceNote>& notes);
 
-/// Whether the folds form some of the study's kernels themselves: /harmonisation, or a tabular source standardised or
-/// imputed inside the folds.
-bool FoldsFormKernels(const config::StudyConfig& study);
+/// Whether /harmonisation harmonises source `name` of kind `kind` ("" for a study of one source) inside the folds: named
+/// in /harmonisation/sources; with no list, every image source, and tabular sources in a study without image sources.
+bool HarmonisedInFolds(const config::StudyConfig& study, const std::string& name, config::KernelSource kind);
+/// Whether the folds form some of the study's kernels themselves: /harmonisation, a tabular source standardised or
+/// imputed inside the folds, or a source some subjects lack (missing_source "impute").
+bool FoldsFormKernels(const config::StudyConfig& study, const Cohort& cohort);
 /// The study's kernels (`kernels`: the kernel stage's float64 kernels over the kernels' rows) with the kernels the folds
 /// form: /harmonisation's image sources from their harmonised voxels, and the tabular sources with fold statistics
 /// (standardise, impute) from their columns over the kernels' rows. InputError harmonisation:HeldByRanks or

@@ -35,6 +35,9 @@ struct KernelStageResult {
   std::vector<std::string> sourceNames;
   std::vector<std::size_t> sourceKernelCounts;
   std::vector<bool> sourceCacheHits;
+  /// kernels.sources with missing_source "impute": per source, which subjects (rows of the table) it has data for; empty =
+  /// every subject. The rows of the others are zero in `set` and imputed in every fold.
+  std::vector<std::vector<char>> sourcePresent;
   /// kernels.sources: what the voxel maps of each image source need (its kernels are the columns
   /// [firstKernel, firstKernel + kernelCount) of `set`; images per row of the subjects table).
   struct ImageSource {

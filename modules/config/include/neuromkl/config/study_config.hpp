@@ -148,6 +148,9 @@ enum class SourceWeighting {
 enum class MissingSource {
   Error,  ///< an error listing every such subject
   Drop,   ///< such subjects are left out of the study and listed in the warnings
+  /// Such subjects are kept: in every fold, the kernels of a source they lack treat them as at the mean of that fold's
+  /// training subjects having it (in feature space), so that after centring their rows of those kernels are zero.
+  Impute,
 };
 
 /// How the study holds its kernels after the kernel stage (docs/batch.md, "The compact kernel store").

@@ -10,6 +10,8 @@ std::string Trim(std::string_view s);
 std::string ToLower(std::string_view s);
 std::vector<std::string> Split(std::string_view s, char sep);
 std::string Join(const std::vector<std::string>& items, std::string_view sep);
+/// The first `limit` items joined with ", ", then ", ... (N in all)" when there are more: lists in messages.
+std::string Shown(const std::vector<std::string>& items, std::size_t limit = 10);
 /// Levenshtein distance (for did-you-mean hints).
 std::size_t EditDistance(std::string_view a, std::string_view b);
 /// The candidate closest to `word` if it is plausibly a typo of it, else nullopt.

@@ -153,6 +153,8 @@ struct RunRecord {
   std::vector<std::size_t> sourceKernelCounts;
   std::string sourceWeighting;               ///< "none" or "equal" (kernels.sources)
   std::vector<std::pair<std::string, std::string>> droppedSubjects;  ///< missing_source "drop": id, what a source lacks
+  /// missing_source "impute": per source, the subjects kept without it (id, what it lacks)
+  std::map<std::string, std::vector<std::pair<std::string, std::string>>> imputedSources;
   /// covariates (confounds regressed out inside every fold): empty = none
   std::vector<std::string> covariateColumns;  ///< design columns after the intercept (dummies as "column=level")
   std::string covariateFitOn;                 ///< "all" or "column = value"

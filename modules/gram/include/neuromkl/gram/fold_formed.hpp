@@ -5,7 +5,9 @@
 //   and every fold fits ComBat on its training subjects (or their reference group) only, harmonises its training and test
 //   subjects with those estimates, and forms their region kernels from the harmonised voxels;
 // - tabular sources whose columns are imputed, harmonised (the same ComBat) or standardised (tabular.hpp) with the fold's
-//   training rows' statistics: standardising over every subject would let held-out values into the training kernels.
+//   training rows' statistics: standardising over every subject would let held-out values into the training kernels;
+// - full kernels of a source some subjects lack (missing_source "impute"): their rows imputed from the fold's training
+//   rows having the source (KernelOrigin::present), which is an imputation of features in the fold, not of the cohort.
 // The fold is then prepared exactly as a fold of kernels in memory (centring, normalisation, covariates, source scales):
 // MemoryKernels over the fold's subjects. Kernels of other sources (connectivity, unharmonised images, tabular sources
 // without fold statistics, precomputed) are read from their full kernels.
@@ -61,6 +63,12 @@ struct KernelOrigin {
   int tabular = -1;
   std::vector<Eigen::Index> columns;  ///< the tabular source's columns the kernel is a function of
   FeatureKernel function;
+  /// A full kernel of a source some rows lack (their rows are never read): per row, whether the source has it, and the
+  /// source's name for errors. Every fold imputes the lacking rows from its training rows that have it: in feature space
+  /// phi_a = mean of phi_t over those rows, so K(a, j) = mean_t K(t, j) and K(a, b) = mean_{t,u} K(t, u), and after
+  /// centring on the fold's training rows the imputed rows are zero. Null: every row has it.
+  std::shared_ptr<const std::vector<char>> present;
+  std::string presentSource;
   bool Full() const { return source < 0 && tabular < 0; }
   /// The columns [begin, end) of harmonised source `source`.
   static KernelOrigin Voxels(int source, Eigen::Index begin, Eigen::Index end) {
@@ -93,6 +101,12 @@ struct Harmonisation {
     return counts;
   }
 };
+
+/// Weights D (rows x kernels) of linear combinations sum_i D(i, k) phi_i of a source's features (maps: SubjectWeights), where
+/// each row lacking the source among `train` stands for the mean of the rows of `train` having it (KernelOrigin::present),
+/// rewritten as the same combinations of the rows having it: each lacking row's weight shared equally among them, its own
+/// set to 0. `present`: per row of D. Unchanged when `train` lacks nobody (or has nobody with the source).
+void MoveImputedWeights(Eigen::MatrixXd& D, const std::vector<char>& present, const std::vector<int>& train);
 
 class FoldFormedKernels final : public KernelStore {
  public:
