@@ -102,8 +102,8 @@ std::vector<LackedSource> LackedSources(const config::StudyConfig& study, const 
 }
 
 /// missing_source "impute": every subject kept, each source's lacking subjects listed; InputError where a source cannot
-/// be imputed (a harmonised image source, a tabular source whose folds form its kernels without imputing its cells, a
-/// source with fewer than two subjects).
+/// be imputed in kernel space (an image source harmonised in the folds, a tabular source whose folds form its kernels
+/// from its columns, a source with data for fewer than two subjects).
 std::map<std::string, std::vector<std::pair<std::string, std::string>>> ImputedSources(const config::StudyConfig& study, const Cohort& cohort,
                                                                                        const std::vector<LackedSource>& lacked) {
   std::map<std::string, std::vector<std::pair<std::string, std::string>>> out;
