@@ -220,8 +220,9 @@ void AddImageSourceMaps(const StudyContext& ctx, const FoldMapWeights& w, const 
     for (const auto& D : w.subjectWeights) sourceWeights.push_back(D.middleCols(first, count));
     const std::vector<kernels::KernelInfo> info(ctx.ks.set.info.begin() + first, ctx.ks.set.info.begin() + first + count);
     // Which kernel rows have an image of this source (missing_source "impute": not all).
-    const auto at = std::find(ctx.ks.sourceNames.begin(), ctx.ks.sourceNames.end(), source.name) - ctx.ks.sourceNames.begin();
-    const std::vector<char>& laid = ctx.ks.sourcePresent.at(static_cast<std::size_t>(at));
+    const auto at = static_cast<std::size_t>(std::find(ctx.ks.sourceNames.begin(), ctx.ks.sourceNames.end(), source.name) - ctx.ks.sourceNames.begin());
+    const std::vector<char> every;
+    const std::vector<char>& laid = at < ctx.ks.sourcePresent.size() ? ctx.ks.sourcePresent[at] : every;
     std::vector<char> present;
     std::vector<int> rows;  // kernel rows with an image
     for (std::size_t i = 0; i < ctx.kernelRows.size(); ++i) {
