@@ -372,6 +372,17 @@ TEST_F(ConnectivityCli, SubjectsLackingASourceAreListedOrDroppedAsIfAbsent) {
   ASSERT_EQ(r.exitCode, 0) << r.output;
   EXPECT_EQ(ReadFile(*dir_ / "results/dropped/predictions.tsv"), ReadFile(*dir_ / "results/removed/predictions.tsv"));
   EXPECT_EQ(ReadFile(*dir_ / "results/dropped/regions_enmkl_svm.tsv"), ReadFile(*dir_ / "results/removed/regions_enmkl_svm.tsv"));
+  // Kept with missing_source "impute": every subject predicted, the two listed, and the edge weights made from the
+  // matrices that exist (node03's connections still lead).
+  r = RunCli("run " + Study("imputed", gaps, R"("missing_source": "impute", )", pre) + " -q");
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  const auto imputed = Results("imputed");
+  ASSERT_EQ(imputed["subjects"]["imputed_sources"]["fc"].size(), 2u);
+  EXPECT_EQ(imputed["subjects"]["imputed_sources"]["fc"][1]["id"], "sub-0008");
+  EXPECT_EQ(ReadTsv(*dir_ / "results/imputed/predictions.tsv").size(), 61u);
+  const auto edges = ReadTsv(*dir_ / "results/imputed/weights/fc/edges_enmkl_svm.tsv");
+  ASSERT_EQ(edges.size(), 1u + 66u);
+  EXPECT_TRUE(edges[1][1] == "node03" || edges[1][2] == "node03") << edges[1][1] << "-" << edges[1][2];
 }
 
 }  // namespace

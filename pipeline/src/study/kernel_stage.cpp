@@ -326,9 +326,9 @@ KernelStageResult RunSourcesStage(const config::StudyConfig& study, const Cohort
     std::vector<std::string> listed;
     for (const auto& [name, lacking] : cohort.imputedSources) listed.push_back(fmt::format("{} lacks {}", name, lacking.size()));
     const std::string note = fmt::format("subjects: kept although a source lacks their data, their rows of its kernels imputed in every fold from "
-                                         "its training subjects (/kernels/missing_source \"impute\"): {}; the voxel maps of such a source are made from "
-                                         "the images of the subjects having it; its edge maps (connectivity) and the exported model are not made "
-                                         "for such a study (docs/inputs.md)",
+                                         "its training subjects (/kernels/missing_source \"impute\"): {}; the voxel and edge maps of such a source are "
+                                         "made from the data of the subjects having it; the exported model is not made for such a study "
+                                         "(docs/inputs.md)",
                                          Join(listed, ", "));
     spdlog::warn("{}", note);
     res.warnings.insert(res.warnings.begin(), note);

@@ -256,13 +256,23 @@ void AddEdgeMaps(const StudyContext& ctx, const FoldMapWeights& w, std::size_t l
   std::size_t first = 0;
   for (std::size_t s = 0; s < study.kernels.sources.size() && w.classOf.empty(); first += ks.sourceKernelCounts[s], ++s) {
     const auto& spec = study.kernels.sources[s];
-    if (spec.kind != config::KernelSource::Connectivity || ctx.cohort.imputedSources.count(spec.name)) continue;
-    const ConnectivityData data = ReadConnectivity(SourceStudy(study, spec), spec.connectivity, ctx.cohort);
+    if (spec.kind != config::KernelSource::Connectivity) continue;
+    // The matrices of the subjects having the source (missing_source "impute": not all of them), in kernel-row order;
+    // a lacking subject's row is zero, its weight moved onto the training subjects having the source.
+    const config::StudyConfig sourceStudy = SourceStudy(study, spec);
+    const Cohort having = SourceCohort(sourceStudy, spec, ctx.cohort);
+    const ConnectivityData data = ReadConnectivity(sourceStudy, spec.connectivity, having);
     const ConnectivityKernelPlan plan = PlanConnectivityKernels(data, spec.connectivity.kernels);
-    Eigen::VectorXi rows(static_cast<Eigen::Index>(ctx.kernelRows.size()));
-    for (std::size_t i = 0; i < ctx.kernelRows.size(); ++i) rows[static_cast<Eigen::Index>(i)] = ctx.kernelRows[i];
+    std::map<std::string, Eigen::Index> rowOf;
+    for (std::size_t i = 0; i < having.ids.size(); ++i) rowOf.emplace(having.ids[i], static_cast<Eigen::Index>(i));
     ConnectivityData inKernelOrder = data;
-    inKernelOrder.edges = data.edges(rows, Eigen::all);
+    inKernelOrder.edges = Eigen::MatrixXd::Zero(static_cast<Eigen::Index>(ctx.kernelRows.size()), data.edges.cols());
+    std::vector<char> present(ctx.kernelRows.size(), 0);
+    for (std::size_t i = 0; i < ctx.kernelRows.size(); ++i)
+      if (const auto it = rowOf.find(ctx.cohort.ids[static_cast<std::size_t>(ctx.kernelRows[i])]); it != rowOf.end()) {
+        inKernelOrder.edges.row(static_cast<Eigen::Index>(i)) = data.edges.row(it->second);
+        present[i] = 1;
+      }
     // Kernel j of the set is the planned kernel of the same name (kernels that were all zero were excluded).
     std::vector<Eigen::Index> planOf;
     for (std::size_t j = first; j < first + ks.sourceKernelCounts[s]; ++j) {
@@ -278,6 +288,7 @@ void AddEdgeMaps(const StudyContext& ctx, const FoldMapWeights& w, std::size_t l
     for (std::size_t k = 0; k < w.weightMaps; ++k) {
       Eigen::MatrixXd D = Eigen::MatrixXd::Zero(w.subjectWeights[k].rows(), static_cast<Eigen::Index>(plan.names.size()));
       for (std::size_t j = 0; j < planOf.size(); ++j) D.col(planOf[j]) = w.subjectWeights[k].col(static_cast<Eigen::Index>(first + j));
+      gram::MoveImputedWeights(D, present, w.trainOf[k]);
       out.folds[w.learnerOf[k]].push_back(WeightEdges(inKernelOrder, plan, D));
     }
     for (std::size_t l = 0; l < learners; ++l) {
