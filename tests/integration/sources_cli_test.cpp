@@ -275,7 +275,7 @@ TEST_F(SourcesCli, SubjectsLackingASourceAreKeptWithThatSourceImputedInTheFolds)
     EXPECT_NE(std::find(top.begin(), top.end(), planted), top.end()) << planted << " not in the top three: " << top[0] << ", " << top[1] << ", " << top[2];
   const std::string warnings = results["warnings"].dump();
   EXPECT_THAT(warnings, HasSubstr("pet lacks " + std::to_string(lacking)));
-  EXPECT_THAT(warnings, HasSubstr("the exported model are not made"));
+  EXPECT_THAT(warnings, HasSubstr("the exported model is not made"));
   EXPECT_FALSE(std::filesystem::exists(*dir_ / "results/imputed/model"));
   // The PET maps are made from the images that exist (tests/unit/gram/imputed_source_test.cpp: they give the decisions).
   const std::string petMap = *dir_ / "results/imputed/weights/pet/sub-group_desc-EnmklSvmMean_weights.nii.gz";
