@@ -77,8 +77,7 @@ std::shared_ptr<const gram::FoldFormedKernels> FoldFormedStudyKernels(const Stud
   std::size_t first = 0;
   for (std::size_t s = 0; s < ctx.ks.sourcePresent.size(); first += ctx.ks.sourceKernelCounts[s], ++s) {
     if (ctx.ks.sourcePresent[s].empty()) continue;
-    auto present = std::make_shared<std::vector<char>>();
-    for (const int r : ctx.kernelRows) present->push_back(ctx.ks.sourcePresent[s][static_cast<std::size_t>(r)]);
+    auto present = std::make_shared<const std::vector<char>>(ctx.SourceRowsPresent(ctx.ks.sourceNames[s]));
     for (std::size_t k = first; k < first + ctx.ks.sourceKernelCounts[s]; ++k)
       if (origins[k].Full()) {
         origins[k].present = present;

@@ -220,15 +220,10 @@ void AddImageSourceMaps(const StudyContext& ctx, const FoldMapWeights& w, const 
     for (const auto& D : w.subjectWeights) sourceWeights.push_back(D.middleCols(first, count));
     const std::vector<kernels::KernelInfo> info(ctx.ks.set.info.begin() + first, ctx.ks.set.info.begin() + first + count);
     // Which kernel rows have an image of this source (missing_source "impute": not all).
-    const auto at = static_cast<std::size_t>(std::find(ctx.ks.sourceNames.begin(), ctx.ks.sourceNames.end(), source.name) - ctx.ks.sourceNames.begin());
-    const std::vector<char> every;
-    const std::vector<char>& laid = at < ctx.ks.sourcePresent.size() ? ctx.ks.sourcePresent[at] : every;
-    std::vector<char> present;
+    const std::vector<char> present = ctx.SourceRowsPresent(source.name);
     std::vector<int> rows;  // kernel rows with an image
-    for (std::size_t i = 0; i < ctx.kernelRows.size(); ++i) {
-      present.push_back(laid.empty() || laid[static_cast<std::size_t>(ctx.kernelRows[i])]);
-      if (present.back()) rows.push_back(static_cast<int>(i));
-    }
+    for (std::size_t i = 0; i < present.size(); ++i)
+      if (present[i]) rows.push_back(static_cast<int>(i));
     if (rows.size() < ctx.kernelRows.size())
       for (std::size_t m = 0; m < sourceWeights.size(); ++m) gram::MoveImputedWeights(sourceWeights[m], present, w.trainOf[m]);
     DivideByIntensityScale(sourceWeights, ctx.kernelRows, source.intensityScale);  // the source's own intensity scaling
@@ -265,14 +260,11 @@ void AddEdgeMaps(const StudyContext& ctx, const FoldMapWeights& w, std::size_t l
     const ConnectivityKernelPlan plan = PlanConnectivityKernels(data, spec.connectivity.kernels);
     std::map<std::string, Eigen::Index> rowOf;
     for (std::size_t i = 0; i < having.ids.size(); ++i) rowOf.emplace(having.ids[i], static_cast<Eigen::Index>(i));
+    const std::vector<char> present = ctx.SourceRowsPresent(spec.name);
     ConnectivityData inKernelOrder = data;
     inKernelOrder.edges = Eigen::MatrixXd::Zero(static_cast<Eigen::Index>(ctx.kernelRows.size()), data.edges.cols());
-    std::vector<char> present(ctx.kernelRows.size(), 0);
     for (std::size_t i = 0; i < ctx.kernelRows.size(); ++i)
-      if (const auto it = rowOf.find(ctx.cohort.ids[static_cast<std::size_t>(ctx.kernelRows[i])]); it != rowOf.end()) {
-        inKernelOrder.edges.row(static_cast<Eigen::Index>(i)) = data.edges.row(it->second);
-        present[i] = 1;
-      }
+      if (present[i]) inKernelOrder.edges.row(static_cast<Eigen::Index>(i)) = data.edges.row(rowOf.at(ctx.cohort.ids[static_cast<std::size_t>(ctx.kernelRows[i])]));
     // Kernel j of the set is the planned kernel of the same name (kernels that were all zero were excluded).
     std::vector<Eigen::Index> planOf;
     for (std::size_t j = first; j < first + ks.sourceKernelCounts[s]; ++j) {

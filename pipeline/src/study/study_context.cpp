@@ -102,6 +102,14 @@ Eigen::VectorXd StudyContext::FoldScales(const std::vector<int>& train, const st
   return gram::FoldScales(*kernels, train, test, nestedOptions.preprocessing);
 }
 
+std::vector<char> StudyContext::SourceRowsPresent(const std::string& name) const {
+  const auto at = static_cast<std::size_t>(std::find(ks.sourceNames.begin(), ks.sourceNames.end(), name) - ks.sourceNames.begin());
+  std::vector<char> present(kernelRows.size(), 1);
+  if (at >= ks.sourcePresent.size() || ks.sourcePresent[at].empty()) return present;
+  for (std::size_t i = 0; i < kernelRows.size(); ++i) present[i] = ks.sourcePresent[at][static_cast<std::size_t>(kernelRows[i])];
+  return present;
+}
+
 Eigen::MatrixXd StudyContext::SubjectWeights(const gram::FoldModel& model) const { return kernels->SubjectWeights(model, nestedOptions.preprocessing); }
 
 Eigen::VectorXd StudyContext::LargestTrainingSelfSimilarity(const std::vector<int>& train) const {

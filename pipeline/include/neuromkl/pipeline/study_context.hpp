@@ -90,6 +90,9 @@ struct StudyContext {
   Eigen::VectorXd FoldScales(const std::vector<int>& train, const std::vector<int>& test) const;
   Eigen::MatrixXd SubjectWeights(const gram::FoldModel& model) const;
   Eigen::VectorXd LargestTrainingSelfSimilarity(const std::vector<int>& train) const;
+  /// kernels.sources with missing_source "impute": per kernel row, whether source `name` has data for it (ks.sourcePresent
+  /// over kernelRows); every row 1 for a source every subject has.
+  std::vector<char> SourceRowsPresent(const std::string& name) const;
 };
 
 /// Stage 1: reads the subjects table and plans the outer folds (cheap; config and input errors surface here).
