@@ -22,6 +22,14 @@ Json SubjectsJson(const SubjectsSpec& s) {
   return j;
 }
 
+/// A covariate section as the resolved file writes it; "impute" only when it imputes (earlier studies keep their hash).
+Json CovariatesJson(const CovariateSpec& c) {
+  Json j = {{"columns", c.columns}, {"categorical", c.categorical}};
+  j["fit_on"] = c.fitOnColumn.empty() ? Json("all") : Json{{"column", c.fitOnColumn}, {"value", c.fitOnValue}};
+  if (c.imputeMedian) j["impute"] = "median";
+  return j;
+}
+
 Json TargetJson(const TargetSpec& t) {
   Json j = {{"column", t.column}, {"task", ToString(t.task)}, {"positive_class", t.positiveClass}};
   if (t.task == Task::Multiclass) {  // binary and regression studies keep their resolved file unchanged
@@ -29,6 +37,7 @@ Json TargetJson(const TargetSpec& t) {
     j["multiclass_weights"] = t.multiclassWeights == learners::MulticlassWeights::PerClass ? "per_class" : "shared";
   }
   if (t.biasCorrection) j["bias_correction"] = "linear";  // studies without it keep their resolved file unchanged
+  if (t.confounds.Active()) j["confounds"] = CovariatesJson(t.confounds);
   return j;
 }
 
@@ -166,9 +175,7 @@ std::string ResolvedConfigJson(const StudyConfig& c, bool forHash) {
   j["mask"] = c.mask.empty() ? Json(nullptr) : Json(c.mask);
   j["kernels"] = KernelsJson(c, forHash);
   if (c.covariates.Active()) {  // only when given: a study without covariates resolves (and hashes) without the key
-    j["covariates"] = {{"columns", c.covariates.columns}, {"categorical", c.covariates.categorical}};
-    j["covariates"]["fit_on"] = c.covariates.fitOnColumn.empty() ? Json("all") : Json{{"column", c.covariates.fitOnColumn}, {"value", c.covariates.fitOnValue}};
-    if (c.covariates.imputeMedian) j["covariates"]["impute"] = "median";  // absent by default: earlier studies keep their hash
+    j["covariates"] = CovariatesJson(c.covariates);
   }
   if (c.harmonisation.Active()) {  // likewise only when given
     const auto& h = c.harmonisation;

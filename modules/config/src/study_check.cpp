@@ -88,6 +88,7 @@ void CheckSubjectsAndTarget(const Checker& k, const StudyConfig& c) {
   if (t.multiclassWeights == learners::MulticlassWeights::PerClass && t.task != Task::Multiclass)
     k.Fail("/target/multiclass_weights", "multiclass_weights applies to task \"multiclass\" only, but task is \"" + ToString(t.task) + "\"");
   if (t.biasCorrection && t.task != Task::Regression) k.Fail("/target/bias_correction", TargetKeyMisplaced("bias_correction", t.task));
+  if (t.confounds.Active() && t.task != Task::Regression) k.Fail("/target/confounds", TargetKeyMisplaced("confounds", t.task));
 }
 
 /// An atlas section at `ptr` (/atlas or an images source's).
@@ -227,12 +228,14 @@ void CheckCovariateColumns(const Checker& k, const CovariateSpec& cov) {
 
 void CheckCovariates(const Checker& k, const CovariateSpec& cov, const std::string& targetColumn) {
   CheckCovariateColumns(k, cov);
-  if (cov.listForm && cov.columns.empty()) k.Fail("/covariates", "expected at least one column name");
+  if (cov.listForm && cov.columns.empty()) k.Fail(cov.pointer, "expected at least one column name");
   auto all = cov.columns;
   all.insert(all.end(), cov.categorical.begin(), cov.categorical.end());
   for (const auto& col : all)
     if (col == targetColumn)
-      k.Fail("/covariates", "the target column \"" + col + "\" cannot be a covariate (regressing it out removes the signal)");
+      k.Fail(cov.pointer, "the target column \"" + col + "\" cannot be " +
+                              (cov.pointer == "/target/confounds" ? "its own confound (regressing it out leaves nothing to predict)"
+                                                                  : "a covariate (regressing it out removes the signal)"));
 }
 
 /// The image sources of a study: its own images, or the names of its image sources.
@@ -379,6 +382,7 @@ void CheckStudyConfig(const StudyConfig& c) {
   CheckAtlas(k, c.atlas, "/atlas");
   CheckKernels(k, c);
   CheckCovariates(k, c.covariates, c.target.column);
+  if (c.target.confounds.Active() || c.target.confounds.listForm) CheckCovariates(k, c.target.confounds, c.target.column);
   CheckHarmonisation(k, c);
   CheckCv(k, c.cv, c.target.task);
   CheckLearners(k, c.learners, c.target.task);

@@ -231,6 +231,8 @@ void ParseSubjects(const Json& json, const std::string& baseDir, const std::stri
   subjects.idColumn = s.String("id_column", subjects.idColumn);
 }
 
+void ParseCovariates(const Json& j, const std::string& src, bool withFitOn, CovariateSpec& c);
+
 TargetSpec ParseTarget(const Json& json, const std::string& src) {
   const ObjectReader t = Reader(json, "/target", src);
   TargetSpec target;
@@ -251,6 +253,10 @@ TargetSpec ParseTarget(const Json& json, const std::string& src) {
   if (t.Has("bias_correction")) {
     target.biasCorrection = t.Choice("bias_correction", "none", {"none", "linear"}) == "linear";
     if (target.biasCorrection && target.task != Task::Regression) t.FailAt("/target/bias_correction", TargetKeyMisplaced("bias_correction", target.task));
+  }
+  if (t.Has("confounds")) {
+    if (target.task != Task::Regression) t.FailAt("/target/confounds", TargetKeyMisplaced("confounds", target.task));
+    ParseCovariates(t.At("confounds"), src, true, target.confounds);
   }
   return target;
 }

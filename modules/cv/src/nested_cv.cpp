@@ -76,10 +76,16 @@ struct FoldViews {
   std::array<learners::Targets, 2> y;
 };
 
+/// The targets of `rows` as the fold with training set `train` sees them: the study's, or with the target's confounds
+/// regressed out on `train` only.
+Eigen::VectorXd FoldTargets(const Eigen::VectorXd& y, const gram::Covariates* confounds, const std::vector<int>& train, const std::vector<int>& rows) {
+  return confounds ? AdjustedTargets(y, *confounds, train, rows) : Subset(y, rows);
+}
+
 /// Fills `v` (a previous task's views: the copies' storage is reused where sizes match).
-void PrepareViews(const gram::KernelStore& kernels, const learners::Targets& targets, const std::vector<int>& train, const std::vector<int>& test,
-                  const gram::Preprocessing& pre, const std::vector<int>& unlabelled, const std::array<bool, 4>& needs, gram::TrainingForm form,
-                  FoldViews& v) {
+void PrepareViews(const gram::KernelStore& kernels, const learners::Targets& targets, const gram::Covariates* confounds, const std::vector<int>& train,
+                  const std::vector<int>& test, const gram::Preprocessing& pre, const std::vector<int>& unlabelled, const std::array<bool, 4>& needs,
+                  gram::TrainingForm form, FoldViews& v) {
   for (const bool semi : {false, true}) {
     // The previous task's fold goes first (kernels held by owners: it is closed on them before a new one opens).
     v.weighted[semi].kernels.reset();
@@ -91,7 +97,7 @@ void PrepareViews(const gram::KernelStore& kernels, const learners::Targets& tar
     v.fold[semi] = kernels.OpenFold(rows, test, pre);
     if (summed) v.summed[semi] = v.fold[semi]->Summed();
     if (weighted) v.fold[semi]->Weighted(form, v.weighted[semi]);
-    v.y[semi] = {targets.task, Subset(targets.y, rows), targets.classes};
+    v.y[semi] = {targets.task, FoldTargets(targets.y, confounds, train, rows), targets.classes};
   }
 }
 
@@ -183,9 +189,11 @@ class NestedCvRun {
   /// How many fold tasks of `bytes` may run at once (with a word when memory is short).
   std::size_t Limit(std::uint64_t bytes, std::size_t count, const char* what) const;
   void InnerPhase();
-  /// Every grid point of every learner that searches (or calibrates) on inner fold i of outer fold f; `test`: its test
-  /// subjects.
-  void InnerTask(std::size_t f, std::size_t i, const std::vector<int>& test, const FoldViews& views);
+  /// Inner fold i of outer fold f: its training and test subjects (indices into the study's subjects).
+  std::pair<std::vector<int>, std::vector<int>> InnerRows(std::size_t f, std::size_t i) const;
+  /// Every grid point of every learner that searches (or calibrates) on inner fold i of outer fold f; `yTest`: its test
+  /// subjects' targets.
+  void InnerTask(std::size_t f, std::size_t i, const Eigen::VectorXd& yTest, const FoldViews& views);
   void OuterPhase(std::vector<LearnerOutcome>& out);
   void RefitOuterFold(std::size_t f, std::size_t l, const FoldViews& views, std::array<learners::TrainingKernelCache, 4>& caches,
                       Eigen::MatrixXd& testBuffer, OuterFoldResult& r) const;
@@ -372,8 +380,15 @@ gram::TestBlocks NestedCvRun::TestOf(std::size_t l, const FoldViews& views, Eige
   return views.weighted[semi_[l]].Test(buffer);
 }
 
-void NestedCvRun::InnerTask(std::size_t f, std::size_t i, const std::vector<int>& test, const FoldViews& views) {
-  const Eigen::VectorXd yTest = Subset(targets_.y, test);
+std::pair<std::vector<int>, std::vector<int>> NestedCvRun::InnerRows(std::size_t f, std::size_t i) const {
+  const Fold& fold = innerFolds_[f][i];
+  std::vector<int> tr, te;
+  for (int k : fold.train) tr.push_back(outer_[f].train[static_cast<std::size_t>(k)]);
+  for (int k : fold.test) te.push_back(outer_[f].train[static_cast<std::size_t>(k)]);
+  return {std::move(tr), std::move(te)};
+}
+
+void NestedCvRun::InnerTask(std::size_t f, std::size_t i, const Eigen::VectorXd& yTest, const FoldViews& views) {
   // Every fit on this fold's kernels (all grid points of all learners) shares their check and packed stack.
   std::array<learners::TrainingKernelCache, 4> caches;  // one per view: a cache is bound to one kernel list
   Eigen::MatrixXd testBuffer;  // kernels in place: the test block a decision reads, one kernel at a time
@@ -409,13 +424,10 @@ void NestedCvRun::InnerPhase() {
   const gram::TrainingForm form = FormFor(shapes, "inner folds");
   ForEachLimited(tasks_.size(), Limit(TaskBytes(shapes, form), tasks_.size(), "inner folds"), [&](std::size_t t) {
     const auto [f, i] = tasks_[t];
-    const Fold& fold = innerFolds_[f][i];
-    std::vector<int> tr, te;
-    for (int k : fold.train) tr.push_back(outer_[f].train[static_cast<std::size_t>(k)]);
-    for (int k : fold.test) te.push_back(outer_[f].train[static_cast<std::size_t>(k)]);
+    const auto [tr, te] = InnerRows(f, i);
     std::unique_ptr<FoldViews> views = spares_.Take();
-    PrepareViews(kernels_, targets_, tr, te, options_.preprocessing, unlabelled_, needs_, form, *views);
-    InnerTask(f, i, te, *views);
+    PrepareViews(kernels_, targets_, options_.targetConfounds.get(), tr, te, options_.preprocessing, unlabelled_, needs_, form, *views);
+    InnerTask(f, i, FoldTargets(targets_.y, options_.targetConfounds.get(), tr, te), *views);
     spares_.Give(std::move(views));
   });
   spares_.Clear();  // the outer folds' training sets are larger: their copies are new memory
@@ -427,10 +439,11 @@ void NestedCvRun::Calibrate(std::size_t f, std::size_t l, OuterFoldResult& r) co
   std::vector<double> fo, yo;
   for (std::size_t i = 0; i < innerFolds_[f].size(); ++i) {
     const Eigen::VectorXd& d = oof_[f][l][r.chosen][i];
-    const Fold& fold = innerFolds_[f][i];
-    for (std::size_t k = 0; k < fold.test.size(); ++k) {
+    const auto [tr, te] = InnerRows(f, i);
+    const Eigen::VectorXd y = FoldTargets(targets_.y, options_.targetConfounds.get(), tr, te);
+    for (std::size_t k = 0; k < te.size(); ++k) {
       fo.push_back(d.size() > 0 ? d[static_cast<Eigen::Index>(k)] : kNaN);
-      yo.push_back(targets_.y[outer_[f].train[static_cast<std::size_t>(fold.test[k])]]);
+      yo.push_back(y[static_cast<Eigen::Index>(k)]);
     }
   }
   const Eigen::Map<const Eigen::VectorXd> fv(fo.data(), static_cast<Eigen::Index>(fo.size())), yv(yo.data(), static_cast<Eigen::Index>(yo.size()));
@@ -449,6 +462,7 @@ void NestedCvRun::RefitOuterFold(std::size_t f, std::size_t l, const FoldViews& 
   r.repeat = outer_[f].repeat;
   r.train = outer_[f].train;
   r.test = outer_[f].test;
+  if (options_.targetConfounds) r.target = AdjustedTargets(targets_.y, *options_.targetConfounds, r.train, r.test);
   if (semi_[l]) r.unlabelled = unlabelled_;
   if (plans_[l].grid.size() > 1) {
     r.innerScores.resize(plans_[l].grid.size());
@@ -501,7 +515,8 @@ void NestedCvRun::OuterPhase(std::vector<LearnerOutcome>& out) {
   const gram::TrainingForm form = FormFor(shapes, "outer folds");
   ForEachLimited(F_, Limit(TaskBytes(shapes, form), F_, "outer folds"), [&](std::size_t f) {
     std::unique_ptr<FoldViews> views = spares_.Take();
-    PrepareViews(kernels_, targets_, outer_[f].train, outer_[f].test, options_.preprocessing, unlabelled_, needs_, form, *views);
+    PrepareViews(kernels_, targets_, options_.targetConfounds.get(), outer_[f].train, outer_[f].test, options_.preprocessing, unlabelled_, needs_, form,
+                 *views);
     std::array<learners::TrainingKernelCache, 4> caches;  // one per view: a cache is bound to one kernel list
     Eigen::MatrixXd testBuffer;  // kernels in place: the test block a decision reads, one kernel at a time
     for (std::size_t l = 0; l < L_; ++l) RefitOuterFold(f, l, *views, caches, testBuffer, out[l].folds[f]);
@@ -553,6 +568,48 @@ std::vector<learners::ParamMap> ExpandGrid(const learners::ParamMap& fixed, cons
     points = std::move(next);
   }
   return points;
+}
+
+namespace {
+Eigen::VectorXi IndexVector(const std::vector<int>& v) { return Eigen::Map<const Eigen::VectorXi>(v.data(), static_cast<Eigen::Index>(v.size())); }
+
+/// The fit of the target's confounds on `train`, evaluated for `rows` (all of them labelled).
+struct ConfoundFit {
+  gram::FoldResidualiser residualiser;
+  Eigen::VectorXd yFit;  ///< the targets of the fit rows
+};
+ConfoundFit FitConfounds(const Eigen::VectorXd& y, const gram::Covariates& confounds, const std::vector<int>& train, const std::vector<int>& rows,
+                         const char* where) {
+  for (int i : train)
+    if (i < 0 || i >= y.size()) throw InvalidParameter("cv:TargetConfounds", where, "a training row is not a labelled subject");
+  ConfoundFit fit{gram::MakeFoldResidualiser(confounds, IndexVector(train), IndexVector(rows), where), {}};
+  fit.yFit.resize(static_cast<Eigen::Index>(fit.residualiser.fitPositions.size()));
+  for (std::size_t k = 0; k < fit.residualiser.fitPositions.size(); ++k)
+    fit.yFit[static_cast<Eigen::Index>(k)] = y[train[static_cast<std::size_t>(fit.residualiser.fitPositions[k])]];
+  return fit;
+}
+}  // namespace
+
+Eigen::VectorXd AdjustedTargets(const Eigen::VectorXd& y, const gram::Covariates& confounds, const std::vector<int>& train, const std::vector<int>& rows,
+                                const char* where) {
+  std::vector<int> labelled;
+  for (int r : rows)
+    if (r < y.size()) labelled.push_back(r);
+  const ConfoundFit fit = FitConfounds(y, confounds, train, labelled, where);
+  const Eigen::VectorXd adjusted = Subset(y, labelled) - fit.residualiser.testA * fit.yFit;
+  Eigen::VectorXd out = Eigen::VectorXd::Constant(static_cast<Eigen::Index>(rows.size()), kNaN);
+  for (std::size_t i = 0, k = 0; i < rows.size(); ++i)
+    if (rows[i] < y.size()) out[static_cast<Eigen::Index>(i)] = adjusted[static_cast<Eigen::Index>(k++)];
+  return out;
+}
+
+Eigen::VectorXd TargetConfoundCoefficients(const Eigen::VectorXd& y, const gram::Covariates& confounds, const std::vector<int>& train, const char* where) {
+  const ConfoundFit fit = FitConfounds(y, confounds, train, {}, where);
+  return fit.residualiser.P * fit.yFit;
+}
+
+Eigen::VectorXd HeldOutTargets(const OuterFoldResult& fold, const Eigen::VectorXd& y) {
+  return fold.target.size() > 0 ? fold.target : Subset(y, fold.test);
 }
 
 learners::Model ExpandSummedModel(learners::Model model, Eigen::Index kernels) {

@@ -9,11 +9,8 @@
 #include "neuromkl/cv/nested_cv.hpp"
 #include "neuromkl/metrics/calibration.hpp"
 #include "neuromkl/metrics/metrics.hpp"
-#include "fold_indices.hpp"
 
 namespace neuromkl::cv {
-
-using detail::Subset;
 
 namespace {
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
@@ -75,8 +72,9 @@ Summary Summarise(const LearnerOutcome& outcome, const learners::Targets& target
     std::vector<Eigen::RowVectorXd> rows;
     for (const auto& fold : outcome.folds) {
       if (fold.repeat != r) continue;
+      const Eigen::VectorXd target = HeldOutTargets(fold, targets.y);
       for (std::size_t i = 0; i < fold.test.size(); ++i) {
-        y.push_back(targets.y[fold.test[i]]);
+        y.push_back(target[static_cast<Eigen::Index>(i)]);
         f.push_back(fold.decision[static_cast<Eigen::Index>(i)]);
         if (multiclass) rows.push_back(fold.scores.row(static_cast<Eigen::Index>(i)));
         if (withProbability) p.push_back(fold.probability.size() > 0 ? fold.probability[static_cast<Eigen::Index>(i)] : kNaN);
@@ -104,7 +102,7 @@ Summary Summarise(const LearnerOutcome& outcome, const learners::Targets& target
   std::map<std::string, std::vector<double>> perFold;
   for (const auto& fold : outcome.folds) {
     if (FoldFailed(fold)) continue;
-    const Eigen::VectorXd y = Subset(targets.y, fold.test);
+    const Eigen::VectorXd y = HeldOutTargets(fold, targets.y);
     for (const auto& [k, v] : Metrics(targets, y, fold.decision, fold.scores))
       if (!std::isnan(v)) perFold[k].push_back(v);
     for (const auto& [k, v] : CalibrationMetrics(y, fold.decision, fold.probability, fold.corrected))

@@ -225,6 +225,11 @@ std::string KernelsParagraph(const RunRecord& r, std::set<std::string>& cited) {
     if (!r.excludedKernels.empty()) md += fmt::format(" ({} further kernels excluded)", r.excludedKernels.size());
     md += ". ";
   }
+  if (const auto& t = r.targetConfounds; !t.columns.empty())
+    md += fmt::format("The target was adjusted for {} within each training fold (outer and inner): it was regressed on them (with an intercept) "
+                      "by least squares on the training subjects{}, and the learners were fitted to, and evaluated on, the residuals, with the "
+                      "training coefficients for the test subjects; the confounds explained R^2 = {:.3f} of the target in-sample. ",
+                      Join(t.columns, ", "), t.fitOn == "all" ? std::string() : " with " + t.fitOn, t.r2);
   if (!r.covariateColumns.empty())
     md += fmt::format("Within each training fold (outer and inner), every kernel was residualised on the covariates {} (with an intercept; "
                       "coefficients fitted on the training subjects{}, applied to the test subjects) before further preprocessing; the target's "

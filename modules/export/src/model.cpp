@@ -198,6 +198,16 @@ void WriteModel(const std::string& dir, const ExportedModel& m) {
   }
   if (m.calibration) j["calibration"] = {{"method", "platt"}, {"A", m.calibration->first}, {"B", m.calibration->second}};
   if (m.biasCorrection) j["bias_correction"] = {{"method", "linear"}, {"slope", m.biasCorrection->first}, {"intercept", m.biasCorrection->second}};
+  if (const auto& t = m.targetConfounds) {
+    Json cat = Json::array();
+    for (const auto& [col, levels] : t->categorical) cat.push_back({{"column", col}, {"levels", levels}});
+    j["target_confounds"] = {{"numeric", t->numeric},
+                             {"categorical", cat},
+                             {"coefficients", std::vector<double>(t->coefficients.data(), t->coefficients.data() + t->coefficients.size())},
+                             {"note", "the model predicts the target minus c b, c = (1, numeric columns, dummies of the categorical columns' "
+                                      "levels after the first), b fitted on the training subjects; predict adjusts known targets the same way"}};
+    if (t->fill.size() > 0) j["target_confounds"]["impute_fill"] = std::vector<double>(t->fill.data(), t->fill.data() + t->fill.size());
+  }
   j["arrays"]["coef"] = WriteArray(dir, "coef.npy", m.coef);
   if (m.design.cols() > 0) {
     Eigen::MatrixXd cov(m.design.rows(), m.design.cols() + 1);
@@ -304,6 +314,26 @@ void ReadWeights(const Reader& rd, const Json& j, ExportedModel& m) {
   if (!j.at("bias_correction").is_null())
     m.biasCorrection = std::make_pair(j.at("bias_correction").at("slope").get<double>(), j.at("bias_correction").at("intercept").get<double>());
   if (m.biasCorrection && !(std::abs(m.biasCorrection->first) > 0)) rd.Corrupt("bias_correction.slope must be non-zero");
+  if (j.contains("target_confounds")) {
+    const Json& tc = j.at("target_confounds");
+    ModelTargetConfounds t;
+    t.numeric = tc.at("numeric").get<std::vector<std::string>>();
+    for (const auto& c : tc.at("categorical")) t.categorical.emplace_back(c.at("column").get<std::string>(), c.at("levels").get<std::vector<std::string>>());
+    std::size_t p = 1 + t.numeric.size();
+    for (const auto& [col, levels] : t.categorical) {
+      if (levels.size() < 2) rd.Corrupt(fmt::format("target_confounds: categorical column \"{}\" has {} levels (at least 2 expected)", col, levels.size()));
+      p += levels.size() - 1;
+    }
+    const auto b = tc.at("coefficients").get<std::vector<double>>();
+    if (b.size() != p) rd.Corrupt(fmt::format("target_confounds.coefficients has {} values for {} design columns", b.size(), p));
+    t.coefficients = Eigen::Map<const Eigen::VectorXd>(b.data(), static_cast<Eigen::Index>(p));
+    if (tc.contains("impute_fill")) {
+      const auto fill = tc.at("impute_fill").get<std::vector<double>>();
+      if (fill.size() != p) rd.Corrupt(fmt::format("target_confounds.impute_fill has {} values for {} design columns", fill.size(), p));
+      t.fill = Eigen::Map<const Eigen::RowVectorXd>(fill.data(), static_cast<Eigen::Index>(p));
+    }
+    m.targetConfounds = std::move(t);
+  }
 }
 
 /// The training subjects' coefficients (one column per class) and, with covariates, their design and fit rows.

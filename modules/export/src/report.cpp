@@ -118,6 +118,10 @@ std::string StudySection(const RunRecord& r, const ReportData& data) {
     }
     row("sources", Join(parts, ", ") + " &mdash; total kernel weight per source, mean over outer folds; a source with more kernels tends to collect more weight");
   }
+  if (const auto& t = r.targetConfounds; !t.columns.empty())
+    row("target confounds", fmt::format("regressed out of the target inside every fold (training subjects: {}): {}; their in-sample R<sup>2</sup> on "
+                                        "the target is {:.3f}. The metrics score what they leave of the target (predictions.tsv: target_adjusted)",
+                                        Escape(t.fitOn), Escape(Join(t.columns, ", ")), t.r2));
   if (!r.covariateColumns.empty())
     row("covariates", fmt::format("regressed out of every kernel inside every fold (training subjects: {}): {}; the target's R<sup>2</sup> on them is "
                                   "{:.3f}{}",

@@ -46,7 +46,7 @@ std::vector<ReportData::Gap> Gaps(const LearnerRecord& lr, const RunRecord& r) {
       for (std::size_t i = 0; i < fold.test.size(); ++i) {
         const auto ii = static_cast<Eigen::Index>(i);
         if (!std::isfinite(fold.decision[ii]) || !std::isfinite(fold.corrected[ii])) continue;
-        const double t = r.targets[static_cast<std::size_t>(fold.test[i])];
+        const double t = ScoredTarget(r.targets, fold, i);
         gaps.push_back({t, fold.decision[ii] - t, fold.corrected[ii] - t});
       }
   return gaps;
@@ -80,7 +80,7 @@ ReportData PrepareReportData(const RunRecord& r) {
       if (fold.repeat == 0)
         for (std::size_t i = 0; i < fold.test.size(); ++i)
           if (std::isfinite(fold.decision[static_cast<Eigen::Index>(i)])) {
-            l.targets.push_back(r.targets[static_cast<std::size_t>(fold.test[i])]);
+            l.targets.push_back(ScoredTarget(r.targets, fold, i));
             l.decisions.push_back(fold.decision[static_cast<Eigen::Index>(i)]);
           }
     if (r.task == "classification") l.roc = metrics::RocCurve(AsVector(l.targets), AsVector(l.decisions));

@@ -239,6 +239,23 @@ Json CovariatesJson(const RunRecord& r) {
   return c;
 }
 
+/// results.json's "target_confounds": the confounds regressed out of the target and each outer fold's coefficients.
+Json TargetConfoundsJson(const RunRecord::TargetConfounds& t) {
+  Json missing = Json::object();
+  for (const auto& [column, count] : t.missing) missing[column] = count;
+  return {{"design_columns", t.columns},
+          {"fit_on", t.fitOn},
+          {"target_r2", t.r2},
+          {"impute", t.impute ? "median" : "none"},
+          {"missing_per_column", missing},
+          {"coefficients_per_outer_fold", t.foldCoefficients},
+          {"note", "the target regressed on intercept + these columns inside every outer and inner fold by least squares on the fold's training "
+                   "subjects (fit_on); the learners are fitted to, and the metrics score, the target minus the fitted confound effect, with "
+                   "the training coefficients for the test subjects (predictions.tsv: target_adjusted). Coefficients: intercept first. "
+                   "target_r2: in-sample R^2 of the target on the confounds over the labelled subjects. Permutation tests permute the "
+                   "target's residuals on the confounds (Freedman & Lane 1983)"}};
+}
+
 /// results.json's "tabular_in_folds": the tabular sources whose columns every fold imputes or standardises.
 Json TabularFoldsJson(const std::vector<RunRecord::TabularFolds>& sources) {
   Json out = Json::array();
@@ -395,6 +412,7 @@ std::string RunRecordJson(const RunRecord& r) {
                                   "For linear kernels a region's part is <w_r, x~_r>, the region's part of the weight map applied to the subject's "
                                   "prepared data (docs/statistics.md)"}};
   if (!r.covariateColumns.empty()) j["covariates"] = CovariatesJson(r);
+  if (!r.targetConfounds.columns.empty()) j["target_confounds"] = TargetConfoundsJson(r.targetConfounds);
   if (!r.harmonisation.siteColumn.empty()) j["harmonisation"] = HarmonisationJson(r.harmonisation);
   if (!r.tabularFolds.empty()) j["tabular_in_folds"] = TabularFoldsJson(r.tabularFolds);
   j["cv"] = {{"outer", r.outerScheme}, {"inner", r.innerScheme}, {"seed", r.cvSeed},

@@ -161,12 +161,15 @@ Rows PredictionRows(const RunRecord& r) {
   const bool classification = r.task == "classification";
   // Binary: P(positive class) from the fold's Platt scaling; regression with bias correction: the
   // corrected prediction and both gaps (prediction - target).
-  bool probability = false, corrected = false;
+  // With target confounds: the target they leave, the value the decision predicts and the gaps are taken from.
+  bool probability = false, corrected = false, adjusted = false;
   for (const auto& lr : r.learners)
     for (const auto& f : lr.outcome.folds) {
       probability |= f.probability.size() > 0;
       corrected |= f.corrected.size() > 0;
+      adjusted |= f.target.size() > 0;
     }
+  if (adjusted) rows[0].push_back("target_adjusted");
   if (probability) rows[0].push_back("probability");
   if (corrected) rows[0].insert(rows[0].end(), {"prediction_corrected", "gap", "gap_corrected"});
   for (const auto& lr : r.learners)
@@ -178,9 +181,10 @@ Rows PredictionRows(const RunRecord& r) {
         const std::string predicted = !std::isfinite(d) ? "n/a" : classification ? (d >= 0 ? r.positiveClass : r.negativeClass) : FormatDouble(d);
         rows.push_back({r.labelledSubjects[s], lr.outcome.label, std::to_string(f.repeat), std::to_string(f.index), r.rawTargets[s], Cell(d),
                         predicted});
+        if (adjusted) rows.back().push_back(Cell(ScoredTarget(r.targets, f, i)));
         if (probability) rows.back().push_back(Cell(f.probability.size() > 0 ? f.probability[ii] : std::nan("")));
         if (corrected) {
-          const double c = f.corrected.size() > 0 ? f.corrected[ii] : std::nan(""), y = r.targets[s];
+          const double c = f.corrected.size() > 0 ? f.corrected[ii] : std::nan(""), y = ScoredTarget(r.targets, f, i);
           rows.back().insert(rows.back().end(), {Cell(c), Cell(d - y), Cell(c - y)});
         }
       }

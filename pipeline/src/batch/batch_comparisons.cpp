@@ -29,12 +29,14 @@ constexpr const char* kComparedAxes[] = {"atlas", "sources", "learner"};
 struct ScoredSubject {
   int fold = 0;
   double value = 0;
+  double adjustedTarget = std::nan("");  ///< /target/confounds: the target the fold's coefficients leave (target_adjusted)
 };
 struct StudyPredictions {
   learners::Task task;
   std::map<std::string, std::map<std::pair<int, std::string>, ScoredSubject>> learners;  ///< label -> (repeat, subject) -> ...
   std::map<std::string, double> target;  ///< subject -> the target as the learners code it
   std::vector<std::string> labels;       ///< in the study's order
+  bool adjusted = false;                 ///< predictions.tsv has target_adjusted (the decisions are scored against it)
 };
 
 /// A number of the table, NaN for a missing cell.
@@ -66,13 +68,16 @@ StudyPredictions ReadStudyPredictions(const std::string& studyDir, learners::Tas
   const std::size_t subject = t.Require("subject", "subject"), learner = t.Require("learner", "learner"), repeat = t.Require("repeat", "repeat"),
                     fold = t.Require("fold", "fold"), target = t.Require("target", "target"),
                     value = t.Require(multiclass ? "predicted" : "decision", "prediction");
+  const auto adjusted = t.Find("target_adjusted");
+  p.adjusted = adjusted.has_value();
   for (std::size_t r = 0; r < t.rows.size(); ++r) {
     const auto& row = t.rows[r];
     const std::string& id = row[subject];
     p.target[id] = multiclass ? classIndex(row[target]) : task == learners::Task::Classification ? (row[target] == results.positiveClass ? 1.0 : -1.0)
                                                                                       : ParseNumber(row[target], t, r);
     const double v = multiclass ? (IsMissingCell(row[value]) ? std::nan("") : classIndex(row[value])) : ParseNumber(row[value], t, r);
-    p.learners[row[learner]][{ParseIndex(row[repeat], t, r), id}] = {ParseIndex(row[fold], t, r), v};
+    p.learners[row[learner]][{ParseIndex(row[repeat], t, r), id}] = {ParseIndex(row[fold], t, r), v,
+                                                                      adjusted ? ParseNumber(row[*adjusted], t, r) : std::nan("")};
   }
   return p;
 }
@@ -98,6 +103,10 @@ std::string FoldsDiffer(const std::map<std::pair<int, std::string>, ScoredSubjec
     const double ya = pa.target.at(key.second), yb = pb.target.at(key.second);
     if (ya != yb && !(std::isnan(ya) && std::isnan(yb)))
       return fmt::format("the targets differ (subject {})", key.second);
+    if (pa.adjusted != pb.adjusted)
+      return "one study adjusts the target for confounds (/target/confounds) and the other does not";
+    if (pa.adjusted && s.adjustedTarget != t.adjustedTarget && !(std::isnan(s.adjustedTarget) && std::isnan(t.adjustedTarget)))
+      return fmt::format("the confound-adjusted targets differ (subject {} in repeat {}: the studies' /target/confounds differ)", key.second, key.first);
   }
   return "";
 }
@@ -135,6 +144,10 @@ PairedOutcomes AsOutcomes(const std::map<std::pair<int, std::string>, ScoredSubj
     fa.test.assign(test.begin(), test.end());
     for (const int s : repeatSubjects.at(rf.first))
       if (!test.count(s)) fa.train.push_back(s);
+    if (pa.adjusted) {
+      fa.target.resize(static_cast<Eigen::Index>(ids.size()));
+      for (std::size_t i = 0; i < ids.size(); ++i) fa.target[static_cast<Eigen::Index>(i)] = a.at({rf.first, ids[i]}).adjustedTarget;
+    }
     cv::OuterFoldResult fb = fa;
     fa.decision.resize(static_cast<Eigen::Index>(ids.size()));
     fb.decision.resize(static_cast<Eigen::Index>(ids.size()));

@@ -102,6 +102,13 @@ NewSubjects FromTable(const std::string& tablePath, std::string idColumn, const 
   if (const auto col = table.Find(model.targetColumn)) {
     auto& cells = s.cells[model.targetColumn];
     for (const auto& row : table.rows) cells.push_back(row[*col]);
+    // A model of a target adjusted for confounds scores known targets adjusted alike: their columns, where given.
+    if (model.targetConfounds)
+      for (const auto& column : predicting::TargetConfoundColumns(*model.targetConfounds))
+        if (const auto at = table.Find(column); at && !s.cells.count(column)) {
+          auto& confound = s.cells[column];
+          for (const auto& row : table.rows) confound.push_back(row[*at]);
+        }
   }
   // Connectivity matrices: paths relative to the table's folder, as its images.
   for (const auto& src : model.connectivitySources) {
@@ -345,7 +352,19 @@ struct KnownTargets {
   const std::vector<std::string>* cells = nullptr;  ///< the target column's cells (null without the column)
   std::vector<std::optional<double>> y;
   bool any = false;  ///< some subject has a target
+  /// What a model's predictions are scored against (gaps, metrics): y, or for a model with target confounds y adjusted
+  /// for them (ForModel).
+  std::vector<std::optional<double>> scored;
+  bool adjusted = false;
 };
+
+/// The targets as model m scores them.
+KnownTargets ForModel(const exporting::ExportedModel& m, const KnownTargets& targets, const NewSubjects& subjects, std::vector<std::string>& warnings) {
+  KnownTargets out = targets;
+  out.adjusted = m.targetConfounds.has_value() && targets.any;
+  out.scored = out.adjusted ? predicting::AdjustedTargets(m, subjects, targets.y, warnings) : targets.y;
+  return out;
+}
 
 KnownTargets ReadTargets(const exporting::ExportedModel& first, const NewSubjects& subjects) {
   const std::string& task = first.task;
@@ -374,6 +393,7 @@ KnownTargets ReadTargets(const exporting::ExportedModel& first, const NewSubject
       }
     }
   targets.any = std::any_of(y.begin(), y.end(), [](const auto& v) { return v.has_value(); });
+  targets.scored = y;
   return targets;
 }
 
@@ -401,6 +421,7 @@ std::vector<std::vector<char>> InTraining(const std::vector<exporting::ExportedM
 /// The optional columns of predictions.tsv.
 struct PredictionColumns {
   bool target = false;       ///< some subject has a target
+  bool adjusted = false;     ///< ... and some model scores it adjusted for confounds (target_adjusted)
   bool calibration = false;  ///< some model gives probabilities
   bool correction = false;   ///< some model has a bias correction
   bool inTraining = false;   ///< some subject was a training subject of some model
@@ -409,6 +430,7 @@ struct PredictionColumns {
 std::vector<std::string> PredictionHeader(const std::string& task, const std::vector<std::string>& classNames, const PredictionColumns& columns) {
   std::vector<std::string> header = {"subject", "learner", "model"};
   if (columns.target) header.push_back("target");
+  if (columns.adjusted) header.push_back("target_adjusted");
   if (task == "multiclass") {
     header.push_back("predicted");
     for (const auto& c : classNames) header.push_back("score_" + c);
@@ -452,6 +474,7 @@ std::vector<std::string> PredictionRow(const exporting::ExportedModel& m, const 
   const auto r = static_cast<Eigen::Index>(i);
   std::vector<std::string> row = {subjects.ids[i], m.learner, ModelLabel(m)};
   if (columns.target) row.push_back(y[i] ? (*targets.cells)[i] : "n/a");
+  if (columns.adjusted) row.push_back(targets.adjusted && targets.scored[i] ? FormatDouble(*targets.scored[i]) : "n/a");
   if (task == "multiclass") {
     Eigen::Index best = 0;
     S.row(r).maxCoeff(&best);
@@ -465,12 +488,13 @@ std::vector<std::string> PredictionRow(const exporting::ExportedModel& m, const 
   } else {
     const double f = S(r, 0);
     row.push_back(FormatDouble(f));
-    if (columns.target) row.push_back(y[i] ? FormatDouble(f - *y[i]) : "n/a");
+    const auto& scored = targets.scored[i];
+    if (columns.target) row.push_back(scored ? FormatDouble(f - *scored) : "n/a");
     if (columns.correction) {
       const std::optional<double> corrected =
           m.biasCorrection ? std::optional<double>((f - m.biasCorrection->second) / m.biasCorrection->first) : std::nullopt;
       row.push_back(corrected ? FormatDouble(*corrected) : "n/a");
-      if (columns.target) row.push_back(corrected && y[i] ? FormatDouble(*corrected - *y[i]) : "n/a");
+      if (columns.target) row.push_back(corrected && scored ? FormatDouble(*corrected - *scored) : "n/a");
     }
   }
   if (columns.inTraining) row.push_back(inTraining ? "yes" : "no");
@@ -482,11 +506,15 @@ std::vector<std::string> PredictionRow(const exporting::ExportedModel& m, const 
 std::string ModelMetrics(const exporting::ExportedModel& m, const Eigen::MatrixXd& S, const KnownTargets& targets, const std::vector<char>& trained,
                          std::map<std::string, std::map<std::string, double>>& performance) {
   const std::string& task = m.task;
-  const auto& y = targets.y;
+  const auto& y = targets.scored;
   std::vector<Eigen::Index> have;
   for (std::size_t i = 0; i < y.size(); ++i)
     if (y[i] && !trained[i]) have.push_back(static_cast<Eigen::Index>(i));
-  if (have.empty()) return fmt::format("{:<12} no metrics: every subject with a target was among the model's training subjects", m.learner);
+  if (have.empty())
+    return fmt::format("{:<12} no metrics: {}", m.learner,
+                       targets.adjusted ? "no subject with a target outside the model's training subjects has every confound column of its "
+                                          "adjusted target"
+                                        : "every subject with a target was among the model's training subjects");
   const auto h = static_cast<Eigen::Index>(have.size());
   Eigen::VectorXd yy(h), f(h);
   Eigen::MatrixXd sc(h, task == "multiclass" ? S.cols() : 0);
@@ -568,6 +596,11 @@ PredictOutcome Predict(const PredictOptions& options) {
   const std::vector<std::vector<char>> trained = InTraining(models, subjects);
   PredictionColumns columns;
   columns.target = targets.any;
+  std::vector<KnownTargets> scored;
+  for (const auto& m : models) {
+    scored.push_back(ForModel(m, targets, subjects, warnings));
+    columns.adjusted |= scored.back().adjusted;
+  }
   for (const auto& m : models) columns.calibration |= m.calibration.has_value(), columns.correction |= m.biasCorrection.has_value();
   for (const auto& t : trained) columns.inTraining |= std::find(t.begin(), t.end(), char{1}) != t.end();
   exporting::PredictionRows rows;
@@ -576,8 +609,8 @@ PredictOutcome Predict(const PredictOptions& options) {
   std::vector<std::string> lines;
   for (std::size_t q = 0; q < models.size(); ++q) {
     WarnInSample(models[q], subjects, trained[q], warnings);
-    for (std::size_t i = 0; i < n; ++i) rows.rows.push_back(PredictionRow(models[q], scores[q], subjects, i, targets, columns, trained[q][i] != 0));
-    if (targets.any) lines.push_back(ModelMetrics(models[q], scores[q], targets, trained[q], performance));
+    for (std::size_t i = 0; i < n; ++i) rows.rows.push_back(PredictionRow(models[q], scores[q], subjects, i, scored[q], columns, trained[q][i] != 0));
+    if (targets.any) lines.push_back(ModelMetrics(models[q], scores[q], scored[q], trained[q], performance));
   }
   std::map<std::string, std::string> summary = {{"format", "neuromkl-predictions"},
                                                 {"model", fs::absolute(options.modelDir).lexically_normal().string()},

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include "neuromkl/core/errors.hpp"
 #include "neuromkl/core/strings.hpp"
@@ -57,13 +58,52 @@ Eigen::MatrixXd NewCovariateRows(const CovariateColumns& columns, const NewSubje
         warnings.push_back(fmt::format("subject {}: {} column \"{}\" holds \"{}\", a level the model was not trained with; coded as the "
                                        "reference level \"{}\" (--unseen-levels {})",
                                        s.ids[static_cast<std::size_t>(i)], columns.what, name, v, levels.front(),
-                                       s.unseenLevels == NewSubjects::UnseenLevels::Estimate ? "estimate: a harmonisation covariate's level is not estimated"
-                                                                                              : "reference"));
+                                       s.unseenLevels == NewSubjects::UnseenLevels::Estimate ? "estimate: a " + columns.what + "'s level is not estimated"
+                                                                                              : std::string("reference")));
       for (std::size_t l = 1; l < levels.size(); ++l) C(i, col + static_cast<Eigen::Index>(l) - 1) = it != levels.end() && *it == levels[l] ? 1.0 : 0.0;
     }
     col += static_cast<Eigen::Index>(levels.size()) - 1;
   }
   return C;
+}
+
+std::vector<std::string> TargetConfoundColumns(const exporting::ModelTargetConfounds& t) {
+  std::vector<std::string> columns = t.numeric;
+  for (const auto& [name, levels] : t.categorical) columns.push_back(name);
+  return columns;
+}
+
+std::vector<std::optional<double>> AdjustedTargets(const exporting::ExportedModel& m, const NewSubjects& s, const std::vector<std::optional<double>>& y,
+                                                   std::vector<std::string>& warnings) {
+  const exporting::ModelTargetConfounds& t = *m.targetConfounds;
+  std::vector<std::optional<double>> out(y.size());
+  std::vector<std::string> absent;
+  for (const auto& column : TargetConfoundColumns(t))
+    if (!s.cells.count(column)) absent.push_back(column);
+  if (!absent.empty()) {
+    warnings.push_back(fmt::format("model {} ({}) predicts the target adjusted for confounds, but the table lacks their column(s) {}: the known "
+                                   "targets cannot be adjusted, so no gaps and no metrics",
+                                   m.learner, m.fold < 0 ? "final" : fmt::format("fold{}", m.fold), Join(absent, ", ")));
+    spdlog::warn("{}", warnings.back());
+    return out;
+  }
+  // Only the subjects with a target need their confounds: a missing confound elsewhere is no error.
+  NewSubjects known;
+  known.where = s.where;
+  known.unseenLevels = s.unseenLevels;
+  std::vector<std::size_t> rows;
+  for (std::size_t i = 0; i < y.size(); ++i)
+    if (y[i]) rows.push_back(i);
+  for (const std::size_t i : rows) known.ids.push_back(s.ids[i]);
+  for (const auto& column : TargetConfoundColumns(t))
+    for (const std::size_t i : rows) known.cells[column].push_back(s.cells.at(column)[i]);
+  std::vector<std::string> notes;
+  const Eigen::MatrixXd C = NewCovariateRows({"target confound", 1, t.numeric, t.categorical, t.fill}, known, notes);
+  for (const auto& note : notes) spdlog::warn("{}", note);
+  AddOnce(notes, warnings);
+  const Eigen::VectorXd effect = C * t.coefficients;
+  for (std::size_t k = 0; k < rows.size(); ++k) out[rows[k]] = *y[rows[k]] - effect[static_cast<Eigen::Index>(k)];
+  return out;
 }
 
 /// The groups of new subjects that share the levels model m was not trained with (`unseen`, per subject), each with

@@ -3,6 +3,7 @@
 // image sources' scores.
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -34,6 +35,14 @@ struct CovariateColumns {
 /// subject "column = level" of each such column); a missing value imputed with the model's fill (named in `warnings`).
 Eigen::MatrixXd NewCovariateRows(const CovariateColumns& columns, const NewSubjects& s, std::vector<std::string>& warnings,
                                  std::vector<std::vector<std::string>>* unseen = nullptr);
+
+/// The subjects-table columns a model's target confounds read (numeric, then categorical).
+std::vector<std::string> TargetConfoundColumns(const exporting::ModelTargetConfounds& t);
+/// Model m's known targets `y` adjusted for its target confounds: y - c b, c a subject's confound row coded as in training
+/// (NewCovariateRows). Subjects without a target stay without; when the table lacks a confound column, every subject (with
+/// a warning in `warnings` and on the console: no gaps, no metrics).
+std::vector<std::optional<double>> AdjustedTargets(const exporting::ExportedModel& m, const NewSubjects& s, const std::vector<std::optional<double>>& y,
+                                                   std::vector<std::string>& warnings);
 
 /// New subjects grouped by the covariate levels the model was not trained with (UnseenLevels::Estimate): each group's
 /// effect is estimated from its `fitting` subjects. `of`: per subject its group, or -1.

@@ -296,7 +296,7 @@ void ReadDesignColumns(const config::StudyConfig& study, const DelimitedTable& t
     auto& cells = c.covariateCells[name];
     for (const auto& row : table.rows) cells.push_back(Trim(row[*col]));
   };
-  for (const config::CovariateSpec* spec : {&study.covariates, &study.harmonisation.preserve}) {
+  for (const config::CovariateSpec* spec : {&study.covariates, &study.harmonisation.preserve, &study.target.confounds}) {
     for (std::size_t i = 0; i < spec->columns.size(); ++i) covariateColumn(spec->columns[i], spec->ColumnPointer(i));
     for (std::size_t i = 0; i < spec->categorical.size(); ++i) covariateColumn(spec->categorical[i], spec->CategoricalPointer(i));
     if (!spec->fitOnColumn.empty()) covariateColumn(spec->fitOnColumn, spec->fitOnPointer + "/column");

@@ -22,12 +22,17 @@ struct PairedPredictions {
 };
 
 PairedPredictions FirstRepeat(const cv::LearnerOutcome& a, const cv::LearnerOutcome& b, const Eigen::VectorXd& y) {
+  std::map<int, double> target;  // what the decisions are scored against (cv::HeldOutTargets: adjusted ones with target confounds)
   const auto collect = [&](const cv::LearnerOutcome& o) {
     std::map<int, double> out;
     for (const auto& f : o.folds) {
       if (f.repeat != 0 || cv::FoldFailed(f)) continue;
+      const Eigen::VectorXd t = cv::HeldOutTargets(f, y);
       for (std::size_t i = 0; i < f.test.size(); ++i)
-        if (const double d = f.decision[static_cast<Eigen::Index>(i)]; std::isfinite(d)) out[f.test[i]] = d;
+        if (const double d = f.decision[static_cast<Eigen::Index>(i)]; std::isfinite(d)) {
+          out[f.test[i]] = d;
+          target[f.test[i]] = t[static_cast<Eigen::Index>(i)];
+        }
     }
     return out;
   };
@@ -42,7 +47,7 @@ PairedPredictions FirstRepeat(const cv::LearnerOutcome& a, const cv::LearnerOutc
   p.b.resize(n);
   for (Eigen::Index i = 0; i < n; ++i) {
     const int s = both[static_cast<std::size_t>(i)];
-    p.y[i] = y[s];
+    p.y[i] = target.at(s);
     p.a[i] = pa.at(s);
     p.b[i] = pb.at(s);
   }
@@ -79,8 +84,7 @@ exporting::ComparisonRecord FoldTTest(const PairedTestSettings& settings, const 
   for (std::size_t k = 0; k < a.folds.size() && k < b.folds.size(); ++k) {
     const auto &fa = a.folds[k], &fb = b.folds[k];
     if (cv::FoldFailed(fa) || cv::FoldFailed(fb) || fa.test != fb.test) continue;
-    Eigen::VectorXd y(static_cast<Eigen::Index>(fa.test.size()));
-    for (std::size_t i = 0; i < fa.test.size(); ++i) y[static_cast<Eigen::Index>(i)] = settings.y[fa.test[i]];
+    const Eigen::VectorXd y = cv::HeldOutTargets(fa, settings.y);
     valuesA.push_back(Metric(task, y, fa.decision));
     valuesB.push_back(Metric(task, y, fb.decision));
     differences.push_back(valuesA.back() - valuesB.back());

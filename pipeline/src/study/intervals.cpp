@@ -26,6 +26,7 @@ bool WithInterval(const std::string& metric) {
 /// One repeat's out-of-fold predictions by subject (finite ones only).
 struct RepeatPredictions {
   std::map<int, double> decision;
+  std::map<int, double> target;              ///< what the decision is scored against (cv::HeldOutTargets)
   std::map<int, Eigen::RowVectorXd> scores;  ///< multiclass
 };
 
@@ -50,10 +51,12 @@ void AddMetricIntervals(const StudyContext& ctx, exporting::LearnerRecord& lr, s
   for (const auto& f : outcome.folds) {
     if (cv::FoldFailed(f)) continue;
     if (repeats.size() <= static_cast<std::size_t>(f.repeat)) repeats.resize(static_cast<std::size_t>(f.repeat) + 1);
+    const Eigen::VectorXd target = cv::HeldOutTargets(f, ctx.cohort.y);
     for (std::size_t i = 0; i < f.test.size(); ++i) {
       const auto r = static_cast<Eigen::Index>(i);
       if (!std::isfinite(f.decision[r])) continue;
       repeats[static_cast<std::size_t>(f.repeat)].decision[f.test[i]] = f.decision[r];
+      repeats[static_cast<std::size_t>(f.repeat)].target[f.test[i]] = target[r];
       if (multiclass) repeats[static_cast<std::size_t>(f.repeat)].scores[f.test[i]] = f.scores.row(r);
     }
   }
@@ -80,7 +83,7 @@ void AddMetricIntervals(const StudyContext& ctx, exporting::LearnerRecord& lr, s
       for (int s : drawn) {
         const auto it = repeat.decision.find(s);
         if (it == repeat.decision.end()) continue;
-        y.push_back(ctx.cohort.y[s]);
+        y.push_back(repeat.target.at(s));
         d.push_back(it->second);
         if (multiclass) rows.push_back(repeat.scores.at(s));
       }

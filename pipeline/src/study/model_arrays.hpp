@@ -24,8 +24,9 @@ struct ModelEntry {
 Eigen::VectorXi Indices(const std::vector<int>& v);
 /// The model's training rows (positions in the kernels' rows): the training set, then unlabelled subjects.
 std::vector<int> TrainingRows(const cv::OuterFoldResult& fold);
-/// The distinct values of a categorical column over the kernels' rows, sorted (the first is the reference level).
-std::vector<std::string> CategoricalLevels(const StudyContext& ctx, const std::string& column);
+/// The distinct values of a categorical column over cohort rows `rows` (null: the kernels' rows), sorted (the first is the
+/// reference level).
+std::vector<std::string> CategoricalLevels(const StudyContext& ctx, const std::string& column, const std::vector<int>* rows = nullptr);
 
 /// Per (kernel, voxel) entry of a layout: its column among the harmonised source's voxel columns and that column's scale.
 /// The columns are the regions' voxels times sqrt(p) (probabilistic atlases); ComBat is equivariant to that scale, so per

@@ -38,10 +38,9 @@ std::vector<int> TrainingRows(const cv::OuterFoldResult& fold) {
   return rows;
 }
 
-/// The distinct values of a categorical column over the kernels' rows, sorted (the first is the reference level).
-std::vector<std::string> CategoricalLevels(const StudyContext& ctx, const std::string& column) {
+std::vector<std::string> CategoricalLevels(const StudyContext& ctx, const std::string& column, const std::vector<int>* rows) {
   std::vector<std::string> levels;
-  for (int r : ctx.kernelRows)
+  for (int r : rows ? *rows : ctx.kernelRows)
     if (const std::string& cell = ctx.cohort.covariateCells.at(column)[static_cast<std::size_t>(r)]; !IsMissingCell(cell)) levels.push_back(cell);
   std::sort(levels.begin(), levels.end(), LabelLess);
   levels.erase(std::unique(levels.begin(), levels.end()), levels.end());
@@ -264,6 +263,20 @@ void DescribeCovariates(const StudyContext& ctx, const std::vector<int>& rows, e
   for (const int r : rows) m.fitRows.push_back(covariates->fitRow.empty() ? 1 : covariates->fitRow[static_cast<std::size_t>(r)]);
 }
 
+/// The target's confounds, when the study has them: the model predicts the target they leave, with the coefficients
+/// fitted on its labelled training subjects.
+void DescribeTargetConfounds(const StudyContext& ctx, const cv::OuterFoldResult& fold, exporting::ExportedModel& m) {
+  if (!ctx.targetConfounds) return;
+  const auto& spec = ctx.study.target.confounds;
+  const gram::Covariates& confounds = ctx.targetConfounds->covariates;
+  exporting::ModelTargetConfounds t;
+  t.numeric = spec.columns;
+  for (const auto& col : spec.categorical) t.categorical.emplace_back(col, CategoricalLevels(ctx, col, &ctx.cohort.labelledRows));  // the design's rows
+  if (spec.imputeMedian) t.fill = gram::ImputationFill(confounds, Indices(fold.train), "the model's training subjects", true);
+  t.coefficients = cv::TargetConfoundCoefficients(ctx.cohort.y, confounds, fold.train, "the model's training subjects");
+  m.targetConfounds = std::move(t);
+}
+
 /// The model's sources: image and connectivity sources (their arrays come later, from ExportModels), tabular sources
 /// with their training rows, and the names of precomputed sources.
 void DescribeSources(const StudyContext& ctx, const std::vector<int>& rows, exporting::ExportedModel& m) {
@@ -348,6 +361,7 @@ exporting::ExportedModel DescribeModel(const StudyContext& ctx, const exporting:
   SummariseTraining(ctx, fold, m);
   DescribeFit(ctx, fold.model, rows, m);
   DescribeCovariates(ctx, rows, m);
+  DescribeTargetConfounds(ctx, fold, m);
   DescribeSources(ctx, rows, m);
   return m;
 }

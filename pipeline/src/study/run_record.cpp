@@ -196,6 +196,21 @@ void RecordCovariates(const StudyContext& ctx, exporting::RunRecord& record) {
   }
 }
 
+/// The target's confounds: their design, how much of the target they explain, and each outer fold's coefficients.
+void RecordTargetConfounds(const StudyContext& ctx, exporting::RunRecord& record) {
+  if (!ctx.targetConfounds) return;
+  auto& t = record.targetConfounds;
+  t.columns = ctx.targetConfounds->columns;
+  t.fitOn = ctx.targetConfounds->fitOn;
+  t.impute = ctx.study.target.confounds.imputeMedian;
+  t.missing = ctx.targetConfounds->missing;
+  t.r2 = gram::CovariateR2(CohortImputedDesign(*ctx.targetConfounds), ctx.cohort.y);
+  for (const auto& fold : ctx.outer) {
+    const Eigen::VectorXd b = cv::TargetConfoundCoefficients(ctx.cohort.y, ctx.targetConfounds->covariates, fold.train);
+    t.foldCoefficients.emplace_back(b.data(), b.data() + b.size());
+  }
+}
+
 /// The preprocessing and the image inputs: centring, atlas, BIDS dataset, mask, NaN rule.
 void RecordInputs(const config::StudyConfig& study, exporting::RunRecord& record) {
   record.centre = study.kernels.centre;
@@ -280,6 +295,7 @@ exporting::RunRecord DescribeRun(const StudyContext& ctx, CrossValidationResult 
   RecordSubjects(ctx, record);
   RecordKernels(ctx, record);
   RecordCovariates(ctx, record);
+  RecordTargetConfounds(ctx, record);
   RecordHarmonisation(ctx, record);
   RecordTabularFolds(ctx, record);
   RecordInputs(ctx.study, record);

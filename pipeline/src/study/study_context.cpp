@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <numeric>
 #include <set>
 
 #include <fmt/format.h>
@@ -216,21 +217,34 @@ void ForEachTrainingSet(const StudyContext& ctx, const Visit& visit) {
   }
 }
 
-/// covariates.fit_on: every training set must hold some of the subjects the coefficients are fitted on. Checked
-/// here, before any heavy work, naming the fold.
-void CheckFitRowsInEveryFold(const StudyContext& ctx) {
-  if (!ctx.covariates || ctx.covariates->covariates.fitRow.empty()) return;
-  const auto& fitRow = ctx.covariates->covariates.fitRow;
-  const auto& spec = ctx.study.covariates;
+/// covariates.fit_on (and target.confounds.fit_on): every training set must hold some of the subjects the coefficients
+/// are fitted on. Checked here, before any heavy work, naming the fold.
+void CheckFitRowsInEveryFold(const StudyContext& ctx, const CovariateDesign* design, const config::CovariateSpec& spec) {
+  if (!design || design->covariates.fitRow.empty()) return;
+  const auto& fitRow = design->covariates.fitRow;
   ForEachTrainingSet(ctx, [&](const std::vector<int>& train, const std::vector<int>&, const std::string& fold) {
     for (const int i : train)
       if (fitRow[static_cast<std::size_t>(i)]) return;
-    throw InputError("covariates:NoFitRows", ctx.study.path + " /covariates/fit_on",
-                     fmt::format("no training subject of {} ({} subjects) has \"{}\" in column \"{}\", so the covariate coefficients cannot be "
+    throw InputError("covariates:NoFitRows", ctx.study.path + " " + spec.fitOnPointer,
+                     fmt::format("no training subject of {} ({} subjects) has \"{}\" in column \"{}\", so the {} coefficients cannot be "
                                  "fitted there; use fit_on \"all\", or a split that keeps such subjects in every training set (e.g. stratify "
                                  "or group by that column)",
-                                 fold, train.size(), spec.fitOnValue, spec.fitOnColumn));
+                                 fold, train.size(), spec.fitOnValue, spec.fitOnColumn, &spec == &ctx.study.covariates ? "covariate" : "confound"));
   });
+}
+
+/// /target/confounds: their design over the labelled subjects, refused when they determine the target (nothing would be
+/// left to predict).
+std::shared_ptr<const CovariateDesign> TargetConfoundDesign(const StudyContext& ctx) {
+  const config::StudyConfig& study = ctx.study;
+  auto design = std::make_shared<const CovariateDesign>(BuildCovariateDesign(study, study.target.confounds, ctx.cohort, ctx.cohort.labelledRows));
+  const double r2 = gram::CovariateR2(CohortImputedDesign(*design), ctx.cohort.y);
+  if (r2 >= kCovariateR2Refused)
+    throw InputError("target:ConfoundsExplainTarget", study.path + " /target/confounds",
+                     fmt::format("the confounds ({}) explain R^2 = {:.3f} of the target \"{}\" (at most {} accepted): regressed out, they leave "
+                                 "nothing to predict. A confound copies or recodes the target: remove it",
+                                 Join(design->columns, ", "), r2, study.target.column, kCovariateR2Refused));
+  return design;
 }
 
 /// A fold imputes a missing value from its training subjects, so every training set needs some value in each column
@@ -353,6 +367,7 @@ StudyContext LoadStudyInputs(const config::StudyConfig& study) {
                                    "copies or recodes the target, or is confounded with it completely: remove it",
                                    Join(ctx.covariates->columns, ", "), r2, study.target.column, kCovariateR2Refused));
   }
+  if (study.target.confounds.Active()) ctx.targetConfounds = TargetConfoundDesign(ctx);
   if (study.harmonisation.Active()) ctx.harmonisation = BuildHarmonisationDesign(study, ctx.cohort, KernelRows(study, ctx.cohort));
   for (std::size_t l = 0; l < study.learners.size(); ++l) {
     const auto& spec = study.learners[l];
@@ -361,12 +376,13 @@ StudyContext LoadStudyInputs(const config::StudyConfig& study) {
     ctx.plans.push_back({spec.label, spec.name, cv::ExpandGrid(fixed, spec.grid), ClassWeightsOf(study, ctx.cohort, l)});
   }
   CheckClassSizes(ctx);
-  CheckFitRowsInEveryFold(ctx);
-  if (ctx.covariates) {
-    const gram::Covariates& c = ctx.covariates->covariates;
-    CheckImputationInEveryFold(ctx, c.design.rightCols(c.design.cols() - 1), std::vector<int>(c.categoryOf.begin() + 1, c.categoryOf.end()),
-                               study.covariates);
-  }
+  CheckFitRowsInEveryFold(ctx, ctx.covariates.get(), study.covariates);
+  CheckFitRowsInEveryFold(ctx, ctx.targetConfounds.get(), study.target.confounds);
+  for (const auto& [design, spec] : {std::pair{ctx.covariates.get(), &study.covariates}, std::pair{ctx.targetConfounds.get(), &study.target.confounds}})
+    if (design) {
+      const gram::Covariates& c = design->covariates;
+      CheckImputationInEveryFold(ctx, c.design.rightCols(c.design.cols() - 1), std::vector<int>(c.categoryOf.begin() + 1, c.categoryOf.end()), *spec);
+    }
   if (ctx.harmonisation) CheckImputationInEveryFold(ctx, ctx.harmonisation->covariates, ctx.harmonisation->categoryOf, study.harmonisation.preserve);
   CheckTabularImputationInEveryFold(ctx);
   CheckSourcesInEveryTrainingSet(ctx);
@@ -434,6 +450,7 @@ void AttachKernels(StudyContext& ctx, const std::string& scratchDir) {
       ctx.nestedOptions.preprocessing.kernelGroups.insert(ctx.nestedOptions.preprocessing.kernelGroups.end(), ctx.ks.sourceKernelCounts[s], static_cast<int>(s));
   if (ctx.covariates) ctx.nestedOptions.preprocessing.covariates = std::shared_ptr<const gram::Covariates>(ctx.covariates, &ctx.covariates->covariates);
   if (ctx.ks.owners) ctx.ks.owners->SetPreprocessing(ctx.nestedOptions.preprocessing);
+  if (ctx.targetConfounds) ctx.nestedOptions.targetConfounds = std::shared_ptr<const gram::Covariates>(ctx.targetConfounds, &ctx.targetConfounds->covariates);
   // Probabilities for every binary study; bias correction when the study asks for it.
   ctx.nestedOptions.probabilities = ctx.study.target.task == learners::Task::Classification;
   ctx.nestedOptions.biasCorrection = ctx.study.target.biasCorrection;
@@ -484,12 +501,21 @@ PooledBlock ComputePermutationBlock(const StudyContext& ctx, int first, int coun
   // Kernels held by MPI ranks: a fold task here holds a fit's n x n work and a summed kernel, never kernel copies.
   const std::uint64_t foldBytes = ctx.kernels->HeldByOwners() ? 3 * largestKernel : copies ? (inPlace ? kernelBytes / 2 : kernelBytes) : largestKernel;
   const bool tight = 2 * foldBytes * threads * threads > available;
+  // With target confounds the target's residuals on them are permuted and added back to their fitted values (Freedman
+  // & Lane 1983): the null is that the images say nothing of the target beyond the confounds, which keep their effect.
+  Eigen::VectorXd fitted = Eigen::VectorXd::Zero(n), residual = ctx.cohort.y;
+  if (ctx.targetConfounds) {
+    std::vector<int> all(static_cast<std::size_t>(n));
+    std::iota(all.begin(), all.end(), 0);
+    residual = cv::AdjustedTargets(ctx.cohort.y, ctx.targetConfounds->covariates, all, all, "the permutation test");
+    fitted = ctx.cohort.y - residual;
+  }
   tbb::parallel_for(0, count, [&](int i) {
     const auto permutation = [&] {
       const int p = first + i;
       const auto perm = cv::PermuteWithinGroups(n, ctx.cohort.groups, cv::DeriveSeed(ctx.PermutationSeed(), static_cast<std::uint64_t>(p)));
       learners::Targets permuted = ctx.TargetsOf(Eigen::VectorXd(n));
-      for (int k = 0; k < n; ++k) permuted.y[k] = ctx.cohort.y[perm[static_cast<std::size_t>(k)]];
+      for (int k = 0; k < n; ++k) permuted.y[k] = fitted[k] + residual[perm[static_cast<std::size_t>(k)]];
       const auto res = cv::RunNestedCv(*ctx.kernels, permuted, ctx.outer, inner, ctx.plans, options);
       for (const auto& o : res) {
         out.pooled[static_cast<std::size_t>(i)].push_back(cv::Summarise(o, permuted).pooled);

@@ -222,6 +222,44 @@ void DescribeKernels(const config::StudyConfig& study, const Cohort& cohort, boo
   }
 }
 
+/// What the folds regress out or harmonise: the target's confounds, the covariates and the ComBat design.
+void DescribeConfounds(const StudyContext& ctx, const LineSink& line) {
+  if (ctx.targetConfounds) {
+    line(fmt::format("Target confounds: {} regressed out of the target \"{}\" inside every fold, fitted on {} training subjects (in-sample "
+                     "R^2 {:.3f}); the learners predict and the metrics score what they leave",
+                     Join(ctx.targetConfounds->columns, ", "), ctx.study.target.column, ctx.targetConfounds->fitOn,
+                     gram::CovariateR2(CohortImputedDesign(*ctx.targetConfounds), ctx.cohort.y)));
+    if (!ctx.targetConfounds->missing.empty())
+      line("  missing values imputed inside every fold from its training subjects (median; most frequent level): " + MissingCounts(ctx.targetConfounds->missing));
+  }
+  if (ctx.covariates) {
+    line(fmt::format("Covariates: {} regressed out inside every fold, fitted on {} training subjects", Join(ctx.covariates->columns, ", "),
+                     ctx.covariates->fitOn));
+    if (!ctx.covariates->missing.empty())
+      line("  missing values imputed inside every fold from its training subjects (median; most frequent level): " + MissingCounts(ctx.covariates->missing));
+  }
+  if (ctx.harmonisation) {
+    const auto& h = *ctx.harmonisation;
+    const auto& spec = ctx.study.harmonisation;
+    const std::vector<int> counts = h.SiteCounts();
+    std::vector<std::string> sites;
+    for (std::size_t s = 0; s < counts.size(); ++s) sites.push_back(fmt::format("\"{}\" n = {}", h.siteNames[s], counts[s]));
+    const auto& cov = spec.preserve;
+    line(fmt::format("Harmonisation: ComBat{} inside every fold on column \"{}\", {} sites: {}", spec.empiricalBayes ? " (empirical Bayes)" : "",
+                     spec.siteColumn, sites.size(), Join(sites, ", ")));
+    line(fmt::format("  preserved covariates: {}; fitted on {} training subjects; image sources: {}",
+                     h.covariateNames.empty() ? "none" : Join(h.covariateNames, ", "),
+                     cov.fitOnColumn.empty() ? "all" : fmt::format("the \"{}\" = \"{}\"", cov.fitOnColumn, cov.fitOnValue),
+                     spec.sources.empty() ? "every one" : Join(spec.sources, ", ")));
+    if (!h.missing.empty())
+      line("  missing preserved covariates imputed inside every fold from its training subjects (median; most frequent level): " +
+           MissingCounts(h.missing));
+    line(std::string("  every site has 2 or more fitting subjects in every training set; each fold forms its harmonised kernels from the voxels, "
+                     "which stay in memory (float32); voxel maps are of each fold's harmonised images") +
+         (ctx.study.output.model ? "; each exported model keeps its ComBat fit for predict" : ""));
+  }
+}
+
 }  // namespace
 
 std::string ValidateStudy(const config::StudyConfig& study, bool deep) {
@@ -287,32 +325,7 @@ std::string ValidateStudy(const config::StudyConfig& study, bool deep) {
                      study.kernels.centre ? ", centred with the cohort mean before rounding" : ", raw values", side * side * 4 / 1048576.0,
                      side * side * 8 / 1048576.0));
   }
-  if (ctx.covariates) {
-    line(fmt::format("Covariates: {} regressed out inside every fold, fitted on {} training subjects", Join(ctx.covariates->columns, ", "),
-                     ctx.covariates->fitOn));
-    if (!ctx.covariates->missing.empty())
-      line("  missing values imputed inside every fold from its training subjects (median; most frequent level): " + MissingCounts(ctx.covariates->missing));
-  }
-  if (ctx.harmonisation) {
-    const auto& h = *ctx.harmonisation;
-    const auto& spec = study.harmonisation;
-    const std::vector<int> counts = h.SiteCounts();
-    std::vector<std::string> sites;
-    for (std::size_t s = 0; s < counts.size(); ++s) sites.push_back(fmt::format("\"{}\" n = {}", h.siteNames[s], counts[s]));
-    const auto& cov = spec.preserve;
-    line(fmt::format("Harmonisation: ComBat{} inside every fold on column \"{}\", {} sites: {}", spec.empiricalBayes ? " (empirical Bayes)" : "",
-                     spec.siteColumn, sites.size(), Join(sites, ", ")));
-    line(fmt::format("  preserved covariates: {}; fitted on {} training subjects; image sources: {}",
-                     h.covariateNames.empty() ? "none" : Join(h.covariateNames, ", "),
-                     cov.fitOnColumn.empty() ? "all" : fmt::format("the \"{}\" = \"{}\"", cov.fitOnColumn, cov.fitOnValue),
-                     spec.sources.empty() ? "every one" : Join(spec.sources, ", ")));
-    if (!h.missing.empty())
-      line("  missing preserved covariates imputed inside every fold from its training subjects (median; most frequent level): " +
-           MissingCounts(h.missing));
-    line(std::string("  every site has 2 or more fitting subjects in every training set; each fold forms its harmonised kernels from the voxels, "
-                     "which stay in memory (float32); voxel maps are of each fold's harmonised images") +
-         (study.output.model ? "; each exported model keeps its ComBat fit for predict" : ""));
-  }
+  DescribeConfounds(ctx, line);
   line(fmt::format("CV plan: outer {}, inner {}, seed {}", DescribeScheme(study.cv.outer), DescribeScheme(study.cv.inner), study.cv.seed));
   bool anySearch = false;
   for (const auto& p : ctx.plans) anySearch |= p.grid.size() > 1;

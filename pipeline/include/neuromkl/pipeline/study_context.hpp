@@ -51,6 +51,9 @@ struct StudyContext {
   std::vector<cv::LearnerPlan> plans;
   /// /covariates over the kernels' rows (labelled, then unlabelled); null without covariates.
   std::shared_ptr<const CovariateDesign> covariates;
+  /// /target/confounds over the labelled subjects (rows as cohort.y); null without. The nested CV regresses them out of
+  /// the target in every training set (cv::NestedCvOptions::targetConfounds).
+  std::shared_ptr<const CovariateDesign> targetConfounds;
   /// /harmonisation's ComBat design over the kernels' rows (sites, preserved covariates, reference group); null without.
   std::shared_ptr<const gram::Harmonisation> harmonisation;
   /// After AttachKernels, with /harmonisation: the sources harmonised inside the folds and the voxels they hold, and the

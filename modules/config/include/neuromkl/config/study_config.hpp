@@ -35,6 +35,23 @@ struct SubjectsSpec {
   BidsSpec bids;
 };
 
+/// covariates: confounds regressed out of every kernel inside every fold (training subjects only).
+struct CovariateSpec {
+  std::vector<std::string> columns;      ///< numeric columns of the subjects table
+  std::vector<std::string> categorical;  ///< categorical columns (one-hot, first level in sorted order left out)
+  std::string fitOnColumn, fitOnValue;   ///< fit_on {column, value}: coefficients fitted on those training subjects; empty = all
+  /// impute: "none" (a missing value is an error) or "median": inside every fold, a missing numeric value becomes the
+  /// median of the fold's training subjects and a missing category their most frequent level.
+  bool imputeMedian = false;
+  bool listForm = false;                 ///< given as a plain list of numeric columns (JSON pointers /covariates/<i>)
+  std::string pointer = "/covariates";   ///< where the section is in the study file
+  std::string fitOnPointer = "/covariates/fit_on";
+  bool Active() const { return !columns.empty() || !categorical.empty(); }
+  /// JSON pointer of numeric column i.
+  std::string ColumnPointer(std::size_t i) const { return pointer + (listForm ? "/" : "/columns/") + std::to_string(i); }
+  std::string CategoricalPointer(std::size_t i) const { return pointer + "/categorical/" + std::to_string(i); }
+};
+
 struct TargetSpec {
   std::string column;                ///< required
   learners::Task task = learners::Task::Classification;  ///< required in the file
@@ -44,6 +61,14 @@ struct TargetSpec {
   /// regression: "linear" brain-age bias correction per outer fold (prediction = a target + b fitted on
   /// the training set's inner-CV out-of-fold predictions; corrected = (prediction - b) / a); false = none
   bool biasCorrection = false;
+  /// regression: confounds of the target itself (e.g. age for a clinical score), regressed out of the target inside every
+  /// fold: least squares on the training subjects (or the fit_on group), applied to its test subjects; the learners
+  /// predict, and the metrics score, what the confounds leave of the target. Empty = none.
+  CovariateSpec confounds;
+  TargetSpec() {
+    confounds.pointer = "/target/confounds";
+    confounds.fitOnPointer = "/target/confounds/fit_on";
+  }
 };
 
 /// One atlas image with its table; several in one study are combined (names prefixed).
@@ -220,23 +245,6 @@ struct OutputSpec {
   bool weightMapUnitNorm = false;    ///< scale each fold's map to unit L2 norm before averaging (as PRoNTo)
   int minSubjectsWithSignal = 5;     ///< regions where fewer subjects have non-zero data are flagged (lesion maps)
   bool model = true;                 ///< model/: the final model (refitted on every labelled subject) and each outer fold's model
-};
-
-/// covariates: confounds regressed out of every kernel inside every fold (training subjects only).
-struct CovariateSpec {
-  std::vector<std::string> columns;      ///< numeric columns of the subjects table
-  std::vector<std::string> categorical;  ///< categorical columns (one-hot, first level in sorted order left out)
-  std::string fitOnColumn, fitOnValue;   ///< fit_on {column, value}: coefficients fitted on those training subjects; empty = all
-  /// impute: "none" (a missing value is an error) or "median": inside every fold, a missing numeric value becomes the
-  /// median of the fold's training subjects and a missing category their most frequent level.
-  bool imputeMedian = false;
-  bool listForm = false;                 ///< given as a plain list of numeric columns (JSON pointers /covariates/<i>)
-  std::string pointer = "/covariates";   ///< where the section is in the study file
-  std::string fitOnPointer = "/covariates/fit_on";
-  bool Active() const { return !columns.empty() || !categorical.empty(); }
-  /// JSON pointer of numeric column i.
-  std::string ColumnPointer(std::size_t i) const { return pointer + (listForm ? "/" : "/columns/") + std::to_string(i); }
-  std::string CategoricalPointer(std::size_t i) const { return pointer + "/categorical/" + std::to_string(i); }
 };
 
 /// harmonisation: ComBat (Johnson et al. 2007; Fortin et al. 2017, 2018) of the image sources' voxels inside every fold,

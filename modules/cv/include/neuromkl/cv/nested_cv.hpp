@@ -57,6 +57,9 @@ struct OuterFoldResult {
   /// inner-CV out-of-fold predictions of the chosen parameters; corrected = (decision - offset) / slope.
   metrics::BiasCorrection bias{};
   Eigen::VectorXd corrected;         ///< on the test subjects; empty when bias correction is off
+  /// With NestedCvOptions::targetConfounds: the test subjects' targets adjusted with this training set's coefficients,
+  /// what `decision` predicts and the metrics score (HeldOutTargets); empty otherwise.
+  Eigen::VectorXd target;
 };
 
 struct LearnerOutcome {
@@ -90,6 +93,10 @@ struct NestedCvOptions {
   bool probabilities = false;
   /// Regression: linear bias correction per outer fold (OuterFoldResult::bias), fitted like Platt scaling.
   bool biasCorrection = false;
+  /// Regression: confounds of the target (design rows indexed as the targets; intercept first), regressed out of the
+  /// target in every training set, inner and outer: the fits see y - c b and the held-out subjects are scored against
+  /// y - c b, with b fitted on that training set's (fit) rows only (AdjustedTargets). Null = the targets as given.
+  std::shared_ptr<const gram::Covariates> targetConfounds;
   /// Fits on one fold's kernels share their check, packed stack and sum (learners::TrainingKernelCache).
   /// Results are identical either way; false only to measure what the sharing saves (bench_nested_cv).
   bool shareFoldWork = true;
@@ -139,6 +146,18 @@ std::vector<LearnerOutcome> RunNestedCv(const gram::KernelStore& kernels, const 
 /// The same on float64 kernels held by the caller (gram::MemoryKernels over them).
 std::vector<LearnerOutcome> RunNestedCv(const learners::KernelList& kernels, const learners::Targets& targets, const std::vector<Fold>& outer,
                                         const InnerSplitter& inner, const std::vector<LearnerPlan>& plans, const NestedCvOptions& options);
+
+/// The targets of `rows` with the confounds regressed out by least squares on training rows `train` only (their fit rows,
+/// missing values imputed from them: gram::MakeFoldResidualiser): y_i - c_i b, b = (C_Q'C_Q)^+ C_Q' y_Q. Rows past the
+/// end of y (unlabelled subjects) stay NaN. `where` names the training set in errors.
+Eigen::VectorXd AdjustedTargets(const Eigen::VectorXd& y, const gram::Covariates& confounds, const std::vector<int>& train,
+                                const std::vector<int>& rows, const char* where = "fold");
+/// The coefficients b of AdjustedTargets (intercept first), as an exported model keeps them.
+Eigen::VectorXd TargetConfoundCoefficients(const Eigen::VectorXd& y, const gram::Covariates& confounds, const std::vector<int>& train,
+                                           const char* where = "fold");
+/// What an outer fold's decision values are scored against: its adjusted targets (OuterFoldResult::target) when the
+/// nested CV adjusted them, else the study's targets y of its test subjects.
+Eigen::VectorXd HeldOutTargets(const OuterFoldResult& fold, const Eigen::VectorXd& y);
 
 /// A model fitted on a fold's summed kernel (gram::PreparedFold::Summed) as the same model over `kernels` kernels
 /// (beta_j = 1 / kernels and coefficients times kernels, the form the summed-kernel learners report): same decision

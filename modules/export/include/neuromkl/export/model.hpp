@@ -113,6 +113,16 @@ struct ModelPrecomputedKernel {
   Eigen::MatrixXd train;
 };
 
+/// /target/confounds of a regression model: it predicts the target minus c b (c: intercept, numeric columns, dummies of
+/// the categorical ones, as the study coded them over its training subjects); predict scores a new subject's known
+/// target adjusted the same way.
+struct ModelTargetConfounds {
+  std::vector<std::string> numeric;
+  std::vector<std::pair<std::string, std::vector<std::string>>> categorical;  ///< column, levels (first = reference)
+  Eigen::RowVectorXd fill;       ///< impute "median": per design column, the training subjects' value; empty: missing is an error
+  Eigen::VectorXd coefficients;  ///< b, intercept first
+};
+
 struct ExportedModel {
   // ---- card ----
   std::string study, learner, learnerName, task;  ///< task: classification, regression, multiclass
@@ -157,6 +167,7 @@ struct ExportedModel {
   // ---- optional post-processing ----
   std::optional<std::pair<double, double>> calibration;     ///< Platt (A, B): P(positive) = 1 / (1 + exp(A f + B))
   std::optional<std::pair<double, double>> biasCorrection;  ///< (slope, intercept): corrected = (f - intercept) / slope
+  std::optional<ModelTargetConfounds> targetConfounds;
 
   int Classes() const { return static_cast<int>(beta.cols()); }
 };

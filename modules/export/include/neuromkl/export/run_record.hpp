@@ -121,6 +121,12 @@ struct AblationRecord {
   std::vector<AblationRow> rows;
 };
 
+/// What the decision value of test subject i of `fold` is scored against: its target adjusted for /target/confounds with
+/// the fold's coefficients when the study has them (cv::OuterFoldResult::target), else the subject's target.
+inline double ScoredTarget(const std::vector<double>& targets, const cv::OuterFoldResult& fold, std::size_t i) {
+  return fold.target.size() > 0 ? fold.target[static_cast<Eigen::Index>(i)] : targets[static_cast<std::size_t>(fold.test[i])];
+}
+
 struct RunRecord {
   std::string study, version, configPath, inputHash, task, targetColumn, positiveClass, negativeClass;
   std::vector<std::string> classNames;  ///< multiclass: the class of label 0, 1, ...
@@ -164,6 +170,17 @@ struct RunRecord {
   bool covariateImpute = false;
   std::vector<std::pair<std::string, int>> covariateMissing;
   std::vector<std::pair<int, int>> covariateImputedPerFold;
+  /// /target/confounds (regressed out of the target inside every fold): empty columns = none. Per outer fold, the
+  /// coefficients fitted on its training subjects (intercept first).
+  struct TargetConfounds {
+    std::vector<std::string> columns;  ///< design columns after the intercept (dummies as "column=level")
+    std::string fitOn;                 ///< "all" or "column = value"
+    double r2 = -1;                    ///< in-sample R^2 of the target on them over the labelled subjects
+    bool impute = false;
+    std::vector<std::pair<std::string, int>> missing;  ///< per column with missing values: subjects lacking it
+    std::vector<std::vector<double>> foldCoefficients;
+  };
+  TargetConfounds targetConfounds;
   /// harmonisation (ComBat inside every fold): empty siteColumn = none
   struct Harmonisation {
     std::string siteColumn;
