@@ -385,6 +385,71 @@ TEST_F(ConnectivityCli, SubjectsLackingASourceAreListedOrDroppedAsIfAbsent) {
   EXPECT_TRUE(edges[1][1] == "node03" || edges[1][2] == "node03") << edges[1][1] << "-" << edges[1][2];
 }
 
+// The exported models of a study imputing a connectivity source (sub-0003 and sub-0008 have no matrix) and a tabular one
+// (sub-0005 and sub-0012 have no row in its table) do what its folds did: each outer fold's model, applied by predict to
+// the whole table (those subjects' cells empty), gives the study's out-of-fold decisions of its held-out subjects. The
+// connections are imputed in primal form (the training mean of the subjects having a matrix), the tabular rows in
+// kernel space (the means of the training rows' kernel values). Tolerance: 1e-6 of the fold's largest decision.
+TEST_F(ConnectivityCli, ExportedModelsOfAnImputingStudyReproduceItsDecisions) {
+  const std::string gaps = TableWithout("gaps.tsv", {3, 8});
+  TableWithout("clin_partial.tsv", {5, 12}, true);
+  auto rows = ReadTsv(*dir_ / gaps);
+  const auto clinical = static_cast<std::size_t>(std::find(rows[0].begin(), rows[0].end(), "clinical") - rows[0].begin());
+  std::string text;
+  for (std::size_t r = 0; r < rows.size(); ++r) {
+    if (r == 5 || r == 12) rows[r][clinical] = "n/a";
+    for (std::size_t c = 0; c < rows[r].size(); ++c) text += (c ? "\t" : "") + rows[r][c];
+    text += "\n";
+  }
+  WriteFile(*dir_ / "cohort/gaps_clin.tsv", text);
+  const std::string path = *dir_ / "imputed_export.json";
+  WriteFile(path, R"({"name": "imputed_export", "subjects": {"table": "cohort/gaps.tsv"},
+    "target": {"column": "group", "task": "classification", "positive_class": "patient"}, "atlas": "aal",
+    "kernels": {"missing_source": "impute", "sources": [
+      {"name": "gm", "kind": "images"},
+      {"name": "clin", "kind": "tabular", "tabular": {"table": "cohort/clin_partial.tsv", "groups": {"clinical": ["clinical"]}}},
+      {"name": "fc", "kind": "connectivity", "connectivity": {"column": "connectome", "kernels": "node", "nodes": "cohort/nodes.tsv"}}]},
+    "learners": [{"name": "enmkl_svm", "params": {"c": 1.0, "mu": 0.5}}], "cv": {"outer": {"k": 4}}, "output": {"weight_maps": false}, "seed": 3})");
+  auto r = RunCli("run " + path + " -q");
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  const std::string results = *dir_ / "results/imputed_export";
+  const auto imputed = Results("imputed_export")["subjects"]["imputed_sources"];
+  ASSERT_EQ(imputed["fc"].size(), 2u);
+  ASSERT_EQ(imputed["clin"].size(), 2u);
+  const auto card = nlohmann::json::parse(ReadFile(results + "/model/EnmklSvm/model.json"));
+  std::map<std::string, bool> imputes;  // source -> whether the card keeps what imputing it needs
+  for (const auto& source : card["sources"]) imputes[source["name"]] = source.contains("imputed") || source.contains("training_has");
+  EXPECT_EQ(imputes, (std::map<std::string, bool>{{"clin", true}, {"fc", true}, {"gm", false}}));
+  const auto study = ReadTsv(results + "/predictions.tsv");
+  const auto col = [](const std::vector<std::vector<std::string>>& t, const std::string& name) {
+    return static_cast<std::size_t>(std::find(t[0].begin(), t[0].end(), name) - t[0].begin());
+  };
+  std::map<std::string, std::map<std::string, double>> expected;  // fold -> subject -> decision
+  for (std::size_t k = 1; k < study.size(); ++k) expected[study[k][col(study, "fold")]][study[k][0]] = std::stod(study[k][col(study, "decision")]);
+  ASSERT_EQ(expected.size(), 4u);
+  std::set<std::string> lackingChecked;
+  for (const auto& [fold, bySubject] : expected) {
+    const std::string out = *dir_ / ("imputed_pred_" + fold);
+    r = RunCli("predict " + results + "/model/EnmklSvm/folds/" + fold + " " + (*dir_ / "cohort/gaps_clin.tsv") + " --out " + out + " -q");
+    ASSERT_EQ(r.exitCode, 0) << r.output;
+    double scale = 0;
+    for (const auto& [id, d] : bySubject) scale = std::max(scale, std::abs(d));
+    const auto pred = ReadTsv(out + "/predictions.tsv");
+    ASSERT_EQ(pred.size(), 61u);
+    const std::string warnings = nlohmann::json::parse(ReadFile(out + "/summary.json"))["warnings"].dump();
+    EXPECT_THAT(warnings, HasSubstr("source fc: 2 subject(s) without its data (sub-0003, sub-0008)"));
+    EXPECT_THAT(warnings, HasSubstr("subject sub-0012: no value in any column of tabular source clin"));
+    for (std::size_t p = 1; p < pred.size(); ++p) {
+      const auto want = bySubject.find(pred[p][0]);
+      if (want == bySubject.end()) continue;
+      EXPECT_NEAR(std::stod(pred[p][col(pred, "decision")]), want->second, 1e-6 * scale) << "fold " << fold << " subject " << pred[p][0];
+      for (const char* id : {"sub-0003", "sub-0008", "sub-0005", "sub-0012"})
+        if (pred[p][0] == id) lackingChecked.insert(id);
+    }
+  }
+  EXPECT_EQ(lackingChecked.size(), 4u);
+}
+
 }  // namespace
 
 namespace {

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <filesystem>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include <gmock/gmock.h>
@@ -275,8 +276,8 @@ TEST_F(SourcesCli, SubjectsLackingASourceAreKeptWithThatSourceImputedInTheFolds)
     EXPECT_NE(std::find(top.begin(), top.end(), planted), top.end()) << planted << " not in the top three: " << top[0] << ", " << top[1] << ", " << top[2];
   const std::string warnings = results["warnings"].dump();
   EXPECT_THAT(warnings, HasSubstr("pet lacks " + std::to_string(lacking)));
-  EXPECT_THAT(warnings, HasSubstr("the exported model is not made"));
-  EXPECT_FALSE(std::filesystem::exists(*dir_ / "results/imputed/model"));
+  EXPECT_THAT(warnings, HasSubstr("the exported model imputes a new subject lacking it"));
+  EXPECT_TRUE(std::filesystem::exists(*dir_ / "results/imputed/model/EnmklSvm/model.json"));
   // The PET maps are made from the images that exist (tests/unit/gram/imputed_source_test.cpp: they give the decisions).
   const std::string petMap = *dir_ / "results/imputed/weights/pet/sub-group_desc-EnmklSvmMean_weights.nii.gz";
   ASSERT_TRUE(std::filesystem::exists(petMap));
@@ -305,6 +306,64 @@ TEST_F(SourcesCli, SubjectsLackingASourceAreKeptWithThatSourceImputedInTheFolds)
     EXPECT_EQ(r.exitCode, 2) << command << r.output;
     EXPECT_THAT(r.output, HasSubstr("/kernels/missing_source: the folds impute")) << command;
   }
+}
+
+// The exported models of a study imputing a source do what its folds did: each outer fold's model, applied by predict to
+// the whole table (subjects without a PET image included, imputed from the model's training subjects having one), gives
+// the study's out-of-fold decision values of that fold's held-out subjects (covariates too: the imputed mean is
+// residualised as an image would be). Tolerance: 1e-6 of the fold's largest decision, the float32 voxel products.
+TEST_F(SourcesCli, ExportedModelsOfAnImputingStudyReproduceItsDecisions) {
+  std::string edited, line;
+  std::istringstream in(ReadFile(Cohort() + "/participants.tsv"));
+  for (int row = 0; std::getline(in, line); ++row) {
+    if (row > 0 && row % 5 == 2) line = line.substr(0, line.find("\timages_b/")) + "\tn/a" + line.substr(line.find("\t", line.find("\timages_b/") + 1));
+    edited += line + "\n";
+  }
+  WriteFile(Cohort() + "/participants_lacking.tsv", edited);
+  const std::string path = *dir_ / "imputed_export.json";
+  WriteFile(path, R"({"name": "imputed_export", "subjects": {"table": "cohort/participants_lacking.tsv"},
+    "target": {"column": "group", "task": "classification", "positive_class": "patient"}, "atlas": "aal",
+    "kernels": {"sources": )" + std::string(kTwo) + R"(, "missing_source": "impute"}, "covariates": ["age"],
+    "learners": [{"name": "enmkl_svm", "params": {"c": 1.0, "mu": 0.5}}], "output": {"weight_maps": false}, "seed": 7})");
+  auto r = RunCli("run " + path + " -q");
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  const std::string results = *dir_ / "results/imputed_export";
+  const auto card = nlohmann::json::parse(ReadFile(results + "/model/EnmklSvm/model.json"));
+  ASSERT_EQ(card["sources"].size(), 2u);
+  EXPECT_FALSE(card["sources"][0].contains("imputed"));  // mri: every subject has it
+  EXPECT_TRUE(card["sources"][1].contains("imputed"));   // pet: 30 subjects lack it
+  const auto col = [](const std::vector<std::vector<std::string>>& rows, const std::string& name) {
+    return static_cast<std::size_t>(std::find(rows[0].begin(), rows[0].end(), name) - rows[0].begin());
+  };
+  const auto study = ReadTsv(results + "/predictions.tsv");
+  std::map<std::string, std::map<std::string, double>> expected;  // fold -> subject -> decision
+  for (std::size_t k = 1; k < study.size(); ++k) expected[study[k][col(study, "fold")]][study[k][0]] = std::stod(study[k][col(study, "decision")]);
+  ASSERT_EQ(expected.size(), 5u);
+  int lackingChecked = 0;
+  const std::set<std::string> lacking = [&] {
+    std::set<std::string> ids;
+    for (const auto& row : ReadTsv(Cohort() + "/participants_lacking.tsv"))
+      if (row.size() > 2 && std::find(row.begin(), row.end(), "n/a") != row.end()) ids.insert(row[0]);
+    return ids;
+  }();
+  for (const auto& [fold, bySubject] : expected) {
+    const std::string out = *dir_ / ("imputed_pred_" + fold);
+    r = RunCli("predict " + results + "/model/EnmklSvm/folds/" + fold + " " + Cohort() + "/participants_lacking.tsv --out " + out + " -q");
+    ASSERT_EQ(r.exitCode, 0) << r.output;
+    double scale = 0;
+    for (const auto& [id, d] : bySubject) scale = std::max(scale, std::abs(d));
+    const auto pred = ReadTsv(out + "/predictions.tsv");
+    ASSERT_EQ(pred.size(), 151u);
+    for (std::size_t p = 1; p < pred.size(); ++p) {
+      const auto want = bySubject.find(pred[p][0]);
+      if (want == bySubject.end()) continue;  // a training subject of this fold's model
+      EXPECT_NEAR(std::stod(pred[p][col(pred, "decision")]), want->second, 1e-6 * scale) << "fold " << fold << " subject " << pred[p][0];
+      lackingChecked += lacking.count(pred[p][0]) ? 1 : 0;
+    }
+    const auto summary = nlohmann::json::parse(ReadFile(out + "/summary.json"));
+    EXPECT_THAT(summary["warnings"].dump(), HasSubstr("source pet: 30 subject(s) without its data"));
+  }
+  EXPECT_EQ(lackingChecked, 30);  // every subject without PET was checked once, as a held-out subject
 }
 
 // A training set where nobody has the source cannot impute it: found before any kernel, by validate and run alike,

@@ -114,6 +114,7 @@ Json SourcesJson(const std::string& dir, const ExportedModel& m) {
                        {"note", "voxels: linear index, training mean, covariate coefficient images; weights: kernel, voxel row, p, "
                                 "primal weight per class"}});
     if (src.harmonisation) sources.back()["harmonisation"] = HarmonisationJson(dir, stem, *src.harmonisation);
+    if (src.imputed.size() > 0) sources.back()["imputed"] = WriteArray(dir, stem + "imputed.npy", Eigen::MatrixXd(src.imputed));
   }
   for (std::size_t s = 0; s < m.tabularSources.size(); ++s) {
     const auto& src = m.tabularSources[s];
@@ -134,6 +135,7 @@ Json SourcesJson(const std::string& dir, const ExportedModel& m) {
                        {"column_stats", WriteArray(dir, stem + "column_stats.npy", stats)},
                        {"impute", src.fill.size() > 0 ? "median" : "none"}});
     if (src.fill.size() > 0) sources.back()["fill"] = WriteArray(dir, stem + "fill.npy", Eigen::MatrixXd(src.fill.transpose()));
+    if (!src.trainingHas.empty()) sources.back()["training_has"] = std::vector<int>(src.trainingHas.begin(), src.trainingHas.end());
     if (src.harmonisation) sources.back()["harmonisation"] = HarmonisationJson(dir, stem, *src.harmonisation);
   }
   for (std::size_t s = 0; s < m.connectivitySources.size(); ++s) {
@@ -147,6 +149,7 @@ Json SourcesJson(const std::string& dir, const ExportedModel& m) {
                        {"weights", WriteArray(dir, stem + "weights.npy", src.weights)},
                        {"note", "edges: connection index (a < b, upper triangle row by row), training mean, covariate coefficients; weights: "
                                 "kernel, edge row, 1, primal weight per class"}});
+    if (src.imputed.size() > 0) sources.back()["imputed"] = WriteArray(dir, stem + "imputed.npy", Eigen::MatrixXd(src.imputed));
   }
   for (const auto& name : m.precomputedSources)
     sources.push_back({{"kind", "precomputed"},
@@ -419,6 +422,8 @@ ModelImageSource ReadImageSource(const Reader& rd, const Json& s, Eigen::Index p
   if (src.intensityScaling != "none" && scale.rows() == 0) rd.Corrupt("source " + src.name + ": intensity scaling without its voxels");
   for (Eigen::Index v = 0; v < scale.rows(); ++v) src.scaleVoxels.push_back(static_cast<std::int64_t>(scale(v, 0)));
   if (s.contains("harmonisation")) src.harmonisation = ReadHarmonisation(rd, s.at("harmonisation"), src.voxels.rows(), src.name);
+  if (s.contains("imputed")) src.imputed = rd.Array(s.at("imputed"), src.voxels.rows(), 1, "source " + src.name + " imputed voxels").col(0);
+  if (!src.imputed.allFinite()) rd.Corrupt("source " + src.name + ": its imputed voxels are not all finite");
   CheckPrimalRows(rd, src.name, src.voxels, static_cast<double>(src.grid.VoxelCount()), "voxel", "lies outside the grid", src.weights, K);
   return src;
 }
@@ -432,6 +437,8 @@ ModelConnectivitySource ReadConnectivitySource(const Reader& rd, const Json& s, 
   src.nodes = s.at("nodes").get<std::vector<std::string>>();
   src.edges = rd.Array(s.at("edges"), -1, 2 + p, "source " + src.name + " edges");
   src.weights = rd.Array(s.at("weights"), -1, 3 + C, "source " + src.name + " weights");
+  if (s.contains("imputed")) src.imputed = rd.Array(s.at("imputed"), src.edges.rows(), 1, "source " + src.name + " imputed edges").col(0);
+  if (!src.imputed.allFinite()) rd.Corrupt("source " + src.name + ": its imputed connections are not all finite");
   const double N = static_cast<double>(src.nodes.size());
   CheckPrimalRows(rd, src.name, src.edges, N * (N - 1) / 2, "edge", "names no connection", src.weights, K);
   return src;
@@ -452,6 +459,13 @@ ModelTabularSource ReadTabularSource(const Reader& rd, const Json& s, Eigen::Ind
   // (A model without these keys does not impute: a new subject's missing value is an error.)
   if (s.value("impute", std::string("none")) == "median") src.fill = rd.Array(s.at("fill"), 1, cols, "source " + src.name + " fill").row(0).transpose();
   if (s.contains("harmonisation")) src.harmonisation = ReadHarmonisation(rd, s.at("harmonisation"), cols, src.name);
+  if (s.contains("training_has")) {
+    const auto has = s.at("training_has").get<std::vector<int>>();
+    if (static_cast<Eigen::Index>(has.size()) != l || std::none_of(has.begin(), has.end(), [](int h) { return h == 1; }) ||
+        std::any_of(has.begin(), has.end(), [](int h) { return h != 0 && h != 1; }))
+      rd.Corrupt(fmt::format("source {}: training_has must hold 0 or 1 for each of the {} training subjects, some 1", src.name, l));
+    src.trainingHas.assign(has.begin(), has.end());
+  }
   for (const auto& k : s.at("kernels")) {
     ModelTabularKernel tk;
     tk.kernel = k.at("kernel").get<std::size_t>();

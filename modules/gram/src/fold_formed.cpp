@@ -50,30 +50,16 @@ Preprocessing OverRows(const Preprocessing& pre, const std::vector<int>& rows) {
 Eigen::MatrixXd ImputedFoldKernel(const Eigen::MatrixXd& K, const Eigen::VectorXi& index, std::size_t trainCount, const std::vector<char>& present,
                                   const std::string& source, const std::string& fold) {
   Eigen::MatrixXd S = K(index, index);
-  std::vector<Eigen::Index> have, lack, haveTrain;
-  for (Eigen::Index p = 0; p < index.size(); ++p) {
-    const bool has = present[static_cast<std::size_t>(index[p])] != 0;
-    (has ? have : lack).push_back(p);
-    if (has && static_cast<std::size_t>(p) < trainCount) haveTrain.push_back(p);
-  }
-  if (lack.empty()) return S;
-  if (haveTrain.empty())
+  std::vector<char> has(static_cast<std::size_t>(index.size()));
+  for (Eigen::Index p = 0; p < index.size(); ++p) has[static_cast<std::size_t>(p)] = present[static_cast<std::size_t>(index[p])];
+  const auto lack = static_cast<std::size_t>(std::count(has.begin(), has.end(), char{0}));
+  if (lack == 0) return S;
+  if (!ImputeLackingRows(S, has, trainCount))
     throw InputError("sources:NoneToImpute", fold,
                      fmt::format("no training subject of this fold has source \"{}\", so the {} subject(s) of the fold lacking it cannot be "
                                  "imputed (/kernels/missing_source \"impute\"); use folds that keep subjects with the source in every training "
                                  "set, or missing_source \"drop\"",
-                                 source, lack.size()));
-  // Means over the training rows having the source, of each column having it, then of those means.
-  Eigen::RowVectorXd mean = Eigen::RowVectorXd::Zero(S.cols());
-  for (const Eigen::Index t : haveTrain) mean += S.row(t);
-  mean /= static_cast<double>(haveTrain.size());
-  double grand = 0;
-  for (const Eigen::Index t : haveTrain) grand += mean[t];
-  grand /= static_cast<double>(haveTrain.size());
-  for (const Eigen::Index a : lack) {
-    for (const Eigen::Index j : have) S(a, j) = S(j, a) = mean[j];
-    for (const Eigen::Index b : lack) S(a, b) = grand;
-  }
+                                 source, lack));
   return S;
 }
 
@@ -103,6 +89,29 @@ class HarmonisedFold final : public PreparedFold {
 };
 
 }  // namespace
+
+bool ImputeLackingRows(Eigen::MatrixXd& K, const std::vector<char>& present, std::size_t trainCount) {
+  std::vector<Eigen::Index> have, lack, haveTrain;
+  for (Eigen::Index p = 0; p < K.rows(); ++p) {
+    const bool has = present[static_cast<std::size_t>(p)] != 0;
+    (has ? have : lack).push_back(p);
+    if (has && static_cast<std::size_t>(p) < trainCount) haveTrain.push_back(p);
+  }
+  if (lack.empty()) return true;
+  if (haveTrain.empty()) return false;
+  // Means over the training rows having the source, of each column having it, then of those means.
+  Eigen::RowVectorXd mean = Eigen::RowVectorXd::Zero(K.cols());
+  for (const Eigen::Index t : haveTrain) mean += K.row(t);
+  mean /= static_cast<double>(haveTrain.size());
+  double grand = 0;
+  for (const Eigen::Index t : haveTrain) grand += mean[t];
+  grand /= static_cast<double>(haveTrain.size());
+  for (const Eigen::Index a : lack) {
+    for (const Eigen::Index j : have) K(a, j) = K(j, a) = mean[j];
+    for (const Eigen::Index b : lack) K(a, b) = grand;
+  }
+  return true;
+}
 
 void MoveImputedWeights(Eigen::MatrixXd& D, const std::vector<char>& present, const std::vector<int>& train) {
   std::vector<Eigen::Index> have, lack;

@@ -85,13 +85,17 @@ NewSubjects FromTable(const std::string& tablePath, std::string idColumn, const 
   if (s.ids.empty()) throw InputError("predict:NoSubjects", tablePath, "the table has no subject row");
   for (const auto& [source, column] : imageColumns) {
     const std::size_t col = table.Require(column, source.empty() ? "image column of the model" : "image column of source \"" + source + "\"");
+    // A source the model imputes (missing_source "impute"): a subject without an image is scored as the folds imputed one.
+    const bool imputes = std::any_of(model.imageSources.begin(), model.imageSources.end(), [&](const auto& src) { return src.name == source && src.imputed.size() > 0; });
     std::vector<std::string> missing;
     auto& paths = s.images[source];
     for (std::size_t r = 0; r < table.rows.size(); ++r) {
-      if (IsMissingCell(table.rows[r][col])) missing.push_back(s.ids[r]);
-      paths.push_back(ResolveImagePath(tablePath, table.rows[r][col]));
+      const bool lacking = IsMissingCell(table.rows[r][col]);
+      if (lacking) missing.push_back(s.ids[r]);
+      paths.push_back(lacking && imputes ? std::string() : ResolveImagePath(tablePath, table.rows[r][col]));
     }
-    if (!missing.empty())
+    if (!missing.empty() && imputes) s.lacking[source] = missing;
+    else if (!missing.empty())
       throw InputError("predict:MissingImage", tablePath, fmt::format("{} subjects have no image in column \"{}\": {}", missing.size(), column, Shown(missing)));
   }
   for (const auto& column : NeededColumns(model)) {
@@ -115,10 +119,11 @@ NewSubjects FromTable(const std::string& tablePath, std::string idColumn, const 
     std::vector<std::string> missing;
     for (std::size_t r = 0; r < s.ids.size(); ++r) {
       auto& cell = s.cells.at(src.column)[r];
-      if (IsMissingCell(cell)) missing.push_back(s.ids[r]);
+      if (IsMissingCell(cell)) missing.push_back(s.ids[r]), cell.clear();
       else cell = ResolveImagePath(tablePath, cell);
     }
-    if (!missing.empty())
+    if (!missing.empty() && src.imputed.size() > 0) s.lacking[src.name] = missing;
+    else if (!missing.empty())
       throw InputError("predict:MissingConnectivity", tablePath,
                        fmt::format("{} subjects have no connectivity matrix in column \"{}\": {}", missing.size(), src.column, Shown(missing)));
   }
@@ -192,13 +197,20 @@ void AddTabularScores(const exporting::ExportedModel& m, const NewSubjects& s, c
   const auto residualiser = NewResidualiser(m, newDesign);
   std::vector<std::string> notes;  // (every model of a folder fills the same cells: each named once)
   for (const auto& src : m.tabularSources) {
-    Eigen::MatrixXd Z(n, static_cast<Eigen::Index>(src.columns.size()));
+    // A source the model imputes: a subject with no value in any of its columns lacks it (as the folds imputed such rows).
+    std::vector<char> has(static_cast<std::size_t>(n), 1);
+    for (Eigen::Index i = 0; i < n && !src.trainingHas.empty(); ++i)
+      has[static_cast<std::size_t>(i)] = std::any_of(src.columns.begin(), src.columns.end(), [&](const std::string& column) {
+        return !IsMissingCell(s.cells.at(column)[static_cast<std::size_t>(i)]);
+      });
+    Eigen::MatrixXd Z = Eigen::MatrixXd::Zero(n, static_cast<Eigen::Index>(src.columns.size()));
     for (std::size_t c = 0; c < src.columns.size(); ++c) {
       const auto& cells = s.cells.at(src.columns[c]);
       const auto col = static_cast<Eigen::Index>(c);
       for (Eigen::Index i = 0; i < n; ++i) {
         const std::string& id = s.ids[static_cast<std::size_t>(i)];
         double v = 0;
+        if (!has[static_cast<std::size_t>(i)]) continue;
         if (src.fill.size() > 0 && IsMissingCell(cells[static_cast<std::size_t>(i)])) {
           v = src.fill[col];
           notes.push_back(fmt::format("subject {}: feature column \"{}\" is missing; imputed with the training subjects' median {}", id, src.columns[c], v));
@@ -219,15 +231,26 @@ void AddTabularScores(const exporting::ExportedModel& m, const NewSubjects& s, c
         for (Eigen::Index i = 0; i < n; ++i) Z(i, c) = predicting::Harmonised(*h, c, i, Z(i, c));
     }
     for (Eigen::Index c = 0; c < Z.cols(); ++c) Z.col(c) = (Z.col(c).array() - src.mean[c]) / src.sd[c];
+    for (Eigen::Index i = 0; i < n; ++i)
+      if (!has[static_cast<std::size_t>(i)]) {
+        Z.row(i).setZero();
+        notes.push_back(fmt::format("subject {}: no value in any column of tabular source {}; scored as the study imputed such subjects, with the "
+                                    "mean of the training subjects having it (/kernels/missing_source \"impute\")",
+                                    s.ids[static_cast<std::size_t>(i)], src.name));
+      }
     for (const auto& k : src.kernels) {
       std::vector<Eigen::Index> idx;
       for (const auto& col : k.columns) idx.push_back(static_cast<Eigen::Index>(std::find(src.columns.begin(), src.columns.end(), col) - src.columns.begin()));
       const Eigen::MatrixXd Xt = src.rows(Eigen::all, idx), Xn = Z(Eigen::all, idx);
       const gram::FeatureKernel function{gram::FeatureKernel::FromName(k.function), k.value, k.offset};
       gram::FoldKernel fk;
-      fk.train = function.Gram(Xt);
-      fk.testTrain = function.Between(Xn, Xt);
-      fk.testDiag = function.Self(Xn);
+      if (src.trainingHas.empty()) {
+        fk.train = function.Gram(Xt);
+        fk.testTrain = function.Between(Xn, Xt);
+        fk.testDiag = function.Self(Xn);
+      } else {
+        fk = predicting::ImputedFeatureKernel(function, Xt, Xn, src.trainingHas, has);
+      }
       AddKernelScores(m, k.kernel, std::move(fk), residualiser, scores, parts);
     }
   }
@@ -335,6 +358,7 @@ NewSubjects ReadSubjectsOfModels(const std::string& input, const std::vector<exp
     const NewSubjects other = ReadNewSubjects(input, models[q]);
     for (const auto& [col, cells] : other.cells) subjects.cells.emplace(col, cells);
     for (const auto& [src, paths] : other.images) subjects.images.emplace(src, paths);
+    for (const auto& [src, ids] : other.lacking) subjects.lacking.emplace(src, ids);
   }
   return subjects;
 }
@@ -589,6 +613,10 @@ PredictOutcome Predict(const PredictOptions& options) {
   std::vector<std::string> warnings;
   std::vector<Eigen::MatrixXd> parts;
   const auto scores = ModelScores(models, subjects, warnings, &parts);
+  for (const auto& [source, ids] : subjects.lacking)
+    warnings.push_back(fmt::format("source {}: {} subject(s) without its data ({}) were scored as the study imputed such subjects, with the mean "
+                                   "of the training subjects having it (/kernels/missing_source \"impute\"): their other sources carry their prediction",
+                                   source.empty() ? "images" : source, ids.size(), Shown(ids)));
   for (const auto& w : warnings) spdlog::warn("{}", w);
 
   const auto n = subjects.ids.size();

@@ -45,11 +45,14 @@ GeometryMismatch OffModelGrid(const std::string& path, const std::string& id, co
 void CheckImageGrids(const std::vector<exporting::ExportedModel>& models, const NewSubjects& subjects, const std::string& name,
                      const std::vector<std::string>& paths, const std::vector<io::Volume>* inMemory) {
   for (const auto& m : models)
-    for (const auto& src : m.imageSources)
-      if (src.name == name)
-        for (std::size_t i = 0; i < paths.size(); ++i)
-          if (const io::Geometry g = inMemory ? (*inMemory)[i].geometry : io::ReadGeometry(paths[i]); !g.DifferenceFrom(src.grid).empty())
-            throw OffModelGrid(paths[i], subjects.ids[i], src.grid, g, g.DifferenceFrom(src.grid));
+    for (const auto& src : m.imageSources) {
+      if (src.name != name) continue;
+      for (std::size_t i = 0; i < paths.size(); ++i) {
+        if (!inMemory && paths[i].empty()) continue;  // no image: the model imputes the source (NewSubjects::lacking)
+        if (const io::Geometry g = inMemory ? (*inMemory)[i].geometry : io::ReadGeometry(paths[i]); !g.DifferenceFrom(src.grid).empty())
+          throw OffModelGrid(paths[i], subjects.ids[i], src.grid, g, g.DifferenceFrom(src.grid));
+      }
+    }
 }
 
 /// The divisor of one image under the source's intensity scaling (1 without): its mean over the scaling voxels.
@@ -84,6 +87,21 @@ Eigen::VectorXd CentredVoxels(const exporting::ModelImageSource& src, const io::
     }
     double x = (std::isfinite(raw) ? static_cast<double>(raw) : 0.0) / scale;
     if (h) x = Harmonised(*h, u, i, x);
+    for (Eigen::Index j = 0; j < p; ++j) x -= design(i, j) * src.voxels(u, 2 + j);
+    xc[u] = x - src.voxels(u, 1);
+  }
+  return xc;
+}
+
+/// Subject i's voxels of the source when it has none (the model imputes it: NewSubjects::lacking): the mean of the
+/// training subjects having the source, prepared as CentredVoxels prepares an image (already scaled).
+Eigen::VectorXd ImputedVoxels(const exporting::ModelImageSource& src, const std::string& id, const Eigen::MatrixXd& design, Eigen::Index i) {
+  if (src.imputed.size() == 0)
+    throw InputError("predict:MissingImage", id, fmt::format("subject {} has no image of source {}, which this model does not impute", id, src.name));
+  const Eigen::Index U = src.voxels.rows(), p = src.voxels.cols() - 2;
+  Eigen::VectorXd xc(U);
+  for (Eigen::Index u = 0; u < U; ++u) {
+    double x = src.imputed[u];
     for (Eigen::Index j = 0; j < p; ++j) x -= design(i, j) * src.voxels(u, 2 + j);
     xc[u] = x - src.voxels(u, 1);
   }
@@ -169,10 +187,15 @@ void ScoreImage(const std::vector<exporting::ExportedModel>& models, const std::
     const auto& m = models[q];
     for (const auto& src : m.imageSources) {
       if (src.name != name) continue;
-      if (const auto diff = volume.geometry.DifferenceFrom(src.grid); !diff.empty()) throw OffModelGrid(path, id, src.grid, volume.geometry, diff);
-      const double scale = IntensityScale(src, volume, path, id);
       std::int64_t nonFinite = 0;
-      Eigen::VectorXd xc = CentredVoxels(src, volume, scale, designs[q], i, nonFinite, prepared.harmonisation[q].get());
+      Eigen::VectorXd xc;
+      if (path.empty()) {  // no image: the model imputes the source
+        xc = ImputedVoxels(src, id, designs[q], i);
+      } else {
+        if (const auto diff = volume.geometry.DifferenceFrom(src.grid); !diff.empty()) throw OffModelGrid(path, id, src.grid, volume.geometry, diff);
+        const double scale = IntensityScale(src, volume, path, id);
+        xc = CentredVoxels(src, volume, scale, designs[q], i, nonFinite, prepared.harmonisation[q].get());
+      }
       if (const int g = prepared.levelMeans[q].empty() ? -1 : (*prepared.groups)[q].of[static_cast<std::size_t>(i)]; g >= 0) {
         xc -= prepared.levelMeans[q][static_cast<std::size_t>(g)];
         for (Eigen::Index u = 0; nonFinite > 0 && src.nanPolicy != "zero" && u < xc.size(); ++u)  // such voxels still contribute nothing
@@ -197,6 +220,22 @@ std::vector<std::pair<int, int>> ConnectionEnds(const exporting::ModelConnectivi
   std::vector<std::pair<int, int>> ends;
   for (Eigen::Index u = 0; u < src.edges.rows(); ++u) ends.push_back(all[static_cast<std::size_t>(src.edges(u, 0))]);
   return ends;
+}
+
+/// Subject i's connections when it has no matrix (the model imputes the source): the mean of the training subjects having
+/// one, prepared as CentredConnections prepares a matrix.
+Eigen::VectorXd ImputedConnections(const exporting::ModelConnectivitySource& src, const std::string& id, const Eigen::MatrixXd& design, Eigen::Index i) {
+  if (src.imputed.size() == 0)
+    throw InputError("predict:MissingConnectivity", id,
+                     fmt::format("subject {} has no connectivity matrix in column \"{}\", which this model does not impute", id, src.column));
+  const Eigen::Index U = src.edges.rows(), p = src.edges.cols() - 2;
+  Eigen::VectorXd xc(U);
+  for (Eigen::Index u = 0; u < U; ++u) {
+    double x = src.imputed[u];
+    for (Eigen::Index j = 0; j < p; ++j) x -= design(i, j) * src.edges(u, 2 + j);
+    xc[u] = x - src.edges(u, 1);
+  }
+  return xc;
 }
 
 /// Subject i's connections of a connectivity source as the training connections were prepared: the covariates' part
@@ -255,6 +294,7 @@ void AddImageScores(const std::vector<exporting::ExportedModel>& models, const N
         for (const auto& src : models[q].imageSources)
           if (src.name == name && groups[q].Any())
             prepared.levelMeans[q] = LevelMeans(groups[q], [&](std::size_t i) {
+              if (!inMemory && paths[i].empty()) return ImputedVoxels(src, subjects.ids[i], designs[q], static_cast<Eigen::Index>(i));
               const io::Volume& volume = images.Of(i);
               std::int64_t nonFinite = 0;
               return CentredVoxels(src, volume, IntensityScale(src, volume, paths[i], subjects.ids[i]), designs[q], static_cast<Eigen::Index>(i), nonFinite,
@@ -263,7 +303,7 @@ void AddImageScores(const std::vector<exporting::ExportedModel>& models, const N
     }
     tbb::parallel_for(Eigen::Index{0}, n, [&](Eigen::Index i) {
       const std::string& path = paths[static_cast<std::size_t>(i)];
-      const io::Volume vol = inMemory ? io::Volume{} : io::ReadVolume(path);
+      const io::Volume vol = inMemory || path.empty() ? io::Volume{} : io::ReadVolume(path);
       const io::Volume& volume = inMemory ? (*inMemory)[static_cast<std::size_t>(i)] : vol;
       ScoreImage(models, name, subjects.ids[static_cast<std::size_t>(i)], path, volume, i, designs, prepared, scores, parts,
                  subjectWarnings[static_cast<std::size_t>(i)]);
@@ -305,17 +345,20 @@ void AddConnectivityScores(const std::vector<exporting::ExportedModel>& models, 
     for (std::size_t q = 0; q < models.size(); ++q)
       for (const auto& src : models[q].connectivitySources)
         if (src.column == column && groups[q].Any())
-          levelMeans[q] = LevelMeans(groups[q], [&](std::size_t r) { return prepare(src, matrix(r), q, r); });
+          levelMeans[q] = LevelMeans(groups[q], [&](std::size_t r) {
+            return files[r].empty() ? ImputedConnections(src, subjects.ids[r], designs[q], static_cast<Eigen::Index>(r)) : prepare(src, matrix(r), q, r);
+          });
     std::vector<std::exception_ptr> errors(static_cast<std::size_t>(n));
     // Each subject's matrix read once and scored under every model; the first problem in table order is reported.
     tbb::parallel_for(Eigen::Index{0}, n, [&](Eigen::Index i) {
       const auto r = static_cast<std::size_t>(i);
       try {
-        const Eigen::MatrixXd M = matrix(r);
+        const bool lacking = files[r].empty();  // the model imputes the source (NewSubjects::lacking)
+        const Eigen::MatrixXd M = lacking ? Eigen::MatrixXd() : matrix(r);
         for (std::size_t q = 0; q < models.size(); ++q)
           for (const auto& src : models[q].connectivitySources) {
             if (src.column != column) continue;
-            Eigen::VectorXd xc = prepare(src, M, q, r);
+            Eigen::VectorXd xc = lacking ? ImputedConnections(src, subjects.ids[r], designs[q], i) : prepare(src, M, q, r);
             if (const int g = levelMeans[q].empty() ? -1 : groups[q].of[r]; g >= 0) xc -= levelMeans[q][static_cast<std::size_t>(g)];
             AddVoxelScores(models[q], src.weights, xc, scores[q], i, parts ? &(*parts)[q] : nullptr);
           }

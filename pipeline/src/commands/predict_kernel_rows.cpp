@@ -5,6 +5,7 @@
 #include "neuromkl/core/errors.hpp"
 #include "neuromkl/core/strings.hpp"
 #include "neuromkl/core/table.hpp"
+#include "neuromkl/gram/fold_formed.hpp"
 #include "neuromkl/pipeline/cohort.hpp"
 #include "predict_parts.hpp"
 
@@ -41,6 +42,23 @@ KernelRowTable ReadKernelRowTable(const std::string& file) {
 }
 
 namespace predicting {
+
+gram::FoldKernel ImputedFeatureKernel(const gram::FeatureKernel& function, const Eigen::MatrixXd& Xt, const Eigen::MatrixXd& Xn,
+                                      const std::vector<char>& trainingHas, const std::vector<char>& newHas) {
+  const Eigen::Index l = Xt.rows(), n = Xn.rows();
+  Eigen::MatrixXd rows(l + n, Xt.cols());
+  rows << Xt, Xn;
+  Eigen::MatrixXd K = function.Gram(rows);
+  std::vector<char> present = trainingHas;
+  present.insert(present.end(), newHas.begin(), newHas.end());
+  if (!gram::ImputeLackingRows(K, present, static_cast<std::size_t>(l)))
+    throw InputError("model:Corrupt", "tabular source", "no training subject of the model has the source, so the subjects lacking it cannot be imputed");
+  gram::FoldKernel fk;
+  fk.train = K.topLeftCorner(l, l);
+  fk.testTrain = K.bottomLeftCorner(n, l);
+  fk.testDiag = K.diagonal().tail(n);
+  return fk;
+}
 
 gram::FoldKernel KernelFromTable(const exporting::ExportedModel& m, std::size_t kernel, const KernelRowTable& t, const NewSubjects& s) {
   const auto train = std::find_if(m.precomputedKernels.begin(), m.precomputedKernels.end(), [&](const auto& pk) { return pk.kernel == kernel; });

@@ -13,6 +13,7 @@
 #include "neuromkl/core/strings.hpp"
 #include "neuromkl/export/model.hpp"
 #include "neuromkl/gram/combat.hpp"
+#include "neuromkl/gram/tabular.hpp"
 #include "neuromkl/pipeline/predict.hpp"
 
 namespace neuromkl::pipeline::predicting {
@@ -35,6 +36,12 @@ struct CovariateColumns {
 /// subject "column = level" of each such column); a missing value imputed with the model's fill (named in `warnings`).
 Eigen::MatrixXd NewCovariateRows(const CovariateColumns& columns, const NewSubjects& s, std::vector<std::string>& warnings,
                                  std::vector<std::vector<std::string>>* unseen = nullptr);
+
+/// A tabular kernel of a source the model imputes: over the training rows `Xt` and the new rows `Xn`, with the rows lacking
+/// the source (`trainingHas`, `newHas`) imputed from the training rows having it (gram::ImputeLackingRows), as the folds
+/// imputed them.
+gram::FoldKernel ImputedFeatureKernel(const gram::FeatureKernel& function, const Eigen::MatrixXd& Xt, const Eigen::MatrixXd& Xn,
+                                      const std::vector<char>& trainingHas, const std::vector<char>& newHas);
 
 /// The subjects-table columns a model's target confounds read (numeric, then categorical).
 std::vector<std::string> TargetConfoundColumns(const exporting::ModelTargetConfounds& t);

@@ -327,8 +327,8 @@ KernelStageResult RunSourcesStage(const config::StudyConfig& study, const Cohort
     for (const auto& [name, lacking] : cohort.imputedSources) listed.push_back(fmt::format("{} lacks {}", name, lacking.size()));
     const std::string note = fmt::format("subjects: kept although a source lacks their data, their rows of its kernels imputed in every fold from "
                                          "its training subjects (/kernels/missing_source \"impute\"): {}; the voxel and edge maps of such a source are "
-                                         "made from the data of the subjects having it; the exported model is not made for such a study "
-                                         "(docs/inputs.md)",
+                                         "made from the data of the subjects having it, and the exported model imputes a new subject lacking it as the "
+                                         "folds did (docs/inputs.md)",
                                          Join(listed, ", "));
     spdlog::warn("{}", note);
     res.warnings.insert(res.warnings.begin(), note);

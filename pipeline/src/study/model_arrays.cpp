@@ -82,6 +82,30 @@ RowWeights ModelRowWeights(const StudyContext& ctx, const ModelEntry& e) {
   return out;
 }
 
+/// Model e's row weights as one source sees them (`first`, `count`: its kernels). Where the source imputes subjects lacking
+/// it (`present`, per kernel row), each lacking training row stands for the mean of the training rows having it, so its
+/// weights move to them (gram::MoveImputedWeights: the same arrays from the data that exist); S gains a last column, the
+/// weights of that mean, which is what a new subject lacking the source takes.
+RowWeights SourceRowWeights(const RowWeights& w, const std::vector<int>& train, const std::vector<char>& present, std::size_t first, std::size_t count) {
+  if (std::all_of(present.begin(), present.end(), [](char has) { return has != 0; })) return w;
+  RowWeights out;
+  out.S.resize(w.S.rows(), w.S.cols() + 1);
+  out.S.leftCols(w.S.cols()) = w.S;
+  gram::MoveImputedWeights(out.S, present, train);
+  out.S.rightCols(1).setZero();
+  double having = 0;
+  for (const int r : train) having += present[static_cast<std::size_t>(r)] ? 1 : 0;
+  for (const int r : train)
+    if (present[static_cast<std::size_t>(r)]) out.S(r, w.S.cols()) = 1.0 / having;
+  for (const auto& d : w.D) {
+    Eigen::MatrixXd own = d.middleCols(static_cast<Eigen::Index>(first), static_cast<Eigen::Index>(count));
+    gram::MoveImputedWeights(own, present, train);
+    out.D.push_back(Eigen::MatrixXd::Zero(d.rows(), d.cols()));
+    out.D.back().middleCols(static_cast<Eigen::Index>(first), static_cast<Eigen::Index>(count)) = own;
+  }
+  return out;
+}
+
 /// The same for one image source's images, on cohort rows (the images are read by cohort row).
 weights::ModelImageRequest ImageRequest(const StudyContext& ctx, const ImageSourceView& view, const RowWeights& w) {
   const auto nRows = static_cast<Eigen::Index>(ctx.cohort.ids.size());
@@ -239,12 +263,31 @@ void AddImageArrays(const StudyContext& ctx, const std::vector<RowWeights>& rowW
   const auto views = ImageSourceViews(ctx);
   for (std::size_t v = 0; v < views.size(); ++v) {
     const auto& view = views[v];
+    const std::vector<char> present = ctx.SourceRowsPresent(view.name);
     std::vector<weights::ModelImageRequest> requests;
-    for (const auto& w : rowWeights) requests.push_back(ImageRequest(ctx, view, w));
+    for (std::size_t q = 0; q < entries.size(); ++q)
+      requests.push_back(ImageRequest(ctx, view, SourceRowWeights(rowWeights[q], TrainingRows(*entries[q].fold), present, view.first, view.count)));
+    // The images that exist (a source some subjects lack: the kernel stage and its rule for non-finite voxels saw these).
+    std::vector<int> withImage;
+    for (std::size_t r = 0; r < view.images->size(); ++r)
+      if (!(*view.images)[r].empty()) withImage.push_back(static_cast<int>(r));
+    std::vector<std::string> images;
+    for (const int r : withImage) images.push_back((*view.images)[static_cast<std::size_t>(r)]);
+    if (withImage.size() < view.images->size())
+      for (auto& req : requests) {
+        req.voxelWeights = Eigen::MatrixXd(req.voxelWeights(Indices(withImage), Eigen::all));
+        for (auto& k : req.kernelWeights) k = Eigen::MatrixXd(k(Indices(withImage), Eigen::all));
+      }
     const std::vector<kernels::KernelInfo> info(ks.set.info.begin() + static_cast<std::ptrdiff_t>(view.first),
                                                 ks.set.info.begin() + static_cast<std::ptrdiff_t>(view.first + view.count));
     weights::ModelImageLayout layout;
-    const auto arrays = weights::ModelImages(*view.images, *view.regions, info, requests, view.policy, layout);
+    auto arrays = weights::ModelImages(images, *view.regions, info, requests, view.policy, layout);
+    if (withImage.size() < view.images->size())
+      for (std::size_t q = 0; q < entries.size(); ++q) {  // the last column: a lacking subject's voxels
+        auto& atVoxels = arrays[q].atVoxels;
+        entries[q].model.imageSources.at(v).imputed = atVoxels.rightCols(1);
+        atVoxels = Eigen::MatrixXd(atVoxels.leftCols(atVoxels.cols() - 1));
+      }
     std::vector<std::int64_t> scaleVoxels;
     if (view.study.kernels.intensity.scaling == kernels::IntensityScaling::GlobalMean) scaleVoxels = layout.allVoxels;
     if (view.study.kernels.intensity.scaling == kernels::IntensityScaling::ReferenceRegions) scaleVoxels = ReferenceVoxels(view.study, *view.regions);
@@ -259,9 +302,17 @@ void AddImageArrays(const StudyContext& ctx, const std::vector<RowWeights>& rowW
 /// connections read again from the matrices.
 void AddConnectivityArrays(const StudyContext& ctx, const config::SourceSpec& spec, const config::StudyConfig& sourceStudy, std::size_t first,
                            std::size_t count, const std::vector<RowWeights>& rowWeights, std::vector<ModelEntry>& entries, std::size_t index) {
-  const ConnectivityData data = ReadConnectivity(sourceStudy, spec.connectivity, ctx.cohort);
+  // The matrices of the subjects having the source (missing_source "impute": not all), in kernel-row order; a lacking
+  // subject's row is zero, its weights moved onto the training subjects having the source (SourceRowWeights).
+  const Cohort having = SourceCohort(sourceStudy, spec, ctx.cohort);
+  const ConnectivityData data = ReadConnectivity(sourceStudy, spec.connectivity, having);
   const ConnectivityKernelPlan plan = PlanConnectivityKernels(data, spec.connectivity.kernels);
-  const Eigen::MatrixXd X = data.edges(Indices(ctx.kernelRows), Eigen::all);
+  std::map<std::string, Eigen::Index> matrixRowOf;
+  for (std::size_t i = 0; i < having.ids.size(); ++i) matrixRowOf.emplace(having.ids[i], static_cast<Eigen::Index>(i));
+  const std::vector<char> present = ctx.SourceRowsPresent(spec.name);
+  Eigen::MatrixXd X = Eigen::MatrixXd::Zero(static_cast<Eigen::Index>(ctx.kernelRows.size()), data.edges.cols());
+  for (std::size_t i = 0; i < ctx.kernelRows.size(); ++i)
+    if (present[i]) X.row(static_cast<Eigen::Index>(i)) = data.edges.row(matrixRowOf.at(ctx.cohort.ids[static_cast<std::size_t>(ctx.kernelRows[i])]));
   // Kernel j of the study is the planned kernel of its name (kernels that were all zero were excluded).
   const std::string prefix = spec.name.empty() ? "" : spec.name + ":";
   std::vector<Eigen::Index> used;
@@ -281,12 +332,15 @@ void AddConnectivityArrays(const StudyContext& ctx, const config::SourceSpec& sp
   Eigen::Index E = 0;
   for (const auto& [k, edges] : kernels) E += static_cast<Eigen::Index>(edges->size());
   for (std::size_t q = 0; q < entries.size(); ++q) {
-    const RowWeights& w = rowWeights[q];
+    const RowWeights w = SourceRowWeights(rowWeights[q], TrainingRows(*entries[q].fold), present, first, count);
+    const Eigen::Index S = rowWeights[q].S.cols();  // the last column of an imputing source's S: a lacking subject's connections
     exporting::ModelConnectivitySource& src = entries[q].model.connectivitySources.at(index);
     src.nodes = data.nodes;
-    src.edges.resize(Xu.cols(), 1 + w.S.cols());
+    src.edges.resize(Xu.cols(), 1 + S);
     for (std::size_t u = 0; u < used.size(); ++u) src.edges(static_cast<Eigen::Index>(u), 0) = static_cast<double>(used[u]);
-    src.edges.rightCols(w.S.cols()) = Xu.transpose() * w.S;
+    const Eigen::MatrixXd atEdges = Xu.transpose() * w.S;
+    src.edges.rightCols(S) = atEdges.leftCols(S);
+    if (w.S.cols() > S) src.imputed = atEdges.rightCols(1);
     const auto C = static_cast<Eigen::Index>(w.D.size());
     src.weights.resize(E, 3 + C);
     Eigen::Index e = 0;

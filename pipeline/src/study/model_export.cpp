@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <map>
 #include <optional>
 
 #include <fmt/format.h>
@@ -88,18 +89,32 @@ exporting::ModelTabularSource TabularSource(const StudyContext& ctx, const confi
   src.name = sourceName;
   src.idColumn = spec.idColumn;
   src.standardise = spec.standardise;
-  const TabularFeatureTable table = TabularFeatures(study, ctx.cohort);
+  // missing_source "impute": the feature table's rows of the subjects having the source.
+  const auto imputed = ctx.cohort.imputedSources.find(sourceName);
+  const auto source = std::find_if(ctx.study.kernels.sources.begin(), ctx.study.kernels.sources.end(), [&](const auto& s) { return s.name == sourceName; });
+  const Cohort having = imputed != ctx.cohort.imputedSources.end() && source != ctx.study.kernels.sources.end() ? SourceCohort(study, *source, ctx.cohort) : Cohort{};
+  const Cohort& over = having.ids.empty() ? ctx.cohort : having;
+  const TabularFeatureTable table = TabularFeatures(study, over);
   src.columns = table.columns;
   const auto p = static_cast<Eigen::Index>(table.columns.size());
   const auto* store = ctx.foldFormedKernels.get();
   const auto& formed = store ? store->TabularSources() : std::vector<gram::FoldTabularSource>{};
   const auto found = std::find_if(formed.begin(), formed.end(), [&](const gram::FoldTabularSource& s) { return s.name == sourceName; });
   if (found == formed.end()) {  // the columns as they are: the folds read the stage's kernels
-    Eigen::VectorXi training(static_cast<Eigen::Index>(rows.size()));
-    for (std::size_t i = 0; i < rows.size(); ++i) training[static_cast<Eigen::Index>(i)] = ctx.kernelRows[static_cast<std::size_t>(rows[i])];
     src.mean = Eigen::VectorXd::Zero(p);
     src.sd = Eigen::VectorXd::Ones(p);
-    src.rows = table.X(training, Eigen::all);
+    // A training subject lacking the source (missing_source "impute") keeps a zero row: its kernel values are the means
+    // over the training rows having it (trainingHas), as in the folds.
+    std::map<std::string, Eigen::Index> rowOf;
+    for (std::size_t r = 0; r < over.ids.size(); ++r) rowOf.emplace(over.ids[r], static_cast<Eigen::Index>(r));
+    src.rows = Eigen::MatrixXd::Zero(static_cast<Eigen::Index>(rows.size()), p);
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      const auto at = rowOf.find(ctx.cohort.ids[static_cast<std::size_t>(ctx.kernelRows[static_cast<std::size_t>(rows[i])])]);
+      src.trainingHas.push_back(at != rowOf.end() ? 1 : 0);
+      if (at != rowOf.end()) src.rows.row(static_cast<Eigen::Index>(i)) = table.X.row(at->second);
+    }
+    // Kept for every model of a source some subject lacks: predict imputes a new subject lacking it from the training rows.
+    if (imputed == ctx.cohort.imputedSources.end()) src.trainingHas.clear();
   } else {
     const auto t = static_cast<std::size_t>(found - formed.begin());
     const std::string where = "the model's training subjects";
@@ -301,7 +316,7 @@ void DescribeSources(const StudyContext& ctx, const std::vector<int>& rows, expo
         imageSource(s.name, s.imageColumn, is.regions, is.nanPolicy, SourceStudy(study, s).kernels.intensity.scaling);
       }
       if (s.kind == KernelSource::Tabular) m.tabularSources.push_back(TabularSource(ctx, SourceStudy(study, s), s.name, rows));
-      if (s.kind == KernelSource::Connectivity) m.connectivitySources.push_back({s.name, s.connectivity.column, {}, {}, {}});
+      if (s.kind == KernelSource::Connectivity) m.connectivitySources.push_back({s.name, s.connectivity.column, {}, {}, {}, {}});
       if (s.kind == KernelSource::Precomputed) m.precomputedSources.push_back(s.name);
     }
   } else if (study.kernels.source == KernelSource::Images) {
@@ -309,7 +324,7 @@ void DescribeSources(const StudyContext& ctx, const std::vector<int>& rows, expo
   } else if (study.kernels.source == KernelSource::Tabular) {
     m.tabularSources.push_back(TabularSource(ctx, study, "", rows));
   } else if (study.kernels.source == KernelSource::Connectivity) {
-    m.connectivitySources.push_back({"", study.kernels.connectivity.column, {}, {}, {}});
+    m.connectivitySources.push_back({"", study.kernels.connectivity.column, {}, {}, {}, {}});
   } else {
     m.precomputedSources.push_back(config::ToString(study.kernels.source));
   }
@@ -368,8 +383,12 @@ exporting::ExportedModel DescribeModel(const StudyContext& ctx, const exporting:
 
 std::string SubjectImageHash(const std::vector<const std::vector<std::string>*>& imageLists, std::size_t row) {
   Hasher h;
-  for (const auto* list : imageLists)
-    for (const auto& f : io::ImageFilePaths((*list)[row])) h.Update(HashFile(f));
+  for (const auto* list : imageLists) {
+    const std::string& path = (*list)[row];
+    if (path.empty()) h.Update(std::string_view("no image"));  // a source the subject lacks (missing_source "impute")
+    else
+      for (const auto& f : io::ImageFilePaths(path)) h.Update(HashFile(f));
+  }
   return h.Hex();
 }
 

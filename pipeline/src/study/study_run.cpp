@@ -67,8 +67,7 @@ RunOutcome RunStudy(config::StudyConfig study, const RunOptions& options) {
   exporting::AblationRecord ablation;
   if (!study.ablation.learner.empty()) ablation = timed("ablation", [&] { return RunAblation(ctx, cv.learners, weights.tables); });
   std::vector<cv::OuterFoldResult> finals;
-  // A model imputing a lacking source would need each imputed subject's place in its maps and arrays (docs/inputs.md).
-  const bool exportModel = study.output.model && ctx.cohort.imputedSources.empty();
+  const bool exportModel = study.output.model;
   if (exportModel) finals = timed("final_model", [&] { return FitFinalModels(ctx); });
   const int blocksReused = permutations.blocksReused;
   exporting::RunRecord record = DescribeRun(ctx, std::move(cv), std::move(permutations), weights, timed.seconds);

@@ -37,6 +37,9 @@ struct NewSubjects {
   /// Images already in memory (the Python package's nibabel images), per source: used instead of reading
   /// `images` for that source (whose entries then only name the images in messages).
   std::map<std::string, std::vector<io::Volume>> volumes;
+  /// Per source the model imputes (missing_source "impute"), the subjects without its data (empty image path or
+  /// matrix cell): scored with the training mean of the subjects having it, as the folds imputed such subjects.
+  std::map<std::string, std::vector<std::string>> lacking;
   /// Kernel rows of precomputed (and connectivity) kernels, by kernel name (the Python package): each
   /// kernel's training block (training subjects in the model's order), the new subjects' rows against the
   /// training subjects and their self-similarities. `predict` from a table has none and refuses such models.

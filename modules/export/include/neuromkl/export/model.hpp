@@ -65,6 +65,9 @@ struct ModelImageSource {
   /// primal weight per class. One row per (kernel, voxel) pair.
   Eigen::MatrixXd weights;
   std::vector<std::int64_t> scaleVoxels;  ///< intensity scaling: voxels whose finite mean divides the image
+  /// missing_source "impute": per row of `voxels`, the voxels of a subject lacking the source, the mean of the training
+  /// subjects having it (intensity scaled as theirs), as the folds imputed them; empty: the source was never imputed.
+  Eigen::VectorXd imputed;
   /// Harmonised sources: the images are harmonised (after intensity scaling) before the covariates and the mean.
   std::optional<ModelHarmonisation> harmonisation;
 };
@@ -80,6 +83,9 @@ struct ModelConnectivitySource {
   Eigen::MatrixXd edges;
   /// E x (3 + C): model kernel, row in `edges`, 1 (the connections are unweighted), primal weight per class.
   Eigen::MatrixXd weights;
+  /// missing_source "impute": per row of `edges`, the connections of a subject lacking a matrix, the mean of the training
+  /// subjects having one; empty: the source was never imputed.
+  Eigen::VectorXd imputed;
 };
 
 /// A tabular source: the training rows its kernels are computed against.
@@ -100,6 +106,9 @@ struct ModelTabularSource {
   /// standardising; empty: a missing value is an error.
   Eigen::VectorXd fill;
   Eigen::MatrixXd rows;                 ///< training rows (l x columns), imputed, harmonised and standardised as in training
+  /// missing_source "impute": per training row, whether that subject has the source's row (a lacking row of `rows` is 0:
+  /// its kernel values are the means over the rows having it, as in the folds); empty = every training subject has it.
+  std::vector<char> trainingHas;
   std::vector<ModelTabularKernel> kernels;
   /// Harmonised sources: the model's ComBat fit over the columns ("voxels" = columns), applied after the fill and before
   /// standardising.

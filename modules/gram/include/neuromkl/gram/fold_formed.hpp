@@ -102,6 +102,11 @@ struct Harmonisation {
   }
 };
 
+/// Kernel K over rows whose first `trainCount` are a training set, with the rows lacking the source (`present`, per row)
+/// imputed in place from the training rows having it: phi_a = mean_t phi_t, so K(a, j) = mean_t K(t, j) and K(a, b) =
+/// mean_{t,u} K(t, u) (KernelOrigin::present). False, K unchanged, when no training row has the source.
+bool ImputeLackingRows(Eigen::MatrixXd& K, const std::vector<char>& present, std::size_t trainCount);
+
 /// Weights D (rows x kernels) of linear combinations sum_i D(i, k) phi_i of a source's features (maps: SubjectWeights), where
 /// each row lacking the source among `train` stands for the mean of the rows of `train` having it (KernelOrigin::present),
 /// rewritten as the same combinations of the rows having it: each lacking row's weight shared equally among them, its own
