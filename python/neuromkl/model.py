@@ -46,7 +46,8 @@ class ExportedModel:
     Attributes: ``learner`` (label), ``learner_name``, ``task`` ("classification", "regression", "multiclass"),
     ``classes_`` (binary: [negative, positive]; multiclass: the class names), ``kernel_names``,
     ``kernel_weights_`` (n_kernels x C), ``intercept_``, ``calibration`` ((A, B) or None), ``bias_correction``
-    ((slope, intercept) or None), ``image_sources`` (name, image column, grid), ``covariate_columns``,
+    ((slope, intercept) or None), ``target_confounds`` (a target adjusted for confounds: {"numeric", "categorical",
+    "coefficients"}, intercept first; the model predicts the target minus their fitted effect; else None), ``image_sources`` (name, image column, grid), ``covariate_columns``,
     ``harmonisation_columns`` (a harmonised model's site column and preserved covariates), ``connectivity_columns`` (the
     columns of the connectivity matrix files), ``feature_columns``, ``training_ids``, ``expected_performance`` (the nested-CV metrics), ``card`` (the
     underlying C++ model card), ``folder``.
@@ -67,6 +68,7 @@ class ExportedModel:
         self.intercept_ = np.asarray(card.bias)
         self.calibration = card.calibration
         self.bias_correction = card.bias_correction
+        self.target_confounds = card.target_confounds
         self.image_sources = card.image_sources
         self.covariate_columns = list(card.covariate_columns) + list(card.categorical_covariates)
         self.feature_columns = list(card.feature_columns)

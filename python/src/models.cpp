@@ -183,7 +183,15 @@ void BindModels(py::module_& m) {
       .def_readonly("precomputed_sources", &ExportedModel::precomputedSources)
       .def_property_readonly("image_sources", &ImageSources)
       .def_property_readonly("calibration", [](const ExportedModel& e) { return Optional(e.calibration); })
-      .def_property_readonly("bias_correction", [](const ExportedModel& e) { return Optional(e.biasCorrection); });
+      .def_property_readonly("bias_correction", [](const ExportedModel& e) { return Optional(e.biasCorrection); })
+      .def_property_readonly("target_confounds", [](const ExportedModel& e) -> py::object {
+        if (!e.targetConfounds) return py::none();
+        const auto& t = *e.targetConfounds;
+        py::list categorical;
+        for (const auto& [column, levels] : t.categorical) categorical.append(py::make_tuple(column, levels));
+        return py::dict(py::arg("numeric") = t.numeric, py::arg("categorical") = categorical,
+                        py::arg("coefficients") = std::vector<double>(t.coefficients.data(), t.coefficients.data() + t.coefficients.size()));
+      });
 
   m.def("read_model", &exporting::ReadModel, py::arg("dir"), "Reads one model folder (exporting::ReadModel: checksums and shapes checked).");
   m.def("model_folders", &exporting::ModelFolders, py::arg("dir"), "The model folders of model/ (its index) or the folder itself.");

@@ -296,3 +296,31 @@ def test_bad_model_folders_are_the_cli_errors(tmp_path, wager):
     with pytest.raises(neuromkl.InputError) as e:
         neuromkl.load_model(damaged)
     assert e.value.code == "model:Corrupt"
+
+
+def test_a_model_of_a_confound_adjusted_target_keeps_the_least_squares_coefficients(tmp_path, cli):
+    """A score adjusted for age (/target/confounds): the final model predicts the score minus its age effect, and keeps
+    the coefficients of the score on (1, age) over its training subjects, which numpy's least squares gives again."""
+    subprocess.run([cli, "simulate", "--task", "regression", "--out", str(tmp_path / "sim"), "--subjects", "40", "--seed", "5", "--downsample", "4",
+                    "--age-regions", "Frontal_Sup_L", "--age-target-correlation", "0.6", "-q"], check=True)
+    sim = tmp_path / "sim"
+    study = json.loads((sim / "study.json").read_text())
+    study.pop("$schema", None)
+    study["target"]["confounds"] = ["age"]
+    study["learners"] = [{"name": "krr", "params": {"lambda": 1}}]
+    study["permutations"] = {"count": 0}
+    (sim / "study.json").write_text(json.dumps(study))
+    subprocess.run([cli, "run", str(sim / "study.json"), "-q", "--out", str(tmp_path / "run")], check=True)
+    model = neuromkl.load_model(tmp_path / "run" / "model")
+    assert model.target_confounds["numeric"] == ["age"]
+    assert model.target_confounds["categorical"] == []
+    rows = read_tsv(sim / study["subjects"]["table"])
+    design = np.column_stack([np.ones(len(rows)), [float(r["age"]) for r in rows]])
+    expected, *_ = np.linalg.lstsq(design, np.array([float(r["score"]) for r in rows]), rcond=None)
+    # Both solve a well-conditioned 2-column problem (age ~ 70 beside the intercept): agreement to rounding.
+    np.testing.assert_allclose(model.target_confounds["coefficients"], expected, rtol=1e-9, atol=1e-12)
+    # A study without confounds has none.
+    study["target"].pop("confounds")
+    (sim / "plain.json").write_text(json.dumps(study))
+    subprocess.run([cli, "run", str(sim / "plain.json"), "-q", "--out", str(tmp_path / "plain")], check=True)
+    assert neuromkl.load_model(tmp_path / "plain" / "model").target_confounds is None

@@ -89,9 +89,9 @@ RowWeights ModelRowWeights(const StudyContext& ctx, const ModelEntry& e) {
 RowWeights SourceRowWeights(const RowWeights& w, const std::vector<int>& train, const std::vector<char>& present, std::size_t first, std::size_t count) {
   if (std::all_of(present.begin(), present.end(), [](char has) { return has != 0; })) return w;
   RowWeights out;
-  out.S.resize(w.S.rows(), w.S.cols() + 1);
-  out.S.leftCols(w.S.cols()) = w.S;
+  out.S = w.S;
   gram::MoveImputedWeights(out.S, present, train);
+  out.S.conservativeResize(Eigen::NoChange, w.S.cols() + 1);
   out.S.rightCols(1).setZero();
   double having = 0;
   for (const int r : train) having += present[static_cast<std::size_t>(r)] ? 1 : 0;
