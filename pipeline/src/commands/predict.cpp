@@ -536,8 +536,8 @@ std::string ModelMetrics(const exporting::ExportedModel& m, const Eigen::MatrixX
     if (y[i] && !trained[i]) have.push_back(static_cast<Eigen::Index>(i));
   if (have.empty())
     return fmt::format("{:<12} no metrics: {}", m.learner,
-                       targets.adjusted ? "no subject with a target outside the model's training subjects has every confound column of its "
-                                          "adjusted target"
+                       targets.adjusted ? "no subject outside the model's training subjects has a target adjusted for its confounds (a target "
+                                          "and every confound column)"
                                         : "every subject with a target was among the model's training subjects");
   const auto h = static_cast<Eigen::Index>(have.size());
   Eigen::VectorXd yy(h), f(h);
