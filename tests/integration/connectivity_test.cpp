@@ -385,6 +385,41 @@ TEST_F(ConnectivityCli, SubjectsLackingASourceAreListedOrDroppedAsIfAbsent) {
   EXPECT_TRUE(edges[1][1] == "node03" || edges[1][2] == "node03") << edges[1][1] << "-" << edges[1][2];
 }
 
+// predict's connectivity errors, before any output: a subject without a matrix under a model that does not impute the
+// source (every one named), and a matrix of another size than the training subjects' (the subject, the file, both sizes).
+TEST_F(ConnectivityCli, PredictRefusesMissingOrMisshapenMatricesOfAModelThatDoesNotImpute) {
+  auto r = RunCli("run " + Study("predict_errors", "cohort/participants.tsv") + " -q");
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  const std::string model = *dir_ / "results/predict_errors/model";
+  r = RunCli("predict " + model + " " + (*dir_ / TableWithout("no_matrix.tsv", {3, 8})) + " --out " + (*dir_ / "pred_no_matrix"));
+  EXPECT_EQ(r.exitCode, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("[predict:MissingConnectivity]"));
+  EXPECT_THAT(r.output, HasSubstr("2 subjects have no connectivity matrix in column \"connectome\": sub-0003, sub-0008"));
+  EXPECT_FALSE(std::filesystem::exists(*dir_ / "pred_no_matrix"));
+  // sub-0002's matrix replaced by a 5 x 5 one.
+  std::string small;
+  for (int a = 0; a < 5; ++a) {
+    for (int b = 0; b < 5; ++b) small += std::string(b ? "\t" : "") + (a == b ? "1" : "0.5");
+    small += "\n";
+  }
+  WriteFile(*dir_ / "cohort/small.tsv", small);
+  auto rows = ReadTsv(*dir_ / "cohort/participants.tsv");
+  const auto column = static_cast<std::size_t>(std::find(rows[0].begin(), rows[0].end(), "connectome") - rows[0].begin());
+  rows[2][column] = "small.tsv";
+  std::string text;
+  for (const auto& row : rows) {
+    for (std::size_t c = 0; c < row.size(); ++c) text += (c ? "\t" : "") + row[c];
+    text += "\n";
+  }
+  WriteFile(*dir_ / "cohort/small_matrix.tsv", text);
+  r = RunCli("predict " + model + " " + (*dir_ / "cohort/small_matrix.tsv") + " --out " + (*dir_ / "pred_small"));
+  EXPECT_EQ(r.exitCode, 2) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("[predict:ConnectivitySize]"));
+  EXPECT_THAT(r.output, HasSubstr("subject sub-0002"));
+  EXPECT_THAT(r.output, HasSubstr("has 5 nodes, but the model's connectivity source \"fc\" has 12"));
+  EXPECT_FALSE(std::filesystem::exists(*dir_ / "pred_small"));
+}
+
 // The exported models of a study imputing a connectivity source (sub-0003 and sub-0008 have no matrix) and a tabular one
 // (sub-0005 and sub-0012 have no row in its table) do what its folds did: each outer fold's model, applied by predict to
 // the whole table (those subjects' cells empty), gives the study's out-of-fold decisions of its held-out subjects. The
