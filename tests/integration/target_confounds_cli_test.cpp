@@ -112,6 +112,37 @@ TEST_F(TargetConfoundsCli, PredictionsCarryTheAdjustedTargetOfTheirFold) {
   EXPECT_LT(std::abs(mean), 0.3);  // residuals of training fits: near zero on average for the held-out subjects too
 }
 
+// With the brain-age bias correction too: the correction is fitted on the inner-CV predictions of the adjusted targets,
+// and both gaps are taken from the adjusted target. The score is shifted by +10 here: fitted against the raw score, the
+// correction's offset is near (1 - slope) x 10 (observed 7.0-7.4 per fold); against the adjusted one, whose mean is 0,
+// it is near 0 (observed |offset| <= 0.004).
+TEST_F(TargetConfoundsCli, BiasCorrectionWorksOnTheAdjustedTarget) {
+  const Rows table = ReadTsv(*dir_ / "signal/participants.tsv");
+  std::string shifted;
+  for (std::size_t r = 0; r < table.size(); ++r) {
+    for (std::size_t c = 0; c < table[r].size(); ++c)
+      shifted += (c ? "\t" : "") + (r > 0 && table[0][c] == "score" ? neuromkl::FormatDouble(std::stod(table[r][c]) + 10) : table[r][c]);
+    shifted += "\n";
+  }
+  WriteFile(*dir_ / "signal/participants_shifted.tsv", shifted);
+  const std::string path = *dir_ / "corrected.json";
+  WriteFile(path, R"({"name": "corrected", "subjects": {"table": "signal/participants_shifted.tsv"},
+    "target": {"column": "score", "task": "regression", "confounds": ["age"], "bias_correction": "linear"}, "atlas": "aal",
+    "learners": [{"name": "krr", "params": {"lambda": 1.0}}], "output": {"weight_maps": false}, "seed": 5})");
+  const auto r = RunCli("run " + path + " -q");
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  const Rows predictions = ReadTsv(*dir_ / "results/corrected/predictions.tsv");
+  const std::size_t decision = Column(predictions, "decision"), adjusted = Column(predictions, "target_adjusted"), gap = Column(predictions, "gap"),
+                    corrected = Column(predictions, "prediction_corrected"), gapCorrected = Column(predictions, "gap_corrected");
+  ASSERT_EQ(predictions.size(), 81u);
+  for (std::size_t k = 1; k < predictions.size(); ++k) {
+    const auto& row = predictions[k];
+    EXPECT_NEAR(std::stod(row[gap]), std::stod(row[decision]) - std::stod(row[adjusted]), 1e-9);
+    EXPECT_NEAR(std::stod(row[gapCorrected]), std::stod(row[corrected]) - std::stod(row[adjusted]), 1e-9);
+  }
+  for (const auto& fold : Results("corrected")["learners"][0]["folds"]) EXPECT_LT(std::abs(fold["bias_correction"]["offset"].get<double>()), 0.05);
+}
+
 // The exported model predicts the adjusted score of new subjects; predict adjusts their known scores with the final
 // model's coefficients (target_adjusted, gap, metrics), and without the age column it still predicts, with no metrics.
 TEST_F(TargetConfoundsCli, PredictScoresNewSubjectsAgainstTheirAdjustedTargets) {
