@@ -88,6 +88,22 @@ std::vector<std::string> GridEdgeWarnings(const cv::LearnerOutcome& o, const std
 }
 
 
+/// Below this slope of the inner-CV predictions on the target, a bias correction divides the predictions' noise by a
+/// small number: its corrected predictions are unreliable, and the reader is told.
+constexpr double kSmallCorrectionSlope = 0.1;
+
+/// A warning when the brain-age bias correction of some outer folds has a slope below kSmallCorrectionSlope.
+std::optional<std::string> SmallCorrectionSlopeWarning(const cv::LearnerOutcome& o) {
+  std::vector<std::string> folds;
+  for (const auto& f : o.folds)
+    if (f.bias.Valid() && f.bias.slope < kSmallCorrectionSlope) folds.push_back(fmt::format("{} ({})", f.index, FormatDouble(f.bias.slope)));
+  if (folds.empty()) return std::nullopt;
+  return fmt::format("learner {}: the bias correction's slope (of the inner-CV predictions on the target) is below {} in outer fold(s) {}: the "
+                     "predictions barely follow the target, and dividing by that slope amplifies their noise, so prediction_corrected "
+                     "and the corrected_ metrics are unreliable here",
+                     o.label, FormatDouble(kSmallCorrectionSlope), Join(folds, ", "));
+}
+
 }  // namespace
 
 /// Multiclass metric keys with class names instead of label indices: recall_<class>, precision_<class>,
@@ -137,6 +153,7 @@ CrossValidationResult RunCrossValidation(const StudyContext& ctx) {
     if (auto w = FitStatusWarning(outcomes[l])) result.warnings.push_back(*w);
     if (auto w = InnerFitStatusWarning(outcomes[l])) result.warnings.push_back(*w);
     for (auto& w : GridEdgeWarnings(outcomes[l], lr.searched)) result.warnings.push_back(std::move(w));
+    if (auto w = SmallCorrectionSlopeWarning(outcomes[l])) result.warnings.push_back(*w);
     lr.outcome = std::move(outcomes[l]);
     result.learners.push_back(std::move(lr));
   }
