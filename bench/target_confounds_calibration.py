@@ -11,24 +11,13 @@ Usage: bench/target_confounds_calibration.py [--cli build/pipeline/neuromkl] [--
 """
 import argparse
 import json
-import math
 import os
 import subprocess
 import sys
 import tempfile
 import time
 
-
-def binomial_tail(k, n, p):
-    """P(X >= k) for X ~ Binomial(n, p)."""
-    return sum(math.comb(n, i) * p ** i * (1 - p) ** (n - i) for i in range(k, n + 1))
-
-
-def wilson(k, n, z=1.96):
-    p = k / n
-    centre = (p + z * z / (2 * n)) / (1 + z * z / n)
-    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
-    return centre - half, centre + half
+from region_significance_calibration import binomial_tail, wilson  # the same binomial figures, from bench/
 
 
 def p_value(cli, cohort, name, confounds, permutations, seed):

@@ -332,37 +332,18 @@ TEST_F(SourcesCli, ExportedModelsOfAnImputingStudyReproduceItsDecisions) {
   ASSERT_EQ(card["sources"].size(), 2u);
   EXPECT_FALSE(card["sources"][0].contains("imputed"));  // mri: every subject has it
   EXPECT_TRUE(card["sources"][1].contains("imputed"));   // pet: 30 subjects lack it
-  const auto col = [](const std::vector<std::vector<std::string>>& rows, const std::string& name) {
-    return static_cast<std::size_t>(std::find(rows[0].begin(), rows[0].end(), name) - rows[0].begin());
-  };
-  const auto study = ReadTsv(results + "/predictions.tsv");
-  std::map<std::string, std::map<std::string, double>> expected;  // fold -> subject -> decision
-  for (std::size_t k = 1; k < study.size(); ++k) expected[study[k][col(study, "fold")]][study[k][0]] = std::stod(study[k][col(study, "decision")]);
-  ASSERT_EQ(expected.size(), 5u);
-  int lackingChecked = 0;
   const std::set<std::string> lacking = [&] {
     std::set<std::string> ids;
     for (const auto& row : ReadTsv(Cohort() + "/participants_lacking.tsv"))
       if (row.size() > 2 && std::find(row.begin(), row.end(), "n/a") != row.end()) ids.insert(row[0]);
     return ids;
   }();
-  for (const auto& [fold, bySubject] : expected) {
-    const std::string out = *dir_ / ("imputed_pred_" + fold);
-    r = RunCli("predict " + results + "/model/EnmklSvm/folds/" + fold + " " + Cohort() + "/participants_lacking.tsv --out " + out + " -q");
-    ASSERT_EQ(r.exitCode, 0) << r.output;
-    double scale = 0;
-    for (const auto& [id, d] : bySubject) scale = std::max(scale, std::abs(d));
-    const auto pred = ReadTsv(out + "/predictions.tsv");
-    ASSERT_EQ(pred.size(), 151u);
-    for (std::size_t p = 1; p < pred.size(); ++p) {
-      const auto want = bySubject.find(pred[p][0]);
-      if (want == bySubject.end()) continue;  // a training subject of this fold's model
-      EXPECT_NEAR(std::stod(pred[p][col(pred, "decision")]), want->second, 1e-6 * scale) << "fold " << fold << " subject " << pred[p][0];
-      lackingChecked += lacking.count(pred[p][0]) ? 1 : 0;
-    }
-    const auto summary = nlohmann::json::parse(ReadFile(out + "/summary.json"));
-    EXPECT_THAT(summary["warnings"].dump(), HasSubstr("source pet: 30 subject(s) without its data"));
-  }
+  const auto check = neuromkl::testing::ExpectFoldModelsGiveTheStudyDecisions(results, "EnmklSvm", Cohort() + "/participants_lacking.tsv",
+                                                                              *dir_ / "imputed_pred_", 150);
+  EXPECT_EQ(check.outputs.size(), 5u);
+  for (const auto& [fold, out] : check.outputs)
+    EXPECT_THAT(nlohmann::json::parse(ReadFile(out + "/summary.json"))["warnings"].dump(), HasSubstr("source pet: 30 subject(s) without its data"));
+  const auto lackingChecked = std::count_if(check.checked.begin(), check.checked.end(), [&](const std::string& id) { return lacking.count(id) > 0; });
   EXPECT_EQ(lackingChecked, 30);  // every subject without PET was checked once, as a held-out subject
 }
 

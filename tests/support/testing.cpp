@@ -3,7 +3,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -65,6 +67,32 @@ std::vector<std::map<std::string, std::string>> ReadTsvByColumn(const std::strin
   for (std::size_t r = 1; r < rows.size(); ++r) {
     auto& row = out.emplace_back();
     for (std::size_t c = 0; c < rows[0].size() && c < rows[r].size(); ++c) row[rows[0][c]] = rows[r][c];
+  }
+  return out;
+}
+
+FoldModelCheck ExpectFoldModelsGiveTheStudyDecisions(const std::string& results, const std::string& folder, const std::string& table,
+                                                     const std::string& outPrefix, std::size_t subjects, double tolerance) {
+  std::map<std::string, std::map<std::string, double>> expected;  // fold -> subject -> decision
+  for (const auto& row : ReadTsvByColumn(results + "/predictions.tsv")) expected[row.at("fold")][row.at("subject")] = std::stod(row.at("decision"));
+  EXPECT_FALSE(expected.empty()) << results;
+  FoldModelCheck out;
+  for (const auto& [fold, bySubject] : expected) {
+    const std::string dir = outPrefix + fold;
+    const auto r = RunCli("predict " + results + "/model/" + folder + "/folds/" + fold + " " + table + " --out " + dir + " -q");
+    EXPECT_EQ(r.exitCode, 0) << r.output;
+    if (r.exitCode != 0) continue;
+    out.outputs[fold] = dir;
+    double scale = 0;
+    for (const auto& [id, d] : bySubject) scale = std::max(scale, std::abs(d));
+    const auto predicted = ReadTsvByColumn(dir + "/predictions.tsv");
+    EXPECT_EQ(predicted.size(), subjects) << dir;
+    for (const auto& row : predicted) {
+      const auto want = bySubject.find(row.at("subject"));
+      if (want == bySubject.end()) continue;  // a training subject of this fold's model
+      EXPECT_NEAR(std::stod(row.at("decision")), want->second, tolerance * scale) << "fold " << fold << " subject " << row.at("subject");
+      out.checked.push_back(row.at("subject"));
+    }
   }
   return out;
 }

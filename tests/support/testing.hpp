@@ -65,6 +65,17 @@ void WriteFile(const std::string& path, const std::string& text);
 std::vector<std::vector<std::string>> ReadTsv(const std::string& path);
 /// The same as one map per data row, column name -> cell, in file order.
 std::vector<std::map<std::string, std::string>> ReadTsvByColumn(const std::string& path);
+/// Each outer fold's exported model of a study (`results`/model/`folder`/folds/<k>), applied by `neuromkl predict` to
+/// `table` (into `outPrefix`<k>): the decision values of that fold's held-out subjects in the study's predictions.tsv,
+/// within `tolerance` x the fold's largest magnitude. The table must list `subjects` subjects. Returns the output folders
+/// (by fold) and the held-out subjects checked.
+struct FoldModelCheck {
+  std::map<std::string, std::string> outputs;
+  std::vector<std::string> checked;
+};
+FoldModelCheck ExpectFoldModelsGiveTheStudyDecisions(const std::string& results, const std::string& folder, const std::string& table,
+                                                     const std::string& outPrefix, std::size_t subjects, double tolerance = 1e-6);
+
 /// The flags for Debian's chromium, headless, as root, with no network chatter and its own profile.
 std::string HeadlessChromium(const std::string& userDataDir);
 std::string ReadFile(const std::string& path);

@@ -93,19 +93,27 @@ Eigen::VectorXd CentredVoxels(const exporting::ModelImageSource& src, const io::
   return xc;
 }
 
+/// Subject i's values `valueOf(u)` over a source's rows (`layout`: index, training mean, covariate coefficients: a
+/// source's voxels or edges) as the training values were prepared: the covariates' part removed (row i of `design`),
+/// centred on the training mean.
+template <typename ValueOf>
+Eigen::VectorXd PreparedValues(const Eigen::MatrixXd& layout, const Eigen::MatrixXd& design, Eigen::Index i, const ValueOf& valueOf) {
+  const Eigen::Index U = layout.rows(), p = layout.cols() - 2;
+  Eigen::VectorXd xc(U);
+  for (Eigen::Index u = 0; u < U; ++u) {
+    double x = valueOf(u);
+    for (Eigen::Index j = 0; j < p; ++j) x -= design(i, j) * layout(u, 2 + j);
+    xc[u] = x - layout(u, 1);
+  }
+  return xc;
+}
+
 /// Subject i's voxels of the source when it has none (the model imputes it: NewSubjects::lacking): the mean of the
-/// training subjects having the source, prepared as CentredVoxels prepares an image (already scaled).
+/// training subjects having the source, prepared as an image is (already scaled).
 Eigen::VectorXd ImputedVoxels(const exporting::ModelImageSource& src, const std::string& id, const Eigen::MatrixXd& design, Eigen::Index i) {
   if (src.imputed.size() == 0)
     throw InputError("predict:MissingImage", id, fmt::format("subject {} has no image of source {}, which this model does not impute", id, src.name));
-  const Eigen::Index U = src.voxels.rows(), p = src.voxels.cols() - 2;
-  Eigen::VectorXd xc(U);
-  for (Eigen::Index u = 0; u < U; ++u) {
-    double x = src.imputed[u];
-    for (Eigen::Index j = 0; j < p; ++j) x -= design(i, j) * src.voxels(u, 2 + j);
-    xc[u] = x - src.voxels(u, 1);
-  }
-  return xc;
+  return PreparedValues(src.voxels, design, i, [&](Eigen::Index u) { return src.imputed[u]; });
 }
 
 /// The source's kernels' part of row i of the scores: per kernel, the voxels' products with the primal weights,
@@ -228,29 +236,17 @@ Eigen::VectorXd ImputedConnections(const exporting::ModelConnectivitySource& src
   if (src.imputed.size() == 0)
     throw InputError("predict:MissingConnectivity", id,
                      fmt::format("subject {} has no connectivity matrix in column \"{}\", which this model does not impute", id, src.column));
-  const Eigen::Index U = src.edges.rows(), p = src.edges.cols() - 2;
-  Eigen::VectorXd xc(U);
-  for (Eigen::Index u = 0; u < U; ++u) {
-    double x = src.imputed[u];
-    for (Eigen::Index j = 0; j < p; ++j) x -= design(i, j) * src.edges(u, 2 + j);
-    xc[u] = x - src.edges(u, 1);
-  }
-  return xc;
+  return PreparedValues(src.edges, design, i, [&](Eigen::Index u) { return src.imputed[u]; });
 }
 
 /// Subject i's connections of a connectivity source as the training connections were prepared: the covariates' part
 /// removed (row i of `design`), centred on the training mean. `ends`: ConnectionEnds(src).
 Eigen::VectorXd CentredConnections(const exporting::ModelConnectivitySource& src, const Eigen::MatrixXd& M, const std::vector<std::pair<int, int>>& ends,
                                    const Eigen::MatrixXd& design, Eigen::Index i) {
-  const Eigen::Index U = src.edges.rows(), p = src.edges.cols() - 2;
-  Eigen::VectorXd xc(U);
-  for (Eigen::Index u = 0; u < U; ++u) {
+  return PreparedValues(src.edges, design, i, [&](Eigen::Index u) {
     const auto [a, b] = ends[static_cast<std::size_t>(u)];
-    double x = M(a, b);
-    for (Eigen::Index j = 0; j < p; ++j) x -= design(i, j) * src.edges(u, 2 + j);
-    xc[u] = x - src.edges(u, 1);
-  }
-  return xc;
+    return M(a, b);
+  });
 }
 
 }  // namespace
