@@ -1,0 +1,83 @@
+#pragma once
+// The feature form of one image source's linear kernels (ALGORITHMS.md section 17): the masked voxels, subject-major and
+// grouped by region, so that kernel r is K_r = X_r X_r' without ever being formed. A fold's preprocessing (centring with
+// the training mean, cosine normalisation) is kept as vectors, never as a copy of the voxels: subject i's prepared region
+// vector is z_ir = s_ir (x_ir - m_r), m the training mean per voxel and s_ir the inverse of the centred norm, which is
+// what CentreFold and NormaliseFold do to K_r. Every learner quantity is then a product with the rows of X.
+#include <cstddef>
+#include <vector>
+
+#include <Eigen/Core>
+
+namespace neuromkl::gram {
+
+using FeatureRows = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+/// One source's voxel values, one row per subject; region r holds the columns regionStart[r] .. regionStart[r + 1] - 1.
+struct FeatureMatrix {
+  FeatureRows values;
+  std::vector<Eigen::Index> regionStart;  ///< Regions() + 1 offsets, increasing, from 0 to Voxels()
+
+  Eigen::Index Subjects() const { return values.rows(); }
+  Eigen::Index Voxels() const { return values.cols(); }
+  std::size_t Regions() const { return regionStart.empty() ? 0 : regionStart.size() - 1; }
+  Eigen::Index RegionSize(std::size_t r) const { return regionStart[r + 1] - regionStart[r]; }
+  /// InputError when the offsets do not partition the columns or a value is not finite.
+  void Check() const;
+  /// K_r = X_r X_r' in float64 (the kernel the feature form stands for: tests and the kernel path's agreement).
+  Eigen::MatrixXd RegionKernel(std::size_t r) const;
+};
+
+/// A weight vector in the prepared space of a fold, region by region: u_r = v_r - t_r m_r. Kept in this form so that
+/// adding a prepared row (u_r += c z_ir) costs one pass over the raw row x_ir: v_r += c s_ir x_ir, t_r += c s_ir, and
+/// m_r'v_r follows as vm_r += c s_ir (x_ir'm_r).
+struct PreparedVector {
+  Eigen::VectorXd v;   ///< Voxels()
+  Eigen::VectorXd t;   ///< Regions()
+  Eigen::VectorXd vm;  ///< Regions(): m_r'v_r
+};
+
+/// One fold of a FeatureMatrix: training rows 0 .. l - 1, test rows l .. l + m - 1 (fold rows), prepared with the
+/// training statistics only. Holds a reference to the matrix, which must outlive it.
+class FoldFeatures {
+ public:
+  FoldFeatures(const FeatureMatrix& x, std::vector<int> train, std::vector<int> test, bool centre, bool normalise);
+
+  Eigen::Index TrainingRows() const { return static_cast<Eigen::Index>(train_.size()); }
+  Eigen::Index TestRows() const { return static_cast<Eigen::Index>(test_.size()); }
+  std::size_t Regions() const { return x_.Regions(); }
+  const FeatureMatrix& Matrix() const { return x_; }
+  /// ||z_ir||^2 of fold row i (1, or 0 for a zero-norm vector, when normalised): the diagonal of the prepared K_r.
+  double SquaredNorm(Eigen::Index row, std::size_t r) const;
+  /// The training mean per voxel (zeros without centring).
+  const Eigen::VectorXd& Mean() const { return mean_; }
+
+  PreparedVector Zero() const;
+  /// z_ir'u_r for fold row `row`, for every region with weight[r] != 0 (the others: 0), written to `dots`.
+  void RowDots(Eigen::Index row, const PreparedVector& u, const Eigen::VectorXd& weight, double* dots) const;
+  /// u_r += c z_ir for the regions with weight[r] != 0.
+  void AddRow(Eigen::Index row, double c, const Eigen::VectorXd& weight, PreparedVector& u) const;
+  /// u_r = sum_i a_i z_ir over the training rows, for every region (a: TrainingRows()). Parallel over voxel blocks, so
+  /// the sums are the same for any number of threads.
+  PreparedVector TrainingTransposeTimes(const Eigen::VectorXd& a) const;
+  /// f_i = sum_r weight_r z_ir'u_r for the training rows (test = false) or the test rows. Parallel over rows.
+  Eigen::VectorXd Times(const PreparedVector& u, const Eigen::VectorXd& weight, bool test) const;
+  /// ||u_r||^2 for every region.
+  Eigen::VectorXd RegionSquaredNorms(const PreparedVector& u) const;
+  /// u_r written out (Voxels()): the voxel weights of a fitted model up to its kernel weights.
+  Eigen::VectorXd Dense(const PreparedVector& u) const;
+
+ private:
+  int Subject(Eigen::Index row) const;
+  double Scale(Eigen::Index row, std::size_t r) const { return scale_(row, static_cast<Eigen::Index>(r)); }
+
+  const FeatureMatrix& x_;
+  std::vector<int> train_, test_;
+  Eigen::VectorXd mean_;       ///< per voxel
+  Eigen::VectorXd meanNorm2_;  ///< per region: ||m_r||^2
+  Eigen::MatrixXd rowMean_;    ///< fold rows x regions: x_ir'm_r
+  Eigen::MatrixXd scale_;      ///< fold rows x regions: s_ir
+  Eigen::MatrixXd norm2_;      ///< fold rows x regions: ||z_ir||^2
+};
+
+}  // namespace neuromkl::gram

@@ -1,0 +1,223 @@
+// svm, krr, enmkl_svm and enmkl_krr on a fold's features (feature_learners.hpp).
+#include "neuromkl/learners/feature_learners.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <limits>
+#include <memory>
+#include <string>
+
+#include "enmkl_map.hpp"
+#include "feature_solvers.hpp"
+#include "neuromkl/core/errors.hpp"
+
+namespace neuromkl::learners {
+
+namespace {
+
+constexpr double kKrrTolerance = 1e-10;     ///< conjugate gradients' relative residual (the kernel path solves KRR exactly)
+constexpr double kDropWeight = 1e-4;        ///< weight (relative to the largest) below which a region the water-filling excludes is dropped
+
+constexpr double kEnterWeight = 1e-3;       ///< weight (relative to the largest) a region enters with
+constexpr double kEnterMargin = 1e-9;       ///< relative margin of the entering condition (rounding)
+
+bool IsSvm(std::string_view learner) { return learner == "svm" || learner == "enmkl_svm"; }
+bool IsEnmkl(std::string_view learner) { return learner == "enmkl_svm" || learner == "enmkl_krr"; }
+
+/// The regions whose prepared kernel is not identically zero (the others never get weight, as on the kernel path).
+Eigen::VectorXd Usable(const gram::FoldFeatures& fold) {
+  Eigen::VectorXd usable = Eigen::VectorXd::Zero(static_cast<Eigen::Index>(fold.Regions()));
+  for (std::size_t r = 0; r < fold.Regions(); ++r)
+    for (Eigen::Index i = 0; i < fold.TrainingRows(); ++i)
+      if (fold.SquaredNorm(i, r) > 0) {
+        usable[static_cast<Eigen::Index>(r)] = 1;
+        break;
+      }
+  return usable;
+}
+
+void CheckTargets(std::string_view learner, const gram::FoldFeatures& fold, const Targets& targets) {
+  const auto fail = [&](const std::string& message) { throw InputError("features:Targets", std::string(learner), message); };
+  if (targets.task == Task::Multiclass) fail("expected binary or regression targets on features; found a multiclass target");
+  if (targets.y.size() != fold.TrainingRows())
+    fail("expected one target per training subject (" + std::to_string(fold.TrainingRows()) + "); found " + std::to_string(targets.y.size()));
+  if (!targets.y.allFinite()) fail("expected finite targets; found one that is not");
+  if (targets.sampleWeights.size() > 0 && targets.sampleWeights.size() != targets.y.size())
+    fail("expected one class weight per training subject; found " + std::to_string(targets.sampleWeights.size()));
+  if (IsSvm(learner)) {
+    if (targets.task != Task::Classification) fail("expected a classification target (a classifier); found a regression target");
+    if (!(targets.y.array() == 1.0 || targets.y.array() == -1.0).all()) fail("expected labels -1 / +1");
+    if ((targets.y.array() > 0).all() || (targets.y.array() < 0).all()) fail("expected two classes; the training subjects have a single class");
+  }
+}
+
+std::unique_ptr<FeatureSolver> MakeSolver(std::string_view learner, const ParamMap& p, const gram::FoldFeatures& fold, const Targets& targets) {
+  if (IsSvm(learner)) {
+    const double tolerance = learner == "svm" ? p.at("tolerance") : p.at("svm_tolerance");
+    const long epochs = learner == "svm" ? static_cast<long>(std::min(p.at("max_iterations"), 1e9)) : 1000000L;
+    return MakeFeatureSvc(fold, targets.y, p.at("c"), targets.sampleWeights, tolerance, epochs);
+  }
+  return MakeFeatureKrr(fold, targets.y, p.at("lambda"), targets.sampleWeights, kKrrTolerance);
+}
+
+/// ENMKL's kernel weights from its variational form (Mourao-Miranda et al.): with theta on the simplex,
+///   mu/2 (sum_r ||w_r||)^2 + (1 - mu)/2 sum_r ||w_r||^2 = min_theta 1/2 sum_r ||w_r||^2 / beta_r,
+///   beta_r = theta_r / (mu + (1 - mu) theta_r),
+/// so the objective V(theta) = min_w 1/2 sum_r ||w_r||^2 / beta_r + loss is convex in theta, and for a solution w the
+/// minimising theta is proportional to ||w_r||: ENMKL's published update is block coordinate descent on V.
+Eigen::VectorXd Weights(const Eigen::VectorXd& theta, double mu) {
+  return (theta.array() > 0).select(theta.array() / (mu + (1.0 - mu) * theta.array()), 0.0);
+}
+
+/// V at the solver's last solution for `beta`: 1/2 sum_r beta_r c_r^2 + loss (||w_r|| = beta_r c_r), the primal value of
+/// that solution, an upper bound of V(theta) that meets it at the inner optimum.
+double Value(const Eigen::VectorXd& beta, const FeatureSolver& solver) { return 0.5 * beta.dot(solver.RegionNorms2()) + solver.Loss(); }
+
+/// ENMKL's primal objective (Definition 4) at the last solution.
+double Objective(const Eigen::VectorXd& beta, const FeatureSolver& solver, double mu) {
+  const Eigen::VectorXd norms = beta.cwiseProduct(solver.RegionNorms2().cwiseSqrt());
+  return 0.5 * mu * norms.sum() * norms.sum() + 0.5 * (1.0 - mu) * norms.squaredNorm() + solver.Loss();
+}
+
+/// The level of the optimality conditions on the simplex: dV/dtheta_r = -c_r^2 / (2 mu) at theta_r = 0, against
+/// -mu c_k^2 (beta_k / theta_k)^2 / 2 for a region k with weight, so a region belongs at 0 exactly when c_r is at most
+/// mu c_k beta_k / theta_k (equal for every region with weight at the optimum; their largest here).
+double EntryLevel(const Eigen::VectorXd& theta, const Eigen::VectorXd& beta, const Eigen::VectorXd& c, double mu) {
+  double level = 0;
+  for (Eigen::Index r = 0; r < theta.size(); ++r)
+    if (theta[r] > 0) level = std::max(level, mu * c[r] * beta[r] / theta[r]);
+  return level;
+}
+
+/// A region at theta_r = 0 stays there under the coordinate step (its ||w_r|| is 0): one above the entry level enters
+/// the step at a small weight.
+void EnterViolators(const Eigen::VectorXd& theta, const Eigen::VectorXd& c, const Eigen::VectorXd& usable, double level, Eigen::VectorXd& step) {
+  bool entered = false;
+  for (Eigen::Index r = 0; r < theta.size(); ++r)
+    if (theta[r] == 0 && usable[r] > 0 && c[r] > level * (1.0 + kEnterMargin)) {
+      step[r] = kEnterWeight * step.maxCoeff();
+      entered = true;
+    }
+  if (entered) step /= step.sum();
+}
+
+/// One trial point: the coordinate step extrapolated by `reach`, with the regions below the entry level dropped once
+/// small (the optimum has them at exactly 0, which the multiplicative step only approaches). On the simplex.
+Eigen::VectorXd Trial(const Eigen::VectorXd& theta, const Eigen::VectorXd& step, const Eigen::VectorXd& c, double level, double reach) {
+  Eigen::VectorXd trial = (theta + reach * (step - theta)).cwiseMax(0.0);
+  const double largest = trial.maxCoeff();
+  for (Eigen::Index r = 0; r < trial.size(); ++r)
+    if (trial[r] < kDropWeight * largest && c[r] < level) trial[r] = 0;
+  return trial / trial.sum();
+}
+
+// Block coordinate descent on V (every step lowers it), accelerated: each iteration first tries the step extrapolated
+// by `reach` (doubling while it lowers V further, back to 1 when it does not) and keeps it only if V drops; otherwise
+// the plain step. Stops when the plain step moves beta by less than `tolerance` (normalised) and ENMKL's objective
+// changed by less than `objective_tolerance` relative.
+void FitEnmkl(const ParamMap& p, const Eigen::VectorXd& usable, FeatureSolver& solver, Model& model) {
+  const double mu = p.at("mu"), tolerance = p.at("tolerance"), objectiveTolerance = p.at("objective_tolerance");
+  const int cap = static_cast<int>(p.at("max_iterations"));
+  Eigen::VectorXd theta = usable / usable.sum(), beta = Weights(theta, mu);
+  bool solved = solver.Solve(beta);
+  double value = Value(beta, solver), objective = Objective(beta, solver, mu), reach = 2.0, change = 0;
+  model.info.status = FitStatus::MaxIterReached;
+  while (model.info.iterations < cap) {
+    ++model.info.iterations;
+    const Eigen::VectorXd c = solver.RegionNorms2().cwiseSqrt().cwiseProduct(usable);
+    const Eigen::VectorXd norms = beta.cwiseProduct(c);
+    if (!(norms.sum() > 0)) break;  // the solution uses no region (e.g. constant targets)
+    Eigen::VectorXd step = norms / norms.sum();
+    const double level = EntryLevel(theta, beta, c, mu);
+    EnterViolators(theta, c, usable, level, step);
+    const Eigen::VectorXd plainBeta = Weights(step, mu);
+    change = (plainBeta / plainBeta.sum() - beta / beta.sum()).cwiseAbs().maxCoeff();
+    const Eigen::VectorXd trial = Trial(theta, step, c, level, reach);
+    bool accepted = false;
+    if ((trial - step).cwiseAbs().maxCoeff() > 0) {
+      const Eigen::VectorXd trialBeta = Weights(trial, mu);
+      solved = solver.Solve(trialBeta);
+      const double trialValue = Value(trialBeta, solver);
+      if (trialValue < value) {
+        theta = trial;
+        beta = trialBeta;
+        value = trialValue;
+        reach = std::min(2.0 * reach, 64.0);
+        accepted = true;
+      } else {
+        reach = 2.0;
+      }
+    }
+    if (!accepted) {
+      theta = step;
+      beta = plainBeta;
+      solved = solver.Solve(beta);
+      value = Value(beta, solver);
+    }
+    const double next = Objective(beta, solver, mu);
+    const bool settled = std::abs(next - objective) <= objectiveTolerance * std::max(std::abs(next), 1e-300);
+    objective = next;
+    if (change < tolerance && settled) {
+      model.info.status = solved ? FitStatus::Converged : FitStatus::Stalled;
+      break;
+    }
+  }
+  // The decision function is unchanged by beta's scale: report beta with sum 1 and coef scaled by the sum.
+  const double total = beta.sum();
+  model.beta = beta / total;
+  model.coef = solver.Coef() * total;
+  model.alpha = solver.Alpha() * total;
+  model.info.objective = objective;
+  model.info.gap = change;
+}
+
+}  // namespace
+
+bool HasFeatureForm(std::string_view learner) { return learner == "svm" || learner == "krr" || IsEnmkl(learner); }
+
+Model FitFeatures(std::string_view learner, const ParamMap& params, const gram::FoldFeatures& fold, const Targets& targets) {
+  if (!HasFeatureForm(learner))
+    throw InvalidParameter("features:NoFeatureForm", "learner", "learner '" + std::string(learner) + "' has no feature form; expected svm, krr, enmkl_svm or enmkl_krr");
+  const ParamMap p = ResolveParams(learner, params);
+  CheckTargets(learner, fold, targets);
+  const auto start = std::chrono::steady_clock::now();
+  const Eigen::VectorXd usable = Usable(fold);
+  const auto solver = MakeSolver(learner, p, fold, targets);
+  Model model;
+  if (IsEnmkl(learner) && usable.sum() > 0) {
+    FitEnmkl(p, usable, *solver, model);
+  } else {
+    // The single-kernel learners fit the unweighted sum of the kernels; the model says so as the kernel path's does,
+    // with uniform weights 1/R and the coefficients times R.
+    const auto regions = static_cast<Eigen::Index>(fold.Regions());
+    const bool solved = solver->Solve(IsEnmkl(learner) ? Eigen::VectorXd::Zero(regions) : Eigen::VectorXd::Ones(regions));
+    model.beta = Eigen::VectorXd::Constant(regions, 1.0 / static_cast<double>(regions));
+    model.coef = solver->Coef() * static_cast<double>(regions);
+    model.alpha = solver->Alpha();
+    model.info.status = solved ? FitStatus::Converged : FitStatus::MaxIterReached;
+    model.info.iterations = static_cast<int>(std::min<long>(solver->Iterations(), std::numeric_limits<int>::max()));
+    model.info.gap = solver->Violation();
+  }
+  model.bias = solver->Bias();
+  model.info.innerIterations = solver->Iterations();
+  model.info.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return model;
+}
+
+Eigen::VectorXd FeatureDecision(const Model& model, const gram::FoldFeatures& fold) {
+  if (model.coef.size() != fold.TrainingRows() || model.beta.size() != static_cast<Eigen::Index>(fold.Regions()))
+    throw InputError("features:ModelShape", "model", "the model has " + std::to_string(model.coef.size()) + " coefficients and " + std::to_string(model.beta.size()) +
+                     " kernel weights; the fold has " + std::to_string(fold.TrainingRows()) + " training subjects and " +
+                     std::to_string(fold.Regions()) + " regions");
+  return (fold.Times(fold.TrainingTransposeTimes(model.coef), model.beta, true).array() + model.bias).matrix();
+}
+
+Eigen::VectorXd FeatureVoxelWeights(const Model& model, const gram::FoldFeatures& fold) {
+  Eigen::VectorXd w = fold.Dense(fold.TrainingTransposeTimes(model.coef));
+  const auto& start = fold.Matrix().regionStart;
+  for (std::size_t r = 0; r < fold.Regions(); ++r) w.segment(start[r], start[r + 1] - start[r]) *= model.beta[static_cast<Eigen::Index>(r)];
+  return w;
+}
+
+}  // namespace neuromkl::learners

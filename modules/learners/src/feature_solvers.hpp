@@ -1,0 +1,45 @@
+#pragma once
+// The single-kernel solvers of the feature learners (feature_learners.hpp): C-SVC and kernel ridge regression on
+// K_beta = sum_r beta_r Z_r Z_r', read through the fold's products, each keeping its state from one solve to the next
+// (ENMKL's warm starts).
+#include <memory>
+
+#include <Eigen/Core>
+
+#include "neuromkl/gram/features.hpp"
+#include "neuromkl/learners/learner.hpp"
+
+namespace neuromkl::learners {
+
+class FeatureSolver {
+ public:
+  virtual ~FeatureSolver() = default;
+  /// Solves on K_beta from the current state. False when it stopped at its iteration cap.
+  virtual bool Solve(const Eigen::VectorXd& beta) = 0;
+  /// Decision coefficients (SVM: y_i alpha_i; KRR: alpha_i) and bias of the last solve.
+  virtual const Eigen::VectorXd& Coef() const = 0;
+  virtual double Bias() const = 0;
+  /// Solver variables of the last solve (SVM: 0 <= alpha <= C w; KRR: coef).
+  virtual const Eigen::VectorXd& Alpha() const = 0;
+  /// ||Z_r' coef||^2 for every region, exact after Solve (the regions with beta_r = 0 too: ENMKL's entering check).
+  virtual const Eigen::VectorXd& RegionNorms2() const = 0;
+  /// The data term of the primal objective at the last solve's training decisions (hinge x C, or squared / (2 lambda)).
+  virtual double Loss() const = 0;
+  /// Coordinate updates (SVM) or conjugate-gradient steps (KRR) of all solves so far.
+  virtual long Iterations() const = 0;
+  /// The largest violation of the optimality conditions at the last solve (LIBSVM's maximal violating pair for the
+  /// SVM, the relative residual for KRR).
+  virtual double Violation() const = 0;
+};
+
+/// C-SVC on +-1 labels `y` (one per training row of `fold`), box C w_i (`weights` empty: all 1); stops when the
+/// projected gradients spread less than `tolerance` and the bias moved less than `tolerance` in its last update.
+std::unique_ptr<FeatureSolver> MakeFeatureSvc(const gram::FoldFeatures& fold, const Eigen::VectorXd& y, double C, const Eigen::VectorXd& weights,
+                                              double tolerance, long maxEpochs);
+
+/// Kernel ridge regression with a bias: coef = (K_beta + lambda W^-1)^-1 (y - m_w), bias m_w (the weighted mean);
+/// conjugate gradients to a residual of `tolerance` relative to ||y - m_w||.
+std::unique_ptr<FeatureSolver> MakeFeatureKrr(const gram::FoldFeatures& fold, const Eigen::VectorXd& y, double lambda, const Eigen::VectorXd& weights,
+                                              double tolerance);
+
+}  // namespace neuromkl::learners

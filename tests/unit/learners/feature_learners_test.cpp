@@ -1,0 +1,242 @@
+// The feature form of the linear learners against the kernel path: the same preprocessing, the same optimum.
+#include <random>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+#include <tbb/global_control.h>
+
+#include "neuromkl/core/errors.hpp"
+#include "neuromkl/gram/features.hpp"
+#include "neuromkl/gram/preprocess.hpp"
+#include "neuromkl/learners/feature_learners.hpp"
+#include "neuromkl/learners/learner.hpp"
+
+namespace nm = neuromkl;
+using nm::gram::FeatureMatrix;
+using nm::gram::FoldFeatures;
+
+namespace {
+
+/// Simulated voxels: regions of different sizes, values like grey-matter fractions (0.2..0.8) so that centring matters;
+/// regions 0 and 2 carry the target in a third of their voxels, region 4 is constant (a zero kernel once centred).
+struct Cohort {
+  FeatureMatrix x;
+  Eigen::VectorXd label, score;
+};
+
+Cohort MakeCohort(int n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> uniform(0.2f, 0.8f);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  const std::vector<Eigen::Index> sizes = {40, 25, 60, 9, 12, 30};
+  Cohort c;
+  c.x.regionStart = {0};
+  for (const auto s : sizes) c.x.regionStart.push_back(c.x.regionStart.back() + s);
+  c.x.values.resize(n, c.x.regionStart.back());
+  c.label.resize(n);
+  c.score.resize(n);
+  for (int i = 0; i < n; ++i) {
+    c.label[i] = i % 2 ? 1.0 : -1.0;
+    c.score[i] = normal(rng);
+    for (Eigen::Index j = 0; j < c.x.Voxels(); ++j) c.x.values(i, j) = uniform(rng);
+    for (const std::size_t r : {std::size_t{0}, std::size_t{2}})
+      for (Eigen::Index j = 0; j < c.x.RegionSize(r) / 3; ++j)
+        c.x.values(i, c.x.regionStart[r] + j) += static_cast<float>(0.08 * c.label[i] + 0.05 * c.score[i]);
+    for (Eigen::Index j = 0; j < c.x.RegionSize(4); ++j) c.x.values(i, c.x.regionStart[4] + j) = 0.5f;
+  }
+  return c;
+}
+
+struct Split {
+  std::vector<int> train, test;
+};
+Split MakeSplit(int n) {
+  Split s;
+  for (int i = 0; i < n; ++i) (i % 4 == 3 ? s.test : s.train).push_back(i);
+  return s;
+}
+
+/// The kernel path's fold: every region kernel X_r X_r' sliced, centred and normalised (CentreFold, NormaliseFold).
+struct KernelFold {
+  nm::learners::KernelList train, test;
+};
+KernelFold PrepareKernels(const FeatureMatrix& x, const Split& s, bool centre, bool normalise) {
+  const Eigen::VectorXi train = Eigen::Map<const Eigen::VectorXi>(s.train.data(), static_cast<Eigen::Index>(s.train.size()));
+  const Eigen::VectorXi test = Eigen::Map<const Eigen::VectorXi>(s.test.data(), static_cast<Eigen::Index>(s.test.size()));
+  KernelFold k;
+  for (std::size_t r = 0; r < x.Regions(); ++r) {
+    nm::gram::FoldKernel f = nm::gram::SliceFold(x.RegionKernel(r), train, test);
+    if (centre) nm::gram::CentreFold(f);
+    if (normalise) nm::gram::NormaliseFold(f);
+    k.train.push_back(f.train);
+    k.test.push_back(f.testTrain);
+  }
+  return k;
+}
+
+Eigen::VectorXd Subset(const Eigen::VectorXd& v, const std::vector<int>& rows) {
+  Eigen::VectorXd out(static_cast<Eigen::Index>(rows.size()));
+  for (std::size_t i = 0; i < rows.size(); ++i) out[static_cast<Eigen::Index>(i)] = v[rows[i]];
+  return out;
+}
+
+double RelativeGap(const Eigen::VectorXd& a, const Eigen::VectorXd& b) { return (a - b).cwiseAbs().maxCoeff() / b.cwiseAbs().maxCoeff(); }
+
+}  // namespace
+
+// The prepared products equal the prepared kernels' products: Z_r Z_r' from the vectors is CentreFold + NormaliseFold of
+// X_r X_r'. Both are sums in double of float inputs in another order: agreement to ~1e-13 relative, asserted at 1e-11.
+TEST(FeatureForm, PreparedProductsEqualThePreparedKernels) {
+  const Cohort c = MakeCohort(48, 3);
+  const Split s = MakeSplit(48);
+  for (const bool normalise : {false, true}) {
+    const KernelFold k = PrepareKernels(c.x, s, true, normalise);
+    const FoldFeatures fold(c.x, s.train, s.test, true, normalise);
+    Eigen::VectorXd a = Eigen::VectorXd::LinSpaced(fold.TrainingRows(), -1.0, 2.0);
+    const nm::gram::PreparedVector u = fold.TrainingTransposeTimes(a);
+    const Eigen::VectorXd norms = fold.RegionSquaredNorms(u);
+    for (std::size_t r = 0; r < c.x.Regions(); ++r) {
+      Eigen::VectorXd only = Eigen::VectorXd::Zero(static_cast<Eigen::Index>(c.x.Regions()));
+      only[static_cast<Eigen::Index>(r)] = 1;
+      const Eigen::VectorXd trainExpected = k.train[r] * a, testExpected = k.test[r] * a;
+      const double scale = std::max(1.0, trainExpected.cwiseAbs().maxCoeff());
+      EXPECT_LT((fold.Times(u, only, false) - trainExpected).cwiseAbs().maxCoeff() / scale, 1e-11) << "region " << r << " normalise " << normalise;
+      EXPECT_LT((fold.Times(u, only, true) - testExpected).cwiseAbs().maxCoeff() / scale, 1e-11) << "region " << r;
+      EXPECT_NEAR(norms[static_cast<Eigen::Index>(r)], a.dot(k.train[r] * a), 1e-11 * std::max(1.0, a.dot(k.train[r] * a))) << "region " << r;
+      for (Eigen::Index i = 0; i < fold.TrainingRows(); ++i)
+        EXPECT_NEAR(fold.SquaredNorm(i, r), k.train[r](i, i), 1e-11 * std::max(1.0, k.train[r](i, i)));
+    }
+    // The constant region is a zero kernel once centred: zero norms, never NaN.
+    for (Eigen::Index i = 0; i < fold.TrainingRows(); ++i) EXPECT_EQ(fold.SquaredNorm(i, 4), 0.0);
+  }
+}
+
+// Adding rows one at a time (the coordinate steps) builds the same vector as the product in one pass.
+TEST(FeatureForm, RowUpdatesEqualTheProduct) {
+  const Cohort c = MakeCohort(40, 5);
+  const Split s = MakeSplit(40);
+  const FoldFeatures fold(c.x, s.train, s.test, true, true);
+  const Eigen::VectorXd a = Eigen::VectorXd::LinSpaced(fold.TrainingRows(), 1.0, -0.5);
+  const Eigen::VectorXd all = Eigen::VectorXd::Ones(static_cast<Eigen::Index>(c.x.Regions()));
+  nm::gram::PreparedVector u = fold.Zero();
+  for (Eigen::Index i = 0; i < fold.TrainingRows(); ++i) fold.AddRow(i, a[i], all, u);
+  const Eigen::VectorXd direct = fold.Dense(fold.TrainingTransposeTimes(a));
+  EXPECT_LT((fold.Dense(u) - direct).cwiseAbs().maxCoeff(), 1e-12 * direct.cwiseAbs().maxCoeff());
+}
+
+// Each learner's feature form reaches the kernel path's optimum with the same parameters: decisions within 1e-6 of the
+// largest (the solvers' tolerances are 1e-10 on both paths: ~1e-8 is what the KKT tolerance leaves), kernel weights within
+// 1e-5 (ENMKL's fixed point, stopped at steps of 1e-10; 1e-9 at mu = 1, where the multiplicative steps of the l1 problem
+// settle at the inner solver's accuracy, ~5e-10 here).
+struct LearnerCase {
+  std::string learner;
+  nm::learners::ParamMap params;
+  bool classification;
+};
+
+class FeatureLearners : public ::testing::TestWithParam<LearnerCase> {};
+
+TEST_P(FeatureLearners, ReachTheKernelPathsOptimum) {
+  const LearnerCase& lc = GetParam();
+  const int n = 96;
+  const Cohort c = MakeCohort(n, 11);
+  const Split s = MakeSplit(n);
+  nm::learners::Targets t;
+  t.task = lc.classification ? nm::learners::Task::Classification : nm::learners::Task::Regression;
+  t.y = Subset(lc.classification ? c.label : c.score, s.train);
+  const KernelFold k = PrepareKernels(c.x, s, true, true);
+  const nm::learners::Model reference = nm::learners::MakeLearner(lc.learner, lc.params)->Fit(k.train, t);
+  const FoldFeatures fold(c.x, s.train, s.test, true, true);
+  const nm::learners::Model model = nm::learners::FitFeatures(lc.learner, lc.params, fold, t);
+  EXPECT_EQ(model.info.status, nm::learners::FitStatus::Converged) << lc.learner;
+  if (lc.learner.rfind("enmkl", 0) == 0) {  // the same objective value (ENMKL's Definition 4), to the tolerances above
+    EXPECT_NEAR(model.info.objective, reference.info.objective, 1e-8 * reference.info.objective) << lc.learner;
+  }
+  const Eigen::VectorXd expected = reference.Decision(k.test);
+  const Eigen::VectorXd decision = nm::learners::FeatureDecision(model, fold);
+  EXPECT_LT(RelativeGap(decision, expected), 1e-6) << lc.learner << ": " << decision.transpose() << "\n vs " << expected.transpose();
+  EXPECT_LT((model.beta - reference.beta).cwiseAbs().maxCoeff(), 1e-5) << lc.learner << ": " << model.beta.transpose() << "\n vs "
+                                                                       << reference.beta.transpose();
+  // The model is the kernel path's model: its decisions on the prepared kernels are the features' decisions.
+  EXPECT_LT(RelativeGap(model.Decision(k.test), decision), 1e-10) << lc.learner;
+  // The constant region never gets weight.
+  EXPECT_EQ(lc.learner.rfind("enmkl", 0) == 0 ? model.beta[4] : 0.0, 0.0);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    AgainstKernels, FeatureLearners,
+    ::testing::Values(LearnerCase{"svm", {{"c", 1.0}, {"tolerance", 1e-10}}, true}, LearnerCase{"svm", {{"c", 0.05}, {"tolerance", 1e-10}}, true},
+                      LearnerCase{"krr", {{"lambda", 0.1}}, false}, LearnerCase{"krr", {{"lambda", 1.0}}, true},
+                      LearnerCase{"enmkl_svm", {{"c", 1.0}, {"mu", 0.5}, {"svm_tolerance", 1e-10}, {"tolerance", 1e-10}, {"objective_tolerance", 1e-12}}, true},
+                      LearnerCase{"enmkl_svm", {{"c", 10.0}, {"mu", 0.2}, {"svm_tolerance", 1e-10}, {"tolerance", 1e-10}, {"objective_tolerance", 1e-12}}, true},
+                      LearnerCase{"enmkl_svm", {{"c", 1.0}, {"mu", 1.0}, {"svm_tolerance", 1e-10}, {"tolerance", 1e-9}, {"objective_tolerance", 1e-12}}, true},
+                      LearnerCase{"enmkl_svm", {{"c", 1.0}, {"mu", 0.0}, {"svm_tolerance", 1e-10}, {"tolerance", 1e-10}, {"objective_tolerance", 1e-12}}, true},
+                      LearnerCase{"enmkl_krr", {{"lambda", 0.1}, {"mu", 0.5}, {"tolerance", 1e-10}, {"objective_tolerance", 1e-12}}, false},
+                      LearnerCase{"enmkl_krr", {{"lambda", 1.0}, {"mu", 0.9}, {"tolerance", 1e-10}, {"objective_tolerance", 1e-12}}, false}),
+    [](const ::testing::TestParamInfo<LearnerCase>& info) { return info.param.learner + "_" + std::to_string(info.index); });
+
+// The voxel weights are the primal weights: their product with a test subject's prepared voxels gives its decision.
+TEST(FeatureForm, VoxelWeightsGiveTheDecisions) {
+  const Cohort c = MakeCohort(64, 13);
+  const Split s = MakeSplit(64);
+  nm::learners::Targets t;
+  t.y = Subset(c.label, s.train);
+  const FoldFeatures fold(c.x, s.train, s.test, true, true);
+  const nm::learners::Model model = nm::learners::FitFeatures("enmkl_svm", {{"c", 1.0}, {"mu", 0.5}}, fold, t);
+  const Eigen::VectorXd w = nm::learners::FeatureVoxelWeights(model, fold);
+  const Eigen::VectorXd decision = nm::learners::FeatureDecision(model, fold);
+  for (std::size_t i = 0; i < s.test.size(); ++i) {
+    double f = model.bias;
+    for (std::size_t r = 0; r < c.x.Regions(); ++r) {
+      const Eigen::Index begin = c.x.regionStart[r], size = c.x.RegionSize(r);
+      const Eigen::VectorXd z = c.x.values.row(s.test[i]).segment(begin, size).transpose().cast<double>() - fold.Mean().segment(begin, size);
+      if (z.norm() > 0) f += w.segment(begin, size).dot(z) / z.norm();
+    }
+    EXPECT_NEAR(f, decision[static_cast<Eigen::Index>(i)], 1e-10 * std::max(1.0, std::abs(f)));
+  }
+}
+
+// Results do not depend on the number of threads (every sum is split by region or by row, never by thread).
+TEST(FeatureForm, ThreadCountDoesNotChangeTheFit) {
+  const Cohort c = MakeCohort(80, 17);
+  const Split s = MakeSplit(80);
+  nm::learners::Targets t;
+  t.y = Subset(c.label, s.train);
+  const FoldFeatures fold(c.x, s.train, s.test, true, true);
+  Eigen::VectorXd one, two;
+  {
+    tbb::global_control limit(tbb::global_control::max_allowed_parallelism, 1);
+    one = nm::learners::FeatureDecision(nm::learners::FitFeatures("enmkl_svm", {{"c", 1.0}, {"mu", 0.5}}, fold, t), fold);
+  }
+  {
+    tbb::global_control limit(tbb::global_control::max_allowed_parallelism, 2);
+    two = nm::learners::FeatureDecision(nm::learners::FitFeatures("enmkl_svm", {{"c", 1.0}, {"mu", 0.5}}, fold, t), fold);
+  }
+  EXPECT_EQ(one, two);
+}
+
+TEST(FeatureForm, BadInputIsRefusedWithWhatWasExpected) {
+  const Cohort c = MakeCohort(40, 19);
+  const Split s = MakeSplit(40);
+  const FoldFeatures fold(c.x, s.train, s.test, true, true);
+  nm::learners::Targets t;
+  t.y = Subset(c.label, s.train);
+  EXPECT_THROW(nm::learners::FitFeatures("simplemkl", {}, fold, t), nm::InvalidParameter);
+  EXPECT_THROW(nm::learners::FitFeatures("svm", {{"c", -1.0}}, fold, t), nm::InvalidParameter);
+  nm::learners::Targets shortTargets;
+  shortTargets.y = t.y.head(5);
+  try {
+    nm::learners::FitFeatures("svm", {}, fold, shortTargets);
+    ADD_FAILURE() << "expected an InputError";
+  } catch (const nm::InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("expected one target per training subject (30); found 5"), std::string::npos) << e.what();
+  }
+  nm::learners::Targets oneClass = t;
+  oneClass.y.setOnes();
+  EXPECT_THROW(nm::learners::FitFeatures("enmkl_svm", {}, fold, oneClass), nm::InputError);
+  FeatureMatrix bad = c.x;
+  bad.regionStart.back() -= 1;
+  EXPECT_THROW(bad.Check(), nm::InputError);
+  EXPECT_THROW(FoldFeatures(c.x, {0, 1, 99}, {}, true, true), nm::InputError);
+}
