@@ -4,9 +4,10 @@
 //     kernels (formed, sliced, centred and normalised as nested CV does) and on the features; prints both fits' times,
 //     the kernels' formation time and memory against the features', the largest decision gap relative to the largest
 //     decision and the largest kernel-weight gap.
-//   bench_feature_learners peer <folder> [subjects 10000] [voxels 55000] [C 1] [tolerance 1e-4] [lambda 1]
+//   bench_feature_learners peer <folder> [subjects 10000] [voxels 55000] [C 1] [tolerance 1e-4] [lambda 1] [enmkl 1]
 //     writes the feature matrix and targets as .npy in <folder>, fits svm (one region: the whole mask, centred, not
-//     normalised) and krr on all subjects, and writes their training decisions and times; bench/feature_peer.py fits
+//     normalised) and krr on all subjects, and ENMKL-SVM over the 116 regions (default tolerances, mu 0.5; enmkl 0 skips
+//     it), and writes their training decisions and times; bench/feature_peer.py fits
 //     scikit-learn's LinearSVC and Ridge on the same files in the same run and compares.
 #include <chrono>
 #include <cstdio>
@@ -91,6 +92,8 @@ int Agree(Eigen::Index subjects, Eigen::Index voxels) {
       {"krr", {{"lambda", 1.0}}},
       // ENMKL at the tolerances of the agreement test: the feature path's coordinate steps on the weights stop on their
       // step size, which at the defaults (1e-6) leaves ~1e-3 from the optimum the kernel path's Newton steps certify.
+      {"enmkl_svm", {{"c", 1.0}, {"mu", 0.5}}},
+      {"enmkl_krr", {{"lambda", 1.0}, {"mu", 0.5}}},
       {"enmkl_svm", {{"c", 1.0}, {"mu", 0.5}, {"svm_tolerance", 1e-10}, {"tolerance", 1e-10}, {"objective_tolerance", 1e-12}}},
       {"enmkl_krr", {{"lambda", 1.0}, {"mu", 0.5}, {"tolerance", 1e-10}, {"objective_tolerance", 1e-12}}},
   };
@@ -114,21 +117,28 @@ int Agree(Eigen::Index subjects, Eigen::Index voxels) {
   return ok ? 0 : 1;
 }
 
-int Peer(const std::string& folder, Eigen::Index subjects, Eigen::Index voxels, double C, double tolerance, double lambda) {
+int Peer(const std::string& folder, Eigen::Index subjects, Eigen::Index voxels, double C, double tolerance, double lambda, bool withEnmkl) {
   Cohort c = Simulate(subjects, voxels, 116, 11);
+  std::vector<int> all(static_cast<std::size_t>(subjects));
+  for (int i = 0; i < subjects; ++i) all[static_cast<std::size_t>(i)] = i;
+  nm::learners::Targets targets;
+  targets.y = c.label;
+  std::ofstream times(folder + "/neuromkl_times.txt");
+  if (withEnmkl) {  // ENMKL-SVM over the 116 regions (centred, normalised), default tolerances
+    const nm::gram::FoldFeatures regions(c.x, all, {}, true, true);
+    const auto start = std::chrono::steady_clock::now();
+    const nm::learners::Model enmkl = nm::learners::FitFeatures("enmkl_svm", {{"c", C}, {"mu", 0.5}}, regions, targets);
+    times << "enmkl_svm " << Seconds(start) << " " << enmkl.info.iterations << " " << nm::learners::ToString(enmkl.info.status) << " "
+          << (enmkl.beta.array() > 0).count() << "\n";
+  }
   // The whole mask as one region: LinearSVC and Ridge see one feature vector per subject.
   c.x.regionStart = {0, c.x.Voxels()};
   const Eigen::MatrixXf columnMajor = c.x.values;
   nm::WriteNpy(folder + "/features.npy", columnMajor);
   nm::WriteNpy(folder + "/labels.npy", Eigen::MatrixXd(c.label));
-  std::vector<int> all(static_cast<std::size_t>(subjects));
-  for (int i = 0; i < subjects; ++i) all[static_cast<std::size_t>(i)] = i;
   auto start = std::chrono::steady_clock::now();
   const nm::gram::FoldFeatures fold(c.x, all, all, true, false);
   const double foldSeconds = Seconds(start);
-  nm::learners::Targets targets;
-  targets.y = c.label;
-  std::ofstream times(folder + "/neuromkl_times.txt");
   times << "fold_vectors " << foldSeconds << "\n";
   start = std::chrono::steady_clock::now();
   const nm::learners::Model svm = nm::learners::FitFeatures("svm", {{"c", C}, {"tolerance", tolerance}}, fold, targets);
@@ -150,7 +160,8 @@ int main(int argc, char** argv) {
   const auto arg = [&](int i, double fallback) { return argc > i ? std::stod(argv[i]) : fallback; };
   if (mode == "agree") return Agree(static_cast<Eigen::Index>(arg(2, 1000)), static_cast<Eigen::Index>(arg(3, 23200)));
   if (mode == "peer" && argc > 2)
-    return Peer(argv[2], static_cast<Eigen::Index>(arg(3, 10000)), static_cast<Eigen::Index>(arg(4, 55000)), arg(5, 1.0), arg(6, 1e-4), arg(7, 1.0));
-  std::fprintf(stderr, "usage: bench_feature_learners agree [subjects] [voxels] | peer <folder> [subjects] [voxels] [C] [tolerance] [lambda]\n");
+    return Peer(argv[2], static_cast<Eigen::Index>(arg(3, 10000)), static_cast<Eigen::Index>(arg(4, 55000)), arg(5, 1.0), arg(6, 1e-4), arg(7, 1.0),
+                arg(8, 1) != 0);
+  std::fprintf(stderr, "usage: bench_feature_learners agree [subjects] [voxels] | peer <folder> [subjects] [voxels] [C] [tolerance] [lambda] [enmkl 0/1]\n");
   return 2;
 }

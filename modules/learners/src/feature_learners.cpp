@@ -7,6 +7,9 @@
 #include <limits>
 #include <memory>
 #include <string>
+#include <vector>
+
+#include <Eigen/QR>
 
 #include "enmkl_map.hpp"
 #include "feature_solvers.hpp"
@@ -19,6 +22,9 @@ namespace {
 constexpr double kKrrTolerance = 1e-10;     ///< conjugate gradients' relative residual (the kernel path solves KRR exactly)
 constexpr double kDropWeight = 1e-4;        ///< weight (relative to the largest) below which a region the water-filling excludes is dropped
 
+constexpr std::size_t kStallWindow = 25;    ///< iterations over which V must fall by kStallFraction x objective_tolerance (relative) ...
+constexpr double kStallFraction = 1e-3;     ///< ... else the fit has stalled
+constexpr std::size_t kAndersonDepth = 5;    ///< pairs the acceleration fits over
 constexpr double kEnterWeight = 1e-3;       ///< weight (relative to the largest) a region enters with
 constexpr double kEnterMargin = 1e-9;       ///< relative margin of the entering condition (rounding)
 
@@ -102,26 +108,77 @@ void EnterViolators(const Eigen::VectorXd& theta, const Eigen::VectorXd& c, cons
   if (entered) step /= step.sum();
 }
 
-/// One trial point: the coordinate step extrapolated by `reach`, with the regions below the entry level dropped once
-/// small (the optimum has them at exactly 0, which the multiplicative step only approaches). On the simplex.
-Eigen::VectorXd Trial(const Eigen::VectorXd& theta, const Eigen::VectorXd& step, const Eigen::VectorXd& c, double level, double reach) {
-  Eigen::VectorXd trial = (theta + reach * (step - theta)).cwiseMax(0.0);
-  const double largest = trial.maxCoeff();
-  for (Eigen::Index r = 0; r < trial.size(); ++r)
-    if (trial[r] < kDropWeight * largest && c[r] < level) trial[r] = 0;
-  return trial / trial.sum();
+/// Regions below the entry level dropped once small (the optimum has them at exactly 0, which the multiplicative step
+/// only approaches), the rest clipped at 0 and put back on the simplex.
+Eigen::VectorXd Pruned(Eigen::VectorXd theta, const Eigen::VectorXd& c, double level) {
+  theta = theta.cwiseMax(0.0);
+  const double largest = theta.maxCoeff();
+  for (Eigen::Index r = 0; r < theta.size(); ++r)
+    if (theta[r] < kDropWeight * largest && c[r] < level) theta[r] = 0;
+  return theta / theta.sum();
 }
 
-// Block coordinate descent on V (every step lowers it), accelerated: each iteration first tries the step extrapolated
-// by `reach` (doubling while it lowers V further, back to 1 when it does not) and keeps it only if V drops; otherwise
-// the plain step. Stops when the plain step moves beta by less than `tolerance` (normalised) and ENMKL's objective
-// changed by less than `objective_tolerance` relative.
+/// Anderson acceleration (Anderson 1965; Walker & Ni 2011) of a fixed-point map G: from the last pairs (x_i, G(x_i)),
+/// x = G(x_k) - dG gamma with gamma the least-squares fit of the residual f_k = G(x_k) - x_k by the residual
+/// differences dF. Returns false while fewer than two pairs are held.
+class Anderson {
+ public:
+  explicit Anderson(std::size_t depth) : depth_(depth) {}
+  void Push(const Eigen::VectorXd& x, const Eigen::VectorXd& g) {
+    xs_.push_back(x);
+    gs_.push_back(g);
+    if (xs_.size() > depth_ + 1) {
+      xs_.erase(xs_.begin());
+      gs_.erase(gs_.begin());
+    }
+  }
+  void Restart() {
+    if (xs_.empty()) return;
+    xs_.erase(xs_.begin(), xs_.end() - 1);
+    gs_.erase(gs_.begin(), gs_.end() - 1);
+  }
+  bool Next(Eigen::VectorXd& out) const {
+    if (xs_.size() < 2) return false;
+    const auto k = static_cast<Eigen::Index>(xs_.size()) - 1;
+    const Eigen::Index size = xs_.back().size();
+    Eigen::MatrixXd dF(size, k), dG(size, k);
+    for (Eigen::Index i = 0; i < k; ++i) {
+      const auto a = static_cast<std::size_t>(i), b = a + 1;
+      dF.col(i) = (gs_[b] - xs_[b]) - (gs_[a] - xs_[a]);
+      dG.col(i) = gs_[b] - gs_[a];
+    }
+    const Eigen::VectorXd gamma = dF.completeOrthogonalDecomposition().solve(gs_.back() - xs_.back());
+    if (!gamma.allFinite()) return false;
+    out = gs_.back() - dG * gamma;
+    return true;
+  }
+
+ private:
+  std::size_t depth_;
+  std::vector<Eigen::VectorXd> xs_, gs_;
+};
+
+/// How far beta is from ENMKL's fixed point, normalised by sum(beta): for mu < 1 the distance to the water-filling
+/// minimiser of the weight step at the current solution (WaterFill; beta is in its scale: at the optimum the two agree),
+/// which estimates the distance to the optimum where the coordinate step, contracting at a rate near 1, moves little;
+/// at mu = 1 (no water-filling) the coordinate step itself.
+double Distance(const Eigen::VectorXd& beta, const Eigen::VectorXd& stepBeta, const Eigen::VectorXd& c, double mu) {
+  if (mu < 1) return (WaterFill(c, mu) - beta).cwiseAbs().maxCoeff() / beta.sum();
+  return (stepBeta / stepBeta.sum() - beta / beta.sum()).cwiseAbs().maxCoeff();
+}
+
+// Block coordinate descent on V (every step lowers it), accelerated: each iteration first tries the Anderson point
+// of the last steps and keeps it only if V drops; otherwise it takes the plain step and the acceleration restarts.
+// Stops when beta is within `tolerance` of the fixed point (Distance, normalised) and ENMKL's objective changed by less
+// than `objective_tolerance` relative.
 void FitEnmkl(const ParamMap& p, const Eigen::VectorXd& usable, FeatureSolver& solver, Model& model) {
   const double mu = p.at("mu"), tolerance = p.at("tolerance"), objectiveTolerance = p.at("objective_tolerance");
   const int cap = static_cast<int>(p.at("max_iterations"));
   Eigen::VectorXd theta = usable / usable.sum(), beta = Weights(theta, mu);
   bool solved = solver.Solve(beta);
-  double value = Value(beta, solver), objective = Objective(beta, solver, mu), reach = 2.0, change = 0;
+  double value = Value(beta, solver), objective = Objective(beta, solver, mu), change = 0;
+  std::vector<double> values = {value};  // V after each iteration: the stall test looks kStallWindow back
+  Anderson anderson(kAndersonDepth);
   model.info.status = FitStatus::MaxIterReached;
   while (model.info.iterations < cap) {
     ++model.info.iterations;
@@ -132,10 +189,12 @@ void FitEnmkl(const ParamMap& p, const Eigen::VectorXd& usable, FeatureSolver& s
     const double level = EntryLevel(theta, beta, c, mu);
     EnterViolators(theta, c, usable, level, step);
     const Eigen::VectorXd plainBeta = Weights(step, mu);
-    change = (plainBeta / plainBeta.sum() - beta / beta.sum()).cwiseAbs().maxCoeff();
-    const Eigen::VectorXd trial = Trial(theta, step, c, level, reach);
+    change = Distance(beta, plainBeta, c, mu);
+    anderson.Push(theta, step);
+    Eigen::VectorXd trial;
     bool accepted = false;
-    if ((trial - step).cwiseAbs().maxCoeff() > 0) {
+    if (anderson.Next(trial)) {
+      trial = Pruned(trial, c, level);
       const Eigen::VectorXd trialBeta = Weights(trial, mu);
       solved = solver.Solve(trialBeta);
       const double trialValue = Value(trialBeta, solver);
@@ -143,15 +202,14 @@ void FitEnmkl(const ParamMap& p, const Eigen::VectorXd& usable, FeatureSolver& s
         theta = trial;
         beta = trialBeta;
         value = trialValue;
-        reach = std::min(2.0 * reach, 64.0);
         accepted = true;
       } else {
-        reach = 2.0;
+        anderson.Restart();
       }
     }
     if (!accepted) {
-      theta = step;
-      beta = plainBeta;
+      theta = Pruned(step, c, level);
+      beta = Weights(theta, mu);
       solved = solver.Solve(beta);
       value = Value(beta, solver);
     }
@@ -160,6 +218,13 @@ void FitEnmkl(const ParamMap& p, const Eigen::VectorXd& usable, FeatureSolver& s
     objective = next;
     if (change < tolerance && settled) {
       model.info.status = solved ? FitStatus::Converged : FitStatus::Stalled;
+      break;
+    }
+    // The distance can stay above the tolerance once V no longer falls at the inner solver's accuracy (a region at the
+    // edge of the support creeping towards 0): that fit is usable but not certified.
+    values.push_back(value);
+    if (values.size() > kStallWindow && values[values.size() - 1 - kStallWindow] - value <= kStallFraction * objectiveTolerance * std::abs(value)) {
+      model.info.status = FitStatus::Stalled;
       break;
     }
   }

@@ -126,9 +126,10 @@ TEST(FeatureForm, RowUpdatesEqualTheProduct) {
 }
 
 // Each learner's feature form reaches the kernel path's optimum with the same parameters: decisions within 1e-6 of the
-// largest (the solvers' tolerances are 1e-10 on both paths: ~1e-8 is what the KKT tolerance leaves), kernel weights within
-// 1e-5 (ENMKL's fixed point, stopped at steps of 1e-10; 1e-9 at mu = 1, where the multiplicative steps of the l1 problem
-// settle at the inner solver's accuracy, ~5e-10 here).
+// largest, kernel weights within 1e-5 and ENMKL's objective within 1e-8 relative, at solver tolerances of 1e-10. The
+// weights' tolerance is looser where their distance to the fixed point settles at the inner solvers' accuracy first:
+// 1e-9 at mu = 1 (the multiplicative steps of the l1 problem, ~5e-10 here), 1e-8 for ENMKL-KRR at mu = 0.9 (conjugate
+// gradients to 1e-10).
 struct LearnerCase {
   std::string learner;
   nm::learners::ParamMap params;
@@ -173,7 +174,7 @@ INSTANTIATE_TEST_SUITE_P(
                       LearnerCase{"enmkl_svm", {{"c", 1.0}, {"mu", 1.0}, {"svm_tolerance", 1e-10}, {"tolerance", 1e-9}, {"objective_tolerance", 1e-12}}, true},
                       LearnerCase{"enmkl_svm", {{"c", 1.0}, {"mu", 0.0}, {"svm_tolerance", 1e-10}, {"tolerance", 1e-10}, {"objective_tolerance", 1e-12}}, true},
                       LearnerCase{"enmkl_krr", {{"lambda", 0.1}, {"mu", 0.5}, {"tolerance", 1e-10}, {"objective_tolerance", 1e-12}}, false},
-                      LearnerCase{"enmkl_krr", {{"lambda", 1.0}, {"mu", 0.9}, {"tolerance", 1e-10}, {"objective_tolerance", 1e-12}}, false}),
+                      LearnerCase{"enmkl_krr", {{"lambda", 1.0}, {"mu", 0.9}, {"tolerance", 1e-8}, {"objective_tolerance", 1e-12}}, false}),
     [](const ::testing::TestParamInfo<LearnerCase>& info) { return info.param.learner + "_" + std::to_string(info.index); });
 
 // The voxel weights are the primal weights: their product with a test subject's prepared voxels gives its decision.
