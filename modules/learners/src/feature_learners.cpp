@@ -171,10 +171,12 @@ double Distance(const Eigen::VectorXd& beta, const Eigen::VectorXd& stepBeta, co
 // of the last steps and keeps it only if V drops; otherwise it takes the plain step and the acceleration restarts.
 // Stops when beta is within `tolerance` of the fixed point (Distance, normalised) and ENMKL's objective changed by less
 // than `objective_tolerance` relative.
-void FitEnmkl(const ParamMap& p, const Eigen::VectorXd& usable, FeatureSolver& solver, Model& model) {
+void FitEnmkl(const ParamMap& p, const Eigen::VectorXd& usable, const Eigen::VectorXd* startTheta, FeatureSolver& solver, Model& model) {
   const double mu = p.at("mu"), tolerance = p.at("tolerance"), objectiveTolerance = p.at("objective_tolerance");
   const int cap = static_cast<int>(p.at("max_iterations"));
-  Eigen::VectorXd theta = usable / usable.sum(), beta = Weights(theta, mu);
+  // theta lives on the simplex whatever mu, so a neighbour's theta is a start for any mu.
+  Eigen::VectorXd theta = startTheta ? (startTheta->cwiseProduct(usable) / startTheta->cwiseProduct(usable).sum()).eval() : (usable / usable.sum()).eval();
+  Eigen::VectorXd beta = Weights(theta, mu);
   bool solved = solver.Solve(beta);
   double value = Value(beta, solver), objective = Objective(beta, solver, mu), change = 0;
   std::vector<double> values = {value};  // V after each iteration: the stall test looks kStallWindow back
@@ -235,27 +237,38 @@ void FitEnmkl(const ParamMap& p, const Eigen::VectorXd& usable, FeatureSolver& s
   model.alpha = solver.Alpha() * total;
   model.info.objective = objective;
   model.info.gap = change;
+  model.solverState.resize(solver.State().size() + theta.size());
+  model.solverState << solver.State(), theta;
 }
 
 }  // namespace
 
 bool HasFeatureForm(std::string_view learner) { return learner == "svm" || learner == "krr" || IsEnmkl(learner); }
 
-Model FitFeatures(std::string_view learner, const ParamMap& params, const gram::FoldFeatures& fold, const Targets& targets) {
+Model FitFeatures(std::string_view learner, const ParamMap& params, const gram::FoldFeatures& fold, const Targets& targets, const Model* warmStart) {
   if (!HasFeatureForm(learner))
     throw InvalidParameter("features:NoFeatureForm", "learner", "learner '" + std::string(learner) + "' has no feature form; expected svm, krr, enmkl_svm or enmkl_krr");
   const ParamMap p = ResolveParams(learner, params);
   CheckTargets(learner, fold, targets);
   const auto start = std::chrono::steady_clock::now();
   const Eigen::VectorXd usable = Usable(fold);
+  const auto regions = static_cast<Eigen::Index>(fold.Regions());
   const auto solver = MakeSolver(learner, p, fold, targets);
+  // A warm start: the neighbour's solver state (and, for ENMKL, its theta after it); one that does not fit is ignored.
+  const Eigen::VectorXd* state = warmStart && warmStart->solverState.size() > 0 ? &warmStart->solverState : nullptr;
+  Eigen::VectorXd startTheta;
+  if (state) {
+    const Eigen::Index own = IsEnmkl(learner) ? state->size() - regions : state->size();
+    const bool started = own > 0 && solver->Start(state->head(own));
+    if (started && IsEnmkl(learner) && (state->tail(regions).array() >= 0).all() && state->tail(regions).cwiseProduct(usable).sum() > 0)
+      startTheta = state->tail(regions);
+  }
   Model model;
   if (IsEnmkl(learner) && usable.sum() > 0) {
-    FitEnmkl(p, usable, *solver, model);
+    FitEnmkl(p, usable, startTheta.size() > 0 ? &startTheta : nullptr, *solver, model);
   } else {
     // The single-kernel learners fit the unweighted sum of the kernels; the model says so as the kernel path's does,
     // with uniform weights 1/R and the coefficients times R.
-    const auto regions = static_cast<Eigen::Index>(fold.Regions());
     const bool solved = solver->Solve(IsEnmkl(learner) ? Eigen::VectorXd::Zero(regions) : Eigen::VectorXd::Ones(regions));
     model.beta = Eigen::VectorXd::Constant(regions, 1.0 / static_cast<double>(regions));
     model.coef = solver->Coef() * static_cast<double>(regions);
@@ -263,6 +276,7 @@ Model FitFeatures(std::string_view learner, const ParamMap& params, const gram::
     model.info.status = solved ? FitStatus::Converged : FitStatus::MaxIterReached;
     model.info.iterations = static_cast<int>(std::min<long>(solver->Iterations(), std::numeric_limits<int>::max()));
     model.info.gap = solver->Violation();
+    model.solverState = solver->State();
   }
   model.bias = solver->Bias();
   model.info.innerIterations = solver->Iterations();

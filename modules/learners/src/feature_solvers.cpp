@@ -67,6 +67,18 @@ class FeatureSvc final : public FeatureSolver {
   }
   long Iterations() const override { return updates_; }
   double Violation() const override { return violation_; }
+  Eigen::VectorXd State() const override {
+    Eigen::VectorXd state(alpha_.size() + 1);
+    state << alpha_, nu_;
+    return state;
+  }
+  bool Start(const Eigen::VectorXd& state) override {
+    if (state.size() != alpha_.size() + 1 || !state.allFinite()) return false;
+    alpha_ = state.head(alpha_.size()).cwiseMax(0.0).cwiseMin(upper_);
+    coef_ = alpha_.cwiseProduct(y_);
+    nu_ = state[alpha_.size()];
+    return true;
+  }
 
  private:
   // Coordinate descent on the subproblem at the current nu until the projected gradients spread less than the
@@ -225,6 +237,12 @@ class FeatureKrr final : public FeatureSolver {
   }
   long Iterations() const override { return iterations_; }
   double Violation() const override { return violation_; }
+  Eigen::VectorXd State() const override { return coef_; }
+  bool Start(const Eigen::VectorXd& state) override {
+    if (state.size() != coef_.size() || !state.allFinite()) return false;
+    coef_ = state;
+    return true;
+  }
 
  private:
   const gram::FoldFeatures& fold_;

@@ -30,6 +30,12 @@ class FeatureSolver {
   /// The largest violation of the optimality conditions at the last solve (LIBSVM's maximal violating pair for the
   /// SVM, the relative residual for KRR).
   virtual double Violation() const = 0;
+  /// The solver's variables (SVM: alpha and the bias's multiplier; KRR: coef), to start another solver on the same rows
+  /// from (Start): a grid's neighbouring parameters.
+  virtual Eigen::VectorXd State() const = 0;
+  /// Starts from another solver's State on the same training rows (alpha clipped to this solver's box); false, and
+  /// nothing changed, when the state does not fit.
+  virtual bool Start(const Eigen::VectorXd& state) = 0;
 };
 
 /// C-SVC on +-1 labels `y` (one per training row of `fold`), box C w_i (`weights` empty: all 1); stops when the

@@ -1,4 +1,5 @@
 // The feature form of the linear learners against the kernel path: the same preprocessing, the same optimum.
+#include <algorithm>
 #include <random>
 #include <string>
 #include <vector>
@@ -177,6 +178,30 @@ INSTANTIATE_TEST_SUITE_P(
                       LearnerCase{"enmkl_krr", {{"lambda", 1.0}, {"mu", 0.9}, {"tolerance", 1e-8}, {"objective_tolerance", 1e-12}}, false}),
     [](const ::testing::TestParamInfo<LearnerCase>& info) { return info.param.learner + "_" + std::to_string(info.index); });
 
+// Class weights (C w_i for the SVMs, the weighted squared error for KRR) as on the kernel path.
+TEST(FeatureForm, ClassWeightsAsOnTheKernelPath) {
+  const int n = 80;
+  const Cohort c = MakeCohort(n, 29);
+  Split s = MakeSplit(n);
+  s.train.erase(std::remove_if(s.train.begin(), s.train.end(), [&](int i) { return c.label[i] > 0 && i % 3 == 0; }), s.train.end());  // unbalanced
+  nm::learners::Targets t;
+  t.y = Subset(c.label, s.train);
+  nm::learners::ClassWeights balanced;
+  balanced.balanced = true;
+  t.sampleWeights = nm::learners::ClassSampleWeights(balanced, t);
+  ASSERT_GT(t.sampleWeights.maxCoeff() - t.sampleWeights.minCoeff(), 0.1);
+  const KernelFold k = PrepareKernels(c.x, s, true, true);
+  const FoldFeatures fold(c.x, s.train, s.test, true, true);
+  for (const auto& [learner, params] : std::vector<std::pair<std::string, nm::learners::ParamMap>>{
+           {"svm", {{"c", 1.0}, {"tolerance", 1e-10}}},
+           {"krr", {{"lambda", 0.5}}},
+           {"enmkl_svm", {{"c", 1.0}, {"mu", 0.5}, {"svm_tolerance", 1e-10}, {"tolerance", 1e-10}, {"objective_tolerance", 1e-12}}}}) {
+    const Eigen::VectorXd expected = nm::learners::MakeLearner(learner, params)->Fit(k.train, t).Decision(k.test);
+    const Eigen::VectorXd decision = nm::learners::FeatureDecision(nm::learners::FitFeatures(learner, params, fold, t), fold);
+    EXPECT_LT(RelativeGap(decision, expected), 1e-6) << learner;
+  }
+}
+
 // The voxel weights are the primal weights: their product with a test subject's prepared voxels gives its decision.
 TEST(FeatureForm, VoxelWeightsGiveTheDecisions) {
   const Cohort c = MakeCohort(64, 13);
@@ -196,6 +221,42 @@ TEST(FeatureForm, VoxelWeightsGiveTheDecisions) {
     }
     EXPECT_NEAR(f, decision[static_cast<Eigen::Index>(i)], 1e-10 * std::max(1.0, std::abs(f)));
   }
+}
+
+// Warm starts along a grid (the neighbour's solver state; ENMKL also its weights) change the path, not the optimum: each
+// warm-started fit equals the cold fit within the solvers' tolerances (decisions 1e-6 of the largest), and the chain takes
+// fewer inner iterations than the cold fits.
+TEST(FeatureForm, WarmStartsAlongAGridReachTheSameOptima) {
+  const Cohort c = MakeCohort(96, 23);
+  const Split s = MakeSplit(96);
+  nm::learners::Targets t;
+  t.y = Subset(c.label, s.train);
+  const FoldFeatures fold(c.x, s.train, s.test, true, true);
+  for (const std::string learner : {"svm", "enmkl_svm"}) {
+    long coldIterations = 0, warmIterations = 0;
+    nm::learners::Model previous;
+    bool havePrevious = false;
+    for (const double C : {0.1, 1.0, 10.0}) {
+      nm::learners::ParamMap params = {{"c", C}};
+      if (learner == "svm") params["tolerance"] = 1e-8;
+      if (learner == "enmkl_svm") params["mu"] = C < 1 ? 0.3 : 0.6;  // the weights' start carries over a change of mu too
+      const nm::learners::Model cold = nm::learners::FitFeatures(learner, params, fold, t);
+      const nm::learners::Model warm = nm::learners::FitFeatures(learner, params, fold, t, havePrevious ? &previous : nullptr);
+      coldIterations += cold.info.innerIterations;
+      warmIterations += warm.info.innerIterations;
+      const Eigen::VectorXd a = nm::learners::FeatureDecision(cold, fold), b = nm::learners::FeatureDecision(warm, fold);
+      EXPECT_LT(RelativeGap(b, a), 1e-6) << learner << " C " << C;
+      EXPECT_LT((warm.beta - cold.beta).cwiseAbs().maxCoeff(), 1e-5) << learner << " C " << C;
+      previous = warm;
+      havePrevious = true;
+    }
+    EXPECT_LT(warmIterations, coldIterations) << learner;
+  }
+  // A state that does not fit the fold (another fold's size) is ignored, not used.
+  nm::learners::Model stranger;
+  stranger.solverState = Eigen::VectorXd::Ones(5);
+  const nm::learners::Model fromStranger = nm::learners::FitFeatures("svm", {{"c", 1.0}}, fold, t, &stranger);
+  EXPECT_EQ(nm::learners::FeatureDecision(fromStranger, fold), nm::learners::FeatureDecision(nm::learners::FitFeatures("svm", {{"c", 1.0}}, fold, t), fold));
 }
 
 // Results do not depend on the number of threads (every sum is split by region or by row, never by thread).

@@ -27,7 +27,10 @@ bool HasFeatureForm(std::string_view learner);
 /// Fits `learner` (parameters resolved and checked as MakeLearner does) on the training rows of `fold`, binary
 /// classification (+-1) or regression targets, one per training row; class weights as Targets::sampleWeights.
 /// InvalidParameter for a learner without a feature form; InputError for targets that do not match the fold.
-Model FitFeatures(std::string_view learner, const ParamMap& params, const gram::FoldFeatures& fold, const Targets& targets);
+/// `warmStart`: a model this function fitted on the same fold with neighbouring parameters (a grid search); it changes
+/// the path, not the optimum.
+Model FitFeatures(std::string_view learner, const ParamMap& params, const gram::FoldFeatures& fold, const Targets& targets,
+                  const Model* warmStart = nullptr);
 
 /// The decision values of the fold's test rows.
 Eigen::VectorXd FeatureDecision(const Model& model, const gram::FoldFeatures& fold);
