@@ -22,7 +22,9 @@
 #include "fold_indices.hpp"
 #include "neuromkl/core/errors.hpp"
 #include "neuromkl/core/system.hpp"
+#include "neuromkl/gram/features.hpp"
 #include "neuromkl/gram/memory.hpp"
+#include "neuromkl/learners/feature_learners.hpp"
 #include "neuromkl/metrics/metrics.hpp"
 
 namespace neuromkl::cv {
@@ -256,7 +258,11 @@ void NestedCvRun::PlanLearners() {
     // that a learner's results do not depend on which other learners the study runs).
     const auto* info = learners::FindLearner(plans_[l].name);
     semi_[l] = info && info->semiSupervised && !unlabelled_.empty();
-    summed_[l] = options_.sumKernelsInPlace && info && !info->multipleKernels;
+    summed_[l] = options_.sumKernelsInPlace && info && !info->multipleKernels && !kernels_.Features();
+    if (kernels_.Features() && (!learners::HasFeatureForm(plans_[l].name) || semi_[l] || targets_.task == learners::Task::Multiclass))
+      throw InputError("cv:NoFeatureForm", "learner " + plans_[l].label,
+                       "kernels in feature form are fitted by svm, krr, enmkl_svm and enmkl_krr on binary or regression targets; found " +
+                           plans_[l].name + (targets_.task == learners::Task::Multiclass ? " on a multiclass target" : ""));
     viewOf_[l] = gram::FoldNeed(semi_[l], summed_[l]);
     needs_[viewOf_[l]] = true;
   }
@@ -369,6 +375,8 @@ learners::Model NestedCvRun::FitOn(std::size_t l, std::size_t point, const FoldV
   learners::FitOptions fitOptions;
   fitOptions.warmStart = warmStart;
   if (options_.shareFoldWork) fitOptions.cache = cache;
+  if (const gram::FoldFeatures* features = views.fold[semi_[l]]->Features())
+    return learners::FitFeatures(plans_[l].name, plans_[l].grid[point], *features, y, warmStart);
   if (summed_[l]) return learnerObjects_[firstObject_[l] + point]->Fit(views.summed[semi_[l]].train, y, fitOptions);
   const gram::WeightedKernels& w = views.weighted[semi_[l]];
   fitOptions.kernels = w.kernels.get();

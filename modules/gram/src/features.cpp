@@ -78,6 +78,7 @@ FoldFeatures::FoldFeatures(const FeatureMatrix& x, std::vector<int> train, std::
   });
   scale_ = Eigen::MatrixXd::Ones(rows, regions);
   norm2_ = centred2;
+  centred2_ = centred2;
   if (normalise) {
     // The rule of NormaliseFold: 1 / the centred norm, 0 for a vector whose self-similarity is below 1e-12 of the fold's largest.
     for (Eigen::Index r = 0; r < regions; ++r) {

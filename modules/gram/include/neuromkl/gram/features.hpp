@@ -5,12 +5,14 @@
 // vector is z_ir = s_ir (x_ir - m_r), m the training mean per voxel and s_ir the inverse of the centred norm, which is
 // what CentreFold and NormaliseFold do to K_r. Every learner quantity is then a product with the rows of X.
 #include <cstddef>
+#include <memory>
 #include <vector>
 
 #include <Eigen/Core>
 
 namespace neuromkl::gram {
 
+class KernelStore;
 using FeatureRows = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 
 /// One source's voxel values, one row per subject; region r holds the columns regionStart[r] .. regionStart[r + 1] - 1.
@@ -51,6 +53,10 @@ class FoldFeatures {
   double SquaredNorm(Eigen::Index row, std::size_t r) const;
   /// The training mean per voxel (zeros without centring).
   const Eigen::VectorXd& Mean() const { return mean_; }
+  /// s_ir of fold row i: 1 / ||x_ir - m_r|| (0 for a zero-norm vector) when normalised, else 1.
+  double Scale(Eigen::Index row, std::size_t r) const { return scale_(row, static_cast<Eigen::Index>(r)); }
+  /// ||x_ir - m_r||^2 of fold row i, before normalising.
+  double CentredSquaredNorm(Eigen::Index row, std::size_t r) const { return centred2_(row, static_cast<Eigen::Index>(r)); }
 
   PreparedVector Zero() const;
   /// z_ir'u_r for fold row `row`, for every region with weight[r] != 0 (the others: 0), written to `dots`.
@@ -69,7 +75,6 @@ class FoldFeatures {
 
  private:
   int Subject(Eigen::Index row) const;
-  double Scale(Eigen::Index row, std::size_t r) const { return scale_(row, static_cast<Eigen::Index>(r)); }
 
   const FeatureMatrix& x_;
   std::vector<int> train_, test_;
@@ -77,7 +82,14 @@ class FoldFeatures {
   Eigen::VectorXd meanNorm2_;  ///< per region: ||m_r||^2
   Eigen::MatrixXd rowMean_;    ///< fold rows x regions: x_ir'm_r
   Eigen::MatrixXd scale_;      ///< fold rows x regions: s_ir
+  Eigen::MatrixXd centred2_;   ///< fold rows x regions: ||x_ir - m_r||^2
   Eigen::MatrixXd norm2_;      ///< fold rows x regions: ||z_ir||^2
 };
+
+/// A study's kernels in their feature form (one image source's region kernels K_r = X_r X_r', never formed): a
+/// KernelStore whose folds hold FoldFeatures (PreparedFold::Features) for the learners with a feature form
+/// (learners::FitFeatures), the decisions of their test rows as products with the rows, and no kernel matrices. Fold
+/// preprocessing: centring and cosine normalisation; confounds and source scales are refused (CheckPreprocessing).
+std::unique_ptr<KernelStore> MakeFeatureKernels(std::shared_ptr<const FeatureMatrix> features);
 
 }  // namespace neuromkl::gram

@@ -18,6 +18,8 @@
 
 namespace neuromkl::gram {
 
+class FoldFeatures;
+
 struct Preprocessing {
   bool centre = true;
   bool normalise = true;
@@ -84,6 +86,9 @@ class PreparedFold {
   /// `scales` empty: 1. Several kernels at once.
   virtual std::vector<Eigen::MatrixXd> Products(const std::vector<std::size_t>& which, const Eigen::Ref<const Eigen::MatrixXd>& A,
                                                 const Eigen::VectorXd& scales) const = 0;
+  /// The fold in feature form (a store of features, MakeFeatureKernels): what learners::FitFeatures fits; null for a
+  /// store of kernels.
+  virtual const FoldFeatures* Features() const { return nullptr; }
 };
 
 /// What one nested-CV fold task prepares, for KernelStore::FoldTaskBytes.
@@ -110,6 +115,8 @@ class KernelStore {
   /// residualising (CheckPreprocessing).
   virtual bool Centred() const = 0;
   virtual bool HeldByOwners() const { return false; }
+  /// The kernels are held as features (MakeFeatureKernels): folds give PreparedFold::Features and no kernel matrices.
+  virtual bool Features() const { return false; }
   /// Refuses a fold preprocessing these kernels cannot be prepared with: a centred compact store needs fold centring
   /// or residualising (InputError cv:CentredStoreUncentredFolds); kernels held by owners are prepared with the
   /// preprocessing the owners were given (std::logic_error otherwise).

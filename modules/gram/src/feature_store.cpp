@@ -1,0 +1,157 @@
+// The feature form of a study's kernels as a KernelStore (MakeFeatureKernels): folds of FoldFeatures, products with the
+// rows where the kernel path reads blocks.
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "neuromkl/core/errors.hpp"
+#include "neuromkl/gram/features.hpp"
+#include "neuromkl/gram/store.hpp"
+
+namespace neuromkl::gram {
+
+namespace {
+
+/// e_j: the weight vector that selects region j in FoldFeatures::Times.
+Eigen::VectorXd Only(std::size_t regions, std::size_t j) {
+  Eigen::VectorXd w = Eigen::VectorXd::Zero(static_cast<Eigen::Index>(regions));
+  w[static_cast<Eigen::Index>(j)] = 1;
+  return w;
+}
+
+/// K~_j A for each j in `which` (rows: the fold's test rows or its training rows), one pass over the training rows per
+/// column of A for every region at once.
+std::vector<Eigen::MatrixXd> RegionProducts(const FoldFeatures& fold, const std::vector<std::size_t>& which, const Eigen::MatrixXd& A, bool test) {
+  std::vector<Eigen::MatrixXd> out(which.size(), Eigen::MatrixXd(test ? fold.TestRows() : fold.TrainingRows(), A.cols()));
+  for (Eigen::Index c = 0; c < A.cols(); ++c) {
+    const PreparedVector u = fold.TrainingTransposeTimes(A.col(c));
+    for (std::size_t i = 0; i < which.size(); ++i) out[i].col(c) = fold.Times(u, Only(fold.Regions(), which[i]), test);
+  }
+  return out;
+}
+
+class FeatureFold final : public PreparedFold {
+ public:
+  FeatureFold(std::shared_ptr<const FeatureMatrix> x, const std::vector<int>& train, const std::vector<int>& test, const Preprocessing& pre)
+      : x_(std::move(x)), fold_(*x_, train, test, pre.centre, pre.normalise) {}
+
+  Eigen::VectorXd Scales() const override { return Eigen::VectorXd::Ones(static_cast<Eigen::Index>(fold_.Regions())); }
+  FoldKernels Summed() const override { return {}; }
+  void Weighted(TrainingForm, WeightedKernels& out) const override {
+    out.train.clear();
+    out.test.clear();
+    out.train32.clear();
+    out.kernels.reset();
+    out.keepAlive = x_;
+    out.testOnDemand = [this](Eigen::MatrixXd& buffer) { return Test(buffer); };
+  }
+  std::vector<Eigen::MatrixXd> Products(const std::vector<std::size_t>& which, const Eigen::Ref<const Eigen::MatrixXd>& A,
+                                        const Eigen::VectorXd& scales) const override {
+    std::vector<Eigen::MatrixXd> out = RegionProducts(fold_, which, A, false);
+    if (scales.size() > 0)
+      for (std::size_t i = 0; i < which.size(); ++i) out[i] *= scales[static_cast<Eigen::Index>(which[i])];
+    return out;
+  }
+  const FoldFeatures* Features() const override { return &fold_; }
+
+ private:
+  // The test blocks a decision reads, as products with the rows; a block itself (m x l, formed on request into
+  // `buffer`) only for a caller that asks for one.
+  TestBlocks Test(Eigen::MatrixXd& buffer) const {
+    TestBlocks blocks;
+    blocks.count = static_cast<Eigen::Index>(fold_.Regions());
+    blocks.rows = fold_.TestRows();
+    blocks.block = [this, &buffer](Eigen::Index j) -> const Eigen::MatrixXd& {
+      buffer = RegionProducts(fold_, {static_cast<std::size_t>(j)}, Eigen::MatrixXd::Identity(fold_.TrainingRows(), fold_.TrainingRows()), true)[0];
+      return buffer;
+    };
+    blocks.products = [this](const std::vector<Eigen::Index>& which, const Eigen::MatrixXd& C, int form) {
+      std::vector<std::size_t> regions(which.begin(), which.end());
+      const Eigen::MatrixXd used = form == kProductVector ? Eigen::MatrixXd(C.col(0)) : C;
+      return RegionProducts(fold_, regions, used, true);
+    };
+    return blocks;
+  }
+
+  std::shared_ptr<const FeatureMatrix> x_;
+  FoldFeatures fold_;
+};
+
+class FeatureKernels final : public KernelStore {
+ public:
+  explicit FeatureKernels(std::shared_ptr<const FeatureMatrix> x) : x_(std::move(x)) { x_->Check(); }
+
+  std::size_t Count() const override { return x_->Regions(); }
+  Eigen::Index Subjects() const override { return x_->Subjects(); }
+  bool Compact() const override { return false; }
+  bool Centred() const override { return false; }
+  bool Features() const override { return true; }
+  void CheckPreprocessing(const Preprocessing& pre) const override {
+    if (pre.covariates)
+      throw InputError("gram:FeaturesPreprocessing", "kernels", "covariates are removed from kernels, not yet from features; found covariates");
+    if (!pre.kernelGroups.empty())
+      throw InputError("gram:FeaturesPreprocessing", "kernels", "the feature form holds one source; found source groups to weigh equally");
+  }
+  std::unique_ptr<PreparedFold> OpenFold(const std::vector<int>& train, const std::vector<int>& test, const Preprocessing& pre) const override {
+    CheckPreprocessing(pre);
+    return std::make_unique<FeatureFold>(x_, train, test, pre);
+  }
+  Eigen::VectorXd LargestCentredSelfSimilarities(const std::vector<int>& train, const Preprocessing& pre) const override {
+    Eigen::VectorXd largest = Eigen::VectorXd::Zero(static_cast<Eigen::Index>(Count()));
+    if (train.empty()) return largest;
+    const FoldFeatures fold(*x_, train, {}, pre.centre, false);
+    for (std::size_t r = 0; r < Count(); ++r)
+      for (Eigen::Index i = 0; i < fold.TrainingRows(); ++i)
+        largest[static_cast<Eigen::Index>(r)] = std::max(largest[static_cast<Eigen::Index>(r)], fold.CentredSquaredNorm(i, r));
+    return largest;
+  }
+  // D(i, r) = beta_r (coef_i s_ir - S_r / l) for training subjects (S_r = sum_i coef_i s_ir; no mean term without centring).
+  Eigen::MatrixXd SubjectWeights(const FoldModel& model, const Preprocessing& pre) const override {
+    CheckPreprocessing(pre);
+    const FoldFeatures fold(*x_, model.train, model.test, pre.centre, pre.normalise);
+    Eigen::MatrixXd D = Eigen::MatrixXd::Zero(Subjects(), static_cast<Eigen::Index>(Count()));
+    const auto l = static_cast<Eigen::Index>(model.train.size());
+    for (std::size_t r = 0; r < Count(); ++r) {
+      const auto j = static_cast<Eigen::Index>(r);
+      double sum = 0;
+      for (Eigen::Index a = 0; a < l; ++a) sum += model.coef[a] * fold.Scale(a, r);
+      const double mean = pre.centre ? sum / static_cast<double>(l) : 0.0;
+      for (Eigen::Index a = 0; a < l; ++a) D(model.train[static_cast<std::size_t>(a)], j) = model.beta[j] * (model.coef[a] * fold.Scale(a, r) - mean);
+    }
+    return D;
+  }
+  // A fold task holds its FoldFeatures (three fold rows x regions tables, the voxel mean) and a fit's state: two
+  // voxel-length vectors and its per-row vectors.
+  std::uint64_t FoldTaskBytes(const FoldTask& task) const override {
+    const auto rows = static_cast<std::uint64_t>(task.train + task.test + task.unlabelled);
+    const auto regions = static_cast<std::uint64_t>(Count()), voxels = static_cast<std::uint64_t>(x_->Voxels());
+    return 8 * (4 * rows * regions + 3 * voxels + 8 * rows);
+  }
+  std::unique_ptr<KernelStore> Subset(const std::vector<std::size_t>& which) const override {
+    auto part = std::make_shared<FeatureMatrix>();
+    Eigen::Index voxels = 0;
+    part->regionStart = {0};
+    for (const std::size_t r : which) {
+      if (r >= Count()) throw InputError("gram:SubsetOutOfRange", "kernels", "kernel " + std::to_string(r) + " of " + std::to_string(Count()));
+      voxels += x_->RegionSize(r);
+      part->regionStart.push_back(voxels);
+    }
+    part->values.resize(Subjects(), voxels);
+    for (std::size_t i = 0; i < which.size(); ++i)
+      part->values.middleCols(part->regionStart[i], x_->RegionSize(which[i])) = x_->values.middleCols(x_->regionStart[which[i]], x_->RegionSize(which[i]));
+    return std::make_unique<FeatureKernels>(std::move(part));
+  }
+
+ private:
+  std::shared_ptr<const FeatureMatrix> x_;
+};
+
+}  // namespace
+
+std::unique_ptr<KernelStore> MakeFeatureKernels(std::shared_ptr<const FeatureMatrix> features) {
+  return std::make_unique<FeatureKernels>(std::move(features));
+}
+
+}  // namespace neuromkl::gram

@@ -1,0 +1,162 @@
+// Nested CV on a study's kernels in feature form (gram::MakeFeatureKernels) against the same kernels formed: the same
+// grid points chosen in every outer fold, the same decisions, and the store's other answers (products, subject weights
+// for the maps, the zero-norm floor) equal to the kernel store's.
+#include <memory>
+#include <random>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+#include "neuromkl/core/errors.hpp"
+#include "neuromkl/cv/nested_cv.hpp"
+#include "neuromkl/cv/splits.hpp"
+#include "neuromkl/gram/features.hpp"
+#include "neuromkl/gram/memory.hpp"
+
+using namespace neuromkl;
+
+namespace {
+
+/// 90 subjects, 8 regions of 6-40 voxels like grey-matter fractions; regions 1 and 5 carry the label (classification)
+/// and a score (regression) in half their voxels.
+struct Cohort {
+  std::shared_ptr<gram::FeatureMatrix> x = std::make_shared<gram::FeatureMatrix>();
+  Eigen::VectorXd label, score;
+};
+Cohort MakeCohort(int n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> uniform(0.2f, 0.8f);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  Cohort c;
+  c.x->regionStart = {0};
+  for (const Eigen::Index size : {12, 30, 6, 40, 18, 25, 9, 20}) c.x->regionStart.push_back(c.x->regionStart.back() + size);
+  c.x->values.resize(n, c.x->regionStart.back());
+  c.label.resize(n);
+  c.score.resize(n);
+  for (int i = 0; i < n; ++i) {
+    c.label[i] = i % 2 ? 1.0 : -1.0;
+    c.score[i] = normal(rng);
+    for (Eigen::Index j = 0; j < c.x->Voxels(); ++j) c.x->values(i, j) = uniform(rng);
+    for (const std::size_t r : {std::size_t{1}, std::size_t{5}})
+      for (Eigen::Index j = 0; j < c.x->RegionSize(r) / 2; ++j)
+        c.x->values(i, c.x->regionStart[r] + j) += static_cast<float>(0.05 * c.label[i] + 0.06 * c.score[i]);
+  }
+  return c;
+}
+
+learners::KernelList Formed(const gram::FeatureMatrix& x) {
+  learners::KernelList k;
+  for (std::size_t r = 0; r < x.Regions(); ++r) k.push_back(x.RegionKernel(r));
+  return k;
+}
+
+cv::InnerSplitter Inner(learners::Task task) {
+  return [task](std::size_t f, const std::vector<int>&, const Eigen::VectorXd& y) {
+    return cv::MakeFolds({task == learners::Task::Classification ? cv::Scheme::StratifiedKFold : cv::Scheme::KFold, 3, 1}, task, y, {}, {}, 50 + f, "inner");
+  };
+}
+
+}  // namespace
+
+// Tolerances: the solvers stop at 1e-10 on both paths, so decisions agree to ~1e-8 of the largest (asserted at 1e-6);
+// the inner scores are metrics of such decisions, so the chosen grid point is the same unless two points tie within
+// that, which these grids do not.
+TEST(FeatureNestedCv, ChoosesTheSameParametersAndPredictsTheSameAsTheKernels) {
+  const Cohort c = MakeCohort(90, 31);
+  const learners::KernelList kernels = Formed(*c.x);
+  const auto features = gram::MakeFeatureKernels(c.x);
+  for (const learners::Task task : {learners::Task::Classification, learners::Task::Regression}) {
+    learners::Targets t;
+    t.task = task;
+    t.y = task == learners::Task::Classification ? c.label : c.score;
+    const auto outer = cv::MakeFolds({task == learners::Task::Classification ? cv::Scheme::StratifiedKFold : cv::Scheme::KFold, 3, 1}, task, t.y, {}, {}, 7,
+                                     "outer");
+    std::vector<cv::LearnerPlan> plans = {
+        {"enkrr", "enmkl_krr", cv::ExpandGrid({{"tolerance", 1e-10}, {"objective_tolerance", 1e-12}}, {{"lambda", {0.1, 10}}, {"mu", {0.3, 0.9}}})},
+        {"krr", "krr", cv::ExpandGrid({}, {{"lambda", {0.01, 1, 100}}})}};
+    if (task == learners::Task::Classification) {
+      plans.push_back({"svm", "svm", cv::ExpandGrid({{"tolerance", 1e-10}}, {{"c", {0.01, 1, 100}}})});
+      plans.push_back({"en", "enmkl_svm", cv::ExpandGrid({{"svm_tolerance", 1e-10}, {"tolerance", 1e-10}, {"objective_tolerance", 1e-12}},
+                                                         {{"c", {0.1, 10}}, {"mu", {0.3, 0.9}}})});
+    }
+    const auto expected = cv::RunNestedCv(kernels, t, outer, Inner(task), plans, {});
+    const auto found = cv::RunNestedCv(*features, t, outer, Inner(task), plans, {});
+    ASSERT_EQ(found.size(), expected.size());
+    for (std::size_t l = 0; l < found.size(); ++l) {
+      ASSERT_EQ(found[l].folds.size(), expected[l].folds.size());
+      for (std::size_t f = 0; f < found[l].folds.size(); ++f) {
+        const auto& a = found[l].folds[f];
+        const auto& b = expected[l].folds[f];
+        ASSERT_TRUE(a.error.empty()) << a.error;
+        EXPECT_EQ(a.chosen, b.chosen) << found[l].label << " fold " << f;
+        const double scale = b.decision.cwiseAbs().maxCoeff();
+        EXPECT_LT((a.decision - b.decision).cwiseAbs().maxCoeff() / scale, 1e-6) << found[l].label << " fold " << f;
+        EXPECT_LT((a.model.beta - b.model.beta).cwiseAbs().maxCoeff(), 1e-5) << found[l].label << " fold " << f;
+      }
+    }
+  }
+}
+
+// The store's answers besides the fits: the fold's products K~_r A, the subject weights of a fold model (the voxel maps'
+// arithmetic) and the largest centred self-similarities (the exported model's zero-norm floor) equal the kernel store's.
+// Sums in double of float inputs in another order: 1e-10 relative.
+TEST(FeatureNestedCv, StoreAnswersEqualTheKernelStores) {
+  const Cohort c = MakeCohort(40, 37);
+  const learners::KernelList kernels = Formed(*c.x);
+  const gram::MemoryKernels formed(kernels);
+  const auto features = gram::MakeFeatureKernels(c.x);
+  std::vector<int> train, test;
+  for (int i = 0; i < 40; ++i) (i % 5 == 0 ? test : train).push_back(i);
+  const gram::Preprocessing pre;
+  const auto a = features->OpenFold(train, test, pre);
+  const auto b = formed.OpenFold(train, test, pre);
+  ASSERT_NE(a->Features(), nullptr);
+  EXPECT_EQ(b->Features(), nullptr);
+  const Eigen::MatrixXd A = Eigen::MatrixXd::Random(static_cast<Eigen::Index>(train.size()), 3);
+  const std::vector<std::size_t> which = {0, 3, 7};
+  const Eigen::VectorXd scales = Eigen::VectorXd::LinSpaced(8, 1.0, 2.0);
+  const auto pa = a->Products(which, A, scales), pb = b->Products(which, A, scales);
+  for (std::size_t i = 0; i < which.size(); ++i) EXPECT_LT((pa[i] - pb[i]).cwiseAbs().maxCoeff(), 1e-10 * pb[i].cwiseAbs().maxCoeff()) << which[i];
+  gram::FoldModel model;
+  model.train = train;
+  model.test = test;
+  model.coef = Eigen::VectorXd::LinSpaced(static_cast<Eigen::Index>(train.size()), -1.0, 1.5);
+  model.beta = Eigen::VectorXd::LinSpaced(8, 0.05, 0.2);
+  for (const bool normalise : {true, false}) {
+    gram::Preprocessing p;
+    p.normalise = normalise;
+    const Eigen::MatrixXd da = features->SubjectWeights(model, p), db = formed.SubjectWeights(model, p);
+    EXPECT_LT((da - db).cwiseAbs().maxCoeff(), 1e-10 * db.cwiseAbs().maxCoeff()) << "normalise " << normalise;
+  }
+  const Eigen::VectorXd la = features->LargestCentredSelfSimilarities(train, pre), lb = formed.LargestCentredSelfSimilarities(train, pre);
+  EXPECT_LT((la - lb).cwiseAbs().maxCoeff(), 1e-10 * lb.cwiseAbs().maxCoeff());
+  // A subset keeps the regions asked for, in that order.
+  const auto part = features->Subset({5, 1});
+  ASSERT_EQ(part->Count(), 2u);
+  const auto partFold = part->OpenFold(train, test, pre);
+  const auto pp = partFold->Products({0, 1}, A, {});
+  const auto pf = a->Products({5, 1}, A, {});
+  EXPECT_EQ(pp[0], pf[0]);
+  EXPECT_EQ(pp[1], pf[1]);
+}
+
+TEST(FeatureNestedCv, RefusesWhatTheFeatureFormCannotFit) {
+  const Cohort c = MakeCohort(30, 41);
+  const auto features = gram::MakeFeatureKernels(c.x);
+  learners::Targets t;
+  t.y = c.label;
+  const auto outer = cv::MakeFolds({cv::Scheme::StratifiedKFold, 3, 1}, learners::Task::Classification, t.y, {}, {}, 7, "outer");
+  try {
+    cv::RunNestedCv(*features, t, outer, Inner(learners::Task::Classification), {{"mk", "simplemkl", cv::ExpandGrid({{"c", 1.0}}, {})}}, {});
+    ADD_FAILURE() << "expected an InputError";
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.code(), "cv:NoFeatureForm");
+    EXPECT_NE(std::string(e.what()).find("simplemkl"), std::string::npos) << e.what();
+  }
+  cv::NestedCvOptions withCovariates;
+  auto covariates = std::make_shared<gram::Covariates>();
+  covariates->design = Eigen::MatrixXd::Ones(30, 1);
+  withCovariates.preprocessing.covariates = covariates;
+  EXPECT_THROW(cv::RunNestedCv(*features, t, outer, Inner(learners::Task::Classification), {{"svm", "svm", cv::ExpandGrid({{"c", 1.0}}, {})}}, withCovariates),
+               InputError);
+}
