@@ -605,8 +605,8 @@ TEST_F(Hardening, UpperCaseExtensionReadsTheSameImage) {
 
 // The kernels are held in memory (the subject data may go out of core, the kernels never do). A study whose
 // kernels exceed this machine's memory (116 region kernels of as many subjects as make 1.5x its memory in float64: the
-// rows of a table all naming one image) is refused by validate and by run before any image is read, with what would
-// fit (float32 halves it) and exit code 2; run writes nothing.
+// rows of a table all naming one image) is refused on kernels by validate and by run before any image is read, with what
+// would fit (the feature form; float32 halves it) and exit code 2; run writes nothing. "auto" holds it as features.
 TEST_F(Hardening, KernelsThatCannotFitThisMachineAreRefusedBeforeTheKernelStage) {
   const auto memory = static_cast<double>(neuromkl::PhysicalMemoryBytes());
   ASSERT_GT(memory, 0.0);
@@ -617,10 +617,11 @@ TEST_F(Hardening, KernelsThatCannotFitThisMachineAreRefusedBeforeTheKernelStage)
   WriteFile(Cohort() + "/large.tsv", table);
   const std::string study = Cohort() + "/large.json";
   WriteFile(study, R"({"name": "large", "subjects": {"table": "large.tsv"}, "target": {"column": "group", "task": "classification",
-    "positive_class": "patient"}, "atlas": "aal", "learners": [{"name": "svm"}], "output": {"dir": "large_out"}})");
+    "positive_class": "patient"}, "atlas": "aal", "kernels": {"representation": "kernel"}, "learners": [{"name": "svm"}], "output": {"dir": "large_out"}})");
   const double gib = 116.0 * static_cast<double>(n) * static_cast<double>(n) * 8.0 / 1073741824.0;
   const std::string expected = fmt::format("the study's kernels need {:.1f} GiB of memory (116 kernels x {} subjects^2 x 8 bytes), more than this "
-                                           "machine's {:.1f} GiB: nothing was computed. What would fit: \"precision\": \"float32\" in /kernels ({:.1f} GiB)",
+                                           "machine's {:.1f} GiB: nothing was computed. What would fit: \"representation\": \"features\" in /kernels (the voxels, "
+                                           "subjects x voxels x 4 bytes, instead of the kernels; docs/learners.md); or \"precision\": \"float32\" in /kernels ({:.1f} GiB)",
                                            gib, n, memory / 1073741824.0, gib / 2);
   for (const std::string command : {"validate", "run"}) {
     const auto r = RunCli(command + " " + study);
@@ -632,9 +633,16 @@ TEST_F(Hardening, KernelsThatCannotFitThisMachineAreRefusedBeforeTheKernelStage)
   EXPECT_FALSE(fs::exists(Cohort() + "/large_out"));
   // In float32 the same kernels fit: validate says how much of the memory they take.
   WriteFile(study, R"({"name": "large", "subjects": {"table": "large.tsv"}, "target": {"column": "group", "task": "classification",
-    "positive_class": "patient"}, "atlas": "aal", "kernels": {"precision": "float32"}, "learners": [{"name": "svm"}], "output": {"dir": "large_out"}})");
+    "positive_class": "patient"}, "atlas": "aal", "kernels": {"precision": "float32", "representation": "kernel"}, "learners": [{"name": "svm"}], "output": {"dir": "large_out"}})");
   const auto r = RunCli("validate " + study);
   EXPECT_EQ(r.exitCode, 0) << r.output;
   EXPECT_THAT(r.output, HasSubstr(fmt::format("memory: the kernels take {:.1f} MiB (116 kernels x {} subjects^2 x 4 bytes), {:.1f} % of this machine's",
                                               gib * 512.0, n, 100.0 * gib / 2 * 1073741824.0 / memory)));  // about 75 %
+  // By default (auto) the study is held as features: the kernels take more than half of the memory.
+  WriteFile(study, R"({"name": "large", "subjects": {"table": "large.tsv"}, "target": {"column": "group", "task": "classification",
+    "positive_class": "patient"}, "atlas": "aal", "learners": [{"name": "svm"}], "output": {"dir": "large_out"}})");
+  const auto features = RunCli("validate " + study);
+  EXPECT_EQ(features.exitCode, 0) << features.output;
+  EXPECT_THAT(features.output, HasSubstr("representation: features (auto: features, as the kernels"));
+  EXPECT_THAT(features.output, HasSubstr("the study's kernels are never formed"));
 }

@@ -42,7 +42,7 @@ std::vector<ObjectKeys> MakeStudyKeys() {
       {"/target/confounds/fit_on", {"column", "value"}},
       {"/atlas", kAtlas},
       {"/atlas/images/*", kAtlasImage},
-      {"/kernels", {"source", "centre", "normalise", "nan_policy", "memory_budget_mb", "cache", "precision", "intensity", "precomputed", "tabular", "sources",
+      {"/kernels", {"source", "centre", "normalise", "nan_policy", "memory_budget_mb", "cache", "precision", "representation", "intensity", "precomputed", "tabular", "sources",
                     "source_weighting", "missing_source"}},
   };
   AddKernelSections(t, "/kernels", false);

@@ -123,6 +123,8 @@ Json KernelsJson(const StudyConfig& c, bool forHash) {
             {"memory_budget_mb", ks.memoryBudgetMb}, {"cache", ks.cache},   {"intensity", IntensityJson(ks.intensity)}};
   // In the hashed form only when float32: a float64 study's cache keys do not depend on the option.
   if (!forHash || ks.precision == KernelPrecision::Float32) k["precision"] = ks.precision == KernelPrecision::Float32 ? "float32" : "float64";
+  // In the hashed form only when features are asked for (auto's choice is recorded in results.json).
+  if (!forHash || ks.representation == KernelRepresentation::Features) k["representation"] = ToString(ks.representation);
   if (!ks.precomputed.empty()) k["precomputed"] = PrecomputedJson(ks.precomputed);
   if (ks.source == KernelSource::Sources) {  // parses again: "source" is implied by "sources"
     k.erase("source");

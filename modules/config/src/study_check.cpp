@@ -18,6 +18,7 @@
 #include "neuromkl/core/errors.hpp"
 #include "neuromkl/core/strings.hpp"
 #include "neuromkl/cv/nested_cv.hpp"
+#include "neuromkl/learners/feature_learners.hpp"
 #include "study_limits.hpp"
 #include "study_rules.hpp"
 
@@ -372,6 +373,21 @@ void CheckAnalyses(const Checker& k, const StudyConfig& c) {
 
 }  // namespace
 
+FeatureFormObstacle WhyNoFeatureForm(const StudyConfig& c) {
+  if (c.kernels.source != KernelSource::Images)
+    return {c.kernels.source == KernelSource::Sources ? "/kernels/sources" : "/kernels/source",
+            "the feature form holds the voxels of one image source; found kernels from " + ToString(c.kernels.source)};
+  if (c.target.task == Task::Multiclass) return {"/target/task", "the learners on features fit binary classification or regression; found multiclass"};
+  for (std::size_t i = 0; i < c.learners.size(); ++i)
+    if (!learners::HasFeatureForm(c.learners[i].name))
+      return {Indexed("/learners", i) + "/name", "the learners with a feature form are svm, krr, enmkl_svm and enmkl_krr; found \"" + c.learners[i].name + "\""};
+  if (c.covariates.Active())
+    return {c.covariates.pointer.empty() ? "/covariates" : c.covariates.pointer,
+            "covariates are regressed out of the kernels in every fold, which the feature form does not do yet"};
+  if (c.harmonisation.Active()) return {"/harmonisation", "ComBat harmonises the voxels the folds form kernels from, which the feature form does not do yet"};
+  return {};
+}
+
 void CheckStudyConfig(const StudyConfig& c) {
   const Checker k(c);
   k.NonEmpty("/name", c.name);
@@ -390,6 +406,11 @@ void CheckStudyConfig(const StudyConfig& c) {
   k.Integer("/statistics/bootstrap_resamples", c.statistics.bootstrapResamples, kBootstrapRange);
   k.Integer("/statistics/paired_swaps", c.statistics.pairedSwaps, kPairedSwapsRange);
   CheckAnalyses(k, c);
+  if (c.kernels.representation == KernelRepresentation::Features)
+    if (const FeatureFormObstacle why = WhyNoFeatureForm(c); !why.Empty())
+      k.Fail(why.pointer, why.reason + " (/kernels/representation \"features\"; \"kernel\" or \"auto\" hold the kernels as matrices)");
+  if (c.kernels.representation == KernelRepresentation::Features && c.output.saveKernels)
+    k.Fail("/output/save_kernels", "/kernels/representation \"features\" never forms the kernels, so there are none to save: set save_kernels false");
   k.NonEmpty("/output/dir", c.output.dir);
   k.NonEmpty("/output/cache_dir", c.output.cacheDir);
   k.Integer("/output/min_subjects_with_signal", c.output.minSubjectsWithSignal, kMinSubjectsRange);

@@ -37,6 +37,9 @@ std::string ToString(KernelSource s) {
   }
   return "?";
 }
+std::string ToString(KernelRepresentation r) {
+  return r == KernelRepresentation::Kernel ? "kernel" : r == KernelRepresentation::Features ? "features" : "auto";
+}
 std::string ToString(Task t) { return t == Task::Classification ? "classification" : t == Task::Multiclass ? "multiclass" : "regression"; }
 
 StudyConfig ParseStudyConfig(const std::string& text, const std::string& baseDir, const std::string& src) {

@@ -439,6 +439,10 @@ void ParseKernels(const Json& json, const std::string& src, const std::string& b
   c.kernels.memoryBudgetMb = k.Number("memory_budget_mb", 0, kMemoryBudgetRange.lo, kMemoryBudgetRange.hi);
   c.kernels.cache = k.Bool("cache", c.kernels.cache);
   c.kernels.precision = k.Choice("precision", "float64", {"float64", "float32"}) == "float32" ? KernelPrecision::Float32 : KernelPrecision::Float64;
+  const std::string representation = k.Choice("representation", "auto", {"auto", "kernel", "features"});
+  c.kernels.representation = representation == "kernel"     ? KernelRepresentation::Kernel
+                             : representation == "features" ? KernelRepresentation::Features
+                                                            : KernelRepresentation::Auto;
   if (k.Has("intensity")) c.kernels.intensity = ParseIntensity(k.At("intensity"), "/kernels/intensity", src, baseDir);
   if (k.Has("precomputed")) c.kernels.precomputed = ParsePrecomputed(k.At("precomputed"), "/kernels/precomputed", src, baseDir);
   if (k.Has("tabular")) c.kernels.tabular = ParseTabular(k.At("tabular"), "/kernels/tabular", src, baseDir);
@@ -514,6 +518,9 @@ void ParseOutput(const Json& json, const std::string& src, const std::string& ba
   c.output.weightMapUnitNorm = o.Bool("weight_maps_unit_norm", c.output.weightMapUnitNorm);
   c.output.minSubjectsWithSignal = static_cast<int>(Integer(o, "min_subjects_with_signal", c.output.minSubjectsWithSignal, kMinSubjectsRange));
   c.output.model = o.Bool("model", c.output.model);
+  if (o.Has("save_kernels") && c.output.saveKernels && c.kernels.representation == KernelRepresentation::Features)
+    o.FailAt("/output/save_kernels", "/kernels/representation \"features\" never forms the kernels, so there are none to save: drop save_kernels, "
+                                     "or use representation \"kernel\"");
   if (o.Has("save_kernels") && c.output.saveKernels && c.kernels.precision == KernelPrecision::Float32)
     o.FailAt("/output/save_kernels", "the saved kernels are the raw float64 kernels, but /kernels/precision \"float32\" keeps only the compact "
                                      "store after the kernel stage: save them from a float64 run (the kernel cache makes it cheap), or drop save_kernels");
@@ -565,6 +572,8 @@ StudyConfig ReadStudyConfig(const std::string& text, const std::string& baseDir,
   if (r.Has("output")) ParseOutput(r.At("output"), src, baseDir, c);
   // A float32 study does not hold the raw kernels that output.save_kernels writes: off unless asked (an error above).
   if (c.kernels.precision == KernelPrecision::Float32) c.output.saveKernels = false;
+  // Nor does a study on features, which never forms them (auto saves them when it chooses kernels).
+  if (c.kernels.representation == KernelRepresentation::Features) c.output.saveKernels = false;
   return c;
 }
 

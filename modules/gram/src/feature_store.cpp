@@ -2,12 +2,16 @@
 // rows where the kernel path reads blocks.
 #include <algorithm>
 #include <memory>
+#include <numeric>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include <tbb/parallel_for.h>
+
 #include "neuromkl/core/errors.hpp"
 #include "neuromkl/gram/features.hpp"
+#include "neuromkl/gram/memory.hpp"
 #include "neuromkl/gram/store.hpp"
 
 namespace neuromkl::gram {
@@ -79,9 +83,66 @@ class FeatureFold final : public PreparedFold {
   FoldFeatures fold_;
 };
 
+/// The region kernels over a fold's rows (training rows, then test rows) from the features, each row centred with the
+/// training mean per voxel first (centre) so that data with a large mean keep their precision; in double, region by
+/// region in parallel (each product on its own: the same values for any number of threads).
+KernelList FormFoldKernels(const FeatureMatrix& x, const std::vector<int>& train, const std::vector<int>& test, bool centre) {
+  std::vector<int> rows = train;
+  rows.insert(rows.end(), test.begin(), test.end());
+  const auto n = static_cast<Eigen::Index>(rows.size());
+  KernelList kernels(x.Regions());
+  tbb::parallel_for(std::size_t{0}, x.Regions(), [&](std::size_t r) {
+    const Eigen::Index begin = x.regionStart[r], d = x.RegionSize(r);
+    Eigen::MatrixXd block(n, d);
+    for (Eigen::Index a = 0; a < n; ++a) block.row(a) = x.values.row(rows[static_cast<std::size_t>(a)]).segment(begin, d).cast<double>();
+    if (centre && !train.empty()) {
+      const Eigen::RowVectorXd mean = block.topRows(static_cast<Eigen::Index>(train.size())).colwise().mean();
+      block.rowwise() -= mean;
+    }
+    Eigen::MatrixXd& K = kernels[r];
+    K.setZero(n, n);
+    K.selfadjointView<Eigen::Lower>().rankUpdate(block);
+    K.triangularView<Eigen::StrictlyUpper>() = K.transpose();
+  });
+  return kernels;
+}
+
+std::vector<int> Range(int begin, int end) {
+  std::vector<int> out(static_cast<std::size_t>(end - begin));
+  std::iota(out.begin(), out.end(), begin);
+  return out;
+}
+
+/// A fold of a FeatureMatrix whose kernels are small enough to form (FeatureKernels' budget): its region kernels formed
+/// once (FormFoldKernels) and prepared as every fold of kernels in memory is (centring again changes them by rounding
+/// only; normalisation), so the kernel learners fit it. Once per fold (l + m)^2 x voxels multiply-adds instead of a pass
+/// over the rows per solver step: ENMKL's weight steps, each a warm-started inner solve, and a grid's fits share them.
+class FormedFeatureFold final : public PreparedFold {
+ public:
+  FormedFeatureFold(const FeatureMatrix& x, const std::vector<int>& train, const std::vector<int>& test, const Preprocessing& pre)
+      : kernels_(FormFoldKernels(x, train, test, pre.centre)),
+        fold_(kernels_.OpenFold(Range(0, static_cast<int>(train.size())), Range(static_cast<int>(train.size()), static_cast<int>(train.size() + test.size())),
+                                pre)) {}
+
+  Eigen::VectorXd Scales() const override { return fold_->Scales(); }
+  FoldKernels Summed() const override { return fold_->Summed(); }
+  void Weighted(TrainingForm form, WeightedKernels& out) const override { fold_->Weighted(form, out); }
+  std::vector<Eigen::MatrixXd> Products(const std::vector<std::size_t>& which, const Eigen::Ref<const Eigen::MatrixXd>& A,
+                                        const Eigen::VectorXd& scales) const override {
+    return fold_->Products(which, A, scales);
+  }
+
+ private:
+  MemoryKernels kernels_;  // (before fold_, which reads it)
+  std::unique_ptr<PreparedFold> fold_;
+};
+
+/// R x rows^2 x 8: a fold's formed kernels.
+std::uint64_t FormedBytes(std::size_t regions, std::size_t rows) { return static_cast<std::uint64_t>(regions) * rows * rows * sizeof(double); }
+
 class FeatureKernels final : public KernelStore {
  public:
-  explicit FeatureKernels(std::shared_ptr<const FeatureMatrix> x) : x_(std::move(x)) { x_->Check(); }
+  FeatureKernels(std::shared_ptr<const FeatureMatrix> x, std::uint64_t formBelowBytes) : x_(std::move(x)), formBelowBytes_(formBelowBytes) { x_->Check(); }
 
   std::size_t Count() const override { return x_->Regions(); }
   Eigen::Index Subjects() const override { return x_->Subjects(); }
@@ -96,6 +157,7 @@ class FeatureKernels final : public KernelStore {
   }
   std::unique_ptr<PreparedFold> OpenFold(const std::vector<int>& train, const std::vector<int>& test, const Preprocessing& pre) const override {
     CheckPreprocessing(pre);
+    if (Forms(train.size() + test.size())) return std::make_unique<FormedFeatureFold>(*x_, train, test, pre);
     return std::make_unique<FeatureFold>(x_, train, test, pre);
   }
   Eigen::VectorXd LargestCentredSelfSimilarities(const std::vector<int>& train, const Preprocessing& pre) const override {
@@ -125,6 +187,8 @@ class FeatureKernels final : public KernelStore {
   // A fold task holds its FoldFeatures (three fold rows x regions tables, the voxel mean) and a fit's state: two
   // voxel-length vectors and its per-row vectors.
   std::uint64_t FoldTaskBytes(const FoldTask& task) const override {
+    // A formed fold: its kernels, their prepared copies and a region block being formed.
+    if (Forms(task.train + task.test)) return 2 * FormedBytes(Count(), task.train + task.test) + 8 * static_cast<std::uint64_t>(x_->Voxels());
     const auto rows = static_cast<std::uint64_t>(task.train + task.test + task.unlabelled);
     const auto regions = static_cast<std::uint64_t>(Count()), voxels = static_cast<std::uint64_t>(x_->Voxels());
     return 8 * (4 * rows * regions + 3 * voxels + 8 * rows);
@@ -141,17 +205,20 @@ class FeatureKernels final : public KernelStore {
     part->values.resize(Subjects(), voxels);
     for (std::size_t i = 0; i < which.size(); ++i)
       part->values.middleCols(part->regionStart[i], x_->RegionSize(which[i])) = x_->values.middleCols(x_->regionStart[which[i]], x_->RegionSize(which[i]));
-    return std::make_unique<FeatureKernels>(std::move(part));
+    return std::make_unique<FeatureKernels>(std::move(part), formBelowBytes_);
   }
 
  private:
+  bool Forms(std::size_t rows) const { return formBelowBytes_ > 0 && FormedBytes(Count(), rows) <= formBelowBytes_; }
+
   std::shared_ptr<const FeatureMatrix> x_;
+  std::uint64_t formBelowBytes_ = 0;
 };
 
 }  // namespace
 
-std::unique_ptr<KernelStore> MakeFeatureKernels(std::shared_ptr<const FeatureMatrix> features) {
-  return std::make_unique<FeatureKernels>(std::move(features));
+std::unique_ptr<KernelStore> MakeFeatureKernels(std::shared_ptr<const FeatureMatrix> features, std::uint64_t formFoldKernelsBelow) {
+  return std::make_unique<FeatureKernels>(std::move(features), formFoldKernelsBelow);
 }
 
 }  // namespace neuromkl::gram

@@ -581,13 +581,20 @@ std::vector<std::int64_t> RegionColumnOffsets(const atlas::RegionIndex& regions)
 
 SubjectRows ReadSubjectRows(const std::vector<std::string>& subjectIds, const std::vector<std::string>& imagePaths, const atlas::RegionIndex& regions,
                             const RegionKernelOptions& options) {
+  std::vector<float> data(static_cast<std::size_t>(static_cast<std::int64_t>(imagePaths.size()) * MakeLayout(regions).Columns()));
+  SubjectRows out = ReadSubjectRowsInto(subjectIds, imagePaths, regions, options, data.data());
+  out.data = std::move(data);
+  return out;
+}
+
+SubjectRows ReadSubjectRowsInto(const std::vector<std::string>& subjectIds, const std::vector<std::string>& imagePaths, const atlas::RegionIndex& regions,
+                                const RegionKernelOptions& options, float* rows) {
   const Layout layout = MakeLayout(regions);
   std::vector<char> insideAtlas(static_cast<std::size_t>(regions.grid.VoxelCount()), 0);
   for (const auto& [voxel, c] : layout.voxelColumn) insideAtlas[static_cast<std::size_t>(voxel)] = 1;
   const auto n = static_cast<std::int64_t>(imagePaths.size());
   SubjectRows out;
   out.columns = layout.Columns();
-  out.data.resize(static_cast<std::size_t>(n * out.columns));
   out.nonFiniteCount.assign(static_cast<std::size_t>(out.columns), 0);
   out.intensityScale.assign(options.intensity == IntensityScaling::None ? 0 : static_cast<std::size_t>(n), 1.0);
   std::vector<std::vector<std::int64_t>> badColumns(static_cast<std::size_t>(n));
@@ -600,7 +607,7 @@ SubjectRows ReadSubjectRows(const std::vector<std::string>& subjectIds, const st
     const auto i = static_cast<std::size_t>(s);
     io::ReadVolume(imagePaths[i], vol);
     std::int64_t inside = 0, outside = 0;
-    const double scale = FillRow(vol, subjectIds[i] + " (" + imagePaths[i] + ")", regions, layout, insideAtlas, options, out.data.data() + s * out.columns,
+    const double scale = FillRow(vol, subjectIds[i] + " (" + imagePaths[i] + ")", regions, layout, insideAtlas, options, rows + s * out.columns,
                                  badColumns[i], inside, outside);
     nonZeroInside += inside;
     nonZeroOutside += outside;

@@ -388,6 +388,8 @@ std::uint64_t CheckKernelsFitMemory(const config::StudyConfig& study, std::size_
   if (memory == 0 || share <= memory) return bytes;
   const auto gib = [](std::uint64_t b) { return static_cast<double>(b) / 1073741824.0; };
   std::vector<std::string> fits;
+  if (config::WhyNoFeatureForm(study).Empty())
+    fits.push_back("\"representation\": \"features\" in /kernels (the voxels, subjects x voxels x 4 bytes, instead of the kernels; docs/learners.md)");
   if (!float32 && bytes / 2 / static_cast<std::uint64_t>(std::max(ranks, 1)) <= memory)
     fits.push_back(fmt::format("\"precision\": \"float32\" in /kernels ({:.1f} GiB)", gib(bytes / 2)));
   const std::uint64_t perRank = float32 ? bytes : bytes / 2;
@@ -552,9 +554,27 @@ KernelStageResult FormKernels(const config::StudyConfig& study, const Cohort& co
 KernelStageResult RunKernelStage(const config::StudyConfig& study, const Cohort& cohort, const std::string& scratchDir, int sourceIndex) {
   // The study's kernels counted once (before any image is read) for the memory check and the ranks' plan.
   const std::size_t planned = sourceIndex < 0 ? PlannedKernelCount(study, cohort) : 0;
-  if (sourceIndex < 0) CheckKernelsFitMemory(study, cohort.ids.size(), planned, KernelHoldingRanks(study, cohort, planned));
-  if (study.kernels.source == KernelSource::Sources) return RunSourcesStage(study, cohort, scratchDir, planned);
+  std::string representationNote;
+  if (sourceIndex < 0) {
+    const int ranks = KernelHoldingRanks(study, cohort, planned);
+    const RepresentationChoice choice = ChooseRepresentation(study, cohort, planned, ranks);
+    spdlog::info("kernels: representation {} ({})", config::ToString(choice.chosen), choice.why);
+    if (choice.chosen == config::KernelRepresentation::Features) {
+      CheckFeaturesFitMemory(study, choice);
+      KernelStageResult res = FormFeatureStage(study, cohort, scratchDir);
+      res.representationNote = choice.why;
+      return res;
+    }
+    CheckKernelsFitMemory(study, cohort.ids.size(), planned, ranks);
+    representationNote = choice.why;
+  }
+  if (study.kernels.source == KernelSource::Sources) {
+    KernelStageResult res = RunSourcesStage(study, cohort, scratchDir, planned);
+    res.representationNote = representationNote;
+    return res;
+  }
   KernelStageResult res = FormKernels(study, cohort, scratchDir, sourceIndex, false);
+  res.representationNote = representationNote;
   // Under mpirun, kernels over the per-rank budget that rank 0 formed or read (precomputed, tabular: an
   // images study's own stage keeps them on their owners as it forms them) go to the ranks now, each to its owner; the
   // cache entry was written before, from rank 0.

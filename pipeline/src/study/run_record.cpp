@@ -111,6 +111,9 @@ void RecordKernels(const StudyContext& ctx, exporting::RunRecord& record) {
     for (auto r : ctx.kernelRows) record.intensityScale.push_back(ks.set.intensityScale[static_cast<std::size_t>(r)]);
   }
   record.subjectsWithSignal = ctx.subjectsWithSignal;
+  record.representation = ctx.kernels->Features() ? "features" : "kernel";
+  record.representationNote = ks.representationNote;
+  if (ctx.kernels->Features()) record.featureBytes = ks.report.dataBytes;
   if (ctx.kernels->Compact()) {
     record.compactBytes = gram::CompactBytes(ctx.kernels->Count(), static_cast<std::size_t>(ctx.kernels->Subjects()));
     record.compactCentred = ctx.kernels->Centred();
@@ -309,7 +312,9 @@ void WriteStudyOutputs(StudyContext& ctx, exporting::RunRecord& record, const Re
                        std::chrono::steady_clock::time_point start) {
   const auto& study = ctx.study;
   WriteTextFile(request.dir + "/study.resolved.json", config::ResolvedConfigJson(study) + "\n");
-  if (study.output.saveKernels) {
+  if (study.output.saveKernels && ctx.kernels->Features()) {
+    spdlog::warn("output: save_kernels skipped: the study held its kernels as features and never formed them");
+  } else if (study.output.saveKernels) {
     // Held by MPI ranks: each writes its own; moved into the study's kernels: written from there.
     SaveStageKernels(request.dir + "/kernels", ctx.ks, "raw region kernels of study " + study.name, ctx.movedKernels);
   }

@@ -309,13 +309,26 @@ std::string ValidateStudy(const config::StudyConfig& study, bool deep) {
   DescribeKernels(study, cohort, deep, line);
   {
     const std::size_t count = PlannedKernelCount(study, cohort);
-    const std::uint64_t bytes = CheckKernelsFitMemory(study, cohort.ids.size(), count);  // kernels:TooLarge when they cannot fit this machine
+    const RepresentationChoice choice = ChooseRepresentation(study, cohort, count);
     const double memory = static_cast<double>(PhysicalMemoryBytes());
-    const bool float32 = study.kernels.precision == config::KernelPrecision::Float32;
-    line(fmt::format("  memory: the kernels take {:.1f} MiB ({} kernels x {} subjects^2 x {} bytes), {:.1f} % of this machine's {:.1f} GiB; learners of "
-                     "kernel weights add fold copies (up to ~1.7x more, docs/batch.md \"Measured\")",
-                     static_cast<double>(bytes) / 1048576.0, count, cohort.ids.size(), float32 ? 4 : 8,
-                     100.0 * static_cast<double>(bytes) / memory, memory / 1073741824.0));
+    const auto mib = [](std::uint64_t b) { return static_cast<double>(b) / 1048576.0; };
+    const bool features = choice.chosen == config::KernelRepresentation::Features;
+    line(fmt::format("  representation: {} ({}); kernels {:.1f} MiB, features {}", features ? "features" : "kernels", choice.why, mib(choice.kernelBytes),
+                     choice.featureBytes > 0 ? fmt::format("{:.1f} MiB (subjects x voxels x 4 bytes)", mib(choice.featureBytes)) : std::string("none")));
+    if (features) {
+      CheckFeaturesFitMemory(study, choice);  // as run checks it
+      line(fmt::format("  memory: the features take {:.1f} MiB, {:.1f} % of this machine's {:.1f} GiB; the study's kernels are never formed (a fold "
+                       "forms its own when they take at most {})",
+                       mib(choice.featureBytes), 100.0 * static_cast<double>(choice.featureBytes) / memory, memory / 1073741824.0,
+                       study.kernels.memoryBudgetMb > 0 ? fmt::format("kernels.memory_budget_mb ({} MiB)", study.kernels.memoryBudgetMb)
+                                                        : std::string("an eighth of the memory")));
+    } else {
+      const std::uint64_t bytes = CheckKernelsFitMemory(study, cohort.ids.size(), count);  // kernels:TooLarge when they cannot fit this machine
+      const bool float32 = study.kernels.precision == config::KernelPrecision::Float32;
+      line(fmt::format("  memory: the kernels take {:.1f} MiB ({} kernels x {} subjects^2 x {} bytes), {:.1f} % of this machine's {:.1f} GiB; learners of "
+                       "kernel weights add fold copies (up to ~1.7x more, docs/batch.md \"Measured\")",
+                       mib(bytes), count, cohort.ids.size(), float32 ? 4 : 8, 100.0 * static_cast<double>(bytes) / memory, memory / 1073741824.0));
+    }
   }
   line(fmt::format("  per-fold preprocessing: centre {}, normalise {}", study.kernels.centre ? "on" : "off", study.kernels.normalise ? "on" : "off"));
   if (study.kernels.precision == config::KernelPrecision::Float32) {

@@ -1,6 +1,7 @@
 // Nested CV on a study's kernels in feature form (gram::MakeFeatureKernels) against the same kernels formed: the same
 // grid points chosen in every outer fold, the same decisions, and the store's other answers (products, subject weights
 // for the maps, the zero-norm floor) equal to the kernel store's.
+#include <cstdint>
 #include <memory>
 #include <random>
 #include <vector>
@@ -95,6 +96,37 @@ TEST(FeatureNestedCv, ChoosesTheSameParametersAndPredictsTheSameAsTheKernels) {
       }
     }
   }
+}
+
+// A store whose budget holds a fold's kernels forms them (each row centred with the training mean, products in double)
+// and fits the kernel learners on them: the same chosen points and, since the kernels differ from the formed ones by
+// rounding only (~1e-15 relative) and the solvers stop at 1e-10, decisions within 1e-8 and weights within 1e-7.
+TEST(FeatureNestedCv, FoldsWithinTheBudgetFormTheirKernels) {
+  const Cohort c = MakeCohort(90, 32);
+  const learners::KernelList kernels = Formed(*c.x);
+  const auto formed = gram::MakeFeatureKernels(c.x, std::uint64_t{1} << 30);
+  const std::vector<int> train = {0, 1, 2, 3, 4, 5, 6, 7}, test = {8, 9};
+  EXPECT_EQ(formed->OpenFold(train, test, {})->Features(), nullptr) << "a fold within the budget is a fold of kernels";
+  EXPECT_NE(gram::MakeFeatureKernels(c.x, 100)->OpenFold(train, test, {})->Features(), nullptr) << "one beyond it is a fold of features";
+  learners::Targets t;
+  t.task = learners::Task::Classification;
+  t.y = c.label;
+  const auto outer = cv::MakeFolds({cv::Scheme::StratifiedKFold, 3, 1}, t.task, t.y, {}, {}, 8, "outer");
+  const std::vector<cv::LearnerPlan> plans = {
+      {"svm", "svm", cv::ExpandGrid({{"tolerance", 1e-10}}, {{"c", {0.01, 1, 100}}})},
+      {"en", "enmkl_svm", cv::ExpandGrid({{"svm_tolerance", 1e-10}, {"tolerance", 1e-10}, {"objective_tolerance", 1e-12}}, {{"c", {0.1, 10}}, {"mu", {0.3, 0.9}}})}};
+  const auto expected = cv::RunNestedCv(kernels, t, outer, Inner(t.task), plans, {});
+  const auto found = cv::RunNestedCv(*formed, t, outer, Inner(t.task), plans, {});
+  ASSERT_EQ(found.size(), expected.size());
+  for (std::size_t l = 0; l < found.size(); ++l)
+    for (std::size_t f = 0; f < found[l].folds.size(); ++f) {
+      const auto& a = found[l].folds[f];
+      const auto& b = expected[l].folds.at(f);
+      ASSERT_TRUE(a.error.empty()) << a.error;
+      EXPECT_EQ(a.chosen, b.chosen) << found[l].label << " fold " << f;
+      EXPECT_LT((a.decision - b.decision).cwiseAbs().maxCoeff() / b.decision.cwiseAbs().maxCoeff(), 1e-8) << found[l].label << " fold " << f;
+      EXPECT_LT((a.model.beta - b.model.beta).cwiseAbs().maxCoeff(), 1e-7) << found[l].label << " fold " << f;
+    }
 }
 
 // The store's answers besides the fits: the fold's products K~_r A, the subject weights of a fold model (the voxel maps'

@@ -17,11 +17,18 @@
 namespace neuromkl::ranks {
 class RankOwners;
 }
+namespace neuromkl::gram {
+struct FeatureMatrix;
+}
 
 namespace neuromkl::pipeline {
 
 struct KernelStageResult {
   kernels::KernelSet set;
+  /// kernels.representation chose features: the voxels of the kept regions, one row per subject of `set` (set.featureForm:
+  /// `set` lists the region kernels, holds their diagonals and no matrix). Null on the kernel path.
+  std::shared_ptr<const gram::FeatureMatrix> features;
+  std::string representationNote;  ///< how the representation was chosen (RepresentationChoice::why)
   /// Kernels that do not fit one rank under mpirun (set.distributed): the ranks hold them, this is rank 0's handle.
   std::shared_ptr<ranks::RankOwners> owners;
   std::string heldNote;  ///< ... how they came to the ranks when rank 0 handed them out (results.json)
@@ -79,6 +86,24 @@ std::uint64_t CheckKernelsFitMemory(const config::StudyConfig& study, std::size_
 /// Writes the kernel store of `res` into `dir`: from the kernels in memory, or each by the rank that holds it.
 /// `moved`: the set's float64 kernels when they were moved out of it (into the study's kernels), else null.
 void SaveStageKernels(const std::string& dir, const KernelStageResult& res, const std::string& description, const std::vector<Eigen::MatrixXd>* moved = nullptr);
+/// kernels.representation resolved for a study: kernels or features, with both footprints (validate prints them).
+struct RepresentationChoice {
+  config::KernelRepresentation chosen = config::KernelRepresentation::Kernel;  ///< Kernel or Features
+  std::uint64_t kernelBytes = 0;   ///< `kernelCount` x subjects^2 x 8 (4 in float32)
+  std::uint64_t featureBytes = 0;  ///< subjects x voxels x 4; 0 when the study has no feature form (config::WhyNoFeatureForm)
+  std::string why;                 ///< a sentence: the option, or auto's reason
+};
+/// "kernel" and "features" as given; "auto": features when the study has a feature form and its kernels (a share of
+/// `ranks` under mpirun) take more than half of this machine's memory, else kernels.
+RepresentationChoice ChooseRepresentation(const config::StudyConfig& study, const Cohort& cohort, std::size_t kernelCount, int ranks = 1);
+/// subjects x voxels x 4 bytes: the feature matrix.
+std::uint64_t FeatureBytes(std::size_t subjects, std::int64_t voxels);
+/// InputError kernels:TooLarge when the feature matrix does not fit this machine's memory.
+void CheckFeaturesFitMemory(const config::StudyConfig& study, const RepresentationChoice& choice);
+/// The kernel stage on features: every image read once into the FeatureMatrix (RegionKernelOptionsOf's masking, NaN
+/// rule and scaling), regions without a voxel left or with a zero kernel excluded as the kernel path does. No cache entry.
+KernelStageResult FormFeatureStage(const config::StudyConfig& study, const Cohort& cohort, const std::string& scratchDir);
+/// The study's kernel stage: kernels, or features as ChooseRepresentation decides.
 KernelStageResult RunKernelStage(const config::StudyConfig& study, const Cohort& cohort, const std::string& scratchDir, int sourceIndex = -1);
 
 }  // namespace neuromkl::pipeline

@@ -184,6 +184,13 @@ enum class KernelPrecision {
   Float32,  ///< the compact store: float32, half the memory; fold arithmetic stays double
 };
 
+/// How the study holds its region kernels (docs/learners.md, "Learners on features").
+enum class KernelRepresentation {
+  Auto,      ///< features when the study has a feature form and its kernels would not fit this machine's memory, else kernels
+  Kernel,    ///< one n x n kernel per region
+  Features,  ///< the masked voxels (K_r = X_r X_r', never formed): linear learners with a feature form only
+};
+
 struct KernelSpec {
   KernelSource source = KernelSource::Images;
   bool centre = true;                ///< per fold, training statistics only
@@ -192,6 +199,7 @@ struct KernelSpec {
   double memoryBudgetMb = 0;         ///< 0 = 25 % of physical memory
   bool cache = true;
   KernelPrecision precision = KernelPrecision::Float64;
+  KernelRepresentation representation = KernelRepresentation::Auto;
   IntensitySpec intensity;
   std::vector<PrecomputedKernelSpec> precomputed;
   TabularSpec tabular;
@@ -322,12 +330,23 @@ StudyConfig ReadStudyConfig(const std::string& text, const std::string& baseDir,
 /// ConfigError naming `config.path` (empty for a study made in code) and the JSON pointer of the value in a
 /// study file, e.g. "/learners/0/params/c".
 void CheckStudyConfig(const StudyConfig& config);
+/// Why the study cannot hold its kernels as features (KernelRepresentation::Features), as the JSON pointer of the value
+/// that prevents it and a sentence; both empty when it can: one images source (no kernels.sources), binary classification
+/// or regression, learners with a feature form (svm, krr, enmkl_svm, enmkl_krr), no covariates regressed out of the
+/// kernels, no harmonisation. CheckStudyConfig raises it for "representation": "features";
+/// "auto" falls back to kernels.
+struct FeatureFormObstacle {
+  std::string pointer, reason;
+  bool Empty() const { return pointer.empty(); }
+};
+FeatureFormObstacle WhyNoFeatureForm(const StudyConfig& config);
 /// The resolved configuration (every default filled in) as pretty JSON. `forHash`: without the keys that
 /// change no result (/output/model), for the input hash and the permutation checkpoint key.
 std::string ResolvedConfigJson(const StudyConfig& config, bool forHash = false);
 
 std::string ToString(CvScheme s);
 std::string ToString(KernelSource s);
+std::string ToString(KernelRepresentation r);
 std::string ToString(learners::Task t);
 
 }  // namespace neuromkl::config

@@ -142,6 +142,9 @@ struct RunRecord {
   std::vector<kernels::KernelInfo> kernels;
   std::vector<kernels::ExcludedKernel> excludedKernels;
   std::string kernelSource, kernelCache;
+  /// kernels.representation as run: "kernel" or "features", why (the option or auto's reason), the feature matrix's bytes.
+  std::string representation = "kernel", representationNote;
+  std::uint64_t featureBytes = 0;
   /// kernels.precision "float32": the compact store's bytes and whether it was centred (0: float64, nothing recorded)
   std::uint64_t compactBytes = 0;
   bool compactCentred = false;

@@ -5,6 +5,7 @@
 // vector is z_ir = s_ir (x_ir - m_r), m the training mean per voxel and s_ir the inverse of the centred norm, which is
 // what CentreFold and NormaliseFold do to K_r. Every learner quantity is then a product with the rows of X.
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <vector>
 
@@ -90,6 +91,10 @@ class FoldFeatures {
 /// KernelStore whose folds hold FoldFeatures (PreparedFold::Features) for the learners with a feature form
 /// (learners::FitFeatures), the decisions of their test rows as products with the rows, and no kernel matrices. Fold
 /// preprocessing: centring and cosine normalisation; confounds and source scales are refused (CheckPreprocessing).
-std::unique_ptr<KernelStore> MakeFeatureKernels(std::shared_ptr<const FeatureMatrix> features);
+/// `formFoldKernelsBelow` > 0: a fold whose region kernels take at most that many bytes (regions x rows^2 x 8) forms them
+/// from the features instead (each row centred with the training mean, then the products in double) and is prepared and
+/// fitted as a fold of kernels is (Features() null: the kernel learners), which at small n is far faster than the
+/// learners on features; 0: never.
+std::unique_ptr<KernelStore> MakeFeatureKernels(std::shared_ptr<const FeatureMatrix> features, std::uint64_t formFoldKernelsBelow = 0);
 
 }  // namespace neuromkl::gram

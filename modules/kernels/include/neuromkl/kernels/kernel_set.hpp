@@ -45,7 +45,10 @@ struct KernelSet {
   /// `compact.centred` says).
   bool distributed = false;
   bool ownedCompact = false;
-  std::size_t Size() const { return distributed ? info.size() : compact.empty() ? kernels.size() : compact.size(); }
+  /// The kernels are held as features (kernels.representation "features"; pipeline's KernelStageResult::features): no
+  /// matrix is formed, `info` lists the region kernels and `rawDiagonals` holds each one's diagonal (row norms^2).
+  bool featureForm = false;
+  std::size_t Size() const { return distributed || featureForm ? info.size() : compact.empty() ? kernels.size() : compact.size(); }
   bool Compact() const { return distributed ? ownedCompact : !compact.empty(); }
 };
 

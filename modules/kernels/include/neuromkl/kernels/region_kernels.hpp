@@ -85,6 +85,10 @@ struct SubjectRows {
 /// Reads and decodes each image once (same errors as ComputeRegionKernels).
 SubjectRows ReadSubjectRows(const std::vector<std::string>& subjectIds, const std::vector<std::string>& imagePaths, const atlas::RegionIndex& regions,
                             const RegionKernelOptions& options);
+/// The same into `rows` (subjects x RegionColumnOffsets(regions).back() floats, row-major; the caller's, so that a
+/// matrix of another owner is filled without a copy); the result's `data` is empty.
+SubjectRows ReadSubjectRowsInto(const std::vector<std::string>& subjectIds, const std::vector<std::string>& imagePaths, const atlas::RegionIndex& regions,
+                                const RegionKernelOptions& options, float* rows);
 /// The R + 1 column offsets of the regions in a row.
 std::vector<std::int64_t> RegionColumnOffsets(const atlas::RegionIndex& regions);
 /// The non-finite rule from the cohort's per-column counts of non-finite values: a kernel set (no

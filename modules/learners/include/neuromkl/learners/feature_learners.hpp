@@ -7,11 +7,11 @@
 //              C-SVC (the constraint y'alpha = 0) by the method of multipliers (Hestenes 1969; Powell 1969);
 //   krr        conjugate gradients on (K + lambda W^-1) coef = y - mean y, with the products K v = Z (Z'v);
 //   enmkl_svm, enmkl_krr
-//              ENMKL (Mourao-Miranda et al.): the inner solution warm-started from the last one and the weights
-//              moved by damped water-filling (mu < 1) or the published multiplicative step (mu = 1), with
-//              ||w_r|| = beta_r ||Z_r' coef|| from one pass over the rows.
-// The returned Model is the kernel path's: beta (sum 1; ones for svm and krr), coef, bias, so its decisions on the
-// prepared kernels are those FeatureDecision computes from the features.
+//              ENMKL (Mourao-Miranda et al.): block coordinate descent on its variational form (the published
+//              weight step), accelerated by Anderson mixing of the steps (Walker & Ni 2011) where V falls, each inner
+//              solve warm-started from the last, with ||w_r|| = beta_r ||Z_r' coef|| from one pass over the rows.
+// The returned Model is the kernel path's: beta (sum 1; 1/R each for svm and krr, with coef scaled by R), coef, bias,
+// so its decisions on the prepared kernels are those the features give.
 #include <string_view>
 
 #include <Eigen/Core>

@@ -1,0 +1,193 @@
+// kernels.representation end to end: a study run on features (the voxels, no n x n kernels) gives the kernel run's
+// chosen parameters, decisions, region shares and exported model, whether its folds form their own kernels (small n)
+// or the learners run on the features; auto keeps today's studies on kernels; what the feature form cannot do is
+// refused with the JSON pointer, by validate and run alike.
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <map>
+
+#include <gmock/gmock.h>
+
+#include <nlohmann/json.hpp>
+
+#include "testing.hpp"
+
+using neuromkl::testing::ReadFile;
+using neuromkl::testing::ReadTsv;
+using neuromkl::testing::RunCli;
+using neuromkl::testing::TempDir;
+using neuromkl::testing::WriteFile;
+using ::testing::HasSubstr;
+
+namespace {
+
+/// (learner, subject) -> a column of predictions.tsv.
+std::map<std::pair<std::string, std::string>, double> ByLearnerAndSubject(const std::string& tsv, const std::string& column) {
+  const auto rows = ReadTsv(tsv);
+  const auto& head = rows.at(0);
+  const auto at = [&](const std::string& name) { return static_cast<std::size_t>(std::find(head.begin(), head.end(), name) - head.begin()); };
+  std::map<std::pair<std::string, std::string>, double> out;
+  for (std::size_t r = 1; r < rows.size(); ++r) out[{rows[r].at(at("learner")), rows[r].at(at("subject"))}] = std::stod(rows[r].at(at(column)));
+  return out;
+}
+
+/// Largest |a - b| over one learner's entries, relative to its largest |a|.
+double LearnerDifference(const std::map<std::pair<std::string, std::string>, double>& a, const std::map<std::pair<std::string, std::string>, double>& b,
+                         const std::string& learner) {
+  double diff = 0, scale = 0;
+  std::size_t compared = 0;
+  for (const auto& [key, value] : a) {
+    if (key.first != learner) continue;
+    const auto it = b.find(key);
+    if (it == b.end()) {
+      ADD_FAILURE() << "no value for " << key.first << " / " << key.second;
+      continue;
+    }
+    diff = std::max(diff, std::abs(value - it->second));
+    scale = std::max(scale, std::abs(value));
+    ++compared;
+  }
+  EXPECT_GT(compared, 0u) << learner;
+  return scale > 0 ? diff / scale : diff;
+}
+
+/// Region name -> mean share (percent) in regions_<label>.tsv.
+std::map<std::string, double> Shares(const std::string& tsv) {
+  const auto rows = ReadTsv(tsv);
+  const auto& head = rows.at(0);
+  const auto name = static_cast<std::size_t>(std::find(head.begin(), head.end(), "name") - head.begin());
+  const auto share = static_cast<std::size_t>(std::find(head.begin(), head.end(), "mean_percent") - head.begin());
+  std::map<std::string, double> out;
+  for (std::size_t r = 1; r < rows.size(); ++r) out[rows[r].at(name)] = std::stod(rows[r].at(share));
+  return out;
+}
+
+class FeaturesCli : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new TempDir();
+    const auto r = RunCli("simulate --out " + Path("cohort") + " --subjects 60 --downsample 3 --seed 11 --signal Hippocampus_L,Precuneus_R --nan-fraction 0.002 "
+                          "--age-regions Frontal_Sup_L -q");
+    ASSERT_EQ(r.exitCode, 0) << r.output;
+  }
+  static void TearDownTestSuite() {
+    delete dir_;
+    dir_ = nullptr;
+  }
+  static std::string Path(const std::string& name) { return *dir_ / name; }
+  /// A study with `kernels` members and `extra` top-level members; the learners: a grid of C for svm, ENMKL-SVM fixed.
+  static std::string Study(const std::string& name, const std::string& kernels, const std::string& extra = "",
+                           const std::string& learners = R"([{"name": "svm", "grid": {"c": [0.01, 1, 100]}}, {"name": "enmkl_svm", "params": {"c": 1, "mu": 0.5}}])",
+                           const std::string& output = R"({"model": true})") {
+    const std::string path = Path(name + ".json");
+    WriteFile(path, R"({"name": ")" + name + R"(", "subjects": {"table": "cohort/participants.tsv"},
+      "target": {"column": "group", "task": "classification", "positive_class": "patient"}, "atlas": "aal",
+      "kernels": {"cache": false)" + (kernels.empty() ? "" : ", " + kernels) + R"(}, "learners": )" + learners +
+                        R"(, "cv": {"outer": {"scheme": "stratified_kfold", "k": 3}, "inner": {"scheme": "stratified_kfold", "k": 3}},
+      "output": )" + output + R"(, "seed": 5)" + extra + "}");
+    return path;
+  }
+  static std::string Results(const std::string& name) { return Path("results/" + name); }
+  static nlohmann::json Json(const std::string& name) { return nlohmann::json::parse(ReadFile(Results(name) + "/results.json")); }
+  /// The grid point chosen in every outer fold, per learner (results.json).
+  static std::vector<std::string> Chosen(const std::string& name) {
+    std::vector<std::string> out;
+    for (const auto& learner : Json(name).at("learners"))
+      for (const auto& fold : learner.at("folds")) out.push_back(learner.at("label").get<std::string>() + " " + fold.at("chosen_params").dump());
+    return out;
+  }
+  static TempDir* dir_;
+};
+TempDir* FeaturesCli::dir_ = nullptr;
+
+// Tolerances. Formed folds: the kernel run's kernels are products of float32 differences summed in double (~1e-6 of
+// the centred kernel, kernels/region_kernels.cpp) and the formed folds' are double products of the same float32 data,
+// so decisions move by about that (measured 4e-7): 1e-5 relative. Learners on features (memory_budget_mb 0.01: no fold
+// forms its kernels): svm stops at its default tolerance 1e-3 (LIBSVM's eps) on either path, each at another point
+// within it (measured 2.8e-4 of the largest decision), and ENMKL's weight steps end within ~2e-5 of the optimum at the
+// default tolerances (docs/learners.md; measured 8e-7 here): 1e-3 relative for the decisions and 0.1 point of percent
+// for the region shares (measured 2e-5) leave room for both without hiding a wrong answer, which moves them by O(1).
+TEST_F(FeaturesCli, FeaturesGiveTheKernelRunsAnswers) {
+  const auto kernel = RunCli("run " + Study("on_kernels", R"("representation": "kernel")"));
+  ASSERT_EQ(kernel.exitCode, 0) << kernel.output;
+  const auto formed = RunCli("run " + Study("formed", R"("representation": "features")"));
+  ASSERT_EQ(formed.exitCode, 0) << formed.output;
+  const auto learners = RunCli("run " + Study("on_features", R"("representation": "features", "memory_budget_mb": 0.01)"));
+  ASSERT_EQ(learners.exitCode, 0) << learners.output;
+
+  EXPECT_EQ(Json("on_kernels").at("kernels").at("representation").at("form"), "kernel");
+  for (const char* name : {"formed", "on_features"}) {
+    const nlohmann::json rep = Json(name).at("kernels").at("representation");
+    EXPECT_EQ(rep.at("form"), "features") << name;
+    EXPECT_GT(rep.at("features_mib").get<double>(), 0.0) << name;
+    EXPECT_EQ(Json(name).at("kernels").at("regions").size(), Json("on_kernels").at("kernels").at("regions").size()) << name;
+    EXPECT_EQ(Chosen(name), Chosen("on_kernels")) << name;
+  }
+  const auto reference = ByLearnerAndSubject(Results("on_kernels") + "/predictions.tsv", "decision");
+  const auto viaFormed = ByLearnerAndSubject(Results("formed") + "/predictions.tsv", "decision");
+  const auto viaFeatures = ByLearnerAndSubject(Results("on_features") + "/predictions.tsv", "decision");
+  for (const char* learner : {"svm", "enmkl_svm"}) {
+    EXPECT_LT(LearnerDifference(reference, viaFormed, learner), 1e-5) << learner;
+    EXPECT_LT(LearnerDifference(reference, viaFeatures, learner), 1e-3) << learner;
+  }
+  const auto shares = Shares(Results("on_kernels") + "/regions_enmkl_svm.tsv");
+  for (const char* name : {"formed", "on_features"}) {
+    const auto other = Shares(Results(name) + "/regions_enmkl_svm.tsv");
+    ASSERT_EQ(other.size(), shares.size()) << name;
+    for (const auto& [region, share] : shares) EXPECT_NEAR(other.at(region), share, 0.1) << name << " " << region;
+  }
+  // The exported model: predict gives the kernel run's predictions, and the weight maps were written.
+  for (const char* name : {"on_kernels", "on_features"}) {
+    const auto p = RunCli("predict " + Results(name) + "/model " + Path("cohort/participants.tsv") + " --out " + Path(std::string("predicted_") + name));
+    ASSERT_EQ(p.exitCode, 0) << p.output;
+  }
+  const auto predicted = ByLearnerAndSubject(Path("predicted_on_kernels/predictions.tsv"), "decision");
+  const auto predictedViaFeatures = ByLearnerAndSubject(Path("predicted_on_features/predictions.tsv"), "decision");
+  for (const char* learner : {"svm", "enmkl_svm"}) EXPECT_LT(LearnerDifference(predicted, predictedViaFeatures, learner), 1e-3) << learner;
+  std::error_code ec;
+  EXPECT_TRUE(std::filesystem::is_directory(Results("on_features") + "/weights", ec));
+  EXPECT_FALSE(std::filesystem::exists(Results("on_features") + "/kernels", ec)) << "a study on features has no kernels to save";
+}
+
+TEST_F(FeaturesCli, AutoKeepsSmallStudiesOnKernelsAndValidateSaysWhy) {
+  const std::string study = Study("auto", "");
+  const auto v = RunCli("validate " + study);
+  ASSERT_EQ(v.exitCode, 0) << v.output;
+  EXPECT_THAT(v.output, HasSubstr("representation: kernels (auto: kernels, as they"));
+  EXPECT_THAT(v.output, HasSubstr("MiB (subjects x voxels x 4 bytes)"));
+  const auto r = RunCli("run " + study);
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  const nlohmann::json rep = Json("auto").at("kernels").at("representation");
+  EXPECT_EQ(rep.at("form"), "kernel");
+  EXPECT_THAT(rep.at("why").get<std::string>(), HasSubstr("auto: kernels"));
+  const auto f = RunCli("validate " + Study("asked", R"("representation": "features")"));
+  ASSERT_EQ(f.exitCode, 0) << f.output;
+  EXPECT_THAT(f.output, HasSubstr("representation: features (kernels.representation \"features\")"));
+  EXPECT_THAT(f.output, HasSubstr("the study's kernels are never formed"));
+}
+
+TEST_F(FeaturesCli, WhatTheFeatureFormCannotDoIsRefusedByValidateAndRun) {
+  struct Case {
+    std::string name, kernels, extra, learners, expected, output = R"({"model": true})";
+  };
+  const std::string svm = R"([{"name": "svm"}])";
+  const std::vector<Case> cases = {
+      {"other_learner", R"("representation": "features")", "", R"([{"name": "simplemkl"}])", "/learners/0/name: the learners with a feature form"},
+      {"covariates", R"("representation": "features")", R"(, "covariates": ["age"])", svm, "/covariates: covariates are regressed out"},
+      {"save_kernels", R"("representation": "features")", "", svm, "/output/save_kernels", R"({"save_kernels": true})"},
+      {"bad_value", R"("representation": "voxels")", "", svm, "/kernels/representation"},
+  };
+  for (const auto& c : cases) {
+    const std::string study = Study(c.name, c.kernels, c.extra, c.learners, c.output);
+    for (const char* command : {"validate ", "run "}) {
+      const auto r = RunCli(command + study);
+      EXPECT_EQ(r.exitCode, 2) << c.name << " " << command << r.output;
+      EXPECT_THAT(r.output, HasSubstr(c.expected)) << c.name << " " << command;
+    }
+    std::error_code ec;
+    EXPECT_FALSE(std::filesystem::exists(Results(c.name), ec)) << c.name << ": no output from a refused study";
+  }
+}
+
+}  // namespace
