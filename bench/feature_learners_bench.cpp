@@ -9,6 +9,9 @@
 //     normalised) and krr on all subjects, and ENMKL-SVM over the 116 regions (default tolerances, mu 0.5; enmkl 0 skips
 //     it), and writes their training decisions and times; bench/feature_peer.py fits
 //     scikit-learn's LinearSVC and Ridge on the same files in the same run and compares.
+//   bench_feature_learners scale [subjects 20000] [voxels 185405] [ENMKL weight steps 0]
+//     one fold of a 5-fold CV at the feature form's scale (2 mm AAL voxels): the matrix's size, an svm and an ENMKL-SVM
+//     fit (fixed parameters; the steps capped when given), the 5-fold time they imply and the peak RSS against the matrix.
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -153,6 +156,59 @@ int Peer(const std::string& folder, Eigen::Index subjects, Eigen::Index voxels, 
   return 0;
 }
 
+/// The process's peak resident memory (VmHWM), in bytes; 0 where /proc is not there.
+double PeakRssBytes() {
+  std::ifstream status("/proc/self/status");
+  std::string key;
+  while (status >> key) {
+    if (key == "VmHWM:") {
+      double kib = 0;
+      status >> kib;
+      return kib * 1024.0;
+    }
+    status.ignore(1 << 20, '\n');
+  }
+  return 0;
+}
+
+/// One fold of a 5-fold CV (80 % training) at the scale the feature form is for: the matrix's size and peak memory, an
+/// svm fit and an ENMKL-SVM fit (C 1, mu 0.5, at most `iterations` weight steps; 0: the default cap), and the 5-fold time
+/// they imply (5 fits; fixed parameters).
+int Scale(Eigen::Index subjects, Eigen::Index voxels, int iterations) {
+  auto start = std::chrono::steady_clock::now();
+  const Cohort c = Simulate(subjects, voxels, 116, 13);
+  const double simulateSeconds = Seconds(start);
+  const double featureBytes = static_cast<double>(c.x.values.size()) * 4.0;
+  std::printf("%ld subjects x %ld voxels in %zu regions: features %.2f GB (float32; the kernels would be %.0f GB in float64), simulated in %.1f s\n",
+              static_cast<long>(subjects), static_cast<long>(c.x.Voxels()), c.x.Regions(), featureBytes / 1e9,
+              116.0 * static_cast<double>(subjects) * static_cast<double>(subjects) * 8.0 / 1e9, simulateSeconds);
+  std::vector<int> train, test;
+  for (int i = 0; i < subjects; ++i) (i % 5 == 4 ? test : train).push_back(i);
+  start = std::chrono::steady_clock::now();
+  const nm::gram::FoldFeatures fold(c.x, train, test, true, true);
+  std::printf("fold vectors (training mean per voxel, per-region norms): %.1f s\n", Seconds(start));
+  nm::learners::Targets targets;
+  targets.y.resize(static_cast<Eigen::Index>(train.size()));
+  for (std::size_t i = 0; i < train.size(); ++i) targets.y[static_cast<Eigen::Index>(i)] = c.label[train[i]];
+  start = std::chrono::steady_clock::now();
+  const nm::learners::Model svm = nm::learners::FitFeatures("svm", {{"c", 1.0}}, fold, targets);
+  const double svmSeconds = Seconds(start);
+  std::printf("svm (C 1, tolerance 1e-3): %.1f s, %d iterations\n", svmSeconds, svm.info.iterations);
+  nm::learners::ParamMap params = {{"c", 1.0}, {"mu", 0.5}};
+  if (iterations > 0) params["max_iterations"] = iterations;
+  start = std::chrono::steady_clock::now();
+  const nm::learners::Model enmkl = nm::learners::FitFeatures("enmkl_svm", params, fold, targets);
+  const double enmklSeconds = Seconds(start);
+  std::printf("enmkl_svm (C 1, mu 0.5%s): %.1f s, %d weight steps (%.1f s each), %s, %ld regions kept\n",
+              iterations > 0 ? (", at most " + std::to_string(iterations) + " weight steps").c_str() : "", enmklSeconds, enmkl.info.iterations,
+              enmklSeconds / std::max(1, enmkl.info.iterations), std::string(nm::learners::ToString(enmkl.info.status)).c_str(), static_cast<long>((enmkl.beta.array() > 0).count()));
+  std::printf("5-fold CV with fixed parameters: svm ~%.0f s, enmkl_svm ~%.0f s (5 such fits%s)\n", 5 * svmSeconds, 5 * enmklSeconds,
+              iterations > 0 ? "; capped" : "");
+  const double peak = PeakRssBytes();
+  std::printf("peak RSS %.2f GB: %.2fx the features\n", peak / 1e9, peak / featureBytes);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -162,6 +218,8 @@ int main(int argc, char** argv) {
   if (mode == "peer" && argc > 2)
     return Peer(argv[2], static_cast<Eigen::Index>(arg(3, 10000)), static_cast<Eigen::Index>(arg(4, 55000)), arg(5, 1.0), arg(6, 1e-4), arg(7, 1.0),
                 arg(8, 1) != 0);
-  std::fprintf(stderr, "usage: bench_feature_learners agree [subjects] [voxels] | peer <folder> [subjects] [voxels] [C] [tolerance] [lambda] [enmkl 0/1]\n");
+  if (mode == "scale") return Scale(static_cast<Eigen::Index>(arg(2, 20000)), static_cast<Eigen::Index>(arg(3, 185405)), static_cast<int>(arg(4, 0)));
+  std::fprintf(stderr, "usage: bench_feature_learners agree [subjects] [voxels] | peer <folder> [subjects] [voxels] [C] [tolerance] [lambda] [enmkl 0/1] | "
+                       "scale [subjects] [voxels] [ENMKL weight steps, 0 = default cap]\n");
   return 2;
 }

@@ -68,7 +68,7 @@ class FeaturesCli : public ::testing::Test {
   static void SetUpTestSuite() {
     dir_ = new TempDir();
     const auto r = RunCli("simulate --out " + Path("cohort") + " --subjects 60 --downsample 3 --seed 11 --signal Hippocampus_L,Precuneus_R --nan-fraction 0.002 "
-                          "--age-regions Frontal_Sup_L -q");
+                          "--age-regions Frontal_Sup_L --unlabelled 4 -q");
     ASSERT_EQ(r.exitCode, 0) << r.output;
   }
   static void TearDownTestSuite() {
@@ -124,6 +124,11 @@ TEST_F(FeaturesCli, FeaturesGiveTheKernelRunsAnswers) {
     EXPECT_EQ(Json(name).at("kernels").at("regions").size(), Json("on_kernels").at("kernels").at("regions").size()) << name;
     EXPECT_EQ(Chosen(name), Chosen("on_kernels")) << name;
   }
+  // The same regions, voxel counts, non-finite voxels, subjects with signal and exclusions (the NaN rule, the rows of
+  // the labelled subjects only).
+  for (const char* name : {"formed", "on_features"})
+    for (const char* key : {"regions", "excluded"}) EXPECT_EQ(Json(name).at("kernels").at(key), Json("on_kernels").at("kernels").at(key)) << name << " " << key;
+  EXPECT_EQ(Json("on_features").at("subjects").at("labelled").size(), 60u) << "the unlabelled subjects are not the learners' rows";
   const auto reference = ByLearnerAndSubject(Results("on_kernels") + "/predictions.tsv", "decision");
   const auto viaFormed = ByLearnerAndSubject(Results("formed") + "/predictions.tsv", "decision");
   const auto viaFeatures = ByLearnerAndSubject(Results("on_features") + "/predictions.tsv", "decision");
@@ -148,6 +153,25 @@ TEST_F(FeaturesCli, FeaturesGiveTheKernelRunsAnswers) {
   std::error_code ec;
   EXPECT_TRUE(std::filesystem::is_directory(Results("on_features") + "/weights", ec));
   EXPECT_FALSE(std::filesystem::exists(Results("on_features") + "/kernels", ec)) << "a study on features has no kernels to save";
+}
+
+// The kernel stage's other rules on features: nan_policy "zero" (each non-finite value 0) and global-mean intensity
+// scaling (each image divided by its mean over the atlas voxels) give the kernel run's intensity scales and decisions
+// (formed folds: 1e-5 as above).
+TEST_F(FeaturesCli, ZeroNanPolicyAndIntensityScalingAsOnKernels) {
+  const std::string rules = R"("nan_policy": "zero", "intensity": {"scaling": "global_mean"})";
+  const std::string svm = R"([{"name": "svm", "params": {"c": 1}}])";
+  const auto kernel = RunCli("run " + Study("scaled_kernels", R"("representation": "kernel", )" + rules, "", svm));
+  ASSERT_EQ(kernel.exitCode, 0) << kernel.output;
+  const auto features = RunCli("run " + Study("scaled_features", R"("representation": "features", )" + rules, "", svm));
+  ASSERT_EQ(features.exitCode, 0) << features.output;
+  const nlohmann::json a = Json("scaled_kernels").at("kernels"), b = Json("scaled_features").at("kernels");
+  EXPECT_EQ(b.at("regions"), a.at("regions"));
+  ASSERT_TRUE(a.contains("intensity")) << "the kernel run records its scales";
+  EXPECT_EQ(b.at("intensity"), a.at("intensity"));
+  EXPECT_LT(LearnerDifference(ByLearnerAndSubject(Results("scaled_kernels") + "/predictions.tsv", "decision"),
+                              ByLearnerAndSubject(Results("scaled_features") + "/predictions.tsv", "decision"), "svm"),
+            1e-5);
 }
 
 TEST_F(FeaturesCli, AutoKeepsSmallStudiesOnKernelsAndValidateSaysWhy) {

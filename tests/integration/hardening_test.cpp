@@ -621,7 +621,7 @@ TEST_F(Hardening, KernelsThatCannotFitThisMachineAreRefusedBeforeTheKernelStage)
   const double gib = 116.0 * static_cast<double>(n) * static_cast<double>(n) * 8.0 / 1073741824.0;
   const std::string expected = fmt::format("the study's kernels need {:.1f} GiB of memory (116 kernels x {} subjects^2 x 8 bytes), more than this "
                                            "machine's {:.1f} GiB: nothing was computed. What would fit: \"representation\": \"features\" in /kernels (the voxels, "
-                                           "subjects x voxels x 4 bytes, instead of the kernels; docs/learners.md); or \"precision\": \"float32\" in /kernels ({:.1f} GiB)",
+                                           "subjects x voxels x 4 bytes, instead of the kernels, if they fit; docs/learners.md); or \"precision\": \"float32\" in /kernels ({:.1f} GiB)",
                                            gib, n, memory / 1073741824.0, gib / 2);
   for (const std::string command : {"validate", "run"}) {
     const auto r = RunCli(command + " " + study);

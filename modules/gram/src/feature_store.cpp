@@ -2,12 +2,14 @@
 // rows where the kernel path reads blocks.
 #include <algorithm>
 #include <memory>
+#include <mutex>
 #include <numeric>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include <tbb/parallel_for.h>
+#include <tbb/task_arena.h>
 
 #include "neuromkl/core/errors.hpp"
 #include "neuromkl/gram/features.hpp"
@@ -114,27 +116,47 @@ std::vector<int> Range(int begin, int end) {
 }
 
 /// A fold of a FeatureMatrix whose kernels are small enough to form (FeatureKernels' budget): its region kernels formed
-/// once (FormFoldKernels) and prepared as every fold of kernels in memory is (centring again changes them by rounding
+/// (FormFoldKernels) and prepared as every fold of kernels in memory is (centring again changes them by rounding
 /// only; normalisation), so the kernel learners fit it. Once per fold (l + m)^2 x voxels multiply-adds instead of a pass
 /// over the rows per solver step: ENMKL's weight steps, each a warm-started inner solve, and a grid's fits share them.
+/// Formed on the first request that needs them (a fold opened for its scales alone forms nothing), once.
 class FormedFeatureFold final : public PreparedFold {
  public:
-  FormedFeatureFold(const FeatureMatrix& x, const std::vector<int>& train, const std::vector<int>& test, const Preprocessing& pre)
-      : kernels_(FormFoldKernels(x, train, test, pre.centre)),
-        fold_(kernels_.OpenFold(Range(0, static_cast<int>(train.size())), Range(static_cast<int>(train.size()), static_cast<int>(train.size() + test.size())),
-                                pre)) {}
+  FormedFeatureFold(std::shared_ptr<const FeatureMatrix> x, const std::vector<int>& train, const std::vector<int>& test, const Preprocessing& pre)
+      : x_(std::move(x)), train_(train), test_(test), pre_(pre) {}
 
-  Eigen::VectorXd Scales() const override { return fold_->Scales(); }
-  FoldKernels Summed() const override { return fold_->Summed(); }
-  void Weighted(TrainingForm form, WeightedKernels& out) const override { fold_->Weighted(form, out); }
+  Eigen::VectorXd Scales() const override { return Eigen::VectorXd::Ones(static_cast<Eigen::Index>(x_->Regions())); }  // no kernel groups
+  FoldKernels Summed() const override { return Fold().Summed(); }
+  void Weighted(TrainingForm form, WeightedKernels& out) const override {
+    Fold().Weighted(form, out);
+    out.keepAlive = formed_;  // what in-place columns and test blocks read
+  }
   std::vector<Eigen::MatrixXd> Products(const std::vector<std::size_t>& which, const Eigen::Ref<const Eigen::MatrixXd>& A,
                                         const Eigen::VectorXd& scales) const override {
-    return fold_->Products(which, A, scales);
+    return Fold().Products(which, A, scales);
   }
 
  private:
-  MemoryKernels kernels_;  // (before fold_, which reads it)
-  std::unique_ptr<PreparedFold> fold_;
+  struct Formed {
+    MemoryKernels kernels;
+    std::unique_ptr<PreparedFold> fold;  // (after kernels, which it reads)
+    explicit Formed(KernelList&& list) : kernels(std::move(list)) {}
+  };
+  const PreparedFold& Fold() const {
+    std::call_once(once_, [this] {
+      auto formed = std::make_shared<Formed>(FormFoldKernels(*x_, train_, test_, pre_.centre));
+      const int l = static_cast<int>(train_.size()), m = static_cast<int>(test_.size());
+      formed->fold = formed->kernels.OpenFold(Range(0, l), Range(l, l + m), pre_);
+      formed_ = std::move(formed);
+    });
+    return *formed_->fold;
+  }
+
+  std::shared_ptr<const FeatureMatrix> x_;
+  std::vector<int> train_, test_;
+  Preprocessing pre_;
+  mutable std::once_flag once_;
+  mutable std::shared_ptr<Formed> formed_;
 };
 
 /// R x rows^2 x 8: a fold's formed kernels.
@@ -157,7 +179,7 @@ class FeatureKernels final : public KernelStore {
   }
   std::unique_ptr<PreparedFold> OpenFold(const std::vector<int>& train, const std::vector<int>& test, const Preprocessing& pre) const override {
     CheckPreprocessing(pre);
-    if (Forms(train.size() + test.size())) return std::make_unique<FormedFeatureFold>(*x_, train, test, pre);
+    if (Forms(train.size() + test.size())) return std::make_unique<FormedFeatureFold>(x_, train, test, pre);
     return std::make_unique<FeatureFold>(x_, train, test, pre);
   }
   Eigen::VectorXd LargestCentredSelfSimilarities(const std::vector<int>& train, const Preprocessing& pre) const override {
@@ -187,8 +209,13 @@ class FeatureKernels final : public KernelStore {
   // A fold task holds its FoldFeatures (three fold rows x regions tables, the voxel mean) and a fit's state: two
   // voxel-length vectors and its per-row vectors.
   std::uint64_t FoldTaskBytes(const FoldTask& task) const override {
-    // A formed fold: its kernels, their prepared copies and a region block being formed.
-    if (Forms(task.train + task.test)) return 2 * FormedBytes(Count(), task.train + task.test) + 8 * static_cast<std::uint64_t>(x_->Voxels());
+    // A formed fold: its kernels, their prepared copies and a region block being formed per thread.
+    if (Forms(task.train + task.test)) {
+      Eigen::Index largest = 0;
+      for (std::size_t r = 0; r < Count(); ++r) largest = std::max(largest, x_->RegionSize(r));
+      const auto threads = static_cast<std::uint64_t>(std::max(1, tbb::this_task_arena::max_concurrency()));
+      return 2 * FormedBytes(Count(), task.train + task.test) + threads * 8 * (task.train + task.test) * static_cast<std::uint64_t>(largest);
+    }
     const auto rows = static_cast<std::uint64_t>(task.train + task.test + task.unlabelled);
     const auto regions = static_cast<std::uint64_t>(Count()), voxels = static_cast<std::uint64_t>(x_->Voxels());
     return 8 * (4 * rows * regions + 3 * voxels + 8 * rows);

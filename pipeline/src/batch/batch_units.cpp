@@ -147,15 +147,19 @@ std::vector<std::vector<Unit>> PlanUnits(const config::BatchConfig& batch, const
     try {
       const Cohort cohort = LoadStudyCohort(study);
       const std::string key = KernelCacheKey(study, cohort);
-      if (held) {
+      // A study on features has no kernels to cache or to hold on the ranks: its permutation blocks and its own unit
+      // read the images.
+      const std::size_t planned = PlannedKernelCount(study, cohort);
+      const bool features = ChooseRepresentation(study, cohort, planned).chosen == config::KernelRepresentation::Features;
+      if (held && !features) {
         const std::string budgetKey = key + "|" + std::to_string(study.kernels.memoryBudgetMb);  // the budget is not in the cache key
-        if (!exceeds.count(budgetKey)) exceeds[budgetKey] = KernelsExceedRankBudget(study, cohort, PlannedKernelCount(study, cohort));
+        if (!exceeds.count(budgetKey)) exceeds[budgetKey] = KernelsExceedRankBudget(study, cohort, planned);
         if (exceeds[budgetKey]) {
           held->push_back(i);
           continue;
         }
       }
-      if (kernelKeys.insert(key).second) phases[0].push_back({UnitKind::Kernels, static_cast<int>(i), 0});
+      if (!features && kernelKeys.insert(key).second) phases[0].push_back({UnitKind::Kernels, static_cast<int>(i), 0});
     } catch (const Error&) {
       // the study unit will fail with this error and record it
     }

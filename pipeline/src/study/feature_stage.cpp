@@ -33,7 +33,8 @@ std::int64_t RegionVoxelCount(const atlas::RegionIndex& regions) {
 }
 
 /// Moves the columns of the regions in `keep` (old region indices, increasing) to the front of every row, in place, and
-/// shrinks the matrix to them (one copy, only when a region is left out).
+/// shrinks the matrix to them: Eigen's resize of a row-major matrix to fewer columns copies it once (a peak of the old
+/// and the new matrix), only when a region is left out.
 void KeepRegions(gram::FeatureMatrix& x, const std::vector<std::size_t>& keep) {
   if (keep.size() == x.Regions()) return;
   std::vector<Eigen::Index> start = {0};
@@ -41,8 +42,8 @@ void KeepRegions(gram::FeatureMatrix& x, const std::vector<std::size_t>& keep) {
   const Eigen::Index width = start.back();
   for (Eigen::Index i = 0; i < x.Subjects(); ++i) {
     float* row = x.values.row(i).data();
-    for (std::size_t k = 0; k < keep.size(); ++k)
-      std::copy(row + x.regionStart[keep[k]], row + x.regionStart[keep[k] + 1], row + start[k]);  // start[k] <= the old start
+    for (std::size_t k = 0; k < keep.size(); ++k)  // start[k] <= the old start: a move to the left, or none
+      if (start[k] < x.regionStart[keep[k]]) std::copy(row + x.regionStart[keep[k]], row + x.regionStart[keep[k] + 1], row + start[k]);
   }
   x.values.conservativeResize(x.Subjects(), width);
   x.regionStart = std::move(start);
@@ -81,10 +82,14 @@ RepresentationChoice ChooseRepresentation(const config::StudyConfig& study, cons
       if (!obstacle.Empty()) {
         choice.chosen = Representation::Kernel;
         choice.why = "auto: kernels, as the study has no feature form (" + obstacle.pointer + ": " + obstacle.reason + ")";
-      } else if (memory > 0 && 2 * share > memory) {
+      } else if (memory > 0 && 2 * share > memory && choice.featureBytes < share && 2 * choice.featureBytes <= memory) {
         choice.chosen = Representation::Features;
-        choice.why = fmt::format("auto: features, as the kernels ({}{}) take more than half of this machine's {:.1f} GiB", Size(share),
-                                 ranks > 1 ? fmt::format(", a share of {} ranks", ranks) : "", Gib(memory));
+        choice.why = fmt::format("auto: features, as the kernels ({}{}) take more than half of this machine's {:.1f} GiB and the features ({}) less",
+                                 Size(share), ranks > 1 ? fmt::format(", a share of {} ranks", ranks) : "", Gib(memory), Size(choice.featureBytes));
+      } else if (memory > 0 && 2 * share > memory) {
+        choice.chosen = Representation::Kernel;
+        choice.why = fmt::format("auto: kernels, as the features ({}) would take more than the kernels ({}) or half of this machine's {:.1f} GiB",
+                                 Size(choice.featureBytes), Size(share), Gib(memory));
       } else if (memory == 0) {
         choice.chosen = Representation::Kernel;
         choice.why = "auto: kernels, as this machine's memory is unknown";
@@ -141,22 +146,28 @@ KernelStageResult FormFeatureStage(const config::StudyConfig& study, const Cohor
       norms(i, static_cast<Eigen::Index>(r)) = sum;
     }
   });
-  // The kernel path's exclusions: no voxel left after the non-finite rule, or a zero kernel (every value 0).
-  std::vector<std::size_t> keep;
+  // The kernel path's exclusions, with its reasons and in its order (kernels::ExcludeEmptyRegions): no voxel left after
+  // the non-finite rule, then a zero kernel (every value 0), each from the last region to the first.
+  std::vector<char> excluded(R, 0);
   kernels::KernelSet kept = set;
   kept.info.clear();
-  for (std::size_t r = 0; r < R; ++r) {
-    const auto j = static_cast<Eigen::Index>(r);
+  for (std::size_t r = R; r-- > 0;)
     if (set.info[r].features == 0) {
       kept.excluded.push_back({set.info[r], "no voxel left: every voxel is non-finite in at least one subject"});
-    } else if (norms.col(j).maxCoeff() == 0.0) {
-      kept.excluded.push_back({set.info[r], "its kernel is all zeros"});
-    } else {
+      excluded[r] = 1;
+    }
+  for (std::size_t r = R; r-- > 0;)
+    if (!excluded[r] && norms.col(static_cast<Eigen::Index>(r)).maxCoeff() == 0.0) {
+      kept.excluded.push_back({set.info[r], "zero kernel (every subject's values are 0 in this region)"});
+      excluded[r] = 1;
+    }
+  std::vector<std::size_t> keep;
+  for (std::size_t r = 0; r < R; ++r)
+    if (!excluded[r]) {
       keep.push_back(r);
       kept.info.push_back(set.info[r]);
-      kept.rawDiagonals.push_back(norms.col(j));
+      kept.rawDiagonals.push_back(norms.col(static_cast<Eigen::Index>(r)));
     }
-  }
   KeepRegions(*x, keep);
   for (const auto& r : index.emptyRegions) {
     kernels::ExcludedKernel e;

@@ -389,7 +389,7 @@ std::uint64_t CheckKernelsFitMemory(const config::StudyConfig& study, std::size_
   const auto gib = [](std::uint64_t b) { return static_cast<double>(b) / 1073741824.0; };
   std::vector<std::string> fits;
   if (config::WhyNoFeatureForm(study).Empty())
-    fits.push_back("\"representation\": \"features\" in /kernels (the voxels, subjects x voxels x 4 bytes, instead of the kernels; docs/learners.md)");
+    fits.push_back("\"representation\": \"features\" in /kernels (the voxels, subjects x voxels x 4 bytes, instead of the kernels, if they fit; docs/learners.md)");
   if (!float32 && bytes / 2 / static_cast<std::uint64_t>(std::max(ranks, 1)) <= memory)
     fits.push_back(fmt::format("\"precision\": \"float32\" in /kernels ({:.1f} GiB)", gib(bytes / 2)));
   const std::uint64_t perRank = float32 ? bytes : bytes / 2;

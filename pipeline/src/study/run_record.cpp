@@ -100,7 +100,9 @@ void RecordKernels(const StudyContext& ctx, exporting::RunRecord& record) {
   record.kernels = ks.set.info;
   record.excludedKernels = ks.set.excluded;
   record.kernelSource = config::ToString(study.kernels.source);
-  record.kernelCache = ks.cacheHit ? "hit" : (study.kernels.cache ? "computed and stored" : "computed (cache off)");
+  record.kernelCache = ks.features || ks.set.featureForm ? "none (features: no kernel formed)"
+                       : ks.cacheHit                     ? "hit"
+                                                         : (study.kernels.cache ? "computed and stored" : "computed (cache off)");
   record.kernelRanks = ks.owners ? ks.owners->Owners() : ks.cacheHit ? 1 : ks.report.ranks;
   record.kernelRankBudgetMb = study.kernels.memoryBudgetMb > 0 ? study.kernels.memoryBudgetMb : static_cast<double>(ks.report.rankBudgetBytes) / 1048576.0;
   if (!ks.set.intensityScale.empty()) {
@@ -313,7 +315,7 @@ void WriteStudyOutputs(StudyContext& ctx, exporting::RunRecord& record, const Re
   const auto& study = ctx.study;
   WriteTextFile(request.dir + "/study.resolved.json", config::ResolvedConfigJson(study) + "\n");
   if (study.output.saveKernels && ctx.kernels->Features()) {
-    spdlog::warn("output: save_kernels skipped: the study held its kernels as features and never formed them");
+    spdlog::info("output: save_kernels skipped: the study held its kernels as features and never formed them");
   } else if (study.output.saveKernels) {
     // Held by MPI ranks: each writes its own; moved into the study's kernels: written from there.
     SaveStageKernels(request.dir + "/kernels", ctx.ks, "raw region kernels of study " + study.name, ctx.movedKernels);

@@ -510,12 +510,15 @@ PooledBlock ComputePermutationBlock(const StudyContext& ctx, int first, int coun
     largestKernel = std::max(largestKernel, bytes);
   }
   // (Below kPackedStackBelow training subjects nested CV reads them in place too.)
-  std::size_t largestTrain = 0;
-  for (const auto& fold : ctx.outer) largestTrain = std::max(largestTrain, fold.train.size() + static_cast<std::size_t>(ctx.unlabelledCount));
+  std::size_t largestTrain = 0, largestFold = 0;
+  for (const auto& fold : ctx.outer) {
+    largestTrain = std::max(largestTrain, fold.train.size() + static_cast<std::size_t>(ctx.unlabelledCount));
+    largestFold = std::max(largestFold, fold.train.size() + fold.test.size());
+  }
   const bool inPlace = columnsPossible && (options.columnsInPlace == cv::ColumnsInPlace::Always || kernelBytes > options.memoryBudgetBytes ||
                                            static_cast<Eigen::Index>(largestTrain) < gram::kPackedStackBelow);
   // Kernels held by MPI ranks: a fold task here holds a fit's n x n work and a summed kernel, never kernel copies.
-  const std::uint64_t foldBytes = ctx.kernels->Features()       ? ctx.kernels->FoldTaskBytes({largestTrain, static_cast<std::size_t>(ctx.n), 0, {}, {}, false})
+  const std::uint64_t foldBytes = ctx.kernels->Features()       ? ctx.kernels->FoldTaskBytes({largestFold, 0, 0, {}, {}, false})
                                   : ctx.kernels->HeldByOwners() ? 3 * largestKernel
                                   : copies                      ? (inPlace ? kernelBytes / 2 : kernelBytes)
                                                                 : largestKernel;

@@ -307,12 +307,14 @@ std::string ValidateStudy(const config::StudyConfig& study, bool deep) {
   }
   DescribeSubjectsLackingSources(cohort, line);
   DescribeKernels(study, cohort, deep, line);
+  bool onFeatures = false;
   {
     const std::size_t count = PlannedKernelCount(study, cohort);
     const RepresentationChoice choice = ChooseRepresentation(study, cohort, count);
     const double memory = static_cast<double>(PhysicalMemoryBytes());
     const auto mib = [](std::uint64_t b) { return static_cast<double>(b) / 1048576.0; };
     const bool features = choice.chosen == config::KernelRepresentation::Features;
+    onFeatures = features;
     line(fmt::format("  representation: {} ({}); kernels {:.1f} MiB, features {}", features ? "features" : "kernels", choice.why, mib(choice.kernelBytes),
                      choice.featureBytes > 0 ? fmt::format("{:.1f} MiB (subjects x voxels x 4 bytes)", mib(choice.featureBytes)) : std::string("none")));
     if (features) {
@@ -322,6 +324,8 @@ std::string ValidateStudy(const config::StudyConfig& study, bool deep) {
                        mib(choice.featureBytes), 100.0 * static_cast<double>(choice.featureBytes) / memory, memory / 1073741824.0,
                        study.kernels.memoryBudgetMb > 0 ? fmt::format("kernels.memory_budget_mb ({} MiB)", study.kernels.memoryBudgetMb)
                                                         : std::string("an eighth of the memory")));
+      if (study.kernels.precision == config::KernelPrecision::Float32) line("  precision: float32 does not apply (the features are float32; every fold computation is in double)");
+      if (study.output.saveKernels) line("  output.save_kernels: skipped (no kernel is formed)");
     } else {
       const std::uint64_t bytes = CheckKernelsFitMemory(study, cohort.ids.size(), count);  // kernels:TooLarge when they cannot fit this machine
       const bool float32 = study.kernels.precision == config::KernelPrecision::Float32;
@@ -331,7 +335,7 @@ std::string ValidateStudy(const config::StudyConfig& study, bool deep) {
     }
   }
   line(fmt::format("  per-fold preprocessing: centre {}, normalise {}", study.kernels.centre ? "on" : "off", study.kernels.normalise ? "on" : "off"));
-  if (study.kernels.precision == config::KernelPrecision::Float32) {
+  if (study.kernels.precision == config::KernelPrecision::Float32 && !onFeatures) {
     const double side = static_cast<double>(cohort.y.size());  // labelled subjects (semi-supervised studies add their unlabelled ones)
     line(fmt::format("  precision: float32 after the kernel stage (compact store{}): {:.1f} MiB per kernel over the labelled subjects instead of {:.1f}; "
                      "raw kernels not saved",

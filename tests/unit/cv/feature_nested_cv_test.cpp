@@ -127,6 +127,19 @@ TEST(FeatureNestedCv, FoldsWithinTheBudgetFormTheirKernels) {
       EXPECT_LT((a.decision - b.decision).cwiseAbs().maxCoeff() / b.decision.cwiseAbs().maxCoeff(), 1e-8) << found[l].label << " fold " << f;
       EXPECT_LT((a.model.beta - b.model.beta).cwiseAbs().maxCoeff(), 1e-7) << found[l].label << " fold " << f;
     }
+  // A budget between the two fold sizes (inner folds of 60 rows: 8 x 60^2 x 8 = 230 kB; outer folds of 90: 518 kB):
+  // the grid is searched on formed inner folds, the outer refits run on the features. The tolerances of the first test.
+  const auto mixed = gram::MakeFeatureKernels(c.x, 300000);
+  const auto both = cv::RunNestedCv(*mixed, t, outer, Inner(t.task), plans, {});
+  for (std::size_t l = 0; l < both.size(); ++l)
+    for (std::size_t f = 0; f < both[l].folds.size(); ++f) {
+      const auto& a = both[l].folds[f];
+      const auto& b = expected[l].folds.at(f);
+      ASSERT_TRUE(a.error.empty()) << a.error;
+      EXPECT_EQ(a.chosen, b.chosen) << "mixed " << both[l].label << " fold " << f;
+      EXPECT_LT((a.decision - b.decision).cwiseAbs().maxCoeff() / b.decision.cwiseAbs().maxCoeff(), 1e-6) << "mixed " << both[l].label << " fold " << f;
+      EXPECT_LT((a.model.beta - b.model.beta).cwiseAbs().maxCoeff(), 1e-5) << "mixed " << both[l].label << " fold " << f;
+    }
 }
 
 // The store's answers besides the fits: the fold's products K~_r A, the subject weights of a fold model (the voxel maps'

@@ -93,8 +93,9 @@ struct RepresentationChoice {
   std::uint64_t featureBytes = 0;  ///< subjects x voxels x 4; 0 when the study has no feature form (config::WhyNoFeatureForm)
   std::string why;                 ///< a sentence: the option, or auto's reason
 };
-/// "kernel" and "features" as given; "auto": features when the study has a feature form and its kernels (a share of
-/// `ranks` under mpirun) take more than half of this machine's memory, else kernels.
+/// "kernel" and "features" as given; "auto": features when the study has a feature form, its kernels (a share of
+/// `ranks` under mpirun) take more than half of this machine's memory, and the features take less than the kernels and
+/// at most half of the memory (the matrix may be copied once: a subset of rows, a region left out); else kernels.
 RepresentationChoice ChooseRepresentation(const config::StudyConfig& study, const Cohort& cohort, std::size_t kernelCount, int ranks = 1);
 /// subjects x voxels x 4 bytes: the feature matrix.
 std::uint64_t FeatureBytes(std::size_t subjects, std::int64_t voxels);
