@@ -101,32 +101,45 @@ PreparedVector FoldFeatures::Zero() const {
   return {Eigen::VectorXd::Zero(x_.Voxels()), Eigen::VectorXd::Zero(regions), Eigen::VectorXd::Zero(regions)};
 }
 
+template <typename RegionStep>
+void FoldFeatures::ForEachRegion(const RegionStep& step) const {
+  // The coordinate steps of the solvers are sequential, so one row's regions are what two cores can share; each region's
+  // sum is its own (the same value for any number of threads). Short rows are not worth the hand-over.
+  if (x_.Voxels() < kParallelRowVoxels) {
+    for (std::size_t r = 0; r < Regions(); ++r) step(r);
+    return;
+  }
+  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, Regions()), [&](const tbb::blocked_range<std::size_t>& range) {
+    for (std::size_t r = range.begin(); r < range.end(); ++r) step(r);
+  });
+}
+
 void FoldFeatures::RowDots(Eigen::Index row, const PreparedVector& u, const Eigen::VectorXd& weight, double* dots) const {
   const float* x = x_.values.row(Subject(row)).data();
-  for (std::size_t r = 0; r < Regions(); ++r) {
+  ForEachRegion([&](std::size_t r) {
     const auto j = static_cast<Eigen::Index>(r);
     if (weight[j] == 0) {
       dots[r] = 0;
-      continue;
+      return;
     }
     const Eigen::Index begin = x_.regionStart[r];
     // z'u = s (x - m)'(v - t m) = s (x'v - t x'm - m'v + t m'm)
     const double xv = Dot(x + begin, u.v.data() + begin, x_.RegionSize(r));
     dots[r] = Scale(row, r) * ((xv - u.t[j] * rowMean_(row, j)) - (u.vm[j] - u.t[j] * meanNorm2_[j]));
-  }
+  });
 }
 
 void FoldFeatures::AddRow(Eigen::Index row, double c, const Eigen::VectorXd& weight, PreparedVector& u) const {
   const float* x = x_.values.row(Subject(row)).data();
-  for (std::size_t r = 0; r < Regions(); ++r) {
+  ForEachRegion([&](std::size_t r) {
     const auto j = static_cast<Eigen::Index>(r);
     const double cs = c * Scale(row, r);
-    if (weight[j] == 0 || cs == 0) continue;
+    if (weight[j] == 0 || cs == 0) return;
     const Eigen::Index begin = x_.regionStart[r];
     Axpy(cs, x + begin, u.v.data() + begin, x_.RegionSize(r));
     u.t[j] += cs;
     u.vm[j] += cs * rowMean_(row, j);
-  }
+  });
 }
 
 PreparedVector FoldFeatures::TrainingTransposeTimes(const Eigen::VectorXd& a) const {

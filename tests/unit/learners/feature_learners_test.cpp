@@ -259,23 +259,36 @@ TEST(FeatureForm, WarmStartsAlongAGridReachTheSameOptima) {
   EXPECT_EQ(nm::learners::FeatureDecision(fromStranger, fold), nm::learners::FeatureDecision(nm::learners::FitFeatures("svm", {{"c", 1.0}}, fold, t), fold));
 }
 
-// Results do not depend on the number of threads (every sum is split by region or by row, never by thread).
+// Results do not depend on the number of threads (every sum is split by region or by row, never by thread), also with
+// rows long enough (a region of 17,000 noise voxels added) that the coordinate steps share a row's regions over threads.
 TEST(FeatureForm, ThreadCountDoesNotChangeTheFit) {
-  const Cohort c = MakeCohort(80, 17);
+  Cohort c = MakeCohort(80, 17);
+  Cohort wide = c;
+  const Eigen::Index extra = 17000;
+  wide.x.values.conservativeResize(Eigen::NoChange, c.x.Voxels() + extra);
+  std::mt19937 rng(23);
+  std::uniform_real_distribution<float> uniform(0.2f, 0.8f);
+  for (Eigen::Index i = 0; i < wide.x.Subjects(); ++i)
+    for (Eigen::Index j = c.x.Voxels(); j < wide.x.Voxels(); ++j) wide.x.values(i, j) = uniform(rng);
+  wide.x.regionStart.push_back(wide.x.Voxels());
   const Split s = MakeSplit(80);
   nm::learners::Targets t;
   t.y = Subset(c.label, s.train);
-  const FoldFeatures fold(c.x, s.train, s.test, true, true);
-  Eigen::VectorXd one, two;
-  {
-    tbb::global_control limit(tbb::global_control::max_allowed_parallelism, 1);
-    one = nm::learners::FeatureDecision(nm::learners::FitFeatures("enmkl_svm", {{"c", 1.0}, {"mu", 0.5}}, fold, t), fold);
-  }
-  {
-    tbb::global_control limit(tbb::global_control::max_allowed_parallelism, 2);
-    two = nm::learners::FeatureDecision(nm::learners::FitFeatures("enmkl_svm", {{"c", 1.0}, {"mu", 0.5}}, fold, t), fold);
-  }
-  EXPECT_EQ(one, two);
+  for (const Cohort* cohort : {&c, &wide})
+    for (const std::string learner : {"svm", "enmkl_svm"}) {
+      const nm::learners::ParamMap params = learner == "svm" ? nm::learners::ParamMap{{"c", 1.0}} : nm::learners::ParamMap{{"c", 1.0}, {"mu", 0.5}};
+      const FoldFeatures fold(cohort->x, s.train, s.test, true, true);
+      Eigen::VectorXd one, two;
+      {
+        tbb::global_control limit(tbb::global_control::max_allowed_parallelism, 1);
+        one = nm::learners::FeatureDecision(nm::learners::FitFeatures(learner, params, fold, t), fold);
+      }
+      {
+        tbb::global_control limit(tbb::global_control::max_allowed_parallelism, 2);
+        two = nm::learners::FeatureDecision(nm::learners::FitFeatures(learner, params, fold, t), fold);
+      }
+      EXPECT_EQ(one, two) << learner << " over " << cohort->x.Voxels() << " voxels";
+    }
 }
 
 TEST(FeatureForm, BadInputIsRefusedWithWhatWasExpected) {

@@ -76,6 +76,10 @@ class FoldFeatures {
 
  private:
   int Subject(Eigen::Index row) const;
+  /// step(r) for every region: in parallel over regions for rows of at least kParallelRowVoxels voxels.
+  template <typename RegionStep>
+  void ForEachRegion(const RegionStep& step) const;
+  static constexpr Eigen::Index kParallelRowVoxels = 16384;
 
   const FeatureMatrix& x_;
   std::vector<int> train_, test_;
