@@ -16,7 +16,6 @@
 using neuromkl::testing::ReadFile;
 using neuromkl::testing::ReadTsv;
 using neuromkl::testing::RunCli;
-using neuromkl::testing::TempDir;
 using neuromkl::testing::WriteFile;
 using ::testing::HasSubstr;
 
@@ -63,19 +62,12 @@ std::map<std::string, double> Shares(const std::string& tsv) {
   return out;
 }
 
-class FeaturesCli : public ::testing::Test {
+class FeaturesCli : public neuromkl::testing::SimulatedCohortSuite<FeaturesCli> {
  protected:
   static void SetUpTestSuite() {
-    dir_ = new TempDir();
-    const auto r = RunCli("simulate --out " + Path("cohort") + " --subjects 60 --downsample 3 --seed 11 --signal Hippocampus_L,Precuneus_R --nan-fraction 0.002 "
-                          "--age-regions Frontal_Sup_L --unlabelled 4 -q");
-    ASSERT_EQ(r.exitCode, 0) << r.output;
+    SimulateCohort("--subjects 60 --downsample 3 --seed 11 --signal Hippocampus_L,Precuneus_R --nan-fraction 0.002 --age-regions Frontal_Sup_L --unlabelled 4");
   }
-  static void TearDownTestSuite() {
-    delete dir_;
-    dir_ = nullptr;
-  }
-  static std::string Path(const std::string& name) { return *dir_ / name; }
+  static std::string Path(const std::string& name) { return Dir() / name; }
   /// A study with `kernels` members and `extra` top-level members; the learners: a grid of C for svm, ENMKL-SVM fixed.
   static std::string Study(const std::string& name, const std::string& kernels, const std::string& extra = "",
                            const std::string& learners = R"([{"name": "svm", "grid": {"c": [0.01, 1, 100]}}, {"name": "enmkl_svm", "params": {"c": 1, "mu": 0.5}}])",
@@ -97,9 +89,7 @@ class FeaturesCli : public ::testing::Test {
       for (const auto& fold : learner.at("folds")) out.push_back(learner.at("label").get<std::string>() + " " + fold.at("chosen_params").dump());
     return out;
   }
-  static TempDir* dir_;
 };
-TempDir* FeaturesCli::dir_ = nullptr;
 
 // Tolerances. Formed folds: the kernel run's kernels are products of float32 differences summed in double (~1e-6 of
 // the centred kernel, kernels/region_kernels.cpp) and the formed folds' are double products of the same float32 data,

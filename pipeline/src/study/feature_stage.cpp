@@ -169,20 +169,11 @@ KernelStageResult FormFeatureStage(const config::StudyConfig& study, const Cohor
       kept.rawDiagonals.push_back(norms.col(static_cast<Eigen::Index>(r)));
     }
   KeepRegions(*x, keep);
-  for (const auto& r : index.emptyRegions) {
-    kernels::ExcludedKernel e;
-    e.info.name = r.name;
-    e.info.label = r.label;
-    e.info.atlasVoxels = r.atlasVoxels;
-    e.reason = study.mask.empty() ? "no voxel on the image grid" : "no voxel inside the mask";
-    kept.excluded.push_back(std::move(e));
-  }
+  ExcludeRegionsWithoutVoxels(study, index, kept);
   kept.featureForm = true;
   res.set = std::move(kept);
-  for (const auto& e : res.set.excluded) {
-    spdlog::warn("region {} excluded: {}", e.info.name, e.reason);
-    res.warnings.push_back("kernels: " + e.info.name + " excluded: " + e.reason);
-  }
+  for (const auto& e : res.set.excluded) spdlog::warn("region {} excluded: {}", e.info.name, e.reason);
+  AddExclusionWarnings(res);
   if (res.set.Size() == 0) throw InputError("kernels:NoneLeft", study.path, "no usable kernel is left (every region was excluded; see the warnings above)");
   res.report.peakDataBytes = FeatureBytes(cohort.ids.size(), offsets.back());
   res.report.dataBytes = FeatureBytes(cohort.ids.size(), x->Voxels());

@@ -169,14 +169,20 @@ atlas::RegionIndex StudyRegions(const config::StudyConfig& study, const Cohort& 
   return index;
 }
 
-namespace {
-
-/// One note per excluded kernel, made from the kernel set itself so a cache hit reports the same.
 void AddExclusionWarnings(KernelStageResult& res) {
   for (const auto& e : res.set.excluded) res.warnings.push_back("kernels: " + e.info.name + " excluded: " + e.reason);
 }
 
-}  // namespace
+void ExcludeRegionsWithoutVoxels(const config::StudyConfig& study, const atlas::RegionIndex& index, kernels::KernelSet& set) {
+  for (const auto& r : index.emptyRegions) {
+    kernels::ExcludedKernel e;
+    e.info.name = r.name;
+    e.info.label = r.label;
+    e.info.atlasVoxels = r.atlasVoxels;
+    e.reason = study.mask.empty() ? "no voxel on the image grid" : "no voxel inside the mask";
+    set.excluded.push_back(std::move(e));
+  }
+}
 
 /// kernels.intensity's reference as voxels of the image grid: the voxels of the named regions, or
 /// the non-zero voxels of a label image (resampled onto the grid by nearest neighbour). ConfigError
@@ -503,14 +509,7 @@ KernelStageResult FormKernels(const config::StudyConfig& study, const Cohort& co
         res.set = DistributedRegionKernels(sourceIndex, cohort.ids, cohort.images, index, options, &res.report);
       else
         res.set = kernels::ComputeRegionKernels(cohort.ids, cohort.images, index, options, &res.report);
-      for (const auto& r : index.emptyRegions) {
-        kernels::ExcludedKernel e;
-        e.info.name = r.name;
-        e.info.label = r.label;
-        e.info.atlasVoxels = r.atlasVoxels;
-        e.reason = study.mask.empty() ? "no voxel on the image grid" : "no voxel inside the mask";
-        res.set.excluded.push_back(std::move(e));
-      }
+      ExcludeRegionsWithoutVoxels(study, index, res.set);
       break;
     }
     case KernelSource::Precomputed:

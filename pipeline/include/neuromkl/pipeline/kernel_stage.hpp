@@ -86,6 +86,10 @@ std::uint64_t CheckKernelsFitMemory(const config::StudyConfig& study, std::size_
 /// Writes the kernel store of `res` into `dir`: from the kernels in memory, or each by the rank that holds it.
 /// `moved`: the set's float64 kernels when they were moved out of it (into the study's kernels), else null.
 void SaveStageKernels(const std::string& dir, const KernelStageResult& res, const std::string& description, const std::vector<Eigen::MatrixXd>* moved = nullptr);
+/// One note per excluded kernel in res.warnings, made from the kernel set itself so that a cache hit reports the same.
+void AddExclusionWarnings(KernelStageResult& res);
+/// The regions of the atlas with no voxel on the image grid (or inside the mask) as excluded kernels of `set`.
+void ExcludeRegionsWithoutVoxels(const config::StudyConfig& study, const atlas::RegionIndex& index, kernels::KernelSet& set);
 /// kernels.representation resolved for a study: kernels or features, with both footprints (validate prints them).
 struct RepresentationChoice {
   config::KernelRepresentation chosen = config::KernelRepresentation::Kernel;  ///< Kernel or Features
