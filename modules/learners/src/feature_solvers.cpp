@@ -51,6 +51,7 @@ class FeatureSvc final : public FeatureSolver {
         nu_ += step;
         if (std::abs(step) <= tolerance_ || capped) break;
       }
+      SnapToBounds(tolerance_ / rho);
     }
     Finish(beta);
     return !capped;
@@ -146,6 +147,21 @@ class FeatureSvc final : public FeatureSolver {
     return false;
   }
 
+  // The multipliers approach y'alpha = 0 from inside the box, so a variable whose optimum is its bound can stop a hair
+  // short of it and would count as free in LIBSVM's bias rule, which then takes that one variable's value instead of
+  // the middle of the interval the bounded variables allow: a jump of the bias by half that interval on a last-digit
+  // difference. The stopping rule resolves y'alpha only to `resolved` (|rho y'alpha| <= tolerance), so a variable
+  // nearer than that to a bound is at it.
+  void SnapToBounds(double resolved) {
+    for (Eigen::Index i = 0; i < alpha_.size(); ++i) {
+      const double toLower = alpha_[i], toUpper = upper_[i] - alpha_[i];
+      if (std::min(toLower, toUpper) > resolved || toLower == 0 || toUpper == 0) continue;
+      const double snapped = toLower <= toUpper ? 0.0 : upper_[i];
+      alpha_[i] = snapped;
+      coef_[i] = snapped * y_[i];
+    }
+  }
+
   // Exact products of the final alpha (no accumulated rounding), the bias by LIBSVM's rule and the violation.
   void Finish(const Eigen::VectorXd& beta) {
     u_ = fold_.TrainingTransposeTimes(coef_);
@@ -165,7 +181,7 @@ class FeatureSvc final : public FeatureSolver {
         lb = std::max(lb, yg);
       }
     }
-    bias_ = free > 0 ? -freeSum / static_cast<double>(free) : std::isfinite(ub + lb) ? -(ub + lb) / 2 : -nu_;
+    bias_ = free > 0 ? -freeSum / static_cast<double>(free) : std::isfinite(ub + lb) ? -(ub + lb) / 2 : nu_;
     // LIBSVM's maximal violating pair: max over I_up of -y G minus min over I_low of -y G.
     double up = -kInf, low = kInf;
     for (Eigen::Index i = 0; i < y_.size(); ++i) {

@@ -259,6 +259,40 @@ TEST(FeatureForm, WarmStartsAlongAGridReachTheSameOptima) {
   EXPECT_EQ(nm::learners::FeatureDecision(fromStranger, fold), nm::learners::FeatureDecision(nm::learners::FitFeatures("svm", {{"c", 1.0}}, fold, t), fold));
 }
 
+// When every variable ends at a bound the bias is not unique: any value in the interval the bounded variables allow is
+// optimal, and LIBSVM's rule takes its middle. The feature solver approaches y'alpha = 0 by multipliers from inside the
+// box, so the variable that ends the interval can stop a hair short of its bound; counted as free, it would set the bias
+// to the interval's end instead. Started there (every alpha at C but that one, 4e-11 short, and the multiplier at the
+// interval's end), the fit must still give the kernel path's bias.
+TEST(FeatureForm, BiasOfAFitWithEveryVariableAtABoundIsTheMiddleOfItsInterval) {
+  Cohort c = MakeCohort(90, 41);
+  for (Eigen::Index i = 0; i < c.x.Subjects(); ++i)  // a strong signal: at small C every variable is at C
+    for (Eigen::Index j = 0; j < c.x.RegionSize(0); ++j) c.x.values(i, j) += static_cast<float>(0.15 * c.label[i]);
+  Split s;
+  for (int i = 0; i < 90; ++i) (i % 3 == 1 ? s.test : s.train).push_back(i);
+  nm::learners::Targets t;
+  t.y = Subset(c.label, s.train);
+  const KernelFold k = PrepareKernels(c.x, s, true, true);
+  const FoldFeatures fold(c.x, s.train, s.test, true, true);
+  const double C = 0.02;
+  const nm::learners::ParamMap params = {{"c", C}, {"tolerance", 1e-10}};
+  const nm::learners::Model reference = nm::learners::MakeLearner("svm", params)->Fit(k.train, t);
+  ASSERT_TRUE((reference.alpha.array() == C).all()) << "not the degenerate case this test is about";
+  // y_i times LIBSVM's gradient; with every alpha at C the bias interval is [-min over y_i < 0, -max over y_i > 0].
+  const Eigen::VectorXd yg = reference.Decision(k.train).array() - reference.bias - t.y.array();
+  Eigen::Index end = -1;
+  for (Eigen::Index i = 0; i < yg.size(); ++i)
+    if (t.y[i] < 0 && (end < 0 || yg[i] < yg[end])) end = i;
+  ASSERT_GT(std::abs(-yg[end] - reference.bias), 1e-3) << "the interval's end must differ from its middle";
+  nm::learners::Model start;
+  start.solverState.resize(t.y.size() + 1);
+  start.solverState << reference.alpha, -yg[end];
+  start.solverState[end] -= 4e-11;
+  const nm::learners::Model model = nm::learners::FitFeatures("svm", params, fold, t, &start);
+  EXPECT_NEAR(model.bias, reference.bias, 1e-8) << "the interval's end is " << -yg[end];
+  EXPECT_LT(RelativeGap(nm::learners::FeatureDecision(model, fold), reference.Decision(k.test)), 1e-6);
+}
+
 // Results do not depend on the number of threads (every sum is split by region or by row, never by thread), also with
 // rows long enough (a region of 17,000 noise voxels added) that the coordinate steps share a row's regions over threads.
 TEST(FeatureForm, ThreadCountDoesNotChangeTheFit) {
