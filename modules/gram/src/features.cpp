@@ -46,6 +46,43 @@ Eigen::MatrixXd FeatureMatrix::RegionKernel(std::size_t r) const {
   return k;
 }
 
+void FeatureMatrix::KeepRows(const std::vector<int>& rows) {
+  const Eigen::Index n = Subjects(), m = static_cast<Eigen::Index>(rows.size());
+  // The gather as a permutation of all n rows (the rows not kept after them), applied cycle by cycle.
+  std::vector<Eigen::Index> from;
+  from.reserve(static_cast<std::size_t>(n));
+  std::vector<char> taken(static_cast<std::size_t>(n), 0);
+  for (std::size_t k = 0; k < rows.size(); ++k) {
+    const int r = rows[k];
+    if (r < 0 || r >= n)
+      throw InputError("features:RowOutOfRange", "feature matrix", "row " + std::to_string(r) + " (entry " + std::to_string(k) + ") is not one of its " + std::to_string(n) + " rows");
+    if (taken[static_cast<std::size_t>(r)]) throw InputError("features:RowTwice", "feature matrix", "row " + std::to_string(r) + " is kept twice");
+    taken[static_cast<std::size_t>(r)] = 1;
+    from.push_back(r);
+  }
+  for (Eigen::Index r = 0; r < n; ++r)
+    if (!taken[static_cast<std::size_t>(r)]) from.push_back(r);
+  std::vector<char> placed(static_cast<std::size_t>(n), 0);
+  Eigen::RowVectorXf scratch;
+  for (Eigen::Index start = 0; start < m; ++start) {
+    if (placed[static_cast<std::size_t>(start)] || from[static_cast<std::size_t>(start)] == start) continue;
+    scratch = values.row(start);
+    Eigen::Index k = start;
+    for (;;) {
+      placed[static_cast<std::size_t>(k)] = 1;
+      const Eigen::Index source = from[static_cast<std::size_t>(k)];
+      if (source == start) {
+        values.row(k) = scratch;
+        break;
+      }
+      values.row(k) = values.row(source);
+      k = source;
+    }
+  }
+  // Fewer rows of a row-major matrix: Eigen reallocates the storage in place (the kept rows are its beginning).
+  values.conservativeResize(m, Voxels());
+}
+
 FoldFeatures::FoldFeatures(const FeatureMatrix& x, std::vector<int> train, std::vector<int> test, bool centre, bool normalise)
     : x_(x), train_(std::move(train)), test_(std::move(test)) {
   const auto regions = static_cast<Eigen::Index>(x_.Regions());

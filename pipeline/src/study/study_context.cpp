@@ -403,15 +403,11 @@ void AttachKernels(StudyContext& ctx, const std::string& scratchDir) {
   const Eigen::VectorXi rows = Eigen::Map<const Eigen::VectorXi>(ctx.kernelRows.data(), static_cast<Eigen::Index>(ctx.kernelRows.size()));
   ctx.subjectsWithSignal.clear();
   if (ctx.ks.features) {
-    // Kernels in feature form: the voxels of the rows the learners see (a copy only for a subset of the cohort's rows).
+    // Kernels in feature form: the voxels of the rows the learners see, kept in place (at the sizes features are for, a
+    // copy of the matrix would not fit beside it).
     for (const auto& d : ctx.ks.set.rawDiagonals) ctx.subjectsWithSignal.push_back(static_cast<int>((d(rows).array() > 0).count()));
-    std::shared_ptr<const gram::FeatureMatrix> features = std::move(ctx.ks.features);
-    if (!identity) {
-      auto subset = std::make_shared<gram::FeatureMatrix>();
-      subset->values = features->values(rows, Eigen::all);
-      subset->regionStart = features->regionStart;
-      features = std::move(subset);
-    }
+    std::shared_ptr<gram::FeatureMatrix> features = std::move(ctx.ks.features);
+    if (!identity) features->KeepRows(ctx.kernelRows);
     // A fold whose kernels fit the budget (kernels.memory_budget_mb, else an eighth of the memory) forms them: far
     // faster at small n; at the sizes the feature form is for, the learners run on the features.
     const std::uint64_t budget = ctx.study.kernels.memoryBudgetMb > 0 ? static_cast<std::uint64_t>(ctx.study.kernels.memoryBudgetMb * 1048576.0)

@@ -293,6 +293,24 @@ TEST(FeatureForm, BiasOfAFitWithEveryVariableAtABoundIsTheMiddleOfItsInterval) {
   EXPECT_LT(RelativeGap(nm::learners::FeatureDecision(model, fold), reference.Decision(k.test)), 1e-6);
 }
 
+// KeepRows is the gather x(rows, :) done in place: rows in any order, a subset, none, all; bad rows are refused.
+TEST(FeatureForm, KeepRowsIsTheGatherInPlace) {
+  FeatureMatrix x;
+  x.values = nm::gram::FeatureRows::Random(7, 5);
+  x.regionStart = {0, 2, 5};
+  for (const std::vector<int>& rows : std::vector<std::vector<int>>{{4, 0, 6, 2}, {1, 2, 0}, {6, 5, 4, 3, 2, 1, 0}, {0, 1, 2, 3, 4, 5, 6}, {3}, {}}) {
+    FeatureMatrix kept = x;
+    kept.KeepRows(rows);
+    ASSERT_EQ(kept.Subjects(), static_cast<Eigen::Index>(rows.size()));
+    EXPECT_EQ(kept.Voxels(), 5);
+    for (std::size_t k = 0; k < rows.size(); ++k) EXPECT_EQ(kept.values.row(static_cast<Eigen::Index>(k)), x.values.row(rows[k])) << "row " << k;
+  }
+  FeatureMatrix bad = x;
+  EXPECT_THROW(bad.KeepRows({0, 7}), nm::InputError);
+  EXPECT_THROW(bad.KeepRows({2, -1}), nm::InputError);
+  EXPECT_THROW(bad.KeepRows({3, 1, 3}), nm::InputError);
+}
+
 // Results do not depend on the number of threads (every sum is split by region or by row, never by thread), also with
 // rows long enough (a region of 17,000 noise voxels added) that the coordinate steps share a row's regions over threads.
 TEST(FeatureForm, ThreadCountDoesNotChangeTheFit) {

@@ -26,8 +26,9 @@ namespace neuromkl::pipeline {
 struct KernelStageResult {
   kernels::KernelSet set;
   /// kernels.representation chose features: the voxels of the kept regions, one row per subject of `set` (set.featureForm:
-  /// `set` lists the region kernels, holds their diagonals and no matrix). Null on the kernel path.
-  std::shared_ptr<const gram::FeatureMatrix> features;
+  /// `set` lists the region kernels, holds their diagonals and no matrix). Null on the kernel path; its only owner (the
+  /// study keeps the rows its learners see in place).
+  std::shared_ptr<gram::FeatureMatrix> features;
   std::string representationNote;  ///< how the representation was chosen (RepresentationChoice::why)
   /// Kernels that do not fit one rank under mpirun (set.distributed): the ranks hold them, this is rank 0's handle.
   std::shared_ptr<ranks::RankOwners> owners;

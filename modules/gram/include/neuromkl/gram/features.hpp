@@ -29,6 +29,9 @@ struct FeatureMatrix {
   void Check() const;
   /// K_r = X_r X_r' in float64 (the kernel the feature form stands for: tests and the kernel path's agreement).
   Eigen::MatrixXd RegionKernel(std::size_t r) const;
+  /// Keeps the rows `rows` (distinct, in that order: new row k is old row rows[k]) and frees the others, in place: one
+  /// row of scratch, never a second matrix. InputError for a row out of range or given twice.
+  void KeepRows(const std::vector<int>& rows);
 };
 
 /// A weight vector in the prepared space of a fold, region by region: u_r = v_r - t_r m_r. Kept in this form so that
