@@ -1,6 +1,6 @@
 // The feature form of the linear learners (learners::FitFeatures) against the kernel path and against peers.
-//   bench_feature_learners agree [subjects 1000] [voxels 23200]
-//     one 80/20 split of a simulated cohort with 116 regions: svm, krr, enmkl_svm and enmkl_krr fitted on the region
+//   bench_feature_learners agree [subjects 1000] [voxels 23200] [learner: only its cases]
+//     one 80/20 split of a simulated cohort with 116 regions: svm, krr, enmkl_svm, enmkl_krr and simplemkl fitted on the region
 //     kernels (formed, sliced, centred and normalised as nested CV does) and on the features; prints both fits' times,
 //     the kernels' formation time and memory against the features', the largest decision gap relative to the largest
 //     decision and the largest kernel-weight gap.
@@ -62,7 +62,7 @@ Cohort Simulate(Eigen::Index subjects, Eigen::Index voxels, std::size_t regions,
   return c;
 }
 
-int Agree(Eigen::Index subjects, Eigen::Index voxels) {
+int Agree(Eigen::Index subjects, Eigen::Index voxels, const std::string& only) {
   const Cohort c = Simulate(subjects, voxels, 116, 7);
   std::vector<int> train, test;
   for (int i = 0; i < subjects; ++i) (i % 5 == 4 ? test : train).push_back(i);
@@ -99,9 +99,12 @@ int Agree(Eigen::Index subjects, Eigen::Index voxels) {
       {"enmkl_krr", {{"lambda", 1.0}, {"mu", 0.5}}},
       {"enmkl_svm", {{"c", 1.0}, {"mu", 0.5}, {"svm_tolerance", 1e-10}, {"tolerance", 1e-10}, {"objective_tolerance", 1e-12}}},
       {"enmkl_krr", {{"lambda", 1.0}, {"mu", 0.5}, {"tolerance", 1e-10}, {"objective_tolerance", 1e-12}}},
+      {"simplemkl", {{"c", 1.0}}},
+      {"simplemkl", {{"c", 1.0}, {"svm_tolerance", 1e-10}, {"gap_tolerance", 1e-9}, {"max_iterations", 5000}}},
   };
   bool ok = true;
   for (const auto& [learner, params] : cases) {
+    if (!only.empty() && learner != only) continue;
     start = std::chrono::steady_clock::now();
     const nm::learners::Model reference = nm::learners::MakeLearner(learner, params)->Fit(ktrain, targets);
     const double kernelFit = Seconds(start);
@@ -214,12 +217,12 @@ int Scale(Eigen::Index subjects, Eigen::Index voxels, int iterations) {
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "agree";
   const auto arg = [&](int i, double fallback) { return argc > i ? std::stod(argv[i]) : fallback; };
-  if (mode == "agree") return Agree(static_cast<Eigen::Index>(arg(2, 1000)), static_cast<Eigen::Index>(arg(3, 23200)));
+  if (mode == "agree") return Agree(static_cast<Eigen::Index>(arg(2, 1000)), static_cast<Eigen::Index>(arg(3, 23200)), argc > 4 ? argv[4] : "");
   if (mode == "peer" && argc > 2)
     return Peer(argv[2], static_cast<Eigen::Index>(arg(3, 10000)), static_cast<Eigen::Index>(arg(4, 55000)), arg(5, 1.0), arg(6, 1e-4), arg(7, 1.0),
                 arg(8, 1) != 0);
   if (mode == "scale") return Scale(static_cast<Eigen::Index>(arg(2, 20000)), static_cast<Eigen::Index>(arg(3, 185405)), static_cast<int>(arg(4, 0)));
-  std::fprintf(stderr, "usage: bench_feature_learners agree [subjects] [voxels] | peer <folder> [subjects] [voxels] [C] [tolerance] [lambda] [enmkl 0/1] | "
+  std::fprintf(stderr, "usage: bench_feature_learners agree [subjects] [voxels] [learner] | peer <folder> [subjects] [voxels] [C] [tolerance] [lambda] [enmkl 0/1] | "
                        "scale [subjects] [voxels] [ENMKL weight steps, 0 = default cap]\n");
   return 2;
 }

@@ -187,7 +187,7 @@ TEST_F(FeaturesCli, WhatTheFeatureFormCannotDoIsRefusedByValidateAndRun) {
   };
   const std::string svm = R"([{"name": "svm"}])";
   const std::vector<Case> cases = {
-      {"other_learner", R"("representation": "features")", "", R"([{"name": "simplemkl"}])", "/learners/0/name: the learners with a feature form"},
+      {"other_learner", R"("representation": "features")", "", R"([{"name": "kelm"}])", "/learners/0/name: the learners with a feature form"},
       {"covariates", R"("representation": "features")", R"(, "covariates": ["age"])", svm, "/covariates: covariates are regressed out"},
       {"save_kernels", R"("representation": "features")", "", svm, "/output/save_kernels", R"({"save_kernels": true})"},
       {"bad_value", R"("representation": "voxels")", "", svm, "/kernels/representation"},

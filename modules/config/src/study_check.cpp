@@ -380,7 +380,10 @@ FeatureFormObstacle WhyNoFeatureForm(const StudyConfig& c) {
   if (c.target.task == Task::Multiclass) return {"/target/task", "the learners on features fit binary classification or regression; found multiclass"};
   for (std::size_t i = 0; i < c.learners.size(); ++i)
     if (!learners::HasFeatureForm(c.learners[i].name))
-      return {Indexed("/learners", i) + "/name", "the learners with a feature form are svm, krr, enmkl_svm and enmkl_krr; found \"" + c.learners[i].name + "\""};
+      return {Indexed("/learners", i) + "/name", "the learners with a feature form are svm, krr, enmkl_svm, enmkl_krr and simplemkl; found \"" + c.learners[i].name + "\""};
+  for (std::size_t i = 0; i < c.learners.size(); ++i)
+    if (c.learners[i].name == "simplemkl" && c.target.task == Task::Regression)
+      return {Indexed("/learners", i) + "/name", "simplemkl on features fits classification (its C-SVC); found a regression target (its epsilon-SVR has no feature form)"};
   if (c.covariates.Active())
     return {c.covariates.pointer.empty() ? "/covariates" : c.covariates.pointer,
             "covariates are regressed out of the kernels in every fold, which the feature form does not do yet"};

@@ -1,4 +1,4 @@
-// svm, krr, enmkl_svm and enmkl_krr on a fold's features (feature_learners.hpp).
+// svm, krr, enmkl_svm, enmkl_krr and simplemkl on a fold's features (feature_learners.hpp).
 #include "neuromkl/learners/feature_learners.hpp"
 
 #include <algorithm>
@@ -28,8 +28,10 @@ constexpr std::size_t kAndersonDepth = 5;    ///< pairs the acceleration fits ov
 constexpr double kEnterWeight = 1e-3;       ///< weight (relative to the largest) a region enters with
 constexpr double kEnterMargin = 1e-9;       ///< relative margin of the entering condition (rounding)
 
-bool IsSvm(std::string_view learner) { return learner == "svm" || learner == "enmkl_svm"; }
+bool IsSvm(std::string_view learner) { return learner == "svm" || learner == "enmkl_svm" || learner == "simplemkl"; }
 bool IsEnmkl(std::string_view learner) { return learner == "enmkl_svm" || learner == "enmkl_krr"; }
+/// The learners that fit kernel weights: ENMKL, and SimpleMKL as ENMKL at mu = 1 (below).
+bool FitsWeights(std::string_view learner) { return IsEnmkl(learner) || learner == "simplemkl"; }
 
 /// The regions whose prepared kernel is not identically zero (the others never get weight, as on the kernel path).
 Eigen::VectorXd Usable(const gram::FoldFeatures& fold) {
@@ -60,7 +62,7 @@ void CheckTargets(std::string_view learner, const gram::FoldFeatures& fold, cons
 
 std::unique_ptr<FeatureSolver> MakeSolver(std::string_view learner, const ParamMap& p, const gram::FoldFeatures& fold, const Targets& targets) {
   if (IsSvm(learner)) {
-    const double tolerance = learner == "svm" ? p.at("tolerance") : p.at("svm_tolerance");
+    const double tolerance = learner == "svm" ? p.at("tolerance") : p.at("svm_tolerance");  // simplemkl: svm_tolerance
     const long epochs = learner == "svm" ? static_cast<long>(std::min(p.at("max_iterations"), 1e9)) : 1000000L;
     return MakeFeatureSvc(fold, targets.y, p.at("c"), targets.sampleWeights, tolerance, epochs);
   }
@@ -170,8 +172,10 @@ double Distance(const Eigen::VectorXd& beta, const Eigen::VectorXd& stepBeta, co
 // Block coordinate descent on V (every step lowers it), accelerated: each iteration first tries the Anderson point
 // of the last steps and keeps it only if V drops; otherwise it takes the plain step and the acceleration restarts.
 // Stops when beta is within `tolerance` of the fixed point (Distance, normalised) and ENMKL's objective changed by less
-// than `objective_tolerance` relative.
-void FitEnmkl(const ParamMap& p, const Eigen::VectorXd& usable, const Eigen::VectorXd* startTheta, FeatureSolver& solver, Model& model) {
+// than `objective_tolerance` relative; with `gapTolerance` > 0 (SimpleMKL: mu = 1, an SVM) instead when SimpleMKL's
+// relative duality gap (max_r q_r - beta'q) / (2 J), J = sum alpha - beta'q / 2 the SVM dual, is below it.
+void FitEnmkl(const ParamMap& p, const Eigen::VectorXd& usable, const Eigen::VectorXd* startTheta, FeatureSolver& solver, Model& model,
+              double gapTolerance = 0) {
   const double mu = p.at("mu"), tolerance = p.at("tolerance"), objectiveTolerance = p.at("objective_tolerance");
   const int cap = static_cast<int>(p.at("max_iterations"));
   // theta lives on the simplex whatever mu, so a neighbour's theta is a start for any mu.
@@ -185,13 +189,23 @@ void FitEnmkl(const ParamMap& p, const Eigen::VectorXd& usable, const Eigen::Vec
   while (model.info.iterations < cap) {
     ++model.info.iterations;
     const Eigen::VectorXd c = solver.RegionNorms2().cwiseSqrt().cwiseProduct(usable);
+    if (gapTolerance > 0) {
+      const Eigen::VectorXd q = c.cwiseAbs2();
+      const double dual = solver.Alpha().sum() - 0.5 * beta.dot(q);
+      change = dual > 0 ? (q.maxCoeff() - beta.dot(q)) / (2.0 * dual) : 0.0;
+      if (change < gapTolerance) {
+        model.info.status = solved ? FitStatus::Converged : FitStatus::Stalled;
+        --model.info.iterations;  // no step was taken
+        break;
+      }
+    }
     const Eigen::VectorXd norms = beta.cwiseProduct(c);
     if (!(norms.sum() > 0)) break;  // the solution uses no region (e.g. constant targets)
     Eigen::VectorXd step = norms / norms.sum();
     const double level = EntryLevel(theta, beta, c, mu);
     EnterViolators(theta, c, usable, level, step);
     const Eigen::VectorXd plainBeta = Weights(step, mu);
-    change = Distance(beta, plainBeta, c, mu);
+    if (gapTolerance == 0) change = Distance(beta, plainBeta, c, mu);
     anderson.Push(theta, step);
     Eigen::VectorXd trial;
     bool accepted = false;
@@ -218,7 +232,7 @@ void FitEnmkl(const ParamMap& p, const Eigen::VectorXd& usable, const Eigen::Vec
     const double next = Objective(beta, solver, mu);
     const bool settled = std::abs(next - objective) <= objectiveTolerance * std::max(std::abs(next), 1e-300);
     objective = next;
-    if (change < tolerance && settled) {
+    if (gapTolerance == 0 && change < tolerance && settled) {
       model.info.status = solved ? FitStatus::Converged : FitStatus::Stalled;
       break;
     }
@@ -243,11 +257,11 @@ void FitEnmkl(const ParamMap& p, const Eigen::VectorXd& usable, const Eigen::Vec
 
 }  // namespace
 
-bool HasFeatureForm(std::string_view learner) { return learner == "svm" || learner == "krr" || IsEnmkl(learner); }
+bool HasFeatureForm(std::string_view learner) { return learner == "svm" || learner == "krr" || FitsWeights(learner); }
 
 Model FitFeatures(std::string_view learner, const ParamMap& params, const gram::FoldFeatures& fold, const Targets& targets, const Model* warmStart) {
   if (!HasFeatureForm(learner))
-    throw InvalidParameter("features:NoFeatureForm", "learner", "learner '" + std::string(learner) + "' has no feature form; expected svm, krr, enmkl_svm or enmkl_krr");
+    throw InvalidParameter("features:NoFeatureForm", "learner", "learner '" + std::string(learner) + "' has no feature form; expected svm, krr, enmkl_svm, enmkl_krr or simplemkl");
   const ParamMap p = ResolveParams(learner, params);
   CheckTargets(learner, fold, targets);
   const auto start = std::chrono::steady_clock::now();
@@ -258,18 +272,24 @@ Model FitFeatures(std::string_view learner, const ParamMap& params, const gram::
   const Eigen::VectorXd* state = warmStart && warmStart->solverState.size() > 0 ? &warmStart->solverState : nullptr;
   Eigen::VectorXd startTheta;
   if (state) {
-    const Eigen::Index own = IsEnmkl(learner) ? state->size() - regions : state->size();
+    const Eigen::Index own = FitsWeights(learner) ? state->size() - regions : state->size();
     const bool started = own > 0 && solver->Start(state->head(own));
-    if (started && IsEnmkl(learner) && (state->tail(regions).array() >= 0).all() && state->tail(regions).cwiseProduct(usable).sum() > 0)
+    if (started && FitsWeights(learner) && (state->tail(regions).array() >= 0).all() && state->tail(regions).cwiseProduct(usable).sum() > 0)
       startTheta = state->tail(regions);
   }
   Model model;
-  if (IsEnmkl(learner) && usable.sum() > 0) {
+  if (learner == "simplemkl" && usable.sum() > 0) {
+    // SimpleMKL's problem, min over beta on the simplex of the SVM dual optimum J(beta) (Rakotomamonjy et al. 2008), is
+    // l1-MKL: ENMKL at mu = 1 (the same optimum, beta on the simplex). Its feature form is that descent, stopped by
+    // SimpleMKL's duality gap; the kernel path's reduced-gradient steps each take a line search of SVM solves.
+    ParamMap enmkl = {{"mu", 1.0}, {"max_iterations", p.at("max_iterations")}, {"tolerance", 0.0}, {"objective_tolerance", p.at("gap_tolerance")}};
+    FitEnmkl(enmkl, usable, startTheta.size() > 0 ? &startTheta : nullptr, *solver, model, p.at("gap_tolerance"));
+  } else if (IsEnmkl(learner) && usable.sum() > 0) {
     FitEnmkl(p, usable, startTheta.size() > 0 ? &startTheta : nullptr, *solver, model);
   } else {
     // The single-kernel learners fit the unweighted sum of the kernels; the model says so as the kernel path's does,
     // with uniform weights 1/R and the coefficients times R.
-    const bool solved = solver->Solve(IsEnmkl(learner) ? Eigen::VectorXd::Zero(regions) : Eigen::VectorXd::Ones(regions));
+    const bool solved = solver->Solve(FitsWeights(learner) ? Eigen::VectorXd::Zero(regions) : Eigen::VectorXd::Ones(regions));
     model.beta = Eigen::VectorXd::Constant(regions, 1.0 / static_cast<double>(regions));
     model.coef = solver->Coef() * static_cast<double>(regions);
     model.alpha = solver->Alpha();

@@ -189,3 +189,18 @@ TEST(CheckStudyConfig, FoldFormedTabularKernelsNeedFloat64) {
 }
 
 }  // namespace
+
+// The feature form's learners: svm, krr, ENMKL, and SimpleMKL for classification (its C-SVC; its epsilon-SVR has none).
+TEST(WhyNoFeatureForm, NamesTheLearnerThatHasNone) {
+  config::StudyConfig s = MadeInCode();
+  EXPECT_EQ(config::WhyNoFeatureForm(s).pointer, "");
+  s.learners[0].name = "simplemkl";
+  EXPECT_EQ(config::WhyNoFeatureForm(s).pointer, "");
+  s.target.task = learners::Task::Regression;
+  const auto regression = config::WhyNoFeatureForm(s);
+  EXPECT_EQ(regression.pointer, "/learners/0/name");
+  EXPECT_THAT(regression.reason, HasSubstr("classification"));
+  s.learners[0].name = "kelm";
+  EXPECT_EQ(config::WhyNoFeatureForm(s).pointer, "/learners/0/name");
+  EXPECT_THAT(config::WhyNoFeatureForm(s).reason, HasSubstr("simplemkl"));
+}

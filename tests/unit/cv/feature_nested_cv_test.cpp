@@ -79,6 +79,7 @@ TEST(FeatureNestedCv, ChoosesTheSameParametersAndPredictsTheSameAsTheKernels) {
       plans.push_back({"svm", "svm", cv::ExpandGrid({{"tolerance", 1e-10}}, {{"c", {0.01, 1, 100}}})});
       plans.push_back({"en", "enmkl_svm", cv::ExpandGrid({{"svm_tolerance", 1e-10}, {"tolerance", 1e-10}, {"objective_tolerance", 1e-12}},
                                                          {{"c", {0.1, 10}}, {"mu", {0.3, 0.9}}})});
+      plans.push_back({"simple", "simplemkl", cv::ExpandGrid({{"svm_tolerance", 1e-10}, {"gap_tolerance", 1e-9}, {"max_iterations", 5000}}, {{"c", {0.1, 10}}})});
     }
     const auto expected = cv::RunNestedCv(kernels, t, outer, Inner(task), plans, {});
     const auto found = cv::RunNestedCv(*features, t, outer, Inner(task), plans, {});
@@ -192,11 +193,11 @@ TEST(FeatureNestedCv, RefusesWhatTheFeatureFormCannotFit) {
   t.y = c.label;
   const auto outer = cv::MakeFolds({cv::Scheme::StratifiedKFold, 3, 1}, learners::Task::Classification, t.y, {}, {}, 7, "outer");
   try {
-    cv::RunNestedCv(*features, t, outer, Inner(learners::Task::Classification), {{"mk", "simplemkl", cv::ExpandGrid({{"c", 1.0}}, {})}}, {});
+    cv::RunNestedCv(*features, t, outer, Inner(learners::Task::Classification), {{"mk", "mkl_bp", cv::ExpandGrid({}, {})}}, {});
     ADD_FAILURE() << "expected an InputError";
   } catch (const InputError& e) {
     EXPECT_EQ(e.code(), "cv:NoFeatureForm");
-    EXPECT_NE(std::string(e.what()).find("simplemkl"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("mkl_bp"), std::string::npos) << e.what();
   }
   cv::NestedCvOptions withCovariates;
   auto covariates = std::make_shared<gram::Covariates>();

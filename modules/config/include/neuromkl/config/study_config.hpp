@@ -332,8 +332,8 @@ StudyConfig ReadStudyConfig(const std::string& text, const std::string& baseDir,
 void CheckStudyConfig(const StudyConfig& config);
 /// Why the study cannot hold its kernels as features (KernelRepresentation::Features), as the JSON pointer of the value
 /// that prevents it and a sentence; both empty when it can: one images source (no kernels.sources), binary classification
-/// or regression, learners with a feature form (svm, krr, enmkl_svm, enmkl_krr), no covariates regressed out of the
-/// kernels, no harmonisation. CheckStudyConfig raises it for "representation": "features";
+/// or regression, learners with a feature form (svm, krr, enmkl_svm, enmkl_krr; simplemkl for classification), no
+/// covariates regressed out of the kernels, no harmonisation. CheckStudyConfig raises it for "representation": "features";
 /// "auto" falls back to kernels.
 struct FeatureFormObstacle {
   std::string pointer, reason;

@@ -9,7 +9,9 @@
 //   enmkl_svm, enmkl_krr
 //              ENMKL (Mourao-Miranda et al.): block coordinate descent on its variational form (the published
 //              weight step), accelerated by Anderson mixing of the steps (Walker & Ni 2011) where V falls, each inner
-//              solve warm-started from the last, with ||w_r|| = beta_r ||Z_r' coef|| from one pass over the rows.
+//              solve warm-started from the last, with ||w_r|| = beta_r ||Z_r' coef|| from one pass over the rows;
+//   simplemkl  classification: SimpleMKL's l1-MKL problem (Rakotomamonjy et al. 2008) is ENMKL's at mu = 1, so it is
+//              that descent with the svm solver, stopped by SimpleMKL's relative duality gap.
 // The returned Model is the kernel path's: beta (sum 1; 1/R each for svm and krr, with coef scaled by R), coef, bias,
 // so its decisions on the prepared kernels are those the features give.
 #include <string_view>
@@ -21,7 +23,7 @@
 
 namespace neuromkl::learners {
 
-/// Whether `learner` has a feature form (svm, krr, enmkl_svm, enmkl_krr).
+/// Whether `learner` has a feature form (svm, krr, enmkl_svm, enmkl_krr, simplemkl).
 bool HasFeatureForm(std::string_view learner);
 
 /// Fits `learner` (parameters resolved and checked as MakeLearner does) on the training rows of `fold`, binary
