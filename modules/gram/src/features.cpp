@@ -79,7 +79,8 @@ void FeatureMatrix::KeepRows(const std::vector<int>& rows) {
       k = source;
     }
   }
-  // Fewer rows of a row-major matrix: Eigen reallocates the storage in place (the kept rows are its beginning).
+  // Fewer rows of a row-major matrix: Eigen shrinks its storage with realloc, the kept rows being its beginning (no
+  // second matrix).
   values.conservativeResize(m, Voxels());
 }
 

@@ -62,7 +62,7 @@ void CheckTargets(std::string_view learner, const gram::FoldFeatures& fold, cons
 
 std::unique_ptr<FeatureSolver> MakeSolver(std::string_view learner, const ParamMap& p, const gram::FoldFeatures& fold, const Targets& targets) {
   if (IsSvm(learner)) {
-    const double tolerance = learner == "svm" ? p.at("tolerance") : p.at("svm_tolerance");  // simplemkl: svm_tolerance
+    const double tolerance = learner == "svm" ? p.at("tolerance") : p.at("svm_tolerance");
     const long epochs = learner == "svm" ? static_cast<long>(std::min(p.at("max_iterations"), 1e9)) : 1000000L;
     return MakeFeatureSvc(fold, targets.y, p.at("c"), targets.sampleWeights, tolerance, epochs);
   }
@@ -282,6 +282,7 @@ Model FitFeatures(std::string_view learner, const ParamMap& params, const gram::
     // SimpleMKL's problem, min over beta on the simplex of the SVM dual optimum J(beta) (Rakotomamonjy et al. 2008), is
     // l1-MKL: ENMKL at mu = 1 (the same optimum, beta on the simplex). Its feature form is that descent, stopped by
     // SimpleMKL's duality gap; the kernel path's reduced-gradient steps each take a line search of SVM solves.
+    // The gap tolerance also scales the stall test: V falling by less than 1e-3 of it (relative) over 25 steps.
     ParamMap enmkl = {{"mu", 1.0}, {"max_iterations", p.at("max_iterations")}, {"tolerance", 0.0}, {"objective_tolerance", p.at("gap_tolerance")}};
     FitEnmkl(enmkl, usable, startTheta.size() > 0 ? &startTheta : nullptr, *solver, model, p.at("gap_tolerance"));
   } else if (IsEnmkl(learner) && usable.sum() > 0) {
