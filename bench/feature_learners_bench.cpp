@@ -9,9 +9,10 @@
 //     normalised) and krr on all subjects, and ENMKL-SVM over the 116 regions (default tolerances, mu 0.5; enmkl 0 skips
 //     it), and writes their training decisions and times; bench/feature_peer.py fits
 //     scikit-learn's LinearSVC and Ridge on the same files in the same run and compares.
-//   bench_feature_learners scale [subjects 20000] [voxels 185405] [ENMKL weight steps 0]
+//   bench_feature_learners scale [subjects 20000] [voxels 185405] [ENMKL weight steps 0] [storage float32]
 //     one fold of a 5-fold CV at the feature form's scale (2 mm AAL voxels): the matrix's size, an svm and an ENMKL-SVM
 //     fit (fixed parameters; the steps capped when given), the 5-fold time they imply and the peak RSS against the matrix.
+//     Storage uint8 / int16: the voxels as integer codes with a scale per subject (images that store integers).
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -39,7 +40,8 @@ struct Cohort {
   nm::gram::FeatureMatrix x;
   Eigen::VectorXd label;
 };
-Cohort Simulate(Eigen::Index subjects, Eigen::Index voxels, std::size_t regions, unsigned seed) {
+Cohort Simulate(Eigen::Index subjects, Eigen::Index voxels, std::size_t regions, unsigned seed,
+                nm::gram::FeatureStorage storage = nm::gram::FeatureStorage::Float32) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<double> share(0.5, 1.5);
   std::vector<double> shares(regions);
@@ -50,14 +52,31 @@ Cohort Simulate(Eigen::Index subjects, Eigen::Index voxels, std::size_t regions,
   for (std::size_t r = 0; r + 1 < regions; ++r)
     c.x.regionStart.push_back(c.x.regionStart.back() + std::max<Eigen::Index>(20, static_cast<Eigen::Index>(static_cast<double>(voxels) * shares[r] / total)));
   c.x.regionStart.push_back(std::max(voxels, c.x.regionStart.back() + 20));
-  c.x.values.resize(subjects, c.x.regionStart.back());
+  c.x.Resize(storage, subjects, c.x.regionStart.back());
   c.label.resize(subjects);
+  const bool codes = storage != nm::gram::FeatureStorage::Float32;
   std::uniform_real_distribution<float> uniform(0.2f, 0.8f);
+  std::uniform_int_distribution<int> code(50, 200);  // compact: the same range as codes of 1/250 (a uint8 grey-matter map's scale)
   for (Eigen::Index i = 0; i < subjects; ++i) {
     c.label[i] = i % 2 ? 1.0 : -1.0;
-    for (Eigen::Index j = 0; j < c.x.Voxels(); ++j) c.x.values(i, j) = uniform(rng);
+    if (!codes) {
+      for (Eigen::Index j = 0; j < c.x.Voxels(); ++j) c.x.values(i, j) = uniform(rng);
+      for (const std::size_t r : {std::size_t{3}, std::size_t{40}, std::size_t{77}})
+        for (Eigen::Index j = 0; j < c.x.RegionSize(r) / 3; ++j) c.x.values(i, c.x.regionStart[r] + j) += static_cast<float>(0.04 * c.label[i]);
+      continue;
+    }
+    c.x.rowScale[i] = 1.0 / 250.0;
+    for (Eigen::Index j = 0; j < c.x.Voxels(); ++j) {
+      const int q = code(rng);
+      if (storage == nm::gram::FeatureStorage::UInt8) c.x.codes8(i, j) = static_cast<std::uint8_t>(q);
+      else c.x.codes16(i, j) = static_cast<std::int16_t>(q);
+    }
     for (const std::size_t r : {std::size_t{3}, std::size_t{40}, std::size_t{77}})
-      for (Eigen::Index j = 0; j < c.x.RegionSize(r) / 3; ++j) c.x.values(i, c.x.regionStart[r] + j) += static_cast<float>(0.04 * c.label[i]);
+      for (Eigen::Index j = 0; j < c.x.RegionSize(r) / 3; ++j) {
+        const Eigen::Index col = c.x.regionStart[r] + j;
+        if (storage == nm::gram::FeatureStorage::UInt8) c.x.codes8(i, col) = static_cast<std::uint8_t>(c.x.codes8(i, col) + (c.label[i] > 0 ? 20 : 0));
+        else c.x.codes16(i, col) = static_cast<std::int16_t>(c.x.codes16(i, col) + (c.label[i] > 0 ? 20 : 0));
+      }
   }
   return c;
 }
@@ -177,13 +196,13 @@ double PeakRssBytes() {
 /// One fold of a 5-fold CV (80 % training) at the scale the feature form is for: the matrix's size and peak memory, an
 /// svm fit and an ENMKL-SVM fit (C 1, mu 0.5, at most `iterations` weight steps; 0: the default cap), and the 5-fold time
 /// they imply (5 fits; fixed parameters).
-int Scale(Eigen::Index subjects, Eigen::Index voxels, int iterations) {
+int Scale(Eigen::Index subjects, Eigen::Index voxels, int iterations, nm::gram::FeatureStorage storage) {
   auto start = std::chrono::steady_clock::now();
-  const Cohort c = Simulate(subjects, voxels, 116, 13);
+  const Cohort c = Simulate(subjects, voxels, 116, 13, storage);
   const double simulateSeconds = Seconds(start);
-  const double featureBytes = static_cast<double>(c.x.values.size()) * 4.0;
-  std::printf("%ld subjects x %ld voxels in %zu regions: features %.2f GB (float32; the kernels would be %.0f GB in float64), simulated in %.1f s\n",
-              static_cast<long>(subjects), static_cast<long>(c.x.Voxels()), c.x.Regions(), featureBytes / 1e9,
+  const auto featureBytes = static_cast<double>(c.x.Bytes());
+  std::printf("%ld subjects x %ld voxels in %zu regions: features %.2f GB (%s; the kernels would be %.0f GB in float64), simulated in %.1f s\n",
+              static_cast<long>(subjects), static_cast<long>(c.x.Voxels()), c.x.Regions(), featureBytes / 1e9, nm::gram::ToString(storage),
               116.0 * static_cast<double>(subjects) * static_cast<double>(subjects) * 8.0 / 1e9, simulateSeconds);
   std::vector<int> train, test;
   for (int i = 0; i < subjects; ++i) (i % 5 == 4 ? test : train).push_back(i);
@@ -221,8 +240,12 @@ int main(int argc, char** argv) {
   if (mode == "peer" && argc > 2)
     return Peer(argv[2], static_cast<Eigen::Index>(arg(3, 10000)), static_cast<Eigen::Index>(arg(4, 55000)), arg(5, 1.0), arg(6, 1e-4), arg(7, 1.0),
                 arg(8, 1) != 0);
-  if (mode == "scale") return Scale(static_cast<Eigen::Index>(arg(2, 20000)), static_cast<Eigen::Index>(arg(3, 185405)), static_cast<int>(arg(4, 0)));
+  if (mode == "scale") {
+    const std::string storage = argc > 5 ? argv[5] : "float32";
+    const auto kind = storage == "uint8" ? nm::gram::FeatureStorage::UInt8 : storage == "int16" ? nm::gram::FeatureStorage::Int16 : nm::gram::FeatureStorage::Float32;
+    return Scale(static_cast<Eigen::Index>(arg(2, 20000)), static_cast<Eigen::Index>(arg(3, 185405)), static_cast<int>(arg(4, 0)), kind);
+  }
   std::fprintf(stderr, "usage: bench_feature_learners agree [subjects] [voxels] [learner] | peer <folder> [subjects] [voxels] [C] [tolerance] [lambda] [enmkl 0/1] | "
-                       "scale [subjects] [voxels] [ENMKL weight steps, 0 = default cap]\n");
+                       "scale [subjects] [voxels] [ENMKL weight steps, 0 = default cap] [float32 | uint8 | int16]\n");
   return 2;
 }

@@ -3,6 +3,7 @@
 // or the learners run on the features; auto keeps today's studies on kernels; what the feature form cannot do is
 // refused with the JSON pointer, by validate and run alike.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <filesystem>
 #include <map>
@@ -11,8 +12,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "image_fixtures.hpp"
+#include "neuromkl/io/nifti.hpp"
 #include "testing.hpp"
 
+using neuromkl::testing::FixtureFormat;
+using neuromkl::testing::FixtureImage;
 using neuromkl::testing::ReadFile;
 using neuromkl::testing::ReadTsv;
 using neuromkl::testing::RunCli;
@@ -164,12 +169,79 @@ TEST_F(FeaturesCli, ZeroNanPolicyAndIntensityScalingAsOnKernels) {
             1e-5);
 }
 
+// Images that store integers are held as their codes with one scale per subject (uint8 or int16, a quarter or half of
+// float32), which is exact: the simulated images as uint8 codes with per-image scl_slope, the same codes as int16, and
+// their values stored as float32 give one study's answers. The float32 cohort holds float32(slope x code), the codes
+// hold slope x code in double (6e-8 relative apart); with the solver at 1e-9 the decisions agree to ~1e-7, asserted at
+// 1e-5, and the same grid point is chosen in every fold.
+TEST_F(FeaturesCli, IntegerImagesAreHeldAsTheirCodes) {
+  const auto table = neuromkl::testing::ReadTsvByColumn(Path("cohort/participants.tsv"));
+  auto writeCohort = [&](const std::string& name, int datatype) {
+    std::filesystem::create_directories(Path(name + "/images"));
+    std::filesystem::copy_file(Path("cohort/participants.tsv"), Path(name + "/participants.tsv"));
+    for (std::size_t i = 0; i < table.size(); ++i) {
+      const auto& row = table[i];
+      const neuromkl::io::Volume v = neuromkl::io::ReadVolume(Path("cohort/" + row.at("image")));
+      const std::array<double, 16> a = v.geometry.RasAffine();
+      ASSERT_GT(a[5], 0.0);
+      ASSERT_GT(a[10], 0.0);
+      FixtureImage im;
+      im.dims = v.geometry.dims;
+      im.spacing = {std::abs(a[0]), a[5], a[10]};
+      im.flipX = a[0] < 0;
+      im.rasOrigin = {a[3], a[7], a[11]};
+      // Codes 0..255 of the values shifted by 2 (the simulated values lie in about -1.6 .. 6.6), 0 where a value is NaN
+      // (an integer image has none); each image's own slope, a float32 as the header stores it.
+      const float slope = (9.0f + 0.01f * static_cast<float>(i % 7)) / 255.0f;
+      im.datatype = datatype;
+      im.slope = datatype == 16 ? 0.0 : slope;
+      for (const float x : v.data) {
+        const double code = std::isfinite(x) ? std::clamp(std::round((x + 2.0) / slope), 0.0, 255.0) : 0.0;
+        im.stored.push_back(datatype == 16 ? static_cast<double>(static_cast<float>(code * static_cast<double>(slope))) : code);
+      }
+      neuromkl::testing::WriteFixtureImage(Path(name + "/" + row.at("image")), FixtureFormat::Nifti1, im);
+    }
+  };
+  writeCohort("as_uint8", 2);
+  writeCohort("as_int16", 4);
+  writeCohort("as_float32", 16);
+  // svm over a grid, on the features (budget 0.01 MiB: no fold forms its kernels); the MKL learners' fits on codes are
+  // the unit tests' (feature_storage_test.cpp).
+  const std::string learners = R"([{"name": "svm", "grid": {"c": [0.01, 1, 100]}, "params": {"tolerance": 1e-9}}])";
+  const std::map<std::string, std::string> expected = {{"as_uint8", "uint8"}, {"as_int16", "int16"}, {"as_float32", "float32"}};
+  for (const auto& [name, storage] : expected) {
+    const std::string study = Path(name + ".json");
+    WriteFile(study, R"({"name": ")" + name + R"(", "subjects": {"table": ")" + name + R"(/participants.tsv"},
+      "target": {"column": "group", "task": "classification", "positive_class": "patient"}, "atlas": "aal",
+      "kernels": {"cache": false, "representation": "features", "memory_budget_mb": 0.01}, "learners": )" + learners +
+                         R"(, "cv": {"outer": {"scheme": "stratified_kfold", "k": 3}, "inner": {"scheme": "stratified_kfold", "k": 3}}, "seed": 5})");
+    const auto v = RunCli("validate " + study);
+    ASSERT_EQ(v.exitCode, 0) << v.output;
+    EXPECT_THAT(v.output, HasSubstr("(subjects x voxels x " + std::to_string(storage == "uint8" ? 1 : storage == "int16" ? 2 : 4) + " bytes; " + storage + ": "))
+        << name;
+    const auto r = RunCli("run " + study);
+    ASSERT_EQ(r.exitCode, 0) << r.output;
+    const nlohmann::json rep = Json(name).at("kernels").at("representation");
+    EXPECT_EQ(rep.at("storage").at("values"), storage) << name;
+    if (storage == "float32") EXPECT_THAT(rep.at("storage").at("why").get<std::string>(), HasSubstr("stores float32")) << name;
+    else EXPECT_THAT(rep.at("storage").at("why").get<std::string>(), HasSubstr("kept as its codes")) << name;
+  }
+  EXPECT_NEAR(Json("as_uint8").at("kernels").at("representation").at("features_mib").get<double>() * 4,
+              Json("as_float32").at("kernels").at("representation").at("features_mib").get<double>(), 1e-9);
+  const auto reference = ByLearnerAndSubject(Results("as_float32") + "/predictions.tsv", "decision");
+  for (const char* name : {"as_uint8", "as_int16"}) {
+    const auto decisions = ByLearnerAndSubject(Results(name) + "/predictions.tsv", "decision");
+    EXPECT_LT(LearnerDifference(reference, decisions, "svm"), 1e-5) << name;
+    EXPECT_EQ(Chosen(name), Chosen("as_float32")) << name;
+  }
+}
+
 TEST_F(FeaturesCli, AutoKeepsSmallStudiesOnKernelsAndValidateSaysWhy) {
   const std::string study = Study("auto", "");
   const auto v = RunCli("validate " + study);
   ASSERT_EQ(v.exitCode, 0) << v.output;
   EXPECT_THAT(v.output, HasSubstr("representation: kernels (auto: kernels, as they"));
-  EXPECT_THAT(v.output, HasSubstr("MiB (subjects x voxels x 4 bytes)"));
+  EXPECT_THAT(v.output, HasSubstr("MiB (subjects x voxels x 4 bytes; float32: subject "));
   const auto r = RunCli("run " + study);
   ASSERT_EQ(r.exitCode, 0) << r.output;
   const nlohmann::json rep = Json("auto").at("kernels").at("representation");

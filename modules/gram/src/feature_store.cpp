@@ -96,7 +96,7 @@ KernelList FormFoldKernels(const FeatureMatrix& x, const std::vector<int>& train
   tbb::parallel_for(std::size_t{0}, x.Regions(), [&](std::size_t r) {
     const Eigen::Index begin = x.regionStart[r], d = x.RegionSize(r);
     Eigen::MatrixXd block(n, d);
-    for (Eigen::Index a = 0; a < n; ++a) block.row(a) = x.values.row(rows[static_cast<std::size_t>(a)]).segment(begin, d).cast<double>();
+    for (Eigen::Index a = 0; a < n; ++a) block.row(a) = x.RowSegment(rows[static_cast<std::size_t>(a)], begin, d);
     if (centre && !train.empty()) {
       const Eigen::RowVectorXd mean = block.topRows(static_cast<Eigen::Index>(train.size())).colwise().mean();
       block.rowwise() -= mean;
@@ -221,17 +221,7 @@ class FeatureKernels final : public KernelStore {
     return 8 * (4 * rows * regions + 3 * voxels + 8 * rows);
   }
   std::unique_ptr<KernelStore> Subset(const std::vector<std::size_t>& which) const override {
-    auto part = std::make_shared<FeatureMatrix>();
-    Eigen::Index voxels = 0;
-    part->regionStart = {0};
-    for (const std::size_t r : which) {
-      if (r >= Count()) throw InputError("gram:SubsetOutOfRange", "kernels", "kernel " + std::to_string(r) + " of " + std::to_string(Count()));
-      voxels += x_->RegionSize(r);
-      part->regionStart.push_back(voxels);
-    }
-    part->values.resize(Subjects(), voxels);
-    for (std::size_t i = 0; i < which.size(); ++i)
-      part->values.middleCols(part->regionStart[i], x_->RegionSize(which[i])) = x_->values.middleCols(x_->regionStart[which[i]], x_->RegionSize(which[i]));
+    auto part = std::make_shared<FeatureMatrix>(x_->SelectRegions(which));
     return std::make_unique<FeatureKernels>(std::move(part), formBelowBytes_);
   }
 

@@ -1,7 +1,9 @@
 // The feature form of linear region kernels: fold preprocessing as vectors and the products the learners read.
 #include "neuromkl/gram/features.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <string>
 #include <utility>
 
@@ -15,16 +17,106 @@ namespace neuromkl::gram {
 
 namespace {
 
-/// x'v for a float row segment and a double vector: widened entry by entry, summed in double.
-double Dot(const float* x, const double* v, Eigen::Index size) {
-  return Eigen::Map<const Eigen::VectorXf>(x, size).cast<double>().dot(Eigen::Map<const Eigen::VectorXd>(v, size));
+constexpr Eigen::Index kChunk = 2048;  ///< integer codes are widened to float32 this many at a time
+
+/// x'v for a row segment in its stored type and a double vector, summed in double. Integer codes are exact in float32
+/// (|code| < 2^24): widened to it a chunk at a time, they take the float32 path's vectorised arithmetic.
+template <typename T>
+double Dot(const T* x, const double* v, Eigen::Index size) {
+  if constexpr (std::is_same_v<T, float>) {
+    return Eigen::Map<const Eigen::VectorXf>(x, size).cast<double>().dot(Eigen::Map<const Eigen::VectorXd>(v, size));
+  } else {
+    float chunk[kChunk];
+    double sum = 0;
+    for (Eigen::Index begin = 0; begin < size; begin += kChunk) {
+      const Eigen::Index m = std::min(kChunk, size - begin);
+      for (Eigen::Index j = 0; j < m; ++j) chunk[j] = static_cast<float>(x[begin + j]);
+      sum += Dot(static_cast<const float*>(chunk), v + begin, m);
+    }
+    return sum;
+  }
 }
 
-void Axpy(double c, const float* x, double* v, Eigen::Index size) {
-  Eigen::Map<Eigen::VectorXd>(v, size) += c * Eigen::Map<const Eigen::VectorXf>(x, size).cast<double>();
+/// v += c x for a row segment in its stored type.
+template <typename T>
+void Axpy(double c, const T* x, double* v, Eigen::Index size) {
+  if constexpr (std::is_same_v<T, float>) {
+    Eigen::Map<Eigen::VectorXd>(v, size) += c * Eigen::Map<const Eigen::VectorXf>(x, size).cast<double>();
+  } else {
+    float chunk[kChunk];
+    for (Eigen::Index begin = 0; begin < size; begin += kChunk) {
+      const Eigen::Index m = std::min(kChunk, size - begin);
+      for (Eigen::Index j = 0; j < m; ++j) chunk[j] = static_cast<float>(x[begin + j]);
+      Axpy(c, static_cast<const float*>(chunk), v + begin, m);
+    }
+  }
+}
+
+/// The row segment in double: scale x x.
+template <typename T>
+Eigen::VectorXd Widened(const T* x, double scale, Eigen::Index size) {
+  return scale * Eigen::Map<const Eigen::Matrix<T, Eigen::Dynamic, 1>>(x, size).template cast<double>();
+}
+
+/// f(matrix) with the matrix that holds x's values (values, codes8 or codes16).
+template <typename M, typename F>
+void WithStored(M& x, F&& f) {
+  switch (x.storage) {
+    case FeatureStorage::UInt8: f(x.codes8); return;
+    case FeatureStorage::Int16: f(x.codes16); return;
+    case FeatureStorage::Float32: f(x.values); return;
+  }
 }
 
 }  // namespace
+
+const char* ToString(FeatureStorage storage) {
+  switch (storage) {
+    case FeatureStorage::UInt8: return "uint8";
+    case FeatureStorage::Int16: return "int16";
+    case FeatureStorage::Float32: break;
+  }
+  return "float32";
+}
+
+std::size_t BytesPerValue(FeatureStorage storage) {
+  switch (storage) {
+    case FeatureStorage::UInt8: return 1;
+    case FeatureStorage::Int16: return 2;
+    case FeatureStorage::Float32: break;
+  }
+  return 4;
+}
+
+void FeatureMatrix::Resize(FeatureStorage kind, Eigen::Index subjects, Eigen::Index voxels) {
+  storage = kind;
+  values.resize(0, 0);
+  codes8.resize(0, 0);
+  codes16.resize(0, 0);
+  WithStored(*this, [&](auto& m) { m.resize(subjects, voxels); });
+  rowScale = kind == FeatureStorage::Float32 ? Eigen::VectorXd() : Eigen::VectorXd::Ones(subjects);
+}
+
+Eigen::Index FeatureMatrix::Subjects() const {
+  Eigen::Index rows = 0;
+  WithStored(*this, [&](const auto& m) { rows = m.rows(); });
+  return rows;
+}
+
+Eigen::Index FeatureMatrix::Voxels() const {
+  Eigen::Index cols = 0;
+  WithStored(*this, [&](const auto& m) { cols = m.cols(); });
+  return cols;
+}
+
+std::uint64_t FeatureMatrix::Bytes() const {
+  return static_cast<std::uint64_t>(Subjects()) * static_cast<std::uint64_t>(Voxels()) * BytesPerValue(storage) +
+         static_cast<std::uint64_t>(rowScale.size()) * sizeof(double);
+}
+
+Eigen::RowVectorXd FeatureMatrix::RowSegment(Eigen::Index i, Eigen::Index begin, Eigen::Index size) const {
+  return WithRow(i, [&](const auto* row, double scale) -> Eigen::RowVectorXd { return Widened(row + begin, scale, size).transpose(); });
+}
 
 void FeatureMatrix::Check() const {
   if (regionStart.size() < 2 || regionStart.front() != 0 || regionStart.back() != Voxels())
@@ -35,12 +127,20 @@ void FeatureMatrix::Check() const {
     if (regionStart[r + 1] < regionStart[r])
       throw InputError("features:RegionOffsets", "feature matrix", "region offsets must not decrease; region " + std::to_string(r) + " runs from column " +
                        std::to_string(regionStart[r]) + " to " + std::to_string(regionStart[r + 1]));
+  if (storage != FeatureStorage::Float32) {
+    if (rowScale.size() != Subjects())
+      throw InputError("features:RowScales", "feature matrix", "expected one scale per row (" + std::to_string(Subjects()) + "); found " + std::to_string(rowScale.size()));
+    for (Eigen::Index i = 0; i < Subjects(); ++i)
+      if (!std::isfinite(rowScale[i])) throw InputError("features:NotFinite", "feature matrix row " + std::to_string(i), "expected a finite row scale; found " + std::to_string(rowScale[i]));
+    return;  // integer codes are finite
+  }
   for (Eigen::Index i = 0; i < Subjects(); ++i)
     if (!values.row(i).allFinite()) throw InputError("features:NotFinite", "feature matrix row " + std::to_string(i), "expected finite voxel values; found one that is not");
 }
 
 Eigen::MatrixXd FeatureMatrix::RegionKernel(std::size_t r) const {
-  const Eigen::MatrixXd xr = values.middleCols(regionStart[r], RegionSize(r)).cast<double>();
+  Eigen::MatrixXd xr(Subjects(), RegionSize(r));
+  for (Eigen::Index i = 0; i < Subjects(); ++i) xr.row(i) = RowSegment(i, regionStart[r], RegionSize(r));
   Eigen::MatrixXd k(Subjects(), Subjects());
   k.noalias() = xr * xr.transpose();
   return k;
@@ -62,26 +162,71 @@ void FeatureMatrix::KeepRows(const std::vector<int>& rows) {
   }
   for (Eigen::Index r = 0; r < n; ++r)
     if (!taken[static_cast<std::size_t>(r)]) from.push_back(r);
-  std::vector<char> placed(static_cast<std::size_t>(n), 0);
-  Eigen::RowVectorXf scratch;
-  for (Eigen::Index start = 0; start < m; ++start) {
-    if (placed[static_cast<std::size_t>(start)] || from[static_cast<std::size_t>(start)] == start) continue;
-    scratch = values.row(start);
-    Eigen::Index k = start;
-    for (;;) {
-      placed[static_cast<std::size_t>(k)] = 1;
-      const Eigen::Index source = from[static_cast<std::size_t>(k)];
-      if (source == start) {
-        values.row(k) = scratch;
-        break;
+  WithStored(*this, [&](auto& stored) {
+    std::vector<char> placed(static_cast<std::size_t>(n), 0);
+    Eigen::Matrix<typename std::decay_t<decltype(stored)>::Scalar, 1, Eigen::Dynamic> scratch;
+    for (Eigen::Index start = 0; start < m; ++start) {
+      if (placed[static_cast<std::size_t>(start)] || from[static_cast<std::size_t>(start)] == start) continue;
+      scratch = stored.row(start);
+      Eigen::Index k = start;
+      for (;;) {
+        placed[static_cast<std::size_t>(k)] = 1;
+        const Eigen::Index source = from[static_cast<std::size_t>(k)];
+        if (source == start) {
+          stored.row(k) = scratch;
+          break;
+        }
+        stored.row(k) = stored.row(source);
+        k = source;
       }
-      values.row(k) = values.row(source);
-      k = source;
     }
+    // Fewer rows of a row-major matrix: Eigen shrinks its storage with realloc, the kept rows being its beginning (no
+    // second matrix).
+    stored.conservativeResize(m, stored.cols());
+  });
+  if (rowScale.size() > 0) {
+    Eigen::VectorXd kept(m);
+    for (Eigen::Index k = 0; k < m; ++k) kept[k] = rowScale[rows[static_cast<std::size_t>(k)]];
+    rowScale = std::move(kept);
   }
-  // Fewer rows of a row-major matrix: Eigen shrinks its storage with realloc, the kept rows being its beginning (no
-  // second matrix).
-  values.conservativeResize(m, Voxels());
+}
+
+void FeatureMatrix::KeepRegions(const std::vector<std::size_t>& keep) {
+  if (keep.size() == Regions()) return;
+  std::vector<Eigen::Index> start = {0};
+  for (const std::size_t r : keep) start.push_back(start.back() + RegionSize(r));
+  const Eigen::Index width = start.back();
+  WithStored(*this, [&](auto& stored) {
+    for (Eigen::Index i = 0; i < stored.rows(); ++i) {
+      auto* row = stored.row(i).data();
+      for (std::size_t k = 0; k < keep.size(); ++k)  // start[k] <= the old start: a move to the left, or none
+        if (start[k] < regionStart[keep[k]]) std::copy(row + regionStart[keep[k]], row + regionStart[keep[k] + 1], row + start[k]);
+    }
+    // Eigen's resize of a row-major matrix to fewer columns copies it once (a peak of the old and the new matrix).
+    stored.conservativeResize(stored.rows(), width);
+  });
+  regionStart = std::move(start);
+}
+
+FeatureMatrix FeatureMatrix::SelectRegions(const std::vector<std::size_t>& which) const {
+  FeatureMatrix part;
+  Eigen::Index voxels = 0;
+  part.regionStart = {0};
+  for (const std::size_t r : which) {
+    if (r >= Regions()) throw InputError("gram:SubsetOutOfRange", "kernels", "kernel " + std::to_string(r) + " of " + std::to_string(Regions()));
+    voxels += RegionSize(r);
+    part.regionStart.push_back(voxels);
+  }
+  part.Resize(storage, Subjects(), voxels);
+  part.rowScale = rowScale;
+  WithStored(part, [&](auto& to) {
+    WithStored(*this, [&](const auto& from) {
+      if constexpr (std::is_same_v<typename std::decay_t<decltype(to)>::Scalar, typename std::decay_t<decltype(from)>::Scalar>)
+        for (std::size_t i = 0; i < which.size(); ++i)
+          to.middleCols(part.regionStart[i], RegionSize(which[i])) = from.middleCols(regionStart[which[i]], RegionSize(which[i]));
+    });
+  });
+  return part;
 }
 
 FoldFeatures::FoldFeatures(const FeatureMatrix& x, std::vector<int> train, std::vector<int> test, bool centre, bool normalise)
@@ -97,7 +242,7 @@ FoldFeatures::FoldFeatures(const FeatureMatrix& x, std::vector<int> train, std::
   if (centre) {
     tbb::parallel_for(std::size_t{0}, x_.Regions(), [&](std::size_t r) {
       const Eigen::Index begin = x_.regionStart[r], size = x_.RegionSize(r);
-      for (const int s : train_) Axpy(1.0, x_.values.row(s).data() + begin, mean_.data() + begin, size);
+      for (const int s : train_) x_.WithRow(s, [&](const auto* row, double scale) { Axpy(scale, row + begin, mean_.data() + begin, size); });
       mean_.segment(begin, size) /= static_cast<double>(train_.size());
     });
   }
@@ -106,13 +251,14 @@ FoldFeatures::FoldFeatures(const FeatureMatrix& x, std::vector<int> train, std::
   rowMean_.resize(rows, regions);
   Eigen::MatrixXd centred2(rows, regions);
   tbb::parallel_for(Eigen::Index{0}, rows, [&](Eigen::Index i) {
-    const float* row = x_.values.row(Subject(i)).data();
-    for (Eigen::Index r = 0; r < regions; ++r) {
-      const Eigen::Index begin = x_.regionStart[r], size = x_.RegionSize(r);
-      const auto xr = Eigen::Map<const Eigen::VectorXf>(row + begin, size).cast<double>();
-      rowMean_(i, r) = xr.dot(mean_.segment(begin, size));
-      centred2(i, r) = (xr - mean_.segment(begin, size)).squaredNorm();  // directly: no cancellation
-    }
+    x_.WithRow(Subject(i), [&](const auto* row, double scale) {
+      for (Eigen::Index r = 0; r < regions; ++r) {
+        const Eigen::Index begin = x_.regionStart[r], size = x_.RegionSize(r);
+        const Eigen::VectorXd xr = Widened(row + begin, scale, size);
+        rowMean_(i, r) = xr.dot(mean_.segment(begin, size));
+        centred2(i, r) = (xr - mean_.segment(begin, size)).squaredNorm();  // directly: no cancellation
+      }
+    });
   });
   scale_ = Eigen::MatrixXd::Ones(rows, regions);
   norm2_ = centred2;
@@ -153,30 +299,32 @@ void FoldFeatures::ForEachRegion(const RegionStep& step) const {
 }
 
 void FoldFeatures::RowDots(Eigen::Index row, const PreparedVector& u, const Eigen::VectorXd& weight, double* dots) const {
-  const float* x = x_.values.row(Subject(row)).data();
-  ForEachRegion([&](std::size_t r) {
-    const auto j = static_cast<Eigen::Index>(r);
-    if (weight[j] == 0) {
-      dots[r] = 0;
-      return;
-    }
-    const Eigen::Index begin = x_.regionStart[r];
-    // z'u = s (x - m)'(v - t m) = s (x'v - t x'm - m'v + t m'm)
-    const double xv = Dot(x + begin, u.v.data() + begin, x_.RegionSize(r));
-    dots[r] = Scale(row, r) * ((xv - u.t[j] * rowMean_(row, j)) - (u.vm[j] - u.t[j] * meanNorm2_[j]));
+  x_.WithRow(Subject(row), [&](const auto* x, double stored) {
+    ForEachRegion([&](std::size_t r) {
+      const auto j = static_cast<Eigen::Index>(r);
+      if (weight[j] == 0) {
+        dots[r] = 0;
+        return;
+      }
+      const Eigen::Index begin = x_.regionStart[r];
+      // z'u = s (x - m)'(v - t m) = s (x'v - t x'm - m'v + t m'm)
+      const double xv = stored * Dot(x + begin, u.v.data() + begin, x_.RegionSize(r));
+      dots[r] = Scale(row, r) * ((xv - u.t[j] * rowMean_(row, j)) - (u.vm[j] - u.t[j] * meanNorm2_[j]));
+    });
   });
 }
 
 void FoldFeatures::AddRow(Eigen::Index row, double c, const Eigen::VectorXd& weight, PreparedVector& u) const {
-  const float* x = x_.values.row(Subject(row)).data();
-  ForEachRegion([&](std::size_t r) {
-    const auto j = static_cast<Eigen::Index>(r);
-    const double cs = c * Scale(row, r);
-    if (weight[j] == 0 || cs == 0) return;
-    const Eigen::Index begin = x_.regionStart[r];
-    Axpy(cs, x + begin, u.v.data() + begin, x_.RegionSize(r));
-    u.t[j] += cs;
-    u.vm[j] += cs * rowMean_(row, j);
+  x_.WithRow(Subject(row), [&](const auto* x, double stored) {
+    ForEachRegion([&](std::size_t r) {
+      const auto j = static_cast<Eigen::Index>(r);
+      const double cs = c * Scale(row, r);
+      if (weight[j] == 0 || cs == 0) return;
+      const Eigen::Index begin = x_.regionStart[r];
+      Axpy(cs * stored, x + begin, u.v.data() + begin, x_.RegionSize(r));
+      u.t[j] += cs;
+      u.vm[j] += cs * rowMean_(row, j);
+    });
   });
 }
 
@@ -188,7 +336,7 @@ PreparedVector FoldFeatures::TrainingTransposeTimes(const Eigen::VectorXd& a) co
     for (Eigen::Index i = 0; i < TrainingRows(); ++i) {
       const double cs = a[i] * Scale(i, r);
       if (cs == 0) continue;
-      Axpy(cs, x_.values.row(Subject(i)).data() + begin, u.v.data() + begin, size);
+      x_.WithRow(Subject(i), [&](const auto* row, double stored) { Axpy(cs * stored, row + begin, u.v.data() + begin, size); });
       u.t[j] += cs;
       u.vm[j] += cs * rowMean_(i, j);
     }

@@ -579,10 +579,10 @@ void ForEachStored(const ImageHeader& h, const std::vector<unsigned char>& raw, 
   }
 }
 
+}  // namespace
+
 /// NIfTI: scaling applies when scl_slope is non-zero (and finite) and not the identity.
 bool Scaled(const ImageHeader& h) { return std::isfinite(h.slope) && h.slope != 0.0 && (h.slope != 1.0 || h.inter != 0.0); }
-
-}  // namespace
 
 void DecodeVolumes(const ImageHeader& h, std::int64_t first, std::int64_t count, std::vector<float>& out) {
   const auto& raw = ReadRawVoxels(h, first, count);

@@ -57,6 +57,9 @@ void DecodeLabels(const ImageHeader& header, LabelVolume& out);
 /// Whether the file starts with the gzip magic (its name does not decide: a gzipped file named .nii is read too).
 bool IsGzipFile(const std::string& path);
 
+/// Whether decoding applies scl_slope/scl_inter (a finite slope that is neither 0 nor, with inter 0, the identity).
+bool Scaled(const ImageHeader& h);
+
 /// "uint8", "int16", ..., "float64" for a NIfTI datatype code.
 std::string DatatypeName(int datatype);
 

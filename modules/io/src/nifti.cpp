@@ -9,6 +9,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <mutex>
 
@@ -157,6 +158,29 @@ std::string AnalyzeConventionNote() {
 Geometry ReadGeometry(const std::string& path) {
   const detail::ImageHeader h = CheckedHeader(path, false);
   return HeaderGeometry(path, h);
+}
+
+StoredForm ReadStoredForm(const std::string& path) {
+  const detail::ImageHeader h = CheckedHeader(path, false);
+  StoredForm f;
+  f.datatype = detail::DatatypeName(h.datatype);
+  auto range = [&](auto sample) {
+    using T = decltype(sample);
+    f.integer = true;
+    f.lowest = std::numeric_limits<T>::lowest();
+    f.highest = std::numeric_limits<T>::max();
+  };
+  switch (h.datatype) {
+    case 2: range(std::uint8_t{}); break;
+    case 256: range(std::int8_t{}); break;
+    case 4: range(std::int16_t{}); break;
+    case 512: range(std::uint16_t{}); break;
+    case 8: range(std::int32_t{}); break;
+    case 768: range(std::uint32_t{}); break;
+    default: break;  // floating point, or 64-bit integers (not exact in the double arithmetic that reads them)
+  }
+  if (detail::Scaled(h)) f.slope = h.slope, f.inter = h.inter;
+  return f;
 }
 
 namespace {

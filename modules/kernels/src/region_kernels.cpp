@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <exception>
 #include <filesystem>
+#include <functional>
 #include <mutex>
 
 #include <cblas.h>
@@ -587,8 +588,10 @@ SubjectRows ReadSubjectRows(const std::vector<std::string>& subjectIds, const st
   return out;
 }
 
-SubjectRows ReadSubjectRowsInto(const std::vector<std::string>& subjectIds, const std::vector<std::string>& imagePaths, const atlas::RegionIndex& regions,
-                                const RegionKernelOptions& options, float* rows) {
+/// The read pass: subject s's row is filled at rowOf(s), then handed to done(s, row, its intensity divisor) if given.
+static SubjectRows ReadRows(const std::vector<std::string>& subjectIds, const std::vector<std::string>& imagePaths, const atlas::RegionIndex& regions,
+                     const RegionKernelOptions& options, const std::function<float*(std::int64_t)>& rowOf,
+                     const std::function<void(std::int64_t, const float*, double)>& done) {
   const Layout layout = MakeLayout(regions);
   std::vector<char> insideAtlas(static_cast<std::size_t>(regions.grid.VoxelCount()), 0);
   for (const auto& [voxel, c] : layout.voxelColumn) insideAtlas[static_cast<std::size_t>(voxel)] = 1;
@@ -607,10 +610,10 @@ SubjectRows ReadSubjectRowsInto(const std::vector<std::string>& subjectIds, cons
     const auto i = static_cast<std::size_t>(s);
     io::ReadVolume(imagePaths[i], vol);
     std::int64_t inside = 0, outside = 0;
-    const double scale = FillRow(vol, subjectIds[i] + " (" + imagePaths[i] + ")", regions, layout, insideAtlas, options, rows + s * out.columns,
-                                 badColumns[i], inside, outside);
-    nonZeroInside += inside;
-    nonZeroOutside += outside;
+    float* row = rowOf(s);
+    const double scale = FillRow(vol, subjectIds[i] + " (" + imagePaths[i] + ")", regions, layout, insideAtlas, options, row, badColumns[i], inside, outside);
+    if (done) done(s, row, scale);
+    nonZeroInside += inside, nonZeroOutside += outside;
     if (!out.intensityScale.empty()) out.intensityScale[i] = scale;
     progress.Advance();
   });
@@ -619,6 +622,23 @@ SubjectRows ReadSubjectRowsInto(const std::vector<std::string>& subjectIds, cons
   out.nonZeroInsideAtlas = nonZeroInside;
   out.nonZeroOutsideAtlas = nonZeroOutside;
   return out;
+}
+
+SubjectRows ReadSubjectRowsInto(const std::vector<std::string>& subjectIds, const std::vector<std::string>& imagePaths, const atlas::RegionIndex& regions,
+                                const RegionKernelOptions& options, float* rows) {
+  const std::int64_t columns = MakeLayout(regions).Columns();
+  return ReadRows(subjectIds, imagePaths, regions, options, [&](std::int64_t s) { return rows + s * columns; }, {});
+}
+
+SubjectRows ReadSubjectRowsWith(const std::vector<std::string>& subjectIds, const std::vector<std::string>& imagePaths, const atlas::RegionIndex& regions,
+                                const RegionKernelOptions& options, const std::function<void(std::int64_t, const float*, double)>& store) {
+  const auto columns = static_cast<std::size_t>(MakeLayout(regions).Columns());
+  return ReadRows(subjectIds, imagePaths, regions, options,
+                  [&](std::int64_t) {  // FillRow writes every column
+                    thread_local std::vector<float> row;
+                    row.resize(columns);
+                    return row.data();
+                  }, store);
 }
 
 KernelSet RegionKernelHeader(const std::vector<std::string>& subjectIds, const atlas::RegionIndex& regions, const std::vector<std::int32_t>& nonFiniteCount,

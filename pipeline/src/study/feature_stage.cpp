@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
+#include <limits>
 
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
@@ -13,6 +15,7 @@
 #include "neuromkl/core/strings.hpp"
 #include "neuromkl/core/system.hpp"
 #include "neuromkl/gram/features.hpp"
+#include "neuromkl/io/nifti.hpp"
 #include "neuromkl/pipeline/kernel_stage.hpp"
 
 namespace neuromkl::pipeline {
@@ -32,27 +35,64 @@ std::int64_t RegionVoxelCount(const atlas::RegionIndex& regions) {
   return voxels;
 }
 
-/// Moves the columns of the regions in `keep` (old region indices, increasing) to the front of every row, in place, and
-/// shrinks the matrix to them: Eigen's resize of a row-major matrix to fewer columns copies it once (a peak of the old
-/// and the new matrix), only when a region is left out.
-void KeepRegions(gram::FeatureMatrix& x, const std::vector<std::size_t>& keep) {
-  if (keep.size() == x.Regions()) return;
-  std::vector<Eigen::Index> start = {0};
-  for (const std::size_t r : keep) start.push_back(start.back() + x.RegionSize(r));
-  const Eigen::Index width = start.back();
-  for (Eigen::Index i = 0; i < x.Subjects(); ++i) {
-    float* row = x.values.row(i).data();
-    for (std::size_t k = 0; k < keep.size(); ++k)  // start[k] <= the old start: a move to the left, or none
-      if (start[k] < x.regionStart[keep[k]]) std::copy(row + x.regionStart[keep[k]], row + x.regionStart[keep[k] + 1], row + start[k]);
-  }
-  x.values.conservativeResize(x.Subjects(), width);
-  x.regionStart = std::move(start);
+/// The images read into integer codes: each row as the float32 read pass makes it (masking, intensity scaling), then
+/// divided by its scale, the image's slope over its intensity divisor, which gives back the stored integers exactly (a
+/// code below 2^15 is off by at most 2^15 x 3 float32 roundings, far below 1/2).
+kernels::SubjectRows ReadCodes(const Cohort& cohort, const atlas::RegionIndex& index, const kernels::RegionKernelOptions& options,
+                               const FeatureStorageChoice& storage, gram::FeatureMatrix& x) {
+  const Eigen::Index columns = x.Voxels();
+  return kernels::ReadSubjectRowsWith(cohort.ids, cohort.images, index, options, [&](std::int64_t s, const float* row, double divisor) {
+    const double scale = storage.slope[static_cast<std::size_t>(s)] / divisor;
+    x.rowScale[s] = scale;
+    auto code = [&](Eigen::Index c, double lowest, double highest) {
+      const double q = std::round(static_cast<double>(row[c]) / scale);
+      if (!(std::abs(static_cast<double>(row[c]) / scale - q) < 1e-2) || q < lowest || q > highest)
+        throw InputError("features:NotCodes", "subject " + cohort.ids[static_cast<std::size_t>(s)] + " (" + cohort.images[static_cast<std::size_t>(s)] + ")",
+                         fmt::format("expected the integer codes its header announces (value = {} x code); found {} in column {} (was the file changed while it was read?)",
+                                     scale, row[c], c));
+      return q;
+    };
+    if (x.storage == gram::FeatureStorage::UInt8)
+      for (Eigen::Index c = 0; c < columns; ++c) x.codes8(s, c) = static_cast<std::uint8_t>(code(c, 0, 255));
+    else
+      for (Eigen::Index c = 0; c < columns; ++c) x.codes16(s, c) = static_cast<std::int16_t>(code(c, -32768, 32767));
+  });
 }
 
 }  // namespace
 
-std::uint64_t FeatureBytes(std::size_t subjects, std::int64_t voxels) {
-  return static_cast<std::uint64_t>(subjects) * static_cast<std::uint64_t>(std::max<std::int64_t>(voxels, 0)) * sizeof(float);
+std::uint64_t FeatureBytes(std::size_t subjects, std::int64_t voxels, gram::FeatureStorage storage) {
+  return static_cast<std::uint64_t>(subjects) * static_cast<std::uint64_t>(std::max<std::int64_t>(voxels, 0)) * gram::BytesPerValue(storage);
+}
+
+FeatureStorageChoice ChooseFeatureStorage(const Cohort& cohort, const atlas::RegionIndex& regions) {
+  FeatureStorageChoice choice;
+  for (const auto& r : regions.regions)
+    if (!r.weights.empty()) {
+      choice.why = "float32: the atlas weights its voxels by probability (region " + r.name + ")";
+      return choice;
+    }
+  // The narrowest codes every image's datatype fits, while each image stores integers with no intercept (a voxel's value
+  // is then its code times the image's own slope, and 0 stays 0).
+  std::vector<io::StoredForm> forms(cohort.images.size());
+  tbb::parallel_for(std::size_t{0}, forms.size(), [&](std::size_t i) { forms[i] = io::ReadStoredForm(cohort.images[i]); });
+  auto storage = gram::FeatureStorage::UInt8;
+  choice.slope.resize(cohort.images.size());
+  for (std::size_t i = 0; i < cohort.images.size(); ++i) {
+    const io::StoredForm& form = forms[i];
+    const std::string where = "subject " + cohort.ids[i] + " (" + cohort.images[i] + ")";
+    if (!form.integer || form.inter != 0.0 || form.lowest < std::numeric_limits<std::int16_t>::lowest() || form.highest > std::numeric_limits<std::int16_t>::max()) {
+      choice.slope.clear();
+      choice.why = fmt::format("float32: {} stores {}{}", where, form.datatype, form.integer && form.inter != 0.0 ? " with an intercept (scl_inter)" : "");
+      return choice;
+    }
+    if (form.lowest < 0 || form.highest > 255) storage = gram::FeatureStorage::Int16;
+    choice.slope[i] = form.slope;
+  }
+  choice.storage = cohort.images.empty() ? gram::FeatureStorage::Float32 : storage;
+  choice.why = fmt::format("{}: every image stores integers of at most {} bits with no intercept, kept as its codes and one scale per subject (exact)",
+                           gram::ToString(choice.storage), storage == gram::FeatureStorage::UInt8 ? 8 : 16);
+  return choice;
 }
 
 RepresentationChoice ChooseRepresentation(const config::StudyConfig& study, const Cohort& cohort, std::size_t kernelCount, int ranks) {
@@ -63,7 +103,11 @@ RepresentationChoice ChooseRepresentation(const config::StudyConfig& study, cons
   const config::FeatureFormObstacle obstacle = config::WhyNoFeatureForm(study);
   if (obstacle.Empty()) {
     std::vector<std::string> warnings;
-    choice.featureBytes = FeatureBytes(cohort.ids.size(), RegionVoxelCount(StudyRegions(study, cohort, warnings)));
+    const atlas::RegionIndex regions = StudyRegions(study, cohort, warnings);
+    const FeatureStorageChoice storage = ChooseFeatureStorage(cohort, regions);
+    choice.featureStorage = storage.storage;
+    choice.featureStorageWhy = storage.why;
+    choice.featureBytes = FeatureBytes(cohort.ids.size(), RegionVoxelCount(regions), storage.storage);
   }
   const std::uint64_t memory = PhysicalMemoryBytes();
   const std::uint64_t share = choice.kernelBytes / static_cast<std::uint64_t>(std::max(ranks, 1));
@@ -106,9 +150,9 @@ void CheckFeaturesFitMemory(const config::StudyConfig& study, const Representati
   const std::uint64_t memory = PhysicalMemoryBytes();
   if (memory == 0 || choice.featureBytes <= memory) return;
   throw InputError("kernels:TooLarge", study.path,
-                   fmt::format("the study's voxels as features need {:.1f} GiB of memory (subjects x voxels x 4 bytes), more than this machine's {:.1f} "
-                               "GiB: nothing was computed. Use a coarser grid (3 mm), a mask, or fewer regions",
-                               Gib(choice.featureBytes), Gib(memory)));
+                   fmt::format("the study's voxels as features need {:.1f} GiB of memory (subjects x voxels x {} bytes), more than this machine's {:.1f} "
+                               "GiB: nothing was computed. Use a coarser grid (3 mm), a mask, fewer regions, or images that store uint8 / int16",
+                               Gib(choice.featureBytes), gram::BytesPerValue(choice.featureStorage), Gib(memory)));
 }
 
 KernelStageResult FormFeatureStage(const config::StudyConfig& study, const Cohort& cohort, const std::string& scratchDir) {
@@ -126,13 +170,17 @@ KernelStageResult FormFeatureStage(const config::StudyConfig& study, const Cohor
   const std::vector<std::int64_t> offsets = kernels::RegionColumnOffsets(index);
   auto x = std::make_shared<gram::FeatureMatrix>();
   const auto n = static_cast<Eigen::Index>(cohort.ids.size());
-  x->values.resize(n, static_cast<Eigen::Index>(offsets.back()));
+  const FeatureStorageChoice storage = ChooseFeatureStorage(cohort, index);
+  x->Resize(storage.storage, n, static_cast<Eigen::Index>(offsets.back()));
   x->regionStart.assign(offsets.begin(), offsets.end());
-  const kernels::SubjectRows facts = kernels::ReadSubjectRowsInto(cohort.ids, cohort.images, index, options, x->values.data());
+  const kernels::SubjectRows facts = storage.storage == gram::FeatureStorage::Float32
+                                         ? kernels::ReadSubjectRowsInto(cohort.ids, cohort.images, index, options, x->values.data())
+                                         : ReadCodes(cohort, index, options, storage, *x);
   res.report.readSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::vector<std::int64_t> dropped;
   kernels::KernelSet set = kernels::RegionKernelHeader(cohort.ids, index, facts.nonFiniteCount, study.kernels.nanPolicy, dropped);
-  for (const std::int64_t c : dropped) x->values.col(static_cast<Eigen::Index>(c)).setZero();  // nan_policy drop_voxel: 0 in every row
+  if (x->storage == gram::FeatureStorage::Float32)  // integer codes are finite: nothing to drop
+    for (const std::int64_t c : dropped) x->values.col(static_cast<Eigen::Index>(c)).setZero();  // nan_policy drop_voxel: 0 in every row
   set.intensityScale = facts.intensityScale;
   set.nonZeroInsideAtlas = facts.nonZeroInsideAtlas;
   set.nonZeroOutsideAtlas = facts.nonZeroOutsideAtlas;
@@ -140,11 +188,13 @@ KernelStageResult FormFeatureStage(const config::StudyConfig& study, const Cohor
   const std::size_t R = x->Regions();
   Eigen::MatrixXd norms(n, static_cast<Eigen::Index>(R));
   tbb::parallel_for(Eigen::Index{0}, n, [&](Eigen::Index i) {
-    for (std::size_t r = 0; r < R; ++r) {
-      double sum = 0;
-      for (Eigen::Index c = x->regionStart[r]; c < x->regionStart[r + 1]; ++c) sum += static_cast<double>(x->values(i, c)) * x->values(i, c);
-      norms(i, static_cast<Eigen::Index>(r)) = sum;
-    }
+    x->WithRow(i, [&](const auto* row, double scale) {
+      for (std::size_t r = 0; r < R; ++r) {
+        double sum = 0;
+        for (Eigen::Index c = x->regionStart[r]; c < x->regionStart[r + 1]; ++c) sum += static_cast<double>(row[c]) * static_cast<double>(row[c]);
+        norms(i, static_cast<Eigen::Index>(r)) = scale * scale * sum;
+      }
+    });
   });
   // The kernel path's exclusions, with its reasons and in its order (kernels::ExcludeEmptyRegions): no voxel left after
   // the non-finite rule, then a zero kernel (every value 0), each from the last region to the first.
@@ -168,20 +218,22 @@ KernelStageResult FormFeatureStage(const config::StudyConfig& study, const Cohor
       kept.info.push_back(set.info[r]);
       kept.rawDiagonals.push_back(norms.col(static_cast<Eigen::Index>(r)));
     }
-  KeepRegions(*x, keep);
+  x->KeepRegions(keep);
   ExcludeRegionsWithoutVoxels(study, index, kept);
   kept.featureForm = true;
   res.set = std::move(kept);
   for (const auto& e : res.set.excluded) spdlog::warn("region {} excluded: {}", e.info.name, e.reason);
   AddExclusionWarnings(res);
   if (res.set.Size() == 0) throw InputError("kernels:NoneLeft", study.path, "no usable kernel is left (every region was excluded; see the warnings above)");
-  res.report.peakDataBytes = FeatureBytes(cohort.ids.size(), offsets.back());
-  res.report.dataBytes = FeatureBytes(cohort.ids.size(), x->Voxels());
+  res.report.peakDataBytes = FeatureBytes(cohort.ids.size(), offsets.back(), x->storage);
+  res.report.dataBytes = FeatureBytes(cohort.ids.size(), x->Voxels(), x->storage);
+  res.featureStorage = x->storage;
+  res.featureStorageNote = storage.why;
   res.report.droppedVoxels = static_cast<std::int64_t>(dropped.size());
   res.report.totalSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   res.features = std::move(x);
-  spdlog::info("kernels: {} regions held as features ({} subjects x {} voxels, {:.1f} MiB); no kernel formed", res.set.Size(), n,
-               res.features->Voxels(), static_cast<double>(FeatureBytes(cohort.ids.size(), res.features->Voxels())) / 1048576.0);
+  spdlog::info("kernels: {} regions held as features ({} subjects x {} voxels in {}, {:.1f} MiB); no kernel formed", res.set.Size(), n,
+               res.features->Voxels(), gram::ToString(res.features->storage), static_cast<double>(res.report.dataBytes) / 1048576.0);
   return res;
 }
 

@@ -115,7 +115,11 @@ void RecordKernels(const StudyContext& ctx, exporting::RunRecord& record) {
   record.subjectsWithSignal = ctx.subjectsWithSignal;
   record.representation = ctx.kernels->Features() ? "features" : "kernel";
   record.representationNote = ks.representationNote;
-  if (ctx.kernels->Features()) record.featureBytes = ks.report.dataBytes;
+  if (ctx.kernels->Features()) {
+    record.featureBytes = ks.report.dataBytes;
+    record.featureStorage = gram::ToString(ks.featureStorage);
+    record.featureStorageNote = ks.featureStorageNote;
+  }
   if (ctx.kernels->Compact()) {
     record.compactBytes = gram::CompactBytes(ctx.kernels->Count(), static_cast<std::size_t>(ctx.kernels->Subjects()));
     record.compactCentred = ctx.kernels->Centred();

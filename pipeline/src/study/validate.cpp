@@ -316,7 +316,9 @@ std::string ValidateStudy(const config::StudyConfig& study, bool deep) {
     const bool features = choice.chosen == config::KernelRepresentation::Features;
     onFeatures = features;
     line(fmt::format("  representation: {} ({}); kernels {:.1f} MiB, features {}", features ? "features" : "kernels", choice.why, mib(choice.kernelBytes),
-                     choice.featureBytes > 0 ? fmt::format("{:.1f} MiB (subjects x voxels x 4 bytes)", mib(choice.featureBytes)) : std::string("none")));
+                     choice.featureBytes > 0 ? fmt::format("{:.1f} MiB (subjects x voxels x {} bytes; {})", mib(choice.featureBytes),
+                                                                          gram::BytesPerValue(choice.featureStorage), choice.featureStorageWhy)
+                                             : std::string("none")));
     if (features) {
       CheckFeaturesFitMemory(study, choice);  // as run checks it
       line(fmt::format("  memory: the features take {:.1f} MiB, {:.1f} % of this machine's {:.1f} GiB; the study's kernels are never formed (a fold "
@@ -324,7 +326,7 @@ std::string ValidateStudy(const config::StudyConfig& study, bool deep) {
                        mib(choice.featureBytes), 100.0 * static_cast<double>(choice.featureBytes) / memory, memory / 1073741824.0,
                        study.kernels.memoryBudgetMb > 0 ? fmt::format("kernels.memory_budget_mb ({} MiB)", study.kernels.memoryBudgetMb)
                                                         : std::string("an eighth of the memory")));
-      if (study.kernels.precision == config::KernelPrecision::Float32) line("  precision: float32 does not apply (the features are float32; every fold computation is in double)");
+      if (study.kernels.precision == config::KernelPrecision::Float32) line(fmt::format("  precision: float32 does not apply (the features are {}; every fold computation is in double)", gram::ToString(choice.featureStorage)));
       if (study.output.saveKernels) line("  output.save_kernels: skipped (no kernel is formed)");
     } else {
       const std::uint64_t bytes = CheckKernelsFitMemory(study, cohort.ids.size(), count);  // kernels:TooLarge when they cannot fit this machine

@@ -126,6 +126,39 @@ TEST(ImageFormats, IntegerTypesScalingAndByteOrder) {
   }
 }
 
+// The stored form from the header alone: each integer datatype's range and its scaling (an unscaled image: slope 1,
+// inter 0; scl_slope 1 with scl_inter 0 is unscaled too), floating-point datatypes not integer.
+TEST(ImageFormats, StoredFormGivesTheDatatypeRangeAndScaling) {
+  TempDir tmp;
+  struct Case {
+    int datatype;
+    double slope, inter;
+    bool integer;
+    std::int64_t lowest, highest;
+    double expectedSlope, expectedInter;
+    const char* name;
+  };
+  for (const Case& c : {Case{2, 0.5, 0, true, 0, 255, 0.5, 0, "uint8"}, Case{256, 0, 0, true, -128, 127, 1, 0, "int8"},
+                        Case{4, 0.0125, 2, true, -32768, 32767, 0.0125, 2, "int16"}, Case{512, 1, 0, true, 0, 65535, 1, 0, "uint16"},
+                        Case{8, 2, 0, true, -2147483648LL, 2147483647LL, 2, 0, "int32"}, Case{16, 0.5, 0, false, 0, 0, 0.5, 0, "float32"},
+                        Case{64, 0, 0, false, 0, 0, 1, 0, "float64"}, Case{1024, 0, 0, false, 0, 0, 1, 0, "int64"}}) {
+    FixtureImage im;
+    im.dims = {2, 2, 1};
+    im.stored = {1, 2, 3, 4};
+    im.datatype = c.datatype;
+    im.slope = c.slope;
+    im.inter = c.inter;
+    const io::StoredForm f = io::ReadStoredForm(WriteFixtureImage(tmp / (std::string(c.name) + ".nii.gz"), FixtureFormat::Nifti2, im));
+    EXPECT_EQ(f.datatype, c.name);
+    EXPECT_EQ(f.integer, c.integer) << c.name;
+    EXPECT_EQ(f.lowest, c.lowest) << c.name;
+    EXPECT_EQ(f.highest, c.highest) << c.name;
+    EXPECT_EQ(f.slope, c.expectedSlope) << c.name;
+    EXPECT_EQ(f.inter, c.expectedInter) << c.name;
+  }
+  EXPECT_THROW(io::ReadStoredForm(tmp / "none.nii"), InputError);
+}
+
 TEST(ImageFormats, AnalyzeFollowsSpmsFlippedConvention) {
   TempDir tmp;
   FixtureImage im;

@@ -10,6 +10,7 @@
 
 #include "neuromkl/atlas/atlas.hpp"
 #include "neuromkl/config/study_config.hpp"
+#include "neuromkl/gram/features.hpp"
 #include "neuromkl/kernels/region_kernels.hpp"
 #include "neuromkl/pipeline/cohort.hpp"
 #include "neuromkl/pipeline/sources.hpp"
@@ -17,10 +18,6 @@
 namespace neuromkl::ranks {
 class RankOwners;
 }
-namespace neuromkl::gram {
-struct FeatureMatrix;
-}
-
 namespace neuromkl::pipeline {
 
 struct KernelStageResult {
@@ -30,6 +27,8 @@ struct KernelStageResult {
   /// study keeps the rows its learners see in place).
   std::shared_ptr<gram::FeatureMatrix> features;
   std::string representationNote;  ///< how the representation was chosen (RepresentationChoice::why)
+  gram::FeatureStorage featureStorage = gram::FeatureStorage::Float32;  ///< features: how they hold their values ...
+  std::string featureStorageNote;  ///< ... and why (FeatureStorageChoice::why)
   /// Kernels that do not fit one rank under mpirun (set.distributed): the ranks hold them, this is rank 0's handle.
   std::shared_ptr<ranks::RankOwners> owners;
   std::string heldNote;  ///< ... how they came to the ranks when rank 0 handed them out (results.json)
@@ -95,15 +94,26 @@ void ExcludeRegionsWithoutVoxels(const config::StudyConfig& study, const atlas::
 struct RepresentationChoice {
   config::KernelRepresentation chosen = config::KernelRepresentation::Kernel;  ///< Kernel or Features
   std::uint64_t kernelBytes = 0;   ///< `kernelCount` x subjects^2 x 8 (4 in float32)
-  std::uint64_t featureBytes = 0;  ///< subjects x voxels x 4; 0 when the study has no feature form (config::WhyNoFeatureForm)
+  std::uint64_t featureBytes = 0;  ///< subjects x voxels x bytes per value; 0 when the study has no feature form (config::WhyNoFeatureForm)
+  gram::FeatureStorage featureStorage = gram::FeatureStorage::Float32;  ///< how the features would hold their values
+  std::string featureStorageWhy;   ///< ... and why (FeatureStorageChoice::why)
   std::string why;                 ///< a sentence: the option, or auto's reason
 };
+/// How a study's features hold their voxel values: integer codes (uint8 or int16) with one scale per subject when every
+/// image stores integers of that width with no intercept and the atlas does not weight its voxels (exact: value =
+/// slope x code / intensity divisor), else float32. Reads every image's header (io::ReadStoredForm).
+struct FeatureStorageChoice {
+  gram::FeatureStorage storage = gram::FeatureStorage::Float32;
+  std::vector<double> slope;  ///< compact storage: each image's slope (1 when unscaled)
+  std::string why;            ///< a sentence for validate and results.json
+};
+FeatureStorageChoice ChooseFeatureStorage(const Cohort& cohort, const atlas::RegionIndex& regions);
 /// "kernel" and "features" as given; "auto": features when the study has a feature form, its kernels (a share of
 /// `ranks` under mpirun) take more than half of this machine's memory, and the features take less than the kernels and
 /// at most half of the memory (the matrix may be copied once: a subset of rows, a region left out); else kernels.
 RepresentationChoice ChooseRepresentation(const config::StudyConfig& study, const Cohort& cohort, std::size_t kernelCount, int ranks = 1);
-/// subjects x voxels x 4 bytes: the feature matrix.
-std::uint64_t FeatureBytes(std::size_t subjects, std::int64_t voxels);
+/// subjects x voxels x BytesPerValue(storage): the feature matrix.
+std::uint64_t FeatureBytes(std::size_t subjects, std::int64_t voxels, gram::FeatureStorage storage);
 /// InputError kernels:TooLarge when the feature matrix does not fit this machine's memory.
 void CheckFeaturesFitMemory(const config::StudyConfig& study, const RepresentationChoice& choice);
 /// The kernel stage on features: every image read once into the FeatureMatrix (RegionKernelOptionsOf's masking, NaN

@@ -15,23 +15,62 @@ namespace neuromkl::gram {
 
 class KernelStore;
 using FeatureRows = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+template <typename Code>
+using CodeRows = Eigen::Matrix<Code, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+
+/// How a FeatureMatrix holds its values: float32, or integer codes with one scale per row (value = scale_i x code),
+/// which is exact for images that store integers (uint8 / int16 with scl_slope, scl_inter 0) at a quarter or half of
+/// float32's memory.
+enum class FeatureStorage { Float32, UInt8, Int16 };
+/// "float32", "uint8", "int16".
+const char* ToString(FeatureStorage storage);
+/// Bytes per value.
+std::size_t BytesPerValue(FeatureStorage storage);
 
 /// One source's voxel values, one row per subject; region r holds the columns regionStart[r] .. regionStart[r + 1] - 1.
+/// The values are `values` (Float32) or rowScale[i] x codes (UInt8: `codes8`, Int16: `codes16`); the other matrices are
+/// empty. Every reader goes through WithRow, which hands it a row in its own type and the row's scale.
 struct FeatureMatrix {
+  FeatureStorage storage = FeatureStorage::Float32;
   FeatureRows values;
+  CodeRows<std::uint8_t> codes8;
+  CodeRows<std::int16_t> codes16;
+  Eigen::VectorXd rowScale;  ///< compact storage: each row's scale
   std::vector<Eigen::Index> regionStart;  ///< Regions() + 1 offsets, increasing, from 0 to Voxels()
 
-  Eigen::Index Subjects() const { return values.rows(); }
-  Eigen::Index Voxels() const { return values.cols(); }
+  /// An empty matrix of `subjects` x `voxels` in `storage` (rowScale 1).
+  void Resize(FeatureStorage kind, Eigen::Index subjects, Eigen::Index voxels);
+  Eigen::Index Subjects() const;
+  Eigen::Index Voxels() const;
   std::size_t Regions() const { return regionStart.empty() ? 0 : regionStart.size() - 1; }
   Eigen::Index RegionSize(std::size_t r) const { return regionStart[r + 1] - regionStart[r]; }
-  /// InputError when the offsets do not partition the columns or a value is not finite.
+  /// The values' bytes (subjects x voxels x BytesPerValue, plus the row scales).
+  std::uint64_t Bytes() const;
+  /// f(row, scale) with row i as a pointer to its first value in the stored type (const float*, const std::uint8_t* or
+  /// const std::int16_t*) and its scale (1 for float32): value j of the row is scale x row[j].
+  template <typename F>
+  decltype(auto) WithRow(Eigen::Index i, F&& f) const {
+    switch (storage) {
+      case FeatureStorage::UInt8: return f(codes8.row(i).data(), rowScale[i]);
+      case FeatureStorage::Int16: return f(codes16.row(i).data(), rowScale[i]);
+      case FeatureStorage::Float32: break;
+    }
+    return f(values.row(i).data(), 1.0);
+  }
+  /// Columns [begin, begin + size) of row i in double.
+  Eigen::RowVectorXd RowSegment(Eigen::Index i, Eigen::Index begin, Eigen::Index size) const;
+  /// InputError when the offsets do not partition the columns, a value is not finite or a row scale is not finite.
   void Check() const;
   /// K_r = X_r X_r' in float64 (the kernel the feature form stands for: tests and the kernel path's agreement).
   Eigen::MatrixXd RegionKernel(std::size_t r) const;
   /// Keeps the rows `rows` (distinct, in that order: new row k is old row rows[k]) and frees the others, in place: one
   /// row of scratch, never a second matrix. InputError for a row out of range or given twice.
   void KeepRows(const std::vector<int>& rows);
+  /// Keeps the columns of the regions `keep` (increasing region indices), in place; the matrix's memory is reallocated
+  /// (one copy) only when a region is left out.
+  void KeepRegions(const std::vector<std::size_t>& keep);
+  /// A matrix of the regions `which` (any order), in the same storage.
+  FeatureMatrix SelectRegions(const std::vector<std::size_t>& which) const;
 };
 
 /// A weight vector in the prepared space of a fold, region by region: u_r = v_r - t_r m_r. Kept in this form so that

@@ -25,6 +25,18 @@ std::vector<std::string> ImageFilePaths(const std::string& path);
 /// Reads only the header: geometry of a 3-D image. Same errors as ReadVolume.
 Geometry ReadGeometry(const std::string& path);
 
+/// How an image stores its voxel values, from its header alone: the datatype, and for an integer datatype the codes'
+/// range and the scaling that makes them values (value = slope x code + inter; slope 1, inter 0 when unscaled).
+/// Lets a reader keep an integer image's voxels as codes (exact) instead of float32.
+struct StoredForm {
+  std::string datatype;  ///< "uint8", "int16", ..., "float32", "float64"
+  bool integer = false;  ///< an integer datatype
+  std::int64_t lowest = 0, highest = 0;  ///< the datatype's range (integer datatypes up to 32 bits; 0, 0 otherwise)
+  double slope = 1, inter = 0;
+};
+/// Reads and checks the header only (same errors as ReadVolume).
+StoredForm ReadStoredForm(const std::string& path);
+
 /// Reads a 3-D image as float32. Accepts .nii, .nii.gz, .hdr/.img pairs (either half named,
 /// .hdr.gz/.img.gz too), any letter case of the extension. Errors (InputError, code in brackets):
 /// missing/unreadable file [io:Missing], the other half of a pair missing [io:MissingPairFile],

@@ -1,6 +1,7 @@
 #pragma once
 // The kernel stage: read each subject image once, accumulate K_r = X_r X_r^T for every region r.
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -89,6 +90,10 @@ SubjectRows ReadSubjectRows(const std::vector<std::string>& subjectIds, const st
 /// matrix of another owner is filled without a copy); the result's `data` is empty.
 SubjectRows ReadSubjectRowsInto(const std::vector<std::string>& subjectIds, const std::vector<std::string>& imagePaths, const atlas::RegionIndex& regions,
                                 const RegionKernelOptions& options, float* rows);
+/// The same, handing each subject's row to store(subject, row, its intensity divisor (1 without scaling)) instead of
+/// keeping it: `row` is the reading thread's buffer, valid during the call (a caller that keeps the rows in another form).
+SubjectRows ReadSubjectRowsWith(const std::vector<std::string>& subjectIds, const std::vector<std::string>& imagePaths, const atlas::RegionIndex& regions,
+                                const RegionKernelOptions& options, const std::function<void(std::int64_t, const float*, double)>& store);
 /// The R + 1 column offsets of the regions in a row.
 std::vector<std::int64_t> RegionColumnOffsets(const atlas::RegionIndex& regions);
 /// The non-finite rule from the cohort's per-column counts of non-finite values: a kernel set (no
