@@ -83,7 +83,8 @@ FeatureStorageChoice ChooseFeatureStorage(const Cohort& cohort, const atlas::Reg
     const std::string where = "subject " + cohort.ids[i] + " (" + cohort.images[i] + ")";
     if (!form.integer || form.inter != 0.0 || form.lowest < std::numeric_limits<std::int16_t>::lowest() || form.highest > std::numeric_limits<std::int16_t>::max()) {
       choice.slope.clear();
-      choice.why = fmt::format("float32: {} stores {}{}", where, form.datatype, form.integer && form.inter != 0.0 ? " with an intercept (scl_inter)" : "");
+      const char* why = !form.integer ? "" : form.inter != 0.0 ? " with an intercept (scl_inter)" : " (codes beyond int16's range)";
+      choice.why = fmt::format("float32: {} stores {}{}", where, form.datatype, why);
       return choice;
     }
     if (form.lowest < 0 || form.highest > 255) storage = gram::FeatureStorage::Int16;
