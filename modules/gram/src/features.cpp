@@ -19,20 +19,26 @@ namespace {
 
 constexpr Eigen::Index kChunk = 2048;  ///< integer codes are widened to float32 this many at a time
 
-/// x'v for a row segment in its stored type and a double vector, summed in double. Integer codes are exact in float32
-/// (|code| < 2^24): widened to it a chunk at a time, they take the float32 path's vectorised arithmetic.
+/// f(chunk, begin, m) over a row segment of integer codes, widened to float32 kChunk at a time: the codes are exact in
+/// float32 (|code| < 2^24), so the float32 path's vectorised arithmetic serves them.
+template <typename T, typename F>
+void ForEachWidenedChunk(const T* x, Eigen::Index size, F&& f) {
+  float chunk[kChunk];
+  for (Eigen::Index begin = 0; begin < size; begin += kChunk) {
+    const Eigen::Index m = std::min(kChunk, size - begin);
+    for (Eigen::Index j = 0; j < m; ++j) chunk[j] = static_cast<float>(x[begin + j]);
+    f(static_cast<const float*>(chunk), begin, m);
+  }
+}
+
+/// x'v for a row segment in its stored type and a double vector, summed in double.
 template <typename T>
 double Dot(const T* x, const double* v, Eigen::Index size) {
   if constexpr (std::is_same_v<T, float>) {
     return Eigen::Map<const Eigen::VectorXf>(x, size).cast<double>().dot(Eigen::Map<const Eigen::VectorXd>(v, size));
   } else {
-    float chunk[kChunk];
     double sum = 0;
-    for (Eigen::Index begin = 0; begin < size; begin += kChunk) {
-      const Eigen::Index m = std::min(kChunk, size - begin);
-      for (Eigen::Index j = 0; j < m; ++j) chunk[j] = static_cast<float>(x[begin + j]);
-      sum += Dot(static_cast<const float*>(chunk), v + begin, m);
-    }
+    ForEachWidenedChunk(x, size, [&](const float* chunk, Eigen::Index begin, Eigen::Index m) { sum += Dot(chunk, v + begin, m); });
     return sum;
   }
 }
@@ -43,12 +49,7 @@ void Axpy(double c, const T* x, double* v, Eigen::Index size) {
   if constexpr (std::is_same_v<T, float>) {
     Eigen::Map<Eigen::VectorXd>(v, size) += c * Eigen::Map<const Eigen::VectorXf>(x, size).cast<double>();
   } else {
-    float chunk[kChunk];
-    for (Eigen::Index begin = 0; begin < size; begin += kChunk) {
-      const Eigen::Index m = std::min(kChunk, size - begin);
-      for (Eigen::Index j = 0; j < m; ++j) chunk[j] = static_cast<float>(x[begin + j]);
-      Axpy(c, static_cast<const float*>(chunk), v + begin, m);
-    }
+    ForEachWidenedChunk(x, size, [&](const float* chunk, Eigen::Index begin, Eigen::Index m) { Axpy(c, chunk, v + begin, m); });
   }
 }
 

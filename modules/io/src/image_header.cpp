@@ -167,13 +167,9 @@ std::string DatatypeName(int datatype) {
 }
 
 std::size_t ImageHeader::BytesPerVoxel() const {
-  switch (datatype) {
-    case 2: case 256: return 1;           // uint8, int8
-    case 4: case 512: return 2;           // int16, uint16
-    case 8: case 768: case 16: return 4;  // int32, uint32, float32
-    case 64: case 1024: case 1280: return 8;  // float64, int64, uint64
-    default: return 0;
-  }
+  std::size_t bytes = 0;  // 0 for a datatype that is not decoded
+  VisitDatatype(datatype, [&](auto sample) { bytes = sizeof(sample); });
+  return bytes;
 }
 
 std::int64_t ImageHeader::Volumes() const {
@@ -564,19 +560,7 @@ void ForEachStored(const ImageHeader& h, const std::vector<unsigned char>& raw, 
       visit(i, x);
     }
   };
-  switch (h.datatype) {
-    case 2: convert(std::uint8_t{}); break;
-    case 256: convert(std::int8_t{}); break;
-    case 4: convert(std::int16_t{}); break;
-    case 512: convert(std::uint16_t{}); break;
-    case 8: convert(std::int32_t{}); break;
-    case 768: convert(std::uint32_t{}); break;
-    case 16: convert(float{}); break;
-    case 64: convert(double{}); break;
-    case 1024: convert(std::int64_t{}); break;
-    case 1280: convert(std::uint64_t{}); break;
-    default: break;  // rejected by ReadImageHeader
-  }
+  VisitDatatype(h.datatype, convert);  // false for a datatype ReadImageHeader rejects
 }
 
 }  // namespace

@@ -57,6 +57,25 @@ void DecodeLabels(const ImageHeader& header, LabelVolume& out);
 /// Whether the file starts with the gzip magic (its name does not decide: a gzipped file named .nii is read too).
 bool IsGzipFile(const std::string& path);
 
+/// f(T{}) with T the C++ type a NIfTI datatype code stores (uint8 ... float64); false, f not called, for a code that
+/// is not decoded (ReadImageHeader refuses those).
+template <typename F>
+bool VisitDatatype(int datatype, F&& f) {
+  switch (datatype) {
+    case 2: f(std::uint8_t{}); return true;
+    case 256: f(std::int8_t{}); return true;
+    case 4: f(std::int16_t{}); return true;
+    case 512: f(std::uint16_t{}); return true;
+    case 8: f(std::int32_t{}); return true;
+    case 768: f(std::uint32_t{}); return true;
+    case 16: f(float{}); return true;
+    case 64: f(double{}); return true;
+    case 1024: f(std::int64_t{}); return true;
+    case 1280: f(std::uint64_t{}); return true;
+    default: return false;
+  }
+}
+
 /// Whether decoding applies scl_slope/scl_inter (a finite slope that is neither 0 nor, with inter 0, the identity).
 bool Scaled(const ImageHeader& h);
 

@@ -12,6 +12,7 @@
 #include <limits>
 #include <map>
 #include <mutex>
+#include <type_traits>
 
 #include <itkConfigure.h>
 #include <itkImage.h>
@@ -164,21 +165,15 @@ StoredForm ReadStoredForm(const std::string& path) {
   const detail::ImageHeader h = CheckedHeader(path, false);
   StoredForm f;
   f.datatype = detail::DatatypeName(h.datatype);
-  auto range = [&](auto sample) {
+  detail::VisitDatatype(h.datatype, [&](auto sample) {
     using T = decltype(sample);
-    f.integer = true;
-    f.lowest = std::numeric_limits<T>::lowest();
-    f.highest = std::numeric_limits<T>::max();
-  };
-  switch (h.datatype) {
-    case 2: range(std::uint8_t{}); break;
-    case 256: range(std::int8_t{}); break;
-    case 4: range(std::int16_t{}); break;
-    case 512: range(std::uint16_t{}); break;
-    case 8: range(std::int32_t{}); break;
-    case 768: range(std::uint32_t{}); break;
-    default: break;  // floating point, or 64-bit integers (not exact in the double arithmetic that reads them)
-  }
+    // Not floating point, nor 64-bit integers (not exact in the double arithmetic that reads them).
+    if constexpr (std::is_integral_v<T> && sizeof(T) <= 4) {
+      f.integer = true;
+      f.lowest = std::numeric_limits<T>::lowest();
+      f.highest = std::numeric_limits<T>::max();
+    }
+  });
   if (detail::Scaled(h)) f.slope = h.slope, f.inter = h.inter;
   return f;
 }

@@ -105,10 +105,8 @@ RepresentationChoice ChooseRepresentation(const config::StudyConfig& study, cons
   if (obstacle.Empty()) {
     std::vector<std::string> warnings;
     const atlas::RegionIndex regions = StudyRegions(study, cohort, warnings);
-    const FeatureStorageChoice storage = ChooseFeatureStorage(cohort, regions);
-    choice.featureStorage = storage.storage;
-    choice.featureStorageWhy = storage.why;
-    choice.featureBytes = FeatureBytes(cohort.ids.size(), RegionVoxelCount(regions), storage.storage);
+    choice.storage = ChooseFeatureStorage(cohort, regions);
+    choice.featureBytes = FeatureBytes(cohort.ids.size(), RegionVoxelCount(regions), choice.storage.storage);
   }
   const std::uint64_t memory = PhysicalMemoryBytes();
   const std::uint64_t share = choice.kernelBytes / static_cast<std::uint64_t>(std::max(ranks, 1));
@@ -153,10 +151,10 @@ void CheckFeaturesFitMemory(const config::StudyConfig& study, const Representati
   throw InputError("kernels:TooLarge", study.path,
                    fmt::format("the study's voxels as features need {:.1f} GiB of memory (subjects x voxels x {} bytes), more than this machine's {:.1f} "
                                "GiB: nothing was computed. Use a coarser grid (3 mm), a mask, fewer regions, or images that store uint8 / int16",
-                               Gib(choice.featureBytes), gram::BytesPerValue(choice.featureStorage), Gib(memory)));
+                               Gib(choice.featureBytes), gram::BytesPerValue(choice.storage.storage), Gib(memory)));
 }
 
-KernelStageResult FormFeatureStage(const config::StudyConfig& study, const Cohort& cohort, const std::string& scratchDir) {
+KernelStageResult FormFeatureStage(const config::StudyConfig& study, const Cohort& cohort, const FeatureStorageChoice& storage, const std::string& scratchDir) {
   const auto start = std::chrono::steady_clock::now();
   KernelStageResult res;
   res.key = KernelCacheKey(study, cohort);  // the inputs' hash (results.json's input hash); no entry is written
@@ -171,7 +169,6 @@ KernelStageResult FormFeatureStage(const config::StudyConfig& study, const Cohor
   const std::vector<std::int64_t> offsets = kernels::RegionColumnOffsets(index);
   auto x = std::make_shared<gram::FeatureMatrix>();
   const auto n = static_cast<Eigen::Index>(cohort.ids.size());
-  const FeatureStorageChoice storage = ChooseFeatureStorage(cohort, index);
   x->Resize(storage.storage, n, static_cast<Eigen::Index>(offsets.back()));
   x->regionStart.assign(offsets.begin(), offsets.end());
   const kernels::SubjectRows facts = storage.storage == gram::FeatureStorage::Float32

@@ -560,7 +560,7 @@ KernelStageResult RunKernelStage(const config::StudyConfig& study, const Cohort&
     spdlog::info("kernels: representation {} ({})", config::ToString(choice.chosen), choice.why);
     if (choice.chosen == config::KernelRepresentation::Features) {
       CheckFeaturesFitMemory(study, choice);
-      KernelStageResult res = FormFeatureStage(study, cohort, scratchDir);
+      KernelStageResult res = FormFeatureStage(study, cohort, choice.storage, scratchDir);
       res.representationNote = choice.why;
       return res;
     }

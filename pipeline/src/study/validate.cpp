@@ -317,7 +317,7 @@ std::string ValidateStudy(const config::StudyConfig& study, bool deep) {
     onFeatures = features;
     line(fmt::format("  representation: {} ({}); kernels {:.1f} MiB, features {}", features ? "features" : "kernels", choice.why, mib(choice.kernelBytes),
                      choice.featureBytes > 0 ? fmt::format("{:.1f} MiB (subjects x voxels x {} bytes; {})", mib(choice.featureBytes),
-                                                                          gram::BytesPerValue(choice.featureStorage), choice.featureStorageWhy)
+                                                                          gram::BytesPerValue(choice.storage.storage), choice.storage.why)
                                              : std::string("none")));
     if (features) {
       CheckFeaturesFitMemory(study, choice);  // as run checks it
@@ -326,7 +326,7 @@ std::string ValidateStudy(const config::StudyConfig& study, bool deep) {
                        mib(choice.featureBytes), 100.0 * static_cast<double>(choice.featureBytes) / memory, memory / 1073741824.0,
                        study.kernels.memoryBudgetMb > 0 ? fmt::format("kernels.memory_budget_mb ({} MiB)", study.kernels.memoryBudgetMb)
                                                         : std::string("an eighth of the memory")));
-      if (study.kernels.precision == config::KernelPrecision::Float32) line(fmt::format("  precision: float32 does not apply (the features are {}; every fold computation is in double)", gram::ToString(choice.featureStorage)));
+      if (study.kernels.precision == config::KernelPrecision::Float32) line(fmt::format("  precision: float32 does not apply (the features are {}; every fold computation is in double)", gram::ToString(choice.storage.storage)));
       if (study.output.saveKernels) line("  output.save_kernels: skipped (no kernel is formed)");
     } else {
       const std::uint64_t bytes = CheckKernelsFitMemory(study, cohort.ids.size(), count);  // kernels:TooLarge when they cannot fit this machine

@@ -90,15 +90,6 @@ void SaveStageKernels(const std::string& dir, const KernelStageResult& res, cons
 void AddExclusionWarnings(KernelStageResult& res);
 /// The regions of the atlas with no voxel on the image grid (or inside the mask) as excluded kernels of `set`.
 void ExcludeRegionsWithoutVoxels(const config::StudyConfig& study, const atlas::RegionIndex& index, kernels::KernelSet& set);
-/// kernels.representation resolved for a study: kernels or features, with both footprints (validate prints them).
-struct RepresentationChoice {
-  config::KernelRepresentation chosen = config::KernelRepresentation::Kernel;  ///< Kernel or Features
-  std::uint64_t kernelBytes = 0;   ///< `kernelCount` x subjects^2 x 8 (4 in float32)
-  std::uint64_t featureBytes = 0;  ///< subjects x voxels x bytes per value; 0 when the study has no feature form (config::WhyNoFeatureForm)
-  gram::FeatureStorage featureStorage = gram::FeatureStorage::Float32;  ///< how the features would hold their values
-  std::string featureStorageWhy;   ///< ... and why (FeatureStorageChoice::why)
-  std::string why;                 ///< a sentence: the option, or auto's reason
-};
 /// How a study's features hold their voxel values: integer codes (uint8 or int16) with one scale per subject when every
 /// image stores integers of that width with no intercept and the atlas does not weight its voxels (exact: value =
 /// slope x code / intensity divisor), else float32. Reads every image's header (io::ReadStoredForm).
@@ -108,6 +99,14 @@ struct FeatureStorageChoice {
   std::string why;            ///< a sentence for validate and results.json
 };
 FeatureStorageChoice ChooseFeatureStorage(const Cohort& cohort, const atlas::RegionIndex& regions);
+/// kernels.representation resolved for a study: kernels or features, with both footprints (validate prints them).
+struct RepresentationChoice {
+  config::KernelRepresentation chosen = config::KernelRepresentation::Kernel;  ///< Kernel or Features
+  std::uint64_t kernelBytes = 0;   ///< `kernelCount` x subjects^2 x 8 (4 in float32)
+  std::uint64_t featureBytes = 0;  ///< subjects x voxels x bytes per value; 0 when the study has no feature form (config::WhyNoFeatureForm)
+  FeatureStorageChoice storage;    ///< how the features would hold their values, and why
+  std::string why;                 ///< a sentence: the option, or auto's reason
+};
 /// "kernel" and "features" as given; "auto": features when the study has a feature form, its kernels (a share of
 /// `ranks` under mpirun) take more than half of this machine's memory, and the features take less than the kernels and
 /// at most half of the memory (the matrix may be copied once: a subset of rows, a region left out); else kernels.
@@ -117,8 +116,9 @@ std::uint64_t FeatureBytes(std::size_t subjects, std::int64_t voxels, gram::Feat
 /// InputError kernels:TooLarge when the feature matrix does not fit this machine's memory.
 void CheckFeaturesFitMemory(const config::StudyConfig& study, const RepresentationChoice& choice);
 /// The kernel stage on features: every image read once into the FeatureMatrix (RegionKernelOptionsOf's masking, NaN
-/// rule and scaling), regions without a voxel left or with a zero kernel excluded as the kernel path does. No cache entry.
-KernelStageResult FormFeatureStage(const config::StudyConfig& study, const Cohort& cohort, const std::string& scratchDir);
+/// rule and scaling), regions without a voxel left or with a zero kernel excluded as the kernel path does, the values held
+/// as `storage` says (ChooseRepresentation's choice, made from the same cohort and regions). No cache entry.
+KernelStageResult FormFeatureStage(const config::StudyConfig& study, const Cohort& cohort, const FeatureStorageChoice& storage, const std::string& scratchDir);
 /// The study's kernel stage: kernels, or features as ChooseRepresentation decides.
 KernelStageResult RunKernelStage(const config::StudyConfig& study, const Cohort& cohort, const std::string& scratchDir, int sourceIndex = -1);
 
