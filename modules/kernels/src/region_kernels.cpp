@@ -14,7 +14,6 @@
 #include <exception>
 #include <filesystem>
 #include <functional>
-#include <mutex>
 
 #include <cblas.h>
 #include <fmt/format.h>
@@ -114,29 +113,35 @@ Layout MakeLayout(const atlas::RegionIndex& regions) {
   return L;
 }
 
-/// Pass 1 for one decoded subject image: checks its grid, gathers the region columns into `row`
-/// (non-finite values as 0, their columns into `bad`), counts non-zero values inside and outside the
-/// atlas, and applies intensity scaling; returns the subject's divisor (1 without scaling).
+/// Non-zero finite values of data[begin, end): x - x is 0 only for a finite x (branch-free, so it vectorises).
+std::int64_t CountNonZeroFinite(const float* data, std::int64_t begin, std::int64_t end) {
+  std::int64_t count = 0;
+  for (std::int64_t v = begin; v < end; ++v) count += (data[v] != 0.0f) & (data[v] - data[v] == 0.0f);
+  return count;
+}
+
+/// Pass 1 for one decoded subject image, in one walk over it (the atlas voxels in memory order, the others between them):
+/// checks its grid, gathers the region columns into `row` (non-finite values as 0, their columns into `bad`), counts
+/// non-zero values inside and outside the atlas (so a reader learns how much of the signal, e.g. of lesion maps, no
+/// region sees), and applies intensity scaling; returns the subject's divisor (1 without scaling).
 double FillRow(const io::Volume& vol, const std::string& subject, const atlas::RegionIndex& regions, const Layout& layout,
-               const std::vector<char>& insideAtlas, const RegionKernelOptions& options, float* row, std::vector<std::int64_t>& bad,
-               std::int64_t& inside, std::int64_t& outside) {
+               const RegionKernelOptions& options, float* row, std::vector<std::int64_t>& bad, std::int64_t& inside, std::int64_t& outside) {
   const std::int64_t V = layout.Columns();
   if (const auto diff = vol.geometry.DifferenceFrom(regions.grid); !diff.empty())
     throw GeometryMismatch("input:GridMismatch", "subject " + subject,
                            "image grid differs from the cohort grid (" + regions.grid.Describe() + "): " + diff +
                                "; every image of a cohort must be on one grid");
-  std::int64_t finite = 0;
+  const float* data = vol.data.data();
   double atlasSum = 0;  // the global mean for intensity scaling: raw values of the atlas voxels, each once
-  std::int64_t atlasFinite = 0;
-  for (std::size_t v = 0; v < vol.data.size(); ++v) {
-    const float x = vol.data[v];
-    if (!std::isfinite(x)) continue;
-    if (insideAtlas[v]) atlasSum += x, ++atlasFinite;
-    if (x != 0.0f) ++(insideAtlas[v] ? inside : outside);
-  }
+  std::int64_t finite = 0, atlasFinite = 0, next = 0;  // next: the first voxel not yet counted
   const bool scaled = !layout.columnScale.empty();
   for (const auto& [voxel, c] : layout.voxelColumn) {
-    const float v = vol.data[static_cast<std::size_t>(voxel)];
+    const float v = data[voxel];
+    if (voxel >= next) {  // the voxel's first column (a voxel of several probabilistic regions has several)
+      outside += CountNonZeroFinite(data, next, voxel);
+      next = voxel + 1;
+      if (std::isfinite(v)) atlasSum += v, ++atlasFinite, inside += v != 0.0f;
+    }
     if (std::isfinite(v)) {
       row[c] = scaled ? v * layout.columnScale[static_cast<std::size_t>(c)] : v;
       ++finite;
@@ -145,6 +150,7 @@ double FillRow(const io::Volume& vol, const std::string& subject, const atlas::R
       bad.push_back(c);
     }
   }
+  outside += CountNonZeroFinite(data, next, static_cast<std::int64_t>(vol.data.size()));
   std::sort(bad.begin(), bad.end());
   if (finite == 0)
     throw InputError("input:AllNonFinite", "subject " + subject,
@@ -404,10 +410,6 @@ struct ReadFacts {
 /// Pass 1: every image read once, in parallel, into its row.
 ReadFacts ReadEveryImage(SubjectData& d, const std::vector<std::string>& subjectIds, const std::vector<std::string>& imagePaths,
                          const atlas::RegionIndex& regions, const Layout& layout, const RegionKernelOptions& options, RegionKernelReport& rep) {
-  // Which voxels the atlas regions cover: non-zero data elsewhere is counted, so a reader learns how
-  // much of the signal (e.g. of lesion maps) no region sees.
-  std::vector<char> insideAtlas(static_cast<std::size_t>(regions.grid.VoxelCount()), 0);
-  for (const auto& [voxel, c] : layout.voxelColumn) insideAtlas[static_cast<std::size_t>(voxel)] = 1;
   ReadFacts facts;
   facts.badColumns.resize(static_cast<std::size_t>(d.n));
   facts.scales.assign(options.intensity == IntensityScaling::None ? 0 : static_cast<std::size_t>(d.n), 1.0);
@@ -426,7 +428,7 @@ ReadFacts ReadEveryImage(SubjectData& d, const std::vector<std::string>& subject
     std::vector<float> localRow(d.inMemory ? 0 : static_cast<std::size_t>(V));
     float* row = d.inMemory ? d.data.get() + s * V : localRow.data();
     std::int64_t inside = 0, outside = 0;
-    const double scale = FillRow(vol, subject, regions, layout, insideAtlas, options, row, facts.badColumns[static_cast<std::size_t>(s)], inside, outside);
+    const double scale = FillRow(vol, subject, regions, layout, options, row, facts.badColumns[static_cast<std::size_t>(s)], inside, outside);
     nonZeroInside += inside;
     nonZeroOutside += outside;
     if (!facts.scales.empty()) facts.scales[static_cast<std::size_t>(s)] = scale;
@@ -593,8 +595,6 @@ static SubjectRows ReadRows(const std::vector<std::string>& subjectIds, const st
                      const RegionKernelOptions& options, const std::function<float*(std::int64_t)>& rowOf,
                      const std::function<void(std::int64_t, const float*, double)>& done) {
   const Layout layout = MakeLayout(regions);
-  std::vector<char> insideAtlas(static_cast<std::size_t>(regions.grid.VoxelCount()), 0);
-  for (const auto& [voxel, c] : layout.voxelColumn) insideAtlas[static_cast<std::size_t>(voxel)] = 1;
   const auto n = static_cast<std::int64_t>(imagePaths.size());
   SubjectRows out;
   out.columns = layout.Columns();
@@ -611,7 +611,7 @@ static SubjectRows ReadRows(const std::vector<std::string>& subjectIds, const st
     io::ReadVolume(imagePaths[i], vol);
     std::int64_t inside = 0, outside = 0;
     float* row = rowOf(s);
-    const double scale = FillRow(vol, subjectIds[i] + " (" + imagePaths[i] + ")", regions, layout, insideAtlas, options, row, badColumns[i], inside, outside);
+    const double scale = FillRow(vol, subjectIds[i] + " (" + imagePaths[i] + ")", regions, layout, options, row, badColumns[i], inside, outside);
     if (done) done(s, row, scale);
     nonZeroInside += inside, nonZeroOutside += outside;
     if (!out.intensityScale.empty()) out.intensityScale[i] = scale;

@@ -300,6 +300,57 @@ TEST(RegionKernels, EachImageIsDecodedOnce) {
   EXPECT_EQ(io::VolumeReadCount() - before, 5u);
 }
 
+// The read pass against a hand count over every voxel: non-zero finite values inside and outside the regions (NaN,
+// infinity and zeros on both sides), the global-mean divisor over the raw finite values of the voxels the regions
+// cover, each once (two probabilistic regions share the voxels of label 2), and the rows as sqrt(p) x / divisor.
+TEST(RegionKernels, ReadPassCountsEachVoxelOnceAndScalesTheRows) {
+  SmallCohort c(4);
+  for (std::size_t s = 0; s < c.volumes.size(); ++s) {
+    auto& data = c.volumes[s].data;
+    for (std::size_t v = s; v < data.size(); v += 9) data[v] = 0.0f;  // zeros inside and outside the regions
+    data[5 * (s + 2)] = std::numeric_limits<float>::infinity();        // label 0: outside
+    data[5 * (s + 3)] = std::nanf("");
+    io::WriteVolume(c.paths[s], c.volumes[s]);
+  }
+  atlas::RegionIndex index = c.Index();
+  ASSERT_EQ(index.regions.size(), 4u);
+  atlas::RegionVoxels overlap = index.regions[1];  // label 2's voxels, in a second region of its own weights
+  overlap.name = "B2";
+  overlap.label = 20;
+  index.regions[1].weights.assign(index.regions[1].voxels.size(), 0.25f);
+  overlap.weights.assign(overlap.voxels.size(), 0.64f);
+  index.regions.push_back(overlap);
+  kernels::RegionKernelOptions options;
+  options.intensity = kernels::IntensityScaling::GlobalMean;
+  const kernels::SubjectRows rows = kernels::ReadSubjectRows(c.ids, c.paths, index, options);
+  std::int64_t inside = 0, outside = 0;
+  for (std::size_t s = 0; s < c.volumes.size(); ++s) {
+    double sum = 0;
+    std::int64_t count = 0;
+    for (std::size_t v = 0; v < c.atlas.labels.size(); ++v) {
+      const float x = c.volumes[s].data[v];
+      if (!std::isfinite(x)) continue;
+      const bool covered = c.atlas.labels[v] != 0;
+      if (covered) sum += x, ++count;
+      if (x != 0.0f) ++(covered ? inside : outside);
+    }
+    const double mean = sum / static_cast<double>(count);
+    EXPECT_NEAR(rows.intensityScale[s], mean, 1e-12 * mean) << s;
+    std::int64_t column = 0;
+    for (const auto& region : index.regions)
+      for (std::size_t k = 0; k < region.voxels.size(); ++k, ++column) {
+        const float x = c.volumes[s].data[static_cast<std::size_t>(region.voxels[k])];
+        const double p = region.weights.empty() ? 1.0 : region.weights[k];
+        const double expected = std::isfinite(x) ? std::sqrt(p) * x / mean : 0.0;
+        ASSERT_NEAR(rows.data[s * static_cast<std::size_t>(rows.columns) + static_cast<std::size_t>(column)], expected, 1e-6 * std::abs(expected) + 1e-7)
+            << "subject " << s << " column " << column;
+      }
+  }
+  EXPECT_EQ(rows.nonZeroInsideAtlas, inside);
+  EXPECT_EQ(rows.nonZeroOutsideAtlas, outside);
+  EXPECT_GT(outside, 0);
+}
+
 TEST(RegionKernels, RegionsWithNothingLeftAreExcludedAndNamed) {
   SmallCohort c(4, false);
   // Region D (label 4): every voxel NaN in subject 2 -> dropped entirely under drop_voxel.

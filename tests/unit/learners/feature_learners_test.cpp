@@ -227,8 +227,10 @@ TEST(FeatureForm, VoxelWeightsGiveTheDecisions) {
 }
 
 // Warm starts along a grid (the neighbour's solver state; ENMKL also its weights) change the path, not the optimum: each
-// warm-started fit equals the cold fit within the solvers' tolerances (decisions 1e-6 of the largest), and the chain takes
-// fewer inner iterations than the cold fits.
+// warm-started fit equals the cold fit within the solvers' tolerances (decisions 1e-6 of the largest). The svm chain takes
+// fewer coordinate steps than the cold fits (C 1 -> 10 starts at the optimum's support: 47 steps against 15,146). ENMKL's
+// count is not asserted: a neighbour's theta is not always nearer the fixed point than the uniform start, and the two
+// builds of CI (x86-64-v3 and baseline x86-64 rounding) measured the warm chain 13 % shorter and 0.3 % longer.
 TEST(FeatureForm, WarmStartsAlongAGridReachTheSameOptima) {
   const Cohort c = MakeCohort(96, 23);
   const Split s = MakeSplit(96);
@@ -253,7 +255,9 @@ TEST(FeatureForm, WarmStartsAlongAGridReachTheSameOptima) {
       previous = warm;
       havePrevious = true;
     }
-    EXPECT_LT(warmIterations, coldIterations) << learner;
+    if (learner == "svm") {
+      EXPECT_LT(warmIterations, coldIterations);
+    }
   }
   // A state that does not fit the fold (another fold's size) is ignored, not used.
   nm::learners::Model stranger;
