@@ -22,12 +22,13 @@ cat > "$work/study.json" <<EOF
  "output": {"model": true, "weight_maps": false, "save_kernels": false}, "seed": 7}
 EOF
 echo "neuromkl run, $subjects simulated subjects x 116 regions (downsample $downsample), $precision kernels, ENMKL-SVM fixed, 5 outer folds, weights, final model and export; $(nproc) cores"
-"$neuromkl" run "$work/study.json" --out "$work/results" > "$work/log" 2>&1 &
+start=$(date +%s.%N)
+"$neuromkl" run "$work/study.json" --out "$work/results" -q > "$work/log" 2>&1 &
 pid=$!
-# Resident memory (VmRSS) and the last stage the log names, every 0.2 s until the run ends.
+# Resident memory (VmRSS, and VmHWM, the kernel's own peak so far) every 0.2 s until the run ends, with the time.
 while kill -0 "$pid" 2> /dev/null; do
   rss=$(awk '/^VmRSS:/ {r = $2} /^VmHWM:/ {h = $2} END {if (r) print r, h}' "/proc/$pid/status" 2> /dev/null || true)
-  [ -n "$rss" ] && echo "$rss $(wc -l < "$work/log")" >> "$work/rss"
+  [ -n "$rss" ] && echo "$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN {print b - a}') $rss" >> "$work/rss"
   sleep 0.2
 done
 wait "$pid" || { tail -20 "$work/log"; exit 1; }
@@ -35,33 +36,28 @@ python3 - "$work" "$subjects" "$precision" <<'PY'
 import json, sys
 work, n, precision = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 r = json.load(open(f"{work}/results/results.json"))
-regions = len(r["kernels"]["regions"]) if isinstance(r["kernels"].get("regions"), list) else 116
-store = regions * n * n * (8 if precision == "float64" else 4)
-log = open(f"{work}/log").read().splitlines()
-samples = [tuple(map(int, line.split())) for line in open(f"{work}/rss")]
-peak = max(hwm for _, hwm, _ in samples) * 1024  # VmHWM: the kernel's own peak, up to the last sample
-print(f"kernel store {store / 2**30:.2f} GiB ({regions} regions x {n}^2 x {8 if precision == 'float64' else 4} B); "
+regions = r["kernels"]["count"]
+bytes_per = 8 if precision == "float64" else 4
+store = regions * n * n * bytes_per
+samples = [tuple(map(float, line.split())) for line in open(f"{work}/rss")]
+peak = max(hwm for _, _, hwm in samples) * 1024  # up to the last sample
+print(f"kernel store {store / 2**30:.2f} GiB ({regions} regions x {n}^2 x {bytes_per} B); "
       f"peak resident {peak / 1e9:.2f} GB = {peak / store:.2f}x the store (goal <= 1.3x)")
-# The stage of a sample: the last log line before it that names a stage.
-stage_of_line, stage = [], "start"
-for line in log:
-    low = line.lower()
-    for key in ("reading images", "kernels", "nested cv", "outer fold", "weights", "final model", "export", "report"):
-        if key in low:
-            stage = key
-            break
-    stage_of_line.append(stage)
-peaks = {}
-for kib, _, lines in samples:
-    s = stage_of_line[lines - 1] if lines > 0 else "start"
-    peaks[s] = max(peaks.get(s, 0), kib * 1024)
-for s, p in peaks.items():
-    print(f"  peak while '{s}': {p / 1e9:6.2f} GB ({p / store:.2f}x)")
+# The stages run one after the other in this order: a sample belongs to the stage whose time span holds it.
 sec = r["seconds"]
-cv = sec.get("nested_cv", float("nan"))
-for k in ("kernels", "nested_cv", "weights", "final_model", "model_export", "total"):
-    if k in sec:
-        print(f"  {k:13s} {sec[k]:7.1f} s" + (f"  ({sec[k] / cv:.2f}x the nested CV)" if k in ("weights", "final_model", "model_export") else ""))
+order = [k for k in ("subjects", "kernels", "nested_cv", "weights", "final_model", "model_export") if k in sec]
+bounds, t = [], 0.0
+for k in order:
+    bounds.append((k, t, t + sec[k]))
+    t += sec[k]
+peaks = {}
+for when, rss, _ in samples:
+    stage = next((k for k, a, b in bounds if a <= when < b), "outputs")
+    peaks[stage] = max(peaks.get(stage, 0), rss * 1024)
+for k in order + ["outputs"]:
+    if k in peaks:
+        print(f"  {k:13s} {sec.get(k, float('nan')):7.1f} s, peak resident {peaks[k] / 1e9:6.2f} GB ({peaks[k] / store:.2f}x)")
+cv = sec["nested_cv"]
 after = sum(sec.get(k, 0) for k in ("weights", "final_model", "model_export"))
-print(f"  after the nested CV: {after:.1f} s = {after / cv:.2f}x its time (goal <= 1)")
+print(f"  after the nested CV (weights, final model, export): {after:.1f} s = {after / cv:.2f}x its time (goal <= 1); total {sec['total']:.1f} s")
 PY
