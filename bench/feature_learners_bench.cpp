@@ -13,6 +13,10 @@
 //     one fold of a 5-fold CV at the feature form's scale (2 mm AAL voxels): the matrix's size, an svm and an ENMKL-SVM
 //     fit (fixed parameters; the steps capped when given), the 5-fold time they imply and the peak RSS against the matrix.
 //     Storage uint8 / int16: the voxels as integer codes with a scale per subject (images that store integers).
+//   bench_feature_learners covariates [subjects 4000] [voxels 55000] [columns 3]
+//     one fold (80/20) prepared without and with `columns` numeric covariates (and the intercept) removed inside it: the
+//     fold's vectors (with covariates also the coefficient images, one pass over the training rows), an svm fit on each
+//     and its time per coordinate step, and the fold's tables in memory; the fold without covariates is the floor.
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -25,6 +29,7 @@
 #include "neuromkl/core/npy.hpp"
 #include "neuromkl/gram/features.hpp"
 #include "neuromkl/gram/preprocess.hpp"
+#include "neuromkl/gram/residualise.hpp"
 #include "neuromkl/learners/feature_learners.hpp"
 #include "neuromkl/learners/learner.hpp"
 
@@ -231,6 +236,43 @@ int Scale(Eigen::Index subjects, Eigen::Index voxels, int iterations, nm::gram::
   return 0;
 }
 
+/// A fold without covariates against the same fold with `columns` numeric covariates removed (fit on every training row).
+int Covariates(Eigen::Index subjects, Eigen::Index voxels, int columns) {
+  const Cohort c = Simulate(subjects, voxels, 116, 17);
+  std::mt19937 rng(19);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  nm::gram::Covariates covariates;
+  covariates.design.resize(subjects, 1 + columns);
+  for (Eigen::Index i = 0; i < subjects; ++i) {
+    covariates.design(i, 0) = 1.0;
+    for (int k = 0; k < columns; ++k) covariates.design(i, 1 + k) = 50.0 + 10.0 * normal(rng);
+  }
+  std::vector<int> train, test;
+  for (int i = 0; i < subjects; ++i) (i % 5 == 4 ? test : train).push_back(i);
+  nm::learners::Targets targets;
+  targets.y.resize(static_cast<Eigen::Index>(train.size()));
+  for (std::size_t i = 0; i < train.size(); ++i) targets.y[static_cast<Eigen::Index>(i)] = c.label[train[i]];
+  std::printf("%ld subjects x %ld voxels in %zu regions (features %.2f GB), %d numeric covariates and the intercept\n", static_cast<long>(subjects),
+              static_cast<long>(c.x.Voxels()), c.x.Regions(), static_cast<double>(c.x.Bytes()) / 1e9, columns);
+  double floorVectors = 0, floorStep = 0;
+  for (const bool with : {false, true}) {
+    auto start = std::chrono::steady_clock::now();
+    const nm::gram::FoldFeatures fold(c.x, train, test, true, true, with ? &covariates : nullptr);
+    const double vectors = Seconds(start);
+    start = std::chrono::steady_clock::now();
+    const nm::learners::Model svm = nm::learners::FitFeatures("svm", {{"c", 1.0}}, fold, targets);
+    const double fit = Seconds(start), step = fit / std::max(1, svm.info.iterations);
+    const double tables = 8.0 * static_cast<double>(subjects) * static_cast<double>(c.x.Regions()) * (with ? 7 + 2 * columns : 5) / 1e6;
+    std::printf("%s: fold vectors %.2f s, svm (C 1) %.2f s for %d coordinate steps (%.2f us each), fold tables ~%.0f MB", with ? "with covariates" : "without",
+                vectors, fit, svm.info.iterations, 1e6 * step, tables);
+    if (with) std::printf(" -> %.2fx the fold vectors' time, %.2fx the time per step", vectors / floorVectors, step / floorStep);
+    std::printf("\n");
+    floorVectors = vectors;
+    floorStep = step;
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -245,7 +287,9 @@ int main(int argc, char** argv) {
     const auto kind = storage == "uint8" ? nm::gram::FeatureStorage::UInt8 : storage == "int16" ? nm::gram::FeatureStorage::Int16 : nm::gram::FeatureStorage::Float32;
     return Scale(static_cast<Eigen::Index>(arg(2, 20000)), static_cast<Eigen::Index>(arg(3, 185405)), static_cast<int>(arg(4, 0)), kind);
   }
+  if (mode == "covariates")
+    return Covariates(static_cast<Eigen::Index>(arg(2, 4000)), static_cast<Eigen::Index>(arg(3, 55000)), static_cast<int>(arg(4, 3)));
   std::fprintf(stderr, "usage: bench_feature_learners agree [subjects] [voxels] [learner] | peer <folder> [subjects] [voxels] [C] [tolerance] [lambda] [enmkl 0/1] | "
-                       "scale [subjects] [voxels] [ENMKL weight steps, 0 = default cap] [float32 | uint8 | int16]\n");
+                       "scale [subjects] [voxels] [ENMKL weight steps, 0 = default cap] [float32 | uint8 | int16] | covariates [subjects] [voxels] [columns]\n");
   return 2;
 }

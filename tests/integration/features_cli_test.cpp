@@ -236,6 +236,39 @@ TEST_F(FeaturesCli, IntegerImagesAreHeldAsTheirCodes) {
   }
 }
 
+// Covariates on features: every fold's rows residualised on age with coefficients fitted on its training controls
+// (fit_on), as the kernel run residualises its kernels. The learners on the features (budget 0.01 MiB) against the
+// kernel run, with the tolerances of the first test (1e-3 for the decisions, 0.1 point for the shares); and the exported
+// model applies the same coefficient images to new subjects: predict gives the kernel model's predictions.
+TEST_F(FeaturesCli, CovariatesAreRemovedOnFeaturesAsOnKernels) {
+  const std::string covariates = R"(, "covariates": {"columns": ["age"], "fit_on": {"column": "group", "value": "control"}})";
+  const auto kernel = RunCli("run " + Study("covariates_kernels", R"("representation": "kernel")", covariates));
+  ASSERT_EQ(kernel.exitCode, 0) << kernel.output;
+  const std::string study = Study("covariates_features", R"("representation": "features", "memory_budget_mb": 0.01)", covariates);
+  const auto v = RunCli("validate " + study);
+  ASSERT_EQ(v.exitCode, 0) << v.output;
+  EXPECT_THAT(v.output, HasSubstr("representation: features"));
+  const auto features = RunCli("run " + study);
+  ASSERT_EQ(features.exitCode, 0) << features.output;
+  EXPECT_EQ(Json("covariates_features").at("kernels").at("representation").at("form"), "features");
+  EXPECT_EQ(Json("covariates_features").at("covariates"), Json("covariates_kernels").at("covariates"));
+  EXPECT_EQ(Chosen("covariates_features"), Chosen("covariates_kernels"));
+  const auto reference = ByLearnerAndSubject(Results("covariates_kernels") + "/predictions.tsv", "decision");
+  const auto found = ByLearnerAndSubject(Results("covariates_features") + "/predictions.tsv", "decision");
+  for (const char* learner : {"svm", "enmkl_svm"}) EXPECT_LT(LearnerDifference(reference, found, learner), 1e-3) << learner;
+  const auto shares = Shares(Results("covariates_kernels") + "/regions_enmkl_svm.tsv");
+  const auto other = Shares(Results("covariates_features") + "/regions_enmkl_svm.tsv");
+  ASSERT_EQ(other.size(), shares.size());
+  for (const auto& [region, share] : shares) EXPECT_NEAR(other.at(region), share, 0.1) << region;
+  for (const char* name : {"covariates_kernels", "covariates_features"}) {
+    const auto p = RunCli("predict " + Results(name) + "/model " + Path("cohort/participants.tsv") + " --out " + Path(std::string("predicted_") + name));
+    ASSERT_EQ(p.exitCode, 0) << p.output;
+  }
+  const auto predicted = ByLearnerAndSubject(Path("predicted_covariates_kernels/predictions.tsv"), "decision");
+  const auto viaFeatures = ByLearnerAndSubject(Path("predicted_covariates_features/predictions.tsv"), "decision");
+  for (const char* learner : {"svm", "enmkl_svm"}) EXPECT_LT(LearnerDifference(predicted, viaFeatures, learner), 1e-3) << learner;
+}
+
 TEST_F(FeaturesCli, AutoKeepsSmallStudiesOnKernelsAndValidateSaysWhy) {
   const std::string study = Study("auto", "");
   const auto v = RunCli("validate " + study);
@@ -260,7 +293,6 @@ TEST_F(FeaturesCli, WhatTheFeatureFormCannotDoIsRefusedByValidateAndRun) {
   const std::string svm = R"([{"name": "svm"}])";
   const std::vector<Case> cases = {
       {"other_learner", R"("representation": "features")", "", R"([{"name": "kelm"}])", "/learners/0/name: the learners with a feature form"},
-      {"covariates", R"("representation": "features")", R"(, "covariates": ["age"])", svm, "/covariates: covariates are regressed out"},
       {"save_kernels", R"("representation": "features")", "", svm, "/output/save_kernels", R"({"save_kernels": true})"},
       {"bad_value", R"("representation": "voxels")", "", svm, "/kernels/representation"},
   };

@@ -384,9 +384,6 @@ FeatureFormObstacle WhyNoFeatureForm(const StudyConfig& c) {
   for (std::size_t i = 0; i < c.learners.size(); ++i)
     if (c.learners[i].name == "simplemkl" && c.target.task == Task::Regression)
       return {Indexed("/learners", i) + "/name", "simplemkl on features fits classification (its C-SVC); found a regression target (its epsilon-SVR has no feature form)"};
-  if (c.covariates.Active())
-    return {c.covariates.pointer.empty() ? "/covariates" : c.covariates.pointer,
-            "covariates are regressed out of the kernels in every fold, which the feature form does not do yet"};
   if (c.harmonisation.Active()) return {"/harmonisation", "ComBat harmonises the voxels the folds form kernels from, which the feature form does not do yet"};
   return {};
 }

@@ -326,6 +326,7 @@ std::uint64_t NestedCvRun::TaskBytes(const std::vector<std::pair<std::size_t, st
     task.needs = needs_;
     task.form = form;
     task.covariates = options_.preprocessing.covariates != nullptr;
+    if (task.covariates) task.covariateColumns = static_cast<std::size_t>(options_.preprocessing.covariates->design.cols());
     bytes = std::max(bytes, kernels_.FoldTaskBytes(task));
   }
   return bytes;

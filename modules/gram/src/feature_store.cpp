@@ -4,6 +4,7 @@
 #include <memory>
 #include <mutex>
 #include <numeric>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -14,6 +15,7 @@
 #include "neuromkl/core/errors.hpp"
 #include "neuromkl/gram/features.hpp"
 #include "neuromkl/gram/memory.hpp"
+#include "neuromkl/gram/residualise.hpp"
 #include "neuromkl/gram/store.hpp"
 
 namespace neuromkl::gram {
@@ -41,7 +43,7 @@ std::vector<Eigen::MatrixXd> RegionProducts(const FoldFeatures& fold, const std:
 class FeatureFold final : public PreparedFold {
  public:
   FeatureFold(std::shared_ptr<const FeatureMatrix> x, const std::vector<int>& train, const std::vector<int>& test, const Preprocessing& pre)
-      : x_(std::move(x)), fold_(*x_, train, test, pre.centre, pre.normalise) {}
+      : x_(std::move(x)), fold_(*x_, train, test, pre.centre, pre.normalise, pre.covariates.get()) {}
 
   Eigen::VectorXd Scales() const override { return Eigen::VectorXd::Ones(static_cast<Eigen::Index>(fold_.Regions())); }
   FoldKernels Summed() const override { return {}; }
@@ -84,6 +86,19 @@ class FeatureFold final : public PreparedFold {
   std::shared_ptr<const FeatureMatrix> x_;
   FoldFeatures fold_;
 };
+
+/// The covariates of a fold's rows, training rows then test rows.
+Covariates FoldRowsOf(const Covariates& covariates, const std::vector<int>& train, const std::vector<int>& test) {
+  std::vector<int> rows = train;
+  rows.insert(rows.end(), test.begin(), test.end());
+  Covariates out;
+  out.categoryOf = covariates.categoryOf;
+  out.design.resize(static_cast<Eigen::Index>(rows.size()), covariates.design.cols());
+  for (std::size_t k = 0; k < rows.size(); ++k) out.design.row(static_cast<Eigen::Index>(k)) = covariates.design.row(rows[k]);
+  if (!covariates.fitRow.empty())
+    for (const int r : rows) out.fitRow.push_back(covariates.fitRow[static_cast<std::size_t>(r)]);
+  return out;
+}
 
 /// The region kernels over a fold's rows (training rows, then test rows) from the features, each row centred with the
 /// training mean per voxel first (centre) so that data with a large mean keep their precision; in double, region by
@@ -146,7 +161,11 @@ class FormedFeatureFold final : public PreparedFold {
     std::call_once(once_, [this] {
       auto formed = std::make_shared<Formed>(FormFoldKernels(*x_, train_, test_, pre_.centre));
       const int l = static_cast<int>(train_.size()), m = static_cast<int>(test_.size());
-      formed->fold = formed->kernels.OpenFold(Range(0, l), Range(l, l + m), pre_);
+      // The formed kernels' rows are the fold's rows: so are the covariates' (the training mean each row was centred
+      // with cancels in the residuals, whose design has an intercept).
+      Preprocessing pre = pre_;
+      if (pre_.covariates) pre.covariates = std::make_shared<const Covariates>(FoldRowsOf(*pre_.covariates, train_, test_));
+      formed->fold = formed->kernels.OpenFold(Range(0, l), Range(l, l + m), pre);
       formed_ = std::move(formed);
     });
     return *formed_->fold;
@@ -172,8 +191,9 @@ class FeatureKernels final : public KernelStore {
   bool Centred() const override { return false; }
   bool Features() const override { return true; }
   void CheckPreprocessing(const Preprocessing& pre) const override {
-    if (pre.covariates)
-      throw InputError("gram:FeaturesPreprocessing", "kernels", "covariates are removed from kernels, not yet from features; found covariates");
+    if (pre.covariates && pre.covariates->design.rows() != Subjects())
+      throw InputError("gram:FeaturesPreprocessing", "kernels", "expected one covariate row per subject of the features (" + std::to_string(Subjects()) + "); found " +
+                       std::to_string(pre.covariates->design.rows()));
     if (!pre.kernelGroups.empty())
       throw InputError("gram:FeaturesPreprocessing", "kernels", "the feature form holds one source; found source groups to weigh equally");
   }
@@ -185,28 +205,36 @@ class FeatureKernels final : public KernelStore {
   Eigen::VectorXd LargestCentredSelfSimilarities(const std::vector<int>& train, const Preprocessing& pre) const override {
     Eigen::VectorXd largest = Eigen::VectorXd::Zero(static_cast<Eigen::Index>(Count()));
     if (train.empty()) return largest;
-    const FoldFeatures fold(*x_, train, {}, pre.centre, false);
+    const FoldFeatures fold(*x_, train, {}, pre.centre, false, pre.covariates.get());
     for (std::size_t r = 0; r < Count(); ++r)
       for (Eigen::Index i = 0; i < fold.TrainingRows(); ++i)
         largest[static_cast<Eigen::Index>(r)] = std::max(largest[static_cast<Eigen::Index>(r)], fold.CentredSquaredNorm(i, r));
     return largest;
   }
-  // D(i, r) = beta_r (coef_i s_ir - S_r / l) for training subjects (S_r = sum_i coef_i s_ir; no mean term without centring).
+  // D(i, r) = beta_r (coef_i s_ir - S_r / l) for training subjects (S_r = sum_i coef_i s_ir; no mean term without centring),
+  // weights of the residualised rows; with covariates rewritten as weights of the raw rows (ResidualiseSubjectWeights).
   Eigen::MatrixXd SubjectWeights(const FoldModel& model, const Preprocessing& pre) const override {
     CheckPreprocessing(pre);
-    const FoldFeatures fold(*x_, model.train, model.test, pre.centre, pre.normalise);
+    const FoldFeatures fold(*x_, model.train, model.test, pre.centre, pre.normalise, pre.covariates.get());
+    std::optional<FoldResidualiser> residualiser;
+    if (pre.covariates)
+      residualiser = MakeFoldResidualiser(*pre.covariates, Eigen::Map<const Eigen::VectorXi>(model.train.data(), static_cast<Eigen::Index>(model.train.size())),
+                                          Eigen::Map<const Eigen::VectorXi>(model.test.data(), static_cast<Eigen::Index>(model.test.size())));
     Eigen::MatrixXd D = Eigen::MatrixXd::Zero(Subjects(), static_cast<Eigen::Index>(Count()));
     const auto l = static_cast<Eigen::Index>(model.train.size());
     for (std::size_t r = 0; r < Count(); ++r) {
       const auto j = static_cast<Eigen::Index>(r);
-      double sum = 0;
-      for (Eigen::Index a = 0; a < l; ++a) sum += model.coef[a] * fold.Scale(a, r);
-      const double mean = pre.centre ? sum / static_cast<double>(l) : 0.0;
-      for (Eigen::Index a = 0; a < l; ++a) D(model.train[static_cast<std::size_t>(a)], j) = model.beta[j] * (model.coef[a] * fold.Scale(a, r) - mean);
+      Eigen::VectorXd d(l);
+      for (Eigen::Index a = 0; a < l; ++a) d[a] = model.coef[a] * fold.Scale(a, r);
+      const double mean = pre.centre ? d.sum() / static_cast<double>(l) : 0.0;
+      d = model.beta[j] * (d.array() - mean).matrix();
+      if (residualiser) ResidualiseSubjectWeights(d, *residualiser);
+      for (Eigen::Index a = 0; a < l; ++a) D(model.train[static_cast<std::size_t>(a)], j) = d[a];
     }
     return D;
   }
-  // A fold task holds its FoldFeatures (three fold rows x regions tables, the voxel mean) and a fit's state: two
+  // A fold task holds its FoldFeatures (three fold rows x regions tables and two per offset image, the offset images:
+  // the voxel mean and a coefficient image per design column, and their coefficients per row) and a fit's state: two
   // voxel-length vectors and its per-row vectors.
   std::uint64_t FoldTaskBytes(const FoldTask& task) const override {
     // A formed fold: its kernels, their prepared copies and a region block being formed per thread.
@@ -218,7 +246,8 @@ class FeatureKernels final : public KernelStore {
     }
     const auto rows = static_cast<std::uint64_t>(task.train + task.test + task.unlabelled);
     const auto regions = static_cast<std::uint64_t>(Count()), voxels = static_cast<std::uint64_t>(x_->Voxels());
-    return 8 * (4 * rows * regions + 3 * voxels + 8 * rows);
+    const std::uint64_t offsets = 1 + (task.covariates ? task.covariateColumns : 0);
+    return 8 * ((3 + 2 * offsets) * rows * regions + (2 + offsets) * voxels + (8 + offsets) * rows);
   }
   std::unique_ptr<KernelStore> Subset(const std::vector<std::size_t>& which) const override {
     auto part = std::make_shared<FeatureMatrix>(x_->SelectRegions(which));

@@ -1,8 +1,10 @@
-// The feature form of linear region kernels: fold preprocessing as vectors and the products the learners read.
+// The feature form of linear region kernels: fold preprocessing (covariates, centring, normalisation) as vectors and
+// the products the learners read.
 #include "neuromkl/gram/features.hpp"
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <type_traits>
 #include <string>
 #include <utility>
@@ -12,6 +14,7 @@
 
 #include "neuromkl/core/errors.hpp"
 #include "neuromkl/gram/preprocess.hpp"
+#include "neuromkl/gram/residualise.hpp"
 
 namespace neuromkl::gram {
 
@@ -230,7 +233,7 @@ FeatureMatrix FeatureMatrix::SelectRegions(const std::vector<std::size_t>& which
   return part;
 }
 
-FoldFeatures::FoldFeatures(const FeatureMatrix& x, std::vector<int> train, std::vector<int> test, bool centre, bool normalise)
+FoldFeatures::FoldFeatures(const FeatureMatrix& x, std::vector<int> train, std::vector<int> test, bool centre, bool normalise, const Covariates* covariates)
     : x_(x), train_(std::move(train)), test_(std::move(test)) {
   const auto regions = static_cast<Eigen::Index>(x_.Regions());
   const Eigen::Index rows = TrainingRows() + TestRows();
@@ -239,25 +242,60 @@ FoldFeatures::FoldFeatures(const FeatureMatrix& x, std::vector<int> train, std::
     if (s < 0 || s >= x_.Subjects()) throw InputError("features:SubjectOutOfRange", "fold", "training subject " + std::to_string(s) + " is not a row of the feature matrix");
   for (const int s : test_)
     if (s < 0 || s >= x_.Subjects()) throw InputError("features:SubjectOutOfRange", "fold", "test subject " + std::to_string(s) + " is not a row of the feature matrix");
-  mean_ = Eigen::VectorXd::Zero(x_.Voxels());
-  if (centre) {
-    tbb::parallel_for(std::size_t{0}, x_.Regions(), [&](std::size_t r) {
-      const Eigen::Index begin = x_.regionStart[r], size = x_.RegionSize(r);
-      for (const int s : train_) x_.WithRow(s, [&](const auto* row, double scale) { Axpy(scale, row + begin, mean_.data() + begin, size); });
-      mean_.segment(begin, size) /= static_cast<double>(train_.size());
-    });
+  // The offset coefficients b_i = (1, c_i - c_bar) (c_bar = 0 without centring) and, with covariates, the fit rows and
+  // P = (C_Q'C_Q)^+ C_Q' whose rows weigh them into the coefficient images G = P X_Q.
+  std::optional<FoldResidualiser> residualiser;
+  Eigen::Index p = 0;
+  if (covariates) {
+    if (covariates->design.rows() != x_.Subjects())
+      throw InputError("features:CovariateRows", "fold", "expected one covariate row per row of the feature matrix (" + std::to_string(x_.Subjects()) + "); found " +
+                       std::to_string(covariates->design.rows()));
+    const Eigen::VectorXi tr = Eigen::Map<const Eigen::VectorXi>(train_.data(), TrainingRows());
+    const Eigen::VectorXi te = Eigen::Map<const Eigen::VectorXi>(test_.data(), TestRows());
+    residualiser = MakeFoldResidualiser(*covariates, tr, te, "fold");
+    p = residualiser->trainC.cols();
   }
-  meanNorm2_.resize(regions);
-  for (Eigen::Index r = 0; r < regions; ++r) meanNorm2_[r] = mean_.segment(x_.regionStart[r], x_.RegionSize(r)).squaredNorm();
-  rowMean_.resize(rows, regions);
+  coefficients_ = RegionOffsets::Ones(rows, 1 + p);
+  if (residualiser) {
+    coefficients_.block(0, 1, TrainingRows(), p) = residualiser->trainC;
+    coefficients_.block(TrainingRows(), 1, TestRows(), p) = residualiser->testC;
+    // The residuals' training mean is m - c_bar G: centring then subtracts G'(c_i - c_bar) with m.
+    if (centre) coefficients_.rightCols(p).rowwise() -= residualiser->trainC.colwise().mean();
+  }
+  const Eigen::Index q = 1 + p;
+  offsets_ = Eigen::MatrixXd::Zero(x_.Voxels(), q);
+  tbb::parallel_for(std::size_t{0}, x_.Regions(), [&](std::size_t r) {
+    const Eigen::Index begin = x_.regionStart[r], size = x_.RegionSize(r);
+    if (centre) {
+      for (const int s : train_) x_.WithRow(s, [&](const auto* row, double scale) { Axpy(scale, row + begin, offsets_.col(0).data() + begin, size); });
+      offsets_.col(0).segment(begin, size) /= static_cast<double>(train_.size());
+    }
+    if (!residualiser) return;
+    for (std::size_t k = 0; k < residualiser->fitPositions.size(); ++k)
+      x_.WithRow(train_[static_cast<std::size_t>(residualiser->fitPositions[k])], [&](const auto* row, double scale) {
+        for (Eigen::Index c = 0; c < p; ++c)
+          Axpy(scale * residualiser->P(c, static_cast<Eigen::Index>(k)), row + begin, offsets_.col(1 + c).data() + begin, size);
+      });
+  });
+  std::vector<Eigen::MatrixXd> offsetGram(x_.Regions());  // O_r'O_r
+  for (std::size_t r = 0; r < x_.Regions(); ++r) {
+    const auto o = offsets_.middleRows(x_.regionStart[r], x_.RegionSize(r));
+    offsetGram[r] = o.transpose() * o;
+  }
+  rowOffsets_.resize(rows, regions * q);
+  rowOffsetsLessGram_.resize(rows, regions * q);
   Eigen::MatrixXd centred2(rows, regions);
   tbb::parallel_for(Eigen::Index{0}, rows, [&](Eigen::Index i) {
     x_.WithRow(Subject(i), [&](const auto* row, double scale) {
+      const Eigen::VectorXd b = coefficients_.row(i).transpose();
       for (Eigen::Index r = 0; r < regions; ++r) {
-        const Eigen::Index begin = x_.regionStart[r], size = x_.RegionSize(r);
+        const Eigen::Index begin = x_.regionStart[static_cast<std::size_t>(r)], size = x_.RegionSize(static_cast<std::size_t>(r));
         const Eigen::VectorXd xr = Widened(row + begin, scale, size);
-        rowMean_(i, r) = xr.dot(mean_.segment(begin, size));
-        centred2(i, r) = (xr - mean_.segment(begin, size)).squaredNorm();  // directly: no cancellation
+        const auto o = offsets_.middleRows(begin, size);
+        const Eigen::VectorXd xo = o.transpose() * xr;
+        Eigen::Map<Eigen::VectorXd>(rowOffsets_.row(i).data() + r * q, q) = xo;
+        Eigen::Map<Eigen::VectorXd>(rowOffsetsLessGram_.row(i).data() + r * q, q) = xo - offsetGram[static_cast<std::size_t>(r)] * b;
+        centred2(i, r) = (xr - o * b).squaredNorm();  // directly: no cancellation
       }
     });
   });
@@ -279,11 +317,23 @@ int FoldFeatures::Subject(Eigen::Index row) const {
   return row < TrainingRows() ? train_[static_cast<std::size_t>(row)] : test_[static_cast<std::size_t>(row - TrainingRows())];
 }
 
+void FoldFeatures::AddOffsets(Eigen::Index row, Eigen::Index r, double cs, PreparedVector& u) const {
+  const Eigen::Index q = Offsets();
+  const double* xo = RowOffsets(row, r);
+  const double* b = coefficients_.data() + row * q;
+  double* t = u.t.data() + r * q;
+  double* vo = u.vo.data() + r * q;
+  for (Eigen::Index a = 0; a < q; ++a) {
+    t[a] += cs * b[a];
+    vo[a] += cs * xo[a];
+  }
+}
+
 double FoldFeatures::SquaredNorm(Eigen::Index row, std::size_t r) const { return norm2_(row, static_cast<Eigen::Index>(r)); }
 
 PreparedVector FoldFeatures::Zero() const {
   const auto regions = static_cast<Eigen::Index>(Regions());
-  return {Eigen::VectorXd::Zero(x_.Voxels()), Eigen::VectorXd::Zero(regions), Eigen::VectorXd::Zero(regions)};
+  return {Eigen::VectorXd::Zero(x_.Voxels()), RegionOffsets::Zero(regions, Offsets()), RegionOffsets::Zero(regions, Offsets())};
 }
 
 template <typename RegionStep>
@@ -308,9 +358,19 @@ void FoldFeatures::RowDots(Eigen::Index row, const PreparedVector& u, const Eige
         return;
       }
       const Eigen::Index begin = x_.regionStart[r];
-      // z'u = s (x - m)'(v - t m) = s (x'v - t x'm - m'v + t m'm)
+      // z'u = s (x - O b)'(v - O t) = s ((x'v - (O'x - O'O b)'t) - b'(O'v))
       const double xv = stored * Dot(x + begin, u.v.data() + begin, x_.RegionSize(r));
-      dots[r] = Scale(row, r) * ((xv - u.t[j] * rowMean_(row, j)) - (u.vm[j] - u.t[j] * meanNorm2_[j]));
+      const Eigen::Index q = Offsets();
+      const double* h = RowOffsetsLessGram(row, j);
+      const double* t = u.t.data() + j * q;
+      const double* vo = u.vo.data() + j * q;
+      const double* b = coefficients_.data() + row * q;
+      double ht = 0, bvo = 0;
+      for (Eigen::Index a = 0; a < q; ++a) {
+        ht += h[a] * t[a];
+        bvo += b[a] * vo[a];
+      }
+      dots[r] = Scale(row, r) * ((xv - ht) - bvo);
     });
   });
 }
@@ -323,8 +383,7 @@ void FoldFeatures::AddRow(Eigen::Index row, double c, const Eigen::VectorXd& wei
       if (weight[j] == 0 || cs == 0) return;
       const Eigen::Index begin = x_.regionStart[r];
       Axpy(cs * stored, x + begin, u.v.data() + begin, x_.RegionSize(r));
-      u.t[j] += cs;
-      u.vm[j] += cs * rowMean_(row, j);
+      AddOffsets(row, j, cs, u);
     });
   });
 }
@@ -338,8 +397,7 @@ PreparedVector FoldFeatures::TrainingTransposeTimes(const Eigen::VectorXd& a) co
       const double cs = a[i] * Scale(i, r);
       if (cs == 0) continue;
       x_.WithRow(Subject(i), [&](const auto* row, double stored) { Axpy(cs * stored, row + begin, u.v.data() + begin, size); });
-      u.t[j] += cs;
-      u.vm[j] += cs * rowMean_(i, j);
+      AddOffsets(i, j, cs, u);
     }
   });
   return u;
@@ -365,8 +423,8 @@ Eigen::VectorXd FoldFeatures::RegionSquaredNorms(const PreparedVector& u) const 
   for (std::size_t r = 0; r < Regions(); ++r) {
     const auto j = static_cast<Eigen::Index>(r);
     const Eigen::Index begin = x_.regionStart[r], size = x_.RegionSize(r);
-    // ||v - t m||^2 summed entry by entry (expanding it would cancel where u is small against v).
-    norms[j] = (u.v.segment(begin, size) - u.t[j] * mean_.segment(begin, size)).squaredNorm();
+    // ||v - O t||^2 summed entry by entry (expanding it would cancel where u is small against v).
+    norms[j] = (u.v.segment(begin, size) - offsets_.middleRows(begin, size) * u.t.row(j).transpose()).squaredNorm();
   }
   return norms;
 }
@@ -374,7 +432,7 @@ Eigen::VectorXd FoldFeatures::RegionSquaredNorms(const PreparedVector& u) const 
 Eigen::VectorXd FoldFeatures::Dense(const PreparedVector& u) const {
   Eigen::VectorXd w = u.v;
   for (std::size_t r = 0; r < Regions(); ++r)
-    w.segment(x_.regionStart[r], x_.RegionSize(r)) -= u.t[static_cast<Eigen::Index>(r)] * mean_.segment(x_.regionStart[r], x_.RegionSize(r));
+    w.segment(x_.regionStart[r], x_.RegionSize(r)) -= offsets_.middleRows(x_.regionStart[r], x_.RegionSize(r)) * u.t.row(static_cast<Eigen::Index>(r)).transpose();
   return w;
 }
 

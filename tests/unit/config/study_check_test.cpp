@@ -204,3 +204,13 @@ TEST(WhyNoFeatureForm, NamesTheLearnerThatHasNone) {
   EXPECT_EQ(config::WhyNoFeatureForm(s).pointer, "/learners/0/name");
   EXPECT_THAT(config::WhyNoFeatureForm(s).reason, HasSubstr("simplemkl"));
 }
+
+// Covariates are removed on features as on kernels; ComBat's per-voxel site scale has no feature form here.
+TEST(WhyNoFeatureForm, CovariatesHaveOneHarmonisationHasNone) {
+  config::StudyConfig s = MadeInCode();
+  s.covariates.columns = {"age"};
+  s.covariates.categorical = {"sex"};
+  EXPECT_EQ(config::WhyNoFeatureForm(s).pointer, "");
+  s.harmonisation.siteColumn = "site";
+  EXPECT_EQ(config::WhyNoFeatureForm(s).pointer, "/harmonisation");
+}

@@ -1,9 +1,13 @@
 #pragma once
 // The feature form of one image source's linear kernels (ALGORITHMS.md section 17): the masked voxels, subject-major and
-// grouped by region, so that kernel r is K_r = X_r X_r' without ever being formed. A fold's preprocessing (centring with
-// the training mean, cosine normalisation) is kept as vectors, never as a copy of the voxels: subject i's prepared region
-// vector is z_ir = s_ir (x_ir - m_r), m the training mean per voxel and s_ir the inverse of the centred norm, which is
-// what CentreFold and NormaliseFold do to K_r. Every learner quantity is then a product with the rows of X.
+// grouped by region, so that kernel r is K_r = X_r X_r' without ever being formed. A fold's preprocessing (confound
+// removal, centring with the training mean, cosine normalisation) is kept as vectors, never as a copy of the voxels.
+// Residualising on covariates c_i with coefficient images G = P X_Q fitted on the fold's fit rows Q (docs/inputs.md,
+// "Covariates") and centring with the training mean of the residuals both subtract from x_i a combination of a few
+// voxel vectors: subject i's prepared region vector is z_ir = s_ir (x_ir - O_r b_i), with the offset images
+// O = [m, G'] (m the training mean per voxel) and b_i = (1, c_i - c_bar) (c_bar the training mean of the covariates), and
+// s_ir the inverse of the norm of x_ir - O_r b_i. That is what ResidualiseFold, CentreFold and NormaliseFold do to K_r.
+// Every learner quantity is then a product with the rows of X.
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -73,20 +77,26 @@ struct FeatureMatrix {
   FeatureMatrix SelectRegions(const std::vector<std::size_t>& which) const;
 };
 
-/// A weight vector in the prepared space of a fold, region by region: u_r = v_r - t_r m_r. Kept in this form so that
-/// adding a prepared row (u_r += c z_ir) costs one pass over the raw row x_ir: v_r += c s_ir x_ir, t_r += c s_ir, and
-/// m_r'v_r follows as vm_r += c s_ir (x_ir'm_r).
+/// A weight vector in the prepared space of a fold, region by region: u_r = v_r - O_r t_r (t_r: one coefficient per
+/// offset image). Kept in this form so that adding a prepared row (u_r += c z_ir) costs one pass over the raw row x_ir:
+/// v_r += c s_ir x_ir, t_r += c s_ir b_i, and O_r'v_r follows as vo_r += c s_ir (O_r'x_ir).
+using RegionOffsets = Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
 struct PreparedVector {
-  Eigen::VectorXd v;   ///< Voxels()
-  Eigen::VectorXd t;   ///< Regions()
-  Eigen::VectorXd vm;  ///< Regions(): m_r'v_r
+  Eigen::VectorXd v;  ///< Voxels()
+  RegionOffsets t;    ///< Regions() x offsets
+  RegionOffsets vo;   ///< Regions() x offsets: O_r'v_r
 };
 
+struct Covariates;
+
 /// One fold of a FeatureMatrix: training rows 0 .. l - 1, test rows l .. l + m - 1 (fold rows), prepared with the
-/// training statistics only. Holds a reference to the matrix, which must outlive it.
+/// training statistics only. Holds a reference to the matrix, which must outlive it. `covariates` (rows: the matrix's
+/// rows; null: none) are removed with coefficients fitted on the training rows that may fit them (MakeFoldResidualiser:
+/// its imputation, fit rows and pseudo-inverse), before centring and normalising, as the kernel stores do.
 class FoldFeatures {
  public:
-  FoldFeatures(const FeatureMatrix& x, std::vector<int> train, std::vector<int> test, bool centre, bool normalise);
+  FoldFeatures(const FeatureMatrix& x, std::vector<int> train, std::vector<int> test, bool centre, bool normalise,
+               const Covariates* covariates = nullptr);
 
   Eigen::Index TrainingRows() const { return static_cast<Eigen::Index>(train_.size()); }
   Eigen::Index TestRows() const { return static_cast<Eigen::Index>(test_.size()); }
@@ -94,11 +104,11 @@ class FoldFeatures {
   const FeatureMatrix& Matrix() const { return x_; }
   /// ||z_ir||^2 of fold row i (1, or 0 for a zero-norm vector, when normalised): the diagonal of the prepared K_r.
   double SquaredNorm(Eigen::Index row, std::size_t r) const;
-  /// The training mean per voxel (zeros without centring).
-  const Eigen::VectorXd& Mean() const { return mean_; }
-  /// s_ir of fold row i: 1 / ||x_ir - m_r|| (0 for a zero-norm vector) when normalised, else 1.
+  /// The training mean per voxel, m (zeros without centring).
+  Eigen::VectorXd Mean() const { return offsets_.col(0); }
+  /// s_ir of fold row i: 1 / ||x_ir - O_r b_i|| (0 for a zero-norm vector) when normalised, else 1.
   double Scale(Eigen::Index row, std::size_t r) const { return scale_(row, static_cast<Eigen::Index>(r)); }
-  /// ||x_ir - m_r||^2 of fold row i, before normalising.
+  /// ||x_ir - O_r b_i||^2 of fold row i (residualised and centred), before normalising.
   double CentredSquaredNorm(Eigen::Index row, std::size_t r) const { return centred2_(row, static_cast<Eigen::Index>(r)); }
 
   PreparedVector Zero() const;
@@ -118,25 +128,33 @@ class FoldFeatures {
 
  private:
   int Subject(Eigen::Index row) const;
+  /// t_r += cs b_i and vo_r += cs O_r'x_ir: the offsets' part of adding cs x_ir to u_r.
+  void AddOffsets(Eigen::Index row, Eigen::Index r, double cs, PreparedVector& u) const;
   /// step(r) for every region: in parallel over regions for rows of at least kParallelRowVoxels voxels.
   template <typename RegionStep>
   void ForEachRegion(const RegionStep& step) const;
   static constexpr Eigen::Index kParallelRowVoxels = 16384;
 
+  /// O_r'x_ir of fold row i, and O_r'x_ir - O_r'O_r b_i: Offsets() values each.
+  const double* RowOffsets(Eigen::Index row, Eigen::Index r) const { return rowOffsets_.data() + row * rowOffsets_.cols() + r * Offsets(); }
+  const double* RowOffsetsLessGram(Eigen::Index row, Eigen::Index r) const { return rowOffsetsLessGram_.data() + row * rowOffsets_.cols() + r * Offsets(); }
+  Eigen::Index Offsets() const { return offsets_.cols(); }
+
   const FeatureMatrix& x_;
   std::vector<int> train_, test_;
-  Eigen::VectorXd mean_;       ///< per voxel
-  Eigen::VectorXd meanNorm2_;  ///< per region: ||m_r||^2
-  Eigen::MatrixXd rowMean_;    ///< fold rows x regions: x_ir'm_r
+  Eigen::MatrixXd offsets_;     ///< Voxels() x q: O = [m, G'] (m zero without centring; no G without covariates)
+  RegionOffsets coefficients_;  ///< fold rows x q: b_i
+  RegionOffsets rowOffsets_;          ///< fold rows x (Regions() q): O_r'x_ir
+  RegionOffsets rowOffsetsLessGram_;  ///< fold rows x (Regions() q): O_r'x_ir - O_r'O_r b_i
   Eigen::MatrixXd scale_;      ///< fold rows x regions: s_ir
-  Eigen::MatrixXd centred2_;   ///< fold rows x regions: ||x_ir - m_r||^2
+  Eigen::MatrixXd centred2_;   ///< fold rows x regions: ||x_ir - O_r b_i||^2
   Eigen::MatrixXd norm2_;      ///< fold rows x regions: ||z_ir||^2
 };
 
 /// A study's kernels in their feature form (one image source's region kernels K_r = X_r X_r', never formed): a
 /// KernelStore whose folds hold FoldFeatures (PreparedFold::Features) for the learners with a feature form
 /// (learners::FitFeatures), the decisions of their test rows as products with the rows, and no kernel matrices. Fold
-/// preprocessing: centring and cosine normalisation; confounds and source scales are refused (CheckPreprocessing).
+/// preprocessing: covariates, centring and cosine normalisation; source scales are refused (CheckPreprocessing).
 /// `formFoldKernelsBelow` > 0: a fold whose region kernels take at most that many bytes (regions x rows^2 x 8) forms them
 /// from the features instead (each row centred with the training mean, then the products in double) and is prepared and
 /// fitted as a fold of kernels is (Features() null: the kernel learners), which at small n is far faster than the

@@ -99,6 +99,7 @@ struct FoldTask {
   std::array<bool, 4> needs{};
   TrainingForm form = TrainingForm::Copies;
   bool covariates = false;
+  std::size_t covariateColumns = 0;  ///< the design's columns (intercept included) when `covariates`
 };
 constexpr std::size_t FoldNeed(bool semiSupervised, bool summed) { return 2 * static_cast<std::size_t>(semiSupervised) + static_cast<std::size_t>(summed); }
 
