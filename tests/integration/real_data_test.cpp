@@ -38,17 +38,20 @@ class StrokeLesions : public ::testing::Test {
   }
   /// The results folder of the study on `representation` ("kernel" or "features"), run once per process. ENMKL-KRR with
   /// fixed parameters, 5-fold CV: the configuration the documentation's figures were measured with.
-  static std::string Run(const std::string& representation) {
+  /// `covariates`: the lesion volume removed inside every fold (the usual control of lesion-symptom mapping).
+  static std::string Run(const std::string& representation, bool covariates = false) {
     if (!dir_) dir_ = new TempDir();
-    const std::string out = *dir_ / representation;
+    const std::string name = representation + (covariates ? "_volume" : "");
+    const std::string out = *dir_ / name;
     if (std::filesystem::exists(out + "/results.json")) return out;
-    const std::string study = *dir_ / (representation + ".json");
-    WriteFile(study, R"({"name": "lesymap_)" + representation + R"(", "subjects": {"table": ")" + SharedData(kLesions) + R"("},
+    const std::string study = *dir_ / (name + ".json");
+    WriteFile(study, R"({"name": "lesymap_)" + name + R"(", "subjects": {"table": ")" + SharedData(kLesions) + R"("},
       "target": {"column": "behavior", "task": "regression"},
       "atlas": {"image": ")" + SharedData(kAtlas) + R"(", "labels": ")" + SharedData("atlases/aal_mricron_1mm/aal.nii.txt") + R"("},
       "kernels": {"cache": false, "representation": ")" + representation + R"("},
       "cv": {"outer": {"scheme": "kfold", "k": 5}},
-      "learners": [{"name": "enmkl_krr", "params": {"lambda": 1, "mu": 0.5}}], "seed": 3})");
+      "learners": [{"name": "enmkl_krr", "params": {"lambda": 1, "mu": 0.5}}], "seed": 3)" +
+                         (covariates ? R"(, "covariates": ["lesion_volume_mm3"])" : "") + "}");
     const auto r = RunCli("run " + study + " --out " + out + " -q");
     EXPECT_EQ(r.exitCode, 0) << r.output;
     return out;
@@ -90,6 +93,25 @@ TEST_F(StrokeLesions, FeaturesGiveTheKernelRunsAnswers) {
   std::map<std::string, double> share;
   for (const auto& row : ReadTsvByColumn(Run("kernel") + "/regions_enmkl_krr.tsv")) share[row.at("name")] = std::stod(row.at("mean_percent"));
   const auto featureShares = ReadTsvByColumn(Run("features") + "/regions_enmkl_krr.tsv");
+  ASSERT_EQ(featureShares.size(), share.size());
+  for (const auto& row : featureShares) EXPECT_NEAR(std::stod(row.at("mean_percent")), share.at(row.at("name")), 1e-6) << row.at("name");
+}
+
+// The same with the lesion volume removed inside every fold, the usual control of lesion-symptom mapping: the features
+// run gives the kernel run's answers within the tolerances above.
+TEST_F(StrokeLesions, LesionVolumeIsRemovedOnFeaturesAsOnKernels) {
+  std::map<std::string, double> decision;
+  double scale = 0;
+  for (const auto& row : ReadTsvByColumn(Run("kernel", true) + "/predictions.tsv")) {
+    decision[row.at("subject")] = std::stod(row.at("decision"));
+    scale = std::max(scale, std::abs(decision[row.at("subject")]));
+  }
+  const auto features = ReadTsvByColumn(Run("features", true) + "/predictions.tsv");
+  ASSERT_EQ(features.size(), decision.size());
+  for (const auto& row : features) EXPECT_NEAR(std::stod(row.at("decision")), decision.at(row.at("subject")), 1e-6 * scale) << row.at("subject");
+  std::map<std::string, double> share;
+  for (const auto& row : ReadTsvByColumn(Run("kernel", true) + "/regions_enmkl_krr.tsv")) share[row.at("name")] = std::stod(row.at("mean_percent"));
+  const auto featureShares = ReadTsvByColumn(Run("features", true) + "/regions_enmkl_krr.tsv");
   ASSERT_EQ(featureShares.size(), share.size());
   for (const auto& row : featureShares) EXPECT_NEAR(std::stod(row.at("mean_percent")), share.at(row.at("name")), 1e-6) << row.at("name");
 }
