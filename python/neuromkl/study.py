@@ -125,6 +125,9 @@ def load_kernels(path):
         raise _core.IoError(f"{index_path} not found: not a neuromkl kernel folder")
     with open(index_path) as f:
         index = json.load(f)
+    if index.get("format") == "neuromkl-features":
+        raise _core.IoError(f"{d} is a feature cache entry (a study on features keeps its voxels, not kernels): "
+                            "numpy.load(features.npy, mmap_mode='r') reads them, index.json says how (docs/learners.md)")
     names = [k["name"] for k in index["kernels"]]
     K = np.stack([np.load(d / k["file"]) for k in index["kernels"]]) if names else np.empty((0, 0, 0))
     return names, list(index["subjects"]), K

@@ -225,3 +225,29 @@ def test_multiclass_coefficient_images_are_the_cli_class_maps(tmp_path, cli):
         gap = np.abs(mean[..., c] - cli_map).max() / np.abs(cli_map).max()
         print(f"class {name}: largest difference to the CLI's class mean map {gap:.2e}")
         assert gap < 1e-6, (name, gap)  # float32 sums of the fold maps in another order
+
+
+def test_feature_cache_entry_is_what_numpy_reads(tmp_path, cli):
+    """A study on features keeps its matrix in the kernel cache as numpy files: features.npy (one row per subject, the
+    regions' voxels in index.json's region_start columns) and raw_diagonals.npy (each region's ||x_ir||^2), which numpy
+    computes again from the matrix it loads (float32 values squared and summed in float64 on both sides: to 1e-12)."""
+    subprocess.run([cli, "simulate", "--out", str(tmp_path / "sim"), "--subjects", "24", "--downsample", "3", "--seed", "2", "-q"], check=True)
+    study = {"name": "cached", "subjects": {"table": str(tmp_path / "sim" / "participants.tsv")},
+             "target": {"column": "group", "task": "classification", "positive_class": "patient"}, "atlas": "aal",
+             "kernels": {"representation": "features"}, "learners": [{"name": "svm", "params": {"c": 1}}],
+             "cv": {"outer": {"scheme": "stratified_kfold", "k": 3}}, "output": {"cache_dir": str(tmp_path / "cache")}, "seed": 1}
+    (tmp_path / "study.json").write_text(json.dumps(study))
+    subprocess.run([cli, "run", str(tmp_path / "study.json"), "--out", str(tmp_path / "out"), "-q"], check=True)
+    (entry,) = list((tmp_path / "cache").iterdir())
+    index = json.loads((entry / "index.json").read_text())
+    assert index["format"] == "neuromkl-features" and index["storage"] == "float32"
+    x = np.load(entry / "features.npy", mmap_mode="r")
+    assert x.dtype == np.float32 and x.shape == (len(index["subjects"]), index["voxels"])
+    starts = index["region_start"]
+    diagonals = np.load(entry / "raw_diagonals.npy")
+    assert diagonals.shape == (len(index["kernels"]), x.shape[0]) and len(starts) == len(index["kernels"]) + 1
+    for r in range(len(index["kernels"])):
+        block = np.asarray(x[:, starts[r]:starts[r + 1]], dtype=np.float64)
+        np.testing.assert_allclose(diagonals[r], (block ** 2).sum(axis=1), rtol=1e-12, atol=0)
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert [k["name"] for k in index["kernels"]] == [k["name"] for k in results["kernels"]["regions"]]

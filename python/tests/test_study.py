@@ -167,3 +167,10 @@ def test_worked_example_on_the_shipped_cohort(tmp_path, source_dir):
     names, subjects, K = neuromkl.load_kernels(tmp_path / "wager")
     assert K.shape == (len(names), 30, 30) and len(subjects) == 30
     np.testing.assert_allclose(K, K.transpose(0, 2, 1), atol=0)
+
+
+def test_load_kernels_refuses_a_feature_cache_entry(tmp_path):
+    """A study on features keeps its voxels in the cache (features.npy), not kernels: load_kernels says so."""
+    (tmp_path / "index.json").write_text(json.dumps({"format": "neuromkl-features", "version": 1, "kernels": [{"name": "Precentral_L"}]}))
+    with pytest.raises(neuromkl.IoError, match="is a feature cache entry"):
+        neuromkl.load_kernels(tmp_path)

@@ -85,6 +85,35 @@ class FeaturesCli : public neuromkl::testing::SimulatedCohortSuite<FeaturesCli> 
       "output": )" + output + R"(, "seed": 5)" + extra + "}");
     return path;
   }
+  /// The cohort's images as NIfTI files of `datatype` (2 uint8, 4 int16: codes with a slope per image; 16 float32: the
+  /// values those codes stand for) in folder `name`, with the cohort's table.
+  static void WriteCodedCohort(const std::string& name, int datatype) {
+    const auto table = neuromkl::testing::ReadTsvByColumn(Path("cohort/participants.tsv"));
+    std::filesystem::create_directories(Path(name + "/images"));
+    std::filesystem::copy_file(Path("cohort/participants.tsv"), Path(name + "/participants.tsv"));
+    for (std::size_t i = 0; i < table.size(); ++i) {
+      const auto& row = table[i];
+      const neuromkl::io::Volume v = neuromkl::io::ReadVolume(Path("cohort/" + row.at("image")));
+      const std::array<double, 16> a = v.geometry.RasAffine();
+      ASSERT_GT(a[5], 0.0);
+      ASSERT_GT(a[10], 0.0);
+      FixtureImage im;
+      im.dims = v.geometry.dims;
+      im.spacing = {std::abs(a[0]), a[5], a[10]};
+      im.flipX = a[0] < 0;
+      im.rasOrigin = {a[3], a[7], a[11]};
+      // Codes 0..255 of the values shifted by 2 (the simulated values lie in about -1.6 .. 6.6), 0 where a value is NaN
+      // (an integer image has none); each image's own slope, a float32 as the header stores it.
+      const float slope = (9.0f + 0.01f * static_cast<float>(i % 7)) / 255.0f;
+      im.datatype = datatype;
+      im.slope = datatype == 16 ? 0.0 : slope;
+      for (const float x : v.data) {
+        const double code = std::isfinite(x) ? std::clamp(std::round((x + 2.0) / slope), 0.0, 255.0) : 0.0;
+        im.stored.push_back(datatype == 16 ? static_cast<double>(static_cast<float>(code * static_cast<double>(slope))) : code);
+      }
+      neuromkl::testing::WriteFixtureImage(Path(name + "/" + row.at("image")), FixtureFormat::Nifti1, im);
+    }
+  }
   static std::string Results(const std::string& name) { return Path("results/" + name); }
   static nlohmann::json Json(const std::string& name) { return nlohmann::json::parse(ReadFile(Results(name) + "/results.json")); }
   /// The grid point chosen in every outer fold, per learner (results.json).
@@ -175,36 +204,9 @@ TEST_F(FeaturesCli, ZeroNanPolicyAndIntensityScalingAsOnKernels) {
 // hold slope x code in double (6e-8 relative apart); with the solver at 1e-9 the decisions agree to ~1e-7, asserted at
 // 1e-5, and the same grid point is chosen in every fold.
 TEST_F(FeaturesCli, IntegerImagesAreHeldAsTheirCodes) {
-  const auto table = neuromkl::testing::ReadTsvByColumn(Path("cohort/participants.tsv"));
-  auto writeCohort = [&](const std::string& name, int datatype) {
-    std::filesystem::create_directories(Path(name + "/images"));
-    std::filesystem::copy_file(Path("cohort/participants.tsv"), Path(name + "/participants.tsv"));
-    for (std::size_t i = 0; i < table.size(); ++i) {
-      const auto& row = table[i];
-      const neuromkl::io::Volume v = neuromkl::io::ReadVolume(Path("cohort/" + row.at("image")));
-      const std::array<double, 16> a = v.geometry.RasAffine();
-      ASSERT_GT(a[5], 0.0);
-      ASSERT_GT(a[10], 0.0);
-      FixtureImage im;
-      im.dims = v.geometry.dims;
-      im.spacing = {std::abs(a[0]), a[5], a[10]};
-      im.flipX = a[0] < 0;
-      im.rasOrigin = {a[3], a[7], a[11]};
-      // Codes 0..255 of the values shifted by 2 (the simulated values lie in about -1.6 .. 6.6), 0 where a value is NaN
-      // (an integer image has none); each image's own slope, a float32 as the header stores it.
-      const float slope = (9.0f + 0.01f * static_cast<float>(i % 7)) / 255.0f;
-      im.datatype = datatype;
-      im.slope = datatype == 16 ? 0.0 : slope;
-      for (const float x : v.data) {
-        const double code = std::isfinite(x) ? std::clamp(std::round((x + 2.0) / slope), 0.0, 255.0) : 0.0;
-        im.stored.push_back(datatype == 16 ? static_cast<double>(static_cast<float>(code * static_cast<double>(slope))) : code);
-      }
-      neuromkl::testing::WriteFixtureImage(Path(name + "/" + row.at("image")), FixtureFormat::Nifti1, im);
-    }
-  };
-  writeCohort("as_uint8", 2);
-  writeCohort("as_int16", 4);
-  writeCohort("as_float32", 16);
+  ASSERT_NO_FATAL_FAILURE(WriteCodedCohort("as_uint8", 2));
+  ASSERT_NO_FATAL_FAILURE(WriteCodedCohort("as_int16", 4));
+  ASSERT_NO_FATAL_FAILURE(WriteCodedCohort("as_float32", 16));
   // svm over a grid, on the features (budget 0.01 MiB: no fold forms its kernels); the MKL learners' fits on codes are
   // the unit tests' (feature_storage_test.cpp).
   const std::string learners = R"([{"name": "svm", "grid": {"c": [0.01, 1, 100]}, "params": {"tolerance": 1e-9}}])";
@@ -233,6 +235,94 @@ TEST_F(FeaturesCli, IntegerImagesAreHeldAsTheirCodes) {
     const auto decisions = ByLearnerAndSubject(Results(name) + "/predictions.tsv", "decision");
     EXPECT_LT(LearnerDifference(reference, decisions, "svm"), 1e-5) << name;
     EXPECT_EQ(Chosen(name), Chosen("as_float32")) << name;
+  }
+}
+
+// With kernels.cache on, a study's feature matrix is kept in the cache as it is held (float32 values, or the codes of
+// integer images with their scales): a second run reads it from there instead of decoding the images, with outputs
+// byte for byte the first run's. A damaged entry (one byte of the matrix changed) is a miss that says so, is never
+// used, and is written again.
+TEST_F(FeaturesCli, FeaturesAreKeptInTheCacheAsTheyAreHeld) {
+  ASSERT_NO_FATAL_FAILURE(WriteCodedCohort("cached_uint8", 2));
+  const std::map<std::string, std::string> cohorts = {{"float32", "cohort/participants.tsv"}, {"uint8", "cached_uint8/participants.tsv"}};
+  for (const auto& [storage, table] : cohorts) {
+    const std::string name = "cached_" + storage, cache = Path("cache_" + storage);
+    const std::string study = Path(name + ".json");
+    WriteFile(study, R"({"name": ")" + name + R"(", "subjects": {"table": ")" + table + R"("},
+      "target": {"column": "group", "task": "classification", "positive_class": "patient"}, "atlas": "aal",
+      "kernels": {"representation": "features"}, "learners": [{"name": "enmkl_svm", "params": {"c": 1, "mu": 0.5}}],
+      "cv": {"outer": {"scheme": "stratified_kfold", "k": 3}}, "output": {"cache_dir": ")" + cache + R"("}, "seed": 5})");
+    auto run = [&](const std::string& out) {
+      const auto r = RunCli("run " + study + " --out " + Path(out));
+      EXPECT_EQ(r.exitCode, 0) << r.output;
+      return r.output;
+    };
+    auto results = [&](const std::string& out) { return nlohmann::json::parse(ReadFile(Path(out + "/results.json"))); };
+    run(name + "_first");
+    EXPECT_EQ(results(name + "_first").at("kernels").at("cache"), "features read and stored (no kernel formed)") << storage;
+    std::vector<std::filesystem::path> entries(std::filesystem::directory_iterator(cache), std::filesystem::directory_iterator{});
+    ASSERT_EQ(entries.size(), 1u) << storage;
+    const nlohmann::json index = nlohmann::json::parse(ReadFile(entries[0] / "index.json"));
+    EXPECT_EQ(index.at("storage"), storage);
+    EXPECT_GE(index.at("subjects").size(), 60u) << storage;
+    EXPECT_EQ(std::filesystem::exists(entries[0] / "row_scale.npy"), storage != "float32");
+    const std::string predictions = ReadFile(Path(name + "_first/predictions.tsv"));
+    const std::string regions = ReadFile(Path(name + "_first/regions_enmkl_svm.tsv"));
+
+    EXPECT_THAT(run(name + "_hit"), HasSubstr("cache hit")) << storage;
+    EXPECT_EQ(results(name + "_hit").at("kernels").at("cache"), "hit (features: no image read)") << storage;
+    EXPECT_EQ(results(name + "_hit").at("kernels").at("representation").at("storage").at("values"), storage);
+    EXPECT_EQ(results(name + "_hit").at("kernels").at("regions"), results(name + "_first").at("kernels").at("regions")) << storage;
+    EXPECT_EQ(ReadFile(Path(name + "_hit/predictions.tsv")), predictions) << storage;
+    EXPECT_EQ(ReadFile(Path(name + "_hit/regions_enmkl_svm.tsv")), regions) << storage;
+
+    std::string bytes = ReadFile(entries[0] / "features.npy");
+    bytes[bytes.size() - 3] = static_cast<char>(bytes[bytes.size() - 3] ^ 0x10);
+    WriteFile(entries[0] / "features.npy", bytes);
+    EXPECT_THAT(run(name + "_damaged"), HasSubstr("ignoring an unreadable feature cache entry")) << storage;
+    EXPECT_EQ(results(name + "_damaged").at("kernels").at("cache"), "features read and stored (no kernel formed)") << storage;
+    EXPECT_THAT(results(name + "_damaged").at("warnings").dump(), HasSubstr("features.npy: the feature file's values do not match their checksum")) << storage;
+    EXPECT_EQ(ReadFile(Path(name + "_damaged/predictions.tsv")), predictions) << storage;
+    EXPECT_THAT(run(name + "_rewritten"), HasSubstr("cache hit")) << storage;
+    EXPECT_EQ(ReadFile(Path(name + "_rewritten/predictions.tsv")), predictions) << storage;
+  }
+}
+
+// In a batch, studies on features with the same inputs decode the images once: the first keeps the matrix in the batch's
+// kernel cache and the others read it from there (under mpirun the kernel unit stores it before any study starts),
+// with the predictions each would have alone.
+TEST_F(FeaturesCli, BatchStudiesOnFeaturesDecodeTheImagesOnce) {
+  const std::string study = Path("batch_features.json");
+  WriteFile(study, R"({"name": "batch_features", "subjects": {"table": "cohort/participants.tsv"},
+    "target": {"column": "group", "task": "classification", "positive_class": "patient"}, "atlas": "aal",
+    "kernels": {"representation": "features"}, "learners": [{"name": "svm", "params": {"c": 1}}],
+    "cv": {"outer": {"scheme": "stratified_kfold", "k": 3}}, "seed": 5})");
+  const std::string batch = Path("feature_batch/batch.json");
+  WriteFile(batch, R"({"name": "fb", "studies": [{"file": ")" + study + R"(", "name": "svm_study"},
+    {"file": ")" + study + R"(", "name": "enmkl_study", "overrides": {"learners": [{"name": "enmkl_svm", "params": {"c": 1, "mu": 0.5}}]}}]})");
+  const auto b = RunCli("batch " + batch);
+  ASSERT_EQ(b.exitCode, 0) << b.output;
+  const std::string out = Path("feature_batch/results/fb");
+  std::map<std::string, int> cacheUse;
+  for (const char* name : {"svm_study", "enmkl_study"})
+    ++cacheUse[nlohmann::json::parse(ReadFile(out + "/studies/" + name + "/results.json")).at("kernels").at("cache").get<std::string>()];
+  EXPECT_EQ(cacheUse["features read and stored (no kernel formed)"], 1) << b.output;
+  EXPECT_EQ(cacheUse["hit (features: no image read)"], 1) << b.output;
+  std::size_t entries = 0;
+  for (const auto& e : std::filesystem::directory_iterator(out + "/kernel_cache")) {
+    EXPECT_EQ(nlohmann::json::parse(ReadFile(e.path() / "index.json")).at("format"), "neuromkl-features") << e.path();
+    ++entries;
+  }
+  EXPECT_EQ(entries, 1u);
+  for (const char* name : {"svm_study", "enmkl_study"}) {
+    const std::string alone = Path(std::string("alone_") + name + ".json");
+    nlohmann::json j = nlohmann::json::parse(ReadFile(study));
+    if (std::string(name) == "enmkl_study") j["learners"] = nlohmann::json::parse(R"([{"name": "enmkl_svm", "params": {"c": 1, "mu": 0.5}}])");
+    j["kernels"]["cache"] = false;
+    WriteFile(alone, j.dump());
+    const auto r = RunCli("run " + alone + " --out " + Path(std::string("alone_") + name));
+    ASSERT_EQ(r.exitCode, 0) << r.output;
+    EXPECT_EQ(ReadFile(out + "/studies/" + name + "/predictions.tsv"), ReadFile(Path(std::string("alone_") + name + "/predictions.tsv"))) << name;
   }
 }
 

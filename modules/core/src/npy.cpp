@@ -52,6 +52,36 @@ void WriteNpy(const std::string& path, const Eigen::Ref<const Eigen::MatrixXf>& 
 }
 
 namespace {
+const char* Descr(NpyType type) {
+  switch (type) {
+    case NpyType::UInt8: return "|u1";
+    case NpyType::Int16: return "<i2";
+    case NpyType::Float32: break;
+  }
+  return "<f4";
+}
+int Width(NpyType type) { return type == NpyType::UInt8 ? 1 : type == NpyType::Int16 ? 2 : 4; }
+char Kind(NpyType type) { return type == NpyType::UInt8 ? 'u' : type == NpyType::Int16 ? 'i' : 'f'; }
+}  // namespace
+
+void WriteNpyRows(const std::string& path, const void* data, std::int64_t rows, std::int64_t cols, NpyType type) {
+  std::string header = std::string("{'descr': '") + Descr(type) + "', 'fortran_order': False, 'shape': (" + std::to_string(rows) + ", " +
+                       std::to_string(cols) + "), }";
+  const std::size_t total = 10 + header.size() + 1;
+  header.append((64 - total % 64) % 64, ' ');
+  header += '\n';
+  std::ofstream out(path, std::ios::binary);
+  if (!out) throw IoError("npy:Unwritable", path, "cannot open the file for writing");
+  out.write("\x93NUMPY\x01\x00", 8);
+  const std::uint16_t len = static_cast<std::uint16_t>(header.size());
+  out.write(reinterpret_cast<const char*>(&len), 2);
+  out.write(header.data(), static_cast<std::streamsize>(header.size()));
+  out.write(static_cast<const char*>(data), static_cast<std::streamsize>(rows * cols * Width(type)));
+  out.close();
+  if (!out) throw IoError("npy:WriteFailed", path, "writing failed (disk full?)");
+}
+
+namespace {
 template <typename T>
 void ConvertInto(const std::vector<char>& raw, std::vector<double>& out) {
   const std::size_t n = raw.size() / sizeof(T);
@@ -102,7 +132,7 @@ NpyArray OpenNpy(std::ifstream& in, const std::string& path) {
   in.read(header.data(), headerLen);
   const std::string shown = header.size() > 200 ? header.substr(0, 200) + "..." : header;
   std::smatch m;
-  if (!std::regex_search(header, m, std::regex("'descr':\\s*'([<|=]?)([fi])(\\d)'")))
+  if (!std::regex_search(header, m, std::regex("'descr':\\s*'([<|=]?)([fiu])(\\d)'")))
     throw InputError("npy:UnsupportedType", path, "expected dtype float64, float32, int32 or int64 (little-endian); header: " + shown);
   const char kind = m[2].str()[0];
   const int width = std::stoi(m[3].str());
@@ -168,6 +198,20 @@ Eigen::MatrixXf ReadNpyFloat32(const std::string& path) {
     throw InputError("npy:Truncated", path, "file is truncated: expected " + std::to_string(out.size() * 4) + " data bytes");
   if (!fortran) out.transposeInPlace();
   return out;
+}
+
+void ReadNpyRowsInto(const std::string& path, void* data, std::int64_t rows, std::int64_t cols, NpyType type) {
+  std::ifstream in(path, std::ios::binary);
+  const auto [kind, width, fortran, fileRows, fileCols] = OpenNpy(in, path);
+  if (kind != Kind(type) || width != Width(type) || fortran)
+    throw InputError("npy:UnsupportedType", path, std::string("expected a C-order array of dtype ") + Descr(type) + ", found " + std::string(1, kind) +
+                                                      std::to_string(width) + (fortran ? " in Fortran order" : ""));
+  if (fileRows != rows || fileCols != cols)
+    throw InputError("npy:BadShape", path, "expected " + std::to_string(rows) + " x " + std::to_string(cols) + " values, found " + std::to_string(fileRows) + " x " +
+                                               std::to_string(fileCols));
+  const auto bytes = static_cast<std::streamsize>(rows * cols * width);
+  in.read(static_cast<char*>(data), bytes);
+  if (in.gcount() != bytes) throw InputError("npy:Truncated", path, "file is truncated: expected " + std::to_string(bytes) + " data bytes");
 }
 
 }  // namespace neuromkl

@@ -147,8 +147,8 @@ std::vector<std::vector<Unit>> PlanUnits(const config::BatchConfig& batch, const
     try {
       const Cohort cohort = LoadStudyCohort(study);
       const std::string key = KernelCacheKey(study, cohort);
-      // A study on features has no kernels to cache or to hold on the ranks: its permutation blocks and its own unit
-      // read the images.
+      // A study on features has no kernels to hold on the ranks; with the cache on, its kernel unit stores its features
+      // (under FeatureCacheKey), which its permutation blocks and its own unit then read instead of the images.
       const std::size_t planned = PlannedKernelCount(study, cohort);
       const bool features = ChooseRepresentation(study, cohort, planned).chosen == config::KernelRepresentation::Features;
       if (held && !features) {
@@ -159,7 +159,8 @@ std::vector<std::vector<Unit>> PlanUnits(const config::BatchConfig& batch, const
           continue;
         }
       }
-      if (!features && kernelKeys.insert(key).second) phases[0].push_back({UnitKind::Kernels, static_cast<int>(i), 0});
+      if ((!features || study.kernels.cache) && kernelKeys.insert(features ? FeatureCacheKey(study, cohort) : key).second)
+        phases[0].push_back({UnitKind::Kernels, static_cast<int>(i), 0});
     } catch (const Error&) {
       // the study unit will fail with this error and record it
     }

@@ -1,10 +1,12 @@
 // The kernel stage of a study on features (kernels.representation): the images read once into one FeatureMatrix (the
 // masked voxels, subject-major, grouped by region), with the kernel stage's masking, non-finite rule and intensity
-// scaling, and the choice between features and kernels that "auto" makes from the two footprints.
+// scaling, kept in the kernel cache (exporting::SaveFeatureStore) so that a later run reads no image, and the choice
+// between features and kernels that "auto" makes from the two footprints.
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
 #include <limits>
 
 #include <fmt/format.h>
@@ -12,11 +14,14 @@
 #include <tbb/parallel_for.h>
 
 #include "neuromkl/core/errors.hpp"
+#include "neuromkl/core/hash.hpp"
 #include "neuromkl/core/strings.hpp"
 #include "neuromkl/core/system.hpp"
+#include "neuromkl/export/feature_cache.hpp"
 #include "neuromkl/gram/features.hpp"
 #include "neuromkl/io/nifti.hpp"
 #include "neuromkl/pipeline/kernel_stage.hpp"
+#include "neuromkl/pipeline/output_dir.hpp"
 
 namespace neuromkl::pipeline {
 
@@ -154,15 +159,13 @@ void CheckFeaturesFitMemory(const config::StudyConfig& study, const Representati
                                Gib(choice.featureBytes), gram::BytesPerValue(choice.storage.storage), Gib(memory)));
 }
 
-KernelStageResult FormFeatureStage(const config::StudyConfig& study, const Cohort& cohort, const FeatureStorageChoice& storage, const std::string& scratchDir) {
-  const auto start = std::chrono::steady_clock::now();
-  KernelStageResult res;
-  res.key = KernelCacheKey(study, cohort);  // the inputs' hash (results.json's input hash); no entry is written
-  for (const auto& w : cohort.warnings) {
-    spdlog::warn("{}", w);
-    res.warnings.push_back(w);
-  }
-  res.regions = StudyRegions(study, cohort, res.warnings);
+namespace {
+namespace fs = std::filesystem;
+
+/// The images read into the matrix with the kernel path's masking, non-finite rule, intensity scaling and region
+/// exclusions: `res` gains the features, the kernel set's header and the read figures.
+void ReadFeatures(const config::StudyConfig& study, const Cohort& cohort, const FeatureStorageChoice& storage, const std::string& scratchDir,
+                  std::chrono::steady_clock::time_point start, KernelStageResult& res) {
   const atlas::RegionIndex& index = *res.regions;
   kernels::RegionKernelOptions options = RegionKernelOptionsOf(study, index, scratchDir);
   options.compact = false;
@@ -224,14 +227,97 @@ KernelStageResult FormFeatureStage(const config::StudyConfig& study, const Cohor
   AddExclusionWarnings(res);
   if (res.set.Size() == 0) throw InputError("kernels:NoneLeft", study.path, "no usable kernel is left (every region was excluded; see the warnings above)");
   res.report.peakDataBytes = FeatureBytes(cohort.ids.size(), offsets.back(), x->storage);
-  res.report.dataBytes = FeatureBytes(cohort.ids.size(), x->Voxels(), x->storage);
-  res.featureStorage = x->storage;
-  res.featureStorageNote = storage.why;
   res.report.droppedVoxels = static_cast<std::int64_t>(dropped.size());
-  res.report.totalSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   res.features = std::move(x);
-  spdlog::info("kernels: {} regions held as features ({} subjects x {} voxels in {}, {:.1f} MiB); no kernel formed", res.set.Size(), n,
-               res.features->Voxels(), gram::ToString(res.features->storage), static_cast<double>(res.report.dataBytes) / 1048576.0);
+}
+
+/// The cache entry at res.cachePath when it holds this study's features in the chosen storage (true: `res` has them). A
+/// damaged or foreign entry is a miss, said in a warning, never used.
+bool LoadCachedFeatures(const Cohort& cohort, const FeatureStorageChoice& storage, const std::string& key, KernelStageResult& res) {
+  std::error_code ec;
+  if (!fs::exists(res.cachePath + "/index.json", ec)) return false;
+  try {
+    std::string found;
+    exporting::FeatureEntry entry = exporting::LoadFeatureStore(res.cachePath, &found);
+    if (found != key || entry.set.subjects != cohort.ids || entry.features->storage != storage.storage) return false;
+    res.set = std::move(entry.set);
+    res.features = std::move(entry.features);
+    res.report.droppedVoxels = entry.droppedVoxels;
+    res.report.peakDataBytes = FeatureBytes(cohort.ids.size(), res.features->Voxels(), res.features->storage);
+    res.cacheHit = true;
+    return true;
+  } catch (const Error& e) {
+    spdlog::warn("kernels: ignoring an unreadable feature cache entry {} (reading the images again): {}", res.cachePath, e.what());
+    res.warnings.push_back(std::string("feature cache entry ignored and recomputed: ") + e.what());
+    return false;
+  }
+}
+
+/// Lands the entry atomically (a crash leaves a stray temporary folder, never a half entry); a failure is a warning.
+void StoreFeatures(const std::string& key, KernelStageResult& res) {
+  const std::string tmp = res.cachePath + ".tmp-" + TemporarySuffix();
+  try {
+    exporting::SaveFeatureStore(tmp, {res.features, res.set, res.report.droppedVoxels}, key, "feature cache entry");
+    std::error_code ec;
+    fs::remove_all(res.cachePath, ec);
+    fs::rename(tmp, res.cachePath, ec);
+    if (ec) throw IoError("cache:Rename", res.cachePath, ec.message());
+  } catch (const Error& e) {
+    std::error_code ec;
+    fs::remove_all(tmp, ec);
+    spdlog::warn("kernels: feature cache entry not written (the results are not affected; the next run reads the images): {}", e.what());
+    res.warnings.push_back(std::string("feature cache not written: ") + e.what());
+  }
+}
+}  // namespace
+
+namespace {
+/// The feature entry's key from the kernel key of the study in float64.
+std::string FeatureKeyOf(const std::string& float64KernelKey) {
+  Hasher h;
+  h.Update(std::string_view("neuromkl-features-v1")).Update(float64KernelKey);
+  return h.Hex();
+}
+}  // namespace
+
+std::string FeatureCacheKey(const config::StudyConfig& study, const Cohort& cohort) {
+  // The features do not depend on the kernels' precision: float32 and float64 studies share the entry.
+  config::StudyConfig wide = study;
+  wide.kernels.precision = config::KernelPrecision::Float64;
+  return FeatureKeyOf(KernelCacheKey(wide, cohort));
+}
+
+KernelStageResult FormFeatureStage(const config::StudyConfig& study, const Cohort& cohort, const FeatureStorageChoice& storage, const std::string& scratchDir) {
+  const auto start = std::chrono::steady_clock::now();
+  KernelStageResult res;
+  res.key = KernelCacheKey(study, cohort);  // the inputs' hash (results.json's input hash)
+  for (const auto& w : cohort.warnings) {
+    spdlog::warn("{}", w);
+    res.warnings.push_back(w);
+  }
+  res.regions = StudyRegions(study, cohort, res.warnings);
+  // (In float64 the kernel key is the float64 one: the images are hashed once.)
+  const std::string key = !study.kernels.cache                                         ? std::string()
+                          : study.kernels.precision == config::KernelPrecision::Float64 ? FeatureKeyOf(res.key)
+                                                                                        : FeatureCacheKey(study, cohort);
+  if (study.kernels.cache) {
+    RemoveDeadTemporaries(study.output.cacheDir, "kernel cache entry");  // entries a killed process was writing
+    res.cachePath = study.output.cacheDir + "/" + key;
+  }
+  if (study.kernels.cache && LoadCachedFeatures(cohort, storage, key, res)) {
+    spdlog::info("kernels: cache hit ({}), {} regions held as features, no image read", res.cachePath, res.set.Size());
+    AddExclusionWarnings(res);  // the notes of the run that read them, kept on every hit
+  } else {
+    ReadFeatures(study, cohort, storage, scratchDir, start, res);
+    if (study.kernels.cache) StoreFeatures(key, res);
+  }
+  const gram::FeatureMatrix& x = *res.features;
+  res.report.dataBytes = FeatureBytes(cohort.ids.size(), x.Voxels(), x.storage);
+  res.featureStorage = x.storage;
+  res.featureStorageNote = storage.why;
+  res.report.totalSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  spdlog::info("kernels: {} regions held as features ({} subjects x {} voxels in {}, {:.1f} MiB); no kernel formed", res.set.Size(), x.Subjects(),
+               x.Voxels(), gram::ToString(x.storage), static_cast<double>(res.report.dataBytes) / 1048576.0);
   return res;
 }
 

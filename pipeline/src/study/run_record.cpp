@@ -100,9 +100,10 @@ void RecordKernels(const StudyContext& ctx, exporting::RunRecord& record) {
   record.kernels = ks.set.info;
   record.excludedKernels = ks.set.excluded;
   record.kernelSource = config::ToString(study.kernels.source);
-  record.kernelCache = ks.features || ks.set.featureForm ? "none (features: no kernel formed)"
-                       : ks.cacheHit                     ? "hit"
-                                                         : (study.kernels.cache ? "computed and stored" : "computed (cache off)");
+  const bool features = ks.features || ks.set.featureForm;
+  record.kernelCache = ks.cacheHit ? (features ? "hit (features: no image read)" : "hit")
+                       : features  ? (study.kernels.cache ? "features read and stored (no kernel formed)" : "features read (cache off; no kernel formed)")
+                                   : (study.kernels.cache ? "computed and stored" : "computed (cache off)");
   record.kernelRanks = ks.owners ? ks.owners->Owners() : ks.cacheHit ? 1 : ks.report.ranks;
   record.kernelRankBudgetMb = study.kernels.memoryBudgetMb > 0 ? study.kernels.memoryBudgetMb : static_cast<double>(ks.report.rankBudgetBytes) / 1048576.0;
   if (!ks.set.intensityScale.empty()) {

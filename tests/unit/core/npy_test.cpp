@@ -1,4 +1,7 @@
+#include <cstdint>
 #include <cstring>
+#include <vector>
+
 #include <gmock/gmock.h>
 
 #include "neuromkl/core/errors.hpp"
@@ -91,4 +94,51 @@ TEST(Npy, HeaderSizesAreCheckedAgainstTheFileBeforeAllocating) {
   // The exact size still reads.
   neuromkl::testing::WriteFile(tmp / "ok.npy", NpyWithHeader("{'descr': '<f8', 'fortran_order': False, 'shape': (2, 4), }", 64));
   EXPECT_EQ(ReadNpy(tmp / "ok.npy"), Eigen::MatrixXd::Zero(2, 4));
+}
+
+// A feature matrix's rows (uint8 / int16 codes, float32 values) written and read in place: exact, numpy's C order
+// (value (i, j) at byte offset (i cols + j) x width after the header), and a file of another dtype, order or shape is
+// refused with the file's name.
+TEST(Npy, RowsOfEveryFeatureTypeRoundTripInPlace) {
+  neuromkl::testing::TempDir tmp;
+  const std::vector<std::uint8_t> codes8 = {0, 1, 255, 7, 128, 3};
+  const std::vector<std::int16_t> codes16 = {-32768, 32767, 0, -1, 12, 300};
+  const std::vector<float> values = {1.5f, -2.0f, 3.25f, 4.0f, 0.0f, 6.5f};
+  WriteNpyRows(tmp / "u1.npy", codes8.data(), 2, 3, NpyType::UInt8);
+  WriteNpyRows(tmp / "i2.npy", codes16.data(), 2, 3, NpyType::Int16);
+  WriteNpyRows(tmp / "f4.npy", values.data(), 2, 3, NpyType::Float32);
+  std::vector<std::uint8_t> back8(6);
+  std::vector<std::int16_t> back16(6);
+  std::vector<float> backF(6);
+  ReadNpyRowsInto(tmp / "u1.npy", back8.data(), 2, 3, NpyType::UInt8);
+  ReadNpyRowsInto(tmp / "i2.npy", back16.data(), 2, 3, NpyType::Int16);
+  ReadNpyRowsInto(tmp / "f4.npy", backF.data(), 2, 3, NpyType::Float32);
+  EXPECT_EQ(back8, codes8);
+  EXPECT_EQ(back16, codes16);
+  EXPECT_EQ(backF, values);
+  const std::string bytes = neuromkl::testing::ReadFile(tmp / "i2.npy");
+  EXPECT_THAT(bytes.substr(0, 128), ::testing::HasSubstr("'descr': '<i2', 'fortran_order': False, 'shape': (2, 3)"));
+  EXPECT_EQ((bytes.size() - 6 * 2) % 64, 0u);
+  std::int16_t second;
+  std::memcpy(&second, bytes.data() + bytes.size() - 6 * 2 + 2, 2);  // row 0, column 1
+  EXPECT_EQ(second, 32767);
+  EXPECT_EQ(ReadNpy(tmp / "f4.npy")(1, 2), 6.5);  // the float32 rows read by the general reader too
+  auto refused = [&](const std::string& file, void* data, std::int64_t rows, std::int64_t cols, NpyType type, const std::string& says) {
+    try {
+      ReadNpyRowsInto(tmp / file, data, rows, cols, type);
+      ADD_FAILURE() << file << " was read";
+    } catch (const InputError& e) {
+      EXPECT_THAT(e.what(), ::testing::HasSubstr(says)) << file;
+      EXPECT_THAT(e.what(), ::testing::HasSubstr(file)) << file;
+    }
+  };
+  refused("u1.npy", back16.data(), 2, 3, NpyType::Int16, "expected a C-order array of dtype <i2, found u1");
+  refused("i2.npy", back16.data(), 3, 2, NpyType::Int16, "expected 3 x 2 values, found 2 x 3");
+  Eigen::MatrixXf columnMajor(2, 3);
+  columnMajor << 1, 2, 3, 4, 5, 6;
+  WriteNpy(tmp / "fortran.npy", columnMajor);
+  refused("fortran.npy", backF.data(), 2, 3, NpyType::Float32, "in Fortran order");
+  const std::string whole = neuromkl::testing::ReadFile(tmp / "f4.npy");
+  neuromkl::testing::WriteFile(tmp / "short.npy", whole.substr(0, whole.size() - 4));
+  refused("short.npy", backF.data(), 2, 3, NpyType::Float32, "truncated");
 }

@@ -117,8 +117,12 @@ std::uint64_t FeatureBytes(std::size_t subjects, std::int64_t voxels, gram::Feat
 void CheckFeaturesFitMemory(const config::StudyConfig& study, const RepresentationChoice& choice);
 /// The kernel stage on features: every image read once into the FeatureMatrix (RegionKernelOptionsOf's masking, NaN
 /// rule and scaling), regions without a voxel left or with a zero kernel excluded as the kernel path does, the values held
-/// as `storage` says (ChooseRepresentation's choice, made from the same cohort and regions). No cache entry.
+/// as `storage` says (ChooseRepresentation's choice, made from the same cohort and regions). With kernels.cache, the
+/// matrix is kept in the cache folder under FeatureCacheKey (exporting::SaveFeatureStore) and a later run with the same
+/// inputs reads it from there instead of the images.
 KernelStageResult FormFeatureStage(const config::StudyConfig& study, const Cohort& cohort, const FeatureStorageChoice& storage, const std::string& scratchDir);
+/// The cache key of a study's features: KernelCacheKey's inputs without the kernels' precision.
+std::string FeatureCacheKey(const config::StudyConfig& study, const Cohort& cohort);
 /// The study's kernel stage: kernels, or features as ChooseRepresentation decides.
 KernelStageResult RunKernelStage(const config::StudyConfig& study, const Cohort& cohort, const std::string& scratchDir, int sourceIndex = -1);
 

@@ -1,5 +1,6 @@
 #pragma once
 // NumPy .npy files (format 1.0/2.0), so that Python users can load kernels with numpy.load.
+#include <cstdint>
 #include <string>
 
 #include <Eigen/Core>
@@ -15,5 +16,13 @@ Eigen::MatrixXd ReadNpy(const std::string& path);
 void WriteNpy(const std::string& path, const Eigen::Ref<const Eigen::MatrixXf>& matrix);
 /// Reads a 2-D float32 array (either order) as it is: InputError npy:UnsupportedType for another dtype.
 Eigen::MatrixXf ReadNpyFloat32(const std::string& path);
+
+/// The element types of row-major arrays written and read in place (a study's feature matrix).
+enum class NpyType { Float32, UInt8, Int16 };
+/// Writes `rows` x `cols` values of `type` at `data`, row-major (C order), as they are in memory. IoError on failure.
+void WriteNpyRows(const std::string& path, const void* data, std::int64_t rows, std::int64_t cols, NpyType type);
+/// Reads a C-order 2-D array of exactly `type` and `rows` x `cols` into `data` (which holds that many values), with no
+/// copy: InputError naming the file when the dtype, order or shape differ or the file is short.
+void ReadNpyRowsInto(const std::string& path, void* data, std::int64_t rows, std::int64_t cols, NpyType type);
 
 }  // namespace neuromkl
