@@ -269,9 +269,7 @@ void StoreFeatures(const std::string& key, KernelStageResult& res) {
     res.warnings.push_back(std::string("feature cache not written: ") + e.what());
   }
 }
-}  // namespace
 
-namespace {
 /// The feature entry's key from the kernel key of the study in float64.
 std::string FeatureKeyOf(const std::string& float64KernelKey) {
   Hasher h;
