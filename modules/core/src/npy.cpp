@@ -13,9 +13,11 @@
 
 namespace neuromkl {
 
-void WriteNpy(const std::string& path, const Eigen::Ref<const Eigen::MatrixXd>& matrix) {
-  std::string header = "{'descr': '<f8', 'fortran_order': False, 'shape': (" + std::to_string(matrix.rows()) + ", " +
-                       std::to_string(matrix.cols()) + "), }";
+namespace {
+/// `path` opened for writing, with a version 1.0 header for a 2-D array of dtype `descr` already written.
+std::ofstream OpenNpyForWriting(const std::string& path, const char* descr, bool fortran, std::int64_t rows, std::int64_t cols) {
+  std::string header = std::string("{'descr': '") + descr + "', 'fortran_order': " + (fortran ? "True" : "False") + ", 'shape': (" +
+                       std::to_string(rows) + ", " + std::to_string(cols) + "), }";
   // Pad so that magic (6) + version (2) + length (2) + header is a multiple of 64, ending in '\n'.
   const std::size_t total = 10 + header.size() + 1;
   header.append((64 - total % 64) % 64, ' ');
@@ -26,29 +28,28 @@ void WriteNpy(const std::string& path, const Eigen::Ref<const Eigen::MatrixXd>& 
   const std::uint16_t len = static_cast<std::uint16_t>(header.size());
   out.write(reinterpret_cast<const char*>(&len), 2);
   out.write(header.data(), static_cast<std::streamsize>(header.size()));
+  return out;
+}
+/// Closes `out`, which flushes it: a full disk shows here, not silently in the destructor.
+void FinishNpy(std::ofstream& out, const std::string& path) {
+  out.close();
+  if (!out) throw IoError("npy:WriteFailed", path, "writing failed (disk full?)");
+}
+}  // namespace
+
+void WriteNpy(const std::string& path, const Eigen::Ref<const Eigen::MatrixXd>& matrix) {
+  std::ofstream out = OpenNpyForWriting(path, "<f8", false, matrix.rows(), matrix.cols());
   Eigen::Matrix<double, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor> rowMajor = matrix;
   out.write(reinterpret_cast<const char*>(rowMajor.data()), static_cast<std::streamsize>(rowMajor.size() * sizeof(double)));
-  out.close();  // flushes: a full disk shows here, not silently in the destructor
-  if (!out) throw IoError("npy:WriteFailed", path, "writing failed (disk full?)");
+  FinishNpy(out, path);
 }
 
 void WriteNpy(const std::string& path, const Eigen::Ref<const Eigen::MatrixXf>& matrix) {
   // Written in its own (column-major) order: 'fortran_order': True, no transposed copy of a large kernel.
-  std::string header = "{'descr': '<f4', 'fortran_order': True, 'shape': (" + std::to_string(matrix.rows()) + ", " +
-                       std::to_string(matrix.cols()) + "), }";
-  const std::size_t total = 10 + header.size() + 1;
-  header.append((64 - total % 64) % 64, ' ');
-  header += '\n';
-  std::ofstream out(path, std::ios::binary);
-  if (!out) throw IoError("npy:Unwritable", path, "cannot open the file for writing");
-  out.write("\x93NUMPY\x01\x00", 8);
-  const std::uint16_t len = static_cast<std::uint16_t>(header.size());
-  out.write(reinterpret_cast<const char*>(&len), 2);
-  out.write(header.data(), static_cast<std::streamsize>(header.size()));
+  std::ofstream out = OpenNpyForWriting(path, "<f4", true, matrix.rows(), matrix.cols());
   for (Eigen::Index j = 0; j < matrix.cols(); ++j)  // a Ref may have an outer stride
     out.write(reinterpret_cast<const char*>(matrix.col(j).data()), static_cast<std::streamsize>(matrix.rows() * static_cast<Eigen::Index>(sizeof(float))));
-  out.close();
-  if (!out) throw IoError("npy:WriteFailed", path, "writing failed (disk full?)");
+  FinishNpy(out, path);
 }
 
 namespace {
@@ -65,20 +66,9 @@ char Kind(NpyType type) { return type == NpyType::UInt8 ? 'u' : type == NpyType:
 }  // namespace
 
 void WriteNpyRows(const std::string& path, const void* data, std::int64_t rows, std::int64_t cols, NpyType type) {
-  std::string header = std::string("{'descr': '") + Descr(type) + "', 'fortran_order': False, 'shape': (" + std::to_string(rows) + ", " +
-                       std::to_string(cols) + "), }";
-  const std::size_t total = 10 + header.size() + 1;
-  header.append((64 - total % 64) % 64, ' ');
-  header += '\n';
-  std::ofstream out(path, std::ios::binary);
-  if (!out) throw IoError("npy:Unwritable", path, "cannot open the file for writing");
-  out.write("\x93NUMPY\x01\x00", 8);
-  const std::uint16_t len = static_cast<std::uint16_t>(header.size());
-  out.write(reinterpret_cast<const char*>(&len), 2);
-  out.write(header.data(), static_cast<std::streamsize>(header.size()));
+  std::ofstream out = OpenNpyForWriting(path, Descr(type), false, rows, cols);
   out.write(static_cast<const char*>(data), static_cast<std::streamsize>(rows * cols * Width(type)));
-  out.close();
-  if (!out) throw IoError("npy:WriteFailed", path, "writing failed (disk full?)");
+  FinishNpy(out, path);
 }
 
 namespace {

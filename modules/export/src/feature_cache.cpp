@@ -5,7 +5,7 @@
 
 #include <fmt/format.h>
 
-#include "json_format.hpp"
+#include "store_files.hpp"
 #include "neuromkl/core/errors.hpp"
 #include "neuromkl/core/hash.hpp"
 #include "neuromkl/core/npy.hpp"
@@ -41,10 +41,7 @@ std::string ValuesHash(const gram::FeatureMatrix& x) {
   return h.Hex();
 }
 
-Json InfoJson(const kernels::KernelInfo& k) {
-  return {{"name", k.name}, {"label", k.label}, {"features", k.features}, {"atlas_voxels", k.atlasVoxels},
-          {"non_finite_voxels", k.nonFiniteVoxels}, {"zeroed_values", k.zeroedValues}};
-}
+/// (Strict, unlike the kernel store's reader: every feature entry has every field.)
 kernels::KernelInfo InfoFrom(const Json& j) {
   kernels::KernelInfo k;
   k.name = j.at("name").get<std::string>();
@@ -59,12 +56,7 @@ kernels::KernelInfo InfoFrom(const Json& j) {
 /// `file` once its bytes match the index's checksum (InputError store:Checksum otherwise).
 std::string Checked(const std::string& dir, const Json& index, const char* name) {
   const std::string file = dir + "/" + name;
-  const std::string expected = index.at("xxh3").at(name).get<std::string>();
-  const std::string found = HashFile(file).Hex();
-  if (found != expected)
-    throw InputError("store:Checksum", file, "the feature file's content does not match its checksum in the index (expected xxh3 " + expected +
-                                                 ", found " + found + "): the file was changed or damaged");
-  return file;
+  return CheckedStoreFile(file, index.at("xxh3").at(name).get<std::string>(), "feature file");
 }
 }  // namespace
 
@@ -90,9 +82,9 @@ void SaveFeatureStore(const std::string& dir, const FeatureEntry& entry, const s
   for (std::size_t r = 0; r < set.rawDiagonals.size(); ++r) diagonals.row(static_cast<Eigen::Index>(r)) = set.rawDiagonals[r].transpose();
   WriteNpy(dir + "/raw_diagonals.npy", diagonals);
   index["xxh3"]["raw_diagonals.npy"] = HashFile(dir + "/raw_diagonals.npy").Hex();
-  for (const auto& info : set.info) index["kernels"].push_back(InfoJson(info));
+  for (const auto& info : set.info) index["kernels"].push_back(KernelInfoJson(info));
   for (const auto& e : set.excluded) {
-    Json j = InfoJson(e.info);
+    Json j = KernelInfoJson(e.info);
     j["reason"] = e.reason;
     index["excluded"].push_back(j);
   }
@@ -107,14 +99,7 @@ void SaveFeatureStore(const std::string& dir, const FeatureEntry& entry, const s
 
 FeatureEntry LoadFeatureStore(const std::string& dir, std::string* key) {
   const std::string path = dir + "/index.json";
-  std::ifstream in(path);
-  if (!in) throw InputError("store:Missing", path, "no feature index here");
-  Json index;
-  try {
-    index = Json::parse(in);
-  } catch (const Json::exception& e) {
-    throw InputError("store:Corrupt", path, std::string("the feature index is not valid JSON: ") + e.what());
-  }
+  const Json index = ReadStoreIndex(path, "feature index");
   FeatureEntry entry;
   entry.features = std::make_shared<gram::FeatureMatrix>();
   gram::FeatureMatrix& x = *entry.features;

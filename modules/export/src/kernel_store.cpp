@@ -7,7 +7,7 @@
 
 #include <fmt/format.h>
 
-#include "json_format.hpp"
+#include "store_files.hpp"
 #include "neuromkl/core/errors.hpp"
 #include "neuromkl/core/hash.hpp"
 #include "neuromkl/core/npy.hpp"
@@ -16,11 +16,31 @@ namespace neuromkl::exporting {
 
 namespace fs = std::filesystem;
 
-namespace {
-Json InfoJson(const kernels::KernelInfo& k) {
+Json KernelInfoJson(const kernels::KernelInfo& k) {
   return {{"name", k.name}, {"label", k.label}, {"features", k.features}, {"atlas_voxels", k.atlasVoxels},
           {"non_finite_voxels", k.nonFiniteVoxels}, {"zeroed_values", k.zeroedValues}};
 }
+
+Json ReadStoreIndex(const std::string& path, const std::string& what) {
+  std::ifstream in(path);
+  if (!in) throw InputError("store:Missing", path, "no " + what + " here");
+  try {
+    return Json::parse(in);
+  } catch (const Json::exception& e) {
+    throw InputError("store:Corrupt", path, "the " + what + " is not valid JSON: " + e.what());
+  }
+}
+
+const std::string& CheckedStoreFile(const std::string& file, const std::string& expected, const std::string& what) {
+  const std::string found = HashFile(file).Hex();
+  if (found != expected)
+    throw InputError("store:Checksum", file, "the " + what + "'s content does not match its checksum in the index (expected xxh3 " + expected +
+                                                 ", found " + found + "): the file was changed or damaged");
+  return file;
+}
+
+namespace {
+/// (Lenient: entries of older versions lack some fields.)
 kernels::KernelInfo InfoFrom(const Json& j) {
   kernels::KernelInfo k;
   k.name = j.at("name").get<std::string>();
@@ -82,7 +102,7 @@ void SaveKernelStoreIndex(const std::string& dir, const kernels::KernelSet& set,
     index["raw_diagonals_xxh3"] = HashFile(dir + "/raw_diagonals.npy").Hex();
   }
   for (std::size_t r = 0; r < set.info.size(); ++r) {
-    Json e = InfoJson(set.info[r]);
+    Json e = KernelInfoJson(set.info[r]);
     e["file"] = KernelStoreFile(r, set.info[r].name);
     e["xxh3"] = hashes[r];
     index["kernels"].push_back(e);
@@ -90,7 +110,7 @@ void SaveKernelStoreIndex(const std::string& dir, const kernels::KernelSet& set,
   if (!set.intensityScale.empty()) index["intensity_scale"] = set.intensityScale;  // per subject: what its image was divided by
   if (set.nonZeroInsideAtlas >= 0) index["non_zero_values"] = {{"inside_atlas", set.nonZeroInsideAtlas}, {"outside_atlas", set.nonZeroOutsideAtlas}};
   for (const auto& x : set.excluded) {
-    Json e = InfoJson(x.info);
+    Json e = KernelInfoJson(x.info);
     e["reason"] = x.reason;
     index["excluded"].push_back(e);
   }
@@ -102,25 +122,12 @@ void SaveKernelStoreIndex(const std::string& dir, const kernels::KernelSet& set,
 
 namespace {
 /// `file`, once its bytes are checked against the index's checksum (InputError store:Checksum otherwise).
-const std::string& Checked(const std::string& file, const std::string& expected) {
-  const std::string found = HashFile(file).Hex();
-  if (found != expected)
-    throw InputError("store:Checksum", file, "the kernel file's content does not match its checksum in the index (expected xxh3 " + expected +
-                                                 ", found " + found + "): the file was changed or damaged");
-  return file;
-}
+const std::string& Checked(const std::string& file, const std::string& expected) { return CheckedStoreFile(file, expected, "kernel file"); }
 }  // namespace
 
 KernelStoreIndex ReadKernelStoreIndex(const std::string& dir, std::string* key) {
   const std::string path = dir + "/index.json";
-  std::ifstream in(path);
-  if (!in) throw InputError("store:Missing", path, "no kernel index here");
-  Json index;
-  try {
-    index = Json::parse(in);
-  } catch (const Json::exception& e) {
-    throw InputError("store:Corrupt", path, std::string("the kernel index is not valid JSON: ") + e.what());
-  }
+  const Json index = ReadStoreIndex(path, "kernel index");
   KernelStoreIndex out;
   kernels::KernelSet& set = out.set;
   try {

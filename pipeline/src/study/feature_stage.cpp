@@ -253,18 +253,13 @@ bool LoadCachedFeatures(const Cohort& cohort, const FeatureStorageChoice& storag
   }
 }
 
-/// Lands the entry atomically (a crash leaves a stray temporary folder, never a half entry); a failure is a warning.
+/// Lands the entry (LandCacheEntry); a failure is a warning.
 void StoreFeatures(const std::string& key, KernelStageResult& res) {
-  const std::string tmp = res.cachePath + ".tmp-" + TemporarySuffix();
   try {
-    exporting::SaveFeatureStore(tmp, {res.features, res.set, res.report.droppedVoxels}, key, "feature cache entry");
-    std::error_code ec;
-    fs::remove_all(res.cachePath, ec);
-    fs::rename(tmp, res.cachePath, ec);
-    if (ec) throw IoError("cache:Rename", res.cachePath, ec.message());
+    LandCacheEntry(res.cachePath, [&](const std::string& folder) {
+      exporting::SaveFeatureStore(folder, {res.features, res.set, res.report.droppedVoxels}, key, "feature cache entry");
+    });
   } catch (const Error& e) {
-    std::error_code ec;
-    fs::remove_all(tmp, ec);
     spdlog::warn("kernels: feature cache entry not written (the results are not affected; the next run reads the images): {}", e.what());
     res.warnings.push_back(std::string("feature cache not written: ") + e.what());
   }

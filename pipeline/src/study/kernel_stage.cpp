@@ -531,17 +531,9 @@ KernelStageResult FormKernels(const config::StudyConfig& study, const Cohort& co
   if (res.set.Size() == 0)
     throw InputError("kernels:NoneLeft", study.path, "no usable kernel is left (every region was excluded; see the warnings above)");
   if (study.kernels.cache) {
-    // Land the cache entry atomically: a crash leaves a stray temporary folder, never a half entry.
-    const std::string tmp = res.cachePath + ".tmp-" + TemporarySuffix();
     try {
-      SaveStageKernels(tmp, res, "kernel cache entry");
-      std::error_code ec;
-      fs::remove_all(res.cachePath, ec);
-      fs::rename(tmp, res.cachePath, ec);
-      if (ec) throw IoError("cache:Rename", res.cachePath, ec.message());
+      LandCacheEntry(res.cachePath, [&](const std::string& folder) { SaveStageKernels(folder, res, "kernel cache entry"); });
     } catch (const Error& e) {
-      std::error_code ec;
-      fs::remove_all(tmp, ec);
       spdlog::warn("kernels: cache entry not written (the results are not affected; the next run recomputes): {}", e.what());
       res.warnings.push_back(std::string("kernel cache not written: ") + e.what());
     }

@@ -92,6 +92,21 @@ void RemoveDeadTemporaries(const std::string& dir, const std::string& what) {
   }
 }
 
+void LandCacheEntry(const std::string& entry, const std::function<void(const std::string& folder)>& write) {
+  const std::string tmp = entry + ".tmp-" + TemporarySuffix();
+  try {
+    write(tmp);
+    std::error_code ec;
+    fs::remove_all(entry, ec);
+    fs::rename(tmp, entry, ec);
+    if (ec) throw IoError("cache:Rename", entry, ec.message());
+  } catch (const Error&) {
+    std::error_code ec;
+    fs::remove_all(tmp, ec);
+    throw;
+  }
+}
+
 void CheckOutputWritable(const std::string& finalDir) {
   std::error_code ec;
   fs::path existing = fs::absolute(fs::path(finalDir), ec).lexically_normal().parent_path();

@@ -12,6 +12,7 @@
 // While a run works, it holds `<output>.claim` (a symbolic link naming its host and process): a second run
 // to the same output folder fails at once (output:Busy) instead of both finishing and one silently losing its
 // results. A claim left by a process of this host that no longer runs (kill -9) is taken over.
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -36,6 +37,10 @@ std::string TemporarySuffix();
 /// Removes the entries "<name>.tmp-<host>-<pid>" of `dir` that processes of this host that no longer run were writing
 /// (killed mid-write); `what` names them in the log.
 void RemoveDeadTemporaries(const std::string& dir, const std::string& what);
+/// A cache entry landed atomically: `write` fills the folder "<entry>.tmp-<host>-<pid>", which then replaces `entry`,
+/// so that a crash leaves a stray temporary folder (RemoveDeadTemporaries), never a half entry. An Error from `write`
+/// or from the rename (IoError cache:Rename) propagates with the temporary folder removed.
+void LandCacheEntry(const std::string& entry, const std::function<void(const std::string& folder)>& write);
 
 /// The exclusive claim of an output path, held for a run's lifetime (see above); released at destruction.
 class OutputClaim {
