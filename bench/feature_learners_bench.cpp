@@ -13,6 +13,11 @@
 //     one fold of a 5-fold CV at the feature form's scale (2 mm AAL voxels): the matrix's size, an svm and an ENMKL-SVM
 //     fit (fixed parameters; the steps capped when given), the 5-fold time they imply and the peak RSS against the matrix.
 //     Storage uint8 / int16: the voxels as integer codes with a scale per subject (images that store integers).
+//   bench_feature_learners cv [subjects 20000] [voxels 185405] [grid 0] [storage float32] [signal 0.04]
+//     a whole cross-validation of ENMKL-SVM through cv::RunNestedCv on the feature store, as a study on features runs it:
+//     grid 0: 5 outer folds with fixed parameters (C 1, mu 0.5); grid 1: nested CV with C 0.1 / 1 (mu 0.5) chosen by a
+//     3-fold inner CV in every outer fold. `signal`: the label's shift of the signal voxels (float32). Prints each fold's chosen C, weight steps, status and regions kept, the time,
+//     the pooled balanced accuracy and the peak RSS against the matrix.
 //   bench_feature_learners covariates [subjects 4000] [voxels 55000] [columns 3]
 //     one fold (80/20) prepared without and with `columns` numeric covariates (and the intercept) removed inside it: the
 //     fold's vectors (with covariates also the coefficient images, one pass over the training rows), an svm fit on each
@@ -27,6 +32,8 @@
 #include <Eigen/Core>
 
 #include "neuromkl/core/npy.hpp"
+#include "neuromkl/cv/nested_cv.hpp"
+#include "neuromkl/cv/splits.hpp"
 #include "neuromkl/gram/features.hpp"
 #include "neuromkl/gram/preprocess.hpp"
 #include "neuromkl/gram/residualise.hpp"
@@ -40,13 +47,13 @@ namespace {
 double Seconds(std::chrono::steady_clock::time_point since) { return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count(); }
 
 /// Voxels like grey-matter fractions in `regions` regions of random sizes (at least 20 voxels); the label shifts a third
-/// of the voxels of three regions by +-0.04 (with noise of SD ~0.17 per voxel).
+/// of the voxels of three regions by +-`shift` (with noise of SD ~0.17 per voxel; codes: by 20 / 250 = 0.08).
 struct Cohort {
   nm::gram::FeatureMatrix x;
   Eigen::VectorXd label;
 };
 Cohort Simulate(Eigen::Index subjects, Eigen::Index voxels, std::size_t regions, unsigned seed,
-                nm::gram::FeatureStorage storage = nm::gram::FeatureStorage::Float32) {
+                nm::gram::FeatureStorage storage = nm::gram::FeatureStorage::Float32, double shift = 0.04) {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<double> share(0.5, 1.5);
   std::vector<double> shares(regions);
@@ -67,7 +74,7 @@ Cohort Simulate(Eigen::Index subjects, Eigen::Index voxels, std::size_t regions,
     if (!codes) {
       for (Eigen::Index j = 0; j < c.x.Voxels(); ++j) c.x.values(i, j) = uniform(rng);
       for (const std::size_t r : {std::size_t{3}, std::size_t{40}, std::size_t{77}})
-        for (Eigen::Index j = 0; j < c.x.RegionSize(r) / 3; ++j) c.x.values(i, c.x.regionStart[r] + j) += static_cast<float>(0.04 * c.label[i]);
+        for (Eigen::Index j = 0; j < c.x.RegionSize(r) / 3; ++j) c.x.values(i, c.x.regionStart[r] + j) += static_cast<float>(shift * c.label[i]);
       continue;
     }
     c.x.rowScale[i] = 1.0 / 250.0;
@@ -236,6 +243,52 @@ int Scale(Eigen::Index subjects, Eigen::Index voxels, int iterations, nm::gram::
   return 0;
 }
 
+/// A cross-validation of ENMKL-SVM on the feature store (cv::RunNestedCv, as a study on features runs it): fixed
+/// parameters (`grid` false) or C chosen from 0.1 / 1 by a 3-fold inner CV.
+int CrossValidate(Eigen::Index subjects, Eigen::Index voxels, bool grid, nm::gram::FeatureStorage storage, double shift) {
+  auto start = std::chrono::steady_clock::now();
+  Cohort c = Simulate(subjects, voxels, 116, 13, storage, shift);
+  auto x = std::make_shared<const nm::gram::FeatureMatrix>(std::move(c.x));
+  const auto featureBytes = static_cast<double>(x->Bytes());
+  std::printf("%ld subjects x %ld voxels in %zu regions: features %.2f GB (%s), signal +-%g in a third of 3 regions, simulated in %.1f s\n",
+              static_cast<long>(subjects), static_cast<long>(x->Voxels()), x->Regions(), featureBytes / 1e9, nm::gram::ToString(storage), shift,
+              Seconds(start));
+  const auto store = nm::gram::MakeFeatureKernels(x);  // no fold forms its kernels (they would take 116 x n^2 x 8 bytes)
+  nm::learners::Targets targets;
+  targets.y = c.label;
+  const auto outer = nm::cv::MakeFolds({nm::cv::Scheme::StratifiedKFold, 5, 1}, targets.task, targets.y, {}, {}, 7, "outer");
+  const nm::cv::InnerSplitter inner = [](std::size_t f, const std::vector<int>&, const Eigen::VectorXd& y) {
+    return nm::cv::MakeFolds({nm::cv::Scheme::StratifiedKFold, 3, 1}, nm::learners::Task::Classification, y, {}, {}, 50 + f, "inner");
+  };
+  const std::vector<nm::cv::LearnerPlan> plans = {
+      {"enmkl_svm", "enmkl_svm", grid ? nm::cv::ExpandGrid({{"mu", 0.5}}, {{"c", {0.1, 1.0}}}) : nm::cv::ExpandGrid({{"c", 1.0}, {"mu", 0.5}}, {})}};
+  start = std::chrono::steady_clock::now();
+  const auto outcome = nm::cv::RunNestedCv(*store, targets, outer, inner, plans, {});
+  const double seconds = Seconds(start);
+  long correct[2] = {0, 0}, total[2] = {0, 0};
+  for (const auto& fold : outcome[0].folds) {
+    if (!fold.error.empty()) {
+      std::printf("fold %d failed: %s\n", fold.index, fold.error.c_str());
+      continue;
+    }
+    for (std::size_t i = 0; i < fold.test.size(); ++i) {
+      const int cls = targets.y[fold.test[i]] > 0 ? 1 : 0;
+      ++total[cls];
+      if ((fold.decision[static_cast<Eigen::Index>(i)] > 0 ? 1 : 0) == cls) ++correct[cls];
+    }
+    std::printf("fold %d: C %g, %d weight steps, %s, %ld regions kept\n", fold.index, outcome[0].grid[fold.chosen].at("c"), fold.model.info.iterations,
+                std::string(nm::learners::ToString(fold.model.info.status)).c_str(), static_cast<long>((fold.model.beta.array() > 0).count()));
+  }
+  const double ba = 0.5 * (static_cast<double>(correct[0]) / static_cast<double>(std::max(1L, total[0])) +
+                           static_cast<double>(correct[1]) / static_cast<double>(std::max(1L, total[1])));
+  std::printf("%s: %.1f s (%.1f min), %ld fits, pooled balanced accuracy %.3f\n",
+              grid ? "nested CV, C 0.1 / 1 by 3 inner folds, 5 outer folds" : "5-fold CV, fixed parameters (C 1, mu 0.5)", seconds, seconds / 60,
+              outcome[0].fits, ba);
+  const double peak = PeakRssBytes();
+  std::printf("peak RSS %.2f GB: %.2fx the features\n", peak / 1e9, peak / featureBytes);
+  return 0;
+}
+
 /// A fold without covariates against the same fold with `columns` numeric covariates removed (fit on every training row).
 int Covariates(Eigen::Index subjects, Eigen::Index voxels, int columns) {
   const Cohort c = Simulate(subjects, voxels, 116, 17);
@@ -282,14 +335,15 @@ int main(int argc, char** argv) {
   if (mode == "peer" && argc > 2)
     return Peer(argv[2], static_cast<Eigen::Index>(arg(3, 10000)), static_cast<Eigen::Index>(arg(4, 55000)), arg(5, 1.0), arg(6, 1e-4), arg(7, 1.0),
                 arg(8, 1) != 0);
+  const std::string storage = argc > 5 ? argv[5] : "float32";
+  const auto kind = storage == "uint8" ? nm::gram::FeatureStorage::UInt8 : storage == "int16" ? nm::gram::FeatureStorage::Int16 : nm::gram::FeatureStorage::Float32;
+  if (mode == "cv") return CrossValidate(static_cast<Eigen::Index>(arg(2, 20000)), static_cast<Eigen::Index>(arg(3, 185405)), arg(4, 0) != 0, kind, arg(6, 0.04));
   if (mode == "scale") {
-    const std::string storage = argc > 5 ? argv[5] : "float32";
-    const auto kind = storage == "uint8" ? nm::gram::FeatureStorage::UInt8 : storage == "int16" ? nm::gram::FeatureStorage::Int16 : nm::gram::FeatureStorage::Float32;
     return Scale(static_cast<Eigen::Index>(arg(2, 20000)), static_cast<Eigen::Index>(arg(3, 185405)), static_cast<int>(arg(4, 0)), kind);
   }
   if (mode == "covariates")
     return Covariates(static_cast<Eigen::Index>(arg(2, 4000)), static_cast<Eigen::Index>(arg(3, 55000)), static_cast<int>(arg(4, 3)));
   std::fprintf(stderr, "usage: bench_feature_learners agree [subjects] [voxels] [learner] | peer <folder> [subjects] [voxels] [C] [tolerance] [lambda] [enmkl 0/1] | "
-                       "scale [subjects] [voxels] [ENMKL weight steps, 0 = default cap] [float32 | uint8 | int16] | covariates [subjects] [voxels] [columns]\n");
+                       "scale [subjects] [voxels] [ENMKL weight steps, 0 = default cap] [float32 | uint8 | int16] | cv [subjects] [voxels] [grid 0/1] [float32 | uint8 | int16] [signal] | covariates [subjects] [voxels] [columns]\n");
   return 2;
 }

@@ -27,6 +27,8 @@ constexpr double kStallFraction = 1e-3;     ///< ... else the fit has stalled
 constexpr std::size_t kAndersonDepth = 5;    ///< pairs the acceleration fits over
 constexpr double kEnterWeight = 1e-3;       ///< weight (relative to the largest) a region enters with
 constexpr double kEnterMargin = 1e-9;       ///< relative margin of the entering condition (rounding)
+constexpr int kWaterFillIterations = 100;   ///< water-filling steps before the coordinate steps take over
+constexpr double kMinDamping = 1.0 / 256;   ///< smallest water-filling step
 
 bool IsSvm(std::string_view learner) { return learner == "svm" || learner == "enmkl_svm" || learner == "simplemkl"; }
 bool IsEnmkl(std::string_view learner) { return learner == "enmkl_svm" || learner == "enmkl_krr"; }
@@ -139,19 +141,22 @@ class Anderson {
     xs_.erase(xs_.begin(), xs_.end() - 1);
     gs_.erase(gs_.begin(), gs_.end() - 1);
   }
-  bool Next(Eigen::VectorXd& out) const {
+  /// With `damping` w < 1 the damped mixing x = xbar + w (gbar - xbar), xbar = x_k - dX gamma, gbar = G(x_k) - dG gamma.
+  bool Next(Eigen::VectorXd& out, double damping = 1.0) const {
     if (xs_.size() < 2) return false;
     const auto k = static_cast<Eigen::Index>(xs_.size()) - 1;
     const Eigen::Index size = xs_.back().size();
-    Eigen::MatrixXd dF(size, k), dG(size, k);
+    Eigen::MatrixXd dF(size, k), dG(size, k), dX(size, k);
     for (Eigen::Index i = 0; i < k; ++i) {
       const auto a = static_cast<std::size_t>(i), b = a + 1;
       dF.col(i) = (gs_[b] - xs_[b]) - (gs_[a] - xs_[a]);
       dG.col(i) = gs_[b] - gs_[a];
+      dX.col(i) = xs_[b] - xs_[a];
     }
     const Eigen::VectorXd gamma = dF.completeOrthogonalDecomposition().solve(gs_.back() - xs_.back());
     if (!gamma.allFinite()) return false;
-    out = gs_.back() - dG * gamma;
+    const Eigen::VectorXd gbar = gs_.back() - dG * gamma;
+    out = damping >= 1.0 ? gbar : Eigen::VectorXd(xs_.back() - dX * gamma + damping * (gbar - (xs_.back() - dX * gamma)));
     return true;
   }
 
@@ -169,6 +174,85 @@ double Distance(const Eigen::VectorXd& beta, const Eigen::VectorXd& stepBeta, co
   return (stepBeta / stepBeta.sum() - beta / beta.sum()).cwiseAbs().maxCoeff();
 }
 
+/// The model of an ENMKL fit at `beta` (its theta) and the solver's solution there.
+void FinishEnmkl(const Eigen::VectorXd& theta, const Eigen::VectorXd& beta, double objective, double change, const FeatureSolver& solver, Model& model) {
+  // The decision function is unchanged by beta's scale: report beta with sum 1 and coef scaled by the sum.
+  const double total = beta.sum();
+  model.beta = beta / total;
+  model.coef = solver.Coef() * total;
+  model.alpha = solver.Alpha() * total;
+  model.info.objective = objective;
+  model.info.gap = change;
+  model.solverState.resize(solver.State().size() + theta.size());
+  model.solverState << solver.State(), theta;
+}
+
+/// The target of a water-filling step on the simplex: theta_r = beta_r c_r / S with beta = WaterFill(c) (WaterFill's
+/// scale is that of Weights: at the fixed point sum_r beta_r c_r = S, so theta sums to 1); empty when no region is used.
+Eigen::VectorXd WaterFilledTheta(const Eigen::VectorXd& c, double mu) {
+  double level = 0;
+  const Eigen::VectorXd filled = WaterFill(c, mu, &level);
+  if (!(level > 0)) return {};
+  const Eigen::VectorXd theta = filled.cwiseProduct(c) / level;
+  return theta / theta.sum();
+}
+
+// Damped water-filling (mu < 1), as on the kernel path (EnmklFit::WaterFillingPhase): theta <- (1 - w) theta + w T(c),
+// T the minimiser of the weight step with the solution's dual coefficients frozen (WaterFilledTheta). Same fixed point
+// as the coordinate step, which contracts at a rate near 1 (hundreds of steps, each a solve over all rows, where
+// this takes tens). Every region is looked at in every step (the solver's norms are exact for all of them), so a
+// region that must enter does so through T. w halves when a step is larger than the previous one and grows back
+// otherwise; a region T drops leaves once its damped weight is small. The steps are mixed by Anderson acceleration
+// (damped by w, clipped at 0), restarted when a step grew or T's support changed: the damped map alternates
+// around its fixed point where T overshoots, which the mixing cancels (half the steps on cohorts where most regions
+// are kept). While the weights still move a lot the solves
+// are inexact (their tolerance follows the step, never below the solver's own `full`), and convergence (Distance
+// below `tolerance`, the objective settled) is declared only on two solves at the full tolerance. True when it
+// converged; otherwise the coordinate steps go on from its theta.
+bool WaterFillingPhase(double tolerance, double objectiveTolerance, int cap, double full, const Eigen::VectorXd& usable, double mu,
+                       FeatureSolver& solver, Eigen::VectorXd& theta, Eigen::VectorXd& beta, bool& solved, double& objective, double& change,
+                       Model& model) {
+  double omega = 1.0, prevChange = std::numeric_limits<double>::infinity();
+  bool tight = solver.Tolerance() <= full;  // whether the solve the current norms come from was at the full tolerance
+  Anderson anderson(kAndersonDepth);
+  Eigen::ArrayXi lastSupport;  // of the last target: the acceleration restarts when it changes
+  const int phaseOne = std::min(cap, kWaterFillIterations);
+  while (model.info.iterations < phaseOne) {
+    ++model.info.iterations;
+    const Eigen::VectorXd c = solver.RegionNorms2().cwiseSqrt().cwiseProduct(usable);
+    const Eigen::VectorXd target = WaterFilledTheta(c, mu);
+    if (target.size() == 0) break;  // the solution uses no region: the coordinate loop ends the fit
+    change = Distance(beta, beta, c, mu);
+    const bool grew = change > prevChange;
+    omega = grew ? std::max(omega * 0.5, kMinDamping) : std::min(1.0, omega * 1.25);
+    prevChange = change;
+    const Eigen::ArrayXi support = (target.array() > 0).cast<int>();
+    if (grew || lastSupport.size() != support.size() || (support != lastSupport).any()) anderson.Restart();
+    lastSupport = support;
+    anderson.Push(theta, target);
+    Eigen::VectorXd mixed;
+    const bool accelerated = anderson.Next(mixed, omega) && mixed.allFinite() && mixed.cwiseMax(0.0).sum() > 0;
+    theta = accelerated ? Eigen::VectorXd(mixed.cwiseMax(0.0)) : Eigen::VectorXd((1.0 - omega) * theta + omega * target);
+    const double largest = theta.maxCoeff();
+    for (Eigen::Index r = 0; r < theta.size(); ++r)
+      if (target[r] == 0 && theta[r] < kDropWeight * largest) theta[r] = 0;
+    theta /= theta.sum();
+    beta = Weights(theta, mu);
+    const bool normsTight = tight;
+    solver.SetTolerance(change < tolerance ? full : std::max(full, std::min(kLoosest, kLooseFactor * change)));
+    tight = solver.Tolerance() <= full;
+    solved = solver.Solve(beta);
+    const double next = Objective(beta, solver, mu);
+    const bool settled = std::abs(next - objective) <= objectiveTolerance * std::max(std::abs(next), 1e-300);
+    objective = next;
+    if (change < tolerance && settled && normsTight && tight) {
+      model.info.status = solved ? FitStatus::Converged : FitStatus::Stalled;
+      return true;
+    }
+  }
+  return false;
+}
+
 // Block coordinate descent on V (every step lowers it), accelerated: each iteration first tries the Anderson point
 // of the last steps and keeps it only if V drops; otherwise it takes the plain step and the acceleration restarts.
 // Stops when beta is within `tolerance` of the fixed point (Distance, normalised) and ENMKL's objective changed by less
@@ -181,8 +265,22 @@ void FitEnmkl(const ParamMap& p, const Eigen::VectorXd& usable, const Eigen::Vec
   // theta lives on the simplex whatever mu, so a neighbour's theta is a start for any mu.
   Eigen::VectorXd theta = startTheta ? (startTheta->cwiseProduct(usable) / startTheta->cwiseProduct(usable).sum()).eval() : (usable / usable.sum()).eval();
   Eigen::VectorXd beta = Weights(theta, mu);
+  const bool waterFill = gapTolerance == 0 && mu < 1;
+  const double full = solver.Tolerance();
+  if (waterFill) solver.SetTolerance(std::max(full, kLoosest));
   bool solved = solver.Solve(beta);
-  double value = Value(beta, solver), objective = Objective(beta, solver, mu), change = 0;
+  double objective = Objective(beta, solver, mu), change = 0;
+  if (waterFill) {
+    if (WaterFillingPhase(tolerance, objectiveTolerance, cap, full, usable, mu, solver, theta, beta, solved, objective, change, model)) {
+      FinishEnmkl(theta, beta, objective, change, solver, model);
+      return;
+    }
+    // The coordinate steps compare V between solves: at the full tolerance from here on.
+    solver.SetTolerance(full);
+    solved = solver.Solve(beta);
+    objective = Objective(beta, solver, mu);
+  }
+  double value = Value(beta, solver);
   std::vector<double> values = {value};  // V after each iteration: the stall test looks kStallWindow back
   Anderson anderson(kAndersonDepth);
   model.info.status = FitStatus::MaxIterReached;
@@ -244,15 +342,7 @@ void FitEnmkl(const ParamMap& p, const Eigen::VectorXd& usable, const Eigen::Vec
       break;
     }
   }
-  // The decision function is unchanged by beta's scale: report beta with sum 1 and coef scaled by the sum.
-  const double total = beta.sum();
-  model.beta = beta / total;
-  model.coef = solver.Coef() * total;
-  model.alpha = solver.Alpha() * total;
-  model.info.objective = objective;
-  model.info.gap = change;
-  model.solverState.resize(solver.State().size() + theta.size());
-  model.solverState << solver.State(), theta;
+  FinishEnmkl(theta, beta, objective, change, solver, model);
 }
 
 }  // namespace

@@ -42,8 +42,11 @@ class FeatureSvc final : public FeatureSolver {
     const double rho = diag.mean();
     bool capped = false;
     if (rho > 0) {
-      // The row state must hold every region beta uses: rebuilt from alpha (a region that had beta_r = 0 was skipped).
-      u_ = fold_.TrainingTransposeTimes(coef_);
+      // The row state must hold every region beta uses. The last solve left it exact for every region (Finish), so it
+      // is rebuilt from alpha (one pass over the rows) only after a Start; the coordinate steps skip regions with
+      // beta_r = 0 and Finish rebuilds it.
+      if (!rowStateExact_) u_ = fold_.TrainingTransposeTimes(coef_);
+      rowStateExact_ = false;
       double s = coef_.sum();
       for (int update = 0; update < kMultiplierUpdates; ++update) {
         capped = !Descend(beta, diag, rho, s);
@@ -68,6 +71,8 @@ class FeatureSvc final : public FeatureSolver {
   }
   long Iterations() const override { return updates_; }
   double Violation() const override { return violation_; }
+  void SetTolerance(double tolerance) override { tolerance_ = tolerance; }
+  double Tolerance() const override { return tolerance_; }
   Eigen::VectorXd State() const override {
     Eigen::VectorXd state(alpha_.size() + 1);
     state << alpha_, nu_;
@@ -78,6 +83,7 @@ class FeatureSvc final : public FeatureSolver {
     alpha_ = state.head(alpha_.size()).cwiseMax(0.0).cwiseMin(upper_);
     coef_ = alpha_.cwiseProduct(y_);
     nu_ = state[alpha_.size()];
+    rowStateExact_ = false;
     return true;
   }
 
@@ -165,6 +171,7 @@ class FeatureSvc final : public FeatureSolver {
   // Exact products of the final alpha (no accumulated rounding), the bias by LIBSVM's rule and the violation.
   void Finish(const Eigen::VectorXd& beta) {
     u_ = fold_.TrainingTransposeTimes(coef_);
+    rowStateExact_ = true;
     norms2_ = fold_.RegionSquaredNorms(u_);
     f_ = fold_.Times(u_, beta, false);
     double freeSum = 0, ub = kInf, lb = -kInf;
@@ -200,6 +207,7 @@ class FeatureSvc final : public FeatureSolver {
   long maxEpochs_, epochs_ = 0, updates_ = 0;
   Eigen::VectorXd alpha_, coef_, f_, norms2_;
   gram::PreparedVector u_;
+  bool rowStateExact_ = true;  ///< u_ = Z' coef_ for every region (alpha_ = 0 at the start)
   double nu_ = 0, bias_ = 0, violation_ = 0;
   std::mt19937 rng_{5489u};
 };
@@ -253,6 +261,8 @@ class FeatureKrr final : public FeatureSolver {
   }
   long Iterations() const override { return iterations_; }
   double Violation() const override { return violation_; }
+  void SetTolerance(double tolerance) override { tolerance_ = tolerance; }
+  double Tolerance() const override { return tolerance_; }
   Eigen::VectorXd State() const override { return coef_; }
   bool Start(const Eigen::VectorXd& state) override {
     if (state.size() != coef_.size() || !state.allFinite()) return false;

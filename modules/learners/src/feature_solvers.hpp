@@ -33,6 +33,9 @@ class FeatureSolver {
   /// The solver's variables (SVM: alpha and the bias's multiplier; KRR: coef), to start another solver on the same rows
   /// from (Start): a grid's neighbouring parameters.
   virtual Eigen::VectorXd State() const = 0;
+  /// The stopping tolerance of the next solves (ENMKL's inexact solves while its weights still move a lot).
+  virtual void SetTolerance(double tolerance) = 0;
+  virtual double Tolerance() const = 0;
   /// Starts from another solver's State on the same training rows (alpha clipped to this solver's box); false, and
   /// nothing changed, when the state does not fit.
   virtual bool Start(const Eigen::VectorXd& state) = 0;

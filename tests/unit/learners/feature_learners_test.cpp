@@ -181,6 +181,48 @@ INSTANTIATE_TEST_SUITE_P(
                       LearnerCase{"simplemkl", {{"c", 10.0}, {"gap_tolerance", 1e-9}, {"svm_tolerance", 1e-10}, {"max_iterations", 5000}}, true}),
     [](const ::testing::TestParamInfo<LearnerCase>& info) { return info.param.learner + "_" + std::to_string(info.index); });
 
+// ENMKL at mu < 1 with its default tolerances, on many small regions near the edge of the support (116 regions of
+// noise, 3 carrying the label, like AAL at a coarse resolution): coordinate steps on the weights contract at a rate
+// near 1 here and stall before their tolerance (V no longer falls), 100-200 steps that are each a solve over all rows.
+// The water-filling steps end certified (Converged: the weights within 1e-6 of the water-filled fixed point, the
+// objective settled, on solves at the full inner tolerance) before the coordinate steps would take over, at the kernel
+// path's optimum: weights within 1e-5 and decisions within 1e-5 of the largest (ten times the weights' tolerance, as
+// both paths stop within it).
+TEST(FeatureForm, EnmklWeightsAreCertifiedAtTheDefaultTolerances) {
+  const int n = 400, regions = 116;
+  std::mt19937 rng(43);
+  std::uniform_int_distribution<int> size(24, 72);
+  std::uniform_real_distribution<float> uniform(0.2f, 0.8f);
+  FeatureMatrix x;
+  x.regionStart = {0};
+  for (int r = 0; r < regions; ++r) x.regionStart.push_back(x.regionStart.back() + size(rng));
+  x.values.resize(n, x.regionStart.back());
+  Eigen::VectorXd label(n), score(n);
+  std::normal_distribution<double> normal(0.0, 1.0);
+  for (int i = 0; i < n; ++i) {
+    label[i] = i % 2 ? 1.0 : -1.0;
+    score[i] = label[i] + normal(rng);
+    for (Eigen::Index j = 0; j < x.Voxels(); ++j) x.values(i, j) = uniform(rng);
+    for (const std::size_t r : {std::size_t{3}, std::size_t{40}, std::size_t{77}})
+      for (Eigen::Index j = 0; j < x.RegionSize(r) / 3; ++j) x.values(i, x.regionStart[r] + j) += static_cast<float>(0.04 * label[i]);
+  }
+  const Split s = MakeSplit(n);
+  const KernelFold k = PrepareKernels(x, s, true, true);
+  const FoldFeatures fold(x, s.train, s.test, true, true);
+  for (const std::string learner : {"enmkl_svm", "enmkl_krr"}) {
+    nm::learners::Targets t;
+    t.task = learner == "enmkl_svm" ? nm::learners::Task::Classification : nm::learners::Task::Regression;
+    t.y = Subset(learner == "enmkl_svm" ? label : score, s.train);
+    const nm::learners::ParamMap params = learner == "enmkl_svm" ? nm::learners::ParamMap{{"c", 1.0}, {"mu", 0.5}} : nm::learners::ParamMap{{"lambda", 1.0}, {"mu", 0.5}};
+    const nm::learners::Model model = nm::learners::FitFeatures(learner, params, fold, t);
+    EXPECT_EQ(model.info.status, nm::learners::FitStatus::Converged) << learner << " gap " << model.info.gap << " after " << model.info.iterations;
+    EXPECT_LT(model.info.iterations, 100) << learner;
+    const nm::learners::Model reference = nm::learners::MakeLearner(learner, params)->Fit(k.train, t);
+    EXPECT_LT((model.beta - reference.beta).cwiseAbs().maxCoeff(), 1e-5) << learner;
+    EXPECT_LT(RelativeGap(nm::learners::FeatureDecision(model, fold), reference.Decision(k.test)), 1e-5) << learner;
+  }
+}
+
 // Class weights (C w_i for the SVMs, the weighted squared error for KRR) as on the kernel path.
 TEST(FeatureForm, ClassWeightsAsOnTheKernelPath) {
   const int n = 80;
