@@ -201,14 +201,13 @@ Eigen::VectorXd WaterFilledTheta(const Eigen::VectorXd& c, double mu) {
 // T the minimiser of the weight step with the solution's dual coefficients frozen (WaterFilledTheta). Same fixed point
 // as the coordinate step, which contracts at a rate near 1 (hundreds of steps, each a solve over all rows, where
 // this takes tens). Every region is looked at in every step (the solver's norms are exact for all of them), so a
-// region that must enter does so through T. w halves when a step is larger than the previous one and grows back
+// region that must enter does so through T. w halves when the distance to T grew since the last step and grows back
 // otherwise; a region T drops leaves once its damped weight is small. The steps are mixed by Anderson acceleration
-// (damped by w, clipped at 0), restarted when a step grew or T's support changed: the damped map alternates
+// (damped by w, clipped at 0), restarted when the distance grew or T's support changed: the damped map alternates
 // around its fixed point where T overshoots, which the mixing cancels (half the steps on cohorts where most regions
-// are kept). While the weights still move a lot the solves
-// are inexact (their tolerance follows the step, never below the solver's own `full`), and convergence (Distance
-// below `tolerance`, the objective settled) is declared only on two solves at the full tolerance. True when it
-// converged; otherwise the coordinate steps go on from its theta.
+// are kept). While the weights still move a lot the solves are inexact (their tolerance follows the distance, never
+// below the solver's own `full`); convergence (Distance below `tolerance`, the objective settled) is declared only on
+// two solves at the full tolerance. True when it converged; otherwise the coordinate steps go on from its theta.
 bool WaterFillingPhase(double tolerance, double objectiveTolerance, int cap, double full, const Eigen::VectorXd& usable, double mu,
                        FeatureSolver& solver, Eigen::VectorXd& theta, Eigen::VectorXd& beta, bool& solved, double& objective, double& change,
                        Model& model) {

@@ -7,9 +7,11 @@
 //              C-SVC (the constraint y'alpha = 0) by the method of multipliers (Hestenes 1969; Powell 1969);
 //   krr        conjugate gradients on (K + lambda W^-1) coef = y - mean y, with the products K v = Z (Z'v);
 //   enmkl_svm, enmkl_krr
-//              ENMKL (Mourao-Miranda et al.): block coordinate descent on its variational form (the published
-//              weight step), accelerated by Anderson mixing of the steps (Walker & Ni 2011) where V falls, each inner
-//              solve warm-started from the last, with ||w_r|| = beta_r ||Z_r' coef|| from one pass over the rows;
+//              ENMKL (Mourao-Miranda et al.): at mu < 1 damped water-filling steps as on the kernel path, mixed by
+//              Anderson acceleration (Walker & Ni 2011), with inexact inner solves while the weights move; then (mu = 1,
+//              or where those do not settle) block coordinate descent on its variational form (the published weight
+//              step), accelerated where V falls. Each inner solve is warm-started from the last, with
+//              ||w_r|| = beta_r ||Z_r' coef|| from one pass over the rows;
 //   simplemkl  classification: SimpleMKL's l1-MKL problem (Rakotomamonjy et al. 2008) is ENMKL's at mu = 1, so it is
 //              that descent with the svm solver, stopped by SimpleMKL's relative duality gap.
 // The returned Model is the kernel path's: beta (sum 1; 1/R each for svm and krr, with coef scaled by R), coef, bias,
