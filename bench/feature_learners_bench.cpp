@@ -265,22 +265,15 @@ int CrossValidate(Eigen::Index subjects, Eigen::Index voxels, bool grid, nm::gra
   start = std::chrono::steady_clock::now();
   const auto outcome = nm::cv::RunNestedCv(*store, targets, outer, inner, plans, {});
   const double seconds = Seconds(start);
-  long correct[2] = {0, 0}, total[2] = {0, 0};
   for (const auto& fold : outcome[0].folds) {
     if (!fold.error.empty()) {
       std::printf("fold %d failed: %s\n", fold.index, fold.error.c_str());
       continue;
     }
-    for (std::size_t i = 0; i < fold.test.size(); ++i) {
-      const int cls = targets.y[fold.test[i]] > 0 ? 1 : 0;
-      ++total[cls];
-      if ((fold.decision[static_cast<Eigen::Index>(i)] > 0 ? 1 : 0) == cls) ++correct[cls];
-    }
     std::printf("fold %d: C %g, %d weight steps, %s, %ld regions kept\n", fold.index, outcome[0].grid[fold.chosen].at("c"), fold.model.info.iterations,
                 std::string(nm::learners::ToString(fold.model.info.status)).c_str(), static_cast<long>((fold.model.beta.array() > 0).count()));
   }
-  const double ba = 0.5 * (static_cast<double>(correct[0]) / static_cast<double>(std::max(1L, total[0])) +
-                           static_cast<double>(correct[1]) / static_cast<double>(std::max(1L, total[1])));
+  const double ba = nm::cv::Summarise(outcome[0], targets).pooled.at("balanced_accuracy");
   std::printf("%s: %.1f s (%.1f min), %ld fits, pooled balanced accuracy %.3f\n",
               grid ? "nested CV, C 0.1 / 1 by 3 inner folds, 5 outer folds" : "5-fold CV, fixed parameters (C 1, mu 0.5)", seconds, seconds / 60,
               outcome[0].fits, ba);

@@ -188,10 +188,12 @@ void FinishEnmkl(const Eigen::VectorXd& theta, const Eigen::VectorXd& beta, doub
 }
 
 /// The target of a water-filling step on the simplex: theta_r = beta_r c_r / S with beta = WaterFill(c) (WaterFill's
-/// scale is that of Weights: at the fixed point sum_r beta_r c_r = S, so theta sums to 1); empty when no region is used.
-Eigen::VectorXd WaterFilledTheta(const Eigen::VectorXd& c, double mu) {
+/// scale is that of Weights: at the fixed point sum_r beta_r c_r = S, so theta sums to 1), and in `distance` the
+/// distance of `beta` from WaterFill(c) (Distance at mu < 1); empty when no region is used.
+Eigen::VectorXd WaterFilledTheta(const Eigen::VectorXd& c, double mu, const Eigen::VectorXd& beta, double& distance) {
   double level = 0;
   const Eigen::VectorXd filled = WaterFill(c, mu, &level);
+  distance = (filled - beta).cwiseAbs().maxCoeff() / beta.sum();
   if (!(level > 0)) return {};
   const Eigen::VectorXd theta = filled.cwiseProduct(c) / level;
   return theta / theta.sum();
@@ -219,9 +221,8 @@ bool WaterFillingPhase(double tolerance, double objectiveTolerance, int cap, dou
   while (model.info.iterations < phaseOne) {
     ++model.info.iterations;
     const Eigen::VectorXd c = solver.RegionNorms2().cwiseSqrt().cwiseProduct(usable);
-    const Eigen::VectorXd target = WaterFilledTheta(c, mu);
+    const Eigen::VectorXd target = WaterFilledTheta(c, mu, beta, change);
     if (target.size() == 0) break;  // the solution uses no region: the coordinate loop ends the fit
-    change = Distance(beta, beta, c, mu);
     const bool grew = change > prevChange;
     omega = grew ? std::max(omega * 0.5, kMinDamping) : std::min(1.0, omega * 1.25);
     prevChange = change;
