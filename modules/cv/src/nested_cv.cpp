@@ -157,6 +157,27 @@ std::optional<std::size_t> NearestFitted(const std::vector<learners::ParamMap>& 
   return best;
 }
 
+/// A fitted point h of the grid whose model is also point g's: h differs from g in C only, with a smaller C, and its
+/// solution has no dual variable at the box's bound (learners::FitInfo::solvesLargerC: the same solution meets g's
+/// optimality conditions). With n much smaller than the voxels the SVMs interpolate from some C on, and every larger C
+/// of the grid is that same fit. The smallest such C is taken (ties between equal scores then keep it).
+std::optional<std::size_t> SameFitAtSmallerC(const std::vector<learners::ParamMap>& grid, const std::vector<learners::Model>& fitted,
+                                             const std::vector<bool>& ok, std::size_t g) {
+  const auto c = grid[g].find("c");
+  if (c == grid[g].end()) return std::nullopt;
+  std::optional<std::size_t> best;
+  for (std::size_t h = 0; h < g; ++h) {
+    if (!ok[h] || !fitted[h].info.solvesLargerC || fitted[h].info.status != learners::FitStatus::Converged) continue;
+    const auto ch = grid[h].find("c");
+    if (ch == grid[h].end() || !(ch->second < c->second) || grid[h].size() != grid[g].size()) continue;
+    bool others = true;
+    for (const auto& [k, v] : grid[g])
+      if (k != "c") others = others && grid[h].count(k) && grid[h].at(k) == v;
+    if (others && (!best || ch->second < grid[*best].at("c"))) best = h;
+  }
+  return best;
+}
+
 /// The training targets with the plan's class weights for this training set (a copy only when the plan has weights).
 const learners::Targets& Weighted(const LearnerPlan& plan, const learners::Targets& y, learners::Targets& storage) {
   if (!plan.classWeights.Active()) return y;
@@ -228,6 +249,7 @@ class NestedCvRun {
   std::vector<std::vector<std::vector<std::vector<Eigen::VectorXd>>>> oof_;  ///< [f][l][g][i]: inner test decisions (calibration)
   std::vector<std::vector<std::vector<std::vector<signed char>>>> fitStatus_;  ///< [f][l][g][i]
   std::vector<std::atomic<long>> iterationSums_, solverIterationSums_;  ///< integer sums: independent of the task order
+  std::vector<std::atomic<long>> reusedFits_;  ///< inner fits taken from a smaller C (SameFitAtSmallerC)
   std::uint64_t budget_ = 0;
   std::size_t threads_ = 1;
   bool inPlacePossible_ = false, float32Copies_ = false;
@@ -237,7 +259,7 @@ class NestedCvRun {
 NestedCvRun::NestedCvRun(const gram::KernelStore& kernels, const learners::Targets& targets, const std::vector<Fold>& outer, const InnerSplitter& inner,
                          const std::vector<LearnerPlan>& plans, const NestedCvOptions& options)
     : kernels_(kernels), targets_(targets), outer_(outer), plans_(plans), options_(options), F_(outer.size()), L_(plans.size()),
-      iterationSums_(plans.size()), solverIterationSums_(plans.size()) {
+      iterationSums_(plans.size()), solverIterationSums_(plans.size()), reusedFits_(plans.size()) {
   for (int i = 0; i < options.unlabelled; ++i) unlabelled_.push_back(static_cast<int>(targets.y.size()) + i);
   calibrate_ = (options.probabilities && targets.task == learners::Task::Classification) ||
                (options.biasCorrection && targets.task == learners::Task::Regression);
@@ -410,6 +432,15 @@ void NestedCvRun::InnerTask(std::size_t f, std::size_t i, const Eigen::VectorXd&
     std::vector<learners::Model> fitted(grid.size());
     std::vector<bool> ok(grid.size(), false);
     for (std::size_t g = 0; g < grid.size(); ++g) {
+      if (const auto same = options_.reuseLargerC ? SameFitAtSmallerC(grid, fitted, ok, g) : std::nullopt) {
+        fitted[g] = fitted[*same];
+        ok[g] = true;
+        fitStatus_[f][l][g][i] = fitStatus_[f][l][*same][i];
+        scores_[f][l][g][i] = scores_[f][l][*same][i];
+        if (calibrate_) oof_[f][l][g][i] = oof_[f][l][*same][i];
+        ++reusedFits_[l];
+        continue;
+      }
       const auto warm = NearestFitted(grid, ok, g);
       try {
         fitted[g] = FitOn(l, g, views, yTrain, &caches[viewOf_[l]], warm ? &fitted[*warm] : nullptr);
@@ -541,6 +572,7 @@ void NestedCvRun::CountFits(std::vector<LearnerOutcome>& out) const {
     out[l].fits = fits;
     out[l].innerIterations = iterationSums_[l];
     out[l].innerSolverIterations = solverIterationSums_[l];
+    out[l].innerReused = reusedFits_[l];
     for (std::size_t f = 0; f < F_; ++f)
       for (const auto& point : fitStatus_[f][l])
         for (const signed char status : point) {

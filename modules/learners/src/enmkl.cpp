@@ -363,6 +363,8 @@ Model EnmklFit::Finish() {
   model_.alpha = sol_.alpha * sum;
   model_.solverState = sol_.alpha;
   info_.objective = objective_;  // primal objective of ENMKL's Definition 4
+  // The weights' fixed point depends on the solution only, and the solution meets every larger C's conditions.
+  info_.solvesLargerC = info_.status == FitStatus::Converged && solver_.BoxInactive(sol_);
   info_.seconds = clock_.Seconds();
   return std::move(model_);
 }

@@ -391,6 +391,7 @@ Model FitFeatures(std::string_view learner, const ParamMap& params, const gram::
   }
   model.bias = solver->Bias();
   model.info.innerIterations = solver->Iterations();
+  model.info.solvesLargerC = model.info.status == FitStatus::Converged && solver->BoxInactive();
   model.info.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return model;
 }

@@ -37,6 +37,8 @@ class FeatureSvc final : public FeatureSolver {
         tolerance_(tolerance), maxEpochs_(maxEpochs), alpha_(Eigen::VectorXd::Zero(y.size())), coef_(Eigen::VectorXd::Zero(y.size())),
         u_(fold.Zero()) {}
 
+  bool BoxInactive() const override { return (alpha_.array() < upper_.array()).all(); }
+
   bool Solve(const Eigen::VectorXd& beta) override {
     const Eigen::VectorXd diag = Diagonal(fold_, beta);
     const double rho = diag.mean();

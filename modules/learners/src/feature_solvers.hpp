@@ -39,6 +39,9 @@ class FeatureSolver {
   /// Starts from another solver's State on the same training rows (alpha clipped to this solver's box); false, and
   /// nothing changed, when the state does not fit.
   virtual bool Start(const Eigen::VectorXd& state) = 0;
+  /// Whether no variable of the last solve is at the upper bound of its box (InnerSolver::BoxInactive): every larger C
+  /// has the same solution. False for solvers without a box.
+  virtual bool BoxInactive() const { return false; }
 };
 
 /// C-SVC on +-1 labels `y` (one per training row of `fold`), box C w_i (`weights` empty: all 1); stops when the

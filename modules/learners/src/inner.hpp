@@ -63,6 +63,10 @@ class InnerSolver {
   /// Whether the solution has no free variable (every SVM variable at a bound of its box): with the active
   /// constraints held it does not move with the kernel weights, so Curvature would give H = 0.
   virtual bool Frozen(const InnerSolution& /*sol*/) const { return false; }
+  /// Whether no variable is at the upper bound of its box (C-SVC, epsilon-SVR): the box constraints are then inactive,
+  /// and with a larger C the same solution meets the same optimality conditions (the same free and zero variables,
+  /// the same bias) - the solution of every larger C. False for solvers without a box.
+  virtual bool BoxInactive(const InnerSolution& /*sol*/) const { return false; }
 };
 
 /// Class weights as a solver uses them: empty when none or all exactly 1, so that unit weights give the

@@ -106,6 +106,15 @@ class OneVsRestSolver final : public InnerSolver {
     }
     return true;
   }
+  bool BoxInactive(const InnerSolution& sol) const override {
+    for (std::size_t c = 0; c < solvers_.size(); ++c) {
+      if (!solvers_[c]) continue;
+      InnerSolution one;
+      one.alpha = sol.alpha.segment(static_cast<Eigen::Index>(c) * n_, n_);
+      if (!solvers_[c]->BoxInactive(one)) return false;
+    }
+    return true;
+  }
   double SolutionLoss(const Eigen::MatrixXd& K, const InnerSolution& sol) const override {
     double loss = 0;
     for (std::size_t c = 0; c < solvers_.size(); ++c) {
@@ -149,7 +158,7 @@ class MulticlassAdapter final : public Learner {
     model.biases = Eigen::VectorXd::Constant(T, -1.0);
     Eigen::MatrixXd betas = Eigen::MatrixXd::Constant(m, T, 1.0 / static_cast<double>(m));
     model.info.iterations = 0;
-    bool first = true;
+    bool first = true, solvesLargerC = true;
     for (Eigen::Index c = 0; c < T; ++c) {
       const Targets binary{Task::Classification, OneVsRestLabels(t.y, static_cast<int>(c)), 0, t.sampleWeights};  // class weights of the subjects' own classes
       if (!(binary.y.array() == 1.0).any()) continue;  // class absent from the training set: score = -1 for everyone
@@ -168,7 +177,9 @@ class MulticlassAdapter final : public Learner {
       model.info.objective += mc.info.objective;
       model.info.gap = std::max(model.info.gap, mc.info.gap);
       model.info.seconds += mc.info.seconds;
+      solvesLargerC = solvesLargerC && mc.info.solvesLargerC;
     }
+    model.info.solvesLargerC = !first && solvesLargerC;
     if (perClass) {
       model.betas = betas;
       model.beta = betas.rowwise().mean();  // the mean of the classes' weights (sum 1)

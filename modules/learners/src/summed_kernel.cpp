@@ -32,6 +32,7 @@ Model FitOnSum(const KernelList& train, const InnerSolver& solver, const FitOpti
   model.info.objective = s.dual;
   model.info.gap = s.violation;
   model.info.seconds = clock.Seconds();
+  model.info.solvesLargerC = s.converged && solver.BoxInactive(s);
   return model;
 }
 

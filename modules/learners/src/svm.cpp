@@ -126,6 +126,11 @@ class SvcSolver final : public InnerSolver {
     return FreeSetCurvature(K, sol.coef, FreeSet(sol), gradients, H, dcoef);
   }
   bool Frozen(const InnerSolution& sol) const override { return FreeSet(sol).empty(); }
+  bool BoxInactive(const InnerSolution& sol) const override {
+    for (Eigen::Index i = 0; i < sol.alpha.size(); ++i)
+      if (!(sol.alpha[i] < C_ * (weights_.size() > 0 ? weights_[i] : 1.0))) return false;
+    return sol.alpha.size() == y_.size();
+  }
   // coef = y alpha (y = +-1), so alpha moves by y dcoef. Where that leaves the box [0, C w_i], the result is the
   // Euclidean projection of alpha + y dcoef onto the box and the constraint sum_i y_i alpha_i = 0 (over the moving
   // variables): alpha_i = clip(alpha_i + y_i (dcoef_i + lambda)), with lambda found by bisection (the sum grows with
@@ -203,6 +208,7 @@ class SvrSolver final : public InnerSolver {
     return FreeSetCurvature(K, sol.coef, FreeSet(sol), gradients, H, dcoef);
   }
   bool Frozen(const InnerSolution& sol) const override { return FreeSet(sol).empty(); }
+  bool BoxInactive(const InnerSolution& sol) const override { return sol.alpha.size() == y2_.size() && (sol.alpha.array() < C_).all(); }
 
  private:
   /// Subjects with either variable strictly inside (0, C).

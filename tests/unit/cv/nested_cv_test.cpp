@@ -179,6 +179,39 @@ TEST(NestedCv, SharingFoldWorkBetweenFitsChangesNothing) {
     }
 }
 
+// Separable folds (30 training subjects, 60 features per kernel): from some C on the SVMs' dual variables stay inside
+// their box, and the fits at every larger C of the grid are taken from that one. Against fitting every grid point:
+// the same inner scores (balanced accuracies of decisions that agree to the tolerances), the same choices, outer
+// decisions within the tolerances, and fewer solver iterations.
+TEST(NestedCv, FitsAtALargerCAreTheSmallerCsWhoseBoxIsInactive) {
+  const auto p = neuromkl::testing::MakeMklProblem(45, 4, {0, 1}, 0.6, 31, learners::Task::Classification, 60);
+  const auto outer = cv::MakeFolds({cv::Scheme::StratifiedKFold, 3, 1}, learners::Task::Classification, p.targets.y, {}, {}, 4, "outer");
+  const std::vector<double> C = {1e-3, 0.1, 10, 1000, 1e5};
+  const std::vector<cv::LearnerPlan> plans = {
+      {"en", "enmkl_svm", cv::ExpandGrid({{"svm_tolerance", 1e-11}, {"tolerance", 1e-10}}, {{"c", C}, {"mu", {0.4, 1.0}}})},
+      {"svm", "svm", cv::ExpandGrid({{"tolerance", 1e-11}}, {{"c", C}})},
+      {"sm", "simplemkl", cv::ExpandGrid({{"svm_tolerance", 1e-11}, {"gap_tolerance", 1e-8}}, {{"c", C}})}};
+  cv::NestedCvOptions everyC;
+  everyC.reuseLargerC = false;
+  const auto a = cv::RunNestedCv(p.kernels, p.targets, outer, Inner(3), plans, {});
+  const auto b = cv::RunNestedCv(p.kernels, p.targets, outer, Inner(3), plans, everyC);
+  for (std::size_t l = 0; l < a.size(); ++l) {
+    EXPECT_GT(a[l].innerReused, 0) << a[l].label;
+    EXPECT_EQ(b[l].innerReused, 0) << a[l].label;
+    EXPECT_EQ(a[l].innerNotConverged, 0) << a[l].label;
+    if (a[l].label != "svm") {
+      EXPECT_LT(a[l].innerSolverIterations, b[l].innerSolverIterations) << a[l].label;
+    }
+    for (std::size_t f = 0; f < a[l].folds.size(); ++f) {
+      const auto &x = a[l].folds[f], &y = b[l].folds[f];
+      EXPECT_EQ(x.innerScores, y.innerScores) << a[l].label << " fold " << f;
+      EXPECT_EQ(x.chosen, y.chosen) << a[l].label << " fold " << f;
+      const double scale = x.decision.cwiseAbs().maxCoeff();
+      EXPECT_LT((x.decision - y.decision).cwiseAbs().maxCoeff(), 1e-6 * scale) << a[l].label << " fold " << f;
+    }
+  }
+}
+
 TEST(NestedCv, FoldsInFlightFollowTheMemoryBudget) {
   EXPECT_EQ(cv::FoldsInFlight(100, 1000, 2), 2u);  // room for more than the threads: one per thread
   EXPECT_EQ(cv::FoldsInFlight(100, 250, 8), 2u);   // the budget holds two

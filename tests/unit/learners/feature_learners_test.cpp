@@ -308,6 +308,42 @@ TEST(FeatureForm, WarmStartsAlongAGridReachTheSameOptima) {
   EXPECT_EQ(nm::learners::FeatureDecision(fromStranger, fold), nm::learners::FeatureDecision(nm::learners::FitFeatures("svm", {{"c", 1.0}}, fold, t), fold));
 }
 
+// The feature SVM's box as the kernel path's (FitInfo::solvesLargerC): where no variable ends at C the fit is that of
+// every larger C (a cold fit at 100 C gives the same decisions), and where one does a larger C changes the fit.
+TEST(FeatureForm, AFitWithNoVariableAtItsBoundIsTheFitOfEveryLargerC) {
+  const Cohort c = MakeCohort(96, 29);
+  const Split s = MakeSplit(96);
+  nm::learners::Targets t;
+  t.y = Subset(c.label, s.train);
+  const FoldFeatures fold(c.x, s.train, s.test, true, true);
+  for (const std::string learner : {"svm", "enmkl_svm"}) {
+    int interior = 0, bound = 0;
+    for (const double C : {1e-3, 0.1, 10.0, 1000.0}) {
+      const auto params = [&](double c) {
+        nm::learners::ParamMap p = {{"c", c}};
+        if (learner == "svm") p["tolerance"] = 1e-10;
+        else p.insert({{"mu", 0.5}, {"svm_tolerance", 1e-10}});
+        return p;
+      };
+      const nm::learners::Model fit = nm::learners::FitFeatures(learner, params(C), fold, t);
+      ASSERT_EQ(fit.info.status, nm::learners::FitStatus::Converged) << learner << " C " << C;
+      const Eigen::VectorXd alpha = fit.solverState.head(t.y.size());
+      EXPECT_EQ(fit.info.solvesLargerC, !(alpha.array() >= C).any()) << learner << " C " << C;
+      const nm::learners::Model larger = nm::learners::FitFeatures(learner, params(100 * C), fold, t);
+      const double gap = RelativeGap(nm::learners::FeatureDecision(larger, fold), nm::learners::FeatureDecision(fit, fold));
+      if (fit.info.solvesLargerC) {
+        ++interior;
+        EXPECT_LT(gap, learner == "svm" ? 1e-6 : 1e-4) << learner << " C " << C;  // ENMKL: its weights' default tolerance
+      } else {
+        ++bound;
+        EXPECT_GT(gap, 1e-3) << learner << " C " << C;
+      }
+    }
+    EXPECT_GT(interior, 0) << learner;
+    EXPECT_GT(bound, 0) << learner;
+  }
+}
+
 // When every variable ends at a bound the bias is not unique: any value in the interval the bounded variables allow is
 // optimal, and LIBSVM's rule takes its middle. The feature solver approaches y'alpha = 0 by multipliers from inside the
 // box, so the variable that ends the interval can stop a hair short of its bound; counted as free, it would set the bias

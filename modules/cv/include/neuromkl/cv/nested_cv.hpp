@@ -72,6 +72,7 @@ struct LearnerOutcome {
   long innerCapped = 0;        ///< ... of those, the fits that ran to their iteration cap (the others stalled)
   long innerIterations = 0;    ///< learners::FitInfo::iterations summed over the inner fits (deterministic: benchmarks compare it)
   long innerSolverIterations = 0;  ///< learners::FitInfo::innerIterations (SMO iterations of the MKL learners) summed the same way
+  long innerReused = 0;  ///< inner fits that are a smaller C's fit of the same fold (its solution meets the larger C's conditions)
 };
 
 enum class ColumnsInPlace { Auto, Always, Never };
@@ -100,6 +101,10 @@ struct NestedCvOptions {
   /// Fits on one fold's kernels share their check, packed stack and sum (learners::TrainingKernelCache).
   /// Results are identical either way; false only to measure what the sharing saves (bench_nested_cv).
   bool shareFoldWork = true;
+  /// An inner fit at a C larger than that of a fit on the same fold (other parameters equal) whose solution has no dual
+  /// variable at its bound is that fit (learners::FitInfo::solvesLargerC: the same optimality conditions hold), and is
+  /// not refitted. False only to fit every grid point anyway (benchmarks, tests: same optimum, within the tolerances).
+  bool reuseLargerC = true;
   /// Learners of the summed kernel (no kernel weights) get the fold's summed kernel (gram::PreparedFold::Summed)
   /// instead of a copy of every kernel. Their fits are identical either way (test decisions agree to
   /// rounding: another order of sums); false only to measure what it saves (bench_nested_cv).

@@ -66,6 +66,10 @@ struct FitInfo {
   double objective = 0;      ///< final objective: the dual value (SVM, KRR, SimpleMKL), the primal of ENMKL's Def. 4 (Mourao-Miranda et al.)
   double gap = 0;            ///< relative duality gap (SimpleMKL), max |delta beta| (ENMKL), KKT violation (SVM)
   double seconds = 0;
+  /// No dual variable at the upper bound of its box (learners on the C-SVC or epsilon-SVR dual: svm, enmkl_svm,
+  /// simplemkl): the solution satisfies, to the same tolerance, the optimality conditions of every larger C as well,
+  /// so it is also that fit (nested CV reuses it along a grid of C).
+  bool solvesLargerC = false;
 };
 
 using KernelList = gram::KernelList;
