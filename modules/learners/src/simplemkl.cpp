@@ -188,7 +188,7 @@ class SimpleMklFit {
     model.info = info_;
     // The duality gap and the weights' optimality conditions read the solution only (its quadratics and dual), which
     // every larger C's conditions also accept.
-    model.info.solvesLargerC = model.info.status == FitStatus::Converged && solver_.BoxInactive(sol);
+    model.info.solvesLargerC = model.info.status == FitStatus::Converged && sol.converged && solver_.BoxInactive(sol);
     return model;
   }
 

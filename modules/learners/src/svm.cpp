@@ -127,9 +127,10 @@ class SvcSolver final : public InnerSolver {
   }
   bool Frozen(const InnerSolution& sol) const override { return FreeSet(sol).empty(); }
   bool BoxInactive(const InnerSolution& sol) const override {
+    if (sol.alpha.size() != y_.size()) return false;
     for (Eigen::Index i = 0; i < sol.alpha.size(); ++i)
       if (!(sol.alpha[i] < C_ * (weights_.size() > 0 ? weights_[i] : 1.0))) return false;
-    return sol.alpha.size() == y_.size();
+    return true;
   }
   // coef = y alpha (y = +-1), so alpha moves by y dcoef. Where that leaves the box [0, C w_i], the result is the
   // Euclidean projection of alpha + y dcoef onto the box and the constraint sum_i y_i alpha_i = 0 (over the moving

@@ -181,8 +181,9 @@ TEST(NestedCv, SharingFoldWorkBetweenFitsChangesNothing) {
 
 // Separable folds (30 training subjects, 60 features per kernel): from some C on the SVMs' dual variables stay inside
 // their box, and the fits at every larger C of the grid are taken from that one. Against fitting every grid point:
-// the same inner scores (balanced accuracies of decisions that agree to the tolerances), the same choices, outer
-// decisions within the tolerances, and fewer solver iterations.
+// the same inner scores (balanced accuracies of decisions that agree to the tolerances) and so the same choices (a
+// reused point ties with its source and is never chosen over it; the outer refits are then the same fits), with fewer
+// solver iterations. With Platt scaling on, the calibration reads the chosen point's out-of-fold decisions.
 TEST(NestedCv, FitsAtALargerCAreTheSmallerCsWhoseBoxIsInactive) {
   const auto p = neuromkl::testing::MakeMklProblem(45, 4, {0, 1}, 0.6, 31, learners::Task::Classification, 60);
   const auto outer = cv::MakeFolds({cv::Scheme::StratifiedKFold, 3, 1}, learners::Task::Classification, p.targets.y, {}, {}, 4, "outer");
@@ -191,9 +192,10 @@ TEST(NestedCv, FitsAtALargerCAreTheSmallerCsWhoseBoxIsInactive) {
       {"en", "enmkl_svm", cv::ExpandGrid({{"svm_tolerance", 1e-11}, {"tolerance", 1e-10}}, {{"c", C}, {"mu", {0.4, 1.0}}})},
       {"svm", "svm", cv::ExpandGrid({{"tolerance", 1e-11}}, {{"c", C}})},
       {"sm", "simplemkl", cv::ExpandGrid({{"svm_tolerance", 1e-11}, {"gap_tolerance", 1e-8}}, {{"c", C}})}};
-  cv::NestedCvOptions everyC;
+  cv::NestedCvOptions reuse, everyC;
+  reuse.probabilities = everyC.probabilities = true;
   everyC.reuseLargerC = false;
-  const auto a = cv::RunNestedCv(p.kernels, p.targets, outer, Inner(3), plans, {});
+  const auto a = cv::RunNestedCv(p.kernels, p.targets, outer, Inner(3), plans, reuse);
   const auto b = cv::RunNestedCv(p.kernels, p.targets, outer, Inner(3), plans, everyC);
   for (std::size_t l = 0; l < a.size(); ++l) {
     EXPECT_GT(a[l].innerReused, 0) << a[l].label;
@@ -206,8 +208,8 @@ TEST(NestedCv, FitsAtALargerCAreTheSmallerCsWhoseBoxIsInactive) {
       const auto &x = a[l].folds[f], &y = b[l].folds[f];
       EXPECT_EQ(x.innerScores, y.innerScores) << a[l].label << " fold " << f;
       EXPECT_EQ(x.chosen, y.chosen) << a[l].label << " fold " << f;
-      const double scale = x.decision.cwiseAbs().maxCoeff();
-      EXPECT_LT((x.decision - y.decision).cwiseAbs().maxCoeff(), 1e-6 * scale) << a[l].label << " fold " << f;
+      EXPECT_EQ(x.decision, y.decision) << a[l].label << " fold " << f;
+      EXPECT_NEAR(x.platt.a, y.platt.a, 1e-6 * std::abs(y.platt.a)) << a[l].label << " fold " << f;
     }
   }
 }

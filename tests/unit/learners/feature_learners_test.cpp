@@ -333,7 +333,9 @@ TEST(FeatureForm, AFitWithNoVariableAtItsBoundIsTheFitOfEveryLargerC) {
       const double gap = RelativeGap(nm::learners::FeatureDecision(larger, fold), nm::learners::FeatureDecision(fit, fold));
       if (fit.info.solvesLargerC) {
         ++interior;
-        EXPECT_LT(gap, learner == "svm" ? 1e-6 : 1e-4) << learner << " C " << C;  // ENMKL: its weights' default tolerance
+        // ENMKL stops on its weights' distance to the fixed point (default 1e-6 relative), which moves the decisions by
+        // a few times that: the gap the box makes (> 1e-3) is far above either bound.
+        EXPECT_LT(gap, learner == "svm" ? 1e-6 : 1e-4) << learner << " C " << C;
       } else {
         ++bound;
         EXPECT_GT(gap, 1e-3) << learner << " C " << C;

@@ -20,6 +20,7 @@ namespace {
 ParamMap Tight(const std::string& learner, double C) {
   if (learner == "svm") return {{"c", C}, {"tolerance", 1e-11}};
   if (learner == "enmkl_svm") return {{"c", C}, {"mu", 0.5}, {"svm_tolerance", 1e-11}, {"tolerance", 1e-10}};
+  if (learner == "mkl_bp") return {{"c", C}, {"v", 1.0}, {"svm_tolerance", 1e-11}};  // v = 1: l1-MKL, fitted as ENMKL at mu = 1
   return {{"c", C}, {"svm_tolerance", 1e-11}, {"gap_tolerance", 1e-10}};
 }
 
@@ -35,7 +36,7 @@ double Largest(const Eigen::VectorXd& v) { return v.cwiseAbs().maxCoeff(); }
 // bound" the cold fit at 100 C must be the same model.
 TEST(LargerC, AFitWithNoDualVariableAtItsBoundIsTheFitOfEveryLargerC) {
   const auto p = neuromkl::testing::MakeMklProblem(24, 4, {0, 2}, 0.8, 3, Task::Classification, 40);
-  for (const std::string learner : {"svm", "enmkl_svm", "simplemkl"}) {
+  for (const std::string learner : {"svm", "enmkl_svm", "simplemkl", "mkl_bp"}) {
     int interior = 0, bound = 0;
     for (const double C : {1e-3, 1e-2, 1.0, 10.0, 100.0}) {
       const Model fit = learners::MakeLearner(learner, Tight(learner, C))->Fit(p.kernels, p.targets);
@@ -100,6 +101,6 @@ TEST(LargerC, EpsilonSvrAsTheClassifier) {
 // Learners without such a box never claim it.
 TEST(LargerC, LearnersWithoutABoxNeverClaimIt) {
   const auto p = neuromkl::testing::MakeMklProblem(24, 3, {0}, 0.8, 9, Task::Classification, 40);
-  for (const std::string learner : {"krr", "enmkl_krr", "kelm"})
+  for (const std::string learner : {"krr", "enmkl_krr", "kelm", "mkelm", "bsadmm_kelm"})
     EXPECT_FALSE(learners::MakeLearner(learner, {})->Fit(p.kernels, p.targets).info.solvesLargerC) << learner;
 }
