@@ -67,8 +67,8 @@ struct FitInfo {
   double gap = 0;            ///< relative duality gap (SimpleMKL), max |delta beta| (ENMKL), KKT violation (SVM)
   double seconds = 0;
   /// No dual variable at the upper bound of its box (learners on the C-SVC or epsilon-SVR dual: svm, enmkl_svm,
-  /// simplemkl, mkl_bp at v = 1): the solution satisfies, to the same tolerance, the optimality conditions of every larger C as well,
-  /// so it is also that fit (nested CV reuses it along a grid of C).
+  /// simplemkl, mkl_bp at v = 1): the solution satisfies, to the same tolerance, the optimality conditions of every
+  /// larger C as well, so it is also that fit (nested CV reuses it along a grid of C).
   bool solvesLargerC = false;
 };
 
