@@ -77,6 +77,21 @@ TEST(Trust, CappedFitsAndGridEdgesAreReportedOnTheConsoleInTheReportAndInResults
   EXPECT_EQ(results["learners"][1]["inner_fits_not_converged"], 0);  // krr solves exactly
 }
 
+// 60 subjects, thousands of voxels: from some C on the SVM interpolates (no alpha at C), and the inner fits at the larger C
+// of the grid are that fit, said in results.json; a learner without a box never reuses.
+TEST(Trust, InnerFitsTakenFromASmallerCAreCountedInResults) {
+  TempDir dir;
+  const auto study = SizeCohort(dir, R"([{"name": "enmkl_svm", "grid": {"c": [0.001, 1, 100, 10000], "mu": [0.5]}},
+                                         {"name": "krr", "grid": {"lambda": [0.01, 1, 100]}}])");
+  const auto r = RunCli("run " + study + " --out " + (dir / "out") + " -q");
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  const auto results = nlohmann::json::parse(ReadFile(dir / "out/results.json"));
+  const auto& en = results["learners"][0];
+  EXPECT_GT(en["inner_fits_reused"].get<long>(), 0);
+  EXPECT_LE(en["inner_fits_reused"].get<long>(), en["inner_fits"].get<long>());
+  EXPECT_EQ(results["learners"][1]["inner_fits_reused"], 0);
+}
+
 TEST(Trust, BatchSummaryNamesFitsThatDidNotConverge) {
   TempDir dir;
   const auto study = SizeCohort(dir, R"([{"name": "simplemkl", "params": {"c": 1, "max_iterations": 2, "gap_tolerance": 1e-12}}])");

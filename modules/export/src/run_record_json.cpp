@@ -126,7 +126,7 @@ Json FoldJson(const RunRecord& r, const cv::LearnerOutcome& o, const cv::OuterFo
 Json LearnerJson(const RunRecord& r, const LearnerRecord& lr) {
   const auto& o = lr.outcome;
   Json e = {{"label", o.label}, {"name", o.name}, {"fits", o.fits}, {"inner_fits", o.innerFits}, {"inner_fits_not_converged", o.innerNotConverged},
-            {"inner_fits_capped", o.innerCapped},
+            {"inner_fits_capped", o.innerCapped}, {"inner_fits_reused", o.innerReused},
             {"grid", Json::array()}};
   for (const auto& p : o.grid) e["grid"].push_back(p);
   e["metrics"] = {{"pooled", Map(lr.summary.pooled)}, {"fold_mean", Map(lr.summary.foldMean)}, {"fold_sd", Map(lr.summary.foldSd)}};
