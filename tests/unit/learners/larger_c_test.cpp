@@ -16,7 +16,7 @@ using learners::Task;
 
 namespace {
 
-/// Tight tolerances: the fits compared below are then the optima, not two stops short of them.
+/// Tight tolerances: the fits compared below are then both at the optimum, not at two stopping points near it.
 ParamMap Tight(const std::string& learner, double C) {
   if (learner == "svm") return {{"c", C}, {"tolerance", 1e-11}};
   if (learner == "enmkl_svm") return {{"c", C}, {"mu", 0.5}, {"svm_tolerance", 1e-11}, {"tolerance", 1e-10}};
