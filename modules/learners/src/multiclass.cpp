@@ -98,22 +98,10 @@ class OneVsRestSolver final : public InnerSolver {
     return !first;
   }
   bool Frozen(const InnerSolution& sol) const override {
-    for (std::size_t c = 0; c < solvers_.size(); ++c) {
-      if (!solvers_[c]) continue;
-      InnerSolution one;
-      one.alpha = sol.alpha.segment(static_cast<Eigen::Index>(c) * n_, n_);
-      if (!solvers_[c]->Frozen(one)) return false;
-    }
-    return true;
+    return EveryClass(sol, [](const InnerSolver& s, const InnerSolution& one) { return s.Frozen(one); });
   }
   bool BoxInactive(const InnerSolution& sol) const override {
-    for (std::size_t c = 0; c < solvers_.size(); ++c) {
-      if (!solvers_[c]) continue;
-      InnerSolution one;
-      one.alpha = sol.alpha.segment(static_cast<Eigen::Index>(c) * n_, n_);
-      if (!solvers_[c]->BoxInactive(one)) return false;
-    }
-    return true;
+    return EveryClass(sol, [](const InnerSolver& s, const InnerSolution& one) { return s.BoxInactive(one); });
   }
   double SolutionLoss(const Eigen::MatrixXd& K, const InnerSolution& sol) const override {
     double loss = 0;
@@ -128,6 +116,17 @@ class OneVsRestSolver final : public InnerSolver {
   }
 
  private:
+  /// Whether `holds` is true of every present class's solver and its variables (its segment of sol.alpha).
+  template <typename Holds>
+  bool EveryClass(const InnerSolution& sol, const Holds& holds) const {
+    for (std::size_t c = 0; c < solvers_.size(); ++c) {
+      if (!solvers_[c]) continue;
+      InnerSolution one;
+      one.alpha = sol.alpha.segment(static_cast<Eigen::Index>(c) * n_, n_);
+      if (!holds(*solvers_[c], one)) return false;
+    }
+    return true;
+  }
   Eigen::Index n_;
   std::vector<std::unique_ptr<InnerSolver>> solvers_;
 };

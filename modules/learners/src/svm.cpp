@@ -129,7 +129,7 @@ class SvcSolver final : public InnerSolver {
   bool BoxInactive(const InnerSolution& sol) const override {
     if (sol.alpha.size() != y_.size()) return false;
     for (Eigen::Index i = 0; i < sol.alpha.size(); ++i)
-      if (!(sol.alpha[i] < C_ * (weights_.size() > 0 ? weights_[i] : 1.0))) return false;
+      if (!(sol.alpha[i] < Upper(i))) return false;
     return true;
   }
   // coef = y alpha (y = +-1), so alpha moves by y dcoef. Where that leaves the box [0, C w_i], the result is the
@@ -142,15 +142,14 @@ class SvcSolver final : public InnerSolver {
     if (sol.alpha.size() != n || dcoef.size() != n || !dcoef.allFinite()) return false;
     std::vector<Eigen::Index> moving;
     double target = 0, reach = 0;
-    const auto upper = [&](Eigen::Index i) { return C_ * (weights_.size() > 0 ? weights_[i] : 1.0); };
     for (Eigen::Index i = 0; i < n; ++i)
       if (dcoef[i] != 0.0) {
         moving.push_back(i);
         target += y_[i] * sol.alpha[i];
-        reach = std::max(reach, upper(i) + std::abs(dcoef[i]));
+        reach = std::max(reach, Upper(i) + std::abs(dcoef[i]));
       }
     if (moving.empty()) return false;
-    const auto moved = [&](Eigen::Index i, double lambda) { return std::clamp(sol.alpha[i] + y_[i] * (dcoef[i] + lambda), 0.0, upper(i)); };
+    const auto moved = [&](Eigen::Index i, double lambda) { return std::clamp(sol.alpha[i] + y_[i] * (dcoef[i] + lambda), 0.0, Upper(i)); };
     const auto sum = [&](double lambda) {
       double total = 0;
       for (const auto i : moving) total += y_[i] * moved(i, lambda);
@@ -168,11 +167,13 @@ class SvcSolver final : public InnerSolver {
   }
 
  private:
-  /// 0 < alpha_i < C w_i (w_i = 1 without class weights).
+  /// Subject i's box bound C w_i (w_i = 1 without class weights).
+  double Upper(Eigen::Index i) const { return C_ * (weights_.size() > 0 ? weights_[i] : 1.0); }
+  /// 0 < alpha_i < C w_i.
   std::vector<Eigen::Index> FreeSet(const InnerSolution& sol) const {
     std::vector<Eigen::Index> free;
     for (Eigen::Index i = 0; i < sol.alpha.size(); ++i)
-      if (sol.alpha[i] > 0 && sol.alpha[i] < C_ * (weights_.size() > 0 ? weights_[i] : 1.0)) free.push_back(i);
+      if (sol.alpha[i] > 0 && sol.alpha[i] < Upper(i)) free.push_back(i);
     return free;
   }
   Eigen::VectorXd y_;
