@@ -16,7 +16,7 @@
 // (one fold at a time). It runs twice, side by side: the fold's summed kernel prepared in place (the
 // default: svm and kelm fit the sum), then, for comparison, a copy of every kernel per fold (peak RSS is the
 // process's, so the smaller run goes first); 5th argument `summed` or `copies` runs one of them only.
-// `bench_nested_cv sweep [seeds (default 40)] [enmkl_svm|enmkl_krr]`: single ENMKL fits on small problems over seeds x mu x C
+// `bench_nested_cv sweep [seeds (default 40)] [enmkl_svm|enmkl_krr] [l1]`: single ENMKL fits on small problems over seeds x mu x C
 // (SweepMode), printing the fits that did not converge.
 // `bench_nested_cv memory-mkl n [budget GiB] [threads] [both|columns|copies]` does the same for a learner of
 // kernel weights (ENMKL-SVM, C = 1, mu = 0.5, no inner CV: the 5 outer refits): its training kernels read in
@@ -146,10 +146,11 @@ static int MemoryMode(int n, double budgetGib, const std::string& way, bool mkl)
 
 /// Convergence sweep: single ENMKL fits on the learner tests' problems, MakeMklProblem(60, 12, {0, 3, 7}, 0.8,
 /// seed) (cosine-normalised linear kernels of 6 features, 3 of them shifted along the labels), over seeds x mu {0.3, 0.5,
-/// 0.7, 0.9} x C (or lambda) {0.1, 1, 10, 100}. Prints every fit that did not converge and the totals: a fit that cycles
-/// to its iteration cap is a defect (it costs time and returns weights short of the optimum), and which fits cycle
-/// moves with the last bits of the quadratics, so a change of arithmetic is checked here.
-static int SweepMode(int seeds, const std::string& learner) {
+/// 0.7, 0.9} (or mu = 1 alone: `sweep seeds learner l1`) x C (or lambda) {0.1, 1, 10, 100}. Prints every fit that did
+/// not converge and the totals: a fit that cycles to its iteration cap is a defect (it costs time and returns weights
+/// short of the optimum), and which fits cycle moves with the last bits of the quadratics, so a change of arithmetic is
+/// checked here.
+static int SweepMode(int seeds, const std::string& learner, bool l1) {
   const bool krr = learner == "enmkl_krr";
   long iterations = 0;
   int fits = 0, notConverged = 0, worst = 0;
@@ -157,7 +158,7 @@ static int SweepMode(int seeds, const std::string& learner) {
   for (int seed = 1; seed <= seeds; ++seed) {
     const auto p = testing::MakeMklProblem(60, 12, {0, 3, 7}, 0.8, static_cast<unsigned>(seed),
                                            krr ? learners::Task::Regression : learners::Task::Classification);
-    for (const double mu : {0.3, 0.5, 0.7, 0.9})
+    for (const double mu : l1 ? std::vector<double>{1.0} : std::vector<double>{0.3, 0.5, 0.7, 0.9})
       for (const double C : {0.1, 1.0, 10.0, 100.0}) {
         const auto model = learners::MakeLearner(learner, {{krr ? "lambda" : "c", C}, {"mu", mu}})->Fit(p.kernels, p.targets);
         ++fits;
@@ -176,7 +177,8 @@ static int SweepMode(int seeds, const std::string& learner) {
 }
 
 int main(int argc, char** argv) {
-  if (argc > 1 && std::strcmp(argv[1], "sweep") == 0) return SweepMode(argc > 2 ? std::stoi(argv[2]) : 40, argc > 3 ? argv[3] : "enmkl_svm");
+  if (argc > 1 && std::strcmp(argv[1], "sweep") == 0)
+    return SweepMode(argc > 2 ? std::stoi(argv[2]) : 40, argc > 3 ? argv[3] : "enmkl_svm", argc > 4 && std::strcmp(argv[4], "l1") == 0);
   if (argc > 2 && (std::strcmp(argv[1], "memory") == 0 || std::strcmp(argv[1], "memory-mkl") == 0)) {
     const int threads = argc > 4 ? std::stoi(argv[4]) : 0;
     std::optional<tbb::global_control> limit;

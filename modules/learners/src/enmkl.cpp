@@ -20,10 +20,11 @@ namespace {
 
 constexpr double kMinDamping = 1.0 / 256;  ///< smallest water-filling step
 constexpr int kWaterFillIterations = 100;  ///< then the multiplicative update takes over
-constexpr double kMaxExponent = 16.0;      ///< largest exponent of the multiplicative step (mu = 1, or the fallback)
+constexpr double kMaxExponent = 256.0;     ///< largest exponent of the multiplicative step (mu = 1, or the fallback) ...
+constexpr double kExponentGrowth = 1.5;    ///< ... which grows by this factor per step that did not overshoot
 constexpr double kGrowthRise = 1.1;        ///< rise of the largest weight growth ratio over a step that counts as an overshoot
 constexpr double kRatioTolerance = 1e-3;   ///< |F(beta)_j / beta_j - 1| that counts as settled
-constexpr double kVanishingWeight = 1e-3;  ///< normalised weight below which a decaying weight may be set to 0
+constexpr double kVanishingWeight = 1e-2;  ///< normalised weight below which a decaying weight may be set to 0
 constexpr double kNewtonStart = 1e-2;      ///< (water-filling phase) step (max |delta beta|, normalised) below which Newton is tried
 constexpr double kNewtonStartL1 = 1e-2;    ///< (multiplicative phase) largest weight growth ratio - 1 at which Newton is tried
 constexpr double kNewtonStartWarm = 0.1;   ///< both thresholds above for a warm-started fit: it starts near its neighbour's optimum
@@ -32,6 +33,7 @@ constexpr int kOutsideCheck = 4;           ///< water-filling steps between look
 constexpr double kDropWeight = 1e-4;       ///< normalised weight below which a kernel the water-filling dropped leaves
 constexpr int kNewtonRounds = 4;           ///< support changes handled inside one Newton attempt
 constexpr int kNewtonRetry = 3;            ///< iterations to wait after a failed Newton attempt
+constexpr double kCarriedWeight = 1e-3;    ///< normalised weight Newton's start gives a kernel the damped steps still carry
 constexpr int kHandOver = 150;             ///< (mu = 1) iterations after which a fit that has not converged goes on as SimpleMKL ...
 constexpr double kHandOverGap = 1e-4;      ///< ... to this relative duality gap (SimpleMKL's default)
 
@@ -173,7 +175,15 @@ void EnmklFit::WaterFillingPhase() {
     info_.gap = change;
     const bool small = change < s_.betaTolerance && objChange < s_.objectiveTolerance;
     if (small || change < newtonStart_) {
+      // Newton starts from the water-filled weights and, at a small weight, the kernels the damped iterate still
+      // carries but this target drops: while the damping is small the target's support swings from step to step (seen
+      // at mu = 0.9 warm-started from mu = 1: 22, 5, 9, 11, 7, 15, 11 kernels), and a kernel of the optimum missing
+      // from it would enter one certification round at a time. Newton's first step drops those that do not belong
+      // (a weight it sends below 0 leaves).
       Eigen::VectorXd b = target;
+      const double carried = kCarriedWeight * target.sum();
+      for (Eigen::Index j = 0; j < m_; ++j)
+        if (beta_[j] > 0 && !(target[j] > 0)) b[j] = carried;
       const auto r = Polish(b);
       if (r == EnmklMap::Newton::Converged) {
         beta_ = b;
@@ -217,7 +227,7 @@ std::optional<Model> EnmklFit::MultiplicativePhase() {
   // degenerate: all weight on the largest c_j), raised to an adaptive power eta: beta_j <- beta_j
   // (F(beta)_j / beta_j)^eta, eta = 1 being the published step; same fixed points, faster
   // contraction; eta grows while the steps go on in one direction and falls back towards 1 when one overshoots.
-  // Weights that are clearly vanishing (ratio F(beta)_j / beta_j < 1 - 1e-3 and below 1e-3) mark the
+  // Weights that are clearly vanishing (ratio F(beta)_j / beta_j < 1 - 1e-3 and below 1e-2 of the total) mark the
   // support of the limit; once no weight grows by more than 1 % in a step (10 % warm-started), Newton's method on it finds the
   // fixed point and the full check certifies it (as in phase 1). Without a Newton step (a solver
   // without Curvature) the stopping rule is the step-size rule: no weight may still grow (ratio <= 1 + 1e-3),
@@ -318,9 +328,11 @@ EnmklFit::Settled EnmklFit::SettleMultiplicative(const WeightStep& w, const Eige
 /// The multiplicative step beta_j <- from_j (to_j / from_j)^eta, rescaled to sum(F(beta)).
 void EnmklFit::StepWithExponent(const WeightStep& w, MultiplicativeSteps& st) {
   // eta halves when the last step overshot: it turned back (its log-ratios at an obtuse angle to the previous
-  // step's) or the largest growth rose by more than kGrowthRise; else it grows. The step's size alone is no sign of
-  // overshoot: on a large support the steps grow for tens of iterations while the weights concentrate (mu = 1 fits at
-  // n = 192, m = 116: 17-25 iterations with this rule, 27-48 with "halve when the step grew").
+  // step's) or the largest growth rose by more than kGrowthRise; else it grows by kExponentGrowth, up to kMaxExponent.
+  // The step's size alone is no sign of overshoot: on a large support the steps grow for tens of iterations while the
+  // weights concentrate (mu = 1 fits at n = 192, m = 116: 17-25 iterations with this rule, 27-48 with "halve when the
+  // step grew"). A kernel whose c_j is 0.1 % below the others' decays by (1 - 1e-3)^eta per step: a tenfold decay takes
+  // ~140 steps at eta = 16 and 9 at eta = 256.
   const Eigen::VectorXd& from = w.from;
   const Eigen::VectorXd& to = w.to;
   Eigen::VectorXd direction = Eigen::VectorXd::Zero(m_);
@@ -328,7 +340,7 @@ void EnmklFit::StepWithExponent(const WeightStep& w, MultiplicativeSteps& st) {
     if (from[j] > 0 && to[j] > 0) direction[j] = std::log(to[j] / from[j]);
   const bool turnedBack = st.prevDirection.size() == m_ && direction.dot(st.prevDirection) < 0;
   const bool overshot = turnedBack || w.growth > kGrowthRise * st.prevGrowth;
-  st.eta = overshot ? std::max(1.0, st.eta * 0.5) : std::min(kMaxExponent, st.eta * 1.25);
+  st.eta = overshot ? std::max(1.0, st.eta * 0.5) : std::min(kMaxExponent, st.eta * kExponentGrowth);
   st.prevDirection = direction;
   st.prevGrowth = w.growth;
   Eigen::VectorXd stepped = Eigen::VectorXd::Zero(m_);
