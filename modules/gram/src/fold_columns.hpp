@@ -10,6 +10,7 @@
 
 #include "neuromkl/gram/preprocess.hpp"
 #include "neuromkl/gram/stack.hpp"
+#include "stacks.hpp"
 
 namespace neuromkl::gram::detail {
 
@@ -36,6 +37,27 @@ class FoldColumns final : public KernelColumns {
     out.resize(kernels_.size());
     tbb::parallel_for(std::size_t{0}, kernels_.size(), [&](std::size_t k) { WriteTestBlock(k, out[k]); });
   }
+  /// Below kPackedStackBelow subjects, kernel by kernel: first(k) (the fold's vectors of kernel k, when they are not
+  /// made yet), then its held test block (into `tests`), its packed stack column and its finiteness. One visit of each
+  /// kernel's values instead of a pass over all of them for each (at n = 192 x 116 the kernels outgrow the cache, and
+  /// each pass read them from memory again). The same routines as the fold's Vectors, WriteTestBlocks and Stack: the same
+  /// values bit for bit. The first Stack() hands out the stack so made.
+  template <typename First>
+  void PrepareKernelByKernel(KernelList& tests, const First& first) {
+    tests.resize(kernels_.size());
+    prepared_ = std::make_unique<PackedStack>(*this, [&](Eigen::Index k) {
+      const auto r = static_cast<std::size_t>(k);
+      first(r, kernels_[r]);
+      WriteTestBlock(r, tests[r]);
+    });
+    firstNonFinite_ = prepared_->FirstNonFinite();
+  }
+  /// Once prepared kernel by kernel, from the packed values (the same values as the columns': the same answer).
+  Eigen::Index FirstNonFinite() const override { return firstNonFinite_ >= -1 ? firstNonFinite_ : KernelColumns::FirstNonFinite(); }
+  std::unique_ptr<KernelStack> Stack() const override {
+    if (prepared_) return std::move(prepared_);
+    return KernelColumns::Stack();
+  }
   /// The test blocks one at a time, each written into `buffer` when a model asks for it (`buffer` must outlive it).
   TestBlocks Test(Eigen::MatrixXd& buffer) const {
     return {Count(), test_.size(),
@@ -51,6 +73,8 @@ class FoldColumns final : public KernelColumns {
   Eigen::VectorXi train_, test_;
   std::shared_ptr<const std::vector<FoldVectors>> vectors_;
   Eigen::VectorXd scales_;
+  mutable std::unique_ptr<KernelStack> prepared_;  ///< made by PrepareKernelByKernel, until the first Stack()
+  Eigen::Index firstNonFinite_ = -2;                ///< its first non-finite kernel (-1: none; -2: not prepared so)
 };
 
 }  // namespace neuromkl::gram::detail

@@ -381,6 +381,10 @@ void WriteFloat32Copies(const KernelVec& kernels, const Eigen::VectorXi& tr, con
 void MemoryFold::Weighted(TrainingForm form, WeightedKernels& out) const {
   out.kernels.reset();
   out.testOnDemand = nullptr;
+  if (form == TrainingForm::InPlace && !residualiser_ && train_.size() < kPackedStackBelow) {
+    ColumnsKernelByKernel(out);
+    return;
+  }
   const std::vector<FoldVectors>* vectors = residualiser_ ? nullptr : &Vectors();
   const FoldResidualiser* residualiser = residualiser_ ? &*residualiser_ : nullptr;
   if (form == TrainingForm::Copies) {
@@ -415,6 +419,26 @@ void MemoryFold::Weighted(TrainingForm form, WeightedKernels& out) const {
     }
     out.kernels = std::move(columns);
   });
+}
+
+void MemoryFold::ColumnsKernelByKernel(WeightedKernels& out) const {
+  // Each kernel's test block, packed column and check made together (FoldColumns::PrepareKernelByKernel), with its
+  // vectors too when the fold has none yet (another learner's summed kernel, or source weighting's traces, make them
+  // first); those then become the fold's.
+  const Eigen::VectorXd scales = Scales();
+  std::shared_ptr<std::vector<FoldVectors>> fresh;
+  if (!lazy_->vectors) fresh = std::make_shared<std::vector<FoldVectors>>(kernels_.Count());
+  const std::shared_ptr<const std::vector<FoldVectors>> vectors = fresh ? fresh : lazy_->vectors;
+  out.test.clear();
+  kernels_.Visit([&](const auto& k) {
+    using Columns = FoldColumns<std::decay_t<decltype(k)>>;
+    auto columns = std::make_unique<Columns>(k, train_, test_, vectors, scales);
+    columns->PrepareKernelByKernel(out.test, [&](std::size_t r, const auto& kernel) {
+      if (fresh) (*fresh)[r] = MakeFoldVectors(kernel, train_, test_, pre_.centre, pre_.normalise);
+    });
+    out.kernels = std::move(columns);
+  });
+  if (fresh) std::call_once(lazy_->vectorsOnce, [&] { lazy_->vectors = fresh; });
 }
 
 std::vector<Eigen::MatrixXd> MemoryFold::Products(const std::vector<std::size_t>& which, const Eigen::Ref<const Eigen::MatrixXd>& A,

@@ -33,20 +33,25 @@ PackedStack::PackedStack(const KernelList& kernels)
   }
 }
 
-PackedStack::PackedStack(const KernelColumns& columns)
+PackedStack::PackedStack(const KernelColumns& columns) : PackedStack(columns, {}) {}
+
+PackedStack::PackedStack(const KernelColumns& columns, const std::function<void(Eigen::Index)>& beforeKernel)
     : KernelStack(columns.Count(), columns.Size()),
       rootBounds_(Eigen::VectorXd::Constant(columns.Count(), std::numeric_limits<double>::quiet_NaN())) {
   const Eigen::Index n = Subjects();
   packed_.resize(n * (n + 1) / 2, Size());
-  // Kernels are independent (each writes its own column of the store).
+  finite_.assign(static_cast<std::size_t>(Size()), 1);
+  // Kernels are independent (each writes its own column of the store). The packed column holds every value a learner
+  // reads (each column's rows 0..j), checked while it is in cache (x * 0 is NaN exactly for NaN and infinities).
   tbb::parallel_for(Eigen::Index{0}, Size(), [&](Eigen::Index k) {
+    if (beforeKernel) beforeKernel(k);
     double* out = packed_.col(k).data();
     for (Eigen::Index j = 0; j < n; out += j + 1, ++j) columns.UpperColumn(k, j, out);
+    finite_[static_cast<std::size_t>(k)] = !std::isnan((packed_.col(k).array() * 0.0).sum());
   });
 }
 
 Eigen::Index PackedStack::FirstNonFinite() const {
-  if (finite_.empty()) return KernelStack::FirstNonFinite();  // packed from columns: checked through them
   for (Eigen::Index k = 0; k < Size(); ++k)
     if (!finite_[static_cast<std::size_t>(k)]) return k;
   return -1;

@@ -2,6 +2,7 @@
 // The stacks of kernels held in this process (stack.hpp): packed upper triangles, or a view that reads matrices or
 // columns in place. The arithmetic they share is here, so that every backend gives the same values.
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <vector>
@@ -83,6 +84,9 @@ class PackedStack final : public KernelStack {
   /// sums the squares of the bound.
   explicit PackedStack(const KernelList& kernels);
   explicit PackedStack(const KernelColumns& columns);
+  /// From columns, with beforeKernel(k) run on the thread that packs kernel k just before it does (the work that reads
+  /// the same kernel, done while its values are in cache).
+  PackedStack(const KernelColumns& columns, const std::function<void(Eigen::Index)>& beforeKernel);
   void Combine(const Eigen::VectorXd& weights, Eigen::MatrixXd& out) const override;
   Eigen::VectorXd Quadratics(const Eigen::VectorXd& a) const override;
   std::unique_ptr<QuadraticForm> Form(const Eigen::MatrixXd& A) const override;
@@ -99,7 +103,7 @@ class PackedStack final : public KernelStack {
   const double* UpperColumn(Eigen::Index k, Eigen::Index j) const { return packed_.col(k).data() + j * (j + 1) / 2; }
   Eigen::MatrixXd packed_;               ///< n(n+1)/2 x kernels
   mutable Eigen::VectorXd rootBounds_;  ///< NaN until computed
-  std::vector<char> finite_;             ///< from matrices: whether each matrix is finite (empty for columns)
+  std::vector<char> finite_;             ///< whether each kernel is finite (from matrices: the whole matrix; from columns: the packed values)
 };
 
 /// Kernels read in place: matrices (column j's upper part is contiguous in a column-major matrix), float32 columns

@@ -5,6 +5,7 @@
 // kernels (the summed kernel, a combined kernel, all quadratics at once) are equal with one owner and the owners'
 // partial sums added in owner order with several (to their rounding).
 #include <functional>
+#include <limits>
 #include <memory>
 #include <random>
 #include <stdexcept>
@@ -192,6 +193,61 @@ TEST(StoreConformance, EveryBackendAnswersEveryFoldOperationAsTheFloat64KernelsI
       EXPECT_EQ(b.kernels->Count(), 7u) << what;
       EXPECT_EQ(b.kernels->Subjects(), n) << what;
     }
+}
+
+// Below kPackedStackBelow subjects a fold prepares the columns of the learners of kernel weights kernel by kernel
+// (MemoryFold::Weighted): each kernel's test block, packed stack column and finiteness together, with its fold vectors
+// when the fold has none yet. Whether the columns come first (the vectors made with them) or after the summed kernel (the
+// vectors made before): the test blocks, the stack, the check and the summed kernel are those of the reference copies
+// (gram::PrepareFold) and of a stack packed from the columns afterwards, bit for bit; a kernel with a NaN entry is the one
+// reported.
+TEST(StoreConformance, ColumnsPreparedKernelByKernelAreThoseOfTheSeparatePasses) {
+  const int n = 40;
+  const gram::KernelList kernels = RawKernels(n, 7, 13);
+  std::vector<int> train, test;
+  for (int i = 0; i < n; ++i) (i % 5 == 2 ? test : train).push_back(i);
+  std::swap(train[1], train[7]);
+  gram::KernelList withNaN = kernels;
+  withNaN[4](train[3], train[5]) = withNaN[4](train[5], train[3]) = std::numeric_limits<double>::quiet_NaN();
+  gram::Preprocessing uncentred, weighted;
+  uncentred.centre = false;
+  weighted.kernelGroups = {0, 0, 1, 1, 1, 2, 2};  // scales from the traces: the vectors come first
+  const Eigen::MatrixXd A = Eigen::MatrixXd::Random(static_cast<Eigen::Index>(train.size()), 2);
+  const Eigen::VectorXd weights = (Eigen::VectorXd(7) << 0.3, 0.0, 1.7, 0.25, 1e-3, 0.9, 0.0).finished();
+  const std::vector<Eigen::Index> asked{6, 2, 0, 4};
+  for (const auto& [pname, pre] : std::vector<std::pair<std::string, gram::Preprocessing>>{{"centre + normalise", {}}, {"normalise only", uncentred},
+                                                                                          {"source weighting", weighted}})
+    for (const bool nan : {false, true})
+      for (const bool summedFirst : {false, true}) {
+        const std::string what = pname + (nan ? ", kernel 4 with a NaN" : "") + (summedFirst ? ", summed kernel first" : ", columns first");
+        const gram::KernelList& values = nan ? withNaN : kernels;
+        const gram::MemoryKernels store(values), reference(values);
+        const auto fold = store.OpenFold(train, test, pre), other = reference.OpenFold(train, test, pre);
+        const gram::FoldKernels summedReference = other->Summed();
+        gram::FoldKernels summed;
+        if (summedFirst) summed = fold->Summed();
+        gram::WeightedKernels w;
+        fold->Weighted(gram::TrainingForm::InPlace, w);
+        if (!summedFirst) summed = fold->Summed();
+        ASSERT_TRUE(w.kernels) << what;
+        EXPECT_EQ(w.kernels->FirstNonFinite(), nan ? 4 : -1) << what;
+        const gram::FoldKernels copies = gram::PrepareFold(reference, train, test, pre);
+        Eigen::MatrixXd buffer;
+        const gram::TestBlocks blocks = w.Test(buffer);
+        for (Eigen::Index k = 0; k < 7; ++k) {
+          const Eigen::MatrixXd block = blocks.block(k), expected = copies.test[static_cast<std::size_t>(k)];
+          EXPECT_TRUE(block.cwiseEqual(expected).all() || (nan && k == 4 && block.hasNaN() && expected.hasNaN())) << what << " block " << k;
+        }
+        if (nan) continue;
+        EXPECT_EQ(summed.train, summedReference.train) << what;
+        EXPECT_EQ(summed.test, summedReference.test) << what;
+        const auto stack = w.kernels->Stack(), again = w.kernels->Stack(), copied = gram::MakeStack(copies.train);
+        for (const auto* other : {again.get(), copied.get()}) {
+          EXPECT_EQ(stack->Combine(weights), other->Combine(weights)) << what;
+          EXPECT_EQ(stack->Quadratics(A.col(0)), other->Quadratics(A.col(0))) << what;
+          EXPECT_EQ(stack->Products(asked, A.col(1)), other->Products(asked, A.col(1))) << what;
+        }
+      }
 }
 
 TEST(StoreConformance, FoldsAreClosedOnTheOwnersWhenTheirLastHolderGoes) {

@@ -88,6 +88,8 @@ class MemoryFold final : public PreparedFold {
  private:
   struct Lazy;
   const std::vector<FoldVectors>& Vectors() const;
+  /// Weighted's columns below kPackedStackBelow (without covariates): kernel by kernel with their stack.
+  void ColumnsKernelByKernel(WeightedKernels& out) const;
   const MemoryKernels& kernels_;
   Eigen::VectorXi train_, test_;
   Preprocessing pre_;
