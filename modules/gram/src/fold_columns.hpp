@@ -6,8 +6,6 @@
 #include <utility>
 #include <vector>
 
-#include <tbb/parallel_for.h>
-
 #include "neuromkl/gram/preprocess.hpp"
 #include "neuromkl/gram/stack.hpp"
 #include "stacks.hpp"
@@ -32,16 +30,12 @@ class FoldColumns final : public KernelColumns {
   void WriteTestBlock(std::size_t k, Eigen::MatrixXd& out) const {
     WritePreparedTestBlock(kernels_[k], train_, test_, (*vectors_)[k], scales_[static_cast<Eigen::Index>(k)], out);
   }
-  /// Every test block at once, for folds that decide often (a grid search) and whose blocks are small enough to hold.
-  void WriteTestBlocks(KernelList& out) const {
-    out.resize(kernels_.size());
-    tbb::parallel_for(std::size_t{0}, kernels_.size(), [&](std::size_t k) { WriteTestBlock(k, out[k]); });
-  }
   /// Below kPackedStackBelow subjects, kernel by kernel: first(k) (the fold's vectors of kernel k, when they are not
-  /// made yet), then its held test block (into `tests`), its packed stack column and its finiteness. One visit of each
-  /// kernel's values instead of a pass over all of them for each (at n = 192 x 116 the kernels outgrow the cache, and
-  /// each pass read them from memory again). The same routines as the fold's Vectors, WriteTestBlocks and Stack: the same
-  /// values bit for bit. The first Stack() hands out the stack so made.
+  /// made yet), then its test block (into `tests`: held, as folds that decide often, a grid search, read them many
+  /// times), its packed stack column and its finiteness. One visit of each kernel's values instead of a pass over all of
+  /// them for each (at n = 192 x 116 the kernels outgrow the cache, and each pass read them from memory again). The same
+  /// routines as the fold's Vectors, WriteTestBlock and Stack: the same values bit for bit. The first Stack() hands out
+  /// the stack so made.
   template <typename First>
   void PrepareKernelByKernel(KernelList& tests, const First& first) {
     tests.resize(kernels_.size());

@@ -381,11 +381,8 @@ void WriteFloat32Copies(const KernelVec& kernels, const Eigen::VectorXi& tr, con
 void MemoryFold::Weighted(TrainingForm form, WeightedKernels& out) const {
   out.kernels.reset();
   out.testOnDemand = nullptr;
-  if (form == TrainingForm::InPlace && !residualiser_ && train_.size() < kPackedStackBelow) {
-    ColumnsKernelByKernel(out);
-    return;
-  }
-  const std::vector<FoldVectors>* vectors = residualiser_ ? nullptr : &Vectors();
+  // The copies read the fold's vectors (made here); the columns make them with their stack, below kPackedStackBelow.
+  const std::vector<FoldVectors>* vectors = residualiser_ || form == TrainingForm::InPlace ? nullptr : &Vectors();
   const FoldResidualiser* residualiser = residualiser_ ? &*residualiser_ : nullptr;
   if (form == TrainingForm::Copies) {
     FoldKernels copies{std::move(out.train), std::move(out.test)};
@@ -404,19 +401,20 @@ void MemoryFold::Weighted(TrainingForm form, WeightedKernels& out) const {
   }
   if (residualiser_)
     throw InputError("cv:ColumnsWithCovariates", "fold columns", "fold kernels with covariates are not columns of the study's kernels (residualising mixes rows)");
+  // Below kPackedStackBelow the test blocks are small beside the packed stack: held, so that the many decisions of a
+  // grid search do not prepare them again each time, and made with the stack.
+  if (train_.size() < kPackedStackBelow) {
+    ColumnsKernelByKernel(out);
+    return;
+  }
+  Vectors();
   const Eigen::VectorXd scales = Scales();
+  out.test.clear();
   kernels_.Visit([&](const auto& k) {
     using Columns = FoldColumns<std::decay_t<decltype(k)>>;
     auto columns = std::make_unique<Columns>(k, train_, test_, lazy_->vectors, scales);
-    out.test.clear();
-    // Below kPackedStackBelow the test blocks are small beside the packed stack: held, so that the many decisions of a
-    // grid search do not prepare them again each time.
-    if (train_.size() < kPackedStackBelow) {
-      columns->WriteTestBlocks(out.test);
-    } else {
-      const Columns* view = columns.get();
-      out.testOnDemand = [view](Eigen::MatrixXd& buffer) { return view->Test(buffer); };
-    }
+    const Columns* view = columns.get();
+    out.testOnDemand = [view](Eigen::MatrixXd& buffer) { return view->Test(buffer); };
     out.kernels = std::move(columns);
   });
 }
