@@ -429,6 +429,29 @@ Eigen::VectorXd FoldFeatures::RegionSquaredNorms(const PreparedVector& u) const 
   return norms;
 }
 
+Eigen::MatrixXd FoldFeatures::PreparedRows(const std::vector<Eigen::Index>& rows, const std::vector<std::size_t>& regions) const {
+  std::vector<Eigen::Index> column(regions.size() + 1, 0);
+  for (std::size_t k = 0; k < regions.size(); ++k) column[k + 1] = column[k] + x_.RegionSize(regions[k]);
+  Eigen::MatrixXd out(static_cast<Eigen::Index>(rows.size()), column.back());
+  const Eigen::Index q = Offsets();
+  tbb::parallel_for(std::size_t{0}, rows.size(), [&](std::size_t a) {
+    const Eigen::Index row = rows[a];
+    const Eigen::Map<const Eigen::VectorXd> b(coefficients_.data() + row * q, q);
+    x_.WithRow(Subject(row), [&](const auto* x, double stored) {
+      for (std::size_t k = 0; k < regions.size(); ++k) {
+        // z_ir = s_ir (x_ir - O_r b_i)
+        const std::size_t r = regions[k];
+        const Eigen::Index begin = x_.regionStart[r], size = x_.RegionSize(r);
+        const double s = Scale(row, r);
+        const Eigen::VectorXd offset = offsets_.middleRows(begin, size) * b;
+        for (Eigen::Index v = 0; v < size; ++v)
+          out(static_cast<Eigen::Index>(a), column[k] + v) = s * (stored * static_cast<double>(x[begin + v]) - offset[v]);
+      }
+    });
+  });
+  return out;
+}
+
 Eigen::VectorXd FoldFeatures::Dense(const PreparedVector& u) const {
   Eigen::VectorXd w = u.v;
   for (std::size_t r = 0; r < Regions(); ++r)

@@ -49,6 +49,31 @@ Eigen::VectorXd WaterFill(const Eigen::VectorXd& c, double mu, double* level) {
   return beta;
 }
 
+EnmklNewton EnmklNewtonStep(const Eigen::VectorXd& c, const Eigen::VectorXd& b, const Eigen::MatrixXd& H, double mu) {
+  const Eigen::Index a = c.size();
+  EnmklNewton e;
+  e.S = b.dot(c);
+  const Eigen::VectorXd R = (1.0 - mu) * b.cwiseProduct(c) + Eigen::VectorXd::Constant(a, mu * e.S) - c;
+  const Eigen::MatrixXd Dc = -(c.cwiseInverse().asDiagonal() * H);  // d c_j / d beta_k
+  Eigen::MatrixXd J = (1.0 - mu) * (Eigen::MatrixXd(c.asDiagonal()) + b.asDiagonal() * Dc) - Dc;
+  J.rowwise() += mu * (c + Dc.transpose() * b).transpose();
+  e.delta = SolveNewtonSystem(J, -R);
+  if (!e.delta.allFinite()) return e;
+  e.residual = R.cwiseAbs().maxCoeff();
+  e.leftover = (J * e.delta + R).cwiseAbs().maxCoeff();
+  return e;
+}
+
+bool EnmklNewton::Usable(double tolerance, double step) const {
+  // A singular J whose range misses R (mu = 1 with no free support vector: the SVM's solution does not move with
+  // the weights, H = 0, and J = 1 c' has rank 1) gives a least-squares step that can be ~1e-17 with R at 6e-2 of S:
+  // no distance to a fixed point, which that support does not have. A step that leaves more than tolerance S of R
+  // fails, handing over to the damped steps, when it removes less than half of R or is too small to move R at all;
+  // so a step below `tolerance` that gets past here left no residual.
+  if (leftover > tolerance * S && (leftover > 0.5 * residual || step < tolerance)) return false;
+  return step <= kNewtonTrust;  // beyond: not yet where Newton's model of the map holds
+}
+
 EnmklMap::EnmklMap(std::string_view learner, const KernelList& train, const FitOptions& options, const InnerSolver& solver, double mu, FitInfo& info)
     : stack_(CheckedStack(learner, train, options, ownStack_)), screen_(stack_), broughtIn_(static_cast<std::size_t>(stack_.Size()), 0), solver_(solver), mu_(mu),
       info_(info) {}
@@ -210,26 +235,14 @@ bool EnmklMap::ComputeNewtonStep(const InnerSolution& sol, const Eigen::MatrixXd
     noCurvature_ = true;
     return false;
   }
-  const double S = b.dot(c);
-  const Eigen::VectorXd R = (1.0 - mu_) * b.cwiseProduct(c) + Eigen::VectorXd::Constant(a, mu_ * S) - c;
-  const Eigen::MatrixXd Dc = -(c.cwiseInverse().asDiagonal() * H);  // d c_j / d beta_k
-  Eigen::MatrixXd J = (1.0 - mu_) * (Eigen::MatrixXd(c.asDiagonal()) + b.asDiagonal() * Dc) - Dc;
-  J.rowwise() += mu_ * (c + Dc.transpose() * b).transpose();
-  out.delta = SolveNewtonSystem(J, -R);
+  const EnmklNewton e = EnmklNewtonStep(c, b, H, mu_);
+  out.delta = e.delta;
   if (!out.delta.allFinite()) return false;
-  // A singular J whose range misses R (mu = 1 with no free support vector: the SVM's solution does not move with
-  // the weights, H = 0, and J = 1 c' has rank 1) gives a least-squares step that can be ~1e-17 with R at 6e-2 of S:
-  // no distance to a fixed point, which that support does not have. A step that leaves more than tolerance S of R
-  // fails, handing over to the damped steps, when it removes less than half of R or is too small to move R at all;
-  // so a step below `tolerance` that gets past here left no residual.
-  const double leftover = (J * out.delta + R).cwiseAbs().maxCoeff();
-  out.S = S;
+  out.S = e.S;
   out.sum = b.sum();
   out.step = out.delta.cwiseAbs().maxCoeff() / out.sum;
   info_.gap = out.step;
-  if (leftover > tolerance * S && (leftover > 0.5 * R.cwiseAbs().maxCoeff() || out.step < tolerance)) return false;
-  if (out.step > kNewtonTrust) return false;  // not yet where Newton's model of the map holds
-  return true;
+  return e.Usable(tolerance, out.step);
 }
 
 Eigen::VectorXd EnmklMap::Moved(const Eigen::VectorXd& beta, const OnSupport& s, const NewtonStep& n, double& fraction, bool& leaves) const {

@@ -21,6 +21,20 @@ inline constexpr double kLoosest = 1e-3;      ///< ... at most this (and never b
 /// (ENMKL's published update is one multiplicative step towards it.) `level` receives S.
 Eigen::VectorXd WaterFill(const Eigen::VectorXd& c, double mu, double* level = nullptr);
 
+/// Newton's step on ENMKL's fixed-point equations restricted to a support: R_j = (1 - mu) b_j c_j + mu S - c_j = 0
+/// (S = sum b_k c_k), with c_j = sqrt(a'K_j a) and b_j the support's weights, and H the inner solution's sensitivity
+/// (InnerSolver::Curvature: d c_j / d beta_k = -H_jk / c_j).
+struct EnmklNewton {
+  Eigen::VectorXd delta;  ///< the step on b (not finite: J could not be solved)
+  double S = 0;           ///< sum b_j c_j
+  double residual = 0;    ///< max |R_j|
+  double leftover = 0;    ///< max |J delta + R|: what the linear model leaves of R
+  /// Whether the step (of size `step` = max |delta| / sum b) may be taken: within the trust bound, and not the
+  /// least-squares answer of a singular J that misses R.
+  bool Usable(double tolerance, double step) const;
+};
+EnmklNewton EnmklNewtonStep(const Eigen::VectorXd& c, const Eigen::VectorXd& b, const Eigen::MatrixXd& H, double mu);
+
 /// One ENMKL update (Mourao-Miranda et al.): solve the single-kernel problem on sum_j beta_j K_j (warm-started),
 /// then beta_j <- 1 / (sqrt(mu)/lambda_j + 1 - mu), lambda_j = ||w_j|| / (sqrt(mu) sum_k ||w_k||),
 /// ||w_j|| = beta_j sqrt(a'K_j a); written as ||w_j|| / (mu sum||w|| + (1 - mu)||w_j||), finite at

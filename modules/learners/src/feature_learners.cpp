@@ -29,6 +29,14 @@ constexpr double kEnterWeight = 1e-3;       ///< weight (relative to the largest
 constexpr double kEnterMargin = 1e-9;       ///< relative margin of the entering condition (rounding)
 constexpr int kWaterFillIterations = 100;   ///< water-filling steps before the coordinate steps take over
 constexpr double kMinDamping = 1.0 / 256;   ///< smallest water-filling step
+constexpr double kNewtonStart = 0.1;        ///< distance of the weights' steps (normalised) below which Newton's method is tried
+constexpr int kNewtonSteps = 12;            ///< Newton steps on one support before an attempt fails
+constexpr int kNewtonRounds = 4;            ///< support changes inside one attempt
+constexpr int kNewtonRetry = 3;             ///< weight steps after a failed attempt before the next
+constexpr double kEnteringWeight = 1e-3;    ///< weight (relative to the sum) with which the full check brings a region in
+constexpr double kCarriedWeight = 1e-3;     ///< weight (relative to the sum) Newton's start gives a region the steps still carry ...
+constexpr double kCarriedMargin = 0.1;      ///< ... when its c_r is within this fraction below the water level mu S
+constexpr double kSlowestRate = 0.9999;     ///< slowest contraction RemainingDistance takes (mu = 1 without Newton)
 
 bool IsSvm(std::string_view learner) { return learner == "svm" || learner == "enmkl_svm" || learner == "simplemkl"; }
 bool IsEnmkl(std::string_view learner) { return learner == "enmkl_svm" || learner == "enmkl_krr"; }
@@ -174,6 +182,168 @@ double Distance(const Eigen::VectorXd& beta, const Eigen::VectorXd& stepBeta, co
   return (stepBeta / stepBeta.sum() - beta / beta.sum()).cwiseAbs().maxCoeff();
 }
 
+std::vector<Eigen::Index> Support(const Eigen::VectorXd& beta) {
+  std::vector<Eigen::Index> support;
+  for (Eigen::Index r = 0; r < beta.size(); ++r)
+    if (beta[r] > 0) support.push_back(r);
+  return support;
+}
+
+/// The theta on the simplex whose Weights are `beta` up to their scale (theta_r = mu beta_r / (1 - (1 - mu) beta_r)):
+/// Newton's weights for the steps on theta. At mu = 0 every weight with theta_r > 0 is 1 and theta is the step's
+/// (proportional to ||w_r|| = beta_r c_r, from the norms `c` of the last solve).
+Eigen::VectorXd ThetaOf(const Eigen::VectorXd& beta, double mu, const Eigen::VectorXd& c) {
+  Eigen::VectorXd theta = beta.cwiseProduct(c);
+  if (mu > 0 && ((1.0 - mu) * beta.array() < 1.0).all())
+    theta = (beta.array() > 0).select(mu * beta.array() / (1.0 - (1.0 - mu) * beta.array()), 0.0);
+  return theta / theta.sum();
+}
+
+// Newton's method on ENMKL's fixed-point equations restricted to the support of the weights, as on the kernel path
+// (EnmklMap::SolveOnSupport, with the same step, EnmklNewtonStep): the weights' steps contract at a rate near 1 as mu
+// nears 1 (0.998 per step seen at mu = 1), so their step size says little about the distance to the fixed point and
+// their stall test stops short of it (weights 5e-4 from the kernel path's certified optimum at mu = 1). Newton's steps
+// converge quadratically once the support is right, and only a fully solved step below `tolerance` whose full check
+// over every region passes (mu < 1: the water-filling of every region's exact c has this support; mu = 1: no
+// c_j outside it above S / sum beta, the l1-MKL condition) certifies the fit. The curvature comes from the Gram
+// matrix of the solver's free rows over the support's voxels (FeatureSolver::Curvature); where that is beyond its
+// limits the fit goes on without Newton.
+class FeatureNewton {
+ public:
+  enum class Result { Converged, SupportChanged, Failed };
+  FeatureNewton(double mu, double tolerance, int cap, double full, const Eigen::VectorXd& usable)
+      : mu_(mu), tolerance_(tolerance), cap_(cap), full_(full), usable_(usable) {}
+  /// Whether an attempt is due at this iteration with the steps at `distance` from their target.
+  bool Due(int iteration, double distance) const { return iteration >= after_ && distance < kNewtonStart; }
+  /// Whether the last attempt found the curvature within its limits (before any attempt: assumed so).
+  bool Available() const { return affordable_; }
+  bool LastFailed() const { return after_ > 0; }
+  /// An attempt from `beta` (weights in the scale of Weights, regions at 0 out of the support). Converged: `beta` is the
+  /// certified fixed point and the solver's last solve is at it (full tolerance); SupportChanged: `beta` is the last
+  /// iterate, with the entering regions in, after kNewtonRounds support changes; Failed: `beta` is the last iterate.
+  Result Run(FeatureSolver& solver, Eigen::VectorXd& beta, bool& solved, double& objective, Model& model) {
+    affordable_ = solver.CurvatureWithinLimits(Support(beta));
+    if (!affordable_) {
+      after_ = model.info.iterations + kNewtonRetry;
+      return Result::Failed;
+    }
+    Result r = Result::SupportChanged;
+    for (int round = 0; round < kNewtonRounds && r == Result::SupportChanged; ++round) r = OnSupport(solver, beta, solved, objective, model);
+    if (r == Result::Failed) after_ = model.info.iterations + kNewtonRetry;
+    if (r == Result::Converged) {
+      solver.SetTolerance(full_);
+      solved = solver.Solve(beta);  // a matched pair: the solution of exactly the weights returned
+      objective = Objective(beta, solver, mu_);
+    }
+    return r;
+  }
+
+ private:
+  Result OnSupport(FeatureSolver& solver, Eigen::VectorXd& beta, bool& solved, double& objective, Model& model) {
+    double lastStep = 1.0;
+    for (int k = 0; k < kNewtonSteps; ++k) {
+      if (model.info.iterations >= cap_) return Result::Failed;
+      ++model.info.iterations;
+      // The next step is ~ the last one squared: the solve needs only that precision (a hundredth of it).
+      const double asked = std::min(kLoosest, kLooseFactor * lastStep * lastStep);
+      solver.SetTolerance(std::max(full_, asked));
+      solved = solver.Solve(beta);
+      objective = Objective(beta, solver, mu_);
+      const Eigen::VectorXd all = solver.RegionNorms2().cwiseSqrt().cwiseProduct(usable_);
+      const std::vector<Eigen::Index> A = Support(beta);
+      const auto a = static_cast<Eigen::Index>(A.size());
+      if (a == 0) return Result::Failed;
+      Eigen::VectorXd c(a), b(a);
+      for (Eigen::Index i = 0; i < a; ++i) {
+        c[i] = all[A[static_cast<std::size_t>(i)]];
+        b[i] = beta[A[static_cast<std::size_t>(i)]];
+      }
+      if (!(c.minCoeff() > 0)) return Result::Failed;
+      Eigen::MatrixXd H;
+      if (!solver.Curvature(beta, A, H)) {
+        affordable_ = solver.CurvatureWithinLimits(A);
+        return Result::Failed;
+      }
+      const EnmklNewton e = EnmklNewtonStep(c, b, H, mu_);
+      if (!e.delta.allFinite()) return Result::Failed;
+      const double sum = b.sum();
+      const double step = e.delta.cwiseAbs().maxCoeff() / sum;
+      model.info.gap = step;
+      if (!e.Usable(tolerance_, step)) return Result::Failed;
+      Eigen::VectorXd moved = beta;
+      bool leaves = false;
+      for (Eigen::Index i = 0; i < a; ++i) {
+        const auto r = A[static_cast<std::size_t>(i)];
+        moved[r] = b[i] + e.delta[i];
+        if (!(moved[r] > 0)) {
+          moved[r] = 0;  // this region leaves the support
+          leaves = true;
+        }
+      }
+      if (step < tolerance_ && !leaves && asked <= kLooseFactor * tolerance_) {
+        if (Enter(all, A, e.S, sum, beta)) return Result::SupportChanged;
+        beta = moved;
+        return Result::Converged;
+      }
+      if (!(moved.sum() > 0)) return Result::Failed;
+      beta = moved;
+      lastStep = step;
+    }
+    return Result::Failed;
+  }
+
+  /// The full optimality check over every region at the last solve: true, with the regions that must enter in `beta`
+  /// (at a small weight beside Newton's weights, or the water-filled weights when only regions at the threshold leave).
+  bool Enter(const Eigen::VectorXd& all, const std::vector<Eigen::Index>& A, double S, double sum, Eigen::VectorXd& beta) const {
+    bool entered = false;
+    if (mu_ < 1) {
+      const Eigen::VectorXd target = WaterFill(all, mu_);
+      if (Support(target) == A) return false;
+      for (Eigen::Index r = 0; r < beta.size(); ++r)
+        if (target[r] > 0 && !(beta[r] > 0)) {
+          beta[r] = kEnteringWeight * sum;
+          entered = true;
+        }
+      if (!entered) beta = target;
+      return true;
+    }
+    const double level = S / sum * (1.0 + tolerance_);
+    for (Eigen::Index r = 0; r < beta.size(); ++r)
+      if (!(beta[r] > 0) && usable_[r] > 0 && all[r] > level) {
+        beta[r] = kEnteringWeight * sum;
+        entered = true;
+      }
+    return entered;
+  }
+
+  double mu_, tolerance_;
+  int cap_;
+  double full_;
+  const Eigen::VectorXd& usable_;
+  bool affordable_ = true;
+  int after_ = 0;  ///< iteration before which no attempt is made (after a failed one)
+};
+
+/// The distance still to go of steps that contract linearly, region by region: a region whose weight moved by d in this
+/// step and by p in the last one in the same direction goes on by |d| rho / (1 - rho), rho = |d| / |p| (at most
+/// kSlowestRate); one that turned or just started to move, by |d|. The largest over the regions. The largest step alone
+/// misses a small weight decaying slowly: at mu = 1 one of 2.5e-4 decaying by 0.1 % per step moves by 2.5e-7.
+double RemainingDistance(const Eigen::VectorXd& delta, const Eigen::VectorXd& previous) {
+  if (previous.size() != delta.size()) return std::numeric_limits<double>::infinity();
+  double worst = 0;
+  for (Eigen::Index r = 0; r < delta.size(); ++r) {
+    const double d = std::abs(delta[r]), p = std::abs(previous[r]);
+    if (d == 0) continue;
+    if (p == 0 || (delta[r] > 0) != (previous[r] > 0)) {
+      worst = std::max(worst, d);
+      continue;
+    }
+    const double rho = std::min(kSlowestRate, d / p);
+    worst = std::max(worst, d * rho / (1.0 - rho));
+  }
+  return worst;
+}
+
 /// The model of an ENMKL fit at `beta` (its theta) and the solver's solution there.
 void FinishEnmkl(const Eigen::VectorXd& theta, const Eigen::VectorXd& beta, double objective, double change, const FeatureSolver& solver, Model& model) {
   // The decision function is unchanged by beta's scale: report beta with sum 1 and coef scaled by the sum.
@@ -211,18 +381,52 @@ Eigen::VectorXd WaterFilledTheta(const Eigen::VectorXd& c, double mu, const Eige
 // below the solver's own `full`); convergence (Distance below `tolerance`, the objective settled) is declared only on
 // two solves at the full tolerance. True when it converged; otherwise the coordinate steps go on from its theta.
 bool WaterFillingPhase(double tolerance, double objectiveTolerance, int cap, double full, const Eigen::VectorXd& usable, double mu,
-                       FeatureSolver& solver, Eigen::VectorXd& theta, Eigen::VectorXd& beta, bool& solved, double& objective, double& change,
-                       Model& model) {
+                       FeatureNewton& newton, FeatureSolver& solver, Eigen::VectorXd& theta, Eigen::VectorXd& beta, bool& solved, double& objective,
+                       double& change, Model& model) {
   double omega = 1.0, prevChange = std::numeric_limits<double>::infinity();
   bool tight = solver.Tolerance() <= full;  // whether the solve the current norms come from was at the full tolerance
   Anderson anderson(kAndersonDepth);
   Eigen::ArrayXi lastSupport;  // of the last target: the acceleration restarts when it changes
+  bool resume = false;         // Newton's next attempt starts from beta (its own last iterate)
   const int phaseOne = std::min(cap, kWaterFillIterations);
   while (model.info.iterations < phaseOne) {
     ++model.info.iterations;
     const Eigen::VectorXd c = solver.RegionNorms2().cwiseSqrt().cwiseProduct(usable);
     const Eigen::VectorXd target = WaterFilledTheta(c, mu, beta, change);
     if (target.size() == 0) break;  // the solution uses no region: the coordinate loop ends the fit
+    if (newton.Due(model.info.iterations, resume ? 0.0 : change)) {
+      // From the water-filled weights and, at a small weight, the regions the damped iterate still carries but the
+      // target drops (while the damping is small the target's support swings from step to step): Newton's first step
+      // drops those that do not belong.
+      double level = 0;
+      Eigen::VectorXd b = resume ? beta : WaterFill(c, mu, &level);
+      const double carried = kCarriedWeight * b.sum();
+      if (!resume && !newton.LastFailed())
+        for (Eigen::Index r = 0; r < b.size(); ++r)
+          if (theta[r] > 0 && !(b[r] > 0) && c[r] > (1.0 - kCarriedMargin) * mu * level) b[r] = carried;
+      resume = false;
+      const FeatureNewton::Result r = newton.Run(solver, b, solved, objective, model);
+      if (r == FeatureNewton::Result::Converged) {
+        beta = b;
+        theta = ThetaOf(beta, mu, c);
+        change = model.info.gap;
+        model.info.status = solved ? FitStatus::Converged : FitStatus::Stalled;
+        return true;
+      }
+      if (r == FeatureNewton::Result::SupportChanged) {
+        // The next attempt goes on from Newton's iterate (its weights kept: the entering regions are in it).
+        beta = b;
+        theta = ThetaOf(b, mu, c);
+        solver.SetTolerance(full);
+        tight = true;
+        solved = solver.Solve(beta);
+        objective = Objective(beta, solver, mu);
+        anderson.Restart();
+        prevChange = std::numeric_limits<double>::infinity();
+        resume = true;
+        continue;
+      }
+    }
     const bool grew = change > prevChange;
     omega = grew ? std::max(omega * 0.5, kMinDamping) : std::min(1.0, omega * 1.25);
     prevChange = change;
@@ -267,11 +471,12 @@ void FitEnmkl(const ParamMap& p, const Eigen::VectorXd& usable, const Eigen::Vec
   Eigen::VectorXd beta = Weights(theta, mu);
   const bool waterFill = gapTolerance == 0 && mu < 1;
   const double full = solver.Tolerance();
+  FeatureNewton newton(mu, tolerance, cap, full, usable);
   if (waterFill) solver.SetTolerance(std::max(full, kLoosest));
   bool solved = solver.Solve(beta);
   double objective = Objective(beta, solver, mu), change = 0;
   if (waterFill) {
-    if (WaterFillingPhase(tolerance, objectiveTolerance, cap, full, usable, mu, solver, theta, beta, solved, objective, change, model)) {
+    if (WaterFillingPhase(tolerance, objectiveTolerance, cap, full, usable, mu, newton, solver, theta, beta, solved, objective, change, model)) {
       FinishEnmkl(theta, beta, objective, change, solver, model);
       return;
     }
@@ -282,6 +487,7 @@ void FitEnmkl(const ParamMap& p, const Eigen::VectorXd& usable, const Eigen::Vec
   }
   double value = Value(beta, solver);
   std::vector<double> values = {value};  // V after each iteration: the stall test looks kStallWindow back
+  Eigen::VectorXd delta, lastDelta;       // the plain step's move of the weights (normalised), this iteration's and the last
   Anderson anderson(kAndersonDepth);
   model.info.status = FitStatus::MaxIterReached;
   while (model.info.iterations < cap) {
@@ -304,6 +510,32 @@ void FitEnmkl(const ParamMap& p, const Eigen::VectorXd& usable, const Eigen::Vec
     EnterViolators(theta, c, usable, level, step);
     const Eigen::VectorXd plainBeta = Weights(step, mu);
     if (gapTolerance == 0) change = Distance(beta, plainBeta, c, mu);
+    lastDelta = std::move(delta);
+    delta = plainBeta / plainBeta.sum() - beta / beta.sum();
+    if (gapTolerance == 0 && newton.Due(model.info.iterations, change)) {
+      // From the step's weights, the regions below the entry level dropped once small (Pruned).
+      Eigen::VectorXd b = Weights(Pruned(step, c, level), mu);
+      const FeatureNewton::Result r = newton.Run(solver, b, solved, objective, model);
+      if (r == FeatureNewton::Result::Converged) {
+        beta = b;
+        theta = ThetaOf(beta, mu, c);
+        change = model.info.gap;
+        model.info.status = solved ? FitStatus::Converged : FitStatus::Stalled;
+        break;
+      }
+      if (r == FeatureNewton::Result::SupportChanged) {
+        theta = ThetaOf(b, mu, c);
+        beta = Weights(theta, mu);
+        solver.SetTolerance(full);
+        solved = solver.Solve(beta);
+        value = Value(beta, solver);
+        objective = Objective(beta, solver, mu);
+        values.assign(1, value);
+        anderson = Anderson(kAndersonDepth);
+        continue;
+      }
+      solver.SetTolerance(full);  // Failed: the steps go on from their own iterate, solved fully
+    }
     anderson.Push(theta, step);
     Eigen::VectorXd trial;
     bool accepted = false;
@@ -330,7 +562,11 @@ void FitEnmkl(const ParamMap& p, const Eigen::VectorXd& usable, const Eigen::Vec
     const double next = Objective(beta, solver, mu);
     const bool settled = std::abs(next - objective) <= objectiveTolerance * std::max(std::abs(next), 1e-300);
     objective = next;
-    if (gapTolerance == 0 && change < tolerance && settled) {
+    // At mu = 1 the steps contract at a rate near 1 and a small step is no certificate: while Newton's method is
+    // available only its full check ends the fit; without it, the distance the remaining steps would still go at the
+    // rate the last ones contracted (RemainingDistance) must be below the tolerance.
+    if (gapTolerance == 0 && settled &&
+        (mu < 1 ? change < tolerance : !newton.Available() && change < tolerance && RemainingDistance(delta, lastDelta) < tolerance)) {
       model.info.status = solved ? FitStatus::Converged : FitStatus::Stalled;
       break;
     }
@@ -350,6 +586,11 @@ void FitEnmkl(const ParamMap& p, const Eigen::VectorXd& usable, const Eigen::Vec
 bool HasFeatureForm(std::string_view learner) { return learner == "svm" || learner == "krr" || FitsWeights(learner); }
 
 Model FitFeatures(std::string_view learner, const ParamMap& params, const gram::FoldFeatures& fold, const Targets& targets, const Model* warmStart) {
+  return FitFeaturesWithCurvature(learner, params, fold, targets, warmStart, kCurvatureMacs);
+}
+
+Model FitFeaturesWithCurvature(std::string_view learner, const ParamMap& params, const gram::FoldFeatures& fold, const Targets& targets,
+                               const Model* warmStart, double curvatureMacs) {
   if (!HasFeatureForm(learner))
     throw InvalidParameter("features:NoFeatureForm", "learner", "learner '" + std::string(learner) + "' has no feature form; expected svm, krr, enmkl_svm, enmkl_krr or simplemkl");
   const ParamMap p = ResolveParams(learner, params);
@@ -358,6 +599,7 @@ Model FitFeatures(std::string_view learner, const ParamMap& params, const gram::
   const Eigen::VectorXd usable = Usable(fold);
   const auto regions = static_cast<Eigen::Index>(fold.Regions());
   const auto solver = MakeSolver(learner, p, fold, targets);
+  solver->LimitCurvature(curvatureMacs);
   // A warm start: the neighbour's solver state (and, for ENMKL, its theta after it); one that does not fit is ignored.
   const Eigen::VectorXd* state = warmStart && warmStart->solverState.size() > 0 ? &warmStart->solverState : nullptr;
   Eigen::VectorXd startTheta;

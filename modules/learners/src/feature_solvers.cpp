@@ -8,6 +8,10 @@
 #include <random>
 #include <vector>
 
+#include <Eigen/Cholesky>
+
+#include "inner.hpp"
+
 namespace neuromkl::learners {
 
 namespace {
@@ -21,6 +25,39 @@ Eigen::VectorXd Diagonal(const gram::FoldFeatures& fold, const Eigen::VectorXd& 
   for (Eigen::Index i = 0; i < d.size(); ++i)
     for (std::size_t r = 0; r < fold.Regions(); ++r) d[i] += beta[static_cast<Eigen::Index>(r)] * fold.SquaredNorm(i, r);
   return d;
+}
+
+/// Whether the Gram matrix of `rows` rows over `support`'s voxels is within `macs` multiply-adds and kCurvatureValues
+/// values of rows.
+bool GramWithinLimits(const gram::FoldFeatures& fold, double rows, const std::vector<Eigen::Index>& support, double macs) {
+  double voxels = 0;
+  for (const auto j : support) voxels += static_cast<double>(fold.Matrix().RegionSize(static_cast<std::size_t>(j)));
+  return rows * rows * voxels <= macs && rows * voxels <= kCurvatureValues;
+}
+
+/// The region blocks of `rows` (PreparedRows over `support`) and the columns (K_j coef)_rows of the support's regions
+/// (u = Z' coef, every region), and the Gram matrix sum_j beta_j Z_j,rows Z_j,rows' of those rows; false beyond `macs`
+/// multiply-adds or kCurvatureValues values of rows.
+bool RowsGram(const gram::FoldFeatures& fold, const std::vector<Eigen::Index>& rows, const std::vector<Eigen::Index>& support, const Eigen::VectorXd& beta,
+              const gram::PreparedVector& u, double macs, Eigen::MatrixXd& gram, Eigen::MatrixXd& products) {
+  if (!GramWithinLimits(fold, static_cast<double>(rows.size()), support, macs)) return false;
+  const auto& start = fold.Matrix().regionStart;
+  std::vector<std::size_t> regions(support.begin(), support.end());
+  Eigen::MatrixXd P = fold.PreparedRows(rows, regions);
+  const Eigen::VectorXd w = fold.Dense(u);
+  products.resize(static_cast<Eigen::Index>(rows.size()), static_cast<Eigen::Index>(support.size()));
+  Eigen::Index column = 0;
+  for (std::size_t k = 0; k < support.size(); ++k) {
+    const std::size_t r = regions[k];
+    const Eigen::Index size = fold.Matrix().RegionSize(r);
+    products.col(static_cast<Eigen::Index>(k)) = P.middleCols(column, size) * w.segment(start[r], size);
+    P.middleCols(column, size) *= std::sqrt(beta[support[k]]);
+    column += size;
+  }
+  gram = Eigen::MatrixXd::Zero(P.rows(), P.rows());
+  gram.selfadjointView<Eigen::Lower>().rankUpdate(P);
+  gram = gram.selfadjointView<Eigen::Lower>();
+  return true;
 }
 
 // The dual of LIBSVM's C-SVC, min 1/2 a'K a - sum alpha over 0 <= alpha_i <= C_i with y'alpha = 0 (a = y o alpha),
@@ -38,6 +75,18 @@ class FeatureSvc final : public FeatureSolver {
         u_(fold.Zero()) {}
 
   bool BoxInactive() const override { return (alpha_.array() < upper_.array()).all(); }
+
+  // On the free set F the conditions (K_beta coef)_F + b = y_F and sum coef = 0 hold with the bounded variables
+  // fixed: the kernel path's sensitivity (BorderedCurvature) with K_FF formed from the free rows.
+  bool Curvature(const Eigen::VectorXd& beta, const std::vector<Eigen::Index>& support, Eigen::MatrixXd& H) const override {
+    const std::vector<Eigen::Index> free = FreeRows();
+    Eigen::MatrixXd KFF, RF;
+    if (!RowsGram(fold_, free, support, beta, u_, curvatureMacs_, KFF, RF)) return false;
+    return BorderedCurvature(KFF, std::move(RF), free, alpha_.size(), H, nullptr);
+  }
+  bool CurvatureWithinLimits(const std::vector<Eigen::Index>& support) const override {
+    return GramWithinLimits(fold_, static_cast<double>(FreeRows().size()), support, curvatureMacs_);
+  }
 
   bool Solve(const Eigen::VectorXd& beta) override {
     const Eigen::VectorXd diag = Diagonal(fold_, beta);
@@ -155,6 +204,14 @@ class FeatureSvc final : public FeatureSolver {
     return false;
   }
 
+  /// 0 < alpha_i < C w_i.
+  std::vector<Eigen::Index> FreeRows() const {
+    std::vector<Eigen::Index> free;
+    for (Eigen::Index i = 0; i < alpha_.size(); ++i)
+      if (alpha_[i] > 0 && alpha_[i] < upper_[i]) free.push_back(i);
+    return free;
+  }
+
   // The multipliers approach y'alpha = 0 from inside the box, so a variable whose optimum is its bound can stop a hair
   // short of it and would count as free in LIBSVM's bias rule, which then takes that one variable's value instead of
   // the middle of the interval the bounded variables allow: a jump of the bias by half that interval on a last-digit
@@ -246,9 +303,9 @@ class FeatureKrr final : public FeatureSolver {
       ++steps;
     }
     iterations_ += steps;
-    const gram::PreparedVector u = fold_.TrainingTransposeTimes(coef_);
-    norms2_ = fold_.RegionSquaredNorms(u);
-    f_ = fold_.Times(u, beta, false);
+    u_ = fold_.TrainingTransposeTimes(coef_);
+    norms2_ = fold_.RegionSquaredNorms(u_);
+    f_ = fold_.Times(u_, beta, false);
     violation_ = yc_.norm() > 0 ? (yc_ - f_ - ridge_.cwiseProduct(coef_)).norm() / yc_.norm() : 0.0;
     return steps < cap || r.norm() <= target;
   }
@@ -266,6 +323,23 @@ class FeatureKrr final : public FeatureSolver {
   void SetTolerance(double tolerance) override { tolerance_ = tolerance; }
   double Tolerance() const override { return tolerance_; }
   Eigen::VectorXd State() const override { return coef_; }
+  // coef = (K + lambda W^-1)^-1 yc: d coef / d beta_k = -(K + lambda W^-1)^-1 K_k coef, so H = G'(K + lambda W^-1)^-1 G
+  // with G the columns K_k coef, as on the kernel path.
+  bool Curvature(const Eigen::VectorXd& beta, const std::vector<Eigen::Index>& support, Eigen::MatrixXd& H) const override {
+    std::vector<Eigen::Index> rows(static_cast<std::size_t>(coef_.size()));
+    std::iota(rows.begin(), rows.end(), Eigen::Index{0});
+    Eigen::MatrixXd A, G;
+    if (!RowsGram(fold_, rows, support, beta, u_, curvatureMacs_, A, G)) return false;
+    A.diagonal() += ridge_;
+    const Eigen::LLT<Eigen::MatrixXd> llt(A);
+    if (llt.info() != Eigen::Success) return false;
+    H = G.transpose() * llt.solve(G);
+    H = 0.5 * (H + H.transpose()).eval();
+    return H.allFinite();
+  }
+  bool CurvatureWithinLimits(const std::vector<Eigen::Index>& support) const override {
+    return GramWithinLimits(fold_, static_cast<double>(coef_.size()), support, curvatureMacs_);
+  }
   bool Start(const Eigen::VectorXd& state) override {
     if (state.size() != coef_.size() || !state.allFinite()) return false;
     coef_ = state;
@@ -278,6 +352,7 @@ class FeatureKrr final : public FeatureSolver {
   Eigen::VectorXd weights_;
   double tolerance_, mean_ = 0;
   Eigen::VectorXd y_, yc_, ridge_, coef_, f_, norms2_;
+  gram::PreparedVector u_;  ///< Z' coef_ of the last solve
   long iterations_ = 0;
   double violation_ = 0;
 };

@@ -3,6 +3,8 @@
 // K_beta = sum_r beta_r Z_r Z_r', read through the fold's products, each keeping its state from one solve to the next
 // (ENMKL's warm starts).
 #include <memory>
+#include <string_view>
+#include <vector>
 
 #include <Eigen/Core>
 
@@ -10,6 +12,10 @@
 #include "neuromkl/learners/learner.hpp"
 
 namespace neuromkl::learners {
+
+/// Limits of FeatureSolver::Curvature: ~10 s of multiply-adds on two cores, 1 GB of double rows.
+inline constexpr double kCurvatureMacs = 4e10;
+inline constexpr double kCurvatureValues = 1.25e8;
 
 class FeatureSolver {
  public:
@@ -42,7 +48,26 @@ class FeatureSolver {
   /// Whether no variable of the last solve is at the upper bound of its box (InnerSolver::BoxInactive): every larger C
   /// has the same solution. False for solvers without a box.
   virtual bool BoxInactive() const { return false; }
+  /// The last solve's sensitivity to the weights of the regions `support` (beta: the weights it was solved with), as
+  /// on the kernel path (InnerSolver::Curvature: d c_j / d beta_k = -H_jk / c_j, c_j = ||Z_j' coef||), from the Gram
+  /// matrix of the rows it needs (the SVM's free rows, every row for KRR) over the support's voxels. False when that
+  /// matrix would cost more than kCurvatureMacs multiply-adds or its rows more than kCurvatureValues values to form:
+  /// the feature path's scale, where the weights' steps go on without Newton's.
+  virtual bool Curvature(const Eigen::VectorXd& beta, const std::vector<Eigen::Index>& support, Eigen::MatrixXd& H) const = 0;
+  /// Whether Curvature at the last solve's rows would be within its limits for `support` (checked before a Newton
+  /// attempt, which then needs no solve to find out).
+  virtual bool CurvatureWithinLimits(const std::vector<Eigen::Index>& support) const = 0;
+  /// The multiply-adds Curvature may spend (kCurvatureMacs unless set; 0: none, no Newton steps).
+  void LimitCurvature(double macs) { curvatureMacs_ = macs; }
+
+ protected:
+  double curvatureMacs_ = kCurvatureMacs;
 };
+
+/// FitFeatures with the feature solvers' curvature limited to `curvatureMacs` multiply-adds (0: ENMKL without Newton's
+/// steps, as at the sizes beyond the limit).
+Model FitFeaturesWithCurvature(std::string_view learner, const ParamMap& params, const gram::FoldFeatures& fold, const Targets& targets,
+                               const Model* warmStart, double curvatureMacs);
 
 /// C-SVC on +-1 labels `y` (one per training row of `fold`), box C w_i (`weights` empty: all 1); stops when the
 /// projected gradients spread less than `tolerance` and the bias moved less than `tolerance` in its last update.

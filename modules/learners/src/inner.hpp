@@ -172,6 +172,12 @@ std::vector<Eigen::Index> ActiveKernels(const KernelList& train, const FitOption
 /// sum_j K_j: the cache's (built on first use) or, without a cache, computed into `local`.
 const Eigen::MatrixXd& SharedSum(TrainingKernelCache* cache, const KernelList& kernels, Eigen::MatrixXd& local);
 
+/// The SVM's sensitivity on its free set F (FreeSetCurvature in svm.cpp) from the pieces: K_FF (f x f) and RF, the
+/// columns (K_j coef)_F of the kernels differentiated (f x kernels): H = RF' x with [K_FF 1; 1' 0] [x; t] = [RF; 0].
+/// With `dcoef`: the columns d coef / d beta_k (`rows` x kernels), -x on F and 0 elsewhere.
+bool BorderedCurvature(const Eigen::MatrixXd& KFF, Eigen::MatrixXd RF, const std::vector<Eigen::Index>& free, Eigen::Index rows, Eigen::MatrixXd& H,
+                       Eigen::MatrixXd* dcoef);
+
 /// The step of a Newton method on kernel weights: J delta = rhs by LU, or the minimum-norm solution
 /// when J is singular or nearly so (estimated reciprocal condition below 1e-12).
 Eigen::VectorXd SolveNewtonSystem(const Eigen::MatrixXd& J, const Eigen::VectorXd& rhs);

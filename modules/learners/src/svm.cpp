@@ -41,14 +41,6 @@ InnerSolution FromSmo(const SmoResult& r, Eigen::VectorXd coef, double bias) {
 bool FreeSetCurvature(const Eigen::MatrixXd& K, const Eigen::VectorXd& coef, const std::vector<Eigen::Index>& free,
                       const std::function<Eigen::MatrixXd(const Eigen::VectorXd&)>& gradients, Eigen::MatrixXd& H, Eigen::MatrixXd* dcoef) {
   const Eigen::MatrixXd G = gradients(coef);
-  H = Eigen::MatrixXd::Zero(G.cols(), G.cols());
-  if (dcoef) dcoef->setZero(K.rows(), G.cols());
-  if (free.empty()) return true;
-  // dcoef's rows of F from X (f x kernels): -X.
-  const auto scatter = [&](const Eigen::MatrixXd& X) {
-    if (!dcoef) return;
-    for (std::size_t a = 0; a < free.size(); ++a) dcoef->row(free[a]) = -X.row(static_cast<Eigen::Index>(a));
-  };
   const auto f = static_cast<Eigen::Index>(free.size());
   Eigen::MatrixXd KFF(f, f), RF(f, G.cols());
   for (Eigen::Index b = 0; b < f; ++b) {
@@ -56,6 +48,22 @@ bool FreeSetCurvature(const Eigen::MatrixXd& K, const Eigen::VectorXd& coef, con
     for (Eigen::Index a = 0; a < f; ++a) KFF(a, b) = column[free[static_cast<std::size_t>(a)]];
   }
   for (Eigen::Index a = 0; a < f; ++a) RF.row(a) = G.row(free[static_cast<std::size_t>(a)]);
+  return BorderedCurvature(KFF, std::move(RF), free, K.rows(), H, dcoef);
+}
+
+}  // namespace
+
+bool BorderedCurvature(const Eigen::MatrixXd& KFF, Eigen::MatrixXd RF, const std::vector<Eigen::Index>& free, Eigen::Index rows, Eigen::MatrixXd& H,
+                       Eigen::MatrixXd* dcoef) {
+  H = Eigen::MatrixXd::Zero(RF.cols(), RF.cols());
+  if (dcoef) dcoef->setZero(rows, RF.cols());
+  if (free.empty()) return true;
+  // dcoef's rows of F from X (f x kernels): -X.
+  const auto scatter = [&](const Eigen::MatrixXd& X) {
+    if (!dcoef) return;
+    for (std::size_t a = 0; a < free.size(); ++a) dcoef->row(free[a]) = -X.row(static_cast<Eigen::Index>(a));
+  };
+  const auto f = static_cast<Eigen::Index>(free.size());
   // K_FF is a PSD Gram matrix. When it is safely positive definite the border is eliminated:
   // x = K_FF^-1 (r - 1 t) with t = 1'K_FF^-1 r / 1'K_FF^-1 1, so H = R'X = Y'Y - z z' / u'u with
   // K_FF = LL', Y = L^-1 R, u = L^-1 1, z = Y'u: a Cholesky (f^3 / 6) and one triangular solve
@@ -89,7 +97,7 @@ bool FreeSetCurvature(const Eigen::MatrixXd& K, const Eigen::VectorXd& coef, con
   M.col(f).head(f).setOnes();
   M.row(f).head(f).setOnes();
   M(f, f) = 0;
-  Eigen::MatrixXd R(f + 1, G.cols());
+  Eigen::MatrixXd R(f + 1, RF.cols());
   R.topRows(f) = RF;
   R.row(f).setZero();
   Eigen::MatrixXd X = M.partialPivLu().solve(R);
@@ -99,8 +107,6 @@ bool FreeSetCurvature(const Eigen::MatrixXd& K, const Eigen::VectorXd& coef, con
   scatter(X.topRows(f));
   return H.allFinite();
 }
-
-}  // namespace
 
 namespace {
 

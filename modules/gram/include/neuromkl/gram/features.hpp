@@ -125,6 +125,10 @@ class FoldFeatures {
   Eigen::VectorXd RegionSquaredNorms(const PreparedVector& u) const;
   /// u_r written out (Voxels()): the voxel weights of a fitted model up to its kernel weights.
   Eigen::VectorXd Dense(const PreparedVector& u) const;
+  /// The prepared rows z_ir of fold rows `rows` in regions `regions`, written out side by side: rows x (the regions'
+  /// voxels, in the order given). The dense block from which the Gram matrix of a few rows over a few regions is formed
+  /// (the curvature of ENMKL's Newton steps). Parallel over rows.
+  Eigen::MatrixXd PreparedRows(const std::vector<Eigen::Index>& rows, const std::vector<std::size_t>& regions) const;
 
  private:
   int Subject(Eigen::Index row) const;
