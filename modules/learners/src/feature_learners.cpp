@@ -563,11 +563,12 @@ void FitEnmkl(const ParamMap& p, const Eigen::VectorXd& usable, const Eigen::Vec
     const bool settled = std::abs(next - objective) <= objectiveTolerance * std::max(std::abs(next), 1e-300);
     objective = next;
     // At mu = 1 the steps contract at a rate near 1 and a small step is no certificate: while Newton's method is
-    // available only its full check ends the fit; without it, the distance the remaining steps would still go at the
-    // rate the last ones contracted (RemainingDistance) must be below the tolerance.
-    if (gapTolerance == 0 && settled &&
-        (mu < 1 ? change < tolerance : !newton.Available() && change < tolerance && RemainingDistance(delta, lastDelta) < tolerance)) {
-      model.info.status = solved ? FitStatus::Converged : FitStatus::Stalled;
+    // available only its full check ends the fit. Without it the fit ends here (more steps would cost as many solves
+    // again and still certify nothing), Converged only when the distance the remaining steps would still go at the rate
+    // the last ones contracted (RemainingDistance) is below the tolerance too, else Stalled: usable, not certified.
+    if (gapTolerance == 0 && change < tolerance && settled && (mu < 1 || !newton.Available())) {
+      const bool certified = mu < 1 || RemainingDistance(delta, lastDelta) < tolerance;
+      model.info.status = solved && certified ? FitStatus::Converged : FitStatus::Stalled;
       break;
     }
     // The distance can stay above the tolerance once V no longer falls at the inner solver's accuracy (a region at the
