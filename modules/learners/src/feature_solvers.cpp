@@ -28,34 +28,30 @@ Eigen::VectorXd Diagonal(const gram::FoldFeatures& fold, const Eigen::VectorXd& 
 }
 
 /// Whether the Gram matrix of `rows` rows over `support`'s voxels is within `macs` multiply-adds and kCurvatureValues
-/// values of rows.
+/// values.
 bool GramWithinLimits(const gram::FoldFeatures& fold, double rows, const std::vector<Eigen::Index>& support, double macs) {
   double voxels = 0;
   for (const auto j : support) voxels += static_cast<double>(fold.Matrix().RegionSize(static_cast<std::size_t>(j)));
-  return rows * rows * voxels <= macs && rows * voxels <= kCurvatureValues;
+  return rows * rows * voxels <= macs && rows * rows <= kCurvatureValues;
 }
 
-/// The region blocks of `rows` (PreparedRows over `support`) and the columns (K_j coef)_rows of the support's regions
-/// (u = Z' coef, every region), and the Gram matrix sum_j beta_j Z_j,rows Z_j,rows' of those rows; false beyond `macs`
-/// multiply-adds or kCurvatureValues values of rows.
+/// The Gram matrix sum_j beta_j Z_j,rows Z_j,rows' of `rows` over the regions `support`, and the columns (K_j coef)_rows
+/// of those regions (u = Z' coef, every region); false beyond `macs` multiply-adds or kCurvatureValues values. Region by
+/// region, so that only one region's prepared rows are written out at a time (rows x its voxels).
 bool RowsGram(const gram::FoldFeatures& fold, const std::vector<Eigen::Index>& rows, const std::vector<Eigen::Index>& support, const Eigen::VectorXd& beta,
               const gram::PreparedVector& u, double macs, Eigen::MatrixXd& gram, Eigen::MatrixXd& products) {
   if (!GramWithinLimits(fold, static_cast<double>(rows.size()), support, macs)) return false;
+  const auto f = static_cast<Eigen::Index>(rows.size());
   const auto& start = fold.Matrix().regionStart;
-  std::vector<std::size_t> regions(support.begin(), support.end());
-  Eigen::MatrixXd P = fold.PreparedRows(rows, regions);
   const Eigen::VectorXd w = fold.Dense(u);
-  products.resize(static_cast<Eigen::Index>(rows.size()), static_cast<Eigen::Index>(support.size()));
-  Eigen::Index column = 0;
+  products.resize(f, static_cast<Eigen::Index>(support.size()));
+  gram = Eigen::MatrixXd::Zero(f, f);
   for (std::size_t k = 0; k < support.size(); ++k) {
-    const std::size_t r = regions[k];
-    const Eigen::Index size = fold.Matrix().RegionSize(r);
-    products.col(static_cast<Eigen::Index>(k)) = P.middleCols(column, size) * w.segment(start[r], size);
-    P.middleCols(column, size) *= std::sqrt(beta[support[k]]);
-    column += size;
+    const auto r = static_cast<std::size_t>(support[k]);
+    const Eigen::MatrixXd P = fold.PreparedRows(rows, {r});
+    products.col(static_cast<Eigen::Index>(k)) = P * w.segment(start[r], P.cols());
+    gram.selfadjointView<Eigen::Lower>().rankUpdate(P, beta[support[k]]);
   }
-  gram = Eigen::MatrixXd::Zero(P.rows(), P.rows());
-  gram.selfadjointView<Eigen::Lower>().rankUpdate(P);
   gram = gram.selfadjointView<Eigen::Lower>();
   return true;
 }

@@ -13,7 +13,7 @@
 
 namespace neuromkl::learners {
 
-/// Limits of FeatureSolver::Curvature: ~10 s of multiply-adds on two cores, 1 GB of double rows.
+/// Limits of FeatureSolver::Curvature: ~10 s of multiply-adds on two cores, a Gram matrix of 1 GB (11,180 rows).
 inline constexpr double kCurvatureMacs = 4e10;
 inline constexpr double kCurvatureValues = 1.25e8;
 
@@ -51,8 +51,8 @@ class FeatureSolver {
   /// The last solve's sensitivity to the weights of the regions `support` (beta: the weights it was solved with), as
   /// on the kernel path (InnerSolver::Curvature: d c_j / d beta_k = -H_jk / c_j, c_j = ||Z_j' coef||), from the Gram
   /// matrix of the rows it needs (the SVM's free rows, every row for KRR) over the support's voxels. False when that
-  /// matrix would cost more than kCurvatureMacs multiply-adds or its rows more than kCurvatureValues values to form:
-  /// the feature path's scale, where the weights' steps go on without Newton's.
+  /// matrix would cost more than kCurvatureMacs multiply-adds to form or take more than kCurvatureValues values: the
+  /// feature path's scale, where the weights' steps go on without Newton's.
   virtual bool Curvature(const Eigen::VectorXd& beta, const std::vector<Eigen::Index>& support, Eigen::MatrixXd& H) const = 0;
   /// Whether Curvature at the last solve's rows would be within its limits for `support` (checked before a Newton
   /// attempt, which then needs no solve to find out).
