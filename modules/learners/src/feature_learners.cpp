@@ -220,7 +220,8 @@ class FeatureNewton {
   bool LastFailed() const { return after_ > 0; }
   /// An attempt from `beta` (weights in the scale of Weights, regions at 0 out of the support). Converged: `beta` is the
   /// certified fixed point and the solver's last solve is at it (full tolerance); SupportChanged: `beta` is the last
-  /// iterate, with the entering regions in, after kNewtonRounds support changes; Failed: `beta` is the last iterate.
+  /// iterate, with the entering regions in, after kNewtonRounds support changes; Failed: `beta` is the last iterate and
+  /// `solved` and `objective` are left as they were (the caller's steps go on from their own iterate).
   Result Run(FeatureSolver& solver, Eigen::VectorXd& beta, bool& solved, double& objective, Model& model) {
     affordable_ = solver.CurvatureWithinLimits(Support(beta));
     if (!affordable_) {
@@ -228,8 +229,15 @@ class FeatureNewton {
       return Result::Failed;
     }
     Result r = Result::SupportChanged;
-    for (int round = 0; round < kNewtonRounds && r == Result::SupportChanged; ++round) r = OnSupport(solver, beta, solved, objective, model);
-    if (r == Result::Failed) after_ = model.info.iterations + kNewtonRetry;
+    bool lastSolved = solved;
+    double lastObjective = objective;
+    for (int round = 0; round < kNewtonRounds && r == Result::SupportChanged; ++round) r = OnSupport(solver, beta, lastSolved, lastObjective, model);
+    if (r == Result::Failed) {
+      after_ = model.info.iterations + kNewtonRetry;
+      return r;
+    }
+    solved = lastSolved;
+    objective = lastObjective;
     if (r == Result::Converged) {
       solver.SetTolerance(full_);
       solved = solver.Solve(beta);  // a matched pair: the solution of exactly the weights returned

@@ -42,10 +42,11 @@ bool RowsGram(const gram::FoldFeatures& fold, const std::vector<Eigen::Index>& r
               const gram::PreparedVector& u, double macs, Eigen::MatrixXd& gram, Eigen::MatrixXd& products) {
   if (!GramWithinLimits(fold, static_cast<double>(rows.size()), support, macs)) return false;
   const auto f = static_cast<Eigen::Index>(rows.size());
-  const auto& start = fold.Matrix().regionStart;
-  const Eigen::VectorXd w = fold.Dense(u);
   products.resize(f, static_cast<Eigen::Index>(support.size()));
   gram = Eigen::MatrixXd::Zero(f, f);
+  if (f == 0) return true;  // no free row (a frozen solution): nothing to form
+  const auto& start = fold.Matrix().regionStart;
+  const Eigen::VectorXd w = fold.Dense(u);
   for (std::size_t k = 0; k < support.size(); ++k) {
     const auto r = static_cast<std::size_t>(support[k]);
     const Eigen::MatrixXd P = fold.PreparedRows(rows, {r});

@@ -200,6 +200,13 @@ TEST(FeatureForm, CurvatureIsTheKernelPathsAtTheSameSolution) {
     EXPECT_FALSE(solver->CurvatureWithinLimits(support));
     EXPECT_FALSE(solver->Curvature(beta, support, H));
   }
+  // A C-SVC with every variable at a bound does not move with the weights: H = 0 (no free row to form a Gram matrix of).
+  const auto frozen = nm::learners::MakeFeatureSvc(fold, y, 1e-4, {}, 1e-12, 1000000);
+  ASSERT_TRUE(frozen->Solve(beta));
+  ASSERT_TRUE(((frozen->Alpha().array() == 0.0) || (frozen->Alpha().array() == 1e-4)).all()) << "expected every variable at a bound at C = 1e-4";
+  Eigen::MatrixXd H;
+  ASSERT_TRUE(frozen->Curvature(beta, support, H));
+  EXPECT_EQ(H, Eigen::MatrixXd::Zero(3, 3));
 }
 
 // Adding rows one at a time (the coordinate steps) builds the same vector as the product in one pass.
