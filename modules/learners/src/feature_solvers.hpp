@@ -13,7 +13,7 @@
 
 namespace neuromkl::learners {
 
-/// Limits of FeatureSolver::Curvature: ~10 s of multiply-adds on two cores, a Gram matrix of 1 GB (11,180 rows).
+/// Limits of FeatureSolver::Curvature: 5-10 s of multiply-adds here, a Gram matrix of 1 GB (11,180 rows).
 inline constexpr double kCurvatureMacs = 4e10;
 inline constexpr double kCurvatureValues = 1.25e8;
 
