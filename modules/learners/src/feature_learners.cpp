@@ -219,7 +219,8 @@ class FeatureNewton {
   bool Available() const { return affordable_; }
   bool LastFailed() const { return after_ > 0; }
   /// An attempt from `beta` (weights in the scale of Weights, regions at 0 out of the support). Converged: `beta` is the
-  /// certified fixed point and the solver's last solve is at it (full tolerance); SupportChanged: `beta` is the last
+  /// certified fixed point, the solver's last solve is at it (full tolerance) and the model's status says whether that
+  /// solve converged; SupportChanged: `beta` is the last
   /// iterate, with the entering regions in, after kNewtonRounds support changes; Failed: `beta` is the last iterate and
   /// `solved` and `objective` are left as they were (the caller's steps go on from their own iterate).
   Result Run(FeatureSolver& solver, Eigen::VectorXd& beta, bool& solved, double& objective, Model& model) {
@@ -242,6 +243,7 @@ class FeatureNewton {
       solver.SetTolerance(full_);
       solved = solver.Solve(beta);  // a matched pair: the solution of exactly the weights returned
       objective = Objective(beta, solver, mu_);
+      model.info.status = solved ? FitStatus::Converged : FitStatus::Stalled;
     }
     return r;
   }
@@ -418,7 +420,6 @@ bool WaterFillingPhase(double tolerance, double objectiveTolerance, int cap, dou
         beta = b;
         theta = ThetaOf(beta, mu, c);
         change = model.info.gap;
-        model.info.status = solved ? FitStatus::Converged : FitStatus::Stalled;
         return true;
       }
       if (r == FeatureNewton::Result::SupportChanged) {
@@ -528,7 +529,6 @@ void FitEnmkl(const ParamMap& p, const Eigen::VectorXd& usable, const Eigen::Vec
         beta = b;
         theta = ThetaOf(beta, mu, c);
         change = model.info.gap;
-        model.info.status = solved ? FitStatus::Converged : FitStatus::Stalled;
         break;
       }
       if (r == FeatureNewton::Result::SupportChanged) {
