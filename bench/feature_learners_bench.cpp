@@ -16,7 +16,8 @@
 //   bench_feature_learners cv [subjects 20000] [voxels 185405] [grid 0] [storage float32] [signal 0.04]
 //     a whole cross-validation of ENMKL-SVM through cv::RunNestedCv on the feature store, as a study on features runs it:
 //     grid 0: 5 outer folds with fixed parameters (C 1, mu 0.5); grid 1: nested CV with C 0.1 / 1 (mu 0.5) chosen by a
-//     3-fold inner CV in every outer fold. `signal`: the label's shift of the signal voxels (float32). Prints each fold's chosen C, weight steps, status and regions kept, the time,
+//     3-fold inner CV in every outer fold; grid 2: the same over C 0.1 / 1 x mu 0.5 / 0.7 / 0.9 / 1 (the default grid's
+//     top end, where the weights' steps contract slowest). `signal`: the label's shift of the signal voxels (float32). Prints each fold's chosen C, weight steps, status and regions kept, the time,
 //     the pooled balanced accuracy and the peak RSS against the matrix.
 //   bench_feature_learners covariates [subjects 4000] [voxels 55000] [columns 3]
 //     one fold (80/20) prepared without and with `columns` numeric covariates (and the intercept) removed inside it: the
@@ -251,7 +252,7 @@ int Scale(Eigen::Index subjects, Eigen::Index voxels, int iterations, nm::gram::
 
 /// A cross-validation of ENMKL-SVM on the feature store (cv::RunNestedCv, as a study on features runs it): fixed
 /// parameters (`grid` false) or C chosen from 0.1 / 1 by a 3-fold inner CV.
-int CrossValidate(Eigen::Index subjects, Eigen::Index voxels, bool grid, nm::gram::FeatureStorage storage, double shift) {
+int CrossValidate(Eigen::Index subjects, Eigen::Index voxels, int grid, nm::gram::FeatureStorage storage, double shift) {
   auto start = std::chrono::steady_clock::now();
   Cohort c = Simulate(subjects, voxels, 116, 13, storage, shift);
   auto x = std::make_shared<const nm::gram::FeatureMatrix>(std::move(c.x));
@@ -266,8 +267,10 @@ int CrossValidate(Eigen::Index subjects, Eigen::Index voxels, bool grid, nm::gra
   const nm::cv::InnerSplitter inner = [](std::size_t f, const std::vector<int>&, const Eigen::VectorXd& y) {
     return nm::cv::MakeFolds({nm::cv::Scheme::StratifiedKFold, 3, 1}, nm::learners::Task::Classification, y, {}, {}, 50 + f, "inner");
   };
-  const std::vector<nm::cv::LearnerPlan> plans = {
-      {"enmkl_svm", "enmkl_svm", grid ? nm::cv::ExpandGrid({{"mu", 0.5}}, {{"c", {0.1, 1.0}}}) : nm::cv::ExpandGrid({{"c", 1.0}, {"mu", 0.5}}, {})}};
+  const auto points = grid == 2   ? nm::cv::ExpandGrid({}, {{"c", {0.1, 1.0}}, {"mu", {0.5, 0.7, 0.9, 1.0}}})
+                     : grid == 1 ? nm::cv::ExpandGrid({{"mu", 0.5}}, {{"c", {0.1, 1.0}}})
+                                 : nm::cv::ExpandGrid({{"c", 1.0}, {"mu", 0.5}}, {});
+  const std::vector<nm::cv::LearnerPlan> plans = {{"enmkl_svm", "enmkl_svm", points}};
   start = std::chrono::steady_clock::now();
   const auto outcome = nm::cv::RunNestedCv(*store, targets, outer, inner, plans, {});
   const double seconds = Seconds(start);
@@ -276,13 +279,16 @@ int CrossValidate(Eigen::Index subjects, Eigen::Index voxels, bool grid, nm::gra
       std::printf("fold %d failed: %s\n", fold.index, fold.error.c_str());
       continue;
     }
-    std::printf("fold %d: C %g, %d weight steps, %s, %ld regions kept\n", fold.index, outcome[0].grid[fold.chosen].at("c"), fold.model.info.iterations,
-                std::string(nm::learners::ToString(fold.model.info.status)).c_str(), static_cast<long>((fold.model.beta.array() > 0).count()));
+    std::printf("fold %d: C %g, mu %g, %d weight steps, %s, %ld regions kept\n", fold.index, outcome[0].grid[fold.chosen].at("c"),
+                outcome[0].grid[fold.chosen].at("mu"), fold.model.info.iterations, std::string(nm::learners::ToString(fold.model.info.status)).c_str(),
+                static_cast<long>((fold.model.beta.array() > 0).count()));
   }
   const double ba = nm::cv::Summarise(outcome[0], targets).pooled.at("balanced_accuracy");
-  std::printf("%s: %.1f s (%.1f min), %ld fits, pooled balanced accuracy %.3f\n",
-              grid ? "nested CV, C 0.1 / 1 by 3 inner folds, 5 outer folds" : "5-fold CV, fixed parameters (C 1, mu 0.5)", seconds, seconds / 60,
-              outcome[0].fits, ba);
+  const char* what = grid == 2   ? "nested CV, C 0.1 / 1 x mu 0.5 / 0.7 / 0.9 / 1 by 3 inner folds, 5 outer folds"
+                     : grid == 1 ? "nested CV, C 0.1 / 1 by 3 inner folds, 5 outer folds"
+                                 : "5-fold CV, fixed parameters (C 1, mu 0.5)";
+  std::printf("%s: %.1f s (%.1f min), %ld fits (inner fits not converged: %ld), pooled balanced accuracy %.3f\n", what, seconds, seconds / 60,
+              outcome[0].fits, static_cast<long>(outcome[0].innerNotConverged), ba);
   const double peak = PeakRssBytes();
   std::printf("peak RSS %.2f GB: %.2fx the features\n", peak / 1e9, peak / featureBytes);
   return 0;
@@ -336,13 +342,13 @@ int main(int argc, char** argv) {
                 arg(8, 1) != 0);
   const std::string storage = argc > 5 ? argv[5] : "float32";
   const auto kind = storage == "uint8" ? nm::gram::FeatureStorage::UInt8 : storage == "int16" ? nm::gram::FeatureStorage::Int16 : nm::gram::FeatureStorage::Float32;
-  if (mode == "cv") return CrossValidate(static_cast<Eigen::Index>(arg(2, 20000)), static_cast<Eigen::Index>(arg(3, 185405)), arg(4, 0) != 0, kind, arg(6, 0.04));
+  if (mode == "cv") return CrossValidate(static_cast<Eigen::Index>(arg(2, 20000)), static_cast<Eigen::Index>(arg(3, 185405)), static_cast<int>(arg(4, 0)), kind, arg(6, 0.04));
   if (mode == "scale") {
     return Scale(static_cast<Eigen::Index>(arg(2, 20000)), static_cast<Eigen::Index>(arg(3, 185405)), static_cast<int>(arg(4, 0)), kind);
   }
   if (mode == "covariates")
     return Covariates(static_cast<Eigen::Index>(arg(2, 4000)), static_cast<Eigen::Index>(arg(3, 55000)), static_cast<int>(arg(4, 3)));
   std::fprintf(stderr, "usage: bench_feature_learners agree [subjects] [voxels] [learner] | peer <folder> [subjects] [voxels] [C] [tolerance] [lambda] [enmkl 0/1] | "
-                       "scale [subjects] [voxels] [ENMKL weight steps, 0 = default cap] [float32 | uint8 | int16] | cv [subjects] [voxels] [grid 0/1] [float32 | uint8 | int16] [signal] | covariates [subjects] [voxels] [columns]\n");
+                       "scale [subjects] [voxels] [ENMKL weight steps, 0 = default cap] [float32 | uint8 | int16] | cv [subjects] [voxels] [grid 0/1/2] [float32 | uint8 | int16] [signal] | covariates [subjects] [voxels] [columns]\n");
   return 2;
 }
