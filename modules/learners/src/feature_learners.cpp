@@ -33,7 +33,7 @@ constexpr double kNewtonStart = 0.1;        ///< distance of the weights' steps 
 constexpr int kNewtonSteps = 12;            ///< Newton steps on one support before an attempt fails
 constexpr int kNewtonRounds = 4;            ///< support changes inside one attempt
 constexpr int kNewtonRetry = 3;             ///< weight steps after a failed attempt before the next
-constexpr double kEnteringWeight = 1e-3;    ///< weight (relative to the sum) with which the full check brings a region in
+constexpr double kCheckedInWeight = 1e-3;   ///< weight (relative to the sum) with which Newton's full check brings a region in
 constexpr double kCarriedWeight = 1e-3;     ///< weight (relative to the sum) Newton's start gives a region the steps still carry ...
 constexpr double kCarriedMargin = 0.1;      ///< ... when its c_r is within this fraction below the water level mu S
 constexpr double kSlowestRate = 0.9999;     ///< slowest contraction RemainingDistance takes (mu = 1 without Newton)
@@ -311,7 +311,7 @@ class FeatureNewton {
       if (Support(target) == A) return false;
       for (Eigen::Index r = 0; r < beta.size(); ++r)
         if (target[r] > 0 && !(beta[r] > 0)) {
-          beta[r] = kEnteringWeight * sum;
+          beta[r] = kCheckedInWeight * sum;
           entered = true;
         }
       if (!entered) beta = target;
@@ -320,7 +320,7 @@ class FeatureNewton {
     const double level = S / sum * (1.0 + tolerance_);
     for (Eigen::Index r = 0; r < beta.size(); ++r)
       if (!(beta[r] > 0) && usable_[r] > 0 && all[r] > level) {
-        beta[r] = kEnteringWeight * sum;
+        beta[r] = kCheckedInWeight * sum;
         entered = true;
       }
     return entered;
