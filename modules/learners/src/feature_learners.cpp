@@ -389,7 +389,9 @@ Eigen::VectorXd WaterFilledTheta(const Eigen::VectorXd& c, double mu, const Eige
 // around its fixed point where T overshoots, which the mixing cancels (half the steps on cohorts where most regions
 // are kept). While the weights still move a lot the solves are inexact (their tolerance follows the distance, never
 // below the solver's own `full`); convergence (Distance below `tolerance`, the objective settled) is declared only on
-// two solves at the full tolerance. True when it converged; otherwise the coordinate steps go on from its theta.
+// two solves at the full tolerance. Once the distance is below kNewtonStart, Newton's method on the support
+// (FeatureNewton) is tried, and its certificate ends the phase too. True when it converged; otherwise the coordinate
+// steps go on from its theta.
 bool WaterFillingPhase(double tolerance, double objectiveTolerance, int cap, double full, const Eigen::VectorXd& usable, double mu,
                        FeatureNewton& newton, FeatureSolver& solver, Eigen::VectorXd& theta, Eigen::VectorXd& beta, bool& solved, double& objective,
                        double& change, Model& model) {
@@ -470,7 +472,9 @@ bool WaterFillingPhase(double tolerance, double objectiveTolerance, int cap, dou
 // of the last steps and keeps it only if V drops; otherwise it takes the plain step and the acceleration restarts.
 // Stops when beta is within `tolerance` of the fixed point (Distance, normalised) and ENMKL's objective changed by less
 // than `objective_tolerance` relative; with `gapTolerance` > 0 (SimpleMKL: mu = 1, an SVM) instead when SimpleMKL's
-// relative duality gap (max_r q_r - beta'q) / (2 J), J = sum alpha - beta'q / 2 the SVM dual, is below it.
+// relative duality gap (max_r q_r - beta'q) / (2 J), J = sum alpha - beta'q / 2 the SVM dual, is below it. Newton's
+// method (FeatureNewton) is tried here too (not for SimpleMKL); at mu = 1 only its certificate ends the fit while its
+// curvature is within limits, and beyond them the step-size rule says Converged or Stalled (RemainingDistance).
 void FitEnmkl(const ParamMap& p, const Eigen::VectorXd& usable, const Eigen::VectorXd* startTheta, FeatureSolver& solver, Model& model,
               double gapTolerance = 0) {
   const double mu = p.at("mu"), tolerance = p.at("tolerance"), objectiveTolerance = p.at("objective_tolerance");
