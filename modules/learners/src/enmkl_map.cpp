@@ -16,14 +16,14 @@ constexpr double kLeavingWeight = 5e-4;   ///< normalised weight from which a Ne
                                           ///< (half the entering weight, so a kernel that just entered is guarded) ...
 constexpr double kKeptFraction = 0.1;     ///< ... but is shortened to leave it this fraction of its weight
 
+}  // namespace
+
 std::vector<Eigen::Index> Support(const Eigen::VectorXd& beta) {
   std::vector<Eigen::Index> A;
   for (Eigen::Index j = 0; j < beta.size(); ++j)
     if (beta[j] > 0) A.push_back(j);
   return A;
 }
-
-}  // namespace
 
 Eigen::VectorXd WaterFill(const Eigen::VectorXd& c, double mu, double* level) {
   const Eigen::Index m = c.size();

@@ -21,6 +21,9 @@ inline constexpr double kLoosest = 1e-3;      ///< ... at most this (and never b
 /// (ENMKL's published update is one multiplicative step towards it.) `level` receives S.
 Eigen::VectorXd WaterFill(const Eigen::VectorXd& c, double mu, double* level = nullptr);
 
+/// The kernels (or regions) with weight: the j with beta_j > 0, in order.
+std::vector<Eigen::Index> Support(const Eigen::VectorXd& beta);
+
 /// Newton's step on ENMKL's fixed-point equations restricted to a support: R_j = (1 - mu) b_j c_j + mu S - c_j = 0
 /// (S = sum b_k c_k), with c_j = sqrt(a'K_j a) and b_j the support's weights, and H the inner solution's sensitivity
 /// (InnerSolver::Curvature: d c_j / d beta_k = -H_jk / c_j).

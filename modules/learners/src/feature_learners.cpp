@@ -182,13 +182,6 @@ double Distance(const Eigen::VectorXd& beta, const Eigen::VectorXd& stepBeta, co
   return (stepBeta / stepBeta.sum() - beta / beta.sum()).cwiseAbs().maxCoeff();
 }
 
-std::vector<Eigen::Index> Support(const Eigen::VectorXd& beta) {
-  std::vector<Eigen::Index> support;
-  for (Eigen::Index r = 0; r < beta.size(); ++r)
-    if (beta[r] > 0) support.push_back(r);
-  return support;
-}
-
 /// The theta on the simplex whose Weights are `beta` up to their scale (theta_r = mu beta_r / (1 - (1 - mu) beta_r)):
 /// Newton's weights for the steps on theta. At mu = 0 every weight with theta_r > 0 is 1 and theta is the step's
 /// (proportional to ||w_r|| = beta_r c_r, from the norms `c` of the last solve).
