@@ -191,6 +191,7 @@ TEST_F(FeaturesCli, ZeroNanPolicyAndIntensityScalingAsOnKernels) {
   ASSERT_EQ(features.exitCode, 0) << features.output;
   const nlohmann::json a = Json("scaled_kernels").at("kernels"), b = Json("scaled_features").at("kernels");
   EXPECT_EQ(b.at("regions"), a.at("regions"));
+  EXPECT_EQ(b.at("representation").at("storage").at("held"), "in memory") << "kernels.cache off: nothing to map";
   ASSERT_TRUE(a.contains("intensity")) << "the kernel run records its scales";
   EXPECT_EQ(b.at("intensity"), a.at("intensity"));
   EXPECT_LT(LearnerDifference(ByLearnerAndSubject(Results("scaled_kernels") + "/predictions.tsv", "decision"),
@@ -272,6 +273,9 @@ TEST_F(FeaturesCli, FeaturesAreKeptInTheCacheAsTheyAreHeld) {
     EXPECT_THAT(run(name + "_hit"), HasSubstr("cache hit")) << storage;
     EXPECT_EQ(results(name + "_hit").at("kernels").at("cache"), "hit (features: no image read)") << storage;
     EXPECT_EQ(results(name + "_hit").at("kernels").at("representation").at("storage").at("values"), storage);
+    for (const std::string run : {"_first", "_hit"})  // written into the entry as they were read, then mapped from it
+      EXPECT_THAT(results(name + run).at("kernels").at("representation").at("storage").at("held").get<std::string>(),
+                  HasSubstr(entries[0].filename().string() + "/features.npy)")) << storage << run;
     EXPECT_EQ(results(name + "_hit").at("kernels").at("regions"), results(name + "_first").at("kernels").at("regions")) << storage;
     EXPECT_EQ(ReadFile(Path(name + "_hit/predictions.tsv")), predictions) << storage;
     EXPECT_EQ(ReadFile(Path(name + "_hit/regions_enmkl_svm.tsv")), regions) << storage;
@@ -286,6 +290,26 @@ TEST_F(FeaturesCli, FeaturesAreKeptInTheCacheAsTheyAreHeld) {
     EXPECT_THAT(run(name + "_rewritten"), HasSubstr("cache hit")) << storage;
     EXPECT_EQ(ReadFile(Path(name + "_rewritten/predictions.tsv")), predictions) << storage;
   }
+}
+
+// A cache folder that cannot be made (here a path through a regular file) is a warning, not a failure: the voxels are
+// then read into memory and the study's answers are those of a run with the cache off.
+TEST_F(FeaturesCli, ACacheFolderThatCannotBeMadeLeavesTheFeaturesInMemory) {
+  WriteFile(Path("not_a_folder"), "a file\n");
+  const std::string svm = R"([{"name": "svm", "params": {"c": 1}}])";
+  const auto off = RunCli("run " + Study("uncached", R"("representation": "features")", "", svm));
+  ASSERT_EQ(off.exitCode, 0) << off.output;
+  std::string study = ReadFile(Study("unwritable_cache", R"("representation": "features")", "", svm, R"({"cache_dir": ")" + Path("not_a_folder/cache") + R"("})"));
+  const std::string cacheOff = R"("cache": false)";
+  study.replace(study.find(cacheOff), cacheOff.size(), R"("cache": true)");
+  WriteFile(Path("unwritable_cache.json"), study);
+  const auto r = RunCli("run " + Path("unwritable_cache.json"));
+  ASSERT_EQ(r.exitCode, 0) << r.output;
+  EXPECT_THAT(r.output, HasSubstr("the features are read into memory, not into the cache folder"));
+  const nlohmann::json results = Json("unwritable_cache");
+  EXPECT_EQ(results.at("kernels").at("representation").at("storage").at("held"), "in memory");
+  EXPECT_THAT(results.at("warnings").dump(), HasSubstr("feature cache not written"));
+  EXPECT_EQ(ReadFile(Results("unwritable_cache") + "/predictions.tsv"), ReadFile(Results("uncached") + "/predictions.tsv"));
 }
 
 // In a batch, studies on features with the same inputs decode the images once: the first keeps the matrix in the batch's

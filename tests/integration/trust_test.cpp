@@ -278,4 +278,39 @@ TEST(Trust, CoverageIsReportedAndExclusionNotesSurviveTheCache) {
   EXPECT_THAT(r.output, HasSubstr("(30 subjects)"));
 }
 
+// On features the images are read straight into the kernel cache's features.npy (mapped while it is written), so a
+// region the data leave out (a zero kernel) is taken out of that file in place: the entry is a .npy of the kept voxels
+// that the next run maps with no image read, and both runs give the same outputs, with the exclusion noted in both.
+TEST(Trust, OnFeaturesAnExcludedRegionLeavesTheCachedMatrixInPlace) {
+  TempDir dir;
+  ASSERT_EQ(RunCli("simulate --out " + (dir / "cohort") + " --subjects 30 --seed 4 --effect 0.8 --signal Hippocampus_L -q").exitCode, 0);
+  const auto labels = AalLabels();
+  EditCohort(dir, [&](std::size_t, bool, neuromkl::io::Volume& v) {
+    for (std::size_t i = 0; i < labels.size(); ++i)
+      if (labels[i] == kAmygdalaL) v.data[i] = 0.0f;
+  });
+  WriteFile(dir / "cohort/study.json", R"({"name": "zeroed", "subjects": {"table": "participants.tsv"}, "target": {"column": "group",
+    "task": "classification", "positive_class": "patient"}, "atlas": "aal", "output": {"weight_maps": false, "cache_dir": ")" + (dir / "cache") + R"("},
+    "kernels": {"representation": "features"}, "learners": [{"name": "enmkl_svm", "params": {"c": 1, "mu": 0.5}}]})");
+  for (const char* out : {"first", "cached"}) {
+    const auto r = RunCli("run " + (dir / "cohort/study.json") + " --out " + (dir / out));
+    ASSERT_EQ(r.exitCode, 0) << r.output;
+    const auto results = nlohmann::json::parse(ReadFile(dir / (std::string(out) + "/results.json")));
+    EXPECT_THAT(results["warnings"].dump(), HasSubstr("Amygdala_L excluded: zero kernel")) << out;
+    EXPECT_THAT(results["kernels"]["representation"]["storage"]["held"].get<std::string>(), HasSubstr("mapped from the kernel cache folder")) << out;
+  }
+  EXPECT_EQ(nlohmann::json::parse(ReadFile(dir / "cached/results.json"))["kernels"]["cache"], "hit (features: no image read)");
+  EXPECT_EQ(ReadFile(dir / "cached/predictions.tsv"), ReadFile(dir / "first/predictions.tsv"));
+  EXPECT_EQ(ReadFile(dir / "cached/regions_enmkl_svm.tsv"), ReadFile(dir / "first/regions_enmkl_svm.tsv"));
+  std::vector<std::filesystem::path> entries(std::filesystem::directory_iterator(dir / "cache"), std::filesystem::directory_iterator{});
+  ASSERT_EQ(entries.size(), 1u);
+  const auto index = nlohmann::json::parse(ReadFile(entries[0] / "index.json"));
+  const auto voxels = index["voxels"].get<std::int64_t>();
+  EXPECT_EQ(index["region_start"].back().get<std::int64_t>(), voxels);
+  // The header says the kept shape and the file holds exactly those values (no stale columns at its end).
+  const std::uint64_t offset = neuromkl::NpyRowsDataOffset(entries[0] / "features.npy", 30, voxels, neuromkl::NpyType::Float32);
+  EXPECT_EQ(std::filesystem::file_size(entries[0] / "features.npy"), offset + 30u * static_cast<std::uint64_t>(voxels) * 4u);
+  EXPECT_EQ(index["kernels"].size() + 1, index["region_start"].size());
+}
+
 }  // namespace

@@ -14,20 +14,26 @@
 namespace neuromkl {
 
 namespace {
-/// `path` opened for writing, with a version 1.0 header for a 2-D array of dtype `descr` already written.
-std::ofstream OpenNpyForWriting(const std::string& path, const char* descr, bool fortran, std::int64_t rows, std::int64_t cols) {
+/// The bytes before the values of a version 1.0 file of a 2-D array of dtype `descr`: magic, version, length and the
+/// header, padded with spaces to a multiple of 64 bytes and to at least `atLeast` bytes.
+std::string NpyPrefix(const char* descr, bool fortran, std::int64_t rows, std::int64_t cols, std::size_t atLeast) {
   std::string header = std::string("{'descr': '") + descr + "', 'fortran_order': " + (fortran ? "True" : "False") + ", 'shape': (" +
                        std::to_string(rows) + ", " + std::to_string(cols) + "), }";
   // Pad so that magic (6) + version (2) + length (2) + header is a multiple of 64, ending in '\n'.
-  const std::size_t total = 10 + header.size() + 1;
-  header.append((64 - total % 64) % 64, ' ');
+  const std::size_t total = std::max(10 + header.size() + 1, atLeast);
+  header.append((64 - total % 64) % 64 + (total - (10 + header.size() + 1)), ' ');
   header += '\n';
+  const auto len = static_cast<std::uint16_t>(header.size());
+  std::string prefix("\x93NUMPY\x01\x00", 8);
+  prefix.append(reinterpret_cast<const char*>(&len), 2);
+  return prefix + header;
+}
+/// `path` opened for writing, with a version 1.0 header for a 2-D array of dtype `descr` already written.
+std::ofstream OpenNpyForWriting(const std::string& path, const char* descr, bool fortran, std::int64_t rows, std::int64_t cols) {
+  const std::string prefix = NpyPrefix(descr, fortran, rows, cols, 0);
   std::ofstream out(path, std::ios::binary);
   if (!out) throw IoError("npy:Unwritable", path, "cannot open the file for writing");
-  out.write("\x93NUMPY\x01\x00", 8);
-  const std::uint16_t len = static_cast<std::uint16_t>(header.size());
-  out.write(reinterpret_cast<const char*>(&len), 2);
-  out.write(header.data(), static_cast<std::streamsize>(header.size()));
+  out.write(prefix.data(), static_cast<std::streamsize>(prefix.size()));
   return out;
 }
 /// Closes `out`, which flushes it: a full disk shows here, not silently in the destructor.
@@ -64,6 +70,8 @@ const char* Descr(NpyType type) {
 int Width(NpyType type) { return type == NpyType::UInt8 ? 1 : type == NpyType::Int16 ? 2 : 4; }
 char Kind(NpyType type) { return type == NpyType::UInt8 ? 'u' : type == NpyType::Int16 ? 'i' : 'f'; }
 }  // namespace
+
+std::string NpyRowsPrefix(std::int64_t rows, std::int64_t cols, NpyType type, std::size_t atLeast) { return NpyPrefix(Descr(type), false, rows, cols, atLeast); }
 
 void WriteNpyRows(const std::string& path, const void* data, std::int64_t rows, std::int64_t cols, NpyType type) {
   std::ofstream out = OpenNpyForWriting(path, Descr(type), false, rows, cols);
@@ -190,8 +198,10 @@ Eigen::MatrixXf ReadNpyFloat32(const std::string& path) {
   return out;
 }
 
-void ReadNpyRowsInto(const std::string& path, void* data, std::int64_t rows, std::int64_t cols, NpyType type) {
-  std::ifstream in(path, std::ios::binary);
+namespace {
+/// `in` opened on `path` and left at the values, once the header says a C-order array of exactly `type` and `rows` x
+/// `cols` (InputError naming the file otherwise); the values' width in bytes.
+int OpenNpyRows(std::ifstream& in, const std::string& path, std::int64_t rows, std::int64_t cols, NpyType type) {
   const auto [kind, width, fortran, fileRows, fileCols] = OpenNpy(in, path);
   if (kind != Kind(type) || width != Width(type) || fortran)
     throw InputError("npy:UnsupportedType", path, std::string("expected a C-order array of dtype ") + Descr(type) + ", found " + std::string(1, kind) +
@@ -199,6 +209,19 @@ void ReadNpyRowsInto(const std::string& path, void* data, std::int64_t rows, std
   if (fileRows != rows || fileCols != cols)
     throw InputError("npy:BadShape", path, "expected " + std::to_string(rows) + " x " + std::to_string(cols) + " values, found " + std::to_string(fileRows) + " x " +
                                                std::to_string(fileCols));
+  return width;
+}
+}  // namespace
+
+std::uint64_t NpyRowsDataOffset(const std::string& path, std::int64_t rows, std::int64_t cols, NpyType type) {
+  std::ifstream in(path, std::ios::binary);
+  OpenNpyRows(in, path, rows, cols, type);
+  return static_cast<std::uint64_t>(in.tellg());
+}
+
+void ReadNpyRowsInto(const std::string& path, void* data, std::int64_t rows, std::int64_t cols, NpyType type) {
+  std::ifstream in(path, std::ios::binary);
+  const int width = OpenNpyRows(in, path, rows, cols, type);
   const auto bytes = static_cast<std::streamsize>(rows * cols * width);
   in.read(static_cast<char*>(data), bytes);
   if (in.gcount() != bytes) throw InputError("npy:Truncated", path, "file is truncated: expected " + std::to_string(bytes) + " data bytes");

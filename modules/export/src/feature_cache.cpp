@@ -2,13 +2,16 @@
 
 #include <filesystem>
 #include <fstream>
+#include <stdexcept>
 
 #include <fmt/format.h>
 
 #include "store_files.hpp"
 #include "neuromkl/core/errors.hpp"
 #include "neuromkl/core/hash.hpp"
+#include "neuromkl/core/mapped_file.hpp"
 #include "neuromkl/core/npy.hpp"
+#include "neuromkl/core/system.hpp"
 
 namespace neuromkl::exporting {
 
@@ -17,28 +20,22 @@ namespace fs = std::filesystem;
 namespace {
 constexpr const char* kFormat = "neuromkl-features";
 
-NpyType TypeOf(gram::FeatureStorage storage) {
-  switch (storage) {
-    case gram::FeatureStorage::UInt8: return NpyType::UInt8;
-    case gram::FeatureStorage::Int16: return NpyType::Int16;
-    case gram::FeatureStorage::Float32: break;
-  }
-  return NpyType::Float32;
-}
+/// The matrix's values as one block (features.npy after its header).
 const void* DataOf(const gram::FeatureMatrix& x) {
-  switch (x.storage) {
-    case gram::FeatureStorage::UInt8: return x.codes8.data();
-    case gram::FeatureStorage::Int16: return x.codes16.data();
-    case gram::FeatureStorage::Float32: break;
-  }
-  return x.values.data();
+  const void* data = x.ContiguousValues();
+  if (data == nullptr) throw std::logic_error("feature store: a mapping whose rows were renumbered is not saved");
+  return data;
 }
-void* DataOf(gram::FeatureMatrix& x) { return const_cast<void*>(DataOf(static_cast<const gram::FeatureMatrix&>(x))); }
-/// xxh3 of the matrix's values as held (features.npy after its header), from memory: the file is read once.
+/// xxh3 of the matrix's values as held (features.npy after its header), from memory or the mapping: the file is read once.
 std::string ValuesHash(const gram::FeatureMatrix& x) {
   Hasher h;
   h.Update(DataOf(x), static_cast<std::size_t>(x.Subjects()) * static_cast<std::size_t>(x.Voxels()) * gram::BytesPerValue(x.storage));
   return h.Hex();
+}
+/// Whether x's values are a mapping of `file` itself (the features were written into the entry as they were read).
+bool MapsFile(const gram::FeatureMatrix& x, const std::string& file) {
+  std::error_code ec;
+  return x.Mapped() && fs::equivalent(x.mapped.file->Path(), file, ec) && !ec;
 }
 
 /// (Strict, unlike the kernel store's reader: every feature entry has every field.)
@@ -72,7 +69,10 @@ void SaveFeatureStore(const std::string& dir, const FeatureEntry& entry, const s
                 {"note", "features.npy: one row per subject ('subjects' order), the masked voxels of region r in columns region_start[r] .. "
                          "region_start[r + 1] - 1; uint8 / int16 values are codes, value = row_scale[i] x code; values_xxh3: the xxh3 of "
                          "features.npy's values (the bytes after its header); raw_diagonals.npy: ||x_ir||^2, one row per region"}};
-  WriteNpyRows(dir + "/features.npy", DataOf(x), x.Subjects(), x.Voxels(), TypeOf(x.storage));
+  if (MapsFile(x, dir + "/features.npy"))
+    x.mapped.file->Flush();  // written in place, its header kept up to date by KeepRegions
+  else
+    WriteNpyRows(dir + "/features.npy", DataOf(x), x.Subjects(), x.Voxels(), gram::NpyTypeOf(x.storage));
   index["values_xxh3"] = ValuesHash(x);
   if (x.storage != gram::FeatureStorage::Float32) {
     WriteNpy(dir + "/row_scale.npy", Eigen::MatrixXd(x.rowScale));
@@ -128,8 +128,13 @@ FeatureEntry LoadFeatureStore(const std::string& dir, std::string* key) {
     if (ec || fileBytes < bytes)
       throw InputError("store:Corrupt", dir + "/features.npy",
                        fmt::format("expected {} x {} values of {} bytes; found {}", n, voxels, gram::BytesPerValue(kind), ec ? ec.message() : std::to_string(fileBytes) + " bytes"));
-    x.Resize(kind, n, voxels);
-    ReadNpyRowsInto(dir + "/features.npy", DataOf(x), n, voxels, TypeOf(kind));
+    // Mapped, not read: the values stay in the file, paged in as they are read and dropped under memory pressure, so a
+    // store larger than the memory works (read ahead at once when it takes at most half the memory available now).
+    const std::uint64_t offset = NpyRowsDataOffset(dir + "/features.npy", n, voxels, gram::NpyTypeOf(kind));
+    std::shared_ptr<MappedFile> file = MappedFile::OpenReadOnly(dir + "/features.npy", 2 * (fileBytes - offset) <= AvailableMemoryBytes());
+    if (file->Size() < offset + bytes)
+      throw InputError("store:Corrupt", dir + "/features.npy", fmt::format("expected {} bytes of values after the {}-byte header; found {}", bytes, offset, file->Size() - offset));
+    x.MapRows(kind, std::move(file), offset, n, voxels);
     const std::string expected = index.at("values_xxh3").get<std::string>(), found = ValuesHash(x);
     if (found != expected)
       throw InputError("store:Checksum", dir + "/features.npy", "the feature file's values do not match their checksum in the index (expected xxh3 " + expected +

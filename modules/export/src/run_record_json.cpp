@@ -56,7 +56,7 @@ Json KernelsJson(const RunRecord& r) {
   k["min_subjects_with_signal"] = r.minSubjectsWithSignal;
   k["representation"] = {{"form", r.representation}, {"why", r.representationNote}};
   if (r.featureBytes > 0) k["representation"]["features_mib"] = static_cast<double>(r.featureBytes) / 1048576.0;
-  if (!r.featureStorage.empty()) k["representation"]["storage"] = {{"values", r.featureStorage}, {"why", r.featureStorageNote}};
+  if (!r.featureStorage.empty()) k["representation"]["storage"] = {{"values", r.featureStorage}, {"why", r.featureStorageNote}, {"held", r.featureHeld}};
   if (r.compactBytes > 0)  // absent for float64 kernels, so those results.json are unchanged
     k["precision"] = {{"values", "float32"},
                       {"store_mib", static_cast<double>(r.compactBytes) / 1048576.0},

@@ -4,7 +4,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <optional>
+#include <stdexcept>
 #include <type_traits>
 #include <string>
 #include <utility>
@@ -83,6 +85,15 @@ const char* ToString(FeatureStorage storage) {
   return "float32";
 }
 
+NpyType NpyTypeOf(FeatureStorage storage) {
+  switch (storage) {
+    case FeatureStorage::UInt8: return NpyType::UInt8;
+    case FeatureStorage::Int16: return NpyType::Int16;
+    case FeatureStorage::Float32: break;
+  }
+  return NpyType::Float32;
+}
+
 std::size_t BytesPerValue(FeatureStorage storage) {
   switch (storage) {
     case FeatureStorage::UInt8: return 1;
@@ -94,6 +105,7 @@ std::size_t BytesPerValue(FeatureStorage storage) {
 
 void FeatureMatrix::Resize(FeatureStorage kind, Eigen::Index subjects, Eigen::Index voxels) {
   storage = kind;
+  mapped = {};
   values.resize(0, 0);
   codes8.resize(0, 0);
   codes16.resize(0, 0);
@@ -101,13 +113,42 @@ void FeatureMatrix::Resize(FeatureStorage kind, Eigen::Index subjects, Eigen::In
   rowScale = kind == FeatureStorage::Float32 ? Eigen::VectorXd() : Eigen::VectorXd::Ones(subjects);
 }
 
+void FeatureMatrix::MapRows(FeatureStorage kind, std::shared_ptr<MappedFile> file, std::uint64_t offset, Eigen::Index subjects, Eigen::Index voxels) {
+  const std::uint64_t bytes = static_cast<std::uint64_t>(subjects) * static_cast<std::uint64_t>(voxels) * BytesPerValue(kind);
+  if (file == nullptr || subjects < 0 || voxels < 0 || offset % BytesPerValue(kind) != 0 || offset + bytes > file->Size())
+    throw std::invalid_argument("FeatureMatrix::MapRows: " + std::to_string(subjects) + " x " + std::to_string(voxels) + " values at byte " + std::to_string(offset) +
+                                " do not fit the mapping of " + (file ? file->Path() + " (" + std::to_string(file->Size()) + " bytes)" : std::string("no file")));
+  Resize(kind, 0, 0);
+  mapped = {std::move(file), offset, subjects, voxels, {}};
+  rowScale = kind == FeatureStorage::Float32 ? Eigen::VectorXd() : Eigen::VectorXd::Ones(subjects);
+}
+
+void* FeatureMatrix::MutableRow(Eigen::Index i) {
+  if (Mapped()) {
+    const Eigen::Index row = mapped.rowOf.empty() ? i : mapped.rowOf[static_cast<std::size_t>(i)];
+    return mapped.file->MutableData() + mapped.offset + static_cast<std::uint64_t>(row) * static_cast<std::uint64_t>(mapped.cols) * BytesPerValue(storage);
+  }
+  void* row = nullptr;
+  WithStored(*this, [&](auto& m) { row = m.row(i).data(); });
+  return row;
+}
+
+const void* FeatureMatrix::ContiguousValues() const {
+  if (Mapped()) return mapped.rowOf.empty() ? mapped.file->Data() + mapped.offset : nullptr;
+  const void* first = nullptr;
+  WithStored(*this, [&](const auto& m) { first = m.data(); });
+  return first;
+}
+
 Eigen::Index FeatureMatrix::Subjects() const {
+  if (Mapped()) return mapped.rowOf.empty() ? mapped.rows : static_cast<Eigen::Index>(mapped.rowOf.size());
   Eigen::Index rows = 0;
   WithStored(*this, [&](const auto& m) { rows = m.rows(); });
   return rows;
 }
 
 Eigen::Index FeatureMatrix::Voxels() const {
+  if (Mapped()) return mapped.cols;
   Eigen::Index cols = 0;
   WithStored(*this, [&](const auto& m) { cols = m.cols(); });
   return cols;
@@ -138,8 +179,11 @@ void FeatureMatrix::Check() const {
       if (!std::isfinite(rowScale[i])) throw InputError("features:NotFinite", "feature matrix row " + std::to_string(i), "expected a finite row scale; found " + std::to_string(rowScale[i]));
     return;  // integer codes are finite
   }
-  for (Eigen::Index i = 0; i < Subjects(); ++i)
-    if (!values.row(i).allFinite()) throw InputError("features:NotFinite", "feature matrix row " + std::to_string(i), "expected finite voxel values; found one that is not");
+  for (Eigen::Index i = 0; i < Subjects(); ++i) {
+    // (Float32 here: the reinterpret_cast only names the type the row already has.)
+    const bool finite = WithRow(i, [&](const auto* row, double) { return Eigen::Map<const Eigen::VectorXf>(reinterpret_cast<const float*>(row), Voxels()).allFinite(); });
+    if (!finite) throw InputError("features:NotFinite", "feature matrix row " + std::to_string(i), "expected finite voxel values; found one that is not");
+  }
 }
 
 Eigen::MatrixXd FeatureMatrix::RegionKernel(std::size_t r) const {
@@ -163,6 +207,17 @@ void FeatureMatrix::KeepRows(const std::vector<int>& rows) {
     if (taken[static_cast<std::size_t>(r)]) throw InputError("features:RowTwice", "feature matrix", "row " + std::to_string(r) + " is kept twice");
     taken[static_cast<std::size_t>(r)] = 1;
     from.push_back(r);
+  }
+  if (rowScale.size() > 0) {
+    Eigen::VectorXd kept(m);
+    for (Eigen::Index k = 0; k < m; ++k) kept[k] = rowScale[rows[static_cast<std::size_t>(k)]];
+    rowScale = std::move(kept);
+  }
+  if (Mapped()) {  // the file's rows stay where they are: row k of the matrix is now the file's row of old row rows[k]
+    std::vector<Eigen::Index> rowOf(rows.size());
+    for (std::size_t k = 0; k < rows.size(); ++k) rowOf[k] = mapped.rowOf.empty() ? rows[k] : mapped.rowOf[static_cast<std::size_t>(rows[k])];
+    mapped.rowOf = std::move(rowOf);
+    return;
   }
   for (Eigen::Index r = 0; r < n; ++r)
     if (!taken[static_cast<std::size_t>(r)]) from.push_back(r);
@@ -188,11 +243,6 @@ void FeatureMatrix::KeepRows(const std::vector<int>& rows) {
     // second matrix).
     stored.conservativeResize(m, stored.cols());
   });
-  if (rowScale.size() > 0) {
-    Eigen::VectorXd kept(m);
-    for (Eigen::Index k = 0; k < m; ++k) kept[k] = rowScale[rows[static_cast<std::size_t>(k)]];
-    rowScale = std::move(kept);
-  }
 }
 
 void FeatureMatrix::KeepRegions(const std::vector<std::size_t>& keep) {
@@ -200,6 +250,28 @@ void FeatureMatrix::KeepRegions(const std::vector<std::size_t>& keep) {
   std::vector<Eigen::Index> start = {0};
   for (const std::size_t r : keep) start.push_back(start.back() + RegionSize(r));
   const Eigen::Index width = start.back();
+  if (Mapped() && !(mapped.file->Writable() && mapped.rowOf.empty())) {
+    *this = SelectRegions(keep);  // a read-only file is not changed: the kept columns in memory
+    return;
+  }
+  if (Mapped()) {
+    // Row by row, region by region, each piece moves to a lower address (the new row is no wider and starts no later),
+    // and every piece not yet moved lies above the one being moved: in place, in one pass over the file.
+    const std::size_t b = BytesPerValue(storage);
+    const std::string prefix = NpyRowsPrefix(mapped.rows, width, NpyTypeOf(storage), static_cast<std::size_t>(mapped.offset));
+    if (prefix.size() != mapped.offset) throw std::logic_error("FeatureMatrix::KeepRegions: a writable mapping must be a whole .npy file from its values' offset");
+    unsigned char* first = mapped.file->MutableData() + mapped.offset;
+    for (Eigen::Index i = 0; i < mapped.rows; ++i)
+      for (std::size_t k = 0; k < keep.size(); ++k)
+        std::memmove(first + (static_cast<std::uint64_t>(i) * static_cast<std::uint64_t>(width) + static_cast<std::uint64_t>(start[k])) * b,
+                     first + (static_cast<std::uint64_t>(i) * static_cast<std::uint64_t>(mapped.cols) + static_cast<std::uint64_t>(regionStart[keep[k]])) * b,
+                     static_cast<std::size_t>(RegionSize(keep[k])) * b);
+    mapped.file->Truncate(mapped.offset + static_cast<std::uint64_t>(mapped.rows) * static_cast<std::uint64_t>(width) * b);
+    std::memcpy(mapped.file->MutableData(), prefix.data(), prefix.size());
+    mapped.cols = width;
+    regionStart = std::move(start);
+    return;
+  }
   WithStored(*this, [&](auto& stored) {
     for (Eigen::Index i = 0; i < stored.rows(); ++i) {
       auto* row = stored.row(i).data();
@@ -223,11 +295,12 @@ FeatureMatrix FeatureMatrix::SelectRegions(const std::vector<std::size_t>& which
   }
   part.Resize(storage, Subjects(), voxels);
   part.rowScale = rowScale;
-  WithStored(part, [&](auto& to) {
-    WithStored(*this, [&](const auto& from) {
-      if constexpr (std::is_same_v<typename std::decay_t<decltype(to)>::Scalar, typename std::decay_t<decltype(from)>::Scalar>)
-        for (std::size_t i = 0; i < which.size(); ++i)
-          to.middleCols(part.regionStart[i], RegionSize(which[i])) = from.middleCols(regionStart[which[i]], RegionSize(which[i]));
+  const std::size_t b = BytesPerValue(storage);
+  tbb::parallel_for(Eigen::Index{0}, Subjects(), [&](Eigen::Index i) {
+    auto* to = static_cast<unsigned char*>(part.MutableRow(i));
+    WithRow(i, [&](const auto* from, double) {
+      for (std::size_t k = 0; k < which.size(); ++k)
+        std::memcpy(to + static_cast<std::size_t>(part.regionStart[k]) * b, from + regionStart[which[k]], static_cast<std::size_t>(RegionSize(which[k])) * b);
     });
   });
   return part;

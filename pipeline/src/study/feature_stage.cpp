@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <limits>
 
@@ -15,6 +16,8 @@
 
 #include "neuromkl/core/errors.hpp"
 #include "neuromkl/core/hash.hpp"
+#include "neuromkl/core/mapped_file.hpp"
+#include "neuromkl/core/npy.hpp"
 #include "neuromkl/core/strings.hpp"
 #include "neuromkl/core/system.hpp"
 #include "neuromkl/export/feature_cache.hpp"
@@ -27,6 +30,7 @@ namespace neuromkl::pipeline {
 
 namespace {
 
+namespace fs = std::filesystem;
 using Representation = config::KernelRepresentation;
 
 double Gib(std::uint64_t bytes) { return static_cast<double>(bytes) / 1073741824.0; }
@@ -57,10 +61,11 @@ kernels::SubjectRows ReadCodes(const Cohort& cohort, const atlas::RegionIndex& i
                                      scale, row[c], c));
       return q;
     };
+    void* to = x.MutableRow(s);
     if (x.storage == gram::FeatureStorage::UInt8)
-      for (Eigen::Index c = 0; c < columns; ++c) x.codes8(s, c) = static_cast<std::uint8_t>(code(c, 0, 255));
+      for (Eigen::Index c = 0; c < columns; ++c) static_cast<std::uint8_t*>(to)[c] = static_cast<std::uint8_t>(code(c, 0, 255));
     else
-      for (Eigen::Index c = 0; c < columns; ++c) x.codes16(s, c) = static_cast<std::int16_t>(code(c, -32768, 32767));
+      for (Eigen::Index c = 0; c < columns; ++c) static_cast<std::int16_t*>(to)[c] = static_cast<std::int16_t>(code(c, -32768, 32767));
   });
 }
 
@@ -130,10 +135,15 @@ RepresentationChoice ChooseRepresentation(const config::StudyConfig& study, cons
       if (!obstacle.Empty()) {
         choice.chosen = Representation::Kernel;
         choice.why = "auto: kernels, as the study has no feature form (" + obstacle.pointer + ": " + obstacle.reason + ")";
-      } else if (memory > 0 && 2 * share > memory && choice.featureBytes < share && 2 * choice.featureBytes <= memory) {
+      } else if (memory > 0 && 2 * share > memory && choice.featureBytes < share && (2 * choice.featureBytes <= memory || study.kernels.cache)) {
+        // Features beyond half the memory are paged from the kernel cache folder (out of core).
         choice.chosen = Representation::Features;
-        choice.why = fmt::format("auto: features, as the kernels ({}{}) take more than half of this machine's {:.1f} GiB and the features ({}) less",
-                                 Size(share), ranks > 1 ? fmt::format(", a share of {} ranks", ranks) : "", Gib(memory), Size(choice.featureBytes));
+        choice.why = 2 * choice.featureBytes <= memory
+                         ? fmt::format("auto: features, as the kernels ({}{}) take more than half of this machine's {:.1f} GiB and the features ({}) less",
+                                       Size(share), ranks > 1 ? fmt::format(", a share of {} ranks", ranks) : "", Gib(memory), Size(choice.featureBytes))
+                         : fmt::format("auto: features, paged from the kernel cache folder, as the kernels ({}{}) take more than half of this machine's {:.1f} "
+                                       "GiB and the features ({}) less than the kernels",
+                                       Size(share), ranks > 1 ? fmt::format(", a share of {} ranks", ranks) : "", Gib(memory), Size(choice.featureBytes));
       } else if (memory > 0 && 2 * share > memory) {
         choice.chosen = Representation::Kernel;
         choice.why = fmt::format("auto: kernels, as the features ({}) would take more than the kernels ({}) or half of this machine's {:.1f} GiB",
@@ -153,35 +163,56 @@ RepresentationChoice ChooseRepresentation(const config::StudyConfig& study, cons
 void CheckFeaturesFitMemory(const config::StudyConfig& study, const RepresentationChoice& choice) {
   const std::uint64_t memory = PhysicalMemoryBytes();
   if (memory == 0 || choice.featureBytes <= memory) return;
+  if (study.kernels.cache) {
+    // Out of core: the features live in the cache folder and the system pages them in; the disk must hold them.
+    std::error_code ec;
+    fs::path existing = fs::absolute(fs::path(study.output.cacheDir), ec);
+    while (!existing.empty() && !fs::exists(existing, ec) && existing != existing.parent_path()) existing = existing.parent_path();
+    const fs::space_info space = fs::space(existing, ec);
+    if (ec || space.available >= choice.featureBytes) return;
+    throw InputError("kernels:TooLarge", study.path,
+                     fmt::format("the study's voxels as features need {:.1f} GiB (subjects x voxels x {} bytes), more than this machine's {:.1f} GiB of "
+                                 "memory, so they are kept in the kernel cache folder {}; its disk has {:.1f} GiB free: nothing was computed. Free disk "
+                                 "space, choose another /output/cache_dir, or use a coarser grid (3 mm), a mask, fewer regions, or images that store uint8 / int16",
+                                 Gib(choice.featureBytes), gram::BytesPerValue(choice.storage.storage), Gib(memory), study.output.cacheDir, Gib(space.available)));
+  }
   throw InputError("kernels:TooLarge", study.path,
                    fmt::format("the study's voxels as features need {:.1f} GiB of memory (subjects x voxels x {} bytes), more than this machine's {:.1f} "
-                               "GiB: nothing was computed. Use a coarser grid (3 mm), a mask, fewer regions, or images that store uint8 / int16",
+                               "GiB, and kernels.cache is off: nothing was computed. Turn kernels.cache on (the features are then kept in the cache folder "
+                               "and paged from the disk), or use a coarser grid (3 mm), a mask, fewer regions, or images that store uint8 / int16",
                                Gib(choice.featureBytes), gram::BytesPerValue(choice.storage.storage), Gib(memory)));
 }
 
 namespace {
-namespace fs = std::filesystem;
 
 /// The images read into the matrix with the kernel path's masking, non-finite rule, intensity scaling and region
-/// exclusions: `res` gains the features, the kernel set's header and the read figures.
+/// exclusions: `res` gains the features, the kernel set's header and the read figures. With `file` (a writable
+/// mapping of a .npy file of the matrix's shape, from byte `offset`: FeatureFileIn) the values are written there, not
+/// held in memory.
 void ReadFeatures(const config::StudyConfig& study, const Cohort& cohort, const FeatureStorageChoice& storage, const std::string& scratchDir,
-                  std::chrono::steady_clock::time_point start, KernelStageResult& res) {
+                  std::chrono::steady_clock::time_point start, std::shared_ptr<MappedFile> file, std::uint64_t offset, KernelStageResult& res) {
   const atlas::RegionIndex& index = *res.regions;
   kernels::RegionKernelOptions options = RegionKernelOptionsOf(study, index, scratchDir);
   options.compact = false;
   const std::vector<std::int64_t> offsets = kernels::RegionColumnOffsets(index);
   auto x = std::make_shared<gram::FeatureMatrix>();
   const auto n = static_cast<Eigen::Index>(cohort.ids.size());
-  x->Resize(storage.storage, n, static_cast<Eigen::Index>(offsets.back()));
+  if (file)
+    x->MapRows(storage.storage, std::move(file), offset, n, static_cast<Eigen::Index>(offsets.back()));
+  else
+    x->Resize(storage.storage, n, static_cast<Eigen::Index>(offsets.back()));
   x->regionStart.assign(offsets.begin(), offsets.end());
   const kernels::SubjectRows facts = storage.storage == gram::FeatureStorage::Float32
-                                         ? kernels::ReadSubjectRowsInto(cohort.ids, cohort.images, index, options, x->values.data())
+                                         ? kernels::ReadSubjectRowsInto(cohort.ids, cohort.images, index, options, n > 0 ? static_cast<float*>(x->MutableRow(0)) : nullptr)
                                          : ReadCodes(cohort, index, options, storage, *x);
   res.report.readSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   std::vector<std::int64_t> dropped;
   kernels::KernelSet set = kernels::RegionKernelHeader(cohort.ids, index, facts.nonFiniteCount, study.kernels.nanPolicy, dropped);
-  if (x->storage == gram::FeatureStorage::Float32)  // integer codes are finite: nothing to drop
-    for (const std::int64_t c : dropped) x->values.col(static_cast<Eigen::Index>(c)).setZero();  // nan_policy drop_voxel: 0 in every row
+  if (x->storage == gram::FeatureStorage::Float32 && !dropped.empty())  // integer codes are finite: nothing to drop
+    for (Eigen::Index i = 0; i < n; ++i) {
+      auto* row = static_cast<float*>(x->MutableRow(i));
+      for (const std::int64_t c : dropped) row[c] = 0.0f;  // nan_policy drop_voxel: 0 in every row
+    }
   set.intensityScale = facts.intensityScale;
   set.nonZeroInsideAtlas = facts.nonZeroInsideAtlas;
   set.nonZeroOutsideAtlas = facts.nonZeroOutsideAtlas;
@@ -253,16 +284,63 @@ bool LoadCachedFeatures(const Cohort& cohort, const FeatureStorageChoice& storag
   }
 }
 
-/// Lands the entry (LandCacheEntry); a failure is a warning.
-void StoreFeatures(const std::string& key, KernelStageResult& res) {
+/// A writable mapping of `folder`/features.npy for `subjects` x `voxels` values of `storage`, its .npy header written
+/// (`offset`: where the values begin); null, with a warning in `res`, when the disk cannot hold it.
+std::shared_ptr<MappedFile> FeatureFileIn(const std::string& folder, Eigen::Index subjects, Eigen::Index voxels, gram::FeatureStorage storage, std::uint64_t& offset,
+                                          KernelStageResult& res) {
+  const std::string prefix = NpyRowsPrefix(subjects, voxels, gram::NpyTypeOf(storage));
+  offset = prefix.size();
   try {
-    LandCacheEntry(res.cachePath, [&](const std::string& folder) {
-      exporting::SaveFeatureStore(folder, {res.features, res.set, res.report.droppedVoxels}, key, "feature cache entry");
-    });
+    std::error_code ec;
+    fs::create_directories(folder, ec);
+    if (ec) throw IoError("store:Mkdir", folder, "cannot create the feature folder: " + ec.message());
+    std::shared_ptr<MappedFile> file = MappedFile::Create(folder + "/features.npy", offset + FeatureBytes(static_cast<std::size_t>(subjects), voxels, storage));
+    std::memcpy(file->MutableData(), prefix.data(), prefix.size());
+    return file;
   } catch (const Error& e) {
+    spdlog::warn("kernels: the features are read into memory, not into the cache folder (the next run reads the images): {}", e.what());
+    res.warnings.push_back(std::string("feature cache not written: ") + e.what());
+    return nullptr;
+  }
+}
+
+/// The images read straight into a new cache entry at res.cachePath (the features file mapped while it is written: the
+/// values are never held in the process, so a store larger than the memory can be made), which is then landed as
+/// LandCacheEntry lands one. False, with a warning, when the entry's file cannot be made (then nothing is read).
+bool ReadFeaturesIntoCache(const config::StudyConfig& study, const Cohort& cohort, const FeatureStorageChoice& storage, const std::string& scratchDir,
+                           std::chrono::steady_clock::time_point start, const std::string& key, KernelStageResult& res) {
+  const std::string folder = res.cachePath + ".tmp-" + TemporarySuffix();
+  std::uint64_t offset = 0;
+  std::shared_ptr<MappedFile> file =
+      FeatureFileIn(folder, static_cast<Eigen::Index>(cohort.ids.size()), kernels::RegionColumnOffsets(*res.regions).back(), storage.storage, offset, res);
+  if (!file) {
+    std::error_code ec;
+    fs::remove_all(folder, ec);
+    return false;
+  }
+  try {
+    ReadFeatures(study, cohort, storage, scratchDir, start, std::move(file), offset, res);
+  } catch (...) {
+    res.features.reset();
+    std::error_code ec;
+    fs::remove_all(folder, ec);
+    throw;  // a bad image is the study's error, not the cache's
+  }
+  try {
+    exporting::SaveFeatureStore(folder, {res.features, res.set, res.report.droppedVoxels}, key, "feature cache entry");
+    std::error_code ec;
+    fs::remove_all(res.cachePath, ec);
+    fs::rename(folder, res.cachePath, ec);  // the mapping follows its file
+    if (ec) throw IoError("cache:Rename", res.cachePath, ec.message());
+  } catch (const Error& e) {
+    // The features are in hand (mapped from the unlinked file while the process runs): the study goes on without the entry.
+    std::error_code ec;
+    fs::remove_all(folder, ec);
+    res.featureHeld = "mapped from a file of the cache folder that could not be kept as an entry (removed; the next run reads the images)";
     spdlog::warn("kernels: feature cache entry not written (the results are not affected; the next run reads the images): {}", e.what());
     res.warnings.push_back(std::string("feature cache not written: ") + e.what());
   }
+  return true;
 }
 
 /// The feature entry's key from the kernel key of the study in float64.
@@ -300,14 +378,26 @@ KernelStageResult FormFeatureStage(const config::StudyConfig& study, const Cohor
   if (study.kernels.cache && LoadCachedFeatures(cohort, storage, key, res)) {
     spdlog::info("kernels: cache hit ({}), {} regions held as features, no image read", res.cachePath, res.set.Size());
     AddExclusionWarnings(res);  // the notes of the run that read them, kept on every hit
-  } else {
-    ReadFeatures(study, cohort, storage, scratchDir, start, res);
-    if (study.kernels.cache) StoreFeatures(key, res);
+  } else if (!study.kernels.cache || !ReadFeaturesIntoCache(study, cohort, storage, scratchDir, start, key, res)) {
+    ReadFeatures(study, cohort, storage, scratchDir, start, nullptr, 0, res);  // no cache, or its folder cannot take them (said)
   }
   const gram::FeatureMatrix& x = *res.features;
   res.report.dataBytes = FeatureBytes(cohort.ids.size(), x.Voxels(), x.storage);
   res.featureStorage = x.storage;
   res.featureStorageNote = storage.why;
+  const std::uint64_t available = AvailableMemoryBytes();
+  if (x.Mapped() && available > 0 && res.report.dataBytes > available) {
+    // Measured: 2,000 subjects x 185,405 voxels under a memory limit of half the matrix had not finished a 5-fold CV in
+    // 20x the time it takes in memory (docs/learners.md, "Out of core").
+    const std::string warning = fmt::format("the features ({}) take more than the memory available ({}): they are paged from the disk on every "
+                                            "pass of the learners, many times slower than in memory (docs/learners.md, \"Out of core\")",
+                                            Size(res.report.dataBytes), Size(available));
+    spdlog::warn("kernels: {}", warning);
+    res.warnings.push_back(warning);
+  }
+  if (res.featureHeld.empty())
+    res.featureHeld = x.Mapped() ? "mapped from the kernel cache folder (" + res.cachePath + "/features.npy): paged from the disk as they are read"
+                                 : std::string("in memory");
   res.report.totalSeconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   spdlog::info("kernels: {} regions held as features ({} subjects x {} voxels in {}, {:.1f} MiB); no kernel formed", res.set.Size(), x.Subjects(),
                x.Voxels(), gram::ToString(x.storage), static_cast<double>(res.report.dataBytes) / 1048576.0);

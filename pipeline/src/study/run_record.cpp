@@ -120,6 +120,7 @@ void RecordKernels(const StudyContext& ctx, exporting::RunRecord& record) {
     record.featureBytes = ks.report.dataBytes;
     record.featureStorage = gram::ToString(ks.featureStorage);
     record.featureStorageNote = ks.featureStorageNote;
+    record.featureHeld = ks.featureHeld;
   }
   if (ctx.kernels->Compact()) {
     record.compactBytes = gram::CompactBytes(ctx.kernels->Count(), static_cast<std::size_t>(ctx.kernels->Subjects()));

@@ -321,9 +321,10 @@ std::string ValidateStudy(const config::StudyConfig& study, bool deep) {
                                              : std::string("none")));
     if (features) {
       CheckFeaturesFitMemory(study, choice);  // as run checks it
-      line(fmt::format("  memory: the features take {:.1f} MiB, {:.1f} % of this machine's {:.1f} GiB; the study's kernels are never formed (a fold "
+      line(fmt::format("  memory: the features take {:.1f} MiB, {:.1f} % of this machine's {:.1f} GiB{}; the study's kernels are never formed (a fold "
                        "forms its own when they take at most {})",
                        mib(choice.featureBytes), 100.0 * static_cast<double>(choice.featureBytes) / memory, memory / 1073741824.0,
+                       study.kernels.cache ? ", in the kernel cache folder's features.npy, mapped (paged from the disk as they are read)" : ", in memory",
                        study.kernels.memoryBudgetMb > 0 ? fmt::format("kernels.memory_budget_mb ({} MiB)", study.kernels.memoryBudgetMb)
                                                         : std::string("an eighth of the memory")));
       if (study.kernels.precision == config::KernelPrecision::Float32) line(fmt::format("  precision: float32 does not apply (the features are {}; every fold computation is in double)", gram::ToString(choice.storage.storage)));

@@ -29,6 +29,7 @@ struct KernelStageResult {
   std::string representationNote;  ///< how the representation was chosen (RepresentationChoice::why)
   gram::FeatureStorage featureStorage = gram::FeatureStorage::Float32;  ///< features: how they hold their values ...
   std::string featureStorageNote;  ///< ... and why (FeatureStorageChoice::why)
+  std::string featureHeld;         ///< features: where the values are ("in memory", or the mapped cache file)
   /// Kernels that do not fit one rank under mpirun (set.distributed): the ranks hold them, this is rank 0's handle.
   std::shared_ptr<ranks::RankOwners> owners;
   std::string heldNote;  ///< ... how they came to the ranks when rank 0 handed them out (results.json)

@@ -21,6 +21,12 @@ Eigen::MatrixXf ReadNpyFloat32(const std::string& path);
 enum class NpyType { Float32, UInt8, Int16 };
 /// Writes `rows` x `cols` values of `type` at `data`, row-major (C order), as they are in memory. IoError on failure.
 void WriteNpyRows(const std::string& path, const void* data, std::int64_t rows, std::int64_t cols, NpyType type);
+/// The bytes a file of `rows` x `cols` values of `type` in C order begins with (magic, version and header, padded to a
+/// multiple of 64 bytes and to at least `atLeast`): for a writer that puts the values in place itself (a file mapping).
+std::string NpyRowsPrefix(std::int64_t rows, std::int64_t cols, NpyType type, std::size_t atLeast = 0);
+/// Where the values begin in a C-order 2-D .npy file of exactly `type` and `rows` x `cols` (the checks of
+/// ReadNpyRowsInto but the length of the data): for a reader that maps the file.
+std::uint64_t NpyRowsDataOffset(const std::string& path, std::int64_t rows, std::int64_t cols, NpyType type);
 /// Reads a C-order 2-D array of exactly `type` and `rows` x `cols` into `data` (which holds that many values), with no
 /// copy: InputError naming the file when the dtype, order or shape differ or the file is short.
 void ReadNpyRowsInto(const std::string& path, void* data, std::int64_t rows, std::int64_t cols, NpyType type);

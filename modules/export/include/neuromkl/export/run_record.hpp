@@ -145,6 +145,7 @@ struct RunRecord {
   /// kernels.representation as run: "kernel" or "features", why (the option or auto's reason), the feature matrix's bytes.
   std::string representation = "kernel", representationNote;
   std::string featureStorage, featureStorageNote;  ///< features: "float32", "uint8" or "int16", and why (empty on the kernel path)
+  std::string featureHeld;  ///< features: "in memory", or the kernel cache file they are mapped from
   std::uint64_t featureBytes = 0;
   /// kernels.precision "float32": the compact store's bytes and whether it was centred (0: float64, nothing recorded)
   std::uint64_t compactBytes = 0;

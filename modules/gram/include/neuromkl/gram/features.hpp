@@ -15,6 +15,9 @@
 
 #include <Eigen/Core>
 
+#include "neuromkl/core/mapped_file.hpp"
+#include "neuromkl/core/npy.hpp"
+
 namespace neuromkl::gram {
 
 class KernelStore;
@@ -30,20 +33,44 @@ enum class FeatureStorage { Float32, UInt8, Int16 };
 const char* ToString(FeatureStorage storage);
 /// Bytes per value.
 std::size_t BytesPerValue(FeatureStorage storage);
+/// The .npy element type that holds values of `storage` (the kernel cache's features.npy).
+NpyType NpyTypeOf(FeatureStorage storage);
+
+/// Values of a FeatureMatrix held in a file mapping instead of its matrices: `rows` x `cols` values, row-major from byte
+/// `offset` of the file; row i of the matrix is row rowOf[i] of the file (rowOf empty: row i).
+struct MappedRows {
+  std::shared_ptr<MappedFile> file;
+  std::uint64_t offset = 0;
+  Eigen::Index rows = 0, cols = 0;
+  std::vector<Eigen::Index> rowOf;
+};
 
 /// One source's voxel values, one row per subject; region r holds the columns regionStart[r] .. regionStart[r + 1] - 1.
 /// The values are `values` (Float32) or rowScale[i] x codes (UInt8: `codes8`, Int16: `codes16`); the other matrices are
-/// empty. Every reader goes through WithRow, which hands it a row in its own type and the row's scale.
+/// empty. Or they are in a file mapping (`mapped`, MapRows: the kernel cache's features.npy), and the three matrices are
+/// empty. Every reader goes through WithRow, which hands it a row in its own type and the row's scale; writers go
+/// through MutableRow.
 struct FeatureMatrix {
   FeatureStorage storage = FeatureStorage::Float32;
   FeatureRows values;
   CodeRows<std::uint8_t> codes8;
   CodeRows<std::int16_t> codes16;
+  MappedRows mapped;
   Eigen::VectorXd rowScale;  ///< compact storage: each row's scale
   std::vector<Eigen::Index> regionStart;  ///< Regions() + 1 offsets, increasing, from 0 to Voxels()
 
-  /// An empty matrix of `subjects` x `voxels` in `storage` (rowScale 1).
+  /// An empty matrix of `subjects` x `voxels` in `storage` (rowScale 1), in memory.
   void Resize(FeatureStorage kind, Eigen::Index subjects, Eigen::Index voxels);
+  /// The matrix's values are the `subjects` x `voxels` values of `kind` at byte `offset` of `file` (rowScale 1; the
+  /// matrices are freed). std::invalid_argument when the file is shorter or the offset is not aligned for the type.
+  void MapRows(FeatureStorage kind, std::shared_ptr<MappedFile> file, std::uint64_t offset, Eigen::Index subjects, Eigen::Index voxels);
+  bool Mapped() const { return mapped.file != nullptr; }
+  /// Row i's first value for writing, in the stored type (float*, std::uint8_t* or std::int16_t*, as void*): in memory
+  /// or in a writable mapping (std::logic_error for a read-only one).
+  void* MutableRow(Eigen::Index i);
+  /// Every value, row after row with no gap, in the stored type: in memory, or a mapping whose rows are in the file's
+  /// order; nullptr otherwise (a mapping whose rows KeepRows reordered).
+  const void* ContiguousValues() const;
   Eigen::Index Subjects() const;
   Eigen::Index Voxels() const;
   std::size_t Regions() const { return regionStart.empty() ? 0 : regionStart.size() - 1; }
@@ -54,6 +81,16 @@ struct FeatureMatrix {
   /// const std::int16_t*) and its scale (1 for float32): value j of the row is scale x row[j].
   template <typename F>
   decltype(auto) WithRow(Eigen::Index i, F&& f) const {
+    if (mapped.file != nullptr) {
+      const Eigen::Index row = mapped.rowOf.empty() ? i : mapped.rowOf[static_cast<std::size_t>(i)];
+      const unsigned char* first = mapped.file->Data() + mapped.offset + static_cast<std::uint64_t>(row) * static_cast<std::uint64_t>(mapped.cols) * BytesPerValue(storage);
+      switch (storage) {
+        case FeatureStorage::UInt8: return f(reinterpret_cast<const std::uint8_t*>(first), rowScale[i]);
+        case FeatureStorage::Int16: return f(reinterpret_cast<const std::int16_t*>(first), rowScale[i]);
+        case FeatureStorage::Float32: break;
+      }
+      return f(reinterpret_cast<const float*>(first), 1.0);
+    }
     switch (storage) {
       case FeatureStorage::UInt8: return f(codes8.row(i).data(), rowScale[i]);
       case FeatureStorage::Int16: return f(codes16.row(i).data(), rowScale[i]);
@@ -68,10 +105,13 @@ struct FeatureMatrix {
   /// K_r = X_r X_r' in float64 (the kernel the feature form stands for: tests and the kernel path's agreement).
   Eigen::MatrixXd RegionKernel(std::size_t r) const;
   /// Keeps the rows `rows` (distinct, in that order: new row k is old row rows[k]) and frees the others, in place: one
-  /// row of scratch, never a second matrix. InputError for a row out of range or given twice.
+  /// row of scratch, never a second matrix (a mapping: its rows are renumbered, the file is untouched). InputError for a
+  /// row out of range or given twice.
   void KeepRows(const std::vector<int>& rows);
   /// Keeps the columns of the regions `keep` (increasing region indices), in place; the matrix's memory is reallocated
-  /// (one copy) only when a region is left out.
+  /// (one copy) only when a region is left out. A writable mapping of a whole .npy file (from byte `mapped.offset`, its
+  /// rows in the file's order) is compacted in the file, whose header then says the new shape; a read-only mapping's
+  /// kept columns are copied into memory.
   void KeepRegions(const std::vector<std::size_t>& keep);
   /// A matrix of the regions `which` (any order), in the same storage.
   FeatureMatrix SelectRegions(const std::vector<std::size_t>& which) const;
