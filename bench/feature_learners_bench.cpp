@@ -19,12 +19,20 @@
 //     3-fold inner CV in every outer fold; grid 2: the same over C 0.1 / 1 x mu 0.5 / 0.7 / 0.9 / 1 (the default grid's
 //     top end, where the weights' steps contract slowest). `signal`: the label's shift of the signal voxels (float32). Prints each fold's chosen C, weight steps, status and regions kept, the time,
 //     the pooled balanced accuracy and the peak RSS against the matrix.
+//   bench_feature_learners mapped <folder> [subjects 2000] [voxels 185405] [storage float32] [signal 0.04] [in memory too 1]
+//     the 5-fold CV of `cv` (fixed parameters) on a matrix written into <folder>/features.npy and mapped from it, as a
+//     study on features with the kernel cache holds its voxels; with "in memory too", first on a copy in memory in the
+//     same run: both times and whether the decisions are identical. Beyond the memory (float32, n = 40,000: 29.7 GB) the
+//     mapping is paged from the disk: the time and the resident memory, anonymous and file-backed.
 //   bench_feature_learners covariates [subjects 4000] [voxels 55000] [columns 3]
 //     one fold (80/20) prepared without and with `columns` numeric covariates (and the intercept) removed inside it: the
 //     fold's vectors (with covariates also the coefficient images, one pass over the training rows), an svm fit on each
 //     and its time per coordinate step, and the fold's tables in memory; the fold without covariates is the floor.
 #include <chrono>
 #include <cstdio>
+#include <numeric>
+#include <type_traits>
+#include <utility>
 #include <fstream>
 #include <random>
 #include <string>
@@ -32,7 +40,9 @@
 
 #include <Eigen/Core>
 
+#include "neuromkl/core/mapped_file.hpp"
 #include "neuromkl/core/npy.hpp"
+#include "neuromkl/core/system.hpp"
 #include "neuromkl/cv/nested_cv.hpp"
 #include "neuromkl/cv/splits.hpp"
 #include "neuromkl/gram/features.hpp"
@@ -53,8 +63,10 @@ struct Cohort {
   nm::gram::FeatureMatrix x;
   Eigen::VectorXd label;
 };
+/// With `file`, the values are written into that file (a .npy of the matrix, mapped while it is written) as a study on
+/// features writes its kernel cache entry, and the matrix maps it.
 Cohort Simulate(Eigen::Index subjects, Eigen::Index voxels, std::size_t regions, unsigned seed,
-                nm::gram::FeatureStorage storage = nm::gram::FeatureStorage::Float32, double shift = 0.04) {
+                nm::gram::FeatureStorage storage = nm::gram::FeatureStorage::Float32, double shift = 0.04, const std::string& file = "") {
   std::mt19937 rng(seed);
   std::uniform_real_distribution<double> share(0.5, 1.5);
   std::vector<double> shares(regions);
@@ -65,31 +77,40 @@ Cohort Simulate(Eigen::Index subjects, Eigen::Index voxels, std::size_t regions,
   for (std::size_t r = 0; r + 1 < regions; ++r)
     c.x.regionStart.push_back(c.x.regionStart.back() + std::max<Eigen::Index>(20, static_cast<Eigen::Index>(static_cast<double>(voxels) * shares[r] / total)));
   c.x.regionStart.push_back(std::max(voxels, c.x.regionStart.back() + 20));
-  c.x.Resize(storage, subjects, c.x.regionStart.back());
+  if (file.empty()) {
+    c.x.Resize(storage, subjects, c.x.regionStart.back());
+  } else {
+    const std::string prefix = nm::NpyRowsPrefix(subjects, c.x.regionStart.back(), nm::gram::NpyTypeOf(storage));
+    auto mapped = nm::MappedFile::Create(file, prefix.size() + static_cast<std::uint64_t>(subjects) * static_cast<std::uint64_t>(c.x.regionStart.back()) * nm::gram::BytesPerValue(storage));
+    std::copy(prefix.begin(), prefix.end(), mapped->MutableData());
+    c.x.MapRows(storage, mapped, prefix.size(), subjects, c.x.regionStart.back());
+  }
   c.label.resize(subjects);
   const bool codes = storage != nm::gram::FeatureStorage::Float32;
   std::uniform_real_distribution<float> uniform(0.2f, 0.8f);
   std::uniform_int_distribution<int> code(50, 200);  // compact: the same range as codes of 1/250 (a uint8 grey-matter map's scale)
   for (Eigen::Index i = 0; i < subjects; ++i) {
     c.label[i] = i % 2 ? 1.0 : -1.0;
+    void* row = c.x.MutableRow(i);
     if (!codes) {
-      for (Eigen::Index j = 0; j < c.x.Voxels(); ++j) c.x.values(i, j) = uniform(rng);
+      auto* values = static_cast<float*>(row);
+      for (Eigen::Index j = 0; j < c.x.Voxels(); ++j) values[j] = uniform(rng);
       for (const std::size_t r : {std::size_t{3}, std::size_t{40}, std::size_t{77}})
-        for (Eigen::Index j = 0; j < c.x.RegionSize(r) / 3; ++j) c.x.values(i, c.x.regionStart[r] + j) += static_cast<float>(shift * c.label[i]);
+        for (Eigen::Index j = 0; j < c.x.RegionSize(r) / 3; ++j) values[c.x.regionStart[r] + j] += static_cast<float>(shift * c.label[i]);
       continue;
     }
     c.x.rowScale[i] = 1.0 / 250.0;
-    for (Eigen::Index j = 0; j < c.x.Voxels(); ++j) {
-      const int q = code(rng);
-      if (storage == nm::gram::FeatureStorage::UInt8) c.x.codes8(i, j) = static_cast<std::uint8_t>(q);
-      else c.x.codes16(i, j) = static_cast<std::int16_t>(q);
-    }
-    for (const std::size_t r : {std::size_t{3}, std::size_t{40}, std::size_t{77}})
-      for (Eigen::Index j = 0; j < c.x.RegionSize(r) / 3; ++j) {
-        const Eigen::Index col = c.x.regionStart[r] + j;
-        if (storage == nm::gram::FeatureStorage::UInt8) c.x.codes8(i, col) = static_cast<std::uint8_t>(c.x.codes8(i, col) + (c.label[i] > 0 ? 20 : 0));
-        else c.x.codes16(i, col) = static_cast<std::int16_t>(c.x.codes16(i, col) + (c.label[i] > 0 ? 20 : 0));
-      }
+    const int up = c.label[i] > 0 ? 20 : 0;
+    auto put = [&](auto* codesOfRow) {
+      for (Eigen::Index j = 0; j < c.x.Voxels(); ++j) codesOfRow[j] = static_cast<std::remove_reference_t<decltype(codesOfRow[j])>>(code(rng));
+      for (const std::size_t r : {std::size_t{3}, std::size_t{40}, std::size_t{77}})
+        for (Eigen::Index j = 0; j < c.x.RegionSize(r) / 3; ++j) {
+          auto& q = codesOfRow[c.x.regionStart[r] + j];
+          q = static_cast<std::remove_reference_t<decltype(q)>>(q + up);
+        }
+    };
+    if (storage == nm::gram::FeatureStorage::UInt8) put(static_cast<std::uint8_t*>(row));
+    else put(static_cast<std::int16_t*>(row));
   }
   return c;
 }
@@ -250,19 +271,13 @@ int Scale(Eigen::Index subjects, Eigen::Index voxels, int iterations, nm::gram::
   return 0;
 }
 
-/// A cross-validation of ENMKL-SVM on the feature store (cv::RunNestedCv, as a study on features runs it): fixed
-/// parameters (`grid` false) or C chosen from 0.1 / 1 by a 3-fold inner CV.
-int CrossValidate(Eigen::Index subjects, Eigen::Index voxels, int grid, nm::gram::FeatureStorage storage, double shift) {
-  auto start = std::chrono::steady_clock::now();
-  Cohort c = Simulate(subjects, voxels, 116, 13, storage, shift);
-  auto x = std::make_shared<const nm::gram::FeatureMatrix>(std::move(c.x));
-  const auto featureBytes = static_cast<double>(x->Bytes());
-  std::printf("%ld subjects x %ld voxels in %zu regions: features %.2f GB (%s), signal +-%g in a third of 3 regions, simulated in %.1f s\n",
-              static_cast<long>(subjects), static_cast<long>(x->Voxels()), x->Regions(), featureBytes / 1e9, nm::gram::ToString(storage), shift,
-              Seconds(start));
+/// A cross-validation of ENMKL-SVM on the feature store `x` (cv::RunNestedCv, as a study on features runs it): fixed
+/// parameters (`grid` 0) or a grid chosen by a 3-fold inner CV (1, 2); its seconds, its out-of-fold decisions in
+/// `decisions`.
+double RunCv(const std::shared_ptr<const nm::gram::FeatureMatrix>& x, const Eigen::VectorXd& label, int grid, Eigen::VectorXd* decisions = nullptr) {
   const auto store = nm::gram::MakeFeatureKernels(x);  // no fold forms its kernels (they would take 116 x n^2 x 8 bytes)
   nm::learners::Targets targets;
-  targets.y = c.label;
+  targets.y = label;
   const auto outer = nm::cv::MakeFolds({nm::cv::Scheme::StratifiedKFold, 5, 1}, targets.task, targets.y, {}, {}, 7, "outer");
   const nm::cv::InnerSplitter inner = [](std::size_t f, const std::vector<int>&, const Eigen::VectorXd& y) {
     return nm::cv::MakeFolds({nm::cv::Scheme::StratifiedKFold, 3, 1}, nm::learners::Task::Classification, y, {}, {}, 50 + f, "inner");
@@ -271,7 +286,7 @@ int CrossValidate(Eigen::Index subjects, Eigen::Index voxels, int grid, nm::gram
                      : grid == 1 ? nm::cv::ExpandGrid({{"mu", 0.5}}, {{"c", {0.1, 1.0}}})
                                  : nm::cv::ExpandGrid({{"c", 1.0}, {"mu", 0.5}}, {});
   const std::vector<nm::cv::LearnerPlan> plans = {{"enmkl_svm", "enmkl_svm", points}};
-  start = std::chrono::steady_clock::now();
+  const auto start = std::chrono::steady_clock::now();
   const auto outcome = nm::cv::RunNestedCv(*store, targets, outer, inner, plans, {});
   const double seconds = Seconds(start);
   for (const auto& fold : outcome[0].folds) {
@@ -289,9 +304,76 @@ int CrossValidate(Eigen::Index subjects, Eigen::Index voxels, int grid, nm::gram
                                  : "5-fold CV, fixed parameters (C 1, mu 0.5)";
   std::printf("%s: %.1f s (%.1f min), %ld fits (inner fits not converged: %ld), pooled balanced accuracy %.3f\n", what, seconds, seconds / 60,
               outcome[0].fits, static_cast<long>(outcome[0].innerNotConverged), ba);
+  if (decisions) {
+    decisions->setZero(label.size());
+    for (const auto& fold : outcome[0].folds)
+      for (std::size_t k = 0; k < fold.test.size(); ++k) (*decisions)[fold.test[k]] = fold.decision[static_cast<Eigen::Index>(k)];
+  }
+  return seconds;
+}
+
+int CrossValidate(Eigen::Index subjects, Eigen::Index voxels, int grid, nm::gram::FeatureStorage storage, double shift) {
+  auto start = std::chrono::steady_clock::now();
+  Cohort c = Simulate(subjects, voxels, 116, 13, storage, shift);
+  auto x = std::make_shared<const nm::gram::FeatureMatrix>(std::move(c.x));
+  const auto featureBytes = static_cast<double>(x->Bytes());
+  std::printf("%ld subjects x %ld voxels in %zu regions: features %.2f GB (%s), signal +-%g in a third of 3 regions, simulated in %.1f s\n",
+              static_cast<long>(subjects), static_cast<long>(x->Voxels()), x->Regions(), featureBytes / 1e9, nm::gram::ToString(storage), shift,
+              Seconds(start));
+  RunCv(x, c.label, grid);
   const double peak = PeakRssBytes();
   std::printf("peak RSS %.2f GB: %.2fx the features\n", peak / 1e9, peak / featureBytes);
   return 0;
+}
+
+/// This process's resident memory now, split as /proc/self/status does: anonymous and file-backed pages.
+std::pair<double, double> ResidentAnonAndFileBytes() {
+  std::ifstream status("/proc/self/status");
+  std::string key;
+  double anon = 0, file = 0;
+  while (status >> key) {
+    double kib = 0;
+    if (key == "RssAnon:" && status >> kib) anon = kib * 1024.0;
+    else if (key == "RssFile:" && status >> kib) file = kib * 1024.0;
+    status.ignore(1 << 20, '\n');
+  }
+  return {anon, file};
+}
+
+/// The cross-validation of CrossValidate (fixed parameters) on a feature matrix written into <folder>/features.npy and
+/// mapped from it, as a study on features with the kernel cache runs: with `inMemory`, first on a copy of it in memory,
+/// in the same run (the same decisions, bit for bit, and the times side by side). Beyond the memory the mapping is paged
+/// from the disk: prints the time and the resident memory, anonymous and file-backed.
+int Mapped(const std::string& folder, Eigen::Index subjects, Eigen::Index voxels, nm::gram::FeatureStorage storage, double shift, bool inMemory) {
+  auto start = std::chrono::steady_clock::now();
+  const std::string file = folder + "/features.npy";
+  Cohort c = Simulate(subjects, voxels, 116, 13, storage, shift, file);
+  c.x.mapped.file->Flush();
+  auto x = std::make_shared<const nm::gram::FeatureMatrix>(std::move(c.x));
+  const auto featureBytes = static_cast<double>(x->Bytes());
+  std::printf("%ld subjects x %ld voxels in %zu regions: features %.2f GB (%s) written into %s and mapped, %.1f s; this machine's memory %.1f GB\n",
+              static_cast<long>(subjects), static_cast<long>(x->Voxels()), x->Regions(), featureBytes / 1e9, nm::gram::ToString(storage), file.c_str(),
+              Seconds(start), static_cast<double>(nm::PhysicalMemoryBytes()) / 1e9);
+  Eigen::VectorXd memoryDecisions, mappedDecisions;
+  double memorySeconds = 0;
+  if (inMemory) {
+    std::vector<std::size_t> all(x->Regions());
+    std::iota(all.begin(), all.end(), std::size_t{0});
+    auto copy = std::make_shared<const nm::gram::FeatureMatrix>(x->SelectRegions(all));
+    std::printf("in memory (a copy):\n");
+    memorySeconds = RunCv(copy, c.label, 0, &memoryDecisions);
+  }
+  std::printf("mapped:\n");
+  const double mappedSeconds = RunCv(x, c.label, 0, &mappedDecisions);
+  const auto [anon, resident] = ResidentAnonAndFileBytes();
+  std::printf("resident now: %.2f GB anonymous, %.2f GB file-backed (the mapping's pages in memory); peak RSS %.2f GB (%.2fx the features)\n", anon / 1e9,
+              resident / 1e9, PeakRssBytes() / 1e9, PeakRssBytes() / featureBytes);
+  // (Printed in full so that runs in different processes, e.g. one under a memory limit, can be compared.)
+  std::printf("decisions: sum %.17g, sum of squares %.17g\n", mappedDecisions.sum(), mappedDecisions.squaredNorm());
+  if (inMemory)
+    std::printf("mapped against in memory: %.1f s against %.1f s (%.2fx); decisions %s\n", mappedSeconds, memorySeconds, mappedSeconds / memorySeconds,
+                mappedDecisions == memoryDecisions ? "identical" : "DIFFER");
+  return inMemory && mappedDecisions != memoryDecisions ? 1 : 0;
 }
 
 /// A fold without covariates against the same fold with `columns` numeric covariates removed (fit on every training row).
@@ -346,9 +428,13 @@ int main(int argc, char** argv) {
   if (mode == "scale") {
     return Scale(static_cast<Eigen::Index>(arg(2, 20000)), static_cast<Eigen::Index>(arg(3, 185405)), static_cast<int>(arg(4, 0)), kind);
   }
+  if (mode == "mapped" && argc > 2)
+    return Mapped(argv[2], static_cast<Eigen::Index>(arg(3, 2000)), static_cast<Eigen::Index>(arg(4, 185405)),
+                  argc > 5 && std::string(argv[5]) == "uint8" ? nm::gram::FeatureStorage::UInt8 : argc > 5 && std::string(argv[5]) == "int16" ? nm::gram::FeatureStorage::Int16 : nm::gram::FeatureStorage::Float32,
+                  arg(6, 0.04), arg(7, 1) != 0);
   if (mode == "covariates")
     return Covariates(static_cast<Eigen::Index>(arg(2, 4000)), static_cast<Eigen::Index>(arg(3, 55000)), static_cast<int>(arg(4, 3)));
   std::fprintf(stderr, "usage: bench_feature_learners agree [subjects] [voxels] [learner] | peer <folder> [subjects] [voxels] [C] [tolerance] [lambda] [enmkl 0/1] | "
-                       "scale [subjects] [voxels] [ENMKL weight steps, 0 = default cap] [float32 | uint8 | int16] | cv [subjects] [voxels] [grid 0/1/2] [float32 | uint8 | int16] [signal] | covariates [subjects] [voxels] [columns]\n");
+                       "scale [subjects] [voxels] [ENMKL weight steps, 0 = default cap] [float32 | uint8 | int16] | mapped <folder> [subjects] [voxels] [storage] [signal] [in memory too 0/1] | cv [subjects] [voxels] [grid 0/1/2] [float32 | uint8 | int16] [signal] | covariates [subjects] [voxels] [columns]\n");
   return 2;
 }
