@@ -129,7 +129,8 @@ FeatureEntry LoadFeatureStore(const std::string& dir, std::string* key) {
       throw InputError("store:Corrupt", dir + "/features.npy",
                        fmt::format("expected {} x {} values of {} bytes; found {}", n, voxels, gram::BytesPerValue(kind), ec ? ec.message() : std::to_string(fileBytes) + " bytes"));
     // Mapped, not read: the values stay in the file, paged in as they are read and dropped under memory pressure, so a
-    // store larger than the memory works (read ahead at once when it takes at most half the memory available now).
+    // store larger than the memory still runs, if slowly (read ahead at once when it takes at most half the memory
+    // available now).
     const std::uint64_t offset = NpyRowsDataOffset(dir + "/features.npy", n, voxels, gram::NpyTypeOf(kind));
     std::shared_ptr<MappedFile> file = MappedFile::OpenReadOnly(dir + "/features.npy", 2 * (fileBytes - offset) <= AvailableMemoryBytes());
     if (file->Size() < offset + bytes)
