@@ -166,9 +166,7 @@ void CheckFeaturesFitMemory(const config::StudyConfig& study, const Representati
   if (study.kernels.cache) {
     // Out of core: the features live in the cache folder and the system pages them in; the disk must hold them.
     std::error_code ec;
-    fs::path existing = fs::absolute(fs::path(study.output.cacheDir), ec);
-    while (!existing.empty() && !fs::exists(existing, ec) && existing != existing.parent_path()) existing = existing.parent_path();
-    const fs::space_info space = fs::space(existing, ec);
+    const fs::space_info space = fs::space(NearestExistingFolder(study.output.cacheDir), ec);
     if (ec || space.available >= choice.featureBytes) return;
     throw InputError("kernels:TooLarge", study.path,
                      fmt::format("the study's voxels as features need {:.1f} GiB (subjects x voxels x {} bytes), more than this machine's {:.1f} GiB of "
@@ -309,7 +307,7 @@ std::shared_ptr<MappedFile> FeatureFileIn(const std::string& folder, Eigen::Inde
 /// LandCacheEntry lands one. False, with a warning, when the entry's file cannot be made (then nothing is read).
 bool ReadFeaturesIntoCache(const config::StudyConfig& study, const Cohort& cohort, const FeatureStorageChoice& storage, const std::string& scratchDir,
                            std::chrono::steady_clock::time_point start, const std::string& key, KernelStageResult& res) {
-  const std::string folder = res.cachePath + ".tmp-" + TemporarySuffix();
+  const std::string folder = CacheStagingFolder(res.cachePath);
   std::uint64_t offset = 0;
   std::shared_ptr<MappedFile> file =
       FeatureFileIn(folder, static_cast<Eigen::Index>(cohort.ids.size()), kernels::RegionColumnOffsets(*res.regions).back(), storage.storage, offset, res);
@@ -328,10 +326,7 @@ bool ReadFeaturesIntoCache(const config::StudyConfig& study, const Cohort& cohor
   }
   try {
     exporting::SaveFeatureStore(folder, {res.features, res.set, res.report.droppedVoxels}, key, "feature cache entry");
-    std::error_code ec;
-    fs::remove_all(res.cachePath, ec);
-    fs::rename(folder, res.cachePath, ec);  // the mapping follows its file
-    if (ec) throw IoError("cache:Rename", res.cachePath, ec.message());
+    LandStagedCacheEntry(folder, res.cachePath);  // the mapping follows its file
   } catch (const Error& e) {
     // The features are in hand (mapped from the unlinked file while the process runs): the study goes on without the entry.
     std::error_code ec;

@@ -92,14 +92,20 @@ void RemoveDeadTemporaries(const std::string& dir, const std::string& what) {
   }
 }
 
+std::string CacheStagingFolder(const std::string& entry) { return entry + ".tmp-" + TemporarySuffix(); }
+
+void LandStagedCacheEntry(const std::string& folder, const std::string& entry) {
+  std::error_code ec;
+  fs::remove_all(entry, ec);
+  fs::rename(folder, entry, ec);
+  if (ec) throw IoError("cache:Rename", entry, ec.message());
+}
+
 void LandCacheEntry(const std::string& entry, const std::function<void(const std::string& folder)>& write) {
-  const std::string tmp = entry + ".tmp-" + TemporarySuffix();
+  const std::string tmp = CacheStagingFolder(entry);
   try {
     write(tmp);
-    std::error_code ec;
-    fs::remove_all(entry, ec);
-    fs::rename(tmp, entry, ec);
-    if (ec) throw IoError("cache:Rename", entry, ec.message());
+    LandStagedCacheEntry(tmp, entry);
   } catch (const Error&) {
     std::error_code ec;
     fs::remove_all(tmp, ec);
@@ -107,11 +113,16 @@ void LandCacheEntry(const std::string& entry, const std::function<void(const std
   }
 }
 
+fs::path NearestExistingFolder(const std::string& path) {
+  std::error_code ec;
+  fs::path existing = fs::absolute(fs::path(path), ec).lexically_normal();
+  while (!existing.empty() && !fs::exists(existing, ec) && existing != existing.parent_path()) existing = existing.parent_path();
+  return existing.empty() ? fs::path(".") : existing;
+}
+
 void CheckOutputWritable(const std::string& finalDir) {
   std::error_code ec;
-  fs::path existing = fs::absolute(fs::path(finalDir), ec).lexically_normal().parent_path();
-  while (!existing.empty() && !fs::exists(existing, ec) && existing != existing.parent_path()) existing = existing.parent_path();
-  if (existing.empty()) existing = ".";
+  const fs::path existing = NearestExistingFolder(fs::absolute(fs::path(finalDir), ec).lexically_normal().parent_path().string());
   if (!fs::is_directory(existing, ec))
     throw InputError("output:NotWritable", finalDir, "the output folder cannot be created: " + existing.string() + " on its path is a file, not a folder");
   const fs::path probe = existing / (".neuromkl-probe-" + TemporarySuffix());

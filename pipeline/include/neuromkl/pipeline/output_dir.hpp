@@ -12,6 +12,7 @@
 // While a run works, it holds `<output>.claim` (a symbolic link naming its host and process): a second run
 // to the same output folder fails at once (output:Busy) instead of both finishing and one silently losing its
 // results. A claim left by a process of this host that no longer runs (kill -9) is taken over.
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <string>
@@ -28,6 +29,9 @@ void CheckReplaceable(const std::string& path, const std::vector<std::string>& i
 /// folder on its path is a file, or no folder can be made in it (tried by making and removing a probe folder, which
 /// also catches read-only file systems, where even root cannot write). `validate` and `run` both call it.
 void CheckOutputWritable(const std::string& finalDir);
+/// `path` or the nearest of its parents that exists ("." when none does; it may be a file): where a folder at `path`
+/// would be made, and whose file system would hold it.
+std::filesystem::path NearestExistingFolder(const std::string& path);
 
 /// Is `name` (a file name) "<prefix><host>-<pid>" of a process of this host that no longer runs? Temporary files
 /// and folders carry that suffix (TemporarySuffix) so that a later run can remove what a killed one left.
@@ -41,6 +45,11 @@ void RemoveDeadTemporaries(const std::string& dir, const std::string& what);
 /// so that a crash leaves a stray temporary folder (RemoveDeadTemporaries), never a half entry. An Error from `write`
 /// or from the rename (IoError cache:Rename) propagates with the temporary folder removed.
 void LandCacheEntry(const std::string& entry, const std::function<void(const std::string& folder)>& write);
+/// The two halves of LandCacheEntry, for a writer that fills the folder across other work: the temporary folder's name
+/// for `entry`, and its landing in place of `entry` (IoError cache:Rename; the temporary folder is then left to the
+/// caller).
+std::string CacheStagingFolder(const std::string& entry);
+void LandStagedCacheEntry(const std::string& folder, const std::string& entry);
 
 /// The exclusive claim of an output path, held for a run's lifetime (see above); released at destruction.
 class OutputClaim {
